@@ -1,0 +1,2 @@
+"""Model adapters: one module per model family, each registering itself on import."""
+from adapters import sd3  # noqa: F401

@@ -1,0 +1,204 @@
+"""Stable Diffusion 3 / 3.5 (`StableDiffusion3Pipeline`): the adapter and its tiny model.
+
+Loads the pipeline's components with diffusers' and transformers' `from_pretrained` from a local
+folder or a hub snapshot: the MMDiT transformer (trained, LoRA on the attention projections), the
+16-channel VAE, the two CLIP text encoders and, when the checkpoint has it, T5. Prompt encoding
+is the pipeline's own `encode_prompt`, so embeddings match diffusers exactly; CFG is the standard
+`v_uncond + g (v_cond - v_uncond)` and runs in this one method for rollout and training alike.
+
+diffusers and transformers are imported inside the methods: registering the adapter (which
+every process does through the plugin entry points) stays cheap.
+
+`tiny:sd3` builds a ~100k-parameter random-weight SD3 (two MMDiT blocks, a 2x VAE, two tiny
+CLIP encoders with a byte-level vocabulary, no T5) for tests and the CPU demo.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+
+from omni_rl.config.schema import ModelConfig
+from omni_rl.models import Conditioning, DiffusionModelBase, register_adapter, register_tiny_model
+
+
+@register_adapter("StableDiffusion3Pipeline")
+class StableDiffusion3Adapter(DiffusionModelBase):
+    # Attention projections of the joint (image + text) attention in every MMDiT block.
+    default_lora_targets = (
+        "attn.to_q", "attn.to_k", "attn.to_v", "attn.to_out.0",
+        "attn.add_q_proj", "attn.add_k_proj", "attn.add_v_proj", "attn.to_add_out",
+    )
+
+    def __init__(self, cfg: ModelConfig, path: str, device: torch.device):
+        from diffusers import AutoencoderKL, FlowMatchEulerDiscreteScheduler, SD3Transformer2DModel, StableDiffusion3Pipeline
+        from transformers import CLIPTextModelWithProjection, CLIPTokenizer, T5EncoderModel, T5TokenizerFast
+
+        super().__init__(cfg, path, device)
+        root = Path(path)
+
+        def load(cls, sub):
+            return cls.from_pretrained(path, subfolder=sub, torch_dtype=self.dtype).to(device)
+
+        self.transformer = load(SD3Transformer2DModel, "transformer")
+        self.vae = load(AutoencoderKL, "vae")
+        self.scheduler = FlowMatchEulerDiscreteScheduler.from_pretrained(path, subfolder="scheduler")
+        has_t5 = (root / "text_encoder_3").is_dir()
+        self.pipeline = StableDiffusion3Pipeline(
+            transformer=self.transformer,
+            scheduler=self.scheduler,
+            vae=self.vae,
+            text_encoder=load(CLIPTextModelWithProjection, "text_encoder"),
+            tokenizer=CLIPTokenizer.from_pretrained(path, subfolder="tokenizer"),
+            text_encoder_2=load(CLIPTextModelWithProjection, "text_encoder_2"),
+            tokenizer_2=CLIPTokenizer.from_pretrained(path, subfolder="tokenizer_2"),
+            text_encoder_3=load(T5EncoderModel, "text_encoder_3") if has_t5 else None,
+            tokenizer_3=T5TokenizerFast.from_pretrained(path, subfolder="tokenizer_3") if has_t5 else None,
+        )
+        self.pipeline.set_progress_bar_config(disable=True)
+        self.vae_scale = self.pipeline.vae_scale_factor
+        self.setup_trainable()
+
+    # --- contract ------------------------------------------------------------------------
+    def trainable_module(self):
+        return self.transformer
+
+    def frozen_modules(self):
+        p = self.pipeline
+        return [m for m in (self.vae, p.text_encoder, p.text_encoder_2, p.text_encoder_3) if m is not None]
+
+    def fsdp_wrap_classes(self):
+        from diffusers.models.attention import JointTransformerBlock
+
+        return (JointTransformerBlock,)
+
+    def latent_shape(self, height: int, width: int) -> tuple[int, ...]:
+        if height % (self.vae_scale * 2) or width % (self.vae_scale * 2):
+            raise ValueError(
+                f"{height}x{width} px is not a multiple of {self.vae_scale * 2} (VAE factor x patch size)"
+            )
+        return (self.transformer.config.in_channels, height // self.vae_scale, width // self.vae_scale)
+
+    @torch.no_grad()
+    def encode_prompts(self, prompts: list[str], negative_prompt: str = "") -> Conditioning:
+        pos, neg, pooled, neg_pooled = self.pipeline.encode_prompt(
+            prompt=list(prompts),
+            prompt_2=None,
+            prompt_3=None,
+            negative_prompt=[negative_prompt] * len(prompts),
+            do_classifier_free_guidance=True,
+            device=self.device,
+        )
+        return Conditioning(
+            {"prompt_embeds": pos, "pooled": pooled, "negative_prompt_embeds": neg, "negative_pooled": neg_pooled}
+        )
+
+    def predict_velocity(self, latents, sigma, conditioning, guidance_scale):
+        # SD3 is conditioned on timestep = sigma * 1000 (the scheduler's num_train_timesteps).
+        timestep = (sigma.to(torch.float32) * self.scheduler.config.num_train_timesteps).to(self.device)
+        x = latents.to(self.device, self.dtype)
+        cond = conditioning.to(self.device)
+        if guidance_scale > 1.0:
+            # One forward over [uncond; cond], as diffusers' pipeline does it.
+            out = self.transformer(
+                hidden_states=torch.cat([x, x]),
+                timestep=torch.cat([timestep, timestep]),
+                encoder_hidden_states=torch.cat([cond["negative_prompt_embeds"], cond["prompt_embeds"]]),
+                pooled_projections=torch.cat([cond["negative_pooled"], cond["pooled"]]),
+                return_dict=False,
+            )[0].to(torch.float32)
+            uncond, text = out.chunk(2)
+            return uncond + guidance_scale * (text - uncond)
+        out = self.transformer(
+            hidden_states=x,
+            timestep=timestep,
+            encoder_hidden_states=cond["prompt_embeds"],
+            pooled_projections=cond["pooled"],
+            return_dict=False,
+        )[0]
+        return out.to(torch.float32)
+
+    @torch.no_grad()
+    def decode(self, latents: torch.Tensor) -> torch.Tensor:
+        config = self.vae.config
+        z = latents.to(self.device, self.vae.dtype) / config.scaling_factor + config.shift_factor
+        image = self.vae.decode(z, return_dict=False)[0]
+        image = (image.float() / 2 + 0.5).clamp(0, 1)
+        return (image * 255).round().to(torch.uint8).permute(0, 2, 3, 1).cpu()
+
+    def save_lora(self, folder: str) -> None:
+        """diffusers' LoRA format: `pipe.load_lora_weights(folder)` loads it."""
+        from diffusers import StableDiffusion3Pipeline
+        from peft.utils import get_peft_model_state_dict
+
+        layers = get_peft_model_state_dict(self.transformer)
+        StableDiffusion3Pipeline.save_lora_weights(folder, transformer_lora_layers=layers)
+
+
+# --- the tiny model ---------------------------------------------------------------------
+def _byte_level_vocab() -> dict[str, int]:
+    """A CLIP-style byte-level BPE vocabulary with no merges: every byte is a token, with and
+    without the end-of-word marker. Real prompts tokenise without unknowns."""
+    printable = list(range(33, 127)) + list(range(161, 173)) + list(range(174, 256))
+    # Bytes that are not printable are mapped to code points above 255 (the GPT-2 scheme), so
+    # every byte has a visible one-character token.
+    mapping = {b: chr(b) for b in printable}
+    extra = 0
+    for b in range(256):
+        if b not in mapping:
+            mapping[b] = chr(256 + extra)
+            extra += 1
+    chars = [mapping[b] for b in range(256)]
+    vocab = {c: i for i, c in enumerate(chars)}
+    vocab.update({c + "</w>": 256 + i for i, c in enumerate(chars)})
+    vocab["<|startoftext|>"] = 512
+    vocab["<|endoftext|>"] = 513
+    return vocab
+
+
+@register_tiny_model("sd3")
+def build_tiny_sd3(folder: Path) -> None:
+    """Write a tiny random-weight SD3 with `save_pretrained` (seeded: the same weights every time)."""
+    from diffusers import AutoencoderKL, FlowMatchEulerDiscreteScheduler, SD3Transformer2DModel, StableDiffusion3Pipeline
+    from transformers import CLIPTextConfig, CLIPTextModelWithProjection, CLIPTokenizer
+
+    folder = Path(folder)
+    torch.manual_seed(0)
+    vocab = _byte_level_vocab()
+    vocab_dir = folder / "_vocab"
+    vocab_dir.mkdir(parents=True)
+    (vocab_dir / "vocab.json").write_text(json.dumps(vocab))
+    (vocab_dir / "merges.txt").write_text("#version: 0.2\n")
+    tokenizer = CLIPTokenizer(str(vocab_dir / "vocab.json"), str(vocab_dir / "merges.txt"), model_max_length=77)
+    text_config = CLIPTextConfig(
+        vocab_size=len(vocab), hidden_size=32, intermediate_size=64, num_attention_heads=4,
+        num_hidden_layers=2, projection_dim=32, max_position_embeddings=77,
+        bos_token_id=vocab["<|startoftext|>"], eos_token_id=vocab["<|endoftext|>"], pad_token_id=vocab["<|endoftext|>"],
+    )
+    transformer = SD3Transformer2DModel(
+        sample_size=16, patch_size=2, in_channels=16, out_channels=16, num_layers=2,
+        attention_head_dim=16, num_attention_heads=2, joint_attention_dim=64,
+        caption_projection_dim=32, pooled_projection_dim=64, pos_embed_max_size=32,
+    )
+    vae = AutoencoderKL(
+        in_channels=3, out_channels=3, latent_channels=16, layers_per_block=1, norm_num_groups=4,
+        down_block_types=("DownEncoderBlock2D",) * 2, up_block_types=("UpDecoderBlock2D",) * 2,
+        block_out_channels=(8, 16), use_quant_conv=False, use_post_quant_conv=False,
+        shift_factor=0.0609, scaling_factor=1.5305,
+    )
+    pipe = StableDiffusion3Pipeline(
+        transformer=transformer,
+        scheduler=FlowMatchEulerDiscreteScheduler(shift=3.0),
+        vae=vae,
+        text_encoder=CLIPTextModelWithProjection(text_config),
+        tokenizer=tokenizer,
+        text_encoder_2=CLIPTextModelWithProjection(text_config),
+        tokenizer_2=tokenizer,
+        text_encoder_3=None,
+        tokenizer_3=None,
+    )
+    pipe.save_pretrained(folder)
+    for f in vocab_dir.iterdir():
+        f.unlink()
+    vocab_dir.rmdir()

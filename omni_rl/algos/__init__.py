@@ -1,0 +1,88 @@
+"""Pure tensor maths of the RL algorithms: flow SDE step kernels, advantages, policy losses, KL.
+
+Nothing here imports the rest of omni_rl except `omni_rl.registry`; each family is a registry
+with one call signature, looked up by name from the config:
+
+- `STEP_KERNELS` (`sde`, `cps`, `dance_sde`, `ode`): one denoising step, sampled or scored.
+- `ADVANTAGE_ESTIMATORS` (`grpo`, `dr_grpo`, `rloo`): rewards -> per-sample advantages.
+- `POLICY_LOSSES` (`flow_grpo`, `flow_dppo`, `grpo_guard`): (loss, metrics) per mini-batch.
+- `DIFFUSION_KL` (`flow_grpo_code`, `exact`): per-step KL to the reference policy.
+"""
+from omni_rl.algos.advantages import (
+    ADVANTAGE_ESTIMATORS,
+    STD_MODES,
+    AdvantageEstimator,
+    AdvantageInput,
+    dr_grpo_advantage,
+    get_advantage_estimator,
+    grpo_advantage,
+    rloo_advantage,
+)
+from omni_rl.algos.flow_sde import (
+    STEP_KERNELS,
+    StepKernel,
+    StepOutput,
+    cps_step,
+    dance_sde_step,
+    expand_per_sample,
+    gaussian_log_prob,
+    get_step_kernel,
+    mean_over_sample_dims,
+    ode_step,
+    per_sample,
+    sde_step,
+)
+from omni_rl.algos.policy_losses import (
+    DIFFUSION_KL,
+    POLICY_LOSSES,
+    DiffusionKL,
+    PolicyLoss,
+    PolicyLossInput,
+    exact_kl,
+    flow_dppo_loss,
+    flow_grpo_code_kl,
+    flow_grpo_loss,
+    get_diffusion_kl,
+    get_policy_loss,
+    grpo_guard_loss,
+    guard_log_ratio,
+)
+
+__all__ = [
+    # flow_sde
+    "StepOutput",
+    "StepKernel",
+    "STEP_KERNELS",
+    "get_step_kernel",
+    "sde_step",
+    "cps_step",
+    "dance_sde_step",
+    "ode_step",
+    "per_sample",
+    "expand_per_sample",
+    "mean_over_sample_dims",
+    "gaussian_log_prob",
+    # advantages
+    "AdvantageInput",
+    "AdvantageEstimator",
+    "ADVANTAGE_ESTIMATORS",
+    "STD_MODES",
+    "get_advantage_estimator",
+    "grpo_advantage",
+    "dr_grpo_advantage",
+    "rloo_advantage",
+    # policy losses and KL
+    "PolicyLossInput",
+    "PolicyLoss",
+    "POLICY_LOSSES",
+    "get_policy_loss",
+    "flow_grpo_loss",
+    "flow_dppo_loss",
+    "grpo_guard_loss",
+    "guard_log_ratio",
+    "DiffusionKL",
+    "DIFFUSION_KL",
+    "get_diffusion_kl",
+    "flow_grpo_code_kl",
+    "exact_kl",
+]

@@ -1,0 +1,385 @@
+"""Policy losses for diffusion RL, and the per-step KL forms to a reference policy.
+
+Contract (every loss, registered in `POLICY_LOSSES`):
+
+    fn(inp: PolicyLossInput) -> (loss: 0-d tensor, metrics: dict[str, 0-d detached tensor])
+
+An entry is one action: a (sample, denoising step) pair for diffusion, whose log-prob is the
+per-dimension mean Gaussian log-density of `flow_sde` (so log-ratios are ~1e-4 and clip ranges
+are ~1e-4), or later a token. The loss is the (masked) mean over entries; the engine calling it
+knows no algorithm. `old_log_prob`, `advantages`, `old_mean`, `std` and `dt` are constants: they
+are detached here. The gradient flows through `log_prob` and, for the losses that use it, `mean`.
+
+Metrics (keys without a namespace; the trainer files them under `actor/`):
+
+| key               | meaning                                                                        |
+|-------------------|--------------------------------------------------------------------------------|
+| policy_loss       | the returned loss                                                              |
+| approx_kl         | 0.5 * mean((log_prob - old_log_prob)^2), the usual old->new estimate           |
+| ratio_mean        | mean of the ratio the loss uses (exp(logp - old), or Guard's ratio)            |
+| ratio_std         | its population std                                                             |
+| ratio_max_abs_dev | max of |ratio - 1|                                                             |
+| clipfrac          | fraction with the ratio outside [1 - clip_low, 1 + clip_high] (clipped losses) |
+| dropfrac          | fraction of entries dropped by the trust-region test (flow_dppo)               |
+
+All means are over the entries where `mask` is 1 (over all entries without a mask); with an
+all-zero mask the loss and the metrics are 0. The advantage is clamped to +-adv_clip_max in
+every loss here (Flow-GRPO's `adv_clip_max`); the clamp is a property of the advantage, not of
+the ratio, so the unclipped Flow-DPPO objective clamps it too.
+
+KL forms (registered in `DIFFUSION_KL`, `fn(mean, ref_mean, std, dt) -> [B]`) measure how far
+one step's Gaussian moved from the reference's. Both are per-dimension MEANS over the non-batch
+dims (like the log-probs) and both are 0 where the transition std is 0.
+
+Not here: token-level losses (`ppo_clip`, `gspo`, `cispo`, `sapo` arrive with the text path),
+adding the KL to the loss with its coefficient (the trainer), the choice of trained steps.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Optional, Union
+
+import torch
+from torch import Tensor
+
+from omni_rl.algos.flow_sde import mean_over_sample_dims, per_sample
+from omni_rl.registry import Registry
+
+__all__ = [
+    "PolicyLossInput",
+    "PolicyLoss",
+    "POLICY_LOSSES",
+    "get_policy_loss",
+    "flow_grpo_loss",
+    "flow_dppo_loss",
+    "grpo_guard_loss",
+    "guard_log_ratio",
+    "DiffusionKL",
+    "DIFFUSION_KL",
+    "get_diffusion_kl",
+    "flow_grpo_code_kl",
+    "exact_kl",
+]
+
+Metrics = dict[str, Tensor]
+
+
+@dataclass
+class PolicyLossInput:
+    """Inputs of a policy loss. E entries: `[B]` for diffusion (one per (sample, step) pair),
+    `[B, T]` for tokens.
+
+    log_prob:      shape E, the current policy's log-probs (carries the graph).
+    old_log_prob:  shape E, the behaviour policy's log-probs (rollout or recompute).
+    advantages:    broadcastable to E (`[B]` for diffusion; `[B, 1]` or `[B, T]` for tokens).
+    mask:          optional, shape E, 1 where the entry counts, 0 where it does not.
+    clip_low, clip_high: the ratio is clipped to [1 - clip_low, 1 + clip_high] (Flow-GRPO: both 1e-4).
+    adv_clip_max:  advantages are clamped to [-adv_clip_max, adv_clip_max] (Flow-GRPO: 5).
+    Diffusion extras, needed by flow_dppo and grpo_guard (None otherwise):
+    mean:          `[B, ...]` the current policy's transition means (carries the graph).
+    old_mean:      `[B, ...]` the behaviour policy's transition means.
+    std:           `[B]` (or a scalar) the transition std s of each step (`StepOutput.std`).
+    dt:            `[B]` or a float, sigma_next - sigma (< 0) of each step.
+    kl_threshold:  Flow-DPPO's trust-region threshold tau on the per-step KL (1e-5).
+    """
+
+    log_prob: Tensor
+    old_log_prob: Tensor
+    advantages: Tensor
+    mask: Optional[Tensor] = None
+    clip_low: float = 1e-4
+    clip_high: float = 1e-4
+    adv_clip_max: float = 5.0
+    mean: Optional[Tensor] = None
+    old_mean: Optional[Tensor] = None
+    std: Optional[Union[Tensor, float]] = None
+    dt: Optional[Union[Tensor, float]] = None
+    kl_threshold: float = 1e-5
+
+    def __post_init__(self) -> None:
+        shape = tuple(self.log_prob.shape)
+        if self.log_prob.numel() == 0:
+            raise ValueError("log_prob is empty; a policy loss needs at least one entry")
+        if tuple(self.old_log_prob.shape) != shape:
+            raise ValueError(
+                f"old_log_prob has shape {tuple(self.old_log_prob.shape)} but log_prob has {shape}; "
+                f"they must describe the same entries."
+            )
+        try:
+            broadcast = torch.broadcast_shapes(tuple(self.advantages.shape), shape)
+        except RuntimeError:
+            broadcast = None
+        if broadcast != shape:
+            raise ValueError(
+                f"advantages of shape {tuple(self.advantages.shape)} do not broadcast to log_prob's "
+                f"{shape}; for token log-probs [B, T] pass advantages[:, None]."
+            )
+        if self.mask is not None and tuple(self.mask.shape) != shape:
+            raise ValueError(f"mask has shape {tuple(self.mask.shape)}; expected log_prob's shape {shape}")
+        if not (0 <= self.clip_low < 1 and self.clip_high >= 0):
+            raise ValueError(
+                f"clip_low={self.clip_low!r}, clip_high={self.clip_high!r}; expected 0 <= clip_low < 1 "
+                f"and clip_high >= 0 (Flow-GRPO uses 1e-4 for both)."
+            )
+        if not self.adv_clip_max > 0:
+            raise ValueError(f"adv_clip_max={self.adv_clip_max!r}; expected > 0 (Flow-GRPO uses 5)")
+        if not self.kl_threshold >= 0:
+            raise ValueError(f"kl_threshold={self.kl_threshold!r}; expected >= 0 (Flow-DPPO uses 1e-5)")
+
+
+PolicyLoss = Callable[[PolicyLossInput], tuple[Tensor, Metrics]]
+DiffusionKL = Callable[..., Tensor]
+
+POLICY_LOSSES: Registry[PolicyLoss] = Registry("policy loss")
+DIFFUSION_KL: Registry[DiffusionKL] = Registry("diffusion KL form")
+
+
+def get_policy_loss(name: str) -> PolicyLoss:
+    """The registered loss called `name` (`flow_grpo`, `flow_dppo`, `grpo_guard`, ...)."""
+    return POLICY_LOSSES.get(name)
+
+
+def get_diffusion_kl(name: str) -> DiffusionKL:
+    """The registered KL form called `name` (`flow_grpo_code`, `exact`)."""
+    return DIFFUSION_KL.get(name)
+
+
+# --------------------------------------------------------------------------------------------
+# KL forms between one step's Gaussians N(mean, s^2 I) and N(ref_mean, s^2 I).
+# --------------------------------------------------------------------------------------------
+
+
+def _sq_dist_over_var(mean: Tensor, ref_mean: Tensor, std: Union[Tensor, float], name: str) -> Tensor:
+    """mean_d (mean - ref_mean)^2 / (2 s^2) per sample `[B]`, 0 where s == 0."""
+    if mean.ndim < 2 or mean.shape != ref_mean.shape:
+        raise ValueError(
+            f"{name}: mean {tuple(mean.shape)} and ref_mean {tuple(ref_mean.shape)} must be latents "
+            f"of one shape [B, ...]; pass StepOutput.mean of the policy and of the reference."
+        )
+    s = per_sample(std, batch=mean.shape[0], device=mean.device, name="std")
+    if bool((s < 0).any()):
+        raise ValueError(f"{name}: std has negative entries {s[s < 0].tolist()}; pass StepOutput.std (>= 0)")
+    stochastic = s > 0
+    safe_s = torch.where(stochastic, s, torch.ones_like(s))
+    sq = mean_over_sample_dims((mean.to(torch.float32) - ref_mean.detach().to(torch.float32)) ** 2)
+    return torch.where(stochastic, sq / (2 * safe_s**2), torch.zeros_like(sq))
+
+
+def _neg_dt(dt: Union[Tensor, float, None], batch: int, device: torch.device, name: str) -> Tensor:
+    if dt is None:
+        raise ValueError(f"{name} needs dt (sigma_next - sigma per step) but dt is None; pass it")
+    neg_dt = -per_sample(dt, batch=batch, device=device, name="dt")
+    if bool((neg_dt < 0).any()):
+        raise ValueError(
+            f"{name}: dt has positive entries {(-neg_dt[neg_dt < 0]).tolist()}; expected "
+            f"dt = sigma_next - sigma <= 0 (denoising runs from sigma 1 towards 0)."
+        )
+    return neg_dt
+
+
+@DIFFUSION_KL.register("exact")
+def exact_kl(
+    mean: Tensor, ref_mean: Tensor, std: Union[Tensor, float], dt: Union[Tensor, float, None] = None
+) -> Tensor:
+    """The exact per-step KL between equal-std Gaussians, per dimension: `[B]`.
+
+    KL(N(mu, s^2) || N(mu_ref, s^2)) per dim = (mu - mu_ref)^2 / (2 s^2); averaged over the
+    non-batch dims. With s = std_t sqrt(-dt) this is mean_d (mu - mu_ref)^2 / (2 std_t^2 (-dt)),
+    the Flow-GRPO paper's per-step KL. `dt` is not needed (accepted for the common signature).
+    0 where std is 0.
+    """
+    return _sq_dist_over_var(mean, ref_mean, std, "exact KL")
+
+
+@DIFFUSION_KL.register("flow_grpo_code")
+def flow_grpo_code_kl(
+    mean: Tensor, ref_mean: Tensor, std: Union[Tensor, float], dt: Union[Tensor, float, None]
+) -> Tensor:
+    """Flow-GRPO's code form: mean_d (mu - mu_ref)^2 / (2 std_t^2), std_t = std / sqrt(-dt): `[B]`.
+
+    It is the exact KL times (-dt): it leaves out the 1/(-dt) that the transition variance
+    s^2 = std_t^2 (-dt) carries, so late (small-dt) steps are not up-weighted. Computed as
+    (-dt) * exact_kl so a dt of 0 gives 0, not 0/0. 0 where std is 0.
+    """
+    kl = exact_kl(mean, ref_mean, std)
+    return _neg_dt(dt, mean.shape[0], mean.device, "flow_grpo_code KL") * kl
+
+
+# --------------------------------------------------------------------------------------------
+# Shared pieces of the losses.
+# --------------------------------------------------------------------------------------------
+
+
+def _masked_mean(x: Tensor, mask: Optional[Tensor]) -> Tensor:
+    if mask is None:
+        return x.mean()
+    # where() rather than x * mask: an inf/NaN in a masked-out entry must not leak in.
+    return torch.where(mask > 0, x * mask, torch.zeros_like(x)).sum() / mask.sum().clamp(min=1.0)
+
+
+def _prepare(inp: PolicyLossInput) -> tuple[Tensor, Tensor, Tensor, Optional[Tensor]]:
+    """(log_prob, old_log_prob, clamped advantages broadcast to log_prob, mask), all fp32."""
+    log_prob = inp.log_prob.to(torch.float32)
+    old = inp.old_log_prob.detach().to(device=log_prob.device, dtype=torch.float32)
+    adv = inp.advantages.detach().to(device=log_prob.device, dtype=torch.float32)
+    adv = torch.clamp(adv, -inp.adv_clip_max, inp.adv_clip_max).expand_as(log_prob)
+    mask = None if inp.mask is None else inp.mask.detach().to(device=log_prob.device, dtype=torch.float32)
+    return log_prob, old, adv, mask
+
+
+def _clipped_surrogate(ratio: Tensor, adv: Tensor, inp: PolicyLossInput) -> Tensor:
+    """PPO's pessimistic per-entry loss max(-A rho, -A clip(rho, 1 - lo, 1 + hi))."""
+    clipped = torch.clamp(ratio, 1 - inp.clip_low, 1 + inp.clip_high)
+    return torch.maximum(-adv * ratio, -adv * clipped)
+
+
+def _ratio_metrics(ratio: Tensor, log_ratio: Tensor, mask: Optional[Tensor]) -> Metrics:
+    ratio, log_ratio = ratio.detach(), log_ratio.detach()
+    ratio_mean = _masked_mean(ratio, mask)
+    counted = torch.ones_like(ratio, dtype=torch.bool) if mask is None else mask > 0
+    abs_dev = torch.where(counted, (ratio - 1).abs(), torch.zeros_like(ratio))
+    return {
+        "approx_kl": 0.5 * _masked_mean(log_ratio**2, mask),
+        "ratio_mean": ratio_mean,
+        "ratio_std": _masked_mean((ratio - ratio_mean) ** 2, mask).sqrt(),
+        "ratio_max_abs_dev": abs_dev.max(),
+    }
+
+
+def _clipfrac(ratio: Tensor, mask: Optional[Tensor], inp: PolicyLossInput) -> Tensor:
+    # The ratio left the trust region. The gradient is zeroed only where, in addition, the sign of
+    # A makes the clipped branch the max; the metric follows Flow-GRPO's |rho - 1| > eps form.
+    outside = (ratio.detach() < 1 - inp.clip_low) | (ratio.detach() > 1 + inp.clip_high)
+    return _masked_mean(outside.to(torch.float32), mask)
+
+
+def _diffusion_extras(inp: PolicyLossInput, loss: str) -> tuple[Tensor, Tensor, Tensor]:
+    """(mean fp32 [B, ...], old_mean fp32 [B, ...], std fp32 [B]) after the checks."""
+    missing = [name for name in ("mean", "old_mean", "std") if getattr(inp, name) is None]
+    if missing:
+        raise ValueError(
+            f"policy loss {loss!r} needs {', '.join(missing)} (the transition means of the current "
+            f"and the rollout policy and the step std: StepOutput.mean / .std); they are None. "
+            f"Store them in the rollout and pass them in PolicyLossInput."
+        )
+    mean, old_mean = inp.mean, inp.old_mean
+    if mean.ndim < 2 or mean.shape != old_mean.shape:
+        raise ValueError(
+            f"policy loss {loss!r}: mean {tuple(mean.shape)} and old_mean {tuple(old_mean.shape)} must be "
+            f"latents of one shape [B, ...]"
+        )
+    batch = mean.shape[0]
+    if tuple(inp.log_prob.shape) != (batch,):
+        raise ValueError(
+            f"policy loss {loss!r} scores one entry per (sample, step): log_prob has shape "
+            f"{tuple(inp.log_prob.shape)}, expected ({batch},) to match mean's batch."
+        )
+    std = per_sample(inp.std, batch=batch, device=inp.log_prob.device, name="std")
+    if bool((std < 0).any()):
+        raise ValueError(
+            f"policy loss {loss!r}: std has negative entries {std[std < 0].tolist()}; expected >= 0 "
+            f"(pass StepOutput.std)"
+        )
+    mean = mean.to(device=inp.log_prob.device, dtype=torch.float32)
+    old_mean = old_mean.detach().to(device=inp.log_prob.device, dtype=torch.float32)
+    return mean, old_mean, std
+
+
+# --------------------------------------------------------------------------------------------
+# The losses.
+# --------------------------------------------------------------------------------------------
+
+
+@POLICY_LOSSES.register("flow_grpo")
+def flow_grpo_loss(inp: PolicyLossInput) -> tuple[Tensor, Metrics]:
+    """Flow-GRPO / DanceGRPO clipped surrogate (arXiv 2505.05470).
+
+        A   = clamp(advantages, -adv_clip_max, adv_clip_max)
+        rho = exp(log_prob - old_log_prob)
+        loss = mean( max(-A rho, -A clip(rho, 1 - clip_low, 1 + clip_high)) )
+
+    On-policy (log_prob == old_log_prob) rho is exactly 1 and d loss / d log_prob_i = -A_i / E.
+    """
+    log_prob, old, adv, mask = _prepare(inp)
+    log_ratio = log_prob - old
+    ratio = torch.exp(log_ratio)
+    loss = _masked_mean(_clipped_surrogate(ratio, adv, inp), mask)
+    metrics = _ratio_metrics(ratio, log_ratio, mask)
+    metrics["clipfrac"] = _clipfrac(ratio, mask, inp)
+    metrics["policy_loss"] = loss.detach()
+    return loss, metrics
+
+
+@POLICY_LOSSES.register("flow_dppo")
+def flow_dppo_loss(inp: PolicyLossInput) -> tuple[Tensor, Metrics]:
+    """Flow-DPPO (arXiv 2606.11025): an unclipped surrogate with a per-step KL trust region.
+
+        D_i  = mean_d (mean_i - old_mean_i)^2 / (2 s_i^2)     (the exact per-step KL, `exact_kl`)
+        drop = D_i >= kl_threshold  and  (rho_i > 1, A_i > 0  or  rho_i < 1, A_i < 0)
+        loss = mean( -A rho * (1 - drop) )
+
+    A term is dropped only when its step already left the trust region AND following its
+    gradient would move it further out; terms that pull back towards the old policy stay.
+    D and the drop decision carry no gradient. Dropped entries still count in the mean's
+    denominator (their contribution is 0).
+    """
+    mean, old_mean, std = _diffusion_extras(inp, "flow_dppo")
+    log_prob, old, adv, mask = _prepare(inp)
+    log_ratio = log_prob - old
+    ratio = torch.exp(log_ratio)
+    divergence = exact_kl(mean.detach(), old_mean, std)
+    pushes_further = ((ratio > 1) & (adv > 0)) | ((ratio < 1) & (adv < 0))
+    drop = (divergence >= inp.kl_threshold) & pushes_further
+    loss = _masked_mean(torch.where(drop, torch.zeros_like(ratio), -adv * ratio), mask)
+    metrics = _ratio_metrics(ratio, log_ratio, mask)
+    metrics["dropfrac"] = _masked_mean(drop.to(torch.float32), mask)
+    metrics["policy_loss"] = loss.detach()
+    return loss, metrics
+
+
+def guard_log_ratio(
+    log_prob: Tensor, old_log_prob: Tensor, mean: Tensor, old_mean: Tensor, std: Tensor
+) -> Tensor:
+    """GRPO-Guard's normalised log-ratio `[B]`: s (logp - old) + mean_d (mean - old_mean)^2 / (2 s).
+
+    0 where s == 0. `log_prob`, `old_log_prob`, `std`: `[B]`; `mean`, `old_mean`: `[B, ...]`.
+    See `grpo_guard_loss` for why this equals mean_d(eps * (mean - old_mean)).
+    """
+    stochastic = std > 0
+    safe_std = torch.where(stochastic, std, torch.ones_like(std))
+    sq_shift = mean_over_sample_dims((mean - old_mean.detach()) ** 2)
+    log_ratio = std * (log_prob - old_log_prob.detach()) + sq_shift / (2 * safe_std)
+    return torch.where(stochastic, log_ratio, torch.zeros_like(log_ratio))
+
+
+@POLICY_LOSSES.register("grpo_guard")
+def grpo_guard_loss(inp: PolicyLossInput) -> tuple[Tensor, Metrics]:
+    """GRPO-Guard (arXiv 2510.22319): a re-centred ratio, the clipped loss, 1/|dt| step weights.
+
+    1. Ratio normalisation. With s the transition std,
+           log rho = s (log_prob - old_log_prob) + mean_d (mean - old_mean)^2 / (2 s).
+       Since log_prob is the per-dim mean of -(prev - mu)^2 / (2 s^2) + const and
+       prev = old_mean + s eps, this is exactly mean_d(eps * (mean - old_mean)): its mean under
+       the rollout noise is 0 (Flow-GRPO's plain ratio is biased below 1 by -D) and its scale
+       no longer carries 1/s, which differs wildly across steps. So clipping bites evenly.
+       Where s == 0 log rho is 0.
+    2. The clipped surrogate of flow_grpo on that ratio.
+    3. Gradient reweighting: d log rho / d theta scales like dt (the velocity enters the mean
+       times dt), so each entry's loss is multiplied by w = 1 / (-dt), unnormalised, making every
+       step's gradient O(1). Entries with dt == 0 (no step) get w = 0. The weight is not
+       normalised over the batch, so micro-batches holding one step each still differ in weight.
+
+    Needs mean, old_mean, std and dt.
+    """
+    mean, old_mean, std = _diffusion_extras(inp, "grpo_guard")
+    log_prob, old, adv, mask = _prepare(inp)
+    neg_dt = _neg_dt(inp.dt, mean.shape[0], log_prob.device, "policy loss 'grpo_guard'")
+    ratio = torch.exp(guard_log_ratio(log_prob, old, mean, old_mean, std))
+    stepped = neg_dt > 0
+    safe_neg_dt = torch.where(stepped, neg_dt, torch.ones_like(neg_dt))
+    weight = torch.where(stepped, 1 / safe_neg_dt, torch.zeros_like(neg_dt))
+    loss = _masked_mean(weight * _clipped_surrogate(ratio, adv, inp), mask)
+    metrics = _ratio_metrics(ratio, log_prob - old, mask)
+    metrics["clipfrac"] = _clipfrac(ratio, mask, inp)
+    metrics["policy_loss"] = loss.detach()
+    return loss, metrics

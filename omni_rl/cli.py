@@ -1,0 +1,63 @@
+"""Command line: compose the config, run the trainer, and turn known failures into one line.
+
+Exit codes: 0 done, 2 bad config or command line, 1 a run that failed (the message names the
+component: reward, model weights, rollout engine, prompt file).
+"""
+from __future__ import annotations
+
+import logging
+import sys
+from typing import Sequence
+
+USAGE = """usage: python main_omni.py [recipe=NAME] [key=value ...] [--cfg]
+
+  recipe=NAME   a YAML file in recipes/ (default: tiny_sd3_flowgrpo, the CPU demo)
+  key=value     override any config key, e.g. trainer.total_steps=10 rollout.num_steps=8
+  --cfg         print the composed config and exit
+"""
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    from omni_rl.config import ConfigError, available_recipes, load_config, to_yaml
+
+    if "-h" in args or "--help" in args:
+        print(USAGE + "\nrecipes: " + ", ".join(available_recipes()))
+        return 0
+    show_cfg = "--cfg" in args
+    args = [a for a in args if a != "--cfg"]
+    bad = [a for a in args if a.startswith("-")]
+    if bad:
+        print(f"error: unknown option {bad[0]!r}\n{USAGE}", file=sys.stderr)
+        return 2
+    try:
+        cfg = load_config(args)
+    except ConfigError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    if show_cfg:
+        print(to_yaml(cfg))
+        return 0
+
+    from omni_rl.data.prompts import PromptFileError
+    from omni_rl.engine.local import NonFiniteLossError
+    from omni_rl.models.loading import MissingWeightsError
+    from omni_rl.plugins import PluginError
+    from omni_rl.registry import RegistryError
+    from omni_rl.reward.manager import RewardError
+    from omni_rl.reward.registry import RewardConfigError
+    from omni_rl.rollout.native import RolloutEngineError
+    from omni_rl.trainer import run
+    from omni_rl.trainer.checkpoint import CheckpointError
+
+    try:
+        run(cfg)
+    except (RegistryError, RewardConfigError, PluginError, PromptFileError, CheckpointError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    except (MissingWeightsError, RewardError, RolloutEngineError, NonFiniteLossError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
+    print(f"done: outputs in {cfg.trainer.output_dir}")
+    return 0

@@ -1,0 +1,146 @@
+"""Loads a job's config: `recipe=NAME key=value ...` -> a validated `OmniConfig`.
+
+Hydra composes three layers: the dataclass schema (every default), the recipe YAML
+(`recipes/NAME.yaml`, overrides only) and the command-line overrides. Every failure is turned
+into one `ConfigError` line that names the key and what was expected: an unknown recipe lists
+the available ones, a misspelled key names it, a wrong type names the key and the type, and the
+cross-field rules of `validate.py` run last.
+
+Recipes are found in the project's `recipes/` folder and in the folders listed in the
+`OMNI_RL_RECIPE_PATH` environment variable (`:`-separated); `recipe=path/to/file.yaml` also
+works.
+"""
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import Sequence
+
+from hydra import compose, initialize_config_dir
+from hydra.core.config_store import ConfigStore
+from hydra.core.global_hydra import GlobalHydra
+from hydra.errors import HydraException
+from omegaconf import OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+from omni_rl.config.components import check_components
+from omni_rl.config.schema import OmniConfig
+from omni_rl.config.validate import ConfigError, validate_config
+
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
+DEFAULT_RECIPE = OmniConfig.recipe
+_SCHEMA_NAME = "omni_schema"
+_PRIMARY_NAME = "omni"
+
+
+def recipe_dirs() -> list[Path]:
+    extra = [Path(p) for p in os.environ.get("OMNI_RL_RECIPE_PATH", "").split(":") if p]
+    return extra + [PROJECT_ROOT / "recipes"]
+
+
+def available_recipes() -> dict[str, Path]:
+    """Recipe name -> file; earlier folders of `recipe_dirs()` win."""
+    found: dict[str, Path] = {}
+    for folder in reversed(recipe_dirs()):
+        if folder.is_dir():
+            for path in sorted(folder.glob("*.yaml")):
+                found[path.stem] = path
+    return dict(sorted(found.items()))
+
+
+def _split_recipe(overrides: Sequence[str]) -> tuple[str, list[str]]:
+    recipe, rest = DEFAULT_RECIPE, []
+    for item in overrides:
+        if item.startswith("+"):
+            # Hydra's `+key=value` adds keys that bypass the schema; every real key exists.
+            raise ConfigError(
+                f"override {item!r} adds a key; every config key already exists in the schema, "
+                f"so write {item.lstrip('+')!r} (see `python main_omni.py --cfg` for all keys)"
+            )
+        if item.startswith("recipe="):
+            recipe = item.split("=", 1)[1]
+        else:
+            rest.append(item)
+    return recipe, rest
+
+
+def _resolve_recipe(recipe: str) -> tuple[str, Path]:
+    as_path = Path(recipe)
+    if recipe.endswith((".yaml", ".yml")):
+        if not as_path.is_file():
+            raise ConfigError(f"recipe file {recipe!r} does not exist")
+        return as_path.stem, as_path
+    recipes = available_recipes()
+    if recipe not in recipes:
+        raise ConfigError(
+            f"unknown recipe {recipe!r}; available: {', '.join(recipes) or '(none)'} "
+            f"(recipes are YAML files in {', '.join(str(d) for d in recipe_dirs())}, "
+            f"or pass recipe=path/to/file.yaml)"
+        )
+    return recipe, recipes[recipe]
+
+
+def _register(recipe_name: str, recipe_path: Path) -> None:
+    store = ConfigStore.instance()
+    store.store(name=_SCHEMA_NAME, node=OmniConfig)
+    try:
+        recipe_node = OmegaConf.load(recipe_path)
+    except Exception as err:  # YAML syntax errors come in several exception types
+        detail = re.sub(r"\s*\n\s*", " ", str(err))
+        raise ConfigError(f"recipe {str(recipe_path)!r} is not valid YAML: {detail}") from None
+    if not isinstance(recipe_node, dict) and not OmegaConf.is_dict(recipe_node):
+        raise ConfigError(f"recipe {str(recipe_path)!r} must be a mapping of config keys")
+    if "defaults" in recipe_node:
+        raise ConfigError(
+            f"recipe {str(recipe_path)!r} has a `defaults` list; recipes only override keys of the schema"
+        )
+    try:
+        # Checked here, not only by compose, so the message names the recipe and the full key.
+        OmegaConf.merge(OmegaConf.structured(OmniConfig), recipe_node)
+    except OmegaConfBaseException as err:
+        raise ConfigError(_one_line(err, recipe_name, where=f"recipe file {recipe_path.name}")) from None
+    store.store(group="recipe", name=recipe_name, node=recipe_node, package="_global_")
+    store.store(
+        name=_PRIMARY_NAME,
+        node={"defaults": [_SCHEMA_NAME, {"recipe": recipe_name}, "_self_"]},
+    )
+
+
+def load_config(overrides: Sequence[str] = ()) -> OmniConfig:
+    """Compose schema + recipe + overrides into a validated `OmniConfig` (or raise ConfigError)."""
+    recipe, rest = _split_recipe(overrides)
+    recipe_name, recipe_path = _resolve_recipe(recipe)
+    _register(recipe_name, recipe_path)
+    GlobalHydra.instance().clear()
+    try:
+        with initialize_config_dir(config_dir=str(recipe_path.parent.resolve()), version_base=None):
+            composed = compose(config_name=_PRIMARY_NAME, overrides=rest)
+        composed.recipe = recipe_name
+        cfg: OmniConfig = OmegaConf.to_object(composed)
+    except (HydraException, OmegaConfBaseException, ValueError) as err:
+        raise ConfigError(_one_line(err, recipe_name)) from None
+    finally:
+        GlobalHydra.instance().clear()
+    validate_config(cfg)
+    check_components(cfg)
+    return cfg
+
+
+def to_yaml(cfg: OmniConfig) -> str:
+    return OmegaConf.to_yaml(OmegaConf.structured(cfg))
+
+
+def _one_line(err: Exception, recipe: str, where: str = "") -> str:
+    """Hydra's and OmegaConf's messages span lines and nest causes; keep the informative part."""
+    cause = err
+    while cause.__cause__ is not None and isinstance(cause.__cause__, (HydraException, OmegaConfBaseException)):
+        cause = cause.__cause__
+    text = str(cause).strip()
+    key = getattr(cause, "full_key", None)
+    text = re.sub(r"\s*\n\s*", "; ", text)
+    text = re.sub(r"; (full_key|object_type|reference_type|value|child_type)\b.*", "", text)
+    origin = where or f"recipe {recipe!r}"
+    if isinstance(cause, OmegaConfBaseException) and key:
+        return f"bad config key {key!r} ({origin}): {text}"
+    return f"bad config ({origin}): {text}"

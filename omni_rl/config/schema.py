@@ -1,0 +1,182 @@
+"""The configuration schema: typed dataclasses that hold every default.
+
+YAML recipes and command-line overrides only change these values; no code elsewhere keeps a
+default of its own (`cfg.get("x", default)` is not used). Batch sizes name their unit:
+`prompts_per_step` prompts, each sampled `samples_per_prompt` times, trained in mini-batches
+of `mini_batch_size` samples (one optimizer step each) made of forwards of
+`micro_batch_size` samples.
+
+Cross-field rules (an SDE window inside the step count, batch sizes that divide) live in
+`omni_rl/config/validate.py`.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+
+@dataclass
+class LoraConfig:
+    """LoRA (PEFT) on the trainable module; `enabled: false` trains every parameter."""
+
+    enabled: bool = True
+    rank: int = 8
+    alpha: float = 16.0
+    # Module names to adapt; null takes the adapter's own default (attention projections).
+    target_modules: Optional[list[str]] = None
+    # "gaussian" (diffusers' training scripts) or "default" (Kaiming A, zero B): both start at
+    # a zero delta, so step 0 is the base model.
+    init: str = "gaussian"
+
+
+@dataclass
+class ModelConfig:
+    """Which model to load and how."""
+
+    # Registered adapter name: the diffusers pipeline / transformers architecture class name.
+    adapter: str = "StableDiffusion3Pipeline"
+    # A local folder, a hub id, or `tiny:NAME` (a tiny random-weight model built once, saved
+    # with save_pretrained and then loaded back through the same code as real weights).
+    path: str = "tiny:sd3"
+    revision: Optional[str] = None
+    # Weights' dtype for the forward passes; the SDE step maths always runs in float32.
+    dtype: str = "float32"
+    gradient_checkpointing: bool = False
+    lora: LoraConfig = field(default_factory=LoraConfig)
+
+
+@dataclass
+class RolloutConfig:
+    """How samples are generated (the behaviour policy)."""
+
+    backend: str = "native"
+    height: int = 32
+    width: int = 32
+    num_steps: int = 6
+    guidance_scale: float = 4.5
+    negative_prompt: str = ""
+    # Step kernel used inside the SDE window: sde | cps | dance_sde | ode.
+    kernel: str = "sde"
+    noise_level: float = 0.7
+    # Steps that are stochastic (and trained) per sample; 0 = every step (Flow-GRPO).
+    sde_window_size: int = 0
+    # [lo, hi): the window's first step is drawn per sample from lo .. hi - sde_window_size.
+    # null = [0, num_steps).
+    sde_window_range: Optional[list[int]] = None
+    # Share the initial noise within a prompt's group (DanceGRPO).
+    same_noise_in_group: bool = False
+    # Request-level batching: at most this many samples per transformer forward ...
+    max_num_seqs: int = 32
+    # ... and how long an idle engine waits for more requests before it starts a batch.
+    max_wait_ms: float = 5.0
+    # A rollout that takes longer than this fails the step instead of hanging.
+    timeout_s: float = 1800.0
+
+
+@dataclass
+class AlgoConfig:
+    """Advantage estimator, policy loss and their coefficients."""
+
+    advantage: str = "grpo"
+    # grpo's normaliser: "group" (per-prompt std), "global" (batch std; Flow-GRPO) or "none".
+    std_mode: str = "global"
+    adv_eps: float = 1.0e-4
+    policy_loss: str = "flow_grpo"
+    clip_range: float = 1.0e-4
+    # Upper clip; null = clip_range (symmetric).
+    clip_range_high: Optional[float] = None
+    adv_clip_max: float = 5.0
+    # Flow-DPPO's divergence threshold tau.
+    kl_threshold: float = 1.0e-5
+    # KL to the reference policy (the base model: LoRA disabled); 0 skips the reference forward.
+    kl_coef: float = 0.0
+    # "flow_grpo_code" (Flow-GRPO's code) or "exact" (the per-step Gaussian KL).
+    kl_form: str = "flow_grpo_code"
+    ppo_epochs: int = 1
+    # "recompute": old log-probs from the actor before the update (ratio exactly 1 on the first
+    # mini-batch); "bypass": reuse the rollout's log-probs and skip that forward pass.
+    old_logprob_mode: str = "recompute"
+
+
+@dataclass
+class RewardItemConfig:
+    """One named reward and its weight in the total."""
+
+    name: str = "jpeg_compressibility"
+    weight: float = 1.0
+    # A required reward that fails fails the step; an optional one is logged and skipped.
+    required: bool = True
+    kwargs: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class RewardConfig:
+    rewards: list[RewardItemConfig] = field(default_factory=lambda: [RewardItemConfig()])
+
+
+@dataclass
+class DataConfig:
+    """Training and validation prompts: inline lists or a file (.txt one per line, .jsonl)."""
+
+    prompts: Optional[list[str]] = None
+    prompt_file: Optional[str] = None
+    val_prompts: Optional[list[str]] = None
+    val_prompt_file: Optional[str] = None
+    shuffle: bool = True
+
+
+@dataclass
+class OptimConfig:
+    lr: float = 3.0e-4
+    betas: list[float] = field(default_factory=lambda: [0.9, 0.999])
+    weight_decay: float = 1.0e-4
+    eps: float = 1.0e-8
+    max_grad_norm: float = 1.0
+
+
+@dataclass
+class TrainerConfig:
+    """The loop: sizes, schedule, outputs."""
+
+    total_steps: int = 40
+    prompts_per_step: int = 4
+    samples_per_prompt: int = 8
+    mini_batch_size: int = 16
+    micro_batch_size: int = 8
+    seed: int = 42
+    output_dir: str = "outputs/run"
+    # "auto" picks cuda, then npu, then cpu.
+    device: str = "auto"
+    # "local": one process. ("ray" arrives with the Ray worker groups.)
+    backend: str = "local"
+    loggers: list[str] = field(default_factory=lambda: ["console", "jsonl", "tensorboard"])
+    log_every: int = 1
+    progress_bar: bool = True
+    # Validation: deterministic sampling (noise 0) with more steps, a PNG grid each time.
+    val_every: int = 10
+    val_num_steps: int = 12
+    val_num_prompts: int = 4
+    val_samples_per_prompt: int = 2
+    val_seed: int = 1234
+    # Full checkpoints (weights, optimizer, RNG, step); 0 = only at the end.
+    save_every: int = 0
+    keep_last_checkpoints: int = 2
+    # A checkpoint folder (or an output_dir, meaning its latest checkpoint) to continue from.
+    resume: Optional[str] = None
+    wandb_project: str = "omni-rl"
+
+
+@dataclass
+class OmniConfig:
+    """The whole job. `recipe` is filled with the recipe's name when it is loaded."""
+
+    recipe: str = "tiny_sd3_flowgrpo"
+    # Extra modules to import so that their adapters / rewards register themselves.
+    plugins: list[str] = field(default_factory=list)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    rollout: RolloutConfig = field(default_factory=RolloutConfig)
+    algo: AlgoConfig = field(default_factory=AlgoConfig)
+    reward: RewardConfig = field(default_factory=RewardConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    trainer: TrainerConfig = field(default_factory=TrainerConfig)

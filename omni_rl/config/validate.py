@@ -1,0 +1,121 @@
+"""Cross-field rules of the config, checked once at load time.
+
+Type and key checks come from the schema; this module checks what a type cannot say: sizes that
+must divide, windows inside the step count, names of registered components, value ranges. Each
+failure is a `ConfigError` naming the key, the bad value and what was expected.
+"""
+from __future__ import annotations
+
+import math
+
+from omni_rl.config.schema import OmniConfig
+
+
+class ConfigError(ValueError):
+    """A bad config value; the message names the key and what was expected."""
+
+
+def _require(ok: bool, key: str, value, expected: str) -> None:
+    if not ok:
+        raise ConfigError(f"{key}={value!r}: expected {expected}")
+
+
+def validate_config(cfg: OmniConfig) -> None:
+    t, r, a, o = cfg.trainer, cfg.rollout, cfg.algo, cfg.optim
+    for key, value in [
+        ("trainer.total_steps", t.total_steps),
+        ("trainer.prompts_per_step", t.prompts_per_step),
+        ("trainer.samples_per_prompt", t.samples_per_prompt),
+        ("trainer.mini_batch_size", t.mini_batch_size),
+        ("trainer.micro_batch_size", t.micro_batch_size),
+        ("trainer.log_every", t.log_every),
+        ("trainer.val_num_steps", t.val_num_steps),
+        ("rollout.num_steps", r.num_steps),
+        ("rollout.max_num_seqs", r.max_num_seqs),
+        ("algo.ppo_epochs", a.ppo_epochs),
+        ("model.lora.rank", cfg.model.lora.rank),
+    ]:
+        _require(value >= 1, key, value, "an integer >= 1")
+    for key, value in [
+        ("trainer.val_every", t.val_every),
+        ("trainer.save_every", t.save_every),
+        ("trainer.val_num_prompts", t.val_num_prompts),
+        ("trainer.val_samples_per_prompt", t.val_samples_per_prompt),
+        ("rollout.sde_window_size", r.sde_window_size),
+        ("trainer.keep_last_checkpoints", t.keep_last_checkpoints),
+    ]:
+        _require(value >= 0, key, value, "an integer >= 0")
+
+    samples = t.prompts_per_step * t.samples_per_prompt
+    _require(
+        samples % t.mini_batch_size == 0,
+        "trainer.mini_batch_size", t.mini_batch_size,
+        f"a divisor of prompts_per_step * samples_per_prompt = {samples}",
+    )
+    _require(
+        t.mini_batch_size % t.micro_batch_size == 0,
+        "trainer.micro_batch_size", t.micro_batch_size,
+        f"a divisor of trainer.mini_batch_size = {t.mini_batch_size}",
+    )
+    for key, value in [("rollout.height", r.height), ("rollout.width", r.width)]:
+        _require(value >= 8 and value % 8 == 0, key, value, "a positive multiple of 8 pixels")
+
+    window = r.sde_window_size or r.num_steps
+    _require(
+        window <= r.num_steps, "rollout.sde_window_size", r.sde_window_size,
+        f"at most rollout.num_steps = {r.num_steps} (0 means every step)",
+    )
+    if r.sde_window_range is not None:
+        rng = list(r.sde_window_range)
+        _require(
+            len(rng) == 2 and 0 <= rng[0] < rng[1] <= r.num_steps,
+            "rollout.sde_window_range", rng, f"[lo, hi) with 0 <= lo < hi <= rollout.num_steps = {r.num_steps}",
+        )
+        _require(
+            rng[1] - rng[0] >= window, "rollout.sde_window_range", rng,
+            f"a range at least sde_window_size = {window} steps wide",
+        )
+    _require(r.noise_level >= 0 and math.isfinite(r.noise_level), "rollout.noise_level", r.noise_level, "a finite value >= 0")
+    _require(r.kernel == "ode" or r.noise_level > 0, "rollout.noise_level", r.noise_level,
+             "> 0 for a stochastic kernel (training needs log-probs); use rollout.kernel=ode only for evaluation")
+    _require(r.kernel != "ode", "rollout.kernel", r.kernel,
+             "a stochastic kernel for training (sde, cps, dance_sde); ode has no log-prob")
+    _require(r.guidance_scale >= 1.0, "rollout.guidance_scale", r.guidance_scale, ">= 1.0 (1.0 disables CFG)")
+    _require(r.max_wait_ms >= 0, "rollout.max_wait_ms", r.max_wait_ms, ">= 0")
+    _require(r.timeout_s > 0, "rollout.timeout_s", r.timeout_s, "> 0 seconds")
+
+    _require(a.std_mode in ("group", "global", "none"), "algo.std_mode", a.std_mode, "one of group, global, none")
+    _require(a.old_logprob_mode in ("recompute", "bypass"), "algo.old_logprob_mode", a.old_logprob_mode,
+             "one of recompute, bypass")
+    _require(a.clip_range > 0, "algo.clip_range", a.clip_range, "> 0")
+    _require(a.clip_range_high is None or a.clip_range_high > 0, "algo.clip_range_high", a.clip_range_high, "> 0 or null")
+    _require(a.adv_clip_max > 0, "algo.adv_clip_max", a.adv_clip_max, "> 0")
+    _require(a.kl_coef >= 0, "algo.kl_coef", a.kl_coef, ">= 0")
+    _require(
+        a.kl_coef == 0 or cfg.model.lora.enabled, "algo.kl_coef", a.kl_coef,
+        "0 when model.lora.enabled=false (the reference policy is the base model with LoRA disabled)",
+    )
+    _require(o.lr > 0, "optim.lr", o.lr, "> 0")
+    _require(len(o.betas) == 2 and all(0 <= b < 1 for b in o.betas), "optim.betas", list(o.betas), "two values in [0, 1)")
+    _require(o.max_grad_norm > 0, "optim.max_grad_norm", o.max_grad_norm, "> 0")
+    _require(cfg.model.dtype in ("float32", "bfloat16", "float16"), "model.dtype", cfg.model.dtype,
+             "one of float32, bfloat16, float16")
+    _require(cfg.model.lora.init in ("gaussian", "default"), "model.lora.init", cfg.model.lora.init,
+             "one of gaussian, default")
+    _require(t.backend in ("local",), "trainer.backend", t.backend, "local (ray arrives with the Ray worker groups)")
+    _require(len(cfg.reward.rewards) >= 1, "reward.rewards", [], "at least one reward")
+    for i, item in enumerate(cfg.reward.rewards):
+        _require(math.isfinite(item.weight), f"reward.rewards[{i}].weight", item.weight, "a finite number")
+    names = [item.name for item in cfg.reward.rewards]
+    duplicated = sorted({n for n in names if names.count(n) > 1})
+    _require(not duplicated, "reward.rewards", duplicated, "each reward listed once (merge the entries and add their weights)")
+    _require(
+        cfg.data.prompts is not None or cfg.data.prompt_file is not None, "data.prompts", None,
+        "a list of prompts, or data.prompt_file",
+    )
+    _require(cfg.data.prompts is None or len(cfg.data.prompts) > 0, "data.prompts", [], "at least one prompt")
+    _require(cfg.model.lora.alpha > 0, "model.lora.alpha", cfg.model.lora.alpha, "> 0")
+    _require(o.eps > 0, "optim.eps", o.eps, "> 0")
+    _require(o.weight_decay >= 0, "optim.weight_decay", o.weight_decay, ">= 0")
+    _require(a.adv_eps > 0, "algo.adv_eps", a.adv_eps, "> 0")
+    _require(a.kl_threshold >= 0, "algo.kl_threshold", a.kl_threshold, ">= 0")

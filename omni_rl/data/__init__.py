@@ -1,0 +1,1 @@
+"""Prompt datasets and the batch containers passed between trainer stages."""

@@ -1,0 +1,97 @@
+"""Prompt datasets for generation RL: inline lists or files, sampled deterministically per step.
+
+A prompt file is `.txt` (one prompt per line; blank lines and `#` comments skipped) or `.jsonl`
+(one object per line with a `prompt` string and optional `metadata` object, e.g. the target text
+of an OCR reward). `prompts_for_step(step)` returns the same prompts for the same step whatever
+happened before (epoch-wise shuffles keyed by the seed), which is what makes resume exact.
+"""
+from __future__ import annotations
+
+import json
+import random
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional
+
+
+class PromptFileError(ValueError):
+    """A prompt file that cannot be read; the message names the file and the line."""
+
+
+@dataclass(frozen=True)
+class PromptItem:
+    prompt: str
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+
+def load_prompt_items(prompts: Optional[list[str]], prompt_file: Optional[str], what: str = "data.prompts") -> list[PromptItem]:
+    """Inline prompts win; otherwise read `prompt_file`."""
+    if prompts is not None:
+        items = [PromptItem(str(p)) for p in prompts]
+    elif prompt_file is not None:
+        items = read_prompt_file(prompt_file)
+    else:
+        raise PromptFileError(f"{what}: no prompts given; set {what} (a list) or a prompt file")
+    if not items:
+        raise PromptFileError(f"{what}: the prompt list is empty")
+    for i, item in enumerate(items):
+        if not item.prompt.strip():
+            raise PromptFileError(f"{what}: prompt {i} is empty")
+    return items
+
+
+def read_prompt_file(path: str) -> list[PromptItem]:
+    file = Path(path).expanduser()
+    if not file.is_absolute() and not file.exists():
+        # Recipes name prompt files relative to the project root.
+        from omni_rl.config.loader import PROJECT_ROOT
+
+        file = PROJECT_ROOT / path
+    if not file.is_file():
+        raise PromptFileError(f"prompt file {path!r} does not exist")
+    items: list[PromptItem] = []
+    lines = file.read_text(encoding="utf-8").splitlines()
+    if file.suffix == ".jsonl":
+        for n, line in enumerate(lines, start=1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as err:
+                raise PromptFileError(f"{path}:{n}: not valid JSON ({err.msg})") from None
+            if not isinstance(row, dict) or not isinstance(row.get("prompt"), str):
+                raise PromptFileError(f"{path}:{n}: expected an object with a string 'prompt'")
+            meta = row.get("metadata", {})
+            if not isinstance(meta, dict):
+                raise PromptFileError(f"{path}:{n}: 'metadata' must be an object, got {type(meta).__name__}")
+            items.append(PromptItem(row["prompt"], meta))
+    elif file.suffix == ".txt":
+        items = [PromptItem(line.strip()) for line in lines if line.strip() and not line.lstrip().startswith("#")]
+    else:
+        raise PromptFileError(f"prompt file {path!r}: expected a .txt or .jsonl file")
+    return items
+
+
+class PromptSampler:
+    """Walks through the prompts in epochs, `per_step` at a time; reshuffled each epoch."""
+
+    def __init__(self, items: list[PromptItem], per_step: int, seed: int, shuffle: bool = True):
+        self.items = items
+        self.per_step = per_step
+        self.seed = seed
+        self.shuffle = shuffle
+
+    def _epoch_order(self, epoch: int) -> list[int]:
+        order = list(range(len(self.items)))
+        if self.shuffle:
+            random.Random(f"prompts-{self.seed}-{epoch}").shuffle(order)
+        return order
+
+    def prompts_for_step(self, step: int) -> list[PromptItem]:
+        """The `per_step` prompts of training step `step` (0-based)."""
+        out = []
+        n = len(self.items)
+        for k in range(step * self.per_step, (step + 1) * self.per_step):
+            epoch, pos = divmod(k, n)
+            out.append(self.items[self._epoch_order(epoch)[pos]])
+        return out

@@ -1,0 +1,50 @@
+"""Metric sinks, progress bar, sample galleries and reward curves.
+
+- `sinks`: `MetricLogger` fans `log(metrics, step)` out to `ConsoleSink`, `JsonlSink`,
+  `TensorBoardSink`, `WandbSink`; `build_sinks(names, output_dir)` builds them by name;
+  `ProgressBar` is the training-step bar. Metric names live in `METRIC_NAMESPACES`.
+- `gallery`: `make_grid` / `save_grid` tile sample images with captions.
+- `curves`: `plot_reward_curve` draws a run's reward; `rise_report` decides whether it rose.
+
+TensorBoard, wandb and matplotlib are imported only when used, so importing this package
+is cheap.
+"""
+from omni_rl.logging.curves import metric_series, moving_average, plot_reward_curve, rise_report
+from omni_rl.logging.gallery import make_grid, save_grid
+from omni_rl.logging.sinks import (
+    METRIC_NAMESPACES,
+    SINK_NAMES,
+    ConsoleSink,
+    JsonlSink,
+    MetricLogger,
+    ProgressBar,
+    Sink,
+    TensorBoardSink,
+    WandbSink,
+    build_sinks,
+    check_metric_name,
+    read_jsonl,
+    scalar_value,
+)
+
+__all__ = [
+    "METRIC_NAMESPACES",
+    "SINK_NAMES",
+    "ConsoleSink",
+    "JsonlSink",
+    "MetricLogger",
+    "ProgressBar",
+    "Sink",
+    "TensorBoardSink",
+    "WandbSink",
+    "build_sinks",
+    "check_metric_name",
+    "make_grid",
+    "metric_series",
+    "moving_average",
+    "plot_reward_curve",
+    "read_jsonl",
+    "rise_report",
+    "save_grid",
+    "scalar_value",
+]

@@ -1,0 +1,124 @@
+"""`OmniModelBase`: the contract every model adapter implements, whatever its family.
+
+An adapter owns a loaded model and answers the trainer's and the rollout engine's questions
+about it: which module trains, where LoRA goes, which blocks FSDP should wrap, which tensors a
+rollout engine needs after an update, and how the model is put in a state where the rollout and
+the trainer compute the same numbers (dropout off in both, since a log-prob ratio needs the same
+function on both sides).
+
+Families add what their kind of model needs: `DiffusionModelBase` (scheduler, prompt encoding,
+forward with CFG, decode) and, for text and omni models, `AutoregressiveModelBase`.
+"""
+from __future__ import annotations
+
+import contextlib
+from abc import ABC, abstractmethod
+from typing import ClassVar, Iterator
+
+import torch
+from torch import nn
+
+from omni_rl.config.schema import ModelConfig
+
+_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+class OmniModelBase(ABC):
+    """Base of all adapters. Subclasses load their weights in `__init__` from `self.path`."""
+
+    family: ClassVar[str] = ""
+    # LoRA target module names used when `model.lora.target_modules` is null.
+    default_lora_targets: ClassVar[tuple[str, ...]] = ()
+
+    def __init__(self, cfg: ModelConfig, path: str, device: torch.device):
+        self.cfg = cfg
+        self.path = path
+        self.device = device
+        self.dtype = _DTYPES[cfg.dtype]
+
+    # --- what trains -------------------------------------------------------------------
+    @abstractmethod
+    def trainable_module(self) -> nn.Module:
+        """The module whose parameters (or LoRA adapters) the optimizer updates."""
+
+    def fsdp_wrap_classes(self) -> tuple[type[nn.Module], ...]:
+        """Block classes that FSDP should shard one by one (a hint for sharded engines)."""
+        return ()
+
+    def lora_targets(self) -> list[str]:
+        return list(self.cfg.lora.target_modules or self.default_lora_targets)
+
+    def setup_trainable(self) -> None:
+        """Freeze everything, then add LoRA (or unfreeze the whole trainable module)."""
+        module = self.trainable_module()
+        for part in self.frozen_modules():
+            part.requires_grad_(False)
+        module.requires_grad_(False)
+        lora = self.cfg.lora
+        if lora.enabled:
+            from peft import LoraConfig
+
+            module.add_adapter(
+                LoraConfig(
+                    r=lora.rank,
+                    lora_alpha=lora.alpha,
+                    target_modules=self.lora_targets(),
+                    init_lora_weights="gaussian" if lora.init == "gaussian" else True,
+                )
+            )
+            # PEFT keeps adapter weights in the base dtype; train them in fp32 so small
+            # updates (lr * grad ~ 1e-7) are not rounded away in bf16.
+            for p in module.parameters():
+                if p.requires_grad:
+                    p.data = p.data.float()
+        else:
+            module.requires_grad_(True)
+        if self.cfg.gradient_checkpointing:
+            module.enable_gradient_checkpointing()
+        self.set_eval_mode()
+
+    def frozen_modules(self) -> list[nn.Module]:
+        """Every other module the adapter holds (encoders, decoders); never trained."""
+        return []
+
+    def trainable_parameters(self) -> list[nn.Parameter]:
+        return [p for p in self.trainable_module().parameters() if p.requires_grad]
+
+    def named_trainable_tensors(self) -> dict[str, torch.Tensor]:
+        """What a separate rollout engine needs after an update: LoRA tensors only when LoRA
+        is on (the fast path), otherwise the full weights of the trainable module."""
+        return {n: p.detach() for n, p in self.trainable_module().named_parameters() if p.requires_grad}
+
+    @torch.no_grad()
+    def load_named_tensors(self, tensors: dict[str, torch.Tensor]) -> None:
+        params = dict(self.trainable_module().named_parameters())
+        missing = sorted(set(tensors) - set(params))
+        if missing:
+            raise KeyError(f"weight sync: {len(missing)} tensors have no parameter here, e.g. {missing[:3]}")
+        for name, value in tensors.items():
+            params[name].copy_(value.to(params[name].device, params[name].dtype))
+
+    # --- reference policy and alignment ------------------------------------------------
+    @contextlib.contextmanager
+    def reference_policy(self) -> Iterator[None]:
+        """Within this block the model is the reference (base) policy: LoRA disabled."""
+        if not self.cfg.lora.enabled:
+            raise RuntimeError("the reference policy is the base model with LoRA disabled; model.lora.enabled=false has none")
+        module = self.trainable_module()
+        module.disable_adapters()
+        try:
+            yield
+        finally:
+            module.enable_adapters()
+
+    def set_eval_mode(self) -> None:
+        """Dropout off everywhere, in rollout and training alike: the trainer must recompute
+        exactly the function that sampled (the on-policy ratio is 1)."""
+        self.trainable_module().eval()
+        for part in self.frozen_modules():
+            part.eval()
+
+    # --- saving ------------------------------------------------------------------------
+    @abstractmethod
+    def save_lora(self, folder: str) -> None:
+        """Write the LoRA weights in the format of the model's own library."""

@@ -1,0 +1,17 @@
+"""`build_model(cfg, device)`: find the adapter by name and load the model through it."""
+from __future__ import annotations
+
+import torch
+
+from omni_rl.config.schema import ModelConfig
+from omni_rl.models.base import OmniModelBase
+from omni_rl.models.loading import resolve_model_path
+from omni_rl.models.registry import ADAPTERS
+from omni_rl.plugins import load_plugins
+
+
+def build_model(cfg: ModelConfig, device: torch.device, plugins: tuple[str, ...] = ()) -> OmniModelBase:
+    load_plugins(plugins)
+    adapter_cls = ADAPTERS.get(cfg.adapter)
+    path = resolve_model_path(cfg.path, cfg.revision)
+    return adapter_cls(cfg, path, device)

@@ -1,0 +1,26 @@
+"""Registries of model adapters and of tiny random-weight model builders.
+
+`@register_adapter("StableDiffusion3Pipeline")` registers an adapter class under the
+architecture name that a diffusers `model_index.json` (`_class_name`) or a transformers
+`config.json` (`architectures[0]`) carries, so a model folder can name its own adapter.
+
+`@register_tiny_model("sd3")` registers a function `build(folder: Path) -> None` that writes
+a tiny random-weight model with `save_pretrained`; `model.path=tiny:sd3` builds it once into
+the cache and then loads it through the adapter's ordinary loading code.
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+from omni_rl.registry import Registry
+
+ADAPTERS: Registry[type] = Registry("model adapter")
+TINY_MODELS: Registry[Callable] = Registry("tiny model")
+
+
+def register_adapter(architecture: str):
+    return ADAPTERS.register(architecture)
+
+
+def register_tiny_model(name: str):
+    return TINY_MODELS.register(name)

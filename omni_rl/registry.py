@@ -1,0 +1,75 @@
+"""One small name -> object registry, used by every extension point.
+
+Each registry holds one kind of thing with one call signature (an SDE kernel, an advantage
+estimator, a policy loss, a reward, a model adapter, a rollout backend). Registering a name
+twice raises; asking for an unknown name raises an error that lists the registered names, so a
+typo in a recipe is caught with the fix in the message.
+"""
+from __future__ import annotations
+
+from typing import Callable, Generic, Iterator, TypeVar
+
+T = TypeVar("T")
+
+
+class RegistryError(KeyError):
+    """An unknown or duplicate registry name. `str()` gives the plain message."""
+
+    def __str__(self) -> str:  # KeyError quotes its argument; show the sentence as written
+        return str(self.args[0]) if self.args else ""
+
+
+class Registry(Generic[T]):
+    """Maps names to objects of one kind. `kind` names the kind in error messages."""
+
+    def __init__(self, kind: str):
+        self.kind = kind
+        self._entries: dict[str, T] = {}
+
+    def register(self, name: str, obj: T | None = None) -> Callable[[T], T] | T:
+        """Register `obj` under `name`; without `obj`, return a decorator that does it."""
+        if obj is not None:
+            self._add(name, obj)
+            return obj
+
+        def decorator(target: T) -> T:
+            self._add(name, target)
+            return target
+
+        return decorator
+
+    def _add(self, name: str, obj: T) -> None:
+        if not isinstance(name, str) or not name:
+            raise RegistryError(f"{self.kind} name must be a non-empty string, got {name!r}")
+        if name in self._entries and self._entries[name] is not obj:
+            raise RegistryError(
+                f"{self.kind} {name!r} is already registered (by {_describe(self._entries[name])}); "
+                f"choose another name"
+            )
+        self._entries[name] = obj
+
+    def get(self, name: str) -> T:
+        try:
+            return self._entries[name]
+        except KeyError:
+            raise RegistryError(
+                f"unknown {self.kind} {name!r}; registered: {', '.join(sorted(self._entries)) or '(none)'}"
+            ) from None
+
+    def names(self) -> list[str]:
+        return sorted(self._entries)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._entries
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.names())
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+
+def _describe(obj: object) -> str:
+    module = getattr(obj, "__module__", "?")
+    qualname = getattr(obj, "__qualname__", type(obj).__qualname__)
+    return f"{module}.{qualname}"

@@ -1,0 +1,281 @@
+"""The reward manager: runs the configured rewards on a batch and combines them.
+
+    manager = RewardManager([RewardSpec("jpeg_compressibility", weight=1.0, kwargs={"scale": 0.002}),
+                             RewardSpec("brightness", weight=0.5, required=False)])
+    out = manager.score(images, prompts, metadata)
+    out.total          # float32 tensor [B]: sum_i w_i * score_i
+    out.per_reward     # {name: float32 tensor [B]} raw, unweighted scores
+    out.metrics        # {"reward/<name>/mean": ..., "reward/total/std": ..., ...}
+
+The rules, each one there because its absence has hidden bugs in other RL stacks:
+
+- A *required* reward that raises, or returns a wrong number of scores, or a NaN/inf score,
+  fails the whole call with `RewardError` naming the reward (and the sample index for a
+  non-finite score). A failing scorer never turns into a silent 0 reward.
+- An *optional* reward (`required=False`) that fails in any of those ways is logged as a
+  warning and left out of this batch's total. The weights of the rewards that did succeed are
+  rescaled by `sum_all |w| / sum_ok |w|`, so the total keeps its scale (with positive weights
+  this is the usual renormalisation, w_i / sum_ok w). Its raw scores are absent from
+  `per_reward`, and the metric `reward/<name>/failed` is 1.0 (0.0 on batches where it worked).
+  If every reward with a non-zero weight fails, `RewardError` is raised: there is no signal.
+- The spec list must be non-empty, names unique (and not "total", which the metrics use),
+  weights finite and not all zero. A weight of 0 is allowed: the reward is computed and logged
+  but does not move the policy.
+- A reward that cannot be *built* (unknown name, bad option, missing package) fails at
+  construction even when optional: a config mistake should stop the run before any compute.
+
+Metrics (floats): `reward/<name>/mean`, `reward/<name>/std` for each reward that produced
+scores, `reward/<name>/failed` for each optional reward, `reward/total/mean`,
+`reward/total/std`. Standard deviations are population ones (divide by B), so B = 1 gives 0.
+
+Left out on purpose: batching a reward into micro-batches, running rewards asynchronously or
+remotely, and caching. They wrap a scorer and can be added without changing this contract.
+"""
+from __future__ import annotations
+
+import logging
+import math
+import numbers
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Mapping, Sequence
+
+import numpy as np
+import torch
+
+from omni_rl.plugins import load_plugins
+from omni_rl.reward.inputs import Images, batch_size, check_batch
+from omni_rl.reward.registry import RewardConfigError, Scorer, build_reward
+
+logger = logging.getLogger(__name__)
+
+_TOTAL = "total"
+
+
+class RewardError(RuntimeError):
+    """A reward failed while scoring a batch (raised, wrong number of scores, NaN/inf)."""
+
+
+@dataclass
+class RewardSpec:
+    """One entry of the reward list.
+
+    name:     the registered reward name (see `omni_rl.reward.REWARDS.names()`).
+    weight:   multiplies the reward's raw score in the total; any finite float (0 = log only).
+    required: if False, a failure on a batch is logged and the reward is left out of that
+              batch's total (the other weights rescaled); if True, a failure raises.
+    kwargs:   options passed to the reward's factory, e.g. {"scale": 0.002}.
+    """
+
+    name: str
+    weight: float = 1.0
+    required: bool = True
+    kwargs: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not self.name:
+            raise RewardConfigError(f"reward name must be a non-empty string, got {self.name!r}")
+        if isinstance(self.weight, bool) or not isinstance(self.weight, numbers.Real):
+            raise RewardConfigError(
+                f"reward {self.name!r}: weight {self.weight!r} has type {type(self.weight).__name__}; "
+                f"expected a finite float"
+            )
+        if not math.isfinite(self.weight):
+            raise RewardConfigError(
+                f"reward {self.name!r}: weight is {self.weight}; expected a finite float "
+                f"(use required=False or drop the reward instead of an infinite/NaN weight)"
+            )
+        self.weight = float(self.weight)
+        if not isinstance(self.required, bool):
+            raise RewardConfigError(
+                f"reward {self.name!r}: required={self.required!r}; expected True or False"
+            )
+        if not isinstance(self.kwargs, Mapping):
+            raise RewardConfigError(
+                f"reward {self.name!r}: kwargs has type {type(self.kwargs).__name__}; expected a "
+                f"mapping of option names to values, e.g. {{'scale': 0.002}}"
+            )
+        self.kwargs = dict(self.kwargs)
+
+
+@dataclass
+class RewardOutput:
+    """The rewards of one batch of B samples.
+
+    total:      float32 tensor [B], the weighted sum of the rewards that succeeded
+                (rescaled when an optional reward failed; see the module docstring).
+    per_reward: name -> float32 tensor [B], raw (unweighted) scores; failed optional rewards
+                are absent.
+    metrics:    flat dict of floats, `reward/<name>/mean|std|failed`, `reward/total/mean|std`.
+    failed:     names of the optional rewards that failed on this batch.
+    """
+
+    total: torch.Tensor
+    per_reward: dict[str, torch.Tensor]
+    metrics: dict[str, float]
+    failed: list[str] = field(default_factory=list)
+
+
+class RewardManager:
+    """Builds every reward of `specs` once, then scores batches with them.
+
+    `specs` holds `RewardSpec`s or mappings with the same keys (as read from a config).
+    `plugins` names extra modules to import before building (a user's own reward modules);
+    the `omni_rl.plugins` entry points are always loaded.
+    """
+
+    def __init__(self, specs: Iterable[RewardSpec | Mapping[str, Any]], *, plugins: Iterable[str] = ()):
+        specs = [_as_spec(spec, i) for i, spec in enumerate(specs)]
+        if not specs:
+            raise RewardConfigError(
+                "the reward list is empty; configure at least one reward, e.g. "
+                "[{name: jpeg_compressibility, weight: 1.0}]"
+            )
+        seen: set[str] = set()
+        for spec in specs:
+            if spec.name == _TOTAL:
+                raise RewardConfigError(
+                    f"a reward may not be named {_TOTAL!r}: the metrics reward/{_TOTAL}/* hold the "
+                    f"weighted sum; register the reward under another name"
+                )
+            if spec.name in seen:
+                raise RewardConfigError(
+                    f"reward {spec.name!r} appears more than once in the reward list; each name may "
+                    f"appear once (merge the entries and add their weights)"
+                )
+            seen.add(spec.name)
+        if all(spec.weight == 0.0 for spec in specs):
+            raise RewardConfigError(
+                f"every reward weight is 0 ({', '.join(s.name for s in specs)}), so the total would "
+                f"always be 0; give at least one reward a non-zero weight"
+            )
+        load_plugins(plugins)
+        self.specs: tuple[RewardSpec, ...] = tuple(specs)
+        self._scorers: dict[str, Scorer] = {spec.name: build_reward(spec.name, **spec.kwargs) for spec in specs}
+
+    @property
+    def names(self) -> list[str]:
+        return [spec.name for spec in self.specs]
+
+    def __repr__(self) -> str:
+        parts = ", ".join(
+            f"{s.name}(w={s.weight:g}{'' if s.required else ', optional'})" for s in self.specs
+        )
+        return f"RewardManager([{parts}])"
+
+    def score(
+        self,
+        images: Images,
+        prompts: Sequence[str],
+        metadata: Sequence[dict[str, Any]] | None = None,
+    ) -> RewardOutput:
+        """Score B samples with every reward; see the module docstring for the failure rules.
+
+        `metadata=None` means an empty dict per image. Input errors (lengths, dtypes) raise
+        `RewardInputError` before any reward runs, since they are the caller's, not a reward's.
+        """
+        if metadata is None:
+            metadata = [{} for _ in range(batch_size(images))]
+        n = check_batch(images, prompts, metadata)
+
+        raw: dict[str, np.ndarray] = {}
+        errors: dict[str, RewardError] = {}
+        for spec in self.specs:
+            try:
+                raw[spec.name] = self._run(spec.name, images, prompts, metadata, n)
+            except RewardError as err:
+                if spec.required:
+                    raise
+                errors[spec.name] = err
+
+        # Rescale the surviving weights so a failed optional reward does not shrink the total.
+        ok = [spec for spec in self.specs if spec.name in raw]
+        ok_weight = sum(abs(spec.weight) for spec in ok)
+        if ok_weight == 0.0:
+            raise RewardError(
+                f"every reward with a non-zero weight failed on this batch, so there is no reward "
+                f"signal: {'; '.join(str(e) for e in errors.values())}"
+            )
+        rescale = sum(abs(spec.weight) for spec in self.specs) / ok_weight
+        for name, err in errors.items():
+            logger.warning(
+                "optional reward %r failed on this batch of %d samples and is left out of the total "
+                "(the other weights are rescaled by %.4g): %s", name, n, rescale, err,
+            )
+
+        total = np.zeros(n, dtype=np.float64)
+        for spec in ok:
+            total += (spec.weight * rescale) * raw[spec.name]
+
+        metrics: dict[str, float] = {}
+        for spec in self.specs:
+            if spec.name in raw:
+                metrics[f"reward/{spec.name}/mean"] = float(raw[spec.name].mean())
+                metrics[f"reward/{spec.name}/std"] = float(raw[spec.name].std())
+            if not spec.required:
+                metrics[f"reward/{spec.name}/failed"] = 1.0 if spec.name in errors else 0.0
+        metrics[f"reward/{_TOTAL}/mean"] = float(total.mean())
+        metrics[f"reward/{_TOTAL}/std"] = float(total.std())
+
+        return RewardOutput(
+            total=torch.from_numpy(total.astype(np.float32)),
+            per_reward={name: torch.from_numpy(scores.astype(np.float32)) for name, scores in raw.items()},
+            metrics=metrics,
+            failed=list(errors),
+        )
+
+    def _run(self, name: str, images: Images, prompts: Sequence[str], metadata: Sequence[dict], n: int) -> np.ndarray:
+        try:
+            out = self._scorers[name](images, prompts, metadata)
+        except Exception as err:
+            raise RewardError(f"reward {name!r} raised {type(err).__name__}: {err}") from err
+        return _to_scores(name, out, n)
+
+
+def _to_scores(name: str, out: Any, n: int) -> np.ndarray:
+    """Normalise a scorer's return value to a finite float64 array [n], or raise RewardError."""
+    try:
+        if isinstance(out, torch.Tensor):
+            scores = out.detach().to(device="cpu", dtype=torch.float64).numpy()
+        else:
+            scores = np.asarray(out, dtype=np.float64)
+    except (TypeError, ValueError, RuntimeError) as err:
+        raise RewardError(
+            f"reward {name!r} returned a {type(out).__name__} that is not a list of numbers ({err}); "
+            f"a scorer must return one float per image"
+        ) from err
+    if scores.shape != (n,):
+        raise RewardError(
+            f"reward {name!r} returned scores of shape {tuple(scores.shape)} for {n} images; "
+            f"expected {n} scores, one float per image (a list or a 1-D tensor)"
+        )
+    # Checked against float32's range: a float64 beyond it would become inf in the output tensors.
+    with np.errstate(invalid="ignore"):
+        bad = np.flatnonzero(~(np.abs(scores) <= np.finfo(np.float32).max))
+    if bad.size:
+        shown = ", ".join(f"{i} ({scores[i]})" for i in bad[:8])
+        more = f" and {bad.size - 8} more" if bad.size > 8 else ""
+        raise RewardError(
+            f"reward {name!r} returned non-finite scores at sample index {shown}{more}; "
+            f"a reward must be finite (and within float32 range): fix the scorer or clamp its output"
+        )
+    return scores
+
+
+def _as_spec(spec: RewardSpec | Mapping[str, Any], index: int) -> RewardSpec:
+    if isinstance(spec, RewardSpec):
+        return spec
+    if isinstance(spec, Mapping):
+        allowed = {"name", "weight", "required", "kwargs"}
+        unknown = sorted(set(spec) - allowed)
+        if unknown:
+            raise RewardConfigError(
+                f"reward list entry {index} has unknown key(s) {unknown}; allowed keys: "
+                f"{sorted(allowed)} (reward options go under kwargs)"
+            )
+        if "name" not in spec:
+            raise RewardConfigError(f"reward list entry {index} has no 'name'; got {dict(spec)!r}")
+        return RewardSpec(**spec)
+    raise RewardConfigError(
+        f"reward list entry {index} has type {type(spec).__name__}; expected a RewardSpec or a "
+        f"mapping with keys name, weight, required, kwargs"
+    )

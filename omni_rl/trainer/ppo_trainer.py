@@ -1,0 +1,278 @@
+"""The PPO trainer: one on-policy loop, read top to bottom (shared/DESIGN.md, "one step").
+
+    prompts  -> rollout (request-batched, fp32 trajectories) -> rewards -> advantages
+             -> old log-probs (recomputed, or the rollout's in bypass mode)
+             -> PPO update (epochs x mini-batches, replaying the stored steps)
+             -> weight sync -> log / validate / checkpoint
+
+This module wires the stages together and owns the run's outputs; the maths lives in
+`omni_rl.algos`, the replay in `DiffusionActor`, the parameters in the training engine.
+Everything random is seeded from (trainer.seed, step, sample), so a resumed run repeats the
+uninterrupted one exactly.
+"""
+from __future__ import annotations
+
+import logging
+import time
+from pathlib import Path
+from typing import Optional
+
+import numpy as np
+import torch
+
+from omni_rl.algos.advantages import AdvantageInput, get_advantage_estimator
+from omni_rl.config.loader import to_yaml
+from omni_rl.config.schema import OmniConfig
+from omni_rl.data.diffusion_batch import DiffusionBatch
+from omni_rl.data.prompts import PromptItem, PromptSampler, load_prompt_items
+from omni_rl.device import pick_device
+from omni_rl.engine.local import LocalEngine
+from omni_rl.logging import MetricLogger, ProgressBar, build_sinks, make_grid, plot_reward_curve
+from omni_rl.models.factory import build_model
+from omni_rl.reward.manager import RewardManager, RewardSpec
+from omni_rl.rollout.native import NativeDiffusionEngine
+from omni_rl.rollout.types import DiffusionRequest
+from omni_rl.trainer.checkpoint import load_checkpoint, save_checkpoint, set_rng_state
+from omni_rl.trainer.diffusion_actor import DiffusionActor
+from omni_rl.utils.atomic import atomic_directory, atomic_save_image, atomic_write_text
+from omni_rl.utils.seeding import derive_seed
+
+log = logging.getLogger(__name__)
+
+
+class PPOTrainer:
+    def __init__(self, cfg: OmniConfig):
+        self.cfg = cfg
+        t = cfg.trainer
+        self.output_dir = Path(t.output_dir)
+        self.output_dir.mkdir(parents=True, exist_ok=True)
+        torch.manual_seed(t.seed)
+        self.device = pick_device(t.device)
+
+        self.model = build_model(cfg.model, self.device, tuple(cfg.plugins))
+        self.rollout_engine = NativeDiffusionEngine(self.model, cfg.rollout.max_num_seqs, cfg.rollout.max_wait_ms)
+        self.rewards = RewardManager(
+            [RewardSpec(r.name, r.weight, r.required, dict(r.kwargs)) for r in cfg.reward.rewards],
+            plugins=cfg.plugins,
+        )
+        self.advantage_fn = get_advantage_estimator(cfg.algo.advantage)
+        self.actor = DiffusionActor(self.model, cfg.algo)
+        self.engine = LocalEngine(self.model, cfg.optim)
+
+        items = load_prompt_items(cfg.data.prompts, cfg.data.prompt_file)
+        self.sampler = PromptSampler(items, t.prompts_per_step, t.seed, cfg.data.shuffle)
+        val_items = (
+            load_prompt_items(cfg.data.val_prompts, cfg.data.val_prompt_file, "data.val_prompts")
+            if cfg.data.val_prompts is not None or cfg.data.val_prompt_file is not None
+            else items
+        )
+        self.val_items = val_items[: t.val_num_prompts]
+
+        self.start_step = 0
+        if t.resume:
+            self._resume(t.resume)
+        atomic_write_text(self.output_dir / "config.yaml", to_yaml(cfg))
+        self.logger = MetricLogger(
+            build_sinks(
+                t.loggers, self.output_dir, project=t.wandb_project, config=None,
+                console_every=t.log_every, resume_from_step=self.start_step if t.resume else None,
+            )
+        )
+
+    # --- the loop ------------------------------------------------------------------------
+    def fit(self) -> dict[str, float]:
+        t = self.cfg.trainer
+        bar = ProgressBar(total=t.total_steps, initial=self.start_step, disable=not t.progress_bar)
+        metrics: dict[str, float] = {}
+        try:
+            if t.val_every and self.start_step == 0:
+                self.logger.log(self.validate(0), 0)
+            for step in range(self.start_step + 1, t.total_steps + 1):
+                metrics = self.train_step(step)
+                if t.val_every and (step % t.val_every == 0 or step == t.total_steps):
+                    metrics.update(self.validate(step))
+                if step % t.log_every == 0 or step == t.total_steps:
+                    self.logger.log(metrics, step)
+                bar.update(step, metrics)
+                if (t.save_every and step % t.save_every == 0) or step == t.total_steps:
+                    self.save(step)
+        finally:
+            bar.close()
+            self.logger.close()
+            self.rollout_engine.close()
+        self._finish()
+        return metrics
+
+    def train_step(self, step: int) -> dict[str, float]:
+        timings: dict[str, float] = {}
+        t0 = time.perf_counter()
+
+        prompts = self.sampler.prompts_for_step(step - 1)
+        batch = self.rollout(prompts, step)
+        timings["timing/rollout"] = time.perf_counter() - t0
+
+        t1 = time.perf_counter()
+        reward = self.rewards.score(batch.images, batch.prompts, batch.metadata)
+        batch.rewards = reward.total
+        batch.advantages = self.advantage_fn(
+            AdvantageInput(reward.total, batch.group_index, self.cfg.algo.std_mode, self.cfg.algo.adv_eps)
+        )
+        timings["timing/reward"] = time.perf_counter() - t1
+
+        t2 = time.perf_counter()
+        corr = self.old_log_probs(batch)
+        timings["timing/old_log_prob"] = time.perf_counter() - t2
+
+        t3 = time.perf_counter()
+        update = self.update(batch, step)
+        timings["timing/update"] = time.perf_counter() - t3
+
+        self.rollout_engine.sync_weights(self.model, version=step)
+        timings["timing/step"] = time.perf_counter() - t0
+        timings["perf/samples_per_s"] = len(batch) / timings["timing/step"]
+        return {**reward.metrics, **corr, **update, **timings, "actor/advantage_abs_mean": float(batch.advantages.abs().mean())}
+
+    # --- stages --------------------------------------------------------------------------
+    def rollout(self, prompts: list[PromptItem], step: int) -> DiffusionBatch:
+        cfg, n = self.cfg, self.cfg.trainer.samples_per_prompt
+        r = cfg.rollout
+        requests, metadata, groups = [], [], []
+        for g, item in enumerate(prompts):
+            shared_noise = None
+            if r.same_noise_in_group:
+                gen = torch.Generator().manual_seed(derive_seed(cfg.trainer.seed, "group-noise", step, g))
+                shared_noise = torch.randn(self.model.latent_shape(r.height, r.width), generator=gen)
+            for k in range(n):
+                requests.append(
+                    DiffusionRequest(
+                        prompt=item.prompt, seed=derive_seed(cfg.trainer.seed, "train", step, g * n + k),
+                        height=r.height, width=r.width, num_steps=r.num_steps, guidance_scale=r.guidance_scale,
+                        kernel=r.kernel, noise_level=r.noise_level, sde_window_size=r.sde_window_size,
+                        sde_window_range=tuple(r.sde_window_range) if r.sde_window_range else None,
+                        negative_prompt=r.negative_prompt, initial_noise=shared_noise,
+                    )
+                )
+                metadata.append(item.metadata)
+                groups.append(g)
+        results = self.rollout_engine.generate(requests, timeout_s=r.timeout_s)
+        return DiffusionBatch.from_results(results, metadata, groups)
+
+    def old_log_probs(self, batch: DiffusionBatch) -> dict[str, float]:
+        """Fill the behaviour policy's log-probs and means; compare with the rollout's."""
+        log_probs, means = self.actor.behaviour_policy(batch, self.cfg.trainer.micro_batch_size)
+        batch.old_means = means
+        if self.cfg.algo.old_logprob_mode == "bypass":
+            batch.old_log_probs = batch.rollout_log_probs
+        else:
+            batch.old_log_probs = log_probs
+        # How far the sampler's log-probs are from the trainer's for the same weights: the
+        # numerical gap between the two code paths (batching, kernels, precision).
+        diff = (batch.rollout_log_probs - log_probs).abs()
+        a, b = batch.rollout_log_probs.flatten().double(), log_probs.flatten().double()
+        pearson = float(torch.corrcoef(torch.stack([a, b]))[0, 1]) if a.numel() > 1 and a.std() > 0 else 1.0
+        return {
+            "rollout_corr/logprob_abs_diff_mean": float(diff.mean()),
+            "rollout_corr/logprob_abs_diff_max": float(diff.max()),
+            "rollout_corr/logprob_pearson": pearson,
+        }
+
+    def update(self, batch: DiffusionBatch, step: int) -> dict[str, float]:
+        t = self.cfg.trainer
+        sums: dict[str, float] = {}
+        counts: dict[str, int] = {}
+        maxima: dict[str, float] = {}
+        num_steps = batch.num_train_steps
+        micro_per_mini = t.mini_batch_size // t.micro_batch_size
+        num_updates = 0
+
+        def record(metrics: dict[str, float]) -> None:
+            for k, v in metrics.items():
+                sums[k] = sums.get(k, 0.0) + v
+                counts[k] = counts.get(k, 0) + 1
+
+        for epoch in range(self.cfg.algo.ppo_epochs):
+            order = torch.randperm(
+                len(batch), generator=torch.Generator().manual_seed(derive_seed(t.seed, "shuffle", step, epoch))
+            )
+            for mb_start in range(0, len(batch), t.mini_batch_size):
+                mini = order[mb_start : mb_start + t.mini_batch_size]
+                for mc_start in range(0, len(mini), t.micro_batch_size):
+                    micro = batch.select(mini[mc_start : mc_start + t.micro_batch_size])
+                    for j in range(num_steps):
+                        # One backward per denoising step keeps one step's graph in memory.
+                        m = self.engine.forward_backward(
+                            micro, lambda mb, j=j: self.actor.loss(mb, j), loss_scale=1.0 / (num_steps * micro_per_mini)
+                        )
+                        record(m)
+                        dev = m.get("loss/ratio_max_abs_dev", 0.0)
+                        maxima["loss/ratio_max_abs_dev"] = max(maxima.get("loss/ratio_max_abs_dev", 0.0), dev)
+                        if num_updates == 0:
+                            # Before the step's first optimizer update the policy is the behaviour
+                            # policy: with recomputed old log-probs the ratio must be exactly 1.
+                            key = "actor/first_minibatch_ratio_max_abs_dev"
+                            maxima[key] = max(maxima.get(key, 0.0), dev)
+                record(self.engine.optimizer_step())
+                num_updates += 1
+        out = {k: sums[k] / counts[k] for k in sums}
+        out.update(maxima)
+        out["actor/num_updates"] = float(num_updates)
+        return out
+
+    @torch.no_grad()
+    def validate(self, step: int) -> dict[str, float]:
+        """Deterministic samples (ODE, noise 0) with more steps: the same images each time for
+        the same weights, so the grid shows what training changed."""
+        t, r = self.cfg.trainer, self.cfg.rollout
+        requests, items = [], []
+        for g, item in enumerate(self.val_items):
+            for k in range(t.val_samples_per_prompt):
+                requests.append(
+                    DiffusionRequest(
+                        prompt=item.prompt, seed=derive_seed(t.val_seed, "val", g, k), height=r.height, width=r.width,
+                        num_steps=t.val_num_steps, guidance_scale=r.guidance_scale, kernel="ode", noise_level=0.0,
+                        negative_prompt=r.negative_prompt,
+                    )
+                )
+                items.append(item)
+        if not requests:
+            return {}
+        results = self.rollout_engine.generate(requests, timeout_s=r.timeout_s)
+        images = torch.stack([res.image for res in results])
+        reward = self.rewards.score(images, [i.prompt for i in items], [i.metadata for i in items])
+        captions = [f"{i.prompt} | {s:.3g}" for i, s in zip(items, reward.total.tolist())]
+        grid_path = self.output_dir / "samples" / f"val_step_{step:06d}.png"
+        grid = make_grid(images, nrow=max(2, t.val_samples_per_prompt), captions=captions)
+        atomic_save_image(grid, grid_path)
+        self.logger.log_image("val/samples", np.asarray(grid), step)
+        return {f"val/{k}": v for k, v in reward.metrics.items()}
+
+    # --- outputs -------------------------------------------------------------------------
+    def save(self, step: int) -> Path:
+        return save_checkpoint(
+            self.output_dir, step, self.engine.state_dict(), self.model, to_yaml(self.cfg),
+            self.cfg.trainer.keep_last_checkpoints,
+        )
+
+    def _resume(self, path: str) -> None:
+        state = load_checkpoint(path)
+        self.engine.load_state_dict(state)
+        set_rng_state(state["rng"])
+        self.start_step = int(state["step"])
+        self.rollout_engine.sync_weights(self.model, version=self.start_step)
+        log.info("resumed from %s at step %d", state["folder"], self.start_step)
+
+    def _finish(self) -> None:
+        metrics_file = self.output_dir / "metrics.jsonl"
+        if metrics_file.is_file():
+            try:
+                plot_reward_curve(metrics_file, self.output_dir / "reward_curve.png")
+            except ValueError as err:  # too few points for a curve is not a failure of the run
+                log.warning("no reward curve: %s", err)
+        if self.model.cfg.lora.enabled:
+            with atomic_directory(self.output_dir / "lora") as tmp:
+                self.model.save_lora(str(tmp))
+
+
+def run(cfg: OmniConfig) -> dict[str, float]:
+    """Train with `cfg`; returns the last step's metrics."""
+    return PPOTrainer(cfg).fit()

@@ -1,0 +1,198 @@
+"""Atomic file and directory writes: a reader sees the old content or the new, never half.
+
+Every writer here follows one recipe: write into a temporary file in the *same* directory as
+the target (so the final rename never crosses a filesystem), flush and fsync it, then
+`os.replace` it onto the target, which POSIX and Windows both make atomic. If anything raises
+before the rename, the temporary file is removed and the target is left exactly as it was.
+
+- `atomic_write_bytes(path, data)`, `atomic_write_text(path, text)`,
+  `atomic_write_json(path, obj)` (indent 2, sorted keys, trailing newline)
+- `atomic_torch_save(obj, path)`: `torch.save` into the temporary file
+- `atomic_save_image(pil_image, path)`: the format comes from the file extension
+- `atomic_directory(path)`: a context manager yielding a temporary sibling directory, renamed
+  onto `path` only if the block succeeds (see its docstring for the one non-atomic moment)
+
+Parent directories are created as needed. Files get the usual permissions
+(0o666 minus the umask), not the 0o600 that `tempfile` gives.
+
+Left out on purpose: locking. Two processes writing one path each win whole, in some order;
+the trainer writes from rank 0 only.
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import IO, Any, Callable, Iterator
+
+# The process umask, read once: os.umask can only be read by setting it, so do it at import
+# (single-threaded) rather than on every write.
+_UMASK = os.umask(0)
+os.umask(_UMASK)
+
+_TMP_SUFFIX = ".tmp"
+
+
+def _tmp_prefix(path: Path) -> str:
+    # A leading dot hides the half-written file from globs such as `ckpt/*.pt`.
+    return f".{path.name}."
+
+
+def _fsync_dir(directory: Path) -> None:
+    """Make a rename inside `directory` durable. Not possible on Windows; skipped there."""
+    if os.name != "posix":
+        return
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _atomic_write(path: str | os.PathLike, write: Callable[[IO[bytes]], None]) -> Path:
+    """Run `write(f)` on a temporary sibling file, then rename it onto `path`."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp_name = tempfile.mkstemp(prefix=_tmp_prefix(path), suffix=_TMP_SUFFIX, dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            write(f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp_name, 0o666 & ~_UMASK)
+        os.replace(tmp_name, path)
+    except BaseException:
+        # BaseException too: a Ctrl-C mid-write must not leave a stray temp file.
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp_name)
+        raise
+    _fsync_dir(path.parent)
+    return path
+
+
+def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> Path:
+    """Write `data` to `path` atomically; returns the path."""
+    if not isinstance(data, (bytes, bytearray, memoryview)):
+        raise TypeError(
+            f"atomic_write_bytes expects bytes, got {type(data).__name__}; "
+            f"use atomic_write_text for str"
+        )
+    return _atomic_write(path, lambda f: f.write(data))
+
+
+def atomic_write_text(path: str | os.PathLike, text: str, encoding: str = "utf-8") -> Path:
+    """Write `text` to `path` atomically (UTF-8 by default); returns the path."""
+    if not isinstance(text, str):
+        raise TypeError(
+            f"atomic_write_text expects str, got {type(text).__name__}; "
+            f"use atomic_write_bytes for bytes"
+        )
+    return _atomic_write(path, lambda f: f.write(text.encode(encoding)))
+
+
+def atomic_write_json(path: str | os.PathLike, obj: Any) -> Path:
+    """Write `obj` as JSON (indent 2, sorted keys, trailing newline) atomically.
+
+    The object is serialised before the temporary file is created, so an object that JSON
+    cannot encode raises without touching the disk at all.
+    """
+    text = json.dumps(obj, indent=2, sort_keys=True) + "\n"
+    return atomic_write_text(path, text)
+
+
+def atomic_torch_save(obj: Any, path: str | os.PathLike) -> Path:
+    """`torch.save(obj, path)`, atomically. Argument order follows `torch.save`."""
+    import torch  # imported here so that the text/json helpers do not pull in torch
+
+    return _atomic_write(path, lambda f: torch.save(obj, f))
+
+
+def atomic_save_image(pil_image: Any, path: str | os.PathLike, **save_kwargs: Any) -> Path:
+    """`pil_image.save(path)`, atomically; the format comes from the extension of `path`.
+
+    `save_kwargs` go to `PIL.Image.Image.save` (e.g. `quality=90` for JPEG).
+    """
+    from PIL import Image
+
+    if not isinstance(pil_image, Image.Image):
+        raise TypeError(
+            f"atomic_save_image expects a PIL.Image.Image, got {type(pil_image).__name__}; "
+            f"convert arrays with PIL.Image.fromarray(uint8_hwc_array)"
+        )
+    path = Path(path)
+    # The temporary file ends in .tmp, so PIL cannot guess the format from its name: look it
+    # up from the real target's extension, before any file is created.
+    image_format = Image.registered_extensions().get(path.suffix.lower())
+    if image_format is None:
+        raise ValueError(
+            f"cannot tell the image format of {str(path)!r} from its extension {path.suffix!r}; "
+            f"use an extension such as .png or .jpg"
+        )
+    return _atomic_write(path, lambda f: pil_image.save(f, format=image_format, **save_kwargs))
+
+
+def _fsync_tree(root: Path) -> None:
+    """fsync every file and directory under `root`, so the rename publishes durable data."""
+    for dirpath, _dirnames, filenames in os.walk(root):
+        for name in filenames:
+            file_path = os.path.join(dirpath, name)
+            if os.path.islink(file_path):
+                continue
+            fd = os.open(file_path, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        _fsync_dir(Path(dirpath))
+
+
+@contextlib.contextmanager
+def atomic_directory(path: str | os.PathLike) -> Iterator[Path]:
+    """Yield a temporary sibling directory; on success, it becomes `path`.
+
+    Write a whole checkpoint (several files) into the yielded directory. When the block exits
+    normally, its files are fsynced and the directory is renamed onto `path`, replacing an
+    existing `path` directory. When the block raises, the temporary directory is deleted and
+    `path` is untouched.
+
+    Replacing an existing directory takes two renames (old -> backup, new -> `path`), because
+    `os.replace` cannot replace a non-empty directory. A crash exactly between them leaves
+    the old content in a hidden sibling `.NAME.*.old` and no `path`; the backup is deleted
+    only after the new directory is in place.
+    """
+    path = Path(path)
+    if path.exists() and not path.is_dir():
+        raise NotADirectoryError(
+            f"atomic_directory target {str(path)!r} exists and is not a directory; "
+            f"remove it or choose another path"
+        )
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp_dir = Path(tempfile.mkdtemp(prefix=_tmp_prefix(path), suffix=_TMP_SUFFIX, dir=path.parent))
+    try:
+        yield tmp_dir
+        os.chmod(tmp_dir, 0o777 & ~_UMASK)
+        _fsync_tree(tmp_dir)
+        _replace_directory(tmp_dir, path)
+    except BaseException:
+        shutil.rmtree(tmp_dir, ignore_errors=True)
+        raise
+    _fsync_dir(path.parent)
+
+
+def _replace_directory(new_dir: Path, path: Path) -> None:
+    """Rename `new_dir` onto `path`, moving an existing `path` aside first and deleting it last."""
+    if not path.exists():
+        os.replace(new_dir, path)
+        return
+    backup = Path(tempfile.mkdtemp(prefix=_tmp_prefix(path), suffix=".old", dir=path.parent))
+    os.rmdir(backup)  # mkdtemp only reserved a unique name; the rename needs it absent
+    os.replace(path, backup)
+    try:
+        os.replace(new_dir, path)
+    except BaseException:
+        os.replace(backup, path)  # put the old directory back: `path` must stay untouched
+        raise
+    shutil.rmtree(backup, ignore_errors=True)

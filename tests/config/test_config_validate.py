@@ -1,0 +1,225 @@
+"""Cross-field rules of the config (omni_rl/config/validate.py).
+
+Most rules are checked on `OmniConfig` objects built in Python (no Hydra, fast). The names of
+registered components (policy loss, kernel, reward, adapter, ...) are checked through
+`load_config`: a recipe or override naming an unknown one must fail at load with a ConfigError,
+not minutes later when the trainer builds the component (after the model has been loaded).
+"""
+import pytest
+
+from omni_rl.config import ConfigError, OmniConfig, load_config, validate_config
+from omni_rl.config.schema import DataConfig, RewardConfig, RewardItemConfig
+
+
+def valid() -> OmniConfig:
+    return OmniConfig(data=DataConfig(prompts=["a cat"]))
+
+
+def validate_error(cfg: OmniConfig) -> str:
+    with pytest.raises(ConfigError) as info:
+        validate_config(cfg)
+    message = str(info.value)
+    assert "\n" not in message
+    return message
+
+
+def test_the_schema_defaults_plus_prompts_are_valid():
+    validate_config(valid())
+
+
+def test_prompts_are_required():
+    cfg = valid()
+    cfg.data.prompts = None
+    assert "data.prompts" in validate_error(cfg)
+    cfg.data.prompt_file = "prompts.txt"  # a file instead of a list is fine
+    validate_config(cfg)
+
+
+# --- SDE window -----------------------------------------------------------------------------
+@pytest.mark.parametrize("size", [0, 1, 6])
+def test_sde_window_up_to_num_steps_is_valid(size):
+    cfg = valid()
+    cfg.rollout.num_steps, cfg.rollout.sde_window_size = 6, size
+    validate_config(cfg)
+
+
+def test_sde_window_larger_than_num_steps():
+    cfg = valid()
+    cfg.rollout.num_steps, cfg.rollout.sde_window_size = 6, 7
+    message = validate_error(cfg)
+    assert message.startswith("rollout.sde_window_size=7") and "rollout.num_steps = 6" in message
+
+
+def test_negative_sde_window():
+    cfg = valid()
+    cfg.rollout.sde_window_size = -1
+    assert "rollout.sde_window_size=-1" in validate_error(cfg)
+
+
+@pytest.mark.parametrize("window_range", [[0, 7], [-1, 3], [3, 3], [4, 2], [0, 1, 2], [5]])
+def test_sde_window_range_outside_the_steps(window_range):
+    cfg = valid()
+    cfg.rollout.num_steps, cfg.rollout.sde_window_size, cfg.rollout.sde_window_range = 6, 1, window_range
+    assert "rollout.sde_window_range" in validate_error(cfg)
+
+
+def test_sde_window_range_narrower_than_the_window():
+    cfg = valid()
+    cfg.rollout.num_steps, cfg.rollout.sde_window_size, cfg.rollout.sde_window_range = 6, 3, [1, 3]
+    assert "rollout.sde_window_range" in validate_error(cfg)
+    cfg.rollout.sde_window_range = [1, 4]  # exactly as wide as the window
+    validate_config(cfg)
+
+
+def test_sde_window_range_with_window_zero_must_cover_every_step():
+    # sde_window_size=0 means every step, so the range must span all num_steps.
+    cfg = valid()
+    cfg.rollout.num_steps, cfg.rollout.sde_window_size, cfg.rollout.sde_window_range = 6, 0, [0, 5]
+    assert "rollout.sde_window_range" in validate_error(cfg)
+
+
+# --- batch sizes ----------------------------------------------------------------------------
+def test_mini_batch_must_divide_the_samples_of_a_step():
+    cfg = valid()
+    t = cfg.trainer
+    t.prompts_per_step, t.samples_per_prompt, t.mini_batch_size, t.micro_batch_size = 4, 8, 12, 4
+    message = validate_error(cfg)  # 4 * 8 = 32 samples; 32 % 12 != 0
+    assert message.startswith("trainer.mini_batch_size=12") and "32" in message
+    t.mini_batch_size = 32  # one optimizer step per epoch
+    validate_config(cfg)
+
+
+def test_micro_batch_must_divide_the_mini_batch():
+    cfg = valid()
+    cfg.trainer.mini_batch_size, cfg.trainer.micro_batch_size = 16, 6
+    message = validate_error(cfg)
+    assert message.startswith("trainer.micro_batch_size=6") and "16" in message
+
+
+def test_micro_batch_larger_than_the_mini_batch():
+    cfg = valid()
+    cfg.trainer.mini_batch_size, cfg.trainer.micro_batch_size = 8, 16
+    assert "trainer.micro_batch_size" in validate_error(cfg)
+
+
+@pytest.mark.parametrize("key", [
+    "total_steps", "prompts_per_step", "samples_per_prompt", "mini_batch_size", "micro_batch_size",
+])
+def test_sizes_must_be_positive(key):
+    cfg = valid()
+    setattr(cfg.trainer, key, 0)
+    assert f"trainer.{key}=0" in validate_error(cfg)
+
+
+# --- algorithm and model --------------------------------------------------------------------
+def test_kl_needs_lora_for_the_reference_policy():
+    cfg = valid()
+    cfg.algo.kl_coef = 0.04
+    validate_config(cfg)  # with LoRA the reference is the base model (adapters disabled)
+    cfg.model.lora.enabled = False
+    assert validate_error(cfg).startswith("algo.kl_coef=0.04")
+    cfg.algo.kl_coef = 0.0  # full fine-tuning without KL is fine
+    validate_config(cfg)
+
+
+@pytest.mark.parametrize("dtype", ["fp16", "bf16", "float64", "torch.float32", ""])
+def test_bad_dtype(dtype):
+    cfg = valid()
+    cfg.model.dtype = dtype
+    assert f"model.dtype={dtype!r}" in validate_error(cfg)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float16"])
+def test_good_dtypes(dtype):
+    cfg = valid()
+    cfg.model.dtype = dtype
+    validate_config(cfg)
+
+
+@pytest.mark.parametrize("section, key, value", [
+    ("algo", "std_mode", "batch"),
+    ("algo", "old_logprob_mode", "reuse"),
+    ("algo", "clip_range", 0.0),
+    ("algo", "kl_coef", -0.1),
+    ("optim", "lr", 0.0),
+    ("optim", "betas", [0.9]),
+    ("optim", "betas", [0.9, 1.0]),
+    ("rollout", "height", 30),
+    ("rollout", "noise_level", 0.0),
+    ("rollout", "kernel", "ode"),
+    ("rollout", "guidance_scale", 0.5),
+    ("model.lora", "init", "xavier"),
+])
+def test_bad_values_name_the_key(section, key, value):
+    cfg = valid()
+    target = cfg
+    for part in section.split("."):
+        target = getattr(target, part)
+    setattr(target, key, value)
+    assert f"{section}.{key}=" in validate_error(cfg)
+
+
+def test_an_empty_reward_list():
+    cfg = valid()
+    cfg.reward = RewardConfig(rewards=[])
+    assert "reward.rewards" in validate_error(cfg)
+
+
+# --- registered names are checked at load ---------------------------------------------------
+# Each failing override must raise ConfigError naming the key, the bad value and (so the fix is
+# in the message) at least one valid name.
+@pytest.mark.parametrize("override, key, bad, a_valid_name", [
+    ("algo.policy_loss=flow_grpoo", "algo.policy_loss", "flow_grpoo", "flow_grpo"),
+    ("algo.advantage=grpoo", "algo.advantage", "grpoo", "grpo"),
+    ("algo.kl_form=exakt", "algo.kl_form", "exakt", "exact"),
+    ("rollout.kernel=sdee", "rollout.kernel", "sdee", "sde"),
+    ("model.adapter=StableDifusion3Pipeline", "model.adapter", "StableDifusion3Pipeline", "StableDiffusion3Pipeline"),
+    ("reward.rewards=[{name: jpeg_compresibility}]", "reward.rewards", "jpeg_compresibility", "jpeg_compressibility"),
+    ("rollout.backend=vlm", "rollout.backend", "vlm", "native"),
+    ("trainer.loggers=[console,tensorbord]", "trainer.loggers", "tensorbord", "tensorboard"),
+    ("trainer.device=tpu", "trainer.device", "tpu", "cpu"),
+])
+def test_unknown_component_names_fail_at_load(override, key, bad, a_valid_name):
+    with pytest.raises(ConfigError) as info:
+        load_config([override])
+    message = str(info.value)
+    assert key in message and bad in message
+    assert a_valid_name in message.replace(bad, ""), "the message should list the valid names"
+    assert "\n" not in message
+
+
+def test_unknown_reward_option_fails_at_load():
+    with pytest.raises(ConfigError) as info:
+        load_config(["reward.rewards=[{name: jpeg_compressibility, kwargs: {scael: 0.002}}]"])
+    assert "jpeg_compressibility" in str(info.value) and "scael" in str(info.value)
+
+
+@pytest.mark.parametrize("override", [
+    "algo.policy_loss=flow_dppo", "algo.policy_loss=grpo_guard", "algo.advantage=rloo",
+    "algo.advantage=dr_grpo", "algo.kl_form=exact", "rollout.kernel=cps", "rollout.kernel=dance_sde",
+    "reward.rewards=[{name: brightness}, {name: jpeg_compressibility, weight: 0.5, kwargs: {scale: 0.002}}]",
+    "trainer.loggers=[console,jsonl]", "trainer.device=cpu",
+])
+def test_registered_component_names_load(override):
+    load_config([override])
+
+
+# --- values the trainer would only reject at run time ---------------------------------------
+def test_an_empty_prompt_list_fails_at_validation():
+    cfg = valid()
+    cfg.data.prompts = []
+    assert "data.prompts" in validate_error(cfg)
+
+
+@pytest.mark.parametrize("weight", [float("nan"), float("inf")])
+def test_a_non_finite_reward_weight_fails_at_validation(weight):
+    cfg = valid()
+    cfg.reward.rewards[0].weight = weight
+    assert "reward.rewards" in validate_error(cfg)
+
+
+def test_a_reward_listed_twice_fails_at_validation():
+    cfg = valid()
+    cfg.reward = RewardConfig(rewards=[RewardItemConfig(name="brightness"), RewardItemConfig(name="brightness", weight=0.5)])
+    message = validate_error(cfg)
+    assert "reward.rewards" in message and "brightness" in message

@@ -1,0 +1,59 @@
+"""Gallery grids: layout size, captions, inputs accepted and rejected."""
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+from omni_rl.logging import make_grid, save_grid
+
+
+def test_grid_size_b5_nrow3_no_captions():
+    images = torch.zeros(5, 16, 20, 3, dtype=torch.uint8)
+    grid = make_grid(images, nrow=3, padding=4)
+    # 3 columns x 2 rows of 20x16 tiles, 4 px around and between:
+    # width 4 + 3 * (20 + 4) = 76, height 4 + 2 * (16 + 4) = 44.
+    assert grid.size == (76, 44) and grid.mode == "RGB"
+    # The empty sixth cell (row 2, column 3) stays background white.
+    assert grid.getpixel((4 + 2 * 24 + 10, 4 + 24 + 8)) == (255, 255, 255)
+    # The fifth tile (row 2, column 2) is pasted there.
+    assert grid.getpixel((4 + 24 + 10, 4 + 24 + 8)) == (0, 0, 0)
+
+
+def test_grid_with_captions_adds_a_strip_and_draws_text():
+    images = torch.full((5, 16, 20, 3), 128, dtype=torch.uint8)
+    plain = make_grid(images, nrow=3, padding=4)
+    captioned = make_grid(images, nrow=3, captions=[f"prompt {i} " * 10 for i in range(5)], padding=4)
+    assert captioned.width == plain.width
+    assert captioned.height > plain.height
+    # The strip under the first tile has dark caption pixels (truncated text still drawn).
+    strip = np.asarray(captioned)[4 + 16 : 4 + 16 + (captioned.height - plain.height) // 2, 4 : 4 + 20]
+    assert strip.min() < 128
+
+
+def test_single_image_and_pil_list():
+    one = make_grid(torch.zeros(1, 8, 8, 3, dtype=torch.uint8), nrow=4, padding=2)
+    assert one.size == (12, 12)  # one column only, not four
+    pil = [Image.new("RGB", (8, 6), (i * 40, 0, 0)) for i in range(3)]
+    assert make_grid(pil, nrow=2, padding=0).size == (16, 12)
+    gray = make_grid(np.zeros((2, 4, 4, 1), np.uint8), nrow=2, padding=0)
+    assert gray.size == (8, 4)
+
+
+def test_bad_inputs_name_the_problem():
+    with pytest.raises(ValueError, match="uint8"):
+        make_grid(torch.zeros(2, 8, 8, 3), nrow=2)  # float
+    with pytest.raises(ValueError, match=r"\[B, H, W, C\]"):
+        make_grid(torch.zeros(2, 3, 8, 8, dtype=torch.uint8), nrow=2)  # channels first
+    with pytest.raises(ValueError, match="2 captions for 3 images"):
+        make_grid(torch.zeros(3, 4, 4, 3, dtype=torch.uint8), nrow=2, captions=["a", "b"])
+    with pytest.raises(ValueError, match="one size"):
+        make_grid([Image.new("RGB", (4, 4)), Image.new("RGB", (5, 4))], nrow=2)
+    with pytest.raises(ValueError, match="nrow"):
+        make_grid(torch.zeros(1, 4, 4, 3, dtype=torch.uint8), nrow=0)
+
+
+def test_save_grid_writes_png(tmp_path):
+    path = save_grid(torch.zeros(5, 16, 20, 3, dtype=torch.uint8), tmp_path / "g" / "step_1.png", 3, ["a"] * 5)
+    with Image.open(path) as image:
+        assert image.format == "PNG" and image.width == 76
+    assert [p.name for p in (tmp_path / "g").iterdir()] == ["step_1.png"]

@@ -1,0 +1,74 @@
+"""The reward registry and build_reward (omni_rl/reward/registry.py)."""
+import pytest
+
+from omni_rl.registry import RegistryError
+from omni_rl.reward import REWARDS, RewardConfigError, build_reward, register_reward
+
+
+@register_reward("tests.registry.offset")
+class OffsetScorer:
+    def __init__(self, *, offset: float = 0.0):
+        self.offset = offset
+
+    def __call__(self, images, prompts, metadata):
+        return [self.offset] * len(prompts)
+
+
+@register_reward("tests.registry.needs_option")
+def needs_option(*, level: int):
+    return lambda images, prompts, metadata: [float(level)] * len(prompts)
+
+
+@register_reward("tests.registry.not_callable")
+def not_callable():
+    return 42
+
+
+@register_reward("tests.registry.broken_factory")
+def broken_factory(*, value: int = 0):
+    raise ValueError(f"value must be positive, got {value}")
+
+
+def test_build_passes_options_to_a_class_factory():
+    scorer = build_reward("tests.registry.offset", offset=2.5)
+    assert isinstance(scorer, OffsetScorer)
+    assert scorer(None, ["a", "b"], [{}, {}]) == [2.5, 2.5]
+
+
+def test_builtin_rewards_are_found_through_the_plugins():
+    assert {"jpeg_compressibility", "jpeg_incompressibility", "brightness"} <= set(REWARDS.names())
+    assert callable(build_reward("jpeg_compressibility", scale=0.002))
+
+
+def test_unknown_name_lists_the_registered_ones():
+    with pytest.raises(RegistryError, match=r"unknown reward 'jpeg_compresibility'.*jpeg_compressibility"):
+        build_reward("jpeg_compresibility")
+
+
+def test_unknown_option_names_the_reward_and_the_option():
+    with pytest.raises(TypeError, match=r"reward 'tests.registry.offset'.*'ofset'.*accepted options: offset"):
+        build_reward("tests.registry.offset", ofset=1.0)
+    with pytest.raises(RewardConfigError, match=r"'jpeg_compressibility'.*'scael'.*scale, quality"):
+        build_reward("jpeg_compressibility", scael=0.002)
+
+
+def test_missing_required_option():
+    with pytest.raises(TypeError, match=r"reward 'tests.registry.needs_option'.*level"):
+        build_reward("tests.registry.needs_option")
+    assert build_reward("tests.registry.needs_option", level=3)(None, ["p"], [{}]) == [3.0]
+
+
+def test_factory_must_return_a_callable():
+    with pytest.raises(RewardConfigError, match="returned a int, which is not callable"):
+        build_reward("tests.registry.not_callable")
+
+
+def test_factory_errors_propagate_with_a_note():
+    with pytest.raises(ValueError, match="value must be positive") as info:
+        build_reward("tests.registry.broken_factory", value=-1)
+    assert any("tests.registry.broken_factory" in note for note in getattr(info.value, "__notes__", []))
+
+
+def test_duplicate_registration_raises():
+    with pytest.raises(RegistryError, match="already registered"):
+        register_reward("tests.registry.offset")(lambda: None)

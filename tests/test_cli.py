@@ -1,0 +1,70 @@
+"""The command line (omni_rl/cli.py, main_omni.py).
+
+Bad configs go through `python main_omni.py` in a subprocess (about a second each), because
+what matters there is what a user sees: exit code 2 and one `error:` line on stderr, no
+traceback. `--cfg` and `--help` are checked in-process through `main(argv)`.
+"""
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from omegaconf import OmegaConf
+
+from omni_rl.cli import main
+from omni_rl.config import available_recipes
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+
+
+def run_main_omni(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "main_omni.py", *args],
+        cwd=REPO_ROOT, capture_output=True, text=True, timeout=120,
+    )
+
+
+@pytest.mark.parametrize("arg, expected", [
+    ("recipe=nope", ["unknown recipe 'nope'", *available_recipes()]),
+    ("trainer.totl_steps=3", ["trainer.totl_steps"]),
+    ("trainer.total_steps=abc", ["trainer.total_steps", "abc"]),
+])
+def test_bad_config_exits_2_with_one_error_line(arg, expected):
+    result = run_main_omni(arg)
+    assert result.returncode == 2, result.stderr
+    assert "Traceback" not in result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("error: ")
+    for text in expected:
+        assert text in lines[0]
+    assert result.stdout == ""
+
+
+def test_cfg_prints_the_composed_config_with_the_overrides(capsys):
+    assert main(["--cfg", "trainer.total_steps=17", "rollout.num_steps=9"]) == 0
+    printed = OmegaConf.create(capsys.readouterr().out)
+    assert printed.trainer.total_steps == 17 and printed.rollout.num_steps == 9
+    assert printed.recipe == "tiny_sd3_flowgrpo"
+    assert printed.trainer.seed == 42  # a schema default, untouched
+
+
+def test_cfg_with_a_bad_config_exits_2(capsys):
+    assert main(["--cfg", "model.dtype=fp8"]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err.startswith("error: ") and "model.dtype" in captured.err
+
+
+@pytest.mark.parametrize("flag", ["--help", "-h"])
+def test_help_exits_0_and_lists_the_recipes(flag, capsys):
+    assert main([flag]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("usage:")
+    for name in available_recipes():
+        assert name in out
+
+
+def test_unknown_option_exits_2(capsys):
+    assert main(["--cfgg"]) == 2
+    assert "error: unknown option '--cfgg'" in capsys.readouterr().err
