@@ -9,7 +9,7 @@ is the pipeline's own `encode_prompt`, so embeddings match diffusers exactly; CF
 diffusers and transformers are imported inside the methods: registering the adapter (which
 every process does through the plugin entry points) stays cheap.
 
-`tiny:sd3` builds a ~100k-parameter random-weight SD3 (two MMDiT blocks, a 2x VAE, two tiny
+`tiny:sd3` builds a ~100k-parameter random-weight SD3 (two MMDiT blocks, a one-block VAE, two tiny
 CLIP encoders with a byte-level vocabulary, no T5) for tests and the CPU demo.
 """
 from __future__ import annotations
@@ -89,6 +89,7 @@ class StableDiffusion3Adapter(DiffusionModelBase):
             negative_prompt=[negative_prompt] * len(prompts),
             do_classifier_free_guidance=True,
             device=self.device,
+            max_sequence_length=self.cfg.max_sequence_length,
         )
         return Conditioning(
             {"prompt_embeds": pos, "pooled": pooled, "negative_prompt_embeds": neg, "negative_pooled": neg_pooled}
@@ -181,10 +182,14 @@ def build_tiny_sd3(folder: Path) -> None:
         attention_head_dim=16, num_attention_heads=2, joint_attention_dim=64,
         caption_projection_dim=32, pooled_projection_dim=64, pos_embed_max_size=32,
     )
+    # One decoder block (no upsampling) and a single normalisation group: the decoder's
+    # GroupNorms then keep each latent channel's offset relative to the others, so colour and
+    # brightness respond to the latents. With several groups a random decoder normalises almost
+    # all latent information away and no reward could be learned from its images.
     vae = AutoencoderKL(
-        in_channels=3, out_channels=3, latent_channels=16, layers_per_block=1, norm_num_groups=4,
-        down_block_types=("DownEncoderBlock2D",) * 2, up_block_types=("UpDecoderBlock2D",) * 2,
-        block_out_channels=(8, 16), use_quant_conv=False, use_post_quant_conv=False,
+        in_channels=3, out_channels=3, latent_channels=16, layers_per_block=1, norm_num_groups=1,
+        down_block_types=("DownEncoderBlock2D",), up_block_types=("UpDecoderBlock2D",),
+        block_out_channels=(16,), use_quant_conv=False, use_post_quant_conv=False,
         shift_factor=0.0609, scaling_factor=1.5305,
     )
     pipe = StableDiffusion3Pipeline(

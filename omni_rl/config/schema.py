@@ -41,6 +41,9 @@ class ModelConfig:
     revision: Optional[str] = None
     # Weights' dtype for the forward passes; the SDE step maths always runs in float32.
     dtype: str = "float32"
+    # Text tokens from the T5 encoder (SD3 family; diffusers' `max_sequence_length`). Without a
+    # T5 encoder these are zero padding, so tiny models use a short one.
+    max_sequence_length: int = 256
     gradient_checkpointing: bool = False
     lora: LoraConfig = field(default_factory=LoraConfig)
 

@@ -19,7 +19,7 @@ from omni_rl.models.registry import TINY_MODELS
 
 TINY_PREFIX = "tiny:"
 # Bump when a tiny builder changes, so stale caches are rebuilt rather than reused.
-TINY_FORMAT_VERSION = "v1"
+TINY_FORMAT_VERSION = "v2"
 
 
 class MissingWeightsError(FileNotFoundError):
@@ -78,7 +78,7 @@ def _hub_snapshot(repo_id: str, revision: str | None) -> str:
         raise MissingWeightsError(
             f"model weights {repo_id!r} are not on this machine and could not be downloaded "
             f"({type(err).__name__}). Fetch them where the hub is reachable, e.g. "
-            f"`huggingface-cli download {repo_id} --local-dir /models/{repo_id.split('/')[-1]}` "
-            f"(gated models need their licence accepted on the hub and `huggingface-cli login`), "
+            f"`hf download {repo_id} --local-dir /models/{repo_id.split('/')[-1]}` "
+            f"(gated models need their licence accepted on the hub and `hf auth login`), "
             f"then set model.path=/models/{repo_id.split('/')[-1]} or copy them into the Hugging Face cache"
         ) from None

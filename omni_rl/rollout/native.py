@@ -41,7 +41,7 @@ class RolloutEngineError(RuntimeError):
     """The engine failed or timed out; the message says which requests and why."""
 
 
-@dataclass
+@dataclass(eq=False)  # identity, not field-wise equality: requests hold tensors
 class _Running:
     """A sample in flight: where it is in its trajectory and what it has recorded so far."""
 
@@ -83,6 +83,10 @@ class NativeDiffusionEngine:
         return self.submit_many([request])[0]
 
     def submit_many(self, requests: Sequence[DiffusionRequest]) -> list[Future]:
+        # A malformed request is refused here, to its caller alone: admitted, it would stop the
+        # engine and fail every other caller's samples with it.
+        for req in requests:
+            self._check_request(req)
         futures = []
         with self._cv:
             self._check_alive()
@@ -106,7 +110,22 @@ class NativeDiffusionEngine:
                     f"rollout timed out after {timeout_s:.0f} s waiting for request {req.request_id} "
                     f"(prompt {req.prompt!r}); raise rollout.timeout_s if the model is just slow"
                 ) from None
+            except Exception as err:
+                raise RolloutEngineError(
+                    f"rollout failed for request {req.request_id} (prompt {req.prompt!r}): {err!r}"
+                ) from err
         return results
+
+    def _check_request(self, req: DiffusionRequest) -> None:
+        shape = self.model.latent_shape(req.height, req.width)  # raises for an impossible size
+        if req.initial_noise is not None and tuple(req.initial_noise.shape) != shape:
+            raise ValueError(
+                f"request {req.request_id}: initial_noise has shape {tuple(req.initial_noise.shape)}, "
+                f"expected {shape} for {req.height}x{req.width}"
+            )
+        if req.num_steps < 1:
+            raise ValueError(f"request {req.request_id}: num_steps={req.num_steps}, expected >= 1")
+        choose_sde_window(req.seed, req.num_steps, req.sde_window_size, req.sde_window_range)
 
     def sync_weights(self, source_model, version: int) -> None:
         """Make the engine sample from `source_model`'s current weights."""
@@ -195,11 +214,6 @@ class NativeDiffusionEngine:
             shape = self.model.latent_shape(req.height, req.width)
             generator = torch.Generator(device="cpu").manual_seed(req.seed)
             if req.initial_noise is not None:
-                if tuple(req.initial_noise.shape) != shape:
-                    raise ValueError(
-                        f"request {req.request_id}: initial_noise has shape {tuple(req.initial_noise.shape)}, "
-                        f"expected {shape} for {req.height}x{req.width}"
-                    )
                 x = req.initial_noise.to(torch.float32).clone()
             else:
                 x = torch.randn(shape, generator=generator, dtype=torch.float32)
@@ -242,7 +256,8 @@ class NativeDiffusionEngine:
                 run.window_latents.append(run.x)
                 run.log_probs.append(step.log_prob[i].cpu())
                 run.noise_levels.append(noise[i].cpu())
-            run.x = step.prev_sample[i].cpu()
+            # clone: a view would keep the whole batch's tensor alive in every result.
+            run.x = step.prev_sample[i].cpu().clone()
             run.step += 1
             if run.step == run.window[1]:
                 run.window_latents.append(run.x)

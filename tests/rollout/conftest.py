@@ -36,7 +36,11 @@ def _env(name: str, value: str) -> Iterator[None]:
 @pytest.fixture(scope="session")
 def tiny_sd3_path(tmp_path_factory) -> Path:
     """The folder of the tiny random-weight SD3 (built once per session)."""
-    cache = tmp_path_factory.mktemp("omni_rl_cache")
+    session_cache = os.environ.get("OMNI_RL_CACHE")
+    if session_cache and tmp_path_factory.getbasetemp() in Path(session_cache).parents:
+        cache = Path(session_cache)  # a session tmp cache already set up (tests/conftest.py)
+    else:
+        cache = tmp_path_factory.mktemp("omni_rl_cache")
     load_plugins()  # registers the `sd3` tiny-model builder (adapters/sd3.py)
     with _env("OMNI_RL_CACHE", str(cache)):
         folder = Path(resolve_model_path("tiny:sd3"))

@@ -12,6 +12,7 @@ What is checked, on the tiny SD3 (32x32 px, 6 steps, a few ms per forward):
 from __future__ import annotations
 
 import contextlib
+import re
 import threading
 import time
 
@@ -66,9 +67,9 @@ def assert_same_result(a, b, atol=ATOL):
     torch.testing.assert_close(a.noise_levels, b.noise_levels, atol=0, rtol=0)
     assert (a.image is None) == (b.image is None)
     if a.image is not None:
-        # The VAE decode is batched too, so a float ~1e-7 apart can round to the next uint8
-        # level on a rare pixel (measured: 2 of 24,576 values for 8 latents): allow one level,
-        # on at most 0.1% of the values.
+        # The VAE decode is batched too, so a pixel ~1e-7 from a rounding boundary can land on
+        # the next uint8 level (seen: a few values in 10^4-10^5): allow one level, on at most
+        # 0.1% of the values.
         assert a.image.dtype == b.image.dtype == torch.uint8
         diff = (a.image.int() - b.image.int()).abs()
         assert diff.max() <= 1 and (diff > 0).float().mean() < 1e-3, (diff.max(), (diff > 0).sum())
@@ -275,15 +276,20 @@ def test_explicit_initial_noise_is_used(tiny_sd3):
     torch.testing.assert_close(noise, torch.randn(noise.shape, generator=torch.Generator().manual_seed(99)))
 
 
-def test_wrong_shaped_noise_fails_its_request_then_engine_refuses_work(tiny_sd3):
+def test_wrong_shaped_noise_fails_its_request_with_a_clear_error(tiny_sd3):
     bad = request(initial_noise=torch.zeros(4, 8, 8))
+    expected = re.escape(f"initial_noise has shape (4, 8, 8), expected {tiny_sd3.latent_shape(H, W)}")
     with engine_for(tiny_sd3, max_num_seqs=2) as engine:
-        future = engine.submit(bad)
-        with pytest.raises(ValueError, match=r"initial_noise has shape \(4, 8, 8\), expected \(16, 16, 16\)"):
-            future.result(timeout=TIMEOUT_S)
+        with pytest.raises(ValueError, match=expected):  # from submit or from the future
+            engine.submit(bad).result(timeout=TIMEOUT_S)
+        # Today the bad request stops the whole engine (native.py fails everything after an
+        # exception in its loop); either way the next call answers at once instead of hanging.
         t0 = time.monotonic()
-        with pytest.raises(RolloutEngineError, match="stopped after an error"):
-            engine.generate([request()], timeout_s=2.0)
+        try:
+            (result,) = engine.generate([request()], timeout_s=2.0)
+            assert result.final_latent.shape == tiny_sd3.latent_shape(H, W)
+        except RolloutEngineError as err:
+            assert "initial_noise" in str(err)
         assert time.monotonic() - t0 < 2.0
 
 
@@ -292,10 +298,14 @@ def test_forward_error_reaches_every_waiting_caller(tiny_sd3):
         if i == 2:
             raise RuntimeError("boom in forward 2")
 
-    with engine_for(SpyModel(tiny_sd3, hook), max_num_seqs=4) as engine:
+    with engine_for(SpyModel(tiny_sd3, hook), max_num_seqs=4, max_wait_ms=50) as engine:
         t0 = time.monotonic()
+        other_caller = engine.submit_many([request(seed=s) for s in (7, 8)])  # running too
         with pytest.raises(RuntimeError, match="boom in forward 2"):
             engine.generate([request(seed=s) for s in range(3)], timeout_s=5.0)
+        for future in other_caller:
+            with pytest.raises(RuntimeError, match="boom in forward 2"):
+                future.result(timeout=5.0)
         assert time.monotonic() - t0 < 5.0
         with pytest.raises(RolloutEngineError, match="boom in forward 2"):
             engine.generate([request()], timeout_s=1.0)
@@ -303,7 +313,7 @@ def test_forward_error_reaches_every_waiting_caller(tiny_sd3):
 
 def test_generate_times_out_instead_of_hanging(tiny_sd3):
     release = threading.Event()
-    spy = SpyModel(tiny_sd3, lambda i: release.wait(TIMEOUT_S))
+    spy = SpyModel(tiny_sd3, lambda i: release.wait(5.0) if i == 0 else None)
     with engine_for(spy, max_num_seqs=2) as engine:
         t0 = time.monotonic()
         try:
@@ -338,7 +348,8 @@ def test_different_batch_keys_never_share_a_forward(tiny_sd3):
     # Each forward holds exactly the three samples of one key (mixing would give 6 or 9).
     assert [f["batch"] for f in spy.forwards] == [3] * (3 * STEPS)
     keys = {(f["guidance"], f["shape"]) for f in spy.forwards}
-    assert keys == {(GUIDANCE, (16, 16, 16)), (1.0, (16, 16, 16)), (GUIDANCE, (16, 24, 24))}
+    small, large = tiny_sd3.latent_shape(H, W), tiny_sd3.latent_shape(48, 48)
+    assert keys == {(GUIDANCE, small), (1.0, small), (GUIDANCE, large)}
     # And each sample is what it would be alone (with its own guidance and size).
     for req, res in zip(reqs[:3], results[:3]):
         assert_same_result(res, run_alone(tiny_sd3, req))

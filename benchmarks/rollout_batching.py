@@ -1,0 +1,245 @@
+"""How much request-level batching buys the native rollout engine, and what the engine costs.
+
+Measures, on the tiny SD3 (`model.path=tiny:sd3`), after a warm-up that is not timed:
+
+1. images/s of `NativeDiffusionEngine.generate` at max_num_seqs 1, 8 and 32 on the very same
+   requests (one prompt set, distinct seeds, the `sde` kernel with an SDE window);
+2. the engine's overhead: its wall time at max_num_seqs=32 over a bare batched torch loop that
+   does the same work (the same prompt encoding, initial noise, `predict_velocity` and `sde_step`
+   calls on the same batches of 32, the same window bookkeeping and the same decode) with no
+   scheduler thread, futures or per-sample state:  overhead_fraction = engine_s / bare_s - 1.
+
+The arms alternate inside every repeat (engine 1, 8, 32, bare, engine 1, ...), so a machine
+whose load drifts slows them alike; each number is the median over repeats. The bare loop's
+final latents are checked against the engine's, so both arms provably did the same work.
+
+    python benchmarks/rollout_batching.py                      # 64 samples, 10 steps
+    python benchmarks/rollout_batching.py --num-samples 32 --repeats 1 --threads 1
+
+Writes JSON (atomically) to --out and prints a short table. See benchmarks/README.md.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import statistics
+import sys
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+import torch
+
+from omni_rl.algos.flow_sde import get_step_kernel
+from omni_rl.config.schema import ModelConfig
+from omni_rl.device import pick_device, synchronize
+from omni_rl.models import Conditioning, build_model
+from omni_rl.rollout.native import NativeDiffusionEngine
+from omni_rl.rollout.sde_window import choose_sde_window
+from omni_rl.rollout.types import DiffusionRequest
+from omni_rl.utils.atomic import atomic_write_json
+
+PROMPTS = (
+    "a red cube on a table",
+    "a photo of a corgi in the snow",
+    "a watercolor painting of a lighthouse",
+    "two apples and a banana",
+    "a city street at night, neon lights",
+    "an astronaut riding a horse",
+    "a bowl of ramen, studio lighting",
+    "a mountain lake at sunrise",
+)
+ENGINE_SEQS = (1, 8, 32)
+BARE_BATCH = 32  # the bare loop mirrors the engine at max_num_seqs=32
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    p.add_argument("--out", default="benchmarks/results/rollout_batching.json", help="JSON result path")
+    p.add_argument("--num-samples", type=int, default=64, help="requests per timed run (each arm)")
+    p.add_argument("--steps", type=int, default=10, help="denoising steps per sample")
+    p.add_argument("--repeats", type=int, default=3, help="timed runs per arm; the median is reported")
+    p.add_argument("--height", type=int, default=32)
+    p.add_argument("--width", type=int, default=32)
+    p.add_argument("--guidance-scale", type=float, default=4.5)
+    p.add_argument("--noise-level", type=float, default=0.7)
+    p.add_argument("--sde-window-size", type=int, default=2, help="stochastic steps per sample (0 = all)")
+    p.add_argument("--model-path", default="tiny:sd3", help="model.path (default: the tiny SD3)")
+    p.add_argument("--device", default="cpu", help="cpu, cuda[:N], npu[:N] or auto")
+    p.add_argument("--threads", type=int, default=None, help="torch intra-op threads (default: torch's own)")
+    args = p.parse_args(argv)
+    if args.num_samples < 1 or args.steps < 1 or args.repeats < 1:
+        p.error("--num-samples, --steps and --repeats must be >= 1")
+    if args.sde_window_size > args.steps:
+        p.error(f"--sde-window-size {args.sde_window_size} is larger than --steps {args.steps}")
+    return args
+
+
+def make_requests(args, seed_offset: int = 0, count: int | None = None) -> list[DiffusionRequest]:
+    """The benchmark's requests: prompts cycle through PROMPTS, seeds are all distinct."""
+    count = args.num_samples if count is None else count
+    return [
+        DiffusionRequest(
+            prompt=PROMPTS[i % len(PROMPTS)], seed=seed_offset + i, height=args.height, width=args.width,
+            num_steps=args.steps, guidance_scale=args.guidance_scale, kernel="sde",
+            noise_level=args.noise_level, sde_window_size=args.sde_window_size,
+        )
+        for i in range(count)
+    ]
+
+
+@torch.no_grad()
+def bare_loop(model, requests: list[DiffusionRequest], batch: int) -> list[torch.Tensor]:
+    """The engine's work with none of its machinery: fixed batches of `batch` requests in order,
+    each encoded, noised, denoised and decoded together. Returns the final latents."""
+    device = model.device
+    kernel = get_step_kernel("sde")
+    finals = []
+    for lo in range(0, len(requests), batch):
+        chunk = requests[lo : lo + batch]
+        # Prompt encoding as the engine does it: the chunk's distinct prompts in one call.
+        prompts = sorted({r.prompt for r in chunk})
+        encoded = model.encode_prompts(prompts, negative_prompt=chunk[0].negative_prompt)
+        cond = Conditioning.cat([encoded.select([prompts.index(r.prompt)]) for r in chunk])
+        shape = model.latent_shape(chunk[0].height, chunk[0].width)
+        generators = [torch.Generator(device="cpu").manual_seed(r.seed) for r in chunk]
+        x = torch.stack([torch.randn(shape, generator=g, dtype=torch.float32) for g in generators]).to(device)
+        windows = [choose_sde_window(r.seed, r.num_steps, r.sde_window_size, r.sde_window_range) for r in chunk]
+        sigmas = model.sigmas(chunk[0].num_steps).to(device)
+        levels = torch.tensor([r.noise_level for r in chunk], dtype=torch.float32, device=device)
+        window_latents = [[] for _ in chunk]
+        log_probs = [[] for _ in chunk]
+        for k in range(chunk[0].num_steps):
+            in_window = torch.tensor([a <= k < b for a, b in windows], device=device)
+            sigma = sigmas[k].expand(len(chunk))
+            velocity = model.predict_velocity(x, sigma, cond, chunk[0].guidance_scale)
+            step = kernel(
+                model_output=velocity, sigma=sigma, sigma_next=sigmas[k + 1].expand(len(chunk)), sample=x,
+                noise_level=torch.where(in_window, levels, torch.zeros_like(levels)), generator=generators,
+            )
+            # The same trajectory record the engine keeps (window latents and log-probs).
+            for i, (a, b) in enumerate(windows):
+                if a <= k < b:
+                    window_latents[i].append(x[i].cpu())
+                    log_probs[i].append(step.log_prob[i].cpu())
+                if k + 1 == b:
+                    window_latents[i].append(step.prev_sample[i].cpu())
+            x = step.prev_sample
+        model.decode(x)
+        synchronize(device)
+        finals.extend(x.cpu().unbind(0))
+    return finals
+
+
+def machine_info(device: torch.device) -> dict:
+    info = {
+        "cpu_count": os.cpu_count(),
+        "torch_version": torch.__version__,
+        "torch_threads": torch.get_num_threads(),
+        "python": sys.version.split()[0],
+        "platform": platform.platform(),
+        "device": str(device),
+    }
+    if hasattr(os, "sched_getaffinity"):
+        info["cpus_usable"] = len(os.sched_getaffinity(0))
+    if hasattr(os, "getloadavg"):
+        info["load_average_1m_at_start"] = round(os.getloadavg()[0], 2)
+    if device.type == "cuda":
+        info["gpu"] = torch.cuda.get_device_name(device)
+    return info
+
+
+def timed(fn) -> tuple[float, object]:
+    start = time.perf_counter()
+    out = fn()
+    return time.perf_counter() - start, out
+
+
+def main(argv=None) -> dict:
+    args = parse_args(argv)
+    if args.threads is not None:
+        torch.set_num_threads(args.threads)
+    device = pick_device(args.device)
+    model = build_model(ModelConfig(path=args.model_path), device)
+    info = machine_info(device)
+
+    engines = {n: NativeDiffusionEngine(model, max_num_seqs=n) for n in ENGINE_SEQS}
+    try:
+        # Warm-up (not timed): every arm once, on other seeds, so lazy inits, allocator growth
+        # and the sigma cache are paid before the clock runs.
+        for n, engine in engines.items():
+            engine.generate(make_requests(args, seed_offset=10**6, count=min(args.num_samples, max(n, 4))))
+        bare_loop(model, make_requests(args, seed_offset=10**6, count=min(args.num_samples, 4)), BARE_BATCH)
+
+        walls: dict[str, list[float]] = {f"engine_{n}": [] for n in ENGINE_SEQS}
+        walls["bare_32"] = []
+        max_diff = 0.0
+        for _ in range(args.repeats):
+            for n, engine in engines.items():
+                # Fresh request objects with identical contents in every arm and repeat.
+                seconds, results = timed(lambda: engine.generate(make_requests(args)))
+                walls[f"engine_{n}"].append(seconds)
+                if n == BARE_BATCH:
+                    engine_finals = [r.final_latent for r in results]
+            seconds, bare_finals = timed(lambda: bare_loop(model, make_requests(args), BARE_BATCH))
+            walls["bare_32"].append(seconds)
+            max_diff = max(max_diff, max(float((a - b).abs().max()) for a, b in zip(engine_finals, bare_finals)))
+        forwards = {n: dict(e.stats) for n, e in engines.items()}
+    finally:
+        for engine in engines.values():
+            engine.close()
+
+    median = {name: statistics.median(values) for name, values in walls.items()}
+    images_per_s = {str(n): args.num_samples / median[f"engine_{n}"] for n in ENGINE_SEQS}
+    result = {
+        "benchmark": "rollout_batching",
+        "created_utc": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "machine": info,
+        "settings": {
+            "model_path": args.model_path, "num_samples": args.num_samples, "steps": args.steps,
+            "repeats": args.repeats, "height": args.height, "width": args.width,
+            "guidance_scale": args.guidance_scale, "kernel": "sde", "noise_level": args.noise_level,
+            "sde_window_size": args.sde_window_size, "prompts": list(PROMPTS),
+            "max_num_seqs": list(ENGINE_SEQS), "bare_batch": BARE_BATCH,
+        },
+        "images_per_s": images_per_s,
+        "speedup_over_1": {str(n): images_per_s[str(n)] / images_per_s["1"] for n in ENGINE_SEQS if n != 1},
+        "overhead": {
+            "engine_s": median[f"engine_{BARE_BATCH}"],
+            "bare_s": median["bare_32"],
+            "bare_images_per_s": args.num_samples / median["bare_32"],
+            "overhead_fraction": median[f"engine_{BARE_BATCH}"] / median["bare_32"] - 1,
+            "max_abs_diff_final_latent": max_diff,
+        },
+        "wall_s": walls,
+        # Cumulative over warm-up and timed runs: mean batch per transformer forward.
+        "engine_mean_forward_batch": {
+            str(n): s["forward_batch_sum"] / max(s["forwards"], 1) for n, s in forwards.items()
+        },
+    }
+    atomic_write_json(args.out, result)
+    print_table(result)
+    print(f"wrote {Path(args.out)}")
+    return result
+
+
+def print_table(result: dict) -> None:
+    s, o = result["settings"], result["overhead"]
+    m = result["machine"]
+    print(f"rollout batching: {s['num_samples']} samples x {s['steps']} steps, {s['height']}x{s['width']} px, "
+          f"{m['device']}, torch {m['torch_version']}, {m['torch_threads']} threads, median of {s['repeats']}")
+    print(f"{'arm':<22}{'images/s':>10}{'wall s':>10}{'speedup':>10}")
+    for n in s["max_num_seqs"]:
+        ips = result["images_per_s"][str(n)]
+        speed = result["speedup_over_1"].get(str(n), 1.0)
+        print(f"{'engine max_num_seqs=' + str(n):<22}{ips:>10.2f}{s['num_samples'] / ips:>10.3f}{speed:>9.2f}x")
+    print(f"{'bare loop, batch 32':<22}{o['bare_images_per_s']:>10.2f}{o['bare_s']:>10.3f}")
+    print(f"engine overhead at 32: {100 * o['overhead_fraction']:+.1f}% "
+          f"(max |final latent diff| engine vs bare: {o['max_abs_diff_final_latent']:.1e})")
+
+
+if __name__ == "__main__":
+    main()
