@@ -28,7 +28,7 @@ def test_default_demo_learns(tmp_path):
     assert report["rose"], report
     records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     train = [r for r in records if "actor/first_minibatch_ratio_max_abs_dev" in r]
-    assert len(train) == 40
+    assert len(train) == 80
     assert max(r["actor/first_minibatch_ratio_max_abs_dev"] for r in train) <= 1e-6
     assert max(r["rollout_corr/logprob_abs_diff_max"] for r in train) <= 1e-5
     assert (out / "reward_curve.png").is_file()

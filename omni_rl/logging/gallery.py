@@ -83,13 +83,21 @@ def make_grid(
     captions: Sequence[str] | None = None,
     padding: int = 4,
     font_size: int = 12,
+    min_tile_size: int = 128,
 ) -> Image.Image:
-    """Tile `images` into one RGB image, `nrow` images to a row, optional caption under each."""
+    """Tile `images` into one RGB image, `nrow` images to a row, optional caption under each.
+
+    Tiles smaller than `min_tile_size` on their short side are enlarged by an integer factor with
+    nearest-neighbour sampling (pixels stay sharp and exact), so a tiny model's 32 px samples and
+    their captions remain readable."""
     if isinstance(nrow, bool) or not isinstance(nrow, int) or nrow < 1:
         raise ValueError(f"nrow (images per row) must be an int >= 1, got {nrow!r}")
     if padding < 0:
         raise ValueError(f"padding must be >= 0 pixels, got {padding!r}")
     tiles = _to_pil_list(images)
+    factor = max(1, math.ceil(min_tile_size / max(1, min(tiles[0].size))))
+    if factor > 1:
+        tiles = [t.resize((t.width * factor, t.height * factor), Image.NEAREST) for t in tiles]
     if captions is not None and len(captions) != len(tiles):
         raise ValueError(
             f"got {len(captions)} captions for {len(tiles)} images; pass one caption per image or None"
