@@ -68,6 +68,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--noise-level", type=float, default=0.7)
     p.add_argument("--sde-window-size", type=int, default=2, help="stochastic steps per sample (0 = all)")
     p.add_argument("--model-path", default="tiny:sd3", help="model.path (default: the tiny SD3)")
+    p.add_argument("--max-sequence-length", type=int, default=16,
+                   help="model.max_sequence_length (T5 text tokens; 16 as in the tiny demo recipe)")
     p.add_argument("--device", default="cpu", help="cpu, cuda[:N], npu[:N] or auto")
     p.add_argument("--threads", type=int, default=None, help="torch intra-op threads (default: torch's own)")
     args = p.parse_args(argv)
@@ -163,7 +165,7 @@ def main(argv=None) -> dict:
     if args.threads is not None:
         torch.set_num_threads(args.threads)
     device = pick_device(args.device)
-    model = build_model(ModelConfig(path=args.model_path), device)
+    model = build_model(ModelConfig(path=args.model_path, max_sequence_length=args.max_sequence_length), device)
     info = machine_info(device)
 
     engines = {n: NativeDiffusionEngine(model, max_num_seqs=n) for n in ENGINE_SEQS}
@@ -202,7 +204,8 @@ def main(argv=None) -> dict:
             "model_path": args.model_path, "num_samples": args.num_samples, "steps": args.steps,
             "repeats": args.repeats, "height": args.height, "width": args.width,
             "guidance_scale": args.guidance_scale, "kernel": "sde", "noise_level": args.noise_level,
-            "sde_window_size": args.sde_window_size, "prompts": list(PROMPTS),
+            "sde_window_size": args.sde_window_size, "max_sequence_length": args.max_sequence_length,
+            "prompts": list(PROMPTS),
             "max_num_seqs": list(ENGINE_SEQS), "bare_batch": BARE_BATCH,
         },
         "images_per_s": images_per_s,
