@@ -7,3 +7,6 @@ packages (OCR engines, CLIP models) import them inside their factories, so impor
 package stays fast.
 """
 from rewards import image_stats, jpeg  # noqa: F401  (imported to register)
+from rewards import http_scorer, latent_http  # noqa: F401  (remote scorers over HTTP)
+from rewards import ocr  # noqa: F401  (text rendering, clip/clap/imagebind scorers; heavy imports inside factories)
+from rewards import format, math_answer, multiple_choice, text_rules  # noqa: F401  (text rewards: answers, structure, CPU-demo rules)

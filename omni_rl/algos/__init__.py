@@ -5,7 +5,9 @@ with one call signature, looked up by name from the config:
 
 - `STEP_KERNELS` (`sde`, `cps`, `dance_sde`, `ode`): one denoising step, sampled or scored.
 - `ADVANTAGE_ESTIMATORS` (`grpo`, `dr_grpo`, `rloo`): rewards -> per-sample advantages.
-- `POLICY_LOSSES` (`flow_grpo`, `flow_dppo`, `grpo_guard`): (loss, metrics) per mini-batch.
+- `POLICY_LOSSES`: (loss, metrics) per mini-batch; diffusion steps (`flow_grpo`, `flow_dppo`,
+  `grpo_guard`, in `policy_losses`) and tokens (`ppo_clip`, `dapo`, `gspo`, `cispo`, `sapo`,
+  in `token_losses`, registered when this package is imported).
 - `DIFFUSION_KL` (`flow_grpo_code`, `exact`): per-step KL to the reference policy.
 """
 from omni_rl.algos.advantages import (
@@ -47,6 +49,18 @@ from omni_rl.algos.policy_losses import (
     grpo_guard_loss,
     guard_log_ratio,
 )
+from omni_rl.algos.token_losses import (
+    KL_ESTIMATORS,
+    LOSS_AGG_MODES,
+    aggregate,
+    cispo_loss,
+    dapo_loss,
+    gspo_loss,
+    ppo_clip_loss,
+    sapo_gate,
+    sapo_loss,
+    token_kl,
+)
 
 __all__ = [
     # flow_sde
@@ -85,4 +99,15 @@ __all__ = [
     "get_diffusion_kl",
     "flow_grpo_code_kl",
     "exact_kl",
+    # token losses
+    "LOSS_AGG_MODES",
+    "KL_ESTIMATORS",
+    "aggregate",
+    "token_kl",
+    "sapo_gate",
+    "ppo_clip_loss",
+    "dapo_loss",
+    "gspo_loss",
+    "cispo_loss",
+    "sapo_loss",
 ]

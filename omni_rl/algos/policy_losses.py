@@ -81,6 +81,14 @@ class PolicyLossInput:
     std:           `[B]` (or a scalar) the transition std s of each step (`StepOutput.std`).
     dt:            `[B]` or a float, sigma_next - sigma (< 0) of each step.
     kl_threshold:  Flow-DPPO's trust-region threshold tau on the per-step KL (1e-5).
+    Token extras, read by the token losses of `token_losses` (the diffusion losses ignore them):
+    loss_agg_mode: how per-token terms become one number: "token-mean", "seq-mean-token-mean" or
+                   "seq-mean-token-sum" (`token_losses.aggregate`). `dapo` always uses token-mean
+                   and `gspo` always seq-mean-token-mean, whatever this says.
+    ref_log_prob:  optional `[B, T]`, the reference policy's token log-probs (a constant).
+    kl_coef:       >= 0; with ref_log_prob given, kl_coef * aggregate(kl) is added to the loss.
+    kl_estimator:  per-token KL estimate: "k1" (logp - ref) or "k3" (Schulman's low-variance form).
+    tau_pos, tau_neg: SAPO's gate temperatures for A > 0 and A <= 0 (SAPO: 1.0 and 1.05).
     """
 
     log_prob: Tensor
@@ -95,6 +103,12 @@ class PolicyLossInput:
     std: Optional[Union[Tensor, float]] = None
     dt: Optional[Union[Tensor, float]] = None
     kl_threshold: float = 1e-5
+    loss_agg_mode: str = "token-mean"
+    ref_log_prob: Optional[Tensor] = None
+    kl_coef: float = 0.0
+    kl_estimator: str = "k3"
+    tau_pos: float = 1.0
+    tau_neg: float = 1.05
 
     def __post_init__(self) -> None:
         shape = tuple(self.log_prob.shape)
@@ -125,6 +139,17 @@ class PolicyLossInput:
             raise ValueError(f"adv_clip_max={self.adv_clip_max!r}; expected > 0 (Flow-GRPO uses 5)")
         if not self.kl_threshold >= 0:
             raise ValueError(f"kl_threshold={self.kl_threshold!r}; expected >= 0 (Flow-DPPO uses 1e-5)")
+        if self.ref_log_prob is not None and tuple(self.ref_log_prob.shape) != shape:
+            raise ValueError(
+                f"ref_log_prob has shape {tuple(self.ref_log_prob.shape)}; expected log_prob's shape {shape} "
+                f"(the reference policy's log-probs of the same tokens)."
+            )
+        if not self.kl_coef >= 0:
+            raise ValueError(f"kl_coef={self.kl_coef!r}; expected >= 0 (0 turns the KL term off)")
+        if not (self.tau_pos > 0 and self.tau_neg > 0):
+            raise ValueError(
+                f"tau_pos={self.tau_pos!r}, tau_neg={self.tau_neg!r}; expected both > 0 (SAPO uses 1.0 and 1.05)"
+            )
 
 
 PolicyLoss = Callable[[PolicyLossInput], tuple[Tensor, Metrics]]

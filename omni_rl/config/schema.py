@@ -45,6 +45,9 @@ class ModelConfig:
     # T5 encoder these are zero padding, so tiny models use a short one.
     max_sequence_length: int = 256
     gradient_checkpointing: bool = False
+    # Omni models: keep the vision / audio encoders frozen (LoRA or not).
+    freeze_vision_tower: bool = True
+    freeze_audio_tower: bool = True
     lora: LoraConfig = field(default_factory=LoraConfig)
 
 
@@ -74,6 +77,13 @@ class RolloutConfig:
     max_wait_ms: float = 5.0
     # A rollout that takes longer than this fails the step instead of hanging.
     timeout_s: float = 1800.0
+    # --- text / omni models (autoregressive) ---
+    temperature: float = 1.0
+    top_p: float = 1.0
+    # Longer responses are truncated and counted in response/clip_ratio.
+    max_new_tokens: int = 256
+    # Extra stop tokens besides the tokenizer's end-of-turn token(s).
+    stop_token_ids: list[int] = field(default_factory=list)
 
 
 @dataclass
@@ -96,6 +106,13 @@ class AlgoConfig:
     # "flow_grpo_code" (Flow-GRPO's code) or "exact" (the per-step Gaussian KL).
     kl_form: str = "flow_grpo_code"
     ppo_epochs: int = 1
+    # Token losses: token-mean | seq-mean-token-mean | seq-mean-token-sum.
+    loss_agg_mode: str = "token-mean"
+    # Token KL to the reference: k1 (log-ratio) or k3 (Schulman's unbiased, non-negative).
+    kl_estimator: str = "k3"
+    # SAPO's gate temperatures for positive / negative advantages.
+    tau_pos: float = 1.0
+    tau_neg: float = 1.05
     # "recompute": old log-probs from the actor before the update (ratio exactly 1 on the first
     # mini-batch); "bypass": reuse the rollout's log-probs and skip that forward pass.
     old_logprob_mode: str = "recompute"

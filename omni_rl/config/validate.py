@@ -96,6 +96,12 @@ def validate_config(cfg: OmniConfig) -> None:
         a.kl_coef == 0 or cfg.model.lora.enabled, "algo.kl_coef", a.kl_coef,
         "0 when model.lora.enabled=false (the reference policy is the base model with LoRA disabled)",
     )
+    _require(r.temperature > 0, "rollout.temperature", r.temperature, "> 0")
+    _require(0 < r.top_p <= 1, "rollout.top_p", r.top_p, "in (0, 1]")
+    _require(r.max_new_tokens >= 1, "rollout.max_new_tokens", r.max_new_tokens, ">= 1")
+    _require(a.loss_agg_mode in ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum"), "algo.loss_agg_mode",
+             a.loss_agg_mode, "one of token-mean, seq-mean-token-mean, seq-mean-token-sum")
+    _require(a.kl_estimator in ("k1", "k3"), "algo.kl_estimator", a.kl_estimator, "one of k1, k3")
     _require(o.lr > 0, "optim.lr", o.lr, "> 0")
     _require(len(o.betas) == 2 and all(0 <= b < 1 for b in o.betas), "optim.betas", list(o.betas), "two values in [0, 1)")
     _require(o.max_grad_norm > 0, "optim.max_grad_norm", o.max_grad_norm, "> 0")

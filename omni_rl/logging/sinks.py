@@ -35,7 +35,7 @@ from tqdm import tqdm
 
 from omni_rl.utils.atomic import atomic_write_text
 
-METRIC_NAMESPACES = ("reward", "loss", "actor", "rollout_corr", "perf", "timing", "val")
+METRIC_NAMESPACES = ("reward", "loss", "actor", "rollout_corr", "response", "perf", "timing", "val")
 
 
 @runtime_checkable

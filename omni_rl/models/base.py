@@ -58,13 +58,14 @@ class OmniModelBase(ABC):
         if lora.enabled:
             from peft import LoraConfig
 
-            module.add_adapter(
+            module = self.add_lora(
+                module,
                 LoraConfig(
                     r=lora.rank,
                     lora_alpha=lora.alpha,
                     target_modules=self.lora_targets(),
                     init_lora_weights="gaussian" if lora.init == "gaussian" else True,
-                )
+                ),
             )
             # PEFT keeps adapter weights in the base dtype; train them in fp32 so small
             # updates (lr * grad ~ 1e-7) are not rounded away in bf16.
@@ -76,6 +77,22 @@ class OmniModelBase(ABC):
         if self.cfg.gradient_checkpointing:
             module.enable_gradient_checkpointing()
         self.set_eval_mode()
+
+    def add_lora(self, module: nn.Module, config) -> nn.Module:
+        """Attach LoRA to `module` and return the module that now trains. diffusers models take
+        PEFT adapters in place (`add_adapter`); families override this where their library
+        wraps the model instead."""
+        module.add_adapter(config)
+        return module
+
+    @contextlib.contextmanager
+    def lora_disabled(self) -> Iterator[None]:
+        module = self.trainable_module()
+        module.disable_adapters()
+        try:
+            yield
+        finally:
+            module.enable_adapters()
 
     def frozen_modules(self) -> list[nn.Module]:
         """Every other module the adapter holds (encoders, decoders); never trained."""
@@ -104,12 +121,8 @@ class OmniModelBase(ABC):
         """Within this block the model is the reference (base) policy: LoRA disabled."""
         if not self.cfg.lora.enabled:
             raise RuntimeError("the reference policy is the base model with LoRA disabled; model.lora.enabled=false has none")
-        module = self.trainable_module()
-        module.disable_adapters()
-        try:
+        with self.lora_disabled():
             yield
-        finally:
-            module.enable_adapters()
 
     def set_eval_mode(self) -> None:
         """Dropout off everywhere, in rollout and training alike: the trainer must recompute

@@ -1,22 +1,28 @@
 """Checks and converts the inputs every reward scorer receives.
 
-A scorer is called as `scorer(images, prompts, metadata)` where
+A scorer is called as `scorer(samples, prompts, metadata)` where
 
-- `images` is either a list of PIL images or a `torch.uint8` tensor `[B, H, W, C]` (a uint8
-  numpy array of the same shape is accepted too), pixel values 0..255, channels last;
-- `prompts` is a list of B strings, one per image;
-- `metadata` is a list of B dicts, one per image.
+- `samples` is one batch of B generated samples, of one of two kinds:
+  - images: a list of PIL images or a `torch.uint8` tensor `[B, H, W, C]` (a uint8 numpy
+    array of the same shape is accepted too), pixel values 0..255, channels last;
+  - texts: a list (or tuple) of B strings, the generated responses (text / omni path);
+- `prompts` is a list of B strings, one per sample;
+- `metadata` is a list of B dicts, one per sample (text rewards read the reference answer
+  from `metadata[i]["ground_truth"]`; `ground_truths` fetches it with a clear error).
 
-`check_batch` validates the three together and returns B. `to_uint8_numpy` and `to_pil_list`
-turn either image form into the one a scorer wants, always RGB, so a scorer gives identical
-scores for a PIL list and for the equivalent tensor.
+`check_batch` validates the three together and returns B. `sample_kind` says which kind a
+batch is. `to_uint8_numpy` and `to_pil_list` turn either image form into the one an image
+scorer wants, always RGB, so a scorer gives identical scores for a PIL list and for the
+equivalent tensor; handed texts they raise, saying the reward scores images. `to_text_list`
+is the text scorers' counterpart and raises when handed images.
 
 What is refused, rather than silently corrected (each error says how to fix the input):
 - float tensors (a [0, 1] float and a [0, 255] float look alike; the caller knows which it has),
 - channels-first tensors `[B, C, H, W]`,
 - images with an alpha channel (dropping alpha changes what the image looks like),
 - PIL images of different sizes in one batch (they cannot be stacked into one array),
-- an empty batch.
+- an empty batch,
+- a list mixing strings with other things, and a bare string as the batch (wrap it: [text]).
 Grey images (PIL mode "L" or C == 1) are expanded to RGB; other PIL modes without alpha
 ("P", "CMYK", ...) go through PIL's own `convert("RGB")`.
 """
@@ -29,6 +35,11 @@ import torch
 from PIL import Image
 
 Images = Union[Sequence[Image.Image], torch.Tensor, np.ndarray]
+Texts = Sequence[str]
+Samples = Union[Images, Texts]
+
+IMAGES = "images"
+TEXTS = "texts"
 
 # PIL modes that carry transparency; see the module docstring for why they are refused.
 _ALPHA_MODES = {"RGBA", "RGBa", "LA", "La", "PA"}
@@ -38,40 +49,60 @@ class RewardInputError(ValueError):
     """The images, prompts or metadata handed to a reward do not follow the scorer contract."""
 
 
-def batch_size(images: Images) -> int:
-    """Number of images in `images` (list of PIL images or [B, H, W, C] array/tensor)."""
-    if isinstance(images, (torch.Tensor, np.ndarray)):
-        _check_array_shape(images)
-        return int(images.shape[0])
-    if isinstance(images, Image.Image):
+def sample_kind(samples: Samples) -> str:
+    """`TEXTS` ("texts") for a list/tuple whose first element is a str, else `IMAGES` ("images").
+
+    Only the first element is looked at (an empty list counts as images); `check_batch`
+    checks that a text batch holds nothing but strings.
+    """
+    if isinstance(samples, (list, tuple)) and samples and isinstance(samples[0], str):
+        return TEXTS
+    return IMAGES
+
+
+def batch_size(samples: Samples) -> int:
+    """Number of samples in `samples` (list of PIL images, [B, H, W, C] array/tensor, list of str)."""
+    if isinstance(samples, (torch.Tensor, np.ndarray)):
+        _check_array_shape(samples)
+        return int(samples.shape[0])
+    if isinstance(samples, Image.Image):
         raise RewardInputError(
             "images is a single PIL image; expected a list of PIL images, one per sample. "
             "Wrap it: [image]"
         )
-    if isinstance(images, (list, tuple)):
-        return len(images)
+    if isinstance(samples, str):
+        raise RewardInputError(
+            f"samples is a single string ({_preview(samples)}); expected a list of strings, one "
+            f"generated text per sample. Wrap it: [text]"
+        )
+    if isinstance(samples, (list, tuple)):
+        return len(samples)
     raise RewardInputError(
-        f"images has type {type(images).__name__}; expected a list of PIL images or a uint8 "
-        f"tensor [B, H, W, C]"
+        f"samples has type {type(samples).__name__}; expected a list of PIL images, a uint8 "
+        f"tensor [B, H, W, C], or a list of strings (generated texts)"
     )
 
 
-def check_batch(images: Images, prompts: Sequence[str], metadata: Sequence[dict[str, Any]]) -> int:
+def check_batch(samples: Samples, prompts: Sequence[str], metadata: Sequence[dict[str, Any]]) -> int:
     """Validate one scorer call's inputs; return the batch size B (>= 1).
 
-    Lengths must agree (one prompt and one metadata dict per image), prompts must be strings
-    and metadata entries dicts. The pixel contents are checked by `to_uint8_numpy`.
+    Lengths must agree (one prompt and one metadata dict per sample), prompts must be strings
+    and metadata entries dicts; a text batch must hold only strings. The pixel contents of an
+    image batch are checked by `to_uint8_numpy`.
     """
-    n = batch_size(images)
+    n = batch_size(samples)
     if n == 0:
-        raise RewardInputError("images is an empty batch; a reward needs at least one image")
+        raise RewardInputError("samples is an empty batch; a reward needs at least one sample")
+    kind = sample_kind(samples)
+    if kind == TEXTS:
+        _check_all_strings(samples)
     if isinstance(prompts, str) or not isinstance(prompts, (list, tuple)):
         raise RewardInputError(
-            f"prompts has type {type(prompts).__name__}; expected a list of {n} strings, one per image"
+            f"prompts has type {type(prompts).__name__}; expected a list of {n} strings, one per sample"
         )
     if len(prompts) != n:
         raise RewardInputError(
-            f"got {n} images but {len(prompts)} prompts; pass exactly one prompt per image "
+            f"got {n} {kind} but {len(prompts)} prompts; pass exactly one prompt per sample "
             f"(repeat a prompt for each of its samples)"
         )
     for i, prompt in enumerate(prompts):
@@ -80,11 +111,11 @@ def check_batch(images: Images, prompts: Sequence[str], metadata: Sequence[dict[
     if not isinstance(metadata, (list, tuple)):
         raise RewardInputError(
             f"metadata has type {type(metadata).__name__}; expected a list of {n} dicts, one per "
-            f"image (use [{{}}] * {n} when there is none)"
+            f"sample (use [{{}}] * {n} when there is none)"
         )
     if len(metadata) != n:
         raise RewardInputError(
-            f"got {n} images but {len(metadata)} metadata entries; pass exactly one dict per image"
+            f"got {n} {kind} but {len(metadata)} metadata entries; pass exactly one dict per sample"
         )
     for i, meta in enumerate(metadata):
         if not isinstance(meta, dict):
@@ -92,8 +123,43 @@ def check_batch(images: Images, prompts: Sequence[str], metadata: Sequence[dict[
     return n
 
 
+def to_text_list(samples: Samples) -> list[str]:
+    """Return a text batch as a list of str; raise if `samples` holds images (or anything else)."""
+    n = batch_size(samples)
+    if n == 0:
+        raise RewardInputError("samples is an empty batch; a reward needs at least one sample")
+    if sample_kind(samples) != TEXTS:
+        what = f"a {type(samples).__name__}" if not isinstance(samples, (list, tuple)) else (
+            f"a list of {type(samples[0]).__name__}"
+        )
+        raise RewardInputError(
+            f"this reward scores text, but the samples are images ({what} of {n}); use it on "
+            f"a text/omni recipe whose rollout generates text, or pick an image reward"
+        )
+    _check_all_strings(samples)
+    return list(samples)
+
+
+def ground_truths(metadata: Sequence[dict[str, Any]], reward: str) -> list[Any]:
+    """`metadata[i]["ground_truth"]` for every i; a missing (or None) one raises naming index i."""
+    out = []
+    for i, meta in enumerate(metadata):
+        value = meta.get("ground_truth") if isinstance(meta, dict) else None
+        if value is None:
+            keys = sorted(meta) if isinstance(meta, dict) else type(meta).__name__
+            raise RewardInputError(
+                f"reward {reward!r}: metadata[{i}] has no 'ground_truth' (its keys: {keys}); this "
+                f"reward compares each response with the reference answer in "
+                f"metadata['ground_truth']. Add a 'ground_truth' field to every row of the prompt "
+                f"data (chat .jsonl/.parquet rows carry it at the top level)"
+            )
+        out.append(value)
+    return out
+
+
 def to_uint8_numpy(images: Images) -> np.ndarray:
     """Return the images as one RGB uint8 numpy array [B, H, W, 3] (a copy only when needed)."""
+    _refuse_texts(images)
     if isinstance(images, (torch.Tensor, np.ndarray)):
         _check_array_shape(images)
         array = images.detach().cpu().numpy() if isinstance(images, torch.Tensor) else images
@@ -115,10 +181,33 @@ def to_uint8_numpy(images: Images) -> np.ndarray:
 
 def to_pil_list(images: Images) -> list[Image.Image]:
     """Return the images as a list of RGB PIL images (RGB PIL inputs are passed through)."""
+    _refuse_texts(images)
     if isinstance(images, (torch.Tensor, np.ndarray)):
         return [Image.fromarray(a) for a in to_uint8_numpy(images)]
     batch_size(images)  # type check with a clear message
     return [_pil_to_rgb(image, i) for i, image in enumerate(images)]
+
+
+def _refuse_texts(samples: Samples) -> None:
+    if sample_kind(samples) == TEXTS:
+        raise RewardInputError(
+            f"this reward scores images, but the samples are text (a list of {len(samples)} "
+            f"strings, e.g. {_preview(samples[0])}); use it on an image/video recipe, or pick a "
+            f"text reward (math_answer, multiple_choice, format, ...) for a text recipe"
+        )
+
+
+def _check_all_strings(samples: Sequence[Any]) -> None:
+    for i, text in enumerate(samples):
+        if not isinstance(text, str):
+            raise RewardInputError(
+                f"samples[{i}] has type {type(text).__name__} but samples[0] is a str; a batch is "
+                f"either all generated texts (str) or all images, not a mix"
+            )
+
+
+def _preview(text: str, limit: int = 40) -> str:
+    return repr(text if len(text) <= limit else text[:limit] + "...")
 
 
 def _pil_to_rgb(image: Any, index: int) -> Image.Image:

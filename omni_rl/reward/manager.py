@@ -2,7 +2,7 @@
 
     manager = RewardManager([RewardSpec("jpeg_compressibility", weight=1.0, kwargs={"scale": 0.002}),
                              RewardSpec("brightness", weight=0.5, required=False)])
-    out = manager.score(images, prompts, metadata)
+    out = manager.score(samples, prompts, metadata)   # images, or a list of generated texts
     out.total          # float32 tensor [B]: sum_i w_i * score_i
     out.per_reward     # {name: float32 tensor [B]} raw, unweighted scores
     out.metrics        # {"reward/<name>/mean": ..., "reward/total/std": ..., ...}
@@ -24,6 +24,11 @@ The rules, each one there because its absence has hidden bugs in other RL stacks
 - A reward that cannot be *built* (unknown name, bad option, missing package) fails at
   construction even when optional: a config mistake should stop the run before any compute.
 
+The samples are whatever the rollout produced: images (a list of PIL images or a uint8 tensor
+[B, H, W, C]) or texts (a list of B strings); `omni_rl.reward.inputs` states the contract. The
+manager does not know which rewards take which kind: an image reward handed texts (or the
+reverse) raises a `RewardError` saying so, like any other failing reward.
+
 Metrics (floats): `reward/<name>/mean`, `reward/<name>/std` for each reward that produced
 scores, `reward/<name>/failed` for each optional reward, `reward/total/mean`,
 `reward/total/std`. Standard deviations are population ones (divide by B), so B = 1 gives 0.
@@ -43,7 +48,7 @@ import numpy as np
 import torch
 
 from omni_rl.plugins import load_plugins
-from omni_rl.reward.inputs import Images, batch_size, check_batch
+from omni_rl.reward.inputs import Samples, batch_size, check_batch, sample_kind
 from omni_rl.reward.registry import RewardConfigError, Scorer, build_reward
 
 logger = logging.getLogger(__name__)
@@ -164,24 +169,26 @@ class RewardManager:
 
     def score(
         self,
-        images: Images,
+        samples: Samples,
         prompts: Sequence[str],
         metadata: Sequence[dict[str, Any]] | None = None,
     ) -> RewardOutput:
-        """Score B samples with every reward; see the module docstring for the failure rules.
+        """Score B samples (images or texts) with every reward; see the module docstring for the
+        failure rules.
 
-        `metadata=None` means an empty dict per image. Input errors (lengths, dtypes) raise
+        `metadata=None` means an empty dict per sample. Input errors (lengths, dtypes) raise
         `RewardInputError` before any reward runs, since they are the caller's, not a reward's.
         """
         if metadata is None:
-            metadata = [{} for _ in range(batch_size(images))]
-        n = check_batch(images, prompts, metadata)
+            metadata = [{} for _ in range(batch_size(samples))]
+        n = check_batch(samples, prompts, metadata)
+        noun = sample_kind(samples)
 
         raw: dict[str, np.ndarray] = {}
         errors: dict[str, RewardError] = {}
         for spec in self.specs:
             try:
-                raw[spec.name] = self._run(spec.name, images, prompts, metadata, n)
+                raw[spec.name] = self._run(spec.name, samples, prompts, metadata, n, noun)
             except RewardError as err:
                 if spec.required:
                     raise
@@ -223,15 +230,17 @@ class RewardManager:
             failed=list(errors),
         )
 
-    def _run(self, name: str, images: Images, prompts: Sequence[str], metadata: Sequence[dict], n: int) -> np.ndarray:
+    def _run(
+        self, name: str, samples: Samples, prompts: Sequence[str], metadata: Sequence[dict], n: int, noun: str
+    ) -> np.ndarray:
         try:
-            out = self._scorers[name](images, prompts, metadata)
+            out = self._scorers[name](samples, prompts, metadata)
         except Exception as err:
             raise RewardError(f"reward {name!r} raised {type(err).__name__}: {err}") from err
-        return _to_scores(name, out, n)
+        return _to_scores(name, out, n, noun)
 
 
-def _to_scores(name: str, out: Any, n: int) -> np.ndarray:
+def _to_scores(name: str, out: Any, n: int, noun: str = "samples") -> np.ndarray:
     """Normalise a scorer's return value to a finite float64 array [n], or raise RewardError."""
     try:
         if isinstance(out, torch.Tensor):
@@ -241,12 +250,12 @@ def _to_scores(name: str, out: Any, n: int) -> np.ndarray:
     except (TypeError, ValueError, RuntimeError) as err:
         raise RewardError(
             f"reward {name!r} returned a {type(out).__name__} that is not a list of numbers ({err}); "
-            f"a scorer must return one float per image"
+            f"a scorer must return one float per sample"
         ) from err
     if scores.shape != (n,):
         raise RewardError(
-            f"reward {name!r} returned scores of shape {tuple(scores.shape)} for {n} images; "
-            f"expected {n} scores, one float per image (a list or a 1-D tensor)"
+            f"reward {name!r} returned scores of shape {tuple(scores.shape)} for {n} {noun}; "
+            f"expected {n} scores, one float per sample (a list or a 1-D tensor)"
         )
     # Checked against float32's range: a float64 beyond it would become inf in the output tensors.
     with np.errstate(invalid="ignore"):

@@ -40,16 +40,20 @@ class DiffusionActor:
             prev_sample=batch.latents[:, j + 1].to(velocity.device),
         )
 
+    def num_chunks(self, batch: DiffusionBatch) -> int:
+        return batch.num_train_steps  # one backward per denoising step
+
     @torch.no_grad()
-    def behaviour_policy(self, batch: DiffusionBatch, micro_batch_size: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """Log-probs [N, W] and means [N, W, *latent] of the current weights (no gradient)."""
+    def behaviour_policy(self, batch: DiffusionBatch, micro_batch_size: int) -> dict[str, torch.Tensor]:
+        """Log-probs [N, W] and transition means [N, W, *latent] of the current weights."""
         log_probs, means = [], []
         for start in range(0, len(batch), micro_batch_size):
             micro = batch.select(range(start, min(start + micro_batch_size, len(batch))))
             steps = [self.step(micro, j) for j in range(batch.num_train_steps)]
             log_probs.append(torch.stack([s.log_prob for s in steps], dim=1).cpu())
             means.append(torch.stack([s.mean for s in steps], dim=1).cpu())
-        return torch.cat(log_probs), torch.cat(means)
+        log_probs = torch.cat(log_probs)
+        return {"log_probs": log_probs, "mask": torch.ones_like(log_probs), "means": torch.cat(means)}
 
     def loss(self, micro: DiffusionBatch, j: int) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         out = self.step(micro, j)

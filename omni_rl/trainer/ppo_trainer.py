@@ -6,7 +6,8 @@
              -> weight sync -> log / validate / checkpoint
 
 This module wires the stages together and owns the run's outputs; the maths lives in
-`omni_rl.algos`, the replay in `DiffusionActor`, the parameters in the training engine.
+`omni_rl.algos`, the family-specific parts (rollout engine, batch, replay, validation) in a
+stage (`DiffusionStage`, `TextStage`), the parameters in the training engine.
 Everything random is seeded from (trainer.seed, step, sample), so a resumed run repeats the
 uninterrupted one exactly.
 """
@@ -17,25 +18,25 @@ import time
 from pathlib import Path
 from typing import Optional
 
-import numpy as np
 import torch
 
 from omni_rl.algos.advantages import AdvantageInput, get_advantage_estimator
 from omni_rl.config.loader import to_yaml
 from omni_rl.config.schema import OmniConfig
-from omni_rl.data.diffusion_batch import DiffusionBatch
-from omni_rl.data.prompts import PromptItem, PromptSampler, load_prompt_items
+from omni_rl.data.prompts import PromptSampler, load_prompt_items
 from omni_rl.device import pick_device
 from omni_rl.engine.local import LocalEngine
-from omni_rl.logging import MetricLogger, ProgressBar, build_sinks, make_grid, plot_reward_curve
+from omni_rl.logging import MetricLogger, ProgressBar, build_sinks, plot_reward_curve
 from omni_rl.models.factory import build_model
 from omni_rl.reward.manager import RewardManager, RewardSpec
-from omni_rl.rollout.native import NativeDiffusionEngine
-from omni_rl.rollout.types import DiffusionRequest
 from omni_rl.trainer.checkpoint import load_checkpoint, save_checkpoint, set_rng_state
-from omni_rl.trainer.diffusion_actor import DiffusionActor
-from omni_rl.utils.atomic import atomic_directory, atomic_save_image, atomic_write_text
+from omni_rl.trainer.diffusion_stage import DiffusionStage
+from omni_rl.trainer.text_stage import TextStage
+from omni_rl.utils.atomic import atomic_directory, atomic_write_text
 from omni_rl.utils.seeding import derive_seed
+
+# Each model family brings its rollout engine, batch, actor and validation; the loop is shared.
+STAGES = {"diffusion": DiffusionStage, "autoregressive": TextStage}
 
 log = logging.getLogger(__name__)
 
@@ -50,13 +51,13 @@ class PPOTrainer:
         self.device = pick_device(t.device)
 
         self.model = build_model(cfg.model, self.device, tuple(cfg.plugins))
-        self.rollout_engine = NativeDiffusionEngine(self.model, cfg.rollout.max_num_seqs, cfg.rollout.max_wait_ms)
+        self.stage = STAGES[self.model.family](cfg, self.model)
+        self.actor = self.stage.actor
         self.rewards = RewardManager(
             [RewardSpec(r.name, r.weight, r.required, dict(r.kwargs)) for r in cfg.reward.rewards],
             plugins=cfg.plugins,
         )
         self.advantage_fn = get_advantage_estimator(cfg.algo.advantage)
-        self.actor = DiffusionActor(self.model, cfg.algo)
         self.engine = LocalEngine(self.model, cfg.optim)
 
         items = load_prompt_items(cfg.data.prompts, cfg.data.prompt_file)
@@ -99,7 +100,7 @@ class PPOTrainer:
         finally:
             bar.close()
             self.logger.close()
-            self.rollout_engine.close()
+            self.stage.close()
         self._finish()
         return metrics
 
@@ -108,11 +109,11 @@ class PPOTrainer:
         t0 = time.perf_counter()
 
         prompts = self.sampler.prompts_for_step(step - 1)
-        batch = self.rollout(prompts, step)
+        batch = self.stage.rollout(prompts, step)
         timings["timing/rollout"] = time.perf_counter() - t0
 
         t1 = time.perf_counter()
-        reward = self.rewards.score(batch.images, batch.prompts, batch.metadata)
+        reward = self.rewards.score(*self.stage.reward_inputs(batch))
         batch.rewards = reward.total
         batch.advantages = self.advantage_fn(
             AdvantageInput(reward.total, batch.group_index, self.cfg.algo.std_mode, self.cfg.algo.adv_eps)
@@ -127,48 +128,29 @@ class PPOTrainer:
         update = self.update(batch, step)
         timings["timing/update"] = time.perf_counter() - t3
 
-        self.rollout_engine.sync_weights(self.model, version=step)
+        self.stage.engine.sync_weights(self.model, version=step)
         timings["timing/step"] = time.perf_counter() - t0
         timings["perf/samples_per_s"] = len(batch) / timings["timing/step"]
-        return {**reward.metrics, **corr, **update, **timings, "actor/advantage_abs_mean": float(batch.advantages.abs().mean())}
+        return {
+            **reward.metrics, **self.stage.rollout_metrics(batch), **corr, **update, **timings,
+            "actor/advantage_abs_mean": float(batch.advantages.abs().mean()),
+        }
 
     # --- stages --------------------------------------------------------------------------
-    def rollout(self, prompts: list[PromptItem], step: int) -> DiffusionBatch:
-        cfg, n = self.cfg, self.cfg.trainer.samples_per_prompt
-        r = cfg.rollout
-        requests, metadata, groups = [], [], []
-        for g, item in enumerate(prompts):
-            shared_noise = None
-            if r.same_noise_in_group:
-                gen = torch.Generator().manual_seed(derive_seed(cfg.trainer.seed, "group-noise", step, g))
-                shared_noise = torch.randn(self.model.latent_shape(r.height, r.width), generator=gen)
-            for k in range(n):
-                requests.append(
-                    DiffusionRequest(
-                        prompt=item.prompt, seed=derive_seed(cfg.trainer.seed, "train", step, g * n + k),
-                        height=r.height, width=r.width, num_steps=r.num_steps, guidance_scale=r.guidance_scale,
-                        kernel=r.kernel, noise_level=r.noise_level, sde_window_size=r.sde_window_size,
-                        sde_window_range=tuple(r.sde_window_range) if r.sde_window_range else None,
-                        negative_prompt=r.negative_prompt, initial_noise=shared_noise,
-                    )
-                )
-                metadata.append(item.metadata)
-                groups.append(g)
-        results = self.rollout_engine.generate(requests, timeout_s=r.timeout_s)
-        return DiffusionBatch.from_results(results, metadata, groups)
-
-    def old_log_probs(self, batch: DiffusionBatch) -> dict[str, float]:
-        """Fill the behaviour policy's log-probs and means; compare with the rollout's."""
-        log_probs, means = self.actor.behaviour_policy(batch, self.cfg.trainer.micro_batch_size)
-        batch.old_means = means
+    def old_log_probs(self, batch) -> dict[str, float]:
+        """Fill the behaviour policy's log-probs (and means); compare with the rollout's."""
+        behaviour = self.actor.behaviour_policy(batch, self.cfg.trainer.micro_batch_size)
+        log_probs, valid = behaviour["log_probs"], behaviour["mask"].bool()
+        if "means" in behaviour:
+            batch.old_means = behaviour["means"]
         if self.cfg.algo.old_logprob_mode == "bypass":
             batch.old_log_probs = batch.rollout_log_probs
         else:
             batch.old_log_probs = log_probs
         # How far the sampler's log-probs are from the trainer's for the same weights: the
         # numerical gap between the two code paths (batching, kernels, precision).
-        diff = (batch.rollout_log_probs - log_probs).abs()
-        a, b = batch.rollout_log_probs.flatten().double(), log_probs.flatten().double()
+        diff = (batch.rollout_log_probs - log_probs).abs()[valid]
+        a, b = batch.rollout_log_probs[valid].double(), log_probs[valid].double()
         pearson = float(torch.corrcoef(torch.stack([a, b]))[0, 1]) if a.numel() > 1 and a.std() > 0 else 1.0
         return {
             "rollout_corr/logprob_abs_diff_mean": float(diff.mean()),
@@ -176,12 +158,12 @@ class PPOTrainer:
             "rollout_corr/logprob_pearson": pearson,
         }
 
-    def update(self, batch: DiffusionBatch, step: int) -> dict[str, float]:
+    def update(self, batch, step: int) -> dict[str, float]:
         t = self.cfg.trainer
         sums: dict[str, float] = {}
         counts: dict[str, int] = {}
         maxima: dict[str, float] = {}
-        num_steps = batch.num_train_steps
+        num_chunks = self.actor.num_chunks(batch)
         micro_per_mini = t.mini_batch_size // t.micro_batch_size
         num_updates = 0
 
@@ -198,10 +180,11 @@ class PPOTrainer:
                 mini = order[mb_start : mb_start + t.mini_batch_size]
                 for mc_start in range(0, len(mini), t.micro_batch_size):
                     micro = batch.select(mini[mc_start : mc_start + t.micro_batch_size])
-                    for j in range(num_steps):
-                        # One backward per denoising step keeps one step's graph in memory.
+                    for j in range(num_chunks):
+                        # One backward per chunk (a denoising step; a whole response) keeps one
+                        # chunk's graph in memory.
                         m = self.engine.forward_backward(
-                            micro, lambda mb, j=j: self.actor.loss(mb, j), loss_scale=1.0 / (num_steps * micro_per_mini)
+                            micro, lambda mb, j=j: self.actor.loss(mb, j), loss_scale=1.0 / (num_chunks * micro_per_mini)
                         )
                         record(m)
                         dev = m.get("loss/ratio_max_abs_dev", 0.0)
@@ -218,33 +201,8 @@ class PPOTrainer:
         out["actor/num_updates"] = float(num_updates)
         return out
 
-    @torch.no_grad()
     def validate(self, step: int) -> dict[str, float]:
-        """Deterministic samples (ODE, noise 0) with more steps: the same images each time for
-        the same weights, so the grid shows what training changed."""
-        t, r = self.cfg.trainer, self.cfg.rollout
-        requests, items = [], []
-        for g, item in enumerate(self.val_items):
-            for k in range(t.val_samples_per_prompt):
-                requests.append(
-                    DiffusionRequest(
-                        prompt=item.prompt, seed=derive_seed(t.val_seed, "val", g, k), height=r.height, width=r.width,
-                        num_steps=t.val_num_steps, guidance_scale=r.guidance_scale, kernel="ode", noise_level=0.0,
-                        negative_prompt=r.negative_prompt,
-                    )
-                )
-                items.append(item)
-        if not requests:
-            return {}
-        results = self.rollout_engine.generate(requests, timeout_s=r.timeout_s)
-        images = torch.stack([res.image for res in results])
-        reward = self.rewards.score(images, [i.prompt for i in items], [i.metadata for i in items])
-        captions = [f"{i.prompt} | {s:.3g}" for i, s in zip(items, reward.total.tolist())]
-        grid_path = self.output_dir / "samples" / f"val_step_{step:06d}.png"
-        grid = make_grid(images, nrow=max(2, t.val_samples_per_prompt), captions=captions)
-        atomic_save_image(grid, grid_path)
-        self.logger.log_image("val/samples", np.asarray(grid), step)
-        return {f"val/{k}": v for k, v in reward.metrics.items()}
+        return self.stage.validate(self.val_items, step, self.rewards, self.output_dir, self.logger)
 
     # --- outputs -------------------------------------------------------------------------
     def save(self, step: int) -> Path:
@@ -258,7 +216,7 @@ class PPOTrainer:
         self.engine.load_state_dict(state)
         set_rng_state(state["rng"])
         self.start_step = int(state["step"])
-        self.rollout_engine.sync_weights(self.model, version=self.start_step)
+        self.stage.engine.sync_weights(self.model, version=self.start_step)
         log.info("resumed from %s at step %d", state["folder"], self.start_step)
 
     def _finish(self) -> None:

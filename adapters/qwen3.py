@@ -1,0 +1,113 @@
+"""Causal language models (`Qwen3ForCausalLM` and others loadable with `AutoModelForCausalLM`).
+
+The text path: the model and its tokenizer load with transformers' `from_pretrained` from a local
+folder or a hub snapshot; prompts go through the tokenizer's chat template; LoRA (PEFT) sits on
+the attention projections; the reference policy is the base model with LoRA disabled.
+
+transformers is imported inside the methods, so registering the adapter stays cheap.
+
+`tiny:qwen3` builds a random-weight two-layer Qwen3 (hidden 32) with a byte-level tokenizer
+(every byte is a token, plus the chat special tokens) and a ChatML template.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Optional
+
+import torch
+
+from omni_rl.config.schema import ModelConfig
+from omni_rl.models import register_adapter, register_tiny_model
+from omni_rl.models.autoregressive import AutoregressiveModelBase, PromptInputs
+
+CHATML_TEMPLATE = (
+    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+
+
+class CausalLMAdapter(AutoregressiveModelBase):
+    default_lora_targets = ("q_proj", "k_proj", "v_proj", "o_proj")
+
+    def __init__(self, cfg: ModelConfig, path: str, device: torch.device):
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        super().__init__(cfg, path, device)
+        self.model = AutoModelForCausalLM.from_pretrained(path, dtype=self.dtype).to(device)
+        self.tokenizer = AutoTokenizer.from_pretrained(path)
+        if self.tokenizer.chat_template is None:
+            raise ValueError(
+                f"the tokenizer at {path!r} has no chat template; use an instruct/chat checkpoint "
+                f"or set one on the tokenizer and save it"
+            )
+        self.setup_trainable()
+
+    def trainable_module(self):
+        return self.model
+
+    def fsdp_wrap_classes(self):
+        layers = getattr(getattr(self.model, "model", None), "layers", None)
+        return (type(layers[0]),) if layers else ()
+
+    def encode_prompt(self, messages: list[dict[str, Any]], media: Optional[dict[str, Any]] = None) -> PromptInputs:
+        if media:
+            raise ValueError(
+                f"{type(self).__name__} is a text model but the prompt has media ({sorted(media)}); "
+                f"use an omni adapter (e.g. Qwen3OmniMoeForConditionalGeneration) for images and audio"
+            )
+        ids = self.tokenizer.apply_chat_template(list(messages), add_generation_prompt=True, tokenize=True)
+        if hasattr(ids, "keys"):  # transformers >= 5 returns a BatchEncoding
+            ids = ids["input_ids"]
+        return PromptInputs(input_ids=torch.tensor(ids, dtype=torch.long))
+
+
+for _architecture in ("Qwen3ForCausalLM", "Qwen2ForCausalLM", "LlamaForCausalLM", "MistralForCausalLM", "AutoModelForCausalLM"):
+    register_adapter(_architecture)(CausalLMAdapter)
+
+
+def byte_level_files(folder: Path) -> tuple[Path, Path]:
+    """vocab.json / merges.txt of a byte-level BPE with no merges: token i is byte i."""
+    printable = list(range(33, 127)) + list(range(161, 173)) + list(range(174, 256))
+    mapping = {b: chr(b) for b in printable}
+    extra = 0
+    for b in range(256):
+        if b not in mapping:
+            mapping[b] = chr(256 + extra)
+            extra += 1
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "vocab.json").write_text(json.dumps({mapping[b]: b for b in range(256)}))
+    (folder / "merges.txt").write_text("#version: 0.2\n")
+    return folder / "vocab.json", folder / "merges.txt"
+
+
+def build_byte_tokenizer(folder: Path):
+    from transformers import Qwen2Tokenizer
+
+    vocab, merges = byte_level_files(folder)
+    tokenizer = Qwen2Tokenizer(
+        str(vocab), str(merges), unk_token=None, bos_token=None, eos_token="<|im_end|>", pad_token="<|endoftext|>"
+    )
+    tokenizer.add_special_tokens({"additional_special_tokens": ["<|im_start|>"]})
+    tokenizer.chat_template = CHATML_TEMPLATE
+    return tokenizer
+
+
+@register_tiny_model("qwen3")
+def build_tiny_qwen3(folder: Path) -> None:
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    folder = Path(folder)
+    torch.manual_seed(0)
+    tokenizer = build_byte_tokenizer(folder / "_vocab")
+    config = Qwen3Config(
+        vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, head_dim=8, max_position_embeddings=512,
+        tie_word_embeddings=True, eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id,
+        architectures=["Qwen3ForCausalLM"],
+    )
+    Qwen3ForCausalLM(config).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    for f in (folder / "_vocab").iterdir():
+        f.unlink()
+    (folder / "_vocab").rmdir()

@@ -1,0 +1,355 @@
+"""Token-level policy losses for the autoregressive (text / omni) path: GRPO, DAPO, GSPO, CISPO, SAPO.
+
+Contract: the one of `policy_losses` (they register into the same `POLICY_LOSSES`):
+
+    fn(inp: PolicyLossInput) -> (loss: 0-d tensor, metrics: dict[str, 0-d detached tensor])
+
+An entry is one response token. `log_prob`, `old_log_prob`, `mask` and `ref_log_prob` are
+`[B, T]` (one padded row per sequence; `mask` is 1 on the response tokens, treated as a boolean);
+`advantages` are `[B, 1]` (one per sequence, broadcast over its tokens) or `[B, T]`. The ratio
+is r_t = exp(log_prob_t - old_log_prob_t). As in `flow_grpo`, advantages are clamped to
++-adv_clip_max first (default 5); the clamp belongs to the advantage, and text callers that do
+not want it pass a large value. The gradient flows through `log_prob` only.
+
+Masked tokens take no part: their log-ratio is replaced by 0 before any exp and their values
+are dropped by `torch.where`, so a padded position holding inf/NaN changes neither the loss, nor
+the gradient (exactly 0 there), nor a metric.
+
+Aggregation (`aggregate(values, mask, mode)`, chosen by `PolicyLossInput.loss_agg_mode`):
+
+| mode                | value                                                                   |
+|---------------------|-------------------------------------------------------------------------|
+| token-mean          | sum over every valid token / number of valid tokens in the batch        |
+| seq-mean-token-mean | mean over each sequence's valid tokens, then mean over sequences        |
+| seq-mean-token-sum  | sum over each sequence's valid tokens, then mean over sequences         |
+
+In the two seq-* modes a sequence without a valid token is left out of the sequence mean; an
+all-masked batch gives 0. `ppo_clip`, `cispo` and `sapo` honour the field. `dapo` always uses
+token-mean (DAPO's token-level loss) and `gspo` always seq-mean-token-mean (GSPO's objective is
+a mean over sequences of per-sequence terms), whatever the field says: the field has one default
+for every loss, so a loss whose paper fixes its aggregation cannot tell "left at the default"
+from "asked for", and the paper wins.
+
+KL to a reference policy: with `ref_log_prob` given, the per-token estimate
+    k1 = logp - ref                               (unbiased, can be negative)
+    k3 = exp(ref - logp) - (ref - logp) - 1       (Schulman's: unbiased, >= 0, low variance)
+is aggregated like the loss and reported as `kl`; with kl_coef > 0 the returned loss is
+policy_loss + kl_coef * kl. kl_coef > 0 without ref_log_prob raises.
+
+Metrics (keys without a namespace; the trainer files them under its loss namespace):
+
+| key               | meaning                                                                           |
+|-------------------|-----------------------------------------------------------------------------------|
+| policy_loss       | the aggregated policy term (the returned loss less kl_coef * kl)                  |
+| approx_kl         | 0.5 * mean over valid tokens of (log_prob - old_log_prob)^2                       |
+| ratio_mean        | mean of r over valid tokens (gspo: of the sequence ratio s over sequences)        |
+| ratio_std         | its population std                                                                |
+| ratio_max_abs_dev | max of |r - 1| (gspo: |s - 1|)                                                    |
+| clipfrac          | fraction of valid tokens (gspo: sequences) with the ratio outside                 |
+|                   | [1 - clip_low, 1 + clip_high]; for sapo, which has no hard clip, a diagnostic     |
+| kl                | the aggregated KL estimate to the reference (only when ref_log_prob is given)     |
+
+Not here: advantage estimation, DAPO's dynamic sampling and overlong shaping (trainer / reward),
+and normalisation across micro-batches or data-parallel ranks: every mean is over the entries
+of this one call, so the engine must weight micro-batches if it wants a mini-batch token-mean.
+"""
+from __future__ import annotations
+
+from typing import Callable, NamedTuple, Optional
+
+import torch
+from torch import Tensor
+
+from omni_rl.algos.policy_losses import POLICY_LOSSES, PolicyLossInput
+
+__all__ = [
+    "LOSS_AGG_MODES",
+    "KL_ESTIMATORS",
+    "aggregate",
+    "token_kl",
+    "sapo_gate",
+    "ppo_clip_loss",
+    "dapo_loss",
+    "gspo_loss",
+    "cispo_loss",
+    "sapo_loss",
+]
+
+Metrics = dict[str, Tensor]
+
+LOSS_AGG_MODES = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum")
+
+
+def _k1(log_prob: Tensor, ref_log_prob: Tensor) -> Tensor:
+    return log_prob - ref_log_prob
+
+
+def _k3(log_prob: Tensor, ref_log_prob: Tensor) -> Tensor:
+    # With x = ref - logp and q = pi_ref / pi = e^x: E_pi[e^x - x - 1] = KL(pi || ref) since
+    # E_pi[e^x] = 1; each term is >= 0 because e^x >= 1 + x.
+    x = ref_log_prob - log_prob
+    return torch.exp(x) - x - 1
+
+
+KL_ESTIMATORS: dict[str, Callable[[Tensor, Tensor], Tensor]] = {"k1": _k1, "k3": _k3}
+
+
+# --------------------------------------------------------------------------------------------
+# Aggregation and KL.
+# --------------------------------------------------------------------------------------------
+
+
+def _check_mode(mode: str) -> None:
+    if mode not in LOSS_AGG_MODES:
+        raise ValueError(
+            f"loss_agg_mode={mode!r} is unknown; expected one of {', '.join(LOSS_AGG_MODES)}. "
+            f"Pass one of those as loss_agg_mode."
+        )
+
+
+def aggregate(values: Tensor, mask: Optional[Tensor], mode: str) -> Tensor:
+    """Reduce per-token `values` `[B, T]` to a 0-d tensor over the tokens where `mask` > 0.
+
+    `mask` None counts every token. See the module docstring for the three modes.
+    """
+    _check_mode(mode)
+    if values.ndim != 2:
+        raise ValueError(
+            f"aggregate expects per-token values [B, T]; got shape {tuple(values.shape)}. "
+            f"Pass one padded row per sequence."
+        )
+    if mask is None:
+        counted = torch.ones_like(values, dtype=torch.bool)
+    elif tuple(mask.shape) != tuple(values.shape):
+        raise ValueError(
+            f"mask has shape {tuple(mask.shape)}; expected the values' shape {tuple(values.shape)}"
+        )
+    else:
+        counted = mask.to(values.device) > 0
+    # where() rather than values * mask: an inf/NaN at a masked token must not leak in.
+    kept = torch.where(counted, values, torch.zeros_like(values))
+    if mode == "token-mean":
+        return kept.sum() / counted.sum().clamp(min=1)
+    tokens = counted.sum(dim=-1)  # [B]
+    per_seq = kept.sum(dim=-1)
+    if mode == "seq-mean-token-mean":
+        per_seq = per_seq / tokens.clamp(min=1)
+    has_tokens = tokens > 0
+    per_seq = torch.where(has_tokens, per_seq, torch.zeros_like(per_seq))
+    return per_seq.sum() / has_tokens.sum().clamp(min=1)
+
+
+def token_kl(log_prob: Tensor, ref_log_prob: Tensor, estimator: str = "k3") -> Tensor:
+    """Per-token KL(pi || ref) estimate, same shape as `log_prob`: "k1" or "k3" (see the module doc)."""
+    _check_estimator(estimator)
+    return KL_ESTIMATORS[estimator](log_prob, ref_log_prob.detach())
+
+
+def _check_estimator(estimator: str) -> None:
+    if estimator not in KL_ESTIMATORS:
+        raise ValueError(
+            f"kl_estimator={estimator!r} is unknown; expected one of {', '.join(KL_ESTIMATORS)}. "
+            f"Pass one of those as kl_estimator."
+        )
+
+
+# --------------------------------------------------------------------------------------------
+# Shared pieces.
+# --------------------------------------------------------------------------------------------
+
+
+class _Tokens(NamedTuple):
+    """fp32 `[B, T]` tensors, all 0 at masked tokens; `counted` is the boolean mask."""
+
+    log_prob: Tensor
+    log_ratio: Tensor
+    advantages: Tensor
+    counted: Tensor
+
+
+def _prepare(inp: PolicyLossInput, loss: str) -> _Tokens:
+    shape = tuple(inp.log_prob.shape)
+    if inp.log_prob.ndim != 2:
+        raise ValueError(
+            f"policy loss {loss!r} scores tokens: log_prob has shape {shape}, expected [B, T] (one padded "
+            f"row per sequence, mask marking the response tokens). For one entry per sample use flow_grpo."
+        )
+    if inp.advantages.ndim < 2:
+        # PolicyLossInput lets [B] through when B == T, where it would broadcast along the tokens.
+        raise ValueError(
+            f"policy loss {loss!r}: advantages have shape {tuple(inp.advantages.shape)}; expected [B, 1] "
+            f"or [B, T] for log_prob {shape}. Pass advantages[:, None]."
+        )
+    _check_mode(inp.loss_agg_mode)
+    _check_estimator(inp.kl_estimator)  # a typo fails on the first step, not when a reference appears
+    device = inp.log_prob.device
+    if inp.mask is None:
+        counted = torch.ones(shape, dtype=torch.bool, device=device)
+    else:
+        counted = inp.mask.detach().to(device) > 0
+    zeros = torch.zeros(shape, dtype=torch.float32, device=device)
+    # Masking the inputs, not only the outputs, keeps exp() finite and the gradient exactly 0 at
+    # masked tokens whatever they hold.
+    log_prob = torch.where(counted, inp.log_prob.to(torch.float32), zeros)
+    old = torch.where(counted, inp.old_log_prob.detach().to(device=device, dtype=torch.float32), zeros)
+    adv = inp.advantages.detach().to(device=device, dtype=torch.float32)
+    adv = torch.clamp(adv, -inp.adv_clip_max, inp.adv_clip_max).expand(shape)
+    adv = torch.where(counted, adv, zeros)
+    return _Tokens(log_prob, log_prob - old, adv, counted)
+
+
+def _clipped_surrogate(ratio: Tensor, adv: Tensor, inp: PolicyLossInput) -> Tensor:
+    """PPO's pessimistic per-token loss max(-A r, -A clip(r, 1 - clip_low, 1 + clip_high))."""
+    clipped = torch.clamp(ratio, 1 - inp.clip_low, 1 + inp.clip_high)
+    return torch.maximum(-adv * ratio, -adv * clipped)
+
+
+def _ratio_stats(ratio: Tensor, counted: Tensor, inp: PolicyLossInput) -> Metrics:
+    """ratio_mean/std/max_abs_dev and clipfrac over the entries where `counted` (any shape)."""
+    ratio = ratio.detach()
+    count = counted.sum().clamp(min=1)
+    zeros = torch.zeros_like(ratio)
+
+    def mean(x: Tensor) -> Tensor:
+        return torch.where(counted, x, zeros).sum() / count
+
+    ratio_mean = mean(ratio)
+    outside = (ratio < 1 - inp.clip_low) | (ratio > 1 + inp.clip_high)
+    return {
+        "ratio_mean": ratio_mean,
+        "ratio_std": mean((ratio - ratio_mean) ** 2).sqrt(),
+        "ratio_max_abs_dev": torch.where(counted, (ratio - 1).abs(), zeros).max(),
+        "clipfrac": mean(outside.to(torch.float32)),
+    }
+
+
+def _finish(
+    per_token: Tensor, mode: str, toks: _Tokens, inp: PolicyLossInput, metrics: Metrics
+) -> tuple[Tensor, Metrics]:
+    """Aggregate the policy term, add the KL term, fill policy_loss / approx_kl / kl."""
+    policy_loss = aggregate(per_token, toks.counted, mode)
+    loss = policy_loss
+    if inp.ref_log_prob is not None:
+        ref = inp.ref_log_prob.detach().to(device=toks.log_prob.device, dtype=torch.float32)
+        ref = torch.where(toks.counted, ref, torch.zeros_like(ref))  # masked: logp = ref = 0 -> kl 0
+        kl = aggregate(token_kl(toks.log_prob, ref, inp.kl_estimator), toks.counted, mode)
+        metrics["kl"] = kl.detach()
+        if inp.kl_coef > 0:
+            loss = loss + inp.kl_coef * kl
+    elif inp.kl_coef > 0:
+        raise ValueError(
+            f"kl_coef={inp.kl_coef!r} > 0 but ref_log_prob is None; pass the reference policy's token "
+            f"log-probs, or set kl_coef to 0."
+        )
+    metrics["approx_kl"] = 0.5 * aggregate(toks.log_ratio.detach() ** 2, toks.counted, "token-mean")
+    metrics["policy_loss"] = policy_loss.detach()
+    return loss, metrics
+
+
+# --------------------------------------------------------------------------------------------
+# The losses.
+# --------------------------------------------------------------------------------------------
+
+
+def _ppo_clip(inp: PolicyLossInput, mode: str, name: str) -> tuple[Tensor, Metrics]:
+    toks = _prepare(inp, name)
+    ratio = torch.exp(toks.log_ratio)
+    per_token = _clipped_surrogate(ratio, toks.advantages, inp)
+    return _finish(per_token, mode, toks, inp, _ratio_stats(ratio, toks.counted, inp))
+
+
+@POLICY_LOSSES.register("ppo_clip")
+def ppo_clip_loss(inp: PolicyLossInput) -> tuple[Tensor, Metrics]:
+    """GRPO's per-token clipped surrogate (PPO's, with group-relative advantages).
+
+        r_t  = exp(log_prob_t - old_log_prob_t)
+        loss = agg_t( max(-A r_t, -A clip(r_t, 1 - clip_low, 1 + clip_high)) )  [+ kl_coef * agg(kl)]
+
+    agg is `loss_agg_mode`. On-policy r_t = 1 exactly and the gradient is the REINFORCE one,
+    agg_t(-A d log_prob_t).
+    """
+    return _ppo_clip(inp, inp.loss_agg_mode, "ppo_clip")
+
+
+@POLICY_LOSSES.register("dapo")
+def dapo_loss(inp: PolicyLossInput) -> tuple[Tensor, Metrics]:
+    """DAPO (arXiv 2503.14476): `ppo_clip` with token-mean aggregation, always.
+
+    DAPO's loss is the clipped surrogate averaged over all tokens of the batch (long responses
+    weigh per token, not per sequence), so `loss_agg_mode` is not read. Its other choices are the
+    caller's: clip-higher (clip_low 0.2, clip_high 0.28), no KL (kl_coef 0), dynamic sampling.
+    """
+    return _ppo_clip(inp, "token-mean", "dapo")
+
+
+@POLICY_LOSSES.register("gspo")
+def gspo_loss(inp: PolicyLossInput) -> tuple[Tensor, Metrics]:
+    """GSPO (arXiv 2507.18071): one clipped importance ratio per sequence, in its token form.
+
+    1. Sequence ratio over the |y_i| valid tokens (length-normalised):
+           log s_i = (1 / |y_i|) sum_t (log_prob_{i,t} - old_log_prob_{i,t})
+    2. Token form (GSPO-token): log s_{i,t} = sg[log s_i] + log_prob_{i,t} - sg[log_prob_{i,t}].
+       Its value is s_i and d s_{i,t} / d log_prob_{i,t} = s_i, so with a per-sequence A it gives
+       the sequence form's value and gradient, and it also accepts per-token advantages [B, T].
+    3. loss = seq-mean-token-mean( max(-A s_{i,t}, -A clip(s_{i,t}, 1 - clip_low, 1 + clip_high)) ),
+       which equals mean_i max(-A_i s_i, -A_i clip(s_i)). `loss_agg_mode` is not read: a token
+       mean would weigh sequences by their length, which the sequence ratio is there to avoid.
+
+    Clip ranges are ~1e3 smaller than token PPO's (GSPO: 3e-4 / 4e-4) because log s_i is a mean.
+    ratio_* and clipfrac describe s_i over the sequences that hold a valid token; approx_kl is
+    over tokens. A sequence without a valid token has s_i = 1 and takes no part.
+    """
+    toks = _prepare(inp, "gspo")
+    tokens = toks.counted.sum(dim=-1)  # [B]
+    seq_log_ratio = toks.log_ratio.sum(dim=-1) / tokens.clamp(min=1)
+    token_log_ratio = seq_log_ratio.detach()[:, None] + toks.log_prob - toks.log_prob.detach()
+    per_token = _clipped_surrogate(torch.exp(token_log_ratio), toks.advantages, inp)
+    metrics = _ratio_stats(torch.exp(seq_log_ratio), tokens > 0, inp)
+    return _finish(per_token, "seq-mean-token-mean", toks, inp, metrics)
+
+
+@POLICY_LOSSES.register("cispo")
+def cispo_loss(inp: PolicyLossInput) -> tuple[Tensor, Metrics]:
+    """CISPO (MiniMax-M1, arXiv 2506.13585): a clipped, stopped importance weight on REINFORCE.
+
+        loss = agg_t( -sg[clip(r_t, 1 - clip_low, 1 + clip_high)] * A * log_prob_t )
+
+    The weight carries no gradient, so d loss / d log_prob_t = -clip(r_t) A (times agg's weight):
+    unlike PPO, a token whose ratio left the range still gets a (bounded) gradient. The loss
+    value is a weighted log-likelihood, not a surrogate near -A, so its level is not comparable
+    with the other losses'. MiniMax bound only the top: set clip_low near 1 to do the same.
+    """
+    toks = _prepare(inp, "cispo")
+    ratio = torch.exp(toks.log_ratio)
+    weight = torch.clamp(ratio, 1 - inp.clip_low, 1 + inp.clip_high).detach()
+    per_token = -weight * toks.advantages * toks.log_prob
+    return _finish(per_token, inp.loss_agg_mode, toks, inp, _ratio_stats(ratio, toks.counted, inp))
+
+
+def sapo_gate(ratio: Tensor, tau: Tensor | float) -> Tensor:
+    """SAPO's soft gate f(r) = (4 / tau) sigmoid(tau (r - 1)).
+
+    f(1) = 2 / tau and f'(r) = 4 sigmoid(x) (1 - sigmoid(x)) with x = tau (r - 1), so f'(1) = 1:
+    on-policy the gate has the gradient of r itself, and it decays smoothly (rather than being
+    cut to 0 as by a hard clip) as r moves away from 1, faster for larger tau.
+    """
+    return (4 / tau) * torch.sigmoid(tau * (ratio - 1))
+
+
+@POLICY_LOSSES.register("sapo")
+def sapo_loss(inp: PolicyLossInput) -> tuple[Tensor, Metrics]:
+    """SAPO (Soft Adaptive Policy Optimization, Qwen): a temperature-controlled soft gate for the clip.
+
+        tau_t = tau_pos where A > 0 else tau_neg
+        loss  = agg_t( -f(r_t; tau_t) * A ),   f(r; tau) = (4 / tau) sigmoid(tau (r - 1))
+
+    tau_neg > tau_pos damps negative-advantage tokens faster: pushing down a token's probability
+    spreads mass over the whole vocabulary and is the less stable direction. On-policy the loss
+    value is -2 A / tau, but the gradient is REINFORCE's, agg_t(-A d log_prob_t). clip_low /
+    clip_high are not used by the loss; clipfrac reports the tokens outside them as a diagnostic.
+    """
+    toks = _prepare(inp, "sapo")
+    ratio = torch.exp(toks.log_ratio)
+    tau = torch.where(toks.advantages > 0, inp.tau_pos, inp.tau_neg)
+    per_token = -sapo_gate(ratio, tau) * toks.advantages
+    return _finish(per_token, inp.loss_agg_mode, toks, inp, _ratio_stats(ratio, toks.counted, inp))

@@ -1,0 +1,85 @@
+"""`TextBatch`: a step's sampled responses, padded into one tensor, as the trainer passes them.
+
+N samples; prompts left-padded to P columns, responses right-padded to R columns:
+
+  sequences       [N, P + R] long   prompt tokens then response tokens
+  attention_mask  [N, P + R] long   1 on real tokens
+  response_mask   [N, R] float      1 on response tokens that count (the sampled ones)
+  rollout_log_probs / old_log_probs [N, R] fp32
+  media           one dict of processor tensors per sample (images, audio), collated per forward
+  rewards, advantages [N];  group_index [N]
+  texts           the decoded responses (what rewards score)
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Any, Optional, Sequence
+
+import torch
+
+from omni_rl.rollout.text_types import TextResult
+
+
+@dataclass
+class TextBatch:
+    prompts: list[str]
+    metadata: list[dict[str, Any]]
+    group_index: torch.Tensor
+    sequences: torch.Tensor
+    attention_mask: torch.Tensor
+    response_mask: torch.Tensor
+    rollout_log_probs: torch.Tensor
+    media: list[dict[str, torch.Tensor]]
+    texts: list[str]
+    finish_reasons: list[str]
+    temperature: float
+    prompt_width: int
+    rewards: Optional[torch.Tensor] = None
+    advantages: Optional[torch.Tensor] = None
+    old_log_probs: Optional[torch.Tensor] = None
+    extras: dict[str, Any] = field(default_factory=dict)
+
+    def __len__(self) -> int:
+        return self.sequences.shape[0]
+
+    @staticmethod
+    def from_results(
+        results: Sequence[TextResult], prompts: Sequence[str], metadata: Sequence[dict], group_index: Sequence[int],
+        pad_id: int,
+    ) -> "TextBatch":
+        n = len(results)
+        p_width = max(len(r.prompt.input_ids) for r in results)
+        r_width = max(1, max(len(r.response_ids) for r in results))
+        sequences = torch.full((n, p_width + r_width), pad_id, dtype=torch.long)
+        attention = torch.zeros((n, p_width + r_width), dtype=torch.long)
+        response_mask = torch.zeros((n, r_width), dtype=torch.float32)
+        log_probs = torch.zeros((n, r_width), dtype=torch.float32)
+        for i, r in enumerate(results):
+            p, k = r.prompt.input_ids, len(r.response_ids)
+            sequences[i, p_width - len(p): p_width] = p
+            attention[i, p_width - len(p): p_width + k] = 1
+            sequences[i, p_width: p_width + k] = r.response_ids
+            response_mask[i, :k] = 1
+            log_probs[i, :k] = r.log_probs
+        return TextBatch(
+            prompts=list(prompts), metadata=[dict(m) for m in metadata],
+            group_index=torch.as_tensor(list(group_index), dtype=torch.long),
+            sequences=sequences, attention_mask=attention, response_mask=response_mask,
+            rollout_log_probs=log_probs, media=[dict(r.prompt.media) for r in results],
+            texts=[r.text for r in results], finish_reasons=[r.finish_reason for r in results],
+            temperature=results[0].temperature, prompt_width=p_width,
+        )
+
+    def select(self, index: Sequence[int] | torch.Tensor) -> "TextBatch":
+        idx = torch.as_tensor(index, dtype=torch.long)
+        ids = idx.tolist()
+        pick = lambda t: None if t is None else t.index_select(0, idx)  # noqa: E731
+        return replace(
+            self,
+            prompts=[self.prompts[i] for i in ids], metadata=[self.metadata[i] for i in ids],
+            group_index=pick(self.group_index), sequences=pick(self.sequences),
+            attention_mask=pick(self.attention_mask), response_mask=pick(self.response_mask),
+            rollout_log_probs=pick(self.rollout_log_probs), media=[self.media[i] for i in ids],
+            texts=[self.texts[i] for i in ids], finish_reasons=[self.finish_reasons[i] for i in ids],
+            rewards=pick(self.rewards), advantages=pick(self.advantages), old_log_probs=pick(self.old_log_probs),
+        )

@@ -1,0 +1,133 @@
+"""`AutoregressiveModelBase`: the contract of text and omni-modal language models.
+
+An action is a token. The rollout engine and the trainer compute token log-probs with the same
+method, so the rollout's log-probs and the trainer's agree to float precision:
+
+    log_prob(token_t) = log_softmax(logits_{t-1} / temperature)[token_t]     (in fp32)
+
+1. `encode_prompt(messages, media)`: a chat (list of {"role", "content"} dicts) and optional
+   media (images, audio, video) -> `PromptInputs` (token ids and the processor's tensors);
+2. `forward_logits(input_ids, attention_mask, media, cache)`: logits [B, T, V] (fp32) for a
+   left-padded batch, with the model's cache for incremental decoding when it supports one;
+3. `token_log_probs(...)`: per-token log-probs of given responses after given prompts;
+4. `strip_for_training()`: drop modules the trained policy never uses (an omni model's talker
+   and speech decoder) before wrapping and sharding.
+
+Position ids are derived from the attention mask (`cumsum(mask) - 1`), so left padding never
+shifts a sequence's positions; models with their own position scheme (multimodal rotary ids)
+override `forward_logits`.
+"""
+from __future__ import annotations
+
+import contextlib
+from abc import abstractmethod
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Iterator, Optional
+
+import torch
+
+from omni_rl.models.base import OmniModelBase
+
+
+@dataclass
+class PromptInputs:
+    """One prompt, tokenised: ids [P] (long) and the processor's media tensors (batch of 1)."""
+
+    input_ids: torch.Tensor
+    media: dict[str, torch.Tensor] = field(default_factory=dict)
+
+
+def positions_from_mask(attention_mask: torch.Tensor) -> torch.Tensor:
+    """Position ids that count only attended tokens: left padding does not shift positions."""
+    return (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
+
+
+class AutoregressiveModelBase(OmniModelBase):
+    family: ClassVar[str] = "autoregressive"
+    # Incremental decoding with the model's key/value cache; adapters whose forward cannot take a
+    # cache (or whose positions need more than the mask) set False and the engine recomputes
+    # the prefix each token instead.
+    supports_kv_cache: ClassVar[bool] = True
+    tokenizer: Any = None
+
+    @property
+    def eos_token_ids(self) -> list[int]:
+        ids = self.tokenizer.eos_token_id
+        return list(ids) if isinstance(ids, (list, tuple)) else [ids]
+
+    @property
+    def pad_token_id(self) -> int:
+        pad = self.tokenizer.pad_token_id
+        return pad if pad is not None else self.eos_token_ids[0]
+
+    @abstractmethod
+    def encode_prompt(self, messages: list[dict[str, Any]], media: Optional[dict[str, Any]] = None) -> PromptInputs:
+        """Apply the chat template (generation prompt added) and the processor."""
+
+    def decode_tokens(self, token_ids: list[int]) -> str:
+        return self.tokenizer.decode(token_ids, skip_special_tokens=True)
+
+    def strip_for_training(self) -> None:
+        """Remove modules the policy never uses; default: nothing to strip."""
+
+    def forward_logits(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        media: Optional[dict[str, torch.Tensor]] = None,
+        cache: Any = None,
+        position_ids: Optional[torch.Tensor] = None,
+    ) -> tuple[torch.Tensor, Any]:
+        """Logits [B, T, V] in fp32 and the updated cache."""
+        module = self.trainable_module()
+        if position_ids is None:
+            position_ids = positions_from_mask(attention_mask)[:, -input_ids.shape[1]:]
+        out = module(
+            input_ids=input_ids.to(self.device),
+            attention_mask=attention_mask.to(self.device),
+            position_ids=position_ids.to(self.device),
+            cache=cache,
+            use_cache=cache is not None,
+            **(media or {}),
+        )
+        return out.logits.float(), getattr(out, "cache", None)
+
+    def new_cache(self) -> Any:
+        from transformers import DynamicCache
+
+        return DynamicCache()
+
+    def token_log_probs(
+        self,
+        sequences: torch.Tensor,
+        attention_mask: torch.Tensor,
+        response_start: int,
+        temperature: float,
+        media: Optional[dict[str, torch.Tensor]] = None,
+    ) -> torch.Tensor:
+        """Log-probs [B, T - response_start] of `sequences[:, response_start:]`.
+
+        `sequences` [B, T] are left-padded prompts (all ending at column `response_start`)
+        followed by right-padded responses; masked positions give meaningless values that the
+        caller masks out."""
+        logits, _ = self.forward_logits(sequences, attention_mask, media)
+        logits = logits[:, response_start - 1 : -1] / temperature
+        targets = sequences[:, response_start:].to(logits.device)
+        return torch.log_softmax(logits, dim=-1).gather(-1, targets.unsqueeze(-1)).squeeze(-1)
+
+    def add_lora(self, module, config):
+        """Wrap the model in a `peft.PeftModel` (PEFT's own API); it becomes the trained module."""
+        from peft import get_peft_model
+
+        self.model = get_peft_model(module, config)
+        return self.model
+
+    @contextlib.contextmanager
+    def lora_disabled(self) -> Iterator[None]:
+        with self.trainable_module().disable_adapter():
+            yield
+
+    def save_lora(self, folder: str) -> None:
+        """PEFT's format (`adapter_config.json` + `adapter_model.safetensors`): load it back with
+        `peft.PeftModel.from_pretrained(base_model, folder)`."""
+        self.trainable_module().save_pretrained(folder)

@@ -1,0 +1,234 @@
+"""The client side of the remote-scorer protocol (`omni_rl.reward.protocol`), with retries.
+
+    client = ScoreClient("http://127.0.0.1:8000", timeout_s=60, retries=3, backoff_s=0.5)
+    scores = client.score(latents, prompts, metadata, kind="latents")   # B floats
+    client.health()                                                     # the /health JSON
+
+`url` is the server's base URL; the client POSTs to `url + "/score"` (a URL whose path
+already ends in `/score` is used as it is). Each attempt opens a fresh connection.
+
+What is retried, and how:
+- connection errors (refused, reset, closed early), timeouts, and the statuses 408, 429 and
+  5xx are transient: the call is tried again, at most `retries` more times (so `1 + retries`
+  attempts in all);
+- before retry k (k = 1, 2, ...) the client sleeps `backoff_s * 2**(k - 1)`, times a random
+  factor in [0.5, 1] ("equal jitter", so many clients do not retry in lockstep), at most
+  `max_backoff_s`;
+- any other status (400 malformed request or protocol mismatch, 404 wrong URL, 413, 415, ...)
+  fails at once: resending the same bytes cannot fix it;
+- a 200 whose body is not `{"scores": [B finite numbers], "protocol": 1}` fails at once too:
+  a wrong number of scores, or a NaN/inf, is a server bug, never a reward of 0.
+Every failure raises `RewardServerError` naming the URL, the status or cause, and the number
+of attempts made.
+
+`timeout_s` bounds each socket operation of an attempt (connecting, sending, each read), as
+`http.client` does; it is not a deadline for the whole call. The worst case of a call that
+ends in failure is about `(1 + retries) * timeout_s` plus the backoff sleeps.
+"""
+from __future__ import annotations
+
+import http.client
+import json
+import math
+import numbers
+import random
+import time
+import urllib.parse
+from typing import Any, Callable, Sequence
+
+import torch
+
+from omni_rl.reward.protocol import (
+    HEALTH_PATH,
+    SCORE_PATH,
+    ProtocolError,
+    decode_response,
+    encode_request,
+    error_message,
+    request_headers,
+)
+
+RETRYABLE_STATUSES = frozenset({408, 429}) | frozenset(range(500, 600))
+
+
+class RewardServerError(RuntimeError):
+    """A remote scorer could not produce scores: unreachable, an error status, or a bad reply.
+
+    Attributes: `url` (the endpoint), `status` (the last HTTP status, None for a connection
+    error or timeout) and `attempts` (how many requests were made).
+    """
+
+    def __init__(self, message: str, *, url: str, status: int | None, attempts: int):
+        super().__init__(message)
+        self.url = url
+        self.status = status
+        self.attempts = attempts
+
+
+class _Transient(Exception):
+    """One attempt failed in a way worth retrying; `cause` says how."""
+
+    def __init__(self, cause: str, status: int | None):
+        super().__init__(cause)
+        self.cause = cause
+        self.status = status
+
+
+class ScoreClient:
+    """Talks to one remote scorer; see the module docstring for the retry rules.
+
+    url:           the server's base URL, http:// or https://, e.g. "http://127.0.0.1:8000".
+    timeout_s:     seconds allowed for each socket operation of one attempt (> 0).
+    retries:       extra attempts after the first for transient failures (int >= 0).
+    backoff_s:     the first backoff sleep before jitter, doubled for each further retry (>= 0).
+    max_backoff_s: the cap on one backoff sleep (>= 0).
+    sleep, rand:   injected for tests (time.sleep and random.random by default).
+    """
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        timeout_s: float = 60.0,
+        retries: int = 3,
+        backoff_s: float = 0.5,
+        max_backoff_s: float = 30.0,
+        sleep: Callable[[float], None] = time.sleep,
+        rand: Callable[[], float] = random.random,
+    ):
+        if not isinstance(url, str):
+            raise ValueError(f"url={url!r}; expected a string such as 'http://127.0.0.1:8000'")
+        parts = urllib.parse.urlsplit(url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError(
+                f"url={url!r}; expected an http:// or https:// URL with a host, e.g. "
+                f"'http://127.0.0.1:8000' (the server's base URL)"
+            )
+        try:
+            parts.port  # noqa: B018  (raises ValueError for a bad port)
+        except ValueError as err:
+            raise ValueError(f"url={url!r} has a bad port ({err}); expected e.g. 'http://127.0.0.1:8000'") from None
+        _check_number("timeout_s", timeout_s, minimum=0.0, strict=True)
+        if isinstance(retries, bool) or not isinstance(retries, numbers.Integral) or retries < 0:
+            raise ValueError(f"retries={retries!r}; expected an int >= 0 (extra attempts after the first)")
+        _check_number("backoff_s", backoff_s, minimum=0.0)
+        _check_number("max_backoff_s", max_backoff_s, minimum=0.0)
+        self._parts = parts
+        base = parts.path.rstrip("/")
+        if base.endswith(SCORE_PATH):
+            base = base[: -len(SCORE_PATH)]
+        self._base_path = base
+        self.score_url = urllib.parse.urlunsplit((parts.scheme, parts.netloc, base + SCORE_PATH, "", ""))
+        self.health_url = urllib.parse.urlunsplit((parts.scheme, parts.netloc, base + HEALTH_PATH, "", ""))
+        self.timeout_s = float(timeout_s)
+        self.retries = int(retries)
+        self.backoff_s = float(backoff_s)
+        self.max_backoff_s = float(max_backoff_s)
+        self._sleep = sleep
+        self._rand = rand
+
+    def __repr__(self) -> str:
+        return (
+            f"ScoreClient({self.score_url!r}, timeout_s={self.timeout_s:g}, retries={self.retries}, "
+            f"backoff_s={self.backoff_s:g})"
+        )
+
+    def score(
+        self, tensor: torch.Tensor, prompts: Sequence[str], metadata: Sequence[dict[str, Any]], *, kind: str
+    ) -> list[float]:
+        """Encode the batch (`protocol.encode_request`), POST it, return B finite floats."""
+        body = encode_request(tensor, prompts, metadata, kind=kind)
+        return self.post_score(body, int(tensor.shape[0]))
+
+    def post_score(self, body: bytes, batch_size: int) -> list[float]:
+        """POST an already-encoded body to /score with retries; return B finite floats."""
+        url = self.score_url
+        attempts = 0
+        while True:
+            attempts += 1
+            try:
+                status, reply = self._request("POST", self._base_path + SCORE_PATH, body, request_headers(body))
+            except _Transient as err:
+                last = err
+            else:
+                if status == 200:
+                    try:
+                        return decode_response(reply, batch_size)
+                    except ProtocolError as err:
+                        raise RewardServerError(
+                            f"reward server {url} replied 200 with a bad body: {err}",
+                            url=url, status=status, attempts=attempts,
+                        ) from None
+                cause = f"HTTP {status}: {error_message(reply)}"
+                if status not in RETRYABLE_STATUSES:
+                    raise RewardServerError(
+                        f"reward server {url} refused the request ({cause}) after {attempts} "
+                        f"attempt(s); HTTP {status} is not retried, fix the request or the URL",
+                        url=url, status=status, attempts=attempts,
+                    )
+                last = _Transient(cause, status)
+            if attempts > self.retries:
+                raise RewardServerError(
+                    f"reward server {url} failed after {attempts} attempt(s): {last.cause}. Check that "
+                    f"the server is running and reachable (GET {self.health_url}), or raise "
+                    f"timeout_s/retries",
+                    url=url, status=last.status, attempts=attempts,
+                )
+            self._sleep(self.backoff_delay(attempts))
+
+    def backoff_delay(self, retry: int) -> float:
+        """Seconds to sleep before retry number `retry` (1-based): equal-jitter exponential."""
+        delay = min(self.max_backoff_s, self.backoff_s * 2.0 ** (retry - 1))
+        return delay * (0.5 + 0.5 * self._rand())
+
+    def health(self) -> dict[str, Any]:
+        """GET /health once (no retries); return its JSON object or raise RewardServerError."""
+        url = self.health_url
+        try:
+            status, reply = self._request("GET", self._base_path + HEALTH_PATH, None, {})
+        except _Transient as err:
+            raise RewardServerError(
+                f"reward server {url} is not reachable: {err.cause}", url=url, status=None, attempts=1
+            ) from None
+        if status != 200:
+            raise RewardServerError(
+                f"reward server {url} is not healthy: HTTP {status}: {error_message(reply)}",
+                url=url, status=status, attempts=1,
+            )
+        try:
+            payload = json.loads(reply)
+        except ValueError:
+            payload = None
+        if not isinstance(payload, dict):
+            raise RewardServerError(
+                f"reward server {url} replied to GET {HEALTH_PATH} with {error_message(reply)}; "
+                f"expected a JSON object", url=url, status=status, attempts=1,
+            )
+        return payload
+
+    def _request(self, method: str, path: str, body: bytes | None, headers: dict[str, str]) -> tuple[int, bytes]:
+        """One attempt; returns (status, body) or raises _Transient for a network failure."""
+        cls = http.client.HTTPSConnection if self._parts.scheme == "https" else http.client.HTTPConnection
+        conn = cls(self._parts.hostname, self._parts.port, timeout=self.timeout_s)
+        try:
+            conn.request(method, path or "/", body=body, headers=headers)
+            response = conn.getresponse()
+            return response.status, response.read()
+        except TimeoutError as err:  # socket.timeout is TimeoutError from Python 3.10
+            raise _Transient(f"timed out after {self.timeout_s:g} s ({err or 'no reply'})", None) from None
+        except (OSError, http.client.HTTPException) as err:
+            raise _Transient(f"connection error: {type(err).__name__}: {err}", None) from None
+        finally:
+            conn.close()
+
+
+def _check_number(name: str, value: Any, *, minimum: float, strict: bool = False) -> None:
+    ok = (
+        not isinstance(value, bool)
+        and isinstance(value, numbers.Real)
+        and math.isfinite(value)
+        and (value > minimum if strict else value >= minimum)
+    )
+    if not ok:
+        relation = ">" if strict else ">="
+        raise ValueError(f"{name}={value!r}; expected a finite number {relation} {minimum:g} (seconds)")

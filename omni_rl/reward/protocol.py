@@ -1,0 +1,340 @@
+"""The omni-rl remote-scorer protocol, version 1: encode/decode helpers for both sides.
+
+A remote scorer is an HTTP server that scores a batch of B samples. Two endpoints:
+
+    POST /score     body: one safetensors file holding the batch (below)
+                    headers: X-Omni-RL-Protocol: 1
+                             Content-Type: application/x-safetensors
+                             Content-Length: <bytes>
+                    200 -> JSON {"scores": [s_0, ..., s_{B-1}], "protocol": 1}
+    GET  /health    200 -> JSON {"status": "ok", "protocol": 1, "scorer": "...", "accepts": ...}
+
+The body is a standard safetensors file with exactly one tensor, which names what is scored:
+
+    latents   float32 [B, ...]                  clean latents, for latent scorers (no VAE decode)
+    images    uint8   [B, H, W, C] or [B, T, H, W, C]   pixels 0..255, channels last (T = frames)
+
+and two entries in its `__metadata__` header (a str -> str map, as safetensors requires):
+
+    prompts   a JSON list of B strings
+    metadata  a JSON list of B objects, one per sample (`{}` when there is none)
+
+Scores are JSON numbers, one per sample in batch order, finite, higher is better.
+Every error is a JSON object `{"error": "<sentence>", "protocol": 1}` with a status:
+400 malformed request or protocol-version mismatch (not retried: resending cannot fix it),
+404 unknown path, 411 no Content-Length, 413 body too large, 415 wrong Content-Type,
+408/429/5xx transient (clients retry them with backoff). A missing or different
+`X-Omni-RL-Protocol` header is a 400 whose message says which version the server speaks.
+`docs/reward_protocol.md` is the same contract written for someone implementing a server in
+another language.
+
+Left out on purpose: compression, streaming, authentication (servers bind loopback by default)
+and per-request options; a new field or endpoint that changes meaning bumps the version.
+"""
+from __future__ import annotations
+
+import json
+import math
+import numbers
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import numpy as np
+import torch
+
+PROTOCOL_VERSION = 1
+PROTOCOL_HEADER = "X-Omni-RL-Protocol"
+CONTENT_TYPE = "application/x-safetensors"
+SCORE_PATH = "/score"
+HEALTH_PATH = "/health"
+
+LATENTS = "latents"
+IMAGES = "images"
+KINDS = (LATENTS, IMAGES)
+_DTYPES = {LATENTS: torch.float32, IMAGES: torch.uint8}
+_SAFETENSORS_DTYPES = {LATENTS: "F32", IMAGES: "U8"}
+
+
+class ProtocolError(ValueError):
+    """A request or response does not follow the remote-scorer protocol."""
+
+
+@dataclass
+class ScoreRequest:
+    """One decoded POST /score body.
+
+    kind:     "latents" or "images", the name of the one tensor in the body.
+    tensor:   float32 [B, ...] latents or uint8 [B, H, W, C] / [B, T, H, W, C] images (CPU).
+    prompts:  B strings.
+    metadata: B dicts (JSON values only).
+    """
+
+    kind: str
+    tensor: torch.Tensor
+    prompts: list[str]
+    metadata: list[dict[str, Any]]
+
+    @property
+    def batch_size(self) -> int:
+        return int(self.tensor.shape[0])
+
+
+def request_headers(body: bytes) -> dict[str, str]:
+    """The headers a client sends with a POST /score body."""
+    return {
+        PROTOCOL_HEADER: str(PROTOCOL_VERSION),
+        "Content-Type": CONTENT_TYPE,
+        "Content-Length": str(len(body)),
+    }
+
+
+def check_version(header_value: str | None) -> None:
+    """Raise ProtocolError unless the X-Omni-RL-Protocol header value is this version."""
+    if header_value is None:
+        raise ProtocolError(
+            f"the request has no {PROTOCOL_HEADER} header; this server speaks protocol "
+            f"{PROTOCOL_VERSION}: send '{PROTOCOL_HEADER}: {PROTOCOL_VERSION}'"
+        )
+    if header_value.strip() != str(PROTOCOL_VERSION):
+        raise ProtocolError(
+            f"protocol version mismatch: the client sent {PROTOCOL_HEADER}: {header_value.strip()!r} "
+            f"but this server speaks protocol {PROTOCOL_VERSION}; use a client and server of the "
+            f"same protocol version"
+        )
+
+
+def encode_request(
+    tensor: torch.Tensor, prompts: Sequence[str], metadata: Sequence[dict[str, Any]], *, kind: str
+) -> bytes:
+    """Serialise one batch as a safetensors body (see the module docstring for the layout).
+
+    `tensor` must already have the kind's dtype (float32 latents, uint8 images); it is moved
+    to the CPU and made contiguous. Metadata must be JSON-encodable: strip tensors first
+    (`metadata_for_wire`). Raises ProtocolError naming the bad value.
+    """
+    from safetensors.torch import save
+
+    _check_tensor(kind, tensor, source="the tensor to send")
+    n = int(tensor.shape[0])
+    prompts, metadata = _check_prompts_metadata(prompts, metadata, n)
+    try:
+        metadata_json = json.dumps(metadata, allow_nan=False, ensure_ascii=False)
+    except (TypeError, ValueError) as err:
+        raise ProtocolError(
+            f"metadata is not JSON-encodable ({err}); send only strings, numbers, booleans, null, "
+            f"lists and objects (metadata_for_wire drops tensors and converts numpy scalars)"
+        ) from err
+    header = {"prompts": json.dumps(prompts, ensure_ascii=False), "metadata": metadata_json}
+    return save({kind: tensor.detach().to("cpu").contiguous()}, metadata=header)
+
+
+def decode_request(body: bytes) -> ScoreRequest:
+    """Parse and check a POST /score body; raise ProtocolError saying what is wrong."""
+    from safetensors.torch import load
+
+    header = _read_safetensors_header(body)
+    names = [key for key in header if key != "__metadata__"]
+    if len(names) != 1 or names[0] not in KINDS:
+        raise ProtocolError(
+            f"the body holds tensors {names}; expected exactly one tensor named 'latents' "
+            f"(float32 [B, ...]) or 'images' (uint8 [B, H, W, C])"
+        )
+    kind = names[0]
+    dtype = header[kind].get("dtype") if isinstance(header[kind], dict) else None
+    if dtype != _SAFETENSORS_DTYPES[kind]:
+        raise ProtocolError(
+            f"tensor {kind!r} has safetensors dtype {dtype!r}; expected {_SAFETENSORS_DTYPES[kind]!r} "
+            f"({_DTYPES[kind]})"
+        )
+    extra = header.get("__metadata__") or {}
+    if not isinstance(extra, dict):
+        raise ProtocolError(f"the safetensors __metadata__ is a {type(extra).__name__}; expected an object")
+    prompts = _json_field(extra, "prompts")
+    metadata = _json_field(extra, "metadata")
+    try:
+        tensor = load(bytes(body))[kind]
+    except Exception as err:  # safetensors raises its own SafetensorError on bad data offsets
+        raise ProtocolError(f"the safetensors body could not be read: {err}") from err
+    _check_tensor(kind, tensor, source="the request")
+    prompts, metadata = _check_prompts_metadata(prompts, metadata, int(tensor.shape[0]))
+    return ScoreRequest(kind=kind, tensor=tensor, prompts=prompts, metadata=metadata)
+
+
+def check_scores(scores: Any, batch_size: int, *, source: str = "the scorer") -> list[float]:
+    """Return `scores` as B finite Python floats, or raise ProtocolError naming the problem.
+
+    Accepts a sequence of real numbers or a 1-D tensor/array. Booleans are refused (a bool
+    "score" is almost always a bug). `source` names who produced the scores in the message.
+    """
+    if isinstance(scores, (torch.Tensor, np.ndarray)):
+        if scores.ndim != 1:
+            raise ProtocolError(
+                f"{source} returned scores of shape {tuple(scores.shape)}; expected [{batch_size}]"
+            )
+        scores = scores.tolist()
+    if isinstance(scores, (str, bytes)) or not isinstance(scores, Sequence):
+        raise ProtocolError(
+            f"{source} returned {type(scores).__name__}; expected a list of {batch_size} numbers"
+        )
+    if len(scores) != batch_size:
+        raise ProtocolError(
+            f"{source} returned {len(scores)} scores for a batch of {batch_size}; expected exactly "
+            f"one score per sample"
+        )
+    out = []
+    for i, value in enumerate(scores):
+        if isinstance(value, bool) or not isinstance(value, numbers.Real):
+            raise ProtocolError(f"{source} returned score {i} = {value!r}; expected a number")
+        value = float(value)
+        if not math.isfinite(value):
+            raise ProtocolError(
+                f"{source} returned a non-finite score {value} at sample index {i}; scores must be "
+                f"finite: fix the scorer or clamp its output"
+            )
+        out.append(value)
+    return out
+
+
+def encode_response(scores: Sequence[float]) -> bytes:
+    """The 200 JSON body for already-checked scores (`check_scores`)."""
+    return json.dumps({"scores": list(scores), "protocol": PROTOCOL_VERSION}, allow_nan=False).encode()
+
+
+def decode_response(body: bytes, batch_size: int) -> list[float]:
+    """Parse a 200 response body: B finite floats, else ProtocolError."""
+    try:
+        payload = json.loads(body)
+    except (UnicodeDecodeError, ValueError) as err:
+        raise ProtocolError(f"the response is not JSON ({err}); got {_preview(body)}") from err
+    if not isinstance(payload, dict) or "scores" not in payload:
+        raise ProtocolError(f'the response has no "scores" field; got {_preview(body)}')
+    if payload.get("protocol") != PROTOCOL_VERSION:
+        raise ProtocolError(
+            f'the response says "protocol": {payload.get("protocol")!r}; expected {PROTOCOL_VERSION}. '
+            f"Use a server that speaks protocol {PROTOCOL_VERSION}"
+        )
+    return check_scores(payload["scores"], batch_size, source="the server")
+
+
+def encode_error(message: str) -> bytes:
+    """The JSON body of an error response."""
+    return json.dumps({"error": message, "protocol": PROTOCOL_VERSION}).encode()
+
+
+def error_message(body: bytes) -> str:
+    """The "error" sentence of an error body, or a short preview of a body that is not ours."""
+    try:
+        payload = json.loads(body)
+    except (UnicodeDecodeError, ValueError):
+        return _preview(body)
+    if isinstance(payload, dict) and isinstance(payload.get("error"), str):
+        return payload["error"]
+    return _preview(body)
+
+
+def metadata_for_wire(metadata: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Copies of the metadata dicts with what JSON can carry.
+
+    Tensor and numpy-array values are left out (bulk data travels as the body's tensor, e.g. a
+    sample's `latent`); numpy scalars become Python numbers; nested lists/dicts are converted
+    the same way. Any other value JSON cannot encode raises ProtocolError naming the sample
+    and the key.
+    """
+    out = []
+    for i, meta in enumerate(metadata):
+        if not isinstance(meta, dict):
+            raise ProtocolError(f"metadata[{i}] has type {type(meta).__name__}; expected dict")
+        clean = {}
+        for key, value in meta.items():
+            if isinstance(value, (torch.Tensor, np.ndarray)):
+                continue
+            clean[str(key)] = _jsonable(value, f"metadata[{i}][{key!r}]")
+        out.append(clean)
+    return out
+
+
+def _jsonable(value: Any, where: str) -> Any:
+    if value is None or isinstance(value, (str, bool, int)):
+        return value
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise ProtocolError(f"{where} = {value} is not finite; JSON cannot carry it")
+        return value
+    if isinstance(value, np.generic):
+        return _jsonable(value.item(), where)
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v, f"{where}[{j}]") for j, v in enumerate(value)]
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v, f"{where}[{k!r}]") for k, v in value.items()}
+    raise ProtocolError(
+        f"{where} has type {type(value).__name__}, which JSON cannot carry to a remote scorer; "
+        f"store strings, numbers, lists or dicts in the metadata (tensors are left out)"
+    )
+
+
+def _check_tensor(kind: str, tensor: Any, *, source: str) -> None:
+    if kind not in KINDS:
+        raise ProtocolError(f"kind {kind!r} is unknown; expected one of {list(KINDS)}")
+    if not isinstance(tensor, torch.Tensor):
+        raise ProtocolError(f"{source} is a {type(tensor).__name__}; expected a torch tensor")
+    if tensor.dtype != _DTYPES[kind]:
+        raise ProtocolError(f"{source}: {kind} has dtype {tensor.dtype}; expected {_DTYPES[kind]}")
+    shape = tuple(tensor.shape)
+    if kind == LATENTS and len(shape) < 2:
+        raise ProtocolError(f"{source}: latents have shape {shape}; expected [B, ...] with at least 2 dims")
+    if kind == IMAGES and len(shape) not in (4, 5):
+        raise ProtocolError(
+            f"{source}: images have shape {shape}; expected [B, H, W, C] or [B, T, H, W, C] (channels last)"
+        )
+    if shape[0] == 0:
+        raise ProtocolError(f"{source}: the batch is empty (shape {shape}); send at least one sample")
+
+
+def _check_prompts_metadata(prompts: Any, metadata: Any, n: int) -> tuple[list[str], list[dict]]:
+    if not isinstance(prompts, (list, tuple)) or not all(isinstance(p, str) for p in prompts):
+        raise ProtocolError(f"prompts must be a list of {n} strings; got {_preview(repr(prompts))}")
+    if len(prompts) != n:
+        raise ProtocolError(f"got {len(prompts)} prompts for a batch of {n}; send one prompt per sample")
+    if not isinstance(metadata, (list, tuple)) or not all(isinstance(m, dict) for m in metadata):
+        raise ProtocolError(f"metadata must be a list of {n} objects; got {_preview(repr(metadata))}")
+    if len(metadata) != n:
+        raise ProtocolError(
+            f"got {len(metadata)} metadata entries for a batch of {n}; send one object per sample ({{}} if none)"
+        )
+    return list(prompts), [dict(m) for m in metadata]
+
+
+def _read_safetensors_header(body: bytes) -> dict[str, Any]:
+    # safetensors layout: u64 little-endian header length N, then N bytes of JSON, then data.
+    if len(body) < 8:
+        raise ProtocolError(f"the body has {len(body)} bytes; a safetensors file starts with an 8-byte header length")
+    size = int.from_bytes(body[:8], "little")
+    if size > len(body) - 8:
+        raise ProtocolError(
+            f"the safetensors header says {size} bytes but the body has only {len(body) - 8} after the "
+            f"length; the body is truncated or not safetensors"
+        )
+    try:
+        header = json.loads(bytes(body[8 : 8 + size]))
+    except (UnicodeDecodeError, ValueError) as err:
+        raise ProtocolError(f"the safetensors header is not JSON ({err})") from err
+    if not isinstance(header, dict):
+        raise ProtocolError(f"the safetensors header is a {type(header).__name__}; expected an object")
+    return header
+
+
+def _json_field(extra: dict[str, Any], key: str) -> Any:
+    if key not in extra:
+        raise ProtocolError(
+            f"the safetensors __metadata__ has no {key!r} entry (keys: {sorted(extra)}); send "
+            f"prompts and metadata as JSON strings under 'prompts' and 'metadata'"
+        )
+    try:
+        return json.loads(extra[key])
+    except (TypeError, ValueError) as err:
+        raise ProtocolError(f"__metadata__[{key!r}] is not a JSON string ({err})") from err
+
+
+def _preview(data: bytes | str, limit: int = 200) -> str:
+    text = data.decode("utf-8", "replace") if isinstance(data, (bytes, bytearray)) else str(data)
+    return repr(text[:limit] + ("..." if len(text) > limit else ""))

@@ -1,0 +1,445 @@
+"""A reference server for the remote-scorer protocol (`omni_rl.reward.protocol`).
+
+It serves any scorer callable
+
+    scorer(tensor, prompts, metadata) -> list[float]        # one finite score per sample
+
+where `tensor` is the request's float32 latents [B, ...] or uint8 images [B, H, W, C]
+(a registered image reward such as `build_reward("brightness")` fits as it is). A scorer may
+carry an attribute `accepts = "latents"` or `"images"`; the server then answers a request of
+the other kind with 400. A scorer may raise `HttpStatusError(status, message)` to choose the
+reply (e.g. 503 while its model is loading); any other exception is a 500 naming it, and so is
+a wrong number of scores or a NaN/inf. Calls into the scorer are serialised by a lock (one
+batch at a time), since a model on one device gains nothing from concurrent batches.
+
+    python -m omni_rl.reward.server --scorer latent_stats --port 8000
+    python -m omni_rl.reward.server --scorer my_pkg.scorers:make_scorer --kwargs '{"path": "m.st"}'
+    python -m omni_rl.reward.server --scorer reward:jpeg_compressibility      # a registered reward
+
+`--scorer` takes a built-in name (`latent_stats`, `latent_reward_model`), `module:factory`
+(the factory is called with `--kwargs` as keyword arguments and returns the scorer) or
+`reward:NAME` (a registered omni-rl reward built with `--kwargs`). The server binds
+127.0.0.1 and refuses any other address unless `--host` is given explicitly: the protocol has
+no authentication. `--port 0` picks a free port; the first line printed says the URL.
+
+In tests, `serve_in_thread(scorer) -> (server, url)` runs it in a background thread;
+`server.stop()` shuts it down and frees the port.
+
+Built-in latent scorers (the DiNa-LRM idea: score clean latents, no VAE decode):
+- `latent_stats`: `-mean(latent**2)` over all non-batch dims (fp64), a cheap deterministic
+  score for demos and tests (it prefers latents near 0).
+- `LatentRewardModel`: a tiny conv net on latents [B, C, H, W] -> one score per sample,
+  randomly initialised from a seed or loaded from a safetensors file that stores its shape in
+  the file's metadata. It shows the plumbing; it is not a trained reward model.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import ipaddress
+import json
+import logging
+import socket
+import sys
+import threading
+import urllib.parse
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any, Callable, Sequence
+
+import torch
+
+from omni_rl.reward.protocol import (
+    CONTENT_TYPE,
+    HEALTH_PATH,
+    KINDS,
+    LATENTS,
+    PROTOCOL_HEADER,
+    PROTOCOL_VERSION,
+    SCORE_PATH,
+    ProtocolError,
+    check_scores,
+    check_version,
+    decode_request,
+    encode_error,
+    encode_response,
+)
+
+logger = logging.getLogger(__name__)
+
+ServedScorer = Callable[[torch.Tensor, Sequence[str], Sequence[dict[str, Any]]], Sequence[float]]
+
+DEFAULT_HOST = "127.0.0.1"
+DEFAULT_MAX_BODY_BYTES = 1 << 30
+
+
+class HttpStatusError(Exception):
+    """Raised by a served scorer to make the server reply `status` with `message`."""
+
+    def __init__(self, status: int, message: str):
+        if not 400 <= int(status) <= 599:
+            raise ValueError(f"status={status!r}; expected an HTTP error status in 400..599")
+        super().__init__(message)
+        self.status = int(status)
+        self.message = message
+
+
+def is_loopback(host: str) -> bool:
+    """True for "localhost" and loopback IP literals (127.0.0.0/8, ::1)."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+class ScoreServer(ThreadingHTTPServer):
+    """A ThreadingHTTPServer that answers POST /score and GET /health with one scorer.
+
+    Use `make_server` or `serve_in_thread`; `url` is the base URL to give a client.
+    """
+
+    daemon_threads = True
+
+    def __init__(self, address: tuple[str, int], scorer: ServedScorer, *, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES):
+        if ":" in address[0]:
+            self.address_family = socket.AF_INET6
+        self.scorer = scorer
+        self.accepts = getattr(scorer, "accepts", None)
+        if self.accepts not in (None, *KINDS):
+            raise ValueError(f"scorer.accepts={self.accepts!r}; expected None, 'latents' or 'images'")
+        self.max_body_bytes = int(max_body_bytes)
+        self.scorer_lock = threading.Lock()
+        self.thread: threading.Thread | None = None
+        super().__init__(address, _Handler)
+
+    @property
+    def url(self) -> str:
+        host, port = self.server_address[:2]
+        host = f"[{host}]" if ":" in host else host
+        return f"http://{host}:{port}"
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        # A client that hung up (timeout, shutdown) is routine here, not a traceback on stderr.
+        logger.debug("reward server: error while handling a request from %s", client_address, exc_info=True)
+
+    def stop(self) -> None:
+        """Stop serving, close the socket and join the serving thread (if `serve_in_thread`)."""
+        if self.thread is not None:
+            self.shutdown()
+            self.thread.join(timeout=10)
+            self.thread = None
+        self.server_close()
+
+
+def make_server(
+    scorer: ServedScorer,
+    host: str = DEFAULT_HOST,
+    port: int = 0,
+    *,
+    allow_remote: bool = False,
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+) -> ScoreServer:
+    """Bind a ScoreServer (not yet serving). A non-loopback `host` needs `allow_remote=True`."""
+    if not callable(scorer):
+        raise TypeError(f"scorer is a {type(scorer).__name__}; expected a callable (tensor, prompts, metadata) -> scores")
+    if not is_loopback(host) and not allow_remote:
+        raise ValueError(
+            f"host={host!r} is not a loopback address; the reward protocol has no authentication, so "
+            f"the server binds 127.0.0.1 unless told otherwise. Pass allow_remote=True (or --host on "
+            f"the command line) to bind {host!r} on purpose"
+        )
+    return ScoreServer((host, port), scorer, max_body_bytes=max_body_bytes)
+
+
+def serve_in_thread(scorer: ServedScorer, host: str = DEFAULT_HOST, port: int = 0, **kwargs: Any) -> tuple[ScoreServer, str]:
+    """Start a server in a daemon thread; return (server, base URL). Call `server.stop()` after."""
+    server = make_server(scorer, host, port, **kwargs)
+    server.thread = threading.Thread(
+        target=server.serve_forever, kwargs={"poll_interval": 0.05}, name=f"reward-server-{server.url}", daemon=True
+    )
+    server.thread.start()
+    return server, server.url
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server: ScoreServer
+    timeout = 120  # seconds a silent client may hold a handler thread
+
+    def do_GET(self) -> None:  # noqa: N802  (http.server's naming)
+        if urllib.parse.urlsplit(self.path).path != HEALTH_PATH:
+            return self._error(404, f"unknown path {self.path!r}; this server answers GET {HEALTH_PATH} and POST {SCORE_PATH}")
+        self._reply(200, json.dumps({
+            "status": "ok",
+            "protocol": PROTOCOL_VERSION,
+            "scorer": _describe(self.server.scorer),
+            "accepts": self.server.accepts,
+        }).encode())
+
+    def do_POST(self) -> None:  # noqa: N802
+        if urllib.parse.urlsplit(self.path).path != SCORE_PATH:
+            return self._error(404, f"unknown path {self.path!r}; POST batches to {SCORE_PATH}")
+        try:
+            check_version(self.headers.get(PROTOCOL_HEADER))
+        except ProtocolError as err:
+            return self._error(400, str(err))
+        content_type = (self.headers.get("Content-Type") or "").split(";")[0].strip().lower()
+        if content_type != CONTENT_TYPE:
+            return self._error(415, f"Content-Type is {content_type or '(none)'!r}; expected {CONTENT_TYPE!r}")
+        length_text = self.headers.get("Content-Length")
+        if length_text is None:
+            return self._error(411, "the request has no Content-Length; send the body's size in bytes")
+        try:
+            length = int(length_text)
+        except ValueError:
+            return self._error(400, f"Content-Length is {length_text!r}; expected an integer")
+        if length < 0 or length > self.server.max_body_bytes:
+            return self._error(
+                413, f"the body is {length} bytes; this server takes at most {self.server.max_body_bytes} "
+                f"(send smaller batches)"
+            )
+        body = self.rfile.read(length)
+        try:
+            request = decode_request(body)
+        except ProtocolError as err:
+            return self._error(400, str(err))
+        accepts = self.server.accepts
+        if accepts is not None and request.kind != accepts:
+            return self._error(400, f"this server's scorer takes {accepts!r}; the request sent {request.kind!r}")
+        try:
+            with self.server.scorer_lock:
+                raw = self.server.scorer(request.tensor, request.prompts, request.metadata)
+            scores = check_scores(raw, request.batch_size)
+        except HttpStatusError as err:
+            return self._error(err.status, err.message)
+        except ProtocolError as err:
+            return self._error(500, str(err))
+        except Exception as err:  # the scorer's own failure: report it, keep serving
+            logger.exception("reward server: the scorer raised on a batch of %d", request.batch_size)
+            return self._error(500, f"the scorer raised {type(err).__name__}: {err}")
+        self._reply(200, encode_response(scores))
+
+    def _error(self, status: int, message: str) -> None:
+        self._reply(status, encode_error(message))
+
+    def _reply(self, status: int, body: bytes) -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.send_header(PROTOCOL_HEADER, str(PROTOCOL_VERSION))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002  (http.server's name)
+        logger.debug("reward server %s: " + format, self.address_string(), *args)
+
+
+# ---------------------------------------------------------------------------------------------
+# Built-in latent scorers
+
+
+def latent_stats() -> ServedScorer:
+    """Factory of the `latent_stats` scorer: -mean(latent**2) per sample, in float64."""
+    def score(latents: torch.Tensor, prompts: Sequence[str], metadata: Sequence[dict]) -> list[float]:
+        _check_latents(latents, "latent_stats")
+        flat = latents.detach().to(torch.float64).reshape(latents.shape[0], -1)
+        return (-(flat * flat).mean(dim=1)).tolist()
+
+    score.accepts = LATENTS  # type: ignore[attr-defined]
+    score.__qualname__ = "latent_stats"
+    return score
+
+
+class LatentRewardModel(torch.nn.Module):
+    """A tiny conv net scoring clean latents [B, C, H, W] -> [B] (no VAE decode).
+
+    conv3x3(C -> hidden) -> SiLU -> conv3x3 stride 2 -> SiLU -> conv3x3 stride 2 -> SiLU ->
+    mean over H, W -> linear(hidden -> 1). No normalisation layers, so a sample's score does
+    not depend on the rest of its batch.
+    """
+
+    def __init__(self, in_channels: int = 16, hidden: int = 32):
+        super().__init__()
+        for name, value in (("in_channels", in_channels), ("hidden", hidden)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"LatentRewardModel: {name}={value!r}; expected an int >= 1")
+        self.in_channels = in_channels
+        self.hidden = hidden
+        self.body = torch.nn.Sequential(
+            torch.nn.Conv2d(in_channels, hidden, 3, padding=1),
+            torch.nn.SiLU(),
+            torch.nn.Conv2d(hidden, hidden, 3, stride=2, padding=1),
+            torch.nn.SiLU(),
+            torch.nn.Conv2d(hidden, hidden, 3, stride=2, padding=1),
+            torch.nn.SiLU(),
+        )
+        self.head = torch.nn.Linear(hidden, 1)
+
+    def forward(self, latents: torch.Tensor) -> torch.Tensor:
+        if latents.ndim != 4 or latents.shape[1] != self.in_channels:
+            raise ValueError(
+                f"LatentRewardModel takes latents [B, {self.in_channels}, H, W]; got shape "
+                f"{tuple(latents.shape)}. Build the model with in_channels matching the VAE's latent "
+                f"channels (video latents [B, C, T, H, W] need a different model)"
+            )
+        return self.head(self.body(latents).mean(dim=(2, 3))).squeeze(-1)
+
+    def save_safetensors(self, path: str) -> None:
+        """Write the weights and the shape (`in_channels`, `hidden`) to one safetensors file."""
+        from safetensors.torch import save_file
+
+        state = {k: v.detach().contiguous() for k, v in self.state_dict().items()}
+        save_file(state, path, metadata={
+            "model": "LatentRewardModel", "in_channels": str(self.in_channels), "hidden": str(self.hidden),
+        })
+
+    @classmethod
+    def from_safetensors(cls, path: str) -> "LatentRewardModel":
+        """Load a model written by `save_safetensors` (its shape is read from the file)."""
+        from safetensors import safe_open
+        from safetensors.torch import load_file
+
+        with safe_open(path, framework="pt") as handle:
+            meta = handle.metadata() or {}
+        if meta.get("model") != "LatentRewardModel":
+            raise ValueError(
+                f"{path}: its safetensors metadata says model={meta.get('model')!r}; expected "
+                f"'LatentRewardModel' (write the file with LatentRewardModel.save_safetensors)"
+            )
+        try:
+            model = cls(int(meta["in_channels"]), int(meta["hidden"]))
+        except (KeyError, ValueError) as err:
+            raise ValueError(f"{path}: bad in_channels/hidden in its metadata {meta!r} ({err})") from err
+        try:
+            model.load_state_dict(load_file(path))
+        except RuntimeError as err:
+            raise ValueError(f"{path}: the weights do not fit LatentRewardModel{(model.in_channels, model.hidden)}: {err}") from err
+        return model.eval()
+
+
+class LatentModelScorer:
+    """Serves a LatentRewardModel: float32 latents [B, C, H, W] -> B floats (inference mode)."""
+
+    accepts = LATENTS
+
+    def __init__(self, model: LatentRewardModel):
+        self.model = model.eval()
+
+    @torch.inference_mode()
+    def __call__(self, latents: torch.Tensor, prompts: Sequence[str], metadata: Sequence[dict]) -> list[float]:
+        _check_latents(latents, "latent_reward_model")
+        if latents.ndim != 4 or latents.shape[1] != self.model.in_channels:
+            raise HttpStatusError(
+                400, f"latent_reward_model takes latents [B, {self.model.in_channels}, H, W]; got shape "
+                f"{tuple(latents.shape)}"
+            )
+        param = next(self.model.parameters())
+        return self.model(latents.to(param.device, param.dtype)).double().cpu().tolist()
+
+    def __repr__(self) -> str:
+        return f"LatentModelScorer(in_channels={self.model.in_channels}, hidden={self.model.hidden})"
+
+
+def latent_reward_model(*, path: str | None = None, in_channels: int = 16, hidden: int = 32, seed: int = 0) -> LatentModelScorer:
+    """Factory: load `path` (a LatentRewardModel safetensors file) or build one from `seed`."""
+    if path is not None:
+        return LatentModelScorer(LatentRewardModel.from_safetensors(path))
+    generator_state = torch.random.get_rng_state()
+    try:
+        torch.manual_seed(seed)
+        model = LatentRewardModel(in_channels, hidden)
+    finally:
+        torch.random.set_rng_state(generator_state)
+    return LatentModelScorer(model)
+
+
+BUILTIN_SCORERS: dict[str, Callable[..., ServedScorer]] = {
+    "latent_stats": latent_stats,
+    "latent_reward_model": latent_reward_model,
+}
+
+
+def _check_latents(latents: Any, name: str) -> None:
+    if not isinstance(latents, torch.Tensor) or not latents.is_floating_point() or latents.ndim < 2:
+        raise HttpStatusError(
+            400, f"{name} scores float latents [B, ...]; got "
+            f"{type(latents).__name__} {getattr(latents, 'dtype', '')} {tuple(getattr(latents, 'shape', ()))}"
+        )
+
+
+def _describe(scorer: Any) -> str:
+    return getattr(scorer, "__qualname__", None) or repr(scorer)
+
+
+# ---------------------------------------------------------------------------------------------
+# Command line
+
+
+def load_scorer(spec: str, kwargs: dict[str, Any] | None = None) -> ServedScorer:
+    """Build the scorer named by a `--scorer` spec (see the module docstring)."""
+    kwargs = dict(kwargs or {})
+    if spec in BUILTIN_SCORERS:
+        return BUILTIN_SCORERS[spec](**kwargs)
+    if spec.startswith("reward:"):
+        from omni_rl.reward.registry import build_reward
+
+        return build_reward(spec[len("reward:"):], **kwargs)
+    module_name, sep, attr = spec.partition(":")
+    if not sep or not module_name or not attr:
+        raise ValueError(
+            f"--scorer {spec!r}: expected a built-in name ({', '.join(BUILTIN_SCORERS)}), "
+            f"'module:factory' or 'reward:NAME'"
+        )
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as err:
+        raise ValueError(f"--scorer {spec!r}: module {module_name!r} could not be imported ({err})") from err
+    try:
+        factory = getattr(module, attr)
+    except AttributeError:
+        raise ValueError(f"--scorer {spec!r}: module {module_name!r} has no attribute {attr!r}") from None
+    scorer = factory(**kwargs)
+    if not callable(scorer):
+        raise ValueError(
+            f"--scorer {spec!r}: the factory returned a {type(scorer).__name__}; expected a callable "
+            f"(tensor, prompts, metadata) -> list[float]"
+        )
+    return scorer
+
+
+def server_from_args(argv: Sequence[str] | None = None) -> ScoreServer:
+    """Parse the command line, build the scorer and bind the server (not yet serving)."""
+    parser = argparse.ArgumentParser(prog="python -m omni_rl.reward.server", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--scorer", required=True, help="latent_stats | latent_reward_model | module:factory | reward:NAME")
+    parser.add_argument("--kwargs", default="{}", help="JSON object of keyword arguments for the factory")
+    parser.add_argument("--host", default=None, help=f"address to bind (default {DEFAULT_HOST}; anything else only when given here)")
+    parser.add_argument("--port", type=int, default=0, help="port to bind (0 = a free one, printed at start)")
+    parser.add_argument("--max-body-bytes", type=int, default=DEFAULT_MAX_BODY_BYTES)
+    args = parser.parse_args(argv)
+    try:
+        kwargs = json.loads(args.kwargs)
+    except ValueError as err:
+        parser.error(f"--kwargs {args.kwargs!r} is not JSON ({err}); expected an object such as '{{\"seed\": 1}}'")
+    if not isinstance(kwargs, dict):
+        parser.error(f"--kwargs {args.kwargs!r} is a JSON {type(kwargs).__name__}; expected an object")
+    scorer = load_scorer(args.scorer, kwargs)
+    host = DEFAULT_HOST if args.host is None else args.host
+    # Only an explicit --host may bind a non-loopback address: the protocol has no authentication.
+    return make_server(scorer, host, args.port, allow_remote=args.host is not None, max_body_bytes=args.max_body_bytes)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    server = server_from_args(argv)
+    print(f"omni-rl reward server: {_describe(server.scorer)} at {server.url} (protocol {PROTOCOL_VERSION})", flush=True)
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.server_close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,148 @@
+"""The native text rollout engine: batched sampling with per-request settings and seeds.
+
+Requests that share a batch key (the same kinds of media) are decoded together, up to
+`max_num_seqs` per batch: prompts left-padded, one forward per new token for the whole batch.
+Each row samples with its own temperature, top-p and generator, stops at its own stop tokens or
+`max_new_tokens`, and then idles (its new positions are masked) until the batch is done.
+
+The recorded log-prob of a token is `log_softmax(logits / temperature)` in fp32: the function
+the trainer evaluates (`AutoregressiveModelBase.token_log_probs`). Top-p only narrows what is
+sampled; the recorded log-prob is of the full tempered distribution, as the trainer's is.
+
+With a key/value cache (`supports_kv_cache`) each step feeds only the new tokens; otherwise the
+whole prefix is recomputed each step (exact, quadratic in length: fine for tiny models, and the
+vLLM-Omni backend is the fast path on GPUs).
+"""
+from __future__ import annotations
+
+from typing import Sequence
+
+import torch
+
+from omni_rl.models.autoregressive import AutoregressiveModelBase, positions_from_mask
+from omni_rl.rollout.text_types import TextRequest, TextResult
+
+
+def collate_media(parts: Sequence[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
+    """Concatenate per-prompt processor tensors along their first dimension."""
+    if not parts or not parts[0]:
+        return {}
+    return {k: torch.cat([p[k] for p in parts]) for k in parts[0]}
+
+
+def left_pad(sequences: Sequence[torch.Tensor], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+    width = max(len(s) for s in sequences)
+    ids = torch.full((len(sequences), width), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(sequences), width), dtype=torch.long)
+    for i, s in enumerate(sequences):
+        ids[i, width - len(s):] = s
+        mask[i, width - len(s):] = 1
+    return ids, mask
+
+
+def _sample(logits: torch.Tensor, top_p: float, generator: torch.Generator) -> int:
+    """Draw one token from tempered logits [V], keeping the smallest set of mass >= top_p."""
+    probs = torch.softmax(logits, dim=-1)
+    if top_p < 1.0:
+        sorted_probs, order = probs.sort(descending=True)
+        # Keep a token if the mass before it is < top_p (the first token always stays).
+        keep = sorted_probs.cumsum(-1) - sorted_probs < top_p
+        filtered = torch.zeros_like(probs).scatter(0, order[keep], sorted_probs[keep])
+        probs = filtered / filtered.sum()
+    return int(torch.multinomial(probs.cpu(), 1, generator=generator))
+
+
+class NativeTextEngine:
+    def __init__(self, model: AutoregressiveModelBase, max_num_seqs: int = 64):
+        if max_num_seqs < 1:
+            raise ValueError(f"max_num_seqs={max_num_seqs}: expected >= 1")
+        self.model = model
+        self.max_num_seqs = max_num_seqs
+        self.weight_version = 0
+        self.stats = {"forwards": 0, "samples": 0}
+
+    def generate(self, requests: Sequence[TextRequest], timeout_s: float | None = None) -> list[TextResult]:
+        """Sample every request; results in request order."""
+        for req in requests:
+            if req.max_new_tokens < 1 or req.temperature <= 0 or not 0 < req.top_p <= 1:
+                raise ValueError(
+                    f"request {req.request_id}: max_new_tokens={req.max_new_tokens}, temperature={req.temperature}, "
+                    f"top_p={req.top_p}; expected max_new_tokens >= 1, temperature > 0, 0 < top_p <= 1"
+                )
+        results: dict[int, TextResult] = {}
+        groups: dict[tuple, list[TextRequest]] = {}
+        for req in requests:
+            groups.setdefault(req.batch_key(), []).append(req)
+        for group in groups.values():
+            for start in range(0, len(group), self.max_num_seqs):
+                for res in self._generate_batch(group[start : start + self.max_num_seqs]):
+                    results[res.request_id] = res
+        return [results[req.request_id] for req in requests]
+
+    def sync_weights(self, source_model, version: int) -> None:
+        if source_model is not self.model:
+            self.model.load_named_tensors(source_model.named_trainable_tensors())
+        self.weight_version = version
+
+    def close(self) -> None:
+        pass
+
+    @torch.no_grad()
+    def _generate_batch(self, batch: list[TextRequest]) -> list[TextResult]:
+        model = self.model
+        n = len(batch)
+        ids, mask = left_pad([r.prompt.input_ids for r in batch], model.pad_token_id)
+        media = collate_media([r.prompt.media for r in batch])
+        generators = [torch.Generator().manual_seed(r.seed) for r in batch]
+        stops = [set(model.eos_token_ids) | set(r.stop_token_ids) for r in batch]
+        max_new = max(r.max_new_tokens for r in batch)
+        tokens: list[list[int]] = [[] for _ in range(n)]
+        log_probs: list[list[float]] = [[] for _ in range(n)]
+        done = [False] * n
+        finish = ["length"] * n
+
+        use_cache = model.supports_kv_cache
+        cache = model.new_cache() if use_cache else None
+        logits, cache = model.forward_logits(ids, mask, media, cache=cache)
+        self.stats["forwards"] += 1
+        last = logits[:, -1]
+        for _ in range(max_new):
+            new = torch.full((n, 1), model.pad_token_id, dtype=torch.long)
+            new_mask = torch.zeros((n, 1), dtype=torch.long)
+            for i, req in enumerate(batch):
+                if done[i]:
+                    continue
+                tempered = last[i].float() / req.temperature
+                token = _sample(tempered, req.top_p, generators[i])
+                tokens[i].append(token)
+                log_probs[i].append(float(torch.log_softmax(tempered, dim=-1)[token]))
+                new[i, 0], new_mask[i, 0] = token, 1
+                if token in stops[i]:
+                    done[i], finish[i] = True, "stop"
+                elif len(tokens[i]) >= req.max_new_tokens:
+                    done[i] = True
+            if all(done):
+                break
+            ids, mask = torch.cat([ids, new], 1), torch.cat([mask, new_mask], 1)
+            if use_cache:
+                logits, cache = model.forward_logits(
+                    new, mask, media=None, cache=cache, position_ids=positions_from_mask(mask)[:, -1:]
+                )
+            else:
+                logits, _ = model.forward_logits(ids, mask, media)
+            self.stats["forwards"] += 1
+            last = logits[:, -1]
+        self.stats["samples"] += n
+        return [
+            TextResult(
+                request_id=req.request_id,
+                prompt=req.prompt,
+                response_ids=torch.tensor(tokens[i], dtype=torch.long),
+                log_probs=torch.tensor(log_probs[i], dtype=torch.float32),
+                finish_reason=finish[i],
+                text=model.decode_tokens(tokens[i]),
+                temperature=req.temperature,
+                top_p=req.top_p,
+            )
+            for i, req in enumerate(batch)
+        ]

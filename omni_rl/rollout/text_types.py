@@ -1,0 +1,53 @@
+"""Requests and results of text (autoregressive) rollout engines.
+
+One request is one sampled response: its own prompt, seed and sampling settings. Tokens are
+drawn from a generator seeded by the request alone, so a response does not depend on what it
+was batched with (up to float reduction order in the shared forward).
+"""
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+from typing import Optional
+
+import torch
+
+from omni_rl.models.autoregressive import PromptInputs
+
+_ids = itertools.count()
+
+
+@dataclass
+class TextRequest:
+    prompt: PromptInputs
+    seed: int
+    max_new_tokens: int
+    temperature: float = 1.0
+    top_p: float = 1.0
+    # Extra stop tokens besides the model's end-of-turn tokens.
+    stop_token_ids: tuple[int, ...] = ()
+    request_id: int = field(default_factory=lambda: next(_ids))
+
+    def batch_key(self) -> tuple:
+        """Requests with equal keys share forwards: the same kinds of media tensors."""
+        return tuple(sorted(self.prompt.media))
+
+
+@dataclass
+class TextResult:
+    """One finished response.
+
+    response_ids: [R] long, the sampled tokens (the stop token included when one was hit)
+    log_probs:    [R] fp32, log_softmax(logits / temperature) of each sampled token
+    finish_reason: "stop" (a stop token) or "length" (truncated at max_new_tokens)
+    """
+
+    request_id: int
+    prompt: PromptInputs
+    response_ids: torch.Tensor
+    log_probs: torch.Tensor
+    finish_reason: str
+    text: str
+    temperature: float
+    top_p: float = 1.0
+    extras: Optional[dict] = None

@@ -1,0 +1,95 @@
+"""`format`: 1.0 when a response has the expected structure, else 0.0 (correctness not checked).
+
+For text samples (one generated response per sample; see `omni_rl.reward.inputs`); prompts
+and metadata are ignored. The option `pattern` picks the structure:
+
+    boxed         exactly one `\\boxed{...}` (or `\\fbox{...}`), closed, with non-blank content;
+                  any text around it.
+    think_answer  `<think>...</think>` then `<answer>...</answer>` and nothing else but
+                  whitespace: one of each tag, no tag nested inside another, both contents
+                  non-blank (the DeepSeek-R1 / verl "think then answer" template).
+    think_boxed   `<think>...</think>` first (only whitespace before it, one pair, non-blank),
+                  then text holding one closed, non-blank `\\boxed{...}`: the format half of
+                  MMK12's `0.9 * accuracy + 0.1 * format` (see `rewards/math_answer.py`).
+
+Tags are matched as written (lower case). An empty response scores 0.0.
+
+Left out on purpose: responses whose opening `<think>` is in the prompt (chat templates that
+pre-fill it); a partial score for partly right structure.
+"""
+from __future__ import annotations
+
+import re
+from typing import Any, Callable, Sequence
+
+from omni_rl.reward import register_reward
+from omni_rl.reward.inputs import check_batch, to_text_list
+from rewards.math_answer import boxed_contents
+
+PATTERNS = ("boxed", "think_answer", "think_boxed")
+
+_TAGS = ("<think>", "</think>", "<answer>", "</answer>")
+_THINK_ANSWER_RE = re.compile(r"\s*<think>(.*?)</think>\s*<answer>(.*?)</answer>\s*", re.DOTALL)
+_THINK_THEN_RE = re.compile(r"\s*<think>(.*?)</think>(.*)", re.DOTALL)
+
+
+def has_one_box(text: str) -> bool:
+    """Exactly one `\\boxed`/`\\fbox` in `text`, closed, with non-blank content."""
+    boxes = boxed_contents(text)
+    return len(boxes) == 1 and boxes[0] is not None and bool(boxes[0].strip())
+
+
+def _one_of_each_tag(text: str, tags: Sequence[str]) -> bool:
+    return all(text.count(tag) == 1 for tag in tags)
+
+
+def is_think_answer(text: str) -> bool:
+    match = _THINK_ANSWER_RE.fullmatch(text)
+    return (
+        match is not None
+        and _one_of_each_tag(text, _TAGS)
+        and bool(match.group(1).strip())
+        and bool(match.group(2).strip())
+    )
+
+
+def is_think_boxed(text: str) -> bool:
+    match = _THINK_THEN_RE.fullmatch(text)
+    return (
+        match is not None
+        and _one_of_each_tag(text, _TAGS[:2])
+        and bool(match.group(1).strip())
+        and has_one_box(match.group(2))
+    )
+
+
+_CHECKS: dict[str, Callable[[str], bool]] = {
+    "boxed": has_one_box,
+    "think_answer": is_think_answer,
+    "think_boxed": is_think_boxed,
+}
+
+
+class FormatScorer:
+    """Scores each response 1.0 when it has the structure named by `pattern`, else 0.0."""
+
+    def __init__(self, pattern: str):
+        if pattern not in _CHECKS:
+            raise ValueError(
+                f"format: pattern={pattern!r}; expected one of {list(PATTERNS)} (see rewards/format.py)"
+            )
+        self.pattern = pattern
+        self._check = _CHECKS[pattern]
+
+    def __call__(self, samples: Sequence[str], prompts: Sequence[str], metadata: Sequence[dict[str, Any]]) -> list[float]:
+        check_batch(samples, prompts, metadata)
+        return [1.0 if self._check(text) else 0.0 for text in to_text_list(samples)]
+
+    def __repr__(self) -> str:
+        return f"FormatScorer(pattern={self.pattern!r})"
+
+
+@register_reward("format")
+def format_reward(*, pattern: str = "boxed") -> FormatScorer:
+    """1.0 when the response has the structure `pattern` (boxed, think_answer, think_boxed)."""
+    return FormatScorer(pattern)

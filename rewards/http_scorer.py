@@ -1,0 +1,66 @@
+"""`http_scorer`: score images (or video frames) on a remote scorer over HTTP.
+
+    RewardSpec("http_scorer", kwargs={"url": "http://10.0.0.5:8000", "timeout_s": 60,
+                                      "retries": 3, "backoff_s": 0.5})
+
+For a reward model that lives in another process or on another machine (a big VLM judge, a
+model with conflicting dependencies). The batch is sent as the protocol's uint8 `images`
+tensor (`omni_rl.reward.protocol`):
+
+- images as every reward receives them (a list of PIL images or uint8 [B, H, W, C], see
+  `omni_rl.reward.inputs`) are sent as RGB uint8 [B, H, W, 3] (grey expanded, alpha refused);
+- a uint8 tensor [B, T, H, W, C] (video frames, channels last) is sent as it is.
+Prompts are sent as they are; metadata is sent as JSON with its tensor/array values left out
+(`protocol.metadata_for_wire`).
+
+Options: `url` (required; the server's base URL), `timeout_s` (per socket operation of one
+attempt, default 60), `retries` (extra attempts on connection errors, timeouts, 408, 429 and
+5xx, default 3), `backoff_s` (first backoff sleep, doubled per retry, with jitter, default 0.5).
+After the retries the call raises `RewardServerError` naming the URL, the status/cause and the
+attempts; a `RewardManager` turns it into a `RewardError` naming the reward.
+"""
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import numpy as np
+import torch
+
+from omni_rl.reward import RewardInputError, check_batch, register_reward, to_uint8_numpy
+from omni_rl.reward.http_client import ScoreClient
+from omni_rl.reward.protocol import IMAGES, metadata_for_wire
+
+
+def images_for_wire(samples: Any, prompts: Sequence[str], metadata: Sequence[dict[str, Any]]) -> torch.Tensor:
+    """Check the batch and return it as a contiguous uint8 CPU tensor [B, H, W, 3] or [B, T, H, W, C]."""
+    if isinstance(samples, (torch.Tensor, np.ndarray)) and samples.ndim == 5:
+        video = torch.from_numpy(samples) if isinstance(samples, np.ndarray) else samples
+        if video.dtype != torch.uint8:
+            raise RewardInputError(
+                f"http_scorer: video has dtype {video.dtype}; expected uint8 [B, T, H, W, C] with values "
+                f"0..255 (convert with (video.clamp(0, 1) * 255).round().to(torch.uint8))"
+            )
+        check_batch(video[:, 0], prompts, metadata)  # the first frames carry the same B and layout checks
+        return video.detach().to("cpu").contiguous()
+    check_batch(samples, prompts, metadata)
+    return torch.from_numpy(np.ascontiguousarray(to_uint8_numpy(samples)))
+
+
+class HttpImageScorer:
+    """Sends the batch's uint8 images to a remote scorer; returns its B scores."""
+
+    def __init__(self, client: ScoreClient):
+        self.client = client
+
+    def __call__(self, samples: Any, prompts: Sequence[str], metadata: Sequence[dict[str, Any]]) -> list[float]:
+        images = images_for_wire(samples, prompts, metadata)
+        return self.client.score(images, list(prompts), metadata_for_wire(metadata), kind=IMAGES)
+
+    def __repr__(self) -> str:
+        return f"HttpImageScorer({self.client!r})"
+
+
+@register_reward("http_scorer")
+def http_scorer(*, url: str, timeout_s: float = 60.0, retries: int = 3, backoff_s: float = 0.5) -> HttpImageScorer:
+    """uint8 images/video -> a remote scorer at `url` (see the module docstring)."""
+    return HttpImageScorer(ScoreClient(url, timeout_s=timeout_s, retries=retries, backoff_s=backoff_s))

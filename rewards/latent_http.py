@@ -1,0 +1,114 @@
+"""`latent_http`: score clean latents on a remote latent scorer (DiNa-LRM style, no VAE decode).
+
+    RewardSpec("latent_http", kwargs={"url": "http://127.0.0.1:8000", "timeout_s": 60,
+                                      "retries": 3, "backoff_s": 0.5})
+
+The batch is sent as the protocol's float32 `latents` tensor [B, ...]
+(`omni_rl.reward.protocol`; `python -m omni_rl.reward.server --scorer latent_stats` serves one).
+Where the latents come from, in this order:
+
+1. `samples` is a floating-point tensor (torch, or a numpy array) [B, ...]: it *is* the batch of
+   clean latents (calling the scorer directly, outside a `RewardManager`);
+2. otherwise `samples` are the decoded images (what a `RewardManager` passes, uint8 [B, H, W, C]
+   or PIL) and every `metadata[i]["latent"]` holds sample i's clean latent (a tensor or numpy
+   array, any float dtype and device, e.g. [C, H, W]); they must share one shape and are
+   stacked to [B, ...].
+Anything else (no float samples and a missing `latent` in some sample) raises, naming the
+samples without one: a reward that cannot see its input must not turn into a score of 0.
+
+Latents are sent as float32 (bf16/fp16 are upcast; the server scores exactly what it gets).
+Prompts are sent as they are; metadata is sent as JSON with its tensor/array values left out
+(the `latent` travels as the tensor), see `protocol.metadata_for_wire`.
+
+Options: `url` (required; the server's base URL), `timeout_s` (per socket operation of one
+attempt, default 60), `retries` (extra attempts on connection errors, timeouts, 408, 429 and
+5xx, default 3), `backoff_s` (first backoff sleep, doubled per retry, with jitter, default 0.5).
+After the retries the call raises `RewardServerError` naming the URL, the status/cause and the
+attempts; a `RewardManager` turns it into a `RewardError` naming the reward.
+"""
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import numpy as np
+import torch
+
+from omni_rl.reward import RewardInputError, check_batch, register_reward
+from omni_rl.reward.http_client import ScoreClient
+from omni_rl.reward.protocol import LATENTS, metadata_for_wire
+
+LATENT_KEY = "latent"
+
+
+def collect_latents(samples: Any, prompts: Sequence[str], metadata: Sequence[dict[str, Any]]) -> torch.Tensor:
+    """The batch's clean latents as one float32 CPU tensor [B, ...] (rules in the module docstring)."""
+    if isinstance(samples, np.ndarray) and np.issubdtype(samples.dtype, np.floating):
+        samples = torch.from_numpy(samples)
+    if isinstance(samples, torch.Tensor) and samples.is_floating_point():
+        if samples.ndim < 2 or samples.shape[0] == 0:
+            raise RewardInputError(
+                f"latent_http: samples are a float tensor of shape {tuple(samples.shape)}; expected "
+                f"clean latents [B, ...] with B >= 1 and at least one dim per sample"
+            )
+        _check_lengths(int(samples.shape[0]), prompts, metadata)
+        return samples.detach().to("cpu", torch.float32).contiguous()
+
+    n = check_batch(samples, prompts, metadata)
+    missing = [i for i, meta in enumerate(metadata) if LATENT_KEY not in meta]
+    if missing:
+        shown = ", ".join(map(str, missing[:8])) + (f" and {len(missing) - 8} more" if len(missing) > 8 else "")
+        raise RewardInputError(
+            f"latent_http needs each sample's clean latent: metadata[i][{LATENT_KEY!r}] is missing for "
+            f"sample(s) {shown} of {n}. Put the final denoised latent of every sample there, or call "
+            f"the scorer with the latents themselves as a float tensor [B, ...]"
+        )
+    latents = []
+    for i, meta in enumerate(metadata):
+        value = meta[LATENT_KEY]
+        if isinstance(value, np.ndarray):
+            value = torch.from_numpy(value)
+        if not isinstance(value, torch.Tensor) or not value.is_floating_point():
+            raise RewardInputError(
+                f"latent_http: metadata[{i}][{LATENT_KEY!r}] is a {type(value).__name__} "
+                f"{getattr(value, 'dtype', '')}; expected a float tensor (the sample's clean latent)"
+            )
+        latents.append(value.detach().to("cpu", torch.float32))
+    shapes = sorted({tuple(t.shape) for t in latents})
+    if len(shapes) > 1:
+        raise RewardInputError(
+            f"latent_http: the metadata latents have different shapes {shapes}; one batch must share "
+            f"one latent shape (score different resolutions in separate batches)"
+        )
+    return torch.stack(latents).contiguous()
+
+
+class LatentHttpScorer:
+    """Sends the batch's clean latents to a remote scorer; returns its B scores."""
+
+    def __init__(self, client: ScoreClient):
+        self.client = client
+
+    def __call__(self, samples: Any, prompts: Sequence[str], metadata: Sequence[dict[str, Any]]) -> list[float]:
+        latents = collect_latents(samples, prompts, metadata)
+        return self.client.score(latents, list(prompts), metadata_for_wire(metadata), kind=LATENTS)
+
+    def __repr__(self) -> str:
+        return f"LatentHttpScorer({self.client!r})"
+
+
+@register_reward("latent_http")
+def latent_http(*, url: str, timeout_s: float = 60.0, retries: int = 3, backoff_s: float = 0.5) -> LatentHttpScorer:
+    """Clean latents -> a remote latent scorer at `url` (see the module docstring)."""
+    return LatentHttpScorer(ScoreClient(url, timeout_s=timeout_s, retries=retries, backoff_s=backoff_s))
+
+
+def _check_lengths(n: int, prompts: Sequence[str], metadata: Sequence[dict[str, Any]]) -> None:
+    # check_batch only takes images; the same rules for a latent batch.
+    if isinstance(prompts, str) or not isinstance(prompts, (list, tuple)) or len(prompts) != n:
+        raise RewardInputError(f"latent_http: got {n} latents; expected a list of {n} prompt strings, got {prompts!r:.200}")
+    if not all(isinstance(p, str) for p in prompts):
+        raise RewardInputError("latent_http: every prompt must be a str")
+    if not isinstance(metadata, (list, tuple)) or len(metadata) != n or not all(isinstance(m, dict) for m in metadata):
+        raise RewardInputError(
+            f"latent_http: got {n} latents; expected a list of {n} metadata dicts (use [{{}}] * {n} when there is none)"
+        )

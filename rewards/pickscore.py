@@ -1,0 +1,51 @@
+"""PickScore (Kirstain et al. 2023, "Pick-a-Pic"): a CLIP ViT-H/14 fine-tuned on human
+preferences between generated images.
+
+    PickScore   = exp(logit_scale) * cos(text_embedding(prompt), image_embedding(image))
+    reward      = scale * PickScore,  scale = 1/26 by default (Flow-GRPO's normalisation)
+
+With the released model exp(logit_scale) is 100, so raw PickScores of SD-class images lie
+around 18..24 (Flow-GRPO reports 21.72 -> 23.31 on SD3.5-M) and the default reward around
+0.7..0.9. `scale=1` gives the raw PickScore.
+
+Options:
+    model      the PickScore `CLIPModel` (default `yuvalkirstain/PickScore_v1`); a hub id, a local
+               folder, or `tiny:clip-reward` (tiny, random weights).
+    processor  the `CLIPProcessor` it was trained with (default
+               `laion/CLIP-ViT-H-14-laion2B-s32B-b79K`; only its tokenizer and preprocessing
+               configs are read).
+    scale      multiplies the PickScore (default 1/26).
+    device     `auto` or a device name (see `omni_rl.device.pick_device`).
+
+Images and prompts are embedded as in `rewards.clip_score` (one batched forward each, prompts
+padded to 77 tokens). fp32, eval mode, no gradients.
+"""
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+from omni_rl.reward import Images, check_batch, register_reward
+from rewards.clip_score import ClipEmbedder, check_scale
+
+DEFAULT_MODEL = "yuvalkirstain/PickScore_v1"
+DEFAULT_PROCESSOR = "laion/CLIP-ViT-H-14-laion2B-s32B-b79K"
+
+
+class PickScoreScorer:
+    def __init__(self, model: str, processor: str, scale: float, device: str):
+        self.scale = check_scale("pickscore", scale)
+        self.clip = ClipEmbedder("pickscore", model, processor, device)
+        self.logit_scale = self.clip.logit_scale()
+
+    def __call__(self, images: Images, prompts: Sequence[str], metadata: Sequence[dict[str, Any]]) -> list[float]:
+        check_batch(images, prompts, metadata)
+        cosine = (self.clip.images(images) * self.clip.texts(prompts)).sum(dim=-1)
+        return (self.scale * self.logit_scale * cosine).cpu().tolist()
+
+
+@register_reward("pickscore")
+def pickscore(
+    *, model: str = DEFAULT_MODEL, processor: str = DEFAULT_PROCESSOR, scale: float = 1.0 / 26.0, device: str = "auto",
+) -> PickScoreScorer:
+    """PickScore of each image for its prompt, times `scale` (1/26 by default)."""
+    return PickScoreScorer(model, processor, scale, device)
