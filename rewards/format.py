@@ -19,8 +19,7 @@ pre-fill it); a partial score for partly right structure.
 """
 from __future__ import annotations
 
-import re
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 from omni_rl.reward import register_reward
 from omni_rl.reward.inputs import check_batch, to_text_list
@@ -28,39 +27,38 @@ from rewards.math_answer import boxed_contents
 
 PATTERNS = ("boxed", "think_answer", "think_boxed")
 
-_TAGS = ("<think>", "</think>", "<answer>", "</answer>")
-_THINK_ANSWER_RE = re.compile(r"\s*<think>(.*?)</think>\s*<answer>(.*?)</answer>\s*", re.DOTALL)
-_THINK_THEN_RE = re.compile(r"\s*<think>(.*?)</think>(.*)", re.DOTALL)
-
-
 def has_one_box(text: str) -> bool:
     """Exactly one `\\boxed`/`\\fbox` in `text`, closed, with non-blank content."""
     boxes = boxed_contents(text)
     return len(boxes) == 1 and boxes[0] is not None and bool(boxes[0].strip())
 
 
-def _one_of_each_tag(text: str, tags: Sequence[str]) -> bool:
-    return all(text.count(tag) == 1 for tag in tags)
+def _split_think(text: str) -> Optional[tuple[str, str]]:
+    """(think content, the rest) when `text` starts with its only <think>...</think> pair."""
+    body = text.lstrip()
+    if not body.startswith("<think>") or text.count("<think>") != 1 or text.count("</think>") != 1:
+        return None
+    think, closed, rest = body[len("<think>") :].partition("</think>")
+    return (think, rest) if closed else None
 
 
 def is_think_answer(text: str) -> bool:
-    match = _THINK_ANSWER_RE.fullmatch(text)
-    return (
-        match is not None
-        and _one_of_each_tag(text, _TAGS)
-        and bool(match.group(1).strip())
-        and bool(match.group(2).strip())
-    )
+    """`<think>` non-blank `</think>` `<answer>` non-blank `</answer>`, only whitespace around."""
+    split = _split_think(text)
+    if split is None or text.count("<answer>") != 1 or text.count("</answer>") != 1:
+        return False
+    think, rest = split
+    rest = rest.strip()
+    if not (rest.startswith("<answer>") and rest.endswith("</answer>")):
+        return False
+    answer = rest[len("<answer>") : -len("</answer>")]
+    return bool(think.strip()) and bool(answer.strip())
 
 
 def is_think_boxed(text: str) -> bool:
-    match = _THINK_THEN_RE.fullmatch(text)
-    return (
-        match is not None
-        and _one_of_each_tag(text, _TAGS[:2])
-        and bool(match.group(1).strip())
-        and has_one_box(match.group(2))
-    )
+    """`<think>` non-blank `</think>` first, then text with one closed, non-blank `\\boxed{}`."""
+    split = _split_think(text)
+    return split is not None and bool(split[0].strip()) and has_one_box(split[1])
 
 
 _CHECKS: dict[str, Callable[[str], bool]] = {

@@ -9,10 +9,10 @@ Where the latents come from, in this order:
 
 1. `samples` is a floating-point tensor (torch, or a numpy array) [B, ...]: it *is* the batch of
    clean latents (calling the scorer directly, outside a `RewardManager`);
-2. otherwise `samples` are the decoded images (what a `RewardManager` passes, uint8 [B, H, W, C]
-   or PIL) and every `metadata[i]["latent"]` holds sample i's clean latent (a tensor or numpy
-   array, any float dtype and device, e.g. [C, H, W]); they must share one shape and are
-   stacked to [B, ...].
+2. otherwise `samples` are what a `RewardManager` passes (decoded images, uint8 [B, H, W, C] or
+   PIL; they are checked, not sent) and every `metadata[i]["latent"]` holds sample i's clean
+   latent (a tensor or numpy array, any float dtype and device, e.g. [C, H, W]); they must
+   share one shape and are stacked to [B, ...].
 Anything else (no float samples and a missing `latent` in some sample) raises, naming the
 samples without one: a reward that cannot see its input must not turn into a score of 0.
 
@@ -105,10 +105,13 @@ def latent_http(*, url: str, timeout_s: float = 60.0, retries: int = 3, backoff_
 def _check_lengths(n: int, prompts: Sequence[str], metadata: Sequence[dict[str, Any]]) -> None:
     # check_batch only takes images; the same rules for a latent batch.
     if isinstance(prompts, str) or not isinstance(prompts, (list, tuple)) or len(prompts) != n:
-        raise RewardInputError(f"latent_http: got {n} latents; expected a list of {n} prompt strings, got {prompts!r:.200}")
+        raise RewardInputError(
+            f"latent_http: got {n} latents; expected a list of {n} prompt strings, got {prompts!r:.200}"
+        )
     if not all(isinstance(p, str) for p in prompts):
         raise RewardInputError("latent_http: every prompt must be a str")
-    if not isinstance(metadata, (list, tuple)) or len(metadata) != n or not all(isinstance(m, dict) for m in metadata):
+    dicts = isinstance(metadata, (list, tuple)) and all(isinstance(m, dict) for m in metadata)
+    if not dicts or len(metadata) != n:
         raise RewardInputError(
             f"latent_http: got {n} latents; expected a list of {n} metadata dicts (use [{{}}] * {n} when there is none)"
         )

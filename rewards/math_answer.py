@@ -35,7 +35,8 @@ something else remains, and unwrapped otherwise):
   brackets, the length and every element are equal (`(1, 2)` != `[1, 2]` != `1, 2`).
 - `x = 3` against `3`: a leading single-variable `x =` (also `\\theta =`, `x_1 =`) is dropped
   when the rest is a number or a tuple; `x = 3` against `y = 3` stays different.
-- anything else: the normalised strings must be identical (case-sensitive).
+- anything else: the normalised strings must be identical (case-sensitive). Answers over
+  2,000 characters are not normalised, only compared as written.
 - `symbolic=True` adds, for answers the rules above call different, a last check with
   `math_verify` (sympy-based; `pip install math-verify`), which knows that `(x+1)^2` and
   `x^2+2x+1` are equal. Off by default: the rules above are exact, fast and deterministic.
@@ -72,7 +73,9 @@ from omni_rl.reward.inputs import RewardInputError, check_batch, ground_truths, 
 # ------------------------------------------------------------------------------------------
 
 _BOX_RE = re.compile(r"\\(?:boxed|fbox)(?![A-Za-z])")
-_ANSWER_TAG_RE = re.compile(r"<answer>(.*?)</answer>", re.DOTALL | re.IGNORECASE)
+_TOKEN_RE = re.compile(r"[^\s$]*")
+_ANSWER_OPEN_RE = re.compile(r"<answer>", re.IGNORECASE)
+_ANSWER_CLOSE_RE = re.compile(r"</answer>", re.IGNORECASE)
 
 
 def read_braced(text: str, start: int) -> Optional[tuple[str, int]]:
@@ -99,18 +102,36 @@ def read_braced(text: str, start: int) -> Optional[tuple[str, int]]:
     return None
 
 
+def _brace_pairs(text: str) -> dict[int, int]:
+    """Index of each "{" -> index of its matching "}", in one pass (unclosed ones are absent)."""
+    pairs, stack = {}, []
+    i = 0
+    while i < len(text):
+        char = text[i]
+        if char == "\\":
+            i += 2
+            continue
+        if char == "{":
+            stack.append(i)
+        elif char == "}" and stack:
+            pairs[stack.pop()] = i
+        i += 1
+    return pairs
+
+
 def boxed_contents(text: str) -> list[Optional[str]]:
     """The content of every `\\boxed`/`\\fbox` in `text`, in order; None for one never closed."""
     out: list[Optional[str]] = []
+    pairs: Optional[dict[int, int]] = None  # computed once, so many boxes stay linear time
     for match in _BOX_RE.finditer(text):
         i = match.end()
         while i < len(text) and text[i] == " ":
             i += 1
         if i < len(text) and text[i] == "{":
-            braced = read_braced(text, i)
-            out.append(None if braced is None else braced[0])
+            pairs = _brace_pairs(text) if pairs is None else pairs
+            out.append(text[i + 1 : pairs[i]] if i in pairs else None)
         else:  # `\boxed 5`: the next token
-            token = re.match(r"[^\s$]*", text[i:]).group(0)
+            token = _TOKEN_RE.match(text, i).group(0)
             out.append(token or None)
     return out
 
@@ -128,8 +149,13 @@ def extract_boxed(text: str) -> Optional[str]:
 
 def extract_answer_tag(text: str) -> Optional[str]:
     """The stripped content of the last `<answer>...</answer>` pair, or None."""
-    matches = _ANSWER_TAG_RE.findall(text)
-    return matches[-1].strip() if matches else None
+    # The last closing tag, then the last opening tag before it: linear time, unlike a lazy
+    # regex over a degenerate response full of unclosed tags.
+    closes = [m.start() for m in _ANSWER_CLOSE_RE.finditer(text)]
+    if not closes:
+        return None
+    opens = [m.end() for m in _ANSWER_OPEN_RE.finditer(text, 0, closes[-1])]
+    return text[opens[-1] : closes[-1]].strip() if opens else None
 
 
 def extract_final_answer(text: str) -> Optional[str]:
@@ -263,6 +289,7 @@ def _brace_arguments(s: str) -> str:
 # ------------------------------------------------------------------------------------------
 
 _MAX_NUMERIC_CHARS = 500
+_MAX_ANSWER_CHARS = 2000
 _MAX_POWER_BITS = 10_000
 _THOUSANDS_RE = re.compile(r"[+-]?\d{1,3}(,\d{3})+(\.\d+)?%?")
 _NUMBER_RE = re.compile(r"(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?")
@@ -469,6 +496,8 @@ def _split_variable(text: str) -> tuple[Optional[str], str]:
 
 def answers_equal(answer: str, reference: str, *, percent: bool = True) -> bool:
     """Whether two answer strings are equal under the rules of the module docstring."""
+    if max(len(answer), len(reference)) > _MAX_ANSWER_CHARS:
+        return answer.strip() == reference.strip()  # not a final answer; keep the cost bounded
     a, b = normalize_answer(answer), normalize_answer(reference)
     if not a or not b:
         return False

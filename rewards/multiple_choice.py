@@ -64,7 +64,7 @@ class MultipleChoiceScorer:
     def letter_of(self, content: str) -> Optional[str]:
         """The option letter at the start of a box/tag content (`B`, `(B)`, `B. text`), or None."""
         text = content.replace("$", "").strip()
-        while True:  # unwrap \text{B}
+        for _ in range(3):  # unwrap \text{B}, \textbf{\text{B}}; deeper nesting is not a letter
             match = _TEXT_WRAP_RE.match(text)
             braced = read_braced(text, match.end()) if match else None
             if braced is None:

@@ -6,8 +6,10 @@ and metadata are ignored. Lengths count Python characters (Unicode code points),
     response_length  -|len(response) - target| / target, in (-inf, 0]: 0 at exactly `target`
                      characters, -1 for an empty response (or one 2 x target long). `target`
                      (an int >= 1) is required: there is no natural default length.
-    char_match       the fraction of the response's characters equal to `char` (default "a"),
-                     in [0, 1]; 0.0 for an empty response. Case-sensitive.
+    char_match       the fraction of the response's characters that are in `chars` (default
+                     "a"; "aeiou" counts every vowel), in [0, 1]; 0.0 for an empty response.
+                     Case-sensitive. A larger set makes the reward denser: a random byte-level
+                     model writes a given letter ~0.4% of the time, any lowercase letter ~10%.
 
 Both are well defined for every string, the empty one included, and move smoothly with small
 changes of the response, which is what lets a tiny policy climb them in a few dozen steps.
@@ -39,19 +41,19 @@ class ResponseLengthScorer:
 
 
 class CharMatchScorer:
-    """Scores each response by the fraction of its characters equal to `char`."""
+    """Scores each response by the fraction of its characters that are in `chars`."""
 
-    def __init__(self, char: str):
-        if not isinstance(char, str) or len(char) != 1:
-            raise ValueError(f"char_match: char={char!r}; expected a single character, e.g. 'a'")
-        self.char = char
+    def __init__(self, chars: str):
+        if not isinstance(chars, str) or not chars:
+            raise ValueError(f"char_match: chars={chars!r}; expected a non-empty string, e.g. 'a' or 'aeiou'")
+        self.chars = frozenset(chars)
 
     def __call__(self, samples: Sequence[str], prompts: Sequence[str], metadata: Sequence[dict[str, Any]]) -> list[float]:
         check_batch(samples, prompts, metadata)
-        return [text.count(self.char) / len(text) if text else 0.0 for text in to_text_list(samples)]
+        return [sum(c in self.chars for c in text) / len(text) if text else 0.0 for text in to_text_list(samples)]
 
     def __repr__(self) -> str:
-        return f"CharMatchScorer(char={self.char!r})"
+        return f"CharMatchScorer(chars={''.join(sorted(self.chars))!r})"
 
 
 @register_reward("response_length")
@@ -61,6 +63,6 @@ def response_length(*, target: int) -> ResponseLengthScorer:
 
 
 @register_reward("char_match")
-def char_match(*, char: str = "a") -> CharMatchScorer:
-    """Fraction of the response's characters equal to `char`."""
-    return CharMatchScorer(char)
+def char_match(*, chars: str = "a") -> CharMatchScorer:
+    """Fraction of the response's characters that are in `chars`."""
+    return CharMatchScorer(chars)

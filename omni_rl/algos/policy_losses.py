@@ -31,8 +31,9 @@ KL forms (registered in `DIFFUSION_KL`, `fn(mean, ref_mean, std, dt) -> [B]`) me
 one step's Gaussian moved from the reference's. Both are per-dimension MEANS over the non-batch
 dims (like the log-probs) and both are 0 where the transition std is 0.
 
-Not here: token-level losses (`ppo_clip`, `gspo`, `cispo`, `sapo` arrive with the text path),
-adding the KL to the loss with its coefficient (the trainer), the choice of trained steps.
+Not here: token-level losses (`ppo_clip`, `dapo`, `gspo`, `cispo`, `sapo` live in
+`token_losses.py`, in the same registry), adding the diffusion KL to the loss with its
+coefficient (the diffusion actor), the choice of trained steps.
 """
 from __future__ import annotations
 

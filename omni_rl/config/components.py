@@ -20,7 +20,7 @@ _DEVICE = re.compile(r"^(auto|cpu|cuda(:\d+)?|npu(:\d+)?)$")
 def check_components(cfg: OmniConfig) -> None:
     from omni_rl.algos import ADVANTAGE_ESTIMATORS, DIFFUSION_KL, POLICY_LOSSES, STEP_KERNELS
     from omni_rl.logging import SINK_NAMES
-    from omni_rl.models.registry import ADAPTERS
+    from omni_rl.models.registry import ADAPTERS, adapter_key
     from omni_rl.plugins import PluginError, load_plugins
     from omni_rl.reward.registry import REWARDS, RewardConfigError, check_reward_options
 
@@ -29,7 +29,7 @@ def check_components(cfg: OmniConfig) -> None:
     except PluginError as err:
         raise ConfigError(f"plugins={list(cfg.plugins)!r}: {err}") from None
     for key, registry, value in [
-        ("model.adapter", ADAPTERS, cfg.model.adapter),
+        ("model.adapter", ADAPTERS, adapter_key(cfg.model.adapter, cfg.model.stage)),
         ("rollout.kernel", STEP_KERNELS, cfg.rollout.kernel),
         ("algo.advantage", ADVANTAGE_ESTIMATORS, cfg.algo.advantage),
         ("algo.policy_loss", POLICY_LOSSES, cfg.algo.policy_loss),

@@ -35,6 +35,8 @@ class ModelConfig:
 
     # Registered adapter name: the diffusers pipeline / transformers architecture class name.
     adapter: str = "StableDiffusion3Pipeline"
+    # For models with several stages (an omni model's `thinker`), the one to train.
+    stage: Optional[str] = None
     # A local folder, a hub id, or `tiny:NAME` (a tiny random-weight model built once, saved
     # with save_pretrained and then loaded back through the same code as real weights).
     path: str = "tiny:sd3"

@@ -1,9 +1,13 @@
 """Prompt datasets for generation RL: inline lists or files, sampled deterministically per step.
 
-A prompt file is `.txt` (one prompt per line; blank lines and `#` comments skipped) or `.jsonl`
+A prompt file is `.txt` (one prompt per line; blank lines and `#` comments skipped), `.jsonl`
 (one object per line with a `prompt` string and optional `metadata` object, e.g. the target text
-of an OCR reward). `prompts_for_step(step)` returns the same prompts for the same step whatever
-happened before (epoch-wise shuffles keyed by the seed), which is what makes resume exact.
+of an OCR reward) or `.parquet`. Every `.parquet` file, and a `.jsonl` file any row of which has
+a list of chat messages as its `prompt` or an `images`, `audio` or `ground_truth` key, is a chat
+file: `omni_rl.data.chat_prompts.load_chat_items` reads it and also fills the items' `messages`
+and `media` (that module states the row format). `prompts_for_step(step)` returns the same
+prompts for the same step whatever happened before (epoch-wise shuffles keyed by the seed),
+which is what makes resume exact.
 """
 from __future__ import annotations
 
@@ -20,8 +24,21 @@ class PromptFileError(ValueError):
 
 @dataclass(frozen=True)
 class PromptItem:
+    """One prompt.
+
+    prompt:   the plain text: the prompt itself, or for a chat the text of its last user message
+              (what rewards receive as `prompts[i]`).
+    metadata: per-prompt data for the rewards, e.g. {"ground_truth": "3/4"} or an OCR target.
+    messages: the chat as a tuple of {"role", "content"} dicts, or None for a plain prompt (the
+              text path then sends `prompt` as one user message).
+    media:    None, or {"images": [RGB PIL images], "audio": [(float32 mono array, sample_rate)]}
+              with either key absent when the prompt has none of that kind.
+    """
+
     prompt: str
     metadata: dict[str, Any] = field(default_factory=dict)
+    messages: Optional[tuple] = None
+    media: Optional[dict[str, Any]] = None
 
 
 def load_prompt_items(prompts: Optional[list[str]], prompt_file: Optional[str], what: str = "data.prompts") -> list[PromptItem]:
@@ -35,7 +52,7 @@ def load_prompt_items(prompts: Optional[list[str]], prompt_file: Optional[str], 
     if not items:
         raise PromptFileError(f"{what}: the prompt list is empty")
     for i, item in enumerate(items):
-        if not item.prompt.strip():
+        if not item.prompt.strip() and not item.media:  # an image alone can be the question
             raise PromptFileError(f"{what}: prompt {i} is empty")
     return items
 
@@ -50,7 +67,11 @@ def read_prompt_file(path: str) -> list[PromptItem]:
     if not file.is_file():
         raise PromptFileError(f"prompt file {path!r} does not exist")
     items: list[PromptItem] = []
-    lines = file.read_text(encoding="utf-8").splitlines()
+    lines = file.read_text(encoding="utf-8").splitlines() if file.suffix != ".parquet" else []
+    if file.suffix == ".parquet" or (file.suffix == ".jsonl" and _has_chat_rows(lines)):
+        from omni_rl.data.chat_prompts import load_chat_items  # imports this module
+
+        return load_chat_items(file)
     if file.suffix == ".jsonl":
         for n, line in enumerate(lines, start=1):
             if not line.strip():
@@ -68,8 +89,21 @@ def read_prompt_file(path: str) -> list[PromptItem]:
     elif file.suffix == ".txt":
         items = [PromptItem(line.strip()) for line in lines if line.strip() and not line.lstrip().startswith("#")]
     else:
-        raise PromptFileError(f"prompt file {path!r}: expected a .txt or .jsonl file")
+        raise PromptFileError(f"prompt file {path!r}: expected a .txt, .jsonl or .parquet file")
     return items
+
+
+def _has_chat_rows(lines: list[str]) -> bool:
+    from omni_rl.data.chat_prompts import is_chat_row
+
+    for line in lines:
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError:
+            continue  # reported, with its line, by whichever reader reads the file
+        if is_chat_row(row):
+            return True
+    return False
 
 
 class PromptSampler:

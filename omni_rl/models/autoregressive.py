@@ -127,6 +127,11 @@ class AutoregressiveModelBase(OmniModelBase):
         with self.trainable_module().disable_adapter():
             yield
 
+    def save_full(self, folder: str) -> None:
+        """The fine-tuned model with its tokenizer: `from_pretrained(folder)` loads both."""
+        self.trainable_module().save_pretrained(folder)
+        self.tokenizer.save_pretrained(folder)
+
     def save_lora(self, folder: str) -> None:
         """PEFT's format (`adapter_config.json` + `adapter_model.safetensors`): load it back with
         `peft.PeftModel.from_pretrained(base_model, folder)`."""

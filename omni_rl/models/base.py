@@ -135,3 +135,14 @@ class OmniModelBase(ABC):
     @abstractmethod
     def save_lora(self, folder: str) -> None:
         """Write the LoRA weights in the format of the model's own library."""
+
+    def save_full(self, folder: str) -> None:
+        """Write the fully fine-tuned trainable module with its library's `save_pretrained`."""
+        self.trainable_module().save_pretrained(folder)
+
+    def save_trained(self, folder: str) -> None:
+        """What a run exports: the LoRA weights when LoRA is on, else the whole trained module."""
+        if self.cfg.lora.enabled:
+            self.save_lora(folder)
+        else:
+            self.save_full(folder)

@@ -2,7 +2,9 @@
 
 `@register_adapter("StableDiffusion3Pipeline")` registers an adapter class under the
 architecture name that a diffusers `model_index.json` (`_class_name`) or a transformers
-`config.json` (`architectures[0]`) carries, so a model folder can name its own adapter.
+`config.json` (`architectures[0]`) carries, so a model folder can name its own adapter. Models with several stages register one adapter per
+stage (`register_adapter("Qwen3OmniMoeForConditionalGeneration", stage="thinker")`), chosen by
+`model.stage`.
 
 `@register_tiny_model("sd3")` registers a function `build(folder: Path) -> None` that writes
 a tiny random-weight model with `save_pretrained`; `model.path=tiny:sd3` builds it once into
@@ -18,8 +20,14 @@ ADAPTERS: Registry[type] = Registry("model adapter")
 TINY_MODELS: Registry[Callable] = Registry("tiny model")
 
 
-def register_adapter(architecture: str):
-    return ADAPTERS.register(architecture)
+def adapter_key(architecture: str, stage: str | None = None) -> str:
+    """Registry key of an adapter: the architecture, plus `/stage` for models with several
+    trainable stages (an omni model's `thinker`)."""
+    return f"{architecture}/{stage}" if stage else architecture
+
+
+def register_adapter(architecture: str, stage: str | None = None):
+    return ADAPTERS.register(adapter_key(architecture, stage))
 
 
 def register_tiny_model(name: str):

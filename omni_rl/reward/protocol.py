@@ -118,13 +118,14 @@ def encode_request(
     n = int(tensor.shape[0])
     prompts, metadata = _check_prompts_metadata(prompts, metadata, n)
     try:
-        metadata_json = json.dumps(metadata, allow_nan=False, ensure_ascii=False)
+        metadata_json = json.dumps(metadata, allow_nan=False)
     except (TypeError, ValueError) as err:
         raise ProtocolError(
             f"metadata is not JSON-encodable ({err}); send only strings, numbers, booleans, null, "
             f"lists and objects (metadata_for_wire drops tensors and converts numpy scalars)"
         ) from err
-    header = {"prompts": json.dumps(prompts, ensure_ascii=False), "metadata": metadata_json}
+    # ASCII JSON (non-ASCII as \uXXXX escapes): any prompt text, even a lone surrogate, encodes.
+    header = {"prompts": json.dumps(prompts), "metadata": metadata_json}
     return save({kind: tensor.detach().to("cpu").contiguous()}, metadata=header)
 
 

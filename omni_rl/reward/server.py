@@ -8,8 +8,9 @@ where `tensor` is the request's float32 latents [B, ...] or uint8 images [B, H, 
 (a registered image reward such as `build_reward("brightness")` fits as it is). A scorer may
 carry an attribute `accepts = "latents"` or `"images"`; the server then answers a request of
 the other kind with 400. A scorer may raise `HttpStatusError(status, message)` to choose the
-reply (e.g. 503 while its model is loading); any other exception is a 500 naming it, and so is
-a wrong number of scores or a NaN/inf. Calls into the scorer are serialised by a lock (one
+reply (e.g. 503 while its model is loading); a `RewardInputError` (the batch does not fit the
+scorer, e.g. float images to an image reward) is a 400; any other exception is a 500 naming
+it, and so is a wrong number of scores or a NaN/inf. Calls into the scorer are serialised by a lock (one
 batch at a time), since a model on one device gains nothing from concurrent batches.
 
     python -m omni_rl.reward.server --scorer latent_stats --port 8000
@@ -40,6 +41,7 @@ import ipaddress
 import json
 import logging
 import socket
+import socketserver
 import sys
 import threading
 import urllib.parse
@@ -48,9 +50,11 @@ from typing import Any, Callable, Sequence
 
 import torch
 
+from omni_rl.reward.inputs import RewardInputError
 from omni_rl.reward.protocol import (
     CONTENT_TYPE,
     HEALTH_PATH,
+    IMAGES,
     KINDS,
     LATENTS,
     PROTOCOL_HEADER,
@@ -101,7 +105,9 @@ class ScoreServer(ThreadingHTTPServer):
 
     daemon_threads = True
 
-    def __init__(self, address: tuple[str, int], scorer: ServedScorer, *, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES):
+    def __init__(
+        self, address: tuple[str, int], scorer: ServedScorer, *, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
+    ):
         if ":" in address[0]:
             self.address_family = socket.AF_INET6
         self.scorer = scorer
@@ -112,6 +118,12 @@ class ScoreServer(ThreadingHTTPServer):
         self.scorer_lock = threading.Lock()
         self.thread: threading.Thread | None = None
         super().__init__(address, _Handler)
+
+    def server_bind(self) -> None:
+        # HTTPServer.server_bind looks the host up with socket.getfqdn (a reverse DNS query);
+        # the name is only used in CGI environments, so skip the lookup.
+        socketserver.TCPServer.server_bind(self)
+        self.server_name, self.server_port = str(self.server_address[0]), int(self.server_address[1])
 
     @property
     def url(self) -> str:
@@ -142,7 +154,9 @@ def make_server(
 ) -> ScoreServer:
     """Bind a ScoreServer (not yet serving). A non-loopback `host` needs `allow_remote=True`."""
     if not callable(scorer):
-        raise TypeError(f"scorer is a {type(scorer).__name__}; expected a callable (tensor, prompts, metadata) -> scores")
+        raise TypeError(
+            f"scorer is a {type(scorer).__name__}; expected a callable (tensor, prompts, metadata) -> scores"
+        )
     if not is_loopback(host) and not allow_remote:
         raise ValueError(
             f"host={host!r} is not a loopback address; the reward protocol has no authentication, so "
@@ -152,7 +166,9 @@ def make_server(
     return ScoreServer((host, port), scorer, max_body_bytes=max_body_bytes)
 
 
-def serve_in_thread(scorer: ServedScorer, host: str = DEFAULT_HOST, port: int = 0, **kwargs: Any) -> tuple[ScoreServer, str]:
+def serve_in_thread(
+    scorer: ServedScorer, host: str = DEFAULT_HOST, port: int = 0, **kwargs: Any
+) -> tuple[ScoreServer, str]:
     """Start a server in a daemon thread; return (server, base URL). Call `server.stop()` after."""
     server = make_server(scorer, host, port, **kwargs)
     server.thread = threading.Thread(
@@ -168,7 +184,9 @@ class _Handler(BaseHTTPRequestHandler):
 
     def do_GET(self) -> None:  # noqa: N802  (http.server's naming)
         if urllib.parse.urlsplit(self.path).path != HEALTH_PATH:
-            return self._error(404, f"unknown path {self.path!r}; this server answers GET {HEALTH_PATH} and POST {SCORE_PATH}")
+            return self._error(
+                404, f"unknown path {self.path!r}; this server answers GET {HEALTH_PATH} and POST {SCORE_PATH}"
+            )
         self._reply(200, json.dumps({
             "status": "ok",
             "protocol": PROTOCOL_VERSION,
@@ -212,6 +230,8 @@ class _Handler(BaseHTTPRequestHandler):
             scores = check_scores(raw, request.batch_size)
         except HttpStatusError as err:
             return self._error(err.status, err.message)
+        except RewardInputError as err:  # the batch does not fit the scorer: resending cannot help
+            return self._error(400, f"the scorer refused the batch: {err}")
         except ProtocolError as err:
             return self._error(500, str(err))
         except Exception as err:  # the scorer's own failure: report it, keep serving
@@ -313,7 +333,10 @@ class LatentRewardModel(torch.nn.Module):
         try:
             model.load_state_dict(load_file(path))
         except RuntimeError as err:
-            raise ValueError(f"{path}: the weights do not fit LatentRewardModel{(model.in_channels, model.hidden)}: {err}") from err
+            raise ValueError(
+                f"{path}: the weights do not fit LatentRewardModel(in_channels={model.in_channels}, "
+                f"hidden={model.hidden}): {err}"
+            ) from err
         return model.eval()
 
 
@@ -340,7 +363,9 @@ class LatentModelScorer:
         return f"LatentModelScorer(in_channels={self.model.in_channels}, hidden={self.model.hidden})"
 
 
-def latent_reward_model(*, path: str | None = None, in_channels: int = 16, hidden: int = 32, seed: int = 0) -> LatentModelScorer:
+def latent_reward_model(
+    *, path: str | None = None, in_channels: int = 16, hidden: int = 32, seed: int = 0
+) -> LatentModelScorer:
     """Factory: load `path` (a LatentRewardModel safetensors file) or build one from `seed`."""
     if path is not None:
         return LatentModelScorer(LatentRewardModel.from_safetensors(path))
@@ -351,6 +376,22 @@ def latent_reward_model(*, path: str | None = None, in_channels: int = 16, hidde
     finally:
         torch.random.set_rng_state(generator_state)
     return LatentModelScorer(model)
+
+
+class RegisteredReward:
+    """Serves a registered omni-rl reward: uint8 images [B, H, W, C] -> its B scores."""
+
+    accepts = IMAGES
+
+    def __init__(self, name: str, scorer: Callable[..., Sequence[float]]):
+        self.name = name
+        self.scorer = scorer
+
+    def __call__(self, images: torch.Tensor, prompts: Sequence[str], metadata: Sequence[dict]) -> Sequence[float]:
+        return self.scorer(images, prompts, metadata)
+
+    def __repr__(self) -> str:
+        return f"reward:{self.name}"
 
 
 BUILTIN_SCORERS: dict[str, Callable[..., ServedScorer]] = {
@@ -368,7 +409,8 @@ def _check_latents(latents: Any, name: str) -> None:
 
 
 def _describe(scorer: Any) -> str:
-    return getattr(scorer, "__qualname__", None) or repr(scorer)
+    name = getattr(scorer, "__qualname__", None)
+    return name if isinstance(name, str) else repr(scorer)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -383,7 +425,7 @@ def load_scorer(spec: str, kwargs: dict[str, Any] | None = None) -> ServedScorer
     if spec.startswith("reward:"):
         from omni_rl.reward.registry import build_reward
 
-        return build_reward(spec[len("reward:"):], **kwargs)
+        return RegisteredReward(spec[len("reward:"):], build_reward(spec[len("reward:"):], **kwargs))
     module_name, sep, attr = spec.partition(":")
     if not sep or not module_name or not attr:
         raise ValueError(
@@ -409,29 +451,43 @@ def load_scorer(spec: str, kwargs: dict[str, Any] | None = None) -> ServedScorer
 
 def server_from_args(argv: Sequence[str] | None = None) -> ScoreServer:
     """Parse the command line, build the scorer and bind the server (not yet serving)."""
-    parser = argparse.ArgumentParser(prog="python -m omni_rl.reward.server", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--scorer", required=True, help="latent_stats | latent_reward_model | module:factory | reward:NAME")
+    parser = argparse.ArgumentParser(
+        prog="python -m omni_rl.reward.server", description=__doc__.split("\n\n")[0]
+    )
+    parser.add_argument(
+        "--scorer", required=True, help="latent_stats | latent_reward_model | module:factory | reward:NAME"
+    )
     parser.add_argument("--kwargs", default="{}", help="JSON object of keyword arguments for the factory")
-    parser.add_argument("--host", default=None, help=f"address to bind (default {DEFAULT_HOST}; anything else only when given here)")
+    parser.add_argument(
+        "--host", default=None,
+        help=f"address to bind (default {DEFAULT_HOST}; any other address only when given here)",
+    )
     parser.add_argument("--port", type=int, default=0, help="port to bind (0 = a free one, printed at start)")
     parser.add_argument("--max-body-bytes", type=int, default=DEFAULT_MAX_BODY_BYTES)
     args = parser.parse_args(argv)
     try:
         kwargs = json.loads(args.kwargs)
     except ValueError as err:
-        parser.error(f"--kwargs {args.kwargs!r} is not JSON ({err}); expected an object such as '{{\"seed\": 1}}'")
+        parser.error(
+            f"--kwargs {args.kwargs!r} is not JSON ({err}); expected an object such as '{{\"seed\": 1}}'"
+        )
     if not isinstance(kwargs, dict):
         parser.error(f"--kwargs {args.kwargs!r} is a JSON {type(kwargs).__name__}; expected an object")
     scorer = load_scorer(args.scorer, kwargs)
     host = DEFAULT_HOST if args.host is None else args.host
     # Only an explicit --host may bind a non-loopback address: the protocol has no authentication.
-    return make_server(scorer, host, args.port, allow_remote=args.host is not None, max_body_bytes=args.max_body_bytes)
+    return make_server(
+        scorer, host, args.port, allow_remote=args.host is not None, max_body_bytes=args.max_body_bytes
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     server = server_from_args(argv)
-    print(f"omni-rl reward server: {_describe(server.scorer)} at {server.url} (protocol {PROTOCOL_VERSION})", flush=True)
+    print(
+        f"omni-rl reward server: {_describe(server.scorer)} at {server.url} (protocol {PROTOCOL_VERSION})",
+        flush=True,
+    )
     try:
         server.serve_forever()
     except KeyboardInterrupt:

@@ -3,8 +3,9 @@
 A checkpoint is a folder `OUTPUT/checkpoints/step_000020/` holding
 
 - `trainer_state.pt`: trainable tensors, optimizer state, the step, RNG states;
-- `lora/`: the LoRA weights in the model library's own format (diffusers:
-  `pipe.load_lora_weights(folder)`), for use outside omni-rl;
+- `lora/` (LoRA runs) or `model/` (full fine-tuning): the trained weights in the model
+  library's own format (diffusers: `pipe.load_lora_weights(folder)`; PEFT / transformers:
+  `from_pretrained`), for use outside omni-rl;
 - `config.yaml`: the config of the run that wrote it.
 
 The folder is built under a temporary name and renamed into place only when complete, so a crash
@@ -47,13 +48,17 @@ def save_checkpoint(output_dir: Path, step: int, state: dict[str, Any], model, c
     target = root / f"step_{step:06d}"
     with atomic_directory(target) as tmp:
         atomic_torch_save({**state, "step": step, "rng": rng_state()}, tmp / STATE_FILE)
-        if model.cfg.lora.enabled:
-            model.save_lora(str(tmp / "lora"))
+        model.save_trained(str(tmp / export_folder(model)))
         (tmp / "config.yaml").write_text(config_yaml)
     if keep_last > 0:
         for old in list_checkpoints(output_dir)[:-keep_last]:
             shutil.rmtree(old, ignore_errors=True)
     return target
+
+
+def export_folder(model) -> str:
+    """Where a run's trained weights go: `lora` for LoRA runs, `model` for full fine-tuning."""
+    return "lora" if model.cfg.lora.enabled else "model"
 
 
 def list_checkpoints(output_dir: Path) -> list[Path]:

@@ -29,7 +29,7 @@ from omni_rl.engine.local import LocalEngine
 from omni_rl.logging import MetricLogger, ProgressBar, build_sinks, plot_reward_curve
 from omni_rl.models.factory import build_model
 from omni_rl.reward.manager import RewardManager, RewardSpec
-from omni_rl.trainer.checkpoint import load_checkpoint, save_checkpoint, set_rng_state
+from omni_rl.trainer.checkpoint import export_folder, load_checkpoint, save_checkpoint, set_rng_state
 from omni_rl.trainer.diffusion_stage import DiffusionStage
 from omni_rl.trainer.text_stage import TextStage
 from omni_rl.utils.atomic import atomic_directory, atomic_write_text
@@ -226,9 +226,8 @@ class PPOTrainer:
                 plot_reward_curve(metrics_file, self.output_dir / "reward_curve.png")
             except ValueError as err:  # too few points for a curve is not a failure of the run
                 log.warning("no reward curve: %s", err)
-        if self.model.cfg.lora.enabled:
-            with atomic_directory(self.output_dir / "lora") as tmp:
-                self.model.save_lora(str(tmp))
+        with atomic_directory(self.output_dir / export_folder(self.model)) as tmp:
+            self.model.save_trained(str(tmp))
 
 
 def run(cfg: OmniConfig) -> dict[str, float]:

@@ -370,3 +370,19 @@ def test_a_registered_image_reward_can_be_served_as_it_is():
     with running(brightness) as url:
         remote = ScoreClient(url).score(images, ["a", "b", "c"], [{}] * 3, kind="images")
     assert remote == brightness(images, ["a", "b", "c"], [{}] * 3)
+
+
+def test_a_registered_reward_served_by_name_takes_images_only():
+    scorer = load_scorer("reward:brightness")
+    assert scorer.accepts == "images" and repr(scorer) == "reward:brightness"
+    with running(scorer) as url:
+        assert ScoreClient(url).health()["accepts"] == "images"
+        status, reply = _post(url, encode_request(torch.zeros(1, 2), ["p"], [{}], kind="latents"))
+        assert status == 400 and "takes 'images'" in reply["error"]
+
+
+def test_an_input_error_from_the_scorer_is_a_400():
+    # an image reward without `accepts` handed 2-channel images: RewardInputError -> 400, not retried
+    with running(build_reward("brightness")) as url:
+        status, reply = _post(url, encode_request(torch.zeros(1, 4, 4, 2, dtype=torch.uint8), ["p"], [{}], kind="images"))
+    assert status == 400 and reply["error"].startswith("the scorer refused the batch: images has shape (1, 4, 4, 2)")

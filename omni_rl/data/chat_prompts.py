@@ -1,0 +1,381 @@
+"""Chat prompt files for the text / omni path: `.jsonl` and `.parquet` rows -> `PromptItem`s.
+
+`load_chat_items(path)` reads one file; each row (a JSON object per line, or a Parquet row) has
+
+    prompt        required: a string (one user message), or a list of chat messages
+                  {"role": "system" | "user" | "assistant" | "tool", "content": ...} where
+                  content is a string or a list of parts ({"type": "text", "text": ...},
+                  {"type": "image"}, ...) as chat templates take them.
+    images        optional: a list of images, each raw bytes (Parquet binary), a base64 string
+                  (a `data:image/...;base64,` URI or bare base64), a file path (relative paths
+                  are relative to the data file's folder), or a {"bytes": ..., "path": ...}
+                  struct as Hugging Face `datasets` writes its Image feature.
+    audio         optional: a list of clips, each a path to a .wav file (relative as above),
+                  {"array": [floats], "sample_rate": N}, or a {"bytes": <wav>, "path": ...} struct.
+    ground_truth  optional: any JSON value; stored as metadata["ground_truth"], where the
+                  text rewards (math_answer, multiple_choice) read it.
+    metadata      optional: an object, merged into the item's metadata.
+
+Other keys (ids, subjects, ...) are ignored. A null optional field counts as absent.
+
+Each row becomes `PromptItem(prompt, metadata, messages, media)`:
+- `prompt`: the plain text of the LAST user message (text parts joined with a newline);
+- `messages`: a tuple of the message dicts (a string prompt becomes one user message);
+- `media`: None without images or audio, else a dict with `"images"`, a list of RGB PIL images,
+  and/or `"audio"`, a list of (float32 mono numpy array in [-1, 1], sample_rate) pairs.
+
+Decoding rules. Images are fully decoded at load, so a corrupt file fails now, naming its row,
+not in the middle of a run. Images with transparency are composited onto white (what a viewer
+shows) before the RGB conversion. WAV files are read with the standard `wave` module: integer
+PCM only (8-bit unsigned, 16/24/32-bit signed), scaled to [-1, 1] and averaged over channels;
+a float or compressed WAV is refused with a hint to convert it.
+
+Every bad row raises `PromptFileError` naming the file, the 1-based row number, the field
+and what was expected. Parquet needs `pyarrow` (`pip install pyarrow`).
+
+Left out on purpose: video, lazy decoding (a whole file's media are held in memory), remote
+URLs, and resampling audio (models' feature extractors resample).
+"""
+from __future__ import annotations
+
+import base64
+import binascii
+import io
+import json
+import numbers
+import re
+import wave
+from pathlib import Path
+from typing import Any, Optional
+
+import numpy as np
+from PIL import Image, UnidentifiedImageError
+
+from omni_rl.data.prompts import PromptFileError, PromptItem
+
+ROLES = ("system", "user", "assistant", "tool")
+MEDIA_KEYS = ("images", "audio")
+_DATA_URI_RE = re.compile(r"data:[\w/+.-]*;base64,", re.IGNORECASE)
+_BASE64_RE = re.compile(r"[A-Za-z0-9+/\s]+={0,2}")
+
+
+def load_chat_items(path: str | Path) -> list[PromptItem]:
+    """Read a chat prompt file (`.jsonl` or `.parquet`); see the module docstring for the rows."""
+    file = Path(path).expanduser()
+    if not file.is_file():
+        raise PromptFileError(f"chat prompt file {str(path)!r} does not exist; check the path")
+    if file.suffix == ".jsonl":
+        rows = read_jsonl_rows(file)
+    elif file.suffix == ".parquet":
+        rows = read_parquet_rows(file)
+    else:
+        raise PromptFileError(f"chat prompt file {str(path)!r}: expected a .jsonl or .parquet file")
+    return [chat_item(row, f"{path}: {where}", file.parent) for where, row in rows]
+
+
+def read_jsonl_rows(file: Path) -> list[tuple[str, Any]]:
+    """(where, row) for each non-blank line; `where` is "row N" (plus the line when they differ)."""
+    rows = []
+    for line_no, line in enumerate(file.read_text(encoding="utf-8").splitlines(), start=1):
+        if not line.strip():
+            continue
+        n = len(rows) + 1
+        where = f"row {n}" if n == line_no else f"row {n} (line {line_no})"
+        try:
+            rows.append((where, json.loads(line)))
+        except json.JSONDecodeError as err:
+            raise PromptFileError(f"{file}: {where}: not valid JSON ({err.msg} at column {err.colno})") from None
+    return rows
+
+
+def read_parquet_rows(file: Path) -> list[tuple[str, Any]]:
+    try:
+        import pyarrow.parquet as pq
+    except ImportError:
+        raise PromptFileError(
+            f"{file}: reading .parquet files needs pyarrow, which is not installed; pip install "
+            f"pyarrow (or convert the file to .jsonl)"
+        ) from None
+    try:
+        table = pq.read_table(file)
+    except Exception as err:  # pyarrow raises ArrowInvalid / OSError subclasses
+        raise PromptFileError(f"{file}: not a readable Parquet file ({type(err).__name__}: {err})") from None
+    return [(f"row {n}", row) for n, row in enumerate(table.to_pylist(), start=1)]
+
+
+def is_chat_row(row: Any) -> bool:
+    """Whether a .jsonl row needs the chat reader: a list prompt, media, or a ground_truth."""
+    return isinstance(row, dict) and (
+        isinstance(row.get("prompt"), list) or any(key in row for key in (*MEDIA_KEYS, "ground_truth"))
+    )
+
+
+def chat_item(row: Any, where: str, base_dir: Path) -> PromptItem:
+    """One row -> PromptItem; `where` ("file: row N") prefixes every error."""
+    if not isinstance(row, dict):
+        raise PromptFileError(f"{where}: expected an object with a 'prompt', got {type(row).__name__}")
+    if row.get("prompt") is None:
+        raise PromptFileError(
+            f"{where}: missing 'prompt' (keys: {sorted(row)}); every row needs a 'prompt', a string "
+            f"or a list of {{role, content}} messages"
+        )
+    messages = _messages(row["prompt"], where)
+    prompt = _last_user_text(messages, where)
+
+    metadata = row.get("metadata")
+    if metadata is None:
+        metadata = {}
+    if not isinstance(metadata, dict):
+        raise PromptFileError(f"{where}: 'metadata' must be an object, got {type(metadata).__name__}")
+    metadata = dict(metadata)
+    if row.get("ground_truth") is not None:
+        if "ground_truth" in metadata and metadata["ground_truth"] != row["ground_truth"]:
+            raise PromptFileError(
+                f"{where}: 'ground_truth' is {row['ground_truth']!r} but metadata.ground_truth is "
+                f"{metadata['ground_truth']!r}; give the reference answer once"
+            )
+        metadata["ground_truth"] = row["ground_truth"]
+
+    media: dict[str, list] = {}
+    images = _list_field(row, "images", where)
+    if images:
+        media["images"] = [_load_image(image, f"{where}: images[{k}]", base_dir) for k, image in enumerate(images)]
+    audio = _list_field(row, "audio", where)
+    if audio:
+        media["audio"] = [_load_audio(clip, f"{where}: audio[{k}]", base_dir) for k, clip in enumerate(audio)]
+    return PromptItem(prompt, metadata, messages=messages, media=media or None)
+
+
+# ------------------------------------------------------------------------------------------
+# Messages
+# ------------------------------------------------------------------------------------------
+
+
+def _messages(prompt: Any, where: str) -> tuple[dict[str, Any], ...]:
+    if isinstance(prompt, str):
+        return ({"role": "user", "content": prompt},)
+    if not isinstance(prompt, (list, tuple)) or not prompt:
+        raise PromptFileError(
+            f"{where}: 'prompt' is {_short(prompt)} ({type(prompt).__name__}); expected a string or "
+            f"a non-empty list of {{role, content}} messages"
+        )
+    out = []
+    for k, message in enumerate(prompt):
+        at = f"{where}: prompt[{k}]"
+        if not isinstance(message, dict) or "role" not in message or "content" not in message:
+            raise PromptFileError(f"{at} is {_short(message)}; expected an object with 'role' and 'content'")
+        if message["role"] not in ROLES:
+            raise PromptFileError(
+                f"{at}: role {message['role']!r} is unknown; expected one of {list(ROLES)} "
+                f"(map ShareGPT's human/gpt to user/assistant)"
+            )
+        content = message["content"]
+        if isinstance(content, (list, tuple)):
+            for j, part in enumerate(content):
+                if not isinstance(part, dict) or not isinstance(part.get("type"), str):
+                    raise PromptFileError(
+                        f"{at}: content[{j}] is {_short(part)}; expected a part such as "
+                        f'{{"type": "text", "text": "..."}} or {{"type": "image"}}'
+                    )
+                if part["type"] == "text" and not isinstance(part.get("text"), str):
+                    raise PromptFileError(f"{at}: content[{j}] is a text part without a string 'text'")
+            content = [dict(part) for part in content]
+        elif not isinstance(content, str):
+            raise PromptFileError(
+                f"{at}: content has type {type(content).__name__}; expected a string or a list of parts"
+            )
+        out.append({**message, "content": content})
+    return tuple(out)
+
+
+def _last_user_text(messages: tuple[dict[str, Any], ...], where: str) -> str:
+    for message in reversed(messages):
+        if message["role"] == "user":
+            content = message["content"]
+            if isinstance(content, str):
+                return content
+            return "\n".join(part["text"] for part in content if part["type"] == "text")
+    raise PromptFileError(
+        f"{where}: 'prompt' has no message with role 'user' (roles: {[m['role'] for m in messages]}); "
+        f"a prompt needs at least one user message"
+    )
+
+
+def _list_field(row: dict[str, Any], key: str, where: str) -> list[Any]:
+    value = row.get(key)
+    if value is None:
+        return []
+    if not isinstance(value, (list, tuple)):
+        raise PromptFileError(
+            f"{where}: '{key}' has type {type(value).__name__}; expected a list (use [x] for one item)"
+        )
+    return list(value)
+
+
+# ------------------------------------------------------------------------------------------
+# Images
+# ------------------------------------------------------------------------------------------
+
+
+def _load_image(value: Any, where: str, base_dir: Path) -> Image.Image:
+    data, source = _image_bytes(value, where, base_dir)
+    try:
+        with Image.open(io.BytesIO(data)) as image:
+            image.load()
+            return _to_rgb(image)
+    except (UnidentifiedImageError, OSError, ValueError, SyntaxError, Image.DecompressionBombError) as err:
+        raise PromptFileError(
+            f"{where}: {source} is not a readable image ({type(err).__name__}: {err}); replace or "
+            f"re-encode it (PNG, JPEG, WebP, ...)"
+        ) from None
+
+
+def _image_bytes(value: Any, where: str, base_dir: Path) -> tuple[bytes, str]:
+    """The encoded image and a description of where it came from (for errors)."""
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return bytes(value), f"the {len(value)} image bytes"
+    if isinstance(value, dict):
+        if value.get("bytes") is not None:
+            data = value["bytes"]
+            if isinstance(data, str):
+                return _decode_base64(data, where), "the base64 'bytes'"
+            if isinstance(data, (bytes, bytearray, memoryview)):
+                return bytes(data), f"the {len(data)} image bytes"
+            raise PromptFileError(f"{where}: 'bytes' has type {type(data).__name__}; expected bytes or base64")
+        if isinstance(value.get("path"), str):
+            return _read_path(value["path"], where, base_dir), f"file {value['path']!r}"
+        raise PromptFileError(f"{where}: an image object needs 'bytes' or 'path', got keys {sorted(value)}")
+    if isinstance(value, str):
+        if _DATA_URI_RE.match(value):
+            return _decode_base64(value[_DATA_URI_RE.match(value).end():], where), "the base64 data URI"
+        file = _resolve(value, base_dir)
+        if file is not None and file.is_file():
+            return file.read_bytes(), f"file {value!r}"
+        if len(value) >= 64 and _BASE64_RE.fullmatch(value):
+            return _decode_base64(value, where), "the base64 string"
+        raise PromptFileError(
+            f"{where}: image path {value!r} does not exist (looked for {file}); paths are relative "
+            f"to the data file's folder. Base64 images must be longer strings or data: URIs"
+        )
+    raise PromptFileError(
+        f"{where} has type {type(value).__name__}; expected image bytes, a base64 string, a file "
+        f"path, or a {{bytes, path}} object"
+    )
+
+
+def _decode_base64(text: str, where: str) -> bytes:
+    try:
+        return base64.b64decode("".join(text.split()), validate=True)
+    except (binascii.Error, ValueError) as err:
+        raise PromptFileError(f"{where}: not valid base64 ({err})") from None
+
+
+def _to_rgb(image: Image.Image) -> Image.Image:
+    if image.mode == "P" and "transparency" in image.info:
+        image = image.convert("RGBA")
+    if image.mode in ("RGBA", "LA", "RGBa", "La", "PA"):
+        rgba = image.convert("RGBA")
+        background = Image.new("RGBA", rgba.size, (255, 255, 255, 255))
+        return Image.alpha_composite(background, rgba).convert("RGB")
+    return image.convert("RGB") if image.mode != "RGB" else image.copy()
+
+
+# ------------------------------------------------------------------------------------------
+# Audio
+# ------------------------------------------------------------------------------------------
+
+
+def _load_audio(value: Any, where: str, base_dir: Path) -> tuple[np.ndarray, int]:
+    if isinstance(value, str):
+        return read_wav(_read_path(value, where, base_dir), f"{where}: file {value!r}")
+    if isinstance(value, dict):
+        if value.get("array") is not None:
+            return _array_clip(value, where)
+        if value.get("bytes") is not None:
+            data = value["bytes"]
+            if isinstance(data, str):
+                data = _decode_base64(data, where)
+            if not isinstance(data, (bytes, bytearray, memoryview)):
+                raise PromptFileError(f"{where}: 'bytes' has type {type(data).__name__}; expected WAV bytes")
+            return read_wav(bytes(data), f"{where}: the WAV bytes")
+        if isinstance(value.get("path"), str):
+            return read_wav(_read_path(value["path"], where, base_dir), f"{where}: file {value['path']!r}")
+    raise PromptFileError(
+        f"{where} is {_short(value)}; expected a .wav path or {{\"array\": [...], \"sample_rate\": N}}"
+    )
+
+
+def _array_clip(value: dict[str, Any], where: str) -> tuple[np.ndarray, int]:
+    rate = value.get("sample_rate", value.get("sampling_rate"))
+    if isinstance(rate, bool) or not isinstance(rate, numbers.Integral) or rate <= 0:
+        raise PromptFileError(f"{where}: sample_rate is {rate!r}; expected a positive int (Hz), e.g. 16000")
+    try:
+        array = np.asarray(value["array"], dtype=np.float32)
+    except (TypeError, ValueError) as err:
+        raise PromptFileError(f"{where}: 'array' is not a list of numbers ({err})") from None
+    if array.ndim != 1 or array.size == 0:
+        raise PromptFileError(
+            f"{where}: 'array' has shape {array.shape}; expected a non-empty 1-D list of mono samples "
+            f"(average the channels first)"
+        )
+    if not np.isfinite(array).all():
+        raise PromptFileError(f"{where}: 'array' holds NaN or infinite samples")
+    return array, int(rate)
+
+
+def read_wav(data: bytes, where: str) -> tuple[np.ndarray, int]:
+    """Integer-PCM WAV bytes -> (float32 mono samples in [-1, 1], sample_rate)."""
+    try:
+        with wave.open(io.BytesIO(data), "rb") as wav:
+            channels, width, rate = wav.getnchannels(), wav.getsampwidth(), wav.getframerate()
+            frames = wav.readframes(wav.getnframes())
+    except (wave.Error, EOFError) as err:
+        raise PromptFileError(
+            f"{where}: not a readable WAV file ({err}); only integer PCM WAV is read (convert with e.g. "
+            f"ffmpeg -i in -acodec pcm_s16le out.wav)"
+        ) from None
+    if width == 1:
+        samples = (np.frombuffer(frames, dtype=np.uint8).astype(np.float32) - 128.0) / 128.0
+    elif width == 2:
+        samples = np.frombuffer(frames, dtype="<i2").astype(np.float32) / 32768.0
+    elif width == 3:
+        raw = np.frombuffer(frames, dtype=np.uint8).reshape(-1, 3).astype(np.int32)
+        value = raw[:, 0] | (raw[:, 1] << 8) | (raw[:, 2] << 16)
+        value = np.where(value >= 1 << 23, value - (1 << 24), value)
+        samples = value.astype(np.float32) / float(1 << 23)
+    elif width == 4:
+        samples = (np.frombuffer(frames, dtype="<i4").astype(np.float64) / float(1 << 31)).astype(np.float32)
+    else:
+        raise PromptFileError(f"{where}: WAV sample width {width} bytes is not supported; expected 1..4")
+    if samples.size == 0:
+        raise PromptFileError(f"{where}: the WAV file holds no samples")
+    samples = samples[: samples.size - samples.size % channels].reshape(-1, channels)
+    return samples.mean(axis=1, dtype=np.float32), rate
+
+
+# ------------------------------------------------------------------------------------------
+# Helpers
+# ------------------------------------------------------------------------------------------
+
+
+def _resolve(path: str, base_dir: Path) -> Optional[Path]:
+    try:
+        file = Path(path).expanduser()
+        return file if file.is_absolute() else base_dir / file
+    except (ValueError, OSError):  # e.g. an embedded NUL byte
+        return None
+
+
+def _read_path(path: str, where: str, base_dir: Path) -> bytes:
+    file = _resolve(path, base_dir)
+    if file is None or not file.is_file():
+        raise PromptFileError(
+            f"{where}: file {path!r} does not exist (looked for {file}); paths are relative to the "
+            f"data file's folder"
+        )
+    return file.read_bytes()
+
+
+def _short(value: Any, limit: int = 60) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit] + "..."
