@@ -134,6 +134,14 @@ class RewardItemConfig:
 @dataclass
 class RewardConfig:
     rewards: list[RewardItemConfig] = field(default_factory=lambda: [RewardItemConfig()])
+    # Score samples in micro-batches while the rollout engine is still producing the rest.
+    overlap_rollout: bool = True
+    # Micro-batches: at most this many samples per reward call ...
+    max_batch_size: int = 32
+    # ... and how long a partial micro-batch waits for more samples.
+    max_wait_ms: float = 20.0
+    # Scoring that takes longer than this fails the step instead of hanging.
+    timeout_s: float = 1800.0
 
 
 @dataclass

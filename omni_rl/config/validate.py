@@ -111,6 +111,9 @@ def validate_config(cfg: OmniConfig) -> None:
              "one of gaussian, default")
     _require(t.backend in ("local",), "trainer.backend", t.backend, "local (ray arrives with the Ray worker groups)")
     _require(len(cfg.reward.rewards) >= 1, "reward.rewards", [], "at least one reward")
+    _require(cfg.reward.max_batch_size >= 1, "reward.max_batch_size", cfg.reward.max_batch_size, ">= 1")
+    _require(cfg.reward.max_wait_ms >= 0, "reward.max_wait_ms", cfg.reward.max_wait_ms, ">= 0")
+    _require(cfg.reward.timeout_s > 0, "reward.timeout_s", cfg.reward.timeout_s, "> 0 seconds")
     for i, item in enumerate(cfg.reward.rewards):
         _require(math.isfinite(item.weight), f"reward.rewards[{i}].weight", item.weight, "a finite number")
     names = [item.name for item in cfg.reward.rewards]

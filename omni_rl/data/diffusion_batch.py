@@ -10,6 +10,7 @@ N samples (prompts x samples_per_prompt), each with W trained (window) steps:
   conditioning   Conditioning of N
   rewards, advantages [N];  group_index [N] (samples of one prompt share it)
   images         uint8 [N, H, W, C]
+  final_latents  [N, *latent]  the clean latents (latent reward models score these)
 """
 from __future__ import annotations
 
@@ -34,6 +35,7 @@ class DiffusionBatch:
     noise_levels: torch.Tensor
     conditioning: Conditioning
     images: torch.Tensor
+    final_latents: torch.Tensor
     guidance_scale: float
     kernel: str
     rewards: Optional[torch.Tensor] = None
@@ -67,6 +69,7 @@ class DiffusionBatch:
             noise_levels=torch.stack([r.noise_levels for r in results]),
             conditioning=Conditioning.cat([r.conditioning for r in results]),
             images=torch.stack([r.image for r in results]),
+            final_latents=torch.stack([r.final_latent for r in results]),
             guidance_scale=results[0].guidance_scale,
             kernel=results[0].kernel,
         )
@@ -87,6 +90,7 @@ class DiffusionBatch:
             noise_levels=pick(self.noise_levels),
             conditioning=self.conditioning.select(idx),
             images=pick(self.images),
+            final_latents=pick(self.final_latents),
             rewards=pick(self.rewards),
             advantages=pick(self.advantages),
             old_log_probs=pick(self.old_log_probs),

@@ -99,7 +99,11 @@ class NativeDiffusionEngine:
 
     def generate(self, requests: Sequence[DiffusionRequest], timeout_s: float = 1800.0) -> list[DiffusionResult]:
         """Submit all requests at once and wait for them (results in request order)."""
-        futures = self.submit_many(requests)
+        return self.wait(requests, self.submit_many(requests), timeout_s)
+
+    def wait(self, requests: Sequence[DiffusionRequest], futures: Sequence[Future], timeout_s: float) -> list[DiffusionResult]:
+        """Results of submitted requests, in order; a failure or a timeout raises
+        `RolloutEngineError` naming the request."""
         deadline = time.monotonic() + timeout_s
         results = []
         for req, fut in zip(requests, futures):

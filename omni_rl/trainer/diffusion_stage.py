@@ -6,6 +6,7 @@ behaviour policy, and renders validation samples (a PNG grid).
 """
 from __future__ import annotations
 
+from concurrent.futures import Future
 from pathlib import Path
 
 import numpy as np
@@ -42,7 +43,9 @@ class DiffusionStage:
         fields.update(changes)
         return DiffusionRequest(**fields)
 
-    def rollout(self, prompts: list[PromptItem], step: int) -> DiffusionBatch:
+    def rollout(self, prompts: list[PromptItem], step: int, score=None) -> tuple[DiffusionBatch, list]:
+        """The step's batch; with `score(sample, prompt, metadata, future)` each sample is handed
+        to the reward scorer the moment it is finished (the returned futures carry its rewards)."""
         cfg, n, r = self.cfg, self.cfg.trainer.samples_per_prompt, self.cfg.rollout
         requests, metadata, groups = [], [], []
         for g, item in enumerate(prompts):
@@ -55,11 +58,31 @@ class DiffusionStage:
                 requests.append(self._request(item, seed, initial_noise=shared_noise))
                 metadata.append(item.metadata)
                 groups.append(g)
-        results = self.engine.generate(requests, timeout_s=r.timeout_s)
-        return DiffusionBatch.from_results(results, metadata, groups)
+        futures = self.engine.submit_many(requests)
+        reward_futures = []
+        if score is not None:
+            for fut, req, meta in zip(futures, requests, metadata):
+                reward_futures.append(Future())
+                fut.add_done_callback(self._hand_over(score, req, meta, reward_futures[-1]))
+        results = self.engine.wait(requests, futures, timeout_s=r.timeout_s)
+        return DiffusionBatch.from_results(results, metadata, groups), reward_futures
+
+    def _hand_over(self, score, request: DiffusionRequest, metadata: dict, reward_future: Future):
+        def done(fut: Future) -> None:
+            if fut.exception() is None:  # a failed sample fails the rollout itself, not here
+                score(fut.result().image, request.prompt, self.reward_metadata(fut.result(), metadata), reward_future)
+
+        return done
+
+    @staticmethod
+    def reward_metadata(result, metadata: dict) -> dict:
+        """What rewards see besides the image: the prompt's metadata and the clean latent
+        (for latent reward models, which skip the VAE decode)."""
+        return {**metadata, "latent": result.final_latent}
 
     def reward_inputs(self, batch: DiffusionBatch):
-        return batch.images, batch.prompts, batch.metadata
+        metadata = [{**m, "latent": batch.final_latents[i]} for i, m in enumerate(batch.metadata)]
+        return batch.images, batch.prompts, metadata
 
     def rollout_metrics(self, batch: DiffusionBatch) -> dict[str, float]:
         return {}

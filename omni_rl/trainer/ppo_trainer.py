@@ -28,6 +28,7 @@ from omni_rl.device import pick_device
 from omni_rl.engine.local import LocalEngine
 from omni_rl.logging import MetricLogger, ProgressBar, build_sinks, plot_reward_curve
 from omni_rl.models.factory import build_model
+from omni_rl.reward.async_scorer import AsyncRewardScorer
 from omni_rl.reward.manager import RewardManager, RewardSpec
 from omni_rl.trainer.checkpoint import export_folder, load_checkpoint, save_checkpoint, set_rng_state
 from omni_rl.trainer.diffusion_stage import DiffusionStage
@@ -56,6 +57,10 @@ class PPOTrainer:
         self.rewards = RewardManager(
             [RewardSpec(r.name, r.weight, r.required, dict(r.kwargs)) for r in cfg.reward.rewards],
             plugins=cfg.plugins,
+        )
+        rc = cfg.reward
+        self.reward_scorer = (
+            AsyncRewardScorer(self.rewards, rc.max_batch_size, rc.max_wait_ms) if rc.overlap_rollout else None
         )
         self.advantage_fn = get_advantage_estimator(cfg.algo.advantage)
         self.engine = LocalEngine(self.model, cfg.optim)
@@ -101,6 +106,8 @@ class PPOTrainer:
             bar.close()
             self.logger.close()
             self.stage.close()
+            if self.reward_scorer is not None:
+                self.reward_scorer.close()
         self._finish()
         return metrics
 
@@ -109,11 +116,16 @@ class PPOTrainer:
         t0 = time.perf_counter()
 
         prompts = self.sampler.prompts_for_step(step - 1)
-        batch = self.stage.rollout(prompts, step)
+        scorer = self.reward_scorer
+        batch, reward_futures = self.stage.rollout(prompts, step, scorer.submit if scorer else None)
         timings["timing/rollout"] = time.perf_counter() - t0
 
+        # With overlap the samples were being scored during the rollout; this waits for the rest.
         t1 = time.perf_counter()
-        reward = self.rewards.score(*self.stage.reward_inputs(batch))
+        if scorer is not None:
+            reward = scorer.gather(reward_futures, self.cfg.reward.timeout_s)
+        else:
+            reward = self.rewards.score(*self.stage.reward_inputs(batch))
         batch.rewards = reward.total
         batch.advantages = self.advantage_fn(
             AdvantageInput(reward.total, batch.group_index, self.cfg.algo.std_mode, self.cfg.algo.adv_eps)

@@ -50,7 +50,9 @@ class TextStage:
         fields.update(changes)
         return TextRequest(**fields)
 
-    def rollout(self, prompts: list[PromptItem], step: int) -> TextBatch:
+    def rollout(self, prompts: list[PromptItem], step: int, score=None) -> tuple[TextBatch, list]:
+        """The step's batch; with `score(sample, prompt, metadata)` each response is handed to
+        the reward scorer (after its generation batch; the text engine is synchronous)."""
         n = self.cfg.trainer.samples_per_prompt
         requests, texts, metadata, groups = [], [], [], []
         for g, item in enumerate(prompts):
@@ -60,7 +62,8 @@ class TextStage:
                 metadata.append(item.metadata)
                 groups.append(g)
         results = self.engine.generate(requests)
-        return TextBatch.from_results(results, texts, metadata, groups, self.model.pad_token_id)
+        reward_futures = [score(r.text, p, m) for r, p, m in zip(results, texts, metadata)] if score else []
+        return TextBatch.from_results(results, texts, metadata, groups, self.model.pad_token_id), reward_futures
 
     def reward_inputs(self, batch: TextBatch):
         return batch.texts, batch.prompts, batch.metadata

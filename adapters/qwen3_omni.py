@@ -1,0 +1,532 @@
+"""Qwen3-Omni's thinker (`Qwen3OmniMoeForConditionalGeneration`, `model.stage=thinker`): RL on the
+text the omni model writes about images, audio and text.
+
+Loading. The whole checkpoint loads with transformers' `from_pretrained` from `self.path` (a real
+snapshot or `tiny:qwen3_omni`), with its processor (`AutoProcessor`). `strip_for_training` then
+deletes the speech side, the talker (with its code predictor) and code2wav, before anything is
+moved to the device, wrapped or sharded: the trained module is the thinker alone
+(`Qwen3OmniMoeThinkerForConditionalGeneration`; forward and input embeddings are its own).
+
+What trains.
+- LoRA (the default): adapters on the thinker's language-model attention projections q/k/v/o.
+  `model.lora.target_modules` entries are module-name suffixes matched INSIDE the language model
+  (`model.language_model`), because the audio tower has `q_proj`/`k_proj`/`v_proj` of its own;
+  prefix an entry with `visual.` or `audio_tower.` to put LoRA in an encoder instead (e.g.
+  `visual.attn.qkv`, `audio_tower.self_attn.q_proj`). The adapter hands PEFT one regex.
+- `model.lora.enabled=false`: every thinker parameter trains, except frozen towers.
+- `model.freeze_vision_tower` / `model.freeze_audio_tower` (default true): the tower gets no
+  gradient at all (LoRA inside it included). An unfrozen tower trains fully without LoRA; with
+  LoRA it only trains where a target names it (see above), like any base weight.
+- `model.gradient_checkpointing`: transformers only checkpoints a layer whose module is in training
+  mode, while this project runs models in eval mode (no dropout). The language-model decoder layers
+  are therefore put in training mode, which changes nothing else in them as long as the
+  checkpoint's attention dropout is 0 (checked at load); the encoders are not checkpointed.
+
+Prompts. `encode_prompt(messages, media)` renders the processor's chat template and runs the
+processor. `media` holds `"images"` (PIL images) and/or `"audio"` ((float32 mono array,
+sample_rate) pairs; resampled to the feature extractor's rate by band-limited FFT resampling).
+Messages may mark where each medium goes with `{"type": "image"}` / `{"type": "audio"}` content
+parts (one per item, in order); without any, the media go before the text of the first user
+message. Video is refused.
+
+The prompt's media tensors, the same four keys for every prompt (empty when a prompt has no such
+medium), so any prompts collate into one batch by concatenation along dim 0:
+
+    pixel_values          [N_patches, C * T_patch * P * P]  the image processor's patches
+    image_grid_thw        [N_images, 3] long                 each image's (t, h, w) patch grid
+    audio_features        [N_frames, mel]                    log-mel frames of all clips, packed
+    audio_feature_lengths [N_clips] long                     frames per clip
+
+(Audio is packed frame-major instead of the processor's [clips, mel, frames] so prompts with clips
+of different lengths still concatenate; `forward_logits` pads it back for the audio tower.)
+
+Positions. Qwen3-Omni uses multimodal rotary positions, int64 [3, B, T] (time, height, width):
+text and audio tokens advance all three by one; an image's tokens sit on its merged patch grid
+(time * position_id_per_seconds, row, column) from the next free position, and the token after
+it starts past the grid's largest position. `rope_positions` computes them from the attention
+mask, so left padding never shifts them, and from image placeholder runs rather than the
+start/end markers (a sampled marker in a response is just text). For cached decoding each row's
+offset to the plain token count is kept in the cache (`ThinkerCache`), so `supports_kv_cache` is
+True: a new token's position is its mask position plus that offset.
+
+Logits are fp32. The image/video/audio placeholder tokens are never sampled: their logits are set
+to -1e9, in rollout and training alike, because a placeholder in a response has no media feature
+behind it and the next forward would fail. A real checkpoint gives them ~0 probability anyway.
+
+Left out: video (and audio-in-video), speech output, LoRA on the MoE experts (fused 3-D
+parameters, not `nn.Linear`), checkpointing the encoders.
+
+`tiny:qwen3_omni` builds a random-weight Qwen3-Omni: a 2-layer MoE thinker (hidden 32, 4
+experts, top-2) with a 2-block vision tower (patch 8) and a 1-layer audio tower (16 mel bins),
+plus a 1-layer talker, code predictor and code2wav (so stripping is exercised), and a processor:
+Qwen2-VL image/video processors, a Whisper feature extractor and the byte-level tokenizer of
+`adapters/qwen3.py` with the image/audio/video placeholder and start/end tokens.
+"""
+from __future__ import annotations
+
+import dataclasses
+import numbers
+import re
+from pathlib import Path
+from typing import Any, Optional
+
+import numpy as np
+import torch
+
+from adapters.qwen3 import byte_level_files
+from omni_rl.config.schema import ModelConfig
+from omni_rl.models import register_adapter, register_tiny_model
+from omni_rl.models.autoregressive import AutoregressiveModelBase, PromptInputs, positions_from_mask
+
+MEDIA_KEYS = ("pixel_values", "image_grid_thw", "audio_features", "audio_feature_lengths")
+# Logit given to placeholder tokens: exp() of it is exactly 0 in fp32, and it stays finite after
+# division by any sampling temperature, so entropies and KLs over the full vocabulary stay finite.
+BLOCKED_LOGIT = -1.0e9
+
+
+@dataclasses.dataclass
+class ThinkerCache:
+    """The thinker's key/value cache and, after the prefill, each row's rope offset [B] (long):
+    the multimodal position of a row's next token minus its plain token count."""
+
+    kv: Any
+    rope_deltas: Optional[torch.Tensor] = None
+
+
+def resample_audio(samples: np.ndarray, rate: int, target: int) -> np.ndarray:
+    """Band-limited resampling of a mono clip from `rate` to `target` Hz: the spectrum is cut (or
+    zero-padded) at the new Nyquist frequency (scipy.signal.resample's method; no aliasing)."""
+    x = torch.from_numpy(np.ascontiguousarray(samples, dtype=np.float64))
+    n = x.numel()
+    m = max(1, round(n * target / rate))
+    spectrum = torch.fft.rfft(x)
+    out = torch.zeros(m // 2 + 1, dtype=spectrum.dtype)
+    keep = min(spectrum.numel(), out.numel())
+    out[:keep] = spectrum[:keep]
+    return (torch.fft.irfft(out, n=m) * (m / n)).to(torch.float32).numpy()
+
+
+@register_adapter("Qwen3OmniMoeForConditionalGeneration", stage="thinker")
+class Qwen3OmniThinkerAdapter(AutoregressiveModelBase):
+    default_lora_targets = ("q_proj", "k_proj", "v_proj", "o_proj")
+    supports_kv_cache = True
+
+    def __init__(self, cfg: ModelConfig, path: str, device: torch.device):
+        from transformers import AutoProcessor, Qwen3OmniMoeForConditionalGeneration
+
+        super().__init__(cfg, path, device)
+        self._full = Qwen3OmniMoeForConditionalGeneration.from_pretrained(path, dtype=self.dtype)
+        self.processor = AutoProcessor.from_pretrained(path)
+        self.tokenizer = self.processor.tokenizer
+        if getattr(self.processor, "chat_template", None) is None:
+            raise ValueError(
+                f"the processor at {path!r} has no chat template; use an instruct checkpoint of "
+                f"Qwen3-Omni or save one with the processor"
+            )
+        self.strip_for_training()
+        self.thinker.to(device)
+        config = self.thinker.config
+        self.image_token_id = config.image_token_id
+        self.placeholder_token_ids = [config.image_token_id, config.video_token_id, config.audio_token_id]
+        self.spatial_merge_size = config.vision_config.spatial_merge_size
+        self.position_id_per_seconds = int(config.position_id_per_seconds)
+        vision = config.vision_config
+        self.patch_dim = vision.in_channels * vision.temporal_patch_size * vision.patch_size**2
+        self.num_mel_bins = config.audio_config.num_mel_bins
+        if cfg.gradient_checkpointing and config.text_config.attention_dropout:
+            raise ValueError(
+                f"model.gradient_checkpointing=true needs the decoder layers in training mode, which "
+                f"would turn on this checkpoint's attention_dropout={config.text_config.attention_dropout}; "
+                f"set model.gradient_checkpointing=false or a checkpoint config with attention_dropout 0"
+            )
+        self.setup_trainable()
+
+    # --- modules --------------------------------------------------------------------------
+    def strip_for_training(self) -> None:
+        """Keep only the thinker: the talker (and its code predictor) and code2wav are deleted."""
+        full = self._full
+        for name in ("talker", "code2wav"):
+            if hasattr(full, name):
+                delattr(full, name)
+        full.has_talker = False
+        self.thinker = full.thinker
+        self.model = self.thinker
+        del self._full
+
+    def trainable_module(self):
+        return self.model
+
+    def towers(self) -> dict[str, torch.nn.Module]:
+        return {"visual": self.thinker.model.visual, "audio_tower": self.thinker.model.audio_tower}
+
+    def fsdp_wrap_classes(self):
+        inner = self.thinker.model
+        return (type(inner.language_model.layers[0]), type(inner.visual.blocks[0]), type(inner.audio_tower.layers[0]))
+
+    def lora_targets(self) -> str:
+        """One regex (PEFT full-matches it against module names) that scopes each configured
+        suffix to the language model, or to the tower its `visual.` / `audio_tower.` prefix names."""
+        patterns = []
+        for name in self.cfg.lora.target_modules or self.default_lora_targets:
+            scope, suffix = "language_model", name
+            if name.startswith(("visual.", "audio_tower.")):
+                scope, _, suffix = name.partition(".")
+            patterns.append(rf"(?:.*\.)?model\.{scope}\.(?:.*\.)?{re.escape(suffix)}")
+        return "|".join(f"(?:{p})" for p in patterns)
+
+    def setup_trainable(self) -> None:
+        checkpointing = self.cfg.gradient_checkpointing
+        # The base turns checkpointing on with diffusers' method name; transformers spells it
+        # `gradient_checkpointing_enable` and needs training mode (see the module docstring).
+        self.cfg = dataclasses.replace(self.cfg, gradient_checkpointing=False)
+        try:
+            super().setup_trainable()
+        finally:
+            self.cfg = dataclasses.replace(self.cfg, gradient_checkpointing=checkpointing)
+        frozen = {"visual": self.cfg.freeze_vision_tower, "audio_tower": self.cfg.freeze_audio_tower}
+        for name, tower in self.towers().items():
+            if frozen[name]:
+                tower.requires_grad_(False)
+        if checkpointing:
+            self.thinker.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        self.set_eval_mode()
+
+    def set_eval_mode(self) -> None:
+        super().set_eval_mode()
+        if self.cfg.gradient_checkpointing:
+            for layer in self.thinker.model.language_model.layers:
+                layer.train()
+
+    def new_cache(self) -> ThinkerCache:
+        from transformers import DynamicCache
+
+        return ThinkerCache(DynamicCache())
+
+    # --- prompts --------------------------------------------------------------------------
+    def encode_prompt(self, messages: list[dict[str, Any]], media: Optional[dict[str, Any]] = None) -> PromptInputs:
+        media = dict(media or {})
+        unknown = sorted(set(media) - {"images", "audio"})
+        if unknown:
+            raise ValueError(
+                f"media has {unknown}; the Qwen3-Omni thinker adapter takes 'images' (PIL images) and "
+                f"'audio' ((samples, sample_rate) pairs); video is not supported: pass frames as images"
+            )
+        images = list(media.get("images") or [])
+        for k, image in enumerate(images):
+            if not hasattr(image, "convert") or not hasattr(image, "size"):
+                raise ValueError(f"media['images'][{k}] is a {type(image).__name__}; expected a PIL image")
+        clips = [self._audio_clip(clip, k) for k, clip in enumerate(media.get("audio") or [])]
+        messages = self._place_media(messages, len(images), len(clips))
+        text = self.processor.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+        if isinstance(text, (list, tuple)):
+            text = text[0]
+        kwargs = {}
+        if clips:
+            kwargs["audio_kwargs"] = {"sampling_rate": self.processor.feature_extractor.sampling_rate}
+        out = self.processor(
+            text=[text], images=images or None, audio=clips or None, return_tensors="pt", **kwargs
+        )
+        prompt_media = {
+            "pixel_values": torch.zeros(0, self.patch_dim),
+            "image_grid_thw": torch.zeros(0, 3, dtype=torch.long),
+            "audio_features": torch.zeros(0, self.num_mel_bins),
+            "audio_feature_lengths": torch.zeros(0, dtype=torch.long),
+        }
+        if images:
+            prompt_media["pixel_values"] = out["pixel_values"].float()
+            prompt_media["image_grid_thw"] = out["image_grid_thw"].long()
+        if clips:
+            lengths = out["feature_attention_mask"].sum(-1).long()
+            features = out["input_features"].float()
+            prompt_media["audio_features"] = torch.cat([f[:, :n].T for f, n in zip(features, lengths.tolist())])
+            prompt_media["audio_feature_lengths"] = lengths
+        return PromptInputs(input_ids=out["input_ids"][0].long(), media=prompt_media)
+
+    def _audio_clip(self, clip: Any, k: int) -> np.ndarray:
+        if not isinstance(clip, (tuple, list)) or len(clip) != 2:
+            raise ValueError(
+                f"media['audio'][{k}] is a {type(clip).__name__}; expected a (float32 mono numpy array, "
+                f"sample_rate) pair"
+            )
+        samples, rate = clip
+        samples = np.asarray(samples, dtype=np.float32)
+        if samples.ndim != 1 or samples.size == 0:
+            raise ValueError(
+                f"media['audio'][{k}] has samples of shape {samples.shape}; expected a non-empty 1-D mono "
+                f"array (average the channels first)"
+            )
+        if isinstance(rate, bool) or not isinstance(rate, numbers.Integral) or rate <= 0:
+            raise ValueError(f"media['audio'][{k}] has sample_rate {rate!r}; expected a positive int (Hz)")
+        target = int(self.processor.feature_extractor.sampling_rate)
+        return samples if int(rate) == target else resample_audio(samples, int(rate), target)
+
+    @staticmethod
+    def _place_media(messages: list[dict[str, Any]], n_images: int, n_audio: int) -> list[dict[str, Any]]:
+        """Messages with one image/audio content part per medium: kept when the messages already
+        mark them, else inserted before the text of the first user message."""
+        messages = [dict(m) for m in messages]
+        counts = {"image": 0, "audio": 0}
+        for m in messages:
+            if isinstance(m.get("content"), (list, tuple)):
+                for part in m["content"]:
+                    if isinstance(part, dict) and part.get("type") in counts:
+                        counts[part["type"]] += 1
+        for kind, given in (("image", n_images), ("audio", n_audio)):
+            if counts[kind] not in (0, given):
+                raise ValueError(
+                    f"the messages have {counts[kind]} {{'type': '{kind}'}} parts but media has {given} "
+                    f"{kind}s; mark every {kind} with one part, in order, or mark none (then they go before "
+                    f"the text of the first user message)"
+                )
+        missing = [{"type": "image"}] * (n_images if counts["image"] == 0 else 0)
+        missing += [{"type": "audio"}] * (n_audio if counts["audio"] == 0 else 0)
+        if missing:
+            users = [i for i, m in enumerate(messages) if m.get("role") == "user"]
+            if not users:
+                raise ValueError("the prompt has media but no user message to attach them to; add a user message")
+            first = messages[users[0]]
+            content = first["content"]
+            parts = list(content) if isinstance(content, (list, tuple)) else [{"type": "text", "text": content}]
+            first["content"] = missing + parts
+        return messages
+
+    # --- forward --------------------------------------------------------------------------
+    def rope_positions(
+        self, input_ids: torch.Tensor, attention_mask: torch.Tensor, image_grid_thw: Optional[torch.Tensor]
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Multimodal rotary positions [3, B, T] (int64; 0 on padding) and each row's offset [B]
+        (next position minus attended-token count), counting only attended tokens. Images are
+        matched to `image_grid_thw` rows in batch order, one run of placeholder tokens each."""
+        batch, width = input_ids.shape
+        grids = [] if image_grid_thw is None else image_grid_thw.tolist()
+        merge, per_second = self.spatial_merge_size, self.position_id_per_seconds
+        positions = torch.zeros(3, batch, width, dtype=torch.long)
+        deltas = torch.zeros(batch, dtype=torch.long)
+        ids_cpu, mask_cpu = input_ids.cpu(), attention_mask.cpu().bool()
+        g = 0
+        for b in range(batch):
+            ids = ids_cpu[b, mask_cpu[b]]
+            row = torch.empty(3, ids.numel(), dtype=torch.long)
+            image_at = (ids == self.image_token_id).nonzero().squeeze(1).tolist()
+            cursor, nxt, k = 0, 0, 0
+            while k < len(image_at):
+                start = image_at[k]
+                row[:, cursor:start] = torch.arange(nxt, nxt + start - cursor)
+                nxt += start - cursor
+                if g >= len(grids):
+                    raise ValueError(
+                        f"row {b} has more images (placeholder runs) than image_grid_thw has rows ({len(grids)}); "
+                        f"pass the media of every prompt in the batch, in row order"
+                    )
+                t, h, w = grids[g]
+                gh, gw = h // merge, w // merge
+                n = t * gh * gw
+                if image_at[k : k + n] != list(range(start, start + n)):
+                    raise ValueError(
+                        f"row {b}: image {g} has grid {(t, h, w)} ({n} tokens) but its placeholder run at column "
+                        f"{start} is shorter; the prompt's tokens and media do not belong together"
+                    )
+                grid = torch.stack([
+                    torch.arange(t).repeat_interleave(gh * gw) * per_second,
+                    torch.arange(gh).repeat_interleave(gw).repeat(t),
+                    torch.arange(gw).repeat(t * gh),
+                ]) + nxt
+                row[:, start : start + n] = grid
+                nxt = int(grid.max()) + 1
+                cursor, k, g = start + n, k + n, g + 1
+            row[:, cursor:] = torch.arange(nxt, nxt + ids.numel() - cursor)
+            nxt += ids.numel() - cursor
+            positions[:, b, mask_cpu[b]] = row
+            deltas[b] = nxt - ids.numel()
+        if g != len(grids):
+            raise ValueError(
+                f"image_grid_thw has {len(grids)} images but the input ids hold {g}; pass exactly the media "
+                f"of the prompts in the batch"
+            )
+        return positions.to(input_ids.device), deltas.to(input_ids.device)
+
+    def _model_media(self, media: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """The prompt media keys -> the thinker's forward arguments (nothing for absent media)."""
+        unknown = sorted(set(media) - set(MEDIA_KEYS))
+        if unknown:
+            raise ValueError(f"media keys {unknown} are unknown; expected those of encode_prompt: {list(MEDIA_KEYS)}")
+        out: dict[str, torch.Tensor] = {}
+        grid = media.get("image_grid_thw")
+        if grid is not None and grid.numel():
+            out["pixel_values"] = media["pixel_values"].to(self.device)
+            out["image_grid_thw"] = grid.to(self.device)
+        lengths = media.get("audio_feature_lengths")
+        if lengths is not None and lengths.numel():
+            frames = media["audio_features"]
+            sizes = lengths.tolist()
+            if sum(sizes) != frames.shape[0]:
+                raise ValueError(
+                    f"audio_features has {frames.shape[0]} frames but audio_feature_lengths sums to {sum(sizes)}; "
+                    f"collate both keys from the same prompts"
+                )
+            features = frames.new_zeros(len(sizes), max(sizes), frames.shape[1])
+            mask = torch.zeros(len(sizes), max(sizes), dtype=torch.long)
+            for i, chunk in enumerate(frames.split(sizes)):
+                features[i, : sizes[i]] = chunk
+                mask[i, : sizes[i]] = 1
+            out["input_features"] = features.transpose(1, 2).to(self.device)
+            out["feature_attention_mask"] = mask.to(self.device)
+        return out
+
+    def forward_logits(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        media: Optional[dict[str, torch.Tensor]] = None,
+        cache: Any = None,
+        position_ids: Optional[torch.Tensor] = None,
+    ) -> tuple[torch.Tensor, Any]:
+        """Logits [B, T, V] (fp32, placeholders blocked) and the cache.
+
+        Positions: None -> computed from the mask and media (the whole sequence, or, after a
+        cached prefill, the new tokens' mask positions plus the cache's offsets); [B, T] text
+        positions -> shifted by the cache's offsets (cached decoding); [3, B, T] -> used as given."""
+        if cache is not None and not isinstance(cache, ThinkerCache):
+            raise TypeError(f"cache is a {type(cache).__name__}; expected the adapter's own, from model.new_cache()")
+        input_ids, attention_mask = input_ids.to(self.device), attention_mask.to(self.device)
+        inputs = self._model_media(media or {})
+        width = input_ids.shape[1]
+        decoding = cache is not None and cache.rope_deltas is not None
+        if position_ids is None or position_ids.dim() == 2:
+            if decoding:
+                text = positions_from_mask(attention_mask)[:, -width:] if position_ids is None else position_ids
+                position_ids = text.to(self.device).long() + cache.rope_deltas[:, None]
+                position_ids = position_ids.unsqueeze(0).expand(3, -1, -1)
+            elif position_ids is None:
+                if width != attention_mask.shape[1]:
+                    raise ValueError(
+                        f"input_ids has {width} columns but attention_mask {attention_mask.shape[1]}; without a "
+                        f"prefilled cache the whole sequence is needed to place multimodal positions"
+                    )
+                position_ids, deltas = self.rope_positions(input_ids, attention_mask, inputs.get("image_grid_thw"))
+                if cache is not None:
+                    cache.rope_deltas = deltas
+            else:
+                raise ValueError(
+                    "2-D position_ids are text positions; Qwen3-Omni needs multimodal ones: pass None (computed "
+                    "from the mask and media) or [3, B, T] positions"
+                )
+        out = self.trainable_module()(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            position_ids=position_ids.to(self.device),
+            cache=None if cache is None else cache.kv,
+            use_cache=cache is not None,
+            **inputs,
+        )
+        if cache is not None:
+            cache.kv = out.cache
+        blocked = torch.tensor(self.placeholder_token_ids, device=out.logits.device)
+        return out.logits.float().index_fill(-1, blocked, BLOCKED_LOGIT), cache
+
+
+# ------------------------------------------------------------------------------------------
+# tiny:qwen3_omni
+# ------------------------------------------------------------------------------------------
+
+TINY_CHAT_TEMPLATE = (
+    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n"
+    "{% if m['content'] is string %}{{ m['content'] }}{% else %}{% for p in m['content'] %}"
+    "{% if p['type'] == 'image' %}<|vision_start|><|image_pad|><|vision_end|>"
+    "{% elif p['type'] == 'audio' %}<|audio_start|><|audio_pad|><|audio_end|>"
+    "{% elif p['type'] == 'text' %}{{ p['text'] }}{% endif %}{% endfor %}{% endif %}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+# The processor reads these tokenizer attributes (Qwen3-Omni's own token strings).
+TINY_MEDIA_TOKENS = {
+    "image_token": "<|image_pad|>", "video_token": "<|video_pad|>", "audio_token": "<|audio_pad|>",
+    "vision_bos_token": "<|vision_start|>", "vision_eos_token": "<|vision_end|>",
+    "audio_bos_token": "<|audio_start|>", "audio_eos_token": "<|audio_end|>",
+}
+
+
+@register_tiny_model("qwen3_omni")
+def build_tiny_qwen3_omni(folder: Path) -> None:
+    from transformers import (
+        Qwen2Tokenizer, Qwen2VLImageProcessor, Qwen2VLVideoProcessor, Qwen3OmniMoeConfig,
+        Qwen3OmniMoeForConditionalGeneration, Qwen3OmniMoeProcessor, WhisperFeatureExtractor,
+    )
+
+    folder = Path(folder)
+    torch.manual_seed(0)
+    vocab, merges = byte_level_files(folder / "_vocab")
+    tokenizer = Qwen2Tokenizer(
+        str(vocab), str(merges), unk_token=None, bos_token=None, eos_token="<|im_end|>", pad_token="<|endoftext|>",
+        extra_special_tokens=dict(TINY_MEDIA_TOKENS),
+    )
+    tokenizer.add_special_tokens(
+        {"additional_special_tokens": ["<|im_start|>", *TINY_MEDIA_TOKENS.values()]}, replace_extra_special_tokens=False
+    )
+    ids = {name: tokenizer.convert_tokens_to_ids(token) for name, token in TINY_MEDIA_TOKENS.items()}
+    # Images of 32..64 px: patch 8, merged 2x2, so a 32 px square is 4 tokens.
+    image_kwargs = dict(patch_size=8, temporal_patch_size=2, merge_size=2, size={"shortest_edge": 32 * 32, "longest_edge": 64 * 64})
+    processor = Qwen3OmniMoeProcessor(
+        image_processor=Qwen2VLImageProcessor(**image_kwargs),
+        video_processor=Qwen2VLVideoProcessor(**image_kwargs),
+        feature_extractor=WhisperFeatureExtractor(feature_size=16, sampling_rate=16000, hop_length=160, chunk_length=2),
+        tokenizer=tokenizer,
+        chat_template=TINY_CHAT_TEMPLATE,
+    )
+    hidden = 32
+    media_ids = dict(
+        audio_token_id=ids["audio_token"], image_token_id=ids["image_token"], video_token_id=ids["video_token"],
+        audio_start_token_id=ids["audio_bos_token"], vision_start_token_id=ids["vision_bos_token"],
+    )
+    thinker = dict(
+        text_config=dict(
+            vocab_size=len(tokenizer), hidden_size=hidden, intermediate_size=64, num_hidden_layers=2,
+            num_attention_heads=4, num_key_value_heads=2, head_dim=8, moe_intermediate_size=16, num_experts=4,
+            num_experts_per_tok=2, max_position_embeddings=1024, pad_token_id=tokenizer.pad_token_id,
+            eos_token_id=tokenizer.eos_token_id,
+            # head_dim 8 -> 4 rotary frequencies: 2 for time, 1 for height, 1 for width.
+            rope_parameters={"rope_type": "default", "rope_theta": 1.0e6, "mrope_section": [2, 1, 1]},
+        ),
+        vision_config=dict(
+            depth=2, hidden_size=16, intermediate_size=32, num_heads=2, patch_size=8, spatial_merge_size=2,
+            temporal_patch_size=2, out_hidden_size=hidden, num_position_embeddings=16, deepstack_visual_indexes=[0],
+        ),
+        audio_config=dict(
+            num_mel_bins=16, encoder_layers=1, encoder_attention_heads=2, encoder_ffn_dim=32, d_model=16,
+            output_dim=hidden, downsample_hidden_size=8, max_source_positions=200, n_window=50, n_window_infer=100,
+        ),
+        position_id_per_seconds=25,
+        **media_ids,
+    )
+    talker = dict(
+        text_config=dict(
+            vocab_size=64, hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2,
+            num_key_value_heads=1, moe_intermediate_size=8, num_experts=2, num_experts_per_tok=1,
+            # Read by the talker's shared expert but missing from its config class.
+            shared_expert_intermediate_size=16,
+        ),
+        code_predictor_config=dict(
+            vocab_size=64, hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2,
+            num_key_value_heads=1, head_dim=8, num_code_groups=2,
+        ),
+        num_code_groups=2, thinker_hidden_size=hidden, accept_hidden_layer=1, codec_eos_token_id=62,
+        codec_nothink_id=59, codec_think_bos_id=58, codec_think_eos_id=57, codec_pad_id=60, codec_bos_id=61,
+        speaker_id={"tiny": 0}, spatial_merge_size=2,  # the talker reads spatial_merge_size too
+        **media_ids,
+    )
+    code2wav = dict(
+        codebook_size=64, hidden_size=16, num_attention_heads=2, num_key_value_heads=2, num_hidden_layers=1,
+        intermediate_size=32, num_quantizers=2, upsample_rates=[2, 2], upsampling_ratios=[2], decoder_dim=16,
+        sliding_window=8, max_position_embeddings=64,
+    )
+    im_start = tokenizer.convert_tokens_to_ids("<|im_start|>")
+    config = Qwen3OmniMoeConfig(
+        thinker_config=thinker, talker_config=talker, code2wav_config=code2wav, enable_audio_output=True,
+        im_start_token_id=im_start, im_end_token_id=tokenizer.eos_token_id, tts_pad_token_id=tokenizer.pad_token_id,
+        tts_bos_token_id=tokenizer.pad_token_id, tts_eos_token_id=tokenizer.pad_token_id,
+        architectures=["Qwen3OmniMoeForConditionalGeneration"],
+    )
+    Qwen3OmniMoeForConditionalGeneration(config).save_pretrained(folder)
+    processor.save_pretrained(folder)
+    for f in (folder / "_vocab").iterdir():
+        f.unlink()
+    (folder / "_vocab").rmdir()

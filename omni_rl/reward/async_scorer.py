@@ -1,0 +1,139 @@
+"""Scoring that overlaps rollout: samples are scored in micro-batches as they finish.
+
+A rollout engine finishes samples one by one; `AsyncRewardScorer.submit(sample, prompt,
+metadata)` queues one and returns a future. A worker thread gathers queued samples into batches
+of up to `max_batch_size` (waiting at most `max_wait_ms` for a batch to fill) and scores each
+with the `RewardManager`, so reward models run while the generator is still sampling. `gather`
+waits for a step's futures and rebuilds the step's `RewardOutput` (metrics over all samples).
+
+The manager's rules hold per micro-batch: a required reward that fails fails every sample of
+that micro-batch, and `gather` raises that error; an optional reward that fails is left out
+of that micro-batch with the other weights rescaled (`reward/<name>/failed` is then the fraction
+of samples it failed on).
+"""
+from __future__ import annotations
+
+import threading
+import time
+from concurrent.futures import Future, TimeoutError as FutureTimeout
+from dataclasses import dataclass
+from typing import Any, Optional, Sequence
+
+import numpy as np
+import torch
+
+from omni_rl.reward.manager import RewardError, RewardManager, RewardOutput
+
+
+@dataclass
+class SampleReward:
+    """One sample's rewards: the weighted total and each successful reward's raw score."""
+
+    total: float
+    per_reward: dict[str, float]
+    failed: tuple[str, ...]
+
+
+def _stack(samples: list[Any]) -> Any:
+    if isinstance(samples[0], torch.Tensor):
+        return torch.stack(samples)
+    return list(samples)  # PIL images or texts: the reward inputs take lists
+
+
+class AsyncRewardScorer:
+    def __init__(self, manager: RewardManager, max_batch_size: int = 32, max_wait_ms: float = 20.0):
+        if max_batch_size < 1 or max_wait_ms < 0:
+            raise ValueError(
+                f"max_batch_size={max_batch_size}, max_wait_ms={max_wait_ms}: expected >= 1 and >= 0"
+            )
+        self.manager = manager
+        self.max_batch_size = max_batch_size
+        self.max_wait_s = max_wait_ms / 1000.0
+        self.batches_scored = 0
+        self._queue: list[tuple[Any, str, dict, Future]] = []
+        self._cv = threading.Condition()
+        self._closed = False
+        self._thread = threading.Thread(target=self._loop, name="omni-rl-rewards", daemon=True)
+        self._thread.start()
+
+    def submit(self, sample: Any, prompt: str, metadata: dict, future: Optional[Future] = None) -> Future:
+        future = future or Future()
+        with self._cv:
+            if self._closed:
+                raise RuntimeError("the reward scorer is closed")
+            self._queue.append((sample, prompt, metadata, future))
+            self._cv.notify_all()
+        return future
+
+    def close(self) -> None:
+        with self._cv:
+            self._closed = True
+            self._cv.notify_all()
+        self._thread.join(timeout=10)
+
+    def _loop(self) -> None:
+        while True:
+            with self._cv:
+                while not self._queue and not self._closed:
+                    self._cv.wait()
+                if self._closed and not self._queue:
+                    return
+                deadline = time.monotonic() + self.max_wait_s
+                while len(self._queue) < self.max_batch_size and not self._closed:
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        break
+                    self._cv.wait(timeout=left)
+                batch, self._queue = self._queue[: self.max_batch_size], self._queue[self.max_batch_size :]
+            self._score(batch)
+
+    def _score(self, batch: list[tuple[Any, str, dict, Future]]) -> None:
+        try:
+            out = self.manager.score(_stack([b[0] for b in batch]), [b[1] for b in batch], [b[2] for b in batch])
+        except BaseException as err:  # noqa: BLE001 (the caller of gather sees it)
+            for *_, fut in batch:
+                fut.set_exception(err)
+            return
+        self.batches_scored += 1
+        for i, (*_, fut) in enumerate(batch):
+            fut.set_result(
+                SampleReward(
+                    total=float(out.total[i]),
+                    per_reward={name: float(v[i]) for name, v in out.per_reward.items()},
+                    failed=tuple(out.failed),
+                )
+            )
+
+    def gather(self, futures: Sequence[Future], timeout_s: float) -> RewardOutput:
+        """Wait for a step's sample futures; the step's rewards with metrics over all samples."""
+        deadline = time.monotonic() + timeout_s
+        results: list[SampleReward] = []
+        for i, fut in enumerate(futures):
+            try:
+                results.append(fut.result(timeout=max(0.0, deadline - time.monotonic())))
+            except FutureTimeout:
+                raise RewardError(f"scoring sample {i} took longer than {timeout_s:.0f} s") from None
+        return combine(self.manager, results)
+
+
+def combine(manager: RewardManager, results: Sequence[SampleReward]) -> RewardOutput:
+    total = np.array([r.total for r in results], dtype=np.float64)
+    per_reward: dict[str, torch.Tensor] = {}
+    metrics: dict[str, float] = {}
+    failed: list[str] = []
+    for spec in manager.specs:
+        scores = np.array([r.per_reward[spec.name] for r in results if spec.name in r.per_reward])
+        if len(scores) == len(results):
+            per_reward[spec.name] = torch.from_numpy(scores.astype(np.float32))
+        if len(scores):
+            metrics[f"reward/{spec.name}/mean"] = float(scores.mean())
+            metrics[f"reward/{spec.name}/std"] = float(scores.std())
+        if not spec.required:
+            fraction = sum(spec.name in r.failed for r in results) / len(results)
+            metrics[f"reward/{spec.name}/failed"] = fraction
+            if fraction > 0:
+                failed.append(spec.name)
+    metrics["reward/total/mean"] = float(total.mean())
+    metrics["reward/total/std"] = float(total.std())
+    return RewardOutput(total=torch.from_numpy(total.astype(np.float32)), per_reward=per_reward, metrics=metrics,
+                        failed=failed)

@@ -1,0 +1,216 @@
+"""The `imagebind` reward: cosine similarities between ImageBind embeddings of a sample's
+modalities (and of its prompt).
+
+Modes (option `mode`), and what `samples` holds in each:
+
+    text_audio    cos(prompt, audio)                                  samples: audio
+    text_video    cos(prompt, video)                                  samples: video
+    audio_video   cos(audio, video); prompts are ignored              samples: {"audio": ..., "video": ...}
+    all           mean of cos(prompt, audio), cos(prompt, video) and cos(audio, video)
+                                                                      samples: {"audio": ..., "video": ...}
+
+A dict with both keys is accepted in every mode (the unused one is ignored).
+- audio: as in `rewards.clap`: a float tensor [B, L] or a list of 1-D float tensors/arrays,
+  rate from `metadata[i]["sample_rate"]` or the option `sample_rate`; resampled to 16 kHz with
+  `rewards.clap.resample`.
+- video: a uint8 tensor [B, T, H, W, 3] or a list of B uint8 [T, H, W, 3] tensors/arrays (sizes
+  and lengths may differ), at `metadata[i]["fps"]` or the option `fps` frames per second.
+
+A sample's audio is embedded as `audio_clips` (3) 2-second clips and its video as
+`video_clips` (5) 2-second clips x 3 crops (`rewards.imagebind.data`); as in ImageBind's own
+inference, the clip embeddings are averaged, and the cosine is taken of the averages. All clips
+of the batch go through each tower in one forward pass.
+
+Options:
+    checkpoint   required: a local state dict with Meta's key layout (`imagebind_huge.pth`,
+                 or a `.safetensors` conversion). Keys must match exactly (see
+                 `rewards.imagebind.model.load_checkpoint`). The released weights are licensed
+                 CC-BY-NC-SA 4.0: non-commercial use only.
+    mode         one of the four above (default `text_video`).
+    config       sizes overriding imagebind_huge's (a dict of `ImageBindConfig` fields); only
+                 for checkpoints of another size, e.g. tiny test ones.
+    tokenizer    where to load the CLIP BPE tokenizer from (transformers `CLIPTokenizer`;
+                 default `openai/clip-vit-large-patch14`, whose vocabulary is ImageBind's).
+    sample_rate  rate of audio clips without `metadata[i]["sample_rate"]`.
+    fps          frame rate of videos without `metadata[i]["fps"]`.
+    audio_clips, video_clips   clips per sample (defaults 3 and 5, ImageBind's).
+    device       `auto` or a device name (see `omni_rl.device.pick_device`).
+
+The model runs in fp32, eval mode, without gradients.
+"""
+from __future__ import annotations
+
+import numbers
+from collections.abc import Mapping
+from typing import Any, Sequence
+
+import numpy as np
+import torch
+
+from omni_rl.device import pick_device
+from omni_rl.reward import RewardInputError, register_reward
+from rewards.clap import audio_clips as parse_audio
+from rewards.clap import check_prompts_metadata, check_sample_rate, resample
+from rewards.clip_score import load_pretrained
+from rewards.imagebind.data import AUDIO_RATE, audio_features, tokenize, video_features
+from rewards.imagebind.model import ImageBindConfig, ImageBindModel, load_checkpoint, read_state_dict
+
+MODES = {
+    "text_audio": ("text", "audio"),
+    "text_video": ("text", "video"),
+    "audio_video": ("audio", "video"),
+    "all": ("text", "audio", "video"),
+}
+DEFAULT_TOKENIZER = "openai/clip-vit-large-patch14"
+
+
+def _video_list(samples: Any, prompts: Sequence[str], metadata: Sequence[dict[str, Any]], fps: float | None) -> list[tuple[torch.Tensor, float]]:
+    """Check the video input; return (uint8 [T, H, W, 3] CPU tensor, fps) per sample."""
+    if isinstance(samples, (torch.Tensor, np.ndarray)):
+        if samples.ndim != 5:
+            hint = " (one video? add the batch dim: video[None])" if samples.ndim == 4 else ""
+            raise RewardInputError(f"imagebind: video has shape {tuple(samples.shape)}; expected uint8 [B, T, H, W, 3]{hint}")
+        videos = list(samples)
+    elif isinstance(samples, (list, tuple)):
+        videos = list(samples)
+    else:
+        raise RewardInputError(
+            f"imagebind: video has type {type(samples).__name__}; expected a uint8 tensor [B, T, H, W, 3] or a "
+            f"list of uint8 [T, H, W, 3] tensors/arrays"
+        )
+    if not videos:
+        raise RewardInputError("imagebind: the batch is empty; a reward needs at least one video")
+    check_prompts_metadata("imagebind", len(videos), prompts, metadata)
+    out = []
+    for i, video in enumerate(videos):
+        if isinstance(video, np.ndarray):
+            video = torch.from_numpy(np.ascontiguousarray(video))
+        if not isinstance(video, torch.Tensor):
+            raise RewardInputError(f"imagebind: video[{i}] has type {type(video).__name__}; expected a uint8 tensor [T, H, W, 3]")
+        if video.dtype != torch.uint8:
+            raise RewardInputError(
+                f"imagebind: video[{i}] has dtype {video.dtype}; expected uint8 0..255. Convert [0, 1] floats with "
+                f"(video.clamp(0, 1) * 255).round().to(torch.uint8)"
+            )
+        if video.ndim != 4 or video.shape[-1] != 3 or video.shape[0] == 0:
+            hint = " (channels first? use video.permute(0, 2, 3, 1))" if video.ndim == 4 and video.shape[1] == 3 else ""
+            raise RewardInputError(f"imagebind: video[{i}] has shape {tuple(video.shape)}; expected [T, H, W, 3] with T >= 1{hint}")
+        rate = metadata[i].get("fps", fps)
+        if rate is None:
+            raise RewardInputError(
+                f"imagebind: video[{i}] has no frame rate; put it in metadata[{i}]['fps'] or pass the reward option fps=..."
+            )
+        if isinstance(rate, bool) or not isinstance(rate, numbers.Real) or not rate > 0:
+            raise RewardInputError(f"imagebind: the frame rate of video[{i}] is {rate!r}; expected a number > 0")
+        out.append((video.detach().cpu(), float(rate)))
+    return out
+
+
+def _positive_int(name: str, value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
+        raise ValueError(f"imagebind: {name}={value!r}; expected an int >= 1")
+    return int(value)
+
+
+class ImageBindScorer:
+    def __init__(
+        self, checkpoint: str | None, mode: str, config: dict[str, Any] | None, tokenizer: str,
+        sample_rate: int | None, fps: float | None, audio_clips: int, video_clips: int, device: str,
+    ):
+        if mode not in MODES:
+            raise ValueError(f"imagebind: mode={mode!r}; expected one of {sorted(MODES)}")
+        if checkpoint is None:
+            raise ValueError(
+                "imagebind: no checkpoint given; pass checkpoint=/path/to/imagebind_huge.pth (Meta's ImageBind "
+                "weights, licensed CC-BY-NC-SA 4.0: non-commercial use only)"
+            )
+        check_sample_rate("imagebind", sample_rate)
+        if fps is not None and (isinstance(fps, bool) or not isinstance(fps, numbers.Real) or not fps > 0):
+            raise ValueError(f"imagebind: fps={fps!r}; expected a number > 0 or None")
+        if config is not None and not isinstance(config, Mapping):
+            raise ValueError(f"imagebind: config has type {type(config).__name__}; expected a dict of ImageBindConfig sizes")
+        self.mode, self.uses = mode, MODES[mode]
+        self.sample_rate, self.fps = sample_rate, fps
+        self.n_audio_clips = _positive_int("audio_clips", audio_clips)
+        self.n_video_clips = _positive_int("video_clips", video_clips)
+        self.config = ImageBindConfig.from_dict(dict(config) if config is not None else None)
+        self.device = pick_device(device)
+        model = ImageBindModel(self.config)
+        load_checkpoint(model, read_state_dict(checkpoint), f"checkpoint={checkpoint!r}")
+        self.model = model.to(self.device).eval()
+        self.tokenizer = None
+        if "text" in self.uses:
+            from transformers import CLIPTokenizer
+
+            self.tokenizer = load_pretrained(CLIPTokenizer, tokenizer, "tokenizer", "imagebind")
+
+    def _part(self, samples: Any, key: str) -> Any:
+        if isinstance(samples, dict):
+            if key not in samples:
+                raise RewardInputError(
+                    f"imagebind: mode {self.mode!r} needs samples[{key!r}]; got a dict with keys {sorted(samples)}"
+                )
+            return samples[key]
+        if len(self.uses) == 3 or "text" not in self.uses:
+            raise RewardInputError(
+                f"imagebind: mode {self.mode!r} needs both audio and video: pass samples as "
+                f"{{'audio': ..., 'video': ...}}, got a {type(samples).__name__}"
+            )
+        return samples
+
+    @torch.no_grad()
+    def _embed_audio(self, clips: list[tuple[torch.Tensor, int]]) -> torch.Tensor:
+        c = self.config
+        mels = torch.stack([
+            audio_features(resample(clip, rate, AUDIO_RATE), num_mel_bins=c.audio_num_mel_bins,
+                           target_len=c.audio_target_len, n_clips=self.n_audio_clips)
+            for clip, rate in clips
+        ])  # [B, S, 1, mel, frames]
+        b, s = mels.shape[:2]
+        emb = self.model.embed_audio(mels.flatten(0, 1).to(self.device)).view(b, s, -1).mean(dim=1)
+        return torch.nn.functional.normalize(emb.float(), dim=-1)
+
+    @torch.no_grad()
+    def _embed_video(self, videos: list[tuple[torch.Tensor, float]]) -> torch.Tensor:
+        clips = torch.stack([
+            video_features(frames, fps, image_size=self.config.image_size, n_clips=self.n_video_clips)
+            for frames, fps in videos
+        ])  # [B, S, 3, 2, size, size]
+        b, s = clips.shape[:2]
+        emb = self.model.embed_vision(clips.flatten(0, 1).to(self.device)).view(b, s, -1).mean(dim=1)
+        return torch.nn.functional.normalize(emb.float(), dim=-1)
+
+    @torch.no_grad()
+    def _embed_text(self, prompts: Sequence[str]) -> torch.Tensor:
+        ids = tokenize(self.tokenizer, prompts, self.config.context_length).to(self.device)
+        return torch.nn.functional.normalize(self.model.embed_text(ids).float(), dim=-1)
+
+    def __call__(self, samples: Any, prompts: Sequence[str], metadata: Sequence[dict[str, Any]]) -> list[float]:
+        # Parse and check every input before any model runs.
+        audio = video = None
+        if "audio" in self.uses:
+            audio = parse_audio("imagebind", self._part(samples, "audio"), prompts, metadata, self.sample_rate)
+        if "video" in self.uses:
+            video = _video_list(self._part(samples, "video"), prompts, metadata, self.fps)
+        if audio is not None and video is not None and len(audio) != len(video):
+            raise RewardInputError(f"imagebind: got {len(audio)} audio clips but {len(video)} videos; expected one of each per sample")
+        emb = {}
+        if audio is not None:
+            emb["audio"] = self._embed_audio(audio)
+        if video is not None:
+            emb["video"] = self._embed_video(video)
+        if "text" in self.uses:
+            emb["text"] = self._embed_text(prompts)
+        pairs = [(a, b) for i, a in enumerate(self.uses) for b in self.uses[i + 1:]]
+        cosines = torch.stack([(emb[a] * emb[b]).sum(dim=-1) for a, b in pairs])
+        return cosines.mean(dim=0).cpu().tolist()
+
+
+@register_reward("imagebind")
+def imagebind(
+    *, checkpoint: str | None = None, mode: str = "text_video", config: dict[str, Any] | None = None,
+    tokenizer: str = DEFAULT_TOKENIZER, sample_rate: int | None = None, fps: float | None = None,
+    audio_clips: int = 3, video_clips: int = 5, device: str = "auto",
+) -> ImageBindScorer:
+    """ImageBind cosine similarity between a sample's modalities and/or its prompt (see `mode`)."""
+    return ImageBindScorer(checkpoint, mode, config, tokenizer, sample_rate, fps, audio_clips, video_clips, device)
