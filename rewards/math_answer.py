@@ -21,7 +21,8 @@ How two answers are compared (`answers_equal`), after `normalize_answer` removes
 `\\displaystyle`, degree signs, `{,}` thousands separators, a trailing full stop, all
 whitespace; `\\dfrac`/`\\tfrac` become `\\frac`; `\\frac34` becomes `\\frac{3}{4}`; `\\text{...}`,
 `\\mbox{...}`, `\\mathrm{...}` groups at the end or start are dropped as units/labels when
-something else remains, and unwrapped otherwise):
+something else remains, and unwrapped otherwise; a lone leading `=` left by a dropped label,
+as in `\\text{Area} = 12`, goes too):
 
 - numbers are evaluated with exact rational arithmetic (`fractions.Fraction`): integers,
   decimals, `1e-3`, `1,000` (commas in groups of three), signs, `3/4`, `\\frac{3}{4}`,

@@ -233,14 +233,14 @@ def _load_image(value: Any, where: str, base_dir: Path) -> Image.Image:
 def _image_bytes(value: Any, where: str, base_dir: Path) -> tuple[bytes, str]:
     """The encoded image and a description of where it came from (for errors)."""
     if isinstance(value, (bytes, bytearray, memoryview)):
-        return bytes(value), f"the {len(value)} image bytes"
+        return bytes(value), f"the image bytes ({len(value)} bytes)"
     if isinstance(value, dict):
         if value.get("bytes") is not None:
             data = value["bytes"]
             if isinstance(data, str):
                 return _decode_base64(data, where), "the base64 'bytes'"
             if isinstance(data, (bytes, bytearray, memoryview)):
-                return bytes(data), f"the {len(data)} image bytes"
+                return bytes(data), f"the image bytes ({len(data)} bytes)"
             raise PromptFileError(f"{where}: 'bytes' has type {type(data).__name__}; expected bytes or base64")
         if isinstance(value.get("path"), str):
             return _read_path(value["path"], where, base_dir), f"file {value['path']!r}"

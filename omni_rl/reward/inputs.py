@@ -46,7 +46,7 @@ _ALPHA_MODES = {"RGBA", "RGBa", "LA", "La", "PA"}
 
 
 class RewardInputError(ValueError):
-    """The images, prompts or metadata handed to a reward do not follow the scorer contract."""
+    """The samples, prompts or metadata handed to a reward do not follow the scorer contract."""
 
 
 def sample_kind(samples: Samples) -> str:

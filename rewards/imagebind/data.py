@@ -87,12 +87,17 @@ def log_mel(wave: torch.Tensor, num_mel_bins: int) -> torch.Tensor:
     return energies.clamp(min=torch.finfo(torch.float32).eps).log().T
 
 
+def audio_clip_bounds(n_samples: int, n_clips: int) -> list[tuple[int, int]]:
+    """[begin, end) sample indices of the 2 s clips of a 16 kHz waveform of `n_samples`."""
+    starts = clip_starts(Fraction(n_samples, AUDIO_RATE), Fraction(AUDIO_CLIP_SECONDS), n_clips)
+    return [(int(s * AUDIO_RATE), int((s + AUDIO_CLIP_SECONDS) * AUDIO_RATE)) for s in starts]
+
+
 def audio_features(wave: torch.Tensor, *, num_mel_bins: int, target_len: int, n_clips: int) -> torch.Tensor:
     """A 16 kHz mono waveform [L] -> normalised log-mel clips [n_clips, 1, num_mel_bins, target_len]."""
-    starts = clip_starts(Fraction(wave.shape[-1], AUDIO_RATE), Fraction(AUDIO_CLIP_SECONDS), n_clips)
     clips = []
-    for start in starts:
-        clip = wave[int(start * AUDIO_RATE): int((start + AUDIO_CLIP_SECONDS) * AUDIO_RATE)]
+    for begin, end in audio_clip_bounds(wave.shape[-1], n_clips):
+        clip = wave[begin:end]
         mel = log_mel(clip - clip.mean(), num_mel_bins)
         mel = torch.nn.functional.pad(mel, (0, max(0, target_len - mel.shape[-1])))[:, :target_len]
         clips.append((mel - AUDIO_MEAN) / AUDIO_STD)
@@ -121,17 +126,25 @@ def _three_crops(video: torch.Tensor, size: int) -> list[torch.Tensor]:
     return crops
 
 
-def video_features(frames: torch.Tensor, fps: float, *, image_size: int, n_clips: int) -> torch.Tensor:
-    """uint8 frames [T, H, W, 3] at `fps` -> normalised clips [n_clips * 3, 3, 2, S, S]."""
-    total = frames.shape[0]
+def clip_frame_indices(total: int, fps: float, n_clips: int) -> list[tuple[int, int]]:
+    """(first, last) frame of each 2 s clip of a `total`-frame video: the first and last frame
+    whose time i / fps lies in [start, start + 2 s)."""
     rate = Fraction(fps)
     starts = clip_starts(Fraction(total) / rate, Fraction(VIDEO_CLIP_SECONDS), n_clips)
-    mean = torch.tensor(CLIP_MEAN).view(3, 1, 1, 1)
-    std = torch.tensor(CLIP_STD).view(3, 1, 1, 1)
     out = []
     for start in starts:
         first = min(math.ceil(start * rate), total - 1)
         last = min(max(math.ceil((start + VIDEO_CLIP_SECONDS) * rate) - 1, first), total - 1)
+        out.append((first, last))
+    return out
+
+
+def video_features(frames: torch.Tensor, fps: float, *, image_size: int, n_clips: int) -> torch.Tensor:
+    """uint8 frames [T, H, W, 3] at `fps` -> normalised clips [n_clips * 3, 3, 2, S, S]."""
+    mean = torch.tensor(CLIP_MEAN).view(3, 1, 1, 1)
+    std = torch.tensor(CLIP_STD).view(3, 1, 1, 1)
+    out = []
+    for first, last in clip_frame_indices(frames.shape[0], fps, n_clips):
         clip = frames[[first, last]].permute(3, 0, 1, 2).float() / 255.0  # [3, 2, H, W]
         clip = (_short_side_resize(clip, image_size) - mean) / std
         out.extend(_three_crops(clip, image_size))

@@ -239,7 +239,7 @@ def test_parquet_rows(tmp_path):
     # A corrupt image names the Parquet row.
     bad = pa.table({"prompt": ["ok", "bad"], "images": [None, [b"garbage"]]})
     pq.write_table(bad, tmp_path / "bad.parquet")
-    with pytest.raises(PromptFileError, match=r"bad.parquet: row 2: images\[0\]: the 7 image bytes is not a readable image"):
+    with pytest.raises(PromptFileError, match=r"bad.parquet: row 2: images\[0\]: the image bytes \(7 bytes\) is not a readable image"):
         load_chat_items(tmp_path / "bad.parquet")
     (tmp_path / "broken.parquet").write_bytes(b"not parquet")
     with pytest.raises(PromptFileError, match="broken.parquet: not a readable Parquet file"):
