@@ -188,7 +188,9 @@ class Qwen3OmniThinkerAdapter(AutoregressiveModelBase):
             if frozen[name]:
                 tower.requires_grad_(False)
         if checkpointing:
-            self.thinker.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+            # transformers >= 5.24 name; older releases have only the deprecated one.
+            enable = getattr(self.thinker, "activation_checkpointing_enable", None) or self.thinker.gradient_checkpointing_enable
+            enable({"use_reentrant": False})
         self.set_eval_mode()
 
     def set_eval_mode(self) -> None:

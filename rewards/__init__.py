@@ -8,5 +8,5 @@ package stays fast.
 """
 from rewards import image_stats, jpeg  # noqa: F401  (imported to register)
 from rewards import http_scorer, latent_http  # noqa: F401  (remote scorers over HTTP)
-from rewards import aesthetic, clap, clip_score, imagebind, ocr, pickscore, tiny_models  # noqa: F401  (model-based scorers: heavy imports inside factories)
+from rewards import aesthetic, clap, clip_score, hps, imagebind, ocr, pickscore, tiny_models  # noqa: F401  (model-based scorers: heavy imports inside factories)
 from rewards import format, math_answer, multiple_choice, text_rules  # noqa: F401  (text rewards: answers, structure, CPU-demo rules)

@@ -184,8 +184,7 @@ _DELETE_RES = [
     re.compile(r"\\[()\[\]]"),                                # \( \) \[ \] math delimiters
 ]
 _SPACE_RE = re.compile(r"\\(?:[!,;: ]|(?:quad|qquad)(?![A-Za-z]))|~")
-_ONE_ARG_CMDS = ("sqrt",)
-_TWO_ARG_CMDS = ("frac",)
+_TWO_ARG_CMDS = ("frac",)  # \sqrt takes one
 
 
 def normalize_answer(text: str) -> str:

@@ -2,15 +2,29 @@
 
 - `register_reward(name)` / `build_reward(name, **options)` / `REWARDS`: the registry of
   scorer factories (`omni_rl.reward.registry` states the scorer contract).
-- `RewardManager(specs).score(images, prompts, metadata) -> RewardOutput`: weighted sum,
-  required/optional handling, metrics (`omni_rl.reward.manager`).
-- `to_uint8_numpy`, `to_pil_list`, `check_batch`: input checks and conversions every scorer
-  uses (`omni_rl.reward.inputs`).
+- `RewardManager(specs).score(samples, prompts, metadata) -> RewardOutput`: weighted sum,
+  required/optional handling, metrics (`omni_rl.reward.manager`); samples are images (a list
+  of PIL images or uint8 [B, H, W, C]) or generated texts (a list of str).
+- `AsyncRewardScorer`: micro-batched scoring of samples as a rollout finishes them
+  (`omni_rl.reward.async_scorer`).
+- `to_uint8_numpy`, `to_pil_list`, `to_text_list`, `check_batch`, `ground_truths`: input checks
+  and conversions every scorer uses (`omni_rl.reward.inputs`).
 
 The rewards themselves live outside the core, in the top-level `rewards/` package (and in
 users' packages), and are found through `omni_rl.plugins`.
 """
-from omni_rl.reward.inputs import Images, RewardInputError, batch_size, check_batch, to_pil_list, to_uint8_numpy
+from omni_rl.reward.inputs import (
+    Images,
+    RewardInputError,
+    Samples,
+    batch_size,
+    check_batch,
+    ground_truths,
+    sample_kind,
+    to_pil_list,
+    to_text_list,
+    to_uint8_numpy,
+)
 from omni_rl.reward.manager import RewardError, RewardManager, RewardOutput, RewardSpec
 from omni_rl.reward.registry import REWARDS, RewardConfigError, Scorer, build_reward, register_reward
 
@@ -23,11 +37,15 @@ __all__ = [
     "RewardManager",
     "RewardOutput",
     "RewardSpec",
+    "Samples",
     "Scorer",
     "batch_size",
     "build_reward",
     "check_batch",
+    "ground_truths",
     "register_reward",
+    "sample_kind",
     "to_pil_list",
+    "to_text_list",
     "to_uint8_numpy",
 ]

@@ -10,7 +10,9 @@ The PyPI package named `imagebind` is an empty placeholder, so the architecture 
 The released weights (`imagebind_huge.pth`) are licensed CC-BY-NC-SA 4.0: non-commercial use
 only; this code does not download them, a local `checkpoint=` path is required.
 """
-from rewards.imagebind.model import ImageBindConfig, ImageBindModel, load_checkpoint, read_state_dict
+from rewards.imagebind.model import ImageBindConfig, ImageBindModel, build_model, load_checkpoint, read_state_dict
 from rewards.imagebind.reward import MODES, ImageBindScorer
 
-__all__ = ["MODES", "ImageBindConfig", "ImageBindModel", "ImageBindScorer", "load_checkpoint", "read_state_dict"]
+__all__ = [
+    "MODES", "ImageBindConfig", "ImageBindModel", "ImageBindScorer", "build_model", "load_checkpoint", "read_state_dict",
+]

@@ -159,17 +159,20 @@ class PatchPreprocessor(nn.Module):
 
 
 class TextPreprocessor(nn.Module):
-    """Token + position embeddings; the causal mask the trunk uses (not saved: it is derived)."""
+    """Token + position embeddings. The causal mask is made per call rather than kept as the
+    released checkpoint's `mask` buffer: it is a constant, and this way the model can be built
+    on the meta device and take its weights straight from the checkpoint."""
 
     def __init__(self, vocab_size: int, context_length: int, dim: int):
         super().__init__()
         self.token_embedding = nn.Embedding(vocab_size, dim)
         self.pos_embed = nn.Parameter(torch.zeros(1, context_length, dim))
-        mask = torch.full((context_length, context_length), float("-inf")).triu(1)
-        self.register_buffer("mask", mask, persistent=False)
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
         return self.token_embedding(ids) + self.pos_embed
+
+    def causal_mask(self, length: int, device: torch.device) -> torch.Tensor:
+        return torch.full((length, length), float("-inf"), device=device).triu(1)
 
 
 class Mlp(nn.Module):
@@ -314,7 +317,7 @@ class ImageBindModel(nn.Module):
 
     def embed_text(self, ids: torch.Tensor) -> torch.Tensor:
         pre = self.modality_preprocessors["text"]
-        tokens = self.modality_trunks["text"](pre(ids), attn_mask=pre.mask)
+        tokens = self.modality_trunks["text"](pre(ids), attn_mask=pre.causal_mask(ids.shape[1], ids.device))
         return self.modality_postprocessors["text"](self.modality_heads["text"](tokens, ids))
 
 
@@ -372,4 +375,15 @@ def load_checkpoint(model: ImageBindModel, state: Mapping[str, torch.Tensor], so
                 f"{tuple(expected[key].shape)}; pass the config (sizes) the checkpoint was trained with "
                 f"(no config = imagebind_huge)"
             )
-    model.load_state_dict(kept, strict=True)
+    # assign=True: the tensors are taken over rather than copied, so a model built on the meta
+    # device (see `build_model`) never allocates random weights first. fp32 throughout.
+    kept = {k: v.float() if v.is_floating_point() else v for k, v in kept.items()}
+    model.load_state_dict(kept, strict=True, assign=True)
+
+
+def build_model(config: ImageBindConfig, state: Mapping[str, torch.Tensor], source: str = "checkpoint") -> ImageBindModel:
+    """An `ImageBindModel(config)` holding the weights of `state` (strictly matched), in eval mode."""
+    with torch.device("meta"):
+        model = ImageBindModel(config)
+    load_checkpoint(model, state, source)
+    return model.eval()

@@ -53,7 +53,7 @@ from rewards.clap import audio_clips as parse_audio
 from rewards.clap import check_prompts_metadata, check_sample_rate, resample
 from rewards.clip_score import load_pretrained
 from rewards.imagebind.data import AUDIO_RATE, audio_features, tokenize, video_features
-from rewards.imagebind.model import ImageBindConfig, ImageBindModel, load_checkpoint, read_state_dict
+from rewards.imagebind.model import ImageBindConfig, build_model, read_state_dict
 
 MODES = {
     "text_audio": ("text", "audio"),
@@ -135,9 +135,8 @@ class ImageBindScorer:
         self.n_video_clips = _positive_int("video_clips", video_clips)
         self.config = ImageBindConfig.from_dict(dict(config) if config is not None else None)
         self.device = pick_device(device)
-        model = ImageBindModel(self.config)
-        load_checkpoint(model, read_state_dict(checkpoint), f"checkpoint={checkpoint!r}")
-        self.model = model.to(self.device).eval()
+        state = read_state_dict(checkpoint)
+        self.model = build_model(self.config, state, f"checkpoint={checkpoint!r}").to(self.device)
         self.tokenizer = None
         if "text" in self.uses:
             from transformers import CLIPTokenizer
