@@ -27,6 +27,7 @@ an error that says so.
 """
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -84,13 +85,29 @@ def _checkpoint_path(checkpoint: str | None) -> Path:
         ) from err
 
 
+class _DropMessage(logging.Filter):
+    def __init__(self, prefix: str):
+        super().__init__()
+        self.prefix = prefix
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith(self.prefix)
+
+
 class HpsScorer:
     def __init__(self, checkpoint: str | None, architecture: str, device: str):
         open_clip = _import_open_clip()
         name = _model_name(open_clip, architecture)
         path = _checkpoint_path(checkpoint)
         self.device = pick_device(device)
-        model, _, self.preprocess = open_clip.create_model_and_transforms(name, pretrained=None)
+        # open_clip logs "No pretrained weights loaded ... initialized randomly" on the root logger;
+        # true at that moment, misleading here: the HPS weights are loaded next.
+        quiet = _DropMessage("No pretrained weights loaded")
+        logging.getLogger().addFilter(quiet)
+        try:
+            model, _, self.preprocess = open_clip.create_model_and_transforms(name, pretrained=None)
+        finally:
+            logging.getLogger().removeFilter(quiet)
         state = torch.load(path, map_location="cpu", weights_only=True)
         if isinstance(state, dict) and isinstance(state.get("state_dict"), dict):
             state = state["state_dict"]
