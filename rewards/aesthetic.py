@@ -57,7 +57,9 @@ class AestheticHead(nn.Module):
 def load_state_dict_file(path: Path, what: str) -> dict[str, torch.Tensor]:
     """A state dict from `.safetensors` (safetensors) or another file (`torch.load(weights_only=True)`)."""
     if not path.is_file():
-        raise FileNotFoundError(f"{what}={str(path)!r}: no such file; expected a local weights file (.pth or .safetensors)")
+        raise FileNotFoundError(
+            f"{what}={str(path)!r}: no such file; expected a local weights file (.pth or .safetensors)"
+        )
     if path.suffix == ".safetensors":
         from safetensors.torch import load_file
 

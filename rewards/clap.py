@@ -77,7 +77,8 @@ def _sinc_kernel(up: int, down: int, zero_crossings: int, rolloff: float, beta: 
     tau = phase - m[None, :]  # [up, K]: distance from each output time to each tap
     inside = tau.abs() <= half_width
     ratio = (tau / half_width).clamp(-1.0, 1.0)
-    window = torch.special.i0(beta * torch.sqrt(1.0 - ratio**2)) / torch.special.i0(torch.tensor(beta, dtype=torch.float64))
+    i0_beta = torch.special.i0(torch.tensor(beta, dtype=torch.float64))
+    window = torch.special.i0(beta * torch.sqrt(1.0 - ratio**2)) / i0_beta
     kernel = 2.0 * fc * torch.sinc(2.0 * fc * tau) * window * inside
     return kernel[:, None, :], -m_lo
 
@@ -120,15 +121,23 @@ def resample(
 
 def check_prompts_metadata(reward: str, n: int, prompts: Sequence[str], metadata: Sequence[dict[str, Any]]) -> None:
     """One prompt string and one metadata dict per sample."""
-    if isinstance(prompts, str) or not isinstance(prompts, (list, tuple)) or len(prompts) != n:
-        got = f"a {type(prompts).__name__}" if isinstance(prompts, str) or not isinstance(prompts, (list, tuple)) else f"{len(prompts)} prompts"
-        raise RewardInputError(f"{reward}: got {n} samples but {got}; pass a list of exactly one prompt string per sample")
+    if not isinstance(prompts, (list, tuple)):
+        raise RewardInputError(
+            f"{reward}: prompts has type {type(prompts).__name__}; expected a list of {n} strings, one per sample"
+        )
+    if len(prompts) != n:
+        raise RewardInputError(
+            f"{reward}: got {n} samples but {len(prompts)} prompts; pass exactly one prompt string per sample"
+        )
     for i, prompt in enumerate(prompts):
         if not isinstance(prompt, str):
             raise RewardInputError(f"{reward}: prompts[{i}] has type {type(prompt).__name__}; expected str")
     if not isinstance(metadata, (list, tuple)) or len(metadata) != n:
         got = f"{len(metadata)} entries" if isinstance(metadata, (list, tuple)) else f"a {type(metadata).__name__}"
-        raise RewardInputError(f"{reward}: got {n} samples but metadata is {got}; pass one dict per sample ([{{}}] * {n} when there is none)")
+        raise RewardInputError(
+            f"{reward}: got {n} samples but metadata is {got}; pass one dict per sample "
+            f"([{{}}] * {n} when there is none)"
+        )
     for i, meta in enumerate(metadata):
         if not isinstance(meta, dict):
             raise RewardInputError(f"{reward}: metadata[{i}] has type {type(meta).__name__}; expected dict")
@@ -143,7 +152,9 @@ def audio_clips(
         if samples.ndim != 2:
             hint = " (multi-channel? mix down first: audio.mean(dim=1))" if samples.ndim == 3 else ""
             hint = " (one clip? add the batch dim: audio[None])" if samples.ndim == 1 else hint
-            raise RewardInputError(f"{reward}: audio has shape {tuple(samples.shape)}; expected [B, L] mono clips{hint}")
+            raise RewardInputError(
+                f"{reward}: audio has shape {tuple(samples.shape)}; expected [B, L] mono clips{hint}"
+            )
         clips = list(samples)
     elif isinstance(samples, (list, tuple)):
         clips = list(samples)
@@ -160,7 +171,9 @@ def audio_clips(
         if isinstance(clip, np.ndarray):
             clip = torch.from_numpy(np.ascontiguousarray(clip))
         if not isinstance(clip, torch.Tensor):
-            raise RewardInputError(f"{reward}: audio[{i}] has type {type(clip).__name__}; expected a 1-D float tensor or numpy array")
+            raise RewardInputError(
+                f"{reward}: audio[{i}] has type {type(clip).__name__}; expected a 1-D float tensor or numpy array"
+            )
         if not clip.is_floating_point():
             raise RewardInputError(
                 f"{reward}: audio[{i}] has dtype {clip.dtype}; expected float samples in [-1, 1] "
@@ -181,13 +194,17 @@ def audio_clips(
                 f"reward option sample_rate=..."
             )
         if isinstance(rate, bool) or not isinstance(rate, numbers.Integral) or rate <= 0:
-            raise RewardInputError(f"{reward}: the sample rate of audio[{i}] is {rate!r}; expected a positive integer (Hz)")
+            raise RewardInputError(
+                f"{reward}: the sample rate of audio[{i}] is {rate!r}; expected a positive integer (Hz)"
+            )
         out.append((clip, int(rate)))
     return out
 
 
 def check_sample_rate(reward: str, sample_rate: Any) -> None:
-    if sample_rate is not None and (isinstance(sample_rate, bool) or not isinstance(sample_rate, numbers.Integral) or sample_rate <= 0):
+    if sample_rate is None:
+        return
+    if isinstance(sample_rate, bool) or not isinstance(sample_rate, numbers.Integral) or sample_rate <= 0:
         raise ValueError(f"{reward}: sample_rate={sample_rate!r}; expected a positive integer (Hz) or None")
 
 
@@ -213,13 +230,16 @@ class ClapScorer:
         features = self.processor.feature_extractor(waves, sampling_rate=self.rate, return_tensors="pt")
         is_longer = torch.zeros(len(waves), 1, dtype=torch.bool)
         pooled = self.model.audio_model(
-            input_features=features["input_features"].to(self.device, torch.float32), is_longer=is_longer.to(self.device),
+            input_features=features["input_features"].to(self.device, torch.float32),
+            is_longer=is_longer.to(self.device),
         ).pooler_output
         return torch.nn.functional.normalize(self.model.audio_projection(pooled).float(), dim=-1)
 
     @torch.no_grad()
     def text_embeddings(self, prompts: Sequence[str]) -> torch.Tensor:
-        tokens = self.processor.tokenizer(list(prompts), padding="max_length", truncation=True, max_length=77, return_tensors="pt")
+        tokens = self.processor.tokenizer(
+            list(prompts), padding="max_length", truncation=True, max_length=77, return_tensors="pt",
+        )
         pooled = self.model.text_model(
             input_ids=tokens["input_ids"].to(self.device), attention_mask=tokens["attention_mask"].to(self.device),
         ).pooler_output

@@ -123,6 +123,8 @@ class ClipScorer:
 
 
 @register_reward("clip_score")
-def clip_score(*, model: str = DEFAULT_CLIP, processor: str | None = None, scale: float = 1.0, device: str = "auto") -> ClipScorer:
+def clip_score(
+    *, model: str = DEFAULT_CLIP, processor: str | None = None, scale: float = 1.0, device: str = "auto",
+) -> ClipScorer:
     """`scale` times the CLIP cosine similarity of each image with its prompt."""
     return ClipScorer(model, processor, scale, device)

@@ -101,13 +101,21 @@ def ocr_score(recognised: str, target: str) -> float:
     return 1.0 - distance / len(target)
 
 
+def _is_real(value: Any) -> bool:
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
 class OcrScorer:
     """Reads each image with RapidOCR and scores it against its target text."""
 
     def __init__(self, min_confidence: float, det_limit_side_len: int, use_angle_cls: bool):
-        if isinstance(min_confidence, bool) or not isinstance(min_confidence, numbers.Real) or not 0.0 <= min_confidence <= 1.0:
+        if not _is_real(min_confidence) or not 0.0 <= min_confidence <= 1.0:
             raise ValueError(f"ocr: min_confidence={min_confidence!r}; expected a number in [0, 1] (default 0.5)")
-        if isinstance(det_limit_side_len, bool) or not isinstance(det_limit_side_len, numbers.Integral) or det_limit_side_len < 32:
+        if not _is_int(det_limit_side_len) or det_limit_side_len < 32:
             raise ValueError(
                 f"ocr: det_limit_side_len={det_limit_side_len!r}; expected an int >= 32 (default 960)"
             )

@@ -14,5 +14,6 @@ from rewards.imagebind.model import ImageBindConfig, ImageBindModel, build_model
 from rewards.imagebind.reward import MODES, ImageBindScorer
 
 __all__ = [
-    "MODES", "ImageBindConfig", "ImageBindModel", "ImageBindScorer", "build_model", "load_checkpoint", "read_state_dict",
+    "MODES", "ImageBindConfig", "ImageBindModel", "ImageBindScorer",
+    "build_model", "load_checkpoint", "read_state_dict",
 ]

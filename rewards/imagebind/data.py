@@ -58,7 +58,8 @@ def _mel(freq: torch.Tensor) -> torch.Tensor:
 def mel_banks(num_bins: int, sample_rate: int = AUDIO_RATE, n_fft: int = _N_FFT, low_hz: float = 20.0) -> torch.Tensor:
     """Kaldi's triangular mel filters [num_bins, n_fft // 2 + 1] (the Nyquist bin gets weight 0)."""
     nyquist = sample_rate / 2
-    mel_low, mel_high = _mel(torch.tensor(low_hz, dtype=torch.float64)), _mel(torch.tensor(nyquist, dtype=torch.float64))
+    mel_low = _mel(torch.tensor(low_hz, dtype=torch.float64))
+    mel_high = _mel(torch.tensor(nyquist, dtype=torch.float64))
     delta = (mel_high - mel_low) / (num_bins + 1)
     left = mel_low + delta * torch.arange(num_bins, dtype=torch.float64)[:, None]
     centre, right = left + delta, left + 2 * delta

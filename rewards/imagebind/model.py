@@ -89,7 +89,9 @@ class ImageBindConfig:
             if dim % heads:
                 raise ValueError(f"imagebind: {prefix}_embed_dim={dim} is not divisible by {prefix}_num_heads={heads}")
         if config.image_size % config.patch_size:
-            raise ValueError(f"imagebind: image_size={config.image_size} is not a multiple of patch_size={config.patch_size}")
+            raise ValueError(
+                f"imagebind: image_size={config.image_size} is not a multiple of patch_size={config.patch_size}"
+            )
         return config
 
     @property
@@ -381,7 +383,9 @@ def load_checkpoint(model: ImageBindModel, state: Mapping[str, torch.Tensor], so
     model.load_state_dict(kept, strict=True, assign=True)
 
 
-def build_model(config: ImageBindConfig, state: Mapping[str, torch.Tensor], source: str = "checkpoint") -> ImageBindModel:
+def build_model(
+    config: ImageBindConfig, state: Mapping[str, torch.Tensor], source: str = "checkpoint",
+) -> ImageBindModel:
     """An `ImageBindModel(config)` holding the weights of `state` (strictly matched), in eval mode."""
     with torch.device("meta"):
         model = ImageBindModel(config)

@@ -64,12 +64,16 @@ MODES = {
 DEFAULT_TOKENIZER = "openai/clip-vit-large-patch14"
 
 
-def _video_list(samples: Any, prompts: Sequence[str], metadata: Sequence[dict[str, Any]], fps: float | None) -> list[tuple[torch.Tensor, float]]:
+def _video_list(
+    samples: Any, prompts: Sequence[str], metadata: Sequence[dict[str, Any]], fps: float | None,
+) -> list[tuple[torch.Tensor, float]]:
     """Check the video input; return (uint8 [T, H, W, 3] CPU tensor, fps) per sample."""
     if isinstance(samples, (torch.Tensor, np.ndarray)):
         if samples.ndim != 5:
             hint = " (one video? add the batch dim: video[None])" if samples.ndim == 4 else ""
-            raise RewardInputError(f"imagebind: video has shape {tuple(samples.shape)}; expected uint8 [B, T, H, W, 3]{hint}")
+            raise RewardInputError(
+                f"imagebind: video has shape {tuple(samples.shape)}; expected uint8 [B, T, H, W, 3]{hint}"
+            )
         videos = list(samples)
     elif isinstance(samples, (list, tuple)):
         videos = list(samples)
@@ -86,7 +90,9 @@ def _video_list(samples: Any, prompts: Sequence[str], metadata: Sequence[dict[st
         if isinstance(video, np.ndarray):
             video = torch.from_numpy(np.ascontiguousarray(video))
         if not isinstance(video, torch.Tensor):
-            raise RewardInputError(f"imagebind: video[{i}] has type {type(video).__name__}; expected a uint8 tensor [T, H, W, 3]")
+            raise RewardInputError(
+                f"imagebind: video[{i}] has type {type(video).__name__}; expected a uint8 tensor [T, H, W, 3]"
+            )
         if video.dtype != torch.uint8:
             raise RewardInputError(
                 f"imagebind: video[{i}] has dtype {video.dtype}; expected uint8 0..255. Convert [0, 1] floats with "
@@ -94,11 +100,14 @@ def _video_list(samples: Any, prompts: Sequence[str], metadata: Sequence[dict[st
             )
         if video.ndim != 4 or video.shape[-1] != 3 or video.shape[0] == 0:
             hint = " (channels first? use video.permute(0, 2, 3, 1))" if video.ndim == 4 and video.shape[1] == 3 else ""
-            raise RewardInputError(f"imagebind: video[{i}] has shape {tuple(video.shape)}; expected [T, H, W, 3] with T >= 1{hint}")
+            raise RewardInputError(
+                f"imagebind: video[{i}] has shape {tuple(video.shape)}; expected [T, H, W, 3] with T >= 1{hint}"
+            )
         rate = metadata[i].get("fps", fps)
         if rate is None:
             raise RewardInputError(
-                f"imagebind: video[{i}] has no frame rate; put it in metadata[{i}]['fps'] or pass the reward option fps=..."
+                f"imagebind: video[{i}] has no frame rate; put it in metadata[{i}]['fps'] or pass the reward "
+                f"option fps=..."
             )
         if isinstance(rate, bool) or not isinstance(rate, numbers.Real) or not rate > 0:
             raise RewardInputError(f"imagebind: the frame rate of video[{i}] is {rate!r}; expected a number > 0")
@@ -128,7 +137,9 @@ class ImageBindScorer:
         if fps is not None and (isinstance(fps, bool) or not isinstance(fps, numbers.Real) or not fps > 0):
             raise ValueError(f"imagebind: fps={fps!r}; expected a number > 0 or None")
         if config is not None and not isinstance(config, Mapping):
-            raise ValueError(f"imagebind: config has type {type(config).__name__}; expected a dict of ImageBindConfig sizes")
+            raise ValueError(
+                f"imagebind: config has type {type(config).__name__}; expected a dict of ImageBindConfig sizes"
+            )
         self.mode, self.uses = mode, MODES[mode]
         self.sample_rate, self.fps = sample_rate, fps
         self.n_audio_clips = _positive_int("audio_clips", audio_clips)
@@ -185,14 +196,12 @@ class ImageBindScorer:
         return torch.nn.functional.normalize(self.model.embed_text(ids).float(), dim=-1)
 
     def __call__(self, samples: Any, prompts: Sequence[str], metadata: Sequence[dict[str, Any]]) -> list[float]:
-        # Parse and check every input before any model runs.
+        # Parse and check every input before any model runs (each part against len(prompts)).
         audio = video = None
         if "audio" in self.uses:
             audio = parse_audio("imagebind", self._part(samples, "audio"), prompts, metadata, self.sample_rate)
         if "video" in self.uses:
             video = _video_list(self._part(samples, "video"), prompts, metadata, self.fps)
-        if audio is not None and video is not None and len(audio) != len(video):
-            raise RewardInputError(f"imagebind: got {len(audio)} audio clips but {len(video)} videos; expected one of each per sample")
         emb = {}
         if audio is not None:
             emb["audio"] = self._embed_audio(audio)

@@ -2,7 +2,6 @@
 saved with save_pretrained and loaded back by path."""
 import math
 
-import numpy as np
 import pytest
 import torch
 
@@ -28,7 +27,9 @@ def _peak_hz(x, rate):
     return spectrum.argmax().item() * rate / len(x)
 
 
-@pytest.mark.parametrize("orig, new, freq", [(16000, 48000, 1000), (44100, 48000, 3000), (48000, 16000, 2500), (22050, 16000, 440)])
+@pytest.mark.parametrize("orig, new, freq", [
+    (16000, 48000, 1000), (44100, 48000, 3000), (48000, 16000, 2500), (22050, 16000, 440),
+])
 def test_resampled_sine_keeps_frequency_and_amplitude(orig, new, freq):
     y = resample(_sine(freq, orig), orig, new)
     assert y.shape == (new,)  # one second in, one second out: ceil(L * new / orig)

@@ -51,7 +51,8 @@ def test_plain_state_dict_loads_and_a_renamed_key_fails(tiny, tmp_path):
     build_reward("hpsv2", architecture=tiny["architecture"], checkpoint=str(tmp_path / "plain.pt"))
     state["renamed_logit_scale"] = state.pop("logit_scale")
     torch.save({"state_dict": state}, tmp_path / "renamed.pt")
-    with pytest.raises(ValueError, match=r"1 missing key\(s\) \['logit_scale'\], 1 unexpected key\(s\) \['renamed_logit_scale'\]"):
+    pattern = r"1 missing key\(s\) \['logit_scale'\], 1 unexpected key\(s\) \['renamed_logit_scale'\]"
+    with pytest.raises(ValueError, match=pattern):
         build_reward("hpsv2", architecture=tiny["architecture"], checkpoint=str(tmp_path / "renamed.pt"))
 
 

@@ -39,7 +39,8 @@ def test_huge_key_layout_matches_metas_checkpoint():
     for key, shape in expected.items():
         assert tuple(state[key].shape) == shape, key
     assert "modality_trunks.vision.blocks.32.norm_1.weight" not in state
-    assert not any(k.startswith(("modality_trunks.text.pre_transformer_layer", "modality_trunks.audio.pre_transformer_layer")) for k in state)
+    no_pre_norm = ("modality_trunks.text.pre_transformer_layer", "modality_trunks.audio.pre_transformer_layer")
+    assert not any(k.startswith(no_pre_norm) for k in state)
     assert not any("bias_k" in k for k in state if ".audio." not in k)
 
 
@@ -78,7 +79,8 @@ def test_all_is_the_mean_of_the_three_pairs_and_single_modalities_need_no_dict(t
     text_audio = run("text_audio", samples["audio"])  # a plain audio batch
     text_video = run("text_video", list(samples["video"]))  # a list of [T, H, W, 3] videos
     audio_video = run("audio_video", samples)
-    assert run("all", samples).tolist() == pytest.approx(((text_audio + text_video + audio_video) / 3).tolist(), abs=1e-6)
+    mean = (text_audio + text_video + audio_video) / 3
+    assert run("all", samples).tolist() == pytest.approx(mean.tolist(), abs=1e-6)
 
 
 def test_score_is_the_cosine_of_the_averaged_clip_embeddings(tiny):
@@ -88,7 +90,8 @@ def test_score_is_the_cosine_of_the_averaged_clip_embeddings(tiny):
     from rewards.imagebind.data import audio_features
 
     samples = _samples(2, seed=2)
-    scores = build_reward("imagebind", mode="text_audio", sample_rate=16000, **tiny)(samples["audio"], PROMPTS[:2], [{}] * 2)
+    scorer = build_reward("imagebind", mode="text_audio", sample_rate=16000, **tiny)
+    scores = scorer(samples["audio"], PROMPTS[:2], [{}] * 2)
     model = ImageBindModel(ImageBindConfig.from_dict(tiny["config"])).eval()
     load_checkpoint(model, read_state_dict(tiny["checkpoint"]))
     ids = tokenize(CLIPTokenizer.from_pretrained(tiny["tokenizer"]), PROMPTS[:2], 77)
@@ -144,7 +147,8 @@ def test_option_and_input_errors(tiny, tmp_path):
     with pytest.raises(RewardInputError, match=r"video\[0\] has no frame rate.*metadata\[0\]\['fps'\]"):
         scorer(samples, PROMPTS[:2], [{"sample_rate": 16000}] * 2)
     with pytest.raises(RewardInputError, match="expected uint8"):
-        scorer({"audio": samples["audio"], "video": samples["video"].float()}, PROMPTS[:2], [{"sample_rate": 16000, "fps": 4}] * 2)
+        meta = [{"sample_rate": 16000, "fps": 4}] * 2
+        scorer({"audio": samples["audio"], "video": samples["video"].float()}, PROMPTS[:2], meta)
 
 
 def test_clip_sampling_spreads_two_second_clips_evenly():

@@ -49,7 +49,7 @@ def test_batched_equals_one_at_a_time_and_pil_equals_tensor(clip_dir):
     assert scorer([Image.fromarray(a) for a in images.numpy()], PROMPTS, [{}] * 4) == pytest.approx(batched, abs=1e-6)
 
 
-def test_tiny_model_name_builds_once_and_loads(tmp_path):
+def test_tiny_model_name_builds_once_and_loads():
     scorer = build_reward("pickscore", model="tiny:clip-reward", processor="tiny:clip-reward")
     assert len(scorer(_images(2), PROMPTS[:2], [{}] * 2)) == 2
 
