@@ -5,7 +5,8 @@ Loading. The whole checkpoint loads with transformers' `from_pretrained` from `s
 snapshot or `tiny:qwen3_omni`), with its processor (`AutoProcessor`). `strip_for_training` then
 deletes the speech side, the talker (with its code predictor) and code2wav, before anything is
 moved to the device, wrapped or sharded: the trained module is the thinker alone
-(`Qwen3OmniMoeThinkerForConditionalGeneration`; forward and input embeddings are its own).
+(`Qwen3OmniMoeThinkerForConditionalGeneration`; forward and input embeddings are its own). The
+talker's weights are still read into host memory once (the 30B-A3B checkpoint is ~35B parameters).
 
 What trains.
 - LoRA (the default): adapters on the thinker's language-model attention projections q/k/v/o.
@@ -60,7 +61,8 @@ parameters, not `nn.Linear`), checkpointing the encoders.
 experts, top-2) with a 2-block vision tower (patch 8) and a 1-layer audio tower (16 mel bins),
 plus a 1-layer talker, code predictor and code2wav (so stripping is exercised), and a processor:
 Qwen2-VL image/video processors, a Whisper feature extractor and the byte-level tokenizer of
-`adapters/qwen3.py` with the image/audio/video placeholder and start/end tokens.
+`adapters/qwen3.py` with the image/audio/video placeholder and start/end tokens. Its output layer
+is drawn wider than transformers' init (std 0.5) so the random policy has preferences RL can move.
 """
 from __future__ import annotations
 
@@ -68,7 +70,7 @@ import dataclasses
 import numbers
 import re
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 import numpy as np
 import torch
@@ -90,7 +92,7 @@ class ThinkerCache:
     the multimodal position of a row's next token minus its plain token count."""
 
     kv: Any
-    rope_deltas: Optional[torch.Tensor] = None
+    rope_deltas: torch.Tensor | None = None
 
 
 def resample_audio(samples: np.ndarray, rate: int, target: int) -> np.ndarray:
@@ -175,29 +177,19 @@ class Qwen3OmniThinkerAdapter(AutoregressiveModelBase):
         return "|".join(f"(?:{p})" for p in patterns)
 
     def setup_trainable(self) -> None:
-        checkpointing = self.cfg.gradient_checkpointing
-        # The base turns checkpointing on with diffusers' method name; transformers spells it
-        # `gradient_checkpointing_enable` and needs training mode (see the module docstring).
-        self.cfg = dataclasses.replace(self.cfg, gradient_checkpointing=False)
-        try:
-            super().setup_trainable()
-        finally:
-            self.cfg = dataclasses.replace(self.cfg, gradient_checkpointing=checkpointing)
+        super().setup_trainable()
         frozen = {"visual": self.cfg.freeze_vision_tower, "audio_tower": self.cfg.freeze_audio_tower}
         for name, tower in self.towers().items():
             if frozen[name]:
                 tower.requires_grad_(False)
-        if checkpointing:
-            # transformers >= 5.24 name; older releases have only the deprecated one.
-            enable = getattr(self.thinker, "activation_checkpointing_enable", None) or self.thinker.gradient_checkpointing_enable
-            enable({"use_reentrant": False})
-        self.set_eval_mode()
 
-    def set_eval_mode(self) -> None:
-        super().set_eval_mode()
-        if self.cfg.gradient_checkpointing:
-            for layer in self.thinker.model.language_model.layers:
-                layer.train()
+    def enable_checkpointing(self, module) -> None:
+        thinker = self.thinker
+        enable = getattr(thinker, "activation_checkpointing_enable", None) or thinker.gradient_checkpointing_enable
+        enable({"use_reentrant": False})
+
+    def checkpointed_layers(self) -> list:
+        return list(self.thinker.model.language_model.layers)
 
     def new_cache(self) -> ThinkerCache:
         from transformers import DynamicCache
@@ -205,7 +197,7 @@ class Qwen3OmniThinkerAdapter(AutoregressiveModelBase):
         return ThinkerCache(DynamicCache())
 
     # --- prompts --------------------------------------------------------------------------
-    def encode_prompt(self, messages: list[dict[str, Any]], media: Optional[dict[str, Any]] = None) -> PromptInputs:
+    def encode_prompt(self, messages: list[dict[str, Any]], media: dict[str, Any] | None = None) -> PromptInputs:
         media = dict(media or {})
         unknown = sorted(set(media) - {"images", "audio"})
         if unknown:
@@ -294,7 +286,7 @@ class Qwen3OmniThinkerAdapter(AutoregressiveModelBase):
 
     # --- forward --------------------------------------------------------------------------
     def rope_positions(
-        self, input_ids: torch.Tensor, attention_mask: torch.Tensor, image_grid_thw: Optional[torch.Tensor]
+        self, input_ids: torch.Tensor, attention_mask: torch.Tensor, image_grid_thw: torch.Tensor | None
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Multimodal rotary positions [3, B, T] (int64; 0 on padding) and each row's offset [B]
         (next position minus attended-token count), counting only attended tokens. Images are
@@ -379,9 +371,9 @@ class Qwen3OmniThinkerAdapter(AutoregressiveModelBase):
         self,
         input_ids: torch.Tensor,
         attention_mask: torch.Tensor,
-        media: Optional[dict[str, torch.Tensor]] = None,
+        media: dict[str, torch.Tensor] | None = None,
         cache: Any = None,
-        position_ids: Optional[torch.Tensor] = None,
+        position_ids: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, Any]:
         """Logits [B, T, V] (fp32, placeholders blocked) and the cache.
 
@@ -466,7 +458,9 @@ def build_tiny_qwen3_omni(folder: Path) -> None:
     )
     ids = {name: tokenizer.convert_tokens_to_ids(token) for name, token in TINY_MEDIA_TOKENS.items()}
     # Images of 32..64 px: patch 8, merged 2x2, so a 32 px square is 4 tokens.
-    image_kwargs = dict(patch_size=8, temporal_patch_size=2, merge_size=2, size={"shortest_edge": 32 * 32, "longest_edge": 64 * 64})
+    image_kwargs = dict(
+        patch_size=8, temporal_patch_size=2, merge_size=2, size={"shortest_edge": 32 * 32, "longest_edge": 64 * 64}
+    )
     processor = Qwen3OmniMoeProcessor(
         image_processor=Qwen2VLImageProcessor(**image_kwargs),
         video_processor=Qwen2VLVideoProcessor(**image_kwargs),
@@ -527,7 +521,13 @@ def build_tiny_qwen3_omni(folder: Path) -> None:
         tts_bos_token_id=tokenizer.pad_token_id, tts_eos_token_id=tokenizer.pad_token_id,
         architectures=["Qwen3OmniMoeForConditionalGeneration"],
     )
-    Qwen3OmniMoeForConditionalGeneration(config).save_pretrained(folder)
+    model = Qwen3OmniMoeForConditionalGeneration(config)
+    # transformers' init (std 0.02) leaves a 32-wide random model's logits within about +-0.5: a
+    # near-uniform policy that LoRA on attention can hardly move. A wider output layer gives the
+    # tiny policy preferences for RL to shift, as a trained model has.
+    with torch.no_grad():
+        model.thinker.lm_head.weight.normal_(0.0, 0.5)
+    model.save_pretrained(folder)
     processor.save_pretrained(folder)
     for f in (folder / "_vocab").iterdir():
         f.unlink()

@@ -127,6 +127,36 @@ class AutoregressiveModelBase(OmniModelBase):
         with self.trainable_module().disable_adapter():
             yield
 
+    def enable_checkpointing(self, module) -> None:
+        """transformers' activation checkpointing, non-reentrant. transformers only checkpoints
+        layers in training mode, so `set_eval_mode` puts the decoder layers back in training
+        mode; that changes nothing else in them when their dropout is 0, which is checked."""
+        enable = getattr(module, "activation_checkpointing_enable", None) or module.gradient_checkpointing_enable
+        enable({"use_reentrant": False})
+
+    def checkpointed_layers(self) -> list:
+        """The decoder layers that checkpointing recomputes (the text model's `layers`)."""
+        base = self.trainable_module()
+        for attr in ("get_base_model",):  # a PeftModel wraps the transformers model
+            if hasattr(base, attr):
+                base = getattr(base, attr)()
+        inner = getattr(base, "model", base)
+        return list(getattr(inner, "layers", []))
+
+    def set_eval_mode(self) -> None:
+        super().set_eval_mode()
+        if self.cfg.gradient_checkpointing:
+            for layer in self.checkpointed_layers():
+                dropout = [m.p for m in layer.modules() if isinstance(m, torch.nn.Dropout) and m.p > 0]
+                dropout += [v for k, v in vars(getattr(layer, "self_attn", object())).items()
+                            if k in ("attention_dropout", "dropout") and isinstance(v, float) and v > 0]
+                if dropout:
+                    raise ValueError(
+                        f"model.gradient_checkpointing=true needs the decoder layers in training mode, but they "
+                        f"have dropout {dropout[0]}; set model.gradient_checkpointing=false or use a config with dropout 0"
+                    )
+                layer.train()
+
     def save_full(self, folder: str) -> None:
         """The fine-tuned model with its tokenizer: `from_pretrained(folder)` loads both."""
         self.trainable_module().save_pretrained(folder)

@@ -75,8 +75,12 @@ class OmniModelBase(ABC):
         else:
             module.requires_grad_(True)
         if self.cfg.gradient_checkpointing:
-            module.enable_gradient_checkpointing()
+            self.enable_checkpointing(module)
         self.set_eval_mode()
+
+    def enable_checkpointing(self, module: nn.Module) -> None:
+        """Recompute activations in the backward pass (diffusers' spelling; families override)."""
+        module.enable_gradient_checkpointing()
 
     def add_lora(self, module: nn.Module, config) -> nn.Module:
         """Attach LoRA to `module` and return the module that now trains. diffusers models take

@@ -47,3 +47,26 @@ def test_text_adapter_rejects_media():
     model = build_model(ModelConfig(adapter="Qwen3ForCausalLM", path="tiny:qwen3"), torch.device("cpu"))
     with pytest.raises(ValueError, match="omni adapter"):
         model.encode_prompt([{"role": "user", "content": "x"}], {"images": [object()]})
+
+
+def test_gradient_checkpointing_gives_the_same_gradients():
+    grads = []
+    for checkpointing in (False, True):
+        cfg = ModelConfig(adapter="Qwen3ForCausalLM", path="tiny:qwen3", gradient_checkpointing=checkpointing)
+        torch.manual_seed(0)  # LoRA's A matrices are drawn at build time
+        model = build_model(cfg, torch.device("cpu"))
+        ids = model.encode_prompt([{"role": "user", "content": "hello there"}]).input_ids[None]
+        seq = torch.cat([ids, torch.tensor([[97, 98, 99]])], 1)
+        torch.manual_seed(0)
+        with torch.no_grad():
+            for p in model.trainable_parameters():
+                p.add_(0.01 * torch.randn_like(p))
+        if checkpointing:
+            # transformers only recomputes layers in training mode (their dropout is 0).
+            layers = model.checkpointed_layers()
+            assert layers and all(layer.training and layer.gradient_checkpointing for layer in layers)
+        model.token_log_probs(seq, torch.ones_like(seq), ids.shape[1], 1.0).sum().backward()
+        grads.append({n: p.grad.clone() for n, p in model.trainable_module().named_parameters() if p.requires_grad})
+    assert grads[0].keys() == grads[1].keys()
+    for name in grads[0]:
+        torch.testing.assert_close(grads[0][name], grads[1][name], atol=1e-6, rtol=1e-5, msg=name)

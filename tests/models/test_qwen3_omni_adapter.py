@@ -1,10 +1,14 @@
 """The Qwen3-Omni thinker adapter on `tiny:qwen3_omni`: stripping, frozen towers, multimodal rotary
 positions under left padding, LoRA in PEFT's format, cached decoding in the native text engine."""
+import re
+from types import SimpleNamespace
+
 import numpy as np
 import pytest
 import torch
 from PIL import Image
 
+from adapters.qwen3_omni import Qwen3OmniThinkerAdapter
 from omni_rl.config.schema import LoraConfig, ModelConfig
 from omni_rl.models import build_model
 from omni_rl.rollout.text_native import NativeTextEngine, collate_media, left_pad
@@ -56,6 +60,14 @@ def test_talker_and_code2wav_are_stripped(model):
     trained = [n for n, p in model.trainable_module().named_parameters() if p.requires_grad]
     assert trained and all("lora_" in n and ".language_model." in n for n in trained)
     assert {n.split(".")[-4] for n in trained} == {"q_proj", "k_proj", "v_proj", "o_proj"}
+    # Configured names are scoped the same way; a tower prefix reaches into that tower.
+    lora = LoraConfig(target_modules=["o_proj", "audio_tower.self_attn.q_proj"])
+    pattern = Qwen3OmniThinkerAdapter.lora_targets(SimpleNamespace(cfg=ModelConfig(lora=lora), default_lora_targets=()))
+    matched = {n for n, _ in model.thinker.named_modules() if re.fullmatch(pattern, n)}
+    assert matched == {
+        "model.language_model.layers.0.self_attn.o_proj", "model.language_model.layers.1.self_attn.o_proj",
+        "model.audio_tower.layers.0.self_attn.q_proj",
+    }
 
 
 @pytest.mark.parametrize("frozen", ["visual", "audio_tower"])

@@ -15,6 +15,7 @@ from omni_rl.algos import ADVANTAGE_ESTIMATORS, DIFFUSION_KL, POLICY_LOSSES, STE
 from omni_rl.config import OmniConfig, available_recipes, load_config
 from omni_rl.config.loader import PROJECT_ROOT
 from omni_rl.models import ADAPTERS
+from omni_rl.models.registry import adapter_key
 from omni_rl.plugins import load_plugins
 from omni_rl.reward import REWARDS
 
@@ -72,7 +73,7 @@ class TestRecipe:
     def test_names_registered_components(self, name, plugins_loaded):
         cfg = load_config([f"recipe={name}"])
         load_plugins(cfg.plugins)
-        assert cfg.model.adapter in ADAPTERS, ADAPTERS.names()
+        assert adapter_key(cfg.model.adapter, cfg.model.stage) in ADAPTERS, ADAPTERS.names()
         assert cfg.algo.policy_loss in POLICY_LOSSES, POLICY_LOSSES.names()
         assert cfg.algo.advantage in ADVANTAGE_ESTIMATORS, ADVANTAGE_ESTIMATORS.names()
         assert cfg.algo.kl_form in DIFFUSION_KL, DIFFUSION_KL.names()
