@@ -51,3 +51,14 @@ def test_responses_over_the_limit_are_truncated_and_counted(tmp_path):
     _, records = run(tmp_path, "short", "trainer.total_steps=1", "rollout.max_new_tokens=2")
     assert records[0]["response/clip_ratio"] > 0.5
     assert records[0]["response/length_max"] <= 2
+
+
+def test_tiny_omni_recipe_trains_on_image_prompts(tmp_path):
+    out = tmp_path / "omni"
+    PPOTrainer(load_config(["recipe=tiny_qwen3_omni_gspo", f"trainer.output_dir={out}", "trainer.total_steps=2",
+                            "trainer.val_every=0", "trainer.progress_bar=false", "trainer.loggers=[jsonl]"])).fit()
+    records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    for rec in records:
+        assert rec["actor/first_minibatch_ratio_max_abs_dev"] <= 1e-6
+        assert rec["rollout_corr/logprob_abs_diff_max"] <= 1e-4
+    assert (out / "lora" / "adapter_config.json").is_file()
