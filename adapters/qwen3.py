@@ -11,7 +11,6 @@ transformers is imported inside the methods, so registering the adapter stays ch
 """
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any, Optional
 
@@ -20,6 +19,7 @@ import torch
 from omni_rl.config.schema import ModelConfig
 from omni_rl.models import register_adapter, register_tiny_model
 from omni_rl.models.autoregressive import AutoregressiveModelBase, PromptInputs
+from omni_rl.models.tiny_vocab import byte_chars, write_bpe_files
 
 CHATML_TEMPLATE = (
     "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
@@ -68,17 +68,8 @@ for _architecture in ("Qwen3ForCausalLM", "Qwen2ForCausalLM", "LlamaForCausalLM"
 
 def byte_level_files(folder: Path) -> tuple[Path, Path]:
     """vocab.json / merges.txt of a byte-level BPE with no merges: token i is byte i."""
-    printable = list(range(33, 127)) + list(range(161, 173)) + list(range(174, 256))
-    mapping = {b: chr(b) for b in printable}
-    extra = 0
-    for b in range(256):
-        if b not in mapping:
-            mapping[b] = chr(256 + extra)
-            extra += 1
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / "vocab.json").write_text(json.dumps({mapping[b]: b for b in range(256)}))
-    (folder / "merges.txt").write_text("#version: 0.2\n")
-    return folder / "vocab.json", folder / "merges.txt"
+    chars = byte_chars()
+    return write_bpe_files(folder, {chars[b]: b for b in range(256)})
 
 
 def build_byte_tokenizer(folder: Path):

@@ -14,13 +14,13 @@ CLIP encoders with a byte-level vocabulary, no T5) for tests and the CPU demo.
 """
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import torch
 
 from omni_rl.config.schema import ModelConfig
 from omni_rl.models import Conditioning, DiffusionModelBase, register_adapter, register_tiny_model
+from omni_rl.models.tiny_vocab import clip_byte_vocab, write_bpe_files
 
 
 @register_adapter("StableDiffusion3Pipeline")
@@ -138,26 +138,6 @@ class StableDiffusion3Adapter(DiffusionModelBase):
 
 
 # --- the tiny model ---------------------------------------------------------------------
-def _byte_level_vocab() -> dict[str, int]:
-    """A CLIP-style byte-level BPE vocabulary with no merges: every byte is a token, with and
-    without the end-of-word marker. Real prompts tokenise without unknowns."""
-    printable = list(range(33, 127)) + list(range(161, 173)) + list(range(174, 256))
-    # Bytes that are not printable are mapped to code points above 255 (the GPT-2 scheme), so
-    # every byte has a visible one-character token.
-    mapping = {b: chr(b) for b in printable}
-    extra = 0
-    for b in range(256):
-        if b not in mapping:
-            mapping[b] = chr(256 + extra)
-            extra += 1
-    chars = [mapping[b] for b in range(256)]
-    vocab = {c: i for i, c in enumerate(chars)}
-    vocab.update({c + "</w>": 256 + i for i, c in enumerate(chars)})
-    vocab["<|startoftext|>"] = 512
-    vocab["<|endoftext|>"] = 513
-    return vocab
-
-
 @register_tiny_model("sd3")
 def build_tiny_sd3(folder: Path) -> None:
     """Write a tiny random-weight SD3 with `save_pretrained` (seeded: the same weights every time)."""
@@ -166,12 +146,10 @@ def build_tiny_sd3(folder: Path) -> None:
 
     folder = Path(folder)
     torch.manual_seed(0)
-    vocab = _byte_level_vocab()
+    vocab = clip_byte_vocab()
     vocab_dir = folder / "_vocab"
-    vocab_dir.mkdir(parents=True)
-    (vocab_dir / "vocab.json").write_text(json.dumps(vocab))
-    (vocab_dir / "merges.txt").write_text("#version: 0.2\n")
-    tokenizer = CLIPTokenizer(str(vocab_dir / "vocab.json"), str(vocab_dir / "merges.txt"), model_max_length=77)
+    vocab_file, merges_file = write_bpe_files(vocab_dir, vocab)
+    tokenizer = CLIPTokenizer(str(vocab_file), str(merges_file), model_max_length=77)
     text_config = CLIPTextConfig(
         vocab_size=len(vocab), hidden_size=32, intermediate_size=64, num_attention_heads=4,
         num_hidden_layers=2, projection_dim=32, max_position_embeddings=77,

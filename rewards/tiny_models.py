@@ -26,30 +26,7 @@ from typing import Any
 import torch
 
 from omni_rl.models import register_tiny_model
-
-
-def _byte_chars() -> list[str]:
-    """The GPT-2 byte-to-character table: printable bytes map to themselves, the others to
-    code points from 256 up, so every byte has a visible one-character token."""
-    printable = list(range(33, 127)) + list(range(161, 173)) + list(range(174, 256))
-    mapping = {b: chr(b) for b in printable}
-    extra = 0
-    for b in range(256):
-        if b not in mapping:
-            mapping[b] = chr(256 + extra)
-            extra += 1
-    return [mapping[b] for b in range(256)]
-
-
-def clip_byte_vocab() -> dict[str, int]:
-    """A CLIP-style byte-level BPE vocabulary with no merges: each byte with and without the
-    end-of-word marker, then <|startoftext|> (512) and <|endoftext|> (513)."""
-    chars = _byte_chars()
-    vocab = {c: i for i, c in enumerate(chars)}
-    vocab.update({c + "</w>": 256 + i for i, c in enumerate(chars)})
-    vocab["<|startoftext|>"] = 512
-    vocab["<|endoftext|>"] = 513
-    return vocab
+from omni_rl.models.tiny_vocab import byte_chars, clip_byte_vocab
 
 
 def build_tiny_clip_tokenizer(folder: Path):
@@ -117,7 +94,7 @@ def build_tiny_clap_tokenizer(folder: Path):
 
     folder = Path(folder)
     vocab = {"<s>": 0, "<pad>": 1, "</s>": 2, "<unk>": 3}
-    vocab.update({c: 4 + i for i, c in enumerate(_byte_chars())})
+    vocab.update({c: 4 + i for i, c in enumerate(byte_chars())})
     vocab["<mask>"] = len(vocab)
     source = folder / "_vocab"
     source.mkdir(parents=True, exist_ok=True)

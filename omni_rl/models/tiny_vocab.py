@@ -1,0 +1,44 @@
+"""Byte-level vocabularies for the tiny random-weight models' tokenizers.
+
+Tests and CPU demos cannot download a real tokenizer, so the tiny models use byte-level BPE
+vocabularies with no merges: every byte is a token (so any prompt tokenises without unknowns),
+written as the vocab.json / merges.txt files that transformers' BPE tokenizers load.
+
+- `byte_chars()`: the GPT-2 byte-to-character table (printable bytes map to themselves, the
+  others to code points from 256 up, so each byte has a visible one-character token);
+- `clip_byte_vocab()`: CLIP's layout: each byte with and without the end-of-word marker `</w>`,
+  then `<|startoftext|>` (512) and `<|endoftext|>` (513);
+- `write_bpe_files(folder, vocab)`: vocab.json and an empty merges.txt.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+
+def byte_chars() -> list[str]:
+    printable = list(range(33, 127)) + list(range(161, 173)) + list(range(174, 256))
+    mapping = {b: chr(b) for b in printable}
+    extra = 0
+    for b in range(256):
+        if b not in mapping:
+            mapping[b] = chr(256 + extra)
+            extra += 1
+    return [mapping[b] for b in range(256)]
+
+
+def clip_byte_vocab() -> dict[str, int]:
+    chars = byte_chars()
+    vocab = {c: i for i, c in enumerate(chars)}
+    vocab.update({c + "</w>": 256 + i for i, c in enumerate(chars)})
+    vocab["<|startoftext|>"] = 512
+    vocab["<|endoftext|>"] = 513
+    return vocab
+
+
+def write_bpe_files(folder: Path, vocab: dict[str, int]) -> tuple[Path, Path]:
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "vocab.json").write_text(json.dumps(vocab))
+    (folder / "merges.txt").write_text("#version: 0.2\n")
+    return folder / "vocab.json", folder / "merges.txt"
