@@ -47,7 +47,7 @@ class CausalLMAdapter(AutoregressiveModelBase):
         return self.model
 
     def fsdp_wrap_classes(self):
-        layers = getattr(getattr(self.model, "model", None), "layers", None)
+        layers = self.checkpointed_layers()  # the decoder layers, found through a PEFT wrapper too
         return (type(layers[0]),) if layers else ()
 
     def encode_prompt(self, messages: list[dict[str, Any]], media: Optional[dict[str, Any]] = None) -> PromptInputs:

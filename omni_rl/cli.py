@@ -50,6 +50,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from omni_rl.rollout.native import RolloutEngineError
     from omni_rl.trainer import run
     from omni_rl.trainer.checkpoint import CheckpointError
+    from omni_rl.workers.errors import WorkerFailedError
 
     try:
         run(cfg)
@@ -57,6 +58,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: {err}", file=sys.stderr)
         return 2
     except (MissingWeightsError, RewardError, RolloutEngineError, NonFiniteLossError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
+    except WorkerFailedError as err:  # trainer.backend=ray: a worker died or stopped answering
         print(f"error: {err}", file=sys.stderr)
         return 1
     print(f"done: outputs in {cfg.trainer.output_dir}")

@@ -40,3 +40,33 @@ def synchronize(device: torch.device) -> None:
         torch.cuda.synchronize(device)
     elif device.type == "npu":
         torch.npu.synchronize(device)
+
+
+# torch.distributed backend per device type: gloo on CPUs, NCCL on CUDA GPUs, HCCL on Ascend NPUs.
+_DIST_BACKENDS = {"cpu": "gloo", "cuda": "nccl", "npu": "hccl"}
+
+
+def dist_backend(device: torch.device | str) -> str:
+    """The torch.distributed backend for process groups on `device` (a device or its type name)."""
+    kind = device.type if isinstance(device, torch.device) else str(device).split(":")[0]
+    if kind not in _DIST_BACKENDS:
+        raise ValueError(f"device {device}: no process-group backend known; expected one of {sorted(_DIST_BACKENDS)}")
+    return _DIST_BACKENDS[kind]
+
+
+def ray_device_resource(name: str = "auto") -> str | None:
+    """The Ray resource one worker reserves for its device: "GPU", "NPU", or None (CPU only).
+
+    Resolved on the driver from `trainer.device`, which may have no accelerator itself (a CPU
+    head node): an explicit cuda / npu is trusted; auto looks at this machine."""
+    kind = name.split(":")[0]
+    if kind == "auto":
+        kind = pick_device("auto").type
+    return {"cuda": "GPU", "npu": "NPU"}.get(kind)
+
+
+def worker_device(name: str = "auto") -> torch.device:
+    """A Ray worker's device: Ray exposes the worker's accelerator as index 0
+    (CUDA_VISIBLE_DEVICES / ASCEND_RT_VISIBLE_DEVICES), so an index in `name` is dropped."""
+    device = pick_device(name.split(":")[0])
+    return device if device.type == "cpu" else torch.device(device.type, 0)

@@ -177,8 +177,25 @@ class TrainerConfig:
     output_dir: str = "outputs/run"
     # "auto" picks cuda, then npu, then cpu.
     device: str = "auto"
-    # "local": one process. ("ray" arrives with the Ray worker groups.)
+    # "local": one process. "ray": the stage methods run on a group of Ray workers (one hybrid
+    # worker per device: actor + rollout + reference), the batch split across data-parallel ranks.
     backend: str = "local"
+    # The training engine: "local" (one process, backend=local) or "fsdp2" (sharded, backend=ray).
+    engine: str = "local"
+    # Ray resource pool: nnodes x devices_per_node workers (GPUs / NPUs, or CPUs on a CPU machine).
+    nnodes: int = 1
+    devices_per_node: int = 1
+    # null starts a local Ray; an address ("auto", "ray://host:10001", "host:6379") joins a cluster.
+    ray_address: Optional[str] = None
+    # A worker call (a rollout shard, an update) that takes longer than this fails the run with
+    # the worker named, instead of hanging; a dead worker fails it at once.
+    worker_timeout_s: float = 600.0
+    # FSDP2 CPUOffloadPolicy: sharded parameters (and their gradients) live in host memory.
+    param_offload: bool = False
+    # Keep the optimizer's state in host memory between steps (moved to the device to step).
+    optimizer_offload: bool = False
+    # Full-weight sync to the rollout engine moves tensors in buckets of at most this many MiB.
+    weight_sync_bucket_mb: int = 512
     loggers: list[str] = field(default_factory=lambda: ["console", "jsonl", "tensorboard"])
     log_every: int = 1
     progress_bar: bool = True

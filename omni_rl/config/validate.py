@@ -109,7 +109,7 @@ def validate_config(cfg: OmniConfig) -> None:
              "one of float32, bfloat16, float16")
     _require(cfg.model.lora.init in ("gaussian", "default"), "model.lora.init", cfg.model.lora.init,
              "one of gaussian, default")
-    _require(t.backend in ("local",), "trainer.backend", t.backend, "local (ray arrives with the Ray worker groups)")
+    _validate_distribution(cfg)
     _require(len(cfg.reward.rewards) >= 1, "reward.rewards", [], "at least one reward")
     _require(cfg.reward.max_batch_size >= 1, "reward.max_batch_size", cfg.reward.max_batch_size, ">= 1")
     _require(cfg.reward.max_wait_ms >= 0, "reward.max_wait_ms", cfg.reward.max_wait_ms, ">= 0")
@@ -129,3 +129,35 @@ def validate_config(cfg: OmniConfig) -> None:
     _require(o.weight_decay >= 0, "optim.weight_decay", o.weight_decay, ">= 0")
     _require(a.adv_eps > 0, "algo.adv_eps", a.adv_eps, "> 0")
     _require(a.kl_threshold >= 0, "algo.kl_threshold", a.kl_threshold, ">= 0")
+
+
+def _validate_distribution(cfg: OmniConfig) -> None:
+    """trainer.backend / engine / resource pool: the combinations that exist."""
+    t = cfg.trainer
+    _require(t.backend in ("local", "ray"), "trainer.backend", t.backend, "one of local, ray")
+    _require(t.engine in ("local", "fsdp2"), "trainer.engine", t.engine, "one of local, fsdp2")
+    _require(
+        (t.backend, t.engine) in (("local", "local"), ("ray", "fsdp2")), "trainer.engine", t.engine,
+        f"local with trainer.backend=local, fsdp2 with trainer.backend=ray (got backend={t.backend!r}); "
+        f"set trainer.engine={'fsdp2' if t.backend == 'ray' else 'local'}",
+    )
+    _require(t.nnodes >= 1, "trainer.nnodes", t.nnodes, "an integer >= 1")
+    _require(t.devices_per_node >= 1, "trainer.devices_per_node", t.devices_per_node, "an integer >= 1")
+    _require(t.worker_timeout_s > 0, "trainer.worker_timeout_s", t.worker_timeout_s, "> 0 seconds")
+    _require(t.weight_sync_bucket_mb >= 1, "trainer.weight_sync_bucket_mb", t.weight_sync_bucket_mb, ">= 1 MiB")
+    if t.backend == "local":
+        _require(t.nnodes == 1 and t.devices_per_node == 1, "trainer.devices_per_node", t.devices_per_node,
+                 "1 (and trainer.nnodes=1) with trainer.backend=local; use trainer.backend=ray for more workers")
+        _require(t.ray_address is None, "trainer.ray_address", t.ray_address, "null with trainer.backend=local")
+        _require(not t.param_offload and not t.optimizer_offload, "trainer.param_offload", t.param_offload,
+                 "false with trainer.backend=local (offload is an FSDP2 feature; use trainer.backend=ray)")
+        return
+    world = t.nnodes * t.devices_per_node
+    # Each rank takes the same share of every mini-batch, in whole micro-batches, so that the
+    # FSDP gradient average equals one process's mean over the mini-batch's micro-batches.
+    _require(
+        t.mini_batch_size % (world * t.micro_batch_size) == 0, "trainer.mini_batch_size", t.mini_batch_size,
+        f"a multiple of trainer.nnodes * trainer.devices_per_node * trainer.micro_batch_size = "
+        f"{world} * {t.micro_batch_size} with trainer.backend=ray (each worker takes whole micro-batches); "
+        f"lower trainer.micro_batch_size or the worker count",
+    )

@@ -15,6 +15,8 @@ import shutil
 import tempfile
 from pathlib import Path
 
+import torch
+
 from omni_rl.models.registry import TINY_MODELS
 
 TINY_PREFIX = "tiny:"
@@ -54,7 +56,10 @@ def build_tiny_model(name: str) -> Path:
     # that a later run would load.
     staging = Path(tempfile.mkdtemp(prefix=f".{name}-", dir=target.parent))
     try:
-        builder(staging)
+        # Builders seed torch for reproducible weights; fork the RNG so building a model on a
+        # fresh cache does not change the random stream of the run that asked for it.
+        with torch.random.fork_rng():
+            builder(staging)
         (staging / ".complete").write_text("ok\n")
         if target.exists():
             shutil.rmtree(target)

@@ -30,7 +30,13 @@ from omni_rl.logging import MetricLogger, ProgressBar, build_sinks, plot_reward_
 from omni_rl.models.factory import build_model
 from omni_rl.reward.async_scorer import AsyncRewardScorer
 from omni_rl.reward.manager import RewardManager, RewardSpec
-from omni_rl.trainer.checkpoint import export_folder, load_checkpoint, save_checkpoint, set_rng_state
+from omni_rl.trainer.checkpoint import (
+    CheckpointError,
+    export_folder,
+    load_checkpoint,
+    save_checkpoint,
+    set_rng_state,
+)
 from omni_rl.trainer.diffusion_stage import DiffusionStage
 from omni_rl.trainer.text_stage import TextStage
 from omni_rl.utils.atomic import atomic_directory, atomic_write_text
@@ -49,7 +55,8 @@ class PPOTrainer:
         self.output_dir = Path(t.output_dir)
         self.output_dir.mkdir(parents=True, exist_ok=True)
         torch.manual_seed(t.seed)
-        self.device = pick_device(t.device)
+        # With Ray the workers hold the devices; the driver's copy (prompts, exports) stays on the host.
+        self.device = pick_device(t.device) if t.backend == "local" else torch.device("cpu")
 
         self.model = build_model(cfg.model, self.device, tuple(cfg.plugins))
         self.stage = STAGES[self.model.family](cfg, self.model)
@@ -63,7 +70,18 @@ class PPOTrainer:
             AsyncRewardScorer(self.rewards, rc.max_batch_size, rc.max_wait_ms) if rc.overlap_rollout else None
         )
         self.advantage_fn = get_advantage_estimator(cfg.algo.advantage)
-        self.engine = LocalEngine(self.model, cfg.optim)
+        # backend=ray: old log-probs, updates, rollout and weight sync run on a worker group
+        # (omni_rl/trainer/distributed.py); the loop below is the same.
+        self.workers = None
+        self.engine = None
+        if t.backend == "ray":
+            from omni_rl.trainer.distributed import RayWorkers
+
+            self.workers = RayWorkers(cfg)
+            self.stage.engine.close()
+            self.stage.engine = self.workers.rollout_engine
+        else:
+            self.engine = LocalEngine(self.model, cfg.optim)
 
         items = load_prompt_items(cfg.data.prompts, cfg.data.prompt_file)
         self.sampler = PromptSampler(items, t.prompts_per_step, t.seed, cfg.data.shuffle)
@@ -76,7 +94,11 @@ class PPOTrainer:
 
         self.start_step = 0
         if t.resume:
-            self._resume(t.resume)
+            try:
+                self._resume(t.resume)
+            except BaseException:
+                self._close_workers()
+                raise
         atomic_write_text(self.output_dir / "config.yaml", to_yaml(cfg))
         self.logger = MetricLogger(
             build_sinks(
@@ -108,10 +130,13 @@ class PPOTrainer:
             self.stage.close()
             if self.reward_scorer is not None:
                 self.reward_scorer.close()
+            self._close_workers()
         self._finish()
         return metrics
 
     def train_step(self, step: int) -> dict[str, float]:
+        if self.workers is not None:
+            self.workers.step = step  # named in a failed worker's error
         timings: dict[str, float] = {}
         t0 = time.perf_counter()
 
@@ -151,7 +176,10 @@ class PPOTrainer:
     # --- stages --------------------------------------------------------------------------
     def old_log_probs(self, batch) -> dict[str, float]:
         """Fill the behaviour policy's log-probs (and means); compare with the rollout's."""
-        behaviour = self.actor.behaviour_policy(batch, self.cfg.trainer.micro_batch_size)
+        if self.workers is not None:
+            behaviour = self.workers.behaviour_policy(batch)  # each rank scores its shard
+        else:
+            behaviour = self.actor.behaviour_policy(batch, self.cfg.trainer.micro_batch_size)
         log_probs, valid = behaviour["log_probs"], behaviour["mask"].bool()
         if "means" in behaviour:
             batch.old_means = behaviour["means"]
@@ -171,6 +199,8 @@ class PPOTrainer:
         }
 
     def update(self, batch, step: int) -> dict[str, float]:
+        if self.workers is not None:
+            return self.workers.update(batch, step)  # each rank its share of every mini-batch
         t = self.cfg.trainer
         sums: dict[str, float] = {}
         counts: dict[str, int] = {}
@@ -218,6 +248,10 @@ class PPOTrainer:
 
     # --- outputs -------------------------------------------------------------------------
     def save(self, step: int) -> Path:
+        if self.workers is not None:
+            return self.workers.save(
+                self.output_dir, step, self.model, to_yaml(self.cfg), self.cfg.trainer.keep_last_checkpoints
+            )
         return save_checkpoint(
             self.output_dir, step, self.engine.state_dict(), self.model, to_yaml(self.cfg),
             self.cfg.trainer.keep_last_checkpoints,
@@ -225,11 +259,24 @@ class PPOTrainer:
 
     def _resume(self, path: str) -> None:
         state = load_checkpoint(path)
-        self.engine.load_state_dict(state)
+        if self.workers is not None:
+            self.workers.load(state, self.model)
+        elif "sharded" in state:
+            raise CheckpointError(
+                f"trainer.resume={path!r}: {state['folder']} holds a sharded checkpoint (trainer.backend=ray); "
+                f"resume it with trainer.backend=ray trainer.engine=fsdp2, or export its weights with "
+                f"omni_rl.trainer.distributed.export_sharded_checkpoint"
+            )
+        else:
+            self.engine.load_state_dict(state)
         set_rng_state(state["rng"])
         self.start_step = int(state["step"])
         self.stage.engine.sync_weights(self.model, version=self.start_step)
         log.info("resumed from %s at step %d", state["folder"], self.start_step)
+
+    def _close_workers(self) -> None:
+        if self.workers is not None:
+            self.workers.close()
 
     def _finish(self) -> None:
         metrics_file = self.output_dir / "metrics.jsonl"

@@ -1,0 +1,199 @@
+"""`FSDP2Engine`: the sharded training engine (torch `fully_shard`), one per data-parallel rank.
+
+Same interface as `LocalEngine` (`forward_backward`, `optimizer_step`, `state_dict` /
+`load_state_dict`); the trainer's loss function and scaling are unchanged. What differs:
+
+- the trainable module is sharded with `fully_shard` block by block (the adapter's
+  `fsdp_wrap_classes()`), then at the root, so that tied weights (an LM head tied to the
+  embedding) sit in one root group;
+- gradients are averaged across ranks by FSDP's reduce-scatter, so a rank that scales its loss
+  by 1 / (chunks * local micro-batches) contributes to the same mean one process would take over
+  the whole mini-batch (the worker group gives every rank an equal share of whole micro-batches);
+- mixed precision: when `model.dtype` is bf16/fp16 the trainable parameters are kept in fp32
+  (the sharded master copy; frozen ones stay in the model dtype) and `MixedPrecisionPolicy`
+  all-gathers them in the model dtype, reducing gradients in fp32;
+- offload: `param_offload` is FSDP2's `CPUOffloadPolicy` (sharded parameters and gradients live
+  in host memory, so the optimizer state does too); `optimizer_offload` alone moves the optimizer
+  state to the host between steps;
+- checkpoints are sharded (`torch.distributed.checkpoint`, `save_sharded` / `load_sharded`):
+  trainable tensors and optimizer state, every rank writing its shard; a checkpoint loads on any
+  number of ranks (DCP reshards) and, without a process group, in one process for export.
+
+Gradient checkpointing (`model.gradient_checkpointing`): every sharded block is also wrapped
+with torch's composable `checkpoint` (activations recomputed in backward; parameter names are
+unchanged). The adapters' own switch is not enough here: transformers checkpoints only in train
+mode, and the models stay in eval mode (dropout off, so rollout and trainer agree).
+It needs an initialised process group (`torch.distributed.init_process_group`); the worker owns it.
+Not here: tensor / sequence parallelism, and hybrid sharding (HSDP) across nodes.
+"""
+from __future__ import annotations
+
+import math
+import warnings
+from typing import Any
+
+import torch
+import torch.distributed as dist
+import torch.distributed.checkpoint as dcp
+from torch.distributed.checkpoint.state_dict import (
+    StateDictOptions,
+    get_state_dict,
+    set_state_dict,
+)
+from torch.distributed.fsdp import (
+    CPUOffloadPolicy,
+    MixedPrecisionPolicy,
+    OffloadPolicy,
+    fully_shard,
+)
+from torch.distributed.tensor import DTensor
+
+from omni_rl.config.schema import OptimConfig
+from omni_rl.engine.base import LossFn, TrainingEngine
+from omni_rl.engine.local import NonFiniteLossError
+from omni_rl.models.base import OmniModelBase
+
+# Only what trains is saved; the frozen base weights come from the model path on load.
+_STATE_OPTIONS = StateDictOptions(ignore_frozen_params=True)
+# Loading such a state leaves the frozen weights as they are (DCP itself refuses a checkpoint
+# that lacks a requested trainable tensor).
+_LOAD_OPTIONS = StateDictOptions(ignore_frozen_params=True, strict=False)
+
+
+def full_tensor(t: torch.Tensor) -> torch.Tensor:
+    """The whole tensor of a (possibly sharded) parameter: a collective when it is a DTensor,
+    so every rank must call it for the same tensors in the same order."""
+    return t.full_tensor() if isinstance(t, DTensor) else t
+
+
+def shard_model(module: torch.nn.Module, wrap_classes: tuple[type, ...], mp: MixedPrecisionPolicy | None,
+                offload: OffloadPolicy, activation_checkpointing: bool = False) -> int:
+    """`fully_shard` every block of the given classes, then the root; returns the block count."""
+    from torch.distributed._composable import checkpoint
+
+    kwargs: dict[str, Any] = {"offload_policy": offload}
+    if mp is not None:
+        kwargs["mp_policy"] = mp
+    blocks = [m for m in module.modules() if wrap_classes and isinstance(m, wrap_classes) and m is not module]
+    for block in blocks:
+        if activation_checkpointing:
+            checkpoint(block)
+        fully_shard(block, **kwargs)
+    fully_shard(module, **kwargs)
+    return len(blocks)
+
+
+class FSDP2Engine(TrainingEngine):
+    def __init__(self, model: OmniModelBase, cfg: OptimConfig, param_offload: bool = False,
+                 optimizer_offload: bool = False):
+        if not dist.is_initialized():
+            raise RuntimeError(
+                "FSDP2Engine needs a torch.distributed process group; it is built inside a Ray worker "
+                "(trainer.backend=ray), which initialises one. For one process use LocalEngine."
+            )
+        self.model = model
+        self.cfg = cfg
+        self.device = model.device
+        module = model.trainable_module()
+        if not any(p.requires_grad for p in module.parameters()):
+            raise ValueError("the model has no trainable parameters; check model.lora or the adapter's trainable_module")
+        mp = None
+        if model.dtype != torch.float32:
+            # Trainable parameters keep fp32 master shards (frozen ones stay in model.dtype);
+            # FSDP all-gathers everything in model.dtype for the forwards.
+            for p in module.parameters():
+                if p.requires_grad:
+                    p.data = p.data.float()
+            mp = MixedPrecisionPolicy(param_dtype=model.dtype, reduce_dtype=torch.float32)
+        offload = CPUOffloadPolicy(pin_memory=self.device.type != "cpu") if param_offload else OffloadPolicy()
+        self.num_blocks = shard_model(
+            module, tuple(model.fsdp_wrap_classes()), mp, offload, model.cfg.gradient_checkpointing
+        )
+        self.module = module
+        self.params = [p for p in module.parameters() if p.requires_grad]
+        self.optimizer = torch.optim.AdamW(
+            self.params, lr=cfg.lr, betas=tuple(cfg.betas), weight_decay=cfg.weight_decay, eps=cfg.eps
+        )
+        self.optimizer_offload = optimizer_offload and not param_offload and self.device.type != "cpu"
+        self.optimizer.zero_grad(set_to_none=True)
+
+    def forward_backward(self, micro_batch: Any, loss_fn: LossFn, loss_scale: float = 1.0) -> dict[str, float]:
+        loss, metrics = loss_fn(micro_batch)
+        if not torch.isfinite(loss):
+            # Raised on this rank only; the worker group turns it into a failed step for the run.
+            raise NonFiniteLossError(f"rank {dist.get_rank()}: the loss is {loss.item()}; refusing to back-propagate it")
+        (loss * loss_scale).backward()
+        return {k: float(v) for k, v in metrics.items()}
+
+    def optimizer_step(self) -> dict[str, float]:
+        grad_norm = full_tensor(torch.nn.utils.clip_grad_norm_(self.params, self.cfg.max_grad_norm))
+        if not math.isfinite(float(grad_norm)):  # the same total on every rank: all skip together
+            self.optimizer.zero_grad(set_to_none=True)
+            raise NonFiniteLossError(f"the gradient norm is {float(grad_norm)}; the update was skipped")
+        self._move_optimizer_state(self.device)
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        if self.optimizer_offload:
+            self._move_optimizer_state(torch.device("cpu"))
+        return {"actor/grad_norm": float(grad_norm), "actor/lr": self.optimizer.param_groups[0]["lr"]}
+
+    def _move_optimizer_state(self, device: torch.device) -> None:
+        if not self.optimizer_offload:
+            return
+        for state in self.optimizer.state.values():
+            for k, v in state.items():
+                if isinstance(v, torch.Tensor) and k != "step":
+                    state[k] = v.to(device, non_blocking=True)
+
+    # --- weights -------------------------------------------------------------------------
+    def trainable_buckets(self, bucket_bytes: int):
+        """Yield {name: full tensor} groups of at most `bucket_bytes` (one tensor may exceed it):
+        the full weights leave the shards a bucket at a time. A collective: all ranks iterate."""
+        bucket: dict[str, torch.Tensor] = {}
+        size = 0
+        for name, p in self.model.named_trainable_tensors().items():
+            t = full_tensor(p)
+            nbytes = t.numel() * t.element_size()
+            if bucket and size + nbytes > bucket_bytes:
+                yield bucket
+                bucket, size = {}, 0
+            bucket[name] = t
+            size += nbytes
+        if bucket:
+            yield bucket
+
+    def full_trainable_tensors(self) -> dict[str, torch.Tensor]:
+        """Every trainable tensor, whole, on the host (a collective)."""
+        return {k: v.detach().cpu().clone() for b in self.trainable_buckets(1 << 62) for k, v in b.items()}
+
+    # --- checkpoints ---------------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        """Trainable tensors and optimizer state as sharded DTensors (for `dcp.save`)."""
+        model_state, optim_state = get_state_dict(self.module, self.optimizer, options=_STATE_OPTIONS)
+        return {"model": model_state, "optim": optim_state}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        set_state_dict(
+            self.module, self.optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"],
+            options=_LOAD_OPTIONS,
+        )
+
+    def save_sharded(self, folder: str) -> None:
+        """Every rank writes its shards into `folder` (a path all ranks see)."""
+        dcp.save(self.state_dict(), checkpoint_id=folder)
+
+    def load_sharded(self, folder: str) -> None:
+        state = self.state_dict()  # the layout to load into; DCP reshards to it
+        dcp.load(state, checkpoint_id=folder)
+        self.load_state_dict(state)
+
+
+def load_sharded_trainable(model: OmniModelBase, folder: str) -> None:
+    """Load a sharded checkpoint's trainable tensors into an unsharded model, in one process
+    (no process group): how weights are exported from a sharded checkpoint."""
+    module = model.trainable_module()
+    loaded = {"model": {n: p.detach().clone() for n, p in module.named_parameters() if p.requires_grad}}
+    with warnings.catch_warnings():  # one process without a process group is the intent here
+        warnings.filterwarnings("ignore", message="torch.distributed is disabled")
+        dcp.load(loaded, checkpoint_id=folder)  # fills the tensors in place; only these keys are read
+    model.load_named_tensors(loaded["model"])

@@ -1,0 +1,353 @@
+"""The Ray backend of the trainer (`trainer.backend=ray`): the same loop, its stages on workers.
+
+`RayWorkers` is what `PPOTrainer` talks to when the backend is ray. It starts (or joins) Ray,
+reserves `trainer.nnodes x trainer.devices_per_node` worker slots, and starts one
+`HybridWorker` per slot, each rank r of a torch.distributed group of N, holding:
+
+- the actor: the model, same seed as one process would use, sharded with `FSDP2Engine`;
+- the reference policy: the actor with LoRA disabled (as in one process);
+- the rollout engine: the family's native engine over a separate, unsharded copy of the model,
+  synced from the sharded actor after every update: only the LoRA tensors when LoRA is on (the
+  fast path), otherwise the full weights gathered from the shards in buckets of
+  `trainer.weight_sync_bucket_mb`. (A copy, rather than un-sharding the actor for generation,
+  keeps the sharded actor untouched between updates; on GPUs the rollout engine is vLLM-Omni
+  with its own weights anyway.)
+
+How a step maps onto ranks (the driver splits batches and gathers them back; the loop only sees
+whole batches):
+
+- rollout: the stage builds its requests as in one process; `RayRolloutEngine`, standing in for
+  the stage's engine, sends rank r the r-th contiguous shard and returns the results in request
+  order. Requests are seeded per sample, so which rank samples a request does not change it.
+- rewards and advantages: on the driver, on the gathered batch.
+- old log-probs: rank r scores the r-th shard of the batch.
+- update: for every mini-batch (the same shuffle as one process), rank r takes the r-th equal
+  share, in whole micro-batches, and scales its loss by 1 / (chunks * its micro-batches per
+  mini-batch). FSDP averages gradients over ranks, so the update equals one process's on the
+  whole mini-batch (validate.py requires mini_batch_size % (workers * micro_batch_size) == 0).
+- checkpoints: each rank writes its shards (torch.distributed.checkpoint) into the checkpoint
+  folder's `sharded/`, which all ranks must see (one machine, or a shared filesystem); the driver
+  adds `trainer_state.pt` (step, RNG) and the LoRA / full export from weights gathered from the
+  shards. `export_sharded_checkpoint` writes that export again from a sharded checkpoint alone.
+
+The driver keeps an unsharded host copy of the model for prompt encoding and exports (weights
+pulled from the workers when a checkpoint or the final export is written). Left out: rewards on
+reward workers, rollout overlapped with scoring (each shard is scored once it is back), and
+separate (non-colocated) actor and rollout pools.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+from collections.abc import Sequence
+from concurrent.futures import Future
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from omni_rl.config.schema import OmniConfig
+from omni_rl.utils.seeding import derive_seed
+from omni_rl.workers import ResourcePool, WorkerFailedError, WorkerGroup
+from omni_rl.workers.worker_group import split_evenly
+
+log = logging.getLogger(__name__)
+
+SHARDED_DIR = "sharded"
+
+__all__ = ["RayRolloutEngine", "RayWorkers", "WorkerFailedError", "export_sharded_checkpoint"]
+
+
+# --- programs: run on every worker as fn(worker, *args) ------------------------------------
+def build_hybrid(worker, cfg: OmniConfig) -> None:
+    """Install the actor (FSDP2), its reference, and the rollout engine on its own model copy."""
+    from omni_rl.engine.fsdp2 import FSDP2Engine
+    from omni_rl.models.factory import build_model
+    from omni_rl.trainer.ppo_trainer import STAGES
+
+    t = cfg.trainer
+    torch.manual_seed(t.seed)  # the same initial weights (and LoRA init) as one process
+    model = build_model(cfg.model, worker.device, tuple(cfg.plugins))
+    train_stage = STAGES[model.family](cfg, model)
+    train_stage.close()  # only its actor is used; sampling happens on the rollout copy
+    engine = FSDP2Engine(model, cfg.optim, t.param_offload, t.optimizer_offload)
+    rollout_model = build_model(cfg.model, worker.device, tuple(cfg.plugins))
+    worker.state.cfg = cfg
+    worker.state.model = model
+    worker.state.engine = engine
+    worker.state.actor = train_stage.actor
+    worker.state.rollout_model = rollout_model
+    worker.state.rollout = STAGES[model.family](cfg, rollout_model)
+    sync_rollout(worker, 0)
+
+
+def sync_rollout(worker, version: int) -> None:
+    """Sharded actor -> rollout copy: LoRA tensors only, or the full weights bucket by bucket."""
+    s = worker.state
+    for bucket in s.engine.trainable_buckets(s.cfg.trainer.weight_sync_bucket_mb << 20):
+        s.rollout_model.load_named_tensors(bucket)
+    s.rollout.engine.sync_weights(s.rollout_model, version)
+
+
+def generate(worker, requests: Sequence[Any], timeout_s: float) -> list[Any]:
+    if not requests:
+        return []
+    return worker.state.rollout.engine.generate(list(requests), timeout_s=timeout_s)
+
+
+def behaviour_policy(worker, batch, lo: int, hi: int) -> dict[str, torch.Tensor]:
+    s = worker.state
+    return s.actor.behaviour_policy(batch.select(range(lo, hi)), s.cfg.trainer.micro_batch_size)
+
+
+def update_shard(worker, batch, step: int) -> dict[str, Any]:
+    """This rank's part of `PPOTrainer.update`: the same epochs, shuffles and mini-batches, the
+    rank's equal share of each mini-batch in micro-batches; returns metric sums and counts."""
+    s = worker.state
+    t, rank, world = s.cfg.trainer, worker.rank, worker.world_size
+    share = t.mini_batch_size // world
+    micro_per_share = share // t.micro_batch_size
+    num_chunks = s.actor.num_chunks(batch)
+    sums: dict[str, float] = {}
+    counts: dict[str, int] = {}
+    maxima: dict[str, float] = {}
+    num_updates = 0
+
+    def record(metrics: dict[str, float]) -> None:
+        for k, v in metrics.items():
+            sums[k] = sums.get(k, 0.0) + v
+            counts[k] = counts.get(k, 0) + 1
+
+    for epoch in range(s.cfg.algo.ppo_epochs):
+        order = torch.randperm(
+            len(batch), generator=torch.Generator().manual_seed(derive_seed(t.seed, "shuffle", step, epoch))
+        )
+        for mb_start in range(0, len(batch), t.mini_batch_size):
+            mine = order[mb_start : mb_start + t.mini_batch_size][rank * share : (rank + 1) * share]
+            for mc_start in range(0, len(mine), t.micro_batch_size):
+                micro = batch.select(mine[mc_start : mc_start + t.micro_batch_size])
+                for j in range(num_chunks):
+                    m = s.engine.forward_backward(
+                        micro, lambda mb, j=j: s.actor.loss(mb, j), loss_scale=1.0 / (num_chunks * micro_per_share)
+                    )
+                    record(m)
+                    dev = m.get("loss/ratio_max_abs_dev", 0.0)
+                    maxima["loss/ratio_max_abs_dev"] = max(maxima.get("loss/ratio_max_abs_dev", 0.0), dev)
+                    if num_updates == 0:
+                        key = "actor/first_minibatch_ratio_max_abs_dev"
+                        maxima[key] = max(maxima.get(key, 0.0), dev)
+            record(s.engine.optimizer_step())
+            num_updates += 1
+    return {"sums": sums, "counts": counts, "maxima": maxima, "num_updates": num_updates}
+
+
+def full_trainable(worker) -> dict[str, torch.Tensor] | None:
+    """The whole trainable tensors (a collective); rank 0 returns them, the others None."""
+    tensors = worker.state.engine.full_trainable_tensors()
+    return tensors if worker.rank == 0 else None
+
+
+def save_shards(worker, folder: str) -> None:
+    worker.state.engine.save_sharded(folder)
+
+
+def load_shards(worker, folder: str) -> None:
+    worker.state.engine.load_sharded(folder)  # the trainer then syncs the rollout copy
+
+
+def close_worker(worker) -> None:
+    worker.state.rollout.close()
+    worker.close()
+
+
+# --- the driver's side --------------------------------------------------------------------
+def connect_ray(cfg: OmniConfig) -> bool:
+    """`ray.init()`: a local Ray by default, `trainer.ray_address` to join a cluster. Returns
+    whether this call started it (then the trainer shuts it down at the end)."""
+    import ray
+
+    if ray.is_initialized():
+        return False
+    t = cfg.trainer
+    if t.ray_address:
+        ray.init(address=t.ray_address, include_dashboard=False, log_to_driver=True)
+    else:
+        # One CPU per worker slot at least, even on a small machine (workers then share cores).
+        world = t.nnodes * t.devices_per_node
+        ray.init(num_cpus=max(os.cpu_count() or 1, world), include_dashboard=False, log_to_driver=True)
+    return True
+
+
+class RayRolloutEngine:
+    """Stands in for a stage's rollout engine on the driver: shards requests over the workers."""
+
+    def __init__(self, workers: RayWorkers, timeout_s: float):
+        self.workers = workers
+        self.timeout_s = timeout_s
+        self.weight_version = 0
+
+    def generate(self, requests: Sequence[Any], timeout_s: float | None = None) -> list[Any]:
+        group = self.workers.group
+        bounds = split_evenly(len(requests), group.world_size)
+        timeout = self.timeout_s if timeout_s is None else timeout_s
+        parts = group.run("rollout", generate, [(list(requests[lo:hi]), timeout) for lo, hi in bounds])
+        return [res for part in parts for res in part]
+
+    # The diffusion stage's interface: submit, then wait (scoring starts once all shards are back).
+    def submit_many(self, requests: Sequence[Any]) -> list[Future]:
+        futures = []
+        for res in self.generate(requests):
+            fut: Future = Future()
+            fut.set_result(res)
+            futures.append(fut)
+        return futures
+
+    def wait(self, requests: Sequence[Any], futures: Sequence[Future], timeout_s: float) -> list[Any]:
+        return [f.result() for f in futures]
+
+    def sync_weights(self, source_model, version: int) -> None:
+        """After an update: every worker's rollout copy takes the actor's new weights."""
+        self.workers.group.run("weight sync", sync_rollout, [(version,)] * self.workers.group.world_size)
+        self.weight_version = version
+
+    def close(self) -> None:
+        pass  # the worker group is closed by RayWorkers
+
+
+class RayWorkers:
+    """The trainer's handle on the worker group: the Ray counterparts of its stage methods."""
+
+    def __init__(self, cfg: OmniConfig):
+        from omni_rl.device import ray_device_resource
+
+        t = cfg.trainer
+        self.cfg = cfg
+        self.started_ray = connect_ray(cfg)
+        try:
+            pool = ResourcePool(t.nnodes, t.devices_per_node, ray_device_resource(t.device))
+            self.group = WorkerGroup(pool, t.device, t.worker_timeout_s)
+            self.group.run("build", build_hybrid, [(cfg,)] * self.group.world_size)
+        except BaseException:
+            self.close()
+            raise
+        self.rollout_engine = RayRolloutEngine(self, cfg.rollout.timeout_s)
+
+    @property
+    def step(self) -> int:
+        return self.group.step
+
+    @step.setter
+    def step(self, value: int) -> None:
+        self.group.step = value
+
+    def behaviour_policy(self, batch) -> dict[str, torch.Tensor]:
+        import ray
+
+        ref = ray.put(batch)
+        bounds = split_evenly(len(batch), self.group.world_size)
+        parts = self.group.run("old log-probs", behaviour_policy, [(ref, lo, hi) for lo, hi in bounds])
+        return {k: torch.cat([p[k] for p in parts]) for k in parts[0]}
+
+    def update(self, batch, step: int) -> dict[str, float]:
+        import ray
+
+        ref = ray.put(batch)
+        parts = self.group.run("update", update_shard, [(ref, step)] * self.group.world_size, step=step)
+        sums: dict[str, float] = {}
+        counts: dict[str, int] = {}
+        maxima: dict[str, float] = {}
+        for p in parts:
+            for k, v in p["sums"].items():
+                sums[k] = sums.get(k, 0.0) + v
+                counts[k] = counts.get(k, 0) + p["counts"][k]
+            for k, v in p["maxima"].items():
+                maxima[k] = max(maxima.get(k, 0.0), v)
+        out = {k: sums[k] / counts[k] for k in sums}
+        out.update(maxima)
+        out["actor/num_updates"] = float(parts[0]["num_updates"])
+        return out
+
+    def pull_weights(self, model) -> None:
+        """The driver's model takes the actor's current weights (for exports)."""
+        tensors = self.group.run("weight gather", full_trainable)[0]
+        model.load_named_tensors(tensors)
+
+    def save(self, output_dir: Path, step: int, model, config_yaml: str, keep_last: int) -> Path:
+        """A checkpoint folder as `checkpoint.save_checkpoint` writes it, with the optimizer and
+        trainable tensors in `sharded/` (one DCP shard per rank) instead of trainer_state.pt."""
+        from omni_rl.trainer.checkpoint import (
+            STATE_FILE,
+            export_folder,
+            list_checkpoints,
+            rng_state,
+        )
+        from omni_rl.utils.atomic import atomic_directory, atomic_torch_save
+
+        target = Path(output_dir) / "checkpoints" / f"step_{step:06d}"
+        with atomic_directory(target) as tmp:
+            (tmp / SHARDED_DIR).mkdir()
+            self.group.run("checkpoint save", save_shards, [(str(tmp / SHARDED_DIR),)] * self.group.world_size)
+            self.pull_weights(model)
+            state = {"step": step, "rng": rng_state(), "sharded": SHARDED_DIR, "world_size": self.group.world_size}
+            atomic_torch_save(state, tmp / STATE_FILE)
+            model.save_trained(str(tmp / export_folder(model)))
+            (tmp / "config.yaml").write_text(config_yaml)
+        if keep_last > 0:
+            for old in list_checkpoints(output_dir)[:-keep_last]:
+                shutil.rmtree(old, ignore_errors=True)
+        return target
+
+    def load(self, state: dict[str, Any], model) -> None:
+        """Resume from a checkpoint `load_checkpoint` returned (any number of ranks: DCP reshards)."""
+        from omni_rl.trainer.checkpoint import CheckpointError
+
+        if "sharded" not in state:
+            raise CheckpointError(
+                f"trainer.resume: {state['folder']} was written by trainer.backend=local (no {SHARDED_DIR}/ folder); "
+                f"resume it with trainer.backend=local"
+            )
+        folder = str(Path(state["folder"]) / state["sharded"])
+        step = int(state["step"])
+        self.group.run("checkpoint load", load_shards, [(folder,)] * self.group.world_size, step=step)
+        self.pull_weights(model)
+
+    def close(self) -> None:
+        import ray
+
+        group = getattr(self, "group", None)
+        if group is not None and not group.closed:
+            try:
+                group.run("close", close_worker)
+            except Exception as err:  # noqa: BLE001  (closing after a failure: kill regardless)
+                log.warning("closing the worker group: %s", err)
+            group.shutdown()
+        if self.started_ray and ray.is_initialized():
+            ray.shutdown()
+
+
+def export_sharded_checkpoint(checkpoint: str, out_folder: str) -> Path:
+    """Write the LoRA (PEFT / diffusers format) or full weights of a sharded checkpoint into
+    `out_folder`, in one process without Ray: the model is built from the checkpoint's
+    config.yaml and its trainable tensors are read from `sharded/`."""
+    from omegaconf import OmegaConf
+
+    from omni_rl.engine.fsdp2 import load_sharded_trainable
+    from omni_rl.models.factory import build_model
+    from omni_rl.trainer.checkpoint import find_checkpoint
+    from omni_rl.utils.atomic import atomic_directory
+
+    folder = find_checkpoint(checkpoint)
+    if not (folder / SHARDED_DIR).is_dir():
+        raise FileNotFoundError(
+            f"{folder}: no {SHARDED_DIR}/ folder; this checkpoint was written by trainer.backend=local and "
+            f"already holds its export in lora/ or model/"
+        )
+    cfg: OmniConfig = OmegaConf.to_object(
+        OmegaConf.merge(OmegaConf.structured(OmniConfig), OmegaConf.load(folder / "config.yaml"))
+    )
+    model = build_model(cfg.model, torch.device("cpu"), tuple(cfg.plugins))
+    load_sharded_trainable(model, str(folder / SHARDED_DIR))
+    with atomic_directory(Path(out_folder)) as tmp:
+        model.save_trained(str(tmp))
+    return Path(out_folder)

@@ -1,0 +1,142 @@
+"""`WorkerGroup`: start N hybrid workers on a resource pool, run programs on them, gather back.
+
+`run(what, step, fn, args_per_rank)` calls `fn(worker, *args)` on every rank with that rank's
+arguments and returns the results in rank order. The driver splits and concatenates batches
+(`split_evenly`); the trainer loop only sees whole batches.
+
+Failure handling: every wait has a deadline (`timeout_s`, trainer.worker_timeout_s). Results are
+collected as they finish, so a dead worker is noticed at once even while its peers are blocked
+in a collective waiting for it. A dead or silent worker becomes `WorkerFailedError` naming its
+rank, node and pid, the program and the step; an exception raised inside a program is re-raised
+as its own type. Either way the whole group is torn down first (the peers' collectives cannot
+complete), so nothing hangs.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from omni_rl.workers.errors import WorkerFailedError
+from omni_rl.workers.hybrid_worker import FAULT_ENV, HybridWorker
+from omni_rl.workers.resource_pool import ResourcePool
+
+log = logging.getLogger(__name__)
+
+# Passed on to the workers' environment (a cluster's workers do not inherit the driver's).
+FORWARDED_ENV = ("OMNI_RL_CACHE", "HF_HOME", "HF_HUB_OFFLINE", FAULT_ENV)
+
+
+def split_evenly(n: int, parts: int) -> list[tuple[int, int]]:
+    """[lo, hi) index ranges of `parts` contiguous shards of n items (sizes differ by <= 1)."""
+    base, extra = divmod(n, parts)
+    bounds, lo = [], 0
+    for r in range(parts):
+        hi = lo + base + (1 if r < extra else 0)
+        bounds.append((lo, hi))
+        lo = hi
+    return bounds
+
+
+class WorkerGroup:
+    def __init__(self, pool: ResourcePool, device_name: str, timeout_s: float, num_threads: int = 1):
+        import ray
+
+        self.pool = pool
+        self.timeout_s = timeout_s
+        self.world_size = pool.world_size
+        self.step = 0
+        self.closed = False
+        self.infos: list[dict[str, Any]] = [{"rank": r, "node": "?", "pid": "?"} for r in range(self.world_size)]
+        env = {k: os.environ[k] for k in FORWARDED_ENV if k in os.environ}
+        pool.reserve(timeout_s)
+        remote_cls = ray.remote(max_restarts=0, max_task_retries=0)(HybridWorker)
+        self.workers = [
+            remote_cls.options(
+                scheduling_strategy=pool.scheduling(r), runtime_env={"env_vars": env} if env else None,
+                name=None, **pool.actor_options(),
+            ).remote(r, self.world_size, device_name, num_threads)
+            for r in range(self.world_size)
+        ]
+        self.infos = self._gather([w.node_info.remote() for w in self.workers], "start")
+        addr, port = self._gather([self.workers[0].master_address.remote()], "start")[0]
+        self._gather([w.init_process_group.remote(addr, port, timeout_s) for w in self.workers], "init_process_group")
+        log.info("worker group up: %s (process group at %s:%d)", self.describe(), addr, port)
+
+    def describe(self) -> str:
+        return ", ".join(f"rank {i['rank']} on {i['node']} pid {i['pid']}" for i in self.infos)
+
+    def run(self, what: str, fn: Callable[..., Any], args_per_rank: Sequence[tuple] | None = None,
+            step: int | None = None) -> list[Any]:
+        """`fn(worker, *args_per_rank[r])` on every rank r (no arguments when None); results by rank."""
+        if self.closed:
+            raise WorkerFailedError(f"the worker group was shut down after an earlier failure; cannot run {what}")
+        args = args_per_rank or [()] * self.world_size
+        if len(args) != self.world_size:
+            raise ValueError(f"{what}: {len(args)} argument sets for {self.world_size} workers; expected one per rank")
+        s = self.step if step is None else step
+        refs = [w.call.remote(s, fn, *a) for w, a in zip(self.workers, args)]
+        return self._gather(refs, what, s)
+
+    def _gather(self, refs: list, what: str, step: int | None = None) -> list[Any]:
+        import ray
+        from ray.exceptions import (
+            ActorDiedError,
+            ActorUnavailableError,
+            RayActorError,
+            RayTaskError,
+        )
+
+        step = self.step if step is None else step
+        index = {ref: r for r, ref in enumerate(refs)}
+        results: dict[int, Any] = {}
+        pending = list(refs)
+        deadline = time.monotonic() + self.timeout_s
+        while pending:
+            left = deadline - time.monotonic()
+            ready, pending = ray.wait(pending, num_returns=1, timeout=max(0.0, left))
+            if not ready:
+                rank = index[pending[0]]
+                self.shutdown()
+                raise WorkerFailedError(
+                    f"worker {self._name(rank)} did not finish {what} at step {step} within "
+                    f"trainer.worker_timeout_s={self.timeout_s:g} s; the run stopped (raise the timeout if the "
+                    f"step is just slow)", rank=rank, step=step,
+                )
+            ref = ready[0]
+            rank = index[ref]
+            try:
+                results[rank] = ray.get(ref)
+            except (RayActorError, ActorDiedError, ActorUnavailableError) as err:
+                self.shutdown()
+                raise WorkerFailedError(
+                    f"worker {self._name(rank)} died during {what} at step {step} "
+                    f"({type(err).__name__}); see its log under the Ray session folder (logs/worker-*)",
+                    rank=rank, step=step,
+                ) from None
+            except RayTaskError as err:
+                self.shutdown()
+                cause = err.as_instanceof_cause()
+                log.error("worker %s failed during %s at step %s: %s", self._name(rank), what, step, err)
+                raise cause from None
+        return [results[r] for r in range(len(refs))]
+
+    def _name(self, rank: int) -> str:
+        i = self.infos[rank] if rank < len(self.infos) else {"node": "?", "pid": "?"}
+        return f"rank {rank} (node {i['node']}, pid {i['pid']})"
+
+    def shutdown(self) -> None:
+        """Kill every worker and release the pool (idempotent)."""
+        if self.closed:
+            return
+        import ray
+
+        self.closed = True
+        for w in self.workers if hasattr(self, "workers") else []:
+            try:
+                ray.kill(w, no_restart=True)
+            except Exception:  # noqa: BLE001  (already dead)
+                pass
+        self.pool.release()

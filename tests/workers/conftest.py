@@ -1,0 +1,18 @@
+"""A local Ray for the worker tests: 2 CPUs, no dashboard, its temp folder short and removed."""
+import shutil
+import tempfile
+
+import pytest
+
+
+@pytest.fixture(scope="module")
+def ray_local():
+    ray = pytest.importorskip("ray")
+    # Ray puts Unix sockets under its temp folder (107-character limit): a short path under /tmp.
+    temp = tempfile.mkdtemp(prefix="ray_")
+    ray.init(num_cpus=2, include_dashboard=False, _temp_dir=temp, log_to_driver=False)
+    try:
+        yield ray
+    finally:
+        ray.shutdown()
+        shutil.rmtree(temp, ignore_errors=True)
