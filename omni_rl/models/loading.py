@@ -47,6 +47,9 @@ def resolve_model_path(path: str, revision: str | None = None) -> str:
 
 
 def build_tiny_model(name: str) -> Path:
+    from omni_rl.plugins import load_plugins
+
+    load_plugins()  # the builders live in the adapter / reward plugins
     builder = TINY_MODELS.get(name)
     target = cache_root() / "tiny" / f"{name}-{TINY_FORMAT_VERSION}"
     if (target / ".complete").exists():

@@ -48,8 +48,8 @@ from typing import Any
 import torch
 
 from omni_rl.config.schema import OmniConfig
-from omni_rl.utils.seeding import derive_seed
 from omni_rl.workers import ResourcePool, WorkerFailedError, WorkerGroup
+from omni_rl.trainer.ppo_update import run_update, summarize
 from omni_rl.workers.worker_group import split_evenly
 
 log = logging.getLogger(__name__)
@@ -102,44 +102,9 @@ def behaviour_policy(worker, batch, lo: int, hi: int) -> dict[str, torch.Tensor]
 
 
 def update_shard(worker, batch, step: int) -> dict[str, Any]:
-    """This rank's part of `PPOTrainer.update`: the same epochs, shuffles and mini-batches, the
-    rank's equal share of each mini-batch in micro-batches; returns metric sums and counts."""
+    """This rank's part of the update (`ppo_update.run_update` with its rank and world size)."""
     s = worker.state
-    t, rank, world = s.cfg.trainer, worker.rank, worker.world_size
-    share = t.mini_batch_size // world
-    micro_per_share = share // t.micro_batch_size
-    num_chunks = s.actor.num_chunks(batch)
-    sums: dict[str, float] = {}
-    counts: dict[str, int] = {}
-    maxima: dict[str, float] = {}
-    num_updates = 0
-
-    def record(metrics: dict[str, float]) -> None:
-        for k, v in metrics.items():
-            sums[k] = sums.get(k, 0.0) + v
-            counts[k] = counts.get(k, 0) + 1
-
-    for epoch in range(s.cfg.algo.ppo_epochs):
-        order = torch.randperm(
-            len(batch), generator=torch.Generator().manual_seed(derive_seed(t.seed, "shuffle", step, epoch))
-        )
-        for mb_start in range(0, len(batch), t.mini_batch_size):
-            mine = order[mb_start : mb_start + t.mini_batch_size][rank * share : (rank + 1) * share]
-            for mc_start in range(0, len(mine), t.micro_batch_size):
-                micro = batch.select(mine[mc_start : mc_start + t.micro_batch_size])
-                for j in range(num_chunks):
-                    m = s.engine.forward_backward(
-                        micro, lambda mb, j=j: s.actor.loss(mb, j), loss_scale=1.0 / (num_chunks * micro_per_share)
-                    )
-                    record(m)
-                    dev = m.get("loss/ratio_max_abs_dev", 0.0)
-                    maxima["loss/ratio_max_abs_dev"] = max(maxima.get("loss/ratio_max_abs_dev", 0.0), dev)
-                    if num_updates == 0:
-                        key = "actor/first_minibatch_ratio_max_abs_dev"
-                        maxima[key] = max(maxima.get(key, 0.0), dev)
-            record(s.engine.optimizer_step())
-            num_updates += 1
-    return {"sums": sums, "counts": counts, "maxima": maxima, "num_updates": num_updates}
+    return run_update(s.engine, s.actor, batch, s.cfg, step, worker.rank, worker.world_size)
 
 
 def full_trainable(worker) -> dict[str, torch.Tensor] | None:
@@ -254,19 +219,7 @@ class RayWorkers:
 
         ref = ray.put(batch)
         parts = self.group.run("update", update_shard, [(ref, step)] * self.group.world_size, step=step)
-        sums: dict[str, float] = {}
-        counts: dict[str, int] = {}
-        maxima: dict[str, float] = {}
-        for p in parts:
-            for k, v in p["sums"].items():
-                sums[k] = sums.get(k, 0.0) + v
-                counts[k] = counts.get(k, 0) + p["counts"][k]
-            for k, v in p["maxima"].items():
-                maxima[k] = max(maxima.get(k, 0.0), v)
-        out = {k: sums[k] / counts[k] for k in sums}
-        out.update(maxima)
-        out["actor/num_updates"] = float(parts[0]["num_updates"])
-        return out
+        return summarize(parts)
 
     def pull_weights(self, model) -> None:
         """The driver's model takes the actor's current weights (for exports)."""

@@ -38,9 +38,9 @@ from omni_rl.trainer.checkpoint import (
     set_rng_state,
 )
 from omni_rl.trainer.diffusion_stage import DiffusionStage
+from omni_rl.trainer.ppo_update import run_update, summarize
 from omni_rl.trainer.text_stage import TextStage
 from omni_rl.utils.atomic import atomic_directory, atomic_write_text
-from omni_rl.utils.seeding import derive_seed
 
 # Each model family brings its rollout engine, batch, actor and validation; the loop is shared.
 STAGES = {"diffusion": DiffusionStage, "autoregressive": TextStage}
@@ -201,47 +201,7 @@ class PPOTrainer:
     def update(self, batch, step: int) -> dict[str, float]:
         if self.workers is not None:
             return self.workers.update(batch, step)  # each rank its share of every mini-batch
-        t = self.cfg.trainer
-        sums: dict[str, float] = {}
-        counts: dict[str, int] = {}
-        maxima: dict[str, float] = {}
-        num_chunks = self.actor.num_chunks(batch)
-        micro_per_mini = t.mini_batch_size // t.micro_batch_size
-        num_updates = 0
-
-        def record(metrics: dict[str, float]) -> None:
-            for k, v in metrics.items():
-                sums[k] = sums.get(k, 0.0) + v
-                counts[k] = counts.get(k, 0) + 1
-
-        for epoch in range(self.cfg.algo.ppo_epochs):
-            order = torch.randperm(
-                len(batch), generator=torch.Generator().manual_seed(derive_seed(t.seed, "shuffle", step, epoch))
-            )
-            for mb_start in range(0, len(batch), t.mini_batch_size):
-                mini = order[mb_start : mb_start + t.mini_batch_size]
-                for mc_start in range(0, len(mini), t.micro_batch_size):
-                    micro = batch.select(mini[mc_start : mc_start + t.micro_batch_size])
-                    for j in range(num_chunks):
-                        # One backward per chunk (a denoising step; a whole response) keeps one
-                        # chunk's graph in memory.
-                        m = self.engine.forward_backward(
-                            micro, lambda mb, j=j: self.actor.loss(mb, j), loss_scale=1.0 / (num_chunks * micro_per_mini)
-                        )
-                        record(m)
-                        dev = m.get("loss/ratio_max_abs_dev", 0.0)
-                        maxima["loss/ratio_max_abs_dev"] = max(maxima.get("loss/ratio_max_abs_dev", 0.0), dev)
-                        if num_updates == 0:
-                            # Before the step's first optimizer update the policy is the behaviour
-                            # policy: with recomputed old log-probs the ratio must be exactly 1.
-                            key = "actor/first_minibatch_ratio_max_abs_dev"
-                            maxima[key] = max(maxima.get(key, 0.0), dev)
-                record(self.engine.optimizer_step())
-                num_updates += 1
-        out = {k: sums[k] / counts[k] for k in sums}
-        out.update(maxima)
-        out["actor/num_updates"] = float(num_updates)
-        return out
+        return summarize([run_update(self.engine, self.actor, batch, self.cfg, step)])
 
     def validate(self, step: int) -> dict[str, float]:
         return self.stage.validate(self.val_items, step, self.rewards, self.output_dir, self.logger)
