@@ -50,10 +50,16 @@ def save_checkpoint(output_dir: Path, step: int, state: dict[str, Any], model, c
         atomic_torch_save({**state, "step": step, "rng": rng_state()}, tmp / STATE_FILE)
         model.save_trained(str(tmp / export_folder(model)))
         (tmp / "config.yaml").write_text(config_yaml)
+    prune_checkpoints(output_dir, keep_last)
+    return target
+
+
+def prune_checkpoints(output_dir: Path, keep_last: int) -> None:
+    """Remove all but the newest `keep_last` checkpoints (0 keeps all); called only after a new
+    checkpoint is in place, so a failed save never costs the previous one."""
     if keep_last > 0:
         for old in list_checkpoints(output_dir)[:-keep_last]:
             shutil.rmtree(old, ignore_errors=True)
-    return target
 
 
 def export_folder(model) -> str:

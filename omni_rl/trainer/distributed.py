@@ -39,7 +39,6 @@ from __future__ import annotations
 
 import logging
 import os
-import shutil
 from collections.abc import Sequence
 from concurrent.futures import Future
 from pathlib import Path
@@ -232,7 +231,7 @@ class RayWorkers:
         from omni_rl.trainer.checkpoint import (
             STATE_FILE,
             export_folder,
-            list_checkpoints,
+            prune_checkpoints,
             rng_state,
         )
         from omni_rl.utils.atomic import atomic_directory, atomic_torch_save
@@ -246,9 +245,7 @@ class RayWorkers:
             atomic_torch_save(state, tmp / STATE_FILE)
             model.save_trained(str(tmp / export_folder(model)))
             (tmp / "config.yaml").write_text(config_yaml)
-        if keep_last > 0:
-            for old in list_checkpoints(output_dir)[:-keep_last]:
-                shutil.rmtree(old, ignore_errors=True)
+        prune_checkpoints(output_dir, keep_last)
         return target
 
     def load(self, state: dict[str, Any], model) -> None:
