@@ -1,7 +1,7 @@
 """Scoring that overlaps rollout: samples are scored in micro-batches as they finish.
 
 A rollout engine finishes samples one by one; `AsyncRewardScorer.submit(sample, prompt,
-metadata)` queues one and returns a future. A worker thread gathers queued samples into batches
+metadata)` queues one and returns a future. Worker threads (one, or one per reward worker on Ray) gather queued samples into batches
 of up to `max_batch_size` (waiting at most `max_wait_ms` for a batch to fill) and scores each
 with the `RewardManager`, so reward models run while the generator is still sampling. `gather`
 waits for a step's futures and rebuilds the step's `RewardOutput` (metrics over all samples).
@@ -41,10 +41,11 @@ def _stack(samples: list[Any]) -> Any:
 
 
 class AsyncRewardScorer:
-    def __init__(self, manager: RewardManager, max_batch_size: int = 32, max_wait_ms: float = 20.0):
-        if max_batch_size < 1 or max_wait_ms < 0:
+    def __init__(self, manager: RewardManager, max_batch_size: int = 32, max_wait_ms: float = 20.0, num_threads: int = 1):
+        if max_batch_size < 1 or max_wait_ms < 0 or num_threads < 1:
             raise ValueError(
-                f"max_batch_size={max_batch_size}, max_wait_ms={max_wait_ms}: expected >= 1 and >= 0"
+                f"max_batch_size={max_batch_size}, max_wait_ms={max_wait_ms}, num_threads={num_threads}: "
+                f"expected >= 1, >= 0 and >= 1"
             )
         self.manager = manager
         self.max_batch_size = max_batch_size
@@ -53,8 +54,12 @@ class AsyncRewardScorer:
         self._queue: list[tuple[Any, str, dict, Future]] = []
         self._cv = threading.Condition()
         self._closed = False
-        self._thread = threading.Thread(target=self._loop, name="omni-rl-rewards", daemon=True)
-        self._thread.start()
+        # Several threads score several micro-batches at once (with reward workers on Ray).
+        self._threads = [
+            threading.Thread(target=self._loop, name=f"omni-rl-rewards-{i}", daemon=True) for i in range(num_threads)
+        ]
+        for thread in self._threads:
+            thread.start()
 
     def submit(self, sample: Any, prompt: str, metadata: dict, future: Optional[Future] = None) -> Future:
         future = future or Future()
@@ -69,7 +74,8 @@ class AsyncRewardScorer:
         with self._cv:
             self._closed = True
             self._cv.notify_all()
-        self._thread.join(timeout=10)
+        for thread in self._threads:
+            thread.join(timeout=10)
 
     def _loop(self) -> None:
         while True:
@@ -94,7 +100,8 @@ class AsyncRewardScorer:
             for *_, fut in batch:
                 fut.set_exception(err)
             return
-        self.batches_scored += 1
+        with self._cv:
+            self.batches_scored += 1
         for i, (*_, fut) in enumerate(batch):
             fut.set_result(
                 SampleReward(

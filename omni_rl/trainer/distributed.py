@@ -38,6 +38,7 @@ separate (non-colocated) actor and rollout pools.
 from __future__ import annotations
 
 import logging
+import math
 import os
 from collections.abc import Sequence
 from concurrent.futures import Future
@@ -137,9 +138,11 @@ def connect_ray(cfg: OmniConfig) -> bool:
     if t.ray_address:
         ray.init(address=t.ray_address, include_dashboard=False, log_to_driver=True)
     else:
-        # One CPU per worker slot at least, even on a small machine (workers then share cores).
-        world = t.nnodes * t.devices_per_node
-        ray.init(num_cpus=max(os.cpu_count() or 1, world), include_dashboard=False, log_to_driver=True)
+        # One CPU per worker slot at least, and the reward workers' CPUs, even on a small machine
+        # (the workers then share cores; an unsatisfiable request would wait forever).
+        world = t.nnodes * t.devices_per_node if t.backend == "ray" else 0
+        rewards = math.ceil(cfg.reward.num_workers * cfg.reward.worker_num_cpus)
+        ray.init(num_cpus=max(os.cpu_count() or 1, world + rewards), include_dashboard=False, log_to_driver=True)
     return True
 
 

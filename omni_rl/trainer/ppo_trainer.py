@@ -61,13 +61,24 @@ class PPOTrainer:
         self.model = build_model(cfg.model, self.device, tuple(cfg.plugins))
         self.stage = STAGES[self.model.family](cfg, self.model)
         self.actor = self.stage.actor
-        self.rewards = RewardManager(
-            [RewardSpec(r.name, r.weight, r.required, dict(r.kwargs)) for r in cfg.reward.rewards],
-            plugins=cfg.plugins,
-        )
         rc = cfg.reward
+        specs = [RewardSpec(r.name, r.weight, r.required, dict(r.kwargs)) for r in rc.rewards]
+        self.owns_ray = False
+        if rc.num_workers > 0:
+            # Reward models in their own Ray actors (and devices), scored several batches at once.
+            from omni_rl.trainer.distributed import connect_ray
+            from omni_rl.workers.reward_worker import RayRewardManager
+
+            self.owns_ray = connect_ray(cfg)
+            self.rewards = RayRewardManager(
+                specs, cfg.plugins, rc.num_workers, rc.timeout_s, rc.worker_num_cpus, rc.worker_num_gpus
+            )
+        else:
+            self.rewards = RewardManager(specs, plugins=cfg.plugins)
         self.reward_scorer = (
-            AsyncRewardScorer(self.rewards, rc.max_batch_size, rc.max_wait_ms) if rc.overlap_rollout else None
+            AsyncRewardScorer(self.rewards, rc.max_batch_size, rc.max_wait_ms, num_threads=max(1, rc.num_workers))
+            if rc.overlap_rollout
+            else None
         )
         self.advantage_fn = get_advantage_estimator(cfg.algo.advantage)
         # backend=ray: old log-probs, updates, rollout and weight sync run on a worker group
@@ -237,6 +248,13 @@ class PPOTrainer:
     def _close_workers(self) -> None:
         if self.workers is not None:
             self.workers.close()
+        close_rewards = getattr(self.rewards, "close", None)  # reward workers on Ray
+        if close_rewards is not None:
+            close_rewards()
+        if self.owns_ray:
+            import ray
+
+            ray.shutdown()
 
     def _finish(self) -> None:
         metrics_file = self.output_dir / "metrics.jsonl"
