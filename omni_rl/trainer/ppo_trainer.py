@@ -1,4 +1,4 @@
-"""The PPO trainer: one on-policy loop, read top to bottom (shared/DESIGN.md, "one step").
+"""The PPO trainer: one on-policy loop, read top to bottom.
 
     prompts  -> rollout (request-batched, fp32 trajectories) -> rewards -> advantages
              -> old log-probs (recomputed, or the rollout's in bypass mode)
