@@ -36,6 +36,7 @@ Built-in latent scorers (the DiNa-LRM idea: score clean latents, no VAE decode):
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import ipaddress
 import json
@@ -46,7 +47,7 @@ import sys
 import threading
 import urllib.parse
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 import torch
 
@@ -176,6 +177,16 @@ def serve_in_thread(
     )
     server.thread.start()
     return server, server.url
+
+
+@contextlib.contextmanager
+def running_server(scorer: ServedScorer, host: str = DEFAULT_HOST, port: int = 0, **kwargs: Any) -> Iterator[tuple[ScoreServer, str]]:
+    """`serve_in_thread` as a context manager: the server stops when the block ends."""
+    server, url = serve_in_thread(scorer, host, port, **kwargs)
+    try:
+        yield server, url
+    finally:
+        server.stop()
 
 
 class _Handler(BaseHTTPRequestHandler):

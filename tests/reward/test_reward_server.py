@@ -1,6 +1,5 @@
 """omni_rl/reward/server.py and http_client.py: the reference server and the retrying client,
 run for real on 127.0.0.1 (ephemeral ports; every server is stopped by its fixture/finally)."""
-import contextlib
 import http.client
 import json
 import socket
@@ -23,20 +22,12 @@ from omni_rl.reward.server import (
     latent_stats,
     load_scorer,
     make_server,
+    running_server,
     serve_in_thread,
     server_from_args,
 )
 
 FAST = {"backoff_s": 0.01}
-
-
-@contextlib.contextmanager
-def running(scorer, **kwargs):
-    server, url = serve_in_thread(scorer, **kwargs)
-    try:
-        yield url
-    finally:
-        server.stop()
 
 
 def _post(url, body, headers=None, path="/score"):
@@ -69,7 +60,7 @@ class Scripted:
 
 @pytest.fixture
 def stats_url():
-    with running(latent_stats()) as url:
+    with running_server(latent_stats()) as (_, url):
         yield url
 
 
@@ -107,7 +98,7 @@ def test_bad_requests_get_the_right_status(stats_url):
 
 
 def test_body_size_limit_is_413():
-    with running(latent_stats(), max_body_bytes=100) as url:
+    with running_server(latent_stats(), max_body_bytes=100) as (_, url):
         status, reply = _post(url, encode_request(torch.zeros(1, 64), ["p"], [{}], kind="latents"))
     assert status == 413 and "at most 100" in reply["error"]
 
@@ -117,7 +108,7 @@ def test_body_size_limit_is_413():
     [([1.0], "returned 1 scores for a batch of 2"), ([1.0, float("nan")], "non-finite score nan at sample index 1")],
 )
 def test_a_bad_scorer_output_is_a_500_not_a_zero(scores, match):
-    with running(lambda tensor, prompts, metadata: scores) as url:
+    with running_server(lambda tensor, prompts, metadata: scores) as (_, url):
         status, reply = _post(url, encode_request(torch.zeros(2, 2), ["p", "q"], [{}, {}], kind="latents"))
     assert status == 500 and match in reply["error"]
 
@@ -132,7 +123,7 @@ def test_a_raising_scorer_is_a_500_and_the_server_keeps_serving():
         return [0.5]
 
     body = encode_request(torch.zeros(1, 2), ["p"], [{}], kind="latents")
-    with running(scorer) as url:
+    with running_server(scorer) as (_, url):
         status, reply = _post(url, body)
         assert status == 500 and reply["error"] == "the scorer raised RuntimeError: CUDA out of memory (pretend)"
         assert _post(url, body) == (200, {"scores": [0.5], "protocol": 1})
@@ -152,7 +143,7 @@ def test_restart_on_the_same_port():
     server, url = serve_in_thread(latent_stats())
     port = server.server_address[1]
     server.stop()
-    with running(latent_stats(), port=port) as url_again:
+    with running_server(latent_stats(), port=port) as (_, url_again):
         assert url_again == url
         assert ScoreClient(url).health()["status"] == "ok"
 
@@ -233,7 +224,7 @@ def test_latent_reward_model_refuses_a_foreign_file(tmp_path):
 def test_503_twice_then_200_succeeds_after_retries_with_growing_backoff():
     scorer = Scripted([503, 503])
     sleeps = []
-    with running(scorer) as url:
+    with running_server(scorer) as (_, url):
         client = ScoreClient(url, retries=3, backoff_s=0.01, sleep=sleeps.append, rand=lambda: 1.0)
         assert client.score(torch.ones(2, 3), ["a", "b"], [{}, {}], kind="latents") == [-3.0, -3.0]
     assert scorer.calls == 3
@@ -243,7 +234,7 @@ def test_503_twice_then_200_succeeds_after_retries_with_growing_backoff():
 @pytest.mark.parametrize("status", [408, 429, 500, 502])
 def test_transient_statuses_are_retried(status):
     scorer = Scripted([status])
-    with running(scorer) as url:
+    with running_server(scorer) as (_, url):
         assert ScoreClient(url, **FAST).score(torch.ones(1, 2), ["a"], [{}], kind="latents") == [-2.0]
     assert scorer.calls == 2
 
@@ -251,7 +242,7 @@ def test_transient_statuses_are_retried(status):
 @pytest.mark.parametrize("status", [400, 404, 422])
 def test_other_4xx_fail_at_once(status):
     scorer = Scripted([status] * 5)
-    with running(scorer) as url:
+    with running_server(scorer) as (_, url):
         client = ScoreClient(url, retries=5, **FAST)
         with pytest.raises(RewardServerError, match=f"refused the request \\(HTTP {status}: scripted {status}\\) after 1 attempt") as info:
             client.score(torch.ones(1, 2), ["a"], [{}], kind="latents")
@@ -260,7 +251,7 @@ def test_other_4xx_fail_at_once(status):
 
 
 def test_retries_exhausted_raise_naming_url_status_and_attempts():
-    with running(Scripted([503] * 10)) as url:
+    with running_server(Scripted([503] * 10)) as (_, url):
         with pytest.raises(RewardServerError) as info:
             ScoreClient(url, retries=2, **FAST).score(torch.ones(1, 2), ["a"], [{}], kind="latents")
     message = str(info.value)
@@ -367,7 +358,7 @@ def test_client_urls_and_option_checks():
 def test_a_registered_image_reward_can_be_served_as_it_is():
     brightness = build_reward("brightness")
     images = torch.randint(0, 256, (3, 5, 7, 3), dtype=torch.uint8)
-    with running(brightness) as url:
+    with running_server(brightness) as (_, url):
         remote = ScoreClient(url).score(images, ["a", "b", "c"], [{}] * 3, kind="images")
     assert remote == brightness(images, ["a", "b", "c"], [{}] * 3)
 
@@ -375,7 +366,7 @@ def test_a_registered_image_reward_can_be_served_as_it_is():
 def test_a_registered_reward_served_by_name_takes_images_only():
     scorer = load_scorer("reward:brightness")
     assert scorer.accepts == "images" and repr(scorer) == "reward:brightness"
-    with running(scorer) as url:
+    with running_server(scorer) as (_, url):
         assert ScoreClient(url).health()["accepts"] == "images"
         status, reply = _post(url, encode_request(torch.zeros(1, 2), ["p"], [{}], kind="latents"))
         assert status == 400 and "takes 'images'" in reply["error"]
@@ -383,6 +374,6 @@ def test_a_registered_reward_served_by_name_takes_images_only():
 
 def test_an_input_error_from_the_scorer_is_a_400():
     # an image reward without `accepts` handed 2-channel images: RewardInputError -> 400, not retried
-    with running(build_reward("brightness")) as url:
+    with running_server(build_reward("brightness")) as (_, url):
         status, reply = _post(url, encode_request(torch.zeros(1, 4, 4, 2, dtype=torch.uint8), ["p"], [{}], kind="images"))
     assert status == 400 and reply["error"].startswith("the scorer refused the batch: images has shape (1, 4, 4, 2)")

@@ -1,5 +1,4 @@
 """rewards/http_scorer.py: images/video scored by the reference server, for real on 127.0.0.1."""
-import contextlib
 
 import numpy as np
 import pytest
@@ -8,18 +7,9 @@ from PIL import Image
 
 from omni_rl.reward import RewardError, RewardInputError, RewardManager, RewardSpec, build_reward
 from omni_rl.reward.http_client import RewardServerError
-from omni_rl.reward.server import HttpStatusError, latent_stats, serve_in_thread
+from omni_rl.reward.server import HttpStatusError, latent_stats, running_server, serve_in_thread
 
 FAST = {"backoff_s": 0.01, "retries": 2}
-
-
-@contextlib.contextmanager
-def running(scorer, port=0):
-    server, url = serve_in_thread(scorer, port=port)
-    try:
-        yield server, url
-    finally:
-        server.stop()
 
 
 def _images(n, size=12, seed=0):
@@ -30,7 +20,7 @@ def test_remote_brightness_equals_local_brightness_for_tensors_and_pil():
     brightness = build_reward("brightness")
     images = _images(3)
     prompts, metadata = ["a", "b", "c"], [{}] * 3
-    with running(brightness) as (_, url):
+    with running_server(brightness) as (_, url):
         reward = build_reward("http_scorer", url=url, **FAST)
         remote = reward(images, prompts, metadata)
         remote_pil = reward([Image.fromarray(a) for a in images.numpy()], prompts, metadata)
@@ -41,7 +31,7 @@ def test_remote_brightness_equals_local_brightness_for_tensors_and_pil():
 def test_batched_and_one_at_a_time_scores_agree():
     contrast = build_reward("contrast")
     images = _images(5)
-    with running(contrast) as (_, url):
+    with running_server(contrast) as (_, url):
         reward = build_reward("http_scorer", url=url, **FAST)
         batched = reward(images, ["p"] * 5, [{}] * 5)
         singles = [reward(images[i : i + 1], ["p"], [{}])[0] for i in range(5)]
@@ -58,7 +48,7 @@ def test_what_the_server_receives_grey_video_and_metadata():
     grey = torch.randint(0, 256, (2, 4, 5, 1), dtype=torch.uint8)
     video = torch.randint(0, 256, (2, 3, 4, 5, 3), dtype=torch.uint8)
     metadata = [{"target": "OPEN", "latent": torch.zeros(4)}, {"fps": np.float32(8.0)}]
-    with running(recorder) as (_, url):
+    with running_server(recorder) as (_, url):
         reward = build_reward("http_scorer", url=url)
         assert reward(grey, ["a", "b"], metadata) == [1.0, 1.0]
         assert reward(video, ["a", "b"], metadata) == [1.0, 1.0]
@@ -70,7 +60,7 @@ def test_what_the_server_receives_grey_video_and_metadata():
 
 def test_bad_images_fail_before_any_request():
     calls = []
-    with running(lambda *args: calls.append(1) or [0.0]) as (_, url):
+    with running_server(lambda *args: calls.append(1) or [0.0]) as (_, url):
         reward = build_reward("http_scorer", url=url)
         with pytest.raises(RewardInputError, match="dtype torch.float32; expected uint8"):
             reward(torch.rand(1, 4, 4, 3), ["a"], [{}])
@@ -91,14 +81,14 @@ def test_503_twice_then_200_succeeds():
         return brightness(tensor, prompts, metadata)
 
     images = _images(2)
-    with running(flaky) as (_, url):
+    with running_server(flaky) as (_, url):
         assert build_reward("http_scorer", url=url, **FAST)(images, ["a", "b"], [{}, {}]) == brightness(images, ["a", "b"], [{}, {}])
     assert answers == []
 
 
 def test_400_fails_at_once():
     # a latent-only server answers an image batch with 400: resending cannot help
-    with running(latent_stats()) as (_, url):
+    with running_server(latent_stats()) as (_, url):
         with pytest.raises(RewardServerError, match=r"HTTP 400: this server's scorer takes 'latents'.*after 1 attempt") as info:
             build_reward("http_scorer", url=url, retries=5, backoff_s=0.01)(_images(1), ["a"], [{}])
     assert info.value.attempts == 1
@@ -115,12 +105,12 @@ def test_server_killed_mid_run_fails_the_step_then_recovers_on_the_same_port():
         server.stop()
     with pytest.raises(RewardError, match=rf"reward 'http_scorer' raised RewardServerError: reward server {url}/score failed after 2 attempt"):
         manager.score(images, prompts)
-    with running(build_reward("saturation"), port=port):
+    with running_server(build_reward("saturation"), port=port):
         assert torch.equal(manager.score(images, prompts).total, first.total)
 
 
 def test_non_finite_scores_from_the_scorer_never_become_rewards():
-    with running(lambda tensor, prompts, metadata: [float("nan")] * len(prompts)) as (_, url):
+    with running_server(lambda tensor, prompts, metadata: [float("nan")] * len(prompts)) as (_, url):
         manager = RewardManager([RewardSpec("http_scorer", kwargs={"url": url, "retries": 0})])
         with pytest.raises(RewardError, match="HTTP 500: .*non-finite score nan at sample index 0"):
             manager.score(_images(1), ["a"])

@@ -1,5 +1,4 @@
 """rewards/latent_http.py: clean latents scored by the reference server, for real on 127.0.0.1."""
-import contextlib
 import threading
 import time
 
@@ -9,18 +8,9 @@ import torch
 
 from omni_rl.reward import RewardConfigError, RewardError, RewardInputError, RewardManager, RewardSpec, build_reward
 from omni_rl.reward.http_client import RewardServerError
-from omni_rl.reward.server import HttpStatusError, latent_reward_model, latent_stats, serve_in_thread
+from omni_rl.reward.server import HttpStatusError, latent_reward_model, latent_stats, running_server, serve_in_thread
 
 FAST = {"backoff_s": 0.01, "retries": 2}
-
-
-@contextlib.contextmanager
-def running(scorer, port=0):
-    server, url = serve_in_thread(scorer, port=port)
-    try:
-        yield server, url
-    finally:
-        server.stop()
 
 
 def _images(n, size=8):
@@ -33,7 +23,7 @@ def _with_latents(latents, **extra):
 
 def test_float_samples_are_the_latents():
     latents = torch.randn(3, 4, 6, 6)
-    with running(latent_stats()) as (_, url):
+    with running_server(latent_stats()) as (_, url):
         scores = build_reward("latent_http", url=url, **FAST)(latents, ["a", "b", "c"], [{}] * 3)
     assert scores == latent_stats()(latents, [], [])
     assert all(isinstance(s, float) for s in scores)
@@ -41,7 +31,7 @@ def test_float_samples_are_the_latents():
 
 def test_metadata_latents_through_a_manager_match_local_scores():
     latents = torch.randn(4, 4, 8, 8, dtype=torch.bfloat16)  # upcast to float32 on the way
-    with running(latent_stats()) as (_, url):
+    with running_server(latent_stats()) as (_, url):
         manager = RewardManager([RewardSpec("latent_http", kwargs={"url": url, **FAST})])
         out = manager.score(_images(4), ["p"] * 4, _with_latents(latents))
     expected = latent_stats()(latents.float(), [], [])
@@ -58,7 +48,7 @@ def test_what_the_server_receives():
 
     latents = np.random.default_rng(0).standard_normal((2, 3, 4)).astype(np.float16)
     metadata = [{"latent": latents[0], "target": "OPEN", "step": np.int64(7)}, {"latent": latents[1]}]
-    with running(recorder) as (_, url):
+    with running_server(recorder) as (_, url):
         build_reward("latent_http", url=url)(_images(2), ["a", "b"], metadata)
     assert seen["tensor"].dtype == torch.float32 and seen["tensor"].shape == (2, 3, 4)
     assert torch.equal(seen["tensor"], torch.from_numpy(latents.astype(np.float32)))
@@ -68,7 +58,7 @@ def test_what_the_server_receives():
 
 def test_batched_and_one_at_a_time_scores_agree():
     latents = torch.randn(6, 4, 16, 16)
-    with running(latent_reward_model(in_channels=4, hidden=16, seed=0)) as (_, url):
+    with running_server(latent_reward_model(in_channels=4, hidden=16, seed=0)) as (_, url):
         reward = build_reward("latent_http", url=url, **FAST)
         batched = reward(latents, ["p"] * 6, [{}] * 6)
         singles = [reward(latents[i : i + 1], ["p"], [{}])[0] for i in range(6)]
@@ -77,7 +67,7 @@ def test_batched_and_one_at_a_time_scores_agree():
 
 def test_missing_or_mismatched_latents_fail_before_any_request():
     calls = []
-    with running(lambda *args: calls.append(1) or [0.0]) as (_, url):
+    with running_server(lambda *args: calls.append(1) or [0.0]) as (_, url):
         reward = build_reward("latent_http", url=url)
         with pytest.raises(RewardInputError, match=r"metadata\[i\]\['latent'\] is missing for sample\(s\) 1 of 2"):
             reward(_images(2), ["a", "b"], [{"latent": torch.zeros(4)}, {}])
@@ -110,14 +100,14 @@ def test_server_killed_mid_run_fails_the_step_then_recovers_on_the_same_port():
     assert f"{url}/score failed after 2 attempt(s): connection error" in message
     assert isinstance(info.value.__cause__, RewardServerError)
 
-    with running(latent_stats(), port=port) as (_, url_again):
+    with running_server(latent_stats(), port=port) as (_, url_again):
         assert url_again == url
         again = manager.score(images, prompts, metadata)
     assert torch.equal(again.total, first.total)
 
 
 def test_an_optional_remote_reward_that_is_down_is_left_out_not_zeroed():
-    with running(latent_stats()) as (server, url):
+    with running_server(latent_stats()) as (server, url):
         pass  # stopped: nothing listens on url any more
     manager = RewardManager([
         RewardSpec("brightness", weight=1.0),
@@ -140,7 +130,7 @@ def test_503_twice_then_200_succeeds():
         return latent_stats()(tensor, prompts, metadata)
 
     latents = torch.randn(2, 3)
-    with running(flaky) as (_, url):
+    with running_server(flaky) as (_, url):
         assert build_reward("latent_http", url=url, **FAST)(latents, ["a", "b"], [{}, {}]) == latent_stats()(latents, [], [])
     assert answers == []
 
@@ -152,7 +142,7 @@ def test_400_fails_at_once():
         calls.append(1)
         raise HttpStatusError(400, "prompt has no quoted target")
 
-    with running(refuses) as (_, url):
+    with running_server(refuses) as (_, url):
         with pytest.raises(RewardServerError, match=r"refused the request \(HTTP 400: prompt has no quoted target\) after 1 attempt"):
             build_reward("latent_http", url=url, retries=5, backoff_s=0.01)(torch.zeros(1, 2), ["a"], [{}])
     assert calls == [1]
