@@ -70,18 +70,18 @@ class DiffusionStage:
     def _hand_over(self, score, request: DiffusionRequest, metadata: dict, reward_future: Future):
         def done(fut: Future) -> None:
             if fut.exception() is None:  # a failed sample fails the rollout itself, not here
-                score(fut.result().image, request.prompt, self.reward_metadata(fut.result(), metadata), reward_future)
+                score(fut.result().image, request.prompt, self.reward_metadata(fut.result().final_latent, metadata), reward_future)
 
         return done
 
     @staticmethod
-    def reward_metadata(result, metadata: dict) -> dict:
+    def reward_metadata(latent: torch.Tensor, metadata: dict) -> dict:
         """What rewards see besides the image: the prompt's metadata and the clean latent
         (for latent reward models, which skip the VAE decode)."""
-        return {**metadata, "latent": result.final_latent}
+        return {**metadata, "latent": latent}
 
     def reward_inputs(self, batch: DiffusionBatch):
-        metadata = [{**m, "latent": batch.final_latents[i]} for i, m in enumerate(batch.metadata)]
+        metadata = [self.reward_metadata(batch.final_latents[i], m) for i, m in enumerate(batch.metadata)]
         return batch.images, batch.prompts, metadata
 
     def rollout_metrics(self, batch: DiffusionBatch) -> dict[str, float]:

@@ -7,6 +7,7 @@ rewards to `samples/val_step_NNNNNN.jsonl`.
 """
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import torch
@@ -91,8 +92,6 @@ class TextStage:
         results = self.engine.generate(requests)
         texts = [r.text for r in results]
         reward = rewards.score(texts, [i.prompt for i in shown], [i.metadata for i in shown])
-        import json
-
         lines = [
             json.dumps({"prompt": i.prompt, "response": text, "reward": score}, ensure_ascii=False)
             for i, text, score in zip(shown, texts, reward.total.tolist())
