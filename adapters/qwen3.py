@@ -34,7 +34,7 @@ class CausalLMAdapter(AutoregressiveModelBase):
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         super().__init__(cfg, path, device)
-        self.model = AutoModelForCausalLM.from_pretrained(path, dtype=self.dtype).to(device)
+        self.model = self.load_pretrained(AutoModelForCausalLM).to(device)
         self.tokenizer = AutoTokenizer.from_pretrained(path)
         if self.tokenizer.chat_template is None:
             raise ValueError(

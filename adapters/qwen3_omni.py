@@ -117,7 +117,7 @@ class Qwen3OmniThinkerAdapter(AutoregressiveModelBase):
         from transformers import AutoProcessor, Qwen3OmniMoeForConditionalGeneration
 
         super().__init__(cfg, path, device)
-        self._full = Qwen3OmniMoeForConditionalGeneration.from_pretrained(path, dtype=self.dtype)
+        self._full = self.load_pretrained(Qwen3OmniMoeForConditionalGeneration)
         self.processor = AutoProcessor.from_pretrained(path)
         self.tokenizer = self.processor.tokenizer
         if getattr(self.processor, "chat_template", None) is None:

@@ -39,7 +39,7 @@ class StableDiffusion3Adapter(DiffusionModelBase):
         root = Path(path)
 
         def load(cls, sub):
-            return cls.from_pretrained(path, subfolder=sub, torch_dtype=self.dtype).to(device)
+            return self.load_pretrained(cls, sub).to(device)
 
         self.transformer = load(SD3Transformer2DModel, "transformer")
         self.vae = load(AutoencoderKL, "vae")

@@ -34,6 +34,12 @@ def pick_device(name: str = "auto") -> torch.device:
     return torch.device(name)
 
 
+def weightless_device() -> torch.device:
+    """Where a model is described but not stored: the meta device (names, shapes, dtypes; no
+    memory). The Ray driver builds its view of the model there; the workers hold the weights."""
+    return torch.device("meta")
+
+
 def synchronize(device: torch.device) -> None:
     """Wait for queued kernels (for honest timings)."""
     if device.type == "cuda":

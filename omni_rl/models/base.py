@@ -24,7 +24,10 @@ _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torc
 
 
 class OmniModelBase(ABC):
-    """Base of all adapters. Subclasses load their weights in `__init__` from `self.path`."""
+    """Base of all adapters. Subclasses load their weights in `__init__` from `self.path`, each
+    network through `self.load_pretrained(cls, subfolder)`: an adapter built on the meta device
+    (`weightless`) then reads configs, tokenizers and processors but no weights, which is all
+    the Ray driver needs (prompts, shapes, names) while the workers hold the weights."""
 
     family: ClassVar[str] = ""
     # LoRA target module names used when `model.lora.target_modules` is null.
@@ -35,6 +38,18 @@ class OmniModelBase(ABC):
         self.path = path
         self.device = device
         self.dtype = _DTYPES[cfg.dtype]
+
+    @property
+    def weightless(self) -> bool:
+        """Built on the meta device: the architecture without weights (see `load_pretrained`)."""
+        return self.device.type == "meta"
+
+    def load_pretrained(self, cls, subfolder: str | None = None) -> nn.Module:
+        """`cls.from_pretrained(self.path, subfolder)` in the adapter's dtype (on the host), or
+        a meta-device skeleton from its config alone when the adapter is weightless."""
+        from omni_rl.models.pretrained import load_pretrained
+
+        return load_pretrained(cls, self.path, self.dtype, subfolder, weights=not self.weightless)
 
     # --- what trains -------------------------------------------------------------------
     @abstractmethod

@@ -26,14 +26,15 @@ whole batches):
   mini-batch). FSDP averages gradients over ranks, so the update equals one process's on the
   whole mini-batch (validate.py requires mini_batch_size % (workers * micro_batch_size) == 0).
 - checkpoints: each rank writes its shards (torch.distributed.checkpoint) into the checkpoint
-  folder's `sharded/`, which all ranks must see (one machine, or a shared filesystem); the driver
-  adds `trainer_state.pt` (step, RNG) and the LoRA / full export from weights gathered from the
-  shards. `export_sharded_checkpoint` writes that export again from a sharded checkpoint alone.
+  folder's `sharded/`, which all ranks must see (one machine, or a shared filesystem); rank 0
+  writes the LoRA / full export from its rollout copy (synced with the actor after every update,
+  so it holds the trained weights), and the driver adds `trainer_state.pt` (step, RNG).
+  `export_sharded_checkpoint` writes that export again from a sharded checkpoint alone.
 
-The driver keeps an unsharded host copy of the model for prompt encoding and exports (weights
-pulled from the workers when a checkpoint or the final export is written). Left out: rewards on
-reward workers, rollout overlapped with scoring (each shard is scored once it is back), and
-separate (non-colocated) actor and rollout pools.
+The driver holds no weights: its model is built on the meta device (`weightless_device`), with
+the tokenizer, processor and config it needs to build requests (text prompts are tokenised
+there) and nothing else; the final export is written by rank 0 too. Left out: separate
+(non-colocated) actor and rollout pools.
 """
 from __future__ import annotations
 
@@ -107,10 +108,11 @@ def update_shard(worker, batch, step: int) -> dict[str, Any]:
     return run_update(s.engine, s.actor, batch, s.cfg, step, worker.rank, worker.world_size)
 
 
-def full_trainable(worker) -> dict[str, torch.Tensor] | None:
-    """The whole trainable tensors (a collective); rank 0 returns them, the others None."""
-    tensors = worker.state.engine.full_trainable_tensors()
-    return tensors if worker.rank == 0 else None
+def export_trained(worker, folder: str) -> None:
+    """Rank 0 writes the trained weights (LoRA or full, in the model library's format) from its
+    rollout copy, which every update syncs from the sharded actor."""
+    if worker.rank == 0:
+        worker.state.rollout_model.save_trained(folder)
 
 
 def save_shards(worker, folder: str) -> None:
@@ -223,14 +225,14 @@ class RayWorkers:
         parts = self.group.run("update", update_shard, [(ref, step)] * self.group.world_size, step=step)
         return summarize(parts)
 
-    def pull_weights(self, model) -> None:
-        """The driver's model takes the actor's current weights (for exports)."""
-        tensors = self.group.run("weight gather", full_trainable)[0]
-        model.load_named_tensors(tensors)
+    def export(self, folder: Path) -> None:
+        """The trained weights into `folder` (written by rank 0; see `export_trained`)."""
+        self.group.run("export", export_trained, [(str(folder),)] * self.group.world_size)
 
     def save(self, output_dir: Path, step: int, model, config_yaml: str, keep_last: int) -> Path:
         """A checkpoint folder as `checkpoint.save_checkpoint` writes it, with the optimizer and
-        trainable tensors in `sharded/` (one DCP shard per rank) instead of trainer_state.pt."""
+        trainable tensors in `sharded/` (one DCP shard per rank) instead of trainer_state.pt.
+        `model` (the driver's weightless view) only names the export's folder."""
         from omni_rl.trainer.checkpoint import (
             STATE_FILE,
             export_folder,
@@ -243,16 +245,16 @@ class RayWorkers:
         with atomic_directory(target) as tmp:
             (tmp / SHARDED_DIR).mkdir()
             self.group.run("checkpoint save", save_shards, [(str(tmp / SHARDED_DIR),)] * self.group.world_size)
-            self.pull_weights(model)
+            self.export(tmp / export_folder(model))
             state = {"step": step, "rng": rng_state(), "sharded": SHARDED_DIR, "world_size": self.group.world_size}
             atomic_torch_save(state, tmp / STATE_FILE)
-            model.save_trained(str(tmp / export_folder(model)))
             (tmp / "config.yaml").write_text(config_yaml)
         prune_checkpoints(output_dir, keep_last)
         return target
 
-    def load(self, state: dict[str, Any], model) -> None:
-        """Resume from a checkpoint `load_checkpoint` returned (any number of ranks: DCP reshards)."""
+    def load(self, state: dict[str, Any]) -> None:
+        """Resume from a checkpoint `load_checkpoint` returned (any number of ranks: DCP reshards);
+        the trainer then syncs the rollout copies."""
         from omni_rl.trainer.checkpoint import CheckpointError
 
         if "sharded" not in state:
@@ -263,7 +265,6 @@ class RayWorkers:
         folder = str(Path(state["folder"]) / state["sharded"])
         step = int(state["step"])
         self.group.run("checkpoint load", load_shards, [(folder,)] * self.group.world_size, step=step)
-        self.pull_weights(model)
 
     def close(self) -> None:
         import ray

@@ -24,7 +24,7 @@ from omni_rl.algos.advantages import AdvantageInput, get_advantage_estimator
 from omni_rl.config.loader import to_yaml
 from omni_rl.config.schema import OmniConfig
 from omni_rl.data.prompts import PromptSampler, load_prompt_items
-from omni_rl.device import pick_device
+from omni_rl.device import pick_device, weightless_device
 from omni_rl.engine.local import LocalEngine
 from omni_rl.logging import MetricLogger, ProgressBar, build_sinks, plot_reward_curve
 from omni_rl.models.factory import build_model
@@ -55,8 +55,9 @@ class PPOTrainer:
         self.output_dir = Path(t.output_dir)
         self.output_dir.mkdir(parents=True, exist_ok=True)
         torch.manual_seed(t.seed)
-        # With Ray the workers hold the devices; the driver's copy (prompts, exports) stays on the host.
-        self.device = pick_device(t.device) if t.backend == "local" else torch.device("cpu")
+        # With Ray the workers hold the weights; the driver's model is a weightless view on the
+        # meta device (tokenizer, processor, shapes: what building requests needs).
+        self.device = pick_device(t.device) if t.backend == "local" else weightless_device()
 
         self.model = build_model(cfg.model, self.device, tuple(cfg.plugins))
         self.stage = STAGES[self.model.family](cfg, self.model)
@@ -135,6 +136,7 @@ class PPOTrainer:
                 bar.update(step, metrics)
                 if (t.save_every and step % t.save_every == 0) or step == t.total_steps:
                     self.save(step)
+            self.export(self.output_dir / export_folder(self.model))
         finally:
             bar.close()
             self.logger.close()
@@ -142,7 +144,7 @@ class PPOTrainer:
             if self.reward_scorer is not None:
                 self.reward_scorer.close()
             self._close_workers()
-        self._finish()
+        self._plot_rewards()
         return metrics
 
     def train_step(self, step: int) -> dict[str, float]:
@@ -231,7 +233,7 @@ class PPOTrainer:
     def _resume(self, path: str) -> None:
         state = load_checkpoint(path)
         if self.workers is not None:
-            self.workers.load(state, self.model)
+            self.workers.load(state)
         elif "sharded" in state:
             raise CheckpointError(
                 f"trainer.resume={path!r}: {state['folder']} holds a sharded checkpoint (trainer.backend=ray); "
@@ -256,15 +258,22 @@ class PPOTrainer:
 
             ray.shutdown()
 
-    def _finish(self) -> None:
+    def export(self, folder: Path) -> None:
+        """The trained weights (LoRA or full) into `folder`, atomically: from this process's
+        model, or with Ray from rank 0's synced rollout copy (the driver holds no weights)."""
+        with atomic_directory(folder) as tmp:
+            if self.workers is not None:
+                self.workers.export(tmp)
+            else:
+                self.model.save_trained(str(tmp))
+
+    def _plot_rewards(self) -> None:
         metrics_file = self.output_dir / "metrics.jsonl"
         if metrics_file.is_file():
             try:
                 plot_reward_curve(metrics_file, self.output_dir / "reward_curve.png")
             except ValueError as err:  # too few points for a curve is not a failure of the run
                 log.warning("no reward curve: %s", err)
-        with atomic_directory(self.output_dir / export_folder(self.model)) as tmp:
-            self.model.save_trained(str(tmp))
 
 
 def run(cfg: OmniConfig) -> dict[str, float]:

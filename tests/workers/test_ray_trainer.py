@@ -1,7 +1,8 @@
 """The tiny Qwen3 recipe on 2 Ray workers (FSDP2 over gloo) against one process.
 
 Same global batch, same seeds: the losses and the final weights agree to 1e-5; a sharded
-checkpoint resumes on 2 workers to the weights of the uninterrupted run and exports LoRA weights.
+checkpoint resumes on 2 workers to the weights of the uninterrupted run and exports LoRA weights;
+the driver holds no weights (its model is a meta-device view).
 """
 import json
 
@@ -83,7 +84,11 @@ def test_diffusion_on_two_workers_exports_diffusers_lora(tmp_path, ray_local):
            "trainer.total_steps=2", "trainer.save_every=2", "trainer.prompts_per_step=2", "trainer.samples_per_prompt=4",
            "trainer.mini_batch_size=8", "trainer.micro_batch_size=4", *RAY]
     out = tmp_path / "sd3"
-    PPOTrainer(load_config([*sd3, f"trainer.output_dir={out}"])).fit()
+    trainer = PPOTrainer(load_config([*sd3, f"trainer.output_dir={out}"]))
+    # The driver holds no weights: its model is a meta-device view; rank 0 writes the exports.
+    driver_modules = [trainer.model.trainable_module(), *trainer.model.frozen_modules()]
+    assert all(p.is_meta for m in driver_modules for p in m.parameters())
+    trainer.fit()
     records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert all(r["actor/first_minibatch_ratio_max_abs_dev"] <= 1e-6 for r in records)
     exported = export_sharded_checkpoint(str(out / "checkpoints" / "step_000002"), str(tmp_path / "export"))

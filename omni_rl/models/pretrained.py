@@ -1,0 +1,56 @@
+"""`load_pretrained`: one module of a checkpoint, with its weights or as a weightless skeleton.
+
+Adapters load every network through this function (via `OmniModelBase.load_pretrained`):
+
+- with weights: `cls.from_pretrained(path, subfolder=...)` in the adapter's dtype, on the host;
+  the adapter moves it to its device;
+- without (`weights=False`): only the module's config is read and the module is built on the
+  meta device: the checkpoint's architecture, parameter names, shapes and dtypes, and no memory.
+  This is how the Ray driver holds a model (`omni_rl.device.weightless_device`): it needs the
+  tokenizer, the processor and the shapes to build requests, while the weights live on the
+  workers.
+
+Both libraries are supported: diffusers models (`ConfigMixin.load_config` + `from_config`) and
+transformers models (`AutoConfig` + `from_config` for the Auto classes, the constructor for a
+concrete model class). `from_pretrained` itself cannot build on the meta device (transformers
+refuses a meta-device context, on purpose: it wants to load weights).
+"""
+from __future__ import annotations
+
+from typing import Any, Optional
+
+import torch
+from torch import nn
+
+
+def is_diffusers_class(cls: type) -> bool:
+    """diffusers' models carry ConfigMixin's `load_config`; transformers' do not."""
+    return hasattr(cls, "load_config")
+
+
+def load_pretrained(
+    cls: Any, path: str, dtype: torch.dtype, subfolder: Optional[str] = None, weights: bool = True
+) -> nn.Module:
+    """The module of class `cls` stored at `path` (in `subfolder`), in `dtype`; on the meta device
+    and without reading any weight file when `weights` is false."""
+    diffusers = is_diffusers_class(cls)
+    where = {"subfolder": subfolder} if subfolder else {}
+    if weights:
+        dtype_kw = {"torch_dtype": dtype} if diffusers else {"dtype": dtype}
+        return cls.from_pretrained(path, **where, **dtype_kw)
+    if diffusers:
+        config = cls.load_config(path, **where)
+    else:
+        from transformers import AutoConfig
+
+        config = AutoConfig.from_pretrained(path, **where)
+    # diffusers builds in the default dtype (casting afterwards makes it warn about fp32 modules);
+    # transformers builds in the config's dtype, so its skeleton is cast (free on the meta device).
+    default = torch.get_default_dtype()
+    torch.set_default_dtype(dtype)
+    try:
+        with torch.device("meta"):
+            module = cls.from_config(config) if hasattr(cls, "from_config") else cls(config)
+    finally:
+        torch.set_default_dtype(default)
+    return module if diffusers else module.to(dtype)
