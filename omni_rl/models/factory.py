@@ -13,5 +13,5 @@ from omni_rl.plugins import load_plugins
 def build_model(cfg: ModelConfig, device: torch.device, plugins: tuple[str, ...] = ()) -> OmniModelBase:
     load_plugins(plugins)
     adapter_cls = ADAPTERS.get(adapter_key(cfg.adapter, cfg.stage))
-    path = resolve_model_path(cfg.path, cfg.revision)
+    path = resolve_model_path(cfg.path, cfg.revision, weights=device.type != "meta")  # meta: a weightless view
     return adapter_cls(cfg, path, device)

@@ -17,9 +17,12 @@ How a step maps onto ranks (the driver splits batches and gathers them back; the
 whole batches):
 
 - rollout: the stage builds its requests as in one process; `RayRolloutEngine`, standing in for
-  the stage's engine, sends rank r the r-th contiguous shard and returns the results in request
-  order. Requests are seeded per sample, so which rank samples a request does not change it.
-- rewards and advantages: on the driver, on the gathered batch.
+  the stage's engine, sends rank r the r-th contiguous shard in chunks of one engine batch and
+  returns the results in request order. Requests are seeded per sample, so which rank samples a
+  request does not change it.
+- rewards and advantages: on the driver (or reward workers); a finished chunk's samples go to
+  the reward scorer while the workers sample the next chunks (diffusion; the text stage scores
+  after its rollout, as in one process).
 - old log-probs: rank r scores the r-th shard of the batch.
 - update: for every mini-batch (the same shuffle as one process), rank r takes the r-th equal
   share, in whole micro-batches, and scales its loss by 1 / (chunks * its micro-batches per
@@ -149,31 +152,62 @@ def connect_ray(cfg: OmniConfig) -> bool:
 
 
 class RayRolloutEngine:
-    """Stands in for a stage's rollout engine on the driver: shards requests over the workers."""
+    """Stands in for a stage's rollout engine on the driver: shards requests over the workers.
 
-    def __init__(self, workers: RayWorkers, timeout_s: float):
+    Rank r gets the r-th contiguous shard of the requests, sent as calls of at most
+    `chunk_size` requests (one engine batch, `rollout.max_num_seqs`) that it runs one after
+    another; each chunk's futures are completed the moment it is back, so the reward scorer
+    works on finished samples while the workers sample the rest. Which rank or chunk samples a
+    request does not change it (requests are seeded per sample)."""
+
+    def __init__(self, workers: RayWorkers, timeout_s: float, chunk_size: int):
+        if chunk_size < 1:
+            raise ValueError(f"chunk_size={chunk_size}: expected >= 1 requests per call")
         self.workers = workers
         self.timeout_s = timeout_s
+        self.chunk_size = chunk_size
         self.weight_version = 0
+        self._inflight: tuple[list[Future], list, list[tuple[int, int]], list[int]] | None = None
 
-    def generate(self, requests: Sequence[Any], timeout_s: float | None = None) -> list[Any]:
-        group = self.workers.group
-        bounds = split_evenly(len(requests), group.world_size)
-        timeout = self.timeout_s if timeout_s is None else timeout_s
-        parts = group.run("rollout", generate, [(list(requests[lo:hi]), timeout) for lo, hi in bounds])
-        return [res for part in parts for res in part]
-
-    # The diffusion stage's interface: submit, then wait (scoring starts once all shards are back).
     def submit_many(self, requests: Sequence[Any]) -> list[Future]:
-        futures = []
-        for res in self.generate(requests):
-            fut: Future = Future()
-            fut.set_result(res)
-            futures.append(fut)
+        """Send every chunk to its rank now; the futures complete in `wait`."""
+        if self._inflight is not None:
+            raise RuntimeError("RayRolloutEngine: a submission is still in flight; wait for it first")
+        group = self.workers.group
+        calls, spans = [], []
+        for rank, (lo, hi) in enumerate(split_evenly(len(requests), group.world_size)):
+            for a in range(lo, hi, self.chunk_size):
+                b = min(a + self.chunk_size, hi)
+                calls.append((rank, (list(requests[a:b]), self.timeout_s)))
+                spans.append((a, b))
+        futures: list[Future] = [Future() for _ in requests]
+        refs = group.submit("rollout", generate, calls)
+        self._inflight = (futures, refs, spans, [rank for rank, _ in calls])
         return futures
 
     def wait(self, requests: Sequence[Any], futures: Sequence[Future], timeout_s: float) -> list[Any]:
+        """Complete `futures` chunk by chunk as the workers return them (their callbacks run
+        here, on the driver's thread); a failed worker fails every future still pending."""
+        if self._inflight is None or self._inflight[0] is not futures:
+            raise RuntimeError("RayRolloutEngine.wait: these futures are not the submission in flight")
+        _, refs, spans, ranks = self._inflight
+        self._inflight = None
+        try:
+            for i, results in self.workers.group.as_completed(refs, "rollout", ranks=ranks):
+                a, b = spans[i]
+                for fut, res in zip(futures[a:b], results):
+                    fut.set_result(res)
+        except BaseException as err:
+            for fut in futures:
+                if not fut.done():
+                    fut.set_exception(err)
+            raise
         return [f.result() for f in futures]
+
+    def generate(self, requests: Sequence[Any], timeout_s: float | None = None) -> list[Any]:
+        if not requests:
+            return []
+        return self.wait(requests, self.submit_many(requests), self.timeout_s if timeout_s is None else timeout_s)
 
     def sync_weights(self, source_model, version: int) -> None:
         """After an update: every worker's rollout copy takes the actor's new weights."""
@@ -200,7 +234,7 @@ class RayWorkers:
         except BaseException:
             self.close()
             raise
-        self.rollout_engine = RayRolloutEngine(self, cfg.rollout.timeout_s)
+        self.rollout_engine = RayRolloutEngine(self, cfg.rollout.timeout_s, cfg.rollout.max_num_seqs)
 
     @property
     def step(self) -> int:

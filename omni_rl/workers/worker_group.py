@@ -1,8 +1,10 @@
 """`WorkerGroup`: start N hybrid workers on a resource pool, run programs on them, gather back.
 
-`run(what, step, fn, args_per_rank)` calls `fn(worker, *args)` on every rank with that rank's
+`run(what, fn, args_per_rank)` calls `fn(worker, *args)` on every rank with that rank's
 arguments and returns the results in rank order. The driver splits and concatenates batches
-(`split_evenly`); the trainer loop only sees whole batches.
+(`split_evenly`); the trainer loop only sees whole batches. For streaming, `submit(what, fn,
+calls)` queues any number of calls on chosen ranks (each rank runs its calls in submission
+order) and `as_completed(refs, what)` yields each call's result as soon as it is back.
 
 Failure handling: every wait has a deadline (`timeout_s`, trainer.worker_timeout_s). Results are
 collected as they finish, so a dead worker is noticed at once even while its peers are blocked
@@ -16,7 +18,7 @@ from __future__ import annotations
 import logging
 import os
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from omni_rl.workers.errors import WorkerFailedError
@@ -80,7 +82,26 @@ class WorkerGroup:
         refs = [w.call.remote(s, fn, *a) for w, a in zip(self.workers, args)]
         return self._gather(refs, what, s)
 
+    def submit(self, what: str, fn: Callable[..., Any], calls: Sequence[tuple[int, tuple]]) -> list:
+        """Queue `fn(worker, *args)` for each `(rank, args)` in `calls` without waiting; a rank
+        runs its calls one after another in this order. Returns one Ray reference per call, for
+        `as_completed`."""
+        if self.closed:
+            raise WorkerFailedError(f"the worker group was shut down after an earlier failure; cannot run {what}")
+        bad = [rank for rank, _ in calls if not 0 <= rank < self.world_size]
+        if bad:
+            raise ValueError(f"{what}: ranks {bad} do not exist; expected 0..{self.world_size - 1}")
+        return [self.workers[rank].call.remote(self.step, fn, *args) for rank, args in calls]
+
     def _gather(self, refs: list, what: str, step: int | None = None) -> list[Any]:
+        results = dict(self.as_completed(refs, what, step))
+        return [results[r] for r in range(len(refs))]
+
+    def as_completed(self, refs: list, what: str, step: int | None = None,
+                     ranks: Sequence[int] | None = None) -> Iterator[tuple[int, Any]]:
+        """(index in `refs`, result) for each call as it finishes, all within `timeout_s` of the
+        start; a dead or silent worker, or an exception in a call, ends the group (see above).
+        `ranks[i]` is the rank `refs[i]` runs on (default: i), for naming a failed worker."""
         import ray
         from ray.exceptions import (
             ActorDiedError,
@@ -90,15 +111,15 @@ class WorkerGroup:
         )
 
         step = self.step if step is None else step
-        index = {ref: r for r, ref in enumerate(refs)}
-        results: dict[int, Any] = {}
+        index = {ref: i for i, ref in enumerate(refs)}
+        ranks = {ref: r for ref, r in zip(refs, range(len(refs)) if ranks is None else ranks)}
         pending = list(refs)
         deadline = time.monotonic() + self.timeout_s
         while pending:
             left = deadline - time.monotonic()
             ready, pending = ray.wait(pending, num_returns=1, timeout=max(0.0, left))
             if not ready:
-                rank = index[pending[0]]
+                rank = ranks[pending[0]]
                 self.shutdown()
                 raise WorkerFailedError(
                     f"worker {self._name(rank)} did not finish {what} at step {step} within "
@@ -106,9 +127,9 @@ class WorkerGroup:
                     f"step is just slow)", rank=rank, step=step,
                 )
             ref = ready[0]
-            rank = index[ref]
+            rank = ranks[ref]
             try:
-                results[rank] = ray.get(ref)
+                result = ray.get(ref)
             except (RayActorError, ActorDiedError, ActorUnavailableError) as err:
                 self.shutdown()
                 raise WorkerFailedError(
@@ -121,7 +142,7 @@ class WorkerGroup:
                 cause = err.as_instanceof_cause()
                 log.error("worker %s failed during %s at step %s: %s", self._name(rank), what, step, err)
                 raise cause from None
-        return [results[r] for r in range(len(refs))]
+            yield index[ref], result
 
     def _name(self, rank: int) -> str:
         i = self.infos[rank] if rank < len(self.infos) else {"node": "?", "pid": "?"}

@@ -1,4 +1,5 @@
 """WorkerGroup on a local Ray: results by rank, a silent worker times out, errors keep their type."""
+import os
 import time
 
 import pytest
@@ -51,3 +52,34 @@ def test_an_error_in_a_program_keeps_its_type(ray_local):
     with pytest.raises(KeyError, match="no such tensor"):
         g.run("load", fail_on_rank_0)
     assert g.closed  # the peers may be stuck in a collective: the whole group is gone
+
+
+def test_streamed_calls_come_back_one_by_one(ray_local, tmp_path):
+    """Rank 0's second call waits for a file the driver writes only after the first call's result
+    has come back: the stream delivers results while later calls are still running (a gather of
+    all calls at once would deadlock here and time out)."""
+    g = group(timeout_s=20.0)
+    gate = tmp_path / "first_result_seen"
+
+    def chunk(worker, name, wait_for):
+        if wait_for:
+            deadline = time.monotonic() + 15
+            while not os.path.exists(wait_for):
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"{wait_for} never appeared")
+                time.sleep(0.01)
+        return name, worker.rank
+
+    try:
+        refs = g.submit("chunks", chunk, [(0, ("a", None)), (0, ("b", str(gate))), (1, ("c", None))])
+        seen = []
+        for index, result in g.as_completed(refs, "chunks", ranks=[0, 0, 1]):
+            seen.append((index, result))
+            if result[0] == "a":
+                gate.write_text("ok")
+        assert sorted(seen) == [(0, ("a", 0)), (1, ("b", 0)), (2, ("c", 1))]
+        assert [r[0] for _, r in seen].index("a") < [r[0] for _, r in seen].index("b")
+        with pytest.raises(ValueError, match="ranks \\[2\\] do not exist"):
+            g.submit("chunks", chunk, [(2, ("d", None))])
+    finally:
+        g.shutdown()
