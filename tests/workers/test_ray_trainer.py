@@ -1,4 +1,4 @@
-"""The tiny Qwen3 recipe on 2 Ray workers (FSDP2 over gloo) against one process.
+"""The tiny Qwen3 and SD3 recipes on 2 Ray workers (FSDP2 over gloo) against one process.
 
 Same global batch, same seeds: the losses and the final weights agree to 1e-5; a sharded
 checkpoint resumes on 2 workers to the weights of the uninterrupted run and exports LoRA weights;
@@ -75,6 +75,36 @@ def test_sharded_checkpoint_resumes_and_exports_lora(tmp_path, ray_local):
     # One process cannot resume a sharded checkpoint; it says so and what to do instead.
     with pytest.raises(CheckpointError, match="sharded checkpoint.*trainer.backend=ray"):
         PPOTrainer(load_config([*BASE, *lora, f"trainer.output_dir={tmp_path / 'local'}", f"trainer.resume={step2}"]))
+
+
+def test_diffusion_on_two_workers_matches_one_process(tmp_path, ray_local):
+    """Tiny SD3 + FlowGRPO LoRA: the same losses and final LoRA weights (1e-5) on 2 workers.
+
+    Both arms compute with one thread and one request per forward (rollout.max_num_seqs=1), as
+    the workers do, so the rollouts are the same to the bit; what remains is the order of the
+    gradient sums (one process vs two ranks averaged by FSDP)."""
+    resolve_model_path("tiny:sd3")
+    sd3 = ["recipe=tiny_sd3_flowgrpo", "trainer.progress_bar=false", "trainer.loggers=[jsonl]", "trainer.val_every=0",
+           "trainer.total_steps=3", "trainer.prompts_per_step=2", "trainer.samples_per_prompt=4",
+           "trainer.mini_batch_size=8", "trainer.micro_batch_size=4", "rollout.max_num_seqs=1"]
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        PPOTrainer(load_config([*sd3, f"trainer.output_dir={tmp_path / 'local'}"])).fit()
+    finally:
+        torch.set_num_threads(threads)
+    PPOTrainer(load_config([*sd3, *RAY, f"trainer.output_dir={tmp_path / 'ray'}"])).fit()
+    local, dist = ([json.loads(line) for line in (tmp_path / arm / "metrics.jsonl").read_text().splitlines()]
+                   for arm in ("local", "ray"))
+    assert len(local) == len(dist) == 3
+    for a, b in zip(local, dist):
+        for key in ("loss/total", "loss/policy", "actor/grad_norm", "reward/total/mean"):
+            assert b[key] == pytest.approx(a[key], rel=1e-5, abs=1e-5), key
+    weights = "lora/pytorch_lora_weights.safetensors"
+    final = load_file(tmp_path / "local" / weights)
+    assert_same_tensors(final, load_file(tmp_path / "ray" / weights))
+    # LoRA B starts at zero: non-zero B tensors show the three updates did move the weights.
+    assert max(float(t.abs().max()) for k, t in final.items() if "lora_B" in k) > 1e-4
 
 
 def test_diffusion_on_two_workers_exports_diffusers_lora(tmp_path, ray_local):
