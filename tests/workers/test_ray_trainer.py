@@ -5,6 +5,7 @@ checkpoint resumes on 2 workers to the weights of the uninterrupted run and expo
 the driver holds no weights (its model is a meta-device view).
 """
 import json
+import re
 
 import pytest
 import torch
@@ -107,11 +108,11 @@ def test_diffusion_on_two_workers_matches_one_process(tmp_path, ray_local):
     assert max(float(t.abs().max()) for k, t in final.items() if "lora_B" in k) > 1e-4
 
 
-def test_diffusion_on_two_workers_exports_diffusers_lora(tmp_path, ray_local):
+def test_diffusion_sharded_checkpoint_resumes_and_exports_diffusers_lora(tmp_path, ray_local):
     from diffusers import StableDiffusion3Pipeline
 
     sd3 = ["recipe=tiny_sd3_flowgrpo", "trainer.progress_bar=false", "trainer.loggers=[jsonl]", "trainer.val_every=0",
-           "trainer.total_steps=2", "trainer.save_every=2", "trainer.prompts_per_step=2", "trainer.samples_per_prompt=4",
+           "trainer.total_steps=4", "trainer.save_every=2", "trainer.prompts_per_step=2", "trainer.samples_per_prompt=4",
            "trainer.mini_batch_size=8", "trainer.micro_batch_size=4", *RAY]
     out = tmp_path / "sd3"
     trainer = PPOTrainer(load_config([*sd3, f"trainer.output_dir={out}"]))
@@ -121,9 +122,18 @@ def test_diffusion_on_two_workers_exports_diffusers_lora(tmp_path, ray_local):
     trainer.fit()
     records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert all(r["actor/first_minibatch_ratio_max_abs_dev"] <= 1e-6 for r in records)
-    exported = export_sharded_checkpoint(str(out / "checkpoints" / "step_000002"), str(tmp_path / "export"))
-    assert_same_tensors(load_file(out / "lora" / "pytorch_lora_weights.safetensors"),
-                        load_file(exported / "pytorch_lora_weights.safetensors"), tol=0.0)
+    final = load_file(out / "lora" / "pytorch_lora_weights.safetensors")
+
+    # Resumed from step 2 on 2 workers: the same final weights as the uninterrupted run.
+    resumed = tmp_path / "resumed"
+    PPOTrainer(load_config([*sd3, f"trainer.output_dir={resumed}", f"trainer.resume={out / 'checkpoints' / 'step_000002'}"])).fit()
+    assert_same_tensors(final, load_file(resumed / "lora" / "pytorch_lora_weights.safetensors"))
+
+    exported = export_sharded_checkpoint(str(out / "checkpoints" / "step_000004"), str(tmp_path / "export"))
+    assert_same_tensors(final, load_file(exported / "pytorch_lora_weights.safetensors"), tol=0.0)
     pipe = StableDiffusion3Pipeline.from_pretrained(resolve_model_path("tiny:sd3"), text_encoder_3=None, tokenizer_3=None)
     pipe.load_lora_weights(str(exported))
-    assert any("lora" in name for name, _ in pipe.transformer.named_parameters())
+    # Every exported tensor is in the pipeline's transformer now (PEFT names it with the adapter).
+    loaded = {re.sub(r"\.(lora_[AB])\.[^.]+\.weight$", r".\1.weight", n): t for n, t in pipe.transformer.named_parameters()}
+    for key, tensor in final.items():
+        torch.testing.assert_close(loaded[key.removeprefix("transformer.")], tensor, rtol=0, atol=0)
