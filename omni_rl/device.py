@@ -40,6 +40,19 @@ def weightless_device() -> torch.device:
     return torch.device("meta")
 
 
+def is_weightless(device: torch.device) -> bool:
+    return device.type == "meta"
+
+
+def bind_device(device: torch.device) -> None:
+    """Make `device` this process's current accelerator (a Ray worker does it once, before its
+    process group starts: NCCL / HCCL use the current device)."""
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+    elif device.type == "npu":
+        torch.npu.set_device(device)
+
+
 def synchronize(device: torch.device) -> None:
     """Wait for queued kernels (for honest timings)."""
     if device.type == "cuda":

@@ -19,6 +19,7 @@ import torch
 from torch import nn
 
 from omni_rl.config.schema import ModelConfig
+from omni_rl.device import is_weightless
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -42,7 +43,7 @@ class OmniModelBase(ABC):
     @property
     def weightless(self) -> bool:
         """Built on the meta device: the architecture without weights (see `load_pretrained`)."""
-        return self.device.type == "meta"
+        return is_weightless(self.device)
 
     def load_pretrained(self, cls, subfolder: str | None = None) -> nn.Module:
         """`cls.from_pretrained(self.path, subfolder)` in the adapter's dtype (on the host), or

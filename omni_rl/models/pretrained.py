@@ -22,6 +22,8 @@ from typing import Any, Optional
 import torch
 from torch import nn
 
+from omni_rl.device import weightless_device
+
 
 def is_diffusers_class(cls: type) -> bool:
     """diffusers' models carry ConfigMixin's `load_config`; transformers' do not."""
@@ -49,7 +51,7 @@ def load_pretrained(
     default = torch.get_default_dtype()
     torch.set_default_dtype(dtype)
     try:
-        with torch.device("meta"):
+        with weightless_device():
             module = cls.from_config(config) if hasattr(cls, "from_config") else cls(config)
     finally:
         torch.set_default_dtype(default)

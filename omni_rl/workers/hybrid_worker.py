@@ -54,12 +54,9 @@ class HybridWorker:
     def init_process_group(self, addr: str, port: int, timeout_s: float) -> None:
         import torch.distributed as dist
 
-        from omni_rl.device import dist_backend
+        from omni_rl.device import bind_device, dist_backend
 
-        if self.device.type == "cuda":
-            torch.cuda.set_device(self.device)
-        elif self.device.type == "npu":
-            torch.npu.set_device(self.device)
+        bind_device(self.device)
         # A collective waiting on a dead peer gives up after timeout_s; the driver notices first.
         dist.init_process_group(
             backend=dist_backend(self.device), init_method=f"tcp://{addr}:{port}", rank=self.rank,
