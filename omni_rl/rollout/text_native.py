@@ -15,6 +15,7 @@ vLLM-Omni backend is the fast path on GPUs).
 """
 from __future__ import annotations
 
+from concurrent.futures import Future
 from typing import Sequence
 
 import torch
@@ -78,6 +79,18 @@ class NativeTextEngine:
                 for res in self._generate_batch(group[start : start + self.max_num_seqs]):
                     results[res.request_id] = res
         return [results[req.request_id] for req in requests]
+
+    def submit_many(self, requests: Sequence[TextRequest]) -> list[Future]:
+        """The futures interface every rollout engine offers (see `wait`). This engine samples
+        synchronously: the futures are done when this returns."""
+        futures = []
+        for res in self.generate(requests):
+            futures.append(Future())
+            futures[-1].set_result(res)
+        return futures
+
+    def wait(self, requests: Sequence[TextRequest], futures: Sequence[Future], timeout_s: float | None = None) -> list[TextResult]:
+        return [f.result() for f in futures]
 
     def sync_weights(self, source_model, version: int) -> None:
         if source_model is not self.model:

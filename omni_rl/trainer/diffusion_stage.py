@@ -6,7 +6,6 @@ behaviour policy, and renders validation samples (a PNG grid).
 """
 from __future__ import annotations
 
-from concurrent.futures import Future
 from pathlib import Path
 
 import numpy as np
@@ -20,6 +19,7 @@ from omni_rl.models.diffusion import DiffusionModelBase
 from omni_rl.rollout.native import NativeDiffusionEngine
 from omni_rl.rollout.types import DiffusionRequest
 from omni_rl.trainer.diffusion_actor import DiffusionActor
+from omni_rl.trainer.scored_rollout import scored_rollout
 from omni_rl.utils.atomic import atomic_save_image
 from omni_rl.utils.seeding import derive_seed
 
@@ -58,21 +58,13 @@ class DiffusionStage:
                 requests.append(self._request(item, seed, initial_noise=shared_noise))
                 metadata.append(item.metadata)
                 groups.append(g)
-        futures = self.engine.submit_many(requests)
-        reward_futures = []
-        if score is not None:
-            for fut, req, meta in zip(futures, requests, metadata):
-                reward_futures.append(Future())
-                fut.add_done_callback(self._hand_over(score, req, meta, reward_futures[-1]))
-        results = self.engine.wait(requests, futures, timeout_s=r.timeout_s)
+        results, reward_futures = scored_rollout(
+            self.engine, requests, [req.prompt for req in requests], metadata, score, self._reward_input, r.timeout_s
+        )
         return DiffusionBatch.from_results(results, metadata, groups), reward_futures
 
-    def _hand_over(self, score, request: DiffusionRequest, metadata: dict, reward_future: Future):
-        def done(fut: Future) -> None:
-            if fut.exception() is None:  # a failed sample fails the rollout itself, not here
-                score(fut.result().image, request.prompt, self.reward_metadata(fut.result().final_latent, metadata), reward_future)
-
-        return done
+    def _reward_input(self, result, prompt: str, metadata: dict) -> tuple:
+        return result.image, prompt, self.reward_metadata(result.final_latent, metadata)
 
     @staticmethod
     def reward_metadata(latent: torch.Tensor, metadata: dict) -> dict:

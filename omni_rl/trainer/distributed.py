@@ -21,8 +21,7 @@ whole batches):
   returns the results in request order. Requests are seeded per sample, so which rank samples a
   request does not change it.
 - rewards and advantages: on the driver (or reward workers); a finished chunk's samples go to
-  the reward scorer while the workers sample the next chunks (diffusion; the text stage scores
-  after its rollout, as in one process).
+  the reward scorer while the workers sample the next chunks (`scored_rollout`, both families).
 - old log-probs: rank r scores the r-th shard of the batch.
 - update: for every mini-batch (the same shuffle as one process), rank r takes the r-th equal
   share, in whole micro-batches, and scales its loss by 1 / (chunks * its micro-batches per

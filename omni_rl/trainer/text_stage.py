@@ -18,6 +18,7 @@ from omni_rl.data.text_batch import TextBatch
 from omni_rl.models.autoregressive import AutoregressiveModelBase, PromptInputs
 from omni_rl.rollout.text_native import NativeTextEngine
 from omni_rl.rollout.text_types import TextRequest
+from omni_rl.trainer.scored_rollout import scored_rollout
 from omni_rl.trainer.token_actor import TokenActor
 from omni_rl.utils.atomic import atomic_write_text
 from omni_rl.utils.seeding import derive_seed
@@ -52,8 +53,9 @@ class TextStage:
         return TextRequest(**fields)
 
     def rollout(self, prompts: list[PromptItem], step: int, score=None) -> tuple[TextBatch, list]:
-        """The step's batch; with `score(sample, prompt, metadata)` each response is handed to
-        the reward scorer (after its generation batch; the text engine is synchronous)."""
+        """The step's batch; with `score(sample, prompt, metadata, future)` each response is
+        handed to the reward scorer once the engine completes it (`scored_rollout`: at once on
+        Ray workers, after the whole rollout in one process, whose text engine is synchronous)."""
         n = self.cfg.trainer.samples_per_prompt
         requests, texts, metadata, groups = [], [], [], []
         for g, item in enumerate(prompts):
@@ -62,9 +64,14 @@ class TextStage:
                 texts.append(item.prompt)
                 metadata.append(item.metadata)
                 groups.append(g)
-        results = self.engine.generate(requests)
-        reward_futures = [score(r.text, p, m) for r, p, m in zip(results, texts, metadata)] if score else []
+        results, reward_futures = scored_rollout(
+            self.engine, requests, texts, metadata, score, self._reward_input, self.cfg.rollout.timeout_s
+        )
         return TextBatch.from_results(results, texts, metadata, groups, self.model.pad_token_id), reward_futures
+
+    @staticmethod
+    def _reward_input(result, prompt: str, metadata: dict) -> tuple:
+        return result.text, prompt, metadata
 
     def reward_inputs(self, batch: TextBatch):
         return batch.texts, batch.prompts, batch.metadata
