@@ -36,6 +36,15 @@ import torch
 from omni_rl.utils.atomic import atomic_write_json
 
 
+def repo_relative(path: str) -> str:
+    """`path` relative to the repository root when it lies inside it, else as given."""
+    root = Path(__file__).resolve().parent.parent
+    try:
+        return str(Path(path).resolve().relative_to(root))
+    except ValueError:
+        return path
+
+
 def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--recipe", default="tiny_qwen3_grpo")
@@ -108,7 +117,8 @@ def main(argv=None) -> int:
             "torch": torch.__version__, "ray": ray.__version__, "python": platform.python_version(),
             "load_avg_1min": os.getloadavg()[0],
         },
-        "settings": vars(args),
+        # The output path as the repository names it (no machine's absolute path in the result).
+        "settings": {**vars(args), "out": repo_relative(args.out)},
         "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
     }
     atomic_write_json(Path(args.out), report)
