@@ -48,6 +48,7 @@ import torch
 
 from omni_rl.device import pick_device
 from omni_rl.reward import RewardInputError, register_reward
+from omni_rl.reward.inputs import check_prompts_metadata
 from rewards.clip_score import load_pretrained
 
 DEFAULT_MODEL = "laion/clap-htsat-unfused"
@@ -119,30 +120,6 @@ def resample(
 # The audio input contract
 # --------------------------------------------------------------------------------------------
 
-def check_prompts_metadata(reward: str, n: int, prompts: Sequence[str], metadata: Sequence[dict[str, Any]]) -> None:
-    """One prompt string and one metadata dict per sample."""
-    if not isinstance(prompts, (list, tuple)):
-        raise RewardInputError(
-            f"{reward}: prompts has type {type(prompts).__name__}; expected a list of {n} strings, one per sample"
-        )
-    if len(prompts) != n:
-        raise RewardInputError(
-            f"{reward}: got {n} samples but {len(prompts)} prompts; pass exactly one prompt string per sample"
-        )
-    for i, prompt in enumerate(prompts):
-        if not isinstance(prompt, str):
-            raise RewardInputError(f"{reward}: prompts[{i}] has type {type(prompt).__name__}; expected str")
-    if not isinstance(metadata, (list, tuple)) or len(metadata) != n:
-        got = f"{len(metadata)} entries" if isinstance(metadata, (list, tuple)) else f"a {type(metadata).__name__}"
-        raise RewardInputError(
-            f"{reward}: got {n} samples but metadata is {got}; pass one dict per sample "
-            f"([{{}}] * {n} when there is none)"
-        )
-    for i, meta in enumerate(metadata):
-        if not isinstance(meta, dict):
-            raise RewardInputError(f"{reward}: metadata[{i}] has type {type(meta).__name__}; expected dict")
-
-
 def audio_clips(
     reward: str, samples: Any, prompts: Sequence[str], metadata: Sequence[dict[str, Any]], sample_rate: int | None,
 ) -> list[tuple[torch.Tensor, int]]:
@@ -165,7 +142,7 @@ def audio_clips(
         )
     if not clips:
         raise RewardInputError(f"{reward}: the batch is empty; a reward needs at least one clip")
-    check_prompts_metadata(reward, len(clips), prompts, metadata)
+    check_prompts_metadata(len(clips), prompts, metadata, "samples", reward)
     out = []
     for i, clip in enumerate(clips):
         if isinstance(clip, np.ndarray):

@@ -10,7 +10,7 @@ A scorer is called as `scorer(samples, prompts, metadata)` where
 - `metadata` is a list of B dicts, one per sample (text rewards read the reference answer
   from `metadata[i]["ground_truth"]`; `ground_truths` fetches it with a clear error).
 
-`check_batch` validates the three together and returns B. `sample_kind` says which kind a
+`check_batch` validates the three together and returns B (`check_prompts_metadata` the last two). `sample_kind` says which kind a
 batch is. `to_uint8_numpy` and `to_pil_list` turn either image form into the one an image
 scorer wants, always RGB, so a scorer gives identical scores for a PIL list and for the
 equivalent tensor; handed texts they raise, saying the reward scores images. `to_text_list`
@@ -96,31 +96,41 @@ def check_batch(samples: Samples, prompts: Sequence[str], metadata: Sequence[dic
     kind = sample_kind(samples)
     if kind == TEXTS:
         _check_all_strings(samples)
+    check_prompts_metadata(n, prompts, metadata, kind)
+    return n
+
+
+def check_prompts_metadata(
+    n: int, prompts: Sequence[str], metadata: Sequence[dict[str, Any]], kind: str = "samples", reward: str = "",
+) -> None:
+    """One prompt string and one metadata dict for each of the `n` samples (`kind` names them
+    in the errors; `reward`, when given, prefixes them). Scorers that check their own sample
+    type (audio, video) call this for the rest of the batch."""
+    who = f"{reward}: " if reward else ""
     if isinstance(prompts, str) or not isinstance(prompts, (list, tuple)):
         raise RewardInputError(
-            f"prompts has type {type(prompts).__name__}; expected a list of {n} strings, one per sample"
+            f"{who}prompts has type {type(prompts).__name__}; expected a list of {n} strings, one per sample"
         )
     if len(prompts) != n:
         raise RewardInputError(
-            f"got {n} {kind} but {len(prompts)} prompts; pass exactly one prompt per sample "
+            f"{who}got {n} {kind} but {len(prompts)} prompts; pass exactly one prompt per sample "
             f"(repeat a prompt for each of its samples)"
         )
     for i, prompt in enumerate(prompts):
         if not isinstance(prompt, str):
-            raise RewardInputError(f"prompts[{i}] has type {type(prompt).__name__}; expected str")
+            raise RewardInputError(f"{who}prompts[{i}] has type {type(prompt).__name__}; expected str")
     if not isinstance(metadata, (list, tuple)):
         raise RewardInputError(
-            f"metadata has type {type(metadata).__name__}; expected a list of {n} dicts, one per "
+            f"{who}metadata has type {type(metadata).__name__}; expected a list of {n} dicts, one per "
             f"sample (use [{{}}] * {n} when there is none)"
         )
     if len(metadata) != n:
         raise RewardInputError(
-            f"got {n} {kind} but {len(metadata)} metadata entries; pass exactly one dict per sample"
+            f"{who}got {n} {kind} but {len(metadata)} metadata entries; pass exactly one dict per sample"
         )
     for i, meta in enumerate(metadata):
         if not isinstance(meta, dict):
-            raise RewardInputError(f"metadata[{i}] has type {type(meta).__name__}; expected dict")
-    return n
+            raise RewardInputError(f"{who}metadata[{i}] has type {type(meta).__name__}; expected dict")
 
 
 def to_text_list(samples: Samples) -> list[str]:

@@ -49,8 +49,9 @@ import torch
 
 from omni_rl.device import pick_device
 from omni_rl.reward import RewardInputError, register_reward
+from omni_rl.reward.inputs import check_prompts_metadata
 from rewards.clap import audio_clips as parse_audio
-from rewards.clap import check_prompts_metadata, check_sample_rate, resample
+from rewards.clap import check_sample_rate, resample
 from rewards.clip_score import load_pretrained
 from rewards.imagebind.data import AUDIO_RATE, audio_features, tokenize, video_features
 from rewards.imagebind.model import ImageBindConfig, build_model, read_state_dict
@@ -84,7 +85,7 @@ def _video_list(
         )
     if not videos:
         raise RewardInputError("imagebind: the batch is empty; a reward needs at least one video")
-    check_prompts_metadata("imagebind", len(videos), prompts, metadata)
+    check_prompts_metadata(len(videos), prompts, metadata, "samples", "imagebind")
     out = []
     for i, video in enumerate(videos):
         if isinstance(video, np.ndarray):
