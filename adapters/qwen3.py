@@ -19,7 +19,7 @@ import torch
 from omni_rl.config.schema import ModelConfig
 from omni_rl.models import register_adapter, register_tiny_model
 from omni_rl.models.autoregressive import AutoregressiveModelBase, PromptInputs
-from omni_rl.models.tiny_vocab import byte_chars, write_bpe_files
+from omni_rl.models.tiny_vocab import bpe_files, byte_chars
 
 CHATML_TEMPLATE = (
     "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
@@ -66,19 +66,19 @@ for _architecture in ("Qwen3ForCausalLM", "Qwen2ForCausalLM", "LlamaForCausalLM"
     register_adapter(_architecture)(CausalLMAdapter)
 
 
-def byte_level_files(folder: Path) -> tuple[Path, Path]:
-    """vocab.json / merges.txt of a byte-level BPE with no merges: token i is byte i."""
+def byte_level_vocab() -> dict[str, int]:
+    """A byte-level BPE vocabulary (no merges): token i is byte i."""
     chars = byte_chars()
-    return write_bpe_files(folder, {chars[b]: b for b in range(256)})
+    return {chars[b]: b for b in range(256)}
 
 
-def build_byte_tokenizer(folder: Path):
+def build_byte_tokenizer():
     from transformers import Qwen2Tokenizer
 
-    vocab, merges = byte_level_files(folder)
-    tokenizer = Qwen2Tokenizer(
-        str(vocab), str(merges), unk_token=None, bos_token=None, eos_token="<|im_end|>", pad_token="<|endoftext|>"
-    )
+    with bpe_files(byte_level_vocab()) as (vocab, merges):
+        tokenizer = Qwen2Tokenizer(
+            str(vocab), str(merges), unk_token=None, bos_token=None, eos_token="<|im_end|>", pad_token="<|endoftext|>"
+        )
     tokenizer.add_special_tokens({"additional_special_tokens": ["<|im_start|>"]})
     tokenizer.chat_template = CHATML_TEMPLATE
     return tokenizer
@@ -90,7 +90,7 @@ def build_tiny_qwen3(folder: Path) -> None:
 
     folder = Path(folder)
     torch.manual_seed(0)
-    tokenizer = build_byte_tokenizer(folder / "_vocab")
+    tokenizer = build_byte_tokenizer()
     config = Qwen3Config(
         vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
         num_attention_heads=4, num_key_value_heads=2, head_dim=8, max_position_embeddings=512,
@@ -99,6 +99,3 @@ def build_tiny_qwen3(folder: Path) -> None:
     )
     Qwen3ForCausalLM(config).save_pretrained(folder)
     tokenizer.save_pretrained(folder)
-    for f in (folder / "_vocab").iterdir():
-        f.unlink()
-    (folder / "_vocab").rmdir()

@@ -75,10 +75,11 @@ from typing import Any
 import numpy as np
 import torch
 
-from adapters.qwen3 import byte_level_files
+from adapters.qwen3 import byte_level_vocab
 from omni_rl.config.schema import ModelConfig
 from omni_rl.models import register_adapter, register_tiny_model
 from omni_rl.models.autoregressive import AutoregressiveModelBase, PromptInputs, positions_from_mask
+from omni_rl.models.tiny_vocab import bpe_files
 
 MEDIA_KEYS = ("pixel_values", "image_grid_thw", "audio_features", "audio_feature_lengths")
 # Logit given to placeholder tokens: exp() of it is exactly 0 in fp32, and it stays finite after
@@ -448,11 +449,11 @@ def build_tiny_qwen3_omni(folder: Path) -> None:
 
     folder = Path(folder)
     torch.manual_seed(0)
-    vocab, merges = byte_level_files(folder / "_vocab")
-    tokenizer = Qwen2Tokenizer(
-        str(vocab), str(merges), unk_token=None, bos_token=None, eos_token="<|im_end|>", pad_token="<|endoftext|>",
-        extra_special_tokens=dict(TINY_MEDIA_TOKENS),
-    )
+    with bpe_files(byte_level_vocab()) as (vocab, merges):
+        tokenizer = Qwen2Tokenizer(
+            str(vocab), str(merges), unk_token=None, bos_token=None, eos_token="<|im_end|>", pad_token="<|endoftext|>",
+            extra_special_tokens=dict(TINY_MEDIA_TOKENS),
+        )
     tokenizer.add_special_tokens(
         {"additional_special_tokens": ["<|im_start|>", *TINY_MEDIA_TOKENS.values()]}, replace_extra_special_tokens=False
     )
@@ -529,6 +530,3 @@ def build_tiny_qwen3_omni(folder: Path) -> None:
         model.thinker.lm_head.weight.normal_(0.0, 0.5)
     model.save_pretrained(folder)
     processor.save_pretrained(folder)
-    for f in (folder / "_vocab").iterdir():
-        f.unlink()
-    (folder / "_vocab").rmdir()

@@ -20,7 +20,7 @@ import torch
 
 from omni_rl.config.schema import ModelConfig
 from omni_rl.models import Conditioning, DiffusionModelBase, register_adapter, register_tiny_model
-from omni_rl.models.tiny_vocab import clip_byte_vocab, write_bpe_files
+from omni_rl.models.tiny_vocab import bpe_files, clip_byte_vocab
 
 
 @register_adapter("StableDiffusion3Pipeline")
@@ -147,9 +147,8 @@ def build_tiny_sd3(folder: Path) -> None:
     folder = Path(folder)
     torch.manual_seed(0)
     vocab = clip_byte_vocab()
-    vocab_dir = folder / "_vocab"
-    vocab_file, merges_file = write_bpe_files(vocab_dir, vocab)
-    tokenizer = CLIPTokenizer(str(vocab_file), str(merges_file), model_max_length=77)
+    with bpe_files(vocab) as (vocab_file, merges_file):
+        tokenizer = CLIPTokenizer(str(vocab_file), str(merges_file), model_max_length=77)
     text_config = CLIPTextConfig(
         vocab_size=len(vocab), hidden_size=32, intermediate_size=64, num_attention_heads=4,
         num_hidden_layers=2, projection_dim=32, max_position_embeddings=77,
@@ -182,6 +181,3 @@ def build_tiny_sd3(folder: Path) -> None:
         tokenizer_3=None,
     )
     pipe.save_pretrained(folder)
-    for f in vocab_dir.iterdir():
-        f.unlink()
-    vocab_dir.rmdir()

@@ -26,23 +26,15 @@ from typing import Any
 import torch
 
 from omni_rl.models import register_tiny_model
-from omni_rl.models.tiny_vocab import byte_chars, clip_byte_vocab
+from omni_rl.models.tiny_vocab import bpe_files, byte_chars, clip_byte_vocab
 
 
-def build_tiny_clip_tokenizer(folder: Path):
-    """A `CLIPTokenizer` over `clip_byte_vocab()` (514 tokens, 77 positions), saved into `folder`."""
+def build_tiny_clip_tokenizer():
+    """A `CLIPTokenizer` over `clip_byte_vocab()` (514 tokens, 77 positions)."""
     from transformers import CLIPTokenizer
 
-    folder = Path(folder)
-    source = folder / "_vocab"
-    source.mkdir(parents=True, exist_ok=True)
-    (source / "vocab.json").write_text(json.dumps(clip_byte_vocab()))
-    (source / "merges.txt").write_text("#version: 0.2\n")
-    tokenizer = CLIPTokenizer(str(source / "vocab.json"), str(source / "merges.txt"), model_max_length=77)
-    for f in source.iterdir():
-        f.unlink()
-    source.rmdir()
-    return tokenizer
+    with bpe_files(clip_byte_vocab()) as (vocab, merges):
+        return CLIPTokenizer(str(vocab), str(merges), model_max_length=77)
 
 
 def build_tiny_clip(folder: Path, *, projection_dim: int = 16, image_size: int = 32) -> None:
@@ -51,7 +43,7 @@ def build_tiny_clip(folder: Path, *, projection_dim: int = 16, image_size: int =
 
     folder = Path(folder)
     torch.manual_seed(0)
-    tokenizer = build_tiny_clip_tokenizer(folder)
+    tokenizer = build_tiny_clip_tokenizer()
     vocab = tokenizer.get_vocab()
     config = CLIPConfig(
         text_config=dict(
@@ -88,23 +80,15 @@ def write_aesthetic_head(path: Path, in_features: int, *, seed: int = 0) -> None
         torch.save(state, path)
 
 
-def build_tiny_clap_tokenizer(folder: Path):
+def build_tiny_clap_tokenizer():
     """A `RobertaTokenizer` over the 256 byte characters plus RoBERTa's special tokens."""
     from transformers import RobertaTokenizer
 
-    folder = Path(folder)
     vocab = {"<s>": 0, "<pad>": 1, "</s>": 2, "<unk>": 3}
     vocab.update({c: 4 + i for i, c in enumerate(byte_chars())})
     vocab["<mask>"] = len(vocab)
-    source = folder / "_vocab"
-    source.mkdir(parents=True, exist_ok=True)
-    (source / "vocab.json").write_text(json.dumps(vocab))
-    (source / "merges.txt").write_text("#version: 0.2\n")
-    tokenizer = RobertaTokenizer(str(source / "vocab.json"), str(source / "merges.txt"), model_max_length=77)
-    for f in source.iterdir():
-        f.unlink()
-    source.rmdir()
-    return tokenizer
+    with bpe_files(vocab) as (vocab_file, merges_file):
+        return RobertaTokenizer(str(vocab_file), str(merges_file), model_max_length=77)
 
 
 def build_tiny_clap(folder: Path, *, max_length_s: int = 1) -> None:
@@ -114,7 +98,7 @@ def build_tiny_clap(folder: Path, *, max_length_s: int = 1) -> None:
 
     folder = Path(folder)
     torch.manual_seed(0)
-    tokenizer = build_tiny_clap_tokenizer(folder)
+    tokenizer = build_tiny_clap_tokenizer()
     config = ClapConfig(
         text_config=dict(
             vocab_size=len(tokenizer.get_vocab()), hidden_size=32, intermediate_size=64,
@@ -178,7 +162,7 @@ def build_tiny_imagebind(folder: Path) -> dict[str, Any]:
 
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
-    build_tiny_clip_tokenizer(folder / "tokenizer").save_pretrained(folder / "tokenizer")
+    build_tiny_clip_tokenizer().save_pretrained(folder / "tokenizer")
     torch.manual_seed(0)
     model = ImageBindModel(ImageBindConfig(**TINY_IMAGEBIND_CONFIG))
     # Random pos-embeds and cls tokens (zeros at init) so every part of the stem matters.

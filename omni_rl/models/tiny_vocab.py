@@ -8,11 +8,16 @@ written as the vocab.json / merges.txt files that transformers' BPE tokenizers l
   others to code points from 256 up, so each byte has a visible one-character token);
 - `clip_byte_vocab()`: CLIP's layout: each byte with and without the end-of-word marker `</w>`,
   then `<|startoftext|>` (512) and `<|endoftext|>` (513);
-- `write_bpe_files(folder, vocab)`: vocab.json and an empty merges.txt.
+- `write_bpe_files(folder, vocab)`: vocab.json and an empty merges.txt;
+- `bpe_files(vocab)`: the same two files in a scratch folder that is gone after the `with`
+  block (a tokenizer built from them inside the block keeps what it needs).
 """
 from __future__ import annotations
 
+import contextlib
 import json
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 
@@ -42,3 +47,9 @@ def write_bpe_files(folder: Path, vocab: dict[str, int]) -> tuple[Path, Path]:
     (folder / "vocab.json").write_text(json.dumps(vocab))
     (folder / "merges.txt").write_text("#version: 0.2\n")
     return folder / "vocab.json", folder / "merges.txt"
+
+
+@contextlib.contextmanager
+def bpe_files(vocab: dict[str, int]) -> Iterator[tuple[Path, Path]]:
+    with tempfile.TemporaryDirectory(prefix="omni_rl_vocab_") as scratch:
+        yield write_bpe_files(Path(scratch), vocab)
