@@ -34,6 +34,7 @@ import numpy as np
 import torch
 
 from omni_rl.reward import RewardInputError, check_batch, register_reward
+from omni_rl.reward.inputs import check_prompts_metadata
 from omni_rl.reward.http_client import ScoreClient
 from omni_rl.reward.protocol import LATENTS, metadata_for_wire
 
@@ -50,7 +51,7 @@ def collect_latents(samples: Any, prompts: Sequence[str], metadata: Sequence[dic
                 f"latent_http: samples are a float tensor of shape {tuple(samples.shape)}; expected "
                 f"clean latents [B, ...] with B >= 1 and at least one dim per sample"
             )
-        _check_lengths(int(samples.shape[0]), prompts, metadata)
+        check_prompts_metadata(int(samples.shape[0]), prompts, metadata, "latents", "latent_http")
         return samples.detach().to("cpu", torch.float32).contiguous()
 
     n = check_batch(samples, prompts, metadata)
@@ -101,17 +102,3 @@ def latent_http(*, url: str, timeout_s: float = 60.0, retries: int = 3, backoff_
     """Clean latents -> a remote latent scorer at `url` (see the module docstring)."""
     return LatentHttpScorer(ScoreClient(url, timeout_s=timeout_s, retries=retries, backoff_s=backoff_s))
 
-
-def _check_lengths(n: int, prompts: Sequence[str], metadata: Sequence[dict[str, Any]]) -> None:
-    # check_batch only takes images; the same rules for a latent batch.
-    if isinstance(prompts, str) or not isinstance(prompts, (list, tuple)) or len(prompts) != n:
-        raise RewardInputError(
-            f"latent_http: got {n} latents; expected a list of {n} prompt strings, got {prompts!r:.200}"
-        )
-    if not all(isinstance(p, str) for p in prompts):
-        raise RewardInputError("latent_http: every prompt must be a str")
-    dicts = isinstance(metadata, (list, tuple)) and all(isinstance(m, dict) for m in metadata)
-    if not dicts or len(metadata) != n:
-        raise RewardInputError(
-            f"latent_http: got {n} latents; expected a list of {n} metadata dicts (use [{{}}] * {n} when there is none)"
-        )

@@ -113,8 +113,8 @@ def check_prompts_metadata(
         )
     if len(prompts) != n:
         raise RewardInputError(
-            f"{who}got {n} {kind} but {len(prompts)} prompts; pass exactly one prompt per sample "
-            f"(repeat a prompt for each of its samples)"
+            f"{who}got {n} {kind} but {len(prompts)} prompts; expected a list of {n} prompt strings, one "
+            f"per sample (repeat a prompt for each of its samples)"
         )
     for i, prompt in enumerate(prompts):
         if not isinstance(prompt, str):
