@@ -130,4 +130,3 @@ def _hub_snapshot(repo_id: str, revision: str | None, weights: bool = True) -> s
             f"(gated models need their licence accepted on the hub and `hf auth login`), "
             f"then set model.path=/models/{repo_id.split('/')[-1]} or copy them into the Hugging Face cache"
         ) from None
-

@@ -186,7 +186,9 @@ class RayRolloutEngine:
 
     def wait(self, requests: Sequence[Any], futures: Sequence[Future], timeout_s: float) -> list[Any]:
         """Complete `futures` chunk by chunk as the workers return them (their callbacks run
-        here, on the driver's thread); a failed worker fails every future still pending."""
+        here, on the driver's thread); a failed worker fails every future still pending.
+        `timeout_s` is the engine interface's: here each worker's engine waits
+        `rollout.timeout_s` and the group gives up after `trainer.worker_timeout_s`."""
         if self._inflight is None or self._inflight[0] is not futures:
             raise RuntimeError("RayRolloutEngine.wait: these futures are not the submission in flight")
         _, refs, spans, ranks = self._inflight
@@ -206,7 +208,7 @@ class RayRolloutEngine:
     def generate(self, requests: Sequence[Any], timeout_s: float | None = None) -> list[Any]:
         if not requests:
             return []
-        return self.wait(requests, self.submit_many(requests), self.timeout_s if timeout_s is None else timeout_s)
+        return self.wait(requests, self.submit_many(requests), self.timeout_s)
 
     def sync_weights(self, source_model, version: int) -> None:
         """After an update: every worker's rollout copy takes the actor's new weights."""
