@@ -195,6 +195,9 @@ class TrainerConfig:
     # A worker call (a rollout shard, an update) that takes longer than this fails the run with
     # the worker named, instead of hanging; a dead worker fails it at once.
     worker_timeout_s: float = 600.0
+    # Starting the workers (placement, process start, imports, the process group) has its own
+    # deadline: on a busy machine or a cold cluster it takes far longer than one call.
+    worker_startup_timeout_s: float = 300.0
     # FSDP2 CPUOffloadPolicy: sharded parameters (and their gradients) live in host memory.
     param_offload: bool = False
     # Keep the optimizer's state in host memory between steps (moved to the device to step).

@@ -147,6 +147,8 @@ def _validate_distribution(cfg: OmniConfig) -> None:
     _require(t.nnodes >= 1, "trainer.nnodes", t.nnodes, "an integer >= 1")
     _require(t.devices_per_node >= 1, "trainer.devices_per_node", t.devices_per_node, "an integer >= 1")
     _require(t.worker_timeout_s > 0, "trainer.worker_timeout_s", t.worker_timeout_s, "> 0 seconds")
+    _require(t.worker_startup_timeout_s > 0, "trainer.worker_startup_timeout_s", t.worker_startup_timeout_s,
+             "> 0 seconds")
     _require(t.weight_sync_bucket_mb >= 1, "trainer.weight_sync_bucket_mb", t.weight_sync_bucket_mb, ">= 1 MiB")
     if t.backend == "local":
         _require(t.nnodes == 1 and t.devices_per_node == 1, "trainer.devices_per_node", t.devices_per_node,

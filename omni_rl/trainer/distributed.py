@@ -230,7 +230,7 @@ class RayWorkers:
         self.started_ray = connect_ray(cfg)
         try:
             pool = ResourcePool(t.nnodes, t.devices_per_node, ray_device_resource(t.device))
-            self.group = WorkerGroup(pool, t.device, t.worker_timeout_s)
+            self.group = WorkerGroup(pool, t.device, t.worker_timeout_s, startup_timeout_s=t.worker_startup_timeout_s)
             self.group.run("build", build_hybrid, [(cfg,)] * self.group.world_size)
         except BaseException:
             self.close()

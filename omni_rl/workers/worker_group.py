@@ -6,7 +6,9 @@ arguments and returns the results in rank order. The driver splits and concatena
 calls)` queues any number of calls on chosen ranks (each rank runs its calls in submission
 order) and `as_completed(refs, what)` yields each call's result as soon as it is back.
 
-Failure handling: every wait has a deadline (`timeout_s`, trainer.worker_timeout_s). Results are
+Failure handling: every wait has a deadline: `timeout_s` (trainer.worker_timeout_s) for each
+call, and `startup_timeout_s` (trainer.worker_startup_timeout_s) for starting the workers and
+their process group, which on a busy machine or a cold cluster takes far longer than a call. Results are
 collected as they finish, so a dead worker is noticed at once even while its peers are blocked
 in a collective waiting for it. A dead or silent worker becomes `WorkerFailedError` naming its
 rank, node and pid, the program and the step; an exception raised inside a program is re-raised
@@ -43,17 +45,19 @@ def split_evenly(n: int, parts: int) -> list[tuple[int, int]]:
 
 
 class WorkerGroup:
-    def __init__(self, pool: ResourcePool, device_name: str, timeout_s: float, num_threads: int = 1):
+    def __init__(self, pool: ResourcePool, device_name: str, timeout_s: float, num_threads: int = 1,
+                 startup_timeout_s: float = 300.0):
         import ray
 
         self.pool = pool
         self.timeout_s = timeout_s
+        self.startup_timeout_s = startup_timeout_s
         self.world_size = pool.world_size
         self.step = 0
         self.closed = False
         self.infos: list[dict[str, Any]] = [{"rank": r, "node": "?", "pid": "?"} for r in range(self.world_size)]
         env = {k: os.environ[k] for k in FORWARDED_ENV if k in os.environ}
-        pool.reserve(timeout_s)
+        pool.reserve(startup_timeout_s)
         remote_cls = ray.remote(max_restarts=0, max_task_retries=0)(HybridWorker)
         self.workers = [
             remote_cls.options(
@@ -62,9 +66,13 @@ class WorkerGroup:
             ).remote(r, self.world_size, device_name, num_threads)
             for r in range(self.world_size)
         ]
-        self.infos = self._gather([w.node_info.remote() for w in self.workers], "start")
-        addr, port = self._gather([self.workers[0].master_address.remote()], "start")[0]
-        self._gather([w.init_process_group.remote(addr, port, timeout_s) for w in self.workers], "init_process_group")
+        up = time.monotonic() + startup_timeout_s
+        self.infos = self._gather([w.node_info.remote() for w in self.workers], "start", deadline=up)
+        addr, port = self._gather([self.workers[0].master_address.remote()], "start", deadline=up)[0]
+        self._gather(
+            [w.init_process_group.remote(addr, port, timeout_s) for w in self.workers], "init_process_group",
+            deadline=up,
+        )
         log.info("worker group up: %s (process group at %s:%d)", self.describe(), addr, port)
 
     def describe(self) -> str:
@@ -93,15 +101,16 @@ class WorkerGroup:
             raise ValueError(f"{what}: ranks {bad} do not exist; expected 0..{self.world_size - 1}")
         return [self.workers[rank].call.remote(self.step, fn, *args) for rank, args in calls]
 
-    def _gather(self, refs: list, what: str, step: int | None = None) -> list[Any]:
-        results = dict(self.as_completed(refs, what, step))
+    def _gather(self, refs: list, what: str, step: int | None = None, deadline: float | None = None) -> list[Any]:
+        results = dict(self.as_completed(refs, what, step, deadline=deadline))
         return [results[r] for r in range(len(refs))]
 
     def as_completed(self, refs: list, what: str, step: int | None = None,
-                     ranks: Sequence[int] | None = None) -> Iterator[tuple[int, Any]]:
+                     ranks: Sequence[int] | None = None, deadline: float | None = None) -> Iterator[tuple[int, Any]]:
         """(index in `refs`, result) for each call as it finishes, all within `timeout_s` of the
-        start; a dead or silent worker, or an exception in a call, ends the group (see above).
-        `ranks[i]` is the rank `refs[i]` runs on (default: i), for naming a failed worker."""
+        start (or by the monotonic `deadline` when given: start-up's); a dead or silent worker, or
+        an exception in a call, ends the group (see above). `ranks[i]` is the rank `refs[i]` runs
+        on (default: i), for naming a failed worker."""
         import ray
         from ray.exceptions import (
             ActorDiedError,
@@ -114,7 +123,12 @@ class WorkerGroup:
         index = {ref: i for i, ref in enumerate(refs)}
         ranks = {ref: r for ref, r in zip(refs, range(len(refs)) if ranks is None else ranks)}
         pending = list(refs)
-        deadline = time.monotonic() + self.timeout_s
+        limit = (
+            f"trainer.worker_startup_timeout_s={self.startup_timeout_s:g} s" if deadline is not None
+            else f"trainer.worker_timeout_s={self.timeout_s:g} s"
+        )
+        if deadline is None:
+            deadline = time.monotonic() + self.timeout_s
         while pending:
             left = deadline - time.monotonic()
             ready, pending = ray.wait(pending, num_returns=1, timeout=max(0.0, left))
@@ -123,8 +137,7 @@ class WorkerGroup:
                 self.shutdown()
                 raise WorkerFailedError(
                     f"worker {self._name(rank)} did not finish {what} at step {step} within "
-                    f"trainer.worker_timeout_s={self.timeout_s:g} s; the run stopped (raise the timeout if the "
-                    f"step is just slow)", rank=rank, step=step,
+                    f"{limit}; the run stopped (raise the timeout if the step is just slow)", rank=rank, step=step,
                 )
             ref = ready[0]
             rank = ranks[ref]

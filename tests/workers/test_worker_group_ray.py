@@ -42,6 +42,18 @@ def test_a_silent_worker_times_out_naming_it(ray_local):
         g.run("nap", nap, [(0.0,), (0.0,)])
 
 
+def test_start_up_has_its_own_deadline(ray_local):
+    """A call timeout shorter than starting two workers (a process each, torch imported, a gloo
+    group) does not bound the start-up, which has trainer.worker_startup_timeout_s of its own."""
+    g = WorkerGroup(ResourcePool(1, 2), "cpu", 0.05, startup_timeout_s=300.0)
+    try:
+        assert [info["rank"] for info in g.infos] == [0, 1]
+        assert all(isinstance(info["pid"], int) for info in g.infos)  # both workers answered
+        assert not g.closed
+    finally:
+        g.shutdown()
+
+
 def test_an_error_in_a_program_keeps_its_type(ray_local):
     g = group()
 
