@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 COMMON = ["trainer.progress_bar=false", "trainer.loggers=[jsonl]", "trainer.val_every=0", "trainer.total_steps=3",

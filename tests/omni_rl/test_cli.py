@@ -14,7 +14,7 @@ from omegaconf import OmegaConf
 from omni_rl.cli import main
 from omni_rl.config import available_recipes
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 def run_main_omni(*args: str) -> subprocess.CompletedProcess:
