@@ -63,7 +63,7 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 
 def run_arm(args, name: str, extra: list[str], root: Path) -> dict:
-    from omni_rl.config import load_config
+    from omni_rl.compose import load_config
     from omni_rl.trainer import PPOTrainer
 
     out = root / name

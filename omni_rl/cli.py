@@ -20,7 +20,8 @@ USAGE = """usage: python main_omni.py [recipe=NAME] [key=value ...] [--cfg]
 def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    from omni_rl.config import ConfigError, available_recipes, load_config, to_yaml
+    from omni_rl.compose import load_config
+    from omni_rl.config import ConfigError, available_recipes, to_yaml
 
     if "-h" in args or "--help" in args:
         print(USAGE + "\nrecipes: " + ", ".join(available_recipes()))

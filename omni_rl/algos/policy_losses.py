@@ -31,6 +31,10 @@ KL forms (registered in `DIFFUSION_KL`, `fn(mean, ref_mean, std, dt) -> [B]`) me
 one step's Gaussian moved from the reference's. Both are per-dimension MEANS over the non-batch
 dims (like the log-probs) and both are 0 where the transition std is 0.
 
+A loss that reads `old_mean` says so with `@reads_old_mean`: the trainer then has the behaviour
+policy's transition means computed (the rollout records log-probs only), and skips that forward
+for the losses that do not.
+
 Not here: token-level losses (`ppo_clip`, `dapo`, `gspo`, `cispo`, `sapo` live in
 `token_losses.py`, in the same registry), adding the diffusion KL to the loss with its
 coefficient (the diffusion actor), the choice of trained steps.
@@ -51,6 +55,8 @@ __all__ = [
     "PolicyLoss",
     "POLICY_LOSSES",
     "get_policy_loss",
+    "reads_old_mean",
+    "loss_reads_old_mean",
     "flow_grpo_loss",
     "flow_dppo_loss",
     "grpo_guard_loss",
@@ -163,6 +169,16 @@ DIFFUSION_KL: Registry[DiffusionKL] = Registry("diffusion KL form")
 def get_policy_loss(name: str) -> PolicyLoss:
     """The registered loss called `name` (`flow_grpo`, `flow_dppo`, `grpo_guard`, ...)."""
     return POLICY_LOSSES.get(name)
+
+
+def reads_old_mean(fn: PolicyLoss) -> PolicyLoss:
+    """Mark a loss that reads `PolicyLossInput.old_mean` (the behaviour policy's transition means)."""
+    fn.reads_old_mean = True
+    return fn
+
+
+def loss_reads_old_mean(fn: PolicyLoss) -> bool:
+    return bool(getattr(fn, "reads_old_mean", False))
 
 
 def get_diffusion_kl(name: str) -> DiffusionKL:
@@ -337,6 +353,7 @@ def flow_grpo_loss(inp: PolicyLossInput) -> tuple[Tensor, Metrics]:
 
 
 @POLICY_LOSSES.register("flow_dppo")
+@reads_old_mean
 def flow_dppo_loss(inp: PolicyLossInput) -> tuple[Tensor, Metrics]:
     """Flow-DPPO (arXiv 2606.11025): an unclipped surrogate with a per-step KL trust region.
 
@@ -379,6 +396,7 @@ def guard_log_ratio(
 
 
 @POLICY_LOSSES.register("grpo_guard")
+@reads_old_mean
 def grpo_guard_loss(inp: PolicyLossInput) -> tuple[Tensor, Metrics]:
     """GRPO-Guard (arXiv 2510.22319): a re-centred ratio, the clipped loss, 1/|dt| step weights.
 

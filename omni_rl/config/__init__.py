@@ -1,6 +1,10 @@
-"""Config schema (dataclasses), loading (Hydra) and validation."""
-from omni_rl.config.loader import available_recipes, load_config, to_yaml
+"""Config schema (dataclasses), composition (Hydra) and validation of values.
+
+The layer imports nothing above it. `omni_rl.compose.load_config` is what runs a job: it calls
+`compose_config` and then checks the names of registered components.
+"""
+from omni_rl.config.loader import available_recipes, compose_config, to_yaml
 from omni_rl.config.schema import OmniConfig
 from omni_rl.config.validate import ConfigError, validate_config
 
-__all__ = ["ConfigError", "OmniConfig", "available_recipes", "load_config", "to_yaml", "validate_config"]
+__all__ = ["ConfigError", "OmniConfig", "available_recipes", "compose_config", "to_yaml", "validate_config"]

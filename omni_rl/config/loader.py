@@ -1,10 +1,12 @@
-"""Loads a job's config: `recipe=NAME key=value ...` -> a validated `OmniConfig`.
+"""Composes a job's config: `recipe=NAME key=value ...` -> a validated `OmniConfig`.
 
 Hydra composes three layers: the dataclass schema (every default), the recipe YAML
 (`recipes/NAME.yaml`, overrides only) and the command-line overrides. Every failure is turned
 into one `ConfigError` line that names the key and what was expected: an unknown recipe lists
 the available ones, a misspelled key names it, a wrong type names the key and the type, and the
-cross-field rules of `validate.py` run last.
+cross-field rules of `validate.py` run last. Names of registered components (losses, rewards,
+backends) are checked above this package, by `omni_rl.compose.load_config`, which calls
+`compose_config` first: the config layer imports nothing above it.
 
 Recipes are found in the project's `recipes/` folder and in the folders listed in the
 `OMNI_RL_RECIPE_PATH` environment variable (`:`-separated); `recipe=path/to/file.yaml` also
@@ -24,7 +26,6 @@ from hydra.errors import HydraException
 from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from omni_rl.config.components import check_components
 from omni_rl.config.schema import OmniConfig
 from omni_rl.config.validate import ConfigError, validate_config
 
@@ -107,7 +108,7 @@ def _register(recipe_name: str, recipe_path: Path) -> None:
     )
 
 
-def load_config(overrides: Sequence[str] = ()) -> OmniConfig:
+def compose_config(overrides: Sequence[str] = ()) -> OmniConfig:
     """Compose schema + recipe + overrides into a validated `OmniConfig` (or raise ConfigError)."""
     recipe, rest = _split_recipe(overrides)
     recipe_name, recipe_path = _resolve_recipe(recipe)
@@ -123,7 +124,6 @@ def load_config(overrides: Sequence[str] = ()) -> OmniConfig:
     finally:
         GlobalHydra.instance().clear()
     validate_config(cfg)
-    check_components(cfg)
     return cfg
 
 

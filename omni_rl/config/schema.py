@@ -115,9 +115,16 @@ class AlgoConfig:
     # SAPO's gate temperatures for positive / negative advantages.
     tau_pos: float = 1.0
     tau_neg: float = 1.05
-    # "recompute": old log-probs from the actor before the update (ratio exactly 1 on the first
-    # mini-batch); "bypass": reuse the rollout's log-probs and skip that forward pass.
-    old_logprob_mode: str = "recompute"
+    # Where the ratio's old log-probs come from. "auto": the rollout's own where they are the
+    # actor's bit for bit (same model in this process, fp32, current weights), otherwise a
+    # recompute by the actor before the update; "recompute": always the actor's (ratio exactly 1
+    # on the first mini-batch); "bypass": always the rollout's (skips that forward, accepts the
+    # numerical gap of another engine). Losses that read the old transition means still get them.
+    old_logprob_mode: str = "auto"
+    # Every this many steps (from step 1) the actor scores the whole batch even when the rollout's
+    # log-probs are used, and rollout_corr/* covers every sample; 0 = never (the update still
+    # measures the gap on its first mini-batch).
+    logprob_check_every: int = 10
 
 
 @dataclass
@@ -185,8 +192,9 @@ class TrainerConfig:
     # "local": one process. "ray": the stage methods run on a group of Ray workers (one hybrid
     # worker per device: actor + rollout + reference), the batch split across data-parallel ranks.
     backend: str = "local"
-    # The training engine: "local" (one process, backend=local) or "fsdp2" (sharded, backend=ray).
-    engine: str = "local"
+    # The training engine: "local" (one process) or "fsdp2" (sharded); null = the backend's own
+    # (local for backend=local, fsdp2 for backend=ray).
+    engine: Optional[str] = None
     # Ray resource pool: nnodes x devices_per_node workers (GPUs / NPUs, or CPUs on a CPU machine).
     nnodes: int = 1
     devices_per_node: int = 1

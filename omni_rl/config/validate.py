@@ -86,8 +86,9 @@ def validate_config(cfg: OmniConfig) -> None:
     _require(r.timeout_s > 0, "rollout.timeout_s", r.timeout_s, "> 0 seconds")
 
     _require(a.std_mode in ("group", "global", "none"), "algo.std_mode", a.std_mode, "one of group, global, none")
-    _require(a.old_logprob_mode in ("recompute", "bypass"), "algo.old_logprob_mode", a.old_logprob_mode,
-             "one of recompute, bypass")
+    _require(a.old_logprob_mode in ("auto", "recompute", "bypass"), "algo.old_logprob_mode", a.old_logprob_mode,
+             "one of auto, recompute, bypass")
+    _require(a.logprob_check_every >= 0, "algo.logprob_check_every", a.logprob_check_every, "an integer >= 0 (0 = never)")
     _require(a.clip_range > 0, "algo.clip_range", a.clip_range, "> 0")
     _require(a.clip_range_high is None or a.clip_range_high > 0, "algo.clip_range_high", a.clip_range_high, "> 0 or null")
     _require(a.adv_clip_max > 0, "algo.adv_clip_max", a.adv_clip_max, "> 0")
@@ -135,34 +136,12 @@ def validate_config(cfg: OmniConfig) -> None:
 
 
 def _validate_distribution(cfg: OmniConfig) -> None:
-    """trainer.backend / engine / resource pool: the combinations that exist."""
+    """The resource pool and worker timeouts. Which backends and engines exist, and the rules a
+    backend keeps for itself, are checked by `omni_rl.compose` against their registries."""
     t = cfg.trainer
-    _require(t.backend in ("local", "ray"), "trainer.backend", t.backend, "one of local, ray")
-    _require(t.engine in ("local", "fsdp2"), "trainer.engine", t.engine, "one of local, fsdp2")
-    _require(
-        (t.backend, t.engine) in (("local", "local"), ("ray", "fsdp2")), "trainer.engine", t.engine,
-        f"local with trainer.backend=local, fsdp2 with trainer.backend=ray (got backend={t.backend!r}); "
-        f"set trainer.engine={'fsdp2' if t.backend == 'ray' else 'local'}",
-    )
     _require(t.nnodes >= 1, "trainer.nnodes", t.nnodes, "an integer >= 1")
     _require(t.devices_per_node >= 1, "trainer.devices_per_node", t.devices_per_node, "an integer >= 1")
     _require(t.worker_timeout_s > 0, "trainer.worker_timeout_s", t.worker_timeout_s, "> 0 seconds")
     _require(t.worker_startup_timeout_s > 0, "trainer.worker_startup_timeout_s", t.worker_startup_timeout_s,
              "> 0 seconds")
     _require(t.weight_sync_bucket_mb >= 1, "trainer.weight_sync_bucket_mb", t.weight_sync_bucket_mb, ">= 1 MiB")
-    if t.backend == "local":
-        _require(t.nnodes == 1 and t.devices_per_node == 1, "trainer.devices_per_node", t.devices_per_node,
-                 "1 (and trainer.nnodes=1) with trainer.backend=local; use trainer.backend=ray for more workers")
-        _require(t.ray_address is None, "trainer.ray_address", t.ray_address, "null with trainer.backend=local")
-        _require(not t.param_offload and not t.optimizer_offload, "trainer.param_offload", t.param_offload,
-                 "false with trainer.backend=local (offload is an FSDP2 feature; use trainer.backend=ray)")
-        return
-    world = t.nnodes * t.devices_per_node
-    # Each rank takes the same share of every mini-batch, in whole micro-batches, so that the
-    # FSDP gradient average equals one process's mean over the mini-batch's micro-batches.
-    _require(
-        t.mini_batch_size % (world * t.micro_batch_size) == 0, "trainer.mini_batch_size", t.mini_batch_size,
-        f"a multiple of trainer.nnodes * trainer.devices_per_node * trainer.micro_batch_size = "
-        f"{world} * {t.micro_batch_size} with trainer.backend=ray (each worker takes whole micro-batches); "
-        f"lower trainer.micro_batch_size or the worker count",
-    )

@@ -1,5 +1,11 @@
-"""Rollout engines: `native` (in-process, request-level batching); `vllm_omni` on GPUs later."""
+"""Rollout engines behind one contract (`base.RolloutEngine`), built by `rollout.backend`.
+
+`backends.ROLLOUT_BACKENDS` holds the factories: `native` (in-process; request-level batching
+for diffusion in `native.py`, batched decoding for text in `text_native.py`). The Ray rollout
+engine that shards requests over workers lives with the workers (`omni_rl.workers.ray_rollout`).
+"""
+from omni_rl.rollout.base import RolloutEngine
 from omni_rl.rollout.native import NativeDiffusionEngine, RolloutEngineError
 from omni_rl.rollout.types import DiffusionRequest, DiffusionResult
 
-__all__ = ["DiffusionRequest", "DiffusionResult", "NativeDiffusionEngine", "RolloutEngineError"]
+__all__ = ["DiffusionRequest", "DiffusionResult", "NativeDiffusionEngine", "RolloutEngine", "RolloutEngineError"]

@@ -33,6 +33,7 @@ import torch
 from omni_rl.algos.flow_sde import get_step_kernel
 from omni_rl.models.conditioning import Conditioning
 from omni_rl.models.diffusion import DiffusionModelBase
+from omni_rl.rollout.base import RolloutEngine
 from omni_rl.rollout.sde_window import choose_sde_window
 from omni_rl.rollout.types import DiffusionRequest, DiffusionResult
 
@@ -58,7 +59,7 @@ class _Running:
     noise_levels: list = field(default_factory=list)
 
 
-class NativeDiffusionEngine:
+class NativeDiffusionEngine(RolloutEngine):
     """Request-batched sampler around a `DiffusionModelBase` adapter."""
 
     def __init__(self, model: DiffusionModelBase, max_num_seqs: int = 32, max_wait_ms: float = 5.0):
@@ -130,6 +131,11 @@ class NativeDiffusionEngine:
         if req.num_steps < 1:
             raise ValueError(f"request {req.request_id}: num_steps={req.num_steps}, expected >= 1")
         choose_sde_window(req.seed, req.num_steps, req.sde_window_size, req.sde_window_range)
+
+    def same_log_probs_as(self, model) -> bool:
+        # The trainer's model itself, in fp32: the trainer's replay calls the same
+        # predict_velocity and kernel on the same inputs (other precisions differ by batch shape).
+        return model is self.model and self.model.dtype == torch.float32
 
     def sync_weights(self, source_model, version: int) -> None:
         """Make the engine sample from `source_model`'s current weights."""

@@ -21,6 +21,7 @@ from typing import Sequence
 import torch
 
 from omni_rl.models.autoregressive import AutoregressiveModelBase, positions_from_mask
+from omni_rl.rollout.base import RolloutEngine
 from omni_rl.rollout.text_types import TextRequest, TextResult
 
 
@@ -53,7 +54,7 @@ def _sample(logits: torch.Tensor, top_p: float, generator: torch.Generator) -> i
     return int(torch.multinomial(probs.cpu(), 1, generator=generator))
 
 
-class NativeTextEngine:
+class NativeTextEngine(RolloutEngine):
     def __init__(self, model: AutoregressiveModelBase, max_num_seqs: int = 64):
         if max_num_seqs < 1:
             raise ValueError(f"max_num_seqs={max_num_seqs}: expected >= 1")
@@ -91,6 +92,11 @@ class NativeTextEngine:
 
     def wait(self, requests: Sequence[TextRequest], futures: Sequence[Future], timeout_s: float | None = None) -> list[TextResult]:
         return [f.result() for f in futures]
+
+    def same_log_probs_as(self, model) -> bool:
+        # Decoding token by token with a KV cache sums in another order than the trainer's
+        # whole-sequence forward: close, not equal, so the trainer recomputes the old log-probs.
+        return False
 
     def sync_weights(self, source_model, version: int) -> None:
         if source_model is not self.model:

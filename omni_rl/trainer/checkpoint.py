@@ -2,7 +2,8 @@
 
 A checkpoint is a folder `OUTPUT/checkpoints/step_000020/` holding
 
-- `trainer_state.pt`: trainable tensors, optimizer state, the step, RNG states;
+- `trainer_state.pt`: trainable tensors, optimizer state, the step, RNG states (sharded runs:
+  the step and RNG states, with the tensors and optimizer in `sharded/`);
 - `lora/` (LoRA runs) or `model/` (full fine-tuning): the trained weights in the model
   library's own format (diffusers: `pipe.load_lora_weights(folder)`; PEFT / transformers:
   `from_pretrained`), for use outside omni-rl;
@@ -27,6 +28,8 @@ from omni_rl.utils.atomic import atomic_directory, atomic_torch_save
 
 _STEP_DIR = re.compile(r"^step_(\d+)$")
 STATE_FILE = "trainer_state.pt"
+# Sharded runs (trainer.backend=ray) keep the optimizer and trainable tensors here, one DCP shard per rank.
+SHARDED_DIR = "sharded"
 
 
 class CheckpointError(FileNotFoundError):

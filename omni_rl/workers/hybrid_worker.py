@@ -2,9 +2,10 @@
 
 It joins the torch.distributed group (gloo on CPUs, NCCL on CUDA, HCCL on Ascend: the backend
 comes from `omni_rl.device`), then runs programs the driver sends: `call(step, fn, *args)` runs
-`fn(worker, *args)` and returns its result. The trainer's programs install the roles it holds
-in `worker.state` (the FSDP2 actor engine, the rollout engine, the reference policy = the actor
-with LoRA disabled), so actor, rollout and reference share the worker's device.
+`fn(worker, *args)` and returns its result. The trainer's programs (`omni_rl.workers.programs`)
+install the roles it holds as a typed `WorkerState` in `worker.state` (the FSDP2 actor engine,
+the rollout engine, the reference policy = the actor with LoRA disabled), so actor, rollout and
+reference share the worker's device.
 
 Test hook: the environment variable `OMNI_RL_FAULT_INJECT="exit:RANK:STEP:PROGRAM"` makes the
 worker of that rank exit abruptly when it starts that program at that step (as a crashed or
@@ -16,7 +17,6 @@ import os
 import socket
 from collections.abc import Callable
 from datetime import timedelta
-from types import SimpleNamespace
 from typing import Any
 
 import torch
@@ -38,7 +38,7 @@ class HybridWorker:
         self.world_size = world_size
         torch.set_num_threads(max(1, num_threads))
         self.device = worker_device(device_name)
-        self.state = SimpleNamespace()
+        self.state: Any = None  # installed by a build program (programs.WorkerState)
 
     def node_info(self) -> dict[str, Any]:
         import ray

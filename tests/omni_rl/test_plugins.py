@@ -9,7 +9,7 @@ import uuid
 import pytest
 
 from omni_rl import plugins
-from omni_rl.config import load_config
+from omni_rl.compose import load_config
 from omni_rl.plugins import PluginError, load_plugins
 from omni_rl.registry import RegistryError
 from omni_rl.reward import REWARDS, build_reward

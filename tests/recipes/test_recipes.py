@@ -12,7 +12,8 @@ import pytest
 from omegaconf import OmegaConf
 
 from omni_rl.algos import ADVANTAGE_ESTIMATORS, DIFFUSION_KL, POLICY_LOSSES, STEP_KERNELS
-from omni_rl.config import OmniConfig, available_recipes, load_config
+from omni_rl.compose import load_config
+from omni_rl.config import OmniConfig, available_recipes
 from omni_rl.config.loader import PROJECT_ROOT
 from omni_rl.models import ADAPTERS
 from omni_rl.models.registry import adapter_key

@@ -1,4 +1,4 @@
-"""Loading a job's config: schema + recipe YAML + `key=value` overrides (omni_rl/config/loader.py).
+"""Composing a job's config: schema + recipe YAML + `key=value` overrides (omni_rl/config/loader.py).
 
 Every failure must be one `ConfigError` line naming the key (what the CLI prints after `error:`).
 Recipes for these tests are written to tmp_path; the shipped ones are checked in
@@ -9,7 +9,8 @@ import textwrap
 
 import pytest
 
-from omni_rl.config import ConfigError, OmniConfig, available_recipes, load_config
+from omni_rl.config import compose_config
+from omni_rl.config import ConfigError, OmniConfig, available_recipes
 from omni_rl.config.schema import DataConfig
 
 DEFAULT = OmniConfig.recipe  # the CPU demo, used when no recipe= is given
@@ -17,7 +18,7 @@ DEFAULT = OmniConfig.recipe  # the CPU demo, used when no recipe= is given
 
 def load_error(overrides) -> str:
     with pytest.raises(ConfigError) as info:
-        load_config(overrides)
+        compose_config(overrides)
     message = str(info.value)
     assert "\n" not in message, f"a ConfigError must be one line, got: {message!r}"
     return message
@@ -38,7 +39,7 @@ def recipe_dir(tmp_path, monkeypatch):
 
 # --- recipes: found, resolved, layered ------------------------------------------------------
 def test_default_recipe_loads():
-    cfg = load_config([])
+    cfg = compose_config([])
     assert cfg.recipe == DEFAULT
     assert isinstance(cfg, OmniConfig)
 
@@ -53,7 +54,7 @@ def test_unknown_recipe_lists_the_available_ones():
 
 def test_a_recipe_that_sets_nothing_gets_the_schema_defaults(recipe_dir):
     recipe_dir("only_prompts", "data:\n  prompts: [a cat]\n")
-    cfg = load_config(["recipe=only_prompts"])
+    cfg = compose_config(["recipe=only_prompts"])
     expected = dataclasses.replace(OmniConfig(), recipe="only_prompts", data=DataConfig(prompts=["a cat"]))
     assert cfg == expected
 
@@ -68,18 +69,18 @@ def test_recipe_beats_schema_and_override_beats_recipe(recipe_dir):
         data: {prompts: [a cat]}
         trainer: {total_steps: 3, seed: 7}
         """)
-    cfg = load_config(["recipe=layers"])
+    cfg = compose_config(["recipe=layers"])
     assert (cfg.trainer.total_steps, cfg.trainer.seed) == (3, 7)  # schema says 40, 42
-    cfg = load_config(["recipe=layers", "trainer.total_steps=5"])
+    cfg = compose_config(["recipe=layers", "trainer.total_steps=5"])
     assert (cfg.trainer.total_steps, cfg.trainer.seed) == (5, 7)
     # the order of `recipe=` among the overrides does not matter
-    assert load_config(["trainer.total_steps=5", "recipe=layers"]).trainer.total_steps == 5
+    assert compose_config(["trainer.total_steps=5", "recipe=layers"]).trainer.total_steps == 5
 
 
 def test_recipe_given_as_a_file_path(tmp_path):
     path = tmp_path / "my_job.yaml"
     path.write_text("data: {prompts: [a fox]}\nrollout: {num_steps: 4}\n")
-    cfg = load_config([f"recipe={path}"])
+    cfg = compose_config([f"recipe={path}"])
     assert cfg.recipe == "my_job"
     assert cfg.rollout.num_steps == 4 and cfg.data.prompts == ["a fox"]
 
@@ -94,14 +95,14 @@ def test_recipe_path_env_adds_a_folder(recipe_dir):
     recipe_dir("from_env", "data: {prompts: [a dog]}\ntrainer: {total_steps: 2}\n")
     assert "from_env" in available_recipes()
     assert DEFAULT in available_recipes()  # the project's folder stays on the path
-    cfg = load_config(["recipe=from_env"])
+    cfg = compose_config(["recipe=from_env"])
     assert cfg.recipe == "from_env" and cfg.trainer.total_steps == 2
 
 
 def test_recipe_path_env_folder_wins_over_the_project_folder(recipe_dir):
     path = recipe_dir(DEFAULT, "data: {prompts: [a dog]}\ntrainer: {total_steps: 2}\n")
     assert available_recipes()[DEFAULT] == path
-    assert load_config([]).trainer.total_steps == 2
+    assert compose_config([]).trainer.total_steps == 2
 
 
 def test_recipe_with_a_defaults_list_is_rejected(recipe_dir):
@@ -179,7 +180,7 @@ def test_inconsistent_overrides_fail_at_load_naming_the_key(overrides, key):
 
 
 def test_consistent_overrides_load():
-    cfg = load_config([
+    cfg = compose_config([
         "rollout.num_steps=8", "rollout.sde_window_size=2", "rollout.sde_window_range=[0,4]",
         "trainer.prompts_per_step=3", "trainer.samples_per_prompt=4", "trainer.mini_batch_size=6",
         "trainer.micro_batch_size=3", "algo.kl_coef=0.04", "model.dtype=bfloat16",

@@ -6,7 +6,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from omni_rl.config import load_config
+from omni_rl.compose import load_config
 from omni_rl.reward import register_reward
 from omni_rl.reward.manager import RewardError
 from omni_rl.trainer import PPOTrainer

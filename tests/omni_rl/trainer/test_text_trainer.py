@@ -3,7 +3,7 @@ import json
 
 import pytest
 
-from omni_rl.config import load_config
+from omni_rl.compose import load_config
 from omni_rl.logging import rise_report
 from omni_rl.trainer import PPOTrainer
 

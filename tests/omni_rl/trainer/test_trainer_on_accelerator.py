@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from omni_rl.config import load_config
+from omni_rl.compose import load_config
 from omni_rl.models.loading import resolve_model_path
 from omni_rl.trainer import PPOTrainer
 

@@ -11,7 +11,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from omni_rl.config import load_config
+from omni_rl.compose import load_config
 from omni_rl.models.loading import resolve_model_path
 from omni_rl.trainer import PPOTrainer
 

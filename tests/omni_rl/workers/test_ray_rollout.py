@@ -1,13 +1,14 @@
 """The Ray rollout engine: requests sharded over 2 workers in chunks of one engine batch, results
-in request order and equal to one process's; the futures API the diffusion stage scores from."""
+in request order and equal to one process's; the futures API the diffusion family scores from."""
 import pytest
 import torch
 
-from omni_rl.config import load_config
+from omni_rl.compose import load_config
 from omni_rl.data.prompts import PromptItem
 from omni_rl.models import build_model
-from omni_rl.trainer.diffusion_stage import DiffusionStage
-from omni_rl.trainer.distributed import RayWorkers
+from omni_rl.families import DiffusionFamily
+from omni_rl.rollout.backends import build_rollout_engine
+from omni_rl.trainer.ray_actors import RayActorGroup
 
 SD3 = ["recipe=tiny_sd3_flowgrpo", "trainer.backend=ray", "trainer.engine=fsdp2", "trainer.devices_per_node=2",
        "trainer.prompts_per_step=3", "trainer.samples_per_prompt=2", "trainer.mini_batch_size=6",
@@ -17,7 +18,7 @@ SD3 = ["recipe=tiny_sd3_flowgrpo", "trainer.backend=ray", "trainer.engine=fsdp2"
 @pytest.fixture(scope="module")
 def sd3_workers(ray_local):
     cfg = load_config(SD3)
-    workers = RayWorkers(cfg)
+    workers = RayActorGroup(cfg)
     try:
         yield cfg, workers
     finally:
@@ -27,18 +28,19 @@ def sd3_workers(ray_local):
 def test_sharded_chunked_rollout_equals_one_process(sd3_workers):
     cfg, workers = sd3_workers
     engine = workers.rollout_engine
-    local = DiffusionStage(cfg, build_model(cfg.model, torch.device("cpu"), tuple(cfg.plugins)))
+    model = build_model(cfg.model, torch.device("cpu"), tuple(cfg.plugins))
+    family, local_engine = DiffusionFamily(cfg, model), build_rollout_engine(cfg, model)
     try:
         prompts = [PromptItem(prompt=p) for p in ("a red cube", "a blue sphere", "a green cone")]
-        requests = [local._request(item, seed=100 + i) for i, item in enumerate(prompts * 2)][:5]  # 3 + 2 per rank
+        requests = [family.request(item, seed=100 + i) for i, item in enumerate(prompts * 2)][:5]  # 3 + 2 per rank
         futures = engine.submit_many(requests)
         with pytest.raises(RuntimeError, match="still in flight"):
             engine.submit_many(requests)
         streamed = engine.wait(requests, futures, timeout_s=60)
         assert all(f.done() for f in futures)
-        expected = local.engine.generate(requests, timeout_s=60)
+        expected = local_engine.generate(requests, timeout_s=60)
     finally:
-        local.close()
+        local_engine.close()
     assert [r.prompt for r in streamed] == [r.prompt for r in requests]
     # Equal up to float rounding: the batches differ (one process packs requests 0-1, 2-3, 4; the
     # workers 0-1, 2 and 3-4) and so do thread counts, which changes the order of kernels' sums.

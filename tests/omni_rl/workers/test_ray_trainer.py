@@ -11,11 +11,11 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from omni_rl.config import load_config
+from omni_rl.compose import load_config
 from omni_rl.models.loading import resolve_model_path
 from omni_rl.trainer import PPOTrainer
 from omni_rl.trainer.checkpoint import CheckpointError
-from omni_rl.trainer.distributed import export_sharded_checkpoint
+from omni_rl.trainer.sharded_export import export_sharded_checkpoint
 
 BASE = [
     "recipe=tiny_qwen3_grpo", "trainer.progress_bar=false", "trainer.loggers=[jsonl]", "trainer.val_every=0",

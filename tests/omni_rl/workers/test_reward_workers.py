@@ -5,7 +5,7 @@ import uuid
 import pytest
 import torch
 
-from omni_rl.config import load_config
+from omni_rl.compose import load_config
 from omni_rl.reward.manager import RewardError, RewardManager, RewardSpec
 from omni_rl.trainer import PPOTrainer
 from omni_rl.workers.reward_worker import RayRewardManager

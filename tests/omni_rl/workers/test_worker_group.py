@@ -1,7 +1,8 @@
 """The worker group's pieces that need no Ray cluster: shards, pools, the config rules."""
 import pytest
 
-from omni_rl.config import ConfigError, load_config
+from omni_rl.compose import load_config
+from omni_rl.config import ConfigError
 from omni_rl.workers import ResourcePool
 from omni_rl.workers.worker_group import split_evenly
 
@@ -29,9 +30,15 @@ def test_ray_config_is_accepted_with_whole_micro_batches_per_worker():
     assert cfg.trainer.nnodes * cfg.trainer.devices_per_node == 2
 
 
+@pytest.mark.parametrize("backend, engine", [("ray", "fsdp2"), ("local", "local")])
+def test_the_engine_defaults_to_what_the_backend_drives(backend, engine):
+    cfg = load_config([*QWEN, f"trainer.backend={backend}"])
+    assert cfg.trainer.engine == engine
+
+
 @pytest.mark.parametrize("overrides,key", [
     (["trainer.backend=ray", "trainer.engine=fsdp2", "trainer.devices_per_node=2"], "trainer.mini_batch_size"),
-    (["trainer.backend=ray"], "trainer.engine"),
+    (["trainer.backend=ray", "trainer.engine=local"], "trainer.engine"),
     (["trainer.engine=fsdp2"], "trainer.engine"),
     (["trainer.backend=mpi"], "trainer.backend"),
     (["trainer.devices_per_node=2"], "trainer.devices_per_node"),

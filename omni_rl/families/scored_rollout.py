@@ -5,7 +5,7 @@ Every rollout engine offers `submit_many(requests) -> futures` and `wait(request
 timeout_s) -> results`. How early a sample reaches the scorer depends on the engine: the native
 diffusion engine completes each sample as it finishes; the Ray engine completes a chunk as a
 worker returns it; the native text engine samples synchronously, so its futures are done when
-`submit_many` returns. The stages of every family use this one function.
+`submit_many` returns. Every family's `rollout` uses this one function.
 """
 from __future__ import annotations
 

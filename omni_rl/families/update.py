@@ -1,4 +1,4 @@
-"""The PPO update loop, shared by the one-process trainer and every Ray rank.
+"""The PPO update loop, shared by the one-process actor group and every Ray rank.
 
 For each epoch the step's samples are shuffled (seeded by (seed, step, epoch), so every rank
 draws the same order), cut into mini-batches of `mini_batch_size` samples (one optimizer step
@@ -9,7 +9,10 @@ per mini-batch) and the engine averages gradients across ranks, so the update eq
 on the whole mini-batch.
 
 `run_update` returns raw sums, counts and maxima, which ranks add up; `summarize` turns them into
-the step's metrics.
+the step's metrics. The `rollout_corr/*` gaps a family's loss reports (stored old log-probs vs
+this forward's) are kept for the first mini-batch only: before the first optimizer step the
+policy is the behaviour policy, so with the rollout's log-probs as the old ones they measure the
+rollout-vs-trainer gap on those samples, for free.
 """
 from __future__ import annotations
 
@@ -20,13 +23,16 @@ import torch
 from omni_rl.utils.seeding import derive_seed
 
 FIRST_MINIBATCH_KEY = "actor/first_minibatch_ratio_max_abs_dev"
+# Reported by the families' losses on every chunk; meaningful only before the first update.
+GAP_MAX_KEY = "rollout_corr/logprob_abs_diff_max"
+GAP_MEAN_KEY = "rollout_corr/logprob_abs_diff_mean"
 
 
-def run_update(engine, actor, batch, cfg, step: int, rank: int = 0, world: int = 1) -> dict[str, Any]:
+def run_update(engine, family, batch, cfg, step: int, rank: int = 0, world: int = 1) -> dict[str, Any]:
     t = cfg.trainer
     share = t.mini_batch_size // world
     micro_per_share = share // t.micro_batch_size
-    num_chunks = actor.num_chunks(batch)
+    num_chunks = family.num_chunks(batch)
     sums: dict[str, float] = {}
     counts: dict[str, int] = {}
     maxima: dict[str, float] = {}
@@ -48,8 +54,12 @@ def run_update(engine, actor, batch, cfg, step: int, rank: int = 0, world: int =
                 for j in range(num_chunks):
                     # One backward per chunk keeps one chunk's graph in memory.
                     m = engine.forward_backward(
-                        micro, lambda mb, j=j: actor.loss(mb, j), loss_scale=1.0 / (num_chunks * micro_per_share)
+                        micro, lambda mb, j=j: family.loss(mb, j), loss_scale=1.0 / (num_chunks * micro_per_share)
                     )
+                    gap_max, gap_mean = m.pop(GAP_MAX_KEY, None), m.pop(GAP_MEAN_KEY, None)
+                    if num_updates == 0 and gap_max is not None:
+                        maxima[GAP_MAX_KEY] = max(maxima.get(GAP_MAX_KEY, 0.0), gap_max)
+                        record({GAP_MEAN_KEY: gap_mean})
                     record(m)
                     dev = m.get("loss/ratio_max_abs_dev", 0.0)
                     maxima["loss/ratio_max_abs_dev"] = max(maxima.get("loss/ratio_max_abs_dev", 0.0), dev)

@@ -3,15 +3,16 @@ with its own prompt and metadata, through the reward-input function of its famil
 import pytest
 import torch
 
-from omni_rl.config import load_config
+from omni_rl.compose import load_config
 from omni_rl.config.schema import ModelConfig
 from omni_rl.models import build_model
 from omni_rl.rollout.native import NativeDiffusionEngine
 from omni_rl.rollout.text_native import NativeTextEngine
 from omni_rl.rollout.text_types import TextRequest
-from omni_rl.trainer.diffusion_stage import DiffusionStage
+from omni_rl.families import DiffusionFamily
 from omni_rl.data.prompts import PromptItem
-from omni_rl.trainer.scored_rollout import scored_rollout
+from omni_rl.families.scored_rollout import scored_rollout
+from omni_rl.rollout.backends import build_rollout_engine
 
 
 def test_text_responses_are_scored_with_their_prompt_and_metadata():
@@ -40,7 +41,8 @@ def test_text_responses_are_scored_with_their_prompt_and_metadata():
 def test_diffusion_samples_reach_the_scorer_with_their_image_and_clean_latent():
     cfg = load_config(["recipe=tiny_sd3_flowgrpo"])
     cfg.trainer.samples_per_prompt = 1  # one sample per prompt: metadata["index"] names it
-    stage = DiffusionStage(cfg, build_model(cfg.model, torch.device("cpu"), tuple(cfg.plugins)))
+    model = build_model(cfg.model, torch.device("cpu"), tuple(cfg.plugins))
+    family, engine = DiffusionFamily(cfg, model), build_rollout_engine(cfg, model)
     seen = {}
 
     def score(image, prompt, meta, future):  # runs on the engine's thread as samples finish
@@ -49,10 +51,10 @@ def test_diffusion_samples_reach_the_scorer_with_their_image_and_clean_latent():
 
     try:
         items = [PromptItem(prompt="a red cube", metadata={"index": 0}), PromptItem(prompt="a sky", metadata={"index": 1})]
-        batch, futures = stage.rollout(items, step=1, score=score)
+        batch, futures = family.rollout(engine, items, step=1, score=score)
     finally:
-        stage.close()
-    assert isinstance(stage.engine, NativeDiffusionEngine) and len(futures) == len(batch) == 2
+        engine.close()
+    assert isinstance(engine, NativeDiffusionEngine) and len(futures) == len(batch) == 2
     for i, item in enumerate(items):
         image, prompt, meta = seen[i]
         assert prompt == item.prompt and torch.equal(image, batch.images[i])

@@ -1,0 +1,138 @@
+"""Where a training step's time goes, at 1 and 2 torch threads, and whether the rewards stay the same.
+
+Each run trains a recipe (default: the CPU demo, `tiny_sd3_flowgrpo`) for `--steps` steps in a
+fresh output folder, as a user would (`python main_omni.py ...` in a subprocess, no validation,
+no progress bar), with `OMP_NUM_THREADS` set to the thread count. From its metrics.jsonl it
+takes the medians, over the steps after `--warmup`, of the trainer's own phase timings
+(`timing/rollout`, `timing/reward`, `timing/old_log_prob`, `timing/update`, `timing/weight_sync`
+where the code has it, `timing/step`) and the whole reward sequence.
+
+An arm is a checkout of the project: `--arm NAME=PATH` (default: this one). Comparing two
+commits in one session, with their runs alternated round by round so that both see the same
+machine load, is how a change's effect on step time is measured:
+
+    git worktree add /tmp/before <commit>
+    python benchmarks/step_breakdown.py --arm before=/tmp/before --arm after=. --rounds 2
+
+The summary gives each arm's median step time per thread count (median over rounds of the
+per-run medians), its ratio to the first arm, and whether each arm's reward sequence equals the
+first arm's at the same thread count. Writes JSON (atomically) to --out and prints a table.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+from datetime import datetime, timezone
+from pathlib import Path
+
+from omni_rl.utils.atomic import atomic_write_json
+
+ROOT = Path(__file__).resolve().parent.parent
+
+PHASES = ("rollout", "reward", "old_log_prob", "update", "weight_sync", "step")
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--recipe", default="tiny_sd3_flowgrpo")
+    p.add_argument("--arm", action="append", default=[], help="NAME=PATH of a checkout (repeatable; default this=.)")
+    p.add_argument("--threads", type=int, nargs="+", default=[1, 2])
+    p.add_argument("--steps", type=int, default=16)
+    p.add_argument("--warmup", type=int, default=2, help="first steps of each run not counted")
+    p.add_argument("--rounds", type=int, default=1, help="runs per (arm, threads), alternated")
+    p.add_argument("--override", action="append", default=[], help="extra key=value for every run")
+    p.add_argument("--timeout-s", type=float, default=3600.0, help="per run")
+    p.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "step_breakdown.json"))
+    args = p.parse_args(argv)
+    if args.steps <= args.warmup:
+        p.error(f"--steps={args.steps} must exceed --warmup={args.warmup}")
+    arms = {}
+    for spec in args.arm or ["this=."]:
+        name, sep, path = spec.partition("=")
+        if not sep or not name or not (Path(path) / "main_omni.py").is_file():
+            p.error(f"--arm {spec!r}: expected NAME=PATH of a checkout with main_omni.py")
+        arms[name] = Path(path).resolve()
+    args.arms = arms
+    return args
+
+
+def commit_of(path: Path) -> str:
+    out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=path, capture_output=True, text=True)
+    return out.stdout.strip() or "?"
+
+
+def run_once(args, path: Path, threads: int, out: Path) -> dict:
+    env = {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
+    cmd = [
+        sys.executable, "main_omni.py", f"recipe={args.recipe}", f"trainer.total_steps={args.steps}",
+        "trainer.val_every=0", "trainer.save_every=0", "trainer.progress_bar=false", "trainer.loggers=[jsonl]",
+        f"trainer.output_dir={out}", *args.override,
+    ]
+    proc = subprocess.run(cmd, cwd=path, env=env, capture_output=True, text=True, timeout=args.timeout_s)
+    if proc.returncode != 0:
+        raise SystemExit(f"run failed in {path} (exit {proc.returncode}): {proc.stderr[-2000:]}")
+    records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    records = [r for r in records if "timing/step" in r]
+    counted = records[args.warmup :]
+    medians = {
+        p: statistics.median(r[f"timing/{p}"] for r in counted) for p in PHASES if f"timing/{p}" in counted[0]
+    }
+    return {"median_s": medians, "rewards": [r["reward/total/mean"] for r in records]}
+
+
+def summarize(args, runs: list[dict]) -> dict:
+    first = next(iter(args.arms))
+    out: dict = {}
+    for name in args.arms:
+        for threads in args.threads:
+            mine = [r for r in runs if r["arm"] == name and r["threads"] == threads]
+            ref = [r for r in runs if r["arm"] == first and r["threads"] == threads]
+            step = statistics.median(r["median_s"]["step"] for r in mine)
+            ref_step = statistics.median(r["median_s"]["step"] for r in ref)
+            out.setdefault(name, {})[str(threads)] = {
+                "median_step_s": step,
+                "phases_s": {p: statistics.median(r["median_s"][p] for r in mine) for p in mine[0]["median_s"]},
+                f"step_ratio_to_{first}": step / ref_step,
+                f"rewards_equal_{first}": all(r["rewards"] == ref[0]["rewards"] for r in mine),
+            }
+    return out
+
+
+def main(argv=None) -> None:
+    args = parse_args(argv)
+    runs = []
+    with tempfile.TemporaryDirectory(prefix="omni_rl_steps_") as tmp:
+        for rnd in range(args.rounds):
+            for threads in args.threads:
+                for name, path in args.arms.items():
+                    res = run_once(args, path, threads, Path(tmp) / f"{name}_{threads}_{rnd}")
+                    runs.append({"arm": name, "threads": threads, "round": rnd, **res})
+                    print(f"round {rnd} {name:>8} threads={threads}: step {res['median_s']['step']:.3f} s "
+                          + " ".join(f"{p}={v:.3f}" for p, v in res["median_s"].items() if p != "step"), flush=True)
+    result = {
+        "benchmark": "step_breakdown",
+        "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "machine": {"platform": platform.platform(), "cpus": os.cpu_count(), "python": platform.python_version()},
+        "recipe": args.recipe, "steps": args.steps, "warmup": args.warmup, "rounds": args.rounds,
+        "overrides": args.override,
+        "arms": {name: {"commit": commit_of(path)} for name, path in args.arms.items()},
+        "summary": summarize(args, runs),
+        "runs": runs,
+    }
+    atomic_write_json(Path(args.out), result)
+    for name, per in result["summary"].items():
+        for threads, s in per.items():
+            print(f"{name:>8} threads={threads}: median step {s['median_step_s']:.3f} s; "
+                  + ", ".join(f"{k}={v:.3f}" if isinstance(v, float) else f"{k}={v}" for k, v in s.items()
+                              if k.startswith(("step_ratio", "rewards_equal"))))
+    print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,90 @@
+"""The composition root: a job's config, checked against everything registered.
+
+`load_config(overrides)` composes the config (`omni_rl.config`: schema + recipe + overrides,
+the value rules) and then checks every component it names against the registries of the layers
+above the config: a typo in `algo.policy_loss`, a reward, a backend or an engine fails before
+minutes of model loading, with the registered names in the message. It also fills what the
+config leaves to a component (`trainer.engine: null` becomes the backend's default) and runs
+the rules a backend keeps for itself (`ActorGroup.check_config`). Plugins (the `omni_rl.plugins`
+entry points and `cfg.plugins`) load first, so a user's own rewards, adapters and backends count.
+
+This module sits above every package it checks and nothing in the core imports it: the command
+line, tests and benchmarks call it.
+"""
+from __future__ import annotations
+
+import re
+from typing import Sequence
+
+from omni_rl.algos import ADVANTAGE_ESTIMATORS, DIFFUSION_KL, POLICY_LOSSES, STEP_KERNELS
+from omni_rl.config.loader import compose_config
+from omni_rl.config.schema import OmniConfig
+from omni_rl.config.validate import ConfigError
+from omni_rl.engine.registry import TRAINING_ENGINES
+from omni_rl.logging import SINK_NAMES
+from omni_rl.models.registry import ADAPTERS, adapter_key
+from omni_rl.plugins import PluginError, load_plugins
+from omni_rl.reward.registry import REWARDS, RewardConfigError, check_reward_options
+from omni_rl.rollout.backends import ROLLOUT_BACKENDS
+from omni_rl.trainer import ACTOR_GROUPS  # the package registers the built-in backends
+
+_DEVICE = re.compile(r"^(auto|cpu|cuda(:\d+)?|npu(:\d+)?)$")
+
+
+def load_config(overrides: Sequence[str] = ()) -> OmniConfig:
+    """Compose schema + recipe + overrides into a validated, component-checked `OmniConfig`
+    (or raise `ConfigError` with one line naming the key)."""
+    cfg = compose_config(overrides)
+    check_components(cfg)
+    return cfg
+
+
+def check_components(cfg: OmniConfig) -> None:
+    """Every name the config gives is registered; fills `trainer.engine` when it is null."""
+    try:
+        load_plugins(cfg.plugins)
+    except PluginError as err:
+        raise ConfigError(f"plugins={list(cfg.plugins)!r}: {err}") from None
+    for key, registry, value in [
+        ("model.adapter", ADAPTERS, adapter_key(cfg.model.adapter, cfg.model.stage)),
+        ("rollout.kernel", STEP_KERNELS, cfg.rollout.kernel),
+        ("algo.advantage", ADVANTAGE_ESTIMATORS, cfg.algo.advantage),
+        ("algo.policy_loss", POLICY_LOSSES, cfg.algo.policy_loss),
+        ("algo.kl_form", DIFFUSION_KL, cfg.algo.kl_form),
+        ("rollout.backend", ROLLOUT_BACKENDS, cfg.rollout.backend),
+        ("trainer.backend", ACTOR_GROUPS, cfg.trainer.backend),
+    ]:
+        if value not in registry:
+            raise ConfigError(f"{key}={value!r}: unknown {registry.kind}; registered: {', '.join(registry.names())}")
+    _check_engine(cfg)
+    for i, item in enumerate(cfg.reward.rewards):
+        key = f"reward.rewards[{i}]"
+        if item.name not in REWARDS:
+            raise ConfigError(f"{key}.name={item.name!r}: unknown reward; registered: {', '.join(REWARDS.names())}")
+        try:
+            check_reward_options(item.name, dict(item.kwargs))
+        except RewardConfigError as err:
+            raise ConfigError(f"{key}.kwargs: {err}") from None
+    unknown = [name for name in cfg.trainer.loggers if name not in SINK_NAMES]
+    if unknown:
+        raise ConfigError(f"trainer.loggers={list(cfg.trainer.loggers)!r}: unknown {unknown}; valid: {', '.join(SINK_NAMES)}")
+    if not _DEVICE.match(cfg.trainer.device):
+        raise ConfigError(f"trainer.device={cfg.trainer.device!r}: expected auto, cpu, cuda[:N] or npu[:N]")
+
+
+def _check_engine(cfg: OmniConfig) -> None:
+    """`trainer.engine` is one the backend drives (null: its default); then the backend's rules."""
+    t = cfg.trainer
+    backend = ACTOR_GROUPS.get(t.backend)
+    if t.engine is None:
+        t.engine = backend.engines[0]
+    if t.engine not in TRAINING_ENGINES:
+        raise ConfigError(
+            f"trainer.engine={t.engine!r}: unknown {TRAINING_ENGINES.kind}; registered: {', '.join(TRAINING_ENGINES.names())}"
+        )
+    if t.engine not in backend.engines:
+        raise ConfigError(
+            f"trainer.engine={t.engine!r}: expected {' or '.join(backend.engines)} with trainer.backend={t.backend!r} "
+            f"(or leave trainer.engine unset for the backend's default)"
+        )
+    backend.check_config(cfg)

@@ -1,0 +1,107 @@
+"""`ModelFamily`: everything the PPO loop does that depends on the kind of model, in one object.
+
+A family is registered under the name its adapters carry in `OmniModelBase.family`
+(`diffusion`, `autoregressive`) and built as `family_cls(cfg, model)`. It has two halves, used
+in different places:
+
+- the rollout half, on the driver: turn a step's prompts into requests for a rollout engine and
+  the results into the family's batch (`rollout`), say what the rewards score
+  (`reward_inputs`, and per sample for streamed scoring), add family metrics
+  (`rollout_metrics`) and render validation samples (`validate`). The engine is passed in: the
+  family holds none, so a worker that only trains builds no sampler;
+- the actor half, wherever the weights are (this process, or each Ray rank): replay a stored
+  batch under the current weights, teacher-forced (`behaviour_policy`, `loss`), in
+  `num_chunks(batch)` backward passes per micro-batch.
+
+Both halves call the adapter's own functions (`predict_velocity` and the step kernel,
+`token_log_probs`), the same ones the native rollout engine samples with, so the rollout's
+log-probs and the trainer's are the same function of the same inputs.
+
+Not here: the loop itself (`omni_rl.trainer`), where the weights live (`ActorGroup`), the
+optimizer (`omni_rl.engine`) and the maths (`omni_rl.algos`).
+"""
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, ClassVar, Optional
+
+import torch
+
+from omni_rl.config.schema import OmniConfig
+from omni_rl.registry import Registry
+
+# score(sample, prompt, metadata, future): hands one finished sample to the reward scorer.
+ScoreFn = Callable[[Any, str, dict, Any], None]
+
+
+@dataclass
+class BehaviourPolicy:
+    """The behaviour policy's view of a batch, scored under the current weights.
+
+    log_probs: [N, W] (diffusion: per window step) or [N, R] (text: per response token), fp32.
+    mask:      same shape; 1 where an entry counts (every step; the response tokens).
+    means:     diffusion only, [N, W, *latent]: the transition means, for losses that read them.
+    """
+
+    log_probs: torch.Tensor
+    mask: torch.Tensor
+    means: Optional[torch.Tensor] = None
+
+
+class ModelFamily(ABC):
+    # The trainer's batch type of this family (DiffusionBatch, TextBatch).
+    batch_type: ClassVar[type]
+
+    def __init__(self, cfg: OmniConfig, model):
+        self.cfg = cfg
+        self.model = model
+
+    # --- the rollout half -----------------------------------------------------------------
+    @abstractmethod
+    def rollout(self, engine, prompts: list, step: int, score: Optional[ScoreFn] = None) -> tuple[Any, list]:
+        """The step's batch from `engine` and, with `score`, one reward future per sample
+        (each sample handed to the scorer as soon as the engine completes it)."""
+
+    @abstractmethod
+    def reward_inputs(self, batch) -> tuple[Any, list[str], list[dict]]:
+        """(samples, prompts, metadata): what the rewards score for a whole batch."""
+
+    def rollout_metrics(self, batch) -> dict[str, float]:
+        return {}
+
+    @abstractmethod
+    def validate(self, engine, items: list, step: int, rewards, output_dir: Path, logger) -> dict[str, float]:
+        """Deterministic samples of `items`, scored, written to `output_dir/samples/`; `val/*` metrics."""
+
+    # --- the actor half -------------------------------------------------------------------
+    @property
+    def reads_old_means(self) -> bool:
+        """Whether the configured loss reads the behaviour policy's transition means, which only
+        a forward under the behaviour weights gives (the rollout records log-probs only)."""
+        return False
+
+    @abstractmethod
+    def num_chunks(self, batch) -> int:
+        """Backward passes per micro-batch (a denoising step each; 1 for a whole response)."""
+
+    @abstractmethod
+    def behaviour_policy(self, batch, micro_batch_size: int) -> BehaviourPolicy:
+        """Score `batch` under the current weights, without gradients."""
+
+    @abstractmethod
+    def loss(self, micro, chunk: int) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """The loss of chunk `chunk` of a micro-batch and its metrics (what the engine is handed)."""
+
+
+MODEL_FAMILIES: Registry[type[ModelFamily]] = Registry("model family")
+
+
+def register_family(name: str):
+    """Class decorator: register a `ModelFamily` for adapters whose `family` is `name`."""
+    return MODEL_FAMILIES.register(name)
+
+
+def build_family(cfg: OmniConfig, model) -> ModelFamily:
+    return MODEL_FAMILIES.get(model.family)(cfg, model)

@@ -1,0 +1,190 @@
+"""The diffusion family: requests, batches, reward inputs, validation, and the replay of a trajectory.
+
+Rollout half: each prompt of a step becomes `samples_per_prompt` requests, each with its own
+seed (shared initial noise within a group when `rollout.same_noise_in_group`); the rewards score
+the decoded images (and see the clean latent in their metadata, for latent reward models);
+validation renders deterministic samples (ODE, more steps) into a PNG grid.
+
+Actor half: training is teacher-forced. For a window step j of sample i the stored latent x_j and
+its stored successor x_{j+1} are fed back; the policy's velocity at (x_j, sigma_j) gives the
+transition mean, and the very kernel that sampled (`omni_rl.algos.flow_sde`) scores x_{j+1}
+under it. So the rollout's log-prob and the trainer's are the same function of the same inputs,
+and on-policy their ratio is 1. `loss(micro_batch, j)` is the policy loss on the (sample, step j)
+entries plus, when `algo.kl_coef > 0`, the KL to the reference (LoRA disabled) policy; it also
+reports how far the stored old log-probs are from this forward's (`rollout_corr/*`, which the
+update keeps for its first mini-batch: before the first optimizer step that is the
+rollout-vs-trainer gap, measured at no extra cost).
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from omni_rl.algos.flow_sde import StepOutput, get_step_kernel
+from omni_rl.algos.policy_losses import PolicyLossInput, get_diffusion_kl, get_policy_loss, loss_reads_old_mean
+from omni_rl.config.schema import OmniConfig
+from omni_rl.data.diffusion_batch import DiffusionBatch
+from omni_rl.data.prompts import PromptItem
+from omni_rl.families.base import BehaviourPolicy, ModelFamily, register_family
+from omni_rl.families.scored_rollout import scored_rollout
+from omni_rl.logging import make_grid
+from omni_rl.models.diffusion import DiffusionModelBase
+from omni_rl.rollout.types import DiffusionRequest
+from omni_rl.utils.atomic import atomic_save_image
+from omni_rl.utils.seeding import derive_seed
+
+
+@register_family("diffusion")
+class DiffusionFamily(ModelFamily):
+    batch_type = DiffusionBatch
+
+    def __init__(self, cfg: OmniConfig, model: DiffusionModelBase):
+        super().__init__(cfg, model)
+        self.algo = cfg.algo
+        self.policy_loss = get_policy_loss(cfg.algo.policy_loss)
+        self.kl_form = get_diffusion_kl(cfg.algo.kl_form)
+
+    # --- the rollout half -----------------------------------------------------------------
+    def request(self, item: PromptItem, seed: int, **changes) -> DiffusionRequest:
+        r = self.cfg.rollout
+        fields = dict(
+            prompt=item.prompt, seed=seed, height=r.height, width=r.width, num_steps=r.num_steps,
+            guidance_scale=r.guidance_scale, kernel=r.kernel, noise_level=r.noise_level,
+            sde_window_size=r.sde_window_size,
+            sde_window_range=tuple(r.sde_window_range) if r.sde_window_range else None,
+            negative_prompt=r.negative_prompt,
+        )
+        fields.update(changes)
+        return DiffusionRequest(**fields)
+
+    def rollout(self, engine, prompts: list[PromptItem], step: int, score=None) -> tuple[DiffusionBatch, list]:
+        """The step's batch; with `score(sample, prompt, metadata, future)` each sample is handed
+        to the reward scorer the moment it is finished (the returned futures carry its rewards)."""
+        cfg, n, r = self.cfg, self.cfg.trainer.samples_per_prompt, self.cfg.rollout
+        requests, metadata, groups = [], [], []
+        for g, item in enumerate(prompts):
+            shared_noise = None
+            if r.same_noise_in_group:
+                gen = torch.Generator().manual_seed(derive_seed(cfg.trainer.seed, "group-noise", step, g))
+                shared_noise = torch.randn(self.model.latent_shape(r.height, r.width), generator=gen)
+            for k in range(n):
+                seed = derive_seed(cfg.trainer.seed, "train", step, g * n + k)
+                requests.append(self.request(item, seed, initial_noise=shared_noise))
+                metadata.append(item.metadata)
+                groups.append(g)
+        results, reward_futures = scored_rollout(
+            engine, requests, [req.prompt for req in requests], metadata, score, self._reward_input, r.timeout_s
+        )
+        return DiffusionBatch.from_results(results, metadata, groups), reward_futures
+
+    def _reward_input(self, result, prompt: str, metadata: dict) -> tuple:
+        return result.image, prompt, self.reward_metadata(result.final_latent, metadata)
+
+    @staticmethod
+    def reward_metadata(latent: torch.Tensor, metadata: dict) -> dict:
+        """What rewards see besides the image: the prompt's metadata and the clean latent
+        (for latent reward models, which skip the VAE decode)."""
+        return {**metadata, "latent": latent}
+
+    def reward_inputs(self, batch: DiffusionBatch):
+        metadata = [self.reward_metadata(batch.final_latents[i], m) for i, m in enumerate(batch.metadata)]
+        return batch.images, batch.prompts, metadata
+
+    @torch.no_grad()
+    def validate(self, engine, items: list[PromptItem], step: int, rewards, output_dir: Path, logger) -> dict[str, float]:
+        """Deterministic samples (ODE, noise 0) with more steps: the same images each time for
+        the same weights, so the grid shows what training changed."""
+        t = self.cfg.trainer
+        requests, shown = [], []
+        for g, item in enumerate(items):
+            for k in range(t.val_samples_per_prompt):
+                requests.append(
+                    self.request(item, derive_seed(t.val_seed, "val", g, k), num_steps=t.val_num_steps,
+                                 kernel="ode", noise_level=0.0, sde_window_size=0, sde_window_range=None)
+                )
+                shown.append(item)
+        if not requests:
+            return {}
+        results = engine.generate(requests, timeout_s=self.cfg.rollout.timeout_s)
+        images = torch.stack([res.image for res in results])
+        reward = rewards.score(images, [i.prompt for i in shown], [i.metadata for i in shown])
+        captions = [f"{i.prompt} | {s:.3g}" for i, s in zip(shown, reward.total.tolist())]
+        grid = make_grid(images, nrow=max(2, t.val_samples_per_prompt), captions=captions)
+        atomic_save_image(grid, output_dir / "samples" / f"val_step_{step:06d}.png")
+        logger.log_image("val/samples", np.asarray(grid), step)
+        return {f"val/{k}": v for k, v in reward.metrics.items()}
+
+    # --- the actor half -------------------------------------------------------------------
+    @property
+    def reads_old_means(self) -> bool:
+        return loss_reads_old_mean(self.policy_loss)
+
+    def step(self, batch: DiffusionBatch, j: int) -> StepOutput:
+        """Score window step j of every sample in `batch` under the current policy."""
+        x = batch.latents[:, j]
+        velocity = self.model.predict_velocity(x, batch.sigmas[:, j], batch.conditioning, batch.guidance_scale)
+        return get_step_kernel(batch.kernel)(
+            model_output=velocity,
+            sigma=batch.sigmas[:, j],
+            sigma_next=batch.sigmas_next[:, j],
+            sample=x.to(velocity.device),
+            noise_level=batch.noise_levels[:, j],
+            prev_sample=batch.latents[:, j + 1].to(velocity.device),
+        )
+
+    def num_chunks(self, batch: DiffusionBatch) -> int:
+        return batch.num_train_steps  # one backward per denoising step
+
+    @torch.no_grad()
+    def behaviour_policy(self, batch: DiffusionBatch, micro_batch_size: int) -> BehaviourPolicy:
+        """Log-probs [N, W] and, for the losses that read them, transition means [N, W, *latent]
+        of the current weights (a 480p video latent is millions of floats a step: kept only when
+        a loss needs them)."""
+        keep_means = self.reads_old_means
+        log_probs, means = [], []
+        for start in range(0, len(batch), micro_batch_size):
+            micro = batch.select(range(start, min(start + micro_batch_size, len(batch))))
+            steps = [self.step(micro, j) for j in range(batch.num_train_steps)]
+            log_probs.append(torch.stack([s.log_prob for s in steps], dim=1).cpu())
+            if keep_means:
+                means.append(torch.stack([s.mean for s in steps], dim=1).cpu())
+        log_probs = torch.cat(log_probs)
+        return BehaviourPolicy(log_probs, torch.ones_like(log_probs), torch.cat(means) if keep_means else None)
+
+    def loss(self, micro: DiffusionBatch, j: int) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        out = self.step(micro, j)
+        device = out.log_prob.device
+        dt = (micro.sigmas_next[:, j] - micro.sigmas[:, j]).to(device)
+        algo = self.algo
+        old_log_prob = micro.old_log_probs[:, j].to(device)
+        loss, metrics = self.policy_loss(
+            PolicyLossInput(
+                log_prob=out.log_prob,
+                old_log_prob=old_log_prob,
+                advantages=micro.advantages.to(device),
+                clip_low=algo.clip_range,
+                clip_high=algo.clip_range if algo.clip_range_high is None else algo.clip_range_high,
+                adv_clip_max=algo.adv_clip_max,
+                mean=out.mean,
+                old_mean=None if micro.old_means is None else micro.old_means[:, j].to(device),
+                std=out.std,
+                dt=dt,
+                kl_threshold=algo.kl_threshold,
+            )
+        )
+        # The loss functions name their main term `policy_loss`; the metric table calls it loss/policy.
+        metrics = {("loss/policy" if k == "policy_loss" else f"loss/{k}"): v for k, v in metrics.items()}
+        metrics["loss/log_prob_mean"] = out.log_prob.detach().mean()
+        gap = (out.log_prob.detach() - old_log_prob).abs()
+        metrics["rollout_corr/logprob_abs_diff_max"] = gap.max()
+        metrics["rollout_corr/logprob_abs_diff_mean"] = gap.mean()
+        if algo.kl_coef > 0:
+            with torch.no_grad(), self.model.reference_policy():
+                ref = self.step(micro, j)
+            kl = self.kl_form(out.mean, ref.mean, out.std, dt).mean()
+            loss = loss + algo.kl_coef * kl
+            metrics["loss/kl"] = kl.detach()
+        metrics["loss/total"] = loss.detach()
+        return loss, metrics

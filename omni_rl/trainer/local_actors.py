@@ -1,0 +1,86 @@
+"""`LocalActorGroup` (`trainer.backend=local`): the actor, its reference and the rollout in this process.
+
+One model serves all three: the training engine updates it in place, the reference policy is
+the same model with LoRA disabled, and the rollout engine samples with it, so a weight sync
+only records the version and the rollout's log-probs are the actor's own (when the engine says
+its code path is the trainer's: `RolloutEngine.same_log_probs_as`).
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from omni_rl.config.schema import OmniConfig
+from omni_rl.config.validate import ConfigError
+from omni_rl.device import pick_device
+from omni_rl.engine.registry import build_engine
+from omni_rl.families import build_family
+from omni_rl.families.base import BehaviourPolicy
+from omni_rl.families.update import run_update, summarize
+from omni_rl.models.factory import build_model
+from omni_rl.rollout.backends import build_rollout_engine
+from omni_rl.trainer.actor_group import ActorGroup, register_backend
+from omni_rl.trainer.checkpoint import CheckpointError, save_checkpoint
+
+
+@register_backend("local")
+class LocalActorGroup(ActorGroup):
+    engines = ("local",)
+
+    @classmethod
+    def check_config(cls, cfg: OmniConfig) -> None:
+        t = cfg.trainer
+        if not (t.nnodes == 1 and t.devices_per_node == 1):
+            raise ConfigError(
+                f"trainer.devices_per_node={t.devices_per_node!r}: expected 1 (and trainer.nnodes=1) with "
+                f"trainer.backend=local; use trainer.backend=ray for more workers"
+            )
+        if t.ray_address is not None:
+            raise ConfigError(f"trainer.ray_address={t.ray_address!r}: expected null with trainer.backend=local")
+        if t.param_offload or t.optimizer_offload:
+            raise ConfigError(
+                f"trainer.param_offload={t.param_offload!r}: expected false with trainer.backend=local "
+                f"(offload is an FSDP2 feature; use trainer.backend=ray)"
+            )
+
+    def __init__(self, cfg: OmniConfig):
+        self.cfg = cfg
+        self.model = build_model(cfg.model, pick_device(cfg.trainer.device), tuple(cfg.plugins))
+        self.family = build_family(cfg, self.model)
+        self.engine = build_engine(self.model, cfg)
+        self.rollout_engine = build_rollout_engine(cfg, self.model)
+        self.version = 0
+
+    @property
+    def rollout_is_behaviour_policy(self) -> bool:
+        return self.rollout_engine.same_log_probs_as(self.model) and self.rollout_engine.weight_version == self.version
+
+    def behaviour_policy(self, batch) -> BehaviourPolicy:
+        return self.family.behaviour_policy(batch, self.cfg.trainer.micro_batch_size)
+
+    def update(self, batch, step: int) -> dict[str, float]:
+        return summarize([run_update(self.engine, self.family, batch, self.cfg, step)])
+
+    def sync_rollout(self, version: int) -> None:
+        self.version = version
+        self.rollout_engine.sync_weights(self.model, version)
+
+    def save(self, output_dir: Path, step: int, config_yaml: str) -> Path:
+        return save_checkpoint(
+            output_dir, step, self.engine.state_dict(), self.model, config_yaml, self.cfg.trainer.keep_last_checkpoints
+        )
+
+    def load(self, state: dict[str, Any]) -> None:
+        if "sharded" in state:
+            raise CheckpointError(
+                f"trainer.resume={self.cfg.trainer.resume!r}: {state['folder']} holds a sharded checkpoint "
+                f"(trainer.backend=ray); resume it with trainer.backend=ray trainer.engine=fsdp2, or export its "
+                f"weights with omni_rl.trainer.sharded_export.export_sharded_checkpoint"
+            )
+        self.engine.load_state_dict(state)
+
+    def export(self, folder: Path) -> None:
+        self.model.save_trained(str(folder))
+
+    def close(self) -> None:
+        self.rollout_engine.close()

@@ -1,0 +1,163 @@
+"""`RayActorGroup` (`trainer.backend=ray`): the actor group on Ray workers running FSDP2.
+
+It starts (or joins) Ray, reserves `trainer.nnodes x trainer.devices_per_node` worker slots and
+starts one `HybridWorker` per slot, rank r of a torch.distributed group of N, each holding what
+`omni_rl.workers.programs.build_worker` installs (the sharded actor, its reference, a rollout
+copy with its engine).
+
+How a step maps onto ranks (this class splits batches and gathers them back; the loop only sees
+whole batches):
+
+- rollout: `RayRolloutEngine` sends rank r the r-th contiguous shard of the requests in chunks
+  of one engine batch and completes each chunk's futures as it returns (the reward scorer works
+  on them while the rest are sampled);
+- rewards and advantages: on the driver (or reward workers);
+- old log-probs: rank r scores the r-th shard of the batch;
+- update: for every mini-batch (the same shuffle as one process), rank r takes the r-th equal
+  share, in whole micro-batches, and scales its loss by 1 / (chunks * its micro-batches per
+  mini-batch). FSDP averages gradients over ranks, so the update equals one process's on the
+  whole mini-batch (`check_config` requires mini_batch_size % (workers * micro_batch_size) == 0);
+- checkpoints: each rank writes its shards (torch.distributed.checkpoint) into the checkpoint
+  folder's `sharded/`, which all ranks must see (one machine, or a shared filesystem); rank 0
+  writes the LoRA / full export from its rollout copy (synced after every update, so it holds
+  the trained weights), and the driver adds `trainer_state.pt` (step, RNG).
+
+The driver holds no weights: its model is built on the meta device (`weightless_device`), with
+the tokenizer, processor and config it needs to build requests and nothing else. Because the
+rollout samples with a separate copy, its log-probs are never taken as the actor's own: the old
+log-probs are recomputed. Left out: separate (non-colocated) actor and rollout pools.
+"""
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from omni_rl.config.schema import OmniConfig
+from omni_rl.config.validate import ConfigError
+from omni_rl.device import ray_device_resource, weightless_device
+from omni_rl.families.base import BehaviourPolicy
+from omni_rl.families.update import summarize
+from omni_rl.models.factory import build_model
+from omni_rl.trainer.actor_group import ActorGroup, register_backend
+from omni_rl.trainer.checkpoint import (
+    SHARDED_DIR,
+    STATE_FILE,
+    CheckpointError,
+    export_folder,
+    prune_checkpoints,
+    rng_state,
+)
+from omni_rl.utils.atomic import atomic_directory, atomic_torch_save
+from omni_rl.workers import ResourcePool, WorkerGroup, programs
+from omni_rl.workers.ray_cluster import connect_ray
+from omni_rl.workers.ray_rollout import RayRolloutEngine
+from omni_rl.workers.worker_group import split_evenly
+
+log = logging.getLogger(__name__)
+
+
+@register_backend("ray")
+class RayActorGroup(ActorGroup):
+    engines = ("fsdp2",)
+
+    @classmethod
+    def check_config(cls, cfg: OmniConfig) -> None:
+        t = cfg.trainer
+        world = t.nnodes * t.devices_per_node
+        # Each rank takes the same share of every mini-batch, in whole micro-batches, so that the
+        # FSDP gradient average equals one process's mean over the mini-batch's micro-batches.
+        if t.mini_batch_size % (world * t.micro_batch_size) != 0:
+            raise ConfigError(
+                f"trainer.mini_batch_size={t.mini_batch_size!r}: expected a multiple of trainer.nnodes * "
+                f"trainer.devices_per_node * trainer.micro_batch_size = {world} * {t.micro_batch_size} with "
+                f"trainer.backend=ray (each worker takes whole micro-batches); lower trainer.micro_batch_size "
+                f"or the worker count"
+            )
+
+    def __init__(self, cfg: OmniConfig):
+        t = cfg.trainer
+        self.cfg = cfg
+        self.group = None
+        # The driver's view: tokenizer, processor, shapes; no weights (meta device).
+        self.model = build_model(cfg.model, weightless_device(), tuple(cfg.plugins))
+        self.started_ray = connect_ray(cfg)
+        try:
+            pool = ResourcePool(t.nnodes, t.devices_per_node, ray_device_resource(t.device))
+            self.group = WorkerGroup(pool, t.device, t.worker_timeout_s, startup_timeout_s=t.worker_startup_timeout_s)
+            self.group.run("build", programs.build_worker, [(cfg,)] * self.group.world_size)
+        except BaseException:
+            self.close()
+            raise
+        self.rollout_engine = RayRolloutEngine(self.group, cfg.rollout.timeout_s, cfg.rollout.max_num_seqs)
+
+    @property
+    def rollout_is_behaviour_policy(self) -> bool:
+        return False  # the rollout samples with its own copy (and, on GPUs, other kernels)
+
+    def set_step(self, step: int) -> None:
+        self.group.step = step  # named in a failed worker's error
+
+    def behaviour_policy(self, batch) -> BehaviourPolicy:
+        import ray
+
+        ref = ray.put(batch)
+        bounds = split_evenly(len(batch), self.group.world_size)
+        parts = self.group.run("old log-probs", programs.behaviour_policy, [(ref, lo, hi) for lo, hi in bounds])
+        means = None if parts[0].means is None else torch.cat([p.means for p in parts])
+        return BehaviourPolicy(torch.cat([p.log_probs for p in parts]), torch.cat([p.mask for p in parts]), means)
+
+    def update(self, batch, step: int) -> dict[str, float]:
+        import ray
+
+        ref = ray.put(batch)
+        parts = self.group.run("update", programs.update_shard, [(ref, step)] * self.group.world_size, step=step)
+        return summarize(parts)
+
+    def sync_rollout(self, version: int) -> None:
+        self.rollout_engine.sync_weights(self.model, version)
+
+    def export(self, folder: Path) -> None:
+        """The trained weights into `folder` (written by rank 0; see `programs.export_trained`)."""
+        self.group.run("export", programs.export_trained, [(str(folder),)] * self.group.world_size)
+
+    def save(self, output_dir: Path, step: int, config_yaml: str) -> Path:
+        """A checkpoint folder as `checkpoint.save_checkpoint` writes it, with the optimizer and
+        trainable tensors in `sharded/` (one DCP shard per rank) instead of trainer_state.pt."""
+        target = Path(output_dir) / "checkpoints" / f"step_{step:06d}"
+        with atomic_directory(target) as tmp:
+            (tmp / SHARDED_DIR).mkdir()
+            self.group.run("checkpoint save", programs.save_shards, [(str(tmp / SHARDED_DIR),)] * self.group.world_size)
+            self.export(tmp / export_folder(self.model))
+            state = {"step": step, "rng": rng_state(), "sharded": SHARDED_DIR, "world_size": self.group.world_size}
+            atomic_torch_save(state, tmp / STATE_FILE)
+            (tmp / "config.yaml").write_text(config_yaml)
+        prune_checkpoints(output_dir, self.cfg.trainer.keep_last_checkpoints)
+        return target
+
+    def load(self, state: dict[str, Any]) -> None:
+        """Resume from a checkpoint `load_checkpoint` returned (any number of ranks: DCP reshards);
+        the trainer then syncs the rollout copies."""
+        if "sharded" not in state:
+            raise CheckpointError(
+                f"trainer.resume: {state['folder']} was written by trainer.backend=local (no {SHARDED_DIR}/ folder); "
+                f"resume it with trainer.backend=local"
+            )
+        folder = str(Path(state["folder"]) / state["sharded"])
+        step = int(state["step"])
+        self.group.run("checkpoint load", programs.load_shards, [(folder,)] * self.group.world_size, step=step)
+
+    def close(self) -> None:
+        import ray
+
+        group = self.group
+        if group is not None and not group.closed:
+            try:
+                group.run("close", programs.close_worker)
+            except Exception as err:  # noqa: BLE001  (closing after a failure: kill regardless)
+                log.warning("closing the worker group: %s", err)
+            group.shutdown()
+        if getattr(self, "started_ray", False) and ray.is_initialized():
+            ray.shutdown()

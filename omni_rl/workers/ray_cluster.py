@@ -1,0 +1,26 @@
+"""`connect_ray`: start a local Ray or join a cluster, sized for the run's worker slots."""
+from __future__ import annotations
+
+import math
+import os
+
+from omni_rl.config.schema import OmniConfig
+
+
+def connect_ray(cfg: OmniConfig) -> bool:
+    """`ray.init()`: a local Ray by default, `trainer.ray_address` to join a cluster. Returns
+    whether this call started it (then its caller shuts it down at the end)."""
+    import ray
+
+    if ray.is_initialized():
+        return False
+    t = cfg.trainer
+    if t.ray_address:
+        ray.init(address=t.ray_address, include_dashboard=False, log_to_driver=True)
+    else:
+        # One CPU per worker slot at least, and the reward workers' CPUs, even on a small machine
+        # (the workers then share cores; an unsatisfiable request would wait forever).
+        world = t.nnodes * t.devices_per_node if t.backend == "ray" else 0
+        rewards = math.ceil(cfg.reward.num_workers * cfg.reward.worker_num_cpus)
+        ray.init(num_cpus=max(os.cpu_count() or 1, world + rewards), include_dashboard=False, log_to_driver=True)
+    return True
