@@ -44,7 +44,7 @@ from omni_rl.device import pick_device
 from omni_rl.reward import RewardInputError, register_reward
 from omni_rl.reward.inputs import check_prompts_metadata
 from omni_rl.utils.audio import resample
-from rewards.clip_score import load_pretrained
+from rewards.pretrained import load_pretrained
 
 DEFAULT_MODEL = "laion/clap-htsat-unfused"
 

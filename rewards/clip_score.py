@@ -34,33 +34,9 @@ import torch
 
 from omni_rl.device import pick_device
 from omni_rl.reward import Images, check_batch, register_reward, to_pil_list
+from rewards.pretrained import load_pretrained
 
 DEFAULT_CLIP = "openai/clip-vit-large-patch14"
-
-
-def resolve_source(source: str, what: str) -> str:
-    """`tiny:NAME` -> the folder of that tiny model (built once); anything else unchanged
-    (a local folder or a hub id, handed to `from_pretrained`)."""
-    if not isinstance(source, str) or not source:
-        raise ValueError(f"{what}={source!r}; expected a hub id, a local folder or tiny:NAME")
-    if source.startswith("tiny:"):
-        from omni_rl.models.loading import build_tiny_model
-
-        return str(build_tiny_model(source[len("tiny:"):]))
-    return source
-
-
-def load_pretrained(cls: Any, source: str, what: str, reward: str) -> Any:
-    """`cls.from_pretrained(source)` with an error that says how to get the weights."""
-    try:
-        return cls.from_pretrained(resolve_source(source, what))
-    except OSError as err:
-        raise OSError(
-            f"{reward}: could not load {what}={source!r} with {cls.__name__}.from_pretrained ({err}). "
-            f"Pass a local folder, or fetch it where the hub is reachable: "
-            f"`hf download {source} --local-dir /models/{source.split('/')[-1]}` and set "
-            f"{what}=/models/{source.split('/')[-1]}"
-        ) from err
 
 
 def check_scale(reward: str, scale: Any) -> float:

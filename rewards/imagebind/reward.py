@@ -53,7 +53,7 @@ from omni_rl.reward.inputs import check_prompts_metadata
 from omni_rl.utils.audio import resample
 from rewards.clap import audio_clips as parse_audio
 from rewards.clap import check_sample_rate
-from rewards.clip_score import load_pretrained
+from rewards.pretrained import load_pretrained
 from rewards.imagebind.data import AUDIO_RATE, audio_features, tokenize, video_features
 from rewards.imagebind.model import ImageBindConfig, build_model, read_state_dict
 
