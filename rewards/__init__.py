@@ -5,6 +5,12 @@ Importing this package registers them (each module decorates its factories with
 entry point. A new reward module is added to the import list below. Modules that need heavy
 packages (OCR engines, CLIP models) import them inside their factories, so importing this
 package stays fast.
+
+The helpers several rewards share register nothing and are not listed; each has a file of its
+own, which its users import: `answer_extraction` (\\boxed{} and <answer> containers),
+`audio_inputs` (the audio input contract), `clip_embedder` (CLIP towers), `pretrained`
+(loading from a hub id, a folder or tiny:NAME). Audio resampling is in the core,
+`omni_rl.utils.audio`, so that adapters may use it too.
 """
 from rewards import image_stats, jpeg  # noqa: F401  (imported to register)
 from rewards import http_scorer, latent_http  # noqa: F401  (remote scorers over HTTP)

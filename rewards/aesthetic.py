@@ -31,7 +31,7 @@ import torch
 from torch import nn
 
 from omni_rl.reward import Images, check_batch, register_reward
-from rewards.clip_score import DEFAULT_CLIP, ClipEmbedder
+from rewards.clip_embedder import DEFAULT_CLIP, ClipEmbedder
 
 
 class AestheticHead(nn.Module):

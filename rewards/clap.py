@@ -1,22 +1,18 @@
 """CLAP reward: cosine similarity of CLAP's audio and prompt embeddings (LAION-CLAP through
-transformers' `ClapModel`), plus the audio input contract and the band-limited resampler that
-the audio rewards share.
+transformers' `ClapModel`).
 
     clap = cos(text_embedding(prompt), audio_embedding(resample(audio, 48 kHz)))      in [-1, 1]
 
-Audio input (`samples`), one clip per prompt:
-- a float tensor or numpy array [B, L] (all clips the same length), or
-- a list of B 1-D float tensors / numpy arrays (lengths may differ);
-mono, values roughly in [-1, 1]. The sample rate of clip i is `metadata[i]["sample_rate"]` when
-present, else the factory option `sample_rate`; with neither, the call raises. Multi-channel
-clips [B, C, L] and integer PCM are refused (mix down with `.mean(dim=1)`; divide int16 by
-32768) rather than guessed at.
+Audio input (`samples`): one mono float clip per prompt, as a tensor [B, L] or a list of 1-D
+clips, at `metadata[i]["sample_rate"]` or the option `sample_rate`; the contract, shared with
+the ImageBind reward, is `rewards.audio_inputs`.
 
-Each clip is resampled to the processor's rate (48 kHz for LAION-CLAP) with `resample` below,
-then handed to `ClapProcessor`'s feature extractor (log-mel, 10 s windows, short clips
-repeated then zero-padded: "repeatpad"). A clip longer than the window is cut to its *first*
-window here, because the extractor would otherwise crop it at a random place (`rand_trunc`) or
-fuse random chunks (`fusion`) and the reward would not be a function of the sample. For fused
+Each clip is resampled to the processor's rate (48 kHz for LAION-CLAP) with
+`omni_rl.utils.audio.resample` (windowed sinc, its default method), then handed to
+`ClapProcessor`'s feature extractor (log-mel, 10 s windows, short clips repeated then
+zero-padded: "repeatpad"). A clip longer than the window is cut to its *first* window here,
+because the extractor would otherwise crop it at a random place (`rand_trunc`) or fuse random
+chunks (`fusion`) and the reward would not be a function of the sample. For fused
 checkpoints the extractor's random `is_longer` flag is also replaced by the truth (no clip is
 longer after the cut), for the same reason.
 
@@ -31,163 +27,21 @@ Options:
 Prompts are padded to 77 tokens (and truncated there, as LAION-CLAP was trained) so a prompt's
 embedding does not depend on its batch; the whole batch runs through each tower at once, fp32,
 eval mode, no gradients.
-
-`resample(waveform, orig_sr, new_sr)`: windowed-sinc (Kaiser) polyphase resampling written with
-`torch.nn.functional.conv1d`; see its docstring. torchaudio has no build for this project's
-torch, and plain interpolation is not band-limited (it aliases everything above the new Nyquist).
 """
 from __future__ import annotations
 
-import functools
-import math
-import numbers
 from typing import Any, Sequence
 
-import numpy as np
 import torch
 
 from omni_rl.device import pick_device
-from omni_rl.reward import RewardInputError, register_reward
-from omni_rl.reward.inputs import check_prompts_metadata
-from rewards.clip_score import load_pretrained
+from omni_rl.reward import register_reward
+from omni_rl.utils.audio import resample
+from rewards.audio_inputs import audio_clips, check_sample_rate
+from rewards.pretrained import load_pretrained
 
 DEFAULT_MODEL = "laion/clap-htsat-unfused"
 
-
-# --------------------------------------------------------------------------------------------
-# Resampling
-# --------------------------------------------------------------------------------------------
-
-@functools.lru_cache(maxsize=16)
-def _sinc_kernel(up: int, down: int, zero_crossings: int, rolloff: float, beta: float) -> tuple[torch.Tensor, int]:
-    """Polyphase windowed-sinc kernel [up, 1, K] and the left padding it expects.
-
-    Times are in input samples. Output sample j = n * up + p sits at t = n * down + p * down / up
-    and is sum_k x[k] h(t - k), with the ideal low-pass h(tau) = 2 fc sinc(2 fc tau) cut at
-    fc = rolloff * min(1, up / down) / 2 cycles per input sample (just below the lower of the
-    two Nyquist frequencies), truncated to `zero_crossings` zero crossings each side
-    (|tau| <= W = zero_crossings / (2 fc)) and tapered by a Kaiser window. Phase p reads the
-    input at k = n * down + m for m in [m_lo, m_hi], one strided convolution for all phases.
-    """
-    fc = 0.5 * rolloff * min(1.0, up / down)
-    half_width = zero_crossings / (2.0 * fc)
-    m_lo = -math.ceil(half_width)
-    m_hi = math.floor((up - 1) * down / up + half_width)
-    m = torch.arange(m_lo, m_hi + 1, dtype=torch.float64)
-    phase = torch.arange(up, dtype=torch.float64)[:, None] * down / up
-    tau = phase - m[None, :]  # [up, K]: distance from each output time to each tap
-    inside = tau.abs() <= half_width
-    ratio = (tau / half_width).clamp(-1.0, 1.0)
-    i0_beta = torch.special.i0(torch.tensor(beta, dtype=torch.float64))
-    window = torch.special.i0(beta * torch.sqrt(1.0 - ratio**2)) / i0_beta
-    kernel = 2.0 * fc * torch.sinc(2.0 * fc * tau) * window * inside
-    return kernel[:, None, :], -m_lo
-
-
-def resample(
-    waveform: torch.Tensor, orig_sr: int, new_sr: int, *,
-    zero_crossings: int = 32, rolloff: float = 0.92, beta: float = 8.6,
-) -> torch.Tensor:
-    """Band-limited resampling of `waveform` [..., L] from `orig_sr` to `new_sr` Hz.
-
-    Output length ceil(L * new_sr / orig_sr); the signal is taken as zero outside [0, L). The
-    anti-aliasing low-pass passes up to ~0.92 x the lower Nyquist frequency (e.g. 7.36 kHz when
-    going 48 -> 16 kHz) and the Kaiser window (beta 8.6) puts the stop band ~85 dB down. The
-    kernel is computed in float64 and applied in the waveform's dtype.
-    """
-    for name, rate in (("orig_sr", orig_sr), ("new_sr", new_sr)):
-        if isinstance(rate, bool) or not isinstance(rate, numbers.Integral) or rate <= 0:
-            raise ValueError(f"resample: {name}={rate!r}; expected a positive integer number of Hz")
-    if orig_sr == new_sr:
-        return waveform
-    g = math.gcd(int(orig_sr), int(new_sr))
-    up, down = int(new_sr) // g, int(orig_sr) // g
-    kernel, left = _sinc_kernel(up, down, zero_crossings, rolloff, beta)
-    kernel = kernel.to(device=waveform.device, dtype=waveform.dtype)
-    shape = waveform.shape
-    x = waveform.reshape(-1, 1, shape[-1])
-    length = shape[-1]
-    out_length = math.ceil(length * up / down)
-    n_frames = math.ceil(out_length / up)
-    right = max(0, (n_frames - 1) * down + kernel.shape[-1] - (length + left))
-    x = torch.nn.functional.pad(x, (left, right))
-    y = torch.nn.functional.conv1d(x, kernel, stride=down)[..., :n_frames]  # [N, up, n_frames]
-    y = y.transpose(1, 2).reshape(x.shape[0], -1)[:, :out_length]
-    return y.reshape(*shape[:-1], out_length)
-
-
-# --------------------------------------------------------------------------------------------
-# The audio input contract
-# --------------------------------------------------------------------------------------------
-
-def audio_clips(
-    reward: str, samples: Any, prompts: Sequence[str], metadata: Sequence[dict[str, Any]], sample_rate: int | None,
-) -> list[tuple[torch.Tensor, int]]:
-    """Check one call's inputs; return the clips of `samples` as (1-D float32 CPU tensor, sample
-    rate) pairs. See the module docstring for the contract."""
-    if isinstance(samples, (torch.Tensor, np.ndarray)):
-        if samples.ndim != 2:
-            hint = " (multi-channel? mix down first: audio.mean(dim=1))" if samples.ndim == 3 else ""
-            hint = " (one clip? add the batch dim: audio[None])" if samples.ndim == 1 else hint
-            raise RewardInputError(
-                f"{reward}: audio has shape {tuple(samples.shape)}; expected [B, L] mono clips{hint}"
-            )
-        clips = list(samples)
-    elif isinstance(samples, (list, tuple)):
-        clips = list(samples)
-    else:
-        raise RewardInputError(
-            f"{reward}: samples has type {type(samples).__name__}; expected audio as a float tensor [B, L] or a "
-            f"list of 1-D float tensors/arrays"
-        )
-    if not clips:
-        raise RewardInputError(f"{reward}: the batch is empty; a reward needs at least one clip")
-    check_prompts_metadata(len(clips), prompts, metadata, "samples", reward)
-    out = []
-    for i, clip in enumerate(clips):
-        if isinstance(clip, np.ndarray):
-            clip = torch.from_numpy(np.ascontiguousarray(clip))
-        if not isinstance(clip, torch.Tensor):
-            raise RewardInputError(
-                f"{reward}: audio[{i}] has type {type(clip).__name__}; expected a 1-D float tensor or numpy array"
-            )
-        if not clip.is_floating_point():
-            raise RewardInputError(
-                f"{reward}: audio[{i}] has dtype {clip.dtype}; expected float samples in [-1, 1] "
-                f"(int16 PCM: divide by 32768)"
-            )
-        if clip.ndim != 1 or clip.numel() == 0:
-            raise RewardInputError(
-                f"{reward}: audio[{i}] has shape {tuple(clip.shape)}; expected a non-empty 1-D mono clip "
-                f"(mix stereo down with clip.mean(dim=0))"
-            )
-        clip = clip.detach().to("cpu", torch.float32)
-        if not torch.isfinite(clip).all():
-            raise RewardInputError(f"{reward}: audio[{i}] contains NaN or inf samples")
-        rate = metadata[i].get("sample_rate", sample_rate)
-        if rate is None:
-            raise RewardInputError(
-                f"{reward}: audio[{i}] has no sample rate; put it in metadata[{i}]['sample_rate'] or pass the "
-                f"reward option sample_rate=..."
-            )
-        if isinstance(rate, bool) or not isinstance(rate, numbers.Integral) or rate <= 0:
-            raise RewardInputError(
-                f"{reward}: the sample rate of audio[{i}] is {rate!r}; expected a positive integer (Hz)"
-            )
-        out.append((clip, int(rate)))
-    return out
-
-
-def check_sample_rate(reward: str, sample_rate: Any) -> None:
-    if sample_rate is None:
-        return
-    if isinstance(sample_rate, bool) or not isinstance(sample_rate, numbers.Integral) or sample_rate <= 0:
-        raise ValueError(f"{reward}: sample_rate={sample_rate!r}; expected a positive integer (Hz) or None")
-
-
-# --------------------------------------------------------------------------------------------
-# The reward
-# --------------------------------------------------------------------------------------------
 
 class ClapScorer:
     def __init__(self, model: str, processor: str | None, sample_rate: int | None, device: str):

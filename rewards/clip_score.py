@@ -1,5 +1,4 @@
-"""CLIP score: the cosine similarity of CLIP's image and prompt embeddings, and the CLIP loading
-shared by the CLIP-based rewards (`pickscore`, `aesthetic`).
+"""CLIP score: the cosine similarity of CLIP's image and prompt embeddings.
 
     clip_score = scale * cos(text_embedding(prompt), image_embedding(image))
 
@@ -16,97 +15,21 @@ Options:
     scale      multiplies the cosine (default 1.0).
     device     `auto` (cuda, else npu, else cpu; see `omni_rl.device.pick_device`) or a name.
 
-The whole batch goes through the model at once: images are resized and cropped by the
-processor, prompts are padded to the model's full context (77 tokens) so a prompt's embedding
-does not depend on the other prompts in its batch, and truncated there. The model runs in
-fp32, in eval mode, without gradients.
+The whole batch goes through the model at once (`rewards.clip_embedder`, shared with
+`pickscore` and `aesthetic`): images are resized and cropped by the processor, prompts are
+padded to the model's full context (77 tokens) so a prompt's embedding does not depend on the
+other prompts in its batch, and truncated there. The model runs in fp32, in eval mode, without
+gradients.
 
 Extra: transformers (a core dependency); the weights are downloaded from the hub on first use,
 or read from a local folder.
 """
 from __future__ import annotations
 
-import math
-import numbers
 from typing import Any, Sequence
 
-import torch
-
-from omni_rl.device import pick_device
-from omni_rl.reward import Images, check_batch, register_reward, to_pil_list
-
-DEFAULT_CLIP = "openai/clip-vit-large-patch14"
-
-
-def resolve_source(source: str, what: str) -> str:
-    """`tiny:NAME` -> the folder of that tiny model (built once); anything else unchanged
-    (a local folder or a hub id, handed to `from_pretrained`)."""
-    if not isinstance(source, str) or not source:
-        raise ValueError(f"{what}={source!r}; expected a hub id, a local folder or tiny:NAME")
-    if source.startswith("tiny:"):
-        from omni_rl.models.loading import build_tiny_model
-
-        return str(build_tiny_model(source[len("tiny:"):]))
-    return source
-
-
-def load_pretrained(cls: Any, source: str, what: str, reward: str) -> Any:
-    """`cls.from_pretrained(source)` with an error that says how to get the weights."""
-    try:
-        return cls.from_pretrained(resolve_source(source, what))
-    except OSError as err:
-        raise OSError(
-            f"{reward}: could not load {what}={source!r} with {cls.__name__}.from_pretrained ({err}). "
-            f"Pass a local folder, or fetch it where the hub is reachable: "
-            f"`hf download {source} --local-dir /models/{source.split('/')[-1]}` and set "
-            f"{what}=/models/{source.split('/')[-1]}"
-        ) from err
-
-
-def check_scale(reward: str, scale: Any) -> float:
-    if isinstance(scale, bool) or not isinstance(scale, numbers.Real) or not math.isfinite(scale) or scale == 0:
-        raise ValueError(f"{reward}: scale={scale!r}; expected a finite non-zero number")
-    return float(scale)
-
-
-class ClipEmbedder:
-    """A transformers CLIP model + processor that turns images and prompts into unit vectors."""
-
-    def __init__(self, reward: str, model: str, processor: str | None, device: str):
-        from transformers import CLIPModel, CLIPProcessor
-
-        self.device = pick_device(device)
-        self.model = load_pretrained(CLIPModel, model, "model", reward).to(self.device).eval()
-        self.processor = load_pretrained(CLIPProcessor, processor or model, "processor", reward)
-        tokenizer = self.processor.tokenizer
-        # Pad every prompt to the full context: with CLIP's causal text encoder the embedding
-        # would not change anyway, but fixed shapes keep batched and single calls identical.
-        self.max_length = min(tokenizer.model_max_length, self.model.config.text_config.max_position_embeddings)
-
-    @property
-    def dim(self) -> int:
-        return int(self.model.config.projection_dim)
-
-    @torch.no_grad()
-    def images(self, images: Images) -> torch.Tensor:
-        """Unit-norm image embeddings, float32 [B, D], on `self.device`."""
-        pixels = self.processor.image_processor(images=to_pil_list(images), return_tensors="pt")["pixel_values"]
-        pooled = self.model.vision_model(pixel_values=pixels.to(self.device)).pooler_output
-        return torch.nn.functional.normalize(self.model.visual_projection(pooled).float(), dim=-1)
-
-    @torch.no_grad()
-    def texts(self, prompts: Sequence[str]) -> torch.Tensor:
-        """Unit-norm prompt embeddings, float32 [B, D], on `self.device`."""
-        tokens = self.processor.tokenizer(
-            list(prompts), padding="max_length", truncation=True, max_length=self.max_length, return_tensors="pt",
-        )
-        pooled = self.model.text_model(
-            input_ids=tokens["input_ids"].to(self.device), attention_mask=tokens["attention_mask"].to(self.device),
-        ).pooler_output
-        return torch.nn.functional.normalize(self.model.text_projection(pooled).float(), dim=-1)
-
-    def logit_scale(self) -> float:
-        return float(self.model.logit_scale.detach().exp())
+from omni_rl.reward import Images, check_batch, register_reward
+from rewards.clip_embedder import DEFAULT_CLIP, ClipEmbedder, check_scale
 
 
 class ClipScorer:

@@ -23,7 +23,7 @@ from typing import Any, Callable, Optional, Sequence
 
 from omni_rl.reward import register_reward
 from omni_rl.reward.inputs import check_batch, to_text_list
-from rewards.math_answer import boxed_contents
+from rewards.answer_extraction import boxed_contents
 
 PATTERNS = ("boxed", "think_answer", "think_boxed")
 

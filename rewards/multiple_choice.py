@@ -31,7 +31,7 @@ from typing import Any, Optional, Sequence
 
 from omni_rl.reward import register_reward
 from omni_rl.reward.inputs import RewardInputError, check_batch, ground_truths, to_text_list
-from rewards.math_answer import extract_answer_tag, extract_boxed, has_boxed, read_braced
+from rewards.answer_extraction import extract_answer_tag, extract_boxed, has_boxed, read_braced
 
 _TEXT_WRAP_RE = re.compile(r"\\(?:text|textbf|mathrm|mathbf|textrm|mbox)\s*(?=\{)")
 

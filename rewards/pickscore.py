@@ -17,7 +17,7 @@ Options:
     scale      multiplies the PickScore (default 1/26).
     device     `auto` or a device name (see `omni_rl.device.pick_device`).
 
-Images and prompts are embedded as in `rewards.clip_score` (one batched forward each, prompts
+Images and prompts are embedded by `rewards.clip_embedder` (one batched forward each, prompts
 padded to 77 tokens). fp32, eval mode, no gradients.
 """
 from __future__ import annotations
@@ -25,7 +25,7 @@ from __future__ import annotations
 from typing import Any, Sequence
 
 from omni_rl.reward import Images, check_batch, register_reward
-from rewards.clip_score import ClipEmbedder, check_scale
+from rewards.clip_embedder import ClipEmbedder, check_scale
 
 DEFAULT_MODEL = "yuvalkirstain/PickScore_v1"
 DEFAULT_PROCESSOR = "laion/CLIP-ViT-H-14-laion2B-s32B-b79K"

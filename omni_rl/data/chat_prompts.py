@@ -51,7 +51,7 @@ from typing import Any, Optional
 import numpy as np
 from PIL import Image, UnidentifiedImageError
 
-from omni_rl.data.prompts import PromptFileError, PromptItem
+from omni_rl.data.prompt_item import PromptFileError, PromptItem
 
 ROLES = ("system", "user", "assistant", "tool")
 MEDIA_KEYS = ("images", "audio")

@@ -8,37 +8,22 @@ file: `omni_rl.data.chat_prompts.load_chat_items` reads it and also fills the it
 and `media` (that module states the row format). `prompts_for_step(step)` returns the same
 prompts for the same step whatever happened before (epoch-wise shuffles keyed by the seed),
 which is what makes resume exact.
+
+`PromptItem` and `PromptFileError` live in `omni_rl.data.prompt_item` (shared with the chat
+reader, so that this module imports `chat_prompts` and not the other way round); they are
+re-exported here.
 """
 from __future__ import annotations
 
 import json
 import random
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional
+from typing import Optional
 
+from omni_rl.data.chat_prompts import is_chat_row, load_chat_items
+from omni_rl.data.prompt_item import PromptFileError, PromptItem
 
-class PromptFileError(ValueError):
-    """A prompt file that cannot be read; the message names the file and the line."""
-
-
-@dataclass(frozen=True)
-class PromptItem:
-    """One prompt.
-
-    prompt:   the plain text: the prompt itself, or for a chat the text of its last user message
-              (what rewards receive as `prompts[i]`).
-    metadata: per-prompt data for the rewards, e.g. {"ground_truth": "3/4"} or an OCR target.
-    messages: the chat as a tuple of {"role", "content"} dicts, or None for a plain prompt (the
-              text path then sends `prompt` as one user message).
-    media:    None, or {"images": [RGB PIL images], "audio": [(float32 mono array, sample_rate)]}
-              with either key absent when the prompt has none of that kind.
-    """
-
-    prompt: str
-    metadata: dict[str, Any] = field(default_factory=dict)
-    messages: Optional[tuple] = None
-    media: Optional[dict[str, Any]] = None
+__all__ = ["PromptFileError", "PromptItem", "PromptSampler", "load_prompt_items", "read_prompt_file"]
 
 
 def load_prompt_items(prompts: Optional[list[str]], prompt_file: Optional[str], what: str = "data.prompts") -> list[PromptItem]:
@@ -69,8 +54,6 @@ def read_prompt_file(path: str) -> list[PromptItem]:
     items: list[PromptItem] = []
     lines = file.read_text(encoding="utf-8").splitlines() if file.suffix != ".parquet" else []
     if file.suffix == ".parquet" or (file.suffix == ".jsonl" and _has_chat_rows(lines)):
-        from omni_rl.data.chat_prompts import load_chat_items  # imports this module
-
         return load_chat_items(file)
     if file.suffix == ".jsonl":
         for n, line in enumerate(lines, start=1):
@@ -94,8 +77,6 @@ def read_prompt_file(path: str) -> list[PromptItem]:
 
 
 def _has_chat_rows(lines: list[str]) -> bool:
-    from omni_rl.data.chat_prompts import is_chat_row
-
     for line in lines:
         try:
             row = json.loads(line)

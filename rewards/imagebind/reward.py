@@ -10,9 +10,9 @@ Modes (option `mode`), and what `samples` holds in each:
                                                                       samples: {"audio": ..., "video": ...}
 
 A dict with both keys is accepted in every mode (the unused one is ignored).
-- audio: as in `rewards.clap`: a float tensor [B, L] or a list of 1-D float tensors/arrays,
+- audio: as for CLAP (`rewards.audio_inputs`): a float tensor [B, L] or a list of 1-D float tensors/arrays,
   rate from `metadata[i]["sample_rate"]` or the option `sample_rate`; resampled to 16 kHz with
-  `rewards.clap.resample`.
+  `omni_rl.utils.audio.resample` (windowed sinc, as for CLAP).
 - video: a uint8 tensor [B, T, H, W, 3] or a list of B uint8 [T, H, W, 3] tensors/arrays (sizes
   and lengths may differ), at `metadata[i]["fps"]` or the option `fps` frames per second.
 
@@ -50,9 +50,10 @@ import torch
 from omni_rl.device import pick_device
 from omni_rl.reward import RewardInputError, register_reward
 from omni_rl.reward.inputs import check_prompts_metadata
-from rewards.clap import audio_clips as parse_audio
-from rewards.clap import check_sample_rate, resample
-from rewards.clip_score import load_pretrained
+from omni_rl.utils.audio import resample
+from rewards.audio_inputs import audio_clips as parse_audio
+from rewards.audio_inputs import check_sample_rate
+from rewards.pretrained import load_pretrained
 from rewards.imagebind.data import AUDIO_RATE, audio_features, tokenize, video_features
 from rewards.imagebind.model import ImageBindConfig, build_model, read_state_dict
 

@@ -5,14 +5,8 @@ import pytest
 import torch
 
 from omni_rl.reward import RewardInputError, build_reward
-from rewards.math_answer import (
-    answers_equal,
-    evaluate_rational,
-    extract_answer_tag,
-    extract_boxed,
-    extract_final_answer,
-    normalize_answer,
-)
+from rewards.answer_extraction import extract_answer_tag, extract_boxed
+from rewards.math_answer import answers_equal, evaluate_rational, extract_final_answer, normalize_answer
 
 
 def _score(responses, truths, **kwargs):

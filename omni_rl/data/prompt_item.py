@@ -1,0 +1,35 @@
+"""The prompt record every prompt reader returns (`PromptItem`) and the error they raise
+(`PromptFileError`).
+
+A module of its own so that the readers depend on it and not on each other:
+`omni_rl.data.prompts` (inline lists, `.txt`, plain `.jsonl`) dispatches chat files to
+`omni_rl.data.chat_prompts`, and both build `PromptItem`s. Both readers re-export the two
+names, which is where callers import them from (`from omni_rl.data.prompts import PromptItem`).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+
+class PromptFileError(ValueError):
+    """A prompt file that cannot be read; the message names the file and the line."""
+
+
+@dataclass(frozen=True)
+class PromptItem:
+    """One prompt.
+
+    prompt:   the plain text: the prompt itself, or for a chat the text of its last user message
+              (what rewards receive as `prompts[i]`).
+    metadata: per-prompt data for the rewards, e.g. {"ground_truth": "3/4"} or an OCR target.
+    messages: the chat as a tuple of {"role", "content"} dicts, or None for a plain prompt (the
+              text path then sends `prompt` as one user message).
+    media:    None, or {"images": [RGB PIL images], "audio": [(float32 mono array, sample_rate)]}
+              with either key absent when the prompt has none of that kind.
+    """
+
+    prompt: str
+    metadata: dict[str, Any] = field(default_factory=dict)
+    messages: Optional[tuple] = None
+    media: Optional[dict[str, Any]] = None

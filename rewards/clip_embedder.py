@@ -1,0 +1,77 @@
+"""The CLIP towers shared by the CLIP-based rewards (`clip_score`, `pickscore`, `aesthetic`).
+
+`ClipEmbedder(reward, model, processor, device)` loads a transformers `CLIPModel` and
+`CLIPProcessor` (hub id, local folder or `tiny:NAME`, through `rewards.pretrained`; the
+processor defaults to the model's place) and turns a batch into unit vectors:
+
+- `images(images)` -> float32 [B, D]: the processor's resize/crop, the vision tower, the
+  visual projection, L2-normalised;
+- `texts(prompts)` -> float32 [B, D]: prompts padded (and truncated) to the model's full text
+  context, so a prompt's embedding does not depend on its batch; the text tower and
+  projection, L2-normalised;
+- `logit_scale()`: exp of the model's learnt logit scale (PickScore multiplies by it);
+- `dim`: D, the projection width.
+
+fp32, eval mode, no gradients, one forward per tower per call. `check_scale(reward, scale)`
+checks a reward's `scale` option (a finite non-zero number), the multiplier the CLIP rewards
+put on their cosine.
+"""
+from __future__ import annotations
+
+import math
+import numbers
+from typing import Any, Sequence
+
+import torch
+
+from omni_rl.device import pick_device
+from omni_rl.reward import Images, to_pil_list
+from rewards.pretrained import load_pretrained
+
+DEFAULT_CLIP = "openai/clip-vit-large-patch14"
+
+
+def check_scale(reward: str, scale: Any) -> float:
+    if isinstance(scale, bool) or not isinstance(scale, numbers.Real) or not math.isfinite(scale) or scale == 0:
+        raise ValueError(f"{reward}: scale={scale!r}; expected a finite non-zero number")
+    return float(scale)
+
+
+class ClipEmbedder:
+    """A transformers CLIP model + processor that turns images and prompts into unit vectors."""
+
+    def __init__(self, reward: str, model: str, processor: str | None, device: str):
+        from transformers import CLIPModel, CLIPProcessor
+
+        self.device = pick_device(device)
+        self.model = load_pretrained(CLIPModel, model, "model", reward).to(self.device).eval()
+        self.processor = load_pretrained(CLIPProcessor, processor or model, "processor", reward)
+        tokenizer = self.processor.tokenizer
+        # Pad every prompt to the full context: with CLIP's causal text encoder the embedding
+        # would not change anyway, but fixed shapes keep batched and single calls identical.
+        self.max_length = min(tokenizer.model_max_length, self.model.config.text_config.max_position_embeddings)
+
+    @property
+    def dim(self) -> int:
+        return int(self.model.config.projection_dim)
+
+    @torch.no_grad()
+    def images(self, images: Images) -> torch.Tensor:
+        """Unit-norm image embeddings, float32 [B, D], on `self.device`."""
+        pixels = self.processor.image_processor(images=to_pil_list(images), return_tensors="pt")["pixel_values"]
+        pooled = self.model.vision_model(pixel_values=pixels.to(self.device)).pooler_output
+        return torch.nn.functional.normalize(self.model.visual_projection(pooled).float(), dim=-1)
+
+    @torch.no_grad()
+    def texts(self, prompts: Sequence[str]) -> torch.Tensor:
+        """Unit-norm prompt embeddings, float32 [B, D], on `self.device`."""
+        tokens = self.processor.tokenizer(
+            list(prompts), padding="max_length", truncation=True, max_length=self.max_length, return_tensors="pt",
+        )
+        pooled = self.model.text_model(
+            input_ids=tokens["input_ids"].to(self.device), attention_mask=tokens["attention_mask"].to(self.device),
+        ).pooler_output
+        return torch.nn.functional.normalize(self.model.text_projection(pooled).float(), dim=-1)
+
+    def logit_scale(self) -> float:
+        return float(self.model.logit_scale.detach().exp())
