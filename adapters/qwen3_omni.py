@@ -80,6 +80,7 @@ from omni_rl.config.schema import ModelConfig
 from omni_rl.models import register_adapter, register_tiny_model
 from omni_rl.models.autoregressive import AutoregressiveModelBase, PromptInputs, positions_from_mask
 from omni_rl.models.tiny_vocab import bpe_files
+from omni_rl.utils.audio import resample
 
 MEDIA_KEYS = ("pixel_values", "image_grid_thw", "audio_features", "audio_feature_lengths")
 # Logit given to placeholder tokens: exp() of it is exactly 0 in fp32, and it stays finite after
@@ -97,16 +98,10 @@ class ThinkerCache:
 
 
 def resample_audio(samples: np.ndarray, rate: int, target: int) -> np.ndarray:
-    """Band-limited resampling of a mono clip from `rate` to `target` Hz: the spectrum is cut (or
-    zero-padded) at the new Nyquist frequency (scipy.signal.resample's method; no aliasing)."""
+    """A mono clip from `rate` to `target` Hz, float32: `omni_rl.utils.audio.resample`'s "fft"
+    method (the spectrum cut or zero-padded at the new Nyquist frequency; no aliasing)."""
     x = torch.from_numpy(np.ascontiguousarray(samples, dtype=np.float64))
-    n = x.numel()
-    m = max(1, round(n * target / rate))
-    spectrum = torch.fft.rfft(x)
-    out = torch.zeros(m // 2 + 1, dtype=spectrum.dtype)
-    keep = min(spectrum.numel(), out.numel())
-    out[:keep] = spectrum[:keep]
-    return (torch.fft.irfft(out, n=m) * (m / n)).to(torch.float32).numpy()
+    return resample(x, rate, target, method="fft").to(torch.float32).numpy()
 
 
 @register_adapter("Qwen3OmniMoeForConditionalGeneration", stage="thinker")
