@@ -37,6 +37,20 @@ def check_components(cfg: OmniConfig) -> None:
     ]:
         if value not in registry:
             raise ConfigError(f"{key}={value!r}: unknown {registry.kind}; registered: {', '.join(registry.names())}")
+    # A group-relative estimator gives every sample of a one-sample group advantage 0: the run would
+    # log loss 0 and grad norm 0 on every step and learn nothing.
+    from omni_rl.algos.advantages import needs_group
+
+    samples, estimator = cfg.trainer.samples_per_prompt, cfg.algo.advantage
+    if samples < 2 and needs_group(estimator):
+        groupless = [name for name in ADVANTAGE_ESTIMATORS.names() if not needs_group(name)]
+        alternative = f", or use an algo.advantage that needs no group: {', '.join(groupless)}" if groupless else ""
+        raise ConfigError(
+            f"trainer.samples_per_prompt={samples!r}: expected >= 2 with algo.advantage={estimator!r}, which "
+            f"compares each sample with the other samples of its prompt, so a group of one gets advantage 0 "
+            f"(loss 0, grad norm 0) on every step; set trainer.samples_per_prompt to 2 or more (GRPO recipes "
+            f"use 8-16){alternative}"
+        )
     if cfg.rollout.backend not in ROLLOUT_BACKENDS:
         raise ConfigError(
             f"rollout.backend={cfg.rollout.backend!r}: expected one of {', '.join(ROLLOUT_BACKENDS)} "
