@@ -34,9 +34,8 @@ In the seq-* modes a sequence without a valid token is left out of the sequence 
 B); an all-masked batch gives 0. `ppo_clip`, `cispo` and `sapo` honour the field. `dapo`
 always uses token-mean (DAPO's token-level loss) and `gspo` always seq-mean-token-mean (GSPO's
 objective is a mean over sequences of per-sequence terms), whatever the field says: the field
-has one default
-for every loss, so a loss whose paper fixes its aggregation cannot tell "left at the default"
-from "asked for", and the paper wins.
+has one default for every loss, so a loss whose paper fixes its aggregation cannot tell "left
+at the default" from "asked for", and the paper wins.
 
 KL to a reference policy: with `ref_log_prob` given, the per-token estimate
     k1 = logp - ref                               (unbiased, can be negative)
