@@ -17,6 +17,7 @@ import re
 from typing import Sequence
 
 from omni_rl.algos import ADVANTAGE_ESTIMATORS, DIFFUSION_KL, POLICY_LOSSES, STEP_KERNELS
+from omni_rl.algos.advantages import needs_group
 from omni_rl.config.loader import compose_config
 from omni_rl.config.schema import OmniConfig
 from omni_rl.config.validate import ConfigError
@@ -56,6 +57,7 @@ def check_components(cfg: OmniConfig) -> None:
     ]:
         if value not in registry:
             raise ConfigError(f"{key}={value!r}: unknown {registry.kind}; registered: {', '.join(registry.names())}")
+    _check_groups(cfg)
     _check_engine(cfg)
     for i, item in enumerate(cfg.reward.rewards):
         key = f"reward.rewards[{i}]"
@@ -70,6 +72,21 @@ def check_components(cfg: OmniConfig) -> None:
         raise ConfigError(f"trainer.loggers={list(cfg.trainer.loggers)!r}: unknown {unknown}; valid: {', '.join(SINK_NAMES)}")
     if not _DEVICE.match(cfg.trainer.device):
         raise ConfigError(f"trainer.device={cfg.trainer.device!r}: expected auto, cpu, cuda[:N] or npu[:N]")
+
+
+def _check_groups(cfg: OmniConfig) -> None:
+    """A group-relative estimator gives every sample of a one-sample group advantage 0: the run
+    would log loss 0 and grad norm 0 on every step and learn nothing."""
+    samples, estimator = cfg.trainer.samples_per_prompt, cfg.algo.advantage
+    if samples < 2 and needs_group(estimator):
+        groupless = [name for name in ADVANTAGE_ESTIMATORS.names() if not needs_group(name)]
+        alternative = f", or use an algo.advantage that needs no group: {', '.join(groupless)}" if groupless else ""
+        raise ConfigError(
+            f"trainer.samples_per_prompt={samples!r}: expected >= 2 with algo.advantage={estimator!r}, which "
+            f"compares each sample with the other samples of its prompt, so a group of one gets advantage 0 "
+            f"(loss 0, grad norm 0) on every step; set trainer.samples_per_prompt to 2 or more (GRPO recipes "
+            f"use 8-16){alternative}"
+        )
 
 
 def _check_engine(cfg: OmniConfig) -> None:

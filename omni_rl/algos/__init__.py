@@ -4,7 +4,8 @@ Nothing here imports the rest of omni_rl except `omni_rl.registry`; each family 
 with one call signature, looked up by name from the config:
 
 - `STEP_KERNELS` (`sde`, `cps`, `dance_sde`, `ode`): one denoising step, sampled or scored.
-- `ADVANTAGE_ESTIMATORS` (`grpo`, `dr_grpo`, `rloo`): rewards -> per-sample advantages.
+- `ADVANTAGE_ESTIMATORS` (`grpo`, `dr_grpo`, `rloo`): rewards -> per-sample advantages; each
+  declares whether it needs groups of >= 2 samples (`needs_group`).
 - `POLICY_LOSSES`: (loss, metrics) per mini-batch; diffusion steps (`flow_grpo`, `flow_dppo`,
   `grpo_guard`, in `policy_losses`) and tokens (`ppo_clip`, `dapo`, `gspo`, `cispo`, `sapo`,
   in `token_losses`, registered when this package is imported).
@@ -18,6 +19,8 @@ from omni_rl.algos.advantages import (
     dr_grpo_advantage,
     get_advantage_estimator,
     grpo_advantage,
+    needs_group,
+    register_advantage_estimator,
     rloo_advantage,
 )
 from omni_rl.algos.flow_sde import (
@@ -50,8 +53,10 @@ from omni_rl.algos.policy_losses import (
     guard_log_ratio,
 )
 from omni_rl.algos.token_losses import (
+    ALL_LOSS_AGG_MODES,
     KL_ESTIMATORS,
     LOSS_AGG_MODES,
+    SUM_NORM_MODE,
     aggregate,
     cispo_loss,
     dapo_loss,
@@ -82,6 +87,8 @@ __all__ = [
     "ADVANTAGE_ESTIMATORS",
     "STD_MODES",
     "get_advantage_estimator",
+    "register_advantage_estimator",
+    "needs_group",
     "grpo_advantage",
     "dr_grpo_advantage",
     "rloo_advantage",
@@ -101,6 +108,8 @@ __all__ = [
     "exact_kl",
     # token losses
     "LOSS_AGG_MODES",
+    "SUM_NORM_MODE",
+    "ALL_LOSS_AGG_MODES",
     "KL_ESTIMATORS",
     "aggregate",
     "token_kl",

@@ -16,6 +16,24 @@ Standard deviations are POPULATION stds (divide by n, `unbiased=False`), as nump
 `np.std` that Flow-GRPO's per-prompt stat tracker uses; that keeps a group of two samples with
 rewards {0, 1} at advantages {-1, +1} (up to eps) rather than +-0.707.
 
+A group whose rewards are all equal gets advantage exactly 0.0 from every estimator, whatever
+its size, reward values or eps (see `_group_stats` for why that needs care in float32).
+
+Groups: each estimator declares at registration (`register_advantage_estimator(name,
+needs_group=...)`) whether it needs groups of >= 2 samples; `needs_group(name)` reads it, and
+the config rejects `trainer.samples_per_prompt=1` for an estimator that does.
+
+Moving from verl (`verl/trainer/ppo/core_algos.py`), the conventions that differ:
+
+| here                                          | verl                                                 |
+|-----------------------------------------------|------------------------------------------------------|
+| population std (divide by n)                  | `torch.std`, unbiased (divide by n - 1)              |
+| eps 1e-4 (`algo.adv_eps`)                     | epsilon 1e-6                                         |
+| grpo std_mode "group" / "global" / "none"     | norm_adv_by_std_in_grpo true (group) / false (none); |
+|                                               | no batch-std mode                                    |
+| a group of one: advantage 0 (grpo, rloo)      | grpo: mean 0, std 1, so A = r / (1 + eps); rloo: r   |
+| an all-equal group: exactly 0                 | the float32 residue of the mean / (std + eps)        |
+
 Not here: reward weighting and aggregation (the reward manager), filtering of zero-variance
 groups (dynamic sampling belongs to the trainer), running statistics across steps.
 """
@@ -35,6 +53,8 @@ __all__ = [
     "ADVANTAGE_ESTIMATORS",
     "STD_MODES",
     "get_advantage_estimator",
+    "register_advantage_estimator",
+    "needs_group",
     "grpo_advantage",
     "dr_grpo_advantage",
     "rloo_advantage",
@@ -104,33 +124,76 @@ def get_advantage_estimator(name: str) -> AdvantageEstimator:
     return ADVANTAGE_ESTIMATORS.get(name)
 
 
+def register_advantage_estimator(
+    name: str, *, needs_group: bool
+) -> Callable[[AdvantageEstimator], AdvantageEstimator]:
+    """Decorator: register an estimator under `name`, declaring whether it needs groups of >= 2.
+
+    needs_group=True: the estimator compares a sample with the other samples of its prompt (a
+    group mean or a leave-one-out baseline), so in a group of one every advantage is 0 and
+    training does nothing; the config then rejects trainer.samples_per_prompt=1. False: its
+    baseline does not come from the group (a batch mean, a learned value), so groups of one work.
+    """
+
+    def decorator(fn: AdvantageEstimator) -> AdvantageEstimator:
+        fn.needs_group = needs_group  # type: ignore[attr-defined]
+        ADVANTAGE_ESTIMATORS.register(name, fn)
+        return fn
+
+    return decorator
+
+
+def needs_group(name: str) -> bool:
+    """Whether the estimator `name` needs groups of >= 2 samples (raises for an unknown name).
+
+    An estimator registered with `ADVANTAGE_ESTIMATORS.register` directly declared nothing; this
+    module's contract is group-relative, so it counts as needing a group.
+    """
+    return bool(getattr(get_advantage_estimator(name), "needs_group", True))
+
+
 def _group_stats(inp: AdvantageInput) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-    """(rewards fp32 [N], group id per sample [N] in 0..G-1, group sizes [G], group sums [G])."""
+    """(rewards less their group's max, fp32 [N]; group id per sample [N] in 0..G-1;
+    group sizes [G]; group sums of those shifted rewards [G]).
+
+    r_i - mean_group(r), r_i - the leave-one-out mean and the group std do not change when a
+    group's rewards are shifted, so they are computed on s = r - max_group(r) (the "global" std
+    still uses the rewards themselves). The shift is what makes an all-equal group exact: a
+    float32 mean of n equal rewards is in general not that reward (sixteen float32 0.9s, each
+    0.89999998, added one by one make 14.399998, whose 16th is 0.89999986), so r - mean leaves
+    ~1e-7, which dividing by a group std of the same size turns into an advantage of up to 2e-3
+    at eps 1e-4 and 0.2 at eps 1e-6 (MMK12's 0.9 accuracy + 0.1 format reward gives such groups,
+    all 0.1 or all 0.9, whenever all samples agree). After the shift such a group holds exact
+    zeros, so every sum, mean, std and advantage of it is exactly 0. For other groups only the
+    rounding changes.
+    """
     rewards = inp.rewards.to(torch.float32)
     # Compact arbitrary prompt ids to 0..G-1 so the per-group tensors have exactly G rows.
     _, gid = torch.unique(inp.group_index.to(rewards.device), return_inverse=True)
     num_groups = int(gid.max()) + 1 if gid.numel() else 0
-    counts = torch.zeros(num_groups, device=rewards.device, dtype=torch.float32).index_add_(
-        0, gid, torch.ones_like(rewards)
-    )
-    sums = torch.zeros(num_groups, device=rewards.device, dtype=torch.float32).index_add_(0, gid, rewards)
-    return rewards, gid, counts, sums
+    zeros = torch.zeros(num_groups, device=rewards.device, dtype=torch.float32)
+    counts = zeros.clone().index_add_(0, gid, torch.ones_like(rewards))
+    group_max = torch.full_like(zeros, -torch.inf).scatter_reduce_(0, gid, rewards, reduce="amax")
+    shifted = rewards - group_max[gid]  # x - x == 0 exactly
+    sums = zeros.clone().index_add_(0, gid, shifted)
+    return shifted, gid, counts, sums
 
 
 def _centred(inp: AdvantageInput) -> tuple[Tensor, Tensor, Tensor]:
-    """(r - mean_group(r) [N], group id [N], group sizes [G])."""
-    rewards, gid, counts, sums = _group_stats(inp)
+    """(r - mean_group(r) [N], group id [N], group sizes [G]); exactly 0 in an all-equal group."""
+    shifted, gid, counts, sums = _group_stats(inp)
     group_mean = sums / counts
-    return rewards - group_mean[gid], gid, counts
+    return shifted - group_mean[gid], gid, counts
 
 
-@ADVANTAGE_ESTIMATORS.register("grpo")
+@register_advantage_estimator("grpo", needs_group=True)
 def grpo_advantage(inp: AdvantageInput) -> Tensor:
     """GRPO: A_i = (r_i - mean_group(r)) / (std + eps).
 
     std is the population std of r within i's group ("group") or of all N rewards ("global");
     "none" skips the division (then grpo equals dr_grpo). A group of size 1 has r_i - mean = 0,
-    hence A = 0 in every mode.
+    hence A = 0 in every mode: needs_group in every mode, since even "global" and "none" centre
+    on the group mean.
     """
     centred, gid, counts = _centred(inp)
     if inp.std_mode == "none":
@@ -142,22 +205,26 @@ def grpo_advantage(inp: AdvantageInput) -> Tensor:
     return centred / (group_var.sqrt()[gid] + inp.eps)
 
 
-@ADVANTAGE_ESTIMATORS.register("dr_grpo")
+@register_advantage_estimator("dr_grpo", needs_group=True)
 def dr_grpo_advantage(inp: AdvantageInput) -> Tensor:
-    """Dr. GRPO: A_i = r_i - mean_group(r), never divided by a std (std_mode is ignored)."""
+    """Dr. GRPO: A_i = r_i - mean_group(r), never divided by a std (std_mode is ignored).
+
+    needs_group: the baseline is the group mean, so a group of one gets A = 0.
+    """
     centred, _, _ = _centred(inp)
     return centred
 
 
-@ADVANTAGE_ESTIMATORS.register("rloo")
+@register_advantage_estimator("rloo", needs_group=True)
 def rloo_advantage(inp: AdvantageInput) -> Tensor:
     """REINFORCE leave-one-out: A_i = r_i - mean_{j != i, j in group(i)} r_j.
 
     The baseline excludes the sample itself, so it is independent of r_i. With n the group
     size and S its sum, the baseline is (S - r_i) / (n - 1); equivalently
-    A_i = n / (n - 1) * (r_i - mean_group(r)). Size-1 groups get 0. std_mode is ignored.
+    A_i = n / (n - 1) * (r_i - mean_group(r)). std_mode is ignored. needs_group: the baseline
+    needs at least one other sample, so size-1 groups get 0.
     """
-    rewards, gid, counts, sums = _group_stats(inp)
+    rewards, gid, counts, sums = _group_stats(inp)  # rewards shifted by the group max
     n = counts[gid]
     others = torch.where(n > 1, n - 1, torch.ones_like(n))
     advantage = rewards - (sums[gid] - rewards) / others

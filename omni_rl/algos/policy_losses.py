@@ -89,13 +89,21 @@ class PolicyLossInput:
     dt:            `[B]` or a float, sigma_next - sigma (< 0) of each step.
     kl_threshold:  Flow-DPPO's trust-region threshold tau on the per-step KL (1e-5).
     Token extras, read by the token losses of `token_losses` (the diffusion losses ignore them):
-    loss_agg_mode: how per-token terms become one number: "token-mean", "seq-mean-token-mean" or
-                   "seq-mean-token-sum" (`token_losses.aggregate`). `dapo` always uses token-mean
-                   and `gspo` always seq-mean-token-mean, whatever this says.
+    loss_agg_mode: how per-token terms become one number: "token-mean", "seq-mean-token-mean",
+                   "seq-mean-token-sum" or "seq-mean-token-sum-norm" (`token_losses.aggregate`).
+                   `dapo` always uses token-mean and `gspo` always seq-mean-token-mean, whatever
+                   this says.
+    loss_scale_factor: the constant C of "seq-mean-token-sum-norm" (Dr.GRPO: the response length
+                   budget), required by that mode and read by no other; None otherwise.
     ref_log_prob:  optional `[B, T]`, the reference policy's token log-probs (a constant).
     kl_coef:       >= 0; with ref_log_prob given, kl_coef * aggregate(kl) is added to the loss.
     kl_estimator:  per-token KL estimate: "k1" (logp - ref) or "k3" (Schulman's low-variance form).
+    kl_clamp:      optional > 0: each token's KL estimate is clamped to [-kl_clamp, kl_clamp]
+                   (verl clamps k3 to [-10, 10]); None leaves it unclamped.
     tau_pos, tau_neg: SAPO's gate temperatures for A > 0 and A <= 0 (SAPO: 1.0 and 1.05).
+    clip_ratio_c:  optional > 1: dual-clip PPO's bound (arXiv 1912.09729) for `ppo_clip` and
+                   `dapo`: a token with A < 0 loses at most -A * clip_ratio_c (verl: 3.0, always
+                   on there); None turns it off. The other losses do not read it.
     """
 
     log_prob: Tensor
@@ -116,6 +124,9 @@ class PolicyLossInput:
     kl_estimator: str = "k3"
     tau_pos: float = 1.0
     tau_neg: float = 1.05
+    clip_ratio_c: Optional[float] = None
+    loss_scale_factor: Optional[float] = None
+    kl_clamp: Optional[float] = None
 
     def __post_init__(self) -> None:
         shape = tuple(self.log_prob.shape)
@@ -156,6 +167,20 @@ class PolicyLossInput:
         if not (self.tau_pos > 0 and self.tau_neg > 0):
             raise ValueError(
                 f"tau_pos={self.tau_pos!r}, tau_neg={self.tau_neg!r}; expected both > 0 (SAPO uses 1.0 and 1.05)"
+            )
+        if self.clip_ratio_c is not None and not self.clip_ratio_c > 1:
+            raise ValueError(
+                f"clip_ratio_c={self.clip_ratio_c!r}; expected > 1 (dual-clip PPO bounds a negative-advantage "
+                f"token's loss at -A * clip_ratio_c; verl uses 3.0), or None to turn the dual clip off"
+            )
+        if self.loss_scale_factor is not None and not self.loss_scale_factor > 0:
+            raise ValueError(
+                f"loss_scale_factor={self.loss_scale_factor!r}; expected > 0 (Dr.GRPO divides by the response "
+                f"length budget, e.g. 1024), or None"
+            )
+        if self.kl_clamp is not None and not self.kl_clamp > 0:
+            raise ValueError(
+                f"kl_clamp={self.kl_clamp!r}; expected > 0 (verl clamps k3 at 10), or None for no clamp"
             )
 
 

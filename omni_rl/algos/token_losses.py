@@ -15,26 +15,40 @@ Masked tokens take no part: their log-ratio is replaced by 0 before any exp and 
 are dropped by `torch.where`, so a padded position holding inf/NaN changes neither the loss, nor
 the gradient (exactly 0 there), nor a metric.
 
-Aggregation (`aggregate(values, mask, mode)`, chosen by `PolicyLossInput.loss_agg_mode`):
+Aggregation (`aggregate(values, mask, mode, scale)`, chosen by `PolicyLossInput.loss_agg_mode`):
 
-| mode                | value                                                                   |
-|---------------------|-------------------------------------------------------------------------|
-| token-mean          | sum over every valid token / number of valid tokens in the batch        |
-| seq-mean-token-mean | mean over each sequence's valid tokens, then mean over sequences        |
-| seq-mean-token-sum  | sum over each sequence's valid tokens, then mean over sequences         |
+| mode                    | value                                                               |
+|-------------------------|---------------------------------------------------------------------|
+| token-mean              | sum over every valid token / number of valid tokens in the batch    |
+| seq-mean-token-mean     | mean over each sequence's valid tokens, then mean over sequences    |
+| seq-mean-token-sum      | sum over each sequence's valid tokens, then mean over sequences     |
+| seq-mean-token-sum-norm | seq-mean-token-sum / C, C = `loss_scale_factor` (Dr.GRPO)           |
 
-In the two seq-* modes a sequence without a valid token is left out of the sequence mean; an
-all-masked batch gives 0. `ppo_clip`, `cispo` and `sapo` honour the field. `dapo` always uses
-token-mean (DAPO's token-level loss) and `gspo` always seq-mean-token-mean (GSPO's objective is
-a mean over sequences of per-sequence terms), whatever the field says: the field has one default
-for every loss, so a loss whose paper fixes its aggregation cannot tell "left at the default"
-from "asked for", and the paper wins.
+seq-mean-token-sum-norm is Dr.GRPO's (arXiv 2503.20783) length-unbiased aggregation: every
+token weighs the same, 1 / (B C), with B the number of sequences and C a constant, the
+response length budget (Dr.GRPO's MAX_TOKENS; the config's default is rollout.max_new_tokens),
+so neither the response's own length (seq-mean-token-mean) nor the batch's token count
+(token-mean) rescales a sequence's gradient. C has no default here: the mode raises without it.
+
+In the seq-* modes a sequence without a valid token is left out of the sequence mean (and of
+B); an all-masked batch gives 0. `ppo_clip`, `cispo` and `sapo` honour the field. `dapo`
+always uses token-mean (DAPO's token-level loss) and `gspo` always seq-mean-token-mean (GSPO's
+objective is a mean over sequences of per-sequence terms), whatever the field says: the field
+has one default for every loss, so a loss whose paper fixes its aggregation cannot tell "left
+at the default" from "asked for", and the paper wins.
 
 KL to a reference policy: with `ref_log_prob` given, the per-token estimate
     k1 = logp - ref                               (unbiased, can be negative)
     k3 = exp(ref - logp) - (ref - logp) - 1       (Schulman's: unbiased, >= 0, low variance)
 is aggregated like the loss and reported as `kl`; with kl_coef > 0 the returned loss is
-policy_loss + kl_coef * kl. kl_coef > 0 without ref_log_prob raises.
+policy_loss + kl_coef * kl. kl_coef > 0 without ref_log_prob raises. With `kl_clamp` = c each
+token's estimate is clamped to [-c, c] first (value and gradient of torch.clamp: 0 beyond c),
+verl's stabiliser for k3 (c = 10 there, always on).
+
+Dual clip (`clip_ratio_c` = c > 1, `ppo_clip` and `dapo`): for A < 0 the clipped surrogate
+-A max(r, clip(r)) still grows linearly in r, so one token whose probability rose a lot can
+dominate a batch; dual-clip PPO (arXiv 1912.09729) caps it, loss = min(that, -A c), with no
+gradient where the cap binds. Tokens with A >= 0 are untouched.
 
 Metrics (keys without a namespace; the trainer files them under its loss namespace):
 
@@ -48,6 +62,32 @@ Metrics (keys without a namespace; the trainer files them under its loss namespa
 | clipfrac          | fraction of valid tokens (gspo: sequences) with the ratio outside                 |
 |                   | [1 - clip_low, 1 + clip_high]; for sapo, which has no hard clip, a diagnostic     |
 | kl                | the aggregated KL estimate to the reference (only when ref_log_prob is given)     |
+| clipfrac_lower    | fraction of valid tokens where the dual clip binds (A < 0 and the clipped loss    |
+|                   | exceeds -A c); only when clip_ratio_c is given (verl's pg_clipfrac_lower)         |
+
+Moving a verl recipe (`verl/trainer/ppo/core_algos.py`, `compute_policy_loss_vanilla`, `agg_loss`,
+`kl_penalty`): the maths agrees on the same tensors except for these conventions.
+
+| here                                             | verl                                            |
+|--------------------------------------------------|-------------------------------------------------|
+| dual clip off unless clip_ratio_c is set         | always on in the vanilla loss, clip_ratio_c 3   |
+|                                                  | (its DAPO scripts: 10)                          |
+| advantages clamped to +-adv_clip_max (default 5) | not clamped (pass a large adv_clip_max)         |
+| the log-ratio is not clamped before exp          | clamped to [-20, 20] (gspo: log s <= 10): past  |
+|                                                  | r = e^20 its loss stops growing and its         |
+|                                                  | gradient is 0 (a bound only for A < 0)          |
+| k3 unclamped unless kl_clamp is set              | low_var_kl: x = ref - logp clamped to [-20, 20],|
+|                                                  | then k3 to [-10, 10]; kl_clamp: 10 gives the    |
+|                                                  | same values for every x                         |
+| seq-mean-token-sum-norm: sum / (B C), C given    | C = loss_scale_factor, default the padded width |
+|                                                  | T; latest: sum / (B C), earlier versions sum / C|
+|                                                  | (B times ours)                                  |
+| seq-* modes leave all-masked sequences out of B  | newer versions too; older ones count them       |
+| clipfrac: ratio outside [1 - lo, 1 + hi], any A  | pg_clipfrac: where the clip changed the loss    |
+|                                                  | (pg_losses2 > pg_losses1)                       |
+| approx_kl: 0.5 mean (log r)^2 (k2)               | ppo_kl: mean(-log r) (k1)                       |
+| every mean is over this call's tokens            | token-mean can be normalised by the mini-batch's|
+|                                                  | token count across micro-batches and ranks      |
 
 Not here: advantage estimation, DAPO's dynamic sampling and overlong shaping (trainer / reward),
 and normalisation across micro-batches or data-parallel ranks: every mean is over the entries
@@ -64,6 +104,8 @@ from omni_rl.algos.policy_losses import POLICY_LOSSES, PolicyLossInput
 
 __all__ = [
     "LOSS_AGG_MODES",
+    "SUM_NORM_MODE",
+    "ALL_LOSS_AGG_MODES",
     "KL_ESTIMATORS",
     "aggregate",
     "token_kl",
@@ -77,7 +119,11 @@ __all__ = [
 
 Metrics = dict[str, Tensor]
 
+# Modes whose denominators are counts of this batch's tokens or sequences ...
 LOSS_AGG_MODES = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum")
+# ... and Dr.GRPO's, which also divides by the constant `loss_scale_factor`.
+SUM_NORM_MODE = "seq-mean-token-sum-norm"
+ALL_LOSS_AGG_MODES = LOSS_AGG_MODES + (SUM_NORM_MODE,)
 
 
 def _k1(log_prob: Tensor, ref_log_prob: Tensor) -> Tensor:
@@ -100,19 +146,27 @@ KL_ESTIMATORS: dict[str, Callable[[Tensor, Tensor], Tensor]] = {"k1": _k1, "k3":
 
 
 def _check_mode(mode: str) -> None:
-    if mode not in LOSS_AGG_MODES:
+    if mode not in ALL_LOSS_AGG_MODES:
         raise ValueError(
-            f"loss_agg_mode={mode!r} is unknown; expected one of {', '.join(LOSS_AGG_MODES)}. "
+            f"loss_agg_mode={mode!r} is unknown; expected one of {', '.join(ALL_LOSS_AGG_MODES)}. "
             f"Pass one of those as loss_agg_mode."
         )
 
 
-def aggregate(values: Tensor, mask: Optional[Tensor], mode: str) -> Tensor:
+def aggregate(values: Tensor, mask: Optional[Tensor], mode: str, scale: Optional[float] = None) -> Tensor:
     """Reduce per-token `values` `[B, T]` to a 0-d tensor over the tokens where `mask` > 0.
 
-    `mask` None counts every token. See the module docstring for the three modes.
+    `mask` None counts every token. See the module docstring for the four modes. `scale` is the
+    constant C of seq-mean-token-sum-norm (`loss_scale_factor`), required there and not read by
+    the other modes.
     """
     _check_mode(mode)
+    if mode == SUM_NORM_MODE and scale is None:
+        raise ValueError(
+            f"loss_agg_mode={mode!r} divides by a constant, loss_scale_factor, but it is None; pass "
+            f"Dr.GRPO's response length budget (the config's algo.loss_scale_factor, null meaning "
+            f"rollout.max_new_tokens)."
+        )
     if values.ndim != 2:
         raise ValueError(
             f"aggregate expects per-token values [B, T]; got shape {tuple(values.shape)}. "
@@ -136,13 +190,30 @@ def aggregate(values: Tensor, mask: Optional[Tensor], mode: str) -> Tensor:
         per_seq = per_seq / tokens.clamp(min=1)
     has_tokens = tokens > 0
     per_seq = torch.where(has_tokens, per_seq, torch.zeros_like(per_seq))
-    return per_seq.sum() / has_tokens.sum().clamp(min=1)
+    seq_mean = per_seq.sum() / has_tokens.sum().clamp(min=1)
+    return seq_mean / scale if mode == SUM_NORM_MODE else seq_mean
 
 
-def token_kl(log_prob: Tensor, ref_log_prob: Tensor, estimator: str = "k3") -> Tensor:
-    """Per-token KL(pi || ref) estimate, same shape as `log_prob`: "k1" or "k3" (see the module doc)."""
+def token_kl(
+    log_prob: Tensor, ref_log_prob: Tensor, estimator: str = "k3", clamp: Optional[float] = None
+) -> Tensor:
+    """Per-token KL(pi || ref) estimate, same shape as `log_prob`: "k1" or "k3" (see the module doc).
+
+    With `clamp` = c > 0 the estimate is clamped to [-c, c], in value and gradient like
+    torch.clamp(kl, -c, c) (0 gradient where it binds).
+    """
     _check_estimator(estimator)
-    return KL_ESTIMATORS[estimator](log_prob, ref_log_prob.detach())
+    estimate = KL_ESTIMATORS[estimator]
+    ref = ref_log_prob.detach()
+    kl = estimate(log_prob, ref)
+    if clamp is None:
+        return kl
+    # Not torch.clamp(kl): where k3's exp(ref - logp) overflowed to inf, clamp's zero gradient times
+    # exp's infinite derivative is NaN. So the tokens where the clamp binds are scored again at
+    # logp = ref (finite, and detached, so their gradient is exactly 0) and then replaced by +-c.
+    binds = kl.detach().abs() >= clamp
+    kl_inside = estimate(torch.where(binds, ref, log_prob), ref)
+    return torch.where(binds, clamp * torch.sign(kl.detach()), kl_inside)
 
 
 def _check_estimator(estimator: str) -> None:
@@ -227,12 +298,13 @@ def _finish(
     per_token: Tensor, mode: str, toks: _Tokens, inp: PolicyLossInput, metrics: Metrics
 ) -> tuple[Tensor, Metrics]:
     """Aggregate the policy term, add the KL term, fill policy_loss / approx_kl / kl."""
-    policy_loss = aggregate(per_token, toks.counted, mode)
+    policy_loss = aggregate(per_token, toks.counted, mode, inp.loss_scale_factor)
     loss = policy_loss
     if inp.ref_log_prob is not None:
         ref = inp.ref_log_prob.detach().to(device=toks.log_prob.device, dtype=torch.float32)
         ref = torch.where(toks.counted, ref, torch.zeros_like(ref))  # masked: logp = ref = 0 -> kl 0
-        kl = aggregate(token_kl(toks.log_prob, ref, inp.kl_estimator), toks.counted, mode)
+        per_token_kl = token_kl(toks.log_prob, ref, inp.kl_estimator, inp.kl_clamp)
+        kl = aggregate(per_token_kl, toks.counted, mode, inp.loss_scale_factor)
         metrics["kl"] = kl.detach()
         if inp.kl_coef > 0:
             loss = loss + inp.kl_coef * kl
@@ -255,7 +327,15 @@ def _ppo_clip(inp: PolicyLossInput, mode: str, name: str) -> tuple[Tensor, Metri
     toks = _prepare(inp, name)
     ratio = torch.exp(toks.log_ratio)
     per_token = _clipped_surrogate(ratio, toks.advantages, inp)
-    return _finish(per_token, mode, toks, inp, _ratio_stats(ratio, toks.counted, inp))
+    metrics = _ratio_stats(ratio, toks.counted, inp)
+    if inp.clip_ratio_c is not None:
+        # Dual clip: for A < 0, min(clipped loss, -A c). where() rather than minimum() so that the
+        # tokens where the cap binds get exactly no gradient.
+        cap = -toks.advantages * inp.clip_ratio_c
+        binds = (toks.advantages < 0) & (per_token > cap) & toks.counted
+        per_token = torch.where(binds, cap, per_token)
+        metrics["clipfrac_lower"] = binds.sum() / toks.counted.sum().clamp(min=1)
+    return _finish(per_token, mode, toks, inp, metrics)
 
 
 @POLICY_LOSSES.register("ppo_clip")
@@ -263,10 +343,16 @@ def ppo_clip_loss(inp: PolicyLossInput) -> tuple[Tensor, Metrics]:
     """GRPO's per-token clipped surrogate (PPO's, with group-relative advantages).
 
         r_t  = exp(log_prob_t - old_log_prob_t)
-        loss = agg_t( max(-A r_t, -A clip(r_t, 1 - clip_low, 1 + clip_high)) )  [+ kl_coef * agg(kl)]
+        l_t  = max(-A r_t, -A clip(r_t, 1 - clip_low, 1 + clip_high))
+        l_t  = min(l_t, -A clip_ratio_c)    where A < 0, when clip_ratio_c is given (dual clip)
+        loss = agg_t(l_t)  [+ kl_coef * agg(kl)]
 
     agg is `loss_agg_mode`. On-policy r_t = 1 exactly and the gradient is the REINFORCE one,
     agg_t(-A d log_prob_t).
+
+    verl's `vanilla` loss is this with clip_ratio_c = 3 always on, unclamped advantages (a large
+    adv_clip_max) and log r clamped to [-20, 20]; see the module docstring for the other
+    conventions. To reproduce a verl run set clip_ratio_c: 3.0 and adv_clip_max large.
     """
     return _ppo_clip(inp, inp.loss_agg_mode, "ppo_clip")
 
@@ -278,6 +364,8 @@ def dapo_loss(inp: PolicyLossInput) -> tuple[Tensor, Metrics]:
     DAPO's loss is the clipped surrogate averaged over all tokens of the batch (long responses
     weigh per token, not per sequence), so `loss_agg_mode` is not read. Its other choices are the
     caller's: clip-higher (clip_low 0.2, clip_high 0.28), no KL (kl_coef 0), dynamic sampling.
+    The dual clip (`clip_ratio_c`) applies as in `ppo_clip`. verl's DAPO scripts run its vanilla
+    loss with clip_ratio_c=10 and loss_agg_mode=token-mean: set clip_ratio_c: 10.0 to match.
     """
     return _ppo_clip(inp, "token-mean", "dapo")
 
@@ -298,6 +386,12 @@ def gspo_loss(inp: PolicyLossInput) -> tuple[Tensor, Metrics]:
     Clip ranges are ~1e3 smaller than token PPO's (GSPO: 3e-4 / 4e-4) because log s_i is a mean.
     ratio_* and clipfrac describe s_i over the sequences that hold a valid token; approx_kl is
     over tokens. A sequence without a valid token has s_i = 1 and takes no part.
+
+    verl's `gspo` loss: the same token form, with log s_{i,t} clamped to <= 10 (the same values
+    up to s = e^10) and no dual clip (its scripts' clip_ratio_c does nothing there, nor here:
+    clip_ratio_c is not read); its clipfrac counts tokens where the clip changed the loss, ours
+    sequences with s_i outside the range. verl aggregates it with seq-mean-token-mean, in some
+    versions by reading loss_agg_mode (its GSPO scripts set that value); here it is fixed.
     """
     toks = _prepare(inp, "gspo")
     tokens = toks.counted.sum(dim=-1)  # [B]
@@ -318,6 +412,7 @@ def cispo_loss(inp: PolicyLossInput) -> tuple[Tensor, Metrics]:
     unlike PPO, a token whose ratio left the range still gets a (bounded) gradient. The loss
     value is a weighted log-likelihood, not a surrogate near -A, so its level is not comparable
     with the other losses'. MiniMax bound only the top: set clip_low near 1 to do the same.
+    clip_ratio_c is not read (the weight is already bounded).
     """
     toks = _prepare(inp, "cispo")
     ratio = torch.exp(toks.log_ratio)
@@ -347,6 +442,7 @@ def sapo_loss(inp: PolicyLossInput) -> tuple[Tensor, Metrics]:
     spreads mass over the whole vocabulary and is the less stable direction. On-policy the loss
     value is -2 A / tau, but the gradient is REINFORCE's, agg_t(-A d log_prob_t). clip_low /
     clip_high are not used by the loss; clipfrac reports the tokens outside them as a diagnostic.
+    clip_ratio_c is not read (the gate is bounded by 4 / tau).
     """
     toks = _prepare(inp, "sapo")
     ratio = torch.exp(toks.log_ratio)

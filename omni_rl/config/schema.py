@@ -108,10 +108,19 @@ class AlgoConfig:
     # "flow_grpo_code" (Flow-GRPO's code) or "exact" (the per-step Gaussian KL).
     kl_form: str = "flow_grpo_code"
     ppo_epochs: int = 1
-    # Token losses: token-mean | seq-mean-token-mean | seq-mean-token-sum.
+    # Token losses: token-mean | seq-mean-token-mean | seq-mean-token-sum | seq-mean-token-sum-norm
+    # (Dr.GRPO: the sum over every valid token / (sequences * loss_scale_factor)).
     loss_agg_mode: str = "token-mean"
+    # The constant of seq-mean-token-sum-norm; null = rollout.max_new_tokens (Dr.GRPO divides by
+    # the response length budget). Set only with that mode.
+    loss_scale_factor: Optional[float] = None
+    # Dual-clip PPO for ppo_clip / dapo: a token with a negative advantage A loses at most
+    # -A * clip_ratio_c (> 1). null = off; verl always applies it, with 3.0 (its DAPO scripts: 10).
+    clip_ratio_c: Optional[float] = None
     # Token KL to the reference: k1 (log-ratio) or k3 (Schulman's unbiased, non-negative).
     kl_estimator: str = "k3"
+    # Clamp each token's KL estimate to [-kl_clamp, kl_clamp]; null = no clamp (verl clamps k3 at 10).
+    kl_clamp: Optional[float] = None
     # SAPO's gate temperatures for positive / negative advantages.
     tau_pos: float = 1.0
     tau_neg: float = 1.05

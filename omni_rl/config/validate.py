@@ -100,9 +100,21 @@ def validate_config(cfg: OmniConfig) -> None:
     _require(r.temperature > 0, "rollout.temperature", r.temperature, "> 0")
     _require(0 < r.top_p <= 1, "rollout.top_p", r.top_p, "in (0, 1]")
     _require(r.max_new_tokens >= 1, "rollout.max_new_tokens", r.max_new_tokens, ">= 1")
-    _require(a.loss_agg_mode in ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum"), "algo.loss_agg_mode",
-             a.loss_agg_mode, "one of token-mean, seq-mean-token-mean, seq-mean-token-sum")
+    agg_modes = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm")
+    _require(a.loss_agg_mode in agg_modes, "algo.loss_agg_mode", a.loss_agg_mode, f"one of {', '.join(agg_modes)}")
+    _require(a.loss_scale_factor is None or a.loss_scale_factor > 0, "algo.loss_scale_factor", a.loss_scale_factor,
+             "> 0 (Dr.GRPO's response length budget), or null for rollout.max_new_tokens")
+    _require(a.loss_scale_factor is None or a.loss_agg_mode == "seq-mean-token-sum-norm", "algo.loss_scale_factor",
+             a.loss_scale_factor, f"null with algo.loss_agg_mode={a.loss_agg_mode} (only seq-mean-token-sum-norm "
+             f"reads it); remove it or set that mode")
+    _require(a.clip_ratio_c is None or a.clip_ratio_c > 1, "algo.clip_ratio_c", a.clip_ratio_c,
+             "> 1 (the dual clip caps a negative-advantage token's loss at -A * clip_ratio_c; verl uses 3.0), "
+             "or null for no dual clip")
+    _require(a.clip_ratio_c is None or a.policy_loss in ("ppo_clip", "dapo"), "algo.clip_ratio_c", a.clip_ratio_c,
+             f"null with algo.policy_loss={a.policy_loss} (the dual clip is an option of ppo_clip and dapo only)")
     _require(a.kl_estimator in ("k1", "k3"), "algo.kl_estimator", a.kl_estimator, "one of k1, k3")
+    _require(a.kl_clamp is None or a.kl_clamp > 0, "algo.kl_clamp", a.kl_clamp,
+             "> 0 (verl clamps k3 at 10), or null for no clamp")
     _require(o.lr > 0, "optim.lr", o.lr, "> 0")
     _require(len(o.betas) == 2 and all(0 <= b < 1 for b in o.betas), "optim.betas", list(o.betas), "two values in [0, 1)")
     _require(o.max_grad_norm > 0, "optim.max_grad_norm", o.max_grad_norm, "> 0")

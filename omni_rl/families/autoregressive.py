@@ -159,6 +159,12 @@ class TextFamily(ModelFamily):
                 kl_estimator=algo.kl_estimator,
                 tau_pos=algo.tau_pos,
                 tau_neg=algo.tau_neg,
+                clip_ratio_c=algo.clip_ratio_c,
+                kl_clamp=algo.kl_clamp,
+                # seq-mean-token-sum-norm's constant: Dr.GRPO's response budget unless given.
+                loss_scale_factor=(
+                    algo.loss_scale_factor if algo.loss_scale_factor is not None else self.cfg.rollout.max_new_tokens
+                ),
             )
         )
         metrics = {("loss/policy" if k == "policy_loss" else f"loss/{k}"): v for k, v in metrics.items()}

@@ -9,6 +9,8 @@ from omni_rl.algos.advantages import (
     STD_MODES,
     AdvantageInput,
     get_advantage_estimator,
+    needs_group,
+    register_advantage_estimator,
 )
 from omni_rl.registry import RegistryError
 
@@ -125,3 +127,76 @@ def test_registry():
     assert ADVANTAGE_ESTIMATORS.names() == ["dr_grpo", "grpo", "rloo"]
     with pytest.raises(RegistryError, match="dr_grpo, grpo, rloo"):
         get_advantage_estimator("ppo")
+
+
+# ------------------------------------------------------------------ all-equal groups are exactly 0
+
+
+@pytest.mark.parametrize("eps", [1e-4, 1e-6])
+@pytest.mark.parametrize("value", [0.1, 0.3, 0.7, 0.9])
+def test_all_equal_groups_are_exactly_zero_in_float32(value, eps):
+    # In float32 0.9 is 0.89999998 and sixteen of them added one by one make 14.399998, so a plain
+    # group mean is 0.89999986: r - mean = 1.2e-7 for every sample and the population std is 1.2e-7
+    # too, so before the fix A = 1.2e-7 / (1.2e-7 + eps) came out at 1.2e-3 (eps 1e-4) or 0.107
+    # (eps 1e-6) instead of 0; groups of 32 reached 2.4e-3 and 0.225.
+    # Groups of 2..32 equal rewards next to a mixed group, in every std mode, must give exactly 0.
+    sizes = [2, 3, 8, 16, 24, 32]
+    rewards = torch.cat([torch.full((n,), value) for n in sizes] + [torch.tensor([0.0, 1.0])])
+    groups = torch.cat([torch.full((n,), i) for i, n in enumerate(sizes)] + [torch.tensor([99, 99])])
+    equal = groups != 99
+    for name in ("grpo", "dr_grpo", "rloo"):
+        for mode in STD_MODES:
+            out = get_advantage_estimator(name)(AdvantageInput(rewards, groups, mode, eps))
+            assert bool((out[equal] == 0.0).all()), (name, mode, out[equal].abs().max().item())
+            assert bool((out[~equal] != 0).all())  # the mixed group {0, 1} still learns
+
+
+def test_the_mmk12_case_from_the_issue():
+    # 0.9 accuracy + 0.1 format: 16 samples all right and formatted score 0.9 + 0.1 = 1.0 each, all
+    # wrong but formatted 0.1, all right but unformatted 0.9; with eps 1e-6 grpo/group used to give
+    # those three groups 0, -0.015 and 0.107 (1.0 is exact in float32, 0.1 and 0.9 are not).
+    rewards = torch.tensor([0.9 * 1 + 0.1 * 1] * 16 + [0.9 * 0 + 0.1 * 1] * 16 + [0.9 * 1 + 0.1 * 0] * 16)
+    groups = torch.arange(3).repeat_interleave(16)
+    out = get_advantage_estimator("grpo")(AdvantageInput(rewards, groups, "group", 1e-6))
+    assert out.tolist() == [0.0] * 48
+
+
+def test_mixed_groups_match_float64_to_1e6():
+    # The shift by the group max only changes rounding: rewards in [0, 1] (MMK12-like, tenths)
+    # agree with a float64 computation to 1e-6 (|A| is at most ~4 here).
+    gen = torch.Generator().manual_seed(5)
+    rewards = torch.randint(0, 11, (256,), generator=gen).float() / 10
+    groups = torch.randint(0, 16, (256,), generator=gen)
+    for name in ("grpo", "dr_grpo", "rloo"):
+        for mode in STD_MODES:
+            ours = _adv(name, mode, rewards, groups).double()
+            exact = _loop_reference(name, rewards.double(), groups, mode).double()
+            torch.testing.assert_close(ours, exact, atol=1e-6, rtol=0)
+
+
+# ------------------------------------------------------------------ needs_group
+
+
+def test_every_shipped_estimator_needs_a_group():
+    # grpo (every std mode) and dr_grpo subtract the group mean, rloo the mean of the others:
+    # in a group of one all three give A = 0, so training would do nothing.
+    for name in ADVANTAGE_ESTIMATORS.names():
+        assert needs_group(name) is True, name
+
+
+def test_needs_group_is_declared_at_registration(monkeypatch):
+    def batch_baseline(inp):  # a baseline from the whole batch: groups of one are fine
+        rewards = inp.rewards.to(torch.float32)
+        return rewards - rewards.mean()
+
+    def undeclared(inp):
+        return inp.rewards.to(torch.float32)
+
+    # Registered into the real registry, restored afterwards.
+    monkeypatch.setattr(ADVANTAGE_ESTIMATORS, "_entries", dict(ADVANTAGE_ESTIMATORS._entries))
+    register_advantage_estimator("test_batch_baseline", needs_group=False)(batch_baseline)
+    ADVANTAGE_ESTIMATORS.register("test_undeclared", undeclared)
+    assert needs_group("test_batch_baseline") is False
+    assert needs_group("test_undeclared") is True  # this module's contract is group-relative
+    with pytest.raises(RegistryError, match="unknown advantage estimator 'ppo'"):
+        needs_group("ppo")

@@ -40,6 +40,14 @@ def test_every_token_loss_trains(tmp_path, loss, extra):
     assert records[0]["actor/first_minibatch_ratio_max_abs_dev"] <= 1e-6
 
 
+def test_the_verl_options_reach_the_loss(tmp_path):
+    """Dual clip, Dr.GRPO's normalised aggregation and the KL clamp, set from the config, train."""
+    _, records = run(tmp_path, "verl", "trainer.total_steps=2", "algo.clip_ratio_c=3.0", "model.lora.enabled=true",
+                     "algo.loss_agg_mode=seq-mean-token-sum-norm", "algo.kl_coef=0.05", "algo.kl_clamp=10")
+    assert records[-1]["actor/grad_norm"] > 0
+    assert all("loss/clipfrac_lower" in r and "loss/kl" in r for r in records)
+
+
 def test_lora_with_kl_to_the_reference(tmp_path):
     out, records = run(tmp_path, "kl", "trainer.total_steps=2", "model.lora.enabled=true", "algo.kl_coef=0.05",
                        "algo.kl_estimator=k3")
