@@ -152,20 +152,17 @@ def needs_group(name: str) -> bool:
     return bool(getattr(get_advantage_estimator(name), "needs_group", True))
 
 
-def _group_stats(inp: AdvantageInput) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-    """(rewards less their group's max, fp32 [N]; group id per sample [N] in 0..G-1;
-    group sizes [G]; group sums of those shifted rewards [G]).
+def _group_stats(inp: AdvantageInput) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
+    """(rewards fp32 [N]; group id per sample [N] in 0..G-1; group sizes [G]; group sums [G];
+    whether the sample's group is uniform, i.e. all its rewards are equal [N] bool).
 
-    r_i - mean_group(r), r_i - the leave-one-out mean and the group std do not change when a
-    group's rewards are shifted, so they are computed on s = r - max_group(r) (the "global" std
-    still uses the rewards themselves). The shift is what makes an all-equal group exact: a
-    float32 mean of n equal rewards is in general not that reward (sixteen float32 0.9s, each
-    0.89999998, added one by one make 14.399998, whose 16th is 0.89999986), so r - mean leaves
-    ~1e-7, which dividing by a group std of the same size turns into an advantage of up to 2e-3
-    at eps 1e-4 and 0.2 at eps 1e-6 (MMK12's 0.9 accuracy + 0.1 format reward gives such groups,
-    all 0.1 or all 0.9, whenever all samples agree). After the shift such a group holds exact
-    zeros, so every sum, mean, std and advantage of it is exactly 0. For other groups only the
-    rounding changes.
+    A uniform group carries no signal and must get advantage exactly 0, but float32 statistics
+    do not give that: a float32 mean of n equal rewards is in general not that reward (sixteen
+    float32 0.9s, each 0.89999998, added one by one make 14.399998, whose 16th is 0.89999986), so
+    r - mean leaves ~1e-7, which dividing by a group std of the same size turns into an advantage
+    of up to 2e-3 at eps 1e-4 and 0.2 at eps 1e-6 (MMK12's 0.9 accuracy + 0.1 format reward gives
+    such groups, all 0.1 or all 0.9, whenever all samples agree). So the estimators zero uniform
+    groups explicitly (max == min is exact), and compute every other group exactly as before.
     """
     rewards = inp.rewards.to(torch.float32)
     # Compact arbitrary prompt ids to 0..G-1 so the per-group tensors have exactly G rows.
@@ -173,17 +170,19 @@ def _group_stats(inp: AdvantageInput) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     num_groups = int(gid.max()) + 1 if gid.numel() else 0
     zeros = torch.zeros(num_groups, device=rewards.device, dtype=torch.float32)
     counts = zeros.clone().index_add_(0, gid, torch.ones_like(rewards))
+    sums = zeros.clone().index_add_(0, gid, rewards)
     group_max = torch.full_like(zeros, -torch.inf).scatter_reduce_(0, gid, rewards, reduce="amax")
-    shifted = rewards - group_max[gid]  # x - x == 0 exactly
-    sums = zeros.clone().index_add_(0, gid, shifted)
-    return shifted, gid, counts, sums
+    group_min = torch.full_like(zeros, torch.inf).scatter_reduce_(0, gid, rewards, reduce="amin")
+    uniform = (group_max == group_min)[gid]
+    return rewards, gid, counts, sums, uniform
 
 
 def _centred(inp: AdvantageInput) -> tuple[Tensor, Tensor, Tensor]:
-    """(r - mean_group(r) [N], group id [N], group sizes [G]); exactly 0 in an all-equal group."""
-    shifted, gid, counts, sums = _group_stats(inp)
+    """(r - mean_group(r) [N], group id [N], group sizes [G]); exactly 0 in a uniform group."""
+    rewards, gid, counts, sums, uniform = _group_stats(inp)
     group_mean = sums / counts
-    return shifted - group_mean[gid], gid, counts
+    centred = rewards - group_mean[gid]
+    return torch.where(uniform, torch.zeros_like(centred), centred), gid, counts
 
 
 @register_advantage_estimator("grpo", needs_group=True)
@@ -224,8 +223,8 @@ def rloo_advantage(inp: AdvantageInput) -> Tensor:
     A_i = n / (n - 1) * (r_i - mean_group(r)). std_mode is ignored. needs_group: the baseline
     needs at least one other sample, so size-1 groups get 0.
     """
-    rewards, gid, counts, sums = _group_stats(inp)  # rewards shifted by the group max
+    rewards, gid, counts, sums, uniform = _group_stats(inp)
     n = counts[gid]
     others = torch.where(n > 1, n - 1, torch.ones_like(n))
     advantage = rewards - (sums[gid] - rewards) / others
-    return torch.where(n > 1, advantage, torch.zeros_like(advantage))
+    return torch.where((n > 1) & ~uniform, advantage, torch.zeros_like(advantage))

@@ -162,7 +162,7 @@ def test_the_mmk12_case_from_the_issue():
 
 
 def test_mixed_groups_match_float64_to_1e6():
-    # The shift by the group max only changes rounding: rewards in [0, 1] (MMK12-like, tenths)
+    # Zeroing uniform groups leaves the others as computed before: rewards in [0, 1] (MMK12-like, tenths)
     # agree with a float64 computation to 1e-6 (|A| is at most ~4 here).
     gen = torch.Generator().manual_seed(5)
     rewards = torch.randint(0, 11, (256,), generator=gen).float() / 10
