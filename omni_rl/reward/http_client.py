@@ -21,17 +21,23 @@ What is retried, and how:
 Every failure raises `RewardServerError` naming the URL, the status or cause, and the number
 of attempts made.
 
-`timeout_s` bounds each socket operation of an attempt (connecting, sending, each read), as
-`http.client` does; it is not a deadline for the whole call. The worst case of a call that
-ends in failure is about `(1 + retries) * timeout_s` plus the backoff sleeps.
+`timeout_s` is a deadline for each attempt as a whole: connecting, sending the body and
+reading the whole reply must be done within it, however the server paces its bytes (a server
+that trickles one byte a second is cut off at `timeout_s`, not kept alive by each byte). A
+watchdog thread shuts the attempt's socket down at the deadline. The worst case of a call that
+ends in failure is `(1 + retries) * timeout_s` plus the backoff sleeps (plus name resolution,
+which no socket timeout bounds; give an IP address to avoid it).
 """
 from __future__ import annotations
 
+import contextlib
 import http.client
 import json
 import math
 import numbers
 import random
+import socket
+import threading
 import time
 import urllib.parse
 from typing import Any, Callable, Sequence
@@ -78,7 +84,7 @@ class ScoreClient:
     """Talks to one remote scorer; see the module docstring for the retry rules.
 
     url:           the server's base URL, http:// or https://, e.g. "http://127.0.0.1:8000".
-    timeout_s:     seconds allowed for each socket operation of one attempt (> 0).
+    timeout_s:     seconds allowed for one attempt as a whole (connect, send, read the reply; > 0).
     retries:       extra attempts after the first for transient failures (int >= 0).
     backoff_s:     the first backoff sleep before jitter, doubled for each further retry (>= 0).
     max_backoff_s: the cap on one backoff sleep (>= 0).
@@ -207,18 +213,43 @@ class ScoreClient:
         return payload
 
     def _request(self, method: str, path: str, body: bytes | None, headers: dict[str, str]) -> tuple[int, bytes]:
-        """One attempt; returns (status, body) or raises _Transient for a network failure."""
+        """One attempt within `timeout_s`; returns (status, body) or raises _Transient."""
         cls = http.client.HTTPSConnection if self._parts.scheme == "https" else http.client.HTTPConnection
         conn = cls(self._parts.hostname, self._parts.port, timeout=self.timeout_s)
+        expired = threading.Event()
+
+        def cut_off() -> None:
+            # A socket timeout bounds one recv/send, so a server that trickles bytes would never
+            # trip it; shutting the socket down wakes whichever call is blocked on it.
+            expired.set()
+            sock = conn.sock
+            if sock is not None:
+                with contextlib.suppress(OSError):
+                    socket.socket.shutdown(sock, socket.SHUT_RDWR)  # the plain socket's, also under TLS
+
+        watchdog = threading.Timer(self.timeout_s, cut_off)
+        watchdog.daemon = True
+        watchdog.start()
         try:
+            conn.connect()
+            if expired.is_set():  # the deadline passed while connecting, before conn.sock was set
+                raise TimeoutError
             conn.request(method, path or "/", body=body, headers=headers)
             response = conn.getresponse()
-            return response.status, response.read()
-        except TimeoutError as err:  # socket.timeout is TimeoutError from Python 3.10
-            raise _Transient(f"timed out after {self.timeout_s:g} s ({err or 'no reply'})", None) from None
-        except (OSError, http.client.HTTPException) as err:
-            raise _Transient(f"connection error: {type(err).__name__}: {err}", None) from None
+            reply = response.read()
+            if expired.is_set():  # read() may return a cut-off body as if the server had closed
+                raise TimeoutError
+            return response.status, reply
+        except Exception as err:
+            if expired.is_set() or isinstance(err, TimeoutError):  # socket.timeout is TimeoutError
+                raise _Transient(
+                    f"timed out after {self.timeout_s:g} s (timeout_s: no complete reply within it)", None
+                ) from None
+            if isinstance(err, (OSError, http.client.HTTPException)):
+                raise _Transient(f"connection error: {type(err).__name__}: {err}", None) from None
+            raise
         finally:
+            watchdog.cancel()
             conn.close()
 
 

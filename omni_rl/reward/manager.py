@@ -41,6 +41,8 @@ from __future__ import annotations
 import logging
 import math
 import numbers
+import threading
+import time
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping, Sequence
 
@@ -156,10 +158,28 @@ class RewardManager:
         load_plugins(plugins)
         self.specs: tuple[RewardSpec, ...] = tuple(specs)
         self._scorers: dict[str, Scorer] = {spec.name: build_reward(spec.name, **spec.kwargs) for spec in specs}
+        # thread id -> (reward name, time.monotonic() at its start): what `running` reports.
+        self._running: dict[int, tuple[str, float]] = {}
+        self._running_lock = threading.Lock()
 
     @property
     def names(self) -> list[str]:
         return [spec.name for spec in self.specs]
+
+    def describe(self, name: str) -> str:
+        """`'name'`, followed by `(url)` when the reward's scorer has a `url` attribute (the
+        remote rewards `latent_http` and `http_scorer` do), for messages that must say where a
+        reward went."""
+        url = getattr(self._scorers.get(name), "url", None)
+        return f"{name!r} ({url})" if isinstance(url, str) else repr(name)
+
+    def running(self) -> list[tuple[str, float]]:
+        """The rewards scoring right now, as (`describe(name)`, seconds so far), one per thread
+        inside `score`: what a caller that gave up waiting names in its message."""
+        now = time.monotonic()
+        with self._running_lock:
+            items = list(self._running.values())
+        return [(self.describe(name), now - start) for name, start in items]
 
     def __repr__(self) -> str:
         parts = ", ".join(
@@ -233,10 +253,16 @@ class RewardManager:
     def _run(
         self, name: str, samples: Samples, prompts: Sequence[str], metadata: Sequence[dict], n: int, noun: str
     ) -> np.ndarray:
+        thread = threading.get_ident()
+        with self._running_lock:
+            self._running[thread] = (name, time.monotonic())
         try:
             out = self._scorers[name](samples, prompts, metadata)
         except Exception as err:
             raise RewardError(f"reward {name!r} raised {type(err).__name__}: {err}") from err
+        finally:
+            with self._running_lock:
+                self._running.pop(thread, None)
         return _to_scores(name, out, n, noun)
 
 
