@@ -27,6 +27,12 @@ that trickles one byte a second is cut off at `timeout_s`, not kept alive by eac
 watchdog thread shuts the attempt's socket down at the deadline. The worst case of a call that
 ends in failure is `(1 + retries) * timeout_s` plus the backoff sleeps (plus name resolution,
 which no socket timeout bounds; give an IP address to avoid it).
+
+A server may answer before it has read the whole body (413 for a body too large, 400 for a bad
+header) and close the connection. The client sends the body in chunks and stops as soon as an
+answer is waiting, and if the send still breaks (broken pipe, reset) it reads the answer the
+server sent anyway: the caller sees the 413 and the server's message, not a connection error
+retried as if the server were down.
 """
 from __future__ import annotations
 
@@ -36,6 +42,7 @@ import json
 import math
 import numbers
 import random
+import selectors
 import socket
 import threading
 import time
@@ -234,7 +241,19 @@ class ScoreClient:
             conn.connect()
             if expired.is_set():  # the deadline passed while connecting, before conn.sock was set
                 raise TimeoutError
-            conn.request(method, path or "/", body=body, headers=headers)
+            try:
+                _send_request(conn, method, path or "/", body, headers)
+            except (BrokenPipeError, ConnectionResetError):
+                # The server answered early and closed while the body was on its way: its answer
+                # may still be waiting to be read. If it is not, the send error stands.
+                if expired.is_set():
+                    raise
+                try:
+                    response = conn.getresponse()
+                    return response.status, response.read()
+                except (OSError, http.client.HTTPException):
+                    pass
+                raise
             response = conn.getresponse()
             reply = response.read()
             if expired.is_set():  # read() may return a cut-off body as if the server had closed
@@ -251,6 +270,30 @@ class ScoreClient:
         finally:
             watchdog.cancel()
             conn.close()
+
+
+_SEND_CHUNK = 1 << 20
+
+
+def _send_request(
+    conn: http.client.HTTPConnection, method: str, path: str, body: bytes | None, headers: dict[str, str]
+) -> None:
+    """`conn.request`, but the body goes in 1 MiB chunks and stops early once the server has
+    answered: a server that refuses a body (413) answers after reading the headers, and
+    sending the rest of a large body would only end in a broken pipe."""
+    conn.putrequest(method, path)
+    if body is not None and "content-length" not in {key.lower() for key in headers}:
+        conn.putheader("Content-Length", str(len(body)))
+    for key, value in headers.items():
+        conn.putheader(key, value)
+    conn.endheaders()
+    view = memoryview(body or b"")
+    with selectors.DefaultSelector() as waiting:  # not select.select: it fails for fds >= 1024
+        waiting.register(conn.sock, selectors.EVENT_READ)
+        for start in range(0, len(view), _SEND_CHUNK):
+            if start and waiting.select(timeout=0):  # an answer (or a hang-up) is waiting
+                return
+            conn.send(view[start : start + _SEND_CHUNK])
 
 
 def _check_number(name: str, value: Any, *, minimum: float, strict: bool = False) -> None:

@@ -11,7 +11,10 @@ the other kind with 400. A scorer may raise `HttpStatusError(status, message)` t
 reply (e.g. 503 while its model is loading); a `RewardInputError` (the batch does not fit the
 scorer, e.g. float images to an image reward) is a 400; any other exception is a 500 naming
 it, and so is a wrong number of scores or a NaN/inf. Calls into the scorer are serialised by a lock (one
-batch at a time), since a model on one device gains nothing from concurrent batches.
+batch at a time), since a model on one device gains nothing from concurrent batches. A request
+refused before its body is read (413 too large, 415, ...) is answered, then the rest of its body
+is read and dropped (at most 64 MiB, 10 s): closing with it unread would reset the connection
+and destroy the answer before the client reads it.
 
     python -m omni_rl.reward.server --scorer latent_stats --port 8000
     python -m omni_rl.reward.server --scorer my_pkg.scorers:make_scorer --kwargs '{"path": "m.st"}'
@@ -45,6 +48,7 @@ import socket
 import socketserver
 import sys
 import threading
+import time
 import urllib.parse
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Callable, Iterator, Sequence
@@ -192,6 +196,11 @@ def running_server(scorer: ServedScorer, host: str = DEFAULT_HOST, port: int = 0
 class _Handler(BaseHTTPRequestHandler):
     server: ScoreServer
     timeout = 120  # seconds a silent client may hold a handler thread
+    # An answer given before the body was read (413, 415, ...) is followed by reading and
+    # dropping up to this much of the body, for at most this long (see _discard_unread_body).
+    discard_limit_bytes = 64 << 20
+    discard_limit_s = 10.0
+    _unread = 0
 
     def do_GET(self) -> None:  # noqa: N802  (http.server's naming)
         if urllib.parse.urlsplit(self.path).path != HEALTH_PATH:
@@ -206,6 +215,7 @@ class _Handler(BaseHTTPRequestHandler):
         }).encode())
 
     def do_POST(self) -> None:  # noqa: N802
+        self._unread = _declared_length(self.headers.get("Content-Length"))
         if urllib.parse.urlsplit(self.path).path != SCORE_PATH:
             return self._error(404, f"unknown path {self.path!r}; POST batches to {SCORE_PATH}")
         try:
@@ -228,6 +238,7 @@ class _Handler(BaseHTTPRequestHandler):
                 f"(send smaller batches)"
             )
         body = self.rfile.read(length)
+        self._unread = 0
         try:
             request = decode_request(body)
         except ProtocolError as err:
@@ -260,6 +271,33 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_header(PROTOCOL_HEADER, str(PROTOCOL_VERSION))
         self.end_headers()
         self.wfile.write(body)
+        if self._unread > 0:
+            self._discard_unread_body()
+
+    def _discard_unread_body(self) -> None:
+        """After answering a request whose body was not read, read and drop that body.
+
+        Closing a socket with unread data in it makes the kernel send a reset, which destroys
+        the answer before the client reads it: the client, still sending, sees a broken pipe
+        and retries as if the server were down. So the server half-closes (the answer is
+        followed by end-of-stream) and reads on until the client has sent the body, hangs up,
+        or `discard_limit_bytes` / `discard_limit_s` run out.
+        """
+        self.close_connection = True
+        left = min(self._unread, self.discard_limit_bytes)
+        self._unread = 0
+        deadline = time.monotonic() + self.discard_limit_s
+        with contextlib.suppress(OSError):
+            self.connection.shutdown(socket.SHUT_WR)
+            while left > 0:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    break
+                self.connection.settimeout(remaining)
+                chunk = self.rfile.read1(min(left, 1 << 16))
+                if not chunk:
+                    break
+                left -= len(chunk)
 
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002  (http.server's name)
         logger.debug("reward server %s: " + format, self.address_string(), *args)
@@ -417,6 +455,14 @@ def _check_latents(latents: Any, name: str) -> None:
             400, f"{name} scores float latents [B, ...]; got "
             f"{type(latents).__name__} {getattr(latents, 'dtype', '')} {tuple(getattr(latents, 'shape', ()))}"
         )
+
+
+def _declared_length(text: str | None) -> int:
+    """The Content-Length as an int >= 0, or 0 when missing or malformed (then none is read)."""
+    try:
+        return max(0, int(text)) if text is not None else 0
+    except ValueError:
+        return 0
 
 
 def _describe(scorer: Any) -> str:

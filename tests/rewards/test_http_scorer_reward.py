@@ -71,6 +71,15 @@ def test_bad_images_fail_before_any_request():
     assert calls == []
 
 
+def test_empty_images_fail_at_once_without_a_request():
+    calls = []
+    with running_server(lambda *args: calls.append(1) or [0.0]) as (_, url):
+        manager = RewardManager([RewardSpec("http_scorer", kwargs={"url": url, **FAST})])
+        with pytest.raises(RewardError, match=r"reward 'http_scorer' raised ProtocolError: .*shape \(1, 0, 0, 3\), with a dim of size 0"):
+            manager.score(torch.zeros(1, 0, 0, 3, dtype=torch.uint8), ["a"])
+    assert calls == []
+
+
 def test_503_twice_then_200_succeeds():
     answers = [503, 503]
     brightness = build_reward("brightness")

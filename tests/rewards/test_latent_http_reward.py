@@ -84,6 +84,17 @@ def test_missing_or_mismatched_latents_fail_before_any_request():
     assert calls == []
 
 
+def test_nan_latents_fail_at_once_naming_the_samples_without_a_request():
+    calls = []
+    with running_server(lambda *args: calls.append(1) or [0.0] * 3) as (_, url):
+        manager = RewardManager([RewardSpec("latent_http", kwargs={"url": url, **FAST})])
+        latents = torch.zeros(3, 4)
+        latents[2, 1] = float("nan")
+        with pytest.raises(RewardError, match=r"reward 'latent_http' raised ProtocolError: .*NaN or inf values in sample\(s\) 2 of 3"):
+            manager.score(_images(3), ["a", "b", "c"], _with_latents(latents))
+    assert calls == []
+
+
 def test_server_killed_mid_run_fails_the_step_then_recovers_on_the_same_port():
     latents = torch.randn(2, 4, 4, 4)
     images, prompts, metadata = _images(2), ["a", "b"], _with_latents(latents)

@@ -3,6 +3,7 @@ run for real on 127.0.0.1 (ephemeral ports; every server is stopped by its fixtu
 import contextlib
 import http.client
 import json
+import re
 import socket
 import threading
 import time
@@ -13,7 +14,7 @@ import torch
 
 from omni_rl.reward import build_reward
 from omni_rl.reward.http_client import RewardServerError, ScoreClient
-from omni_rl.reward.protocol import CONTENT_TYPE, PROTOCOL_HEADER, encode_request
+from omni_rl.reward.protocol import CONTENT_TYPE, PROTOCOL_HEADER, ProtocolError, encode_request
 import omni_rl.reward.server as server_module
 from omni_rl.reward.server import (
     HttpStatusError,
@@ -102,6 +103,53 @@ def test_body_size_limit_is_413():
     with running_server(latent_stats(), max_body_bytes=100) as (_, url):
         status, reply = _post(url, encode_request(torch.zeros(1, 64), ["p"], [{}], kind="latents"))
     assert status == 413 and "at most 100" in reply["error"]
+
+
+@pytest.fixture
+def posts(monkeypatch):
+    """Counts the POST requests the reference server receives."""
+    seen = []
+    original = server_module._Handler.do_POST
+    monkeypatch.setattr(server_module._Handler, "do_POST", lambda self: seen.append(self.path) or original(self))
+    return seen
+
+
+def test_a_body_over_the_limit_gets_the_413_once_not_a_broken_pipe_retried(posts):
+    big = torch.zeros(1, 1 << 20)  # a 4 MiB body: the server answers long before it is sent
+    with running_server(latent_stats(), max_body_bytes=1000) as (_, url):
+        status, reply = _post(url, encode_request(big, ["p"], [{}], kind="latents"))  # a client sending it all
+        assert status == 413 and "this server takes at most 1000" in reply["error"]
+        posts.clear()
+        with pytest.raises(RewardServerError) as info:
+            ScoreClient(url, retries=3, **FAST).score(big, ["p"], [{}], kind="latents")
+    assert info.value.status == 413 and info.value.attempts == 1 and len(posts) == 1
+    assert re.search(r"HTTP 413: the body is \d+ bytes; this server takes at most 1000 \(send smaller batches\)\) "
+                     r"after 1 attempt\(s\); HTTP 413 is not retried", str(info.value))
+
+
+def _raw_body(kind, tensor, n):
+    from safetensors.torch import save
+
+    return save({kind: tensor}, metadata={"prompts": json.dumps(["p"] * n), "metadata": json.dumps([{}] * n)})
+
+
+@pytest.mark.parametrize(
+    "kind, tensor, match",
+    [
+        ("latents", torch.tensor([[0.0, 1.0], [float("nan"), 0.0], [float("inf"), 1.0]]),
+         r"latents hold NaN or inf values in sample\(s\) 1, 2 of 3"),
+        ("images", torch.zeros(1, 0, 0, 3, dtype=torch.uint8), r"images have shape \(1, 0, 0, 3\), with a dim of size 0"),
+        ("latents", torch.zeros(2, 0), r"latents have shape \(2, 0\), with a dim of size 0"),
+    ],
+)
+def test_nan_latents_and_empty_images_are_a_400_not_retried(posts, kind, tensor, match):
+    scorer = Scripted()
+    with running_server(scorer) as (_, url):
+        with pytest.raises(RewardServerError, match=r"HTTP 400: the request: " + match) as info:
+            ScoreClient(url, retries=3, **FAST).post_score(_raw_body(kind, tensor, len(tensor)), len(tensor))
+    assert info.value.attempts == 1 and len(posts) == 1 and scorer.calls == 0
+    with pytest.raises(ProtocolError, match="the tensor to send: " + match):  # the client refuses to send them
+        encode_request(tensor, ["p"] * len(tensor), [{}] * len(tensor), kind=kind)
 
 
 @pytest.mark.parametrize(
