@@ -5,9 +5,12 @@ import http.client
 import json
 import re
 import socket
+import subprocess
+import sys
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 
 import pytest
 import torch
@@ -235,6 +238,55 @@ def test_command_line_allows_another_host_only_when_given(monkeypatch):
     assert calls[1][0] == ("0.0.0.0", 0) and calls[1][1]["allow_remote"] is True
     with pytest.raises(SystemExit):
         server_from_args(["--scorer", "latent_stats", "--kwargs", "[1]"])
+
+
+@pytest.mark.parametrize(
+    "argv, match",
+    [
+        (["--scorer", "nosuch"], "--scorer 'nosuch': expected a built-in name (latent_stats, latent_reward_model)"),
+        (["--scorer", "reward:nosuch"], "--scorer 'reward:nosuch': unknown reward 'nosuch'; registered: "),
+        (["--scorer", "nosuch_module_xyz:make"], "module 'nosuch_module_xyz' could not be imported"),
+        (["--scorer", "latent_stats", "--kwargs", "{bad"], "--kwargs '{bad' is not JSON"),
+        (["--scorer", "latent_stats", "--kwargs", "[1]"], "--kwargs '[1]' is a JSON list; expected an object"),
+        (["--scorer", "latent_reward_model", "--kwargs", '{"nope": 1}'],
+         "got an unexpected keyword argument 'nope'; accepted options: path, in_channels, hidden, seed"),
+        (["--scorer", "reward:brightness", "--kwargs", '{"nope": 1}'], "reward 'brightness' got unknown option(s) 'nope'"),
+        (["--scorer", "latent_reward_model", "--kwargs", '{"in_channels": 0}'], "in_channels=0; expected an int >= 1"),
+        (["--scorer", "latent_reward_model", "--kwargs", '{"path": "/nonexistent/lrm.safetensors"}'],
+         "FileNotFoundError: No such file or directory: /nonexistent/lrm.safetensors"),
+        (["--scorer", "latent_stats", "--port", "99999"], "argument --port: 99999 is out of range; expected a port 0..65535"),
+        (["--scorer", "latent_stats", "--port", "http"], "argument --port: 'http' is not an integer"),
+        (["--scorer", "latent_stats", "--max-body-bytes", "0"], "argument --max-body-bytes: '0'; expected a whole number"),
+        ([], "the following arguments are required: --scorer"),
+    ],
+)
+def test_command_line_bad_input_is_one_error_line_and_exit_2(argv, match, capsys):
+    assert server_module.main(argv) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), lines
+    assert match in lines[0]
+
+
+def test_command_line_port_in_use_is_one_error_line_and_exit_1(capsys):
+    with socket.create_server(("127.0.0.1", 0)) as taken:
+        port = taken.getsockname()[1]
+        assert server_module.main(["--scorer", "latent_stats", "--port", str(port)]) == 1
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert lines == [f"error: cannot listen on 127.0.0.1:{port}: the port is in use; stop what holds it or pick "
+                     f"another --port (0 = a free one)"]
+
+
+def test_command_line_error_without_a_traceback_in_a_real_process():
+    root = Path(__file__).resolve().parents[3]  # the checkout, so its omni_rl is the one imported
+    done = subprocess.run(
+        [sys.executable, "-m", "omni_rl.reward.server", "--scorer", "nosuch"],
+        cwd=root, capture_output=True, text=True, timeout=120,
+    )
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines() == [
+        "error: --scorer 'nosuch': expected a built-in name (latent_stats, latent_reward_model), "
+        "'module:factory' or 'reward:NAME'"
+    ]
 
 
 # ---- the latent reward model ------------------------------------------------------------------
