@@ -29,7 +29,7 @@ import numpy as np
 import torch
 
 from omni_rl.reward import RewardInputError, check_batch, register_reward, to_uint8_numpy
-from omni_rl.reward.http_client import ScoreClient
+from omni_rl.reward.http_client import ScoreClient, check_client_options
 from omni_rl.reward.protocol import IMAGES, metadata_for_wire
 
 
@@ -71,3 +71,7 @@ class HttpImageScorer:
 def http_scorer(*, url: str, timeout_s: float = 60.0, retries: int = 3, backoff_s: float = 0.5) -> HttpImageScorer:
     """uint8 images/video -> a remote scorer at `url` (see the module docstring)."""
     return HttpImageScorer(ScoreClient(url, timeout_s=timeout_s, retries=retries, backoff_s=backoff_s))
+
+
+# Checked when the config is loaded (`check_reward_options`): a bad URL scheme stops the run there.
+http_scorer.check_options = check_client_options  # type: ignore[attr-defined]

@@ -37,7 +37,7 @@ import torch
 
 from omni_rl.reward import RewardInputError, check_batch, register_reward
 from omni_rl.reward.inputs import check_prompts_metadata
-from omni_rl.reward.http_client import ScoreClient
+from omni_rl.reward.http_client import ScoreClient, check_client_options
 from omni_rl.reward.protocol import LATENTS, metadata_for_wire
 
 LATENT_KEY = "latent"
@@ -109,3 +109,6 @@ def latent_http(*, url: str, timeout_s: float = 60.0, retries: int = 3, backoff_
     """Clean latents -> a remote latent scorer at `url` (see the module docstring)."""
     return LatentHttpScorer(ScoreClient(url, timeout_s=timeout_s, retries=retries, backoff_s=backoff_s))
 
+
+# Checked when the config is loaded (`check_reward_options`): a bad URL scheme stops the run there.
+latent_http.check_options = check_client_options  # type: ignore[attr-defined]

@@ -109,23 +109,9 @@ class ScoreClient:
         sleep: Callable[[float], None] = time.sleep,
         rand: Callable[[], float] = random.random,
     ):
-        if not isinstance(url, str):
-            raise ValueError(f"url={url!r}; expected a string such as 'http://127.0.0.1:8000'")
-        parts = urllib.parse.urlsplit(url)
-        if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise ValueError(
-                f"url={url!r}; expected an http:// or https:// URL with a host, e.g. "
-                f"'http://127.0.0.1:8000' (the server's base URL)"
-            )
-        try:
-            parts.port  # noqa: B018  (raises ValueError for a bad port)
-        except ValueError as err:
-            raise ValueError(f"url={url!r} has a bad port ({err}); expected e.g. 'http://127.0.0.1:8000'") from None
-        _check_number("timeout_s", timeout_s, minimum=0.0, strict=True)
-        if isinstance(retries, bool) or not isinstance(retries, numbers.Integral) or retries < 0:
-            raise ValueError(f"retries={retries!r}; expected an int >= 0 (extra attempts after the first)")
-        _check_number("backoff_s", backoff_s, minimum=0.0)
-        _check_number("max_backoff_s", max_backoff_s, minimum=0.0)
+        parts = check_client_options(
+            url, timeout_s=timeout_s, retries=retries, backoff_s=backoff_s, max_backoff_s=max_backoff_s
+        )
         self._parts = parts
         base = parts.path.rstrip("/")
         if base.endswith(SCORE_PATH):
@@ -270,6 +256,41 @@ class ScoreClient:
         finally:
             watchdog.cancel()
             conn.close()
+
+
+SCHEMES = ("http", "https")
+
+
+def check_client_options(
+    url: Any, *, timeout_s: Any = 60.0, retries: Any = 3, backoff_s: Any = 0.5, max_backoff_s: Any = 30.0
+) -> urllib.parse.SplitResult:
+    """Check a `ScoreClient`'s options without building one; return the split URL.
+
+    Raises ValueError naming the option, the bad value and what is accepted. The remote rewards
+    hand it to the registry as their `check_options`, so a config with `url: ftp://...` fails
+    when it is loaded, not at the first training step.
+    """
+    if not isinstance(url, str):
+        raise ValueError(f"url={url!r}; expected a string such as 'http://127.0.0.1:8000'")
+    parts = urllib.parse.urlsplit(url)
+    if "://" not in url or parts.scheme not in SCHEMES:
+        got = f"the scheme {parts.scheme!r}" if "://" in url else "no scheme"
+        raise ValueError(
+            f"url={url!r} has {got}; accepted schemes: {', '.join(SCHEMES)} (the server's base URL, "
+            f"e.g. 'http://127.0.0.1:8000')"
+        )
+    if not parts.hostname:
+        raise ValueError(f"url={url!r} has no host; expected the server's base URL, e.g. 'http://127.0.0.1:8000'")
+    try:
+        parts.port  # noqa: B018  (raises ValueError for a bad port)
+    except ValueError as err:
+        raise ValueError(f"url={url!r} has a bad port ({err}); expected e.g. 'http://127.0.0.1:8000'") from None
+    _check_number("timeout_s", timeout_s, minimum=0.0, strict=True)
+    if isinstance(retries, bool) or not isinstance(retries, numbers.Integral) or retries < 0:
+        raise ValueError(f"retries={retries!r}; expected an int >= 0 (extra attempts after the first)")
+    _check_number("backoff_s", backoff_s, minimum=0.0)
+    _check_number("max_backoff_s", max_backoff_s, minimum=0.0)
+    return parts
 
 
 _SEND_CHUNK = 1 << 20

@@ -123,3 +123,11 @@ def test_non_finite_scores_from_the_scorer_never_become_rewards():
         manager = RewardManager([RewardSpec("http_scorer", kwargs={"url": url, "retries": 0})])
         with pytest.raises(RewardError, match="HTTP 500: .*non-finite score nan at sample index 0"):
             manager.score(_images(1), ["a"])
+
+
+def test_a_bad_url_scheme_fails_when_the_options_are_checked():
+    from omni_rl.reward import RewardConfigError
+    from omni_rl.reward.registry import check_reward_options
+
+    with pytest.raises(RewardConfigError, match="reward 'http_scorer': url='ftp://x' has the scheme 'ftp'; accepted schemes: http, https"):
+        check_reward_options("http_scorer", {"url": "ftp://x"})

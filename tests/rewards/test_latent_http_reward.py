@@ -253,3 +253,29 @@ def test_options_are_checked_when_the_reward_is_built():
         build_reward("latent_http", url="http://127.0.0.1:1", timeout_s=-1)
     with pytest.raises(ValueError, match="url='localhost:8000'"):
         build_reward("latent_http", url="localhost:8000")
+
+
+@pytest.mark.parametrize(
+    "url, got",
+    [("ftp://10.0.0.5:8000", "has the scheme 'ftp'"), ("localhost:8000", "has no scheme"), ("http://", "has no host")],
+)
+def test_a_bad_url_fails_when_the_options_are_checked_before_any_build(url, got):
+    from omni_rl.reward.registry import check_reward_options
+
+    with pytest.raises(RewardConfigError, match=f"reward 'latent_http': url='{url}' {got}"):
+        check_reward_options("latent_http", {"url": url})
+    check_reward_options("latent_http", {"url": "https://10.0.0.5:8000", "timeout_s": 5})
+    with pytest.raises(RewardConfigError, match="reward 'latent_http': timeout_s=0; expected a finite number > 0"):
+        check_reward_options("latent_http", {"url": "http://127.0.0.1:1", "timeout_s": 0})
+
+
+def test_an_ftp_url_is_one_error_line_at_config_load(capsys):
+    from omni_rl.cli import main
+
+    override = "reward.rewards=[{name: latent_http, kwargs: {url: 'ftp://10.0.0.5:8000'}}]"
+    assert main([override, "--cfg"]) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert lines == [
+        "error: reward.rewards[0].kwargs: reward 'latent_http': url='ftp://10.0.0.5:8000' has the scheme 'ftp'; "
+        "accepted schemes: http, https (the server's base URL, e.g. 'http://127.0.0.1:8000')"
+    ]
