@@ -17,9 +17,9 @@ The rules, each one there because its absence has hidden bugs in other RL stacks
   |w * score| exceeds 1e15 fails the same way (optional: left out), naming the reward, the
   sample and the value; and a weighted total beyond +-1e15 at some sample fails the call,
   naming the sample and each reward's share of it. The advantage is computed in float32 from
-  the totals (group sums, squared deviations from the mean): with |total| <= 1e15 the squares
-  stay below ~4e30, far inside float32 for any batch size, whereas scores like 3e38 overflow
-  to inf and reach the trainer only as a NaN loss that names no reward.
+  the totals (group sums, squared deviations from the mean): with |total| <= 1e15 each square
+  is at most 4e30, so their sums stay finite for up to ~8e7 samples per group or batch, whereas
+  scores like 3e38 overflow to inf and reach the trainer only as a NaN loss naming no reward.
 - An *optional* reward (`required=False`) that fails in any of those ways is logged as a
   warning and left out of this batch's total. The weights of the rewards that did succeed are
   rescaled by `sum_all |w| / sum_ok |w|`, so the total keeps its scale (with positive weights
