@@ -13,11 +13,13 @@ tensor (`omni_rl.reward.protocol`):
 Prompts are sent as they are; metadata is sent as JSON with its tensor/array values left out
 (`protocol.metadata_for_wire`).
 
-Options: `url` (required; the server's base URL), `timeout_s` (per socket operation of one
-attempt, default 60), `retries` (extra attempts on connection errors, timeouts, 408, 429 and
-5xx, default 3), `backoff_s` (first backoff sleep, doubled per retry, with jitter, default 0.5).
+Options: `url` (required; the server's base URL), `timeout_s` (the deadline of one whole
+attempt: connect, send, read the reply; default 60), `retries` (extra attempts on connection
+errors, timeouts, 408, 429 and 5xx, default 3), `backoff_s` (first backoff sleep, doubled per
+retry, with jitter, default 0.5).
 After the retries the call raises `RewardServerError` naming the URL, the status/cause and the
-attempts; a `RewardManager` turns it into a `RewardError` naming the reward.
+attempts; a `RewardManager` turns it into a `RewardError` naming the reward. A call that
+fails takes at most about `(1 + retries) * timeout_s` plus the backoff sleeps.
 """
 from __future__ import annotations
 
@@ -27,7 +29,7 @@ import numpy as np
 import torch
 
 from omni_rl.reward import RewardInputError, check_batch, register_reward, to_uint8_numpy
-from omni_rl.reward.http_client import ScoreClient
+from omni_rl.reward.http_client import ScoreClient, check_client_options
 from omni_rl.reward.protocol import IMAGES, metadata_for_wire
 
 
@@ -56,6 +58,11 @@ class HttpImageScorer:
         images = images_for_wire(samples, prompts, metadata)
         return self.client.score(images, list(prompts), metadata_for_wire(metadata), kind=IMAGES)
 
+    @property
+    def url(self) -> str:
+        """The endpoint scored against (named in the reward manager's timeout messages)."""
+        return self.client.score_url
+
     def __repr__(self) -> str:
         return f"HttpImageScorer({self.client!r})"
 
@@ -64,3 +71,7 @@ class HttpImageScorer:
 def http_scorer(*, url: str, timeout_s: float = 60.0, retries: int = 3, backoff_s: float = 0.5) -> HttpImageScorer:
     """uint8 images/video -> a remote scorer at `url` (see the module docstring)."""
     return HttpImageScorer(ScoreClient(url, timeout_s=timeout_s, retries=retries, backoff_s=backoff_s))
+
+
+# Checked when the config is loaded (`check_reward_options`): a bad URL scheme stops the run there.
+http_scorer.check_options = check_client_options  # type: ignore[attr-defined]

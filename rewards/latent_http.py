@@ -20,11 +20,13 @@ Latents are sent as float32 (bf16/fp16 are upcast; the server scores exactly wha
 Prompts are sent as they are; metadata is sent as JSON with its tensor/array values left out
 (the `latent` travels as the tensor), see `protocol.metadata_for_wire`.
 
-Options: `url` (required; the server's base URL), `timeout_s` (per socket operation of one
-attempt, default 60), `retries` (extra attempts on connection errors, timeouts, 408, 429 and
-5xx, default 3), `backoff_s` (first backoff sleep, doubled per retry, with jitter, default 0.5).
+Options: `url` (required; the server's base URL), `timeout_s` (the deadline of one whole
+attempt: connect, send, read the reply; default 60), `retries` (extra attempts on connection
+errors, timeouts, 408, 429 and 5xx, default 3), `backoff_s` (first backoff sleep, doubled per
+retry, with jitter, default 0.5).
 After the retries the call raises `RewardServerError` naming the URL, the status/cause and the
-attempts; a `RewardManager` turns it into a `RewardError` naming the reward.
+attempts; a `RewardManager` turns it into a `RewardError` naming the reward. A call that
+fails takes at most about `(1 + retries) * timeout_s` plus the backoff sleeps.
 """
 from __future__ import annotations
 
@@ -35,7 +37,7 @@ import torch
 
 from omni_rl.reward import RewardInputError, check_batch, register_reward
 from omni_rl.reward.inputs import check_prompts_metadata
-from omni_rl.reward.http_client import ScoreClient
+from omni_rl.reward.http_client import ScoreClient, check_client_options
 from omni_rl.reward.protocol import LATENTS, metadata_for_wire
 
 LATENT_KEY = "latent"
@@ -93,6 +95,11 @@ class LatentHttpScorer:
         latents = collect_latents(samples, prompts, metadata)
         return self.client.score(latents, list(prompts), metadata_for_wire(metadata), kind=LATENTS)
 
+    @property
+    def url(self) -> str:
+        """The endpoint scored against (named in the reward manager's timeout messages)."""
+        return self.client.score_url
+
     def __repr__(self) -> str:
         return f"LatentHttpScorer({self.client!r})"
 
@@ -102,3 +109,6 @@ def latent_http(*, url: str, timeout_s: float = 60.0, retries: int = 3, backoff_
     """Clean latents -> a remote latent scorer at `url` (see the module docstring)."""
     return LatentHttpScorer(ScoreClient(url, timeout_s=timeout_s, retries=retries, backoff_s=backoff_s))
 
+
+# Checked when the config is loaded (`check_reward_options`): a bad URL scheme stops the run there.
+latent_http.check_options = check_client_options  # type: ignore[attr-defined]

@@ -9,7 +9,9 @@ waits for a step's futures and rebuilds the step's `RewardOutput` (metrics over 
 The manager's rules hold per micro-batch: a required reward that fails fails every sample of
 that micro-batch, and `gather` raises that error; an optional reward that fails is left out
 of that micro-batch with the other weights rescaled (`reward/<name>/failed` is then the fraction
-of samples it failed on).
+of samples it failed on). A `gather` that waits longer than its `timeout_s` raises `RewardError`
+naming the rewards still running (with the URL of a remote one, `RewardManager.running`), or
+every configured reward when none is running (the samples were still queued).
 """
 from __future__ import annotations
 
@@ -119,8 +121,24 @@ class AsyncRewardScorer:
             try:
                 results.append(fut.result(timeout=max(0.0, deadline - time.monotonic())))
             except FutureTimeout:
-                raise RewardError(f"scoring sample {i} took longer than {timeout_s:.0f} s") from None
+                raise RewardError(self._timeout_message(i, timeout_s)) from None
         return combine(self.manager, results)
+
+    def _timeout_message(self, index: int, timeout_s: float) -> str:
+        """Which rewards the step waited for: those running now if the manager says
+        (`RewardManager.running`), else every configured one."""
+        running = getattr(self.manager, "running", None)
+        now = running() if callable(running) else []
+        if now:
+            waiting = "still running: " + ", ".join(f"reward {what} for {secs:.0f} s" for what, secs in now)
+        else:
+            describe = getattr(self.manager, "describe", repr)
+            waiting = "waiting for reward(s) " + ", ".join(describe(spec.name) for spec in self.manager.specs)
+        return (
+            f"scoring sample {index} took longer than {timeout_s:g} s (reward.timeout_s); {waiting}. "
+            f"Raise reward.timeout_s if the reward is only slow, or give a remote reward a shorter "
+            f"timeout_s of its own so it fails with its own error"
+        )
 
 
 def combine(manager: RewardManager, results: Sequence[SampleReward]) -> RewardOutput:

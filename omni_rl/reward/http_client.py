@@ -21,17 +21,30 @@ What is retried, and how:
 Every failure raises `RewardServerError` naming the URL, the status or cause, and the number
 of attempts made.
 
-`timeout_s` bounds each socket operation of an attempt (connecting, sending, each read), as
-`http.client` does; it is not a deadline for the whole call. The worst case of a call that
-ends in failure is about `(1 + retries) * timeout_s` plus the backoff sleeps.
+`timeout_s` is a deadline for each attempt as a whole: connecting, sending the body and
+reading the whole reply must be done within it, however the server paces its bytes (a server
+that trickles one byte a second is cut off at `timeout_s`, not kept alive by each byte). A
+watchdog thread shuts the attempt's socket down at the deadline. The worst case of a call that
+ends in failure is `(1 + retries) * timeout_s` plus the backoff sleeps (plus name resolution,
+which no socket timeout bounds; give an IP address to avoid it).
+
+A server may answer before it has read the whole body (413 for a body too large, 400 for a bad
+header) and close the connection. The client sends the body in chunks and stops as soon as an
+answer is waiting, and if the send still breaks (broken pipe, reset) it reads the answer the
+server sent anyway: the caller sees the 413 and the server's message, not a connection error
+retried as if the server were down.
 """
 from __future__ import annotations
 
+import contextlib
 import http.client
 import json
 import math
 import numbers
 import random
+import selectors
+import socket
+import threading
 import time
 import urllib.parse
 from typing import Any, Callable, Sequence
@@ -78,7 +91,7 @@ class ScoreClient:
     """Talks to one remote scorer; see the module docstring for the retry rules.
 
     url:           the server's base URL, http:// or https://, e.g. "http://127.0.0.1:8000".
-    timeout_s:     seconds allowed for each socket operation of one attempt (> 0).
+    timeout_s:     seconds allowed for one attempt as a whole (connect, send, read the reply; > 0).
     retries:       extra attempts after the first for transient failures (int >= 0).
     backoff_s:     the first backoff sleep before jitter, doubled for each further retry (>= 0).
     max_backoff_s: the cap on one backoff sleep (>= 0).
@@ -96,23 +109,9 @@ class ScoreClient:
         sleep: Callable[[float], None] = time.sleep,
         rand: Callable[[], float] = random.random,
     ):
-        if not isinstance(url, str):
-            raise ValueError(f"url={url!r}; expected a string such as 'http://127.0.0.1:8000'")
-        parts = urllib.parse.urlsplit(url)
-        if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise ValueError(
-                f"url={url!r}; expected an http:// or https:// URL with a host, e.g. "
-                f"'http://127.0.0.1:8000' (the server's base URL)"
-            )
-        try:
-            parts.port  # noqa: B018  (raises ValueError for a bad port)
-        except ValueError as err:
-            raise ValueError(f"url={url!r} has a bad port ({err}); expected e.g. 'http://127.0.0.1:8000'") from None
-        _check_number("timeout_s", timeout_s, minimum=0.0, strict=True)
-        if isinstance(retries, bool) or not isinstance(retries, numbers.Integral) or retries < 0:
-            raise ValueError(f"retries={retries!r}; expected an int >= 0 (extra attempts after the first)")
-        _check_number("backoff_s", backoff_s, minimum=0.0)
-        _check_number("max_backoff_s", max_backoff_s, minimum=0.0)
+        parts = check_client_options(
+            url, timeout_s=timeout_s, retries=retries, backoff_s=backoff_s, max_backoff_s=max_backoff_s
+        )
         self._parts = parts
         base = parts.path.rstrip("/")
         if base.endswith(SCORE_PATH):
@@ -207,19 +206,115 @@ class ScoreClient:
         return payload
 
     def _request(self, method: str, path: str, body: bytes | None, headers: dict[str, str]) -> tuple[int, bytes]:
-        """One attempt; returns (status, body) or raises _Transient for a network failure."""
+        """One attempt within `timeout_s`; returns (status, body) or raises _Transient."""
         cls = http.client.HTTPSConnection if self._parts.scheme == "https" else http.client.HTTPConnection
         conn = cls(self._parts.hostname, self._parts.port, timeout=self.timeout_s)
+        expired = threading.Event()
+
+        def cut_off() -> None:
+            # A socket timeout bounds one recv/send, so a server that trickles bytes would never
+            # trip it; shutting the socket down wakes whichever call is blocked on it.
+            expired.set()
+            sock = conn.sock
+            if sock is not None:
+                with contextlib.suppress(OSError):
+                    socket.socket.shutdown(sock, socket.SHUT_RDWR)  # the plain socket's, also under TLS
+
+        watchdog = threading.Timer(self.timeout_s, cut_off)
+        watchdog.daemon = True
+        watchdog.start()
         try:
-            conn.request(method, path or "/", body=body, headers=headers)
+            conn.connect()
+            if expired.is_set():  # the deadline passed while connecting, before conn.sock was set
+                raise TimeoutError
+            try:
+                _send_request(conn, method, path or "/", body, headers)
+            except (BrokenPipeError, ConnectionResetError):
+                # The server answered early and closed while the body was on its way: its answer
+                # may still be waiting to be read. If it is not, the send error stands.
+                if expired.is_set():
+                    raise
+                try:
+                    response = conn.getresponse()
+                    return response.status, response.read()
+                except (OSError, http.client.HTTPException):
+                    pass
+                raise
             response = conn.getresponse()
-            return response.status, response.read()
-        except TimeoutError as err:  # socket.timeout is TimeoutError from Python 3.10
-            raise _Transient(f"timed out after {self.timeout_s:g} s ({err or 'no reply'})", None) from None
-        except (OSError, http.client.HTTPException) as err:
-            raise _Transient(f"connection error: {type(err).__name__}: {err}", None) from None
+            reply = response.read()
+            if expired.is_set():  # read() may return a cut-off body as if the server had closed
+                raise TimeoutError
+            return response.status, reply
+        except Exception as err:
+            if expired.is_set() or isinstance(err, TimeoutError):  # socket.timeout is TimeoutError
+                raise _Transient(
+                    f"timed out after {self.timeout_s:g} s (timeout_s: no complete reply within it)", None
+                ) from None
+            if isinstance(err, (OSError, http.client.HTTPException)):
+                raise _Transient(f"connection error: {type(err).__name__}: {err}", None) from None
+            raise
         finally:
+            watchdog.cancel()
             conn.close()
+
+
+SCHEMES = ("http", "https")
+
+
+def check_client_options(
+    url: Any, *, timeout_s: Any = 60.0, retries: Any = 3, backoff_s: Any = 0.5, max_backoff_s: Any = 30.0
+) -> urllib.parse.SplitResult:
+    """Check a `ScoreClient`'s options without building one; return the split URL.
+
+    Raises ValueError naming the option, the bad value and what is accepted. The remote rewards
+    hand it to the registry as their `check_options`, so a config with `url: ftp://...` fails
+    when it is loaded, not at the first training step.
+    """
+    if not isinstance(url, str):
+        raise ValueError(f"url={url!r}; expected a string such as 'http://127.0.0.1:8000'")
+    parts = urllib.parse.urlsplit(url)
+    if "://" not in url or parts.scheme not in SCHEMES:
+        got = f"the scheme {parts.scheme!r}" if "://" in url else "no scheme"
+        raise ValueError(
+            f"url={url!r} has {got}; accepted schemes: {', '.join(SCHEMES)} (the server's base URL, "
+            f"e.g. 'http://127.0.0.1:8000')"
+        )
+    if not parts.hostname:
+        raise ValueError(f"url={url!r} has no host; expected the server's base URL, e.g. 'http://127.0.0.1:8000'")
+    try:
+        parts.port  # noqa: B018  (raises ValueError for a bad port)
+    except ValueError as err:
+        raise ValueError(f"url={url!r} has a bad port ({err}); expected e.g. 'http://127.0.0.1:8000'") from None
+    _check_number("timeout_s", timeout_s, minimum=0.0, strict=True)
+    if isinstance(retries, bool) or not isinstance(retries, numbers.Integral) or retries < 0:
+        raise ValueError(f"retries={retries!r}; expected an int >= 0 (extra attempts after the first)")
+    _check_number("backoff_s", backoff_s, minimum=0.0)
+    _check_number("max_backoff_s", max_backoff_s, minimum=0.0)
+    return parts
+
+
+_SEND_CHUNK = 1 << 20
+
+
+def _send_request(
+    conn: http.client.HTTPConnection, method: str, path: str, body: bytes | None, headers: dict[str, str]
+) -> None:
+    """`conn.request`, but the body goes in 1 MiB chunks and stops early once the server has
+    answered: a server that refuses a body (413) answers after reading the headers, and
+    sending the rest of a large body would only end in a broken pipe."""
+    conn.putrequest(method, path)
+    if body is not None and "content-length" not in {key.lower() for key in headers}:
+        conn.putheader("Content-Length", str(len(body)))
+    for key, value in headers.items():
+        conn.putheader(key, value)
+    conn.endheaders()
+    view = memoryview(body or b"")
+    with selectors.DefaultSelector() as waiting:  # not select.select: it fails for fds >= 1024
+        waiting.register(conn.sock, selectors.EVENT_READ)
+        for start in range(0, len(view), _SEND_CHUNK):
+            if start and waiting.select(timeout=0):  # an answer (or a hang-up) is waiting
+                return
+            conn.send(view[start : start + _SEND_CHUNK])
 
 
 def _check_number(name: str, value: Any, *, minimum: float, strict: bool = False) -> None:

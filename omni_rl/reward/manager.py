@@ -12,6 +12,14 @@ The rules, each one there because its absence has hidden bugs in other RL stacks
 - A *required* reward that raises, or returns a wrong number of scores, or a NaN/inf score,
   fails the whole call with `RewardError` naming the reward (and the sample index for a
   non-finite score). A failing scorer never turns into a silent 0 reward.
+- Scores must also be small enough to train on (`MAX_ABS_REWARD` = 1e15): a raw score beyond
+  float32's range (~3.4e38) is non-finite as above; a reward with a non-zero weight w whose
+  |w * score| exceeds 1e15 fails the same way (optional: left out), naming the reward, the
+  sample and the value; and a weighted total beyond +-1e15 at some sample fails the call,
+  naming the sample and each reward's share of it. The advantage is computed in float32 from
+  the totals (group sums, squared deviations from the mean): with |total| <= 1e15 each square
+  is at most 4e30, so their sums stay finite for up to ~8e7 samples per group or batch, whereas
+  scores like 3e38 overflow to inf and reach the trainer only as a NaN loss naming no reward.
 - An *optional* reward (`required=False`) that fails in any of those ways is logged as a
   warning and left out of this batch's total. The weights of the rewards that did succeed are
   rescaled by `sum_all |w| / sum_ok |w|`, so the total keeps its scale (with positive weights
@@ -41,6 +49,8 @@ from __future__ import annotations
 import logging
 import math
 import numbers
+import threading
+import time
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping, Sequence
 
@@ -54,6 +64,9 @@ from omni_rl.reward.registry import RewardConfigError, Scorer, build_reward
 logger = logging.getLogger(__name__)
 
 _TOTAL = "total"
+
+# The largest |weight * score| and |total| passed on to the advantage; see the module docstring.
+MAX_ABS_REWARD = 1e15
 
 
 class RewardError(RuntimeError):
@@ -156,10 +169,28 @@ class RewardManager:
         load_plugins(plugins)
         self.specs: tuple[RewardSpec, ...] = tuple(specs)
         self._scorers: dict[str, Scorer] = {spec.name: build_reward(spec.name, **spec.kwargs) for spec in specs}
+        # thread id -> (reward name, time.monotonic() at its start): what `running` reports.
+        self._running: dict[int, tuple[str, float]] = {}
+        self._running_lock = threading.Lock()
 
     @property
     def names(self) -> list[str]:
         return [spec.name for spec in self.specs]
+
+    def describe(self, name: str) -> str:
+        """`'name'`, followed by `(url)` when the reward's scorer has a `url` attribute (the
+        remote rewards `latent_http` and `http_scorer` do), for messages that must say where a
+        reward went."""
+        url = getattr(self._scorers.get(name), "url", None)
+        return f"{name!r} ({url})" if isinstance(url, str) else repr(name)
+
+    def running(self) -> list[tuple[str, float]]:
+        """The rewards scoring right now, as (`describe(name)`, seconds so far), one per thread
+        inside `score`: what a caller that gave up waiting names in its message."""
+        now = time.monotonic()
+        with self._running_lock:
+            items = list(self._running.values())
+        return [(self.describe(name), now - start) for name, start in items]
 
     def __repr__(self) -> str:
         parts = ", ".join(
@@ -188,7 +219,9 @@ class RewardManager:
         errors: dict[str, RewardError] = {}
         for spec in self.specs:
             try:
-                raw[spec.name] = self._run(spec.name, samples, prompts, metadata, n, noun)
+                scores = self._run(spec.name, samples, prompts, metadata, n, noun)
+                _check_weighted(spec.name, spec.weight, scores)
+                raw[spec.name] = scores
             except RewardError as err:
                 if spec.required:
                     raise
@@ -212,6 +245,7 @@ class RewardManager:
         total = np.zeros(n, dtype=np.float64)
         for spec in ok:
             total += (spec.weight * rescale) * raw[spec.name]
+        _check_total(total, {spec.name: (spec.weight * rescale, raw[spec.name]) for spec in ok})
 
         metrics: dict[str, float] = {}
         for spec in self.specs:
@@ -233,10 +267,16 @@ class RewardManager:
     def _run(
         self, name: str, samples: Samples, prompts: Sequence[str], metadata: Sequence[dict], n: int, noun: str
     ) -> np.ndarray:
+        thread = threading.get_ident()
+        with self._running_lock:
+            self._running[thread] = (name, time.monotonic())
         try:
             out = self._scorers[name](samples, prompts, metadata)
         except Exception as err:
             raise RewardError(f"reward {name!r} raised {type(err).__name__}: {err}") from err
+        finally:
+            with self._running_lock:
+                self._running.pop(thread, None)
         return _to_scores(name, out, n, noun)
 
 
@@ -268,6 +308,38 @@ def _to_scores(name: str, out: Any, n: int, noun: str = "samples") -> np.ndarray
             f"a reward must be finite (and within float32 range): fix the scorer or clamp its output"
         )
     return scores
+
+
+def _check_weighted(name: str, weight: float, scores: np.ndarray) -> None:
+    """Raise RewardError if |weight * score| > MAX_ABS_REWARD for some sample (weight 0: log only)."""
+    if weight == 0.0:
+        return
+    bad = np.flatnonzero(np.abs(weight * scores) > MAX_ABS_REWARD)
+    if bad.size:
+        shown = ", ".join(f"{i} ({scores[i]:.4g})" for i in bad[:8])
+        more = f" and {bad.size - 8} more" if bad.size > 8 else ""
+        raise RewardError(
+            f"reward {name!r} returned scores too large to train on at sample index {shown}{more}: with "
+            f"its weight {weight:g}, |weight * score| must be at most {MAX_ABS_REWARD:g}, or the float32 "
+            f"advantage overflows and the loss becomes NaN. Rescale the reward (a smaller weight or "
+            f"scale option) or clamp its output"
+        )
+
+
+def _check_total(total: np.ndarray, parts: dict[str, tuple[float, np.ndarray]]) -> None:
+    """Raise RewardError naming the sample and each reward's share if |total| > MAX_ABS_REWARD."""
+    bad = np.flatnonzero(~(np.abs(total) <= MAX_ABS_REWARD))
+    if not bad.size:
+        return
+    i = int(bad[0])
+    shares = sorted(parts.items(), key=lambda item: -abs(item[1][0] * item[1][1][i]))
+    shown = ", ".join(f"{name!r} {w * scores[i]:.4g} (score {scores[i]:.4g} x weight {w:g})" for name, (w, scores) in shares)
+    more = f" (and at {bad.size - 1} more sample(s))" if bad.size > 1 else ""
+    raise RewardError(
+        f"the weighted reward total at sample index {i} is {total[i]:.4g}{more}, beyond +-{MAX_ABS_REWARD:g}, "
+        f"where the float32 advantage overflows and the loss becomes NaN; the rewards' shares: {shown}. "
+        f"Rescale the largest reward (a smaller weight or scale option) or clamp its output"
+    )
 
 
 def _as_spec(spec: RewardSpec | Mapping[str, Any], index: int) -> RewardSpec:

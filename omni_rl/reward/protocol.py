@@ -19,6 +19,9 @@ and two entries in its `__metadata__` header (a str -> str map, as safetensors r
     prompts   a JSON list of B strings
     metadata  a JSON list of B objects, one per sample (`{}` when there is none)
 
+Every dim of the tensor is >= 1 and latents are finite: a 0x0 image or a NaN/inf latent is a
+400 (resending it cannot help), never a 500 that clients would retry.
+
 Scores are JSON numbers, one per sample in batch order, finite, higher is better.
 Every error is a JSON object `{"error": "<sentence>", "protocol": 1}` with a status:
 400 malformed request or protocol-version mismatch (not retried: resending cannot fix it),
@@ -289,6 +292,20 @@ def _check_tensor(kind: str, tensor: Any, *, source: str) -> None:
         )
     if shape[0] == 0:
         raise ProtocolError(f"{source}: the batch is empty (shape {shape}); send at least one sample")
+    if 0 in shape:
+        raise ProtocolError(
+            f"{source}: {kind} have shape {shape}, with a dim of size 0; every dim must be >= 1 "
+            f"(a 0x0 image or an empty latent has nothing to score)"
+        )
+    if kind == LATENTS:
+        finite = torch.isfinite(tensor.reshape(shape[0], -1)).all(dim=1)
+        if not bool(finite.all()):
+            bad = torch.nonzero(~finite).flatten().tolist()
+            shown = ", ".join(map(str, bad[:8])) + (f" and {len(bad) - 8} more" if len(bad) > 8 else "")
+            raise ProtocolError(
+                f"{source}: latents hold NaN or inf values in sample(s) {shown} of {shape[0]}; send "
+                f"finite latents (a non-finite latent usually means the sampler diverged)"
+            )
 
 
 def _check_prompts_metadata(prompts: Any, metadata: Any, n: int) -> tuple[list[str], list[dict]]:

@@ -21,6 +21,13 @@ inside the factory, so that `load_plugins()` stays cheap for users who do not us
         return score
 
     scorer = build_reward("my_reward", threshold=0.3)
+
+A factory may carry a `check_options(**options)` attribute that checks option *values*
+without building anything (a URL's scheme, a range) and raises ValueError naming the option.
+`check_reward_options`, which the config runs at load time, calls it after the signature
+check, so such a mistake stops the run before any model is loaded:
+
+    my_reward.check_options = lambda *, threshold=0.5: ...   # raise ValueError if bad
 """
 from __future__ import annotations
 
@@ -60,6 +67,7 @@ def build_reward(name: str, /, **kwargs: Any) -> Scorer:
     load_plugins()
     factory = REWARDS.get(name)
     _check_kwargs(name, factory, kwargs)
+    _check_values(name, factory, kwargs)
     try:
         scorer = factory(**kwargs)
     except Exception as err:
@@ -75,8 +83,21 @@ def build_reward(name: str, /, **kwargs: Any) -> Scorer:
 
 
 def check_reward_options(name: str, kwargs: dict[str, Any]) -> None:
-    """Check `kwargs` against the registered factory's signature without building the reward."""
-    _check_kwargs(name, REWARDS.get(name), kwargs)
+    """Check `kwargs` against the registered factory's signature, then with its
+    `check_options` when it has one, without building the reward; raise RewardConfigError."""
+    factory = REWARDS.get(name)
+    _check_kwargs(name, factory, kwargs)
+    _check_values(name, factory, kwargs)
+
+
+def _check_values(name: str, factory: RewardFactory, kwargs: dict[str, Any]) -> None:
+    check = getattr(factory, "check_options", None)
+    if check is None:
+        return
+    try:
+        check(**kwargs)
+    except (TypeError, ValueError) as err:
+        raise RewardConfigError(f"reward {name!r}: {err}") from None
 
 
 def _check_kwargs(name: str, factory: RewardFactory, kwargs: dict[str, Any]) -> None:

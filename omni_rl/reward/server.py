@@ -11,7 +11,10 @@ the other kind with 400. A scorer may raise `HttpStatusError(status, message)` t
 reply (e.g. 503 while its model is loading); a `RewardInputError` (the batch does not fit the
 scorer, e.g. float images to an image reward) is a 400; any other exception is a 500 naming
 it, and so is a wrong number of scores or a NaN/inf. Calls into the scorer are serialised by a lock (one
-batch at a time), since a model on one device gains nothing from concurrent batches.
+batch at a time), since a model on one device gains nothing from concurrent batches. A request
+refused before its body is read (413 too large, 415, ...) is answered, then the rest of its body
+is read and dropped (at most 64 MiB, 10 s): closing with it unread would reset the connection
+and destroy the answer before the client reads it.
 
     python -m omni_rl.reward.server --scorer latent_stats --port 8000
     python -m omni_rl.reward.server --scorer my_pkg.scorers:make_scorer --kwargs '{"path": "m.st"}'
@@ -22,6 +25,9 @@ batch at a time), since a model on one device gains nothing from concurrent batc
 `reward:NAME` (a registered omni-rl reward built with `--kwargs`). The server binds
 127.0.0.1 and refuses any other address unless `--host` is given explicitly: the protocol has
 no authentication. `--port 0` picks a free port; the first line printed says the URL.
+A command line that cannot start a server prints one `error: ...` line and exits 2 for bad
+input (an unknown scorer or reward, --kwargs the factory does not take, --port outside 0..65535)
+or 1 for a run-time failure (the port is in use, the factory itself failed).
 
 In tests, `serve_in_thread(scorer) -> (server, url)` runs it in a background thread;
 `server.stop()` shuts it down and frees the port.
@@ -37,7 +43,9 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import errno
 import importlib
+import inspect
 import ipaddress
 import json
 import logging
@@ -45,6 +53,7 @@ import socket
 import socketserver
 import sys
 import threading
+import time
 import urllib.parse
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Callable, Iterator, Sequence
@@ -192,6 +201,11 @@ def running_server(scorer: ServedScorer, host: str = DEFAULT_HOST, port: int = 0
 class _Handler(BaseHTTPRequestHandler):
     server: ScoreServer
     timeout = 120  # seconds a silent client may hold a handler thread
+    # An answer given before the body was read (413, 415, ...) is followed by reading and
+    # dropping up to this much of the body, for at most this long (see _discard_unread_body).
+    discard_limit_bytes = 64 << 20
+    discard_limit_s = 10.0
+    _unread = 0
 
     def do_GET(self) -> None:  # noqa: N802  (http.server's naming)
         if urllib.parse.urlsplit(self.path).path != HEALTH_PATH:
@@ -206,6 +220,7 @@ class _Handler(BaseHTTPRequestHandler):
         }).encode())
 
     def do_POST(self) -> None:  # noqa: N802
+        self._unread = _declared_length(self.headers.get("Content-Length"))
         if urllib.parse.urlsplit(self.path).path != SCORE_PATH:
             return self._error(404, f"unknown path {self.path!r}; POST batches to {SCORE_PATH}")
         try:
@@ -228,6 +243,7 @@ class _Handler(BaseHTTPRequestHandler):
                 f"(send smaller batches)"
             )
         body = self.rfile.read(length)
+        self._unread = 0
         try:
             request = decode_request(body)
         except ProtocolError as err:
@@ -260,6 +276,33 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_header(PROTOCOL_HEADER, str(PROTOCOL_VERSION))
         self.end_headers()
         self.wfile.write(body)
+        if self._unread > 0:
+            self._discard_unread_body()
+
+    def _discard_unread_body(self) -> None:
+        """After answering a request whose body was not read, read and drop that body.
+
+        Closing a socket with unread data in it makes the kernel send a reset, which destroys
+        the answer before the client reads it: the client, still sending, sees a broken pipe
+        and retries as if the server were down. So the server half-closes (the answer is
+        followed by end-of-stream) and reads on until the client has sent the body, hangs up,
+        or `discard_limit_bytes` / `discard_limit_s` run out.
+        """
+        self.close_connection = True
+        left = min(self._unread, self.discard_limit_bytes)
+        self._unread = 0
+        deadline = time.monotonic() + self.discard_limit_s
+        with contextlib.suppress(OSError):
+            self.connection.shutdown(socket.SHUT_WR)
+            while left > 0:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    break
+                self.connection.settimeout(remaining)
+                chunk = self.rfile.read1(min(left, 1 << 16))
+                if not chunk:
+                    break
+                left -= len(chunk)
 
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002  (http.server's name)
         logger.debug("reward server %s: " + format, self.address_string(), *args)
@@ -419,6 +462,14 @@ def _check_latents(latents: Any, name: str) -> None:
         )
 
 
+def _declared_length(text: str | None) -> int:
+    """The Content-Length as an int >= 0, or 0 when missing or malformed (then none is read)."""
+    try:
+        return max(0, int(text)) if text is not None else 0
+    except ValueError:
+        return 0
+
+
 def _describe(scorer: Any) -> str:
     name = getattr(scorer, "__qualname__", None)
     return name if isinstance(name, str) else repr(scorer)
@@ -428,15 +479,43 @@ def _describe(scorer: Any) -> str:
 # Command line
 
 
+class CommandLineError(SystemExit):
+    """The command line cannot start a server: `main` prints `error: <message>` (one line) and
+    exits with `code`, 2 for bad input (an option, the scorer spec or its --kwargs) and 1 for a
+    run-time failure (the port is taken, the scorer's factory failed on its own)."""
+
+    def __init__(self, message: str, code: int = 2):
+        super().__init__(code)
+        self.message = " ".join(message.splitlines())
+
+    def __str__(self) -> str:
+        return self.message
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # argparse prints usage and exits; we raise one line
+        raise CommandLineError(f"{message} (see python -m omni_rl.reward.server --help)", 2)
+
+
 def load_scorer(spec: str, kwargs: dict[str, Any] | None = None) -> ServedScorer:
-    """Build the scorer named by a `--scorer` spec (see the module docstring)."""
+    """Build the scorer named by a `--scorer` spec (see the module docstring).
+
+    A spec or option that does not fit raises ValueError (or `RewardConfigError`, a
+    ValueError, for a `reward:NAME`) naming it; errors raised inside a factory propagate.
+    """
     kwargs = dict(kwargs or {})
     if spec in BUILTIN_SCORERS:
+        _check_factory_kwargs(spec, BUILTIN_SCORERS[spec], kwargs)
         return BUILTIN_SCORERS[spec](**kwargs)
     if spec.startswith("reward:"):
+        from omni_rl.registry import RegistryError
         from omni_rl.reward.registry import build_reward
 
-        return RegisteredReward(spec[len("reward:"):], build_reward(spec[len("reward:"):], **kwargs))
+        name = spec[len("reward:"):]
+        try:
+            return RegisteredReward(name, build_reward(name, **kwargs))
+        except RegistryError as err:
+            raise ValueError(f"--scorer {spec!r}: {err}") from None
     module_name, sep, attr = spec.partition(":")
     if not sep or not module_name or not attr:
         raise ValueError(
@@ -451,6 +530,9 @@ def load_scorer(spec: str, kwargs: dict[str, Any] | None = None) -> ServedScorer
         factory = getattr(module, attr)
     except AttributeError:
         raise ValueError(f"--scorer {spec!r}: module {module_name!r} has no attribute {attr!r}") from None
+    if not callable(factory):
+        raise ValueError(f"--scorer {spec!r}: {attr!r} is a {type(factory).__name__}; expected a factory function")
+    _check_factory_kwargs(spec, factory, kwargs)
     scorer = factory(**kwargs)
     if not callable(scorer):
         raise ValueError(
@@ -460,11 +542,56 @@ def load_scorer(spec: str, kwargs: dict[str, Any] | None = None) -> ServedScorer
     return scorer
 
 
+def _check_factory_kwargs(spec: str, factory: Callable[..., Any], kwargs: dict[str, Any]) -> None:
+    # Checked before the call, so a TypeError raised inside the factory is not taken for a typo.
+    try:
+        signature = inspect.signature(factory)
+    except (TypeError, ValueError):  # some builtins have no signature
+        return
+    try:
+        signature.bind(**kwargs)
+    except TypeError as err:
+        accepted = [
+            p.name for p in signature.parameters.values()
+            if p.kind in (inspect.Parameter.KEYWORD_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+        ]
+        raise ValueError(
+            f"--scorer {spec!r} --kwargs {json.dumps(kwargs)}: {err}; accepted options: "
+            f"{', '.join(accepted) or '(none)'}"
+        ) from None
+
+
+def _port(text: str) -> int:
+    try:
+        port = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer; expected a port 0..65535 (0 = a free one)") from None
+    if not 0 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"{port} is out of range; expected a port 0..65535 (0 = a free one)")
+    return port
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}; expected a whole number of bytes >= 1")
+    return value
+
+
+# Raised by a factory handed options it cannot use (a bad value, a missing file): bad input.
+_BAD_INPUT_ERRORS = (ValueError, TypeError, LookupError, ImportError, OSError)
+
+
 def server_from_args(argv: Sequence[str] | None = None) -> ScoreServer:
-    """Parse the command line, build the scorer and bind the server (not yet serving)."""
-    parser = argparse.ArgumentParser(
-        prog="python -m omni_rl.reward.server", description=__doc__.split("\n\n")[0]
-    )
+    """Parse the command line, build the scorer and bind the server (not yet serving).
+
+    Raises `CommandLineError` (a SystemExit) with a one-line message for anything that stops
+    the server from starting; see the class for the exit codes.
+    """
+    parser = _Parser(prog="python -m omni_rl.reward.server", description=__doc__.split("\n\n")[0])
     parser.add_argument(
         "--scorer", required=True, help="latent_stats | latent_reward_model | module:factory | reward:NAME"
     )
@@ -473,8 +600,8 @@ def server_from_args(argv: Sequence[str] | None = None) -> ScoreServer:
         "--host", default=None,
         help=f"address to bind (default {DEFAULT_HOST}; any other address only when given here)",
     )
-    parser.add_argument("--port", type=int, default=0, help="port to bind (0 = a free one, printed at start)")
-    parser.add_argument("--max-body-bytes", type=int, default=DEFAULT_MAX_BODY_BYTES)
+    parser.add_argument("--port", type=_port, default=0, help="port to bind (0 = a free one, printed at start)")
+    parser.add_argument("--max-body-bytes", type=_positive_int, default=DEFAULT_MAX_BODY_BYTES)
     args = parser.parse_args(argv)
     try:
         kwargs = json.loads(args.kwargs)
@@ -484,17 +611,41 @@ def server_from_args(argv: Sequence[str] | None = None) -> ScoreServer:
         )
     if not isinstance(kwargs, dict):
         parser.error(f"--kwargs {args.kwargs!r} is a JSON {type(kwargs).__name__}; expected an object")
-    scorer = load_scorer(args.scorer, kwargs)
+    where = f"--scorer {args.scorer!r}" + (f" --kwargs {args.kwargs}" if kwargs else "")
+    try:
+        scorer = load_scorer(args.scorer, kwargs)
+    except _BAD_INPUT_ERRORS as err:
+        message = str(err)
+        if not message.startswith("--scorer"):
+            message = f"{where}: {type(err).__name__}: {message}"
+        raise CommandLineError(message, 2) from err
+    except Exception as err:  # the factory failed on its own (out of memory, a bug): run time
+        raise CommandLineError(f"{where}: building the scorer failed: {type(err).__name__}: {err}", 1) from err
     host = DEFAULT_HOST if args.host is None else args.host
     # Only an explicit --host may bind a non-loopback address: the protocol has no authentication.
-    return make_server(
-        scorer, host, args.port, allow_remote=args.host is not None, max_body_bytes=args.max_body_bytes
-    )
+    try:
+        return make_server(
+            scorer, host, args.port, allow_remote=args.host is not None, max_body_bytes=args.max_body_bytes
+        )
+    except OSError as err:
+        if err.errno == errno.EADDRINUSE:
+            raise CommandLineError(
+                f"cannot listen on {host}:{args.port}: the port is in use; stop what holds it or pick "
+                f"another --port (0 = a free one)", 1,
+            ) from err
+        raise CommandLineError(
+            f"cannot listen on --host {host!r} --port {args.port}: {err}; give an address of this "
+            f"machine (default {DEFAULT_HOST}) and a port you may bind (>= 1024 without privileges)", 2,
+        ) from err
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    server = server_from_args(argv)
+    try:
+        server = server_from_args(argv)
+    except CommandLineError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return int(err.code)
     print(
         f"omni-rl reward server: {_describe(server.scorer)} at {server.url} (protocol {PROTOCOL_VERSION})",
         flush=True,

@@ -71,6 +71,15 @@ def test_bad_images_fail_before_any_request():
     assert calls == []
 
 
+def test_empty_images_fail_at_once_without_a_request():
+    calls = []
+    with running_server(lambda *args: calls.append(1) or [0.0]) as (_, url):
+        manager = RewardManager([RewardSpec("http_scorer", kwargs={"url": url, **FAST})])
+        with pytest.raises(RewardError, match=r"reward 'http_scorer' raised ProtocolError: .*shape \(1, 0, 0, 3\), with a dim of size 0"):
+            manager.score(torch.zeros(1, 0, 0, 3, dtype=torch.uint8), ["a"])
+    assert calls == []
+
+
 def test_503_twice_then_200_succeeds():
     answers = [503, 503]
     brightness = build_reward("brightness")
@@ -114,3 +123,11 @@ def test_non_finite_scores_from_the_scorer_never_become_rewards():
         manager = RewardManager([RewardSpec("http_scorer", kwargs={"url": url, "retries": 0})])
         with pytest.raises(RewardError, match="HTTP 500: .*non-finite score nan at sample index 0"):
             manager.score(_images(1), ["a"])
+
+
+def test_a_bad_url_scheme_fails_when_the_options_are_checked():
+    from omni_rl.reward import RewardConfigError
+    from omni_rl.reward.registry import check_reward_options
+
+    with pytest.raises(RewardConfigError, match="reward 'http_scorer': url='ftp://x' has the scheme 'ftp'; accepted schemes: http, https"):
+        check_reward_options("http_scorer", {"url": "ftp://x"})

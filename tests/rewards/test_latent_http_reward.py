@@ -1,4 +1,6 @@
 """rewards/latent_http.py: clean latents scored by the reference server, for real on 127.0.0.1."""
+import contextlib
+import socket
 import threading
 import time
 
@@ -79,6 +81,17 @@ def test_missing_or_mismatched_latents_fail_before_any_request():
             reward(torch.zeros(2, 3), ["a"], [{}, {}])
         with pytest.raises(RewardInputError, match=r"float tensor of shape \(3,\)"):
             reward(torch.zeros(3), ["a", "b", "c"], [{}] * 3)
+    assert calls == []
+
+
+def test_nan_latents_fail_at_once_naming_the_samples_without_a_request():
+    calls = []
+    with running_server(lambda *args: calls.append(1) or [0.0] * 3) as (_, url):
+        manager = RewardManager([RewardSpec("latent_http", kwargs={"url": url, **FAST})])
+        latents = torch.zeros(3, 4)
+        latents[2, 1] = float("nan")
+        with pytest.raises(RewardError, match=r"reward 'latent_http' raised ProtocolError: .*NaN or inf values in sample\(s\) 2 of 3"):
+            manager.score(_images(3), ["a", "b", "c"], _with_latents(latents))
     assert calls == []
 
 
@@ -167,6 +180,70 @@ def test_timeout_is_honoured():
         server.stop()
 
 
+@contextlib.contextmanager
+def trickling_server(interval_s=0.5, max_s=60.0):
+    """A server on 127.0.0.1 that answers each connection with one byte every `interval_s`; its
+    thread stops when the client hangs up, after `max_s`, or when the block ends."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    listener.settimeout(0.1)
+    stop = threading.Event()
+
+    def serve():
+        end = time.monotonic() + max_s
+        while not stop.is_set() and time.monotonic() < end:
+            try:
+                conn, _ = listener.accept()
+            except TimeoutError:
+                continue
+            with conn:
+                try:
+                    conn.sendall(b"HTTP/1.1 200 OK\r\nX-Slow: ")
+                    while not stop.wait(interval_s) and time.monotonic() < end:
+                        conn.sendall(b"a")
+                except OSError:  # the client hung up
+                    pass
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{listener.getsockname()[1]}"
+    finally:
+        stop.set()
+        thread.join(10)
+        listener.close()
+        assert not thread.is_alive()
+
+
+def test_a_server_that_trickles_bytes_is_cut_off_at_timeout_s_naming_reward_and_url():
+    with trickling_server() as url:
+        manager = RewardManager([RewardSpec("latent_http", kwargs={"url": url, "timeout_s": 2, "retries": 0})])
+        start = time.monotonic()
+        with pytest.raises(RewardError) as info:
+            manager.score(_images(1), ["a"], _with_latents(torch.zeros(1, 4)))
+        elapsed = time.monotonic() - start
+    assert elapsed < 30, f"timeout_s=2 with retries=0 took {elapsed:.0f} s"
+    message = str(info.value)
+    assert "reward 'latent_http' raised RewardServerError" in message
+    assert f"reward server {url}/score failed after 1 attempt(s): timed out after 2 s" in message
+
+
+def test_a_step_that_waits_too_long_for_a_remote_reward_names_it_and_its_url():
+    from omni_rl.reward.async_scorer import AsyncRewardScorer
+
+    scorer = None
+    try:
+        with trickling_server() as url:
+            manager = RewardManager([RewardSpec("latent_http", kwargs={"url": url, "timeout_s": 30, "retries": 0})])
+            scorer = AsyncRewardScorer(manager, max_batch_size=1, max_wait_ms=1)
+            future = scorer.submit(torch.zeros(4, 4, 3, dtype=torch.uint8), "p", {"latent": torch.zeros(4)})
+            with pytest.raises(RewardError) as info:
+                scorer.gather([future], timeout_s=0.5)
+    finally:  # after the server stopped: the hung request then ends at once
+        if scorer is not None:
+            scorer.close()
+    assert f"still running: reward 'latent_http' ({url}/score) for " in str(info.value)
+
+
 def test_options_are_checked_when_the_reward_is_built():
     with pytest.raises(RewardConfigError, match="missing a required argument: 'url'"):
         build_reward("latent_http")
@@ -176,3 +253,29 @@ def test_options_are_checked_when_the_reward_is_built():
         build_reward("latent_http", url="http://127.0.0.1:1", timeout_s=-1)
     with pytest.raises(ValueError, match="url='localhost:8000'"):
         build_reward("latent_http", url="localhost:8000")
+
+
+@pytest.mark.parametrize(
+    "url, got",
+    [("ftp://10.0.0.5:8000", "has the scheme 'ftp'"), ("localhost:8000", "has no scheme"), ("http://", "has no host")],
+)
+def test_a_bad_url_fails_when_the_options_are_checked_before_any_build(url, got):
+    from omni_rl.reward.registry import check_reward_options
+
+    with pytest.raises(RewardConfigError, match=f"reward 'latent_http': url='{url}' {got}"):
+        check_reward_options("latent_http", {"url": url})
+    check_reward_options("latent_http", {"url": "https://10.0.0.5:8000", "timeout_s": 5})
+    with pytest.raises(RewardConfigError, match="reward 'latent_http': timeout_s=0; expected a finite number > 0"):
+        check_reward_options("latent_http", {"url": "http://127.0.0.1:1", "timeout_s": 0})
+
+
+def test_an_ftp_url_is_one_error_line_at_config_load(capsys):
+    from omni_rl.cli import main
+
+    override = "reward.rewards=[{name: latent_http, kwargs: {url: 'ftp://10.0.0.5:8000'}}]"
+    assert main([override, "--cfg"]) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert lines == [
+        "error: reward.rewards[0].kwargs: reward 'latent_http': url='ftp://10.0.0.5:8000' has the scheme 'ftp'; "
+        "accepted schemes: http, https (the server's base URL, e.g. 'http://127.0.0.1:8000')"
+    ]

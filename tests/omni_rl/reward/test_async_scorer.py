@@ -1,4 +1,5 @@
 """Micro-batched, asynchronous scoring gives the same rewards as scoring the batch at once."""
+import threading
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 
@@ -83,3 +84,39 @@ def test_an_optional_failure_is_a_fraction_of_samples():
 def test_bad_settings_raise():
     with pytest.raises(ValueError, match="max_batch_size"):
         AsyncRewardScorer(RewardManager([RewardSpec("brightness")]), max_batch_size=0)
+
+
+def test_a_timeout_names_the_reward_that_is_still_running():
+    name = f"tests.async.hangs_{uuid.uuid4().hex[:8]}"
+    release = threading.Event()
+
+    @register_reward(name)
+    def hangs():
+        def score(samples, prompts, metadata):
+            release.wait(30)
+            return [1.0] * len(prompts)
+
+        return score
+
+    scorer = AsyncRewardScorer(RewardManager([RewardSpec("brightness"), RewardSpec(name)]), max_batch_size=2, max_wait_ms=1)
+    try:
+        futures = [scorer.submit(img, "p", {}) for img in images(2)]
+        with pytest.raises(RewardError) as info:
+            scorer.gather(futures, timeout_s=0.5)
+    finally:
+        release.set()
+        scorer.close()
+    message = str(info.value)
+    assert "scoring sample 0 took longer than 0.5 s (reward.timeout_s)" in message
+    assert f"still running: reward '{name}' for " in message and "'brightness'" not in message
+
+
+def test_a_timeout_of_a_queued_batch_names_the_configured_rewards():
+    # No reward runs while a sample is still queued: the message lists every configured reward.
+    scorer = AsyncRewardScorer(RewardManager([RewardSpec("brightness"), RewardSpec("contrast")]), max_batch_size=2)
+    scorer.close()  # no worker thread left to score it
+    from concurrent.futures import Future
+
+    with pytest.raises(RewardError, match=r"took longer than 0.1 s \(reward.timeout_s\); waiting for reward\(s\) "
+                                          r"'brightness', 'contrast'"):
+        scorer.gather([Future()], timeout_s=0.1)

@@ -228,3 +228,56 @@ def test_end_to_end_with_builtin_rewards():
     expected = out.per_reward["jpeg_compressibility"] + 0.5 * out.per_reward["brightness"]
     torch.testing.assert_close(out.total, expected)
     assert "RewardManager([jpeg_compressibility(w=1), brightness(w=0.5, optional)])" == repr(manager)
+
+
+@pytest.mark.parametrize("bad_value", [3e38, -3e38, 2e15])
+def test_a_score_too_large_to_train_on_names_the_reward_and_sample(bad_value):
+    # 3e38 is a finite float32, but the advantage's squares of it overflow: caught here, by name.
+    manager = RewardManager([_spec("tests.manager.fixed", [0.0, bad_value, 1.0])])
+    with pytest.raises(RewardError, match=r"'tests.manager.fixed' returned scores too large to train on at sample "
+                                          r"index 1 \(.*\): with its weight 1, \|weight \* score\| must be at most 1e\+15"):
+        manager.score(IMAGES, PROMPTS, META)
+
+
+def test_the_bound_applies_to_weight_times_score():
+    # 1e16 x 0.01 = 1e14 is fine; 1e15 x 2 = 2e15 is not; a weight of 0 only logs the reward.
+    ok = RewardManager([_spec("tests.manager.fixed", [1e16, 0.0, 0.0], weight=0.01),
+                        _spec("tests.manager.fixed_b", [3e38, 0.0, 0.0], weight=0.0)])
+    out = ok.score(IMAGES, PROMPTS, META)
+    assert out.total[0].item() == pytest.approx(1e14)
+    assert out.metrics["reward/tests.manager.fixed_b/mean"] == pytest.approx(1e38)
+    with pytest.raises(RewardError, match=r"with its weight 2, \|weight \* score\|"):
+        RewardManager([_spec("tests.manager.fixed", [1e15, 0.0, 0.0], weight=2.0)]).score(IMAGES, PROMPTS, META)
+
+
+def test_a_total_too_large_names_the_sample_and_each_rewards_share():
+    # 8e14 + 7e14 = 1.5e15 at sample 2: each reward alone is within the bound, the sum is not.
+    manager = RewardManager([_spec("tests.manager.fixed", [0.0, 0.0, 7e14]), _spec("tests.manager.fixed_b", [0.0, 1.0, 8e14])])
+    with pytest.raises(RewardError) as info:
+        manager.score(IMAGES, PROMPTS, META)
+    assert str(info.value).startswith(
+        "the weighted reward total at sample index 2 is 1.5e+15, beyond +-1e+15, where the float32 advantage "
+        "overflows and the loss becomes NaN; the rewards' shares: 'tests.manager.fixed_b' 8e+14 (score 8e+14 x "
+        "weight 1), 'tests.manager.fixed' 7e+14 (score 7e+14 x weight 1)."
+    )
+
+
+def test_an_optional_reward_too_large_is_left_out(caplog):
+    manager = RewardManager([_spec("tests.manager.fixed", [1, 2, 3]),
+                             _spec("tests.manager.fixed_b", [0.0, -3e38, 0.0], required=False)])
+    with caplog.at_level(logging.WARNING):
+        out = manager.score(IMAGES, PROMPTS, META)
+    assert out.failed == ["tests.manager.fixed_b"] and "too large to train on at sample index 1" in caplog.text
+    torch.testing.assert_close(out.total, torch.tensor([2.0, 4.0, 6.0]))
+
+
+def test_totals_within_the_bound_keep_the_float32_advantage_finite():
+    # The reason for the bound: grpo's float32 group statistics of +-1e15 are finite, of +-3e38 not.
+    from omni_rl.algos.advantages import AdvantageInput, grpo_advantage
+
+    groups = torch.tensor([0, 0, 0, 0, 1, 1, 1, 1])
+    for std_mode in ("group", "global"):
+        fine = torch.tensor([1e15, -1e15] * 4)
+        assert torch.isfinite(grpo_advantage(AdvantageInput(fine, groups, std_mode, 1e-4))).all()
+        huge = torch.tensor([3e38, 2e38] * 4)  # the group sums overflow
+        assert not torch.isfinite(grpo_advantage(AdvantageInput(huge, groups, std_mode, 1e-4))).all()

@@ -72,3 +72,28 @@ def test_factory_errors_propagate_with_a_note():
 def test_duplicate_registration_raises():
     with pytest.raises(RegistryError, match="already registered"):
         register_reward("tests.registry.offset")(lambda: None)
+
+
+@register_reward("tests.registry.checked")
+def checked(*, level: int = 1):
+    return lambda images, prompts, metadata: [float(level)] * len(prompts)
+
+
+def _check_level(*, level=1):
+    if level < 0:
+        raise ValueError(f"level={level}; expected >= 0")
+
+
+checked.check_options = _check_level
+
+
+def test_a_factory_check_options_runs_at_config_check_and_build_time():
+    from omni_rl.reward.registry import check_reward_options
+
+    check_reward_options("tests.registry.checked", {"level": 2})
+    for check in (lambda: check_reward_options("tests.registry.checked", {"level": -1}),
+                  lambda: build_reward("tests.registry.checked", level=-1)):
+        with pytest.raises(RewardConfigError, match=r"reward 'tests.registry.checked': level=-1; expected >= 0"):
+            check()
+    with pytest.raises(RewardConfigError, match="unknown option"):  # the signature is checked first
+        check_reward_options("tests.registry.checked", {"levle": 2})

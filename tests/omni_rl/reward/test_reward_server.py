@@ -1,18 +1,23 @@
 """omni_rl/reward/server.py and http_client.py: the reference server and the retrying client,
 run for real on 127.0.0.1 (ephemeral ports; every server is stopped by its fixture/finally)."""
+import contextlib
 import http.client
 import json
+import re
 import socket
+import subprocess
+import sys
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 
 import pytest
 import torch
 
 from omni_rl.reward import build_reward
 from omni_rl.reward.http_client import RewardServerError, ScoreClient
-from omni_rl.reward.protocol import CONTENT_TYPE, PROTOCOL_HEADER, encode_request
+from omni_rl.reward.protocol import CONTENT_TYPE, PROTOCOL_HEADER, ProtocolError, encode_request
 import omni_rl.reward.server as server_module
 from omni_rl.reward.server import (
     HttpStatusError,
@@ -103,6 +108,53 @@ def test_body_size_limit_is_413():
     assert status == 413 and "at most 100" in reply["error"]
 
 
+@pytest.fixture
+def posts(monkeypatch):
+    """Counts the POST requests the reference server receives."""
+    seen = []
+    original = server_module._Handler.do_POST
+    monkeypatch.setattr(server_module._Handler, "do_POST", lambda self: seen.append(self.path) or original(self))
+    return seen
+
+
+def test_a_body_over_the_limit_gets_the_413_once_not_a_broken_pipe_retried(posts):
+    big = torch.zeros(1, 1 << 20)  # a 4 MiB body: the server answers long before it is sent
+    with running_server(latent_stats(), max_body_bytes=1000) as (_, url):
+        status, reply = _post(url, encode_request(big, ["p"], [{}], kind="latents"))  # a client sending it all
+        assert status == 413 and "this server takes at most 1000" in reply["error"]
+        posts.clear()
+        with pytest.raises(RewardServerError) as info:
+            ScoreClient(url, retries=3, **FAST).score(big, ["p"], [{}], kind="latents")
+    assert info.value.status == 413 and info.value.attempts == 1 and len(posts) == 1
+    assert re.search(r"HTTP 413: the body is \d+ bytes; this server takes at most 1000 \(send smaller batches\)\) "
+                     r"after 1 attempt\(s\); HTTP 413 is not retried", str(info.value))
+
+
+def _raw_body(kind, tensor, n):
+    from safetensors.torch import save
+
+    return save({kind: tensor}, metadata={"prompts": json.dumps(["p"] * n), "metadata": json.dumps([{}] * n)})
+
+
+@pytest.mark.parametrize(
+    "kind, tensor, match",
+    [
+        ("latents", torch.tensor([[0.0, 1.0], [float("nan"), 0.0], [float("inf"), 1.0]]),
+         r"latents hold NaN or inf values in sample\(s\) 1, 2 of 3"),
+        ("images", torch.zeros(1, 0, 0, 3, dtype=torch.uint8), r"images have shape \(1, 0, 0, 3\), with a dim of size 0"),
+        ("latents", torch.zeros(2, 0), r"latents have shape \(2, 0\), with a dim of size 0"),
+    ],
+)
+def test_nan_latents_and_empty_images_are_a_400_not_retried(posts, kind, tensor, match):
+    scorer = Scripted()
+    with running_server(scorer) as (_, url):
+        with pytest.raises(RewardServerError, match=r"HTTP 400: the request: " + match) as info:
+            ScoreClient(url, retries=3, **FAST).post_score(_raw_body(kind, tensor, len(tensor)), len(tensor))
+    assert info.value.attempts == 1 and len(posts) == 1 and scorer.calls == 0
+    with pytest.raises(ProtocolError, match="the tensor to send: " + match):  # the client refuses to send them
+        encode_request(tensor, ["p"] * len(tensor), [{}] * len(tensor), kind=kind)
+
+
 @pytest.mark.parametrize(
     "scores, match",
     [([1.0], "returned 1 scores for a batch of 2"), ([1.0, float("nan")], "non-finite score nan at sample index 1")],
@@ -186,6 +238,55 @@ def test_command_line_allows_another_host_only_when_given(monkeypatch):
     assert calls[1][0] == ("0.0.0.0", 0) and calls[1][1]["allow_remote"] is True
     with pytest.raises(SystemExit):
         server_from_args(["--scorer", "latent_stats", "--kwargs", "[1]"])
+
+
+@pytest.mark.parametrize(
+    "argv, match",
+    [
+        (["--scorer", "nosuch"], "--scorer 'nosuch': expected a built-in name (latent_stats, latent_reward_model)"),
+        (["--scorer", "reward:nosuch"], "--scorer 'reward:nosuch': unknown reward 'nosuch'; registered: "),
+        (["--scorer", "nosuch_module_xyz:make"], "module 'nosuch_module_xyz' could not be imported"),
+        (["--scorer", "latent_stats", "--kwargs", "{bad"], "--kwargs '{bad' is not JSON"),
+        (["--scorer", "latent_stats", "--kwargs", "[1]"], "--kwargs '[1]' is a JSON list; expected an object"),
+        (["--scorer", "latent_reward_model", "--kwargs", '{"nope": 1}'],
+         "got an unexpected keyword argument 'nope'; accepted options: path, in_channels, hidden, seed"),
+        (["--scorer", "reward:brightness", "--kwargs", '{"nope": 1}'], "reward 'brightness' got unknown option(s) 'nope'"),
+        (["--scorer", "latent_reward_model", "--kwargs", '{"in_channels": 0}'], "in_channels=0; expected an int >= 1"),
+        (["--scorer", "latent_reward_model", "--kwargs", '{"path": "/nonexistent/lrm.safetensors"}'],
+         "FileNotFoundError: No such file or directory: /nonexistent/lrm.safetensors"),
+        (["--scorer", "latent_stats", "--port", "99999"], "argument --port: 99999 is out of range; expected a port 0..65535"),
+        (["--scorer", "latent_stats", "--port", "http"], "argument --port: 'http' is not an integer"),
+        (["--scorer", "latent_stats", "--max-body-bytes", "0"], "argument --max-body-bytes: '0'; expected a whole number"),
+        ([], "the following arguments are required: --scorer"),
+    ],
+)
+def test_command_line_bad_input_is_one_error_line_and_exit_2(argv, match, capsys):
+    assert server_module.main(argv) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), lines
+    assert match in lines[0]
+
+
+def test_command_line_port_in_use_is_one_error_line_and_exit_1(capsys):
+    with socket.create_server(("127.0.0.1", 0)) as taken:
+        port = taken.getsockname()[1]
+        assert server_module.main(["--scorer", "latent_stats", "--port", str(port)]) == 1
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert lines == [f"error: cannot listen on 127.0.0.1:{port}: the port is in use; stop what holds it or pick "
+                     f"another --port (0 = a free one)"]
+
+
+def test_command_line_error_without_a_traceback_in_a_real_process():
+    root = Path(__file__).resolve().parents[3]  # the checkout, so its omni_rl is the one imported
+    done = subprocess.run(
+        [sys.executable, "-m", "omni_rl.reward.server", "--scorer", "nosuch"],
+        cwd=root, capture_output=True, text=True, timeout=120,
+    )
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines() == [
+        "error: --scorer 'nosuch': expected a built-in name (latent_stats, latent_reward_model), "
+        "'module:factory' or 'reward:NAME'"
+    ]
 
 
 # ---- the latent reward model ------------------------------------------------------------------
@@ -288,6 +389,55 @@ def test_timeout_is_honoured():
     finally:
         release.set()
         server.stop()
+
+
+@contextlib.contextmanager
+def trickling_server(interval_s=0.5, max_s=60.0):
+    """A server on 127.0.0.1 that answers each connection with one byte every `interval_s` (a
+    header line that never ends). Its thread stops when the client hangs up, after `max_s`, or
+    when the block ends; the block gets (url, connections accepted so far)."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    listener.settimeout(0.1)
+    stop, accepted = threading.Event(), []
+
+    def serve():
+        end = time.monotonic() + max_s
+        while not stop.is_set() and time.monotonic() < end:
+            try:
+                conn, _ = listener.accept()
+            except TimeoutError:
+                continue
+            accepted.append(1)
+            with conn:
+                try:
+                    conn.sendall(b"HTTP/1.1 200 OK\r\nX-Slow: ")
+                    while not stop.wait(interval_s) and time.monotonic() < end:
+                        conn.sendall(b"a")
+                except OSError:  # the client hung up
+                    pass
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{listener.getsockname()[1]}", accepted
+    finally:
+        stop.set()
+        thread.join(10)
+        listener.close()
+        assert not thread.is_alive()
+
+
+def test_timeout_is_a_deadline_for_the_whole_attempt_not_each_byte():
+    # One byte every 0.5 s never trips a 2 s socket timeout; only a deadline cuts it off.
+    with trickling_server() as (url, accepted):
+        client = ScoreClient(url, timeout_s=2, retries=1, **FAST)
+        start = time.monotonic()
+        with pytest.raises(RewardServerError) as info:
+            client.score(torch.ones(1, 2), ["a"], [{}], kind="latents")
+        elapsed = time.monotonic() - start
+    assert elapsed < 30, f"a 2 s deadline with one retry took {elapsed:.0f} s"
+    assert f"reward server {url}/score failed after 2 attempt(s): timed out after 2 s" in str(info.value)
+    assert info.value.status is None and info.value.attempts == 2 and len(accepted) == 2
 
 
 class _Misbehaving(BaseHTTPRequestHandler):
