@@ -199,3 +199,12 @@ def test_the_hub_probe_goes_through_the_https_proxy(monkeypatch):
     monkeypatch.setattr(socket, "create_connection", lambda address, timeout: tried.append(address) or _Conn())
     assert hub_unreachable(timeout=5) is None
     assert tried == [("proxy.internal", 3128)]
+
+
+def test_diffusers_loads_weights_with_accelerate():
+    """Why pyproject.toml declares accelerate although omni-rl imports none of it: diffusers'
+    from_pretrained loads into an empty model with it (low_cpu_mem_usage) and falls back to
+    building a random model first (slower, twice the host memory) without it."""
+    from diffusers.utils import is_accelerate_available
+
+    assert is_accelerate_available()
