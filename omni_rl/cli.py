@@ -2,11 +2,15 @@
 
 Exit codes: 0 done, 2 bad config or command line, 1 a run that failed (the message names the
 component: reward, model weights, rollout engine, prompt file).
+
+`check_inputs` looks at what the config points to (device, prompt files, resume checkpoint,
+model folder or hub id) before anything loads, so those mistakes cost seconds, not a model load.
 """
 from __future__ import annotations
 
 import logging
 import sys
+from pathlib import Path
 from typing import Sequence
 
 USAGE = """usage: python main_omni.py [recipe=NAME] [key=value ...] [--cfg]
@@ -42,20 +46,31 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
 
     from omni_rl.data.prompts import PromptFileError
+    from omni_rl.device import DeviceError
+    from omni_rl.models.loading import MissingWeightsError, ModelFolderError
+    from omni_rl.trainer.checkpoint import CheckpointError
+
+    try:
+        check_inputs(cfg)
+    except (DeviceError, PromptFileError, ModelFolderError, CheckpointError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    except MissingWeightsError as err:  # a hub id neither cached nor downloadable from here
+        print(f"error: {err}", file=sys.stderr)
+        return 1
+
     from omni_rl.engine.local import NonFiniteLossError
-    from omni_rl.models.loading import MissingWeightsError
     from omni_rl.plugins import PluginError
     from omni_rl.registry import RegistryError
     from omni_rl.reward.manager import RewardError
     from omni_rl.reward.registry import RewardConfigError
     from omni_rl.rollout.native import RolloutEngineError
     from omni_rl.trainer import run
-    from omni_rl.trainer.checkpoint import CheckpointError
     from omni_rl.workers.errors import WorkerFailedError
 
     try:
         run(cfg)
-    except (RegistryError, RewardConfigError, PluginError, PromptFileError, CheckpointError) as err:
+    except (RegistryError, RewardConfigError, PluginError, PromptFileError, CheckpointError, DeviceError, ModelFolderError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
     except (MissingWeightsError, RewardError, RolloutEngineError, NonFiniteLossError) as err:
@@ -66,3 +81,34 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     print(f"done: outputs in {cfg.trainer.output_dir}")
     return 0
+
+
+def check_inputs(cfg) -> None:
+    """What the config points to, checked before any model loads (each raises the error the run
+    would raise later): trainer.device is on this machine, the prompt files read, trainer.resume
+    is a checkpoint, model.path holds a model or can be fetched."""
+    from omni_rl.data.prompts import check_prompt_sources
+    from omni_rl.device import check_trainer_device
+    from omni_rl.models.loading import check_model_source
+
+    check_trainer_device(cfg.trainer.device, cfg.trainer.backend)
+    check_prompt_sources(cfg.data)
+    check_resume(cfg.trainer.resume)
+    # With Ray the driver holds a weightless view of the model; the workers load the weights.
+    check_model_source(cfg.model, weights=cfg.trainer.backend == "local")
+
+
+def check_resume(path: str | None) -> None:
+    """`trainer.resume` is a checkpoint folder, or an output folder with checkpoints
+    (`CheckpointError` otherwise; the trainer's own `find_checkpoint` decides)."""
+    if not path:
+        return
+    from omni_rl.trainer.checkpoint import CheckpointError, find_checkpoint
+
+    expected = "a checkpoint folder (OUTPUT/checkpoints/step_NNNNNN) or a run's output folder"
+    folder = Path(path).expanduser()
+    if not folder.exists():
+        raise CheckpointError(f"trainer.resume={path!r}: no such folder; expected {expected}")
+    if not folder.is_dir():
+        raise CheckpointError(f"trainer.resume={path!r} is a file; expected {expected}")
+    find_checkpoint(path)

@@ -17,6 +17,22 @@ def npu_available() -> bool:
     return bool(getattr(torch, "npu", None) and torch.npu.is_available())
 
 
+class DeviceError(ValueError):
+    """`trainer.device` names a device this machine does not have."""
+
+
+# How messages name each device type.
+_DEVICE_NAMES = {"cuda": "CUDA", "npu": "NPU (Ascend)"}
+
+
+def _device_count(kind: str) -> int:
+    if kind == "cuda":
+        return torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if kind == "npu":
+        return torch.npu.device_count() if npu_available() else 0
+    return 1
+
+
 def pick_device(name: str = "auto") -> torch.device:
     """`auto` -> cuda, else npu, else cpu; an explicit name must be usable here."""
     if name == "auto":
@@ -25,13 +41,32 @@ def pick_device(name: str = "auto") -> torch.device:
         if npu_available():
             return torch.device("npu")
         return torch.device("cpu")
-    kind = name.split(":")[0]
-    usable = {"cpu": True, "cuda": torch.cuda.is_available(), "npu": kind == "npu" and npu_available()}
-    if kind not in usable:
-        raise ValueError(f"trainer.device={name!r}: expected auto, cpu, cuda[:N] or npu[:N]")
-    if not usable[kind]:
-        raise ValueError(f"trainer.device={name!r} but no {kind} device is available here; use trainer.device=auto or cpu")
+    kind, colon, index = name.partition(":")
+    if kind not in ("cpu", "cuda", "npu") or (colon and not index.isdigit()):
+        raise DeviceError(f"trainer.device={name!r}: expected auto, cpu, cuda[:N] or npu[:N]")
+    if kind == "cpu":
+        return torch.device(name)
+    count = _device_count(kind)
+    if count == 0:
+        raise DeviceError(
+            f"trainer.device={name!r} but no {_DEVICE_NAMES[kind]} device is available here; "
+            f"use trainer.device=auto (picks what this machine has) or trainer.device=cpu"
+        )
+    if index and int(index) >= count:
+        raise DeviceError(
+            f"trainer.device={name!r} but this machine has {count} {_DEVICE_NAMES[kind]} device(s), "
+            f"{kind}:0 to {kind}:{count - 1}; use one of those or trainer.device=auto"
+        )
     return torch.device(name)
+
+
+def check_trainer_device(name: str, backend: str = "local") -> None:
+    """Raise `DeviceError` before anything loads if `trainer.device=name` cannot work.
+
+    With trainer.backend=local this process is the device's user, so the device must be here.
+    With Ray the workers use it, and the driver may be a CPU head node: nothing to check here."""
+    if backend == "local":
+        pick_device(name)
 
 
 def weightless_device() -> torch.device:

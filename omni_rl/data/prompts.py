@@ -26,33 +26,64 @@ from omni_rl.data.prompt_item import PromptFileError, PromptItem
 __all__ = ["PromptFileError", "PromptItem", "PromptSampler", "load_prompt_items", "read_prompt_file"]
 
 
+# The config key of the file behind each inline-prompt key, for messages.
+_FILE_KEYS = {"data.prompts": "data.prompt_file", "data.val_prompts": "data.val_prompt_file"}
+
+
 def load_prompt_items(prompts: Optional[list[str]], prompt_file: Optional[str], what: str = "data.prompts") -> list[PromptItem]:
     """Inline prompts win; otherwise read `prompt_file`."""
     if prompts is not None:
         items = [PromptItem(str(p)) for p in prompts]
+        where = what
     elif prompt_file is not None:
-        items = read_prompt_file(prompt_file)
+        key = _FILE_KEYS.get(what, f"{what} file")
+        items = read_prompt_file(prompt_file, key)
+        where = f"{key}={prompt_file!r}"
+        if not items:
+            raise PromptFileError(
+                f"{where}: no prompts in {_locate(prompt_file)} (blank lines and # comments are "
+                f"skipped); add prompts to it or point {key} at another file"
+            )
     else:
         raise PromptFileError(f"{what}: no prompts given; set {what} (a list) or a prompt file")
     if not items:
         raise PromptFileError(f"{what}: the prompt list is empty")
     for i, item in enumerate(items):
         if not item.prompt.strip() and not item.media:  # an image alone can be the question
-            raise PromptFileError(f"{what}: prompt {i} is empty")
+            raise PromptFileError(f"{where}: prompt {i} is empty")
     return items
 
 
-def read_prompt_file(path: str) -> list[PromptItem]:
+def check_prompt_sources(data) -> None:
+    """Read `data.prompt_file` and `data.val_prompt_file` (a `DataConfig`) as the trainer will,
+    so that a bad file stops the run before any model loads; raises `PromptFileError`."""
+    load_prompt_items(data.prompts, data.prompt_file)
+    if data.val_prompts is not None or data.val_prompt_file is not None:
+        load_prompt_items(data.val_prompts, data.val_prompt_file, "data.val_prompts")
+
+
+def _locate(path: str) -> Path:
     file = Path(path).expanduser()
     if not file.is_absolute() and not file.exists():
         # Recipes name prompt files relative to the project root.
         from omni_rl.config.loader import PROJECT_ROOT
 
         file = PROJECT_ROOT / path
+    return file
+
+
+def read_prompt_file(path: str, key: Optional[str] = None) -> list[PromptItem]:
+    """The prompts in file `path`; `key` (e.g. "data.prompt_file") names it in errors."""
+    label = f"{key}={path!r}" if key else f"prompt file {path!r}"
+    file = _locate(path)
+    if file.is_dir():
+        raise PromptFileError(f"{label} is a folder, expected a .txt, .jsonl or .parquet file")
     if not file.is_file():
-        raise PromptFileError(f"prompt file {path!r} does not exist")
+        raise PromptFileError(f"{label} does not exist (looked for {file}); check the path")
+    if file.suffix not in (".txt", ".jsonl", ".parquet"):
+        raise PromptFileError(f"{label}: expected a .txt, .jsonl or .parquet file")
     items: list[PromptItem] = []
-    lines = file.read_text(encoding="utf-8").splitlines() if file.suffix != ".parquet" else []
+    lines = _read_text_lines(file, label) if file.suffix != ".parquet" else []
     if file.suffix == ".parquet" or (file.suffix == ".jsonl" and _has_chat_rows(lines)):
         return load_chat_items(file)
     if file.suffix == ".jsonl":
@@ -69,11 +100,22 @@ def read_prompt_file(path: str) -> list[PromptItem]:
             if not isinstance(meta, dict):
                 raise PromptFileError(f"{path}:{n}: 'metadata' must be an object, got {type(meta).__name__}")
             items.append(PromptItem(row["prompt"], meta))
-    elif file.suffix == ".txt":
+    else:  # .txt
         items = [PromptItem(line.strip()) for line in lines if line.strip() and not line.lstrip().startswith("#")]
-    else:
-        raise PromptFileError(f"prompt file {path!r}: expected a .txt, .jsonl or .parquet file")
     return items
+
+
+def _read_text_lines(file: Path, label: str) -> list[str]:
+    data = file.read_bytes()
+    try:
+        return data.decode("utf-8").splitlines()
+    except UnicodeDecodeError as err:
+        line = data.count(b"\n", 0, err.start) + 1
+        raise PromptFileError(
+            f"{label}: {file} is not UTF-8 text (byte {err.start}, line {line}: "
+            f"{data[err.start:err.start + 4]!r}); expected a UTF-8 {file.suffix} file (convert text in "
+            f"another encoding, e.g. `iconv -f latin1 -t utf-8`; a Parquet file must be named .parquet)"
+        ) from None
 
 
 def _has_chat_rows(lines: list[str]) -> bool:

@@ -4,20 +4,32 @@
   `$OMNI_RL_CACHE/tiny/NAME` (default `~/.cache/omni_rl`) once, atomically, then loaded from
   there like any other checkpoint. Processes asking at once (Ray workers) take turns on a file
   lock: one builds, the others load its result.
-- a local folder: used as it is.
+- a local folder: used as it is, once `check_model_folder` finds a model in it.
 - anything else is a hub id: it is looked up in the local Hugging Face cache first; if it is not
-  there and the hub cannot be reached, `MissingWeightsError` says what is missing and how to
-  fetch it.
+  there, a connection to the hub is tried for at most `HUB_PROBE_TIMEOUT_S` seconds (none with
+  HF_HUB_OFFLINE=1) before downloading, so an unreachable hub fails at once, with a
+  `MissingWeightsError` that says what is missing and how to fetch it.
+
+`check_model_source(model_cfg)` runs these checks without loading or downloading anything: the
+command line calls it before the run starts. A folder that holds no model (empty, a broken
+`model_index.json` / `config.json`, a listed component or its weights missing) raises
+`ModelFolderError`, naming the file.
 """
 from __future__ import annotations
 
 import fcntl
+import json
 import os
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
+import threading
+import urllib.parse
+import urllib.request
 from pathlib import Path
+from typing import Any, Optional
 
 import torch
 
@@ -28,10 +40,17 @@ TINY_PREFIX = "tiny:"
 TINY_FORMAT_VERSION = "v2"
 # Files a hub snapshot can leave out when only the model's configs and processors are needed.
 WEIGHT_FILE_PATTERNS = ("*.safetensors", "*.bin", "*.pt", "*.pth", "*.ckpt", "*.gguf", "*.onnx", "*.msgpack", "*.h5")
+# How long to wait for a TCP connection to the hub before calling it unreachable.
+HUB_PROBE_TIMEOUT_S = 3.0
 
 
 class MissingWeightsError(FileNotFoundError):
     """The model's weights are neither local nor downloadable."""
+
+
+class ModelFolderError(MissingWeightsError):
+    """`model.path` names a file, a missing folder, or a folder that holds no loadable model
+    (bad input: the command line exits 2 for it, where other missing weights exit 1)."""
 
 
 def cache_root() -> Path:
@@ -43,14 +62,113 @@ def resolve_model_path(path: str, revision: str | None = None, weights: bool = T
     `weights=False` a hub download leaves out the weight files (for a weightless view)."""
     if path.startswith(TINY_PREFIX):
         return str(build_tiny_model(path[len(TINY_PREFIX):]))
+    folder = _local_folder(path)
+    if folder is not None:
+        check_model_folder(folder, path, weights)
+        return str(folder)
+    return _hub_snapshot(path, revision, weights)
+
+
+def check_model_source(cfg, weights: bool = True) -> None:
+    """Check `cfg.path` (a `ModelConfig`'s) before anything loads: a local folder must hold a
+    model, a hub id must be in the Hugging Face cache or the hub reachable. Downloads and builds
+    nothing; raises `ModelFolderError` or `MissingWeightsError`."""
+    path = cfg.path
+    if path.startswith(TINY_PREFIX):
+        return
+    folder = _local_folder(path)
+    if folder is not None:
+        check_model_folder(folder, path, weights)
+        return
+    cached = _cached_snapshot(path, cfg.revision, weights)
+    if cached is not None:
+        try:
+            check_model_folder(cached, path, weights)
+            return
+        except ModelFolderError:
+            pass  # incomplete in the cache: the download fetches the rest
+    reason = hub_unreachable()
+    if reason is not None:
+        raise MissingWeightsError(_fetch_hint(path, reason))
+
+
+def _local_folder(path: str) -> Optional[Path]:
+    """The folder `path` names, None for a hub id; `ModelFolderError` for a file or for a path
+    that is neither an existing folder nor a hub id."""
     expanded = Path(path).expanduser()
     if expanded.exists():
         if not expanded.is_dir():
-            raise MissingWeightsError(f"model.path={path!r} is a file; expected a model folder or a hub id")
-        return str(expanded)
-    if path.startswith((".", "/", "~")):
-        raise MissingWeightsError(f"model.path={path!r}: no such folder")
-    return _hub_snapshot(path, revision, weights)
+            raise ModelFolderError(f"model.path={path!r} is a file; expected a model folder or a hub id (ORG/NAME)")
+        return expanded
+    if path.startswith((".", "/", "~")) or not _is_repo_id(path):
+        raise ModelFolderError(
+            f"model.path={path!r}: no such folder (and not a hub id, which looks like ORG/NAME); "
+            f"check the path"
+        )
+    return None
+
+
+def _is_repo_id(path: str) -> bool:
+    from huggingface_hub.utils import HFValidationError, validate_repo_id
+
+    try:
+        validate_repo_id(path)
+    except HFValidationError:
+        return False
+    return True
+
+
+def check_model_folder(folder: Path, path: str, weights: bool = True) -> None:
+    """Raise `ModelFolderError` unless `folder` looks like a model the adapters can load: a
+    diffusers pipeline (`model_index.json`, each listed component in its subfolder) or a
+    transformers model (`config.json`), every JSON readable and, with `weights`, every model
+    config next to a weight file. `path` is what `model.path` said, for the message."""
+    folder = Path(folder)
+    index, config = folder / "model_index.json", folder / "config.json"
+    if index.is_file():
+        for name, spec in _read_json(index, path).items():
+            if name.startswith("_") or not (isinstance(spec, list) and len(spec) == 2 and all(spec)):
+                continue  # metadata such as _class_name, or an absent component ([null, null])
+            component = folder / name
+            if not component.is_dir():
+                raise ModelFolderError(
+                    f"model.path={path!r}: {index.name} lists the component {name!r} ({spec[1]}) but "
+                    f"{component} is missing; the download is incomplete: fetch the whole repository"
+                )
+            if (component / "config.json").is_file():
+                _check_model_config(component, path, weights)
+    elif config.is_file():
+        _check_model_config(folder, path, weights)
+    else:
+        what = "is an empty folder" if not any(folder.iterdir()) else "has neither model_index.json nor config.json"
+        raise ModelFolderError(
+            f"model.path={path!r}: {folder} {what}; expected a model folder: a diffusers pipeline "
+            f"(model_index.json) or a transformers model (config.json), as `hf download ORG/NAME "
+            f"--local-dir DIR` writes it"
+        )
+
+
+def _check_model_config(folder: Path, path: str, weights: bool) -> None:
+    _read_json(folder / "config.json", path)
+    if weights and not any(next(folder.glob(pattern), None) for pattern in WEIGHT_FILE_PATTERNS):
+        raise ModelFolderError(
+            f"model.path={path!r}: {folder} has a config.json but no weight file (*.safetensors, "
+            f"*.bin, ...); the download is incomplete: fetch the whole repository"
+        )
+
+
+def _read_json(file: Path, path: str) -> dict[str, Any]:
+    try:
+        value = json.loads(file.read_bytes().decode("utf-8"))
+    except UnicodeDecodeError as err:
+        problem = f"is not UTF-8 text (byte {err.start})"
+    except json.JSONDecodeError as err:
+        problem = f"is not valid JSON ({err.msg} at line {err.lineno}, column {err.colno})"
+    else:
+        if isinstance(value, dict):
+            return value
+        problem = f"holds a JSON {type(value).__name__}, not an object"
+    raise ModelFolderError(f"model.path={path!r}: {file} {problem}; re-download the model or fix the file")
 
 
 def build_tiny_model(name: str) -> Path:
@@ -114,19 +232,82 @@ def run_builder(name: str, builder, folder: Path) -> None:
 def _hub_snapshot(repo_id: str, revision: str | None, weights: bool = True) -> str:
     from huggingface_hub import snapshot_download
 
-    # A weightless view (the Ray driver) needs configs, tokenizers and processors only.
-    skip = None if weights else list(WEIGHT_FILE_PATTERNS)
+    cached = _cached_snapshot(repo_id, revision, weights)
+    if cached is not None:
+        try:
+            check_model_folder(cached, repo_id, weights)
+            return str(cached)
+        except ModelFolderError:
+            pass  # incomplete in the cache: the download below fetches the rest
+    reason = hub_unreachable()
+    if reason is not None:
+        raise MissingWeightsError(_fetch_hint(repo_id, reason))
     try:
-        return snapshot_download(repo_id, revision=revision, local_files_only=True, ignore_patterns=skip)
-    except Exception:
-        pass
-    try:
-        return snapshot_download(repo_id, revision=revision, ignore_patterns=skip)
+        folder = snapshot_download(repo_id, revision=revision, ignore_patterns=_skipped(weights))
     except Exception as err:
-        raise MissingWeightsError(
-            f"model weights {repo_id!r} are not on this machine and could not be downloaded "
-            f"({type(err).__name__}). Fetch them where the hub is reachable, e.g. "
-            f"`hf download {repo_id} --local-dir /models/{repo_id.split('/')[-1]}` "
-            f"(gated models need their licence accepted on the hub and `hf auth login`), "
-            f"then set model.path=/models/{repo_id.split('/')[-1]} or copy them into the Hugging Face cache"
-        ) from None
+        raise MissingWeightsError(_fetch_hint(repo_id, f"the download failed: {type(err).__name__}")) from None
+    check_model_folder(Path(folder), repo_id, weights)
+    return folder
+
+
+def _skipped(weights: bool) -> Optional[list[str]]:
+    # A weightless view (the Ray driver) needs configs, tokenizers and processors only.
+    return None if weights else list(WEIGHT_FILE_PATTERNS)
+
+
+def _cached_snapshot(repo_id: str, revision: str | None, weights: bool) -> Optional[Path]:
+    """The snapshot of `repo_id` in the local Hugging Face cache, or None; no network."""
+    from huggingface_hub import snapshot_download
+
+    try:
+        return Path(snapshot_download(repo_id, revision=revision, local_files_only=True, ignore_patterns=_skipped(weights)))
+    except Exception:
+        return None
+
+
+def hub_unreachable(timeout: float = HUB_PROBE_TIMEOUT_S) -> Optional[str]:
+    """Why the Hugging Face hub cannot be reached from here, or None when it can.
+
+    HF_HUB_OFFLINE=1 says so without trying; otherwise one TCP connection to the endpoint
+    (HF_ENDPOINT), or to the HTTPS proxy when one is set, gets `timeout` seconds in all, name
+    lookup included: without it a firewalled machine waits out huggingface_hub's timeouts and
+    retries before the same error."""
+    from huggingface_hub import constants
+
+    if constants.HF_HUB_OFFLINE:
+        return "HF_HUB_OFFLINE is set"
+    url = urllib.parse.urlsplit(constants.ENDPOINT)
+    proxy = urllib.request.getproxies().get(url.scheme)
+    target = urllib.parse.urlsplit(proxy) if proxy and not urllib.request.proxy_bypass(url.hostname or "") else url
+    host, port = target.hostname, target.port or (443 if target.scheme == "https" else 80)
+    outcome: dict[str, Any] = {}
+
+    def connect() -> None:
+        try:
+            socket.create_connection((host, port), timeout=timeout).close()
+            outcome["ok"] = True
+        except Exception as err:  # OSError mostly; any failure means no hub
+            outcome["error"] = err
+
+    # A thread, because socket timeouts do not cover the name lookup.
+    probe = threading.Thread(target=connect, name="hub-probe", daemon=True)
+    probe.start()
+    probe.join(timeout)
+    if outcome.get("ok"):
+        return None
+    if "error" in outcome:
+        return f"no connection to {host}:{port}: {outcome['error']}"
+    return f"no answer from {host}:{port} within {timeout:g} s"
+
+
+def _fetch_hint(repo_id: str, reason: str) -> str:
+    from huggingface_hub import constants
+
+    name = repo_id.split("/")[-1]
+    return (
+        f"model.path={repo_id!r}: not a local folder, not in the Hugging Face cache "
+        f"({constants.HF_HUB_CACHE}), and not downloadable from {constants.ENDPOINT} ({reason}). "
+        f"Fetch the weights where the hub is reachable, e.g. `hf download {repo_id} --local-dir "
+        f"/models/{name}` (gated models need their licence accepted on the hub and `hf auth login`), "
+        f"then set model.path=/models/{name} or copy them into the Hugging Face cache"
+    )

@@ -13,7 +13,9 @@ before the rename, the temporary file is removed and the target is left exactly 
   onto `path` only if the block succeeds (see its docstring for the one non-atomic moment)
 
 Parent directories are created as needed. Files get the usual permissions
-(0o666 minus the umask), not the 0o600 that `tempfile` gives.
+(0o666 minus the umask), not the 0o600 that `tempfile` gives; so does every file written into
+an `atomic_directory`, whoever wrote it (safetensors' `save_file`, behind diffusers' and PEFT's
+LoRA exports, creates its files 0o600 too).
 
 Left out on purpose: locking. Two processes writing one path each win whole, in some order;
 the trainer writes from rank 0 only.
@@ -149,6 +151,21 @@ def _fsync_tree(root: Path) -> None:
         _fsync_dir(Path(dirpath))
 
 
+def _usual_modes(root: Path) -> None:
+    """Give `root`, and every folder and file under it, the mode `mkdir` / `open` would under
+    the umask (0o777 / 0o666 minus it; executables keep their x bits). Libraries that write
+    through a temporary file hand back 0o600 files (safetensors' `save_file`), which other users
+    of a shared output folder could not read."""
+    os.chmod(root, 0o777 & ~_UMASK)
+    for dirpath, dirnames, filenames in os.walk(root):
+        for name in dirnames + filenames:
+            entry = os.path.join(dirpath, name)
+            if os.path.islink(entry):
+                continue
+            executable = os.path.isdir(entry) or os.stat(entry).st_mode & 0o111
+            os.chmod(entry, (0o777 if executable else 0o666) & ~_UMASK)
+
+
 @contextlib.contextmanager
 def atomic_directory(path: str | os.PathLike) -> Iterator[Path]:
     """Yield a temporary sibling directory; on success, it becomes `path`.
@@ -173,7 +190,7 @@ def atomic_directory(path: str | os.PathLike) -> Iterator[Path]:
     tmp_dir = Path(tempfile.mkdtemp(prefix=_tmp_prefix(path), suffix=_TMP_SUFFIX, dir=path.parent))
     try:
         yield tmp_dir
-        os.chmod(tmp_dir, 0o777 & ~_UMASK)
+        _usual_modes(tmp_dir)
         _fsync_tree(tmp_dir)
         _replace_directory(tmp_dir, path)
     except BaseException:

@@ -1,0 +1,135 @@
+"""What the config points to is checked before any model loads (omni_rl/cli.py check_inputs):
+a bad model folder, prompt file, resume path or device ends the run in seconds with one
+`error:` line naming the key, exit 2 (1 for weights that cannot be fetched), no traceback.
+
+Each point of the issue runs once through `python main_omni.py` in a subprocess, as a user
+would; the variations call `main(argv)` in-process. A test would load the tiny model and train
+if a check were missing, so every run also gets its own output folder.
+"""
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from omni_rl import device as device_mod
+from omni_rl.cli import main
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+def run_main_omni(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "main_omni.py", *args],
+        cwd=REPO_ROOT, capture_output=True, text=True, timeout=300, env={**os.environ, **(env or {})},
+    )
+
+
+def assert_one_error_line(stderr: str, *expected: str) -> str:
+    assert "Traceback" not in stderr, stderr
+    lines = stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), stderr
+    for text in expected:
+        assert text in lines[0], lines[0]
+    return lines[0]
+
+
+def main_error(capsys, *args: str) -> tuple[int, str]:
+    code = main(list(args))
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    return code, captured.err
+
+
+@pytest.fixture
+def out(tmp_path):
+    return f"trainer.output_dir={tmp_path / 'out'}"
+
+
+# --- 12: model.path --------------------------------------------------------------------------
+def test_empty_model_folder(tmp_path, out):
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    result = run_main_omni(f"model.path={empty}", out)
+    assert result.returncode == 2
+    assert_one_error_line(result.stderr, f"model.path='{empty}'", "is an empty folder", "model_index.json", "config.json")
+    assert result.stdout == ""
+
+
+def test_broken_model_index(tmp_path, out, capsys):
+    folder = tmp_path / "model"
+    folder.mkdir()
+    (folder / "model_index.json").write_text("{garbage")
+    code, err = main_error(capsys, f"model.path={folder}", out)
+    assert code == 2
+    assert_one_error_line(err, f"model.path='{folder}'", f"{folder}/model_index.json is not valid JSON", "re-download")
+
+
+def test_unreachable_hub_id_says_how_to_get_the_weights(tmp_path, out):
+    env = {"HF_HUB_CACHE": str(tmp_path / "hf-cache"), "HF_HUB_OFFLINE": "1"}
+    result = run_main_omni("model.path=some-org/some-model", out, env=env)
+    assert result.returncode == 1
+    assert_one_error_line(
+        result.stderr, "model.path='some-org/some-model'", "not in the Hugging Face cache", "HF_HUB_OFFLINE is set",
+        "hf download some-org/some-model --local-dir", "model.path=/models/some-model",
+    )
+
+
+# --- 14: prompt files and trainer.resume -------------------------------------------------------
+def test_binary_prompt_file(tmp_path, out):
+    path = tmp_path / "prompts.txt"
+    path.write_bytes(b"a cat\n\x00\xff\xfe\x89")
+    result = run_main_omni("data.prompts=null", f"data.prompt_file={path}", out)
+    assert result.returncode == 2
+    assert_one_error_line(result.stderr, f"data.prompt_file='{path}'", "is not UTF-8 text", "line 2")
+
+
+@pytest.mark.parametrize("key", ["prompt_file", "val_prompt_file"])
+def test_empty_prompt_file(tmp_path, out, capsys, key):
+    path = tmp_path / "empty.txt"
+    path.write_text("# nothing yet\n")
+    inline = "data.prompts=null" if key == "prompt_file" else "data.val_prompts=null"
+    code, err = main_error(capsys, inline, f"data.{key}={path}", out)
+    assert code == 2
+    assert_one_error_line(err, f"data.{key}='{path}': no prompts in {path}")
+
+
+def test_prompt_file_that_is_a_folder(tmp_path, out, capsys):
+    code, err = main_error(capsys, "data.prompts=null", f"data.prompt_file={tmp_path}", out)
+    assert code == 2
+    assert_one_error_line(err, f"data.prompt_file='{tmp_path}' is a folder, expected a .txt, .jsonl or .parquet file")
+
+
+def test_resume_path_that_does_not_exist(tmp_path, out):
+    result = run_main_omni(f"trainer.resume={tmp_path / 'nope'}", out)
+    assert result.returncode == 2
+    assert_one_error_line(result.stderr, "trainer.resume=", "no such folder", "checkpoint folder")
+
+
+def test_resume_path_without_checkpoints(tmp_path, out, capsys):
+    (tmp_path / "run").mkdir()
+    (tmp_path / "state.pt").write_bytes(b"x")
+    code, err = main_error(capsys, f"trainer.resume={tmp_path / 'run'}", out)
+    assert code == 2
+    assert_one_error_line(err, f"trainer.resume='{tmp_path / 'run'}': no checkpoint there", "trainer_state.pt")
+    code, err = main_error(capsys, f"trainer.resume={tmp_path / 'state.pt'}", out)
+    assert code == 2
+    assert_one_error_line(err, "is a file; expected a checkpoint folder")
+
+
+# --- 15: trainer.device --------------------------------------------------------------------------
+@pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA")
+def test_cuda_on_a_cpu_machine(out):
+    result = run_main_omni("trainer.device=cuda", out)
+    assert result.returncode == 2
+    assert_one_error_line(result.stderr, "trainer.device='cuda'", "no CUDA device is available", "trainer.device=auto", "cpu")
+
+
+def test_cuda_without_cuda_in_process(monkeypatch, out, capsys):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(device_mod, "npu_available", lambda: False)
+    code, err = main_error(capsys, "trainer.device=cuda:1", out)
+    assert code == 2
+    assert_one_error_line(err, "trainer.device='cuda:1'", "no CUDA device is available")
