@@ -1,5 +1,9 @@
 """Session-wide test settings: tiny models are built into a temporary cache, never the home folder."""
+import contextlib
 import os
+import socket
+import threading
+import time
 
 import pytest
 
@@ -45,3 +49,45 @@ def pytest_collection_modifyitems(config, items):
 def accel_device() -> str:
     """The device name a `gpu` test runs on (see ACCEL_DEVICE_ENV)."""
     return accel_test_device()
+
+
+def _trickling_server(interval_s=0.5, max_s=60.0):
+    """A server on 127.0.0.1 that answers each connection with one byte every `interval_s` (a
+    header line that never ends). Its thread stops when the client hangs up, after `max_s`, or
+    when the block ends; the block gets (url, connections accepted so far)."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    listener.settimeout(0.1)
+    stop, accepted = threading.Event(), []
+
+    def serve():
+        end = time.monotonic() + max_s
+        while not stop.is_set() and time.monotonic() < end:
+            try:
+                conn, _ = listener.accept()
+            except TimeoutError:
+                continue
+            accepted.append(1)
+            with conn:
+                try:
+                    conn.sendall(b"HTTP/1.1 200 OK\r\nX-Slow: ")
+                    while not stop.wait(interval_s) and time.monotonic() < end:
+                        conn.sendall(b"a")
+                except OSError:  # the client hung up
+                    pass
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{listener.getsockname()[1]}", accepted
+    finally:
+        stop.set()
+        thread.join(10)
+        listener.close()
+        assert not thread.is_alive()
+
+
+@pytest.fixture
+def trickling_server():
+    """`with trickling_server(interval_s, max_s) as (url, accepted):` a server that never finishes
+    its answer (the HTTP client's deadline tests)."""
+    return contextlib.contextmanager(_trickling_server)

@@ -1,6 +1,4 @@
 """rewards/latent_http.py: clean latents scored by the reference server, for real on 127.0.0.1."""
-import contextlib
-import socket
 import threading
 import time
 
@@ -180,42 +178,9 @@ def test_timeout_is_honoured():
         server.stop()
 
 
-@contextlib.contextmanager
-def trickling_server(interval_s=0.5, max_s=60.0):
-    """A server on 127.0.0.1 that answers each connection with one byte every `interval_s`; its
-    thread stops when the client hangs up, after `max_s`, or when the block ends."""
-    listener = socket.create_server(("127.0.0.1", 0))
-    listener.settimeout(0.1)
-    stop = threading.Event()
 
-    def serve():
-        end = time.monotonic() + max_s
-        while not stop.is_set() and time.monotonic() < end:
-            try:
-                conn, _ = listener.accept()
-            except TimeoutError:
-                continue
-            with conn:
-                try:
-                    conn.sendall(b"HTTP/1.1 200 OK\r\nX-Slow: ")
-                    while not stop.wait(interval_s) and time.monotonic() < end:
-                        conn.sendall(b"a")
-                except OSError:  # the client hung up
-                    pass
-
-    thread = threading.Thread(target=serve, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{listener.getsockname()[1]}"
-    finally:
-        stop.set()
-        thread.join(10)
-        listener.close()
-        assert not thread.is_alive()
-
-
-def test_a_server_that_trickles_bytes_is_cut_off_at_timeout_s_naming_reward_and_url():
-    with trickling_server() as url:
+def test_a_server_that_trickles_bytes_is_cut_off_at_timeout_s_naming_reward_and_url(trickling_server):
+    with trickling_server() as (url, _):
         manager = RewardManager([RewardSpec("latent_http", kwargs={"url": url, "timeout_s": 2, "retries": 0})])
         start = time.monotonic()
         with pytest.raises(RewardError) as info:
@@ -227,12 +192,12 @@ def test_a_server_that_trickles_bytes_is_cut_off_at_timeout_s_naming_reward_and_
     assert f"reward server {url}/score failed after 1 attempt(s): timed out after 2 s" in message
 
 
-def test_a_step_that_waits_too_long_for_a_remote_reward_names_it_and_its_url():
+def test_a_step_that_waits_too_long_for_a_remote_reward_names_it_and_its_url(trickling_server):
     from omni_rl.reward.async_scorer import AsyncRewardScorer
 
     scorer = None
     try:
-        with trickling_server() as url:
+        with trickling_server() as (url, _):
             manager = RewardManager([RewardSpec("latent_http", kwargs={"url": url, "timeout_s": 30, "retries": 0})])
             scorer = AsyncRewardScorer(manager, max_batch_size=1, max_wait_ms=1)
             future = scorer.submit(torch.zeros(4, 4, 3, dtype=torch.uint8), "p", {"latent": torch.zeros(4)})

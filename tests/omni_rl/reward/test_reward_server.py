@@ -1,6 +1,5 @@
 """omni_rl/reward/server.py and http_client.py: the reference server and the retrying client,
 run for real on 127.0.0.1 (ephemeral ports; every server is stopped by its fixture/finally)."""
-import contextlib
 import http.client
 import json
 import re
@@ -391,43 +390,8 @@ def test_timeout_is_honoured():
         server.stop()
 
 
-@contextlib.contextmanager
-def trickling_server(interval_s=0.5, max_s=60.0):
-    """A server on 127.0.0.1 that answers each connection with one byte every `interval_s` (a
-    header line that never ends). Its thread stops when the client hangs up, after `max_s`, or
-    when the block ends; the block gets (url, connections accepted so far)."""
-    listener = socket.create_server(("127.0.0.1", 0))
-    listener.settimeout(0.1)
-    stop, accepted = threading.Event(), []
 
-    def serve():
-        end = time.monotonic() + max_s
-        while not stop.is_set() and time.monotonic() < end:
-            try:
-                conn, _ = listener.accept()
-            except TimeoutError:
-                continue
-            accepted.append(1)
-            with conn:
-                try:
-                    conn.sendall(b"HTTP/1.1 200 OK\r\nX-Slow: ")
-                    while not stop.wait(interval_s) and time.monotonic() < end:
-                        conn.sendall(b"a")
-                except OSError:  # the client hung up
-                    pass
-
-    thread = threading.Thread(target=serve, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{listener.getsockname()[1]}", accepted
-    finally:
-        stop.set()
-        thread.join(10)
-        listener.close()
-        assert not thread.is_alive()
-
-
-def test_timeout_is_a_deadline_for_the_whole_attempt_not_each_byte():
+def test_timeout_is_a_deadline_for_the_whole_attempt_not_each_byte(trickling_server):
     # One byte every 0.5 s never trips a 2 s socket timeout; only a deadline cuts it off.
     with trickling_server() as (url, accepted):
         client = ScoreClient(url, timeout_s=2, retries=1, **FAST)
