@@ -19,7 +19,7 @@ from pathlib import Path
 
 import torch
 
-from omni_rl.algos.policy_losses import PolicyLossInput, get_policy_loss
+from omni_rl.algos.policy_losses import PolicyLossInput
 from omni_rl.config.schema import OmniConfig
 from omni_rl.data.prompts import PromptItem
 from omni_rl.data.text_batch import TextBatch
@@ -43,8 +43,6 @@ class TextFamily(ModelFamily):
 
     def __init__(self, cfg: OmniConfig, model: AutoregressiveModelBase):
         super().__init__(cfg, model)
-        self.algo = cfg.algo
-        self.policy_loss = get_policy_loss(cfg.algo.policy_loss)
         self._encoded: dict[int, PromptInputs] = {}
 
     # --- the rollout half -----------------------------------------------------------------

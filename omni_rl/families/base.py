@@ -29,6 +29,7 @@ from typing import Any, Callable, ClassVar, Optional
 
 import torch
 
+from omni_rl.algos.policy_losses import get_policy_loss
 from omni_rl.config.schema import OmniConfig
 from omni_rl.registry import Registry
 
@@ -57,6 +58,8 @@ class ModelFamily(ABC):
     def __init__(self, cfg: OmniConfig, model):
         self.cfg = cfg
         self.model = model
+        self.algo = cfg.algo
+        self.policy_loss = get_policy_loss(cfg.algo.policy_loss)
 
     # --- the rollout half -----------------------------------------------------------------
     @abstractmethod

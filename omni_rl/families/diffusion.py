@@ -23,7 +23,7 @@ import numpy as np
 import torch
 
 from omni_rl.algos.flow_sde import StepOutput, get_step_kernel
-from omni_rl.algos.policy_losses import PolicyLossInput, get_diffusion_kl, get_policy_loss, loss_reads_old_mean
+from omni_rl.algos.policy_losses import PolicyLossInput, get_diffusion_kl, loss_reads_old_mean
 from omni_rl.config.schema import OmniConfig
 from omni_rl.data.diffusion_batch import DiffusionBatch
 from omni_rl.data.prompts import PromptItem
@@ -42,8 +42,6 @@ class DiffusionFamily(ModelFamily):
 
     def __init__(self, cfg: OmniConfig, model: DiffusionModelBase):
         super().__init__(cfg, model)
-        self.algo = cfg.algo
-        self.policy_loss = get_policy_loss(cfg.algo.policy_loss)
         self.kl_form = get_diffusion_kl(cfg.algo.kl_form)
 
     # --- the rollout half -----------------------------------------------------------------
