@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
+from typing import Optional
 
 import torch
 
@@ -138,8 +139,7 @@ class PPOTrainer:
                 AdvantageInput(reward.total, batch.group_index, self.cfg.algo.std_mode, self.cfg.algo.adv_eps)
             )
         with timer("old_log_prob"):
-            old, corr = self.old_policy(batch, step)
-        batch.old_log_probs, batch.old_means = old.log_probs, old.means
+            batch.old_log_probs, batch.old_means, corr = self.old_policy(batch, step)
         with timer("update"):
             update = self.actors.update(batch, step)
         with timer("weight_sync"):
@@ -150,8 +150,9 @@ class PPOTrainer:
         }
 
     # --- parts ---------------------------------------------------------------------------
-    def old_policy(self, batch, step: int) -> tuple[BehaviourPolicy, dict[str, float]]:
-        """The old policy of the ratio, and how far the rollout's log-probs are from the trainer's.
+    def old_policy(self, batch, step: int) -> tuple[torch.Tensor, Optional[torch.Tensor], dict[str, float]]:
+        """The ratio's old log-probs, the old transition means (None unless the loss reads them),
+        and how far the rollout's log-probs are from the trainer's.
 
         The rollout's own log-probs serve as the old ones where they are the actor's bit for bit
         (`algo.old_logprob_mode=auto` and the actor group says so: the same model in this
@@ -168,10 +169,10 @@ class PPOTrainer:
         check = algo.logprob_check_every > 0 and (step - 1) % algo.logprob_check_every == 0
         if use_rollout and not check and not self.family.reads_old_means:
             first = min(self.cfg.trainer.mini_batch_size, len(batch)) / len(batch)
-            return BehaviourPolicy(batch.rollout_log_probs, torch.ones(0)), {"rollout_corr/checked_fraction": first}
+            return batch.rollout_log_probs, None, {"rollout_corr/checked_fraction": first}
         scored = self.actors.behaviour_policy(batch)
-        old = BehaviourPolicy(batch.rollout_log_probs if use_rollout else scored.log_probs, scored.mask, scored.means)
-        return old, rollout_gap(batch.rollout_log_probs, scored)
+        old = batch.rollout_log_probs if use_rollout else scored.log_probs
+        return old, scored.means, rollout_gap(batch.rollout_log_probs, scored)
 
     def validate(self, step: int) -> dict[str, float]:
         return self.family.validate(self.rollout_engine, self.val_items, step, self.rewards, self.output_dir, self.logger)
