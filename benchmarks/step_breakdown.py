@@ -13,6 +13,7 @@ machine load, is how a change's effect on step time is measured:
 
     git worktree add /tmp/before <commit>
     python benchmarks/step_breakdown.py --arm before=/tmp/before --arm after=. --rounds 2
+    python benchmarks/step_breakdown.py --arm a=. --arm b=. --arm-override b=rollout.max_num_seqs=8
 
 The summary gives each arm's median step time per thread count (median over rounds of the
 per-run medians), its ratio to the first arm, and whether each arm's reward sequence equals the
@@ -47,6 +48,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--warmup", type=int, default=2, help="first steps of each run not counted")
     p.add_argument("--rounds", type=int, default=1, help="runs per (arm, threads), alternated")
     p.add_argument("--override", action="append", default=[], help="extra key=value for every run")
+    p.add_argument("--arm-override", action="append", default=[],
+                   help="NAME=key=value: an extra override for one arm (two arms may share a checkout)")
     p.add_argument("--timeout-s", type=float, default=3600.0, help="per run")
     p.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "step_breakdown.json"))
     args = p.parse_args(argv)
@@ -59,6 +62,12 @@ def parse_args(argv=None) -> argparse.Namespace:
             p.error(f"--arm {spec!r}: expected NAME=PATH of a checkout with main_omni.py")
         arms[name] = Path(path).resolve()
     args.arms = arms
+    args.arm_overrides = {name: [] for name in arms}
+    for spec in args.arm_override:
+        name, sep, override = spec.partition("=")
+        if not sep or name not in arms or "=" not in override:
+            p.error(f"--arm-override {spec!r}: expected NAME=key=value for one of the arms {sorted(arms)}")
+        args.arm_overrides[name].append(override)
     return args
 
 
@@ -67,12 +76,12 @@ def commit_of(path: Path) -> str:
     return out.stdout.strip() or "?"
 
 
-def run_once(args, path: Path, threads: int, out: Path) -> dict:
+def run_once(args, path: Path, threads: int, out: Path, extra: list[str]) -> dict:
     env = {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
     cmd = [
         sys.executable, "main_omni.py", f"recipe={args.recipe}", f"trainer.total_steps={args.steps}",
         "trainer.val_every=0", "trainer.save_every=0", "trainer.progress_bar=false", "trainer.loggers=[jsonl]",
-        f"trainer.output_dir={out}", *args.override,
+        f"trainer.output_dir={out}", *args.override, *extra,
     ]
     proc = subprocess.run(cmd, cwd=path, env=env, capture_output=True, text=True, timeout=args.timeout_s)
     if proc.returncode != 0:
@@ -111,7 +120,7 @@ def main(argv=None) -> None:
         for rnd in range(args.rounds):
             for threads in args.threads:
                 for name, path in args.arms.items():
-                    res = run_once(args, path, threads, Path(tmp) / f"{name}_{threads}_{rnd}")
+                    res = run_once(args, path, threads, Path(tmp) / f"{name}_{threads}_{rnd}", args.arm_overrides[name])
                     runs.append({"arm": name, "threads": threads, "round": rnd, **res})
                     print(f"round {rnd} {name:>8} threads={threads}: step {res['median_s']['step']:.3f} s "
                           + " ".join(f"{p}={v:.3f}" for p, v in res["median_s"].items() if p != "step"), flush=True)
@@ -121,7 +130,8 @@ def main(argv=None) -> None:
         "machine": {"platform": platform.platform(), "cpus": os.cpu_count(), "python": platform.python_version()},
         "recipe": args.recipe, "steps": args.steps, "warmup": args.warmup, "rounds": args.rounds,
         "overrides": args.override,
-        "arms": {name: {"commit": commit_of(path)} for name, path in args.arms.items()},
+        "arms": {name: {"commit": commit_of(path), "overrides": args.arm_overrides[name]}
+                 for name, path in args.arms.items()},
         "summary": summarize(args, runs),
         "runs": runs,
     }

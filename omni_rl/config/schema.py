@@ -79,8 +79,6 @@ class RolloutConfig:
     max_wait_ms: float = 5.0
     # A rollout that takes longer than this fails the step instead of hanging.
     timeout_s: float = 1800.0
-    # Intra-op torch threads of the native diffusion engine's own thread; 0 = the process's count.
-    num_threads: int = 0
     # --- text / omni models (autoregressive) ---
     temperature: float = 1.0
     top_p: float = 1.0

@@ -30,7 +30,7 @@ def build_rollout_engine(cfg: OmniConfig, model) -> RolloutEngine:
 def native_engine(cfg: OmniConfig, model) -> RolloutEngine:
     r = cfg.rollout
     if isinstance(model, DiffusionModelBase):
-        return NativeDiffusionEngine(model, r.max_num_seqs, r.max_wait_ms, r.num_threads)
+        return NativeDiffusionEngine(model, r.max_num_seqs, r.max_wait_ms)
     if isinstance(model, AutoregressiveModelBase):
         return NativeTextEngine(model, r.max_num_seqs)
     raise TypeError(

@@ -62,14 +62,10 @@ class _Running:
 class NativeDiffusionEngine(RolloutEngine):
     """Request-batched sampler around a `DiffusionModelBase` adapter."""
 
-    def __init__(self, model: DiffusionModelBase, max_num_seqs: int = 32, max_wait_ms: float = 5.0,
-                 num_threads: int = 0):
+    def __init__(self, model: DiffusionModelBase, max_num_seqs: int = 32, max_wait_ms: float = 5.0):
         if max_num_seqs < 1:
             raise ValueError(f"max_num_seqs={max_num_seqs}: expected >= 1")
-        if num_threads < 0:
-            raise ValueError(f"num_threads={num_threads}: expected >= 0 (0 = the process's torch thread count)")
         self.model = model
-        self.num_threads = num_threads
         self.max_num_seqs = max_num_seqs
         self.max_wait_s = max_wait_ms / 1000.0
         self.weight_version = 0
@@ -163,9 +159,6 @@ class NativeDiffusionEngine(RolloutEngine):
             raise RolloutEngineError("rollout engine is closed")
 
     def _loop(self) -> None:
-        if self.num_threads:
-            # Intra-op threads are per thread: this sizes the engine's own pool only.
-            torch.set_num_threads(self.num_threads)
         while True:
             with self._cv:
                 while not self._closed and not self._queue and not self._running:
