@@ -181,7 +181,7 @@ class PPOTrainer:
         return self.actors.save(self.output_dir, step, to_yaml(self.cfg))
 
     def _resume(self, path: str) -> None:
-        state = load_checkpoint(path)
+        state = load_checkpoint(path)  # verified against its manifest; nothing unpickled
         self.actors.load(state)
         set_rng_state(state["rng"])
         self.start_step = int(state["step"])
