@@ -24,10 +24,12 @@ Loading runs no code from the checkpoint: the manifest is checked first (a trunc
 bit-flipped file is refused, naming it), then only JSON, YAML (safe loader) and safetensors are
 read, and DCP's `sharded/.metadata`, a pickle, only through an allow-list of the classes DCP
 writes. Checkpoints of earlier versions (`trainer_state.pt`, a pickle) are refused, never
-unpickled.
+unpickled. `check_compatible` compares a checkpoint with the run's model config and trainable
+tensors before anything loads.
 """
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import io
 import json
@@ -69,7 +71,7 @@ _DECODE_ERRORS = (ValueError, KeyError, TypeError, AttributeError, RuntimeError,
 
 
 class CheckpointError(FileNotFoundError):
-    """No usable checkpoint where `trainer.resume` points."""
+    """No usable checkpoint where `trainer.resume` points, or one that does not fit the run."""
 
 
 # --- RNG -------------------------------------------------------------------------------------
@@ -429,6 +431,87 @@ def check_dcp_metadata(path: Path) -> None:
         _DcpMetadataUnpickler(io.BytesIO(path.read_bytes())).load()
     except Exception as err:  # noqa: BLE001  (whatever the bytes make pickle raise: refuse)
         raise CheckpointError(f"{path}: not DCP metadata omni-rl can load safely ({_describe(err)})") from err
+
+
+# --- compatibility ---------------------------------------------------------------------------
+_COMPAT_KEYS = ("adapter", "path", "stage", "lora.enabled")
+_LORA_KEYS = ("lora.rank", "lora.alpha", "lora.target_modules")
+
+
+def check_compatible(state: dict[str, Any], cfg, model) -> None:
+    """Refuse a checkpoint whose model settings or trainable tensors differ from this run's.
+
+    Compared: model.adapter, path, stage, lora.enabled and, with LoRA on, lora.rank, alpha and
+    target_modules (as sets; where one side is null, the adapter's default, the tensor names
+    decide); then the names and shapes of the trainable tensors.
+    """
+    folder = state["folder"]
+    saved_model = state["config"].get("model")
+    current = dataclasses.asdict(cfg.model)
+    keys = _COMPAT_KEYS + (_LORA_KEYS if cfg.model.lora.enabled else ())
+    undecided = []  # settings that differ only by a null (the adapter's default): the tensors decide
+    for key in keys:
+        if not isinstance(saved_model, dict):
+            break
+        saved, now = _lookup(saved_model, key), _lookup(current, key)
+        if saved is _ABSENT or _same_setting(key, saved, now):
+            if saved is not _ABSENT and saved != now:
+                undecided.append(f"model.{key}={_show(saved)} there, {_show(now)} here")
+            continue
+        raise CheckpointError(
+            f"trainer.resume: {folder} was trained with model.{key}={_show(saved)}, this run has "
+            f"model.{key}={_show(now)}; resume with model.{key}={_show(saved)}, or start a new run without "
+            f"trainer.resume"
+        )
+    saved_shapes = state["trainable_tensors"]
+    shapes = {n: list(t.shape) for n, t in model.named_trainable_tensors().items()}
+    missing = sorted(set(shapes) - set(saved_shapes))
+    extra = sorted(set(saved_shapes) - set(shapes))
+    other = sorted(n for n in set(shapes) & set(saved_shapes) if shapes[n] != saved_shapes[n])
+    if missing or extra or other:
+        parts = []
+        if missing:
+            parts.append(f"{len(missing)} of this model's are not in it (e.g. {missing[0]!r})")
+        if extra:
+            parts.append(f"{len(extra)} of its are not in this model (e.g. {extra[0]!r})")
+        if other:
+            parts.append(f"{len(other)} differ in shape (e.g. {other[0]!r}: {saved_shapes[other[0]]} saved, "
+                         f"{shapes[other[0]]} here)")
+        if undecided:
+            parts.append("; ".join(undecided))
+        raise CheckpointError(
+            f"trainer.resume: the trainable tensors of {folder} do not fit this model: {'; '.join(parts)}; "
+            f"resume with the model settings of {Path(folder) / CONFIG_FILE}"
+        )
+
+
+_ABSENT = object()
+
+
+def _lookup(tree: dict[str, Any], dotted: str) -> Any:
+    for part in dotted.split("."):
+        if not isinstance(tree, dict) or part not in tree:
+            return _ABSENT
+        tree = tree[part]
+    return tree
+
+
+def _same_setting(key: str, saved: Any, now: Any) -> bool:
+    if key == "lora.target_modules":
+        return saved is None or now is None or sorted(map(str, saved)) == sorted(map(str, now))
+    if key == "lora.alpha":
+        return isinstance(saved, (int, float)) and float(saved) == float(now)
+    return saved == now
+
+
+def _show(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, (list, tuple)):
+        return "[" + ",".join(map(str, value)) + "]"
+    return str(value)
 
 
 def latest_step(output_dir: Path) -> Optional[int]:

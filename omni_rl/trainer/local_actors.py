@@ -71,7 +71,7 @@ class LocalActorGroup(ActorGroup):
         )
 
     def load(self, state: dict[str, Any]) -> None:
-        """Resume from a checkpoint `load_checkpoint` returned."""
+        """Resume from a checkpoint `load_checkpoint` returned (and `check_compatible` passed)."""
         if "sharded" in state:
             raise CheckpointError(
                 f"trainer.resume={self.cfg.trainer.resume!r}: {state['folder']} holds a sharded checkpoint "

@@ -29,7 +29,7 @@ from omni_rl.logging import MetricLogger, ProgressBar, build_sinks, plot_reward_
 from omni_rl.reward.async_scorer import AsyncRewardScorer
 from omni_rl.reward.manager import RewardManager, RewardSpec
 from omni_rl.trainer.actor_group import ACTOR_GROUPS
-from omni_rl.trainer.checkpoint import export_folder, load_checkpoint, set_rng_state
+from omni_rl.trainer.checkpoint import check_compatible, export_folder, load_checkpoint, set_rng_state
 from omni_rl.trainer.timer import StepTimer
 from omni_rl.utils.atomic import atomic_directory, atomic_write_text
 
@@ -182,6 +182,7 @@ class PPOTrainer:
 
     def _resume(self, path: str) -> None:
         state = load_checkpoint(path)  # verified against its manifest; nothing unpickled
+        check_compatible(state, self.cfg, self.model)
         self.actors.load(state)
         set_rng_state(state["rng"])
         self.start_step = int(state["step"])

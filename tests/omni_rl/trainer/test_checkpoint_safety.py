@@ -1,8 +1,8 @@
-"""Checkpoints that cannot run code and say which file is bad.
+"""Checkpoints that cannot run code, say which file is bad, and refuse a run they do not fit.
 
 One tiny SD3 run (two steps, a checkpoint after each) is made once per module; each test copies
 it and damages the copy: a planted pickle (whose `__reduce__` would create a marker file),
-truncated / garbage / `{}` / bit-flipped files. The loaders are called
+truncated / garbage / `{}` / bit-flipped files, another model config. The loaders are called
 directly where the point is what they read, and through `PPOTrainer` or the CLI where it is
 what a user sees (one `error:` line naming the file, or a warning and a fall-back).
 """
@@ -26,6 +26,7 @@ from omni_rl.trainer.checkpoint import (
     STATE_FILE,
     TENSORS_FILE,
     CheckpointError,
+    check_compatible,
     check_dcp_metadata,
     load_checkpoint,
     save_checkpoint,
@@ -214,6 +215,50 @@ def test_resume_through_the_trainer_uses_the_fallback_and_continues_from_it(run_
         assert any("falling back to" in r.getMessage() for r in caplog.records)
     finally:
         trainer._close()
+
+
+# --- point 7: compatibility --------------------------------------------------------------------
+@pytest.mark.parametrize("override, expected", [
+    ("model.lora.rank=4", "model.lora.rank=8, this run has model.lora.rank=4; resume with model.lora.rank=8"),
+    ("model.lora.alpha=64", "model.lora.alpha=16.0, this run has model.lora.alpha=64.0"),
+    ("model.lora.enabled=false", "model.lora.enabled=true, this run has model.lora.enabled=false"),
+    # null is the adapter's default; here the tensor names show the difference.
+    ("model.lora.target_modules=[to_q]", "do not fit this model: 26 of its are not in this model (e.g. "
+                                         "'transformer_blocks.0.attn.add_k_proj.lora_A.default.weight'); "
+                                         "model.lora.target_modules=null there, [to_q] here"),
+])
+def test_another_model_config_is_refused_naming_the_key(run_dir, override, expected):
+    with pytest.raises(CheckpointError, match="trained with|do not fit") as err:
+        PPOTrainer(config(run_dir / "again", "trainer.total_steps=3", override, f"trainer.resume={run_dir}"))
+    text = one_line(err)
+    assert expected in text and str(step_dir(run_dir, 2)) in text
+
+
+def test_a_text_checkpoint_is_refused_by_the_sd3_recipe(tmp_path):
+    text_run = tmp_path / "text"
+    PPOTrainer(load_config(["recipe=tiny_qwen3_grpo", "trainer.total_steps=1", "trainer.val_every=0",
+                            "trainer.progress_bar=false", "trainer.loggers=[jsonl]", "rollout.max_new_tokens=4",
+                            f"trainer.output_dir={text_run}"])).fit()
+    with pytest.raises(CheckpointError, match="model.adapter=Qwen3ForCausalLM, this run has "
+                                              "model.adapter=StableDiffusion3Pipeline") as err:
+        PPOTrainer(config(tmp_path / "sd3", "trainer.total_steps=2", f"trainer.resume={text_run}"))
+    one_line(err)
+
+
+def test_trainable_tensors_of_another_shape_are_refused(run_dir):
+    state = load_checkpoint(str(run_dir))
+    shapes = state["trainable_tensors"]
+    name = sorted(shapes)[0]
+    cfg = config(run_dir)
+    tensors = {n: torch.zeros(s) for n, s in shapes.items()}
+    tensors[name] = torch.zeros([s + 1 for s in shapes[name]])
+    tensors["extra.lora_A.weight"] = torch.zeros(2, 2)
+    check_compatible(state, cfg, SimpleNamespace(named_trainable_tensors=lambda: dict(state["trainable"])))
+    with pytest.raises(CheckpointError, match="do not fit this model") as err:
+        check_compatible(state, cfg, SimpleNamespace(named_trainable_tensors=lambda: tensors))
+    text = one_line(err)
+    assert "1 of this model's are not in it (e.g. 'extra.lora_A.weight')" in text
+    assert f"1 differ in shape (e.g. {name!r}" in text
 
 
 # --- the format itself, without a model ----------------------------------------------------------
