@@ -188,6 +188,12 @@ class PPOTrainer:
         self.start_step = int(state["step"])
         self.actors.sync_rollout(self.start_step)
         log.info("resumed from %s at step %d", state["folder"], self.start_step)
+        total = self.cfg.trainer.total_steps
+        if total <= self.start_step:
+            log.warning(
+                "trainer.total_steps=%d is not above the checkpoint's step %d: nothing to train; raise "
+                "trainer.total_steps to continue", total, self.start_step,
+            )
 
     def export(self, folder: Path) -> None:
         """The trained weights (LoRA or full) into `folder`, atomically."""

@@ -261,6 +261,14 @@ def test_trainable_tensors_of_another_shape_are_refused(run_dir):
     assert f"1 differ in shape (e.g. {name!r}" in text
 
 
+# --- point 8: nothing to train -----------------------------------------------------------------
+def test_total_steps_not_above_the_checkpoint_step_is_a_warning(run_dir, caplog):
+    with caplog.at_level(logging.WARNING):
+        PPOTrainer(config(run_dir, "trainer.total_steps=1", f"trainer.resume={run_dir}")).fit()
+    assert any(r.getMessage() == "trainer.total_steps=1 is not above the checkpoint's step 2: nothing to train; "
+                                 "raise trainer.total_steps to continue" for r in caplog.records)
+
+
 # --- the format itself, without a model ----------------------------------------------------------
 class StubModel:
     """What `save_checkpoint` asks of a model: trainable tensors, cfg.lora, save_trained."""
