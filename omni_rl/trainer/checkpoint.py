@@ -17,8 +17,8 @@ A checkpoint is a folder `OUTPUT/checkpoints/step_000020/` holding
 - `manifest.json`: the size and sha256 of every other file, written last.
 
 The folder is built under a temporary name and renamed into place only when complete, so a crash
-or a bad value mid-save never leaves a checkpoint that looks whole. Older checkpoints beyond
-`keep_last` are removed only after the new one is in place.
+or a bad value mid-save never leaves a checkpoint that looks whole. Older checkpoints of the run
+beyond `keep_last` are removed only after the new one is in place.
 
 Loading runs no code from the checkpoint: the manifest is checked first (a truncated, edited or
 bit-flipped file is refused, naming it), then only JSON, YAML (safe loader) and safetensors are
@@ -139,7 +139,7 @@ def write_checkpoint(output_dir: Path, step: int, model, config_yaml: str, keep_
         atomic_write_json(tmp / STATE_FILE, state)
         atomic_write_text(tmp / CONFIG_FILE, config_yaml)
         write_manifest(tmp)
-    prune_checkpoints(output_dir, keep_last)
+    prune_checkpoints(output_dir, keep_last, newest=target)
     return target
 
 
@@ -206,12 +206,24 @@ def _sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
-def prune_checkpoints(output_dir: Path, keep_last: int) -> None:
-    """Remove all but the newest `keep_last` checkpoints (0 keeps all); called only after a new
-    checkpoint is in place, so a failed save never costs the previous one."""
-    if keep_last > 0:
-        for old in list_checkpoints(output_dir)[:-keep_last]:
-            shutil.rmtree(old, ignore_errors=True)
+def prune_checkpoints(output_dir: Path, keep_last: int, newest: Optional[Path] = None) -> None:
+    """Keep `newest` (the checkpoint just written) and the `keep_last - 1` before it; 0 keeps all.
+
+    Called only after the new checkpoint is in place, so a failed save never costs the previous
+    one. Checkpoints of a higher step than `newest` are not this run's to remove (those of an
+    earlier run in the folder, or the steps after the one this run resumed from): they stay.
+    Without `newest`, the newest `keep_last` of all are kept.
+    """
+    if keep_last <= 0:
+        return
+    found = list_checkpoints(output_dir)
+    if newest is None:
+        doomed = found[:-keep_last]
+    else:
+        older = [p for p in found if _step_of(p) < _step_of(Path(newest))]
+        doomed = older[: max(len(older) - (keep_last - 1), 0)]
+    for old in doomed:
+        shutil.rmtree(old, ignore_errors=True)
 
 
 def export_folder(model) -> str:

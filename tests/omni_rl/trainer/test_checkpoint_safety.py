@@ -29,6 +29,7 @@ from omni_rl.trainer.checkpoint import (
     check_compatible,
     check_dcp_metadata,
     load_checkpoint,
+    prune_checkpoints,
     save_checkpoint,
     write_manifest,
 )
@@ -318,3 +319,28 @@ def test_the_state_round_trips_exactly(tmp_path):
     # Every file is in the manifest, the export too.
     listed = json.loads((folder / MANIFEST_FILE).read_text())["files"]
     assert sorted(listed) == ["config.yaml", "lora/weights.bin", STATE_FILE, TENSORS_FILE]
+
+
+def fake_checkpoints(out: Path, steps) -> None:
+    for step in steps:
+        folder = step_dir(out, step)
+        folder.mkdir(parents=True)
+        (folder / MANIFEST_FILE).write_text("{}")
+
+
+def test_pruning_never_deletes_the_checkpoint_just_written(tmp_path):
+    # An earlier run left steps 4 and 6; this run writes step 2 with keep_last=2.
+    fake_checkpoints(tmp_path, [4, 6])
+    model = StubModel()
+    written = save_checkpoint(tmp_path, 2, stub_engine_state(model), model, "model: {}\n", keep_last=2)
+    assert written.is_dir()
+    assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == ["step_000002", "step_000004", "step_000006"]
+
+
+def test_pruning_keeps_the_newest_keep_last_counting_the_new_one(tmp_path):
+    fake_checkpoints(tmp_path, [1, 2, 3, 9])
+    prune_checkpoints(tmp_path, 2, newest=step_dir(tmp_path, 3))
+    # 3 (just written) and 2 before it; 9 is a higher step, not this run's to remove.
+    assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == ["step_000002", "step_000003", "step_000009"]
+    prune_checkpoints(tmp_path, 1, newest=step_dir(tmp_path, 3))
+    assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == ["step_000003", "step_000009"]
