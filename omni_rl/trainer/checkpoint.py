@@ -1,41 +1,80 @@
-"""Full checkpoints: written atomically, found again for `trainer.resume`.
+"""Full checkpoints: written atomically, verified before they load, never unpickled.
 
 A checkpoint is a folder `OUTPUT/checkpoints/step_000020/` holding
 
-- `trainer_state.pt`: trainable tensors, optimizer state, the step, RNG states (sharded runs:
-  the step and RNG states, with the tensors and optimizer in `sharded/`);
+- `trainer_state.json`: the format version, the step, the RNG states (python, numpy, torch), the
+  names and shapes of the trainable tensors, and, for trainer.backend=local, the optimizer's
+  param_groups and non-tensor state;
+- `trainer_state.safetensors` (trainer.backend=local): the trainable tensors (`trainable/NAME`)
+  and the optimizer's tensor state (`optimizer/PARAM_INDEX/KEY`: AdamW's step, exp_avg,
+  exp_avg_sq);
+- `sharded/` (trainer.backend=ray): the trainable tensors and optimizer state, one
+  torch.distributed.checkpoint (DCP) shard per rank;
 - `lora/` (LoRA runs) or `model/` (full fine-tuning): the trained weights in the model
   library's own format (diffusers: `pipe.load_lora_weights(folder)`; PEFT / transformers:
   `from_pretrained`), for use outside omni-rl;
-- `config.yaml`: the config of the run that wrote it.
+- `config.yaml`: the config of the run that wrote it;
+- `manifest.json`: the size and sha256 of every other file, written last.
 
 The folder is built under a temporary name and renamed into place only when complete, so a crash
-or a bad value mid-save never leaves a checkpoint that looks whole. Older checkpoints beyond
-`keep_last` are removed only after the new one is in place.
+or a bad value mid-save never leaves a checkpoint that looks whole. Older checkpoints of the run
+beyond `keep_last` are removed only after the new one is in place.
+
+Loading runs no code from the checkpoint: the manifest is checked first (a truncated, edited or
+bit-flipped file is refused, naming it), then only JSON, YAML (safe loader) and safetensors are
+read, and DCP's `sharded/.metadata`, a pickle, only through an allow-list of the classes DCP
+writes. Checkpoints of earlier versions (`trainer_state.pt`, a pickle) are refused, never
+unpickled. `check_compatible` compares a checkpoint with the run's model config and trainable
+tensors before anything loads.
 """
 from __future__ import annotations
 
+import dataclasses
+import hashlib
+import io
+import json
+import logging
+import pickle
 import random
 import re
 import shutil
-from pathlib import Path
-from typing import Any, Optional
+from pathlib import Path, PurePosixPath
+from typing import Any, Callable, Optional
 
 import numpy as np
 import torch
+import yaml
 
-from omni_rl.utils.atomic import atomic_directory, atomic_torch_save
+from omni_rl.utils.atomic import (
+    atomic_directory,
+    atomic_save_safetensors,
+    atomic_write_json,
+    atomic_write_text,
+)
+
+log = logging.getLogger(__name__)
 
 _STEP_DIR = re.compile(r"^step_(\d+)$")
-STATE_FILE = "trainer_state.pt"
+FORMAT_VERSION = 2
+STATE_FILE = "trainer_state.json"
+TENSORS_FILE = "trainer_state.safetensors"
+MANIFEST_FILE = "manifest.json"
+CONFIG_FILE = "config.yaml"
+# The pickle earlier versions wrote; recognised only to refuse it.
+LEGACY_STATE_FILE = "trainer_state.pt"
 # Sharded runs (trainer.backend=ray) keep the optimizer and trainable tensors here, one DCP shard per rank.
 SHARDED_DIR = "sharded"
+_MARKERS = (MANIFEST_FILE, STATE_FILE, LEGACY_STATE_FILE)
+_HASH_CHUNK = 1 << 20
+# What decoding a malformed state can raise (json, int(), the generators' setstate, numpy's uint32).
+_DECODE_ERRORS = (ValueError, KeyError, TypeError, AttributeError, RuntimeError, OverflowError)
 
 
 class CheckpointError(FileNotFoundError):
-    """No usable checkpoint where `trainer.resume` points."""
+    """No usable checkpoint where `trainer.resume` points, or one that does not fit the run."""
 
 
+# --- RNG -------------------------------------------------------------------------------------
 def rng_state() -> dict[str, Any]:
     return {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
 
@@ -46,23 +85,145 @@ def set_rng_state(state: dict[str, Any]) -> None:
     torch.set_rng_state(state["torch"])
 
 
-def save_checkpoint(output_dir: Path, step: int, state: dict[str, Any], model, config_yaml: str, keep_last: int) -> Path:
-    root = Path(output_dir) / "checkpoints"
-    target = root / f"step_{step:06d}"
+def _rng_to_json(state: dict[str, Any]) -> dict[str, Any]:
+    version, internal, gauss_next = state["python"]
+    name, keys, pos, has_gauss, cached = state["numpy"]
+    return {
+        "python": {"version": version, "state": list(internal), "gauss_next": gauss_next},
+        "numpy": {"name": name, "keys": keys.tolist(), "pos": int(pos), "has_gauss": int(has_gauss),
+                  "cached_gaussian": float(cached)},
+        "torch": bytes(state["torch"].tolist()).hex(),
+    }
+
+
+def _rng_from_json(raw: dict[str, Any]) -> dict[str, Any]:
+    """The RNG states of `_rng_to_json`, checked by loading each into a spare generator."""
+    py, npy = raw["python"], raw["numpy"]
+    gauss = py["gauss_next"]
+    state = {
+        "python": (int(py["version"]), tuple(int(x) for x in py["state"]), None if gauss is None else float(gauss)),
+        "numpy": (str(npy["name"]), np.array(npy["keys"], dtype=np.uint32), int(npy["pos"]), int(npy["has_gauss"]),
+                  float(npy["cached_gaussian"])),
+        "torch": torch.tensor(list(bytes.fromhex(raw["torch"])), dtype=torch.uint8),
+    }
+    random.Random().setstate(state["python"])
+    np.random.RandomState().set_state(state["numpy"])
+    torch.Generator().set_state(state["torch"])
+    return state
+
+
+# --- saving ----------------------------------------------------------------------------------
+def checkpoint_dir(output_dir: Path, step: int) -> Path:
+    return Path(output_dir) / "checkpoints" / f"step_{step:06d}"
+
+
+def write_checkpoint(output_dir: Path, step: int, model, config_yaml: str, keep_last: int,
+                     write_weights: Callable[[Path], dict[str, Any]]) -> Path:
+    """The one way a checkpoint folder is made, for every backend.
+
+    `write_weights(folder)` writes the trainable state and the export into the (temporary)
+    folder and returns what `trainer_state.json` records about them (its backend's keys); this
+    adds the step, RNG states, tensor names and shapes, the config, and the manifest last.
+    """
+    rng = rng_state()
+    target = checkpoint_dir(output_dir, step)
     with atomic_directory(target) as tmp:
-        atomic_torch_save({**state, "step": step, "rng": rng_state()}, tmp / STATE_FILE)
-        model.save_trained(str(tmp / export_folder(model)))
-        (tmp / "config.yaml").write_text(config_yaml)
-    prune_checkpoints(output_dir, keep_last)
+        extra = write_weights(tmp)
+        state = {
+            "format": FORMAT_VERSION,
+            "step": step,
+            "rng": _rng_to_json(rng),
+            "trainable_tensors": {n: list(t.shape) for n, t in model.named_trainable_tensors().items()},
+            **extra,
+        }
+        atomic_write_json(tmp / STATE_FILE, state)
+        atomic_write_text(tmp / CONFIG_FILE, config_yaml)
+        write_manifest(tmp)
+    prune_checkpoints(output_dir, keep_last, newest=target)
     return target
 
 
-def prune_checkpoints(output_dir: Path, keep_last: int) -> None:
-    """Remove all but the newest `keep_last` checkpoints (0 keeps all); called only after a new
-    checkpoint is in place, so a failed save never costs the previous one."""
-    if keep_last > 0:
-        for old in list_checkpoints(output_dir)[:-keep_last]:
-            shutil.rmtree(old, ignore_errors=True)
+def save_checkpoint(output_dir: Path, step: int, state: dict[str, Any], model, config_yaml: str, keep_last: int) -> Path:
+    """A one-process checkpoint: `state` is `LocalEngine.state_dict()` (trainable tensors, optimizer)."""
+
+    def write_weights(folder: Path) -> dict[str, Any]:
+        tensors, optimizer = _split_engine_state(state)
+        atomic_save_safetensors(tensors, folder / TENSORS_FILE)
+        model.save_trained(str(folder / export_folder(model)))
+        return {"optimizer": optimizer}
+
+    return write_checkpoint(output_dir, step, model, config_yaml, keep_last, write_weights)
+
+
+def _split_engine_state(state: dict[str, Any]) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+    """Tensors for safetensors; the optimizer's param_groups and scalar state for JSON."""
+    tensors = {f"trainable/{k}": v.detach().cpu().contiguous() for k, v in state["trainable"].items()}
+    optimizer = state["optimizer"]
+    scalars: dict[str, dict[str, Any]] = {}
+    for index, entries in optimizer["state"].items():
+        for key, value in entries.items():
+            if isinstance(value, torch.Tensor):
+                tensors[f"optimizer/{index}/{key}"] = value.detach().cpu().contiguous()
+            else:
+                scalars.setdefault(str(index), {})[key] = value
+    return tensors, {"param_groups": optimizer["param_groups"], "state": scalars}
+
+
+def _join_engine_state(tensors: dict[str, torch.Tensor], optimizer: dict[str, Any], names: list[str]) -> dict[str, Any]:
+    """`LocalEngine.state_dict()` back from `_split_engine_state`'s two halves."""
+    trainable = {k.removeprefix("trainable/"): v for k, v in tensors.items() if k.startswith("trainable/")}
+    if sorted(trainable) != sorted(names):
+        raise ValueError(f"{len(trainable)} trainable tensors, but {STATE_FILE} lists {len(names)}")
+    opt_state: dict[int, dict[str, Any]] = {int(i): dict(v) for i, v in optimizer["state"].items()}
+    for key, value in tensors.items():
+        if key.startswith("optimizer/"):
+            _, index, name = key.split("/", 2)
+            opt_state.setdefault(int(index), {})[name] = value
+    # JSON has no tuples; torch optimizers keep them in param_groups (AdamW's betas).
+    groups = [{k: (tuple(v) if isinstance(v, list) and k != "params" else v) for k, v in g.items()}
+              for g in optimizer["param_groups"]]
+    for group in groups:
+        if not all(isinstance(i, int) for i in group["params"]):
+            raise ValueError("optimizer param_groups: params must be integer indices")
+    return {"trainable": trainable, "optimizer": {"state": opt_state, "param_groups": groups}}
+
+
+def write_manifest(folder: Path) -> Path:
+    """`manifest.json`: size and sha256 of every file under `folder` (call it last)."""
+    files = {}
+    for path in sorted(Path(folder).rglob("*")):
+        rel = path.relative_to(folder).as_posix()
+        if path.is_file() and rel != MANIFEST_FILE:
+            files[rel] = {"size": path.stat().st_size, "sha256": _sha256(path)}
+    return atomic_write_json(Path(folder) / MANIFEST_FILE, {"format": FORMAT_VERSION, "files": files})
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(_HASH_CHUNK):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def prune_checkpoints(output_dir: Path, keep_last: int, newest: Optional[Path] = None) -> None:
+    """Keep `newest` (the checkpoint just written) and the `keep_last - 1` before it; 0 keeps all.
+
+    Called only after the new checkpoint is in place, so a failed save never costs the previous
+    one. Checkpoints of a higher step than `newest` are not this run's to remove (those of an
+    earlier run in the folder, or the steps after the one this run resumed from): they stay.
+    Without `newest`, the newest `keep_last` of all are kept.
+    """
+    if keep_last <= 0:
+        return
+    found = list_checkpoints(output_dir)
+    if newest is None:
+        doomed = found[:-keep_last]
+    else:
+        older = [p for p in found if _step_of(p) < _step_of(Path(newest))]
+        doomed = older[: max(len(older) - (keep_last - 1), 0)]
+    for old in doomed:
+        shutil.rmtree(old, ignore_errors=True)
 
 
 def export_folder(model) -> str:
@@ -70,35 +231,301 @@ def export_folder(model) -> str:
     return "lora" if model.cfg.lora.enabled else "model"
 
 
+# --- finding and loading ---------------------------------------------------------------------
+def _step_of(folder: Path) -> int:
+    return int(_STEP_DIR.match(folder.name).group(1))
+
+
+def _is_checkpoint(folder: Path) -> bool:
+    return any((folder / marker).is_file() for marker in _MARKERS)
+
+
 def list_checkpoints(output_dir: Path) -> list[Path]:
+    """The checkpoint folders of an output folder, oldest first (verified or not)."""
     root = Path(output_dir) / "checkpoints"
     if not root.is_dir():
         return []
-    found = [p for p in root.iterdir() if _STEP_DIR.match(p.name) and (p / STATE_FILE).is_file()]
-    return sorted(found, key=lambda p: int(_STEP_DIR.match(p.name).group(1)))
+    found = [p for p in root.iterdir() if _STEP_DIR.match(p.name) and p.is_dir() and _is_checkpoint(p)]
+    return sorted(found, key=_step_of)
 
 
-def find_checkpoint(path: str) -> Path:
-    """`path` is a checkpoint folder, or an output folder whose latest checkpoint is meant."""
-    p = Path(path).expanduser()
-    if (p / STATE_FILE).is_file():
-        return p
-    found = list_checkpoints(p)
-    if found:
-        return found[-1]
-    raise CheckpointError(
-        f"trainer.resume={path!r}: no checkpoint there (expected a folder with {STATE_FILE}, "
-        f"or an output folder with checkpoints/step_NNNNNN/)"
-    )
+def find_checkpoint(path: str, setting: str = "trainer.resume") -> Path:
+    """The verified checkpoint folder `path` names (see `load_checkpoint`)."""
+    return Path(_resolve(path, setting)["folder"])
 
 
 def load_checkpoint(path: str) -> dict[str, Any]:
-    folder = find_checkpoint(path)
-    state = torch.load(folder / STATE_FILE, map_location="cpu", weights_only=False)
+    """The state of the checkpoint `path` names, verified against its manifest.
+
+    `path` is a checkpoint folder (which must verify) or an output folder, meaning its latest
+    checkpoint: if that one fails verification, a warning names it and why, and the newest one
+    that verifies is used. Returns `trainer_state.json`'s entries (with `rng` as the states
+    `set_rng_state` takes), `folder`, `config` (the saved config.yaml) and, for a one-process
+    checkpoint, `trainable` and `optimizer` as `LocalEngine.load_state_dict` takes them.
+    """
+    return _resolve(path, "trainer.resume")
+
+
+def _resolve(path: str, setting: str) -> dict[str, Any]:
+    p = Path(path).expanduser()
+    if _is_checkpoint(p):  # the user named this one: no fall-back
+        try:
+            return read_checkpoint(p)
+        except CheckpointError as err:
+            if not (p / MANIFEST_FILE).is_file():
+                raise  # the message says what to do (an old format, or an unfinished save)
+            raise CheckpointError(
+                f"{setting}={path!r}: {err}; resume from another checkpoint, or from the output folder "
+                f"(its newest checkpoint that verifies)"
+            ) from err
+    found = list_checkpoints(p)
+    if not found:
+        raise CheckpointError(
+            f"{setting}={path!r}: no checkpoint there (expected a folder with {MANIFEST_FILE}, "
+            f"or an output folder with checkpoints/step_NNNNNN/)"
+        )
+    failures: list[tuple[Path, CheckpointError]] = []
+    for folder in reversed(found):
+        try:
+            state = read_checkpoint(folder)
+        except CheckpointError as err:
+            log.warning("%s=%s: skipping %s, which fails verification: %s", setting, path, folder.name, err)
+            failures.append((folder, err))
+            continue
+        if failures:
+            log.warning("%s=%s: falling back to %s (step %d), the newest checkpoint there that verifies",
+                        setting, path, folder, state["step"])
+        return state
+    newest, err = failures[0]
+    raise CheckpointError(
+        f"{setting}={path!r}: none of its {len(found)} checkpoints verifies; the latest, {newest.name}: {err}"
+    )
+
+
+def read_checkpoint(folder: Path) -> dict[str, Any]:
+    """One checkpoint folder, verified and decoded; `CheckpointError` names the bad file."""
+    folder = Path(folder)
+    listed = verify_checkpoint(folder)
+    state_path = folder / STATE_FILE
+    try:
+        raw = json.loads(state_path.read_text())
+        if raw.get("format") != FORMAT_VERSION:
+            raise ValueError(f"format {raw.get('format')!r}, expected {FORMAT_VERSION}")
+        step = raw["step"]
+        if not isinstance(step, int) or isinstance(step, bool) or step < 0:
+            raise ValueError(f"step {step!r}, expected an integer >= 0")
+        state = {
+            **raw,
+            "rng": _rng_from_json(raw["rng"]),
+            "trainable_tensors": {str(n): [int(d) for d in s] for n, s in raw["trainable_tensors"].items()},
+        }
+        if "sharded" in raw and raw["sharded"] != SHARDED_DIR:
+            raise ValueError(f"sharded={raw['sharded']!r}, expected {SHARDED_DIR!r}")
+    except _DECODE_ERRORS as err:
+        raise CheckpointError(f"{state_path}: not a valid trainer state ({_describe(err)})") from err
+    state["config"] = _read_config(folder / CONFIG_FILE)
+    # Read only what the manifest vouches for.
+    needed = f"{SHARDED_DIR}/.metadata" if "sharded" in state else TENSORS_FILE
+    if needed not in listed:
+        raise CheckpointError(f"{folder / MANIFEST_FILE}: does not list {needed}, which {STATE_FILE} needs")
+    if "sharded" in state:
+        check_dcp_metadata(folder / SHARDED_DIR / ".metadata")
+    else:
+        state.update(_read_tensors(folder / TENSORS_FILE, raw, state_path))
     state["folder"] = str(folder)
     return state
 
 
+def _read_tensors(path: Path, raw: dict[str, Any], state_path: Path) -> dict[str, Any]:
+    from safetensors import SafetensorError
+    from safetensors.torch import load_file
+
+    try:
+        tensors = load_file(path, device="cpu")
+    except (SafetensorError, OSError, ValueError) as err:
+        raise CheckpointError(f"{path}: not a readable safetensors file ({err})") from err
+    try:
+        return _join_engine_state(tensors, raw["optimizer"], list(raw["trainable_tensors"]))
+    except _DECODE_ERRORS as err:
+        raise CheckpointError(f"{state_path} and {path} do not agree ({_describe(err)})") from err
+
+
+def _read_config(path: Path) -> dict[str, Any]:
+    try:
+        config = yaml.safe_load(path.read_text())
+    except (OSError, yaml.YAMLError, UnicodeDecodeError) as err:
+        raise CheckpointError(f"{path}: not a readable config ({err})") from err
+    if not isinstance(config, dict):
+        raise CheckpointError(f"{path}: expected a YAML mapping, got {type(config).__name__}")
+    return config
+
+
+def _describe(err: Exception) -> str:
+    return f"missing key {err}" if isinstance(err, KeyError) else f"{type(err).__name__}: {err}"
+
+
+def verify_checkpoint(folder: Path) -> set[str]:
+    """Check every file of `folder` against its manifest (size, then sha256); returns the
+    files it lists (relative paths)."""
+    folder = Path(folder)
+    manifest_path = folder / MANIFEST_FILE
+    if not manifest_path.is_file():
+        if (folder / LEGACY_STATE_FILE).is_file():
+            exports = [name for name in ("lora", "model") if (folder / name).is_dir()]
+            where = f"; its trained weights are in {folder / exports[0]}, readable without omni-rl" if exports else ""
+            raise CheckpointError(
+                f"{folder / LEGACY_STATE_FILE}: a checkpoint in the pickle format of earlier omni-rl versions, "
+                f"which is no longer loaded (unpickling can run arbitrary code); re-run the training with this "
+                f"version to get a resumable checkpoint{where}"
+            )
+        raise CheckpointError(
+            f"{manifest_path}: missing, so {folder} cannot be verified (a save that did not finish, or a "
+            f"partial copy); resume from another checkpoint"
+        )
+    try:
+        files = json.loads(manifest_path.read_text())["files"]
+        entries = [(str(rel), int(e["size"]), str(e["sha256"])) for rel, e in files.items()]
+    except _DECODE_ERRORS as err:
+        raise CheckpointError(f"{manifest_path}: not a valid manifest ({_describe(err)})") from err
+    listed = {rel for rel, _, _ in entries}
+    for required in (STATE_FILE, CONFIG_FILE):
+        if required not in listed:
+            raise CheckpointError(f"{manifest_path}: does not list {required}; not a checkpoint of this version")
+    for rel, size, sha256 in entries:
+        parts = PurePosixPath(rel).parts
+        if PurePosixPath(rel).is_absolute() or ".." in parts:
+            raise CheckpointError(f"{manifest_path}: lists {rel!r}, a path outside the checkpoint folder")
+        path = folder / rel
+        if not path.is_file():
+            raise CheckpointError(f"{path}: missing, though {MANIFEST_FILE} lists it")
+        actual = path.stat().st_size
+        if actual != size:
+            raise CheckpointError(
+                f"{path}: {actual} bytes, {MANIFEST_FILE} says {size}: the file was truncated or overwritten"
+            )
+        if _sha256(path) != sha256:
+            raise CheckpointError(
+                f"{path}: its sha256 differs from the one in {MANIFEST_FILE}: the file is corrupt (a bit flip, "
+                f"a bad copy or an edit)"
+            )
+    return listed
+
+
+# DCP writes its `.metadata` with pickle; these are the globals it holds (torch 2.x). Anything
+# else (an `os.system` planted in a __reduce__, say) is refused before a worker unpickles it.
+_DCP_GLOBALS = {
+    ("torch", "Size"),
+    ("torch.serialization", "_get_layout"),
+    ("torch.distributed.checkpoint.filesystem", "_StorageInfo"),
+    ("collections", "OrderedDict"),
+    ("pathlib", "Path"), ("pathlib", "PosixPath"), ("pathlib", "WindowsPath"),
+    ("pathlib", "PurePosixPath"), ("pathlib", "PureWindowsPath"),
+}
+_DCP_MODULES = ("torch.distributed.checkpoint.metadata",)
+
+
+class _DcpMetadataUnpickler(pickle.Unpickler):
+    def find_class(self, module: str, name: str) -> Any:
+        if (module, name) in _DCP_GLOBALS:
+            return super().find_class(module, name)
+        if module == "torch" and isinstance(getattr(torch, name, None), torch.dtype):
+            return getattr(torch, name)
+        if module in _DCP_MODULES:
+            found = super().find_class(module, name)
+            if isinstance(found, type) and found.__module__ == module:
+                return found
+        raise pickle.UnpicklingError(f"{module}.{name} is not something DCP metadata holds")
+
+
+def check_dcp_metadata(path: Path) -> None:
+    """Refuse a `sharded/.metadata` that needs more than DCP's own classes to unpickle."""
+    try:
+        _DcpMetadataUnpickler(io.BytesIO(path.read_bytes())).load()
+    except Exception as err:  # noqa: BLE001  (whatever the bytes make pickle raise: refuse)
+        raise CheckpointError(f"{path}: not DCP metadata omni-rl can load safely ({_describe(err)})") from err
+
+
+# --- compatibility ---------------------------------------------------------------------------
+_COMPAT_KEYS = ("adapter", "path", "stage", "lora.enabled")
+_LORA_KEYS = ("lora.rank", "lora.alpha", "lora.target_modules")
+
+
+def check_compatible(state: dict[str, Any], cfg, model) -> None:
+    """Refuse a checkpoint whose model settings or trainable tensors differ from this run's.
+
+    Compared: model.adapter, path, stage, lora.enabled and, with LoRA on, lora.rank, alpha and
+    target_modules (as sets; where one side is null, the adapter's default, the tensor names
+    decide); then the names and shapes of the trainable tensors.
+    """
+    folder = state["folder"]
+    saved_model = state["config"].get("model")
+    current = dataclasses.asdict(cfg.model)
+    keys = _COMPAT_KEYS + (_LORA_KEYS if cfg.model.lora.enabled else ())
+    undecided = []  # settings that differ only by a null (the adapter's default): the tensors decide
+    for key in keys:
+        if not isinstance(saved_model, dict):
+            break
+        saved, now = _lookup(saved_model, key), _lookup(current, key)
+        if saved is _ABSENT or _same_setting(key, saved, now):
+            if saved is not _ABSENT and saved != now:
+                undecided.append(f"model.{key}={_show(saved)} there, {_show(now)} here")
+            continue
+        raise CheckpointError(
+            f"trainer.resume: {folder} was trained with model.{key}={_show(saved)}, this run has "
+            f"model.{key}={_show(now)}; resume with model.{key}={_show(saved)}, or start a new run without "
+            f"trainer.resume"
+        )
+    saved_shapes = state["trainable_tensors"]
+    shapes = {n: list(t.shape) for n, t in model.named_trainable_tensors().items()}
+    missing = sorted(set(shapes) - set(saved_shapes))
+    extra = sorted(set(saved_shapes) - set(shapes))
+    other = sorted(n for n in set(shapes) & set(saved_shapes) if shapes[n] != saved_shapes[n])
+    if missing or extra or other:
+        parts = []
+        if missing:
+            parts.append(f"{len(missing)} of this model's are not in it (e.g. {missing[0]!r})")
+        if extra:
+            parts.append(f"{len(extra)} of its are not in this model (e.g. {extra[0]!r})")
+        if other:
+            parts.append(f"{len(other)} differ in shape (e.g. {other[0]!r}: {saved_shapes[other[0]]} saved, "
+                         f"{shapes[other[0]]} here)")
+        if undecided:
+            parts.append("; ".join(undecided))
+        raise CheckpointError(
+            f"trainer.resume: the trainable tensors of {folder} do not fit this model: {'; '.join(parts)}; "
+            f"resume with the model settings of {Path(folder) / CONFIG_FILE}"
+        )
+
+
+_ABSENT = object()
+
+
+def _lookup(tree: dict[str, Any], dotted: str) -> Any:
+    for part in dotted.split("."):
+        if not isinstance(tree, dict) or part not in tree:
+            return _ABSENT
+        tree = tree[part]
+    return tree
+
+
+def _same_setting(key: str, saved: Any, now: Any) -> bool:
+    if key == "lora.target_modules":
+        return saved is None or now is None or sorted(map(str, saved)) == sorted(map(str, now))
+    if key == "lora.alpha":
+        return isinstance(saved, (int, float)) and float(saved) == float(now)
+    return saved == now
+
+
+def _show(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, (list, tuple)):
+        return "[" + ",".join(map(str, value)) + "]"
+    return str(value)
+
+
 def latest_step(output_dir: Path) -> Optional[int]:
     found = list_checkpoints(output_dir)
-    return int(_STEP_DIR.match(found[-1].name).group(1)) if found else None
+    return _step_of(found[-1]) if found else None

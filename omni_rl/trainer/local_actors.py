@@ -71,13 +71,20 @@ class LocalActorGroup(ActorGroup):
         )
 
     def load(self, state: dict[str, Any]) -> None:
+        """Resume from a checkpoint `load_checkpoint` returned (and `check_compatible` passed)."""
         if "sharded" in state:
             raise CheckpointError(
                 f"trainer.resume={self.cfg.trainer.resume!r}: {state['folder']} holds a sharded checkpoint "
                 f"(trainer.backend=ray); resume it with trainer.backend=ray trainer.engine=fsdp2, or export its "
                 f"weights with omni_rl.trainer.sharded_export.export_sharded_checkpoint"
             )
-        self.engine.load_state_dict(state)
+        try:
+            self.engine.load_state_dict(state)
+        except (KeyError, ValueError, RuntimeError) as err:  # the optimizer's layout differs
+            raise CheckpointError(
+                f"trainer.resume={self.cfg.trainer.resume!r}: the state in {state['folder']} does not load into "
+                f"this run's training engine ({err}); resume with the config the checkpoint was written with"
+            ) from err
 
     def export(self, folder: Path) -> None:
         self.model.save_trained(str(folder))

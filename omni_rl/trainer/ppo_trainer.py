@@ -30,7 +30,7 @@ from omni_rl.logging import MetricLogger, ProgressBar, build_sinks, plot_reward_
 from omni_rl.reward.async_scorer import AsyncRewardScorer
 from omni_rl.reward.manager import RewardManager, RewardSpec
 from omni_rl.trainer.actor_group import ACTOR_GROUPS
-from omni_rl.trainer.checkpoint import export_folder, load_checkpoint, set_rng_state
+from omni_rl.trainer.checkpoint import check_compatible, export_folder, load_checkpoint, set_rng_state
 from omni_rl.trainer.timer import StepTimer
 from omni_rl.utils.atomic import atomic_directory, atomic_write_text
 
@@ -182,12 +182,19 @@ class PPOTrainer:
         return self.actors.save(self.output_dir, step, to_yaml(self.cfg))
 
     def _resume(self, path: str) -> None:
-        state = load_checkpoint(path)
+        state = load_checkpoint(path)  # verified against its manifest; nothing unpickled
+        check_compatible(state, self.cfg, self.model)
         self.actors.load(state)
         set_rng_state(state["rng"])
         self.start_step = int(state["step"])
         self.actors.sync_rollout(self.start_step)
         log.info("resumed from %s at step %d", state["folder"], self.start_step)
+        total = self.cfg.trainer.total_steps
+        if total <= self.start_step:
+            log.warning(
+                "trainer.total_steps=%d is not above the checkpoint's step %d: nothing to train; raise "
+                "trainer.total_steps to continue", total, self.start_step,
+            )
 
     def export(self, folder: Path) -> None:
         """The trained weights (LoRA or full) into `folder`, atomically."""

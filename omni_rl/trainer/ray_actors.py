@@ -20,7 +20,7 @@ whole batches):
 - checkpoints: each rank writes its shards (torch.distributed.checkpoint) into the checkpoint
   folder's `sharded/`, which all ranks must see (one machine, or a shared filesystem); rank 0
   writes the LoRA / full export from its rollout copy (synced after every update, so it holds
-  the trained weights), and the driver adds `trainer_state.pt` (step, RNG).
+  the trained weights), and the driver adds `trainer_state.json` (step, RNG) and the manifest.
 
 The driver holds no weights: its model is built on the meta device (`weightless_device`), with
 the tokenizer, processor and config it needs to build requests and nothing else. Because the
@@ -42,15 +42,7 @@ from omni_rl.families.base import BehaviourPolicy
 from omni_rl.families.update import summarize
 from omni_rl.models.factory import build_model
 from omni_rl.trainer.actor_group import ActorGroup, register_backend
-from omni_rl.trainer.checkpoint import (
-    SHARDED_DIR,
-    STATE_FILE,
-    CheckpointError,
-    export_folder,
-    prune_checkpoints,
-    rng_state,
-)
-from omni_rl.utils.atomic import atomic_directory, atomic_torch_save
+from omni_rl.trainer.checkpoint import SHARDED_DIR, CheckpointError, export_folder, write_checkpoint
 from omni_rl.workers import ResourcePool, WorkerGroup, programs
 from omni_rl.workers.ray_cluster import connect_ray
 from omni_rl.workers.ray_rollout import RayRolloutEngine
@@ -124,18 +116,19 @@ class RayActorGroup(ActorGroup):
         self.group.run("export", programs.export_trained, [(str(folder),)] * self.group.world_size)
 
     def save(self, output_dir: Path, step: int, config_yaml: str) -> Path:
-        """A checkpoint folder as `checkpoint.save_checkpoint` writes it, with the optimizer and
-        trainable tensors in `sharded/` (one DCP shard per rank) instead of trainer_state.pt."""
-        target = Path(output_dir) / "checkpoints" / f"step_{step:06d}"
-        with atomic_directory(target) as tmp:
-            (tmp / SHARDED_DIR).mkdir()
-            self.group.run("checkpoint save", programs.save_shards, [(str(tmp / SHARDED_DIR),)] * self.group.world_size)
-            self.export(tmp / export_folder(self.model))
-            state = {"step": step, "rng": rng_state(), "sharded": SHARDED_DIR, "world_size": self.group.world_size}
-            atomic_torch_save(state, tmp / STATE_FILE)
-            (tmp / "config.yaml").write_text(config_yaml)
-        prune_checkpoints(output_dir, self.cfg.trainer.keep_last_checkpoints)
-        return target
+        """A checkpoint folder as `checkpoint.write_checkpoint` makes it, with the optimizer and
+        trainable tensors in `sharded/` (one DCP shard per rank) and the step, RNG states and
+        world size in trainer_state.json."""
+
+        def write_weights(folder: Path) -> dict[str, Any]:
+            (folder / SHARDED_DIR).mkdir()
+            self.group.run("checkpoint save", programs.save_shards, [(str(folder / SHARDED_DIR),)] * self.group.world_size)
+            self.export(folder / export_folder(self.model))
+            return {"sharded": SHARDED_DIR, "world_size": self.group.world_size}
+
+        return write_checkpoint(
+            output_dir, step, self.model, config_yaml, self.cfg.trainer.keep_last_checkpoints, write_weights
+        )
 
     def load(self, state: dict[str, Any]) -> None:
         """Resume from a checkpoint `load_checkpoint` returned (any number of ranks: DCP reshards);
@@ -145,7 +138,7 @@ class RayActorGroup(ActorGroup):
                 f"trainer.resume: {state['folder']} was written by trainer.backend=local (no {SHARDED_DIR}/ folder); "
                 f"resume it with trainer.backend=local"
             )
-        folder = str(Path(state["folder"]) / state["sharded"])
+        folder = str(Path(state["folder"]) / SHARDED_DIR)
         step = int(state["step"])
         self.group.run("checkpoint load", programs.load_shards, [(folder,)] * self.group.world_size, step=step)
 

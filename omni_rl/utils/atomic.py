@@ -8,6 +8,7 @@ before the rename, the temporary file is removed and the target is left exactly 
 - `atomic_write_bytes(path, data)`, `atomic_write_text(path, text)`,
   `atomic_write_json(path, obj)` (indent 2, sorted keys, trailing newline)
 - `atomic_torch_save(obj, path)`: `torch.save` into the temporary file
+- `atomic_save_safetensors(tensors, path)`: a `{name: tensor}` dict as a safetensors file
 - `atomic_save_image(pil_image, path)`: the format comes from the file extension
 - `atomic_directory(path)`: a context manager yielding a temporary sibling directory, renamed
   onto `path` only if the block succeeds (see its docstring for the one non-atomic moment)
@@ -110,6 +111,17 @@ def atomic_torch_save(obj: Any, path: str | os.PathLike) -> Path:
     import torch  # imported here so that the text/json helpers do not pull in torch
 
     return _atomic_write(path, lambda f: torch.save(obj, f))
+
+
+def atomic_save_safetensors(tensors: dict, path: str | os.PathLike, metadata: dict[str, str] | None = None) -> Path:
+    """`safetensors.torch.save_file(tensors, path)`, atomically.
+
+    The file is serialised in memory first (safetensors writes only to a named file or to
+    bytes), so a tensor it cannot store raises before the disk is touched.
+    """
+    from safetensors.torch import save
+
+    return atomic_write_bytes(path, save(tensors, metadata=metadata))
 
 
 def atomic_save_image(pil_image: Any, path: str | os.PathLike, **save_kwargs: Any) -> Path:

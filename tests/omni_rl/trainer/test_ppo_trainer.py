@@ -69,7 +69,7 @@ def test_outputs_a_user_expects(tmp_path):
     assert (out / "samples" / "val_step_000002.png").is_file()
     assert (out / "reward_curve.png").is_file()
     assert list((out / "tensorboard").glob("events.out.tfevents.*"))
-    assert (out / "checkpoints" / "step_000002" / "trainer_state.pt").is_file()
+    assert (out / "checkpoints" / "step_000002" / "trainer_state.json").is_file()
     lora = load_file(out / "lora" / "pytorch_lora_weights.safetensors")
     assert lora and all(k.startswith("transformer.") for k in lora)
     rec = json.loads((out / "metrics.jsonl").read_text().splitlines()[-1])
