@@ -113,7 +113,7 @@ def test_resume_path_without_checkpoints(tmp_path, out, capsys):
     (tmp_path / "state.pt").write_bytes(b"x")
     code, err = main_error(capsys, f"trainer.resume={tmp_path / 'run'}", out)
     assert code == 2
-    assert_one_error_line(err, f"trainer.resume='{tmp_path / 'run'}': no checkpoint there", "trainer_state.pt")
+    assert_one_error_line(err, f"trainer.resume='{tmp_path / 'run'}': no checkpoint there", "manifest.json")
     code, err = main_error(capsys, f"trainer.resume={tmp_path / 'state.pt'}", out)
     assert code == 2
     assert_one_error_line(err, "is a file; expected a checkpoint folder")
