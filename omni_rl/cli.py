@@ -1,7 +1,8 @@
 """Command line: compose the config, run the trainer, and turn known failures into one line.
 
-Exit codes: 0 done, 2 bad config or command line, 1 a run that failed (the message names the
-component: reward, model weights, rollout engine, prompt file).
+Exit codes: 0 done, 2 bad config or command line (an output folder that is a file, in use or
+holding another run included), 1 a run that failed (the message names the component: reward,
+model weights, rollout engine, prompt file).
 """
 from __future__ import annotations
 
@@ -51,11 +52,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     from omni_rl.rollout.native import RolloutEngineError
     from omni_rl.trainer import run
     from omni_rl.trainer.checkpoint import CheckpointError
+    from omni_rl.trainer.run_dir import RunDirError
     from omni_rl.workers.errors import WorkerFailedError
 
     try:
         run(cfg)
-    except (RegistryError, RewardConfigError, PluginError, PromptFileError, CheckpointError) as err:
+    except (RegistryError, RewardConfigError, PluginError, PromptFileError, CheckpointError, RunDirError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
     except (MissingWeightsError, RewardError, RolloutEngineError, NonFiniteLossError) as err:

@@ -11,6 +11,8 @@ rollout engine the group samples with, and to the model's `ModelFamily` (request
 reward inputs, validation); it never asks which backend or family it has. The maths lives in
 `omni_rl.algos`. Everything random is seeded from (trainer.seed, step, sample), so a resumed
 run repeats the uninterrupted one exactly.
+
+The run's folder is checked, held and tidied before any model loads (`run_dir`).
 """
 from __future__ import annotations
 
@@ -30,6 +32,8 @@ from omni_rl.reward.async_scorer import AsyncRewardScorer
 from omni_rl.reward.manager import RewardManager, RewardSpec
 from omni_rl.trainer.actor_group import ACTOR_GROUPS
 from omni_rl.trainer.checkpoint import export_folder, load_checkpoint, set_rng_state
+from omni_rl.trainer.leftovers import remove_stale_tiny_builds
+from omni_rl.trainer.run_dir import open_run_dir
 from omni_rl.trainer.timer import StepTimer
 from omni_rl.utils.atomic import atomic_directory, atomic_write_text
 
@@ -41,12 +45,18 @@ class PPOTrainer:
         self.cfg = cfg
         t = cfg.trainer
         self.output_dir = Path(t.output_dir)
-        self.output_dir.mkdir(parents=True, exist_ok=True)
-        torch.manual_seed(t.seed)
-        self.actors = ACTOR_GROUPS.get(t.backend)(cfg)
-        self.rewards = self.reward_scorer = None
+        # Checked, held (until _close) and tidied before any model loads: a bad or busy folder
+        # fails in a second, not after minutes of loading weights.
+        self.run_dir = open_run_dir(cfg)
+        self.actors = self.rewards = self.reward_scorer = None
         self.owns_ray = False
         try:
+            try:
+                remove_stale_tiny_builds(cfg.model.path)
+            except OSError as err:  # the shared cache is not this run's to fail on
+                log.warning("could not clean up the tiny-model cache: %s", err)
+            torch.manual_seed(t.seed)
+            self.actors = ACTOR_GROUPS.get(t.backend)(cfg)
             self.model = self.actors.model  # the driver's view: what building requests needs
             self.family = build_family(cfg, self.model)
             self.rollout_engine = self.actors.rollout_engine
@@ -63,16 +73,16 @@ class PPOTrainer:
             self.start_step = 0
             if t.resume:
                 self._resume(t.resume)
+            atomic_write_text(self.output_dir / "config.yaml", to_yaml(cfg))
+            self.logger = MetricLogger(
+                build_sinks(
+                    t.loggers, self.output_dir, project=t.wandb_project, config=None,
+                    console_every=t.log_every, resume_from_step=self.start_step if t.resume else None,
+                )
+            )
         except BaseException:
             self._close()
             raise
-        atomic_write_text(self.output_dir / "config.yaml", to_yaml(cfg))
-        self.logger = MetricLogger(
-            build_sinks(
-                t.loggers, self.output_dir, project=t.wandb_project, config=None,
-                console_every=t.log_every, resume_from_step=self.start_step if t.resume else None,
-            )
-        )
 
     def _build_rewards(self) -> None:
         rc = self.cfg.reward
@@ -111,11 +121,11 @@ class PPOTrainer:
                 if (t.save_every and step % t.save_every == 0) or step == t.total_steps:
                     self.save(step)
             self.export(self.output_dir / export_folder(self.model))
+            self._plot_rewards()  # before _close lets another run take the folder
         finally:
             bar.close()
             self.logger.close()
             self._close()
-        self._plot_rewards()
         return metrics
 
     def train_step(self, step: int) -> dict[str, float]:
@@ -194,16 +204,20 @@ class PPOTrainer:
             self.actors.export(tmp)
 
     def _close(self) -> None:
-        if self.reward_scorer is not None:
-            self.reward_scorer.close()
-        close_rewards = getattr(self.rewards, "close", None)  # reward workers on Ray
-        if close_rewards is not None:
-            close_rewards()
-        self.actors.close()
-        if self.owns_ray:
-            import ray
+        try:
+            if self.reward_scorer is not None:
+                self.reward_scorer.close()
+            close_rewards = getattr(self.rewards, "close", None)  # reward workers on Ray
+            if close_rewards is not None:
+                close_rewards()
+            if self.actors is not None:
+                self.actors.close()
+            if self.owns_ray:
+                import ray
 
-            ray.shutdown()
+                ray.shutdown()
+        finally:
+            self.run_dir.release()  # last: the outputs are complete (or abandoned) by now
 
     def _plot_rewards(self) -> None:
         metrics_file = self.output_dir / "metrics.jsonl"
