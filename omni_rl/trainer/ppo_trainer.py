@@ -12,12 +12,14 @@ reward inputs, validation); it never asks which backend or family it has. The ma
 `omni_rl.algos`. Everything random is seeded from (trainer.seed, step, sample), so a resumed
 run repeats the uninterrupted one exactly.
 
-The run's folder is checked, held and tidied before any model loads (`run_dir`).
+The run's folder is checked, held and tidied before any model loads (`run_dir`); SIGTERM and
+SIGINT stop the loop after the current step with a checkpoint of it (`interrupt`).
 """
 from __future__ import annotations
 
 import logging
 from pathlib import Path
+from typing import Optional
 
 import torch
 
@@ -32,6 +34,7 @@ from omni_rl.reward.async_scorer import AsyncRewardScorer
 from omni_rl.reward.manager import RewardManager, RewardSpec
 from omni_rl.trainer.actor_group import ACTOR_GROUPS
 from omni_rl.trainer.checkpoint import export_folder, load_checkpoint, set_rng_state
+from omni_rl.trainer.interrupt import StopOnSignal, TrainingInterrupted
 from omni_rl.trainer.leftovers import remove_stale_tiny_builds
 from omni_rl.trainer.run_dir import open_run_dir
 from omni_rl.trainer.timer import StepTimer
@@ -105,21 +108,30 @@ class PPOTrainer:
 
     # --- the loop ------------------------------------------------------------------------
     def fit(self) -> dict[str, float]:
+        """Train from `start_step` to `trainer.total_steps`, then export the weights.
+
+        A SIGTERM or SIGINT stops the loop after the step it arrives in: that step is saved and
+        `TrainingInterrupted` raised (see `omni_rl.trainer.interrupt` for why the step is
+        finished rather than abandoned)."""
         t = self.cfg.trainer
         bar = ProgressBar(total=t.total_steps, initial=self.start_step, disable=not t.progress_bar)
         metrics: dict[str, float] = {}
         try:
-            if t.val_every and self.start_step == 0:
-                self.logger.log(self.validate(0), 0)
-            for step in range(self.start_step + 1, t.total_steps + 1):
-                metrics = self.train_step(step)
-                if t.val_every and (step % t.val_every == 0 or step == t.total_steps):
-                    metrics.update(self.validate(step))
-                if step % t.log_every == 0 or step == t.total_steps:
-                    self.logger.log(metrics, step)
-                bar.update(step, metrics)
-                if (t.save_every and step % t.save_every == 0) or step == t.total_steps:
-                    self.save(step)
+            with StopOnSignal() as stop:
+                if t.val_every and self.start_step == 0:
+                    self.logger.log(self.validate(0), 0)
+                self._stop_if_asked(stop, self.start_step, None)
+                for step in range(self.start_step + 1, t.total_steps + 1):
+                    metrics = self.train_step(step)
+                    if t.val_every and (step % t.val_every == 0 or step == t.total_steps):
+                        metrics.update(self.validate(step))
+                    if step % t.log_every == 0 or step == t.total_steps:
+                        self.logger.log(metrics, step)
+                    bar.update(step, metrics)
+                    saved = None
+                    if (t.save_every and step % t.save_every == 0) or step == t.total_steps or stop.requested:
+                        saved = self.save(step)
+                    self._stop_if_asked(stop, step, saved)
             self.export(self.output_dir / export_folder(self.model))
             self._plot_rewards()  # before _close lets another run take the folder
         finally:
@@ -127,6 +139,11 @@ class PPOTrainer:
             self.logger.close()
             self._close()
         return metrics
+
+    def _stop_if_asked(self, stop: StopOnSignal, step: int, saved: Optional[Path]) -> None:
+        if stop.requested:
+            resumed_from = self.cfg.trainer.resume if step == self.start_step else None
+            raise TrainingInterrupted(stop.signum, step, saved, resume_hint=resumed_from)
 
     def train_step(self, step: int) -> dict[str, float]:
         timer = StepTimer()
