@@ -2,7 +2,7 @@
 
 Exit codes: 0 done, 2 bad config or command line (an output folder that is a file, in use or
 holding another run included), 1 a run that failed (the message names the component: reward,
-model weights, rollout engine, prompt file), 128 + N a run stopped by signal N
+model weights, rollout engine, prompt file, a full disk), 128 + N a run stopped by signal N
 (143 SIGTERM, 130 SIGINT: the training loop saves the step it finished and says where).
 """
 from __future__ import annotations
@@ -65,7 +65,7 @@ def _main(argv: Sequence[str] | None) -> int:
     from omni_rl.trainer import run
     from omni_rl.trainer.checkpoint import CheckpointError
     from omni_rl.trainer.interrupt import TrainingInterrupted
-    from omni_rl.trainer.run_dir import RunDirError
+    from omni_rl.trainer.run_dir import OutputWriteError, RunDirError
     from omni_rl.workers.errors import WorkerFailedError
 
     try:
@@ -76,7 +76,7 @@ def _main(argv: Sequence[str] | None) -> int:
     except TrainingInterrupted as err:
         print(f"error: {err}", file=sys.stderr)
         return err.exit_code
-    except (MissingWeightsError, RewardError, RolloutEngineError, NonFiniteLossError) as err:
+    except (MissingWeightsError, RewardError, RolloutEngineError, NonFiniteLossError, OutputWriteError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 1
     except WorkerFailedError as err:  # trainer.backend=ray: a worker died or stopped answering

@@ -13,13 +13,15 @@ reward inputs, validation); it never asks which backend or family it has. The ma
 run repeats the uninterrupted one exactly.
 
 The run's folder is checked, held and tidied before any model loads (`run_dir`); SIGTERM and
-SIGINT stop the loop after the current step with a checkpoint of it (`interrupt`).
+SIGINT stop the loop after the current step with a checkpoint of it (`interrupt`); a write that
+fails (a full disk) stops the run with one line naming the last good checkpoint.
 """
 from __future__ import annotations
 
+import contextlib
 import logging
 from pathlib import Path
-from typing import Optional
+from typing import Iterator, Optional
 
 import torch
 
@@ -33,10 +35,10 @@ from omni_rl.logging import MetricLogger, ProgressBar, build_sinks, plot_reward_
 from omni_rl.reward.async_scorer import AsyncRewardScorer
 from omni_rl.reward.manager import RewardManager, RewardSpec
 from omni_rl.trainer.actor_group import ACTOR_GROUPS
-from omni_rl.trainer.checkpoint import export_folder, load_checkpoint, set_rng_state
+from omni_rl.trainer.checkpoint import export_folder, list_checkpoints, load_checkpoint, set_rng_state
 from omni_rl.trainer.interrupt import StopOnSignal, TrainingInterrupted
 from omni_rl.trainer.leftovers import remove_stale_tiny_builds
-from omni_rl.trainer.run_dir import open_run_dir
+from omni_rl.trainer.run_dir import DISK_FULL, OutputWriteError, open_run_dir, write_failure
 from omni_rl.trainer.timer import StepTimer
 from omni_rl.utils.atomic import atomic_directory, atomic_write_text
 
@@ -76,7 +78,8 @@ class PPOTrainer:
             self.start_step = 0
             if t.resume:
                 self._resume(t.resume)
-            atomic_write_text(self.output_dir / "config.yaml", to_yaml(cfg))
+            with self._writing("config.yaml"):
+                atomic_write_text(self.output_dir / "config.yaml", to_yaml(cfg))
             self.logger = MetricLogger(
                 build_sinks(
                     t.loggers, self.output_dir, project=t.wandb_project, config=None,
@@ -112,12 +115,12 @@ class PPOTrainer:
 
         A SIGTERM or SIGINT stops the loop after the step it arrives in: that step is saved and
         `TrainingInterrupted` raised (see `omni_rl.trainer.interrupt` for why the step is
-        finished rather than abandoned)."""
+        finished rather than abandoned). A failed write raises `OutputWriteError`."""
         t = self.cfg.trainer
         bar = ProgressBar(total=t.total_steps, initial=self.start_step, disable=not t.progress_bar)
         metrics: dict[str, float] = {}
         try:
-            with StopOnSignal() as stop:
+            with StopOnSignal() as stop, self._writing(f"the outputs in {self.output_dir}", disk_full_only=True):
                 if t.val_every and self.start_step == 0:
                     self.logger.log(self.validate(0), 0)
                 self._stop_if_asked(stop, self.start_step, None)
@@ -130,13 +133,17 @@ class PPOTrainer:
                     bar.update(step, metrics)
                     saved = None
                     if (t.save_every and step % t.save_every == 0) or step == t.total_steps or stop.requested:
-                        saved = self.save(step)
+                        saved = self._save(step)
                     self._stop_if_asked(stop, step, saved)
-            self.export(self.output_dir / export_folder(self.model))
+            with self._writing(f"the exported weights in {self.output_dir / export_folder(self.model)}"):
+                self.export(self.output_dir / export_folder(self.model))
             self._plot_rewards()  # before _close lets another run take the folder
         finally:
             bar.close()
-            self.logger.close()
+            try:
+                self.logger.close()
+            except OSError as err:  # a full disk already failed the run; do not hide that error
+                log.warning("closing the metric logs: %s", err)
             self._close()
         return metrics
 
@@ -144,6 +151,29 @@ class PPOTrainer:
         if stop.requested:
             resumed_from = self.cfg.trainer.resume if step == self.start_step else None
             raise TrainingInterrupted(stop.signum, step, saved, resume_hint=resumed_from)
+
+    def _save(self, step: int) -> Path:
+        with self._writing(f"the checkpoint of step {step} in {self.output_dir / 'checkpoints'}"):
+            return self.save(step)
+
+    @contextlib.contextmanager
+    def _writing(self, what: str, disk_full_only: bool = False) -> Iterator[None]:
+        """A failed write inside (a full disk, a folder gone read-only: see `run_dir.write_failure`)
+        becomes one OutputWriteError naming `what` and the last good checkpoint, which a failed
+        atomic save leaves intact. With `disk_full_only`, only a full disk: around the whole
+        loop, where other OSErrors (a reward server's ConnectionError, a TimeoutError) are not
+        about writing."""
+        try:
+            yield
+        except (OutputWriteError, TrainingInterrupted):
+            raise
+        except Exception as err:
+            reason = write_failure(err)
+            if reason is None or (disk_full_only and reason != DISK_FULL):
+                raise
+            found = list_checkpoints(self.output_dir)
+            last = f"the last good checkpoint is {found[-1]}" if found else "no earlier checkpoint is in this run's folder"
+            raise OutputWriteError(f"{reason} while writing {what}; {last}") from err
 
     def train_step(self, step: int) -> dict[str, float]:
         timer = StepTimer()
@@ -241,7 +271,7 @@ class PPOTrainer:
         if metrics_file.is_file():
             try:
                 plot_reward_curve(metrics_file, self.output_dir / "reward_curve.png")
-            except ValueError as err:  # too few points for a curve is not a failure of the run
+            except (ValueError, OSError) as err:  # too few points, a full disk: the run itself succeeded
                 log.warning("no reward curve: %s", err)
 
 

@@ -51,6 +51,31 @@ class RunDirError(RuntimeError):
     """`trainer.output_dir` cannot be used by this run; the message says why and what to do."""
 
 
+class OutputWriteError(RuntimeError):
+    """Writing the run's outputs failed (a full disk, say); the message names what and where
+    the last good checkpoint is."""
+
+
+DISK_FULL = "no space left on device"
+# How libraries that do their own I/O say ENOSPC / EDQUOT (safetensors: "... (os error 28)").
+_DISK_FULL_TEXT = ("No space left on device", "Disk quota exceeded", "os error 28", "os error 122")
+
+
+def write_failure(err: BaseException) -> Optional[str]:
+    """Why `err` is a failed write, in words (DISK_FULL for a full disk or quota), or None when
+    it is not one. An OSError is one; so is any error caused by, or reporting, a full disk:
+    torch chains the OSError of its file object, safetensors raises its own SafetensorError."""
+    seen, cause = set(), err
+    while cause is not None and id(cause) not in seen:
+        seen.add(id(cause))
+        if isinstance(cause, OSError) and cause.errno in (errno.ENOSPC, errno.EDQUOT):
+            return DISK_FULL
+        if any(text in str(cause) for text in _DISK_FULL_TEXT):
+            return DISK_FULL
+        cause = cause.__cause__ or cause.__context__
+    return str(err) if isinstance(err, OSError) else None
+
+
 class RunDir:
     """This process's hold on its output folder; `release()` lets another run take it."""
 
@@ -245,4 +270,4 @@ def _refusal(path: Path, previous: str, resume: Optional[str]) -> str:
 
 
 def _reason(err: OSError) -> str:
-    return "no space left on device" if err.errno in (errno.ENOSPC, errno.EDQUOT) else err.strerror or str(err)
+    return DISK_FULL if err.errno in (errno.ENOSPC, errno.EDQUOT) else err.strerror or str(err)
