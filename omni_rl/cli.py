@@ -1,7 +1,9 @@
 """Command line: compose the config, run the trainer, and turn known failures into one line.
 
-Exit codes: 0 done, 2 bad config or command line, 1 a run that failed (the message names the
-component: reward, model weights, rollout engine, prompt file).
+Exit codes: 0 done, 2 bad config or command line (an output folder that is a file, in use or
+holding another run included), 1 a run that failed (the message names the component: reward,
+model weights, rollout engine, prompt file, a full disk), 128 + N a run stopped by signal N
+(143 SIGTERM, 130 SIGINT: the training loop saves the step it finished and says where).
 
 `check_inputs` looks at what the config points to (device, prompt files, resume checkpoint,
 model folder or hub id) before anything loads, so those mistakes cost seconds, not a model load.
@@ -22,6 +24,17 @@ USAGE = """usage: python main_omni.py [recipe=NAME] [key=value ...] [--cfg]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        return _main(argv)
+    except KeyboardInterrupt:
+        # Ctrl-C outside the training loop (loading, importing, exporting); inside it the loop
+        # stops after the step and raises TrainingInterrupted instead.
+        print("error: interrupted by SIGINT outside a training step; no checkpoint was written for it",
+              file=sys.stderr)
+        return 130
+
+
+def _main(argv: Sequence[str] | None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     from omni_rl.compose import load_config
@@ -66,14 +79,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     from omni_rl.reward.registry import RewardConfigError
     from omni_rl.rollout.native import RolloutEngineError
     from omni_rl.trainer import run
+    from omni_rl.trainer.interrupt import TrainingInterrupted
+    from omni_rl.trainer.run_dir import OutputWriteError, RunDirError
     from omni_rl.workers.errors import WorkerFailedError
 
     try:
         run(cfg)
-    except (RegistryError, RewardConfigError, PluginError, PromptFileError, CheckpointError, DeviceError, ModelFolderError) as err:
+    except (RegistryError, RewardConfigError, PluginError, PromptFileError, CheckpointError, DeviceError,
+            ModelFolderError, RunDirError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    except (MissingWeightsError, RewardError, RolloutEngineError, NonFiniteLossError) as err:
+    except TrainingInterrupted as err:
+        print(f"error: {err}", file=sys.stderr)
+        return err.exit_code
+    except (MissingWeightsError, RewardError, RolloutEngineError, NonFiniteLossError, OutputWriteError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 1
     except WorkerFailedError as err:  # trainer.backend=ray: a worker died or stopped answering

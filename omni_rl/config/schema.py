@@ -195,7 +195,13 @@ class TrainerConfig:
     mini_batch_size: int = 16
     micro_batch_size: int = 8
     seed: int = 42
+    # The run's folder, held by one run at a time (a lock file, dropped when the process ends).
+    # A folder that holds another run (metrics.jsonl, checkpoints/, lora/ or model/) is refused
+    # unless trainer.resume continues it or trainer.overwrite is true.
     output_dir: str = "outputs/run"
+    # Start afresh in an output_dir that holds another run: its outputs are first moved to a
+    # sibling folder OUTPUT.replaced-DATE-TIME (moved, not deleted; remove it when not needed).
+    overwrite: bool = False
     # "auto" picks cuda, then npu, then cpu.
     device: str = "auto"
     # "local": one process. "ray": the stage methods run on a group of Ray workers (one hybrid

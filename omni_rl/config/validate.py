@@ -47,6 +47,9 @@ def validate_config(cfg: OmniConfig) -> None:
     ]:
         _require(value >= 0, key, value, "an integer >= 0")
 
+    _require(t.output_dir.strip() != "", "trainer.output_dir", t.output_dir,
+             "a folder path (an empty one would write into the current folder), e.g. outputs/run")
+
     samples = t.prompts_per_step * t.samples_per_prompt
     _require(
         samples % t.mini_batch_size == 0,

@@ -11,12 +11,17 @@ rollout engine the group samples with, and to the model's `ModelFamily` (request
 reward inputs, validation); it never asks which backend or family it has. The maths lives in
 `omni_rl.algos`. Everything random is seeded from (trainer.seed, step, sample), so a resumed
 run repeats the uninterrupted one exactly.
+
+The run's folder is checked, held and tidied before any model loads (`run_dir`); SIGTERM and
+SIGINT stop the loop after the current step with a checkpoint of it (`interrupt`); a write that
+fails (a full disk) stops the run with one line naming the last good checkpoint.
 """
 from __future__ import annotations
 
+import contextlib
 import logging
 from pathlib import Path
-from typing import Optional
+from typing import Iterator, Optional
 
 import torch
 
@@ -30,7 +35,10 @@ from omni_rl.logging import MetricLogger, ProgressBar, build_sinks, plot_reward_
 from omni_rl.reward.async_scorer import AsyncRewardScorer
 from omni_rl.reward.manager import RewardManager, RewardSpec
 from omni_rl.trainer.actor_group import ACTOR_GROUPS
-from omni_rl.trainer.checkpoint import check_compatible, export_folder, load_checkpoint, set_rng_state
+from omni_rl.trainer.checkpoint import check_compatible, export_folder, list_checkpoints, load_checkpoint, set_rng_state
+from omni_rl.trainer.interrupt import StopOnSignal, TrainingInterrupted
+from omni_rl.trainer.leftovers import remove_stale_tiny_builds
+from omni_rl.trainer.run_dir import DISK_FULL, OutputWriteError, open_run_dir, write_failure
 from omni_rl.trainer.timer import StepTimer
 from omni_rl.utils.atomic import atomic_directory, atomic_write_text
 
@@ -42,12 +50,18 @@ class PPOTrainer:
         self.cfg = cfg
         t = cfg.trainer
         self.output_dir = Path(t.output_dir)
-        self.output_dir.mkdir(parents=True, exist_ok=True)
-        torch.manual_seed(t.seed)
-        self.actors = ACTOR_GROUPS.get(t.backend)(cfg)
-        self.rewards = self.reward_scorer = None
+        # Checked, held (until _close) and tidied before any model loads: a bad or busy folder
+        # fails in a second, not after minutes of loading weights.
+        self.run_dir = open_run_dir(cfg)
+        self.actors = self.rewards = self.reward_scorer = None
         self.owns_ray = False
         try:
+            try:
+                remove_stale_tiny_builds(cfg.model.path)
+            except OSError as err:  # the shared cache is not this run's to fail on
+                log.warning("could not clean up the tiny-model cache: %s", err)
+            torch.manual_seed(t.seed)
+            self.actors = ACTOR_GROUPS.get(t.backend)(cfg)
             self.model = self.actors.model  # the driver's view: what building requests needs
             self.family = build_family(cfg, self.model)
             self.rollout_engine = self.actors.rollout_engine
@@ -64,16 +78,17 @@ class PPOTrainer:
             self.start_step = 0
             if t.resume:
                 self._resume(t.resume)
+            with self._writing("config.yaml"):
+                atomic_write_text(self.output_dir / "config.yaml", to_yaml(cfg))
+            self.logger = MetricLogger(
+                build_sinks(
+                    t.loggers, self.output_dir, project=t.wandb_project, config=None,
+                    console_every=t.log_every, resume_from_step=self.start_step if t.resume else None,
+                )
+            )
         except BaseException:
             self._close()
             raise
-        atomic_write_text(self.output_dir / "config.yaml", to_yaml(cfg))
-        self.logger = MetricLogger(
-            build_sinks(
-                t.loggers, self.output_dir, project=t.wandb_project, config=None,
-                console_every=t.log_every, resume_from_step=self.start_step if t.resume else None,
-            )
-        )
 
     def _build_rewards(self) -> None:
         rc = self.cfg.reward
@@ -96,28 +111,69 @@ class PPOTrainer:
 
     # --- the loop ------------------------------------------------------------------------
     def fit(self) -> dict[str, float]:
+        """Train from `start_step` to `trainer.total_steps`, then export the weights.
+
+        A SIGTERM or SIGINT stops the loop after the step it arrives in: that step is saved and
+        `TrainingInterrupted` raised (see `omni_rl.trainer.interrupt` for why the step is
+        finished rather than abandoned). A failed write raises `OutputWriteError`."""
         t = self.cfg.trainer
         bar = ProgressBar(total=t.total_steps, initial=self.start_step, disable=not t.progress_bar)
         metrics: dict[str, float] = {}
         try:
-            if t.val_every and self.start_step == 0:
-                self.logger.log(self.validate(0), 0)
-            for step in range(self.start_step + 1, t.total_steps + 1):
-                metrics = self.train_step(step)
-                if t.val_every and (step % t.val_every == 0 or step == t.total_steps):
-                    metrics.update(self.validate(step))
-                if step % t.log_every == 0 or step == t.total_steps:
-                    self.logger.log(metrics, step)
-                bar.update(step, metrics)
-                if (t.save_every and step % t.save_every == 0) or step == t.total_steps:
-                    self.save(step)
-            self.export(self.output_dir / export_folder(self.model))
+            with StopOnSignal() as stop, self._writing(f"the outputs in {self.output_dir}", disk_full_only=True):
+                if t.val_every and self.start_step == 0:
+                    self.logger.log(self.validate(0), 0)
+                self._stop_if_asked(stop, self.start_step, None)
+                for step in range(self.start_step + 1, t.total_steps + 1):
+                    metrics = self.train_step(step)
+                    if t.val_every and (step % t.val_every == 0 or step == t.total_steps):
+                        metrics.update(self.validate(step))
+                    if step % t.log_every == 0 or step == t.total_steps:
+                        self.logger.log(metrics, step)
+                    bar.update(step, metrics)
+                    saved = None
+                    if (t.save_every and step % t.save_every == 0) or step == t.total_steps or stop.requested:
+                        saved = self._save(step)
+                    self._stop_if_asked(stop, step, saved)
+            with self._writing(f"the exported weights in {self.output_dir / export_folder(self.model)}"):
+                self.export(self.output_dir / export_folder(self.model))
+            self._plot_rewards()  # before _close lets another run take the folder
         finally:
             bar.close()
-            self.logger.close()
+            try:
+                self.logger.close()
+            except OSError as err:  # a full disk already failed the run; do not hide that error
+                log.warning("closing the metric logs: %s", err)
             self._close()
-        self._plot_rewards()
         return metrics
+
+    def _stop_if_asked(self, stop: StopOnSignal, step: int, saved: Optional[Path]) -> None:
+        if stop.requested:
+            resumed_from = self.cfg.trainer.resume if step == self.start_step else None
+            raise TrainingInterrupted(stop.signum, step, saved, resume_hint=resumed_from)
+
+    def _save(self, step: int) -> Path:
+        with self._writing(f"the checkpoint of step {step} in {self.output_dir / 'checkpoints'}"):
+            return self.save(step)
+
+    @contextlib.contextmanager
+    def _writing(self, what: str, disk_full_only: bool = False) -> Iterator[None]:
+        """A failed write inside (a full disk, a folder gone read-only: see `run_dir.write_failure`)
+        becomes one OutputWriteError naming `what` and the last good checkpoint, which a failed
+        atomic save leaves intact. With `disk_full_only`, only a full disk: around the whole
+        loop, where other OSErrors (a reward server's ConnectionError, a TimeoutError) are not
+        about writing."""
+        try:
+            yield
+        except (OutputWriteError, TrainingInterrupted):
+            raise
+        except Exception as err:
+            reason = write_failure(err)
+            if reason is None or (disk_full_only and reason != DISK_FULL):
+                raise
+            found = list_checkpoints(self.output_dir)
+            last = f"the last good checkpoint is {found[-1]}" if found else "no earlier checkpoint is in this run's folder"
+            raise OutputWriteError(f"{reason} while writing {what}; {last}") from err
 
     def train_step(self, step: int) -> dict[str, float]:
         timer = StepTimer()
@@ -202,23 +258,27 @@ class PPOTrainer:
             self.actors.export(tmp)
 
     def _close(self) -> None:
-        if self.reward_scorer is not None:
-            self.reward_scorer.close()
-        close_rewards = getattr(self.rewards, "close", None)  # reward workers on Ray
-        if close_rewards is not None:
-            close_rewards()
-        self.actors.close()
-        if self.owns_ray:
-            import ray
+        try:
+            if self.reward_scorer is not None:
+                self.reward_scorer.close()
+            close_rewards = getattr(self.rewards, "close", None)  # reward workers on Ray
+            if close_rewards is not None:
+                close_rewards()
+            if self.actors is not None:
+                self.actors.close()
+            if self.owns_ray:
+                import ray
 
-            ray.shutdown()
+                ray.shutdown()
+        finally:
+            self.run_dir.release()  # last: the outputs are complete (or abandoned) by now
 
     def _plot_rewards(self) -> None:
         metrics_file = self.output_dir / "metrics.jsonl"
         if metrics_file.is_file():
             try:
                 plot_reward_curve(metrics_file, self.output_dir / "reward_curve.png")
-            except ValueError as err:  # too few points for a curve is not a failure of the run
+            except (ValueError, OSError) as err:  # too few points, a full disk: the run itself succeeded
                 log.warning("no reward curve: %s", err)
 
 

@@ -12,6 +12,8 @@ before the rename, the temporary file is removed and the target is left exactly 
 - `atomic_save_image(pil_image, path)`: the format comes from the file extension
 - `atomic_directory(path)`: a context manager yielding a temporary sibling directory, renamed
   onto `path` only if the block succeeds (see its docstring for the one non-atomic moment)
+- `leftover_of(name)`: for a name these writers give their temporaries, what it was for; a
+  killed process leaves them behind, and a later run of the same program may clean them up
 
 Parent directories are created as needed. Files get the usual permissions
 (0o666 minus the umask), not the 0o600 that `tempfile` gives; so does every file written into
@@ -26,6 +28,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import shutil
 import tempfile
 from pathlib import Path
@@ -37,11 +40,26 @@ _UMASK = os.umask(0)
 os.umask(_UMASK)
 
 _TMP_SUFFIX = ".tmp"
+_OLD_SUFFIX = ".old"
+# `.TARGET.XXXXXXXX.tmp` / `.old`: `tempfile` fills XXXXXXXX with 8 of these characters.
+_LEFTOVER = re.compile(r"^\.(?P<target>.+)\.[a-z0-9_]{8}(?P<suffix>\.tmp|\.old)$")
 
 
 def _tmp_prefix(path: Path) -> str:
     # A leading dot hides the half-written file from globs such as `ckpt/*.pt`.
     return f".{path.name}."
+
+
+def leftover_of(name: str) -> tuple[str, str] | None:
+    """`(target, kind)` when `name` is a temporary these writers make for the sibling `target`,
+    else None. kind "tmp": a file or directory still being written (a writer killed mid-write
+    leaves it; never a complete target). kind "old": the previous content of a directory that
+    `atomic_directory` was replacing; it is complete, and it is the only copy if the writer died
+    between the two renames (then `target` is absent)."""
+    match = _LEFTOVER.match(name)
+    if match is None:
+        return None
+    return match.group("target"), "tmp" if match.group("suffix") == _TMP_SUFFIX else "old"
 
 
 def _fsync_dir(directory: Path) -> None:
@@ -216,7 +234,7 @@ def _replace_directory(new_dir: Path, path: Path) -> None:
     if not path.exists():
         os.replace(new_dir, path)
         return
-    backup = Path(tempfile.mkdtemp(prefix=_tmp_prefix(path), suffix=".old", dir=path.parent))
+    backup = Path(tempfile.mkdtemp(prefix=_tmp_prefix(path), suffix=_OLD_SUFFIX, dir=path.parent))
     os.rmdir(backup)  # mkdtemp only reserved a unique name; the rename needs it absent
     os.replace(path, backup)
     try:
