@@ -12,11 +12,19 @@ import sys
 from pathlib import Path
 
 import pytest
+from safetensors.torch import save_file
 
 from omni_rl.compose import load_config
 from omni_rl.config import ConfigError, to_yaml
 from omni_rl.trainer import PPOTrainer
-from omni_rl.trainer.checkpoint import STATE_FILE
+from omni_rl.trainer.checkpoint import (
+    FORMAT_VERSION,
+    STATE_FILE,
+    TENSORS_FILE,
+    _rng_to_json,
+    rng_state,
+    write_manifest,
+)
 from omni_rl.trainer.run_dir import LOCK_FILE, RunDirError, check_output_dir, config_changes, hold, open_run_dir
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -38,8 +46,13 @@ def fake_run(out, *checkpoint_steps):
     for step in checkpoint_steps:
         folder = out / "checkpoints" / f"step_{step:06d}"
         folder.mkdir(parents=True)
-        (folder / STATE_FILE).write_text("state")
+        # A valid, empty trainer state (no tensors), so that the checkpoint verifies and decodes.
+        state = {"format": FORMAT_VERSION, "step": step, "rng": _rng_to_json(rng_state()), "trainable_tensors": {},
+                 "optimizer": {"state": {}, "param_groups": []}}
+        (folder / STATE_FILE).write_text(json.dumps(state))
+        save_file({}, str(folder / TENSORS_FILE))
         (folder / "config.yaml").write_text(to_yaml(cfg_for(out)))
+        write_manifest(folder)  # written last, as a real save does
     return out
 
 
