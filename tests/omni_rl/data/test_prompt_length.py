@@ -92,3 +92,15 @@ def test_keep_last_chars_of_a_plain_prompt():
     item = PromptItem("hello world")
     assert keep_last_chars(item, 5).prompt == "world"
     assert keep_last_chars(item, 0).prompt == ""
+
+
+@pytest.mark.parametrize("override, expected", [
+    ("data.overlong_prompts=cut", "data.overlong_prompts='cut': expected one of error, truncate, drop"),
+    ("data.max_prompt_tokens=0", "data.max_prompt_tokens=0: expected an integer >= 1, or null"),
+])
+def test_bad_values_fail_at_load(override, expected):
+    from omni_rl.compose import load_config
+    from omni_rl.config import ConfigError
+
+    with pytest.raises(ConfigError, match=expected.replace("(", r"\(").replace(")", r"\)")):
+        load_config(["recipe=tiny_qwen3_grpo", override])
