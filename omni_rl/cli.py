@@ -36,7 +36,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _main(argv: Sequence[str] | None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
-    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    setup_logging()
     from omni_rl.compose import load_config
     from omni_rl.config import ConfigError, available_recipes, to_yaml
 
@@ -100,6 +100,16 @@ def _main(argv: Sequence[str] | None) -> int:
         return 1
     print(f"done: outputs in {cfg.trainer.output_dir}")
     return 0
+
+
+def setup_logging() -> None:
+    """The console of a run (`omni_rl.logging.console.setup_console_logging`): records at INFO
+    and above on stderr, written through the progress bar so they do not break it; known
+    third-party noise left out; transformers' loading bars off. The run's own log,
+    OUTPUT/train.log, is attached by the trainer once its output folder is set up."""
+    from omni_rl.logging.console import setup_console_logging
+
+    setup_console_logging(logging.INFO)
 
 
 def check_inputs(cfg) -> None:

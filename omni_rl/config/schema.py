@@ -174,6 +174,14 @@ class DataConfig:
     val_prompts: Optional[list[str]] = None
     val_prompt_file: Optional[str] = None
     shuffle: bool = True
+    # Text models: the longest prompt in tokens, chat template included. null = the model's
+    # context (its config's max_position_embeddings, else the tokenizer's model_max_length) less
+    # rollout.max_new_tokens; no check when the model states neither.
+    max_prompt_tokens: Optional[int] = None
+    # A prompt over that limit, found when the prompts load: "error" stops the run naming it;
+    # "truncate" cuts the start of its last user message (its end and the template stay);
+    # "drop" leaves it out. Truncated and dropped prompts are counted in one warning line.
+    overlong_prompts: str = "error"
 
 
 @dataclass

@@ -143,6 +143,10 @@ def validate_config(cfg: OmniConfig) -> None:
         "a list of prompts, or data.prompt_file",
     )
     _require(cfg.data.prompts is None or len(cfg.data.prompts) > 0, "data.prompts", [], "at least one prompt")
+    _require(cfg.data.max_prompt_tokens is None or cfg.data.max_prompt_tokens >= 1, "data.max_prompt_tokens",
+             cfg.data.max_prompt_tokens, "an integer >= 1, or null for the model's context less rollout.max_new_tokens")
+    _require(cfg.data.overlong_prompts in ("error", "truncate", "drop"), "data.overlong_prompts",
+             cfg.data.overlong_prompts, "one of error, truncate, drop")
     _require(cfg.model.lora.alpha > 0, "model.lora.alpha", cfg.model.lora.alpha, "> 0")
     _require(o.eps > 0, "optim.eps", o.eps, "> 0")
     _require(o.weight_decay >= 0, "optim.weight_decay", o.weight_decay, ">= 0")

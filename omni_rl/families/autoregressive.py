@@ -5,6 +5,16 @@ chat template; the engine samples `samples_per_prompt` responses per prompt, eac
 seed; the rewards score the decoded response texts; validation writes the responses with their
 rewards to `samples/val_step_NNNNNN.jsonl`.
 
+Prompt length: `fit_prompts(items, what)` measures every prompt once, as the model sees it
+(chat template included), when the prompts load, and applies `data.overlong_prompts` to those
+over the limit (`data.max_prompt_tokens`, by default the model's context less
+`rollout.max_new_tokens`): "error" stops the run at once naming the prompt, "truncate" keeps
+its end (`omni_rl.data.prompt_length` says how and why), "drop" leaves it out; truncated and
+dropped prompts are counted in one warning line, and `response/prompt_truncated_ratio` is the
+share of a step's samples whose prompt was truncated. Every encoding is checked as well, so a
+prompt that reaches a request without `fit_prompts` is refused or truncated in the same way
+before any token is generated for it.
+
 Actor half: teacher forcing of the stored responses. `loss(micro_batch, 0)` is the registered
 policy loss on the response tokens (masked), plus, when `algo.kl_coef > 0`, the KL estimator
 (k1/k3) to the reference policy (the base model with LoRA disabled). Token log-probs come from
@@ -14,13 +24,17 @@ also reports the gap between the stored old log-probs and this forward's on the 
 """
 from __future__ import annotations
 
+import functools
 import json
+import logging
 from pathlib import Path
+from typing import Optional
 
 import torch
 
 from omni_rl.algos.policy_losses import PolicyLossInput
 from omni_rl.config.schema import OmniConfig
+from omni_rl.data.prompt_length import PromptLengthError, fit_prompt_lengths, shown, truncate_to_limit
 from omni_rl.data.prompts import PromptItem
 from omni_rl.data.text_batch import TextBatch
 from omni_rl.families.base import BehaviourPolicy, ModelFamily, register_family
@@ -30,6 +44,12 @@ from omni_rl.rollout.text_native import collate_media
 from omni_rl.rollout.text_types import TextRequest
 from omni_rl.utils.atomic import atomic_write_text
 from omni_rl.utils.seeding import derive_seed
+
+log = logging.getLogger(__name__)
+# Prompt sources, for messages: the inline-list key and the key of its file.
+_FILE_KEYS = {"data.prompts": "prompt_file", "data.val_prompts": "val_prompt_file"}
+# Truncated and dropped prompts listed by index in the warning line, at most.
+_LISTED = 3
 
 
 def messages_of(item: PromptItem) -> list[dict]:
@@ -44,13 +64,132 @@ class TextFamily(ModelFamily):
     def __init__(self, cfg: OmniConfig, model: AutoregressiveModelBase):
         super().__init__(cfg, model)
         self._encoded: dict[int, PromptInputs] = {}
+        self._truncated: set[int] = set()  # ids of the items whose prompt was cut to fit
+
+    # --- prompt length --------------------------------------------------------------------
+    @functools.cached_property
+    def prompt_token_limit(self) -> Optional[int]:
+        """The most prompt tokens a request may have, or None when nothing bounds them."""
+        limit, _ = self._prompt_limit
+        return limit
+
+    @functools.cached_property
+    def _prompt_limit(self) -> tuple[Optional[int], str]:
+        """(limit, where it comes from in words); raises if the keys leave no room for a prompt."""
+        context = self.model.context_length()
+        max_new = self.cfg.rollout.max_new_tokens
+        given = self.cfg.data.max_prompt_tokens
+        if given is not None:
+            if context is not None and given + max_new > context:
+                raise PromptLengthError(
+                    f"data.max_prompt_tokens={given} plus rollout.max_new_tokens={max_new} is "
+                    f"{given + max_new} tokens, over the model's {context} positions; lower one of them "
+                    f"(or set data.max_prompt_tokens=null for {context} - {max_new} = {context - max_new})"
+                )
+            return given, f"data.max_prompt_tokens={given}"
+        if context is None:
+            log.warning(
+                "the model states no context length (no max_position_embeddings in its config, no "
+                "model_max_length on its tokenizer), so prompt lengths are not checked; set "
+                "data.max_prompt_tokens to check them"
+            )
+            return None, "no limit"
+        if context - max_new < 1:
+            raise PromptLengthError(
+                f"rollout.max_new_tokens={max_new} leaves no room for a prompt in the model's {context} "
+                f"positions; set it below {context}"
+            )
+        return context - max_new, f"the model's {context} positions less rollout.max_new_tokens={max_new}"
+
+    def fit_prompts(self, items: list[PromptItem], what: str = "data.prompts") -> list[PromptItem]:
+        """The prompts of `items` to run, every one measured now: those over `prompt_token_limit`
+        raise, are truncated or are dropped by `data.overlong_prompts` (one warning line says how
+        many). `what` is the config key the items come from ("data.prompts", "data.val_prompts")."""
+        limit, limit_text = self._prompt_limit
+        if limit is None:
+            return list(items)
+        mode = self.cfg.data.overlong_prompts
+        where = self._source(what)
+        given = {id(item) for item in items}
+
+        def count_tokens(item: PromptItem) -> int:
+            # The given items' encodings are kept for their requests; truncation's trial cuts are
+            # not (a dead object's id can be reused).
+            encoded = self._encode_unchecked(item) if id(item) in given else self._encode_uncached(item)
+            return len(encoded.input_ids)
+
+        report = fit_prompt_lengths(items, count_tokens, limit, mode, where, limit_text)
+        for i in [i for i, _before, _after in report.truncated] + [i for i, _n in report.dropped]:
+            self._encoded.pop(id(items[i]), None)  # the over-long original will not be sent
+        self._truncated.update(id(item) for item in report.items if id(item) not in given)
+        if report.truncated:
+            listed = ", ".join(f"prompt {i} ({before} -> {after})" for i, before, after in report.truncated[:_LISTED])
+            more = f" and {len(report.truncated) - _LISTED} more" if len(report.truncated) > _LISTED else ""
+            log.warning(
+                "%s: %d of %d prompts are over the %d-token limit (%s) and were truncated to their last "
+                "tokens (data.overlong_prompts=truncate): %s%s", where, len(report.truncated), len(items),
+                limit, limit_text, listed, more,
+            )
+        if report.dropped:
+            listed = ", ".join(f"prompt {i} ({n} tokens)" for i, n in report.dropped[:_LISTED])
+            more = f" and {len(report.dropped) - _LISTED} more" if len(report.dropped) > _LISTED else ""
+            log.warning(
+                "%s: %d of %d prompts are over the %d-token limit (%s) and were dropped "
+                "(data.overlong_prompts=drop): %s%s; %d prompts remain", where, len(report.dropped),
+                len(items), limit, limit_text, listed, more, len(report.items),
+            )
+        return report.items
+
+    def _source(self, what: str) -> str:
+        data = self.cfg.data
+        file_key = _FILE_KEYS.get(what)
+        inline = getattr(data, what.split(".", 1)[1], None) if what.startswith("data.") else None
+        file = getattr(data, file_key, None) if file_key else None
+        return f"data.{file_key}={file!r}" if inline is None and file is not None else what
+
+    def _encode_uncached(self, item: PromptItem) -> PromptInputs:
+        return self.model.encode_prompt(messages_of(item), getattr(item, "media", None))
+
+    def _count_uncached(self, item: PromptItem) -> int:
+        return len(self._encode_uncached(item).input_ids)
+
+    def _encode_unchecked(self, item: PromptItem) -> PromptInputs:
+        key = id(item)  # prompt items live for the whole run; encode each once
+        if key not in self._encoded:
+            self._encoded[key] = self._encode_uncached(item)
+        return self._encoded[key]
 
     # --- the rollout half -----------------------------------------------------------------
     def _encode(self, item: PromptItem) -> PromptInputs:
-        key = id(item)  # prompt items live for the whole run; encode each once
-        if key not in self._encoded:
-            self._encoded[key] = self.model.encode_prompt(messages_of(item), getattr(item, "media", None))
-        return self._encoded[key]
+        """The prompt's encoding, within the limit: a prompt that did not go through
+        `fit_prompts` is refused or truncated here, before any request is made of it."""
+        encoded = self._encode_unchecked(item)
+        limit, limit_text = self._prompt_limit
+        if limit is None or len(encoded.input_ids) <= limit:
+            return encoded
+        n = len(encoded.input_ids)
+        mode = self.cfg.data.overlong_prompts
+        if mode == "truncate":
+            cut = truncate_to_limit(item, self._count_uncached, limit)
+            if cut is not None:
+                encoded = self._encoded[id(item)] = self._encode_uncached(cut)
+                self._truncated.add(id(item))
+                log.warning(
+                    "prompt %s is %d tokens, over the %d-token limit (%s); truncated to its last %d tokens "
+                    "(data.overlong_prompts=truncate)", shown(item), n, limit, limit_text, len(encoded.input_ids),
+                )
+                return encoded
+        hint = (
+            "shorten it, or set data.overlong_prompts=truncate (keep its last tokens) or drop (leave it out)"
+            if mode == "error" else
+            "data.overlong_prompts=drop leaves prompts out when they load (TextFamily.fit_prompts), which "
+            "this one did not go through; shorten it or use data.overlong_prompts=truncate"
+            if mode == "drop" else "it cannot be cut to fit; shorten it"
+        )
+        raise PromptLengthError(
+            f"prompt {shown(item)} is {n} tokens with the chat template, over the {limit}-token limit "
+            f"({limit_text}); {hint}"
+        )
 
     def request(self, item: PromptItem, seed: int, **changes) -> TextRequest:
         r = self.cfg.rollout
@@ -76,7 +215,10 @@ class TextFamily(ModelFamily):
         results, reward_futures = scored_rollout(
             engine, requests, texts, metadata, score, self._reward_input, self.cfg.rollout.timeout_s
         )
-        return TextBatch.from_results(results, texts, metadata, groups, self.model.pad_token_id), reward_futures
+        batch = TextBatch.from_results(results, texts, metadata, groups, self.model.pad_token_id)
+        if self.cfg.data.overlong_prompts == "truncate":
+            batch.extras["prompt_truncated_ratio"] = sum(id(item) in self._truncated for item in prompts) / len(prompts)
+        return batch, reward_futures
 
     @staticmethod
     def _reward_input(result, prompt: str, metadata: dict) -> tuple:
@@ -92,6 +234,9 @@ class TextFamily(ModelFamily):
             "response/length_max": float(lengths.max()),
             # Responses cut at rollout.max_new_tokens without a stop token.
             "response/clip_ratio": sum(f == "length" for f in batch.finish_reasons) / len(batch),
+            # data.overlong_prompts=truncate: the share of samples whose prompt was cut to fit.
+            **({"response/prompt_truncated_ratio": batch.extras["prompt_truncated_ratio"]}
+               if "prompt_truncated_ratio" in batch.extras else {}),
         }
 
     @torch.no_grad()

@@ -3,12 +3,16 @@
 - `sinks`: `MetricLogger` fans `log(metrics, step)` out to `ConsoleSink`, `JsonlSink`,
   `TensorBoardSink`, `WandbSink`; `build_sinks(names, output_dir)` builds them by name;
   `ProgressBar` is the training-step bar. Metric names live in `METRIC_NAMESPACES`.
+- `console`: `setup_console_logging()` (log records through the progress bar, known
+  third-party noise left out, transformers' bars off) and `attach_run_log(output_dir)`
+  (`OUTPUT/train.log`: every record at INFO and above, and the per-step lines).
 - `gallery`: `make_grid` / `save_grid` tile sample images with captions.
 - `curves`: `plot_reward_curve` draws a run's reward; `rise_report` decides whether it rose.
 
 TensorBoard, wandb and matplotlib are imported only when used, so importing this package
 is cheap.
 """
+from omni_rl.logging.console import KNOWN_NOISE, attach_run_log, setup_console_logging
 from omni_rl.logging.curves import metric_series, moving_average, plot_reward_curve, rise_report
 from omni_rl.logging.gallery import make_grid, save_grid
 from omni_rl.logging.sinks import (
@@ -28,6 +32,7 @@ from omni_rl.logging.sinks import (
 )
 
 __all__ = [
+    "KNOWN_NOISE",
     "METRIC_NAMESPACES",
     "SINK_NAMES",
     "ConsoleSink",
@@ -37,6 +42,7 @@ __all__ = [
     "Sink",
     "TensorBoardSink",
     "WandbSink",
+    "attach_run_log",
     "build_sinks",
     "check_metric_name",
     "make_grid",
@@ -47,4 +53,5 @@ __all__ = [
     "rise_report",
     "save_grid",
     "scalar_value",
+    "setup_console_logging",
 ]

@@ -4,7 +4,7 @@ A sink has two methods: `log(metrics: dict[str, float], step: int)` and `close()
 
 | sink | writes | notes |
 |---|---|---|
-| `ConsoleSink(every=N)` | one compact line every N steps via `tqdm.write` | safe under a progress bar |
+| `ConsoleSink(every=N)` | one compact line every N steps via `tqdm.write` | safe under a progress bar; copied to train.log |
 | `JsonlSink(path)` | one JSON object a line: `{"step": step, **metrics}` | flushed per line |
 | `TensorBoardSink(log_dir)` | `add_scalar` per metric, `add_image` for galleries | |
 | `WandbSink(project, run_name, config)` | `wandb.log(metrics, step=step)` | `pip install omni-rl[wandb]` |
@@ -18,7 +18,8 @@ turned into Python numbers. JSON has no NaN or infinity, so `JsonlSink` writes a
 value as `null`; readers treat `null` as "no value at this step". TensorBoard and wandb get
 the float as is.
 
-`ProgressBar` is the tqdm bar for training steps, with short postfix keys.
+`ProgressBar` is the tqdm bar for training steps, with short postfix keys; it draws only on a
+terminal. Log records, the run log (`train.log`) and third-party noise: `omni_rl.logging.console`.
 
 Left out on purpose: any distributed logic. Only the driver (rank 0) builds sinks.
 """
@@ -28,11 +29,13 @@ import json
 import math
 import numbers
 import os
+import sys
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Protocol, Sequence, runtime_checkable
 
 from tqdm import tqdm
 
+from omni_rl.logging.console import metrics_logger
 from omni_rl.utils.atomic import atomic_write_text
 
 METRIC_NAMESPACES = ("reward", "loss", "actor", "rollout_corr", "response", "perf", "timing", "val")
@@ -266,7 +269,8 @@ class ConsoleSink:
 
     `keys` maps a short label to a metric name (default `DEFAULT_CONSOLE_KEYS`); metrics
     absent from a step are left out of its line. Written with `tqdm.write` so that a live
-    progress bar is redrawn below the line instead of being broken by it.
+    progress bar is redrawn below the line instead of being broken by it, flushed at once, and
+    copied to the run log (`omni_rl.logging.console.attach_run_log`) when one is attached.
     """
 
     def __init__(self, every: int = 1, keys: Mapping[str, str] | None = None, file: Any = None):
@@ -280,7 +284,13 @@ class ConsoleSink:
         if _check_step(step) % self.every:
             return
         parts = " ".join(f"{label}={text}" for label, text in _short_metrics(metrics, self.keys).items())
-        tqdm.write(f"step {step} | {parts}" if parts else f"step {step}", file=self.file)
+        line = f"step {step} | {parts}" if parts else f"step {step}"
+        stream = self.file if self.file is not None else sys.stdout
+        tqdm.write(line, file=stream)
+        # Flushed: a buffered stdout would otherwise reach a shared pipe or file after the
+        # stderr lines written since, out of order.
+        stream.flush()
+        metrics_logger().info(line)  # into train.log when a run log is attached
 
     def close(self) -> None:
         pass
@@ -378,8 +388,10 @@ class ProgressBar:
 
     `update(step, metrics)` moves the bar to `step` completed steps (pass the 1-based global
     step just finished) and shows `reward` (`reward/total/mean`), `loss` (`loss/policy`) and
-    `kl` (`loss/kl`) when present. tqdm's defaults are kept: without a TTY it still writes to
-    stderr (plainly, without redraws) and never fails; `disable=True` silences it.
+    `kl` (`loss/kl`) when present. With `file=None` it draws on stderr only when stderr is a
+    terminal (tqdm's `disable=None`): in a pipe, a file or a CI log its carriage-return redraws
+    would be glued to the lines around them, and the per-step console lines are the progress
+    there. A `file` given is drawn on as it is; `disable=True` silences it.
     """
 
     POSTFIX_KEYS = {"reward": "reward/total/mean", "loss": "loss/policy", "kl": "loss/kl"}
@@ -397,7 +409,8 @@ class ProgressBar:
             initial=initial,
             desc=desc,
             unit="step",
-            disable=disable,
+            # None: off unless the stream is a terminal; given a file, draw on it regardless.
+            disable=True if disable else (None if file is None else False),
             file=file,  # None: tqdm's default, stderr
             dynamic_ncols=True,
         )

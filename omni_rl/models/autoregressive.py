@@ -11,7 +11,9 @@ method, so the rollout's log-probs and the trainer's agree to float precision:
    left-padded batch, with the model's cache for incremental decoding when it supports one;
 3. `token_log_probs(...)`: per-token log-probs of given responses after given prompts;
 4. `strip_for_training()`: drop modules the trained policy never uses (an omni model's talker
-   and speech decoder) before wrapping and sharding.
+   and speech decoder) before wrapping and sharding;
+5. `context_length()`: the positions the model attends over (config, else tokenizer), which
+   bounds prompt plus response (`data.max_prompt_tokens`).
 
 Position ids are derived from the attention mask (`cumsum(mask) - 1`), so left padding never
 shifts a sequence's positions; models with their own position scheme (multimodal rotary ids)
@@ -27,6 +29,10 @@ from typing import Any, ClassVar, Iterator, Optional
 import torch
 
 from omni_rl.models.base import OmniModelBase
+
+
+# Context lengths above this are placeholders for "no limit", not limits.
+MAX_SANE_CONTEXT = 100_000_000
 
 
 @dataclass
@@ -63,6 +69,21 @@ class AutoregressiveModelBase(OmniModelBase):
     @abstractmethod
     def encode_prompt(self, messages: list[dict[str, Any]], media: Optional[dict[str, Any]] = None) -> PromptInputs:
         """Apply the chat template (generation prompt added) and the processor."""
+
+    def context_length(self) -> Optional[int]:
+        """Positions the model attends over, or None when it does not say.
+
+        The config's `max_position_embeddings` (of the text model, for an omni model) is the
+        model's own limit and wins; the tokenizer's `model_max_length` is the fallback. A value
+        that is not a whole number in [1, 1e8] is unknown: transformers writes 1e30 into
+        `model_max_length` when a tokenizer names no limit."""
+        config = getattr(self.trainable_module(), "config", None)
+        text_config = config.get_text_config() if hasattr(config, "get_text_config") else config
+        for value in (getattr(text_config, "max_position_embeddings", None),
+                      getattr(self.tokenizer, "model_max_length", None)):
+            if isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= MAX_SANE_CONTEXT:
+                return value
+        return None
 
     def decode_tokens(self, token_ids: list[int]) -> str:
         return self.tokenizer.decode(token_ids, skip_special_tokens=True)

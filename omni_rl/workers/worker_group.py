@@ -30,7 +30,7 @@ from omni_rl.workers.resource_pool import ResourcePool
 log = logging.getLogger(__name__)
 
 # Passed on to the workers' environment (a cluster's workers do not inherit the driver's).
-FORWARDED_ENV = ("OMNI_RL_CACHE", "HF_HOME", "HF_HUB_OFFLINE", FAULT_ENV)
+FORWARDED_ENV = ("OMNI_RL_CACHE", "HF_HOME", "HF_HUB_OFFLINE", "HF_HUB_DISABLE_PROGRESS_BARS", FAULT_ENV)
 
 
 def split_evenly(n: int, parts: int) -> list[tuple[int, int]]:

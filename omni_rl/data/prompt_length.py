@@ -1,0 +1,186 @@
+"""Prompts longer than the model can take: found when the prompts load, and refused, truncated
+or dropped by `data.overlong_prompts`, never silently.
+
+A prompt is measured as the model sees it: the token ids of its chat (template, generation
+prompt and media placeholders included), counted by a function the text family passes in, so
+this module knows no tokenizer. The modes:
+
+- `error` (the default): stop, naming the first over-long prompt (its index and first
+  characters), its token count and the limit. A run with prompts that do not fit is a data
+  problem the user should decide on; guessing would change what is trained on without a word.
+- `truncate`: cut the START of the last user message until the whole prompt fits, so its last
+  tokens are kept. The end of a prompt is where the question or instruction usually sits
+  ("... What is the area?", "Answer with a number.") and what the response continues; the text
+  is cut, not the token ids, and the chat is rendered again, so the template's own tokens
+  (the system turn, the end-of-turn marker, the assistant generation prompt) stay intact.
+  Other messages and media are never cut: a prompt whose other parts alone are over the limit
+  raises as in `error`.
+- `drop`: leave the prompt out of the run's prompt list.
+
+`fit_prompt_lengths` returns the kept items and which were truncated or dropped; the caller
+logs them (one warning) and counts them in its metrics.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Any, Callable, Optional, Sequence
+
+from omni_rl.data.prompt_item import PromptFileError, PromptItem
+
+OVERLONG_MODES = ("error", "truncate", "drop")
+# Characters of a prompt shown in messages.
+SHOWN_CHARS = 40
+
+
+class PromptLengthError(PromptFileError):
+    """A prompt longer than the model's limit (with `data.overlong_prompts=error`), or a limit
+    that leaves no room for a prompt; the message names the prompt or keys and what to do."""
+
+
+@dataclass
+class FitReport:
+    """What `fit_prompt_lengths` did. Indices are positions in the list it was given.
+
+    items:     the prompts to run: the short ones unchanged, the truncated ones replaced;
+    truncated: (index, tokens before, tokens after) of each truncated prompt;
+    dropped:   (index, tokens) of each dropped prompt.
+    """
+
+    items: list[PromptItem]
+    truncated: list[tuple[int, int, int]] = field(default_factory=list)
+    dropped: list[tuple[int, int]] = field(default_factory=list)
+
+
+def shown(item: PromptItem) -> str:
+    """The first characters of a prompt, for messages."""
+    text = " ".join(item.prompt.split())
+    return repr(text[:SHOWN_CHARS] + ("..." if len(text) > SHOWN_CHARS else ""))
+
+
+def fit_prompt_lengths(
+    items: Sequence[PromptItem],
+    count_tokens: Callable[[PromptItem], int],
+    limit: int,
+    mode: str,
+    where: str,
+    limit_text: str,
+) -> FitReport:
+    """Apply `mode` to every prompt of `items` whose `count_tokens` is over `limit`.
+
+    `where` names the prompts' source in messages ("data.prompts", "data.prompt_file='x.jsonl'")
+    and `limit_text` says where the limit comes from ("the model's 512 positions less
+    rollout.max_new_tokens=16"). Raises `PromptLengthError` at the first over-long prompt in
+    `error` mode, and in `truncate` mode for a prompt that cannot be cut to fit.
+    """
+    if mode not in OVERLONG_MODES:
+        raise ValueError(f"data.overlong_prompts={mode!r}: expected one of {', '.join(OVERLONG_MODES)}")
+    report = FitReport(items=[])
+    for i, item in enumerate(items):
+        n = count_tokens(item)
+        if n <= limit:
+            report.items.append(item)
+        elif mode == "error":
+            raise PromptLengthError(
+                f"{where}: prompt {i} ({shown(item)}) is {n} tokens with the chat template, over the "
+                f"{limit}-token limit ({limit_text}); shorten it, or set data.overlong_prompts=truncate "
+                f"(keep its last tokens) or data.overlong_prompts=drop (leave it out)"
+            )
+        elif mode == "drop":
+            report.dropped.append((i, n))
+        else:
+            cut = truncate_to_limit(item, count_tokens, limit)
+            if cut is None:
+                raise PromptLengthError(
+                    f"{where}: prompt {i} ({shown(item)}) is {n} tokens, over the {limit}-token limit "
+                    f"({limit_text}), and cannot be cut to fit: its other messages, media and the chat "
+                    f"template leave no room for its last user message; shorten them, or set "
+                    f"data.overlong_prompts=drop"
+                )
+            report.items.append(cut)
+            report.truncated.append((i, n, count_tokens(cut)))
+    if not report.items:
+        raise PromptLengthError(
+            f"{where}: all {len(items)} prompts are over the {limit}-token limit ({limit_text}) and "
+            f"data.overlong_prompts=drop left none; use shorter prompts or raise the limit"
+        )
+    return report
+
+
+def truncate_to_limit(
+    item: PromptItem, count_tokens: Callable[[PromptItem], int], limit: int
+) -> Optional[PromptItem]:
+    """`item` with the start of its last user message cut so that it counts at most `limit`
+    tokens, keeping as much of the message's end as fits; None if not one character of it fits.
+
+    Searches the number of characters kept: doubling from `limit` characters, then bisecting,
+    so a 100k-character prompt costs about a dozen encodings of at most a few times the kept
+    text, not of the whole prompt.
+    """
+    length = len(last_user_text(item))
+    if count_tokens(keep_last_chars(item, 0)) > limit:
+        return None
+    fits, over = 0, length  # keep=fits fits; keep=over does not (the whole prompt is over)
+    probe = max(1, limit)
+    while probe < over:
+        if count_tokens(keep_last_chars(item, probe)) <= limit:
+            fits, probe = probe, probe * 2
+        else:
+            over = probe
+    while over - fits > 1:
+        mid = (fits + over) // 2
+        if count_tokens(keep_last_chars(item, mid)) <= limit:
+            fits = mid
+        else:
+            over = mid
+    return keep_last_chars(item, fits) if fits else None  # an emptied question is no prompt
+
+
+def last_user_text(item: PromptItem) -> str:
+    """The text of the last user message (what `keep_last_chars` cuts): `item.prompt` for a
+    plain prompt, the joined text parts of that message for a chat."""
+    if not item.messages:
+        return item.prompt
+    message = item.messages[_last_user(item)]
+    return _text_of(message["content"])
+
+
+def keep_last_chars(item: PromptItem, keep: int) -> PromptItem:
+    """`item` with only the last `keep` characters of its last user message's text (text parts
+    are cut from the first one on; image and audio parts stay)."""
+    if not item.messages:
+        return replace(item, prompt=item.prompt[len(item.prompt) - keep:] if keep else "")
+    index = _last_user(item)
+    message = item.messages[index]
+    content = message["content"]
+    if isinstance(content, str):
+        new_content: Any = content[len(content) - keep:] if keep else ""
+    else:
+        # Joined text parts are separated by "\n" (as `prompt` is built): the separators count
+        # as characters to cut, so dropping a whole part removes its newline too.
+        drop = max(0, len(_text_of(content)) - keep)
+        new_content = []
+        for part in content:
+            if part.get("type") != "text" or drop <= 0:
+                new_content.append(dict(part))
+            elif drop >= len(part["text"]):
+                drop -= len(part["text"]) + 1  # the whole part goes, with the newline after it
+            else:
+                new_content.append({**part, "text": part["text"][drop:]})
+                drop = 0
+    messages = list(item.messages)
+    messages[index] = {**message, "content": new_content}
+    new = replace(item, messages=tuple(messages))
+    return replace(new, prompt=_text_of(new_content))
+
+
+def _last_user(item: PromptItem) -> int:
+    for index in range(len(item.messages) - 1, -1, -1):
+        if item.messages[index].get("role") == "user":
+            return index
+    raise ValueError(f"prompt {shown(item)} has no user message to truncate")
+
+
+def _text_of(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    return "\n".join(part["text"] for part in content if part.get("type") == "text")
