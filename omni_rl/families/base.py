@@ -62,6 +62,11 @@ class ModelFamily(ABC):
         self.policy_loss = get_policy_loss(cfg.algo.policy_loss)
 
     # --- the rollout half -----------------------------------------------------------------
+    def fit_prompts(self, items: list, what: str = "data.prompts") -> list:
+        """The prompt items of `what` this family can run (all of them, unless the family has a
+        length limit to enforce: the text family's `data.overlong_prompts`)."""
+        return list(items)
+
     @abstractmethod
     def rollout(self, engine, prompts: list, step: int, score: Optional[ScoreFn] = None) -> tuple[Any, list]:
         """The step's batch from `engine` and, with `score`, one reward future per sample

@@ -31,7 +31,7 @@ from omni_rl.config.schema import OmniConfig
 from omni_rl.data.prompts import PromptSampler, load_prompt_items
 from omni_rl.families import build_family
 from omni_rl.families.base import BehaviourPolicy
-from omni_rl.logging import MetricLogger, ProgressBar, build_sinks, plot_reward_curve
+from omni_rl.logging import MetricLogger, ProgressBar, attach_run_log, build_sinks, plot_reward_curve
 from omni_rl.reward.async_scorer import AsyncRewardScorer
 from omni_rl.reward.manager import RewardManager, RewardSpec
 from omni_rl.trainer.actor_group import ACTOR_GROUPS
@@ -53,9 +53,10 @@ class PPOTrainer:
         # Checked, held (until _close) and tidied before any model loads: a bad or busy folder
         # fails in a second, not after minutes of loading weights.
         self.run_dir = open_run_dir(cfg)
-        self.actors = self.rewards = self.reward_scorer = None
+        self.actors = self.rewards = self.reward_scorer = self.run_log = None
         self.owns_ray = False
         try:
+            self.run_log = attach_run_log(self.output_dir)  # OUTPUT/train.log: every record, noise included
             try:
                 remove_stale_tiny_builds(cfg.model.path)
             except OSError as err:  # the shared cache is not this run's to fail on
@@ -67,10 +68,13 @@ class PPOTrainer:
             self.rollout_engine = self.actors.rollout_engine
             self._build_rewards()
             self.advantage_fn = get_advantage_estimator(cfg.algo.advantage)
-            items = load_prompt_items(cfg.data.prompts, cfg.data.prompt_file)
+            # Every prompt measured once against the model's context (data.overlong_prompts).
+            items = self.family.fit_prompts(load_prompt_items(cfg.data.prompts, cfg.data.prompt_file), "data.prompts")
             self.sampler = PromptSampler(items, t.prompts_per_step, t.seed, cfg.data.shuffle)
             val_items = (
-                load_prompt_items(cfg.data.val_prompts, cfg.data.val_prompt_file, "data.val_prompts")
+                self.family.fit_prompts(
+                    load_prompt_items(cfg.data.val_prompts, cfg.data.val_prompt_file, "data.val_prompts"), "data.val_prompts"
+                )
                 if cfg.data.val_prompts is not None or cfg.data.val_prompt_file is not None
                 else items
             )
@@ -271,6 +275,8 @@ class PPOTrainer:
 
                 ray.shutdown()
         finally:
+            if self.run_log is not None:
+                self.run_log.close()
             self.run_dir.release()  # last: the outputs are complete (or abandoned) by now
 
     def _plot_rewards(self) -> None:
