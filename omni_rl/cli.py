@@ -19,7 +19,7 @@ USAGE = """usage: python main_omni.py [recipe=NAME] [key=value ...] [--cfg]
 
   recipe=NAME   a YAML file in recipes/ (default: tiny_sd3_flowgrpo, the CPU demo)
   key=value     override any config key, e.g. trainer.total_steps=10 rollout.num_steps=8
-  --cfg         print the composed config and exit
+  --cfg         print the composed config and exit (`--cfg job` too, as in Hydra)
 """
 
 
@@ -34,6 +34,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
 
 
+CFG_WORDS = ("job", "all", "hydra")
+
+
 def _main(argv: Sequence[str] | None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     setup_logging()
@@ -44,10 +47,20 @@ def _main(argv: Sequence[str] | None) -> int:
         print(USAGE + "\nrecipes: " + ", ".join(available_recipes()))
         return 0
     show_cfg = "--cfg" in args
+    if show_cfg:
+        at = args.index("--cfg")
+        # Hydra's own spelling, `--cfg job` (or all / hydra): the job's config is what there is.
+        if at + 1 < len(args) and args[at + 1] in CFG_WORDS:
+            del args[at + 1]
     args = [a for a in args if a != "--cfg"]
     bad = [a for a in args if a.startswith("-")]
     if bad:
         print(f"error: unknown option {bad[0]!r}\n{USAGE}", file=sys.stderr)
+        return 2
+    loose = [a for a in args if "=" not in a]
+    if loose:
+        print(f"error: {loose[0]!r} is not a key=value override or recipe=NAME (e.g. trainer.total_steps=10); "
+              f"see `python main_omni.py --help`", file=sys.stderr)
         return 2
     try:
         cfg = load_config(args)

@@ -212,8 +212,8 @@ class TrainerConfig:
     overwrite: bool = False
     # "auto" picks cuda, then npu, then cpu.
     device: str = "auto"
-    # "local": one process. "ray": the stage methods run on a group of Ray workers (one hybrid
-    # worker per device: actor + rollout + reference), the batch split across data-parallel ranks.
+    # The ActorGroup (a registered backend): "local", one process; "ray", a group of Ray workers
+    # (one hybrid worker per device: actor + rollout + reference), the batch split across ranks.
     backend: str = "local"
     # The training engine: "local" (one process) or "fsdp2" (sharded); null = the backend's own
     # (local for backend=local, fsdp2 for backend=ray).

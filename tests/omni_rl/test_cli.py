@@ -68,3 +68,15 @@ def test_help_exits_0_and_lists_the_recipes(flag, capsys):
 def test_unknown_option_exits_2(capsys):
     assert main(["--cfgg"]) == 2
     assert "error: unknown option '--cfgg'" in capsys.readouterr().err
+
+
+def test_cfg_job_is_hydras_spelling_of_cfg(capsys):
+    assert main(["--cfg", "job", "trainer.total_steps=17"]) == 0
+    printed = OmegaConf.create(capsys.readouterr().out)
+    assert printed.trainer.total_steps == 17
+
+
+def test_a_word_that_is_no_override_exits_2_naming_it(capsys):
+    assert main(["trainer"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: 'trainer' is not a key=value override")
