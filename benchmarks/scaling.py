@@ -34,6 +34,7 @@ from pathlib import Path
 import torch
 
 from omni_rl.utils.atomic import atomic_write_json
+from omni_rl.workers.ray_cluster import init_local_ray
 
 
 def repo_relative(path: str) -> str:
@@ -100,8 +101,7 @@ def main(argv=None) -> int:
         if not args.no_local:
             results["local"] = run_arm(args, "local", [], root)
         temp = tempfile.mkdtemp(prefix="ray_")
-        ray.init(num_cpus=max(max(args.workers), os.cpu_count() or 1), include_dashboard=False, _temp_dir=temp,
-                 log_to_driver=False)
+        init_local_ray(max(max(args.workers), os.cpu_count() or 1), _temp_dir=temp, log_to_driver=False)
         try:
             for n in args.workers:
                 results[f"ray_{n}"] = run_arm(

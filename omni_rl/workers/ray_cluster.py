@@ -6,6 +6,9 @@ import os
 
 from omni_rl.config.schema import OmniConfig
 
+# Ray's setting of its workers' niceness (read when the local Ray starts).
+WORKER_NICENESS_ENV = "RAY_worker_niceness"
+
 
 def connect_ray(cfg: OmniConfig) -> bool:
     """`ray.init()`: a local Ray by default, `trainer.ray_address` to join a cluster. Returns
@@ -22,5 +25,17 @@ def connect_ray(cfg: OmniConfig) -> bool:
         # (the workers then share cores; an unsatisfiable request would wait forever).
         world = t.nnodes * t.devices_per_node if t.backend == "ray" else 0
         rewards = math.ceil(cfg.reward.num_workers * cfg.reward.worker_num_cpus)
-        ray.init(num_cpus=max(os.cpu_count() or 1, world + rewards), include_dashboard=False, log_to_driver=True)
+        init_local_ray(max(os.cpu_count() or 1, world + rewards), log_to_driver=True)
     return True
+
+
+def init_local_ray(num_cpus: int, **kwargs) -> None:
+    """Start a local Ray whose workers run at normal priority.
+
+    Ray starts workers at nice 15, as background tasks; here they are the job itself (the actor,
+    the rollout, the reward models), and beside any busy process at nice 0 they would starve
+    until their deadlines fire (seen: the Ray tests stalled for minutes beside two CPU hogs)."""
+    import ray
+
+    os.environ.setdefault(WORKER_NICENESS_ENV, "0")
+    ray.init(num_cpus=num_cpus, include_dashboard=False, **kwargs)

@@ -91,7 +91,7 @@ def screen_lines(raw: str) -> list[str]:
 def check_run_log(out: Path) -> None:
     log = (out / "train.log").read_text(encoding="utf-8")
     assert re.search(r"INFO omni_rl.metrics: step 1 \| reward=", log), log
-    assert re.search(r"WARNING omni_rl.families.autoregressive: prompt 'yyyy.*truncated", log), log
+    assert re.search(r"WARNING omni_rl.families.autoregressive: data.prompts: 1 of 2 prompts are over .*truncated", log), log
 
 
 def test_a_run_into_a_pipe_has_whole_lines_and_no_bars(tmp_path):
@@ -105,7 +105,7 @@ def test_a_run_into_a_pipe_has_whole_lines_and_no_bars(tmp_path):
     assert sum("step " in line and "|" in line for line in text.splitlines()) == len(metric_lines), text
     for message in SILENCED:
         assert message not in text, text
-    assert "WARNING omni_rl.families.autoregressive: prompt 'yyyy" in text  # news is kept
+    assert "WARNING omni_rl.families.autoregressive: data.prompts: 1 of 2 prompts are over" in text  # news is kept
     check_run_log(out)
 
 

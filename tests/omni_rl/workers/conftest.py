@@ -4,13 +4,15 @@ import tempfile
 
 import pytest
 
+from omni_rl.workers.ray_cluster import init_local_ray
+
 
 @pytest.fixture(scope="module")
 def ray_local():
     ray = pytest.importorskip("ray")
     # Ray puts Unix sockets under its temp folder (107-character limit): a short path under /tmp.
     temp = tempfile.mkdtemp(prefix="ray_")
-    ray.init(num_cpus=2, include_dashboard=False, _temp_dir=temp, log_to_driver=False)
+    init_local_ray(2, _temp_dir=temp, log_to_driver=False)  # the trainer's own start, workers at nice 0
     try:
         yield ray
     finally:

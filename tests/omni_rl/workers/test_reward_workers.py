@@ -8,6 +8,7 @@ import torch
 from omni_rl.compose import load_config
 from omni_rl.reward.manager import RewardError, RewardManager, RewardSpec
 from omni_rl.trainer import PPOTrainer
+from omni_rl.workers.ray_cluster import init_local_ray
 from omni_rl.workers.reward_worker import RayRewardManager
 
 
@@ -45,7 +46,7 @@ def test_a_failing_required_reward_on_a_worker_names_the_reward(ray_local, tmp_p
 
     # The workers import the plugin module by name: restart Ray with its folder on their path.
     ray.shutdown()
-    ray.init(num_cpus=2, include_dashboard=False, runtime_env={"env_vars": {"PYTHONPATH": str(tmp_path)}})
+    init_local_ray(2, runtime_env={"env_vars": {"PYTHONPATH": str(tmp_path)}})
     remote = RayRewardManager([RewardSpec(name)], plugins=[module.stem], num_workers=1, timeout_s=120)
     try:
         with pytest.raises(RewardError, match=name):
@@ -58,7 +59,7 @@ def test_a_dead_reward_worker_fails_the_call_naming_it(ray_local):
     import ray
 
     if not ray.is_initialized():
-        ray.init(num_cpus=2, include_dashboard=False)
+        init_local_ray(2)
     remote = RayRewardManager([RewardSpec("brightness")], num_workers=1, timeout_s=60)
     ray.kill(remote.workers[0], no_restart=True)
     with pytest.raises(RewardError, match=r"reward worker 0 \(node .*, pid \d+\) died"):
@@ -70,7 +71,7 @@ def test_trainer_with_reward_workers(tmp_path, ray_local):
     import ray
 
     if not ray.is_initialized():
-        ray.init(num_cpus=2, include_dashboard=False)
+        init_local_ray(2)
     out = tmp_path / "run"
     cfg = load_config(["recipe=tiny_qwen3_grpo", f"trainer.output_dir={out}", "trainer.total_steps=2",
                        "trainer.val_every=0", "trainer.progress_bar=false", "trainer.loggers=[jsonl]",

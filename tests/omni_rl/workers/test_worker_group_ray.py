@@ -25,6 +25,15 @@ def test_runs_on_every_rank_and_gathers_in_rank_order(ray_local):
         g.shutdown()
 
 
+def test_workers_run_at_normal_priority(ray_local):
+    """Ray's default niceness (15) would starve the workers beside any busy process."""
+    g = group()
+    try:
+        assert g.run("niceness", lambda worker: os.nice(0)) == [0, 0]
+    finally:
+        g.shutdown()
+
+
 def test_a_silent_worker_times_out_naming_it(ray_local):
     g = group(timeout_s=3.0)
     g.step = 7
