@@ -1,1 +1,1 @@
-"""Prompt datasets and the batch containers passed between trainer stages."""
+"""Prompt datasets and the batch containers the trainer loop and the model families pass along."""

@@ -1,4 +1,4 @@
-"""`DiffusionBatch`: a step's samples, stacked, as the trainer's stages pass them along.
+"""`DiffusionBatch`: a step's samples, stacked, as the trainer loop and the diffusion family pass them along.
 
 N samples (prompts x samples_per_prompt), each with W trained (window) steps:
 
