@@ -301,13 +301,17 @@ def _to_scores(name: str, out: Any, n: int, noun: str = "samples") -> np.ndarray
     with np.errstate(invalid="ignore"):
         bad = np.flatnonzero(~(np.abs(scores) <= np.finfo(np.float32).max))
     if bad.size:
-        shown = ", ".join(f"{i} ({scores[i]})" for i in bad[:8])
-        more = f" and {bad.size - 8} more" if bad.size > 8 else ""
         raise RewardError(
-            f"reward {name!r} returned non-finite scores at sample index {shown}{more}; "
+            f"reward {name!r} returned non-finite scores at sample index {_samples(bad, scores, '')}; "
             f"a reward must be finite (and within float32 range): fix the scorer or clamp its output"
         )
     return scores
+
+
+def _samples(bad: np.ndarray, scores: np.ndarray, spec: str) -> str:
+    """"i (score), ..." for the first 8 bad sample indices, and how many more there are."""
+    shown = ", ".join(f"{i} ({scores[i]:{spec}})" for i in bad[:8])
+    return shown + (f" and {bad.size - 8} more" if bad.size > 8 else "")
 
 
 def _check_weighted(name: str, weight: float, scores: np.ndarray) -> None:
@@ -316,10 +320,8 @@ def _check_weighted(name: str, weight: float, scores: np.ndarray) -> None:
         return
     bad = np.flatnonzero(np.abs(weight * scores) > MAX_ABS_REWARD)
     if bad.size:
-        shown = ", ".join(f"{i} ({scores[i]:.4g})" for i in bad[:8])
-        more = f" and {bad.size - 8} more" if bad.size > 8 else ""
         raise RewardError(
-            f"reward {name!r} returned scores too large to train on at sample index {shown}{more}: with "
+            f"reward {name!r} returned scores too large to train on at sample index {_samples(bad, scores, '.4g')}: with "
             f"its weight {weight:g}, |weight * score| must be at most {MAX_ABS_REWARD:g}, or the float32 "
             f"advantage overflows and the loss becomes NaN. Rescale the reward (a smaller weight or "
             f"scale option) or clamp its output"
