@@ -20,6 +20,7 @@ import torch
 
 from omni_rl.config.schema import ModelConfig
 from omni_rl.models import Conditioning, DiffusionModelBase, register_adapter, register_tiny_model
+from omni_rl.models.diffusion import check_image_only, check_multiple
 from omni_rl.models.tiny_vocab import bpe_files, clip_byte_vocab
 
 
@@ -73,11 +74,11 @@ class StableDiffusion3Adapter(DiffusionModelBase):
 
         return (JointTransformerBlock,)
 
-    def latent_shape(self, height: int, width: int) -> tuple[int, ...]:
-        if height % (self.vae_scale * 2) or width % (self.vae_scale * 2):
-            raise ValueError(
-                f"{height}x{width} px is not a multiple of {self.vae_scale * 2} (VAE factor x patch size)"
-            )
+    def latent_shape(self, height: int, width: int, num_frames: int = 1) -> tuple[int, ...]:
+        check_image_only("StableDiffusion3Pipeline", num_frames)
+        factor = self.vae_scale * self.transformer.config.patch_size
+        check_multiple("rollout.height", height, factor, "VAE factor x patch size")
+        check_multiple("rollout.width", width, factor, "VAE factor x patch size")
         return (self.transformer.config.in_channels, height // self.vae_scale, width // self.vae_scale)
 
     @torch.no_grad()
@@ -129,12 +130,17 @@ class StableDiffusion3Adapter(DiffusionModelBase):
         return (image * 255).round().to(torch.uint8).permute(0, 2, 3, 1).cpu()
 
     def save_lora(self, folder: str) -> None:
-        """diffusers' LoRA format: `pipe.load_lora_weights(folder)` loads it."""
+        """diffusers' LoRA format, with the adapter config (rank, alpha, targets) in the file's
+        metadata: `pipe.load_lora_weights(folder)` loads it at the scale it was trained with
+        (without the metadata diffusers would assume alpha = rank)."""
         from diffusers import StableDiffusion3Pipeline
         from peft.utils import get_peft_model_state_dict
 
         layers = get_peft_model_state_dict(self.transformer)
-        StableDiffusion3Pipeline.save_lora_weights(folder, transformer_lora_layers=layers)
+        StableDiffusion3Pipeline.save_lora_weights(
+            folder, transformer_lora_layers=layers,
+            transformer_lora_adapter_metadata=self.transformer.peft_config["default"].to_dict(),
+        )
 
 
 # --- the tiny model ---------------------------------------------------------------------

@@ -59,6 +59,10 @@ def check_components(cfg: OmniConfig) -> None:
             raise ConfigError(f"{key}={value!r}: unknown {registry.kind}; registered: {', '.join(registry.names())}")
     _check_groups(cfg)
     _check_engine(cfg)
+    try:
+        ADAPTERS.get(adapter_key(cfg.model.adapter, cfg.model.stage)).check_config(cfg)
+    except ValueError as err:
+        raise ConfigError(str(err)) from None
     for i, item in enumerate(cfg.reward.rewards):
         key = f"reward.rewards[{i}]"
         if item.name not in REWARDS:

@@ -10,6 +10,9 @@ with one call signature, looked up by name from the config:
   `grpo_guard`, in `policy_losses`) and tokens (`ppo_clip`, `dapo`, `gspo`, `cispo`, `sapo`,
   in `token_losses`, registered when this package is imported).
 - `DIFFUSION_KL` (`flow_grpo_code`, `exact`): per-step KL to the reference policy.
+
+`latent_streams` is the latents' type: a tensor, or `LatentStreams` for models that denoise
+several latents (video and audio) in one forward, which the kernels step as one action.
 """
 from omni_rl.algos.advantages import (
     ADVANTAGE_ESTIMATORS,

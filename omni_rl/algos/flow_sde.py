@@ -38,6 +38,13 @@ Deterministic steps: where s == 0 (noise_level 0, sigma_next 0 for cps, or the o
 `prev_sample == mean` and log_prob is defined as 0 (not -inf or NaN); such a step is not an
 action and must not be trained. A given `prev_sample` is then not checked against the mean.
 
+Several latent streams (LTX-2's video and audio from one forward): `step_latents` runs a kernel
+on a `LatentStreams` as on one tensor, the streams flattened per sample and concatenated, so the
+step is one Gaussian action whose log-prob is the per-dimension mean over all dimensions of all
+streams (streams with more dimensions weigh more, as they would in the concatenated vector), and
+each sample's noise is drawn stream after stream from its own generator. A plain tensor goes to
+the kernel unchanged.
+
 Not here: timestep schedules and SDE windows (the rollout decides sigma and noise_level per
 sample), classifier-free guidance (the adapter combines velocities before the step), and any
 model call.
@@ -52,6 +59,8 @@ import torch
 from torch import Tensor
 
 from omni_rl.registry import Registry
+from omni_rl.algos import latent_streams
+from omni_rl.algos.latent_streams import LatentStreams
 
 __all__ = [
     "StepOutput",
@@ -66,6 +75,7 @@ __all__ = [
     "expand_per_sample",
     "mean_over_sample_dims",
     "gaussian_log_prob",
+    "step_latents",
 ]
 
 Scalar = Union[float, Tensor]
@@ -363,3 +373,23 @@ def ode_step(
     mean = x + expand_per_sample(sig_next - sig, x) * v
     std = torch.zeros_like(sig)
     return StepOutput(mean if prev is None else prev, torch.zeros_like(sig), mean, std)
+
+
+def step_latents(kernel: StepKernel, *, model_output, sample, prev_sample=None, **kwargs) -> StepOutput:
+    """`kernel` on latents of one stream (a tensor, passed through) or several (`LatentStreams`:
+    flattened and concatenated per sample, one joint action; `prev_sample` and `mean` come back
+    as streams, `log_prob` and `std` are `[B]`)."""
+    if not isinstance(sample, LatentStreams):
+        return kernel(model_output=model_output, sample=sample, prev_sample=prev_sample, **kwargs)
+    out = kernel(
+        model_output=latent_streams.flat(model_output),
+        sample=latent_streams.flat(sample),
+        prev_sample=None if prev_sample is None else latent_streams.flat(prev_sample),
+        **kwargs,
+    )
+    return StepOutput(
+        prev_sample=latent_streams.unflat(out.prev_sample, sample),
+        log_prob=out.log_prob,
+        mean=latent_streams.unflat(out.mean, sample),
+        std=out.std,
+    )

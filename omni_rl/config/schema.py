@@ -47,6 +47,9 @@ class ModelConfig:
     # T5 encoder these are zero padding, so tiny models use a short one.
     max_sequence_length: int = 256
     gradient_checkpointing: bool = False
+    # Wan2.2 A14B: the CFG scale of the low-noise expert (diffusers' `guidance_scale_2`); null =
+    # rollout.guidance_scale. Rollout and training apply the same.
+    guidance_scale_2: Optional[float] = None
     # Omni models: keep the vision / audio encoders frozen (LoRA or not).
     freeze_vision_tower: bool = True
     freeze_audio_tower: bool = True
@@ -63,6 +66,10 @@ class RolloutConfig:
     num_steps: int = 6
     guidance_scale: float = 4.5
     negative_prompt: str = ""
+    # Frames per sample: 1 = an image; a video model takes its own counts (Wan2.2: 4k+1).
+    num_frames: int = 1
+    # Playback rate of the frames: the saved videos', and the model's where it is conditioned on it.
+    fps: float = 16.0
     # Step kernel used inside the SDE window: sde | cps | dance_sde | ode.
     kernel: str = "sde"
     noise_level: float = 0.7
@@ -108,6 +115,9 @@ class AlgoConfig:
     # "flow_grpo_code" (Flow-GRPO's code) or "exact" (the per-step Gaussian KL).
     kl_form: str = "flow_grpo_code"
     ppo_epochs: int = 1
+    # DanceGRPO: each sample trains a random subset of this fraction of its stochastic steps
+    # (at least one), drawn from the sample's own seed so a resumed run draws the same; 1 = all.
+    timestep_fraction: float = 1.0
     # Token losses: token-mean | seq-mean-token-mean | seq-mean-token-sum | seq-mean-token-sum-norm
     # (Dr.GRPO: the sum over every valid token / (sequences * loss_scale_factor)).
     loss_agg_mode: str = "token-mean"

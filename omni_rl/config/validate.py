@@ -32,6 +32,7 @@ def validate_config(cfg: OmniConfig) -> None:
         ("trainer.val_num_steps", t.val_num_steps),
         ("rollout.num_steps", r.num_steps),
         ("rollout.max_num_seqs", r.max_num_seqs),
+        ("rollout.num_frames", r.num_frames),
         ("algo.ppo_epochs", a.ppo_epochs),
         ("model.lora.rank", cfg.model.lora.rank),
         ("model.max_sequence_length", cfg.model.max_sequence_length),
@@ -86,6 +87,9 @@ def validate_config(cfg: OmniConfig) -> None:
              "a stochastic kernel for training (sde, cps, dance_sde); ode has no log-prob")
     _require(r.guidance_scale >= 1.0, "rollout.guidance_scale", r.guidance_scale, ">= 1.0 (1.0 disables CFG)")
     _require(r.max_wait_ms >= 0, "rollout.max_wait_ms", r.max_wait_ms, ">= 0")
+    _require(r.fps > 0 and math.isfinite(r.fps), "rollout.fps", r.fps, "a frame rate > 0, e.g. 16 (Wan2.2) or 24 (LTX-2)")
+    _require(0 < a.timestep_fraction <= 1, "algo.timestep_fraction", a.timestep_fraction,
+             "in (0, 1]: the share of a sample's stochastic steps it trains (DanceGRPO: 0.6)")
     _require(r.timeout_s > 0, "rollout.timeout_s", r.timeout_s, "> 0 seconds")
 
     _require(a.std_mode in ("group", "global", "none"), "algo.std_mode", a.std_mode, "one of group, global, none")

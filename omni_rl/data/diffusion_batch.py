@@ -1,16 +1,20 @@
 """`DiffusionBatch`: a step's samples, stacked, as the trainer loop and the diffusion family pass them along.
 
-N samples (prompts x samples_per_prompt), each with W trained (window) steps:
+N samples (prompts x samples_per_prompt), each with W stochastic (window) steps of which it
+trains K (all W, or DanceGRPO's per-sample subset: `step_index`):
 
   latents        [N, W + 1, *latent]  x before each window step, then after the last (fp32)
-  rollout_log_probs [N, W]            log-probs the rollout engine computed while sampling
-  old_log_probs  [N, W]               behaviour-policy log-probs used in the ratio
-  old_means      [N, W, *latent]      behaviour-policy transition means (Flow-DPPO, Guard)
-  sigmas, sigmas_next, noise_levels [N, W]
+  step_index     [N, K] or None       which window steps are trained (None: all, in order)
+  rollout_log_probs [N, K]            log-probs the rollout engine computed while sampling
+  old_log_probs  [N, K]               behaviour-policy log-probs used in the ratio
+  old_means      [N, K, *latent]      behaviour-policy transition means (Flow-DPPO, Guard)
+  sigmas, sigmas_next, noise_levels [N, K]
   conditioning   Conditioning of N
   rewards, advantages [N];  group_index [N] (samples of one prompt share it)
-  images         uint8 [N, H, W, C]
+  images         uint8 [N, H, W, C], or [N, T, H, W, C] for video
   final_latents  [N, *latent]  the clean latents (latent reward models score these)
+  audio          float [N, channels, samples] at sample_rate (audio-video models), else None
+  latents of several streams (video + audio) are `LatentStreams` of the shapes above
 """
 from __future__ import annotations
 
@@ -21,6 +25,7 @@ import torch
 
 from omni_rl.models.conditioning import Conditioning
 from omni_rl.rollout.types import DiffusionResult
+from omni_rl.algos import latent_streams as ls
 
 
 @dataclass
@@ -28,55 +33,80 @@ class DiffusionBatch:
     prompts: list[str]
     metadata: list[dict[str, Any]]
     group_index: torch.Tensor
-    latents: torch.Tensor
+    latents: ls.Latents
     rollout_log_probs: torch.Tensor
     sigmas: torch.Tensor
     sigmas_next: torch.Tensor
     noise_levels: torch.Tensor
     conditioning: Conditioning
     images: torch.Tensor
-    final_latents: torch.Tensor
+    final_latents: ls.Latents
     guidance_scale: float
     kernel: str
     rewards: Optional[torch.Tensor] = None
     advantages: Optional[torch.Tensor] = None
     old_log_probs: Optional[torch.Tensor] = None
-    old_means: Optional[torch.Tensor] = None
+    old_means: Optional[ls.Latents] = None
+    step_index: Optional[torch.Tensor] = None
+    fps: float = 16.0
+    audio: Optional[torch.Tensor] = None
+    sample_rate: Optional[int] = None
     extras: dict[str, Any] = field(default_factory=dict)
 
     def __len__(self) -> int:
-        return self.latents.shape[0]
+        return len(self.prompts)
 
     @property
     def num_train_steps(self) -> int:
         return self.rollout_log_probs.shape[1]
 
+    def step_latents(self, j: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """(x before, x after) the j-th trained step of every sample."""
+        if self.step_index is None:
+            return ls.index(self.latents, j, dim=1), ls.index(self.latents, j + 1, dim=1)
+        rows = torch.arange(len(self))
+        k = self.step_index[:, j]
+        return ls.take(self.latents, rows, k), ls.take(self.latents, rows, k + 1)
+
     @staticmethod
     def from_results(
-        results: Sequence[DiffusionResult], metadata: Sequence[dict[str, Any]], group_index: Sequence[int]
+        results: Sequence[DiffusionResult], metadata: Sequence[dict[str, Any]], group_index: Sequence[int],
+        step_index: Optional[torch.Tensor] = None,
     ) -> "DiffusionBatch":
+        """Stack the results; `step_index` [N, K] (window steps to train per sample) keeps only
+        those steps' log-probs, sigmas and noise levels."""
         widths = {r.log_probs.shape[0] for r in results}
         if len(widths) != 1:
             raise ValueError(f"samples of one batch must train the same number of steps, got {sorted(widths)}")
-        return DiffusionBatch(
+        batch = DiffusionBatch(
             prompts=[r.prompt for r in results],
             metadata=[dict(m) for m in metadata],
             group_index=torch.as_tensor(list(group_index), dtype=torch.long),
-            latents=torch.stack([r.latents for r in results]),
+            latents=ls.stack([r.latents for r in results]),
             rollout_log_probs=torch.stack([r.log_probs for r in results]),
             sigmas=torch.stack([r.sigmas for r in results]),
             sigmas_next=torch.stack([r.sigmas_next for r in results]),
             noise_levels=torch.stack([r.noise_levels for r in results]),
             conditioning=Conditioning.cat([r.conditioning for r in results]),
             images=torch.stack([r.image for r in results]),
-            final_latents=torch.stack([r.final_latent for r in results]),
+            final_latents=ls.stack([r.final_latent for r in results]),
             guidance_scale=results[0].guidance_scale,
             kernel=results[0].kernel,
+            fps=results[0].fps,
+            audio=torch.stack([r.audio for r in results]) if results[0].audio is not None else None,
+            sample_rate=results[0].sample_rate,
+        )
+        if step_index is None:
+            return batch
+        take = lambda t: t.gather(1, step_index)  # noqa: E731
+        return replace(
+            batch, step_index=step_index, rollout_log_probs=take(batch.rollout_log_probs), sigmas=take(batch.sigmas),
+            sigmas_next=take(batch.sigmas_next), noise_levels=take(batch.noise_levels),
         )
 
     def select(self, index: Sequence[int] | torch.Tensor) -> "DiffusionBatch":
         idx = torch.as_tensor(index, dtype=torch.long)
-        pick = lambda t: None if t is None else t.index_select(0, idx)  # noqa: E731
+        pick = lambda t: None if t is None else ls.select(t, idx)  # noqa: E731
         ids = idx.tolist()
         return replace(
             self,
@@ -90,9 +120,11 @@ class DiffusionBatch:
             noise_levels=pick(self.noise_levels),
             conditioning=self.conditioning.select(idx),
             images=pick(self.images),
+            audio=pick(self.audio),
             final_latents=pick(self.final_latents),
             rewards=pick(self.rewards),
             advantages=pick(self.advantages),
             old_log_probs=pick(self.old_log_probs),
             old_means=pick(self.old_means),
+            step_index=pick(self.step_index),
         )

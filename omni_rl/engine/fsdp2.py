@@ -68,7 +68,11 @@ def full_tensor(t: torch.Tensor) -> torch.Tensor:
 
 def shard_model(module: torch.nn.Module, wrap_classes: tuple[type, ...], mp: MixedPrecisionPolicy | None,
                 offload: OffloadPolicy, activation_checkpointing: bool = False) -> int:
-    """`fully_shard` every block of the given classes, then the root; returns the block count."""
+    """`fully_shard` every block of the given classes, then the root; returns the block count.
+
+    A `ModuleDict` of several trained modules (`OmniModelBase.trainable_root`) is never called
+    itself: each of its modules is sharded as a root of its own, since FSDP2 unshards a root's
+    parameters in that root's forward."""
     from torch.distributed._composable import checkpoint
 
     kwargs: dict[str, Any] = {"offload_policy": offload}
@@ -79,7 +83,8 @@ def shard_model(module: torch.nn.Module, wrap_classes: tuple[type, ...], mp: Mix
         if activation_checkpointing:
             checkpoint(block)
         fully_shard(block, **kwargs)
-    fully_shard(module, **kwargs)
+    for root in module.values() if isinstance(module, torch.nn.ModuleDict) else [module]:
+        fully_shard(root, **kwargs)
     return len(blocks)
 
 
@@ -94,7 +99,7 @@ class FSDP2Engine(TrainingEngine):
         self.model = model
         self.cfg = cfg
         self.device = model.device
-        module = model.trainable_module()
+        module = model.trainable_root()
         if not any(p.requires_grad for p in module.parameters()):
             raise ValueError("the model has no trainable parameters; check model.lora or the adapter's trainable_module")
         mp = None
@@ -191,7 +196,7 @@ class FSDP2Engine(TrainingEngine):
 def load_sharded_trainable(model: OmniModelBase, folder: str) -> None:
     """Load a sharded checkpoint's trainable tensors into an unsharded model, in one process
     (no process group): how weights are exported from a sharded checkpoint."""
-    module = model.trainable_module()
+    module = model.trainable_root()
     loaded = {"model": {n: p.detach().clone() for n, p in module.named_parameters() if p.requires_grad}}
     with warnings.catch_warnings():  # one process without a process group is the intent here
         warnings.filterwarnings("ignore", message="torch.distributed is disabled")

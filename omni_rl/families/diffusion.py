@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from omni_rl.algos.flow_sde import StepOutput, get_step_kernel
+from omni_rl.algos.flow_sde import StepOutput, get_step_kernel, step_latents
 from omni_rl.algos.policy_losses import PolicyLossInput, get_diffusion_kl, loss_reads_old_mean
 from omni_rl.config.schema import OmniConfig
 from omni_rl.data.diffusion_batch import DiffusionBatch
@@ -32,6 +32,7 @@ from omni_rl.families.scored_rollout import scored_rollout
 from omni_rl.logging import make_grid
 from omni_rl.models.diffusion import DiffusionModelBase
 from omni_rl.rollout.types import DiffusionRequest
+from omni_rl.algos import latent_streams as ls
 from omni_rl.utils.atomic import atomic_save_image
 from omni_rl.utils.seeding import derive_seed
 
@@ -49,6 +50,7 @@ class DiffusionFamily(ModelFamily):
         r = self.cfg.rollout
         fields = dict(
             prompt=item.prompt, seed=seed, height=r.height, width=r.width, num_steps=r.num_steps,
+            num_frames=r.num_frames, fps=r.fps,
             guidance_scale=r.guidance_scale, kernel=r.kernel, noise_level=r.noise_level,
             sde_window_size=r.sde_window_size,
             sde_window_range=tuple(r.sde_window_range) if r.sde_window_range else None,
@@ -66,7 +68,7 @@ class DiffusionFamily(ModelFamily):
             shared_noise = None
             if r.same_noise_in_group:
                 gen = torch.Generator().manual_seed(derive_seed(cfg.trainer.seed, "group-noise", step, g))
-                shared_noise = torch.randn(self.model.latent_shape(r.height, r.width), generator=gen)
+                shared_noise = ls.randn(self.model.latent_shape(r.height, r.width, r.num_frames), generator=gen)
             for k in range(n):
                 seed = derive_seed(cfg.trainer.seed, "train", step, g * n + k)
                 requests.append(self.request(item, seed, initial_noise=shared_noise))
@@ -75,7 +77,21 @@ class DiffusionFamily(ModelFamily):
         results, reward_futures = scored_rollout(
             engine, requests, [req.prompt for req in requests], metadata, score, self._reward_input, r.timeout_s
         )
-        return DiffusionBatch.from_results(results, metadata, groups), reward_futures
+        return DiffusionBatch.from_results(results, metadata, groups, self.trained_steps(requests, results)), reward_futures
+
+    def trained_steps(self, requests: list[DiffusionRequest], results) -> torch.Tensor | None:
+        """DanceGRPO's per-sample subset of the stochastic steps to train (`algo.timestep_fraction`),
+        [N, K] sorted window-step indices drawn from each sample's seed; None trains all."""
+        fraction = self.cfg.algo.timestep_fraction
+        if fraction >= 1.0:
+            return None
+        width = results[0].log_probs.shape[0]
+        keep = max(1, int(width * fraction))
+        rows = []
+        for req in requests:
+            gen = torch.Generator().manual_seed(derive_seed(req.seed >> 32, "trained-steps", req.seed))
+            rows.append(torch.randperm(width, generator=gen)[:keep].sort().values)
+        return torch.stack(rows)
 
     def _reward_input(self, result, prompt: str, metadata: dict) -> tuple:
         return result.image, prompt, self.reward_metadata(result.final_latent, metadata)
@@ -121,15 +137,17 @@ class DiffusionFamily(ModelFamily):
 
     def step(self, batch: DiffusionBatch, j: int) -> StepOutput:
         """Score window step j of every sample in `batch` under the current policy."""
-        x = batch.latents[:, j]
+        x, x_next = batch.step_latents(j)
         velocity = self.model.predict_velocity(x, batch.sigmas[:, j], batch.conditioning, batch.guidance_scale)
-        return get_step_kernel(batch.kernel)(
+        device = self.model.device
+        return step_latents(
+            get_step_kernel(batch.kernel),
             model_output=velocity,
             sigma=batch.sigmas[:, j],
             sigma_next=batch.sigmas_next[:, j],
-            sample=x.to(velocity.device),
+            sample=ls.to(x, device),
             noise_level=batch.noise_levels[:, j],
-            prev_sample=batch.latents[:, j + 1].to(velocity.device),
+            prev_sample=ls.to(x_next, device),
         )
 
     def num_chunks(self, batch: DiffusionBatch) -> int:
@@ -147,9 +165,9 @@ class DiffusionFamily(ModelFamily):
             steps = [self.step(micro, j) for j in range(batch.num_train_steps)]
             log_probs.append(torch.stack([s.log_prob for s in steps], dim=1).cpu())
             if keep_means:
-                means.append(torch.stack([s.mean for s in steps], dim=1).cpu())
+                means.append(ls.to(ls.stack([s.mean for s in steps], dim=1), "cpu"))
         log_probs = torch.cat(log_probs)
-        return BehaviourPolicy(log_probs, torch.ones_like(log_probs), torch.cat(means) if keep_means else None)
+        return BehaviourPolicy(log_probs, torch.ones_like(log_probs), ls.cat(means) if keep_means else None)
 
     def loss(self, micro: DiffusionBatch, j: int) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         out = self.step(micro, j)
@@ -165,8 +183,8 @@ class DiffusionFamily(ModelFamily):
                 clip_low=algo.clip_range,
                 clip_high=algo.clip_range if algo.clip_range_high is None else algo.clip_range_high,
                 adv_clip_max=algo.adv_clip_max,
-                mean=out.mean,
-                old_mean=None if micro.old_means is None else micro.old_means[:, j].to(device),
+                mean=_as_tensor(out.mean),
+                old_mean=None if micro.old_means is None else _as_tensor(ls.to(ls.index(micro.old_means, j, dim=1), device)),
                 std=out.std,
                 dt=dt,
                 kl_threshold=algo.kl_threshold,
@@ -181,8 +199,13 @@ class DiffusionFamily(ModelFamily):
         if algo.kl_coef > 0:
             with torch.no_grad(), self.model.reference_policy():
                 ref = self.step(micro, j)
-            kl = self.kl_form(out.mean, ref.mean, out.std, dt).mean()
+            kl = self.kl_form(_as_tensor(out.mean), _as_tensor(ref.mean), out.std, dt).mean()
             loss = loss + algo.kl_coef * kl
             metrics["loss/kl"] = kl.detach()
         metrics["loss/total"] = loss.detach()
         return loss, metrics
+
+
+def _as_tensor(mean: ls.Latents) -> torch.Tensor:
+    """What the losses read: one stream as it is, several flattened into one [B, D] action."""
+    return mean if isinstance(mean, torch.Tensor) else ls.flat(mean)

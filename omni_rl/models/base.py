@@ -40,6 +40,11 @@ class OmniModelBase(ABC):
         self.device = device
         self.dtype = _DTYPES[cfg.dtype]
 
+    @classmethod
+    def check_config(cls, cfg) -> None:
+        """Refuse, with `ValueError` naming the key and the valid values, what the config alone
+        shows this architecture cannot take (run at config load, before any weights)."""
+
     @property
     def weightless(self) -> bool:
         """Built on the meta device: the architecture without weights (see `load_pretrained`)."""
@@ -53,9 +58,31 @@ class OmniModelBase(ABC):
         return load_pretrained(cls, self.path, self.dtype, subfolder, weights=not self.weightless)
 
     # --- what trains -------------------------------------------------------------------
-    @abstractmethod
     def trainable_module(self) -> nn.Module:
-        """The module whose parameters (or LoRA adapters) the optimizer updates."""
+        """The module whose parameters (or LoRA adapters) the optimizer updates. Adapters of
+        models with one such module override this; models with several (Wan2.2 A14B's two
+        experts) override `trainable_modules` instead."""
+        raise NotImplementedError(
+            f"{type(self).__name__} must override trainable_module() (one trained module) or "
+            f"trainable_modules() (several)"
+        )
+
+    def trainable_modules(self) -> dict[str, nn.Module]:
+        """Every module the optimizer updates, by its pipeline component name, in a fixed order."""
+        return {"transformer": self.trainable_module()}
+
+    def trainable_root(self) -> nn.Module:
+        """One module holding everything that trains: the trained module itself when there is one
+        (parameter names unchanged), else an `nn.ModuleDict` of them, whose parameter names start
+        with the component name (`transformer_2.blocks.0...`). Parameters, weight sync,
+        checkpoints and sharded state all name tensors through it."""
+        modules = self.trainable_modules()
+        if len(modules) == 1:
+            return next(iter(modules.values()))
+        root = self.__dict__.get("_trainable_root")
+        if root is None or dict(root.items()) != modules:
+            root = self.__dict__["_trainable_root"] = nn.ModuleDict(modules)
+        return root
 
     def fsdp_wrap_classes(self) -> tuple[type[nn.Module], ...]:
         """Block classes that FSDP should shard one by one (a hint for sharded engines)."""
@@ -65,33 +92,33 @@ class OmniModelBase(ABC):
         return list(self.cfg.lora.target_modules or self.default_lora_targets)
 
     def setup_trainable(self) -> None:
-        """Freeze everything, then add LoRA (or unfreeze the whole trainable module)."""
-        module = self.trainable_module()
+        """Freeze everything, then add LoRA to each trained module (or unfreeze them whole)."""
         for part in self.frozen_modules():
             part.requires_grad_(False)
-        module.requires_grad_(False)
         lora = self.cfg.lora
-        if lora.enabled:
-            from peft import LoraConfig
+        for module in self.trainable_modules().values():
+            module.requires_grad_(False)
+            if lora.enabled:
+                from peft import LoraConfig
 
-            module = self.add_lora(
-                module,
-                LoraConfig(
-                    r=lora.rank,
-                    lora_alpha=lora.alpha,
-                    target_modules=self.lora_targets(),
-                    init_lora_weights="gaussian" if lora.init == "gaussian" else True,
-                ),
-            )
-            # PEFT keeps adapter weights in the base dtype; train them in fp32 so small
-            # updates (lr * grad ~ 1e-7) are not rounded away in bf16.
-            for p in module.parameters():
-                if p.requires_grad:
-                    p.data = p.data.float()
-        else:
-            module.requires_grad_(True)
-        if self.cfg.gradient_checkpointing:
-            self.enable_checkpointing(module)
+                module = self.add_lora(
+                    module,
+                    LoraConfig(
+                        r=lora.rank,
+                        lora_alpha=lora.alpha,
+                        target_modules=self.lora_targets(),
+                        init_lora_weights="gaussian" if lora.init == "gaussian" else True,
+                    ),
+                )
+                # PEFT keeps adapter weights in the base dtype; train them in fp32 so small
+                # updates (lr * grad ~ 1e-7) are not rounded away in bf16.
+                for p in module.parameters():
+                    if p.requires_grad:
+                        p.data = p.data.float()
+            else:
+                module.requires_grad_(True)
+            if self.cfg.gradient_checkpointing:
+                self.enable_checkpointing(module)
         self.set_eval_mode()
 
     def enable_checkpointing(self, module: nn.Module) -> None:
@@ -107,28 +134,30 @@ class OmniModelBase(ABC):
 
     @contextlib.contextmanager
     def lora_disabled(self) -> Iterator[None]:
-        module = self.trainable_module()
-        module.disable_adapters()
+        modules = list(self.trainable_modules().values())
+        for module in modules:
+            module.disable_adapters()
         try:
             yield
         finally:
-            module.enable_adapters()
+            for module in modules:
+                module.enable_adapters()
 
     def frozen_modules(self) -> list[nn.Module]:
         """Every other module the adapter holds (encoders, decoders); never trained."""
         return []
 
     def trainable_parameters(self) -> list[nn.Parameter]:
-        return [p for p in self.trainable_module().parameters() if p.requires_grad]
+        return [p for p in self.trainable_root().parameters() if p.requires_grad]
 
     def named_trainable_tensors(self) -> dict[str, torch.Tensor]:
         """What a separate rollout engine needs after an update: LoRA tensors only when LoRA
         is on (the fast path), otherwise the full weights of the trainable module."""
-        return {n: p.detach() for n, p in self.trainable_module().named_parameters() if p.requires_grad}
+        return {n: p.detach() for n, p in self.trainable_root().named_parameters() if p.requires_grad}
 
     @torch.no_grad()
     def load_named_tensors(self, tensors: dict[str, torch.Tensor]) -> None:
-        params = dict(self.trainable_module().named_parameters())
+        params = dict(self.trainable_root().named_parameters())
         missing = sorted(set(tensors) - set(params))
         if missing:
             raise KeyError(f"weight sync: {len(missing)} tensors have no parameter here, e.g. {missing[:3]}")
@@ -147,7 +176,8 @@ class OmniModelBase(ABC):
     def set_eval_mode(self) -> None:
         """Dropout off everywhere, in rollout and training alike: the trainer must recompute
         exactly the function that sampled (the on-policy ratio is 1)."""
-        self.trainable_module().eval()
+        for module in self.trainable_modules().values():
+            module.eval()
         for part in self.frozen_modules():
             part.eval()
 
@@ -157,8 +187,14 @@ class OmniModelBase(ABC):
         """Write the LoRA weights in the format of the model's own library."""
 
     def save_full(self, folder: str) -> None:
-        """Write the fully fine-tuned trainable module with its library's `save_pretrained`."""
-        self.trainable_module().save_pretrained(folder)
+        """Write each fully fine-tuned module with its library's `save_pretrained`: into `folder`
+        itself when one module trains, into `folder/<component>` (a pipeline's layout) when several do."""
+        modules = self.trainable_modules()
+        if len(modules) == 1:
+            next(iter(modules.values())).save_pretrained(folder)
+            return
+        for name, module in modules.items():
+            module.save_pretrained(f"{folder}/{name}")
 
     def save_trained(self, folder: str) -> None:
         """What a run exports: the LoRA weights when LoRA is on, else the whole trained module."""

@@ -1,12 +1,20 @@
-"""`Conditioning`: the per-sample inputs a model needs besides the latent (prompt embeddings).
+"""`Conditioning`: the per-sample inputs a model needs besides the latent (prompt embeddings, masks, media).
 
 A bag of tensors that all share the batch dimension, so the rollout engine can pack samples from
 different requests into one forward (`cat`) and the trainer can pick a micro-batch (`select`)
-without knowing what a given model's conditioning contains.
+without knowing what a given model's conditioning contains. Media a model is conditioned on (an
+edit model's source image latents, later a unified model's context) are tensors like the rest.
+
+Variable-length sequences: `masks` maps an embedding `[B, L, ...]` to the name of its mask
+`[B, L]` (1 = a real token). `cat` pads every such pair to the longest `L` among its parts
+(embedding zeros, mask 0), so text encoders whose embeddings vary in length (Qwen-Image's,
+LTX-2's Gemma) batch across admissions; a model that reads the mask then computes the same per
+sample whatever it is packed with. `pad_to(length)` pads to a fixed length. Embeddings without a
+mask (SD3's, Wan's, both padded by their pipelines to a fixed length) must agree in shape.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Sequence
 
 import torch
@@ -15,11 +23,20 @@ import torch
 @dataclass
 class Conditioning:
     tensors: dict[str, torch.Tensor]
+    masks: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         sizes = {name: t.shape[0] for name, t in self.tensors.items()}
         if len(set(sizes.values())) > 1:
             raise ValueError(f"conditioning tensors disagree on the batch size: {sizes}")
+        for name, mask in self.masks.items():
+            if name not in self.tensors or mask not in self.tensors:
+                raise ValueError(f"conditioning mask {mask!r} of {name!r}: both must be tensors of it, have {sorted(self.tensors)}")
+            emb, m = self.tensors[name], self.tensors[mask]
+            if m.ndim != 2 or emb.ndim < 2 or m.shape != emb.shape[:2]:
+                raise ValueError(
+                    f"conditioning mask {mask!r} has shape {tuple(m.shape)}: expected [B, L] = {tuple(emb.shape[:2])} of {name!r}"
+                )
 
     def __len__(self) -> int:
         return next(iter(self.tensors.values())).shape[0] if self.tensors else 0
@@ -29,17 +46,42 @@ class Conditioning:
 
     def select(self, index: Sequence[int] | torch.Tensor) -> "Conditioning":
         idx = torch.as_tensor(index, dtype=torch.long)
-        return Conditioning({k: v.index_select(0, idx.to(v.device)) for k, v in self.tensors.items()})
+        return Conditioning({k: v.index_select(0, idx.to(v.device)) for k, v in self.tensors.items()}, dict(self.masks))
 
     def to(self, device: torch.device | str) -> "Conditioning":
-        return Conditioning({k: v.to(device) for k, v in self.tensors.items()})
+        return Conditioning({k: v.to(device) for k, v in self.tensors.items()}, dict(self.masks))
+
+    def sequence_length(self, name: str) -> int:
+        return self.tensors[name].shape[1]
+
+    def pad_to(self, length: int) -> "Conditioning":
+        """Every masked sequence padded to `length` (which must be >= its length)."""
+        tensors = dict(self.tensors)
+        for name, mask in self.masks.items():
+            have = tensors[name].shape[1]
+            if have > length:
+                raise ValueError(f"conditioning {name!r} has length {have}: cannot pad it to {length}")
+            if have < length:
+                tensors[name] = _pad_dim1(tensors[name], length)
+                tensors[mask] = _pad_dim1(tensors[mask], length)
+        return Conditioning(tensors, dict(self.masks))
 
     @staticmethod
     def cat(parts: Sequence["Conditioning"]) -> "Conditioning":
         if not parts:
             raise ValueError("Conditioning.cat needs at least one part")
-        keys = list(parts[0].tensors)
+        keys, masks = list(parts[0].tensors), parts[0].masks
         for part in parts[1:]:
             if list(part.tensors) != keys:
                 raise ValueError(f"cannot concatenate conditionings with keys {keys} and {list(part.tensors)}")
-        return Conditioning({k: torch.cat([p.tensors[k] for p in parts]) for k in keys})
+            if part.masks != masks:
+                raise ValueError(f"cannot concatenate conditionings with masks {masks} and {part.masks}")
+        if masks:
+            longest = max(p.sequence_length(name) for p in parts for name in masks)
+            parts = [p.pad_to(longest) for p in parts]
+        return Conditioning({k: torch.cat([p.tensors[k] for p in parts]) for k in keys}, dict(masks))
+
+
+def _pad_dim1(t: torch.Tensor, length: int) -> torch.Tensor:
+    pad = t.new_zeros((t.shape[0], length - t.shape[1], *t.shape[2:]))
+    return torch.cat([t, pad], dim=1)

@@ -3,14 +3,21 @@
 The rollout engine and the trainer call the same four methods, so sampling and training use
 identical maths:
 
-1. `sigmas(num_steps)`: the noise schedule, [num_steps + 1] fp32 ending in 0;
+1. `sigmas(num_steps, height, width, num_frames)`: the noise schedule, [num_steps + 1] fp32
+   ending in 0 (models whose schedule shifts with the sequence length say so in `schedule_mu`);
 2. `encode_prompts(prompts, negative_prompt)`: a `Conditioning` with the positive and (for
    classifier-free guidance) negative embeddings of each prompt;
 3. `predict_velocity(latents, sigma, conditioning, guidance_scale)`: the transformer forward
    with CFG applied, per-sample sigma [B], returning the velocity in fp32;
-4. `decode(latents)`: clean latents -> uint8 pixels [B, H, W, C] (video: [B, T, H, W, C]).
+4. `decode(latents)`: clean latents -> uint8 pixels [B, H, W, C] (video: [B, T, H, W, C]);
+   models that also make sound (`makes_audio`) add `decode_audio(latents)` -> (waveform, rate).
 
-Latent shapes are whatever the model uses (`latent_shape`); nothing here assumes images.
+Latents are a tensor, or `LatentStreams` (omni_rl.algos.latent_streams) for a model whose one
+forward denoises several (LTX-2: video and audio); `latent_shape` then returns {name: shape}.
+
+Latent shapes are whatever the model uses (`latent_shape(height, width, num_frames)`, which
+raises `ValueError` naming the nearest valid values for a geometry the model cannot take);
+nothing here assumes images. An image model takes `num_frames=1` only.
 """
 from __future__ import annotations
 
@@ -24,24 +31,83 @@ from omni_rl.models.base import OmniModelBase
 from omni_rl.models.conditioning import Conditioning
 
 
+def nearest_multiples(value: int, factor: int) -> str:
+    """The valid values around `value` for a size that must be a positive multiple of `factor`."""
+    low = max(factor, value // factor * factor)
+    return f"{low}" if low == value else f"{low} or {low + factor}" if low < value else f"{low}"
+
+
+def check_multiple(key: str, value: int, factor: int, why: str) -> None:
+    """Raise `ValueError` unless `value` is a positive multiple of `factor` (the message names
+    the config key, the nearest valid values and why)."""
+    if value < 1 or value % factor:
+        raise ValueError(f"{key}={value}: expected a multiple of {factor} ({why}), e.g. {nearest_multiples(value, factor)}")
+
+
+def check_frame_count(key: str, value: int, stride: int) -> None:
+    """Raise `ValueError` unless `value` is `stride * k + 1` (video VAEs keep the first frame
+    and compress the rest by `stride`)."""
+    if value < 1 or (value - 1) % stride:
+        low = (value - 1) // stride * stride + 1 if value > 1 else 1
+        near = f"{low} or {low + stride}"
+        raise ValueError(f"{key}={value}: expected {stride}k+1 frames (1, {stride + 1}, {2 * stride + 1}, ...), e.g. {near}")
+
+
+def check_image_only(model_name: str, num_frames: int) -> None:
+    if num_frames != 1:
+        raise ValueError(f"rollout.num_frames={num_frames}: {model_name} makes images; expected 1")
+
+
 class DiffusionModelBase(OmniModelBase):
     family: ClassVar[str] = "diffusion"
     scheduler = None  # a diffusers FlowMatchEulerDiscreteScheduler, set by the adapter
+    # What the config alone can check, before any weights load (`check_config`): None = images
+    # only (num_frames must be 1), k = frame counts k*n + 1; and the pixel multiple every
+    # checkpoint of the architecture needs (None: known only from the checkpoint's configs,
+    # which `latent_shape` checks).
+    frame_stride: ClassVar[int | None] = None
+    size_multiple: ClassVar[int | None] = None
+    # Models that also generate sound (LTX-2) decode it with `decode_audio`.
+    makes_audio: ClassVar[bool] = False
 
-    def sigmas(self, num_steps: int) -> torch.Tensor:
-        """The schedule's sigmas for `num_steps` denoising steps, [num_steps + 1] fp32 (last 0).
+    @classmethod
+    def check_config(cls, cfg) -> None:
+        r = cfg.rollout
+        if cls.frame_stride is None:
+            check_image_only(cfg.model.adapter, r.num_frames)
+        else:
+            check_frame_count("rollout.num_frames", r.num_frames, cls.frame_stride)
+        if cls.size_multiple is not None:
+            check_multiple("rollout.height", r.height, cls.size_multiple, f"what {cfg.model.adapter} takes")
+            check_multiple("rollout.width", r.width, cls.size_multiple, f"what {cfg.model.adapter} takes")
+
+    def sigmas(self, num_steps: int, height: int | None = None, width: int | None = None,
+               num_frames: int = 1) -> torch.Tensor:
+        """The schedule's sigmas for `num_steps` denoising steps, [num_steps + 1] fp32 (last 0),
+        for an output of that geometry (most schedules ignore it; see `schedule_mu`).
 
         A copy of the scheduler is used so that asking never changes the adapter's state."""
+        mu = None if height is None or width is None else self.schedule_mu(height, width, num_frames)
         cache = self.__dict__.setdefault("_sigma_cache", {})
-        if num_steps not in cache:
+        key = (num_steps, mu)
+        if key not in cache:
             scheduler = copy.deepcopy(self.scheduler)
-            scheduler.set_timesteps(num_steps, device="cpu")
-            cache[num_steps] = scheduler.sigmas.detach().to(torch.float32).cpu()
-        return cache[num_steps]
+            if mu is None:
+                scheduler.set_timesteps(num_steps, device="cpu")
+            else:
+                scheduler.set_timesteps(num_steps, device="cpu", mu=mu)
+            cache[key] = scheduler.sigmas.detach().to(torch.float32).cpu()
+        return cache[key]
+
+    def schedule_mu(self, height: int, width: int, num_frames: int = 1) -> float | None:
+        """The dynamic shift `mu` of the schedule at this geometry (diffusers' `calculate_shift`
+        of the latent sequence length, for schedulers with `use_dynamic_shifting`), or None for a
+        fixed schedule (SD3, Wan)."""
+        return None
 
     @abstractmethod
-    def latent_shape(self, height: int, width: int) -> tuple[int, ...]:
-        """Shape of one sample's latent (no batch dim) for an output of height x width."""
+    def latent_shape(self, height: int, width: int, num_frames: int = 1) -> tuple[int, ...]:
+        """Shape of one sample's latent (no batch dim) for an output of height x width (x frames)."""
 
     @abstractmethod
     def encode_prompts(self, prompts: list[str], negative_prompt: str = "") -> Conditioning:
@@ -54,5 +120,10 @@ class DiffusionModelBase(OmniModelBase):
         """Velocity v = x_1 - x_0 at (latents, sigma [B]) with CFG, fp32, shape of `latents`."""
 
     @abstractmethod
-    def decode(self, latents: torch.Tensor) -> torch.Tensor:
+    def decode(self, latents) -> torch.Tensor:
         """Clean latents -> uint8 pixels, channels last."""
+
+    def decode_audio(self, latents) -> tuple[torch.Tensor, int]:
+        """Clean latents -> (waveform float32 [B, channels, samples] in [-1, 1], sample rate), for
+        models that set `makes_audio`."""
+        raise NotImplementedError(f"{type(self).__name__} makes no audio (makes_audio is False)")

@@ -30,12 +30,13 @@ from typing import Optional, Sequence
 
 import torch
 
-from omni_rl.algos.flow_sde import get_step_kernel
+from omni_rl.algos.flow_sde import get_step_kernel, step_latents
 from omni_rl.models.conditioning import Conditioning
 from omni_rl.models.diffusion import DiffusionModelBase
 from omni_rl.rollout.base import RolloutEngine
 from omni_rl.rollout.sde_window import choose_sde_window
 from omni_rl.rollout.types import DiffusionRequest, DiffusionResult
+from omni_rl.algos import latent_streams as ls
 
 
 class RolloutEngineError(RuntimeError):
@@ -52,7 +53,7 @@ class _Running:
     window: tuple[int, int]
     sigmas: torch.Tensor
     conditioning: Conditioning
-    x: torch.Tensor
+    x: ls.Latents
     step: int = 0
     window_latents: list = field(default_factory=list)
     log_probs: list = field(default_factory=list)
@@ -122,11 +123,11 @@ class NativeDiffusionEngine(RolloutEngine):
         return results
 
     def _check_request(self, req: DiffusionRequest) -> None:
-        shape = self.model.latent_shape(req.height, req.width)  # raises for an impossible size
-        if req.initial_noise is not None and tuple(req.initial_noise.shape) != shape:
+        shape = self.model.latent_shape(req.height, req.width, req.num_frames)  # raises for an impossible geometry
+        if req.initial_noise is not None and ls.shape_of(req.initial_noise) != shape:
             raise ValueError(
-                f"request {req.request_id}: initial_noise has shape {tuple(req.initial_noise.shape)}, "
-                f"expected {shape} for {req.height}x{req.width}"
+                f"request {req.request_id}: initial_noise has shape {ls.shape_of(req.initial_noise)}, "
+                f"expected {shape} for {req.height}x{req.width}" + (f"x{req.num_frames} frames" if req.num_frames > 1 else "")
             )
         if req.num_steps < 1:
             raise ValueError(f"request {req.request_id}: num_steps={req.num_steps}, expected >= 1")
@@ -221,18 +222,18 @@ class NativeDiffusionEngine(RolloutEngine):
         for req, fut in admitted:
             if not fut.set_running_or_notify_cancel():
                 continue
-            shape = self.model.latent_shape(req.height, req.width)
+            shape = self.model.latent_shape(req.height, req.width, req.num_frames)
             generator = torch.Generator(device="cpu").manual_seed(req.seed)
             if req.initial_noise is not None:
-                x = req.initial_noise.to(torch.float32).clone()
+                x = ls.clone(ls.to(req.initial_noise, dtype=torch.float32))
             else:
-                x = torch.randn(shape, generator=generator, dtype=torch.float32)
+                x = ls.randn(shape, generator=generator)
             window = choose_sde_window(req.seed, req.num_steps, req.sde_window_size, req.sde_window_range)
             cond = req.conditioning if req.conditioning is not None else encoded[(req.prompt, req.negative_prompt)]
             self._running.append(
                 _Running(
                     request=req, future=fut, generator=generator, window=window,
-                    sigmas=self.model.sigmas(req.num_steps), conditioning=cond, x=x,
+                    sigmas=self.model.sigmas(req.num_steps, req.height, req.width, req.num_frames), conditioning=cond, x=x,
                 )
             )
 
@@ -245,7 +246,7 @@ class NativeDiffusionEngine(RolloutEngine):
         batch = [r for r in self._running if r.request.batch_key() == key][: self.max_num_seqs]
         first = batch[0].request
         device = self.model.device
-        x = torch.stack([r.x for r in batch]).to(device)
+        x = ls.to(ls.stack([r.x for r in batch]), device)
         sigma = torch.stack([r.sigmas[r.step] for r in batch]).to(device)
         sigma_next = torch.stack([r.sigmas[r.step + 1] for r in batch]).to(device)
         in_window = [r.window[0] <= r.step < r.window[1] for r in batch]
@@ -254,8 +255,8 @@ class NativeDiffusionEngine(RolloutEngine):
         )
         cond = Conditioning.cat([r.conditioning for r in batch])
         velocity = self.model.predict_velocity(x, sigma, cond, first.guidance_scale)
-        step = get_step_kernel(first.kernel)(
-            model_output=velocity, sigma=sigma, sigma_next=sigma_next, sample=x,
+        step = step_latents(
+            get_step_kernel(first.kernel), model_output=velocity, sigma=sigma, sigma_next=sigma_next, sample=x,
             noise_level=noise, generator=[r.generator for r in batch],
         )
         self.stats["forwards"] += 1
@@ -267,7 +268,7 @@ class NativeDiffusionEngine(RolloutEngine):
                 run.log_probs.append(step.log_prob[i].cpu())
                 run.noise_levels.append(noise[i].cpu())
             # clone: a view would keep the whole batch's tensor alive in every result.
-            run.x = step.prev_sample[i].cpu().clone()
+            run.x = ls.clone(ls.to(ls.index(step.prev_sample, i), "cpu"))
             run.step += 1
             if run.step == run.window[1]:
                 run.window_latents.append(run.x)
@@ -278,17 +279,21 @@ class NativeDiffusionEngine(RolloutEngine):
 
     def _finish(self, finished: list[_Running]) -> None:
         to_decode = [r for r in finished if r.request.decode]
-        images = {}
+        images, sounds, rate = {}, {}, None
         if to_decode:
-            pixels = self.model.decode(torch.stack([r.x for r in to_decode]))
+            clean = ls.stack([r.x for r in to_decode])
+            pixels = self.model.decode(clean)
             images = {id(r): pixels[i] for i, r in enumerate(to_decode)}
+            if getattr(self.model, "makes_audio", False):
+                waves, rate = self.model.decode_audio(clean)
+                sounds = {id(r): waves[i] for i, r in enumerate(to_decode)}
         for run in finished:
             start, stop = run.window
             result = DiffusionResult(
                 request_id=run.request.request_id,
                 prompt=run.request.prompt,
                 window=run.window,
-                latents=torch.stack(run.window_latents),
+                latents=ls.stack(run.window_latents),
                 log_probs=torch.stack(run.log_probs) if run.log_probs else torch.zeros(0),
                 sigmas=run.sigmas[start:stop].clone(),
                 sigmas_next=run.sigmas[start + 1 : stop + 1].clone(),
@@ -298,6 +303,9 @@ class NativeDiffusionEngine(RolloutEngine):
                 image=images.get(id(run)),
                 guidance_scale=run.request.guidance_scale,
                 kernel=run.request.kernel,
+                fps=run.request.fps,
+                audio=sounds.get(id(run)),
+                sample_rate=rate if id(run) in sounds else None,
             )
             self._running.remove(run)
             self.stats["samples"] += 1

@@ -27,6 +27,10 @@ class DiffusionRequest:
     guidance_scale: float
     kernel: str = "sde"
     noise_level: float = 0.7
+    # 1 = an image; video models take their own frame counts (Wan: 4k+1). fps is the
+    # playback rate of the frames (what the model is conditioned on, where it is, and the videos).
+    num_frames: int = 1
+    fps: float = 16.0
     # Stochastic (and trained) steps: `sde_window_size` consecutive steps whose first step is
     # drawn from the seed in [lo, hi - size]; 0 = every step. `sde_window_range` null = [0, num_steps).
     sde_window_size: int = 0
@@ -41,7 +45,8 @@ class DiffusionRequest:
 
     def batch_key(self) -> tuple:
         """Requests with equal keys may share a transformer forward."""
-        return (self.height, self.width, self.num_steps, float(self.guidance_scale), self.kernel)
+        return (self.height, self.width, self.num_frames, float(self.fps), self.num_steps,
+                float(self.guidance_scale), self.kernel)
 
 
 @dataclass
@@ -53,7 +58,8 @@ class DiffusionResult:
     sigmas:     [W]  sigma at each window step;  sigmas_next: [W]
     noise_levels: [W]
     final_latent: [*latent_shape]  the clean latent after all steps
-    image:      uint8 pixels, channels last (None when the request asked for no decode)
+    image:      uint8 pixels, channels last: [H, W, C], or [T, H, W, C] for a video (None
+                when the request asked for no decode)
     """
 
     request_id: int
@@ -69,3 +75,7 @@ class DiffusionResult:
     image: Optional[torch.Tensor]
     guidance_scale: float
     kernel: str
+    fps: float = 16.0
+    # Sound of audio-video models: float waveform [channels, samples] at sample_rate.
+    audio: Optional[torch.Tensor] = None
+    sample_rate: Optional[int] = None

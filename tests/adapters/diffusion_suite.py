@@ -1,0 +1,197 @@
+"""The shared test suite of diffusion adapters: a new adapter gets all of it by declaring its tiny model.
+
+An adapter's test module declares an `AdapterCase` (its registered name, its `tiny:` model, a
+geometry, and how to run and LoRA-load its own diffusers pipeline) and subclasses
+`DiffusionAdapterSuite` with it. Every adapter then has to show, on its tiny model loaded
+through its own loading code:
+
+1. noise 0: the native engine's ODE rollout equals the model's own diffusers pipeline on the
+   same components, prompt and initial latents (1e-5 in fp32);
+2. a sample is the same alone and packed: in the engine with other prompts (of other lengths),
+   and in one forward with samples at sigmas spread over the whole schedule (so a batch
+   straddles any expert boundary);
+3. the trainer's replay of a rollout gives the rollout's log-probs (<= 1e-5), with the old
+   transition means where a loss reads them;
+4. a LoRA export loads through the pipeline's own loader and the pipeline then reproduces the
+   trained adapter's ODE sample (and not the base model's);
+5. the weightless (meta) build has the loaded model's trainable tensors and latent shapes.
+"""
+from __future__ import annotations
+
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, ClassVar
+
+import pytest
+import torch
+
+from omni_rl.compose import load_config
+from omni_rl.config.schema import LoraConfig, ModelConfig
+from omni_rl.data.diffusion_batch import DiffusionBatch
+from omni_rl.device import weightless_device
+from omni_rl.families.diffusion import DiffusionFamily
+from omni_rl.models import build_model
+from omni_rl.models.loading import resolve_model_path
+from omni_rl.rollout.native import NativeDiffusionEngine
+from omni_rl.rollout.types import DiffusionRequest
+
+TIMEOUT_S = 900.0
+PROMPTS = ("a red cube", "a very small green sphere on a long wooden table", "fog")
+
+
+@dataclass
+class AdapterCase:
+    adapter: str
+    tiny: str
+    height: int
+    width: int
+    num_frames: int = 1
+    steps: int = 4
+    guidance: float = 3.0
+    model_options: dict[str, Any] = field(default_factory=dict)
+    # (model, fresh: bool) -> a diffusers pipeline on the model's components (fresh: loaded from
+    # the model folder anew, with the adapter's Euler schedule), ready to run.
+    pipeline: Callable[[Any, bool], Any] = None
+    # (pipeline, prompt, initial latents [1, ...], steps, guidance, case) -> clean latents [1, ...].
+    pipeline_latents: Callable[..., torch.Tensor] = None
+    # (pipeline, folder) -> None: the pipeline's own LoRA loader on an exported folder.
+    load_lora: Callable[[Any, str], None] = None
+    atol: float = 1e-5
+
+
+def build(case: AdapterCase, device: torch.device | None = None, path: str | None = None, **changes):
+    cfg = ModelConfig(adapter=case.adapter, path=path or f"tiny:{case.tiny}", **{**case.model_options, **changes})
+    return build_model(cfg, device or torch.device("cpu"))
+
+
+def request(case: AdapterCase, prompt: str, seed: int, **changes) -> DiffusionRequest:
+    fields = dict(prompt=prompt, seed=seed, height=case.height, width=case.width, num_frames=case.num_frames,
+                  num_steps=case.steps, guidance_scale=case.guidance, kernel="sde", noise_level=0.7,
+                  sde_window_size=2, sde_window_range=(0, case.steps))
+    fields.update(changes)
+    return DiffusionRequest(**fields)
+
+
+def ode(case: AdapterCase, prompt: str, noise: torch.Tensor) -> DiffusionRequest:
+    return request(case, prompt, seed=0, kernel="ode", noise_level=0.0, sde_window_size=0, sde_window_range=None,
+                   initial_noise=noise)
+
+
+def generate(model, requests, max_num_seqs: int):
+    engine = NativeDiffusionEngine(model, max_num_seqs=max_num_seqs)
+    try:
+        return engine.generate(requests, timeout_s=TIMEOUT_S), dict(engine.stats)
+    finally:
+        engine.close()
+
+
+def initial_noise(model, case: AdapterCase, seed: int) -> torch.Tensor:
+    shape = model.latent_shape(case.height, case.width, case.num_frames)
+    return torch.randn(shape, generator=torch.Generator().manual_seed(seed))
+
+
+class DiffusionAdapterSuite:
+    case: ClassVar[AdapterCase]
+
+    @pytest.fixture(scope="class")
+    @classmethod
+    def model(cls):
+        return build(cls.case)
+
+    # 1 ---------------------------------------------------------------------------------------
+    def test_noise_zero_rollout_equals_the_pipeline(self, model):
+        case = self.case
+        noise = initial_noise(model, case, seed=7)
+        (ours,), _ = generate(model, [ode(case, PROMPTS[1], noise)], max_num_seqs=1)
+        theirs = case.pipeline_latents(case.pipeline(model, False), PROMPTS[1], noise[None].clone(), case.steps,
+                                       case.guidance, case)
+        torch.testing.assert_close(ours.final_latent, theirs[0].float(), atol=case.atol, rtol=0)
+        assert (ours.final_latent - noise).abs().max() > 1e-2  # the sampler moved the latent
+        assert ours.image is not None and ours.image.dtype == torch.uint8
+
+    # 2 ---------------------------------------------------------------------------------------
+    def test_a_sample_is_the_same_alone_and_packed_in_the_engine(self, model):
+        case = self.case
+        target = request(case, PROMPTS[0], seed=11)
+        (alone,), _ = generate(model, [target], max_num_seqs=1)
+        mates = [request(case, p, seed=20 + i) for i, p in enumerate(PROMPTS[1:])]
+        packed, stats = generate(model, [*mates, request(case, PROMPTS[0], seed=11)], max_num_seqs=len(mates) + 1)
+        assert stats["forward_batch_sum"] == (len(mates) + 1) * case.steps  # all packed in every forward
+        got = packed[-1]
+        torch.testing.assert_close(got.latents, alone.latents, atol=case.atol, rtol=0)
+        torch.testing.assert_close(got.log_probs, alone.log_probs, atol=case.atol, rtol=0)
+        assert not torch.allclose(packed[0].final_latent, got.final_latent, atol=1e-3)
+
+    @torch.no_grad()
+    def test_a_sample_is_the_same_alone_and_in_a_forward_across_the_schedule(self, model):
+        case = self.case
+        sigmas = model.sigmas(8, case.height, case.width, case.num_frames)[:-1]  # high to low noise
+        n = len(sigmas)
+        x = torch.stack([initial_noise(model, case, seed=s) for s in range(n)])
+        cond = model.encode_prompts([PROMPTS[i % len(PROMPTS)] for i in range(n)])
+        together = model.predict_velocity(x, sigmas, cond, case.guidance)
+        for i in range(n):
+            alone = model.predict_velocity(x[i : i + 1], sigmas[i : i + 1], cond.select([i]), case.guidance)
+            torch.testing.assert_close(together[i : i + 1], alone, atol=case.atol, rtol=0, msg=f"sample {i}")
+
+    # 3 ---------------------------------------------------------------------------------------
+    @pytest.mark.parametrize("loss", ["flow_grpo", "flow_dppo"])
+    def test_the_trainer_replays_the_rollout_log_probs(self, model, loss):
+        case = self.case
+        cfg = load_config([f"model.adapter={case.adapter}", f"model.path=tiny:{case.tiny}",
+                           f"algo.policy_loss={loss}", f"rollout.num_frames={case.num_frames}",
+                           f"rollout.height={case.height}", f"rollout.width={case.width}",
+                           "rollout.sde_window_range=null"])
+        family = DiffusionFamily(cfg, model)
+        results, _ = generate(model, [request(case, p, seed=i) for i, p in enumerate(PROMPTS)], max_num_seqs=3)
+        batch = DiffusionBatch.from_results(results, [{}] * len(results), [0] * len(results))
+        policy = family.behaviour_policy(batch, micro_batch_size=2)
+        torch.testing.assert_close(policy.log_probs, batch.rollout_log_probs, atol=1e-5, rtol=0)
+        assert (policy.means is not None) == (loss == "flow_dppo")
+
+    # 4 ---------------------------------------------------------------------------------------
+    def test_the_lora_export_loads_through_the_pipeline_and_reproduces_the_adapter(self, tmp_path):
+        case = self.case
+        trained = build(self.case, lora=LoraConfig(enabled=True, rank=4, alpha=8))
+        gen = torch.Generator().manual_seed(3)
+        with torch.no_grad():
+            for name, p in trained.trainable_root().named_parameters():
+                if p.requires_grad:
+                    p.copy_(torch.randn(p.shape, generator=gen) * 0.3)
+        trained.save_lora(str(tmp_path / "lora"))
+        noise = initial_noise(trained, case, seed=5)
+        (ours,), _ = generate(trained, [ode(case, PROMPTS[0], noise)], max_num_seqs=1)
+
+        base = case.pipeline(trained, True)
+        before = case.pipeline_latents(base, PROMPTS[0], noise[None].clone(), case.steps, case.guidance, case)
+        case.load_lora(base, str(tmp_path / "lora"))
+        after = case.pipeline_latents(base, PROMPTS[0], noise[None].clone(), case.steps, case.guidance, case)
+        torch.testing.assert_close(after[0].float(), ours.final_latent, atol=1e-4, rtol=0)
+        assert (after - before).abs().max() > 1e-3  # the LoRA changed the pipeline's output
+
+    # 5 ---------------------------------------------------------------------------------------
+    def test_the_weightless_build_has_the_loaded_architecture(self, tmp_path, model):
+        case = self.case
+        copy = tmp_path / "no_weights"
+        shutil.copytree(resolve_model_path(f"tiny:{case.tiny}"), copy)
+        for f in [*copy.rglob("*.safetensors"), *copy.rglob("*.bin")]:
+            f.unlink()
+        view = build(case, weightless_device(), path=str(copy))
+        assert view.weightless
+        names = lambda m: {n: tuple(t.shape) for n, t in m.named_trainable_tensors().items()}  # noqa: E731
+        assert names(view) == names(model)
+        geometry = (case.height, case.width, case.num_frames)
+        assert view.latent_shape(*geometry) == model.latent_shape(*geometry)
+        torch.testing.assert_close(view.sigmas(6, *geometry), model.sigmas(6, *geometry), rtol=0, atol=0)
+        for module in [*view.trainable_modules().values(), *view.frozen_modules()]:
+            assert all(p.is_meta for p in module.parameters())
+
+
+def fresh_pipeline(pipeline_cls, model, path: str | None = None, **changes):
+    """`pipeline_cls.from_pretrained` of the model's folder with the adapter's own scheduler."""
+    import copy as _copy
+
+    pipe = pipeline_cls.from_pretrained(path or model.path, scheduler=_copy.deepcopy(model.scheduler), **changes)
+    pipe.set_progress_bar_config(disable=True)
+    return pipe
