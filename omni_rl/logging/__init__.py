@@ -7,9 +7,11 @@
   third-party noise left out, transformers' bars off) and `attach_run_log(output_dir)`
   (`OUTPUT/train.log`: every record at INFO and above, and the per-step lines).
 - `gallery`: `make_grid` / `save_grid` tile sample images with captions.
+- `video`: `save_video` writes an mp4 (H.264, optional AAC audio); `contact_sheet` /
+  `video_grid` picture videos as rows of frames; `gif_bytes` for TensorBoard.
 - `curves`: `plot_reward_curve` draws a run's reward; `rise_report` decides whether it rose.
 
-TensorBoard, wandb and matplotlib are imported only when used, so importing this package
+TensorBoard, wandb, matplotlib and PyAV are imported only when used, so importing this package
 is cheap.
 """
 from omni_rl.logging.console import KNOWN_NOISE, attach_run_log, setup_console_logging
@@ -30,6 +32,7 @@ from omni_rl.logging.sinks import (
     read_jsonl,
     scalar_value,
 )
+from omni_rl.logging.video import contact_sheet, gif_bytes, save_video, video_grid
 
 __all__ = [
     "KNOWN_NOISE",
@@ -45,6 +48,8 @@ __all__ = [
     "attach_run_log",
     "build_sinks",
     "check_metric_name",
+    "contact_sheet",
+    "gif_bytes",
     "make_grid",
     "metric_series",
     "moving_average",
@@ -52,6 +57,8 @@ __all__ = [
     "read_jsonl",
     "rise_report",
     "save_grid",
+    "save_video",
     "scalar_value",
     "setup_console_logging",
+    "video_grid",
 ]

@@ -6,7 +6,7 @@ A sink has two methods: `log(metrics: dict[str, float], step: int)` and `close()
 |---|---|---|
 | `ConsoleSink(every=N)` | one compact line every N steps via `tqdm.write` | safe under a progress bar; copied to train.log |
 | `JsonlSink(path)` | one JSON object a line: `{"step": step, **metrics}` | flushed per line |
-| `TensorBoardSink(log_dir)` | `add_scalar` per metric, `add_image` for galleries | |
+| `TensorBoardSink(log_dir)` | `add_scalar` per metric; `add_image` / `add_video` / `add_audio` | GIF videos |
 | `WandbSink(project, run_name, config)` | `wandb.log(metrics, step=step)` | `pip install omni-rl[wandb]` |
 
 Metric names live in a fixed namespace (the first path component): `reward/*`, `loss/*`,
@@ -36,6 +36,7 @@ from typing import Any, Iterable, Mapping, Protocol, Sequence, runtime_checkable
 from tqdm import tqdm
 
 from omni_rl.logging.console import metrics_logger
+from omni_rl.logging.video import _check_fps, _check_sample_rate, _frames_array, _waveform_array, gif_bytes
 from omni_rl.utils.atomic import atomic_write_text
 
 METRIC_NAMESPACES = ("reward", "loss", "actor", "rollout_corr", "response", "perf", "timing", "val")
@@ -43,7 +44,9 @@ METRIC_NAMESPACES = ("reward", "loss", "actor", "rollout_corr", "response", "per
 
 @runtime_checkable
 class Sink(Protocol):
-    """What `MetricLogger` fans out to. `add_image` is optional (TensorBoard has it)."""
+    """What `MetricLogger` fans out to. `add_image(tag, image, step)`, `add_video(tag, frames,
+    fps, step)` and `add_audio(tag, waveform, sample_rate, step)` are optional (TensorBoard
+    has them); `MetricLogger` skips the sinks without them."""
 
     def log(self, metrics: Mapping[str, Any], step: int) -> None: ...
 
@@ -206,6 +209,36 @@ class TensorBoardSink:
             )
         self._writer.add_image(tag, image, global_step=_check_step(step), dataformats="HWC")
 
+    def add_video(self, tag: str, frames: Any, fps: float, step: int) -> None:
+        """Log uint8 frames [T, H, W, 3] as an animated GIF, which the image tab plays.
+
+        SummaryWriter.add_video would need moviepy to make the same GIF; PIL makes it here
+        (`omni_rl.logging.video.gif_bytes`: at most 50 fps, 256 colours a frame). Every frame
+        goes into the event file: pass a shorter or smaller clip for long or large videos."""
+        from tensorboard.compat.proto.summary_pb2 import Summary
+
+        step = _check_step(step)
+        array = _frames_array(frames, f"add_video({tag!r})")
+        _check_fps(fps, f"add_video({tag!r})")
+        _, height, width, channels = array.shape
+        image = Summary.Image(
+            height=height, width=width, colorspace=channels, encoded_image_string=gif_bytes(array, fps)
+        )
+        summary = Summary(value=[Summary.Value(tag=tag, image=image)])
+        # The writer's own route for every summary it makes (add_image, add_video use it too).
+        self._writer._get_file_writer().add_summary(summary, global_step=step)
+
+    def add_audio(self, tag: str, waveform: Any, sample_rate: int, step: int) -> None:
+        """Log a float waveform [channels, samples] or [samples] in [-1, 1] for the audio tab.
+
+        TensorBoard's audio summary is mono: a stereo waveform is mixed down (the mean of its
+        channels)."""
+        what = f"add_audio({tag!r})"
+        step = _check_step(step)
+        sample_rate = _check_sample_rate(sample_rate, what)
+        mono = _waveform_array(waveform, what).mean(axis=0)
+        self._writer.add_audio(tag, mono, global_step=step, sample_rate=sample_rate)
+
     def close(self) -> None:
         self._writer.close()
 
@@ -314,6 +347,20 @@ class MetricLogger:
             add_image = getattr(sink, "add_image", None)
             if add_image is not None:
                 add_image(tag, image, step)
+
+    def log_video(self, tag: str, frames: Any, fps: float, step: int) -> None:
+        """Send uint8 frames [T, H, W, 3] to the sinks that take videos (TensorBoard)."""
+        for sink in self.sinks:
+            add_video = getattr(sink, "add_video", None)
+            if add_video is not None:
+                add_video(tag, frames, fps, step)
+
+    def log_audio(self, tag: str, waveform: Any, sample_rate: int, step: int) -> None:
+        """Send a float waveform [channels, samples] in [-1, 1] to the sinks that take audio."""
+        for sink in self.sinks:
+            add_audio = getattr(sink, "add_audio", None)
+            if add_audio is not None:
+                add_audio(tag, waveform, sample_rate, step)
 
     def close(self) -> None:
         """Close every sink, even if one fails; the first failure is raised afterwards."""
