@@ -65,7 +65,7 @@ class WanAdapter(DiffusionModelBase):
         self.vae = load(AutoencoderKLWan, "vae")
         self.text_encoder = load(UMT5EncoderModel, "text_encoder")
         self.scheduler = FlowMatchEulerDiscreteScheduler(
-            num_train_timesteps=self._scheduler_config(root)["num_train_timesteps"],
+            num_train_timesteps=self._scheduler_config(root).get("num_train_timesteps", 1000),
             shift=self._flow_shift(root),
         )
         boundary_ratio = index.get("boundary_ratio")
