@@ -10,7 +10,10 @@ written as the vocab.json / merges.txt files that transformers' BPE tokenizers l
   then `<|startoftext|>` (512) and `<|endoftext|>` (513);
 - `write_bpe_files(folder, vocab)`: vocab.json and an empty merges.txt;
 - `bpe_files(vocab)`: the same two files in a scratch folder that is gone after the `with`
-  block (a tokenizer built from them inside the block keeps what it needs).
+  block (a tokenizer built from them inside the block keeps what it needs);
+- `t5_char_vocab()`: a SentencePiece-style Unigram vocabulary for T5 / UMT5 tokenizers
+  (`T5Tokenizer(vocab=...)`): T5's `<pad>`, `</s>`, `<unk>` at ids 0-2, then every printable
+  ASCII character with and without the word-start marker `▁`; other characters are `<unk>`.
 """
 from __future__ import annotations
 
@@ -53,3 +56,12 @@ def write_bpe_files(folder: Path, vocab: dict[str, int]) -> tuple[Path, Path]:
 def bpe_files(vocab: dict[str, int]) -> Iterator[tuple[Path, Path]]:
     with tempfile.TemporaryDirectory(prefix="omni_rl_vocab_") as scratch:
         yield write_bpe_files(Path(scratch), vocab)
+
+
+def t5_char_vocab() -> list[tuple[str, float]]:
+    chars = [chr(c) for c in range(33, 127)]
+    pieces = [("<pad>", 0.0), ("</s>", 0.0), ("<unk>", 0.0), ("\u2581", -2.0)]
+    # Equal scores: the Unigram model then picks the fewest pieces, "▁" + first character, then
+    # one piece per character.
+    pieces += [("\u2581" + c, -5.0) for c in chars] + [(c, -5.0) for c in chars]
+    return pieces

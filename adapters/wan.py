@@ -1,0 +1,482 @@
+"""Wan2.1 / Wan2.2 text-to-video (`WanPipeline`): the adapter and its two tiny models.
+
+Loads the pipeline's components with diffusers' and transformers' `from_pretrained`: one or two
+`WanTransformer3DModel` experts (trained, LoRA on the attention projections), the
+`AutoencoderKLWan` video VAE and the UMT5 text encoder. Prompt encoding is the pipeline's own
+`encode_prompt`, so embeddings (zero-padded to `model.max_sequence_length`) match diffusers.
+
+Wan2.2 A14B has two experts: `transformer` denoises the high-noise steps (timestep >=
+`boundary_ratio * num_train_timesteps`) and `transformer_2` the low-noise ones, each with its
+own guidance scale. `predict_velocity` routes every sample by its own sigma, so a packed batch
+whose samples sit on both sides of the boundary is split, run through both experts and put
+back in order. TI2V-5B has one transformer and per-token timesteps (`expand_timesteps`).
+
+Wan checkpoints ship a UniPC scheduler; the step kernels assume Euler sigmas, so the adapter
+builds `FlowMatchEulerDiscreteScheduler(shift=flow_shift)` from the checkpoint's `flow_shift`.
+
+Several methods of `OmniModelBase` assume one trainable module; the overrides marked
+"[two experts]" below extend them to both experts until the core generalises them.
+
+`tiny:wan22` (two experts, boundary 0.875) and `tiny:wan22_ti2v` (one expert, per-token
+timesteps, a residual VAE with pixel patches) are random-weight models for tests and CPU demos.
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+from pathlib import Path
+from typing import Iterator
+
+import torch
+from torch import nn
+
+from omni_rl.config.schema import ModelConfig
+from omni_rl.models import Conditioning, DiffusionModelBase, register_adapter, register_tiny_model
+from omni_rl.models.tiny_vocab import t5_char_vocab
+
+EXPERTS = ("transformer", "transformer_2")
+# Weight file of the low-noise expert's LoRA, beside diffusers' default file for `transformer`.
+LORA_2_WEIGHT_NAME = "pytorch_lora_weights_transformer_2.safetensors"
+
+
+@register_adapter("WanPipeline")
+class WanAdapter(DiffusionModelBase):
+    # Self- (attn1) and cross-attention (attn2) projections of every block, as diffusers' Wan
+    # LoRA examples target them (PEFT matches name suffixes).
+    default_lora_targets = ("to_q", "to_k", "to_v", "to_out.0")
+
+    def __init__(self, cfg: ModelConfig, path: str, device: torch.device):
+        from diffusers import AutoencoderKLWan, FlowMatchEulerDiscreteScheduler, WanPipeline, WanTransformer3DModel
+        from transformers import AutoTokenizer, UMT5EncoderModel
+
+        super().__init__(cfg, path, device)
+        root = Path(path)
+        index = json.loads((root / "model_index.json").read_text())
+
+        def load(cls, sub):
+            return self.load_pretrained(cls, sub).to(device)
+
+        def present(name):  # a null component is saved as [null, null]
+            spec = index.get(name)
+            return isinstance(spec, list) and all(spec) and (root / name).is_dir()
+
+        self.transformer = load(WanTransformer3DModel, "transformer")
+        self.transformer_2 = load(WanTransformer3DModel, "transformer_2") if present("transformer_2") else None
+        self.vae = load(AutoencoderKLWan, "vae")
+        self.text_encoder = load(UMT5EncoderModel, "text_encoder")
+        self.scheduler = FlowMatchEulerDiscreteScheduler(
+            num_train_timesteps=self._scheduler_config(root).get("num_train_timesteps", 1000),
+            shift=self._flow_shift(root),
+        )
+        boundary_ratio = index.get("boundary_ratio")
+        if self.transformer_2 is not None and boundary_ratio is None:
+            raise ValueError(f"{root / 'model_index.json'}: two experts but no boundary_ratio to route between them")
+        self.pipeline = WanPipeline(
+            tokenizer=AutoTokenizer.from_pretrained(path, subfolder="tokenizer"),
+            text_encoder=self.text_encoder,
+            vae=self.vae,
+            scheduler=self.scheduler,
+            transformer=self.transformer,
+            transformer_2=self.transformer_2,
+            boundary_ratio=boundary_ratio if self.transformer_2 is not None else None,
+            expand_timesteps=bool(index.get("expand_timesteps", False)),
+        )
+        self.pipeline.set_progress_bar_config(disable=True)
+        self.num_train_timesteps = self.scheduler.config.num_train_timesteps
+        # Timesteps >= this go to `transformer` (high noise), below it to `transformer_2`.
+        self.boundary_timestep = (
+            boundary_ratio * self.num_train_timesteps if self.transformer_2 is not None else None
+        )
+        self.expand_timesteps = self.pipeline.config.expand_timesteps
+        self.setup_trainable()
+
+    @staticmethod
+    def _scheduler_config(root: Path) -> dict:
+        file = root / "scheduler" / "scheduler_config.json"
+        return json.loads(file.read_text()) if file.is_file() else {}
+
+    @classmethod
+    def _flow_shift(cls, root: Path) -> float:
+        """The checkpoint's shift: UniPC's `flow_shift`, or `shift` of a flow-match Euler config."""
+        config = cls._scheduler_config(root)
+        for key in ("flow_shift", "shift"):
+            if config.get(key) is not None:
+                return float(config[key])
+        raise ValueError(
+            f"{root / 'scheduler' / 'scheduler_config.json'} has neither `flow_shift` nor `shift`; the "
+            f"Euler schedule needs the checkpoint's shift (Wan2.2: 5.0 at 720p, 3.0 at 480p)"
+        )
+
+    # --- what trains ---------------------------------------------------------------------
+    def trainable_modules(self) -> dict[str, nn.Module]:
+        """The experts by pipeline name: both for A14B, `transformer` alone for TI2V-5B / Wan2.1."""
+        modules = {"transformer": self.transformer}
+        if self.transformer_2 is not None:
+            modules["transformer_2"] = self.transformer_2
+        return modules
+
+    def trainable_module(self) -> nn.Module:
+        return self.transformer
+
+    def frozen_modules(self) -> list[nn.Module]:
+        return [self.vae, self.text_encoder]
+
+    def fsdp_wrap_classes(self):
+        from diffusers.models.transformers.transformer_wan import WanTransformerBlock
+
+        return (WanTransformerBlock,)
+
+    # [two experts] OmniModelBase.setup_trainable, looped over the experts.
+    def setup_trainable(self) -> None:
+        for part in self.frozen_modules():
+            part.requires_grad_(False)
+        for module in self.trainable_modules().values():
+            module.requires_grad_(False)
+            lora = self.cfg.lora
+            if lora.enabled:
+                from peft import LoraConfig
+
+                config = LoraConfig(
+                    r=lora.rank,
+                    lora_alpha=lora.alpha,
+                    target_modules=self.lora_targets(),
+                    init_lora_weights="gaussian" if lora.init == "gaussian" else True,
+                )
+                module = self.add_lora(module, config)
+                # fp32 adapter weights, as in the base class (bf16 rounds small updates away).
+                for p in module.parameters():
+                    if p.requires_grad:
+                        p.data = p.data.float()
+            else:
+                module.requires_grad_(True)
+            if self.cfg.gradient_checkpointing:
+                self.enable_checkpointing(module)
+        self.set_eval_mode()
+
+    # [two experts]
+    @contextlib.contextmanager
+    def lora_disabled(self) -> Iterator[None]:
+        modules = list(self.trainable_modules().values())
+        for module in modules:
+            module.disable_adapters()
+        try:
+            yield
+        finally:
+            for module in modules:
+                module.enable_adapters()
+
+    # [two experts]
+    def set_eval_mode(self) -> None:
+        for module in [*self.trainable_modules().values(), *self.frozen_modules()]:
+            module.eval()
+
+    # [two experts]
+    def trainable_parameters(self) -> list[nn.Parameter]:
+        return [p for m in self.trainable_modules().values() for p in m.parameters() if p.requires_grad]
+
+    def _prefixed_parameters(self) -> dict[str, nn.Parameter]:
+        """Parameters of every expert; with two experts the names carry `transformer.` /
+        `transformer_2.`, with one they are the module's own (as the base class names them)."""
+        modules = self.trainable_modules()
+        if len(modules) == 1:
+            return dict(self.transformer.named_parameters())
+        return {f"{name}.{n}": p for name, m in modules.items() for n, p in m.named_parameters()}
+
+    # [two experts]
+    def named_trainable_tensors(self) -> dict[str, torch.Tensor]:
+        return {n: p.detach() for n, p in self._prefixed_parameters().items() if p.requires_grad}
+
+    # [two experts]
+    @torch.no_grad()
+    def load_named_tensors(self, tensors: dict[str, torch.Tensor]) -> None:
+        params = self._prefixed_parameters()
+        missing = sorted(set(tensors) - set(params))
+        if missing:
+            raise KeyError(f"weight sync: {len(missing)} tensors have no parameter here, e.g. {missing[:3]}")
+        for name, value in tensors.items():
+            params[name].copy_(value.to(params[name].device, params[name].dtype))
+
+    # --- shapes --------------------------------------------------------------------------
+    def latent_shape(self, height: int, width: int, num_frames: int = 1) -> tuple[int, ...]:
+        """[z_dim, (num_frames - 1) // t + 1, height // s, width // s] for the VAE's temporal and
+        spatial factors t, s; frames must be t*k + 1 and sizes multiples of s x patch size."""
+        config = self.vae.config
+        t, s = config.scale_factor_temporal, config.scale_factor_spatial
+        if num_frames < 1 or (num_frames - 1) % t:
+            low = max(0, (num_frames - 1) // t) * t + 1
+            raise ValueError(
+                f"num_frames={num_frames} is not {t}k+1 (the VAE compresses {t} frames into one after "
+                f"the first); the nearest valid frame counts are {low} and {low + t}"
+            )
+        patch = self.transformer.config.patch_size
+        for name, value, multiple in (("height", height, s * patch[1]), ("width", width, s * patch[2])):
+            if value % multiple or value <= 0:
+                low = max(multiple, value // multiple * multiple)
+                valid = f"{low} and {low + multiple}" if low < value else f"{low}"
+                raise ValueError(
+                    f"{name}={value} px is not a multiple of {multiple} (VAE factor {s} x patch size "
+                    f"{multiple // s}); the nearest valid values are {valid}"
+                )
+        return (config.z_dim, (num_frames - 1) // t + 1, height // s, width // s)
+
+    # --- conditioning and forward --------------------------------------------------------
+    @torch.no_grad()
+    def encode_prompts(self, prompts: list[str], negative_prompt: str = "") -> Conditioning:
+        pos, neg = self.pipeline.encode_prompt(
+            prompt=list(prompts),
+            negative_prompt=[negative_prompt] * len(prompts),
+            do_classifier_free_guidance=True,
+            max_sequence_length=self.cfg.max_sequence_length,
+            device=self.device,
+        )
+        return Conditioning({"prompt_embeds": pos, "negative_prompt_embeds": neg})
+
+    def guidance_scale_2(self, guidance_scale: float) -> float:
+        """The low-noise expert's scale: `model.guidance_scale_2` when set, else `guidance_scale`."""
+        value = getattr(self.cfg, "guidance_scale_2", None)
+        return guidance_scale if value is None else float(value)
+
+    def predict_velocity(self, latents, sigma, conditioning, guidance_scale):
+        """Velocity with CFG for latents [B, C, T, H, W] at per-sample sigma [B], fp32.
+
+        Each sample goes to the expert of its own timestep (sigma * num_train_timesteps):
+        `transformer` at or above the boundary with `guidance_scale`, `transformer_2` below it
+        with `guidance_scale_2`; the two groups' outputs are put back in the batch's order."""
+        timestep = sigma.to(torch.float32).reshape(-1).to(self.device) * self.num_train_timesteps
+        if timestep.shape[0] != latents.shape[0]:
+            raise ValueError(f"sigma has {timestep.shape[0]} values for a batch of {latents.shape[0]} latents")
+        if self.boundary_timestep is None:
+            return self._guided(self.transformer, latents, timestep, conditioning, guidance_scale)
+        high = timestep >= self.boundary_timestep
+        if bool(high.all()) or not bool(high.any()):
+            expert, scale = (
+                (self.transformer, guidance_scale) if bool(high.all())
+                else (self.transformer_2, self.guidance_scale_2(guidance_scale))
+            )
+            return self._guided(expert, latents, timestep, conditioning, scale)
+        out = torch.empty(latents.shape, dtype=torch.float32, device=self.device)
+        for mask, expert, scale in (
+            (high, self.transformer, guidance_scale),
+            (~high, self.transformer_2, self.guidance_scale_2(guidance_scale)),
+        ):
+            idx = mask.nonzero().squeeze(1)
+            out[idx] = self._guided(
+                expert, latents[idx.to(latents.device)], timestep[idx], conditioning.select(idx.cpu()), scale
+            )
+        return out
+
+    def _guided(self, expert, latents, timestep, conditioning, guidance_scale) -> torch.Tensor:
+        """One expert's forward with CFG `v_u + g (v_c - v_u)`: one pass over [uncond; cond]."""
+        x = latents.to(self.device, self.dtype)
+        cond = conditioning.to(self.device)
+        if self.expand_timesteps:
+            # TI2V-5B: one timestep per latent token (all equal for text-to-video), as the pipeline.
+            p_t, p_h, p_w = expert.config.patch_size
+            tokens = (x.shape[2] // p_t) * (x.shape[3] // p_h) * (x.shape[4] // p_w)
+            timestep = timestep[:, None].expand(-1, tokens)
+        embeds = cond["prompt_embeds"].to(self.dtype)
+        if guidance_scale > 1.0:
+            out = expert(
+                hidden_states=torch.cat([x, x]),
+                timestep=torch.cat([timestep, timestep]),
+                encoder_hidden_states=torch.cat([cond["negative_prompt_embeds"].to(self.dtype), embeds]),
+                return_dict=False,
+            )[0].to(torch.float32)
+            uncond, text = out.chunk(2)
+            return uncond + guidance_scale * (text - uncond)
+        out = expert(hidden_states=x, timestep=timestep, encoder_hidden_states=embeds, return_dict=False)[0]
+        return out.to(torch.float32)
+
+    @torch.no_grad()
+    def decode(self, latents: torch.Tensor) -> torch.Tensor:
+        """Latents [B, C, T, H, W] -> uint8 video [B, T, H, W, 3]."""
+        config = self.vae.config
+        z = latents.to(self.device, self.vae.dtype)
+        shape = (1, config.z_dim, 1, 1, 1)
+        mean = torch.tensor(config.latents_mean, device=z.device, dtype=z.dtype).view(shape)
+        std = torch.tensor(config.latents_std, device=z.device, dtype=z.dtype).view(shape)
+        # The pipeline's un-normalisation: latents / (1 / std) + mean.
+        video = self.vae.decode(z / (1.0 / std) + mean, return_dict=False)[0]
+        video = (video.float() / 2 + 0.5).clamp(0, 1)
+        return (video * 255).round().to(torch.uint8).permute(0, 2, 3, 4, 1).cpu()
+
+    # --- saving --------------------------------------------------------------------------
+    def save_lora(self, folder: str) -> None:
+        """diffusers' LoRA format, one file per expert, each with its adapter config (rank,
+        alpha, targets) in the file's metadata. Load both into a `WanPipeline` with
+
+            pipe.load_lora_weights(folder)                       # transformer
+            pipe.load_lora_weights(folder, weight_name="pytorch_lora_weights_transformer_2.safetensors",
+                                   load_into_transformer_2=True)  # transformer_2 (A14B only)
+
+        (diffusers' Wan loader reads `transformer.`-prefixed keys into whichever expert
+        `load_into_transformer_2` names, so each expert has a file of its own.)"""
+        from diffusers import WanPipeline
+        from peft.utils import get_peft_model_state_dict
+
+        for name, module in self.trainable_modules().items():
+            WanPipeline.save_lora_weights(
+                folder,
+                transformer_lora_layers=get_peft_model_state_dict(module),
+                transformer_lora_adapter_metadata=module.peft_config["default"].to_dict(),
+                weight_name=LORA_2_WEIGHT_NAME if name == "transformer_2" else None,
+            )
+
+    # [two experts]
+    def save_full(self, folder: str) -> None:
+        """One expert: its `save_pretrained` into `folder`; two: into `folder/transformer` and
+        `folder/transformer_2`, the pipeline's layout."""
+        modules = self.trainable_modules()
+        if len(modules) == 1:
+            self.transformer.save_pretrained(folder)
+            return
+        for name, module in modules.items():
+            module.save_pretrained(str(Path(folder) / name))
+
+
+# --- the tiny models ----------------------------------------------------------------------
+def _tiny_text_parts():
+    from transformers import T5Tokenizer, UMT5Config, UMT5EncoderModel
+
+    tokenizer = T5Tokenizer(vocab=t5_char_vocab(), extra_ids=0, model_max_length=512)
+    config = UMT5Config(
+        vocab_size=len(tokenizer), d_model=32, d_kv=8, d_ff=64, num_layers=2, num_heads=4,
+        relative_attention_num_buckets=8, relative_attention_max_distance=32,
+        feed_forward_proj="gated-gelu", pad_token_id=0, eos_token_id=1, decoder_start_token_id=0,
+    )
+    return tokenizer, UMT5EncoderModel(config)
+
+
+def _tiny_transformer(channels: int) -> nn.Module:
+    from diffusers import WanTransformer3DModel
+
+    return WanTransformer3DModel(
+        patch_size=(1, 2, 2), num_attention_heads=2, attention_head_dim=8, in_channels=channels,
+        out_channels=channels, text_dim=32, freq_dim=32, ffn_dim=32, num_layers=2,
+        cross_attn_norm=True, qk_norm="rms_norm_across_heads", rope_max_seq_len=32,
+    )
+
+
+def _pass_through(conv: nn.Module, copies: int = 1) -> None:
+    """Make a (causal) convolution copy its first input channels to its output channels at the
+    current frame and the kernel's centre (`copies` stacked blocks of them: a time upsampler's
+    two output frames); bias zero. WanCausalConv3d pads time on the left only, so the current
+    frame is the kernel's last time tap."""
+    weight = conv.weight
+    weight.zero_()
+    conv.bias.zero_()
+    block = weight.shape[0] // copies
+    tap = (weight.shape[2] - 1, *(k // 2 for k in weight.shape[3:])) if weight.dim() == 5 else (
+        tuple(k // 2 for k in weight.shape[2:])
+    )
+    for copy in range(copies):
+        for i in range(min(block, weight.shape[1])):
+            weight[(copy * block + i, i, *tap)] = 1.0
+
+
+@torch.no_grad()
+def _make_decoder_responsive(vae: nn.Module, gain: float = 0.5) -> None:
+    """Replace the random decoder by a deterministic one whose brightness follows the latents.
+
+    A random Wan decoder stacks random convolutions, residual branches that add noise of the
+    signal's own size, and RMS norms over channels that divide every position's magnitude
+    away: a latent step moves its mean brightness by 0.002-0.03 (0..1 scale), so no reward
+    could be learned from its videos. Here:
+
+    1. every residual branch and attention output is zero (each block is its shortcut) and every
+       other convolution passes its first channels through (current frame, kernel centre);
+    2. `conv_in` writes u = the mean over channels of the *normalised* latent
+       ((z - latents_mean) / latents_std) into feature 0 and a constant 1 into feature 1;
+    3. the last RMS norm then gives feature 0 = sqrt(C) u / sqrt(1 + u^2), monotone in u, and
+       `conv_out` sets every output channel to `gain * silu(feature 0)` (pixels in [-1, 1]).
+
+    So each pixel is a smooth increasing function of the mean latent at its position (8x8
+    pixel blocks of one value): latent 0 decodes to mid-grey, +1 to brighter (~0.94 on 0..1).
+    The measurement is in tests/adapters/test_wan_adapter.py."""
+    from diffusers.models.autoencoders.autoencoder_kl_wan import (
+        WanAttentionBlock, WanCausalConv3d, WanResample, WanResidualBlock,
+    )
+
+    decoder = vae.decoder
+    for module in decoder.modules():
+        if isinstance(module, WanResidualBlock):
+            module.conv2.weight.zero_()
+            module.conv2.bias.zero_()
+            if isinstance(module.conv_shortcut, WanCausalConv3d):
+                _pass_through(module.conv_shortcut)
+        elif isinstance(module, WanAttentionBlock):
+            module.proj.weight.zero_()
+            module.proj.bias.zero_()
+        elif isinstance(module, WanResample) and module.mode.startswith("upsample"):
+            _pass_through(module.resample[1])
+            if hasattr(module, "time_conv"):
+                _pass_through(module.time_conv, copies=2)
+    _pass_through(vae.post_quant_conv)
+    config = vae.config
+    mean, std = torch.tensor(config.latents_mean), torch.tensor(config.latents_std)
+    conv_in = decoder.conv_in
+    conv_in.weight.zero_()
+    conv_in.bias.zero_()
+    conv_in.weight[0, :, -1, 1, 1] = 1.0 / (std * config.z_dim)
+    conv_in.bias[0] = -(mean / std).sum() / config.z_dim
+    conv_in.bias[1] = 1.0
+    # conv_out reads silu(feature 0); silu is applied by the decoder between norm_out and conv_out.
+    conv_out = decoder.conv_out
+    conv_out.weight.zero_()
+    conv_out.bias.zero_()
+    conv_out.weight[:, 0, -1, 1, 1] = gain
+
+
+def _save_tiny(folder: Path, transformers: list[nn.Module], vae: nn.Module, **pipeline_config) -> None:
+    from diffusers import UniPCMultistepScheduler, WanPipeline
+
+    tokenizer, text_encoder = _tiny_text_parts()
+    pipe = WanPipeline(
+        tokenizer=tokenizer,
+        text_encoder=text_encoder,
+        vae=vae,
+        # What Wan checkpoints ship; the adapter reads its `flow_shift` into an Euler schedule.
+        scheduler=UniPCMultistepScheduler(prediction_type="flow_prediction", use_flow_sigmas=True, flow_shift=3.0),
+        transformer=transformers[0],
+        transformer_2=transformers[1] if len(transformers) > 1 else None,
+        **pipeline_config,
+    )
+    pipe.save_pretrained(Path(folder))
+
+
+@register_tiny_model("wan22")
+def build_tiny_wan22(folder: Path) -> None:
+    """A tiny random-weight Wan2.2 A14B: two experts (boundary_ratio 0.875), a UMT5 encoder with
+    a character vocabulary, and a 16-channel VAE with Wan2.1's factors (4 frames, 8 pixels);
+    32x32 px and 5 frames give a [16, 2, 4, 4] latent. Seeded: the same weights every time.
+
+    The decoder is deterministic and responsive to its latents: each pixel's brightness is an
+    increasing function of the mean latent at its position (`_make_decoder_responsive`)."""
+    from diffusers import AutoencoderKLWan
+
+    torch.manual_seed(0)
+    experts = [_tiny_transformer(16), _tiny_transformer(16)]
+    vae = AutoencoderKLWan(
+        base_dim=8, z_dim=16, dim_mult=[1, 1, 1, 1], num_res_blocks=1, temperal_downsample=[False, True, True],
+        scale_factor_temporal=4, scale_factor_spatial=8,
+    )
+    _make_decoder_responsive(vae)
+    _save_tiny(folder, experts, vae, boundary_ratio=0.875)
+
+
+@register_tiny_model("wan22_ti2v")
+def build_tiny_wan22_ti2v(folder: Path) -> None:
+    """A tiny random-weight Wan2.2 TI2V-5B: one transformer with per-token timesteps
+    (`expand_timesteps`) and, like the real one, a residual VAE over 2x2 pixel patches (12
+    channels in and out); factors 4 frames / 8 pixels, so 32x32 px and 5 frames give a
+    [16, 2, 4, 4] latent. Seeded. The decoder is made responsive as for `tiny:wan22`."""
+    from diffusers import AutoencoderKLWan
+
+    torch.manual_seed(1)
+    vae = AutoencoderKLWan(
+        base_dim=8, decoder_base_dim=8, z_dim=16, dim_mult=[1, 1, 1], num_res_blocks=1,
+        temperal_downsample=[True, True], is_residual=True, in_channels=12, out_channels=12, patch_size=2,
+        scale_factor_temporal=4, scale_factor_spatial=8,
+    )
+    _make_decoder_responsive(vae)
+    _save_tiny(folder, [_tiny_transformer(16)], vae, expand_timesteps=True)
