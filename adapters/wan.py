@@ -14,18 +14,16 @@ back in order. TI2V-5B has one transformer and per-token timesteps (`expand_time
 Wan checkpoints ship a UniPC scheduler; the step kernels assume Euler sigmas, so the adapter
 builds `FlowMatchEulerDiscreteScheduler(shift=flow_shift)` from the checkpoint's `flow_shift`.
 
-Several methods of `OmniModelBase` assume one trainable module; the overrides marked
-"[two experts]" below extend them to both experts until the core generalises them.
+Both experts train (LoRA on each): `trainable_modules` names them, and the base class handles
+the rest (tensor names `transformer.` / `transformer_2.`, weight sync, checkpoints, FSDP2).
 
 `tiny:wan22` (two experts, boundary 0.875) and `tiny:wan22_ti2v` (one expert, per-token
 timesteps, a residual VAE with pixel patches) are random-weight models for tests and CPU demos.
 """
 from __future__ import annotations
 
-import contextlib
 import json
 from pathlib import Path
-from typing import Iterator
 
 import torch
 from torch import nn
@@ -41,6 +39,11 @@ LORA_2_WEIGHT_NAME = "pytorch_lora_weights_transformer_2.safetensors"
 
 @register_adapter("WanPipeline")
 class WanAdapter(DiffusionModelBase):
+    # The Wan VAEs keep the first frame and compress every 4 after it; every Wan2.x transformer
+    # patches 2x2 pixels of the latent (sizes: multiples of 8 x 2 for A14B, 16 x 2 for TI2V-5B,
+    # which `latent_shape` checks from the checkpoint's VAE).
+    frame_stride = 4
+    size_multiple = 16
     # Self- (attn1) and cross-attention (attn2) projections of every block, as diffusers' Wan
     # LoRA examples target them (PEFT matches name suffixes).
     default_lora_targets = ("to_q", "to_k", "to_v", "to_out.0")
@@ -115,9 +118,6 @@ class WanAdapter(DiffusionModelBase):
             modules["transformer_2"] = self.transformer_2
         return modules
 
-    def trainable_module(self) -> nn.Module:
-        return self.transformer
-
     def frozen_modules(self) -> list[nn.Module]:
         return [self.vae, self.text_encoder]
 
@@ -125,76 +125,6 @@ class WanAdapter(DiffusionModelBase):
         from diffusers.models.transformers.transformer_wan import WanTransformerBlock
 
         return (WanTransformerBlock,)
-
-    # [two experts] OmniModelBase.setup_trainable, looped over the experts.
-    def setup_trainable(self) -> None:
-        for part in self.frozen_modules():
-            part.requires_grad_(False)
-        for module in self.trainable_modules().values():
-            module.requires_grad_(False)
-            lora = self.cfg.lora
-            if lora.enabled:
-                from peft import LoraConfig
-
-                config = LoraConfig(
-                    r=lora.rank,
-                    lora_alpha=lora.alpha,
-                    target_modules=self.lora_targets(),
-                    init_lora_weights="gaussian" if lora.init == "gaussian" else True,
-                )
-                module = self.add_lora(module, config)
-                # fp32 adapter weights, as in the base class (bf16 rounds small updates away).
-                for p in module.parameters():
-                    if p.requires_grad:
-                        p.data = p.data.float()
-            else:
-                module.requires_grad_(True)
-            if self.cfg.gradient_checkpointing:
-                self.enable_checkpointing(module)
-        self.set_eval_mode()
-
-    # [two experts]
-    @contextlib.contextmanager
-    def lora_disabled(self) -> Iterator[None]:
-        modules = list(self.trainable_modules().values())
-        for module in modules:
-            module.disable_adapters()
-        try:
-            yield
-        finally:
-            for module in modules:
-                module.enable_adapters()
-
-    # [two experts]
-    def set_eval_mode(self) -> None:
-        for module in [*self.trainable_modules().values(), *self.frozen_modules()]:
-            module.eval()
-
-    # [two experts]
-    def trainable_parameters(self) -> list[nn.Parameter]:
-        return [p for m in self.trainable_modules().values() for p in m.parameters() if p.requires_grad]
-
-    def _prefixed_parameters(self) -> dict[str, nn.Parameter]:
-        """Parameters of every expert; with two experts the names carry `transformer.` /
-        `transformer_2.`, with one they are the module's own (as the base class names them)."""
-        modules = self.trainable_modules()
-        if len(modules) == 1:
-            return dict(self.transformer.named_parameters())
-        return {f"{name}.{n}": p for name, m in modules.items() for n, p in m.named_parameters()}
-
-    # [two experts]
-    def named_trainable_tensors(self) -> dict[str, torch.Tensor]:
-        return {n: p.detach() for n, p in self._prefixed_parameters().items() if p.requires_grad}
-
-    # [two experts]
-    @torch.no_grad()
-    def load_named_tensors(self, tensors: dict[str, torch.Tensor]) -> None:
-        params = self._prefixed_parameters()
-        missing = sorted(set(tensors) - set(params))
-        if missing:
-            raise KeyError(f"weight sync: {len(missing)} tensors have no parameter here, e.g. {missing[:3]}")
-        for name, value in tensors.items():
-            params[name].copy_(value.to(params[name].device, params[name].dtype))
 
     # --- shapes --------------------------------------------------------------------------
     def latent_shape(self, height: int, width: int, num_frames: int = 1) -> tuple[int, ...]:
@@ -233,7 +163,7 @@ class WanAdapter(DiffusionModelBase):
 
     def guidance_scale_2(self, guidance_scale: float) -> float:
         """The low-noise expert's scale: `model.guidance_scale_2` when set, else `guidance_scale`."""
-        value = getattr(self.cfg, "guidance_scale_2", None)
+        value = self.cfg.guidance_scale_2
         return guidance_scale if value is None else float(value)
 
     def predict_velocity(self, latents, sigma, conditioning, guidance_scale):
@@ -321,17 +251,6 @@ class WanAdapter(DiffusionModelBase):
                 transformer_lora_adapter_metadata=module.peft_config["default"].to_dict(),
                 weight_name=LORA_2_WEIGHT_NAME if name == "transformer_2" else None,
             )
-
-    # [two experts]
-    def save_full(self, folder: str) -> None:
-        """One expert: its `save_pretrained` into `folder`; two: into `folder/transformer` and
-        `folder/transformer_2`, the pipeline's layout."""
-        modules = self.trainable_modules()
-        if len(modules) == 1:
-            self.transformer.save_pretrained(folder)
-            return
-        for name, module in modules.items():
-            module.save_pretrained(str(Path(folder) / name))
 
 
 # --- the tiny models ----------------------------------------------------------------------

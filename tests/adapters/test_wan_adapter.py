@@ -8,6 +8,8 @@ import torch
 from omni_rl.config.schema import ModelConfig
 from omni_rl.models import build_model
 
+from tests.adapters.diffusion_suite import AdapterCase, DiffusionAdapterSuite, fresh_pipeline
+
 ADAPTER = "WanPipeline"
 SEQ = 32  # text tokens; the tiny UMT5 encoder is cheap at any length, a short one keeps tests fast
 HEIGHT = WIDTH = 32
@@ -52,7 +54,9 @@ def euler_pipeline(model):
 def test_layout(wan22, ti2v):
     assert list(wan22.trainable_modules()) == ["transformer", "transformer_2"]
     assert list(ti2v.trainable_modules()) == ["transformer"]
-    assert wan22.trainable_module() is wan22.transformer
+    assert isinstance(wan22.trainable_root(), torch.nn.ModuleDict) and ti2v.trainable_root() is ti2v.transformer
+    with pytest.raises(NotImplementedError, match="trainable_modules"):
+        wan22.trainable_module()  # two experts: no single trained module to hand out
     assert wan22.boundary_timestep == 875.0 and ti2v.boundary_timestep is None
     assert ti2v.expand_timesteps and not wan22.expand_timesteps
     # The checkpoint ships UniPC; the adapter schedules with Euler at the checkpoint's flow_shift.
@@ -75,7 +79,7 @@ def test_euler_ode_equals_diffusers_pipeline(name, guidance_2, wan22, ti2v):
     if model.transformer_2 is not None:  # the schedule crosses the boundary: both experts run
         t = sigmas[:-1] * model.num_train_timesteps
         assert (t >= model.boundary_timestep).any() and (t < model.boundary_timestep).any()
-    model.cfg.guidance_scale_2 = guidance_2  # not yet a ModelConfig field: the adapter reads it by getattr
+    model.cfg.guidance_scale_2 = guidance_2
     try:
         x0 = noise(model, len(prompts))
         cond = model.encode_prompts(prompts, negative)
@@ -90,7 +94,7 @@ def test_euler_ode_equals_diffusers_pipeline(name, guidance_2, wan22, ti2v):
             guidance_scale_2=guidance_2, output_type="latent", max_sequence_length=SEQ,
         ).frames
     finally:
-        del model.cfg.guidance_scale_2
+        model.cfg.guidance_scale_2 = None
     torch.testing.assert_close(x, expected.float(), atol=1e-5, rtol=1e-5)
 
 
@@ -117,7 +121,7 @@ def test_packed_batch_equals_each_sample_alone(name, wan22, ti2v):
                 alone = model.predict_velocity(x[i : i + 1], sigma[i : i + 1], cond.select([i]), 4.0)
                 torch.testing.assert_close(packed[i : i + 1], alone, atol=1e-5, rtol=1e-5)
     finally:
-        del model.cfg.guidance_scale_2
+        model.cfg.guidance_scale_2 = None
     assert packed.dtype == torch.float32 and packed.shape == x.shape
 
 
@@ -245,3 +249,38 @@ def test_weightless_build_reports_the_same_shapes(name, wan22, ti2v, tmp_path):
         assert all(p.is_meta for p in module.parameters())
     assert torch.equal(meta.sigmas(6), model.sigmas(6))
     assert sorted(meta.named_trainable_tensors()) == sorted(model.named_trainable_tensors())
+
+
+# --- the shared diffusion adapter suite ----------------------------------------------------
+def suite_pipeline(model, fresh: bool):
+    from diffusers import WanPipeline
+
+    return fresh_pipeline(WanPipeline, model) if fresh else euler_pipeline(model)
+
+
+def suite_pipeline_latents(pipe, prompt, latents, steps, guidance, case):
+    return pipe(prompt=prompt, negative_prompt="", height=case.height, width=case.width, num_frames=case.num_frames,
+                latents=latents, num_inference_steps=steps, guidance_scale=guidance, output_type="latent",
+                max_sequence_length=SEQ).frames
+
+
+def suite_load_lora(pipe, folder):
+    pipe.load_lora_weights(folder)
+    if pipe.transformer_2 is not None:
+        pipe.load_lora_weights(folder, weight_name="pytorch_lora_weights_transformer_2.safetensors",
+                               load_into_transformer_2=True)
+
+
+def suite_case(tiny: str) -> AdapterCase:
+    # 6 steps cross the two-expert model's boundary (timestep 875 at shift 3).
+    return AdapterCase(adapter=ADAPTER, tiny=tiny, height=HEIGHT, width=WIDTH, num_frames=FRAMES, steps=6,
+                       guidance=4.0, model_options={"max_sequence_length": SEQ}, pipeline=suite_pipeline,
+                       pipeline_latents=suite_pipeline_latents, load_lora=suite_load_lora)
+
+
+class TestWan22OnTheSuite(DiffusionAdapterSuite):
+    case = suite_case("wan22")
+
+
+class TestWan22TI2VOnTheSuite(DiffusionAdapterSuite):
+    case = suite_case("wan22_ti2v")
