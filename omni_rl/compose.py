@@ -5,7 +5,8 @@ the value rules) and then checks every component it names against the registries
 above the config: a typo in `algo.policy_loss`, a reward, a backend or an engine fails before
 minutes of model loading, with the registered names in the message. It also fills what the
 config leaves to a component (`trainer.engine: null` becomes the backend's default) and runs
-the rules a backend keeps for itself (`ActorGroup.check_config`). Plugins (the `omni_rl.plugins`
+the rules a backend keeps for itself (`ActorGroup.check_config`), and checks that every reward
+scores what the model makes (images, video frames via `video_frames`, audio). Plugins (the `omni_rl.plugins`
 entry points and `cfg.plugins`) load first, so a user's own rewards, adapters and backends count.
 
 This module sits above every package it checks and nothing in the core imports it: the command
