@@ -22,7 +22,9 @@ Helpers for the rewards:
   included; `frame_indices(T, k)` says which), sample-major, so that an image reward can score
   a video (the manager does this for a reward with `video_frames: k`);
 - `mono()` -> B 1-D float32 CPU clips (channels averaged);
-- `modalities` -> the frozenset of streams present ("video", "audio").
+- `modalities` -> the frozenset of streams present ("video", "audio");
+- `split()` -> B one-sample MediaSamples, and `MediaSamples.cat(parts)` joins them back (how
+  `AsyncRewardScorer` micro-batches samples submitted one by one).
 
 Left out on purpose: per-sample fps or sample rates (one generator call makes one rate), and
 resampling (`omni_rl.utils.audio`).
@@ -109,6 +111,52 @@ class MediaSamples:
             raise RewardInputError("MediaSamples.frames: there is no video (audio only)")
         index = torch.tensor(frame_indices(int(self.video.shape[1]), k), device=self.video.device)
         return self.video.index_select(1, index).flatten(0, 1)
+
+    def split(self) -> list["MediaSamples"]:
+        """B MediaSamples of one sample each (views, no copies)."""
+        return [self._select(i) for i in range(len(self))]
+
+    def _select(self, i: int) -> "MediaSamples":
+        video = self.video[i:i + 1] if self.video is not None else None
+        if self.audio is None:
+            audio = None
+        else:
+            audio = [self.audio[i]] if isinstance(self.audio, list) else self.audio[i:i + 1]
+        return MediaSamples(video=video, fps=self.fps, audio=audio, sample_rate=self.sample_rate)
+
+    @classmethod
+    def cat(cls, parts: Sequence["MediaSamples"]) -> "MediaSamples":
+        """Join batches with the same streams, fps and sample rate. Videos must share their
+        [T, H, W, C]; audio stays one tensor when every part's clips share a shape, else becomes
+        a list of clips."""
+        if not parts or not all(isinstance(p, MediaSamples) for p in parts):
+            raise RewardInputError("MediaSamples.cat: expected a non-empty list of MediaSamples")
+        first = parts[0]
+        for j, part in enumerate(parts):
+            same = (part.modalities, part.fps, part.sample_rate) == (first.modalities, first.fps, first.sample_rate)
+            if not same:
+                raise RewardInputError(
+                    f"MediaSamples.cat: part {j} has streams {sorted(part.modalities)}, fps={part.fps}, "
+                    f"sample_rate={part.sample_rate}; part 0 has {sorted(first.modalities)}, fps={first.fps}, "
+                    f"sample_rate={first.sample_rate}; only batches of one kind join"
+                )
+        video = None
+        if first.video is not None:
+            shapes = {tuple(p.video.shape[1:]) for p in parts}
+            if len(shapes) > 1:
+                raise RewardInputError(
+                    f"MediaSamples.cat: the videos have different [T, H, W, C] {sorted(shapes)}; score them in "
+                    f"separate calls"
+                )
+            video = torch.cat([p.video for p in parts])
+        audio = None
+        if first.audio is not None:
+            tensors = [p.audio for p in parts if isinstance(p.audio, torch.Tensor)]
+            if len(tensors) == len(parts) and len({tuple(t.shape[1:]) for t in tensors}) == 1:
+                audio = torch.cat(tensors)
+            else:
+                audio = [clip for p in parts for clip in (p.audio if isinstance(p.audio, list) else list(p.audio))]
+        return cls(video=video, fps=first.fps, audio=audio, sample_rate=first.sample_rate)
 
     def mono(self) -> list[torch.Tensor]:
         """B 1-D float32 CPU clips: the channels of each clip averaged (mono input stays as is)."""

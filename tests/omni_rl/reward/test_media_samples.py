@@ -197,3 +197,38 @@ def test_images_still_score_as_before_with_video_frames_set():
     images = torch.full((2, 2, 2, 3), 255, dtype=torch.uint8)
     out = RewardManager([RewardSpec("brightness", video_frames=4)]).score(images, ["a", "b"])
     assert out.total.tolist() == [1.0, 1.0]
+
+
+# --- split / cat, and micro-batches of samples submitted one by one ---------------------------
+def test_split_and_cat_round_trip():
+    g = torch.Generator().manual_seed(0)
+    video = torch.randint(0, 256, (3, 4, 2, 2, 3), dtype=torch.uint8, generator=g)
+    media = MediaSamples(video=video, fps=12, audio=torch.randn(3, 2, 50, generator=g), sample_rate=8000)
+    parts = media.split()
+    assert [len(p) for p in parts] == [1, 1, 1]
+    joined = MediaSamples.cat(parts)
+    assert torch.equal(joined.video, video) and torch.equal(joined.audio, media.audio)
+    assert (joined.fps, joined.sample_rate) == (12.0, 8000)
+    ragged = MediaSamples.cat([MediaSamples(audio=torch.zeros(1, 5), sample_rate=8),
+                               MediaSamples(audio=[torch.zeros(7)], sample_rate=8)])
+    assert isinstance(ragged.audio, list) and [c.shape for c in ragged.audio] == [(5,), (7,)]
+    with pytest.raises(RewardInputError, match=r"part 1 has streams \['video'\], fps=8.0.*part 0 .* fps=12.0"):
+        MediaSamples.cat([parts[0].split()[0], MediaSamples(video=video[:1], fps=8)])
+    with pytest.raises(RewardInputError, match="different"):
+        MediaSamples.cat([MediaSamples(video=_video(t=2), fps=8), MediaSamples(video=_video(t=3), fps=8)])
+
+
+def test_the_async_scorer_batches_one_sample_media():
+    from omni_rl.reward.async_scorer import AsyncRewardScorer
+
+    video = torch.randint(0, 256, (5, 3, 2, 2, 3), dtype=torch.uint8, generator=torch.Generator().manual_seed(1))
+    media = MediaSamples(video=video, fps=8)
+    manager = RewardManager([RewardSpec("video_brightness"), RewardSpec("brightness", 0.5, video_frames=2)])
+    prompts = [f"p{i}" for i in range(5)]
+    whole = manager.score(media, prompts)
+    scorer = AsyncRewardScorer(manager, max_batch_size=2, max_wait_ms=20)
+    try:
+        out = scorer.gather([scorer.submit(s, p, {}) for s, p in zip(media.split(), prompts)], timeout_s=30)
+    finally:
+        scorer.close()
+    torch.testing.assert_close(out.total, whole.total)
