@@ -5,7 +5,8 @@ the value rules) and then checks every component it names against the registries
 above the config: a typo in `algo.policy_loss`, a reward, a backend or an engine fails before
 minutes of model loading, with the registered names in the message. It also fills what the
 config leaves to a component (`trainer.engine: null` becomes the backend's default) and runs
-the rules a backend keeps for itself (`ActorGroup.check_config`). Plugins (the `omni_rl.plugins`
+the rules a backend keeps for itself (`ActorGroup.check_config`), and checks that every reward
+scores what the model makes (images, video frames via `video_frames`, audio). Plugins (the `omni_rl.plugins`
 entry points and `cfg.plugins`) load first, so a user's own rewards, adapters and backends count.
 
 This module sits above every package it checks and nothing in the core imports it: the command
@@ -25,7 +26,7 @@ from omni_rl.engine.registry import TRAINING_ENGINES
 from omni_rl.logging import SINK_NAMES
 from omni_rl.models.registry import ADAPTERS, adapter_key
 from omni_rl.plugins import PluginError, load_plugins
-from omni_rl.reward.registry import REWARDS, RewardConfigError, check_reward_options
+from omni_rl.reward.registry import REWARDS, RewardConfigError, check_reward_options, reward_modalities
 from omni_rl.rollout.backends import ROLLOUT_BACKENDS
 from omni_rl.trainer import ACTOR_GROUPS  # the package registers the built-in backends
 
@@ -71,11 +72,50 @@ def check_components(cfg: OmniConfig) -> None:
             check_reward_options(item.name, dict(item.kwargs))
         except RewardConfigError as err:
             raise ConfigError(f"{key}.kwargs: {err}") from None
+    _check_reward_media(cfg)
     unknown = [name for name in cfg.trainer.loggers if name not in SINK_NAMES]
     if unknown:
         raise ConfigError(f"trainer.loggers={list(cfg.trainer.loggers)!r}: unknown {unknown}; valid: {', '.join(SINK_NAMES)}")
     if not _DEVICE.match(cfg.trainer.device):
         raise ConfigError(f"trainer.device={cfg.trainer.device!r}: expected auto, cpu, cuda[:N] or npu[:N]")
+
+
+def _check_reward_media(cfg: OmniConfig) -> None:
+    """Every reward scores what the model makes: an image reward on video is given frames
+    (`video_frames`), an audio reward needs an adapter that makes audio (its class attribute
+    `makes_audio`), and `video_frames` goes only on rewards that score images, not video."""
+    architecture = adapter_key(cfg.model.adapter, cfg.model.stage)
+    adapter_class = ADAPTERS.get(architecture)
+    makes_video = cfg.rollout.num_frames > 1
+    makes_audio = getattr(adapter_class, "makes_audio", False)
+    for i, item in enumerate(cfg.reward.rewards):
+        key = f"reward.rewards[{i}]"
+        try:
+            modalities = reward_modalities(item.name, dict(item.kwargs))
+        except RewardConfigError as err:
+            raise ConfigError(f"{key}.kwargs: {err}") from None
+        scored = ", ".join(sorted(modalities))
+        if item.video_frames is not None and "video" in modalities:
+            raise ConfigError(
+                f"{key}.video_frames={item.video_frames}: reward {item.name!r} scores video itself ({scored}); "
+                f"video_frames is for image rewards: remove it"
+            )
+        if item.video_frames is not None and "image" not in modalities:
+            raise ConfigError(
+                f"{key}.video_frames={item.video_frames}: reward {item.name!r} scores {scored}, not images; "
+                f"video_frames hands an image reward frames of each video: remove it"
+            )
+        if makes_video and "image" in modalities and not modalities & {"video", "audio"} and item.video_frames is None:
+            raise ConfigError(
+                f"{key}: reward {item.name!r} scores images but rollout.num_frames={cfg.rollout.num_frames} makes "
+                f"video; set {key}.video_frames=4 to score 4 evenly spaced frames of each video and average them, "
+                f"or pick a video reward"
+            )
+        if "audio" in modalities and not makes_audio:
+            raise ConfigError(
+                f"{key}: reward {item.name!r} scores {scored}, but model.adapter={architecture!r} "
+                f"({adapter_class.__name__}) makes no audio; drop the reward or use an audio model's adapter"
+            )
 
 
 def _check_groups(cfg: OmniConfig) -> None:

@@ -12,7 +12,7 @@ own, which its users import: `answer_extraction` (\\boxed{} and <answer> contain
 (loading from a hub id, a folder or tiny:NAME). Audio resampling is in the core,
 `omni_rl.utils.audio`, so that adapters may use it too.
 """
-from rewards import image_stats, jpeg  # noqa: F401  (imported to register)
+from rewards import image_stats, jpeg, video_stats  # noqa: F401  (imported to register)
 from rewards import http_scorer, latent_http  # noqa: F401  (remote scorers over HTTP)
 from rewards import aesthetic, clap, clip_score, hps, imagebind, ocr, pickscore, tiny_models  # noqa: F401  (model-based scorers: heavy imports inside factories)
 from rewards import format, math_answer, multiple_choice, text_rules  # noqa: F401  (text rewards: answers, structure, CPU-demo rules)

@@ -3,6 +3,9 @@ where each clip's sample rate comes from. `audio_clips(reward, samples, prompts,
 sample_rate)` checks one call's inputs and returns the clips as (1-D float32 CPU tensor, rate).
 
 `samples`, one clip per prompt:
+- a `MediaSamples` (`omni_rl.reward.media`) with audio: its clips mixed down to mono
+  (`mono()`), all at its `sample_rate` (metadata and the option are not read), or, the older
+  forms,
 - a float tensor or numpy array [B, L] (all clips the same length), or
 - a list of B 1-D float tensors / numpy arrays (lengths may differ);
 mono, values roughly in [-1, 1]. The sample rate of clip i is `metadata[i]["sample_rate"]` when
@@ -24,7 +27,7 @@ from typing import Any, Sequence
 import numpy as np
 import torch
 
-from omni_rl.reward import RewardInputError
+from omni_rl.reward import MediaSamples, RewardInputError
 from omni_rl.reward.inputs import check_prompts_metadata
 
 
@@ -33,6 +36,15 @@ def audio_clips(
 ) -> list[tuple[torch.Tensor, int]]:
     """Check one call's inputs; return the clips of `samples` as (1-D float32 CPU tensor, sample
     rate) pairs. See the module docstring for the contract."""
+    if isinstance(samples, MediaSamples):
+        if samples.audio is None:
+            raise RewardInputError(
+                f"{reward}: the MediaSamples hold no audio (only video); this reward scores audio: pass "
+                f"MediaSamples(audio=..., sample_rate=...)"
+            )
+        check_prompts_metadata(len(samples), prompts, metadata, "samples", reward)
+        # The container checked dtype, shape and finiteness when it was built.
+        return [(clip, samples.sample_rate) for clip in samples.mono()]
     if isinstance(samples, (torch.Tensor, np.ndarray)):
         if samples.ndim != 2:
             hint = " (multi-channel? mix down first: audio.mean(dim=1))" if samples.ndim == 3 else ""

@@ -3,9 +3,10 @@ transformers' `ClapModel`).
 
     clap = cos(text_embedding(prompt), audio_embedding(resample(audio, 48 kHz)))      in [-1, 1]
 
-Audio input (`samples`): one mono float clip per prompt, as a tensor [B, L] or a list of 1-D
-clips, at `metadata[i]["sample_rate"]` or the option `sample_rate`; the contract, shared with
-the ImageBind reward, is `rewards.audio_inputs`.
+Audio input (`samples`): a `MediaSamples` with audio (scored at its `sample_rate`, channels
+averaged), or one mono float clip per prompt as a tensor [B, L] or a list of 1-D clips, at
+`metadata[i]["sample_rate"]` or the option `sample_rate`; the contract, shared with the
+ImageBind reward, is `rewards.audio_inputs`. The reward declares modality audio.
 
 Each clip is resampled to the processor's rate (48 kHz for LAION-CLAP) with
 `omni_rl.utils.audio.resample` (windowed sinc, its default method), then handed to
@@ -81,7 +82,7 @@ class ClapScorer:
         return (self.audio_embeddings(clips) * self.text_embeddings(prompts)).sum(dim=-1).cpu().tolist()
 
 
-@register_reward("clap")
+@register_reward("clap", modalities={"audio"})
 def clap(
     *, model: str = DEFAULT_MODEL, processor: str | None = None, sample_rate: int | None = None, device: str = "auto",
 ) -> ClapScorer:

@@ -64,6 +64,9 @@ class RolloutConfig:
     height: int = 32
     width: int = 32
     num_steps: int = 6
+    # Frames per sample; more than 1 means the model makes video (Wan2.2, LTX-2), and image
+    # rewards then need `reward.rewards[i].video_frames`.
+    num_frames: int = 1
     guidance_scale: float = 4.5
     negative_prompt: str = ""
     # Frames per sample: 1 = an image; a video model takes its own counts (Wan2.2: 4k+1).
@@ -155,6 +158,10 @@ class RewardItemConfig:
     # A required reward that fails fails the step; an optional one is logged and skipped.
     required: bool = True
     kwargs: dict[str, Any] = field(default_factory=dict)
+    # An image reward on video scores this many evenly spaced frames of each video (first and
+    # last included) and averages them; null = not given video. Not for rewards that score
+    # video themselves.
+    video_frames: Optional[int] = None
 
 
 @dataclass

@@ -104,6 +104,7 @@ def validate_config(cfg: OmniConfig) -> None:
         a.kl_coef == 0 or cfg.model.lora.enabled, "algo.kl_coef", a.kl_coef,
         "0 when model.lora.enabled=false (the reference policy is the base model with LoRA disabled)",
     )
+    _require(r.num_frames >= 1, "rollout.num_frames", r.num_frames, ">= 1 (1 = images)")
     _require(r.temperature > 0, "rollout.temperature", r.temperature, "> 0")
     _require(0 < r.top_p <= 1, "rollout.top_p", r.top_p, "in (0, 1]")
     _require(r.max_new_tokens >= 1, "rollout.max_new_tokens", r.max_new_tokens, ">= 1")
@@ -139,6 +140,8 @@ def validate_config(cfg: OmniConfig) -> None:
              (cfg.reward.worker_num_cpus, cfg.reward.worker_num_gpus), "worker_num_cpus and worker_num_gpus >= 0")
     for i, item in enumerate(cfg.reward.rewards):
         _require(math.isfinite(item.weight), f"reward.rewards[{i}].weight", item.weight, "a finite number")
+        _require(item.video_frames is None or item.video_frames >= 1, f"reward.rewards[{i}].video_frames",
+                 item.video_frames, "an integer >= 1 (frames of each video an image reward scores), or null")
     names = [item.name for item in cfg.reward.rewards]
     duplicated = sorted({n for n in names if names.count(n) > 1})
     _require(not duplicated, "reward.rewards", duplicated, "each reward listed once (merge the entries and add their weights)")

@@ -5,6 +5,9 @@
 - `RewardManager(specs).score(samples, prompts, metadata) -> RewardOutput`: weighted sum,
   required/optional handling, metrics (`omni_rl.reward.manager`); samples are images (a list
   of PIL images or uint8 [B, H, W, C]) or generated texts (a list of str).
+- `MediaSamples(video=, fps=, audio=, sample_rate=)`: the typed batch of a video or
+  audio(-video) generator (`omni_rl.reward.media`); `register_reward(name, modalities=...)`
+  declares what a reward scores, `reward_modalities(name, options)` answers it.
 - `AsyncRewardScorer`: micro-batched scoring of samples as a rollout finishes them
   (`omni_rl.reward.async_scorer`).
 - `to_uint8_numpy`, `to_pil_list`, `to_text_list`, `check_batch`, `ground_truths`: input checks
@@ -26,11 +29,22 @@ from omni_rl.reward.inputs import (
     to_uint8_numpy,
 )
 from omni_rl.reward.manager import RewardError, RewardManager, RewardOutput, RewardSpec
-from omni_rl.reward.registry import REWARDS, RewardConfigError, Scorer, build_reward, register_reward
+from omni_rl.reward.media import MediaSamples, frame_indices
+from omni_rl.reward.registry import (
+    MODALITIES,
+    REWARDS,
+    RewardConfigError,
+    Scorer,
+    build_reward,
+    register_reward,
+    reward_modalities,
+)
 
 __all__ = [
+    "MODALITIES",
     "REWARDS",
     "Images",
+    "MediaSamples",
     "RewardConfigError",
     "RewardError",
     "RewardInputError",
@@ -42,8 +56,10 @@ __all__ = [
     "batch_size",
     "build_reward",
     "check_batch",
+    "frame_indices",
     "ground_truths",
     "register_reward",
+    "reward_modalities",
     "sample_kind",
     "to_pil_list",
     "to_text_list",

@@ -1,7 +1,8 @@
 """Scoring that overlaps rollout: samples are scored in micro-batches as they finish.
 
 A rollout engine finishes samples one by one; `AsyncRewardScorer.submit(sample, prompt,
-metadata)` queues one and returns a future. Worker threads (one, or one per reward worker on Ray) gather queued samples into batches
+metadata)` queues one and returns a future (a video / audio sample is a one-sample
+`MediaSamples`, e.g. from `MediaSamples.split()`). Worker threads (one, or one per reward worker on Ray) gather queued samples into batches
 of up to `max_batch_size` (waiting at most `max_wait_ms` for a batch to fill) and scores each
 with the `RewardManager`, so reward models run while the generator is still sampling. `gather`
 waits for a step's futures and rebuilds the step's `RewardOutput` (metrics over all samples).
@@ -25,6 +26,7 @@ import numpy as np
 import torch
 
 from omni_rl.reward.manager import RewardError, RewardManager, RewardOutput
+from omni_rl.reward.media import MediaSamples
 
 
 @dataclass
@@ -37,6 +39,8 @@ class SampleReward:
 
 
 def _stack(samples: list[Any]) -> Any:
+    if isinstance(samples[0], MediaSamples):  # one-sample MediaSamples (MediaSamples.split)
+        return MediaSamples.cat(samples)
     if isinstance(samples[0], torch.Tensor):
         return torch.stack(samples)
     return list(samples)  # PIL images or texts: the reward inputs take lists

@@ -34,8 +34,21 @@ The rules, each one there because its absence has hidden bugs in other RL stacks
 
 The samples are whatever the rollout produced: images (a list of PIL images or a uint8 tensor
 [B, H, W, C]) or texts (a list of B strings); `omni_rl.reward.inputs` states the contract. The
-manager does not know which rewards take which kind: an image reward handed texts (or the
-reverse) raises a `RewardError` saying so, like any other failing reward.
+manager does not know which image/text rewards take which kind: an image reward handed texts
+(or the reverse) raises a `RewardError` saying so, like any other failing reward.
+
+Video and audio come as one `MediaSamples` (`omni_rl.reward.media`: uint8 video [B, T, H, W, C]
+with its fps, and/or a waveform with its sample rate). What each reward gets from it follows
+what the reward declares it scores (`omni_rl.reward.registry.reward_modalities`):
+
+- a reward that scores video or audio gets the `MediaSamples` itself;
+- an image reward with `video_frames: k` (a `RewardSpec` field, not a factory option) gets
+  `frames(k)`, k evenly spaced frames of every video as B * k images, with each prompt and
+  metadata dict repeated k times; its score of a sample is the mean over that sample's k frames;
+- any other pairing (an image reward without `video_frames`, a reward whose streams the samples
+  lack) raises `RewardInputError` before any reward runs, naming the reward and the fix.
+`video_frames` on a reward that scores video itself, or that does not score images, is refused
+when the manager is built.
 
 Metrics (floats): `reward/<name>/mean`, `reward/<name>/std` for each reward that produced
 scores, `reward/<name>/failed` for each optional reward, `reward/total/mean`,
@@ -58,8 +71,9 @@ import numpy as np
 import torch
 
 from omni_rl.plugins import load_plugins
-from omni_rl.reward.inputs import Samples, batch_size, check_batch, sample_kind
-from omni_rl.reward.registry import RewardConfigError, Scorer, build_reward
+from omni_rl.reward.inputs import RewardInputError, Samples, batch_size, check_batch, check_prompts_metadata, sample_kind
+from omni_rl.reward.media import AUDIO, VIDEO, MediaSamples
+from omni_rl.reward.registry import RewardConfigError, Scorer, build_reward, reward_modalities
 
 logger = logging.getLogger(__name__)
 
@@ -82,12 +96,15 @@ class RewardSpec:
     required: if False, a failure on a batch is logged and the reward is left out of that
               batch's total (the other weights rescaled); if True, a failure raises.
     kwargs:   options passed to the reward's factory, e.g. {"scale": 0.002}.
+    video_frames: for an image reward on video: score this many evenly spaced frames of each
+              video and average them (None: the reward is not given video).
     """
 
     name: str
     weight: float = 1.0
     required: bool = True
     kwargs: dict[str, Any] = field(default_factory=dict)
+    video_frames: int | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name:
@@ -113,6 +130,12 @@ class RewardSpec:
                 f"mapping of option names to values, e.g. {{'scale': 0.002}}"
             )
         self.kwargs = dict(self.kwargs)
+        k = self.video_frames
+        if k is not None and (isinstance(k, bool) or not isinstance(k, numbers.Integral) or k < 1):
+            raise RewardConfigError(
+                f"reward {self.name!r}: video_frames={k!r}; expected an int >= 1 (frames of each video to "
+                f"score as images), or None"
+            )
 
 
 @dataclass
@@ -168,6 +191,10 @@ class RewardManager:
             )
         load_plugins(plugins)
         self.specs: tuple[RewardSpec, ...] = tuple(specs)
+        self.modalities: dict[str, frozenset[str]] = {}
+        for spec in specs:
+            self.modalities[spec.name] = reward_modalities(spec.name, spec.kwargs)
+            _check_video_frames(spec, self.modalities[spec.name])
         self._scorers: dict[str, Scorer] = {spec.name: build_reward(spec.name, **spec.kwargs) for spec in specs}
         # thread id -> (reward name, time.monotonic() at its start): what `running` reports.
         self._running: dict[int, tuple[str, float]] = {}
@@ -200,26 +227,44 @@ class RewardManager:
 
     def score(
         self,
-        samples: Samples,
+        samples: Samples | MediaSamples,
         prompts: Sequence[str],
         metadata: Sequence[dict[str, Any]] | None = None,
     ) -> RewardOutput:
-        """Score B samples (images or texts) with every reward; see the module docstring for the
-        failure rules.
+        """Score B samples (images, texts, or a `MediaSamples` of video and/or audio) with every
+        reward; see the module docstring for the failure rules and who gets what of a
+        `MediaSamples`.
 
-        `metadata=None` means an empty dict per sample. Input errors (lengths, dtypes) raise
-        `RewardInputError` before any reward runs, since they are the caller's, not a reward's.
+        `metadata=None` means an empty dict per sample. Input errors (lengths, dtypes, a reward
+        that cannot score these samples) raise `RewardInputError` before any reward runs, since
+        they are the caller's or the config's, not a reward's.
         """
+        media = isinstance(samples, MediaSamples)
         if metadata is None:
-            metadata = [{} for _ in range(batch_size(samples))]
-        n = check_batch(samples, prompts, metadata)
-        noun = sample_kind(samples)
+            metadata = [{} for _ in range(len(samples) if media else batch_size(samples))]
+        if media:
+            n, noun = len(samples), "samples"
+            check_prompts_metadata(n, prompts, metadata, noun)
+            plans = {spec.name: self._media_plan(i, spec, samples) for i, spec in enumerate(self.specs)}
+        else:
+            n = check_batch(samples, prompts, metadata)
+            noun = sample_kind(samples)
 
         raw: dict[str, np.ndarray] = {}
         errors: dict[str, RewardError] = {}
+        frames: dict[int, Any] = {}  # k -> frames(k), shared by the rewards with the same k
         for spec in self.specs:
             try:
-                scores = self._run(spec.name, samples, prompts, metadata, n, noun)
+                if media and plans[spec.name] is not None:
+                    k = plans[spec.name]
+                    if k not in frames:
+                        frames[k] = samples.frames(k)
+                    repeated_prompts = [p for p in prompts for _ in range(k)]
+                    repeated_metadata = [m for m in metadata for _ in range(k)]
+                    per_frame = self._run(spec.name, frames[k], repeated_prompts, repeated_metadata, n * k, "frames")
+                    scores = per_frame.reshape(n, k).mean(axis=1)
+                else:
+                    scores = self._run(spec.name, samples, prompts, metadata, n, noun)
                 _check_weighted(spec.name, spec.weight, scores)
                 raw[spec.name] = scores
             except RewardError as err:
@@ -264,6 +309,33 @@ class RewardManager:
             failed=list(errors),
         )
 
+    def _media_plan(self, index: int, spec: RewardSpec, samples: MediaSamples) -> int | None:
+        """None: the reward gets the MediaSamples; k: it gets `frames(k)`. Raise RewardInputError
+        when the reward cannot score these samples."""
+        scores = self.modalities[spec.name]
+        present = samples.modalities
+        native = scores & {VIDEO, AUDIO}
+        key = f"reward.rewards[{index}]"
+        if native:
+            if not native & present:
+                raise RewardInputError(
+                    f"reward {spec.name!r} scores {_names(native)}, but the samples hold only {_names(present)}; "
+                    f"drop {key} or pass its streams in the MediaSamples"
+                )
+            return None
+        if "image" in scores and VIDEO in present:
+            if spec.video_frames is None:
+                raise RewardInputError(
+                    f"reward {spec.name!r} scores images, but the samples are video; set {key}.video_frames "
+                    f"(e.g. {key}.video_frames=4) to score that many evenly spaced frames of each video and "
+                    f"average them"
+                )
+            return spec.video_frames
+        raise RewardInputError(
+            f"reward {spec.name!r} scores {_names(scores)}, but the samples hold only {_names(present)}; "
+            f"drop {key} or pick a reward for {_names(present)}"
+        )
+
     def _run(
         self, name: str, samples: Samples, prompts: Sequence[str], metadata: Sequence[dict], n: int, noun: str
     ) -> np.ndarray:
@@ -278,6 +350,26 @@ class RewardManager:
             with self._running_lock:
                 self._running.pop(thread, None)
         return _to_scores(name, out, n, noun)
+
+
+def _names(modalities: frozenset[str]) -> str:
+    return " and ".join(sorted(modalities))
+
+
+def _check_video_frames(spec: RewardSpec, modalities: frozenset[str]) -> None:
+    """`video_frames` only on a reward that scores images and not video itself."""
+    if spec.video_frames is None:
+        return
+    if VIDEO in modalities:
+        raise RewardConfigError(
+            f"reward {spec.name!r}: video_frames={spec.video_frames} but the reward scores video itself (it "
+            f"gets the whole videos); remove video_frames"
+        )
+    if "image" not in modalities:
+        raise RewardConfigError(
+            f"reward {spec.name!r}: video_frames={spec.video_frames} but the reward scores {_names(modalities)}, "
+            f"not images; video_frames hands an image reward frames of each video. Remove it"
+        )
 
 
 def _to_scores(name: str, out: Any, n: int, noun: str = "samples") -> np.ndarray:
@@ -348,7 +440,7 @@ def _as_spec(spec: RewardSpec | Mapping[str, Any], index: int) -> RewardSpec:
     if isinstance(spec, RewardSpec):
         return spec
     if isinstance(spec, Mapping):
-        allowed = {"name", "weight", "required", "kwargs"}
+        allowed = {"name", "weight", "required", "kwargs", "video_frames"}
         unknown = sorted(set(spec) - allowed)
         if unknown:
             raise RewardConfigError(
@@ -360,5 +452,5 @@ def _as_spec(spec: RewardSpec | Mapping[str, Any], index: int) -> RewardSpec:
         return RewardSpec(**spec)
     raise RewardConfigError(
         f"reward list entry {index} has type {type(spec).__name__}; expected a RewardSpec or a "
-        f"mapping with keys name, weight, required, kwargs"
+        f"mapping with keys name, weight, required, kwargs, video_frames"
     )

@@ -28,11 +28,25 @@ without building anything (a URL's scheme, a range) and raises ValueError naming
 check, so such a mistake stops the run before any model is loaded:
 
     my_reward.check_options = lambda *, threshold=0.5: ...   # raise ValueError if bad
+
+What a reward scores is declared with `register_reward(name, modalities=...)`, a subset of
+`MODALITIES` = {"image", "text", "video", "audio"}, stored as the factory's `modalities`
+attribute (a factory registered by other means may carry the attribute itself). When what it
+scores depends on its options, `modalities` is a callable `(**options) -> set` instead:
+
+    @register_reward("clap", modalities={"audio"})
+    @register_reward("imagebind", modalities=lambda *, mode="text_video", **_: MODES[mode])
+
+`reward_modalities(name, options)` answers for a configured reward. A reward that declares
+nothing scores what every reward scored before video and audio: images or texts (the default
+{"image", "text"}). The `RewardManager` hands a `MediaSamples` (`omni_rl.reward.media`) to a
+reward that scores video or audio, and the frames of its videos to an image reward given the
+option `video_frames` (see `omni_rl.reward.manager`).
 """
 from __future__ import annotations
 
 import inspect
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterable, Sequence, Union
 
 from omni_rl.plugins import load_plugins
 from omni_rl.registry import Registry
@@ -43,6 +57,11 @@ RewardFactory = Callable[..., Scorer]
 
 REWARDS: Registry[RewardFactory] = Registry("reward")
 
+MODALITIES = frozenset({"image", "text", "video", "audio"})
+# What a reward that declares nothing scores (every reward before video and audio).
+DEFAULT_MODALITIES = frozenset({"image", "text"})
+Modalities = Union[Iterable[str], Callable[..., Iterable[str]]]
+
 
 class RewardConfigError(TypeError, ValueError):
     """A reward is configured wrongly: unknown option, bad weight, duplicate name, ...
@@ -52,9 +71,56 @@ class RewardConfigError(TypeError, ValueError):
     """
 
 
-def register_reward(name: str) -> Callable[[RewardFactory], RewardFactory]:
-    """Decorator: register a scorer factory under `name` (a duplicate name raises)."""
-    return REWARDS.register(name)
+def register_reward(name: str, modalities: Modalities | None = None) -> Callable[[RewardFactory], RewardFactory]:
+    """Decorator: register a scorer factory under `name` (a duplicate name raises).
+
+    `modalities`: what the reward scores, a subset of `MODALITIES` or a callable
+    `(**options) -> subset`; None leaves the default {"image", "text"}. It is set as the
+    factory's `modalities` attribute."""
+    if modalities is not None and not callable(modalities):
+        modalities = _check_modalities(name, modalities)
+
+    def decorator(factory: RewardFactory) -> RewardFactory:
+        REWARDS.register(name)(factory)  # first: a duplicate name raises before anything is set
+        if modalities is not None:
+            factory.modalities = modalities
+        return factory
+
+    return decorator
+
+
+def reward_modalities(name: str, options: dict[str, Any] | None = None) -> frozenset[str]:
+    """What the reward registered as `name`, built with `options`, scores: a frozenset of
+    `MODALITIES`. A callable declaration that rejects the options raises RewardConfigError."""
+    declared = getattr(REWARDS.get(name), "modalities", None)
+    if declared is None:
+        return DEFAULT_MODALITIES
+    if callable(declared):
+        try:
+            declared = declared(**dict(options or {}))
+        except (TypeError, ValueError) as err:
+            raise RewardConfigError(f"reward {name!r}: {err}") from None
+    return _check_modalities(name, declared)
+
+
+def _check_modalities(name: str, modalities: Any) -> frozenset[str]:
+    if isinstance(modalities, str):
+        raise RewardConfigError(
+            f"reward {name!r}: modalities={modalities!r} is a string; expected a set, e.g. {{{modalities!r}}}"
+        )
+    try:
+        found = frozenset(modalities)
+    except TypeError:
+        raise RewardConfigError(
+            f"reward {name!r}: modalities has type {type(modalities).__name__}; expected a set of "
+            f"{sorted(MODALITIES)}"
+        ) from None
+    unknown = sorted(found - MODALITIES, key=str)
+    if unknown or not found:
+        raise RewardConfigError(
+            f"reward {name!r}: modalities={sorted(found, key=str)}; expected a non-empty subset of {sorted(MODALITIES)}"
+        )
+    return found
 
 
 def build_reward(name: str, /, **kwargs: Any) -> Scorer:

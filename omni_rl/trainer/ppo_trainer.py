@@ -96,7 +96,7 @@ class PPOTrainer:
 
     def _build_rewards(self) -> None:
         rc = self.cfg.reward
-        specs = [RewardSpec(r.name, r.weight, r.required, dict(r.kwargs)) for r in rc.rewards]
+        specs = [RewardSpec(r.name, r.weight, r.required, dict(r.kwargs), r.video_frames) for r in rc.rewards]
         if rc.num_workers > 0:
             # Reward models in their own Ray actors (and devices), scored several batches at once.
             from omni_rl.workers.ray_cluster import connect_ray

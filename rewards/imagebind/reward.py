@@ -9,7 +9,11 @@ Modes (option `mode`), and what `samples` holds in each:
     all           mean of cos(prompt, audio), cos(prompt, video) and cos(audio, video)
                                                                       samples: {"audio": ..., "video": ...}
 
-A dict with both keys is accepted in every mode (the unused one is ignored).
+A dict with both keys is accepted in every mode (the unused one is ignored), and so is a
+`MediaSamples` (`omni_rl.reward.media`), which is what the `RewardManager` hands over: video at
+its `fps`, audio (mixed down to mono) at its `sample_rate`; the per-sample metadata and the
+options `fps` / `sample_rate` are then not read. The reward declares what it scores by mode
+(`modalities_for`): text_audio audio, text_video video, audio_video and all both.
 - audio: as for CLAP (`rewards.audio_inputs`): a float tensor [B, L] or a list of 1-D float tensors/arrays,
   rate from `metadata[i]["sample_rate"]` or the option `sample_rate`; resampled to 16 kHz with
   `omni_rl.utils.audio.resample` (windowed sinc, as for CLAP).
@@ -48,7 +52,7 @@ import numpy as np
 import torch
 
 from omni_rl.device import pick_device
-from omni_rl.reward import RewardInputError, register_reward
+from omni_rl.reward import MediaSamples, RewardInputError, register_reward
 from omni_rl.reward.inputs import check_prompts_metadata
 from omni_rl.utils.audio import resample
 from rewards.audio_inputs import audio_clips as parse_audio
@@ -66,10 +70,30 @@ MODES = {
 DEFAULT_TOKENIZER = "openai/clip-vit-large-patch14"
 
 
+def modalities_for(*, mode: str = "text_video", **_: Any) -> frozenset[str]:
+    """What the reward scores in `mode` (the prompt is no sample stream): audio and/or video."""
+    if mode not in MODES:
+        raise ValueError(f"imagebind: mode={mode!r}; expected one of {sorted(MODES)}")
+    return frozenset(MODES[mode]) - {"text"}
+
+
 def _video_list(
     samples: Any, prompts: Sequence[str], metadata: Sequence[dict[str, Any]], fps: float | None,
 ) -> list[tuple[torch.Tensor, float]]:
     """Check the video input; return (uint8 [T, H, W, 3] CPU tensor, fps) per sample."""
+    if isinstance(samples, MediaSamples):
+        if samples.video is None:
+            raise RewardInputError(
+                "imagebind: the MediaSamples hold no video (only audio); this mode scores video: pass "
+                "MediaSamples(video=..., fps=...)"
+            )
+        check_prompts_metadata(len(samples), prompts, metadata, "samples", "imagebind")
+        if samples.video.shape[-1] != 3:
+            raise RewardInputError(
+                f"imagebind: MediaSamples.video has shape {tuple(samples.video.shape)}; expected RGB [B, T, H, W, 3] "
+                f"(a grey video: video.expand(-1, -1, -1, -1, 3))"
+            )
+        return [(video.detach().cpu(), samples.fps) for video in samples.video]
     if isinstance(samples, (torch.Tensor, np.ndarray)):
         if samples.ndim != 5:
             hint = " (one video? add the batch dim: video[None])" if samples.ndim == 4 else ""
@@ -157,6 +181,8 @@ class ImageBindScorer:
             self.tokenizer = load_pretrained(CLIPTokenizer, tokenizer, "tokenizer", "imagebind")
 
     def _part(self, samples: Any, key: str) -> Any:
+        if isinstance(samples, MediaSamples):
+            return samples  # audio_clips and _video_list read their own stream of it
         if isinstance(samples, dict):
             if key not in samples:
                 raise RewardInputError(
@@ -216,7 +242,7 @@ class ImageBindScorer:
         return cosines.mean(dim=0).cpu().tolist()
 
 
-@register_reward("imagebind")
+@register_reward("imagebind", modalities=modalities_for)
 def imagebind(
     *, checkpoint: str | None = None, mode: str = "text_video", config: dict[str, Any] | None = None,
     tokenizer: str = DEFAULT_TOKENIZER, sample_rate: int | None = None, fps: float | None = None,
@@ -224,3 +250,10 @@ def imagebind(
 ) -> ImageBindScorer:
     """ImageBind cosine similarity between a sample's modalities and/or its prompt (see `mode`)."""
     return ImageBindScorer(checkpoint, mode, config, tokenizer, sample_rate, fps, audio_clips, video_clips, device)
+
+
+def _check_options(*, mode: str = "text_video", **_: Any) -> None:
+    modalities_for(mode=mode)
+
+
+imagebind.check_options = _check_options

@@ -4,6 +4,7 @@ import pytest
 import torch
 
 from omni_rl.reward import RewardInputError, build_reward
+from omni_rl.reward.media import MediaSamples
 from rewards.tiny_models import build_tiny_clap
 
 PROMPTS = ["a dog barking", "rain on a roof", "x", "a very long prompt " * 40]
@@ -61,3 +62,29 @@ def test_audio_input_errors_say_what_to_do(clap_dir):
         scorer(torch.zeros(2, 100), ["a"], [{}, {}])
     with pytest.raises(ValueError, match="sample_rate=-5"):
         build_reward("clap", model=clap_dir, sample_rate=-5)
+
+
+def test_media_samples_are_scored_at_their_sample_rate(clap_dir):
+    g = torch.Generator().manual_seed(3)
+    audio = torch.randn(4, 16000, generator=g) * 0.1
+    scorer = build_reward("clap", model=clap_dir)
+    expected = scorer(audio, PROMPTS, [{"sample_rate": 16000}] * 4)
+    media = MediaSamples(video=torch.zeros(4, 2, 8, 8, 3, dtype=torch.uint8), fps=8, audio=audio, sample_rate=16000)
+    assert scorer(media, PROMPTS, [{"sample_rate": 48000}] * 4) == pytest.approx(expected, abs=1e-6)
+    # Clips of different lengths, one of them stereo (mixed down: both channels equal here).
+    clips = [audio[0], torch.stack([audio[1][:9000], audio[1][:9000]]), audio[2][:4000], audio[3]]
+    ragged = scorer(MediaSamples(audio=clips, sample_rate=16000), PROMPTS, [{}] * 4)
+    mono = [audio[0], audio[1][:9000], audio[2][:4000], audio[3]]
+    assert ragged == pytest.approx(scorer(mono, PROMPTS, [{"sample_rate": 16000}] * 4), abs=1e-6)
+
+
+def test_media_samples_without_audio_and_through_the_manager(clap_dir):
+    from omni_rl.reward import RewardManager, RewardSpec
+
+    scorer = build_reward("clap", model=clap_dir)
+    video_only = MediaSamples(video=torch.zeros(1, 2, 8, 8, 3, dtype=torch.uint8), fps=8)
+    with pytest.raises(RewardInputError, match="clap: the MediaSamples hold no audio"):
+        scorer(video_only, ["a"], [{}])
+    media = MediaSamples(audio=torch.randn(2, 8000, generator=torch.Generator().manual_seed(4)), sample_rate=8000)
+    manager = RewardManager([RewardSpec("clap", kwargs={"model": clap_dir})])
+    assert manager.score(media, PROMPTS[:2]).total.tolist() == pytest.approx(scorer(media, PROMPTS[:2], [{}] * 2), abs=1e-6)

@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from omni_rl.reward import RewardInputError, build_reward
+from omni_rl.reward.media import MediaSamples
 from rewards.imagebind import ImageBindConfig, ImageBindModel
 from rewards.imagebind.data import audio_clip_bounds, clip_frame_indices, log_mel, tokenize
 from rewards.tiny_models import build_tiny_imagebind
@@ -175,3 +176,39 @@ def test_log_mel_matches_kaldi_fbank():
     }
     for (b, f), value in reference.items():
         assert mel[b, f].item() == pytest.approx(value, abs=2e-4), (b, f)
+
+
+@pytest.mark.parametrize("mode", ["text_audio", "text_video", "audio_video", "all"])
+def test_media_samples_score_as_the_dict_with_its_rates(tiny, mode):
+    # The MediaSamples' fps and sample_rate count; the metadata and the options are not read.
+    samples = _samples(seed=3)
+    scorer = build_reward("imagebind", mode=mode, **tiny)
+    expected = scorer(samples, PROMPTS, [{"sample_rate": 16000, "fps": 4}] * 4)
+    media = MediaSamples(video=samples["video"], fps=4, audio=samples["audio"], sample_rate=16000)
+    assert scorer(media, PROMPTS, [{"fps": 99, "sample_rate": 8000}] * 4) == pytest.approx(expected, abs=1e-6)
+
+
+def test_media_samples_stereo_audio_is_mixed_down_and_a_missing_stream_is_named(tiny):
+    samples = _samples(2, seed=4)
+    scorer = build_reward("imagebind", mode="text_audio", **tiny)
+    stereo = torch.stack([samples["audio"], samples["audio"]], dim=1)  # [B, 2, S], both channels equal
+    media = MediaSamples(audio=stereo, sample_rate=16000)
+    assert scorer(media, PROMPTS[:2], [{}] * 2) == pytest.approx(
+        scorer(samples["audio"], PROMPTS[:2], [{"sample_rate": 16000}] * 2), abs=1e-6
+    )
+    with pytest.raises(RewardInputError, match="imagebind: the MediaSamples hold no video"):
+        build_reward("imagebind", mode="all", **tiny)(media, PROMPTS[:2], [{}] * 2)
+    with pytest.raises(RewardInputError, match="imagebind: the MediaSamples hold no audio"):
+        build_reward("imagebind", mode="audio_video", **tiny)(
+            MediaSamples(video=samples["video"], fps=4), PROMPTS[:2], [{}] * 2
+        )
+
+
+def test_the_manager_hands_imagebind_the_media_samples(tiny):
+    from omni_rl.reward import RewardManager, RewardSpec
+
+    samples = _samples(2, seed=5)
+    media = MediaSamples(video=samples["video"], fps=4, audio=samples["audio"], sample_rate=16000)
+    manager = RewardManager([RewardSpec("imagebind", kwargs={"mode": "all", **tiny})])
+    direct = build_reward("imagebind", mode="all", **tiny)(media, PROMPTS[:2], [{}] * 2)
+    assert manager.score(media, PROMPTS[:2]).total.tolist() == pytest.approx(direct, abs=1e-6)

@@ -1,0 +1,90 @@
+"""Load-time checks that every reward scores what the model makes (omni_rl/compose.py): an image
+reward on video needs `video_frames`, an audio reward needs an adapter that makes audio, and
+`video_frames` goes only on image rewards. Each fails as one ConfigError line before any model
+loads."""
+import pytest
+
+from omni_rl.compose import check_components, load_config
+from omni_rl.config import ConfigError, OmniConfig, validate_config
+from omni_rl.config.schema import DataConfig, ModelConfig, RewardConfig, RewardItemConfig
+from omni_rl.models.registry import ADAPTERS, register_adapter
+
+
+@register_adapter("TestsAudioVideoPipeline")
+class AudioVideoAdapter:
+    """Stands in for an audio-video adapter (LTX-2): only the class attribute is read."""
+
+    makes_audio = True
+
+
+def config(*rewards: RewardItemConfig, num_frames: int = 1, adapter: str = "StableDiffusion3Pipeline") -> OmniConfig:
+    cfg = OmniConfig(data=DataConfig(prompts=["a cat"]), model=ModelConfig(adapter=adapter),
+                     reward=RewardConfig(rewards=list(rewards)))
+    cfg.rollout.num_frames = num_frames
+    return cfg
+
+
+def error(cfg: OmniConfig) -> str:
+    with pytest.raises(ConfigError) as info:
+        validate_config(cfg)
+        check_components(cfg)
+    message = str(info.value)
+    assert "\n" not in message
+    return message
+
+
+def test_an_image_reward_on_video_needs_video_frames():
+    message = error(config(RewardItemConfig("video_brightness"), RewardItemConfig("brightness"), num_frames=8))
+    assert message.startswith("reward.rewards[1]: reward 'brightness' scores images but rollout.num_frames=8")
+    assert "set reward.rewards[1].video_frames=4" in message
+    check_components(config(RewardItemConfig("brightness", video_frames=4), num_frames=8))
+    check_components(config(RewardItemConfig("brightness")))  # images: as before
+
+
+def test_video_rewards_need_no_video_frames():
+    check_components(config(RewardItemConfig("temporal_smoothness"), RewardItemConfig("video_brightness"), num_frames=8))
+    imagebind = RewardItemConfig("imagebind", kwargs={"mode": "text_video", "checkpoint": "never/loaded.pth"})
+    check_components(config(imagebind, num_frames=8))
+
+
+@pytest.mark.parametrize("item", [
+    RewardItemConfig("clap"),
+    RewardItemConfig("audio_loudness"),
+    RewardItemConfig("imagebind", kwargs={"mode": "audio_video"}),
+    RewardItemConfig("imagebind", kwargs={"mode": "text_audio"}),
+])
+def test_an_audio_reward_needs_an_adapter_that_makes_audio(item):
+    message = error(config(item, num_frames=8))
+    assert message.startswith(f"reward.rewards[0]: reward {item.name!r} scores audio")
+    assert "model.adapter='StableDiffusion3Pipeline' (StableDiffusion3Adapter) makes no audio" in message
+    check_components(config(item, num_frames=8, adapter="TestsAudioVideoPipeline"))
+
+
+def test_video_frames_only_on_image_rewards():
+    message = error(config(RewardItemConfig("temporal_smoothness", video_frames=4), num_frames=8))
+    assert message.startswith("reward.rewards[0].video_frames=4: reward 'temporal_smoothness' scores video itself")
+    imagebind = RewardItemConfig("imagebind", kwargs={"mode": "all"}, video_frames=2)
+    assert "scores video itself" in error(config(imagebind, num_frames=8, adapter="TestsAudioVideoPipeline"))
+    message = error(config(RewardItemConfig("audio_loudness", video_frames=2), adapter="TestsAudioVideoPipeline"))
+    assert message.startswith("reward.rewards[0].video_frames=2: reward 'audio_loudness' scores audio, not images")
+
+
+@pytest.mark.parametrize("frames", [0, -1])
+def test_video_frames_and_num_frames_are_at_least_one(frames):
+    assert error(config(RewardItemConfig("brightness", video_frames=frames))).startswith(
+        f"reward.rewards[0].video_frames={frames}: expected an integer >= 1"
+    )
+    assert error(config(RewardItemConfig("brightness"), num_frames=frames)).startswith(f"rollout.num_frames={frames}")
+
+
+def test_a_bad_imagebind_mode_names_the_kwargs():
+    message = error(config(RewardItemConfig("imagebind", kwargs={"mode": "vid"})))
+    assert message.startswith("reward.rewards[0].kwargs: reward 'imagebind'") and "mode='vid'" in message
+
+
+def test_the_overrides_load_through_hydra():
+    cfg = load_config(["rollout.num_frames=8", "reward.rewards=[{name: brightness, video_frames: 4}]"])
+    assert cfg.rollout.num_frames == 8 and cfg.reward.rewards[0].video_frames == 4
+    with pytest.raises(ConfigError, match=r"reward.rewards\[0\].video_frames=4"):
+        load_config(["rollout.num_frames=8", "reward.rewards=[{name: brightness}]"])
+    assert "TestsAudioVideoPipeline" in ADAPTERS
