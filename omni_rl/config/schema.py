@@ -64,12 +64,10 @@ class RolloutConfig:
     height: int = 32
     width: int = 32
     num_steps: int = 6
-    # Frames per sample; more than 1 means the model makes video (Wan2.2, LTX-2), and image
-    # rewards then need `reward.rewards[i].video_frames`.
-    num_frames: int = 1
     guidance_scale: float = 4.5
     negative_prompt: str = ""
-    # Frames per sample: 1 = an image; a video model takes its own counts (Wan2.2: 4k+1).
+    # Frames per sample: 1 = an image; a video model takes its own counts (Wan2.2: 4k+1), and
+    # image rewards then need `reward.rewards[i].video_frames`.
     num_frames: int = 1
     # Playback rate of the frames: the saved videos', and the model's where it is conditioned on it.
     fps: float = 16.0

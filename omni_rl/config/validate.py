@@ -104,7 +104,6 @@ def validate_config(cfg: OmniConfig) -> None:
         a.kl_coef == 0 or cfg.model.lora.enabled, "algo.kl_coef", a.kl_coef,
         "0 when model.lora.enabled=false (the reference policy is the base model with LoRA disabled)",
     )
-    _require(r.num_frames >= 1, "rollout.num_frames", r.num_frames, ">= 1 (1 = images)")
     _require(r.temperature > 0, "rollout.temperature", r.temperature, "> 0")
     _require(0 < r.top_p <= 1, "rollout.top_p", r.top_p, "in (0, 1]")
     _require(r.max_new_tokens >= 1, "rollout.max_new_tokens", r.max_new_tokens, ">= 1")

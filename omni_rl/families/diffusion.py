@@ -30,7 +30,9 @@ from omni_rl.data.prompts import PromptItem
 from omni_rl.families.base import BehaviourPolicy, ModelFamily, register_family
 from omni_rl.families.scored_rollout import scored_rollout
 from omni_rl.logging import make_grid
+from omni_rl.logging.sample_media import write_video_samples
 from omni_rl.models.diffusion import DiffusionModelBase
+from omni_rl.reward.media import MediaSamples
 from omni_rl.rollout.types import DiffusionRequest
 from omni_rl.algos import latent_streams as ls
 from omni_rl.utils.atomic import atomic_save_image
@@ -94,7 +96,19 @@ class DiffusionFamily(ModelFamily):
         return torch.stack(rows)
 
     def _reward_input(self, result, prompt: str, metadata: dict) -> tuple:
-        return result.image, prompt, self.reward_metadata(result.final_latent, metadata)
+        audio = None if result.audio is None else result.audio[None]
+        sample = self.reward_samples(result.image[None], result.fps, audio, result.sample_rate)
+        if isinstance(sample, torch.Tensor):
+            sample = sample[0]  # the scorer stacks single images itself
+        return sample, prompt, self.reward_metadata(result.final_latent, metadata)
+
+    @staticmethod
+    def reward_samples(images: torch.Tensor, fps: float, audio=None, sample_rate=None):
+        """What the rewards score: the images [N, H, W, C] themselves, or for video [N, T, H, W, C]
+        (and sound) a `MediaSamples` with its fps (and sample rate)."""
+        if images.ndim == 4 and audio is None:
+            return images
+        return MediaSamples(video=images, fps=fps, audio=audio, sample_rate=sample_rate)
 
     @staticmethod
     def reward_metadata(latent: torch.Tensor, metadata: dict) -> dict:
@@ -103,8 +117,8 @@ class DiffusionFamily(ModelFamily):
         return {**metadata, "latent": latent}
 
     def reward_inputs(self, batch: DiffusionBatch):
-        metadata = [self.reward_metadata(batch.final_latents[i], m) for i, m in enumerate(batch.metadata)]
-        return batch.images, batch.prompts, metadata
+        metadata = [self.reward_metadata(ls.index(batch.final_latents, i), m) for i, m in enumerate(batch.metadata)]
+        return self.reward_samples(batch.images, batch.fps, batch.audio, batch.sample_rate), batch.prompts, metadata
 
     @torch.no_grad()
     def validate(self, engine, items: list[PromptItem], step: int, rewards, output_dir: Path, logger) -> dict[str, float]:
@@ -123,11 +137,17 @@ class DiffusionFamily(ModelFamily):
             return {}
         results = engine.generate(requests, timeout_s=self.cfg.rollout.timeout_s)
         images = torch.stack([res.image for res in results])
-        reward = rewards.score(images, [i.prompt for i in shown], [i.metadata for i in shown])
+        audio = torch.stack([res.audio for res in results]) if results[0].audio is not None else None
+        samples = self.reward_samples(images, results[0].fps, audio, results[0].sample_rate)
+        reward = rewards.score(samples, [i.prompt for i in shown], [i.metadata for i in shown])
         captions = [f"{i.prompt} | {s:.3g}" for i, s in zip(shown, reward.total.tolist())]
-        grid = make_grid(images, nrow=max(2, t.val_samples_per_prompt), captions=captions)
-        atomic_save_image(grid, output_dir / "samples" / f"val_step_{step:06d}.png")
-        logger.log_image("val/samples", np.asarray(grid), step)
+        if images.ndim == 5:  # video [N, T, H, W, C]: mp4s (with sound) and contact sheets
+            write_video_samples(output_dir / "samples", step, images, results[0].fps, captions, logger,
+                                audio=audio, sample_rate=results[0].sample_rate)
+        else:
+            grid = make_grid(images, nrow=max(2, t.val_samples_per_prompt), captions=captions)
+            atomic_save_image(grid, output_dir / "samples" / f"val_step_{step:06d}.png")
+            logger.log_image("val/samples", np.asarray(grid), step)
         return {f"val/{k}": v for k, v in reward.metrics.items()}
 
     # --- the actor half -------------------------------------------------------------------

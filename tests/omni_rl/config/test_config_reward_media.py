@@ -12,12 +12,16 @@ from omni_rl.models.registry import ADAPTERS, register_adapter
 
 @register_adapter("TestsAudioVideoPipeline")
 class AudioVideoAdapter:
-    """Stands in for an audio-video adapter (LTX-2): only the class attribute is read."""
+    """Stands in for an audio-video adapter (LTX-2): only its class attributes are read."""
 
     makes_audio = True
 
+    @classmethod
+    def check_config(cls, cfg) -> None:  # takes any geometry
+        pass
 
-def config(*rewards: RewardItemConfig, num_frames: int = 1, adapter: str = "StableDiffusion3Pipeline") -> OmniConfig:
+
+def config(*rewards: RewardItemConfig, num_frames: int = 1, adapter: str = "WanPipeline") -> OmniConfig:
     cfg = OmniConfig(data=DataConfig(prompts=["a cat"]), model=ModelConfig(adapter=adapter),
                      reward=RewardConfig(rewards=list(rewards)))
     cfg.rollout.num_frames = num_frames
@@ -34,17 +38,17 @@ def error(cfg: OmniConfig) -> str:
 
 
 def test_an_image_reward_on_video_needs_video_frames():
-    message = error(config(RewardItemConfig("video_brightness"), RewardItemConfig("brightness"), num_frames=8))
-    assert message.startswith("reward.rewards[1]: reward 'brightness' scores images but rollout.num_frames=8")
+    message = error(config(RewardItemConfig("video_brightness"), RewardItemConfig("brightness"), num_frames=9))
+    assert message.startswith("reward.rewards[1]: reward 'brightness' scores images but rollout.num_frames=9")
     assert "set reward.rewards[1].video_frames=4" in message
-    check_components(config(RewardItemConfig("brightness", video_frames=4), num_frames=8))
+    check_components(config(RewardItemConfig("brightness", video_frames=4), num_frames=9))
     check_components(config(RewardItemConfig("brightness")))  # images: as before
 
 
 def test_video_rewards_need_no_video_frames():
-    check_components(config(RewardItemConfig("temporal_smoothness"), RewardItemConfig("video_brightness"), num_frames=8))
+    check_components(config(RewardItemConfig("temporal_smoothness"), RewardItemConfig("video_brightness"), num_frames=9))
     imagebind = RewardItemConfig("imagebind", kwargs={"mode": "text_video", "checkpoint": "never/loaded.pth"})
-    check_components(config(imagebind, num_frames=8))
+    check_components(config(imagebind, num_frames=9))
 
 
 @pytest.mark.parametrize("item", [
@@ -54,17 +58,17 @@ def test_video_rewards_need_no_video_frames():
     RewardItemConfig("imagebind", kwargs={"mode": "text_audio"}),
 ])
 def test_an_audio_reward_needs_an_adapter_that_makes_audio(item):
-    message = error(config(item, num_frames=8))
+    message = error(config(item, num_frames=9))
     assert message.startswith(f"reward.rewards[0]: reward {item.name!r} scores audio")
-    assert "model.adapter='StableDiffusion3Pipeline' (StableDiffusion3Adapter) makes no audio" in message
-    check_components(config(item, num_frames=8, adapter="TestsAudioVideoPipeline"))
+    assert "model.adapter='WanPipeline' (WanAdapter) makes no audio" in message
+    check_components(config(item, num_frames=9, adapter="TestsAudioVideoPipeline"))
 
 
 def test_video_frames_only_on_image_rewards():
-    message = error(config(RewardItemConfig("temporal_smoothness", video_frames=4), num_frames=8))
+    message = error(config(RewardItemConfig("temporal_smoothness", video_frames=4), num_frames=9))
     assert message.startswith("reward.rewards[0].video_frames=4: reward 'temporal_smoothness' scores video itself")
     imagebind = RewardItemConfig("imagebind", kwargs={"mode": "all"}, video_frames=2)
-    assert "scores video itself" in error(config(imagebind, num_frames=8, adapter="TestsAudioVideoPipeline"))
+    assert "scores video itself" in error(config(imagebind, num_frames=9, adapter="TestsAudioVideoPipeline"))
     message = error(config(RewardItemConfig("audio_loudness", video_frames=2), adapter="TestsAudioVideoPipeline"))
     assert message.startswith("reward.rewards[0].video_frames=2: reward 'audio_loudness' scores audio, not images")
 
@@ -83,8 +87,9 @@ def test_a_bad_imagebind_mode_names_the_kwargs():
 
 
 def test_the_overrides_load_through_hydra():
-    cfg = load_config(["rollout.num_frames=8", "reward.rewards=[{name: brightness, video_frames: 4}]"])
-    assert cfg.rollout.num_frames == 8 and cfg.reward.rewards[0].video_frames == 4
+    wan = ["model.adapter=WanPipeline", "model.path=tiny:wan22", "rollout.num_frames=9"]
+    cfg = load_config([*wan, "reward.rewards=[{name: brightness, video_frames: 4}]"])
+    assert cfg.rollout.num_frames == 9 and cfg.reward.rewards[0].video_frames == 4
     with pytest.raises(ConfigError, match=r"reward.rewards\[0\].video_frames=4"):
-        load_config(["rollout.num_frames=8", "reward.rewards=[{name: brightness}]"])
+        load_config([*wan, "reward.rewards=[{name: brightness}]"])
     assert "TestsAudioVideoPipeline" in ADAPTERS
