@@ -363,7 +363,7 @@ def _make_video_decoder_responsive(vae: nn.Module, gain: float = 0.5) -> None:
     from diffusers.models.autoencoders.autoencoder_kl_ltx2 import LTX2VideoResnetBlock3d, LTX2VideoUpsampler3d
 
     decoder = vae.decoder
-    centre = (1, 1, 1)  # the decoder is not causal: the current frame is the kernel's middle tap
+    # The decoder is not causal: the current frame is each kernel's middle time tap (1, 1, 1).
     for module in decoder.modules():
         if isinstance(module, LTX2VideoResnetBlock3d):
             module.conv2.conv.weight.zero_()
