@@ -15,6 +15,9 @@ through its own loading code:
 4. a LoRA export loads through the pipeline's own loader and the pipeline then reproduces the
    trained adapter's ODE sample (and not the base model's);
 5. the weightless (meta) build has the loaded model's trainable tensors and latent shapes.
+
+Latents may be plain tensors or `LatentStreams` (LTX-2's video + audio): the suite handles both
+through `omni_rl.algos.latent_streams` and compares streams one by one.
 """
 from __future__ import annotations
 
@@ -26,6 +29,7 @@ from typing import Any, Callable, ClassVar
 import pytest
 import torch
 
+from omni_rl.algos import latent_streams as ls
 from omni_rl.compose import load_config
 from omni_rl.config.schema import LoraConfig, ModelConfig
 from omni_rl.data.diffusion_batch import DiffusionBatch
@@ -53,7 +57,8 @@ class AdapterCase:
     # (model, fresh: bool) -> a diffusers pipeline on the model's components (fresh: loaded from
     # the model folder anew, with the adapter's Euler schedule), ready to run.
     pipeline: Callable[[Any, bool], Any] = None
-    # (pipeline, prompt, initial latents [1, ...], steps, guidance, case) -> clean latents [1, ...].
+    # (pipeline, prompt, initial latents [1, ...], steps, guidance, case) -> clean latents [1, ...]
+    # (for a multi-stream model both are `LatentStreams` in the adapter's latent space).
     pipeline_latents: Callable[..., torch.Tensor] = None
     # (pipeline, folder) -> None: the pipeline's own LoRA loader on an exported folder.
     load_lora: Callable[[Any, str], None] = None
@@ -86,9 +91,32 @@ def generate(model, requests, max_num_seqs: int):
         engine.close()
 
 
-def initial_noise(model, case: AdapterCase, seed: int) -> torch.Tensor:
+def initial_noise(model, case: AdapterCase, seed: int):
     shape = model.latent_shape(case.height, case.width, case.num_frames)
-    return torch.randn(shape, generator=torch.Generator().manual_seed(seed))
+    return ls.randn(shape, generator=torch.Generator().manual_seed(seed))
+
+
+def assert_latents_close(actual, expected, atol: float, msg: str = "") -> None:
+    """`torch.testing.assert_close` of plain latents, or of each stream of `LatentStreams`."""
+    if not isinstance(expected, ls.LatentStreams):
+        torch.testing.assert_close(actual, expected, atol=atol, rtol=0, msg=msg or None)
+        return
+    assert isinstance(actual, ls.LatentStreams) and actual.names == expected.names, (ls.shape_of(actual), expected.names)
+    for name in expected.names:
+        torch.testing.assert_close(actual[name], expected[name], atol=atol, rtol=0, msg=f"{msg} stream {name!r}".strip())
+
+
+def max_change(a, b) -> float:
+    """The largest absolute difference over every stream (each stream must move: the smallest
+    stream's largest change)."""
+    if isinstance(a, ls.LatentStreams):
+        return min(float((a[n].float() - b[n].float()).abs().max()) for n in a.names)
+    return float((a.float() - b.float()).abs().max())
+
+
+def one(x):
+    """A batch of one: [1, ...]."""
+    return ls.stack([x])
 
 
 class DiffusionAdapterSuite:
@@ -104,10 +132,10 @@ class DiffusionAdapterSuite:
         case = self.case
         noise = initial_noise(model, case, seed=7)
         (ours,), _ = generate(model, [ode(case, PROMPTS[1], noise)], max_num_seqs=1)
-        theirs = case.pipeline_latents(case.pipeline(model, False), PROMPTS[1], noise[None].clone(), case.steps,
+        theirs = case.pipeline_latents(case.pipeline(model, False), PROMPTS[1], one(noise), case.steps,
                                        case.guidance, case)
-        torch.testing.assert_close(ours.final_latent, theirs[0].float(), atol=case.atol, rtol=0)
-        assert (ours.final_latent - noise).abs().max() > 1e-2  # the sampler moved the latent
+        assert_latents_close(ours.final_latent, ls.to(ls.index(theirs, 0), dtype=torch.float32), atol=case.atol)
+        assert max_change(ours.final_latent, noise) > 1e-2  # the sampler moved the latent (every stream)
         assert ours.image is not None and ours.image.dtype == torch.uint8
 
     # 2 ---------------------------------------------------------------------------------------
@@ -119,21 +147,22 @@ class DiffusionAdapterSuite:
         packed, stats = generate(model, [*mates, request(case, PROMPTS[0], seed=11)], max_num_seqs=len(mates) + 1)
         assert stats["forward_batch_sum"] == (len(mates) + 1) * case.steps  # all packed in every forward
         got = packed[-1]
-        torch.testing.assert_close(got.latents, alone.latents, atol=case.atol, rtol=0)
+        assert_latents_close(got.latents, alone.latents, atol=case.atol)
         torch.testing.assert_close(got.log_probs, alone.log_probs, atol=case.atol, rtol=0)
-        assert not torch.allclose(packed[0].final_latent, got.final_latent, atol=1e-3)
+        assert max_change(packed[0].final_latent, got.final_latent) > 1e-3
 
     @torch.no_grad()
     def test_a_sample_is_the_same_alone_and_in_a_forward_across_the_schedule(self, model):
         case = self.case
         sigmas = model.sigmas(8, case.height, case.width, case.num_frames)[:-1]  # high to low noise
         n = len(sigmas)
-        x = torch.stack([initial_noise(model, case, seed=s) for s in range(n)])
+        x = ls.stack([initial_noise(model, case, seed=s) for s in range(n)])
         cond = model.encode_prompts([PROMPTS[i % len(PROMPTS)] for i in range(n)])
         together = model.predict_velocity(x, sigmas, cond, case.guidance)
         for i in range(n):
-            alone = model.predict_velocity(x[i : i + 1], sigmas[i : i + 1], cond.select([i]), case.guidance)
-            torch.testing.assert_close(together[i : i + 1], alone, atol=case.atol, rtol=0, msg=f"sample {i}")
+            row = torch.tensor([i])
+            alone = model.predict_velocity(ls.select(x, row), sigmas[i : i + 1], cond.select([i]), case.guidance)
+            assert_latents_close(ls.select(together, row), alone, atol=case.atol, msg=f"sample {i}")
 
     # 3 ---------------------------------------------------------------------------------------
     @pytest.mark.parametrize("loss", ["flow_grpo", "flow_dppo"])
@@ -164,11 +193,11 @@ class DiffusionAdapterSuite:
         (ours,), _ = generate(trained, [ode(case, PROMPTS[0], noise)], max_num_seqs=1)
 
         base = case.pipeline(trained, True)
-        before = case.pipeline_latents(base, PROMPTS[0], noise[None].clone(), case.steps, case.guidance, case)
+        before = case.pipeline_latents(base, PROMPTS[0], one(noise), case.steps, case.guidance, case)
         case.load_lora(base, str(tmp_path / "lora"))
-        after = case.pipeline_latents(base, PROMPTS[0], noise[None].clone(), case.steps, case.guidance, case)
-        torch.testing.assert_close(after[0].float(), ours.final_latent, atol=1e-4, rtol=0)
-        assert (after - before).abs().max() > 1e-3  # the LoRA changed the pipeline's output
+        after = case.pipeline_latents(base, PROMPTS[0], one(noise), case.steps, case.guidance, case)
+        assert_latents_close(ls.to(ls.index(after, 0), dtype=torch.float32), ours.final_latent, atol=1e-4)
+        assert max_change(after, before) > 1e-3  # the LoRA changed the pipeline's output
 
     # 5 ---------------------------------------------------------------------------------------
     def test_the_weightless_build_has_the_loaded_architecture(self, tmp_path, model):
