@@ -56,6 +56,15 @@ _EMBEDS = ("prompt_embeds", "audio_prompt_embeds", "prompt_mask")
 
 @register_adapter("LTX2Pipeline")
 class LTX2Adapter(DiffusionModelBase):
+    @classmethod
+    def check_config(cls, cfg) -> None:
+        super().check_config(cfg)
+        if cfg.rollout.fps != cls.frame_rate:
+            raise ValueError(
+                f"rollout.fps={cfg.rollout.fps}: expected {cls.frame_rate:g} with {cfg.model.adapter} (its audio length "
+                f"and video positions are computed at {cls.frame_rate:g} fps); set rollout.fps={cls.frame_rate:g}"
+            )
+
     makes_audio = True
     frame_stride = 8  # the video VAE's temporal factor: frames are 8k + 1
     size_multiple = 32  # the video VAE's spatial factor (x patch size 1)
@@ -188,7 +197,7 @@ class LTX2Adapter(DiffusionModelBase):
     def guidance_scales(self, guidance_scale: float) -> tuple[float, float]:
         """(video, audio) CFG scales: the audio one is `model.audio_guidance_scale` when set (the
         pipeline's `audio_guidance_scale`; LTX-2.3 suggests 7 with 3 for video), else the video one."""
-        audio = getattr(self.cfg, "audio_guidance_scale", None)
+        audio = self.cfg.audio_guidance_scale
         return float(guidance_scale), float(guidance_scale if audio is None else audio)
 
     def predict_velocity(self, latents: LatentStreams, sigma, conditioning, guidance_scale) -> LatentStreams:
@@ -228,7 +237,7 @@ class LTX2Adapter(DiffusionModelBase):
         )
         v, va = v.float(), va.float()
         if guided:
-            rescale = float(getattr(self.cfg, "guidance_rescale", 0.0) or 0.0)
+            rescale = float(self.cfg.guidance_rescale)
             v = _cfg_in_x0_space(x, v, sigma, scale_v, rescale)
             va = _cfg_in_x0_space(a, va, sigma, scale_a, rescale)
         return LatentStreams({

@@ -50,6 +50,10 @@ class ModelConfig:
     # Wan2.2 A14B: the CFG scale of the low-noise expert (diffusers' `guidance_scale_2`); null =
     # rollout.guidance_scale. Rollout and training apply the same.
     guidance_scale_2: Optional[float] = None
+    # LTX-2: the CFG scale of the audio stream (null = rollout.guidance_scale) and the
+    # guidance rescale factor phi (0 = plain CFG). Rollout and training apply the same.
+    audio_guidance_scale: Optional[float] = None
+    guidance_rescale: float = 0.0
     # Omni models: keep the vision / audio encoders frozen (LoRA or not).
     freeze_vision_tower: bool = True
     freeze_audio_tower: bool = True
