@@ -1,13 +1,17 @@
 """How much request-level batching buys the native rollout engine, and what the engine costs.
 
-Measures, on the tiny SD3 (`model.path=tiny:sd3`), after a warm-up that is not timed:
+Measures, on a tiny model (default the tiny SD3, `tiny:sd3`; `--model-path tiny:wan22
+--num-frames 5` for video, `tiny:ltx2 --num-frames 9` for audio-video), after a warm-up that is
+not timed:
 
-1. images/s of `NativeDiffusionEngine.generate` at max_num_seqs 1, 8 and 32 on the very same
-   requests (one prompt set, distinct seeds, the `sde` kernel with an SDE window);
-2. the engine's overhead: its wall time at max_num_seqs=32 over a bare batched torch loop that
-   does the same work (the same prompt encoding, initial noise, `predict_velocity` and `sde_step`
-   calls on the same batches of 32, the same window bookkeeping and the same decode) with no
-   scheduler thread, futures or per-sample state:  overhead_fraction = engine_s / bare_s - 1.
+1. samples/s (images, or videos) of `NativeDiffusionEngine.generate` at each `--max-num-seqs`
+   (default 1, 8 and 32) on the very same requests (one prompt set, distinct seeds, the `sde`
+   kernel with an SDE window);
+2. the engine's overhead: its wall time at the largest max_num_seqs over a bare batched torch
+   loop that does the same work (the same prompt encoding, initial noise, `predict_velocity` and
+   `sde_step` calls on batches of that size, the same window bookkeeping and the same decode)
+   with no scheduler thread, futures or per-sample state:
+   overhead_fraction = engine_s / bare_s - 1.
 
 The arms alternate inside every repeat (engine 1, 8, 32, bare, engine 1, ...), so a machine
 whose load drifts slows them alike; each number is the median over repeats. The bare loop's
@@ -15,6 +19,8 @@ final latents are checked against the engine's, so both arms provably did the sa
 
     python benchmarks/rollout_batching.py                      # 64 samples, 10 steps
     python benchmarks/rollout_batching.py --num-samples 32 --repeats 1 --threads 1
+    python benchmarks/rollout_batching.py --model-path tiny:wan22 --num-frames 5 --max-num-seqs 1 8 \
+        --max-sequence-length 32 --out benchmarks/results/rollout_batching_wan22.json
 
 Writes JSON (atomically) to --out and prints a short table. See benchmarks/README.md.
 """
@@ -31,10 +37,12 @@ from pathlib import Path
 
 import torch
 
-from omni_rl.algos.flow_sde import get_step_kernel
+from omni_rl.algos import latent_streams as ls
+from omni_rl.algos.flow_sde import get_step_kernel, step_latents
 from omni_rl.config.schema import ModelConfig
 from omni_rl.device import pick_device, synchronize
 from omni_rl.models import Conditioning, build_model
+from omni_rl.models.loading import resolve_model_path
 from omni_rl.rollout.native import NativeDiffusionEngine
 from omni_rl.rollout.sde_window import choose_sde_window
 from omni_rl.rollout.types import DiffusionRequest
@@ -50,8 +58,6 @@ PROMPTS = (
     "a bowl of ramen, studio lighting",
     "a mountain lake at sunrise",
 )
-ENGINE_SEQS = (1, 8, 32)
-BARE_BATCH = 32  # the bare loop mirrors the engine at max_num_seqs=32
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -68,6 +74,12 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--noise-level", type=float, default=0.7)
     p.add_argument("--sde-window-size", type=int, default=2, help="stochastic steps per sample (0 = all)")
     p.add_argument("--model-path", default="tiny:sd3", help="model.path (default: the tiny SD3)")
+    p.add_argument("--adapter", default=None,
+                   help="model.adapter (default: the model folder's own pipeline class, model_index.json)")
+    p.add_argument("--num-frames", type=int, default=1, help="frames per sample (1 = images)")
+    p.add_argument("--fps", type=float, default=None, help="rollout fps (default: the adapter's, else 16)")
+    p.add_argument("--max-num-seqs", type=int, nargs="+", default=[1, 8, 32],
+                   help="engine arms; the bare loop batches like the largest")
     p.add_argument("--max-sequence-length", type=int, default=16,
                    help="model.max_sequence_length (T5 text tokens; 16 as in the tiny demo recipe)")
     p.add_argument("--device", default="cpu", help="cpu, cuda[:N], npu[:N] or auto")
@@ -77,7 +89,20 @@ def parse_args(argv=None) -> argparse.Namespace:
         p.error("--num-samples, --steps and --repeats must be >= 1")
     if args.sde_window_size > args.steps:
         p.error(f"--sde-window-size {args.sde_window_size} is larger than --steps {args.steps}")
+    if min(args.max_num_seqs) < 1 or 1 not in args.max_num_seqs:
+        p.error(f"--max-num-seqs {args.max_num_seqs}: expected values >= 1, including 1 (the speedup's baseline)")
+    args.max_num_seqs = sorted(set(args.max_num_seqs))
     return args
+
+
+def adapter_of(args) -> str:
+    """`--adapter`, or the pipeline class the model folder names (model_index.json)."""
+    if args.adapter:
+        return args.adapter
+    import json
+
+    index = Path(resolve_model_path(args.model_path)) / "model_index.json"
+    return json.loads(index.read_text())["_class_name"]
 
 
 def make_requests(args, seed_offset: int = 0, count: int | None = None) -> list[DiffusionRequest]:
@@ -86,7 +111,7 @@ def make_requests(args, seed_offset: int = 0, count: int | None = None) -> list[
     return [
         DiffusionRequest(
             prompt=PROMPTS[i % len(PROMPTS)], seed=seed_offset + i, height=args.height, width=args.width,
-            num_steps=args.steps, guidance_scale=args.guidance_scale, kernel="sde",
+            num_frames=args.num_frames, fps=args.fps, num_steps=args.steps, guidance_scale=args.guidance_scale, kernel="sde",
             noise_level=args.noise_level, sde_window_size=args.sde_window_size,
         )
         for i in range(count)
@@ -106,11 +131,13 @@ def bare_loop(model, requests: list[DiffusionRequest], batch: int) -> list[torch
         prompts = sorted({r.prompt for r in chunk})
         encoded = model.encode_prompts(prompts, negative_prompt=chunk[0].negative_prompt)
         cond = Conditioning.cat([encoded.select([prompts.index(r.prompt)]) for r in chunk])
-        shape = model.latent_shape(chunk[0].height, chunk[0].width)
+        first = chunk[0]
+        geometry = (first.height, first.width, first.num_frames)
+        shape = model.latent_shape(*geometry)
         generators = [torch.Generator(device="cpu").manual_seed(r.seed) for r in chunk]
-        x = torch.stack([torch.randn(shape, generator=g, dtype=torch.float32) for g in generators]).to(device)
+        x = ls.to(ls.stack([ls.randn(shape, generator=g) for g in generators]), device)
         windows = [choose_sde_window(r.seed, r.num_steps, r.sde_window_size, r.sde_window_range) for r in chunk]
-        sigmas = model.sigmas(chunk[0].num_steps).to(device)
+        sigmas = model.sigmas(first.num_steps, *geometry).to(device)
         levels = torch.tensor([r.noise_level for r in chunk], dtype=torch.float32, device=device)
         window_latents = [[] for _ in chunk]
         log_probs = [[] for _ in chunk]
@@ -118,21 +145,23 @@ def bare_loop(model, requests: list[DiffusionRequest], batch: int) -> list[torch
             in_window = torch.tensor([a <= k < b for a, b in windows], device=device)
             sigma = sigmas[k].expand(len(chunk))
             velocity = model.predict_velocity(x, sigma, cond, chunk[0].guidance_scale)
-            step = kernel(
-                model_output=velocity, sigma=sigma, sigma_next=sigmas[k + 1].expand(len(chunk)), sample=x,
+            step = step_latents(
+                kernel, model_output=velocity, sigma=sigma, sigma_next=sigmas[k + 1].expand(len(chunk)), sample=x,
                 noise_level=torch.where(in_window, levels, torch.zeros_like(levels)), generator=generators,
             )
             # The same trajectory record the engine keeps (window latents and log-probs).
             for i, (a, b) in enumerate(windows):
                 if a <= k < b:
-                    window_latents[i].append(x[i].cpu())
+                    window_latents[i].append(ls.to(ls.index(x, i), "cpu"))
                     log_probs[i].append(step.log_prob[i].cpu())
                 if k + 1 == b:
-                    window_latents[i].append(step.prev_sample[i].cpu())
+                    window_latents[i].append(ls.to(ls.index(step.prev_sample, i), "cpu"))
             x = step.prev_sample
         model.decode(x)
+        if getattr(model, "makes_audio", False):
+            model.decode_audio(x)
         synchronize(device)
-        finals.extend(x.cpu().unbind(0))
+        finals.extend(ls.index(ls.to(x, "cpu"), i) for i in range(len(chunk)))
     return finals
 
 
@@ -165,56 +194,64 @@ def main(argv=None) -> dict:
     if args.threads is not None:
         torch.set_num_threads(args.threads)
     device = pick_device(args.device)
-    model = build_model(ModelConfig(path=args.model_path, max_sequence_length=args.max_sequence_length), device)
+    adapter = adapter_of(args)
+    model = build_model(
+        ModelConfig(adapter=adapter, path=args.model_path, max_sequence_length=args.max_sequence_length), device
+    )
+    if args.fps is None:
+        args.fps = float(getattr(model, "frame_rate", 16.0))
     info = machine_info(device)
+    seqs, bare_batch = tuple(args.max_num_seqs), max(args.max_num_seqs)
 
-    engines = {n: NativeDiffusionEngine(model, max_num_seqs=n) for n in ENGINE_SEQS}
+    engines = {n: NativeDiffusionEngine(model, max_num_seqs=n) for n in seqs}
     try:
         # Warm-up (not timed): every arm once, on other seeds, so lazy inits, allocator growth
         # and the sigma cache are paid before the clock runs.
         for n, engine in engines.items():
             engine.generate(make_requests(args, seed_offset=10**6, count=min(args.num_samples, max(n, 4))))
-        bare_loop(model, make_requests(args, seed_offset=10**6, count=min(args.num_samples, 4)), BARE_BATCH)
+        bare_loop(model, make_requests(args, seed_offset=10**6, count=min(args.num_samples, 4)), bare_batch)
 
-        walls: dict[str, list[float]] = {f"engine_{n}": [] for n in ENGINE_SEQS}
-        walls["bare_32"] = []
+        walls: dict[str, list[float]] = {f"engine_{n}": [] for n in seqs}
+        walls[f"bare_{bare_batch}"] = []
         max_diff = 0.0
         for _ in range(args.repeats):
             for n, engine in engines.items():
                 # Fresh request objects with identical contents in every arm and repeat.
                 seconds, results = timed(lambda: engine.generate(make_requests(args)))
                 walls[f"engine_{n}"].append(seconds)
-                if n == BARE_BATCH:
+                if n == bare_batch:
                     engine_finals = [r.final_latent for r in results]
-            seconds, bare_finals = timed(lambda: bare_loop(model, make_requests(args), BARE_BATCH))
-            walls["bare_32"].append(seconds)
-            max_diff = max(max_diff, max(float((a - b).abs().max()) for a, b in zip(engine_finals, bare_finals)))
+            seconds, bare_finals = timed(lambda: bare_loop(model, make_requests(args), bare_batch))
+            walls[f"bare_{bare_batch}"].append(seconds)
+            max_diff = max(max_diff, max(float((ls.flat(ls.stack([a])) - ls.flat(ls.stack([b]))).abs().max())
+                                         for a, b in zip(engine_finals, bare_finals)))
         forwards = {n: dict(e.stats) for n, e in engines.items()}
     finally:
         for engine in engines.values():
             engine.close()
 
     median = {name: statistics.median(values) for name, values in walls.items()}
-    images_per_s = {str(n): args.num_samples / median[f"engine_{n}"] for n in ENGINE_SEQS}
+    images_per_s = {str(n): args.num_samples / median[f"engine_{n}"] for n in seqs}
     result = {
         "benchmark": "rollout_batching",
         "created_utc": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "machine": info,
         "settings": {
-            "model_path": args.model_path, "num_samples": args.num_samples, "steps": args.steps,
+            "model_path": args.model_path, "adapter": adapter, "num_samples": args.num_samples, "steps": args.steps,
             "repeats": args.repeats, "height": args.height, "width": args.width,
+            "num_frames": args.num_frames, "fps": args.fps,
             "guidance_scale": args.guidance_scale, "kernel": "sde", "noise_level": args.noise_level,
             "sde_window_size": args.sde_window_size, "max_sequence_length": args.max_sequence_length,
             "prompts": list(PROMPTS),
-            "max_num_seqs": list(ENGINE_SEQS), "bare_batch": BARE_BATCH,
+            "max_num_seqs": list(seqs), "bare_batch": bare_batch,
         },
         "images_per_s": images_per_s,
-        "speedup_over_1": {str(n): images_per_s[str(n)] / images_per_s["1"] for n in ENGINE_SEQS if n != 1},
+        "speedup_over_1": {str(n): images_per_s[str(n)] / images_per_s["1"] for n in seqs if n != 1},
         "overhead": {
-            "engine_s": median[f"engine_{BARE_BATCH}"],
-            "bare_s": median["bare_32"],
-            "bare_images_per_s": args.num_samples / median["bare_32"],
-            "overhead_fraction": median[f"engine_{BARE_BATCH}"] / median["bare_32"] - 1,
+            "engine_s": median[f"engine_{bare_batch}"],
+            "bare_s": median[f"bare_{bare_batch}"],
+            "bare_images_per_s": args.num_samples / median[f"bare_{bare_batch}"],
+            "overhead_fraction": median[f"engine_{bare_batch}"] / median[f"bare_{bare_batch}"] - 1,
             "max_abs_diff_final_latent": max_diff,
         },
         "wall_s": walls,
@@ -232,15 +269,17 @@ def main(argv=None) -> dict:
 def print_table(result: dict) -> None:
     s, o = result["settings"], result["overhead"]
     m = result["machine"]
-    print(f"rollout batching: {s['num_samples']} samples x {s['steps']} steps, {s['height']}x{s['width']} px, "
+    frames = f" x {s['num_frames']} frames" if s.get("num_frames", 1) > 1 else ""
+    print(f"rollout batching: {s['model_path']}, {s['num_samples']} samples x {s['steps']} steps, "
+          f"{s['height']}x{s['width']} px{frames}, "
           f"{m['device']}, torch {m['torch_version']}, {m['torch_threads']} threads, median of {s['repeats']}")
-    print(f"{'arm':<22}{'images/s':>10}{'wall s':>10}{'speedup':>10}")
+    print(f"{'arm':<22}{'samples/s':>10}{'wall s':>10}{'speedup':>10}")
     for n in s["max_num_seqs"]:
         ips = result["images_per_s"][str(n)]
         speed = result["speedup_over_1"].get(str(n), 1.0)
         print(f"{'engine max_num_seqs=' + str(n):<22}{ips:>10.2f}{s['num_samples'] / ips:>10.3f}{speed:>9.2f}x")
-    print(f"{'bare loop, batch 32':<22}{o['bare_images_per_s']:>10.2f}{o['bare_s']:>10.3f}")
-    print(f"engine overhead at 32: {100 * o['overhead_fraction']:+.1f}% "
+    print(f"{'bare loop, batch ' + str(s['bare_batch']):<22}{o['bare_images_per_s']:>10.2f}{o['bare_s']:>10.3f}")
+    print(f"engine overhead at {s['bare_batch']}: {100 * o['overhead_fraction']:+.1f}% "
           f"(max |final latent diff| engine vs bare: {o['max_abs_diff_final_latent']:.1e})")
 
 

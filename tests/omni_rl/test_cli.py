@@ -4,6 +4,7 @@ Bad configs go through `python main_omni.py` in a subprocess (about a second eac
 what matters there is what a user sees: exit code 2 and one `error:` line on stderr, no
 traceback. `--cfg` and `--help` are checked in-process through `main(argv)`.
 """
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -80,3 +81,27 @@ def test_a_word_that_is_no_override_exits_2_naming_it(capsys):
     assert main(["trainer"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("error: 'trainer' is not a key=value override")
+
+
+@pytest.mark.parametrize("args, expected", [
+    (["recipe=tiny_wan22_dancegrpo", "rollout.num_frames=6"], ["rollout.num_frames=6", "4k+1", "5 or 9"]),
+    (["recipe=tiny_wan22_dancegrpo", "rollout.height=40"], ["rollout.height=40", "multiple of 16", "32 or 48"]),
+    (["recipe=tiny_wan22_dancegrpo", "reward.rewards=[{name: brightness}]"],
+     ["reward.rewards[0]", "'brightness'", "reward.rewards[0].video_frames=4"]),
+    (["recipe=tiny_wan22_dancegrpo", "reward.rewards=[{name: audio_loudness}]"],
+     ["reward.rewards[0]", "'audio_loudness'", "makes no audio"]),
+    (["recipe=tiny_ltx2_flowgrpo_av", "rollout.fps=16"], ["rollout.fps=16", "expected 24"]),
+    (["rollout.num_frames=5"], ["rollout.num_frames=5", "StableDiffusion3Pipeline makes images"]),
+])
+def test_a_video_config_the_model_cannot_take_exits_2_before_any_model_loads(tmp_path, args, expected):
+    cache = tmp_path / "cache"
+    result = subprocess.run(
+        [sys.executable, "main_omni.py", *args], cwd=REPO_ROOT, capture_output=True, text=True, timeout=120,
+        env={**os.environ, "OMNI_RL_CACHE": str(cache)},
+    )
+    assert result.returncode == 2, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr
+    for text in expected:
+        assert text in lines[0], lines[0]
+    assert not cache.exists() or not any(cache.iterdir())  # no tiny model was built, nothing loaded

@@ -52,3 +52,25 @@ def test_training_on_the_subset_is_on_policy(tmp_path):
     for rec in records:
         assert rec["actor/first_minibatch_ratio_max_abs_dev"] <= 1e-6
         assert rec["rollout_corr/logprob_abs_diff_max"] <= 1e-5
+
+
+def test_a_resumed_two_expert_dance_run_trains_what_the_straight_one_did(tmp_path):
+    """DanceGRPO on the two-expert Wan (both experts' LoRA in the checkpoint): 2 steps, resume,
+    2 more equals 4 straight, since the trained-step subsets are drawn from the samples' seeds."""
+    wan = ["recipe=tiny_wan22_dancegrpo", "trainer.prompts_per_step=2", "trainer.samples_per_prompt=4",
+           "trainer.mini_batch_size=4", "trainer.micro_batch_size=4", "rollout.num_steps=4",
+           "trainer.val_every=0", "trainer.progress_bar=false", "trainer.loggers=[jsonl]"]
+
+    def run(name, *overrides):
+        trainer = PPOTrainer(load_config([*wan, f"trainer.output_dir={tmp_path / name}", *overrides]))
+        trainer.fit()
+        return trainer
+
+    straight = run("straight", "trainer.total_steps=4")
+    run("split", "trainer.total_steps=2", "trainer.save_every=2")
+    resumed = run("split", "trainer.total_steps=4", f"trainer.resume={tmp_path / 'split'}")
+    a, b = straight.model.named_trainable_tensors(), resumed.model.named_trainable_tensors()
+    assert a.keys() == b.keys() and {k.split(".")[0] for k in a} == {"transformer", "transformer_2"}
+    for name in a:
+        torch.testing.assert_close(a[name], b[name], atol=1e-6, rtol=0, msg=name)
+    assert any(float(t.abs().max()) > 0 for n, t in a.items() if "lora_B" in n)
