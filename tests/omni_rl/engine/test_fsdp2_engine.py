@@ -1,26 +1,13 @@
 """FSDP2Engine on a one-rank gloo group: the same update as LocalEngine, mixed precision,
 offload flags, sharded checkpoints that load back (and into an unsharded model for export)."""
-import socket
-
 import pytest
 import torch
-import torch.distributed as dist
 
 from omni_rl.config.schema import LoraConfig, ModelConfig, OptimConfig
 from omni_rl.device import dist_backend
 from omni_rl.engine.fsdp2 import FSDP2Engine, load_sharded_trainable
 from omni_rl.engine.local import LocalEngine
 from omni_rl.models import build_model
-
-
-@pytest.fixture
-def one_rank_group():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=1)
-    yield
-    dist.destroy_process_group()
 
 
 def tiny(lora: bool, dtype: str = "float32", seed: int = 0, checkpointing: bool = False):

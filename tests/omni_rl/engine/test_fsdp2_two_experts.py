@@ -2,26 +2,13 @@
 expert is sharded as a root of its own, the update equals LocalEngine's on a batch that straddles
 the experts' boundary (so both get gradients), and a sharded checkpoint names every tensor by its
 expert (`transformer.` / `transformer_2.`) and loads back, also into an unsharded model."""
-import socket
-
 import pytest
 import torch
-import torch.distributed as dist
 
 from omni_rl.config.schema import LoraConfig, ModelConfig, OptimConfig
 from omni_rl.engine.fsdp2 import FSDP2Engine, load_sharded_trainable
 from omni_rl.engine.local import LocalEngine
 from omni_rl.models import build_model
-
-
-@pytest.fixture
-def one_rank_group():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=1)
-    yield
-    dist.destroy_process_group()
 
 
 def wan(seed: int = 0):

@@ -1,0 +1,15 @@
+"""Fixtures of the training-engine tests: a one-rank gloo process group, torn down after each test."""
+import socket
+
+import pytest
+import torch.distributed as dist
+
+
+@pytest.fixture
+def one_rank_group():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=1)
+    yield
+    dist.destroy_process_group()
