@@ -25,6 +25,7 @@ import copy
 from abc import abstractmethod
 from typing import ClassVar
 
+import numpy as np
 import torch
 
 from omni_rl.models.base import OmniModelBase
@@ -58,6 +59,14 @@ def check_image_only(model_name: str, num_frames: int) -> None:
         raise ValueError(f"rollout.num_frames={num_frames}: {model_name} makes images; expected 1")
 
 
+def linspace_to_one_over_n(num_steps: int) -> list[float]:
+    """`linspace(1, 1/N, N)`: the unshifted sigmas Flux-style pipelines (Qwen-Image, LTX-2) pass
+    to the scheduler, which shifts them by `mu` and appends the final 0."""
+    if num_steps < 1:
+        raise ValueError(f"num_steps={num_steps}: expected at least 1 denoising step")
+    return np.linspace(1.0, 1.0 / num_steps, num_steps).tolist()
+
+
 class DiffusionModelBase(OmniModelBase):
     family: ClassVar[str] = "diffusion"
     scheduler = None  # a diffusers FlowMatchEulerDiscreteScheduler, set by the adapter
@@ -88,16 +97,29 @@ class DiffusionModelBase(OmniModelBase):
 
         A copy of the scheduler is used so that asking never changes the adapter's state."""
         mu = None if height is None or width is None else self.schedule_mu(height, width, num_frames)
+        if mu is None and self.scheduler.config.get("use_dynamic_shifting", False):
+            raise ValueError(
+                f"{type(self).__name__}'s schedule shifts with the output's sequence length: pass height and width "
+                f"(and num_frames) to sigmas()"
+            )
         cache = self.__dict__.setdefault("_sigma_cache", {})
         key = (num_steps, mu)
         if key not in cache:
             scheduler = copy.deepcopy(self.scheduler)
-            if mu is None:
-                scheduler.set_timesteps(num_steps, device="cpu")
+            kwargs = {} if mu is None else {"mu": mu}
+            spacing = self.base_sigmas(num_steps)
+            if spacing is None:
+                scheduler.set_timesteps(num_steps, device="cpu", **kwargs)
             else:
-                scheduler.set_timesteps(num_steps, device="cpu", mu=mu)
+                scheduler.set_timesteps(sigmas=[float(s) for s in spacing], device="cpu", **kwargs)
             cache[key] = scheduler.sigmas.detach().to(torch.float32).cpu()
         return cache[key]
+
+    def base_sigmas(self, num_steps: int) -> list[float] | None:
+        """The unshifted sigmas the model's pipeline passes to `set_timesteps(sigmas=...)` before
+        the scheduler shifts them, or None for the scheduler's own spacing (SD3, Wan). Flux-style
+        pipelines (Qwen-Image, LTX-2) pass `linspace(1, 1/N, N)`: see `linspace_to_one_over_n`."""
+        return None
 
     def schedule_mu(self, height: int, width: int, num_frames: int = 1) -> float | None:
         """The dynamic shift `mu` of the schedule at this geometry (diffusers' `calculate_shift`

@@ -1,0 +1,400 @@
+"""Qwen-Image text-to-image (`QwenImagePipeline`): the adapter and its tiny model.
+
+Loads the pipeline's components with diffusers' and transformers' `from_pretrained` (through
+`self.load_pretrained`): the MMDiT `QwenImageTransformer2DModel` (trained, LoRA on the attention
+projections of both streams), the `AutoencoderKLQwenImage` VAE (Wan2.1's layout: 16 channels,
+8 px per latent, a frame axis of length 1 for images) and the Qwen2.5-VL text encoder.
+
+The conventions, the same at rollout and in training because both go through this one file:
+
+- **latents**: the engine carries each sample as the VAE's latent, normalised as the pipeline
+  denoises it ((z - latents_mean) / latents_std), shape [16, 1, H/8, W/8]; `predict_velocity`
+  packs 2x2 latent pixels into the transformer's tokens [B, H/16 * W/16, 64] and unpacks its
+  output, so a standard-normal draw is the pipeline's initial noise;
+- **timestep**: Qwen-Image is conditioned on sigma itself (the pipeline's `t / 1000`), not on
+  sigma x 1000 as SD3 is;
+- **schedule**: the pipeline's `linspace(1, 1/N, N)` sigmas, shifted by the dynamic `mu` of the
+  packed image token count (`schedule_mu`; diffusers' scheduler refuses to run without it);
+- **true CFG with norm**: a conditional and an unconditional forward (one batched call over
+  [uncond; cond], the text padded to the longer of the two with the padding masked), combined
+  as `comb = neg + s (cond - neg)` and rescaled per token to the conditional prediction's norm;
+- **prompt embeddings**: the last hidden state of Qwen2.5-VL on the pipeline's chat template,
+  with the template's prefix (system prompt and the user turn's opening) dropped. The pipeline
+  drops a fixed 34 tokens, right for the real tokenizer only; the adapter computes the count
+  by tokenizing the prefix with the loaded tokenizer (`prompt_prefix_length`) and sets it on the
+  pipeline it encodes with. Embeddings have each prompt's own length, so they travel in a
+  `Conditioning` with masks; the core pads them to the longest when it packs samples, and the
+  transformer's joint attention masks the padding out (the tests check that it is inert).
+
+`decode` un-normalises, runs the VAE and returns uint8 [B, H, W, 3]. Sizes must be multiples of
+16 (VAE factor 8 x patch size 2); another raises `ValueError` with the nearest valid values.
+
+`tiny:qwen_image` builds a seeded random-weight Qwen-Image for tests and the CPU demo.
+Qwen-Image-Edit (image conditioning) is not covered here.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from omni_rl.config.schema import ModelConfig
+from omni_rl.models import Conditioning, DiffusionModelBase, register_adapter, register_tiny_model
+from omni_rl.models.diffusion import check_image_only, check_multiple, linspace_to_one_over_n
+from omni_rl.models.tiny_vocab import bpe_files, byte_chars
+
+_MASKS = {"prompt_embeds": "prompt_embeds_mask", "negative_prompt_embeds": "negative_prompt_embeds_mask"}
+# The pipeline refuses longer text (its `max_sequence_length` check).
+MAX_TEXT_TOKENS = 1024
+
+
+def prompt_prefix_length(tokenizer, template: str) -> int:
+    """Tokens of `template` before its `{}` slot: what the pipeline drops from the encoder's output.
+
+    Raises if the prefix does not tokenize to a prefix of a filled template (a tokenizer whose
+    pieces cross the slot's boundary would make the count meaningless)."""
+    if template.count("{}") != 1:
+        raise ValueError(f"prompt template {template!r}: expected exactly one '{{}}' slot for the prompt")
+    prefix = template.split("{}")[0]
+    ids = tokenizer(prefix)["input_ids"]
+    full = tokenizer(template.format("a photo"))["input_ids"]
+    if full[: len(ids)] != ids:
+        raise ValueError(
+            f"the tokenizer splits the prompt template's prefix differently inside a prompt ({ids[-3:]} vs "
+            f"{full[len(ids) - 3 : len(ids)]}): the prefix length to drop is not defined"
+        )
+    return len(ids)
+
+
+def pack_latents(latents: torch.Tensor, patch: int) -> torch.Tensor:
+    """[B, C, 1, h, w] -> tokens [B, (h / p) (w / p), C p p]: each token a p x p patch, channels
+    outermost, in the order the transformer's `img_in` reads them."""
+    b, c, frames, h, w = latents.shape
+    if frames != 1:
+        raise ValueError(f"Qwen-Image latents have 1 frame, got shape {tuple(latents.shape)}")
+    x = latents.reshape(b, c, h // patch, patch, w // patch, patch)
+    return x.permute(0, 2, 4, 1, 3, 5).reshape(b, (h // patch) * (w // patch), c * patch * patch)
+
+
+def unpack_latents(tokens: torch.Tensor, h: int, w: int, patch: int) -> torch.Tensor:
+    """The inverse of `pack_latents`: [B, (h / p) (w / p), C p p] -> [B, C, 1, h, w]."""
+    b, _, d = tokens.shape
+    c = d // (patch * patch)
+    x = tokens.reshape(b, h // patch, w // patch, c, patch, patch)
+    return x.permute(0, 3, 1, 4, 2, 5).reshape(b, c, 1, h, w)
+
+
+def true_cfg_with_norm(cond: torch.Tensor, uncond: torch.Tensor, scale: float) -> torch.Tensor:
+    """`uncond + scale (cond - uncond)`, each token's vector rescaled to the norm of the
+    conditional prediction's (the Qwen-Image pipeline's guidance), on packed [B, S, D]."""
+    comb = uncond + scale * (cond - uncond)
+    return comb * (cond.norm(dim=-1, keepdim=True) / comb.norm(dim=-1, keepdim=True))
+
+
+@register_adapter("QwenImagePipeline")
+class QwenImageAdapter(DiffusionModelBase):
+    # VAE factor 8 x patch size 2 (every Qwen-Image checkpoint; `latent_shape` checks the loaded one).
+    size_multiple = 16
+    # Attention projections of the joint attention in every block: image stream (to_*) and
+    # text stream (add_*_proj, to_add_out), as SD3's MMDiT (PEFT matches name suffixes).
+    default_lora_targets = (
+        "attn.to_q", "attn.to_k", "attn.to_v", "attn.to_out.0",
+        "attn.add_q_proj", "attn.add_k_proj", "attn.add_v_proj", "attn.to_add_out",
+    )
+
+    def __init__(self, cfg: ModelConfig, path: str, device: torch.device):
+        from diffusers import (
+            AutoencoderKLQwenImage, FlowMatchEulerDiscreteScheduler, QwenImagePipeline, QwenImageTransformer2DModel,
+        )
+        from transformers import AutoTokenizer, Qwen2_5_VLForConditionalGeneration
+
+        super().__init__(cfg, path, device)
+        if cfg.max_sequence_length > MAX_TEXT_TOKENS:
+            raise ValueError(f"model.max_sequence_length={cfg.max_sequence_length}: Qwen-Image takes at most {MAX_TEXT_TOKENS}")
+
+        def load(cls, sub):
+            return self.load_pretrained(cls, sub).to(device)
+
+        self.transformer = load(QwenImageTransformer2DModel, "transformer")
+        self.vae = load(AutoencoderKLQwenImage, "vae")
+        self.text_encoder = load(Qwen2_5_VLForConditionalGeneration, "text_encoder")
+        self.scheduler = FlowMatchEulerDiscreteScheduler.from_pretrained(path, subfolder="scheduler")
+        self.pipeline = QwenImagePipeline(
+            scheduler=self.scheduler, vae=self.vae, text_encoder=self.text_encoder,
+            tokenizer=AutoTokenizer.from_pretrained(path, subfolder="tokenizer"), transformer=self.transformer,
+        )
+        self.pipeline.set_progress_bar_config(disable=True)
+        # The pipeline reads this instance attribute when it drops the template's prefix.
+        self.prompt_prefix_length = prompt_prefix_length(self.pipeline.tokenizer, self.pipeline.prompt_template_encode)
+        self.pipeline.prompt_template_encode_start_idx = self.prompt_prefix_length
+        self.vae_scale = self.pipeline.vae_scale_factor
+        self.patch = self.transformer.config.patch_size
+        self.setup_trainable()
+
+    # --- what trains ---------------------------------------------------------------------
+    def trainable_module(self) -> nn.Module:
+        return self.transformer
+
+    def frozen_modules(self) -> list[nn.Module]:
+        return [self.vae, self.text_encoder]
+
+    def fsdp_wrap_classes(self):
+        from diffusers.models.transformers.transformer_qwenimage import QwenImageTransformerBlock
+
+        return (QwenImageTransformerBlock,)
+
+    # --- shapes and schedule -------------------------------------------------------------
+    def _grid(self, height: int, width: int, num_frames: int) -> tuple[int, int]:
+        check_image_only("QwenImagePipeline", num_frames)
+        factor = self.vae_scale * self.patch
+        why = f"VAE factor {self.vae_scale} x patch size {self.patch}"
+        check_multiple("rollout.height", height, factor, why)
+        check_multiple("rollout.width", width, factor, why)
+        return height // self.vae_scale, width // self.vae_scale
+
+    def latent_shape(self, height: int, width: int, num_frames: int = 1) -> tuple[int, ...]:
+        """[z_dim, 1, height / 8, width / 8]: the VAE's latent of one image."""
+        h, w = self._grid(height, width, num_frames)
+        return (self.vae.config.z_dim, 1, h, w)
+
+    def schedule_mu(self, height: int, width: int, num_frames: int = 1) -> float:
+        """The pipeline's shift: diffusers' `calculate_shift` of the packed image token count."""
+        from diffusers.pipelines.qwenimage.pipeline_qwenimage import calculate_shift
+
+        h, w = self._grid(height, width, num_frames)
+        config = self.scheduler.config
+        return float(calculate_shift(
+            (h // self.patch) * (w // self.patch),
+            config.get("base_image_seq_len", 256), config.get("max_image_seq_len", 4096),
+            config.get("base_shift", 0.5), config.get("max_shift", 1.15),
+        ))
+
+    def base_sigmas(self, num_steps: int) -> list[float]:
+        return linspace_to_one_over_n(num_steps)
+
+    # --- conditioning --------------------------------------------------------------------
+    @torch.no_grad()
+    def encode_prompts(self, prompts: list[str], negative_prompt: str = "") -> Conditioning:
+        """Each prompt's embeddings [B, L, D] (L: the longest prompt's tokens) with their mask, and
+        the negative prompt's, through the pipeline's `encode_prompt` (prefix count from the
+        loaded tokenizer, see the module docstring)."""
+        tensors = {}
+        for name, texts in (("prompt_embeds", list(prompts)), ("negative_prompt_embeds", [negative_prompt])):
+            embeds, mask = self.pipeline.encode_prompt(
+                prompt=texts, device=self.device, max_sequence_length=self.cfg.max_sequence_length,
+            )
+            if mask is None:  # the pipeline drops an all-ones mask
+                mask = torch.ones(embeds.shape[:2], dtype=torch.long, device=embeds.device)
+            tensors[name], tensors[_MASKS[name]] = embeds, mask.to(torch.long)
+        for name, mask in _MASKS.items():  # one negative for every prompt
+            if tensors[name].shape[0] != len(prompts):
+                tensors[name] = tensors[name].expand(len(prompts), -1, -1).contiguous()
+                tensors[mask] = tensors[mask].expand(len(prompts), -1).contiguous()
+        return Conditioning(tensors, dict(_MASKS))
+
+    # --- forward -------------------------------------------------------------------------
+    def predict_velocity(self, latents, sigma, conditioning, guidance_scale):
+        """Velocity (fp32, [B, C, 1, h, w]) at per-sample sigma [B], with true CFG with norm
+        when `guidance_scale` > 1 (module docstring)."""
+        b, _, _, h, w = latents.shape
+        sigma = sigma.to(torch.float32).reshape(-1).to(self.device)
+        if sigma.shape[0] != b:
+            raise ValueError(f"sigma has {sigma.shape[0]} values for a batch of {b} latents")
+        x = pack_latents(latents.to(self.device, torch.float32), self.patch).to(self.dtype)
+        cond = conditioning.to(self.device)
+        guided = guidance_scale > 1.0
+        parts = ("negative_prompt_embeds", "prompt_embeds") if guided else ("prompt_embeds",)
+        # The two texts have their own lengths: pad to the longer, the padding masked out.
+        text = Conditioning.cat([
+            Conditioning({"e": cond[name], "m": cond[_MASKS[name]]}, {"e": "m"}) for name in parts
+        ])
+        copies = len(parts)
+        out = self.transformer(
+            hidden_states=torch.cat([x] * copies),
+            timestep=torch.cat([sigma] * copies).to(self.dtype),
+            encoder_hidden_states=text["e"].to(self.dtype),
+            encoder_hidden_states_mask=text["m"],
+            img_shapes=[[(1, h // self.patch, w // self.patch)]] * (b * copies),
+            return_dict=False,
+        )[0].to(torch.float32)
+        if guided:
+            uncond, cond_v = out.chunk(2)
+            out = true_cfg_with_norm(cond_v, uncond, guidance_scale)
+        return unpack_latents(out, h, w, self.patch)
+
+    # --- decoding ------------------------------------------------------------------------
+    def _raw_latents(self, latents: torch.Tensor) -> torch.Tensor:
+        """The normalised latent -> the VAE's (the pipeline's `latents / (1 / std) + mean`)."""
+        config = self.vae.config
+        z = latents.to(self.device, self.vae.dtype)
+        shape = (1, config.z_dim, 1, 1, 1)
+        mean = torch.tensor(config.latents_mean, device=z.device, dtype=z.dtype).view(shape)
+        std = torch.tensor(config.latents_std, device=z.device, dtype=z.dtype).view(shape)
+        return z / (1.0 / std) + mean
+
+    @torch.no_grad()
+    def decode(self, latents: torch.Tensor) -> torch.Tensor:
+        """Latents [B, C, 1, h, w] -> uint8 images [B, 8h, 8w, 3]."""
+        if latents.ndim != 5 or latents.shape[2] != 1:
+            raise ValueError(f"Qwen-Image latents are [B, C, 1, h, w], got shape {tuple(latents.shape)}")
+        image = self.vae.decode(self._raw_latents(latents), return_dict=False)[0][:, :, 0]
+        image = (image.float() / 2 + 0.5).clamp(0, 1)
+        return (image * 255).round().to(torch.uint8).permute(0, 2, 3, 1).cpu()
+
+    # --- saving --------------------------------------------------------------------------
+    def save_lora(self, folder: str) -> None:
+        """diffusers' LoRA format with the adapter config (rank, alpha, targets) in the file's
+        metadata: `QwenImagePipeline.load_lora_weights(folder)` loads it at the trained scale."""
+        from diffusers import QwenImagePipeline
+        from peft.utils import get_peft_model_state_dict
+
+        QwenImagePipeline.save_lora_weights(
+            folder, transformer_lora_layers=get_peft_model_state_dict(self.transformer),
+            transformer_lora_adapter_metadata=self.transformer.peft_config["default"].to_dict(),
+        )
+
+
+# --- the tiny model -----------------------------------------------------------------------
+# Qwen2.5-VL's special tokens that the chat template and the model config name.
+_SPECIAL_TOKENS = (
+    "<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|vision_start|>", "<|vision_end|>", "<|image_pad|>",
+    "<|video_pad|>",
+)
+
+
+def _tiny_tokenizer():
+    """A byte-level Qwen2 tokenizer (every byte a token, no merges) with Qwen2.5-VL's special
+    tokens, built offline."""
+    from transformers import Qwen2Tokenizer
+
+    chars = byte_chars()
+    with bpe_files({chars[b]: b for b in range(256)}) as (vocab, merges):
+        tokenizer = Qwen2Tokenizer(
+            str(vocab), str(merges), unk_token=None, bos_token=None, eos_token="<|im_end|>", pad_token="<|endoftext|>",
+        )
+    tokenizer.add_special_tokens({"additional_special_tokens": list(_SPECIAL_TOKENS[1:])})
+    return tokenizer
+
+
+def _tiny_text_encoder(tokenizer) -> nn.Module:
+    from transformers import Qwen2_5_VLConfig, Qwen2_5_VLForConditionalGeneration
+
+    ids = {t: tokenizer.convert_tokens_to_ids(t) for t in _SPECIAL_TOKENS}
+    config = Qwen2_5_VLConfig(
+        text_config=dict(
+            vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+            num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=1024,
+            # Multimodal RoPE: 8-dim heads, sections (t, h, w) summing to head_dim / 2.
+            rope_parameters={"rope_type": "default", "rope_theta": 1e6, "mrope_section": [2, 1, 1]},
+            pad_token_id=ids["<|endoftext|>"], bos_token_id=None, eos_token_id=ids["<|im_end|>"],
+        ),
+        vision_config=dict(depth=1, hidden_size=16, intermediate_size=32, num_heads=2, out_hidden_size=32,
+                           patch_size=14, fullatt_block_indexes=[0]),
+        image_token_id=ids["<|image_pad|>"], video_token_id=ids["<|video_pad|>"],
+        vision_start_token_id=ids["<|vision_start|>"], vision_end_token_id=ids["<|vision_end|>"],
+    )
+    return Qwen2_5_VLForConditionalGeneration(config)
+
+
+def _pass_through(conv: nn.Module, copies: int = 1) -> None:
+    """Make a (causal) convolution copy input channel i to output channel i (`copies` stacked
+    blocks of them: a time upsampler's two output frames) at the current frame and the kernel's
+    centre; bias zero. The VAE's causal convolutions pad time on the left only, so the current
+    frame is the kernel's last time tap."""
+    weight = conv.weight
+    weight.zero_()
+    conv.bias.zero_()
+    block = weight.shape[0] // copies
+    tap = (weight.shape[2] - 1, *(k // 2 for k in weight.shape[3:])) if weight.dim() == 5 else (
+        tuple(k // 2 for k in weight.shape[2:])
+    )
+    for copy in range(copies):
+        for i in range(min(block, weight.shape[1])):
+            weight[(copy * block + i, i, *tap)] = 1.0
+
+
+@torch.no_grad()
+def _make_decoder_responsive(vae: nn.Module, gain: float = 0.5) -> None:
+    """Replace the random decoder by a deterministic one whose brightness follows the latents.
+
+    A random decoder of this (Wan2.1-style) VAE normalises every position's magnitude away in its
+    RMS norms and adds residual noise of the signal's own size, so latent steps barely move the
+    image's brightness and no reward could be learned from it. Here:
+
+    1. every residual branch and the attention outputs are zero (each block is its shortcut),
+       and every other convolution passes its first channels through (current frame, centre);
+    2. `conv_in` writes u = the mean over channels of the *normalised* latent
+       ((z - latents_mean) / latents_std, the adapter's latent) into feature 0, 1 into feature 1;
+    3. the last RMS norm gives feature 0 = sqrt(C) u / sqrt(1 + u^2), monotone in u, and
+       `conv_out` sets every pixel channel to `gain * silu(feature 0)` (pixels in [-1, 1]).
+
+    Each pixel is then a smooth increasing function of the mean latent at its position (8x8 px
+    blocks of one value): latent 0 decodes to mid-grey, +1 to ~0.94 brightness (0..1 scale).
+    Measured in tests/adapters/test_qwen_image_adapter.py."""
+    from diffusers.models.autoencoders.autoencoder_kl_qwenimage import (
+        QwenImageAttentionBlock, QwenImageCausalConv3d, QwenImageResample, QwenImageResidualBlock,
+    )
+
+    decoder = vae.decoder
+    for module in decoder.modules():
+        if isinstance(module, QwenImageResidualBlock):
+            module.conv2.weight.zero_()
+            module.conv2.bias.zero_()
+            if isinstance(module.conv_shortcut, QwenImageCausalConv3d):
+                _pass_through(module.conv_shortcut)
+        elif isinstance(module, QwenImageAttentionBlock):
+            module.proj.weight.zero_()
+            module.proj.bias.zero_()
+        elif isinstance(module, QwenImageResample) and module.mode.startswith("upsample"):
+            _pass_through(module.resample[1])
+            if hasattr(module, "time_conv"):
+                _pass_through(module.time_conv, copies=2)
+    _pass_through(vae.post_quant_conv)
+    config = vae.config
+    mean, std = torch.tensor(config.latents_mean), torch.tensor(config.latents_std)
+    conv_in = decoder.conv_in
+    conv_in.weight.zero_()
+    conv_in.bias.zero_()
+    conv_in.weight[0, :, -1, 1, 1] = 1.0 / (std * config.z_dim)
+    conv_in.bias[0] = -(mean / std).sum() / config.z_dim
+    conv_in.bias[1] = 1.0
+    conv_out = decoder.conv_out
+    conv_out.weight.zero_()
+    conv_out.bias.zero_()
+    conv_out.weight[:, 0, -1, 1, 1] = gain
+
+
+@register_tiny_model("qwen_image")
+def build_tiny_qwen_image(folder: Path) -> None:
+    """A tiny seeded random-weight Qwen-Image: a 2-layer Qwen2.5-VL text encoder (hidden 32) with
+    a byte-level tokenizer, a 2-block transformer (2 heads of 16, 64-channel packed tokens) and a
+    16-channel VAE with the real factors (8 px, Qwen-Image's latent statistics), whose decoder
+    responds to its latents (`_make_decoder_responsive`). 32x32 px give a [16, 1, 4, 4] latent,
+    4 transformer tokens.
+
+    The scheduler has Qwen-Image's dynamic-shift settings (base/max image sequence length 256 /
+    8192, shift 0.5 / 0.9, exponential time shift, terminal sigma 0.02), as its checkpoint's
+    scheduler_config.json sets them."""
+    from diffusers import (
+        AutoencoderKLQwenImage, FlowMatchEulerDiscreteScheduler, QwenImagePipeline, QwenImageTransformer2DModel,
+    )
+
+    torch.manual_seed(0)
+    tokenizer = _tiny_tokenizer()
+    text_encoder = _tiny_text_encoder(tokenizer)
+    transformer = QwenImageTransformer2DModel(
+        patch_size=2, in_channels=64, out_channels=16, num_layers=2, attention_head_dim=16, num_attention_heads=2,
+        joint_attention_dim=32, axes_dims_rope=(4, 6, 6),
+    )
+    vae = AutoencoderKLQwenImage(base_dim=8, z_dim=16, dim_mult=[1, 1, 1, 1], num_res_blocks=1,
+                                 temperal_downsample=[False, True, True])
+    _make_decoder_responsive(vae)
+    scheduler = FlowMatchEulerDiscreteScheduler(
+        num_train_timesteps=1000, shift=1.0, use_dynamic_shifting=True, base_image_seq_len=256, max_image_seq_len=8192,
+        base_shift=0.5, max_shift=0.9, shift_terminal=0.02, time_shift_type="exponential",
+    )
+    pipe = QwenImagePipeline(
+        scheduler=scheduler, vae=vae, text_encoder=text_encoder, tokenizer=tokenizer, transformer=transformer,
+    )
+    pipe.save_pretrained(Path(folder))
