@@ -51,6 +51,7 @@ class AdapterCase:
     height: int
     width: int
     num_frames: int = 1
+    fps: float = 16.0
     steps: int = 4
     guidance: float = 3.0
     model_options: dict[str, Any] = field(default_factory=dict)
@@ -72,6 +73,7 @@ def build(case: AdapterCase, device: torch.device | None = None, path: str | Non
 
 def request(case: AdapterCase, prompt: str, seed: int, **changes) -> DiffusionRequest:
     fields = dict(prompt=prompt, seed=seed, height=case.height, width=case.width, num_frames=case.num_frames,
+                  fps=case.fps,
                   num_steps=case.steps, guidance_scale=case.guidance, kernel="sde", noise_level=0.7,
                   sde_window_size=2, sde_window_range=(0, case.steps))
     fields.update(changes)
@@ -168,10 +170,12 @@ class DiffusionAdapterSuite:
     @pytest.mark.parametrize("loss", ["flow_grpo", "flow_dppo"])
     def test_the_trainer_replays_the_rollout_log_probs(self, model, loss):
         case = self.case
+        # A reward that scores what the model makes (the config refuses an image reward on video).
+        reward = "video_brightness" if case.num_frames > 1 else "brightness"
         cfg = load_config([f"model.adapter={case.adapter}", f"model.path=tiny:{case.tiny}",
                            f"algo.policy_loss={loss}", f"rollout.num_frames={case.num_frames}",
-                           f"rollout.height={case.height}", f"rollout.width={case.width}",
-                           "rollout.sde_window_range=null"])
+                           f"rollout.fps={case.fps}", f"rollout.height={case.height}", f"rollout.width={case.width}",
+                           "rollout.sde_window_range=null", f"reward.rewards=[{{name: {reward}}}]"])
         family = DiffusionFamily(cfg, model)
         results, _ = generate(model, [request(case, p, seed=i) for i, p in enumerate(PROMPTS)], max_num_seqs=3)
         batch = DiffusionBatch.from_results(results, [{}] * len(results), [0] * len(results))

@@ -61,7 +61,7 @@ def load_lora(pipe, folder):
 
 
 CASE = AdapterCase(
-    adapter="LTX2Pipeline", tiny="ltx2", height=HEIGHT, width=WIDTH, num_frames=FRAMES, steps=4, guidance=3.0,
+    adapter="LTX2Pipeline", tiny="ltx2", height=HEIGHT, width=WIDTH, num_frames=FRAMES, fps=24.0, steps=4, guidance=3.0,
     model_options={"max_sequence_length": SEQ}, pipeline=pipeline, pipeline_latents=pipeline_latents,
     load_lora=load_lora,
 )
