@@ -11,9 +11,11 @@ from diffusers import LTX2Pipeline
 from omni_rl.algos import latent_streams as ls
 from omni_rl.compose import load_config
 from omni_rl.config.validate import ConfigError
+from omni_rl.data.diffusion_batch import DiffusionBatch
+from omni_rl.families.diffusion import DiffusionFamily
 from tests.adapters.diffusion_suite import (
     PROMPTS, AdapterCase, DiffusionAdapterSuite, assert_latents_close, build, fresh_pipeline, generate, initial_noise,
-    max_change, ode, one,
+    max_change, ode, one, request,
 )
 
 SEQ = 32  # text tokens (a multiple of the tiny connectors' 8 learnable registers)
@@ -175,6 +177,7 @@ def test_guided_velocity_is_plain_cfg_of_the_two_passes(model):
 
 
 # --- the optional guidance terms --------------------------------------------------------------
+RECIPE = "recipe=tiny_ltx2_flowgrpo_av"
 # ModelConfig keys of each case; the tiny transformer has 2 blocks.
 GUIDANCE = {
     "stg": dict(stg_scale=1.0, stg_blocks=[1]),
@@ -226,13 +229,19 @@ def test_guided_samples_are_the_same_alone_and_in_a_forward_across_the_schedule(
         assert_latents_close(ls.select(together, row), alone, atol=3e-5, msg=f"sample {i}")
 
 
+def test_the_trainer_replays_guided_rollout_log_probs(guided):
+    """Rollout and training guide through the same `predict_velocity`: the replay's log-probs are the rollout's."""
+    cfg = load_config([RECIPE, "rollout.sde_window_range=null"])
+    results, _ = generate(guided, [request(CASE, p, seed=i) for i, p in enumerate(PROMPTS)], max_num_seqs=3)
+    batch = DiffusionBatch.from_results(results, [{}] * len(results), [0] * len(results))
+    policy = DiffusionFamily(cfg, guided).behaviour_policy(batch, micro_batch_size=2)
+    torch.testing.assert_close(policy.log_probs, batch.rollout_log_probs, atol=1e-5, rtol=0)
+
+
 def test_audio_guidance_values_fall_back_to_the_video_ones():
     cfg = build(CASE, stg_scale=1.5, stg_blocks=[0], modality_scale=2.0, guidance_rescale=0.5).guidance(3.0)
     assert cfg["audio"] == cfg["video"] and cfg["video"].stg == 1.5 and cfg["video"].modality == 2.0
     assert build(CASE).guidance(3.0)["video"] == type(cfg["video"])(cfg=3.0)  # every term off by default
-
-
-RECIPE = "recipe=tiny_ltx2_flowgrpo_av"
 
 
 @pytest.mark.parametrize("overrides, message", [
