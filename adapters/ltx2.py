@@ -20,10 +20,15 @@ have a fixed length and no mask travels with them), the transformer (trained, Lo
 attention projections), the video VAE, the audio VAE (latent -> mel spectrogram) and the
 vocoder (mel -> waveform; LTX-2.3's `LTX2VocoderWithBWE` adds bandwidth extension).
 
-Guidance is the pipeline's CFG, computed as it computes it: in x0 space (x0 = x - sigma v) as
-`x0_c + (g - 1)(x0_c - x0_u)`, optionally rescaled (`guidance_rescale`), then back to velocity,
-with a scale per stream. The pipeline's default call also adds spatio-temporal guidance (STG)
-and modality-isolation guidance; neither is implemented here (each costs one more forward).
+Guidance is the pipeline's, computed as it computes it: in x0 space (x0 = x - sigma v) as
+`x0_c + (g - 1)(x0_c - x0_u)`, plus the optional terms of LTX-2's call, each off by default:
+spatio-temporal guidance (`model.stg_scale`, `stg_blocks`: `+ s (x0_c - x0_stg)` for a forward
+whose self-attention in those blocks is skipped) and modality isolation (`model.modality_scale`:
+`+ (m - 1)(x0_c - x0_isolated)` for a forward without the audio<->video cross-attention); then
+optionally rescaled (`guidance_rescale`) and turned back into a velocity, with each weight per
+stream. The STG rows share the CFG forward (the transformer takes a per-sample perturbation
+mask); modality isolation is a per-forward switch, so it costs a second forward. Rollout and
+training both call `predict_velocity`, so both guide the same way.
 
 The schedule is the pipeline's: sigmas `linspace(1, 1/N, N)` shifted by `mu` of the video
 token count (`schedule_mu`), through the checkpoint's `FlowMatchEulerDiscreteScheduler`.
@@ -39,6 +44,7 @@ from __future__ import annotations
 
 import copy
 import json
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -63,6 +69,13 @@ class LTX2Adapter(DiffusionModelBase):
             raise ValueError(
                 f"rollout.fps={cfg.rollout.fps}: expected {cls.frame_rate:g} with {cfg.model.adapter} (its audio length "
                 f"and video positions are computed at {cls.frame_rate:g} fps); set rollout.fps={cls.frame_rate:g}"
+            )
+        m = cfg.model
+        audio_stg = m.stg_scale if m.audio_stg_scale is None else m.audio_stg_scale
+        if (m.stg_scale > 0 or audio_stg > 0) and not m.stg_blocks:
+            raise ValueError(
+                f"model.stg_blocks={list(m.stg_blocks)}: expected the block indices STG perturbs (LTX-2.3's pipeline "
+                f"examples use [28], LTX-2.0's [29]) when model.stg_scale > 0 or model.audio_stg_scale > 0"
             )
 
     makes_audio = True
@@ -108,6 +121,7 @@ class LTX2Adapter(DiffusionModelBase):
         )
         self.pipeline.set_progress_bar_config(disable=True)
         self.num_train_timesteps = self.scheduler.config.num_train_timesteps
+        self._check_stg()
         self.setup_trainable()
 
     # --- what trains ---------------------------------------------------------------------
@@ -194,20 +208,49 @@ class LTX2Adapter(DiffusionModelBase):
         return Conditioning(tensors)
 
     # --- forward -------------------------------------------------------------------------
-    def guidance_scales(self, guidance_scale: float) -> tuple[float, float]:
-        """(video, audio) CFG scales: the audio one is `model.audio_guidance_scale` when set (the
-        pipeline's `audio_guidance_scale`; LTX-2.3 suggests 7 with 3 for video), else the video one."""
-        audio = self.cfg.audio_guidance_scale
-        return float(guidance_scale), float(guidance_scale if audio is None else audio)
+    def guidance(self, guidance_scale: float) -> dict[str, StreamGuidance]:
+        """Each stream's guidance terms, the pipeline's per-modality values: an audio value of
+        null takes the video one (`model.audio_guidance_scale`: LTX-2.3 suggests 7 with 3 for
+        video; `rollout.guidance_scale` is the video CFG scale)."""
+        m = self.cfg
+
+        def audio(value, video):
+            return float(video if value is None else value)
+
+        video = StreamGuidance(cfg=float(guidance_scale), stg=float(m.stg_scale), modality=float(m.modality_scale),
+                               rescale=float(m.guidance_rescale))
+        return {"video": video, "audio": StreamGuidance(
+            cfg=audio(m.audio_guidance_scale, video.cfg), stg=audio(m.audio_stg_scale, video.stg),
+            modality=audio(m.audio_modality_scale, video.modality), rescale=audio(m.audio_guidance_rescale, video.rescale),
+        )}
+
+    def _check_stg(self) -> None:
+        """STG's blocks exist and perturb: with `perturbed_attn` off in the checkpoint's
+        transformer the blocks ignore the perturbation and the STG term would be silently 0."""
+        terms = self.guidance(1.0)
+        if not (terms["video"].stg > 0 or terms["audio"].stg > 0):
+            return
+        layers = self.transformer.config.num_layers
+        bad = [b for b in self.cfg.stg_blocks if not 0 <= b < layers]
+        if bad:
+            raise ValueError(f"model.stg_blocks={list(self.cfg.stg_blocks)}: {bad} are not blocks of this "
+                             f"transformer (0 .. {layers - 1})")
+        if not self.transformer.config.perturbed_attn:
+            raise ValueError(
+                "model.stg_scale > 0: this transformer's config has perturbed_attn=false, so its blocks "
+                "cannot skip self-attention and STG would change nothing; set model.stg_scale=0 and "
+                "model.audio_stg_scale=null (or use a checkpoint converted with perturbed_attn=true, as LTX-2.3's is)"
+            )
 
     def predict_velocity(self, latents: LatentStreams, sigma, conditioning, guidance_scale) -> LatentStreams:
-        """Velocities of both streams (fp32) at per-sample sigma [B], from one transformer forward
-        over [uncond; cond] when guided, as the pipeline computes its CFG (module docstring)."""
+        """Velocities of both streams (fp32) at per-sample sigma [B], guided as the pipeline
+        guides (module docstring). One forward over [uncond; cond; cond with STG] (the STG rows
+        marked by a per-sample perturbation mask), and with modality isolation a second forward
+        of the cond rows with the audio<->video cross-attention off (a per-forward switch)."""
         from diffusers import LTX2Pipeline
 
         video, audio = latents["video"], latents["audio"]
         batch, _, frames, height, width = video.shape
-        length, mel = audio.shape[2], audio.shape[3]
         sigma = sigma.to(torch.float32).reshape(-1).to(self.device)
         if sigma.shape[0] != batch:
             raise ValueError(f"sigma has {sigma.shape[0]} values for a batch of {batch} latents")
@@ -215,17 +258,48 @@ class LTX2Adapter(DiffusionModelBase):
         x = LTX2Pipeline._pack_latents(video.to(self.device, torch.float32), p, p_t)
         a = LTX2Pipeline._pack_audio_latents(audio.to(self.device, torch.float32))
         cond = conditioning.to(self.device)
-        scale_v, scale_a = self.guidance_scales(guidance_scale)
-        guided = scale_v > 1.0 or scale_a > 1.0
-        prefixes = ("negative_", "") if guided else ("",)
-        copies = len(prefixes)
+        terms = self.guidance(guidance_scale)
+        # The pipeline runs a term's forward when either stream uses it; a stream at its off value
+        # then adds an exact zero.
+        use_cfg, use_stg, use_modality = (any(test(t) for t in terms.values()) for test in (
+            lambda t: t.cfg > 1.0, lambda t: t.stg > 0.0, lambda t: t.modality > 1.0))
+        rows = (["uncond"] if use_cfg else []) + ["cond"] + (["stg"] if use_stg else [])
+        prefix = {"uncond": "negative_", "cond": "", "stg": ""}
+        text = {name: torch.cat([cond[prefix[row] + name] for row in rows]) for name in _EMBEDS}
+        mask = None
+        if use_stg:  # 1 = attend as usual, 0 = the STG rows' perturbed self-attention (lerp-exact at 0 and 1)
+            mask = torch.cat([torch.full((batch,), float(row != "stg"), device=self.device) for row in rows])
+        outputs = self._forward(x, a, sigma, text, len(rows), (frames, height, width),
+                                stg_blocks=list(self.cfg.stg_blocks) if use_stg else None, perturbation_mask=mask)
+        out = {name: dict(zip(rows, v.float().chunk(len(rows)))) for name, v in zip(("video", "audio"), outputs)}
+        if use_modality:
+            cond_text = {name: cond[name] for name in _EMBEDS}
+            isolated = self._forward(x, a, sigma, cond_text, 1, (frames, height, width), isolate_modalities=True)
+            for name, v in zip(("video", "audio"), isolated):
+                out[name]["isolated"] = v.float()
+        v, va = out["video"]["cond"], out["audio"]["cond"]
+        if use_cfg or use_stg or use_modality:
+            v = _guide_in_x0_space(x, sigma, out["video"], terms["video"])
+            va = _guide_in_x0_space(a, sigma, out["audio"], terms["audio"])
+        return LatentStreams({
+            "video": LTX2Pipeline._unpack_latents(v, frames, height, width, p, p_t),
+            "audio": LTX2Pipeline._unpack_audio_latents(va, audio.shape[2], num_mel_bins=audio.shape[3]),
+        })
+
+    def _forward(self, x, a, sigma, text, copies: int, grid, stg_blocks=None, perturbation_mask=None,
+                 isolate_modalities: bool = False):
+        """One transformer forward of `copies` stacked copies of the packed latents x [B, S, D],
+        a [B, L, D_a] at sigma [B], with `text` holding [copies * B] rows: (video, audio) outputs."""
+        frames, height, width = grid
+        batch, length = x.shape[0], a.shape[1]
         timestep = torch.cat([sigma * self.num_train_timesteps] * copies)
-        text = {name: torch.cat([cond[prefix + name] for prefix in prefixes]) for name in _EMBEDS}
         video_coords = self.transformer.rope.prepare_video_coords(
             batch * copies, frames, height, width, self.device, fps=self.frame_rate
         )
         audio_coords = self.transformer.audio_rope.prepare_audio_coords(batch * copies, length, self.device)
-        v, va = self.transformer(
+        if perturbation_mask is not None:
+            perturbation_mask = perturbation_mask.to(self.dtype)
+        return self.transformer(
             hidden_states=torch.cat([x] * copies).to(self.dtype),
             audio_hidden_states=torch.cat([a] * copies).to(self.dtype),
             encoder_hidden_states=text["prompt_embeds"].to(self.dtype),
@@ -233,17 +307,10 @@ class LTX2Adapter(DiffusionModelBase):
             timestep=timestep, sigma=timestep,
             encoder_attention_mask=text["prompt_mask"], audio_encoder_attention_mask=text["prompt_mask"],
             num_frames=frames, height=height, width=width, fps=self.frame_rate, audio_num_frames=length,
-            video_coords=video_coords, audio_coords=audio_coords, use_cross_timestep=True, return_dict=False,
+            video_coords=video_coords, audio_coords=audio_coords, use_cross_timestep=True,
+            isolate_modalities=isolate_modalities, spatio_temporal_guidance_blocks=stg_blocks,
+            perturbation_mask=perturbation_mask, return_dict=False,
         )
-        v, va = v.float(), va.float()
-        if guided:
-            rescale = float(self.cfg.guidance_rescale)
-            v = _cfg_in_x0_space(x, v, sigma, scale_v, rescale)
-            va = _cfg_in_x0_space(a, va, sigma, scale_a, rescale)
-        return LatentStreams({
-            "video": LTX2Pipeline._unpack_latents(v, frames, height, width, p, p_t),
-            "audio": LTX2Pipeline._unpack_audio_latents(va, length, num_mel_bins=mel),
-        })
 
     # --- decoding ------------------------------------------------------------------------
     def _raw_video(self, latents) -> torch.Tensor:
@@ -296,18 +363,34 @@ class LTX2Adapter(DiffusionModelBase):
         )
 
 
-def _cfg_in_x0_space(x, v, sigma, scale: float, rescale: float) -> torch.Tensor:
-    """The pipeline's CFG on [uncond; cond] velocities of packed latents x [B, S, D]: in x0 space
-    `x0_c + (g - 1)(x0_c - x0_u)`, rescaled toward x0_c's std per sample (Lin et al. 2023, eq. 16)
-    when `rescale` > 0, then back to a velocity with each sample's own sigma."""
+@dataclass(frozen=True)
+class StreamGuidance:
+    """One stream's guidance weights; each at its default adds nothing."""
+
+    cfg: float = 1.0  # g: + (g - 1)(x0_c - x0_u)
+    stg: float = 0.0  # s: + s (x0_c - x0_stg)
+    modality: float = 1.0  # m: + (m - 1)(x0_c - x0_isolated)
+    rescale: float = 0.0  # phi: toward x0_c's std (Lin et al. 2023, eq. 16)
+
+
+def _guide_in_x0_space(x, sigma, v: dict[str, torch.Tensor], terms: StreamGuidance) -> torch.Tensor:
+    """The pipeline's guidance of packed latents x [B, S, D] from the velocities `v` of the
+    forwards that ran ("cond", and "uncond" / "stg" / "isolated"): in x0 space (x0 = x - sigma v,
+    each sample's own sigma)
+
+        x0 = x0_c + (g - 1)(x0_c - x0_u) + s (x0_c - x0_stg) + (m - 1)(x0_c - x0_isolated),
+
+    summed in that order, rescaled toward x0_c's std per sample when phi > 0, then back to a velocity."""
     s = sigma.view(-1, 1, 1)
-    v_u, v_c = v.chunk(2)
-    x0_u, x0_c = x - v_u * s, x - v_c * s
-    x0 = x0_c + (scale - 1.0) * (x0_c - x0_u)
-    if rescale > 0:
+    x0_c = x - v["cond"] * s
+    x0 = x0_c
+    for row, weight in (("uncond", terms.cfg - 1.0), ("stg", terms.stg), ("isolated", terms.modality - 1.0)):
+        if row in v:
+            x0 = x0 + weight * (x0_c - (x - v[row] * s))
+    if terms.rescale > 0:
         std_c = x0_c.std(dim=list(range(1, x0_c.ndim)), keepdim=True)
         std_g = x0.std(dim=list(range(1, x0.ndim)), keepdim=True)
-        x0 = rescale * (x0 * (std_c / std_g)) + (1 - rescale) * x0
+        x0 = terms.rescale * (x0 * (std_c / std_g)) + (1 - terms.rescale) * x0
     return (x - x0) / s
 
 
@@ -492,7 +575,7 @@ def build_tiny_ltx2(folder: Path) -> None:
         audio_in_channels=4, audio_out_channels=4, audio_num_attention_heads=2, audio_attention_head_dim=4,
         audio_cross_attention_dim=8, num_layers=2, caption_channels=16, rope_double_precision=False,
         rope_type="split", use_prompt_embeddings=False, cross_attn_mod=True, audio_cross_attn_mod=True,
-        gated_attn=True, audio_gated_attn=True,
+        gated_attn=True, audio_gated_attn=True, perturbed_attn=True,  # as LTX-2.3's: its blocks can do STG
     )
     vae = AutoencoderKLLTX2Video(
         latent_channels=8, block_out_channels=(8, 8, 8, 8), layers_per_block=(1, 1, 1, 1, 1),

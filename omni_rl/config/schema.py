@@ -54,6 +54,24 @@ class ModelConfig:
     # guidance rescale factor phi (0 = plain CFG). Rollout and training apply the same.
     audio_guidance_scale: Optional[float] = None
     guidance_rescale: float = 0.0
+    # LTX-2: the pipeline's optional guidance terms, each one more transformer forward per step
+    # (all off by default: plain CFG). Rollout and training apply the same.
+    # Spatio-temporal guidance (STG, arXiv 2411.18664) scale of the video stream: x0 moves away
+    # from a forward whose self-attention in `stg_blocks` is skipped (0 = off).
+    stg_scale: float = 0.0
+    # STG scale of the audio stream; null = stg_scale (0 turns it off for audio alone, where the
+    # pipeline's call would read 0 as "unset").
+    audio_stg_scale: Optional[float] = None
+    # Zero-based transformer block indices whose self-attention STG perturbs; required when a STG
+    # scale is > 0 (the pipeline suggests [28] for LTX-2.3, [29] for LTX-2.0).
+    stg_blocks: list[int] = field(default_factory=list)
+    # Modality-isolation guidance scale of the video stream: x0 moves away from a forward with
+    # the audio<->video cross-attention switched off (1 = off).
+    modality_scale: float = 1.0
+    # Its audio stream scale; null = modality_scale.
+    audio_modality_scale: Optional[float] = None
+    # The guidance rescale factor of the audio stream; null = guidance_rescale.
+    audio_guidance_rescale: Optional[float] = None
     # Omni models: keep the vision / audio encoders frozen (LoRA or not).
     freeze_vision_tower: bool = True
     freeze_audio_tower: bool = True

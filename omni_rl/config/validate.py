@@ -129,6 +129,7 @@ def validate_config(cfg: OmniConfig) -> None:
              "one of float32, bfloat16, float16")
     _require(cfg.model.lora.init in ("gaussian", "default"), "model.lora.init", cfg.model.lora.init,
              "one of gaussian, default")
+    _validate_ltx2_guidance(cfg)
     _validate_distribution(cfg)
     _require(len(cfg.reward.rewards) >= 1, "reward.rewards", [], "at least one reward")
     _require(cfg.reward.max_batch_size >= 1, "reward.max_batch_size", cfg.reward.max_batch_size, ">= 1")
@@ -158,6 +159,24 @@ def validate_config(cfg: OmniConfig) -> None:
     _require(o.weight_decay >= 0, "optim.weight_decay", o.weight_decay, ">= 0")
     _require(a.adv_eps > 0, "algo.adv_eps", a.adv_eps, "> 0")
     _require(a.kl_threshold >= 0, "algo.kl_threshold", a.kl_threshold, ">= 0")
+
+
+def _validate_ltx2_guidance(cfg: OmniConfig) -> None:
+    """LTX-2's guidance terms: each scale at or above its off value (whether the model takes
+    them, and STG's block list, the adapter checks)."""
+    m = cfg.model
+    for key, value, low, off in [
+        ("model.guidance_rescale", m.guidance_rescale, 0.0, "0 = off"),
+        ("model.audio_guidance_rescale", m.audio_guidance_rescale, 0.0, "0 = off"),
+        ("model.stg_scale", m.stg_scale, 0.0, "0 = off"),
+        ("model.audio_stg_scale", m.audio_stg_scale, 0.0, "0 = off"),
+        ("model.modality_scale", m.modality_scale, 1.0, "1 = off"),
+        ("model.audio_modality_scale", m.audio_modality_scale, 1.0, "1 = off"),
+    ]:
+        if value is not None:
+            _require(math.isfinite(value) and value >= low, key, value, f"a finite value >= {low:g} ({off})")
+    _require(all(isinstance(b, int) and b >= 0 for b in m.stg_blocks), "model.stg_blocks", list(m.stg_blocks),
+             "zero-based transformer block indices (integers >= 0)")
 
 
 def _validate_distribution(cfg: OmniConfig) -> None:

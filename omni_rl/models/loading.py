@@ -37,7 +37,7 @@ from omni_rl.models.registry import TINY_MODELS
 
 TINY_PREFIX = "tiny:"
 # Bump when a tiny builder changes, so stale caches are rebuilt rather than reused.
-TINY_FORMAT_VERSION = "v2"
+TINY_FORMAT_VERSION = "v3"
 # Files a hub snapshot can leave out when only the model's configs and processors are needed.
 WEIGHT_FILE_PATTERNS = ("*.safetensors", "*.bin", "*.pt", "*.pth", "*.ckpt", "*.gguf", "*.onnx", "*.msgpack", "*.h5")
 # How long to wait for a TCP connection to the hub before calling it unreachable.

@@ -1,6 +1,7 @@
 """The LTX-2 adapter (`LTX2Pipeline`) on `tiny:ltx2`: the shared diffusion adapter suite (video
 and audio streams, tests/adapters/diffusion_suite.py), then its geometry errors, the schedule,
-responsive video and audio decoders, and decode_audio's shape and rate."""
+responsive video and audio decoders, decode_audio's shape and rate, and the pipeline's optional
+guidance terms (STG, modality isolation, per-stream rescale) against the pipeline itself."""
 import copy
 
 import pytest
@@ -8,7 +9,14 @@ import torch
 from diffusers import LTX2Pipeline
 
 from omni_rl.algos import latent_streams as ls
-from tests.adapters.diffusion_suite import AdapterCase, DiffusionAdapterSuite, build, fresh_pipeline
+from omni_rl.compose import load_config
+from omni_rl.config.validate import ConfigError
+from omni_rl.data.diffusion_batch import DiffusionBatch
+from omni_rl.families.diffusion import DiffusionFamily
+from tests.adapters.diffusion_suite import (
+    PROMPTS, AdapterCase, DiffusionAdapterSuite, assert_latents_close, build, fresh_pipeline, generate, initial_noise,
+    max_change, ode, one, request,
+)
 
 SEQ = 32  # text tokens (a multiple of the tiny connectors' 8 learnable registers)
 HEIGHT = WIDTH = 32
@@ -42,16 +50,20 @@ def from_pipeline_space(pipe, video, audio) -> ls.LatentStreams:
     })
 
 
-def pipeline_latents(pipe, prompt, latents, steps, guidance, case):
+# Plain CFG on both streams: the pipeline's STG, modality guidance and rescale pinned off.
+PLAIN = dict(stg_scale=0.0, audio_stg_scale=0.0, modality_scale=1.0, audio_modality_scale=1.0, guidance_rescale=0.0,
+             audio_guidance_rescale=0.0, spatio_temporal_guidance_blocks=None)
+
+
+def pipeline_latents(pipe, prompt, latents, steps, guidance, case, **options):
+    """The pipeline's sample from the adapter-space `latents`; `options` are its guidance
+    arguments (default: plain CFG at `guidance` on both streams)."""
     video, audio = to_pipeline_space(pipe, latents)
-    # Plain CFG on both streams: the pipeline's STG, modality guidance and rescale pinned off.
+    options = {"audio_guidance_scale": guidance, **PLAIN, **options}
     video, audio = pipe(
         prompt=prompt, latents=video, audio_latents=audio, height=case.height, width=case.width,
         num_frames=case.num_frames, frame_rate=24.0, num_inference_steps=steps, guidance_scale=guidance,
-        audio_guidance_scale=guidance, stg_scale=0.0, audio_stg_scale=0.0, modality_scale=1.0,
-        audio_modality_scale=1.0, guidance_rescale=0.0, audio_guidance_rescale=0.0,
-        spatio_temporal_guidance_blocks=None, use_cross_timestep=True, max_sequence_length=SEQ,
-        output_type="latent", return_dict=False,
+        use_cross_timestep=True, max_sequence_length=SEQ, output_type="latent", return_dict=False, **options,
     )
     return from_pipeline_space(pipe, video, audio)
 
@@ -162,3 +174,103 @@ def test_guided_velocity_is_plain_cfg_of_the_two_passes(model):
     for name in ("video", "audio"):
         torch.testing.assert_close(guided[name], v_u[name] + 4.0 * (v_c[name] - v_u[name]), atol=1e-5, rtol=1e-5)
         assert (v_c[name] - v_u[name]).abs().max() > 1e-4  # the prompt matters to both streams
+
+
+# --- the optional guidance terms --------------------------------------------------------------
+RECIPE = "recipe=tiny_ltx2_flowgrpo_av"
+# ModelConfig keys of each case; the tiny transformer has 2 blocks.
+GUIDANCE = {
+    "stg": dict(stg_scale=1.0, stg_blocks=[1]),
+    "modality": dict(modality_scale=3.0),
+    "all": dict(stg_scale=1.0, audio_stg_scale=0.5, stg_blocks=[0, 1], modality_scale=3.0, audio_modality_scale=2.0,
+                audio_guidance_scale=5.0, guidance_rescale=0.7, audio_guidance_rescale=0.3),
+}
+
+
+def pipeline_options(model) -> dict:
+    """The pipeline's guidance arguments for the adapter's terms (every audio value explicit)."""
+    terms = model.guidance(CASE.guidance)
+    video, audio = terms["video"], terms["audio"]
+    return dict(
+        audio_guidance_scale=audio.cfg, stg_scale=video.stg, audio_stg_scale=audio.stg,
+        spatio_temporal_guidance_blocks=list(model.cfg.stg_blocks) or None, modality_scale=video.modality,
+        audio_modality_scale=audio.modality, guidance_rescale=video.rescale, audio_guidance_rescale=audio.rescale,
+    )
+
+
+@pytest.fixture(scope="module", params=list(GUIDANCE))
+def guided(request):
+    return build(CASE, **GUIDANCE[request.param])
+
+
+def test_guidance_terms_equal_the_pipeline_and_change_the_sample(guided, model):
+    noise = initial_noise(guided, CASE, seed=7)
+    (ours,), _ = generate(guided, [ode(CASE, PROMPTS[1], noise)], max_num_seqs=1)
+    theirs = pipeline_latents(pipeline(guided, False), PROMPTS[1], one(noise), CASE.steps, CASE.guidance, CASE,
+                              **pipeline_options(guided))
+    assert_latents_close(ours.final_latent, ls.to(ls.index(theirs, 0), dtype=torch.float32), atol=1e-5)
+    (plain,), _ = generate(model, [ode(CASE, PROMPTS[1], noise)], max_num_seqs=1)
+    assert max_change(ours.final_latent, plain.final_latent) > 1e-3  # every stream moved away from plain CFG
+
+
+@torch.no_grad()
+def test_guided_samples_are_the_same_alone_and_in_a_forward_across_the_schedule(guided):
+    """Equal to fp32 rounding: a forward's outputs move ~1e-6 with its batch size, and the guided
+    velocity adds up to four x0 estimates scaled by their weights and divides by sigma (0.1 last):
+    measured 1.2e-5 at most (modality), against plain CFG's 7e-6 at the same sigma."""
+    sigmas = guided.sigmas(8, HEIGHT, WIDTH, FRAMES)[:-1]
+    n = len(sigmas)
+    x = ls.stack([initial_noise(guided, CASE, seed=s) for s in range(n)])
+    cond = guided.encode_prompts([PROMPTS[i % len(PROMPTS)] for i in range(n)])
+    together = guided.predict_velocity(x, sigmas, cond, CASE.guidance)
+    for i in range(n):
+        row = torch.tensor([i])
+        alone = guided.predict_velocity(ls.select(x, row), sigmas[i : i + 1], cond.select([i]), CASE.guidance)
+        assert_latents_close(ls.select(together, row), alone, atol=3e-5, msg=f"sample {i}")
+
+
+def test_the_trainer_replays_guided_rollout_log_probs(guided):
+    """Rollout and training guide through the same `predict_velocity`: the replay's log-probs are the rollout's."""
+    cfg = load_config([RECIPE, "rollout.sde_window_range=null"])
+    results, _ = generate(guided, [request(CASE, p, seed=i) for i, p in enumerate(PROMPTS)], max_num_seqs=3)
+    batch = DiffusionBatch.from_results(results, [{}] * len(results), [0] * len(results))
+    policy = DiffusionFamily(cfg, guided).behaviour_policy(batch, micro_batch_size=2)
+    torch.testing.assert_close(policy.log_probs, batch.rollout_log_probs, atol=1e-5, rtol=0)
+
+
+def test_audio_guidance_values_fall_back_to_the_video_ones():
+    cfg = build(CASE, stg_scale=1.5, stg_blocks=[0], modality_scale=2.0, guidance_rescale=0.5).guidance(3.0)
+    assert cfg["audio"] == cfg["video"] and cfg["video"].stg == 1.5 and cfg["video"].modality == 2.0
+    assert build(CASE).guidance(3.0)["video"] == type(cfg["video"])(cfg=3.0)  # every term off by default
+
+
+@pytest.mark.parametrize("overrides, message", [
+    (["model.stg_scale=1.0"], r"model.stg_blocks=\[\]: expected the block indices STG perturbs .*\[28\]"),
+    (["model.audio_stg_scale=1.0"], r"model.stg_blocks=\[\]: expected"),
+    (["model.stg_scale=-1.0", "model.stg_blocks=[1]"], r"model.stg_scale=-1.0: expected a finite value >= 0"),
+    (["model.modality_scale=0.5"], r"model.modality_scale=0.5: expected a finite value >= 1"),
+    (["model.audio_modality_scale=0.0"], r"model.audio_modality_scale=0.0: expected a finite value >= 1"),
+    (["model.audio_guidance_rescale=-0.1"], r"model.audio_guidance_rescale=-0.1: expected a finite value >= 0"),
+    (["model.stg_blocks=[-1]"], r"model.stg_blocks=\[-1\]: expected zero-based"),
+])
+def test_bad_guidance_keys_fail_at_config_load(overrides, message):
+    with pytest.raises(ConfigError, match=message):
+        load_config([RECIPE, *overrides])
+    load_config([RECIPE, "model.stg_scale=1.0", "model.stg_blocks=[1]", "model.modality_scale=3.0"])
+
+
+def test_stg_needs_blocks_that_exist_and_can_be_perturbed(tmp_path):
+    import json
+    import shutil
+
+    from omni_rl.models.loading import resolve_model_path
+
+    with pytest.raises(ValueError, match=r"model.stg_blocks=\[2\]: \[2\] are not blocks of this transformer \(0 .. 1\)"):
+        build(CASE, stg_scale=1.0, stg_blocks=[2])
+    folder = tmp_path / "ltx2"
+    shutil.copytree(resolve_model_path("tiny:ltx2"), folder)
+    config = folder / "transformer" / "config.json"
+    config.write_text(json.dumps({**json.loads(config.read_text()), "perturbed_attn": False}))
+    with pytest.raises(ValueError, match="perturbed_attn=false"):
+        build(CASE, path=str(folder), stg_scale=1.0, stg_blocks=[1])
+    build(CASE, path=str(folder), modality_scale=3.0)  # modality isolation needs no perturbed attention
