@@ -42,19 +42,17 @@ bandwidth-extending vocoder) whose video and audio decoders respond to their lat
 """
 from __future__ import annotations
 
-import copy
 import json
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
 import torch
 from torch import nn
 
 from omni_rl.algos.latent_streams import LatentStreams
 from omni_rl.config.schema import ModelConfig
 from omni_rl.models import Conditioning, DiffusionModelBase, register_adapter, register_tiny_model
-from omni_rl.models.diffusion import check_frame_count, check_multiple
+from omni_rl.models.diffusion import check_frame_count, check_multiple, linspace_to_one_over_n
 
 # The prompt conditioning: per stream, positive and negative (fixed length, see the module doc).
 _EMBEDS = ("prompt_embeds", "audio_prompt_embeds", "prompt_mask")
@@ -175,20 +173,10 @@ class LTX2Adapter(DiffusionModelBase):
             config.get("base_shift", 0.95), config.get("max_shift", 2.05),
         ))
 
-    def sigmas(self, num_steps: int, height: int | None = None, width: int | None = None,
-               num_frames: int = 1) -> torch.Tensor:
-        """The pipeline's schedule: `set_timesteps(sigmas=linspace(1, 1/N, N), mu)` (the base class's
-        default spacing ends at 1/1000 instead of 1/N). Needs the geometry: mu depends on it."""
-        if height is None or width is None:
-            raise ValueError("LTX-2's schedule shifts with the video token count: pass height, width and num_frames")
-        mu = self.schedule_mu(height, width, num_frames)
-        cache = self.__dict__.setdefault("_sigma_cache", {})
-        key = (num_steps, mu)
-        if key not in cache:
-            scheduler = copy.deepcopy(self.scheduler)
-            scheduler.set_timesteps(sigmas=np.linspace(1.0, 1.0 / num_steps, num_steps), device="cpu", mu=mu)
-            cache[key] = scheduler.sigmas.detach().to(torch.float32).cpu()
-        return cache[key]
+    def base_sigmas(self, num_steps: int) -> list[float]:
+        """The pipeline's unshifted spacing, `linspace(1, 1/N, N)` (the scheduler's own ends at
+        1/1000); the base class shifts it by `schedule_mu` of the geometry."""
+        return linspace_to_one_over_n(num_steps)
 
     # --- conditioning --------------------------------------------------------------------
     @torch.no_grad()

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import shutil
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Callable, ClassVar
 
 import pytest

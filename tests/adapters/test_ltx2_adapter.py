@@ -112,7 +112,7 @@ def test_the_schedule_is_the_pipelines(model):
          audio_guidance_scale=1.0, stg_scale=0.0, audio_stg_scale=0.0, modality_scale=1.0, audio_modality_scale=1.0,
          spatio_temporal_guidance_blocks=None, max_sequence_length=SEQ, output_type="latent")
     torch.testing.assert_close(model.sigmas(5, HEIGHT, WIDTH, FRAMES), pipe.scheduler.sigmas.float(), atol=0, rtol=0)
-    with pytest.raises(ValueError, match="video token count"):
+    with pytest.raises(ValueError, match="shifts with the output.s sequence length"):
         model.sigmas(5)
 
 
