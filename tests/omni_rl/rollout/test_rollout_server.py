@@ -87,11 +87,28 @@ def test_qwen3_server_trains_like_native_with_full_weights(tmp_path):
     assert server[3] == [[0], [1]]
 
 
+def other_python(tmp_path):
+    """The python of a fresh venv (no pip) whose site-packages point at this interpreter's."""
+    import site
+    import sysconfig
+
+    venv = tmp_path / "venv"
+    made = subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], capture_output=True, text=True,
+                          timeout=120)
+    if made.returncode != 0:
+        pytest.skip(f"python -m venv failed here ({made.stderr.strip()[-200:]}); rollout.python not checked")
+    python = venv / "bin" / "python"
+    purelib = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                             capture_output=True, text=True, timeout=60).stdout.strip()
+    ours = [p for p in [*site.getsitepackages(), sysconfig.get_paths()["purelib"]] if os.path.isdir(p)]
+    with open(os.path.join(purelib, "omni_rl_test_parent.pth"), "w") as f:
+        f.write("\n".join(dict.fromkeys(ours)) + "\n")
+    return python
+
+
 def test_killed_server_fails_the_run_within_the_deadline_naming_it(tmp_path):
-    # rollout.python through a symlink: the server runs with the interpreter the key names.
-    python = tmp_path / "bin" / "python-link"
-    python.parent.mkdir()
-    python.symlink_to(sys.executable)
+    # rollout.python names another interpreter: a venv made here, seeing this one's packages.
+    python = other_python(tmp_path)
     trainer = PPOTrainer(load_config([*SD3, f"trainer.output_dir={tmp_path / 'killed'}", *SERVER,
                                       f"rollout.python={python}", "trainer.total_steps=3"]))
     engine = trainer.rollout_engine
