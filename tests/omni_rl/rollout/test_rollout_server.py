@@ -106,31 +106,44 @@ def other_python(tmp_path):
     return python
 
 
-def test_killed_server_fails_the_run_within_the_deadline_naming_it(tmp_path):
-    # rollout.python names another interpreter: a venv made here, seeing this one's packages.
-    python = other_python(tmp_path)
-    trainer = PPOTrainer(load_config([*SD3, f"trainer.output_dir={tmp_path / 'killed'}", *SERVER,
-                                      f"rollout.python={python}", "trainer.total_steps=3"]))
+@pytest.mark.parametrize("how", ["killed", "stopped"])
+def test_a_dead_or_silent_server_fails_the_run_within_the_deadline_naming_it(tmp_path, how):
+    # killed: its connections drop at once; stopped (SIGSTOP): it holds them open and answers
+    # nothing, so the health checks of `wait` give up after rollout.server_timeout_s.
+    timeout_s = 60 if how == "killed" else 5
+    overrides = [*SD3, f"trainer.output_dir={tmp_path / how}", *SERVER, f"rollout.server_timeout_s={timeout_s}",
+                 "trainer.total_steps=3"]
+    if how == "killed":
+        # rollout.python names another interpreter: a venv made here, seeing this one's packages.
+        python = other_python(tmp_path)
+        overrides.append(f"rollout.python={python}")
+    trainer = PPOTrainer(load_config(overrides))
     engine = trainer.rollout_engine
     pid = engine.pid
-    with open(f"/proc/{pid}/cmdline", "rb") as f:
-        assert f.read().split(b"\0")[0] == str(python).encode()
+    if how == "killed":
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            assert f.read().split(b"\0")[0] == str(python).encode()
     submit, calls = engine.submit_many, []
 
-    def kill_on_second(requests):
+    def stop_on_second(requests):
         futures = submit(requests)
-        calls.append(len(requests))
-        if len(calls) == 2:
-            os.kill(pid, signal.SIGKILL)  # mid-rollout: its answer never comes
+        calls.append(time.monotonic())
+        if len(calls) == 2:  # mid-rollout: its answer never comes
+            os.kill(pid, signal.SIGKILL if how == "killed" else signal.SIGSTOP)
         return futures
 
-    engine.submit_many = kill_on_second
-    start = time.monotonic()
-    with pytest.raises(RolloutEngineError) as err:
-        trainer.fit()
-    assert time.monotonic() - start < 60 + 30  # step 1 plus the failure, far below a hang
-    assert len(calls) == 2
-    assert f"pid {pid}" in str(err.value) and engine.url in str(err.value), str(err.value)
+    engine.submit_many = stop_on_second
+    try:
+        with pytest.raises(RolloutEngineError) as err:
+            trainer.fit()
+        assert len(calls) == 2
+        assert time.monotonic() - calls[1] < timeout_s + 20  # the deadline, plus slack for a slow machine
+        assert f"pid {pid}" in str(err.value) and engine.url in str(err.value), str(err.value)
+        assert "generating 8 requests" in str(err.value), str(err.value)
+    finally:
+        if how == "stopped" and engine.process.poll() is None:
+            os.kill(pid, signal.SIGKILL)
+            engine.process.wait(timeout=30)
 
 
 def test_a_server_that_cannot_start_exits_the_cli_with_one_error_line(tmp_path, capsys):
