@@ -11,7 +11,9 @@ Every request and answer carries `X-Omni-RL-Rollout-Protocol`; a request without
 another version is a 400 naming both versions. Errors are JSON `{"error": ..., "protocol": 1}`:
 400 a malformed or refused request, 404 an unknown path, 500 the engine raised. Calls into the
 engine are serialised (one lock): the native text engine samples in its caller's thread, and a
-weight bucket must never land in the middle of a generate call.
+weight bucket must never land in the middle of a generate call. GET /health and /stats take no
+lock: they answer while a generate runs, which is how the client tells a busy server from a
+silent one.
 
 Left out on purpose: authentication (it binds loopback only), retries (a generate is not
 resent: the client fails the step and names the server), streaming of partial results.
@@ -141,8 +143,11 @@ class _Handler(BaseHTTPRequestHandler):
             if path not in routes:
                 raise HttpError(404, f"unknown path {self.command} {path}: expected one of {sorted(routes)}")
             call = routes[path]
-            with self.server.engine_lock:
-                out = call(body) if self.command == "POST" else call()
+            if self.command == "GET":
+                out = call()
+            else:
+                with self.server.engine_lock:
+                    out = call(body)
         except HttpError as err:
             return self._reply(err.status, {"error": str(err)})
         except (ProtocolError, ValueError, KeyError, TypeError) as err:

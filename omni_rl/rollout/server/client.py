@@ -19,6 +19,7 @@ from __future__ import annotations
 import http.client
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -216,12 +217,15 @@ def start_server_engine(cfg: OmniConfig, model) -> ServerRolloutEngine:
     env = dict(os.environ)
     root = str(Path(omni_rl.__file__).resolve().parent.parent)  # this checkout's omni_rl (and adapters/)
     env["PYTHONPATH"] = os.pathsep.join([root, *filter(None, [env.get("PYTHONPATH")])])
-    command = [python, "-m", "omni_rl.rollout.server", "--config", str(config_path)]
+    command = [python, "-m", "omni_rl.rollout.server", "--config", str(config_path), "--parent-pid", str(os.getpid())]
     try:
-        process = subprocess.Popen(command, stdout=subprocess.PIPE, env=env, text=True)
-    except OSError as err:
-        raise RolloutEngineError(f"rollout.python={python!r}: cannot start the rollout server ({err})") from None
-    ready = _read_ready_line(process, r.server_startup_timeout_s, command)
+        try:
+            process = subprocess.Popen(command, stdout=subprocess.PIPE, env=env, text=True)
+        except OSError as err:
+            raise RolloutEngineError(f"rollout.python={python!r}: cannot start the rollout server ({err})") from None
+        ready = _read_ready_line(process, r.server_startup_timeout_s, command)
+    finally:
+        shutil.rmtree(config_dir, ignore_errors=True)  # read by the server before it reports ready
     engine = ServerRolloutEngine(
         ready["url"], timeout_s=r.server_timeout_s, chunk_size=r.max_num_seqs,
         bucket_bytes=cfg.trainer.weight_sync_bucket_mb << 20, process=process, pid=ready["pid"],
@@ -238,7 +242,7 @@ def start_server_engine(cfg: OmniConfig, model) -> ServerRolloutEngine:
 def _read_ready_line(process: subprocess.Popen, timeout_s: float, command: list[str]) -> dict[str, Any]:
     """The server's first stdout line (its address), within `timeout_s`; then stdout is drained."""
     lines: list[str] = []
-    got = threading.Event()
+    got, eof = threading.Event(), threading.Event()
 
     def read() -> None:
         for line in process.stdout:
@@ -246,6 +250,7 @@ def _read_ready_line(process: subprocess.Popen, timeout_s: float, command: list[
                 lines.append(line)
                 if line.lstrip().startswith("{"):
                     got.set()
+        eof.set()
         got.set()
 
     threading.Thread(target=read, daemon=True, name="omni-rl-rollout-server-stdout").start()
@@ -257,6 +262,11 @@ def _read_ready_line(process: subprocess.Popen, timeout_s: float, command: list[
                 return {"url": ready["url"], "pid": int(ready["pid"])}
             except (ValueError, KeyError):
                 break
+    if eof.is_set():  # its stdout closed: it is exiting, or has
+        try:
+            process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            pass
     code = process.poll()
     if code is None:
         process.kill()

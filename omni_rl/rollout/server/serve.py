@@ -6,7 +6,8 @@ then sends the trainable tensors once (version 0) so that a resumed or otherwise
 start agrees too. The engine is `--backend`'s factory (default `native`) over that model.
 
 The first line on stdout is one JSON object, `{"url": ..., "pid": ..., "protocol": 1}`, written
-once the server answers; logs go to stderr.
+once the server answers; logs go to stderr. With `--parent-pid` the server stops when that
+process is gone, so a trainer that was killed leaves no server behind.
 """
 from __future__ import annotations
 
@@ -15,6 +16,8 @@ import json
 import logging
 import os
 import sys
+import threading
+import time
 from typing import Sequence
 
 import torch
@@ -46,9 +49,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--config", required=True, help="the run's config as YAML")
     parser.add_argument("--backend", default="native", help="the in-process rollout backend to serve")
     parser.add_argument("--port", type=int, default=0, help="0 = a free port")
+    parser.add_argument("--parent-pid", type=int, default=None, help="stop serving when this process is gone")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr, format="rollout server: %(levelname)s %(message)s")
     server = build_server(load_run_config(args.config), args.backend, "127.0.0.1", args.port)
+    if args.parent_pid is not None:
+        threading.Thread(target=_stop_when_gone, args=(server, args.parent_pid), daemon=True).start()
     print(json.dumps({"url": server.url, "pid": os.getpid(), "protocol": PROTOCOL_VERSION}), flush=True)
     try:
         server.serve_forever(poll_interval=0.2)
@@ -56,3 +62,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         server.engine.close()
         server.server_close()
     return 0
+
+
+def _stop_when_gone(server: RolloutServer, pid: int) -> None:
+    while True:
+        time.sleep(1.0)
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            logging.getLogger(__name__).warning("the trainer (pid %d) is gone: stopping", pid)
+            server.shutdown()
+            return
+        except PermissionError:  # alive, another user's
+            pass

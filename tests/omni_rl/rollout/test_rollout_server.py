@@ -226,3 +226,27 @@ def test_messages_carry_every_result_field():
     for name in ("video", "audio"):
         assert torch.equal(back.latents[name], latents[name]) and torch.equal(back.final_latent[name], latents[name][0])
     assert torch.equal(back.conditioning["mask"], cond["mask"]) and back.image.dtype == torch.uint8
+
+
+def test_health_answers_while_a_generate_runs(echo_server):
+    # The client tells a busy server from a silent one by /health: it must not wait for the engine.
+    import threading
+
+    generate = echo_server.engine.generate
+    started, release = threading.Event(), threading.Event()
+
+    def slow(requests, timeout_s=1800.0):
+        started.set()
+        release.wait(30)
+        return generate(requests, timeout_s)
+
+    echo_server.engine.generate = slow
+    client = ServerRolloutEngine(echo_server.url, timeout_s=10)
+    req = DiffusionRequest("a cat", 1, 32, 32, 4, 4.5)
+    futures = client.submit_many([req])
+    assert started.wait(30)
+    t0 = time.monotonic()
+    assert client._json("GET", "/health", what="checking its health")["status"] == "ok"
+    assert time.monotonic() - t0 < 5
+    release.set()
+    assert client.wait([req], futures, timeout_s=30)[0].request_id == req.request_id
