@@ -97,19 +97,25 @@ class ServerRolloutEngine(RolloutEngine):
                     self._json("GET", "/health", what=f"checking its health while generating {len(requests)} requests",
                                timeout_s=max(1.0, self.timeout_s - interval))
                     next_check = time.monotonic() + interval
-            if fut.exception() is not None:
-                err = fut.exception()
-                raise (err if isinstance(err, RolloutEngineError) else RolloutEngineError(
-                    f"rollout failed for request {req.request_id} in {self._where()}: {err!r}")) from err
+            err = fut.exception()
+            if isinstance(err, RolloutEngineError):
+                raise err
+            if err is not None:
+                raise RolloutEngineError(f"rollout failed for request {req.request_id} in {self._where()}: {err!r}") from err
         return [f.result() for f in futures]
 
     def update_weights(self, tensors: NamedTensors, version: int, kind: str) -> None:
+        """Bucket by bucket as `tensors` yields them (one bucket ahead, to mark the last)."""
         check_weight_kind(kind)
-        buckets = list(named_buckets(tensors, self.bucket_bytes)) or [{}]
-        for i, bucket in enumerate(buckets):
-            last = i == len(buckets) - 1
-            self._call("POST", "/update_weights", encode_weights(bucket, version, kind, i, last), CONTENT_TYPE,
-                       what=f"updating weights to version {version} ({kind}, bucket {i + 1} of {len(buckets)})")
+        buckets = named_buckets(tensors, self.bucket_bytes)
+        bucket, i = next(buckets, {}), 0
+        while True:
+            following = next(buckets, None)
+            self._call("POST", "/update_weights", encode_weights(bucket, version, kind, i, following is None),
+                       CONTENT_TYPE, what=f"updating weights to version {version} ({kind}, bucket {i + 1})")
+            if following is None:
+                break
+            bucket, i = following, i + 1
         self.weight_version = version
 
     def sleep(self) -> None:

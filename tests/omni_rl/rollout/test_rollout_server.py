@@ -21,7 +21,7 @@ from omni_rl.rollout.base import RolloutEngine
 from omni_rl.rollout.native import RolloutEngineError
 from omni_rl.rollout.server.app import RolloutServer
 from omni_rl.rollout.server.client import ServerRolloutEngine
-from omni_rl.rollout.server.protocol import decode_message, encode_message
+from omni_rl.rollout.server.protocol import CONTENT_TYPE, decode_message, encode_message, encode_weights
 from omni_rl.rollout.types import DiffusionRequest
 from omni_rl.trainer import PPOTrainer
 
@@ -250,3 +250,20 @@ def test_health_answers_while_a_generate_runs(echo_server):
     assert time.monotonic() - t0 < 5
     release.set()
     assert client.wait([req], futures, timeout_s=30)[0].request_id == req.request_id
+
+
+def test_weights_travel_in_buckets_and_the_version_lands_with_the_last(echo_server):
+    loaded = []
+    update = echo_server.engine.update_weights
+
+    def spy(tensors, version, kind):
+        loaded.append((sorted(tensors), version))
+        update(tensors, version, kind)
+
+    echo_server.engine.update_weights = spy
+    client = ServerRolloutEngine(echo_server.url, timeout_s=10, bucket_bytes=16)  # 4 floats a bucket
+    client.update_weights(iter([("a", torch.ones(4)), ("b", torch.ones(2)), ("c", torch.ones(2)), ("d", torch.ones(3))]), 4, "full")
+    assert loaded == [(["a"], 0), (["b", "c"], 0), (["d"], 4)]
+    assert client.stats["weight_version"] == 4 and client.weight_version == 4
+    with pytest.raises(RolloutEngineError, match="HTTP 400.*kind='delta'"):
+        client._call("POST", "/update_weights", encode_weights({}, 5, "delta", 0, True), CONTENT_TYPE, what="sending a bad kind")
