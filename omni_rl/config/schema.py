@@ -109,6 +109,14 @@ class RolloutConfig:
     max_wait_ms: float = 5.0
     # A rollout that takes longer than this fails the step instead of hanging.
     timeout_s: float = 1800.0
+    # --- rollout.backend=server: the native engine in a process (and Python) of its own ---
+    # The interpreter that runs the server; null = this one (sys.executable).
+    python: Optional[str] = None
+    # A server call (or, while sampling, its health check) that gets no answer within this long
+    # fails the step with an error naming the server; so does a server that exits.
+    server_timeout_s: float = 60.0
+    # How long the server may take to build its model and answer its first health check.
+    server_startup_timeout_s: float = 600.0
     # --- text / omni models (autoregressive) ---
     temperature: float = 1.0
     top_p: float = 1.0

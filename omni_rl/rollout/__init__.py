@@ -1,7 +1,8 @@
 """Rollout engines behind one contract (`base.RolloutEngine`), built by `rollout.backend`.
 
 `backends.ROLLOUT_BACKENDS` holds the factories: `native` (in-process; request-level batching
-for diffusion in `native.py`, batched decoding for text in `text_native.py`). The Ray rollout
+for diffusion in `native.py`, batched decoding for text in `text_native.py`) and `server` (the
+native engine in a process and Python of its own, over loopback HTTP: `server/`). The Ray rollout
 engine that shards requests over workers lives with the workers (`omni_rl.workers.ray_rollout`).
 """
 from omni_rl.rollout.base import RolloutEngine

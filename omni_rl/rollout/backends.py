@@ -2,7 +2,8 @@
 
 One signature: `factory(cfg: OmniConfig, model) -> RolloutEngine`, called wherever a model that
 samples lives (this process, or each Ray worker's rollout copy). `native` is the in-process
-engine of the model's kind: request-level batching for diffusion, batched decoding for text.
+engine of the model's kind: request-level batching for diffusion, batched decoding for text;
+`server` runs that engine in a process (and Python, `rollout.python`) of its own, over HTTP.
 Register another with `@register_rollout_backend("name")` in a plugin module.
 """
 from __future__ import annotations
@@ -13,6 +14,7 @@ from omni_rl.models.diffusion import DiffusionModelBase
 from omni_rl.registry import Registry
 from omni_rl.rollout.base import RolloutEngine
 from omni_rl.rollout.native import NativeDiffusionEngine
+from omni_rl.rollout.server.client import start_server_engine
 from omni_rl.rollout.text_native import NativeTextEngine
 
 ROLLOUT_BACKENDS: Registry = Registry("rollout backend")
@@ -37,3 +39,8 @@ def native_engine(cfg: OmniConfig, model) -> RolloutEngine:
         f"rollout.backend='native' has no engine for {type(model).__name__} (family {model.family!r}); "
         f"adapters derive from DiffusionModelBase or AutoregressiveModelBase"
     )
+
+
+@register_rollout_backend("server")
+def server_engine(cfg: OmniConfig, model) -> RolloutEngine:
+    return start_server_engine(cfg, model)

@@ -3,27 +3,70 @@
 - `submit_many(requests) -> futures` queues requests; `wait(requests, futures, timeout_s)`
   returns their results in request order, raising (never hanging) on a failure or when
   `timeout_s` passes; `generate(requests, timeout_s)` is the two in one call. A future completes
-  as soon as its sample is done, which is how the reward scorer overlaps the rollout.
-- `sync_weights(source_model, version)` makes the engine sample from `source_model`'s current
-  weights and records `version` in `weight_version`.
+  as soon as its sample is done, which is how the reward scorer overlaps the rollout. Every
+  result records the `weight_version` it was sampled with.
+- `update_weights(tensors, version, kind)` loads named tensors (a dict, or an iterable of
+  `(name, tensor)` pairs, which an engine may consume bucket by bucket) into the engine's model
+  and records `version` in `weight_version`. `kind` is "lora" (LoRA tensors only: the fast
+  path) or "full" (the trainable module's full weights). Tensors, never a model object: the
+  engine may live in another process or Python (`rollout.backend=server`).
+- `sync_weights(source_model, version)` is the trainer's helper over it: when the engine samples
+  with `source_model` itself (the in-process native engine) the weights are already current and
+  only the version is recorded; otherwise it sends `source_model.named_trainable_tensors()`.
+- `sleep()` / `wake()`: free the accelerator memory the engine holds (weights, caches) while
+  the trainer uses the device, and take it back. A colocated accelerator backend implements
+  them; the native engines hold nothing of their own (they share the trainer's model) and treat
+  both as no-ops.
+- `stats`: a mapping of counters (forwards, samples, ...); engines add what they measure.
 - `same_log_probs_as(model)`: whether the engine's recorded log-probs are, by construction, the
   ones the trainer computes for `model`'s current weights (the same model object in this
   process, the same function, fp32). Then the trainer need not recompute them; anywhere else
   (another process or copy, other kernels or precision) the answer is False and it does.
 - `close()` stops the engine; its pending requests fail.
-
-Left for the rollout-backend work: weight updates as streams of named tensors, sleep / wake,
-engines in their own process.
 """
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Iterable, Iterator, Mapping
 from concurrent.futures import Future
-from typing import Any, Sequence
+from types import MappingProxyType
+from typing import Any, Sequence, Union
+
+import torch
+
+WEIGHT_KINDS = ("lora", "full")
+NamedTensors = Union[Mapping[str, torch.Tensor], Iterable[tuple[str, torch.Tensor]]]
+
+
+def weight_kind(model) -> str:
+    """What `model.named_trainable_tensors()` holds: LoRA tensors only, or the full weights."""
+    return "lora" if model.cfg.lora.enabled else "full"
+
+
+def check_weight_kind(kind: str) -> None:
+    if kind not in WEIGHT_KINDS:
+        raise ValueError(f"update_weights: kind={kind!r}, expected one of {list(WEIGHT_KINDS)}")
+
+
+def named_buckets(tensors: NamedTensors, bucket_bytes: int) -> Iterator[dict[str, torch.Tensor]]:
+    """Named tensors in dicts of at most `bucket_bytes` each (a larger tensor travels alone)."""
+    items = tensors.items() if isinstance(tensors, Mapping) else tensors
+    bucket: dict[str, torch.Tensor] = {}
+    size = 0
+    for name, tensor in items:
+        nbytes = tensor.numel() * tensor.element_size()
+        if bucket and size + nbytes > bucket_bytes:
+            yield bucket
+            bucket, size = {}, 0
+        bucket[name] = tensor
+        size += nbytes
+    if bucket:
+        yield bucket
 
 
 class RolloutEngine(ABC):
     weight_version: int = 0
+    stats: Mapping[str, Any] = MappingProxyType({})
 
     @abstractmethod
     def submit_many(self, requests: Sequence[Any]) -> list[Future]:
@@ -40,8 +83,21 @@ class RolloutEngine(ABC):
         return self.wait(requests, self.submit_many(requests), timeout_s)
 
     @abstractmethod
-    def sync_weights(self, source_model, version: int) -> None:
+    def update_weights(self, tensors: NamedTensors, version: int, kind: str) -> None:
         ...
+
+    def sync_weights(self, source_model, version: int) -> None:
+        """Make the engine sample from `source_model`'s current weights."""
+        if source_model is getattr(self, "model", None):
+            self.weight_version = version  # the trainer's model itself: already current
+            return
+        self.update_weights(source_model.named_trainable_tensors(), version, weight_kind(source_model))
+
+    def sleep(self) -> None:
+        pass
+
+    def wake(self) -> None:
+        pass
 
     def same_log_probs_as(self, model) -> bool:
         return False

@@ -16,8 +16,9 @@ Failure never hangs a caller: an exception in the loop fails every pending reque
 that error, and the engine refuses new work after it. Callers wait with a timeout.
 
 Weight sync: when the trainer's model *is* this engine's model (colocated, one process), the
-weights are already current and `sync_weights` only records the version; otherwise the trainable
-tensors (LoRA only, when LoRA is on) are copied in between two iterations.
+weights are already current and `sync_weights` only records the version; otherwise
+`update_weights` copies the named trainable tensors (LoRA only, when LoRA is on) in between two
+iterations. Every result records the weight version it was sampled with.
 """
 from __future__ import annotations
 
@@ -33,10 +34,13 @@ import torch
 from omni_rl.algos.flow_sde import get_step_kernel, step_latents
 from omni_rl.models.conditioning import Conditioning
 from omni_rl.models.diffusion import DiffusionModelBase
-from omni_rl.rollout.base import RolloutEngine
+from omni_rl.rollout.base import NamedTensors, RolloutEngine, check_weight_kind, named_buckets
 from omni_rl.rollout.sde_window import choose_sde_window
 from omni_rl.rollout.types import DiffusionRequest, DiffusionResult
 from omni_rl.algos import latent_streams as ls
+
+
+_BUCKET_BYTES = 512 << 20  # tensors handed over at once; a stream of them is consumed bucket by bucket
 
 
 class RolloutEngineError(RuntimeError):
@@ -138,12 +142,12 @@ class NativeDiffusionEngine(RolloutEngine):
         # predict_velocity and kernel on the same inputs (other precisions differ by batch shape).
         return model is self.model and self.model.dtype == torch.float32
 
-    def sync_weights(self, source_model, version: int) -> None:
-        """Make the engine sample from `source_model`'s current weights."""
-        if source_model is not self.model:
-            tensors = source_model.named_trainable_tensors()
-            with self._compute_lock:  # between two iterations, never during a forward
-                self.model.load_named_tensors(tensors)
+    def update_weights(self, tensors: NamedTensors, version: int, kind: str) -> None:
+        """Load named trainable tensors between two iterations, never during a forward."""
+        check_weight_kind(kind)
+        for bucket in named_buckets(tensors, _BUCKET_BYTES):
+            with self._compute_lock:
+                self.model.load_named_tensors(bucket)
         self.weight_version = version
 
     def close(self) -> None:
@@ -306,6 +310,7 @@ class NativeDiffusionEngine(RolloutEngine):
                 fps=run.request.fps,
                 audio=sounds.get(id(run)),
                 sample_rate=rate if id(run) in sounds else None,
+                weight_version=self.weight_version,
             )
             self._running.remove(run)
             self.stats["samples"] += 1

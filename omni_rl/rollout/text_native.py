@@ -21,7 +21,7 @@ from typing import Sequence
 import torch
 
 from omni_rl.models.autoregressive import AutoregressiveModelBase, positions_from_mask
-from omni_rl.rollout.base import RolloutEngine
+from omni_rl.rollout.base import NamedTensors, RolloutEngine, check_weight_kind, named_buckets
 from omni_rl.rollout.text_types import TextRequest, TextResult
 
 
@@ -98,9 +98,11 @@ class NativeTextEngine(RolloutEngine):
         # whole-sequence forward: close, not equal, so the trainer recomputes the old log-probs.
         return False
 
-    def sync_weights(self, source_model, version: int) -> None:
-        if source_model is not self.model:
-            self.model.load_named_tensors(source_model.named_trainable_tensors())
+    def update_weights(self, tensors: NamedTensors, version: int, kind: str) -> None:
+        # Between two generate calls: this engine samples synchronously in its caller's thread.
+        check_weight_kind(kind)
+        for bucket in named_buckets(tensors, 512 << 20):
+            self.model.load_named_tensors(bucket)
         self.weight_version = version
 
     def close(self) -> None:
@@ -162,6 +164,7 @@ class NativeTextEngine(RolloutEngine):
                 text=model.decode_tokens(tokens[i]),
                 temperature=req.temperature,
                 top_p=req.top_p,
+                weight_version=self.weight_version,
             )
             for i, req in enumerate(batch)
         ]

@@ -51,3 +51,5 @@ class TextResult:
     temperature: float
     top_p: float = 1.0
     extras: Optional[dict] = None
+    # The engine's weight_version when the response was sampled (None: an engine that does not say).
+    weight_version: Optional[int] = None

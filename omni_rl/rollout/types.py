@@ -79,3 +79,5 @@ class DiffusionResult:
     # Sound of audio-video models: float waveform [channels, samples] at sample_rate.
     audio: Optional[torch.Tensor] = None
     sample_rate: Optional[int] = None
+    # The engine's weight_version when the sample finished (None: an engine that does not say).
+    weight_version: Optional[int] = None

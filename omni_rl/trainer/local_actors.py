@@ -3,7 +3,8 @@
 One model serves all three: the training engine updates it in place, the reference policy is
 the same model with LoRA disabled, and the rollout engine samples with it, so a weight sync
 only records the version and the rollout's log-probs are the actor's own (when the engine says
-its code path is the trainer's: `RolloutEngine.same_log_probs_as`).
+its code path is the trainer's: `RolloutEngine.same_log_probs_as`). An engine with a model of its
+own (`rollout.backend=server`: another process) takes the trainable tensors at each sync instead.
 """
 from __future__ import annotations
 

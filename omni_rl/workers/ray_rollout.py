@@ -73,3 +73,9 @@ class RayRolloutEngine(RolloutEngine):
         syncs from its own shards; `source_model`, the driver's weightless view, holds none)."""
         self.group.run("weight sync", programs.sync_rollout, [(version,)] * self.group.world_size)
         self.weight_version = version
+
+    def update_weights(self, tensors, version: int, kind: str) -> None:
+        raise NotImplementedError(
+            "RayRolloutEngine takes no tensors from the driver: each worker's rollout copy syncs from its own "
+            "actor shards (sync_weights)"
+        )

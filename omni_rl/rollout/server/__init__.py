@@ -1,0 +1,14 @@
+"""The rollout server: a native engine in a process (and Python) of its own, behind loopback HTTP.
+
+- `protocol.py`: the messages (safetensors bytes, JSON metadata) and the version check;
+- `app.py`: `RolloutServer`, the HTTP endpoints over one engine;
+- `serve.py`: `python -m omni_rl.rollout.server --config run.yaml` builds the run's model and
+  engine and serves them;
+- `client.py`: `ServerRolloutEngine`, the contract over HTTP (`rollout.backend=server`), and
+  `start_server_engine`, which starts the server for a run.
+
+`docs/rollout_protocol.md` is the protocol for someone writing a server elsewhere.
+"""
+from omni_rl.rollout.server.client import ServerRolloutEngine, start_server_engine
+
+__all__ = ["ServerRolloutEngine", "start_server_engine"]

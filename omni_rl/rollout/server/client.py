@@ -1,0 +1,285 @@
+"""`ServerRolloutEngine` (`rollout.backend=server`): the rollout contract over HTTP to a rollout server.
+
+`start_server_engine(cfg, model)` starts `python -m omni_rl.rollout.server` with the Python that
+`rollout.python` names (null = this one), this checkout first on its PYTHONPATH, and waits up to
+`rollout.server_startup_timeout_s` for its first line (its address) and a health check. It then
+sends the trainer's trainable tensors as version 0, so both sides start from the same weights.
+
+Requests go in chunks of `rollout.max_num_seqs` (one engine batch), each chunk one POST
+/generate on a thread of its own, whose futures complete as soon as it is back (the reward
+scorer overlaps the rest). While `wait` waits, it checks that the process lives and, every few
+seconds, that /health answers: a server that exits or stops answering fails the call within
+`rollout.server_timeout_s` with a `RolloutEngineError` naming its address, pid and the call.
+
+The server samples with its own copy of the model, so `same_log_probs_as` is False and the
+trainer recomputes old log-probs (`algo.old_logprob_mode=auto`).
+"""
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.parse
+from concurrent.futures import Future
+from pathlib import Path
+from typing import Any, Optional, Sequence
+
+import omni_rl
+from omni_rl.config.loader import to_yaml
+from omni_rl.config.schema import OmniConfig
+from omni_rl.rollout.base import NamedTensors, RolloutEngine, check_weight_kind, named_buckets, weight_kind
+from omni_rl.rollout.native import RolloutEngineError
+from omni_rl.rollout.server.protocol import (
+    CONTENT_TYPE,
+    PROTOCOL_HEADER,
+    PROTOCOL_VERSION,
+    decode_message,
+    encode_message,
+    encode_weights,
+    version_mismatch,
+)
+
+
+class ServerRolloutEngine(RolloutEngine):
+    """Client of one rollout server at `url`; owns `process` when it started it."""
+
+    def __init__(self, url: str, *, timeout_s: float = 60.0, rollout_timeout_s: float = 1800.0, chunk_size: int = 32,
+                 bucket_bytes: int = 512 << 20, process: Optional[subprocess.Popen] = None, pid: Optional[int] = None):
+        if chunk_size < 1:
+            raise ValueError(f"chunk_size={chunk_size}: expected >= 1 requests per call")
+        parts = urllib.parse.urlsplit(url)
+        self.url, self.host, self.port = url, parts.hostname, parts.port
+        self.timeout_s = timeout_s
+        self.rollout_timeout_s = rollout_timeout_s
+        self.chunk_size = chunk_size
+        self.bucket_bytes = bucket_bytes
+        self.process = process
+        self.protocol_version = PROTOCOL_VERSION  # a test may change it to see the mismatch refused
+        self.weight_version = 0
+        self.pid = pid if pid is not None else (process.pid if process is not None else None)
+        self._closed = False
+        if self.pid is None:
+            self.pid = self._json("GET", "/health", what="checking its health")["pid"]
+
+    # --- the contract --------------------------------------------------------------------
+    def submit_many(self, requests: Sequence[Any]) -> list[Future]:
+        self._check_open()
+        futures: list[Future] = [Future() for _ in requests]
+        for a in range(0, len(requests), self.chunk_size):
+            chunk, futs = list(requests[a : a + self.chunk_size]), futures[a : a + self.chunk_size]
+            threading.Thread(target=self._generate_chunk, args=(chunk, futs), daemon=True,
+                             name="omni-rl-rollout-client").start()
+        return futures
+
+    def wait(self, requests: Sequence[Any], futures: Sequence[Future], timeout_s: float) -> list[Any]:
+        deadline = time.monotonic() + timeout_s
+        interval = min(5.0, self.timeout_s / 4)
+        next_check = time.monotonic() + interval
+        for req, fut in zip(requests, futures):
+            while not fut.done():
+                now = time.monotonic()
+                if now >= deadline:
+                    raise RolloutEngineError(
+                        f"rollout timed out after {timeout_s:.0f} s waiting for request {req.request_id} from "
+                        f"{self._where()}; raise rollout.timeout_s if the model is just slow"
+                    )
+                try:
+                    fut.result(timeout=min(0.5, deadline - now))
+                except Exception:  # noqa: BLE001 (done or not, looked at below)
+                    pass
+                if not fut.done() and time.monotonic() >= next_check:
+                    self._json("GET", "/health", what=f"checking its health while generating {len(requests)} requests",
+                               timeout_s=max(1.0, self.timeout_s - interval))
+                    next_check = time.monotonic() + interval
+            err = fut.exception()
+            if isinstance(err, RolloutEngineError):
+                raise err
+            if err is not None:
+                raise RolloutEngineError(f"rollout failed for request {req.request_id} in {self._where()}: {err!r}") from err
+        return [f.result() for f in futures]
+
+    def update_weights(self, tensors: NamedTensors, version: int, kind: str) -> None:
+        """Bucket by bucket as `tensors` yields them (one bucket ahead, to mark the last)."""
+        check_weight_kind(kind)
+        buckets = named_buckets(tensors, self.bucket_bytes)
+        bucket, i = next(buckets, {}), 0
+        while True:
+            following = next(buckets, None)
+            self._call("POST", "/update_weights", encode_weights(bucket, version, kind, i, following is None),
+                       CONTENT_TYPE, what=f"updating weights to version {version} ({kind}, bucket {i + 1})")
+            if following is None:
+                break
+            bucket, i = following, i + 1
+        self.weight_version = version
+
+    def sleep(self) -> None:
+        self._json("POST", "/sleep", what="putting it to sleep")
+
+    def wake(self) -> None:
+        self._json("POST", "/wake", what="waking it")
+
+    @property
+    def stats(self) -> dict[str, Any]:
+        """The server's view: its weight_version and weight_kind, and its engine's counters."""
+        answer = self._json("GET", "/stats", what="reading its stats")
+        return {"weight_version": answer["weight_version"], "weight_kind": answer["weight_kind"], **answer["stats"]}
+
+    def same_log_probs_as(self, model) -> bool:
+        return False  # another process and copy of the model: the trainer recomputes
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        if self.process is None:
+            return
+        if self.process.poll() is None:
+            try:
+                self._json("POST", "/shutdown", what="shutting it down", timeout_s=min(10.0, self.timeout_s))
+                self.process.wait(timeout=min(30.0, self.timeout_s))
+            except (RolloutEngineError, subprocess.TimeoutExpired):
+                self.process.kill()
+                self.process.wait(timeout=30)
+
+    # --- HTTP ----------------------------------------------------------------------------
+    def _where(self) -> str:
+        return f"the rollout server at {self.url} (pid {self.pid})"
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise RolloutEngineError(f"{self._where()}: this client is closed")
+        if self.process is not None and self.process.poll() is not None:
+            raise RolloutEngineError(f"{self._where()} has exited with code {self.process.returncode} "
+                                     f"(its messages are above, on stderr)")
+
+    def _generate_chunk(self, chunk: list, futures: list[Future]) -> None:
+        what = f"generating {len(chunk)} requests (ids {chunk[0].request_id}..{chunk[-1].request_id})"
+        try:
+            # The chunk's own deadline is the rollout's (the server applies it to its engine too);
+            # a server that stops answering meanwhile is caught by wait's health checks.
+            body = self._call("POST", "/generate", encode_message({"requests": chunk, "timeout_s": self.rollout_timeout_s}),
+                              CONTENT_TYPE, what=what, timeout_s=self.rollout_timeout_s + self.timeout_s)
+            results = decode_message(body)["results"]
+            if len(results) != len(chunk):
+                raise RolloutEngineError(f"{self._where()} answered {len(results)} results for {len(chunk)} requests")
+            for fut, res in zip(futures, results):
+                fut.set_result(res)
+        except BaseException as err:  # noqa: BLE001 (every failure must reach the waiting caller)
+            for fut in futures:
+                if not fut.done():
+                    fut.set_exception(err)
+
+    def _json(self, method: str, path: str, *, what: str, timeout_s: Optional[float] = None) -> dict[str, Any]:
+        return json.loads(self._call(method, path, b"" if method == "POST" else None, "application/json",
+                                     what=what, timeout_s=timeout_s))
+
+    def _call(self, method: str, path: str, body: Optional[bytes], content_type: str, *, what: str,
+              timeout_s: Optional[float] = None) -> bytes:
+        """One request; any failure is a RolloutEngineError naming the server and `what`."""
+        if self.process is not None and self.process.poll() is not None:
+            raise RolloutEngineError(f"{self._where()} has exited with code {self.process.returncode} while "
+                                     f"{what} (its messages are above, on stderr)")
+        conn = http.client.HTTPConnection(self.host, self.port, timeout=timeout_s or self.timeout_s)
+        try:
+            headers = {PROTOCOL_HEADER: str(self.protocol_version)}
+            if body is not None:
+                headers.update({"Content-Type": content_type, "Content-Length": str(len(body))})
+            conn.request(method, path, body=body, headers=headers)
+            response = conn.getresponse()
+            data = response.read()
+            sent = response.getheader(PROTOCOL_HEADER)
+        except (OSError, http.client.HTTPException) as err:
+            exited = self.process is not None and self.process.poll() is not None
+            cause = f"it exited with code {self.process.returncode}" if exited else repr(err)
+            raise RolloutEngineError(f"{self._where()} failed while {what}: {cause}") from None
+        finally:
+            conn.close()
+        if response.status != 200:
+            try:
+                message = json.loads(data)["error"]
+            except (ValueError, KeyError, TypeError):
+                message = data[:200].decode(errors="replace")
+            raise RolloutEngineError(f"{self._where()} refused {method} {path} while {what}: "
+                                     f"HTTP {response.status}: {message}")
+        mismatch = version_mismatch(sent, self.protocol_version, "this rollout client")
+        if mismatch:
+            raise RolloutEngineError(f"{self._where()} answered {method} {path}: {mismatch}")
+        return data
+
+
+def start_server_engine(cfg: OmniConfig, model) -> ServerRolloutEngine:
+    """Start the server process for this run and connect to it (see the module docstring)."""
+    r = cfg.rollout
+    python = r.python or sys.executable
+    config_dir = tempfile.mkdtemp(prefix="omni-rl-rollout-server-")
+    config_path = Path(config_dir) / "config.yaml"
+    config_path.write_text(to_yaml(cfg))
+    env = dict(os.environ)
+    root = str(Path(omni_rl.__file__).resolve().parent.parent)  # this checkout's omni_rl (and adapters/)
+    env["PYTHONPATH"] = os.pathsep.join([root, *filter(None, [env.get("PYTHONPATH")])])
+    command = [python, "-m", "omni_rl.rollout.server", "--config", str(config_path), "--parent-pid", str(os.getpid())]
+    try:
+        try:
+            process = subprocess.Popen(command, stdout=subprocess.PIPE, env=env, text=True)
+        except OSError as err:
+            raise RolloutEngineError(f"rollout.python={python!r}: cannot start the rollout server ({err})") from None
+        ready = _read_ready_line(process, r.server_startup_timeout_s, command)
+    finally:
+        shutil.rmtree(config_dir, ignore_errors=True)  # read by the server before it reports ready
+    engine = ServerRolloutEngine(
+        ready["url"], timeout_s=r.server_timeout_s, chunk_size=r.max_num_seqs,
+        bucket_bytes=cfg.trainer.weight_sync_bucket_mb << 20, process=process, pid=ready["pid"],
+    )
+    try:
+        engine._json("GET", "/health", what="checking its health after it started")
+        engine.update_weights(model.named_trainable_tensors(), 0, weight_kind(model))
+    except BaseException:
+        engine.close()
+        raise
+    return engine
+
+
+def _read_ready_line(process: subprocess.Popen, timeout_s: float, command: list[str]) -> dict[str, Any]:
+    """The server's first stdout line (its address), within `timeout_s`; then stdout is drained."""
+    lines: list[str] = []
+    got, eof = threading.Event(), threading.Event()
+
+    def read() -> None:
+        for line in process.stdout:
+            if not got.is_set():
+                lines.append(line)
+                if line.lstrip().startswith("{"):
+                    got.set()
+        eof.set()
+        got.set()
+
+    threading.Thread(target=read, daemon=True, name="omni-rl-rollout-server-stdout").start()
+    got.wait(timeout_s)
+    for line in lines:
+        if line.lstrip().startswith("{"):
+            try:
+                ready = json.loads(line)
+                return {"url": ready["url"], "pid": int(ready["pid"])}
+            except (ValueError, KeyError):
+                break
+    if eof.is_set():  # its stdout closed: it is exiting, or has
+        try:
+            process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            pass
+    code = process.poll()
+    if code is None:
+        process.kill()
+        process.wait(timeout=30)
+        why = f"did not report its address within rollout.server_startup_timeout_s={timeout_s:g} s"
+    else:
+        why = f"exited with code {code} before it was ready"
+    raise RolloutEngineError(
+        f"the rollout server (pid {process.pid}, `{' '.join(command)}`) {why}; its messages are above, on stderr"
+    )

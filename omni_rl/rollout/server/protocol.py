@@ -1,0 +1,151 @@
+"""The omni-rl rollout-server protocol, version 1: message encoding for both sides.
+
+A message is one safetensors file: the tensors, and in its `__metadata__` one entry, `message`,
+a JSON document in which each tensor is `{"$tensor": name}`. Typed values travel as tagged
+objects, so a result comes back as the very dataclass the native engine made:
+
+    {"$type": "DiffusionResult", "fields": {...}}   a dataclass of `MESSAGE_TYPES`, field by field
+    {"$streams": {name: value, ...}}               `LatentStreams` (latents of several streams)
+    {"$tuple": [...]}  and  {"$dict": {...}}       tuples, and dicts (str keys) that are not types
+
+JSON floats round-trip exactly; NaN and infinity are written as Python's json does (both
+ends are this module). Weight buckets are plain safetensors files of named tensors, with their
+version and kind in the metadata. `docs/rollout_protocol.md` is the whole protocol.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import struct
+from typing import Any
+
+import torch
+from safetensors.torch import load as load_safetensors
+from safetensors.torch import save as save_safetensors
+
+from omni_rl.algos.latent_streams import LatentStreams
+from omni_rl.models.autoregressive import PromptInputs
+from omni_rl.models.conditioning import Conditioning
+from omni_rl.rollout.text_types import TextRequest, TextResult
+from omni_rl.rollout.types import DiffusionRequest, DiffusionResult
+
+PROTOCOL_VERSION = 1
+PROTOCOL_HEADER = "X-Omni-RL-Rollout-Protocol"
+CONTENT_TYPE = "application/x-safetensors"
+MESSAGE_TYPES = {
+    cls.__name__: cls
+    for cls in (DiffusionRequest, DiffusionResult, TextRequest, TextResult, PromptInputs, Conditioning)
+}
+
+
+class ProtocolError(ValueError):
+    """A message that does not follow the protocol (a 400 on the server's side)."""
+
+
+def version_mismatch(sent: Any, speaks: int, who: str) -> str | None:
+    """None when `sent` (a header's value) is the version `speaks`; else the sentence to raise."""
+    if sent is not None and str(sent).strip() == str(speaks):
+        return None
+    got = "no version" if sent is None else f"protocol {str(sent).strip()!r}"
+    return (f"rollout protocol version mismatch: {who} speaks protocol {speaks} and was sent {got} "
+            f"({PROTOCOL_HEADER}); run the trainer and the server from the same omni-rl version")
+
+
+def _encode(value: Any, tensors: dict[str, torch.Tensor]) -> Any:
+    if isinstance(value, torch.Tensor):
+        name = f"t{len(tensors)}"
+        tensors[name] = value.detach().cpu().clone()  # clone: safetensors refuses shared storage
+        return {"$tensor": name}
+    if isinstance(value, LatentStreams):
+        return {"$streams": {k: _encode(v, tensors) for k, v in value.streams.items()}}
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        name = type(value).__name__
+        if MESSAGE_TYPES.get(name) is not type(value):
+            raise ProtocolError(f"cannot send a {name}: the protocol carries {sorted(MESSAGE_TYPES)}")
+        return {"$type": name, "fields": {f.name: _encode(getattr(value, f.name), tensors) for f in dataclasses.fields(value)}}
+    if isinstance(value, tuple):
+        return {"$tuple": [_encode(v, tensors) for v in value]}
+    if isinstance(value, list):
+        return [_encode(v, tensors) for v in value]
+    if isinstance(value, dict):
+        if not all(isinstance(k, str) for k in value):
+            raise ProtocolError(f"cannot send a dict with keys {list(value)[:3]}: keys must be strings")
+        return {"$dict": {k: _encode(v, tensors) for k, v in value.items()}}
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    raise ProtocolError(f"cannot send a value of type {type(value).__name__}")
+
+
+def _decode(value: Any, tensors: dict[str, torch.Tensor]) -> Any:
+    if isinstance(value, list):
+        return [_decode(v, tensors) for v in value]
+    if not isinstance(value, dict):
+        return value
+    if "$tensor" in value:
+        return tensors[value["$tensor"]]
+    if "$streams" in value:
+        return LatentStreams({k: _decode(v, tensors) for k, v in value["$streams"].items()})
+    if "$tuple" in value:
+        return tuple(_decode(v, tensors) for v in value["$tuple"])
+    if "$dict" in value:
+        return {k: _decode(v, tensors) for k, v in value["$dict"].items()}
+    if "$type" in value:
+        cls = MESSAGE_TYPES.get(value["$type"])
+        if cls is None:
+            raise ProtocolError(f"unknown message type {value['$type']!r}: expected one of {sorted(MESSAGE_TYPES)}")
+        return cls(**{k: _decode(v, tensors) for k, v in value["fields"].items()})
+    raise ProtocolError(f"untagged JSON object with keys {sorted(value)[:5]}")
+
+
+def encode_message(payload: Any) -> bytes:
+    tensors: dict[str, torch.Tensor] = {}
+    doc = json.dumps(_encode(payload, tensors))
+    return save_safetensors(tensors, metadata={"message": doc})
+
+
+def _metadata(body: bytes) -> dict[str, str]:
+    if len(body) < 8:
+        raise ProtocolError(f"a body of {len(body)} bytes is no safetensors file")
+    (n,) = struct.unpack("<Q", body[:8])
+    try:
+        header = json.loads(body[8 : 8 + n])
+    except ValueError as err:
+        raise ProtocolError(f"the safetensors header is not JSON: {err}") from None
+    return header.get("__metadata__") or {}
+
+
+def _tensors(body: bytes) -> dict[str, torch.Tensor]:
+    try:
+        return load_safetensors(body)
+    except Exception as err:  # noqa: BLE001 (safetensors raises its own error types)
+        raise ProtocolError(f"the body is not a safetensors file: {err}") from None
+
+
+def decode_message(body: bytes) -> Any:
+    meta = _metadata(body)
+    if "message" not in meta:
+        raise ProtocolError("the safetensors metadata has no 'message' entry")
+    try:
+        doc = json.loads(meta["message"])
+    except ValueError as err:
+        raise ProtocolError(f"the message is not JSON: {err}") from None
+    try:
+        return _decode(doc, _tensors(body))
+    except (KeyError, TypeError) as err:
+        raise ProtocolError(f"malformed message: {err!r}") from None
+
+
+def encode_weights(tensors: dict[str, torch.Tensor], version: int, kind: str, bucket: int, last: bool) -> bytes:
+    """One bucket of an update: the named tensors as they are, the rest in the metadata."""
+    contiguous = {name: t.detach().cpu().contiguous() for name, t in tensors.items()}
+    meta = {"version": str(version), "kind": kind, "bucket": str(bucket), "last": "true" if last else "false"}
+    return save_safetensors(contiguous, metadata=meta)
+
+
+def decode_weights(body: bytes) -> tuple[dict[str, torch.Tensor], int, str, int, bool]:
+    meta = _metadata(body)
+    try:
+        version, kind, bucket, last = int(meta["version"]), meta["kind"], int(meta["bucket"]), meta["last"] == "true"
+    except (KeyError, ValueError) as err:
+        raise ProtocolError(f"a weight bucket needs metadata version, kind, bucket and last: {err!r}") from None
+    return _tensors(body), version, kind, bucket, last

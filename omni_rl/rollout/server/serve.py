@@ -1,0 +1,77 @@
+"""`python -m omni_rl.rollout.server --config run.yaml`: build the run's model and native engine, serve them.
+
+The model is built as the trainer builds its own (`torch.manual_seed(trainer.seed)`, then
+`build_model`), so a tiny random-weight model starts with the trainer's weights; the client
+then sends the trainable tensors once (version 0) so that a resumed or otherwise different
+start agrees too. The engine is `--backend`'s factory (default `native`) over that model.
+
+The first line on stdout is one JSON object, `{"url": ..., "pid": ..., "protocol": 1}`, written
+once the server answers; logs go to stderr. With `--parent-pid` the server stops when that
+process is gone, so a trainer that was killed leaves no server behind.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+import threading
+import time
+from typing import Sequence
+
+import torch
+from omegaconf import OmegaConf
+
+from omni_rl.config.schema import OmniConfig
+from omni_rl.device import pick_device
+from omni_rl.models.factory import build_model
+from omni_rl.rollout.backends import ROLLOUT_BACKENDS
+from omni_rl.rollout.server.app import RolloutServer
+from omni_rl.rollout.server.protocol import PROTOCOL_VERSION
+
+
+def load_run_config(path: str) -> OmniConfig:
+    """A config `omni_rl.config.loader.to_yaml` wrote (already validated by the trainer)."""
+    return OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(OmniConfig), OmegaConf.load(path)))
+
+
+def build_server(cfg: OmniConfig, backend: str = "native", host: str = "127.0.0.1", port: int = 0) -> RolloutServer:
+    if backend == "server":
+        raise ValueError("--backend server would start a server from the server; name an in-process backend (native)")
+    torch.manual_seed(cfg.trainer.seed)  # the trainer's initial weights (see the module docstring)
+    model = build_model(cfg.model, pick_device(cfg.trainer.device), tuple(cfg.plugins))
+    return RolloutServer(ROLLOUT_BACKENDS.get(backend)(cfg, model), host, port)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m omni_rl.rollout.server", description=__doc__.splitlines()[0])
+    parser.add_argument("--config", required=True, help="the run's config as YAML")
+    parser.add_argument("--backend", default="native", help="the in-process rollout backend to serve")
+    parser.add_argument("--port", type=int, default=0, help="0 = a free port")
+    parser.add_argument("--parent-pid", type=int, default=None, help="stop serving when this process is gone")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING, stream=sys.stderr, format="rollout server: %(levelname)s %(message)s")
+    server = build_server(load_run_config(args.config), args.backend, "127.0.0.1", args.port)
+    if args.parent_pid is not None:
+        threading.Thread(target=_stop_when_gone, args=(server, args.parent_pid), daemon=True).start()
+    print(json.dumps({"url": server.url, "pid": os.getpid(), "protocol": PROTOCOL_VERSION}), flush=True)
+    try:
+        server.serve_forever(poll_interval=0.2)
+    finally:
+        server.engine.close()
+        server.server_close()
+    return 0
+
+
+def _stop_when_gone(server: RolloutServer, pid: int) -> None:
+    while True:
+        time.sleep(1.0)
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            logging.getLogger(__name__).warning("the trainer (pid %d) is gone: stopping", pid)
+            server.shutdown()
+            return
+        except PermissionError:  # alive, another user's
+            pass
