@@ -44,6 +44,8 @@ from omni_rl.models import Conditioning, DiffusionModelBase, register_adapter, r
 from omni_rl.models.diffusion import check_image_only, check_multiple, linspace_to_one_over_n
 from omni_rl.models.tiny_vocab import bpe_files, byte_chars
 
+from adapters.tiny_decoders import make_causal_vae_decoder_responsive, qwen_image_blocks
+
 _MASKS = {"prompt_embeds": "prompt_embeds_mask", "negative_prompt_embeds": "negative_prompt_embeds_mask"}
 # The pipeline refuses longer text (its `max_sequence_length` check).
 MAX_TEXT_TOKENS = 1024
@@ -297,80 +299,12 @@ def _tiny_text_encoder(tokenizer) -> nn.Module:
     return Qwen2_5_VLForConditionalGeneration(config)
 
 
-def _pass_through(conv: nn.Module, copies: int = 1) -> None:
-    """Make a (causal) convolution copy input channel i to output channel i (`copies` stacked
-    blocks of them: a time upsampler's two output frames) at the current frame and the kernel's
-    centre; bias zero. The VAE's causal convolutions pad time on the left only, so the current
-    frame is the kernel's last time tap."""
-    weight = conv.weight
-    weight.zero_()
-    conv.bias.zero_()
-    block = weight.shape[0] // copies
-    tap = (weight.shape[2] - 1, *(k // 2 for k in weight.shape[3:])) if weight.dim() == 5 else (
-        tuple(k // 2 for k in weight.shape[2:])
-    )
-    for copy in range(copies):
-        for i in range(min(block, weight.shape[1])):
-            weight[(copy * block + i, i, *tap)] = 1.0
-
-
-@torch.no_grad()
-def _make_decoder_responsive(vae: nn.Module, gain: float = 0.5) -> None:
-    """Replace the random decoder by a deterministic one whose brightness follows the latents.
-
-    A random decoder of this (Wan2.1-style) VAE normalises every position's magnitude away in its
-    RMS norms and adds residual noise of the signal's own size, so latent steps barely move the
-    image's brightness and no reward could be learned from it. Here:
-
-    1. every residual branch and the attention outputs are zero (each block is its shortcut),
-       and every other convolution passes its first channels through (current frame, centre);
-    2. `conv_in` writes u = the mean over channels of the *normalised* latent
-       ((z - latents_mean) / latents_std, the adapter's latent) into feature 0, 1 into feature 1;
-    3. the last RMS norm gives feature 0 = sqrt(C) u / sqrt(1 + u^2), monotone in u, and
-       `conv_out` sets every pixel channel to `gain * silu(feature 0)` (pixels in [-1, 1]).
-
-    Each pixel is then a smooth increasing function of the mean latent at its position (8x8 px
-    blocks of one value): latent 0 decodes to mid-grey, +1 to ~0.94 brightness (0..1 scale).
-    Measured in tests/adapters/test_qwen_image_adapter.py."""
-    from diffusers.models.autoencoders.autoencoder_kl_qwenimage import (
-        QwenImageAttentionBlock, QwenImageCausalConv3d, QwenImageResample, QwenImageResidualBlock,
-    )
-
-    decoder = vae.decoder
-    for module in decoder.modules():
-        if isinstance(module, QwenImageResidualBlock):
-            module.conv2.weight.zero_()
-            module.conv2.bias.zero_()
-            if isinstance(module.conv_shortcut, QwenImageCausalConv3d):
-                _pass_through(module.conv_shortcut)
-        elif isinstance(module, QwenImageAttentionBlock):
-            module.proj.weight.zero_()
-            module.proj.bias.zero_()
-        elif isinstance(module, QwenImageResample) and module.mode.startswith("upsample"):
-            _pass_through(module.resample[1])
-            if hasattr(module, "time_conv"):
-                _pass_through(module.time_conv, copies=2)
-    _pass_through(vae.post_quant_conv)
-    config = vae.config
-    mean, std = torch.tensor(config.latents_mean), torch.tensor(config.latents_std)
-    conv_in = decoder.conv_in
-    conv_in.weight.zero_()
-    conv_in.bias.zero_()
-    conv_in.weight[0, :, -1, 1, 1] = 1.0 / (std * config.z_dim)
-    conv_in.bias[0] = -(mean / std).sum() / config.z_dim
-    conv_in.bias[1] = 1.0
-    conv_out = decoder.conv_out
-    conv_out.weight.zero_()
-    conv_out.bias.zero_()
-    conv_out.weight[:, 0, -1, 1, 1] = gain
-
-
 @register_tiny_model("qwen_image")
 def build_tiny_qwen_image(folder: Path) -> None:
     """A tiny seeded random-weight Qwen-Image: a 2-layer Qwen2.5-VL text encoder (hidden 32) with
     a byte-level tokenizer, a 2-block transformer (2 heads of 16, 64-channel packed tokens) and a
     16-channel VAE with the real factors (8 px, Qwen-Image's latent statistics), whose decoder
-    responds to its latents (`_make_decoder_responsive`). 32x32 px give a [16, 1, 4, 4] latent,
+    responds to its latents (`adapters/tiny_decoders.py`). 32x32 px give a [16, 1, 4, 4] latent,
     4 transformer tokens.
 
     The scheduler has Qwen-Image's dynamic-shift settings (base/max image sequence length 256 /
@@ -389,7 +323,7 @@ def build_tiny_qwen_image(folder: Path) -> None:
     )
     vae = AutoencoderKLQwenImage(base_dim=8, z_dim=16, dim_mult=[1, 1, 1, 1], num_res_blocks=1,
                                  temperal_downsample=[False, True, True])
-    _make_decoder_responsive(vae)
+    make_causal_vae_decoder_responsive(vae, qwen_image_blocks())
     scheduler = FlowMatchEulerDiscreteScheduler(
         num_train_timesteps=1000, shift=1.0, use_dynamic_shifting=True, base_image_seq_len=256, max_image_seq_len=8192,
         base_shift=0.5, max_shift=0.9, shift_terminal=0.02, time_shift_type="exponential",

@@ -32,6 +32,8 @@ from omni_rl.config.schema import ModelConfig
 from omni_rl.models import Conditioning, DiffusionModelBase, register_adapter, register_tiny_model
 from omni_rl.models.tiny_vocab import t5_char_vocab
 
+from adapters.tiny_decoders import make_causal_vae_decoder_responsive, wan_blocks
+
 EXPERTS = ("transformer", "transformer_2")
 # Weight file of the low-noise expert's LoRA, beside diffusers' default file for `transformer`.
 LORA_2_WEIGHT_NAME = "pytorch_lora_weights_transformer_2.safetensors"
@@ -276,76 +278,6 @@ def _tiny_transformer(channels: int) -> nn.Module:
     )
 
 
-def _pass_through(conv: nn.Module, copies: int = 1) -> None:
-    """Make a (causal) convolution copy its first input channels to its output channels at the
-    current frame and the kernel's centre (`copies` stacked blocks of them: a time upsampler's
-    two output frames); bias zero. WanCausalConv3d pads time on the left only, so the current
-    frame is the kernel's last time tap."""
-    weight = conv.weight
-    weight.zero_()
-    conv.bias.zero_()
-    block = weight.shape[0] // copies
-    tap = (weight.shape[2] - 1, *(k // 2 for k in weight.shape[3:])) if weight.dim() == 5 else (
-        tuple(k // 2 for k in weight.shape[2:])
-    )
-    for copy in range(copies):
-        for i in range(min(block, weight.shape[1])):
-            weight[(copy * block + i, i, *tap)] = 1.0
-
-
-@torch.no_grad()
-def _make_decoder_responsive(vae: nn.Module, gain: float = 0.5) -> None:
-    """Replace the random decoder by a deterministic one whose brightness follows the latents.
-
-    A random Wan decoder stacks random convolutions, residual branches that add noise of the
-    signal's own size, and RMS norms over channels that divide every position's magnitude
-    away: a latent step moves its mean brightness by 0.002-0.03 (0..1 scale), so no reward
-    could be learned from its videos. Here:
-
-    1. every residual branch and attention output is zero (each block is its shortcut) and every
-       other convolution passes its first channels through (current frame, kernel centre);
-    2. `conv_in` writes u = the mean over channels of the *normalised* latent
-       ((z - latents_mean) / latents_std) into feature 0 and a constant 1 into feature 1;
-    3. the last RMS norm then gives feature 0 = sqrt(C) u / sqrt(1 + u^2), monotone in u, and
-       `conv_out` sets every output channel to `gain * silu(feature 0)` (pixels in [-1, 1]).
-
-    So each pixel is a smooth increasing function of the mean latent at its position (8x8
-    pixel blocks of one value): latent 0 decodes to mid-grey, +1 to brighter (~0.94 on 0..1).
-    The measurement is in tests/adapters/test_wan_adapter.py."""
-    from diffusers.models.autoencoders.autoencoder_kl_wan import (
-        WanAttentionBlock, WanCausalConv3d, WanResample, WanResidualBlock,
-    )
-
-    decoder = vae.decoder
-    for module in decoder.modules():
-        if isinstance(module, WanResidualBlock):
-            module.conv2.weight.zero_()
-            module.conv2.bias.zero_()
-            if isinstance(module.conv_shortcut, WanCausalConv3d):
-                _pass_through(module.conv_shortcut)
-        elif isinstance(module, WanAttentionBlock):
-            module.proj.weight.zero_()
-            module.proj.bias.zero_()
-        elif isinstance(module, WanResample) and module.mode.startswith("upsample"):
-            _pass_through(module.resample[1])
-            if hasattr(module, "time_conv"):
-                _pass_through(module.time_conv, copies=2)
-    _pass_through(vae.post_quant_conv)
-    config = vae.config
-    mean, std = torch.tensor(config.latents_mean), torch.tensor(config.latents_std)
-    conv_in = decoder.conv_in
-    conv_in.weight.zero_()
-    conv_in.bias.zero_()
-    conv_in.weight[0, :, -1, 1, 1] = 1.0 / (std * config.z_dim)
-    conv_in.bias[0] = -(mean / std).sum() / config.z_dim
-    conv_in.bias[1] = 1.0
-    # conv_out reads silu(feature 0); silu is applied by the decoder between norm_out and conv_out.
-    conv_out = decoder.conv_out
-    conv_out.weight.zero_()
-    conv_out.bias.zero_()
-    conv_out.weight[:, 0, -1, 1, 1] = gain
-
-
 def _save_tiny(folder: Path, transformers: list[nn.Module], vae: nn.Module, **pipeline_config) -> None:
     from diffusers import UniPCMultistepScheduler, WanPipeline
 
@@ -370,7 +302,7 @@ def build_tiny_wan22(folder: Path) -> None:
     32x32 px and 5 frames give a [16, 2, 4, 4] latent. Seeded: the same weights every time.
 
     The decoder is deterministic and responsive to its latents: each pixel's brightness is an
-    increasing function of the mean latent at its position (`_make_decoder_responsive`)."""
+    increasing function of the mean latent at its position (`adapters/tiny_decoders.py`)."""
     from diffusers import AutoencoderKLWan
 
     torch.manual_seed(0)
@@ -379,7 +311,7 @@ def build_tiny_wan22(folder: Path) -> None:
         base_dim=8, z_dim=16, dim_mult=[1, 1, 1, 1], num_res_blocks=1, temperal_downsample=[False, True, True],
         scale_factor_temporal=4, scale_factor_spatial=8,
     )
-    _make_decoder_responsive(vae)
+    make_causal_vae_decoder_responsive(vae, wan_blocks())
     _save_tiny(folder, experts, vae, boundary_ratio=0.875)
 
 
@@ -397,5 +329,5 @@ def build_tiny_wan22_ti2v(folder: Path) -> None:
         temperal_downsample=[True, True], is_residual=True, in_channels=12, out_channels=12, patch_size=2,
         scale_factor_temporal=4, scale_factor_spatial=8,
     )
-    _make_decoder_responsive(vae)
+    make_causal_vae_decoder_responsive(vae, wan_blocks())
     _save_tiny(folder, [_tiny_transformer(16)], vae, expand_timesteps=True)

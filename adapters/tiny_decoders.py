@@ -1,0 +1,101 @@
+"""Deterministic decoders for the tiny Wan-style video VAEs (Wan2.1/2.2, Qwen-Image's VAE).
+
+A random decoder of these causal-convolution VAEs stacks random convolutions, residual branches
+that add noise of the signal's own size and RMS norms over channels that divide every position's
+magnitude away: a latent step moves its mean brightness by 0.002-0.03 (0..1 scale), so no reward
+could be learned from its pixels. `make_causal_vae_decoder_responsive(vae, blocks)` replaces the
+decoder's weights by a construction whose brightness follows the latent:
+
+1. every residual branch and attention output is zero (each block is its shortcut) and every
+   other convolution passes its first channels through (current frame, kernel centre);
+2. `conv_in` writes u = the mean over channels of the *normalised* latent
+   ((z - latents_mean) / latents_std) into feature 0 and a constant 1 into feature 1;
+3. the last RMS norm then gives feature 0 = sqrt(C) u / sqrt(1 + u^2), monotone in u, and
+   `conv_out` sets every output channel to `gain * silu(feature 0)` (pixels in [-1, 1]).
+
+So each pixel is a smooth increasing function of the mean latent at its position (8x8 pixel
+blocks of one value): latent 0 decodes to mid-grey, +1 to ~0.94 brightness. The adapters' tests
+measure it (tests/adapters/test_wan_adapter.py, test_qwen_image_adapter.py). The weights no
+longer depend on the seed; the tiny images are grey.
+"""
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import torch
+from torch import nn
+
+
+class CausalVaeBlocks(NamedTuple):
+    """The decoder's block classes of one VAE family (diffusers names them per family)."""
+
+    residual: type
+    attention: type
+    resample: type
+    causal_conv: type
+
+
+def wan_blocks() -> CausalVaeBlocks:
+    from diffusers.models.autoencoders.autoencoder_kl_wan import (
+        WanAttentionBlock, WanCausalConv3d, WanResample, WanResidualBlock,
+    )
+
+    return CausalVaeBlocks(WanResidualBlock, WanAttentionBlock, WanResample, WanCausalConv3d)
+
+
+def qwen_image_blocks() -> CausalVaeBlocks:
+    from diffusers.models.autoencoders.autoencoder_kl_qwenimage import (
+        QwenImageAttentionBlock, QwenImageCausalConv3d, QwenImageResample, QwenImageResidualBlock,
+    )
+
+    return CausalVaeBlocks(QwenImageResidualBlock, QwenImageAttentionBlock, QwenImageResample, QwenImageCausalConv3d)
+
+
+def pass_through(conv: nn.Module, copies: int = 1) -> None:
+    """Make a (causal) convolution copy its first input channels to its output channels at the
+    current frame and the kernel's centre (`copies` stacked blocks of them: a time upsampler's
+    two output frames); bias zero. The causal convolutions pad time on the left only, so the
+    current frame is the kernel's last time tap."""
+    weight = conv.weight
+    weight.zero_()
+    conv.bias.zero_()
+    block = weight.shape[0] // copies
+    tap = (weight.shape[2] - 1, *(k // 2 for k in weight.shape[3:])) if weight.dim() == 5 else (
+        tuple(k // 2 for k in weight.shape[2:])
+    )
+    for copy in range(copies):
+        for i in range(min(block, weight.shape[1])):
+            weight[(copy * block + i, i, *tap)] = 1.0
+
+
+@torch.no_grad()
+def make_causal_vae_decoder_responsive(vae: nn.Module, blocks: CausalVaeBlocks, gain: float = 0.5) -> None:
+    """Set `vae`'s decoder (and post-quant conv) to the construction in the module docstring."""
+    decoder = vae.decoder
+    for module in decoder.modules():
+        if isinstance(module, blocks.residual):
+            module.conv2.weight.zero_()
+            module.conv2.bias.zero_()
+            if isinstance(module.conv_shortcut, blocks.causal_conv):
+                pass_through(module.conv_shortcut)
+        elif isinstance(module, blocks.attention):
+            module.proj.weight.zero_()
+            module.proj.bias.zero_()
+        elif isinstance(module, blocks.resample) and module.mode.startswith("upsample"):
+            pass_through(module.resample[1])
+            if hasattr(module, "time_conv"):
+                pass_through(module.time_conv, copies=2)
+    pass_through(vae.post_quant_conv)
+    config = vae.config
+    mean, std = torch.tensor(config.latents_mean), torch.tensor(config.latents_std)
+    conv_in = decoder.conv_in
+    conv_in.weight.zero_()
+    conv_in.bias.zero_()
+    conv_in.weight[0, :, -1, 1, 1] = 1.0 / (std * config.z_dim)
+    conv_in.bias[0] = -(mean / std).sum() / config.z_dim
+    conv_in.bias[1] = 1.0
+    # conv_out reads silu(feature 0): the decoder applies silu between norm_out and conv_out.
+    conv_out = decoder.conv_out
+    conv_out.weight.zero_()
+    conv_out.bias.zero_()
+    conv_out.weight[:, 0, -1, 1, 1] = gain
