@@ -52,6 +52,7 @@ from omni_rl.config.schema import OptimConfig
 from omni_rl.engine.base import LossFn, TrainingEngine
 from omni_rl.engine.local import NonFiniteLossError
 from omni_rl.models.base import OmniModelBase
+from omni_rl.utils.tensor_buckets import named_buckets
 
 # Only what trains is saved; the frozen base weights come from the model path on load.
 _STATE_OPTIONS = StateDictOptions(ignore_frozen_params=True)
@@ -154,18 +155,8 @@ class FSDP2Engine(TrainingEngine):
     def trainable_buckets(self, bucket_bytes: int):
         """Yield {name: full tensor} groups of at most `bucket_bytes` (one tensor may exceed it):
         the full weights leave the shards a bucket at a time. A collective: all ranks iterate."""
-        bucket: dict[str, torch.Tensor] = {}
-        size = 0
-        for name, p in self.model.named_trainable_tensors().items():
-            t = full_tensor(p)
-            nbytes = t.numel() * t.element_size()
-            if bucket and size + nbytes > bucket_bytes:
-                yield bucket
-                bucket, size = {}, 0
-            bucket[name] = t
-            size += nbytes
-        if bucket:
-            yield bucket
+        gathered = ((name, full_tensor(p)) for name, p in self.model.named_trainable_tensors().items())
+        yield from named_buckets(gathered, bucket_bytes)
 
     def full_trainable_tensors(self) -> dict[str, torch.Tensor]:
         """Every trainable tensor, whole, on the host (a collective)."""

@@ -27,15 +27,14 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Mapping
 from concurrent.futures import Future
 from types import MappingProxyType
-from typing import Any, Sequence, Union
+from typing import Any, Sequence
 
-import torch
+from omni_rl.utils.tensor_buckets import NamedTensors
 
 WEIGHT_KINDS = ("lora", "full")
-NamedTensors = Union[Mapping[str, torch.Tensor], Iterable[tuple[str, torch.Tensor]]]
 
 
 def weight_kind(model) -> str:
@@ -46,22 +45,6 @@ def weight_kind(model) -> str:
 def check_weight_kind(kind: str) -> None:
     if kind not in WEIGHT_KINDS:
         raise ValueError(f"update_weights: kind={kind!r}, expected one of {list(WEIGHT_KINDS)}")
-
-
-def named_buckets(tensors: NamedTensors, bucket_bytes: int) -> Iterator[dict[str, torch.Tensor]]:
-    """Named tensors in dicts of at most `bucket_bytes` each (a larger tensor travels alone)."""
-    items = tensors.items() if isinstance(tensors, Mapping) else tensors
-    bucket: dict[str, torch.Tensor] = {}
-    size = 0
-    for name, tensor in items:
-        nbytes = tensor.numel() * tensor.element_size()
-        if bucket and size + nbytes > bucket_bytes:
-            yield bucket
-            bucket, size = {}, 0
-        bucket[name] = tensor
-        size += nbytes
-    if bucket:
-        yield bucket
 
 
 class RolloutEngine(ABC):

@@ -34,10 +34,11 @@ import torch
 from omni_rl.algos.flow_sde import get_step_kernel, step_latents
 from omni_rl.models.conditioning import Conditioning
 from omni_rl.models.diffusion import DiffusionModelBase
-from omni_rl.rollout.base import NamedTensors, RolloutEngine, check_weight_kind, named_buckets
+from omni_rl.rollout.base import RolloutEngine, check_weight_kind
 from omni_rl.rollout.sde_window import choose_sde_window
 from omni_rl.rollout.types import DiffusionRequest, DiffusionResult
 from omni_rl.algos import latent_streams as ls
+from omni_rl.utils.tensor_buckets import NamedTensors, named_buckets
 
 
 _BUCKET_BYTES = 512 << 20  # tensors handed over at once; a stream of them is consumed bucket by bucket

@@ -21,8 +21,9 @@ from typing import Sequence
 import torch
 
 from omni_rl.models.autoregressive import AutoregressiveModelBase, positions_from_mask
-from omni_rl.rollout.base import NamedTensors, RolloutEngine, check_weight_kind, named_buckets
+from omni_rl.rollout.base import RolloutEngine, check_weight_kind
 from omni_rl.rollout.text_types import TextRequest, TextResult
+from omni_rl.utils.tensor_buckets import NamedTensors, named_buckets
 
 
 def collate_media(parts: Sequence[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:

@@ -120,6 +120,21 @@ def one(x):
     return ls.stack([x])
 
 
+@torch.no_grad()
+def assert_alone_equals_packed_across_the_schedule(model, case: AdapterCase, atol: float) -> None:
+    """One forward over samples at every sigma of an 8-step schedule (high to low noise, so any
+    expert boundary is straddled) with prompts of different lengths equals each sample alone."""
+    sigmas = model.sigmas(8, case.height, case.width, case.num_frames)[:-1]
+    n = len(sigmas)
+    x = ls.stack([initial_noise(model, case, seed=s) for s in range(n)])
+    cond = model.encode_prompts([PROMPTS[i % len(PROMPTS)] for i in range(n)])
+    together = model.predict_velocity(x, sigmas, cond, case.guidance)
+    for i in range(n):
+        row = torch.tensor([i])
+        alone = model.predict_velocity(ls.select(x, row), sigmas[i : i + 1], cond.select([i]), case.guidance)
+        assert_latents_close(ls.select(together, row), alone, atol=atol, msg=f"sample {i}")
+
+
 class DiffusionAdapterSuite:
     case: ClassVar[AdapterCase]
 
@@ -152,18 +167,8 @@ class DiffusionAdapterSuite:
         torch.testing.assert_close(got.log_probs, alone.log_probs, atol=case.atol, rtol=0)
         assert max_change(packed[0].final_latent, got.final_latent) > 1e-3
 
-    @torch.no_grad()
     def test_a_sample_is_the_same_alone_and_in_a_forward_across_the_schedule(self, model):
-        case = self.case
-        sigmas = model.sigmas(8, case.height, case.width, case.num_frames)[:-1]  # high to low noise
-        n = len(sigmas)
-        x = ls.stack([initial_noise(model, case, seed=s) for s in range(n)])
-        cond = model.encode_prompts([PROMPTS[i % len(PROMPTS)] for i in range(n)])
-        together = model.predict_velocity(x, sigmas, cond, case.guidance)
-        for i in range(n):
-            row = torch.tensor([i])
-            alone = model.predict_velocity(ls.select(x, row), sigmas[i : i + 1], cond.select([i]), case.guidance)
-            assert_latents_close(ls.select(together, row), alone, atol=case.atol, msg=f"sample {i}")
+        assert_alone_equals_packed_across_the_schedule(model, self.case, atol=self.case.atol)
 
     # 3 ---------------------------------------------------------------------------------------
     @pytest.mark.parametrize("loss", ["flow_grpo", "flow_dppo"])

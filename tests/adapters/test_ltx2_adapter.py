@@ -14,8 +14,8 @@ from omni_rl.config.validate import ConfigError
 from omni_rl.data.diffusion_batch import DiffusionBatch
 from omni_rl.families.diffusion import DiffusionFamily
 from tests.adapters.diffusion_suite import (
-    PROMPTS, AdapterCase, DiffusionAdapterSuite, assert_latents_close, build, fresh_pipeline, generate, initial_noise,
-    max_change, ode, one, request,
+    PROMPTS, AdapterCase, DiffusionAdapterSuite, assert_alone_equals_packed_across_the_schedule, assert_latents_close,
+    build, fresh_pipeline, generate, initial_noise, max_change, ode, one, request,
 )
 
 SEQ = 32  # text tokens (a multiple of the tiny connectors' 8 learnable registers)
@@ -213,20 +213,11 @@ def test_guidance_terms_equal_the_pipeline_and_change_the_sample(guided, model):
     assert max_change(ours.final_latent, plain.final_latent) > 1e-3  # every stream moved away from plain CFG
 
 
-@torch.no_grad()
 def test_guided_samples_are_the_same_alone_and_in_a_forward_across_the_schedule(guided):
     """Equal to fp32 rounding: a forward's outputs move ~1e-6 with its batch size, and the guided
     velocity adds up to four x0 estimates scaled by their weights and divides by sigma (0.1 last):
     measured 1.2e-5 at most (modality), against plain CFG's 7e-6 at the same sigma."""
-    sigmas = guided.sigmas(8, HEIGHT, WIDTH, FRAMES)[:-1]
-    n = len(sigmas)
-    x = ls.stack([initial_noise(guided, CASE, seed=s) for s in range(n)])
-    cond = guided.encode_prompts([PROMPTS[i % len(PROMPTS)] for i in range(n)])
-    together = guided.predict_velocity(x, sigmas, cond, CASE.guidance)
-    for i in range(n):
-        row = torch.tensor([i])
-        alone = guided.predict_velocity(ls.select(x, row), sigmas[i : i + 1], cond.select([i]), CASE.guidance)
-        assert_latents_close(ls.select(together, row), alone, atol=3e-5, msg=f"sample {i}")
+    assert_alone_equals_packed_across_the_schedule(guided, CASE, atol=3e-5)
 
 
 def test_the_trainer_replays_guided_rollout_log_probs(guided):
