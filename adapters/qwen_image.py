@@ -30,7 +30,7 @@ The conventions, the same at rollout and in training because both go through thi
 16 (VAE factor 8 x patch size 2); another raises `ValueError` with the nearest valid values.
 
 `tiny:qwen_image` builds a seeded random-weight Qwen-Image for tests and the CPU demo.
-Qwen-Image-Edit (image conditioning) is not covered here.
+Qwen-Image-Edit (adapters/qwen_image_edit.py) builds on this adapter.
 """
 from __future__ import annotations
 
@@ -51,14 +51,17 @@ _MASKS = {"prompt_embeds": "prompt_embeds_mask", "negative_prompt_embeds": "nega
 MAX_TEXT_TOKENS = 1024
 
 
-def prompt_prefix_length(tokenizer, template: str) -> int:
-    """Tokens of `template` before its `{}` slot: what the pipeline drops from the encoder's output.
+def prompt_prefix_length(tokenizer, template: str, slot: str = "{}") -> int:
+    """Tokens of `template` before `slot` (the prompt's `{}`, or the edit template's image slot):
+    what the pipeline drops from the encoder's output.
 
     Raises if the prefix does not tokenize to a prefix of a filled template (a tokenizer whose
     pieces cross the slot's boundary would make the count meaningless)."""
     if template.count("{}") != 1:
         raise ValueError(f"prompt template {template!r}: expected exactly one '{{}}' slot for the prompt")
-    prefix = template.split("{}")[0]
+    if template.count(slot) != 1:
+        raise ValueError(f"prompt template {template!r}: expected exactly one {slot!r}")
+    prefix = template.split(slot)[0]
     ids = tokenizer(prefix)["input_ids"]
     full = tokenizer(template.format("a photo"))["input_ids"]
     if full[: len(ids)] != ids:
@@ -106,9 +109,7 @@ class QwenImageAdapter(DiffusionModelBase):
     )
 
     def __init__(self, cfg: ModelConfig, path: str, device: torch.device):
-        from diffusers import (
-            AutoencoderKLQwenImage, FlowMatchEulerDiscreteScheduler, QwenImagePipeline, QwenImageTransformer2DModel,
-        )
+        from diffusers import AutoencoderKLQwenImage, FlowMatchEulerDiscreteScheduler, QwenImageTransformer2DModel
         from transformers import AutoTokenizer, Qwen2_5_VLForConditionalGeneration
 
         super().__init__(cfg, path, device)
@@ -122,17 +123,24 @@ class QwenImageAdapter(DiffusionModelBase):
         self.vae = load(AutoencoderKLQwenImage, "vae")
         self.text_encoder = load(Qwen2_5_VLForConditionalGeneration, "text_encoder")
         self.scheduler = FlowMatchEulerDiscreteScheduler.from_pretrained(path, subfolder="scheduler")
-        self.pipeline = QwenImagePipeline(
+        self._build_pipeline(path, dict(
             scheduler=self.scheduler, vae=self.vae, text_encoder=self.text_encoder,
             tokenizer=AutoTokenizer.from_pretrained(path, subfolder="tokenizer"), transformer=self.transformer,
-        )
+        ))
         self.pipeline.set_progress_bar_config(disable=True)
         # The pipeline reads this instance attribute when it drops the template's prefix.
-        self.prompt_prefix_length = prompt_prefix_length(self.pipeline.tokenizer, self.pipeline.prompt_template_encode)
         self.pipeline.prompt_template_encode_start_idx = self.prompt_prefix_length
         self.vae_scale = self.pipeline.vae_scale_factor
         self.patch = self.transformer.config.patch_size
         self.setup_trainable()
+
+    def _build_pipeline(self, path: str, components: dict) -> None:
+        """`self.pipeline` (what encodes prompts) on the loaded components, and
+        `self.prompt_prefix_length`; the edit adapter builds its own pipeline here."""
+        from diffusers import QwenImagePipeline
+
+        self.pipeline = QwenImagePipeline(**components)
+        self.prompt_prefix_length = prompt_prefix_length(self.pipeline.tokenizer, self.pipeline.prompt_template_encode)
 
     # --- what trains ---------------------------------------------------------------------
     def trainable_module(self) -> nn.Module:
@@ -299,20 +307,17 @@ def _tiny_text_encoder(tokenizer) -> nn.Module:
     return Qwen2_5_VLForConditionalGeneration(config)
 
 
-@register_tiny_model("qwen_image")
-def build_tiny_qwen_image(folder: Path) -> None:
-    """A tiny seeded random-weight Qwen-Image: a 2-layer Qwen2.5-VL text encoder (hidden 32) with
-    a byte-level tokenizer, a 2-block transformer (2 heads of 16, 64-channel packed tokens) and a
-    16-channel VAE with the real factors (8 px, Qwen-Image's latent statistics), whose decoder
-    responds to its latents (`adapters/tiny_decoders.py`). 32x32 px give a [16, 1, 4, 4] latent,
-    4 transformer tokens.
+def build_tiny_qwen_image_components() -> dict:
+    """The seeded components of `tiny:qwen_image` (also `tiny:qwen_image_edit`'s): a 2-layer
+    Qwen2.5-VL text encoder (hidden 32, a 1-block vision tower) with a byte-level tokenizer, a
+    2-block transformer (2 heads of 16, 64-channel packed tokens) and a 16-channel VAE with the
+    real factors (8 px, Qwen-Image's latent statistics), whose decoder responds to its latents
+    (`adapters/tiny_decoders.py`). 32x32 px give a [16, 1, 4, 4] latent, 4 transformer tokens.
 
     The scheduler has Qwen-Image's dynamic-shift settings (base/max image sequence length 256 /
     8192, shift 0.5 / 0.9, exponential time shift, terminal sigma 0.02), as its checkpoint's
     scheduler_config.json sets them."""
-    from diffusers import (
-        AutoencoderKLQwenImage, FlowMatchEulerDiscreteScheduler, QwenImagePipeline, QwenImageTransformer2DModel,
-    )
+    from diffusers import AutoencoderKLQwenImage, FlowMatchEulerDiscreteScheduler, QwenImageTransformer2DModel
 
     torch.manual_seed(0)
     tokenizer = _tiny_tokenizer()
@@ -328,7 +333,13 @@ def build_tiny_qwen_image(folder: Path) -> None:
         num_train_timesteps=1000, shift=1.0, use_dynamic_shifting=True, base_image_seq_len=256, max_image_seq_len=8192,
         base_shift=0.5, max_shift=0.9, shift_terminal=0.02, time_shift_type="exponential",
     )
-    pipe = QwenImagePipeline(
-        scheduler=scheduler, vae=vae, text_encoder=text_encoder, tokenizer=tokenizer, transformer=transformer,
-    )
-    pipe.save_pretrained(Path(folder))
+    return dict(scheduler=scheduler, vae=vae, text_encoder=text_encoder, tokenizer=tokenizer, transformer=transformer)
+
+
+@register_tiny_model("qwen_image")
+def build_tiny_qwen_image(folder: Path) -> None:
+    """A tiny seeded random-weight Qwen-Image (`build_tiny_qwen_image_components`), saved as a
+    `QwenImagePipeline`."""
+    from diffusers import QwenImagePipeline
+
+    QwenImagePipeline(**build_tiny_qwen_image_components()).save_pretrained(Path(folder))

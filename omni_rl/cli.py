@@ -134,10 +134,26 @@ def check_inputs(cfg) -> None:
     from omni_rl.models.loading import check_model_source
 
     check_trainer_device(cfg.trainer.device, cfg.trainer.backend)
-    check_prompt_sources(cfg.data)
+    check_prompt_kind(cfg, check_prompt_sources(cfg.data))
     check_resume(cfg.trainer.resume)
     # With Ray the driver holds a weightless view of the model; the workers load the weights.
     check_model_source(cfg.model, weights=cfg.trainer.backend == "local")
+
+
+def check_prompt_kind(cfg, sources) -> None:
+    """The prompts are the kind the diffusion adapter takes (source images for an editing model,
+    none for text-to-image): `DiffusionModelBase.check_prompt_items`, as the trainer does later."""
+    from omni_rl.data.prompts import PromptFileError
+    from omni_rl.models.diffusion import DiffusionModelBase
+    from omni_rl.models.registry import ADAPTERS, adapter_key
+
+    adapter_class = ADAPTERS.get(adapter_key(cfg.model.adapter, cfg.model.stage))
+    if issubclass(adapter_class, DiffusionModelBase):
+        for where, items in sources:
+            try:
+                adapter_class.check_prompt_items(items, where, cfg.model.adapter)
+            except ValueError as err:
+                raise PromptFileError(str(err)) from None
 
 
 def check_resume(path: str | None) -> None:

@@ -72,6 +72,10 @@ class ModelConfig:
     audio_modality_scale: Optional[float] = None
     # The guidance rescale factor of the audio stream; null = guidance_rescale.
     audio_guidance_rescale: Optional[float] = None
+    # Editing models (Qwen-Image-Edit): the [height, width] in px the source image is resized
+    # to and encoded at (through the VAE and the vision-language encoder); null = the output's
+    # size (rollout.height, rollout.width). Rollout and training see the same encoding.
+    condition_image_size: Optional[list[int]] = None
     # Omni models: keep the vision / audio encoders frozen (LoRA or not).
     freeze_vision_tower: bool = True
     freeze_audio_tower: bool = True

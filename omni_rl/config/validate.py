@@ -163,6 +163,10 @@ def validate_config(cfg: OmniConfig) -> None:
     _require(o.weight_decay >= 0, "optim.weight_decay", o.weight_decay, ">= 0")
     _require(a.adv_eps > 0, "algo.adv_eps", a.adv_eps, "> 0")
     _require(a.kl_threshold >= 0, "algo.kl_threshold", a.kl_threshold, ">= 0")
+    size = cfg.model.condition_image_size
+    if size is not None:
+        _require(len(size) == 2 and all(isinstance(v, int) and v > 0 for v in size), "model.condition_image_size",
+                 list(size), "[height, width] in px (two positive integers), or null for the output's size")
 
 
 def _validate_ltx2_guidance(cfg: OmniConfig) -> None:

@@ -54,12 +54,19 @@ def load_prompt_items(prompts: Optional[list[str]], prompt_file: Optional[str], 
     return items
 
 
-def check_prompt_sources(data) -> None:
+def check_prompt_sources(data) -> list[tuple[str, list[PromptItem]]]:
     """Read `data.prompt_file` and `data.val_prompt_file` (a `DataConfig`) as the trainer will,
-    so that a bad file stops the run before any model loads; raises `PromptFileError`."""
-    load_prompt_items(data.prompts, data.prompt_file)
+    so that a bad file stops the run before any model loads; raises `PromptFileError`. Returns
+    (where, items) for each source, `where` naming it for messages (e.g. "data.prompt_file='x.jsonl'")."""
+    sources = [(_where(data.prompts, data.prompt_file, "data.prompts"), load_prompt_items(data.prompts, data.prompt_file))]
     if data.val_prompts is not None or data.val_prompt_file is not None:
-        load_prompt_items(data.val_prompts, data.val_prompt_file, "data.val_prompts")
+        items = load_prompt_items(data.val_prompts, data.val_prompt_file, "data.val_prompts")
+        sources.append((_where(data.val_prompts, data.val_prompt_file, "data.val_prompts"), items))
+    return sources
+
+
+def _where(prompts, prompt_file, what: str) -> str:
+    return what if prompts is not None else f"{_FILE_KEYS[what]}={prompt_file!r}"
 
 
 def _locate(path: str) -> Path:

@@ -26,7 +26,7 @@ from omni_rl.algos.flow_sde import StepOutput, get_step_kernel, step_latents
 from omni_rl.algos.policy_losses import PolicyLossInput, get_diffusion_kl, loss_reads_old_mean
 from omni_rl.config.schema import OmniConfig
 from omni_rl.data.diffusion_batch import DiffusionBatch
-from omni_rl.data.prompts import PromptItem
+from omni_rl.data.prompts import PromptFileError, PromptItem
 from omni_rl.families.base import BehaviourPolicy, ModelFamily, register_family
 from omni_rl.families.scored_rollout import scored_rollout
 from omni_rl.logging import make_grid
@@ -48,8 +48,24 @@ class DiffusionFamily(ModelFamily):
         self.kl_form = get_diffusion_kl(cfg.algo.kl_form)
 
     # --- the rollout half -----------------------------------------------------------------
+    def fit_prompts(self, items: list, what: str = "data.prompts") -> list:
+        """All of them, once the adapter has agreed they are its kind (source images for an
+        editing model, none for text-to-image: `DiffusionModelBase.check_prompt_items`)."""
+        try:
+            type(self.model).check_prompt_items(items, what, self.cfg.model.adapter)
+        except ValueError as err:
+            raise PromptFileError(str(err)) from None
+        return list(items)
+
+    def condition_images(self, item: PromptItem):
+        """The prompt's source images as the model encodes them (None for text-to-image)."""
+        r = self.cfg.rollout
+        return self.model.condition_images((item.media or {}).get("images"), r.height, r.width)
+
     def request(self, item: PromptItem, seed: int, **changes) -> DiffusionRequest:
         r = self.cfg.rollout
+        if "images" not in changes:
+            changes["images"] = self.condition_images(item)
         fields = dict(
             prompt=item.prompt, seed=seed, height=r.height, width=r.width, num_steps=r.num_steps,
             num_frames=r.num_frames, fps=r.fps,
@@ -71,9 +87,10 @@ class DiffusionFamily(ModelFamily):
             if r.same_noise_in_group:
                 gen = torch.Generator().manual_seed(derive_seed(cfg.trainer.seed, "group-noise", step, g))
                 shared_noise = ls.randn(self.model.latent_shape(r.height, r.width, r.num_frames), generator=gen)
+            images = self.condition_images(item)  # resized once for the group
             for k in range(n):
                 seed = derive_seed(cfg.trainer.seed, "train", step, g * n + k)
-                requests.append(self.request(item, seed, initial_noise=shared_noise))
+                requests.append(self.request(item, seed, initial_noise=shared_noise, images=images))
                 metadata.append(item.metadata)
                 groups.append(g)
         results, reward_futures = scored_rollout(

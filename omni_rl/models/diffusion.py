@@ -15,6 +15,13 @@ identical maths:
 Latents are a tensor, or `LatentStreams` (omni_rl.algos.latent_streams) for a model whose one
 forward denoises several (LTX-2: video and audio); `latent_shape` then returns {name: shape}.
 
+Editing models (`takes_source_image`) are conditioned on a source image as well: the family
+turns each prompt's source image into the request's condition images (`condition_images`:
+uint8 [H, W, 3] at the size the model encodes them), and the engine passes them to
+`encode_prompts(prompts, negative_prompt, images=...)`, whose `Conditioning` then carries what
+the image gives (its latents, and prompt embeddings that saw it). Text-to-image models take no
+images; `check_prompt_items` refuses a dataset of the wrong kind before any model loads.
+
 Latent shapes are whatever the model uses (`latent_shape(height, width, num_frames)`, which
 raises `ValueError` naming the nearest valid values for a geometry the model cannot take);
 nothing here assumes images. An image model takes `num_frames=1` only.
@@ -59,6 +66,10 @@ def check_image_only(model_name: str, num_frames: int) -> None:
         raise ValueError(f"rollout.num_frames={num_frames}: {model_name} makes images; expected 1")
 
 
+def _short(text: str, limit: int = 40) -> str:
+    return repr(text if len(text) <= limit else text[: limit - 3] + "...")
+
+
 def linspace_to_one_over_n(num_steps: int) -> list[float]:
     """`linspace(1, 1/N, N)`: the unshifted sigmas Flux-style pipelines (Qwen-Image, LTX-2) pass
     to the scheduler, which shifts them by `mu` and appends the final 0."""
@@ -78,6 +89,36 @@ class DiffusionModelBase(OmniModelBase):
     size_multiple: ClassVar[int | None] = None
     # Models that also generate sound (LTX-2) decode it with `decode_audio`.
     makes_audio: ClassVar[bool] = False
+    # Editing models: every prompt comes with a source image (see the module docstring).
+    takes_source_image: ClassVar[bool] = False
+
+    @classmethod
+    def check_prompt_items(cls, items, where: str, adapter: str) -> None:
+        """Raise `ValueError` when the prompts (`PromptItem`s read from `where`, e.g.
+        "data.prompt_file='edits.jsonl'") are not the kind the adapter takes: source images for
+        an editing model, none for a text-to-image one."""
+        for i, item in enumerate(items):
+            has_image = bool((item.media or {}).get("images"))
+            if has_image and not cls.takes_source_image:
+                raise ValueError(
+                    f"{where}: prompt {i + 1} ({_short(item.prompt)}) carries a source image, but model.adapter={adapter} "
+                    f"makes images from text; use an editing adapter (e.g. QwenImageEditPipeline) for an edit dataset, "
+                    f"or a prompt file without images"
+                )
+            if cls.takes_source_image and not has_image:
+                raise ValueError(
+                    f"{where}: prompt {i + 1} ({_short(item.prompt)}) has no source image, but model.adapter={adapter} "
+                    f"edits images; give every row a source_image (see omni_rl/data/edit_prompts.py), or use a "
+                    f"text-to-image adapter"
+                )
+
+    def condition_images(self, images, height: int, width: int) -> tuple[torch.Tensor, ...] | None:
+        """A prompt's source images (RGB PIL images, or None) as the request's condition images:
+        uint8 [H, W, 3] tensors at the size the model encodes them for an output of height x
+        width. Text-to-image models take none (None); editing models override this."""
+        if images:
+            raise ValueError(f"{type(self).__name__} makes images from text and takes no source image")
+        return None
 
     @classmethod
     def check_config(cls, cfg) -> None:

@@ -22,6 +22,7 @@ iterations. Every result records the weight version it was sampled with.
 """
 from __future__ import annotations
 
+import hashlib
 import threading
 import time
 from collections import deque
@@ -46,6 +47,15 @@ _BUCKET_BYTES = 512 << 20  # tensors handed over at once; a stream of them is co
 
 class RolloutEngineError(RuntimeError):
     """The engine failed or timed out; the message says which requests and why."""
+
+
+def encoding_key(req: DiffusionRequest) -> tuple:
+    """What a request's embeddings depend on: its prompt, negative prompt and condition images
+    (by content, so requests that carry equal images, e.g. a group's, share one encoding)."""
+    images = None
+    if req.images is not None:
+        images = tuple((tuple(im.shape), hashlib.sha1(im.contiguous().numpy().tobytes()).hexdigest()) for im in req.images)
+    return (req.prompt, req.negative_prompt, images)
 
 
 @dataclass(eq=False)  # identity, not field-wise equality: requests hold tensors
@@ -212,18 +222,24 @@ class NativeDiffusionEngine(RolloutEngine):
             if not fut.done():
                 fut.set_exception(err)
 
+    def _encode(self, admitted: list[tuple[DiffusionRequest, Future]]) -> dict[tuple, Conditioning]:
+        """Every distinct (prompt, negative prompt, condition images) among the requests that
+        arrived without embeddings, encoded in one batched call per negative prompt and kind."""
+        need = {encoding_key(req): req for req, _ in admitted if req.conditioning is None}
+        encoded: dict[tuple, Conditioning] = {}
+        for negative, with_images in sorted({(key[1], key[2] is not None) for key in need}):
+            keys = sorted(k for k in need if k[1] == negative and (k[2] is not None) == with_images)
+            extra = {"images": [need[k].images for k in keys]} if with_images else {}
+            cond = self.model.encode_prompts([k[0] for k in keys], negative_prompt=negative, **extra)
+            for i, key in enumerate(keys):
+                encoded[key] = cond.select([i])
+        return encoded
+
     @torch.no_grad()
     def _admit(self, admitted: list[tuple[DiffusionRequest, Future]]) -> None:
         if not admitted:
             return
-        # Encode every prompt that arrived without embeddings in one batched call.
-        need = [(req.prompt, req.negative_prompt) for req, _ in admitted if req.conditioning is None]
-        encoded: dict[tuple[str, str], Conditioning] = {}
-        for negative in {neg for _, neg in need}:
-            prompts = sorted({p for p, n in need if n == negative})
-            cond = self.model.encode_prompts(prompts, negative_prompt=negative)
-            for i, prompt in enumerate(prompts):
-                encoded[(prompt, negative)] = cond.select([i])
+        encoded = self._encode(admitted)
         for req, fut in admitted:
             if not fut.set_running_or_notify_cancel():
                 continue
@@ -234,7 +250,7 @@ class NativeDiffusionEngine(RolloutEngine):
             else:
                 x = ls.randn(shape, generator=generator)
             window = choose_sde_window(req.seed, req.num_steps, req.sde_window_size, req.sde_window_range)
-            cond = req.conditioning if req.conditioning is not None else encoded[(req.prompt, req.negative_prompt)]
+            cond = req.conditioning if req.conditioning is not None else encoded[encoding_key(req)]
             self._running.append(
                 _Running(
                     request=req, future=fut, generator=generator, window=window,

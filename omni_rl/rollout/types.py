@@ -38,6 +38,10 @@ class DiffusionRequest:
     negative_prompt: str = ""
     # Explicit initial noise (one sample's latent shape); drawn from the seed when None.
     initial_noise: Optional[torch.Tensor] = None
+    # Condition images of an editing model (`DiffusionModelBase.takes_source_image`): uint8
+    # [H, W, 3] tensors at the size the model encodes them (`condition_images`); None for
+    # text-to-image. The engine encodes them with the prompt (`encode_prompts(..., images=)`).
+    images: Optional[tuple[torch.Tensor, ...]] = None
     # Precomputed prompt embeddings (batch of 1); the engine encodes the prompt when None.
     conditioning: Optional[Conditioning] = None
     decode: bool = True

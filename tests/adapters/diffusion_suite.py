@@ -6,9 +6,10 @@ geometry, and how to run and LoRA-load its own diffusers pipeline) and subclasse
 through its own loading code:
 
 1. noise 0: the native engine's ODE rollout equals the model's own diffusers pipeline on the
-   same components, prompt and initial latents (1e-5 in fp32);
-2. a sample is the same alone and packed: in the engine with other prompts (of other lengths),
-   and in one forward with samples at sigmas spread over the whole schedule (so a batch
+   same components, prompt (and source image, for an editing model) and initial latents (1e-5
+   in fp32);
+2. a sample is the same alone and packed: in the engine with other prompts (of other lengths,
+   with other source images), and in one forward with samples at sigmas spread over the whole schedule (so a batch
    straddles any expert boundary);
 3. the trainer's replay of a rollout gives the rollout's log-probs (<= 1e-5), with the old
    transition means where a loss reads them;
@@ -63,6 +64,10 @@ class AdapterCase:
     # (pipeline, folder) -> None: the pipeline's own LoRA loader on an exported folder.
     load_lora: Callable[[Any, str], None] = None
     atol: float = 1e-5
+    # Editing models: prompt -> its source image (PIL; each prompt its own), and the model
+    # options under which the adapter encodes it as the pipeline does (tests 1 and 4).
+    source_image: Callable[[str], Any] = None
+    pipeline_options: dict[str, Any] = field(default_factory=dict)
 
 
 def build(case: AdapterCase, device: torch.device | None = None, path: str | None = None, **changes):
@@ -70,7 +75,21 @@ def build(case: AdapterCase, device: torch.device | None = None, path: str | Non
     return build_model(cfg, device or torch.device("cpu"))
 
 
-def request(case: AdapterCase, prompt: str, seed: int, **changes) -> DiffusionRequest:
+def condition(case: AdapterCase, model, prompt: str):
+    """The request's condition images for `prompt` (None for a text-to-image model)."""
+    if case.source_image is None:
+        return None
+    return model.condition_images([case.source_image(prompt)], case.height, case.width)
+
+
+def encode(case: AdapterCase, model, prompts: list[str]):
+    images = None if case.source_image is None else [condition(case, model, p) for p in prompts]
+    return model.encode_prompts(prompts) if images is None else model.encode_prompts(prompts, images=images)
+
+
+def request(case: AdapterCase, prompt: str, seed: int, model=None, **changes) -> DiffusionRequest:
+    if model is not None:
+        changes.setdefault("images", condition(case, model, prompt))
     fields = dict(prompt=prompt, seed=seed, height=case.height, width=case.width, num_frames=case.num_frames,
                   fps=case.fps,
                   num_steps=case.steps, guidance_scale=case.guidance, kernel="sde", noise_level=0.7,
@@ -79,8 +98,8 @@ def request(case: AdapterCase, prompt: str, seed: int, **changes) -> DiffusionRe
     return DiffusionRequest(**fields)
 
 
-def ode(case: AdapterCase, prompt: str, noise: torch.Tensor) -> DiffusionRequest:
-    return request(case, prompt, seed=0, kernel="ode", noise_level=0.0, sde_window_size=0, sde_window_range=None,
+def ode(case: AdapterCase, prompt: str, noise: torch.Tensor, model=None) -> DiffusionRequest:
+    return request(case, prompt, seed=0, model=model, kernel="ode", noise_level=0.0, sde_window_size=0, sde_window_range=None,
                    initial_noise=noise)
 
 
@@ -127,7 +146,7 @@ def assert_alone_equals_packed_across_the_schedule(model, case: AdapterCase, ato
     sigmas = model.sigmas(8, case.height, case.width, case.num_frames)[:-1]
     n = len(sigmas)
     x = ls.stack([initial_noise(model, case, seed=s) for s in range(n)])
-    cond = model.encode_prompts([PROMPTS[i % len(PROMPTS)] for i in range(n)])
+    cond = encode(case, model, [PROMPTS[i % len(PROMPTS)] for i in range(n)])
     together = model.predict_velocity(x, sigmas, cond, case.guidance)
     for i in range(n):
         row = torch.tensor([i])
@@ -146,8 +165,10 @@ class DiffusionAdapterSuite:
     # 1 ---------------------------------------------------------------------------------------
     def test_noise_zero_rollout_equals_the_pipeline(self, model):
         case = self.case
+        if case.pipeline_options:
+            model = build(case, **case.pipeline_options)
         noise = initial_noise(model, case, seed=7)
-        (ours,), _ = generate(model, [ode(case, PROMPTS[1], noise)], max_num_seqs=1)
+        (ours,), _ = generate(model, [ode(case, PROMPTS[1], noise, model)], max_num_seqs=1)
         theirs = case.pipeline_latents(case.pipeline(model, False), PROMPTS[1], one(noise), case.steps,
                                        case.guidance, case)
         assert_latents_close(ours.final_latent, ls.to(ls.index(theirs, 0), dtype=torch.float32), atol=case.atol)
@@ -157,10 +178,11 @@ class DiffusionAdapterSuite:
     # 2 ---------------------------------------------------------------------------------------
     def test_a_sample_is_the_same_alone_and_packed_in_the_engine(self, model):
         case = self.case
-        target = request(case, PROMPTS[0], seed=11)
+        target = request(case, PROMPTS[0], seed=11, model=model)
         (alone,), _ = generate(model, [target], max_num_seqs=1)
-        mates = [request(case, p, seed=20 + i) for i, p in enumerate(PROMPTS[1:])]
-        packed, stats = generate(model, [*mates, request(case, PROMPTS[0], seed=11)], max_num_seqs=len(mates) + 1)
+        mates = [request(case, p, seed=20 + i, model=model) for i, p in enumerate(PROMPTS[1:])]
+        packed, stats = generate(model, [*mates, request(case, PROMPTS[0], seed=11, model=model)],
+                                 max_num_seqs=len(mates) + 1)
         assert stats["forward_batch_sum"] == (len(mates) + 1) * case.steps  # all packed in every forward
         got = packed[-1]
         assert_latents_close(got.latents, alone.latents, atol=case.atol)
@@ -181,7 +203,8 @@ class DiffusionAdapterSuite:
                            f"rollout.fps={case.fps}", f"rollout.height={case.height}", f"rollout.width={case.width}",
                            "rollout.sde_window_range=null", f"reward.rewards=[{{name: {reward}}}]"])
         family = DiffusionFamily(cfg, model)
-        results, _ = generate(model, [request(case, p, seed=i) for i, p in enumerate(PROMPTS)], max_num_seqs=3)
+        results, _ = generate(model, [request(case, p, seed=i, model=model) for i, p in enumerate(PROMPTS)],
+                              max_num_seqs=3)
         batch = DiffusionBatch.from_results(results, [{}] * len(results), [0] * len(results))
         policy = family.behaviour_policy(batch, micro_batch_size=2)
         torch.testing.assert_close(policy.log_probs, batch.rollout_log_probs, atol=1e-5, rtol=0)
@@ -190,7 +213,7 @@ class DiffusionAdapterSuite:
     # 4 ---------------------------------------------------------------------------------------
     def test_the_lora_export_loads_through_the_pipeline_and_reproduces_the_adapter(self, tmp_path):
         case = self.case
-        trained = build(self.case, lora=LoraConfig(enabled=True, rank=4, alpha=8))
+        trained = build(self.case, lora=LoraConfig(enabled=True, rank=4, alpha=8), **case.pipeline_options)
         gen = torch.Generator().manual_seed(3)
         with torch.no_grad():
             for name, p in trained.trainable_root().named_parameters():
@@ -198,7 +221,7 @@ class DiffusionAdapterSuite:
                     p.copy_(torch.randn(p.shape, generator=gen) * 0.3)
         trained.save_lora(str(tmp_path / "lora"))
         noise = initial_noise(trained, case, seed=5)
-        (ours,), _ = generate(trained, [ode(case, PROMPTS[0], noise)], max_num_seqs=1)
+        (ours,), _ = generate(trained, [ode(case, PROMPTS[0], noise, trained)], max_num_seqs=1)
 
         base = case.pipeline(trained, True)
         before = case.pipeline_latents(base, PROMPTS[0], one(noise), case.steps, case.guidance, case)

@@ -228,6 +228,19 @@ def test_messages_carry_every_result_field():
     assert torch.equal(back.conditioning["mask"], cond["mask"]) and back.image.dtype == torch.uint8
 
 
+def test_requests_carry_an_edit_models_condition_images():
+    from omni_rl.rollout.native import encoding_key
+    from omni_rl.rollout.types import DiffusionRequest
+
+    images = (torch.randint(0, 255, (32, 48, 3), dtype=torch.uint8),)
+    req = DiffusionRequest(prompt="make it red", seed=3, height=32, width=32, num_steps=2, guidance_scale=4.0,
+                           images=images)
+    (back,) = decode_message(encode_message({"requests": [req]}))["requests"]
+    assert isinstance(back.images, tuple) and torch.equal(back.images[0], images[0])
+    assert back.images[0].dtype == torch.uint8
+    assert encoding_key(back) == encoding_key(req)  # the server shares a group's encoding too
+
+
 def test_health_answers_while_a_generate_runs(echo_server):
     # The client tells a busy server from a silent one by /health: it must not wait for the engine.
     import threading
