@@ -162,7 +162,10 @@ class DiffusionFamily(ModelFamily):
             write_video_samples(output_dir / "samples", step, images, results[0].fps, captions, logger,
                                 audio=audio, sample_rate=results[0].sample_rate)
         else:
-            grid = make_grid(images, nrow=max(2, t.val_samples_per_prompt), captions=captions)
+            nrow = max(2, t.val_samples_per_prompt)
+            if requests[0].images is not None:  # an edit model: each row starts with its source image
+                images, captions, nrow = with_source_column(requests, images, captions, t.val_samples_per_prompt)
+            grid = make_grid(images, nrow=nrow, captions=captions)
             atomic_save_image(grid, output_dir / "samples" / f"val_step_{step:06d}.png")
             logger.log_image("val/samples", np.asarray(grid), step)
         return {f"val/{k}": v for k, v in reward.metrics.items()}
@@ -246,3 +249,19 @@ class DiffusionFamily(ModelFamily):
 def _as_tensor(mean: ls.Latents) -> torch.Tensor:
     """What the losses read: one stream as it is, several flattened into one [B, D] action."""
     return mean if isinstance(mean, torch.Tensor) else ls.flat(mean)
+
+
+def with_source_column(requests: list[DiffusionRequest], images: torch.Tensor, captions: list[str], per_prompt: int):
+    """The validation grid of an editing model: each prompt's row is its source image (resized to
+    the output's size) followed by its `per_prompt` edits. Returns (tiles, captions, per row)."""
+    from PIL import Image
+
+    height, width = images.shape[1:3]
+    tiles, labels = [], []
+    for start in range(0, len(requests), per_prompt):
+        source = Image.fromarray(requests[start].images[0].numpy()).resize((width, height), Image.BICUBIC)
+        tiles.append(torch.from_numpy(np.asarray(source, dtype=np.uint8).copy()))
+        labels.append("source")
+        tiles.extend(images[start : start + per_prompt])
+        labels.extend(captions[start : start + per_prompt])
+    return torch.stack(tiles), labels, per_prompt + 1
