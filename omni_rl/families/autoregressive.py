@@ -60,6 +60,7 @@ def messages_of(item: PromptItem) -> list[dict]:
 @register_family("autoregressive")
 class TextFamily(ModelFamily):
     batch_type = TextBatch
+    rollout_is_levels = ("token", "sequence")  # a response token; the whole response
 
     def __init__(self, cfg: OmniConfig, model: AutoregressiveModelBase):
         super().__init__(cfg, model)
@@ -308,6 +309,7 @@ class TextFamily(ModelFamily):
                 loss_scale_factor=(
                     algo.loss_scale_factor if algo.loss_scale_factor is not None else self.cfg.rollout.max_new_tokens
                 ),
+                rollout_is_weight=None if micro.rollout_is_weights is None else micro.rollout_is_weights.to(device),
             )
         )
         metrics = {("loss/policy" if k == "policy_loss" else f"loss/{k}"): v for k, v in metrics.items()}

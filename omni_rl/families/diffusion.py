@@ -42,6 +42,7 @@ from omni_rl.utils.seeding import derive_seed
 @register_family("diffusion")
 class DiffusionFamily(ModelFamily):
     batch_type = DiffusionBatch
+    rollout_is_levels = ("step", "sequence")  # a denoising step; a sample's trained steps
 
     def __init__(self, cfg: OmniConfig, model: DiffusionModelBase):
         super().__init__(cfg, model)
@@ -208,6 +209,7 @@ class DiffusionFamily(ModelFamily):
                 std=out.std,
                 dt=dt,
                 kl_threshold=algo.kl_threshold,
+                rollout_is_weight=None if micro.rollout_is_weights is None else micro.rollout_is_weights[:, j].to(device),
             )
         )
         # The loss functions name their main term `policy_loss`; the metric table calls it loss/policy.
