@@ -132,8 +132,8 @@ def _check_rollout_is(cfg: OmniConfig) -> None:
     if level not in levels:
         every = "; ".join(f"{name}: {', '.join(MODEL_FAMILIES.get(name).rollout_is_levels)}" for name in MODEL_FAMILIES.names())
         raise ConfigError(
-            f"algo.rollout_is={level!r}: expected none, {' or '.join(levels)} for model.adapter={architecture!r}, "
-            f"a {family} model ({level!r} is not a unit of its actions; levels by family: {every}); set "
+            f"algo.rollout_is={level!r}: expected none, {' or '.join(levels)} for model.adapter={architecture!r} "
+            f"of family {family} ({level!r} is not a unit of its actions; levels by family: {every}); set "
             f"algo.rollout_is to one of none, {', '.join(levels)}"
         )
 
