@@ -23,6 +23,7 @@ from omni_rl.config.loader import compose_config
 from omni_rl.config.schema import OmniConfig
 from omni_rl.config.validate import ConfigError
 from omni_rl.engine.registry import TRAINING_ENGINES
+from omni_rl.families import MODEL_FAMILIES
 from omni_rl.logging import SINK_NAMES
 from omni_rl.models.registry import ADAPTERS, adapter_key
 from omni_rl.plugins import PluginError, load_plugins
@@ -73,6 +74,7 @@ def check_components(cfg: OmniConfig) -> None:
         except RewardConfigError as err:
             raise ConfigError(f"{key}.kwargs: {err}") from None
     _check_reward_media(cfg)
+    _check_rollout_is(cfg)
     unknown = [name for name in cfg.trainer.loggers if name not in SINK_NAMES]
     if unknown:
         raise ConfigError(f"trainer.loggers={list(cfg.trainer.loggers)!r}: unknown {unknown}; valid: {', '.join(SINK_NAMES)}")
@@ -116,6 +118,24 @@ def _check_reward_media(cfg: OmniConfig) -> None:
                 f"{key}: reward {item.name!r} scores {scored}, but model.adapter={architecture!r} "
                 f"({adapter_class.__name__}) makes no audio; drop the reward or use an audio model's adapter"
             )
+
+
+def _check_rollout_is(cfg: OmniConfig) -> None:
+    """`algo.rollout_is` is a level of this model's actions: token or sequence for a text model,
+    step or sequence for a diffusion model (its family's `rollout_is_levels`)."""
+    level = cfg.algo.rollout_is
+    if level == "none":
+        return
+    architecture = adapter_key(cfg.model.adapter, cfg.model.stage)
+    family = ADAPTERS.get(architecture).family
+    levels = MODEL_FAMILIES.get(family).rollout_is_levels
+    if level not in levels:
+        every = "; ".join(f"{name}: {', '.join(MODEL_FAMILIES.get(name).rollout_is_levels)}" for name in MODEL_FAMILIES.names())
+        raise ConfigError(
+            f"algo.rollout_is={level!r}: expected none, {' or '.join(levels)} for model.adapter={architecture!r} "
+            f"of family {family} ({level!r} is not a unit of its actions; levels by family: {every}); set "
+            f"algo.rollout_is to one of none, {', '.join(levels)}"
+        )
 
 
 def _check_groups(cfg: OmniConfig) -> None:

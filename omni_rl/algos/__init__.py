@@ -11,6 +11,9 @@ with one call signature, looked up by name from the config:
   in `token_losses`, registered when this package is imported).
 - `DIFFUSION_KL` (`flow_grpo_code`, `exact`): per-step KL to the reference policy.
 
+`rollout_correction` (no registry) gives the truncated importance weights between the trainer's
+old log-probs and the rollout engine's (`algo.rollout_is`), which every policy loss applies.
+
 `latent_streams` is the latents' type: a tensor, or `LatentStreams` for models that denoise
 several latents (video and audio) in one forward, which the kernels step as one action.
 """

@@ -27,6 +27,10 @@ all-zero mask the loss and the metrics are 0. The advantage is clamped to +-adv_
 every loss here (Flow-GRPO's `adv_clip_max`); the clamp is a property of the advantage, not of
 the ratio, so the unclipped Flow-DPPO objective clamps it too.
 
+With `rollout_is_weight` given (the rollout correction, `rollout_correction.py`), every loss here
+and in `token_losses` multiplies each entry's policy term by it before the mean
+(`rollout_weighted`); the ratio metrics describe the unweighted ratio.
+
 KL forms (registered in `DIFFUSION_KL`, `fn(mean, ref_mean, std, dt) -> [B]`) measure how far
 one step's Gaussian moved from the reference's. Both are per-dimension MEANS over the non-batch
 dims (like the log-probs) and both are 0 where the transition std is 0.
@@ -56,6 +60,7 @@ __all__ = [
     "POLICY_LOSSES",
     "get_policy_loss",
     "reads_old_mean",
+    "rollout_weighted",
     "loss_reads_old_mean",
     "flow_grpo_loss",
     "flow_dppo_loss",
@@ -104,6 +109,11 @@ class PolicyLossInput:
     clip_ratio_c:  optional > 1: dual-clip PPO's bound (arXiv 1912.09729) for `ppo_clip` and
                    `dapo`: a token with A < 0 loses at most -A * clip_ratio_c (verl: 3.0, always
                    on there); None turns it off. The other losses do not read it.
+    Every loss:
+    rollout_is_weight: optional, broadcastable to E, >= 0, a constant: each entry's policy term is
+                   multiplied by it before the mean (the rollout correction's truncated importance
+                   weights, `rollout_correction`); the KL term is not. None (the default) leaves
+                   the loss exactly as without it.
     """
 
     log_prob: Tensor
@@ -127,6 +137,7 @@ class PolicyLossInput:
     clip_ratio_c: Optional[float] = None
     loss_scale_factor: Optional[float] = None
     kl_clamp: Optional[float] = None
+    rollout_is_weight: Optional[Tensor] = None
 
     def __post_init__(self) -> None:
         shape = tuple(self.log_prob.shape)
@@ -137,14 +148,15 @@ class PolicyLossInput:
                 f"old_log_prob has shape {tuple(self.old_log_prob.shape)} but log_prob has {shape}; "
                 f"they must describe the same entries."
             )
-        try:
-            broadcast = torch.broadcast_shapes(tuple(self.advantages.shape), shape)
-        except RuntimeError:
-            broadcast = None
-        if broadcast != shape:
+        if not _broadcasts(self.advantages, shape):
             raise ValueError(
                 f"advantages of shape {tuple(self.advantages.shape)} do not broadcast to log_prob's "
                 f"{shape}; for token log-probs [B, T] pass advantages[:, None]."
+            )
+        if self.rollout_is_weight is not None and not _broadcasts(self.rollout_is_weight, shape):
+            raise ValueError(
+                f"rollout_is_weight has shape {tuple(self.rollout_is_weight.shape)}, which does not broadcast "
+                f"to log_prob's {shape}; pass one weight per entry (rollout_correction.rollout_is_weights)"
             )
         if self.mask is not None and tuple(self.mask.shape) != shape:
             raise ValueError(f"mask has shape {tuple(self.mask.shape)}; expected log_prob's shape {shape}")
@@ -182,6 +194,13 @@ class PolicyLossInput:
             raise ValueError(
                 f"kl_clamp={self.kl_clamp!r}; expected > 0 (verl clamps k3 at 10), or None for no clamp"
             )
+
+
+def _broadcasts(x: Tensor, shape: tuple[int, ...]) -> bool:
+    try:
+        return torch.broadcast_shapes(tuple(x.shape), shape) == shape
+    except RuntimeError:
+        return False
 
 
 PolicyLoss = Callable[[PolicyLossInput], tuple[Tensor, Metrics]]
@@ -294,6 +313,14 @@ def _prepare(inp: PolicyLossInput) -> tuple[Tensor, Tensor, Tensor, Optional[Ten
     return log_prob, old, adv, mask
 
 
+def rollout_weighted(per_entry: Tensor, inp: PolicyLossInput) -> Tensor:
+    """Each entry's policy term times its rollout-correction weight (`rollout_is_weight`); the
+    terms themselves when there is none. Shared by the diffusion and the token losses."""
+    if inp.rollout_is_weight is None:
+        return per_entry
+    return per_entry * inp.rollout_is_weight.detach().to(device=per_entry.device, dtype=per_entry.dtype)
+
+
 def _clipped_surrogate(ratio: Tensor, adv: Tensor, inp: PolicyLossInput) -> Tensor:
     """PPO's pessimistic per-entry loss max(-A rho, -A clip(rho, 1 - lo, 1 + hi))."""
     clipped = torch.clamp(ratio, 1 - inp.clip_low, 1 + inp.clip_high)
@@ -370,7 +397,7 @@ def flow_grpo_loss(inp: PolicyLossInput) -> tuple[Tensor, Metrics]:
     log_prob, old, adv, mask = _prepare(inp)
     log_ratio = log_prob - old
     ratio = torch.exp(log_ratio)
-    loss = _masked_mean(_clipped_surrogate(ratio, adv, inp), mask)
+    loss = _masked_mean(rollout_weighted(_clipped_surrogate(ratio, adv, inp), inp), mask)
     metrics = _ratio_metrics(ratio, log_ratio, mask)
     metrics["clipfrac"] = _clipfrac(ratio, mask, inp)
     metrics["policy_loss"] = loss.detach()
@@ -398,7 +425,7 @@ def flow_dppo_loss(inp: PolicyLossInput) -> tuple[Tensor, Metrics]:
     divergence = exact_kl(mean.detach(), old_mean, std)
     pushes_further = ((ratio > 1) & (adv > 0)) | ((ratio < 1) & (adv < 0))
     drop = (divergence >= inp.kl_threshold) & pushes_further
-    loss = _masked_mean(torch.where(drop, torch.zeros_like(ratio), -adv * ratio), mask)
+    loss = _masked_mean(rollout_weighted(torch.where(drop, torch.zeros_like(ratio), -adv * ratio), inp), mask)
     metrics = _ratio_metrics(ratio, log_ratio, mask)
     metrics["dropfrac"] = _masked_mean(drop.to(torch.float32), mask)
     metrics["policy_loss"] = loss.detach()
@@ -447,7 +474,7 @@ def grpo_guard_loss(inp: PolicyLossInput) -> tuple[Tensor, Metrics]:
     stepped = neg_dt > 0
     safe_neg_dt = torch.where(stepped, neg_dt, torch.ones_like(neg_dt))
     weight = torch.where(stepped, 1 / safe_neg_dt, torch.zeros_like(neg_dt))
-    loss = _masked_mean(weight * _clipped_surrogate(ratio, adv, inp), mask)
+    loss = _masked_mean(rollout_weighted(weight * _clipped_surrogate(ratio, adv, inp), inp), mask)
     metrics = _ratio_metrics(ratio, log_prob - old, mask)
     metrics["clipfrac"] = _clipfrac(ratio, mask, inp)
     metrics["policy_loss"] = loss.detach()

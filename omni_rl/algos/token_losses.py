@@ -10,6 +10,8 @@ An entry is one response token. `log_prob`, `old_log_prob`, `mask` and `ref_log_
 is r_t = exp(log_prob_t - old_log_prob_t). As in `flow_grpo`, advantages are clamped to
 +-adv_clip_max first (default 5); the clamp belongs to the advantage, and text callers that do
 not want it pass a large value. The gradient flows through `log_prob` only.
+With `rollout_is_weight` given, each token's policy term is multiplied by its rollout-correction
+weight before aggregation (the KL term is not): see `rollout_correction.py`.
 
 Masked tokens take no part: their log-ratio is replaced by 0 before any exp and their values
 are dropped by `torch.where`, so a padded position holding inf/NaN changes neither the loss, nor
@@ -100,7 +102,7 @@ from typing import Callable, NamedTuple, Optional
 import torch
 from torch import Tensor
 
-from omni_rl.algos.policy_losses import POLICY_LOSSES, PolicyLossInput
+from omni_rl.algos.policy_losses import POLICY_LOSSES, PolicyLossInput, rollout_weighted
 
 __all__ = [
     "LOSS_AGG_MODES",
@@ -297,8 +299,9 @@ def _ratio_stats(ratio: Tensor, counted: Tensor, inp: PolicyLossInput) -> Metric
 def _finish(
     per_token: Tensor, mode: str, toks: _Tokens, inp: PolicyLossInput, metrics: Metrics
 ) -> tuple[Tensor, Metrics]:
-    """Aggregate the policy term, add the KL term, fill policy_loss / approx_kl / kl."""
-    policy_loss = aggregate(per_token, toks.counted, mode, inp.loss_scale_factor)
+    """Weigh the policy term by the rollout correction (if any), aggregate it, add the KL term,
+    fill policy_loss / approx_kl / kl."""
+    policy_loss = aggregate(rollout_weighted(per_token, inp), toks.counted, mode, inp.loss_scale_factor)
     loss = policy_loss
     if inp.ref_log_prob is not None:
         ref = inp.ref_log_prob.detach().to(device=toks.log_prob.device, dtype=torch.float32)

@@ -99,6 +99,7 @@ def validate_config(cfg: OmniConfig) -> None:
     _require(a.std_mode in ("group", "global", "none"), "algo.std_mode", a.std_mode, "one of group, global, none")
     _require(a.old_logprob_mode in ("auto", "recompute", "bypass"), "algo.old_logprob_mode", a.old_logprob_mode,
              "one of auto, recompute, bypass")
+    _validate_rollout_is(a)
     _require(a.logprob_check_every >= 0, "algo.logprob_check_every", a.logprob_check_every, "an integer >= 0 (0 = never)")
     _require(a.clip_range > 0, "algo.clip_range", a.clip_range, "> 0")
     _require(a.clip_range_high is None or a.clip_range_high > 0, "algo.clip_range_high", a.clip_range_high, "> 0 or null")
@@ -167,6 +168,22 @@ def validate_config(cfg: OmniConfig) -> None:
     if size is not None:
         _require(len(size) == 2 and all(isinstance(v, int) and v > 0 for v in size), "model.condition_image_size",
                  list(size), "[height, width] in px (two positive integers), or null for the output's size")
+
+
+def _validate_rollout_is(a) -> None:
+    """The rollout correction's values. Which levels a model takes (token/sequence for text,
+    step/sequence for diffusion) depends on its adapter's family, checked by `omni_rl.compose`."""
+    levels = ("none", "token", "sequence", "step")
+    _require(a.rollout_is in levels, "algo.rollout_is", a.rollout_is,
+             f"one of {', '.join(levels)} (token or sequence for text models, step or sequence for diffusion)")
+    _require(a.rollout_is_mode in ("truncate", "mask"), "algo.rollout_is_mode", a.rollout_is_mode,
+             "one of truncate (clamp the weight at algo.rollout_is_cap), mask (drop the action above it)")
+    _require(math.isfinite(a.rollout_is_cap) and a.rollout_is_cap >= 1, "algo.rollout_is_cap", a.rollout_is_cap,
+             "a finite value >= 1 (identical log-probs give weight 1; Yao et al. use 2)")
+    _require(a.rollout_is == "none" or a.old_logprob_mode != "bypass", "algo.old_logprob_mode", a.old_logprob_mode,
+             f"auto or recompute with algo.rollout_is={a.rollout_is} (the correction weighs the trainer's "
+             f"recomputed old log-probs against the rollout's; bypass uses the rollout's as the old ones, "
+             f"so every weight would be 1): set algo.old_logprob_mode=auto or algo.rollout_is=none")
 
 
 def _validate_ltx2_guidance(cfg: OmniConfig) -> None:

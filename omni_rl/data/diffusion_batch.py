@@ -8,6 +8,7 @@ trains K (all W, or DanceGRPO's per-sample subset: `step_index`):
   rollout_log_probs [N, K]            log-probs the rollout engine computed while sampling
   old_log_probs  [N, K]               behaviour-policy log-probs used in the ratio
   old_means      [N, K, *latent]      behaviour-policy transition means (Flow-DPPO, Guard)
+  rollout_is_weights [N, K] or None   rollout-correction weights of the policy loss (algo.rollout_is)
   sigmas, sigmas_next, noise_levels [N, K]
   conditioning   Conditioning of N
   rewards, advantages [N];  group_index [N] (samples of one prompt share it)
@@ -47,6 +48,7 @@ class DiffusionBatch:
     advantages: Optional[torch.Tensor] = None
     old_log_probs: Optional[torch.Tensor] = None
     old_means: Optional[ls.Latents] = None
+    rollout_is_weights: Optional[torch.Tensor] = None
     step_index: Optional[torch.Tensor] = None
     fps: float = 16.0
     audio: Optional[torch.Tensor] = None
@@ -126,5 +128,6 @@ class DiffusionBatch:
             advantages=pick(self.advantages),
             old_log_probs=pick(self.old_log_probs),
             old_means=pick(self.old_means),
+            rollout_is_weights=pick(self.rollout_is_weights),
             step_index=pick(self.step_index),
         )

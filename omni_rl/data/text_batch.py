@@ -6,6 +6,7 @@ N samples; prompts left-padded to P columns, responses right-padded to R columns
   attention_mask  [N, P + R] long   1 on real tokens
   response_mask   [N, R] float      1 on response tokens that count (the sampled ones)
   rollout_log_probs / old_log_probs [N, R] fp32
+  rollout_is_weights [N, R] fp32 or None: rollout-correction weights of the policy loss (algo.rollout_is)
   media           one dict of processor tensors per sample (images, audio), collated per forward
   rewards, advantages [N];  group_index [N]
   texts           the decoded responses (what rewards score)
@@ -37,6 +38,7 @@ class TextBatch:
     rewards: Optional[torch.Tensor] = None
     advantages: Optional[torch.Tensor] = None
     old_log_probs: Optional[torch.Tensor] = None
+    rollout_is_weights: Optional[torch.Tensor] = None
     extras: dict[str, Any] = field(default_factory=dict)
 
     def __len__(self) -> int:
@@ -82,4 +84,5 @@ class TextBatch:
             rollout_log_probs=pick(self.rollout_log_probs), media=[self.media[i] for i in ids],
             texts=[self.texts[i] for i in ids], finish_reasons=[self.finish_reasons[i] for i in ids],
             rewards=pick(self.rewards), advantages=pick(self.advantages), old_log_probs=pick(self.old_log_probs),
+            rollout_is_weights=pick(self.rollout_is_weights),
         )

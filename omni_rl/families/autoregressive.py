@@ -16,7 +16,9 @@ prompt that reaches a request without `fit_prompts` is refused or truncated in t
 before any token is generated for it.
 
 Actor half: teacher forcing of the stored responses. `loss(micro_batch, 0)` is the registered
-policy loss on the response tokens (masked), plus, when `algo.kl_coef > 0`, the KL estimator
+policy loss on the response tokens (masked; each weighted by the rollout correction's
+`batch.rollout_is_weights` when the trainer computed them: `algo.rollout_is`), plus, when
+`algo.kl_coef > 0`, the KL estimator
 (k1/k3) to the reference policy (the base model with LoRA disabled). Token log-probs come from
 `AutoregressiveModelBase.token_log_probs`, the function the rollout engine recorded; the loss
 also reports the gap between the stored old log-probs and this forward's on the response tokens
@@ -60,6 +62,7 @@ def messages_of(item: PromptItem) -> list[dict]:
 @register_family("autoregressive")
 class TextFamily(ModelFamily):
     batch_type = TextBatch
+    rollout_is_levels = ("token", "sequence")  # a response token; the whole response
 
     def __init__(self, cfg: OmniConfig, model: AutoregressiveModelBase):
         super().__init__(cfg, model)
@@ -308,6 +311,7 @@ class TextFamily(ModelFamily):
                 loss_scale_factor=(
                     algo.loss_scale_factor if algo.loss_scale_factor is not None else self.cfg.rollout.max_new_tokens
                 ),
+                rollout_is_weight=None if micro.rollout_is_weights is None else micro.rollout_is_weights.to(device),
             )
         )
         metrics = {("loss/policy" if k == "policy_loss" else f"loss/{k}"): v for k, v in metrics.items()}

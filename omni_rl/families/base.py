@@ -54,6 +54,9 @@ class BehaviourPolicy:
 class ModelFamily(ABC):
     # The trainer's batch type of this family (DiffusionBatch, TextBatch).
     batch_type: ClassVar[type]
+    # The `algo.rollout_is` levels its actions take besides "none" (`algos/rollout_correction.py`),
+    # checked at config load.
+    rollout_is_levels: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, cfg: OmniConfig, model):
         self.cfg = cfg

@@ -10,7 +10,9 @@ its stored successor x_{j+1} are fed back; the policy's velocity at (x_j, sigma_
 transition mean, and the very kernel that sampled (`omni_rl.algos.flow_sde`) scores x_{j+1}
 under it. So the rollout's log-prob and the trainer's are the same function of the same inputs,
 and on-policy their ratio is 1. `loss(micro_batch, j)` is the policy loss on the (sample, step j)
-entries plus, when `algo.kl_coef > 0`, the KL to the reference (LoRA disabled) policy; it also
+entries (each weighted by the rollout correction's `batch.rollout_is_weights` when the trainer
+computed them: `algo.rollout_is`) plus, when `algo.kl_coef > 0`, the KL to the reference (LoRA
+disabled) policy; it also
 reports how far the stored old log-probs are from this forward's (`rollout_corr/*`, which the
 update keeps for its first mini-batch: before the first optimizer step that is the
 rollout-vs-trainer gap, measured at no extra cost).
@@ -42,6 +44,7 @@ from omni_rl.utils.seeding import derive_seed
 @register_family("diffusion")
 class DiffusionFamily(ModelFamily):
     batch_type = DiffusionBatch
+    rollout_is_levels = ("step", "sequence")  # a denoising step; a sample's trained steps
 
     def __init__(self, cfg: OmniConfig, model: DiffusionModelBase):
         super().__init__(cfg, model)
@@ -228,6 +231,7 @@ class DiffusionFamily(ModelFamily):
                 std=out.std,
                 dt=dt,
                 kl_threshold=algo.kl_threshold,
+                rollout_is_weight=None if micro.rollout_is_weights is None else micro.rollout_is_weights[:, j].to(device),
             )
         )
         # The loss functions name their main term `policy_loss`; the metric table calls it loss/policy.

@@ -2,6 +2,7 @@
 
     prompts  -> rollout (request-batched, fp32 trajectories) -> rewards -> advantages
              -> old log-probs (the rollout's where they are the actor's own, else recomputed)
+                and, with algo.rollout_is, the rollout-correction weights between the two
              -> PPO update (epochs x mini-batches, replaying the stored steps)
              -> weight sync -> log / validate / checkpoint
 
@@ -21,11 +22,12 @@ from __future__ import annotations
 import contextlib
 import logging
 from pathlib import Path
-from typing import Iterator, Optional
+from typing import Iterator, NamedTuple, Optional
 
 import torch
 
 from omni_rl.algos.advantages import AdvantageInput, get_advantage_estimator
+from omni_rl.algos.rollout_correction import rollout_is_weights
 from omni_rl.config.loader import to_yaml
 from omni_rl.config.schema import OmniConfig
 from omni_rl.data.prompts import PromptSampler, load_prompt_items
@@ -43,6 +45,15 @@ from omni_rl.trainer.timer import StepTimer
 from omni_rl.utils.atomic import atomic_directory, atomic_write_text
 
 log = logging.getLogger(__name__)
+
+
+class OldPolicy(NamedTuple):
+    """What the update needs from the behaviour policy, and how far the rollout is from it."""
+
+    log_probs: torch.Tensor                      # the ratio's old log-probs [N, E]
+    means: Optional[torch.Tensor]                # old transition means, for losses that read them
+    rollout_is_weights: Optional[torch.Tensor]   # [N, E], None when algo.rollout_is is off or a no-op
+    metrics: dict[str, float]                    # rollout_corr/*
 
 
 class PPOTrainer:
@@ -199,20 +210,21 @@ class PPOTrainer:
                 AdvantageInput(reward.total, batch.group_index, self.cfg.algo.std_mode, self.cfg.algo.adv_eps)
             )
         with timer("old_log_prob"):
-            batch.old_log_probs, batch.old_means, corr = self.old_policy(batch, step)
+            old = self.old_policy(batch, step)
+            batch.old_log_probs, batch.old_means, batch.rollout_is_weights = old.log_probs, old.means, old.rollout_is_weights
         with timer("update"):
             update = self.actors.update(batch, step)
         with timer("weight_sync"):
             self.actors.sync_rollout(step)
         return {
-            **reward.metrics, **self.family.rollout_metrics(batch), **update, **corr, **timer.metrics(len(batch)),
+            **reward.metrics, **self.family.rollout_metrics(batch), **update, **old.metrics, **timer.metrics(len(batch)),
             "actor/advantage_abs_mean": float(batch.advantages.abs().mean()),
         }
 
     # --- parts ---------------------------------------------------------------------------
-    def old_policy(self, batch, step: int) -> tuple[torch.Tensor, Optional[torch.Tensor], dict[str, float]]:
+    def old_policy(self, batch, step: int) -> OldPolicy:
         """The ratio's old log-probs, the old transition means (None unless the loss reads them),
-        and how far the rollout's log-probs are from the trainer's.
+        the rollout-correction weights and how far the rollout's log-probs are from the trainer's.
 
         The rollout's own log-probs serve as the old ones where they are the actor's bit for bit
         (`algo.old_logprob_mode=auto` and the actor group says so: the same model in this
@@ -221,18 +233,35 @@ class PPOTrainer:
         also runs when the loss reads the old transition means, and every
         `algo.logprob_check_every` steps, where it measures the gap on every sample. On the
         other steps the update measures it on its first mini-batch, before the weights change.
+
+        With `algo.rollout_is` set (which the config allows with `auto` and `recompute` only), the
+        weights are min(exp(old - rollout), C) of `rollout_correction`, computed once for the
+        step. Where the rollout's log-probs are the old ones every weight is exactly 1: the loss
+        gets none, and the metrics say 1 without computing anything.
         """
         algo = self.cfg.algo
         use_rollout = algo.old_logprob_mode == "bypass" or (
             algo.old_logprob_mode == "auto" and self.actors.rollout_is_behaviour_policy
         )
+        unit = {} if algo.rollout_is == "none" else {
+            "rollout_corr/is_weight_mean": 1.0, "rollout_corr/is_weight_max": 1.0, "rollout_corr/is_clipped_fraction": 0.0,
+        }
         check = algo.logprob_check_every > 0 and (step - 1) % algo.logprob_check_every == 0
         if use_rollout and not check and not self.family.reads_old_means:
             first = min(self.cfg.trainer.mini_batch_size, len(batch)) / len(batch)
-            return batch.rollout_log_probs, None, {"rollout_corr/checked_fraction": first}
+            return OldPolicy(batch.rollout_log_probs, None, None, {"rollout_corr/checked_fraction": first, **unit})
         scored = self.actors.behaviour_policy(batch)
-        old = batch.rollout_log_probs if use_rollout else scored.log_probs
-        return old, scored.means, rollout_gap(batch.rollout_log_probs, scored)
+        metrics = rollout_gap(batch.rollout_log_probs, scored)
+        if use_rollout:
+            return OldPolicy(batch.rollout_log_probs, scored.means, None, {**metrics, **unit})
+        weights = None
+        if algo.rollout_is != "none":
+            weights, is_metrics = rollout_is_weights(
+                scored.log_probs, batch.rollout_log_probs, scored.mask, algo.rollout_is, algo.rollout_is_cap,
+                algo.rollout_is_mode,
+            )
+            metrics.update({f"rollout_corr/{k}": float(v) for k, v in is_metrics.items()})
+        return OldPolicy(scored.log_probs, scored.means, weights, metrics)
 
     def validate(self, step: int) -> dict[str, float]:
         return self.family.validate(self.rollout_engine, self.val_items, step, self.rewards, self.output_dir, self.logger)

@@ -1,0 +1,111 @@
+"""Rollout correction: truncated importance weights between the rollout engine and the trainer.
+
+An external rollout engine (vLLM, vLLM-Omni, a rollout server) samples with other kernels and
+precision than the trainer, so the behaviour policy that drew the actions, pi_rollout, is not
+quite the trainer's old policy pi_old, although both hold the same weights. The PPO ratio
+pi_theta / pi_old corrects for the update, not for that gap. Truncated importance sampling (TIS)
+reweights each action's policy loss by
+
+    w = min(pi_old / pi_rollout, C) = min(exp(old_log_prob - rollout_log_prob), C)
+
+which makes the gradient an (at most C-biased) estimate under pi_old of samples drawn from
+pi_rollout (Yao et al. 2025, "Your efficient RL framework secretly brings you off-policy RL
+training"; the same correction is verl's rollout correction). The weight is a constant: it is
+detached and carries no gradient.
+
+Contract:
+
+    rollout_is_weights(old_log_prob, rollout_log_prob, mask, level, cap, mode)
+        -> (weights, metrics)
+
+`old_log_prob`, `rollout_log_prob`, `mask`: `[N, E]`, one row per sample, one column per action
+(a response token; a trained denoising step), `mask` 1 where the action counts. `weights` has
+the same shape, 0 where `mask` is 0; the caller multiplies each action's policy loss by it
+(`PolicyLossInput.rollout_is_weight`). Levels:
+
+| level    | log w of an action                                                        |
+|----------|---------------------------------------------------------------------------|
+| token    | old - rollout of that token (text)                                        |
+| step     | old - rollout of that denoising step (diffusion); the same maths as token |
+| sequence | sum over the row's valid actions of (old - rollout), the same for each    |
+
+`sequence` is the product of the per-action ratios, exp(sum of log-ratios): the likelihood
+ratio of the whole response (or of a sample's trained steps), the weight that makes a
+sequence-level estimator unbiased before truncation. Not the geometric mean exp(mean ...):
+that is length-normalised (GSPO's choice for its PPO ratio) but is no importance weight; its
+bias grows with the gap instead of being bounded by C. The product's variance grows with
+length, which the cap bounds. For diffusion a step's log-prob is the per-dimension mean of the
+Gaussian density (`flow_sde`), so a sample's weight is the product of those per-step
+quantities, not the density ratio over all latent dimensions.
+
+Modes: `truncate` clamps w at C (TIS); `mask` sets w to 0 where it exceeds C and keeps it
+elsewhere (the action leaves the loss but, as with flow_dppo's drops, still counts in the
+loss's denominator).
+
+Metrics (without namespace; the trainer files them under `rollout_corr/`), over the level's
+units (valid tokens or steps; for `sequence`, the rows with a valid action):
+
+| key                 | meaning                                                          |
+|---------------------|------------------------------------------------------------------|
+| is_weight_mean      | mean of the weights applied (after truncation or masking)        |
+| is_weight_max       | max of exp(old - rollout) before truncation (fp64; inf if huge)  |
+| is_clipped_fraction | fraction whose weight exceeded C (truncated, or masked out)      |
+
+Not here: deciding whether the weights are needed (the trainer skips them when the old
+log-probs are the rollout's own: every weight would be exactly 1), and multiplying the loss
+(each policy loss, through `PolicyLossInput.rollout_is_weight`).
+"""
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+__all__ = ["ROLLOUT_IS_LEVELS", "ROLLOUT_IS_MODES", "rollout_is_weights"]
+
+# "none" turns the correction off; which of the others a model takes, its family says.
+ROLLOUT_IS_LEVELS = ("none", "token", "sequence", "step")
+ROLLOUT_IS_MODES = ("truncate", "mask")
+
+
+def rollout_is_weights(
+    old_log_prob: Tensor, rollout_log_prob: Tensor, mask: Tensor, level: str, cap: float, mode: str = "truncate"
+) -> tuple[Tensor, dict[str, Tensor]]:
+    """Detached fp32 weights `[N, E]` (0 where `mask` is 0) and their metrics; see the module doc."""
+    if level not in ROLLOUT_IS_LEVELS or level == "none":
+        raise ValueError(
+            f"level={level!r}: expected one of {', '.join(ROLLOUT_IS_LEVELS[1:])} (with 'none' there is "
+            f"nothing to weigh: do not call this)"
+        )
+    if mode not in ROLLOUT_IS_MODES:
+        raise ValueError(f"mode={mode!r}: expected one of {', '.join(ROLLOUT_IS_MODES)}")
+    if not cap >= 1:
+        raise ValueError(f"cap={cap!r}: expected >= 1 (identical log-probs give weight 1; Yao et al. use 2)")
+    shape = tuple(old_log_prob.shape)
+    if len(shape) != 2 or tuple(rollout_log_prob.shape) != shape or tuple(mask.shape) != shape:
+        raise ValueError(
+            f"old_log_prob {shape}, rollout_log_prob {tuple(rollout_log_prob.shape)} and mask "
+            f"{tuple(mask.shape)} must share one shape [N, E] (a row per sample, a column per action)"
+        )
+    counted = mask.detach().to(old_log_prob.device) > 0
+    zeros = torch.zeros(shape, dtype=torch.float64, device=old_log_prob.device)
+    # fp64 and where(): a masked entry holding inf/NaN stays out, and long sums stay exact enough.
+    log_ratio = torch.where(
+        counted, old_log_prob.detach().double() - rollout_log_prob.detach().to(old_log_prob.device).double(), zeros
+    )
+    if level == "sequence":
+        log_w, units = log_ratio.sum(dim=-1), counted.any(dim=-1)  # one weight per row [N]
+    else:
+        log_w, units = log_ratio, counted
+    raw = torch.exp(log_w)
+    over = raw > cap
+    applied = torch.clamp(raw, max=cap) if mode == "truncate" else torch.where(over, torch.zeros_like(raw), raw)
+    per_action = applied[:, None].expand(shape) if level == "sequence" else applied
+    weights = torch.where(counted, per_action, zeros).to(torch.float32)
+    count = units.sum().clamp(min=1)
+    none = torch.zeros_like(raw)
+    metrics = {
+        "is_weight_mean": torch.where(units, applied, none).sum() / count,
+        "is_weight_max": torch.where(units, raw, none).max(),
+        "is_clipped_fraction": (over & units).sum() / count,
+    }
+    return weights, metrics
