@@ -9,9 +9,10 @@ them:
   (rows of `instruction` + `source_image`, decoded into the items' metadata and `media`);
 - a chat file, every other `.parquet` file and a `.jsonl` file any row of which has a list of
   chat messages as its `prompt` or an `images`, `audio` or `ground_truth` key:
-  `omni_rl.data.chat_prompts.load_chat_items`, which also fills the items' `messages` and `media`. `prompts_for_step(step)` returns the same
-prompts for the same step whatever happened before (epoch-wise shuffles keyed by the seed),
-which is what makes resume exact.
+  `omni_rl.data.chat_prompts.load_chat_items`, which also fills the items' `messages` and `media`.
+
+`prompts_for_step(step)` returns the same prompts for the same step whatever happened before
+(epoch-wise shuffles keyed by the seed), which is what makes resume exact.
 
 `PromptItem` and `PromptFileError` live in `omni_rl.data.prompt_item` (shared with the chat
 and edit readers, so that this module imports them and not the other way round); they are
@@ -91,9 +92,10 @@ def read_prompt_file(path: str, key: Optional[str] = None) -> list[PromptItem]:
     if file.suffix == ".parquet":
         return load_edit_items(file) if is_edit_parquet(file) else load_chat_items(file)
     lines = _read_text_lines(file, label)
-    if file.suffix == ".jsonl" and _any_row(lines, is_edit_row):
+    kind = _jsonl_kind(lines) if file.suffix == ".jsonl" else None
+    if kind == "edit":
         return load_edit_items(file)
-    if file.suffix == ".jsonl" and _any_row(lines, is_chat_row):
+    if kind == "chat":
         return load_chat_items(file)
     if file.suffix == ".jsonl":
         for n, line in enumerate(lines, start=1):
@@ -127,15 +129,19 @@ def _read_text_lines(file: Path, label: str) -> list[str]:
         ) from None
 
 
-def _any_row(lines: list[str], test) -> bool:
+def _jsonl_kind(lines: list[str]) -> Optional[str]:
+    """"edit" if any row is an edit row, else "chat" if any is a chat row, else None (plain)."""
+    kind = None
     for line in lines:
         try:
             row = json.loads(line)
         except json.JSONDecodeError:
             continue  # reported, with its line, by whichever reader reads the file
-        if test(row):
-            return True
-    return False
+        if is_edit_row(row):
+            return "edit"
+        if is_chat_row(row):
+            kind = "chat"
+    return kind
 
 
 class PromptSampler:
