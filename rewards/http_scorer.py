@@ -11,7 +11,7 @@ tensor (`omni_rl.reward.protocol`):
   `omni_rl.reward.inputs`) are sent as RGB uint8 [B, H, W, 3] (grey expanded, alpha refused);
 - a uint8 tensor [B, T, H, W, C] (video frames, channels last) is sent as it is.
 Prompts are sent as they are; metadata is sent as JSON with its tensor/array values left out
-(`protocol.metadata_for_wire`).
+and PIL images (an edit's `source_image`) as PNG data URIs (`protocol.metadata_for_wire`).
 
 Options: `url` (required; the server's base URL), `timeout_s` (the deadline of one whole
 attempt: connect, send, read the reply; default 60), `retries` (extra attempts on connection

@@ -32,10 +32,16 @@ def _luma_milli(pixels: np.ndarray) -> np.ndarray:
     return pixels.astype(np.int32) @ _LUMA_WEIGHTS_MILLI
 
 
+def mean_luma(pixels: np.ndarray) -> np.ndarray:
+    """[B, H, W, 3] uint8 RGB -> [B] float64 mean BT.601 luma in [0, 1] (the `brightness` reward;
+    the edit rewards in `rewards.edit_pixels` use it too)."""
+    luma = _luma_milli(pixels)
+    return luma.sum(axis=(1, 2), dtype=np.int64) / (_LUMA_MAX * luma[0].size)
+
+
 def _brightness(images: Images, prompts: Sequence[str], metadata: Sequence[dict[str, Any]]) -> list[float]:
     check_batch(images, prompts, metadata)
-    luma = _luma_milli(to_uint8_numpy(images))
-    return (luma.sum(axis=(1, 2), dtype=np.int64) / (_LUMA_MAX * luma[0].size)).tolist()
+    return mean_luma(to_uint8_numpy(images)).tolist()
 
 
 def _saturation(images: Images, prompts: Sequence[str], metadata: Sequence[dict[str, Any]]) -> list[float]:

@@ -18,7 +18,8 @@ samples without one: a reward that cannot see its input must not turn into a sco
 
 Latents are sent as float32 (bf16/fp16 are upcast; the server scores exactly what it gets).
 Prompts are sent as they are; metadata is sent as JSON with its tensor/array values left out
-(the `latent` travels as the tensor), see `protocol.metadata_for_wire`.
+(the `latent` travels as the tensor) and PIL images as PNG data URIs, see
+`protocol.metadata_for_wire`.
 
 Options: `url` (required; the server's base URL), `timeout_s` (the deadline of one whole
 attempt: connect, send, read the reply; default 60), `retries` (extra attempts on connection

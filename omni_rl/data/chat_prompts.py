@@ -139,7 +139,7 @@ def chat_item(row: Any, where: str, base_dir: Path) -> PromptItem:
     media: dict[str, list] = {}
     images = _list_field(row, "images", where)
     if images:
-        media["images"] = [_load_image(image, f"{where}: images[{k}]", base_dir) for k, image in enumerate(images)]
+        media["images"] = [load_image(image, f"{where}: images[{k}]", base_dir) for k, image in enumerate(images)]
     audio = _list_field(row, "audio", where)
     if audio:
         media["audio"] = [_load_audio(clip, f"{where}: audio[{k}]", base_dir) for k, clip in enumerate(audio)]
@@ -217,7 +217,13 @@ def _list_field(row: dict[str, Any], key: str, where: str) -> list[Any]:
 # ------------------------------------------------------------------------------------------
 
 
-def _load_image(value: Any, where: str, base_dir: Path) -> Image.Image:
+def load_image(value: Any, where: str, base_dir: Path) -> Image.Image:
+    """One image field -> a fully decoded RGB PIL image (transparency composited onto white).
+
+    `value` is raw bytes, a base64 string or `data:` URI, a file path (relative to `base_dir`,
+    the data file's folder) or a {"bytes", "path"} struct; `where` ("file: row N: field")
+    prefixes every `PromptFileError`. The edit reader (`omni_rl.data.edit_prompts`) uses it too.
+    """
     data, source = _image_bytes(value, where, base_dir)
     try:
         with Image.open(io.BytesIO(data)) as image:

@@ -3,8 +3,9 @@
 
 A module of its own so that the readers depend on it and not on each other:
 `omni_rl.data.prompts` (inline lists, `.txt`, plain `.jsonl`) dispatches chat files to
-`omni_rl.data.chat_prompts`, and both build `PromptItem`s. Both readers re-export the two
-names, which is where callers import them from (`from omni_rl.data.prompts import PromptItem`).
+`omni_rl.data.chat_prompts` and image-editing files to `omni_rl.data.edit_prompts`, and all
+build `PromptItem`s. `prompts` and `chat_prompts` re-export the two names, which is where
+callers import them from (`from omni_rl.data.prompts import PromptItem`).
 """
 from __future__ import annotations
 
@@ -22,7 +23,9 @@ class PromptItem:
 
     prompt:   the plain text: the prompt itself, or for a chat the text of its last user message
               (what rewards receive as `prompts[i]`).
-    metadata: per-prompt data for the rewards, e.g. {"ground_truth": "3/4"} or an OCR target.
+    metadata: per-prompt data for the rewards, e.g. {"ground_truth": "3/4"} or an OCR target;
+              for an image edit, "source_image" (an RGB PIL image) and the captions
+              (`omni_rl.data.edit_prompts`).
     messages: the chat as a tuple of {"role", "content"} dicts, or None for a plain prompt (the
               text path then sends `prompt` as one user message).
     media:    None, or {"images": [RGB PIL images], "audio": [(float32 mono array, sample_rate)]}

@@ -2,15 +2,20 @@
 
 A prompt file is `.txt` (one prompt per line; blank lines and `#` comments skipped), `.jsonl`
 (one object per line with a `prompt` string and optional `metadata` object, e.g. the target text
-of an OCR reward) or `.parquet`. Every `.parquet` file, and a `.jsonl` file any row of which has
-a list of chat messages as its `prompt` or an `images`, `audio` or `ground_truth` key, is a chat
-file: `omni_rl.data.chat_prompts.load_chat_items` reads it and also fills the items' `messages`
-and `media` (that module states the row format). `prompts_for_step(step)` returns the same
-prompts for the same step whatever happened before (epoch-wise shuffles keyed by the seed),
-which is what makes resume exact.
+of an OCR reward) or `.parquet`. Two richer row formats have readers of their own, which state
+them:
+- an image-editing file, a `.jsonl` file any row of which has a `source_image` key or a
+  `.parquet` file with a `source_image` column: `omni_rl.data.edit_prompts.load_edit_items`
+  (rows of `instruction` + `source_image`, decoded into the items' metadata and `media`);
+- a chat file, every other `.parquet` file and a `.jsonl` file any row of which has a list of
+  chat messages as its `prompt` or an `images`, `audio` or `ground_truth` key:
+  `omni_rl.data.chat_prompts.load_chat_items`, which also fills the items' `messages` and `media`.
+
+`prompts_for_step(step)` returns the same prompts for the same step whatever happened before
+(epoch-wise shuffles keyed by the seed), which is what makes resume exact.
 
 `PromptItem` and `PromptFileError` live in `omni_rl.data.prompt_item` (shared with the chat
-reader, so that this module imports `chat_prompts` and not the other way round); they are
+and edit readers, so that this module imports them and not the other way round); they are
 re-exported here.
 """
 from __future__ import annotations
@@ -21,6 +26,7 @@ from pathlib import Path
 from typing import Optional
 
 from omni_rl.data.chat_prompts import is_chat_row, load_chat_items
+from omni_rl.data.edit_prompts import is_edit_parquet, is_edit_row, load_edit_items
 from omni_rl.data.prompt_item import PromptFileError, PromptItem
 
 __all__ = ["PromptFileError", "PromptItem", "PromptSampler", "load_prompt_items", "read_prompt_file"]
@@ -90,8 +96,13 @@ def read_prompt_file(path: str, key: Optional[str] = None) -> list[PromptItem]:
     if file.suffix not in (".txt", ".jsonl", ".parquet"):
         raise PromptFileError(f"{label}: expected a .txt, .jsonl or .parquet file")
     items: list[PromptItem] = []
-    lines = _read_text_lines(file, label) if file.suffix != ".parquet" else []
-    if file.suffix == ".parquet" or (file.suffix == ".jsonl" and _has_chat_rows(lines)):
+    if file.suffix == ".parquet":
+        return load_edit_items(file) if is_edit_parquet(file) else load_chat_items(file)
+    lines = _read_text_lines(file, label)
+    kind = _jsonl_kind(lines) if file.suffix == ".jsonl" else None
+    if kind == "edit":
+        return load_edit_items(file)
+    if kind == "chat":
         return load_chat_items(file)
     if file.suffix == ".jsonl":
         for n, line in enumerate(lines, start=1):
@@ -125,15 +136,19 @@ def _read_text_lines(file: Path, label: str) -> list[str]:
         ) from None
 
 
-def _has_chat_rows(lines: list[str]) -> bool:
+def _jsonl_kind(lines: list[str]) -> Optional[str]:
+    """"edit" if any row is an edit row, else "chat" if any is a chat row, else None (plain)."""
+    kind = None
     for line in lines:
         try:
             row = json.loads(line)
         except json.JSONDecodeError:
             continue  # reported, with its line, by whichever reader reads the file
+        if is_edit_row(row):
+            return "edit"
         if is_chat_row(row):
-            return True
-    return False
+            kind = "chat"
+    return kind
 
 
 class PromptSampler:

@@ -17,7 +17,9 @@ The body is a standard safetensors file with exactly one tensor, which names wha
 and two entries in its `__metadata__` header (a str -> str map, as safetensors requires):
 
     prompts   a JSON list of B strings
-    metadata  a JSON list of B objects, one per sample (`{}` when there is none)
+    metadata  a JSON list of B objects, one per sample (`{}` when there is none); a PIL image
+              in the metadata (an edit's `source_image`) travels as a PNG data URI string
+              "data:image/png;base64,..." (`image_to_wire`; servers read it with `image_from_wire`)
 
 Every dim of the tensor is >= 1 and latents are finite: a 0x0 image or a NaN/inf latent is a
 400 (resending it cannot help), never a 500 that clients would retry.
@@ -42,8 +44,13 @@ import numbers
 from dataclasses import dataclass
 from typing import Any, Sequence
 
+import base64
+import binascii
+import io
+
 import numpy as np
 import torch
+from PIL import Image, UnidentifiedImageError
 
 PROTOCOL_VERSION = 1
 PROTOCOL_HEADER = "X-Omni-RL-Protocol"
@@ -55,6 +62,9 @@ LATENTS = "latents"
 IMAGES = "images"
 KINDS = (LATENTS, IMAGES)
 _DTYPES = {LATENTS: torch.float32, IMAGES: torch.uint8}
+WIRE_IMAGE_PREFIX = "data:image/png;base64,"
+# safetensors refuses to write or read a header (prompts + metadata JSON) above 100 MB.
+MAX_HEADER_BYTES = 100_000_000
 _SAFETENSORS_DTYPES = {LATENTS: "F32", IMAGES: "U8"}
 
 
@@ -125,10 +135,18 @@ def encode_request(
     except (TypeError, ValueError) as err:
         raise ProtocolError(
             f"metadata is not JSON-encodable ({err}); send only strings, numbers, booleans, null, "
-            f"lists and objects (metadata_for_wire drops tensors and converts numpy scalars)"
+            f"lists and objects (metadata_for_wire drops tensors, encodes PIL images and converts "
+            f"numpy scalars)"
         ) from err
     # ASCII JSON (non-ASCII as \uXXXX escapes): any prompt text, even a lone surrogate, encodes.
     header = {"prompts": json.dumps(prompts), "metadata": metadata_json}
+    size = len(json.dumps(header))  # as safetensors writes it: the two strings escaped once more
+    if size > MAX_HEADER_BYTES - 4096:  # room for the tensor's entry and the JSON around them
+        raise ProtocolError(
+            f"the prompts and metadata of this batch of {n} take {size} bytes as JSON; safetensors "
+            f"takes at most {MAX_HEADER_BYTES} in its header. Send fewer samples per request (images "
+            f"in the metadata, such as an edit's source_image, take ~1.4x their PNG size each)"
+        )
     return save({kind: tensor.detach().to("cpu").contiguous()}, metadata=header)
 
 
@@ -240,11 +258,13 @@ def metadata_for_wire(metadata: Sequence[dict[str, Any]]) -> list[dict[str, Any]
     """Copies of the metadata dicts with what JSON can carry.
 
     Tensor and numpy-array values are left out (bulk data travels as the body's tensor, e.g. a
-    sample's `latent`); numpy scalars become Python numbers; nested lists/dicts are converted
-    the same way. Any other value JSON cannot encode raises ProtocolError naming the sample
-    and the key.
+    sample's `latent`); PIL images (an edit's `source_image`) become PNG data URI strings
+    (`image_to_wire`; an image shared by several samples, as a group's source is, is encoded
+    once); numpy scalars become Python numbers; nested lists/dicts are converted the same way.
+    Any other value JSON cannot encode raises ProtocolError naming the sample and the key.
     """
     out = []
+    encoded: dict[int, str] = {}  # id(image) -> its data URI, for this call
     for i, meta in enumerate(metadata):
         if not isinstance(meta, dict):
             raise ProtocolError(f"metadata[{i}] has type {type(meta).__name__}; expected dict")
@@ -252,27 +272,57 @@ def metadata_for_wire(metadata: Sequence[dict[str, Any]]) -> list[dict[str, Any]
         for key, value in meta.items():
             if isinstance(value, (torch.Tensor, np.ndarray)):
                 continue
-            clean[str(key)] = _jsonable(value, f"metadata[{i}][{key!r}]")
+            clean[str(key)] = _jsonable(value, f"metadata[{i}][{key!r}]", encoded)
         out.append(clean)
     return out
 
 
-def _jsonable(value: Any, where: str) -> Any:
+def image_to_wire(image: Image.Image) -> str:
+    """A PIL image as the protocol carries it in metadata: "data:image/png;base64,<PNG>" (lossless,
+    in the image's own mode; prompt-file images are RGB)."""
+    buffer = io.BytesIO()
+    image.save(buffer, format="PNG")
+    return WIRE_IMAGE_PREFIX + base64.b64encode(buffer.getvalue()).decode("ascii")
+
+
+def image_from_wire(value: Any, where: str = "the value") -> Image.Image:
+    """The server side of `image_to_wire`: a PNG data URI -> a decoded RGB PIL image. Raises
+    ProtocolError (a 400 when a server lets it through) naming `where` for anything else."""
+    if not isinstance(value, str) or not value.startswith(WIRE_IMAGE_PREFIX):
+        shown = _preview(value if isinstance(value, str) else repr(value), 60)
+        raise ProtocolError(
+            f"{where} is {shown} ({type(value).__name__}); expected an image as the protocol sends "
+            f"it: a string {WIRE_IMAGE_PREFIX!r} + base64 PNG"
+        )
+    try:
+        data = base64.b64decode(value[len(WIRE_IMAGE_PREFIX):], validate=True)
+        with Image.open(io.BytesIO(data)) as image:
+            image.load()
+            return image.convert("RGB") if image.mode != "RGB" else image.copy()
+    except (binascii.Error, ValueError, OSError, UnidentifiedImageError) as err:
+        raise ProtocolError(f"{where}: not a readable base64 PNG ({type(err).__name__}: {err})") from None
+
+
+def _jsonable(value: Any, where: str, encoded: dict[int, str]) -> Any:
     if value is None or isinstance(value, (str, bool, int)):
         return value
+    if isinstance(value, Image.Image):
+        if id(value) not in encoded:
+            encoded[id(value)] = image_to_wire(value)
+        return encoded[id(value)]
     if isinstance(value, float):
         if not math.isfinite(value):
             raise ProtocolError(f"{where} = {value} is not finite; JSON cannot carry it")
         return value
     if isinstance(value, np.generic):
-        return _jsonable(value.item(), where)
+        return _jsonable(value.item(), where, encoded)
     if isinstance(value, (list, tuple)):
-        return [_jsonable(v, f"{where}[{j}]") for j, v in enumerate(value)]
+        return [_jsonable(v, f"{where}[{j}]", encoded) for j, v in enumerate(value)]
     if isinstance(value, dict):
-        return {str(k): _jsonable(v, f"{where}[{k!r}]") for k, v in value.items()}
+        return {str(k): _jsonable(v, f"{where}[{k!r}]", encoded) for k, v in value.items()}
     raise ProtocolError(
         f"{where} has type {type(value).__name__}, which JSON cannot carry to a remote scorer; "
-        f"store strings, numbers, lists or dicts in the metadata (tensors are left out)"
+        f"store strings, numbers, lists, dicts or PIL images in the metadata (tensors are left out)"
     )
 
 

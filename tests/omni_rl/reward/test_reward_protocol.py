@@ -2,9 +2,13 @@
 import json
 import math
 
+import base64
+import io
+
 import numpy as np
 import pytest
 import torch
+from PIL import Image
 from safetensors.torch import save
 
 from omni_rl.reward.protocol import (
@@ -19,6 +23,8 @@ from omni_rl.reward.protocol import (
     encode_request,
     encode_response,
     error_message,
+    image_from_wire,
+    image_to_wire,
     metadata_for_wire,
     request_headers,
 )
@@ -192,3 +198,29 @@ def test_metadata_for_wire_drops_arrays_and_converts_numpy_scalars():
         metadata_for_wire([{}, {"when": {1, 2}}])
     with pytest.raises(ProtocolError, match=r"metadata\[0\]\['x'\] = nan is not finite"):
         metadata_for_wire([{"x": float("nan")}])
+
+
+def test_pil_images_in_metadata_travel_as_png_data_uris():
+    pixels = np.random.default_rng(0).integers(0, 256, (5, 7, 3), dtype=np.uint8)
+    source = Image.fromarray(pixels)
+    metadata = [{"source_image": source, "n": 1}, {"source_image": source, "nested": [source]}]
+    wire = metadata_for_wire(metadata)
+    uri = wire[0]["source_image"]
+    assert uri.startswith("data:image/png;base64,") and wire[1]["source_image"] == uri == wire[1]["nested"][0]
+    assert wire[1]["source_image"] is uri  # a source shared by samples is encoded once
+    png = base64.b64decode(uri.split(",", 1)[1], validate=True)
+    assert np.array_equal(np.asarray(Image.open(io.BytesIO(png))), pixels)  # any PNG reader, lossless
+    request = decode_request(encode_request(torch.zeros(2, 1, 1, 3, dtype=torch.uint8), ["a", "b"], wire, kind="images"))
+    decoded = image_from_wire(request.metadata[1]["source_image"])
+    assert decoded.mode == "RGB" and np.array_equal(np.asarray(decoded), pixels)
+    assert np.asarray(image_from_wire(image_to_wire(Image.new("L", (2, 2), 9)))).tolist() == [[[9] * 3] * 2] * 2
+    with pytest.raises(ProtocolError, match=r"metadata\[0\]\['source_image'\] is 'a.png' \(str\); expected an image as the protocol sends it"):
+        image_from_wire("a.png", "metadata[0]['source_image']")
+    with pytest.raises(ProtocolError, match=r"x: not a readable base64 PNG"):
+        image_from_wire("data:image/png;base64,bm90IGEgcG5n", "x")
+
+
+def test_a_request_whose_header_would_pass_safetensors_limit_is_refused_with_advice():
+    huge = [{"blob": "x" * 60_000_000}, {"blob": "y" * 60_000_000}]
+    with pytest.raises(ProtocolError, match=r"batch of 2 take \d+ bytes as JSON; safetensors takes at most 100000000 .* Send fewer samples per request"):
+        encode_request(torch.zeros(2, 1, 1, 3, dtype=torch.uint8), ["a", "b"], huge, kind="images")

@@ -1,0 +1,96 @@
+"""Cheap, weight-free image-editing rewards, for the CPU edit demo and smoke tests.
+
+Both compare each edited image with its source image (`metadata["source_image"]`, which an
+edit prompt file puts there, `omni_rl.data.edit_prompts`; without it they raise, saying they
+need an edit dataset). Neither takes options.
+
+    edit_brightness      direction * (mean luma(edit) - mean luma(source)), in [-1, 1].
+                         Luma is the `brightness` reward's (`rewards.image_stats.mean_luma`:
+                         BT.601 on the stored values / 255). `direction` is +1 or -1:
+                         `metadata["brightness_direction"]` when given, else read from the
+                         instruction (the prompt): the words "brighter", "lighter", "brighten"
+                         or "lighten" -> +1, "darker" or "darken" -> -1 (whole words, any case).
+                         An instruction with neither, or with both, raises naming the prompt.
+    source_consistency   1 - mean |edit - source| / 255 over all pixels and channels, in [0, 1],
+                         after resizing the source to the edit's size (PIL bilinear; no resize
+                         when the sizes agree). 1 = the edit left the image as it was.
+
+Together they make a toy edit task whose optimum is not trivial: follow the instruction
+(`edit_brightness`) while changing the picture as little as possible (`source_consistency`).
+A policy maximising `edit_brightness` alone learns to paint white or black.
+"""
+from __future__ import annotations
+
+import re
+from typing import Any, Sequence
+
+import numpy as np
+from PIL import Image
+
+from omni_rl.reward import Images, RewardInputError, check_batch, register_reward, to_uint8_numpy
+from rewards.edit_inputs import source_images
+from rewards.image_stats import mean_luma
+
+DIRECTION_KEY = "brightness_direction"
+_BRIGHTER = re.compile(r"\b(brighter|lighter|brighten|lighten)\b", re.IGNORECASE)
+_DARKER = re.compile(r"\b(darker|darken)\b", re.IGNORECASE)
+
+
+def brightness_direction(prompt: str, metadata: dict[str, Any], index: int) -> int:
+    """+1 (brighter) or -1 (darker) for sample `index` (rules in the module docstring)."""
+    if metadata.get(DIRECTION_KEY) is not None:
+        value = metadata[DIRECTION_KEY]
+        if isinstance(value, bool) or value not in (1, -1):
+            raise RewardInputError(
+                f"edit_brightness: metadata[{index}][{DIRECTION_KEY!r}] is {value!r}; expected +1 "
+                f"(brighter) or -1 (darker)"
+            )
+        return int(value)
+    brighter, darker = bool(_BRIGHTER.search(prompt)), bool(_DARKER.search(prompt))
+    if brighter != darker:
+        return 1 if brighter else -1
+    found = "both 'brighter'/'lighter' and 'darker'" if brighter else "neither 'brighter'/'lighter' nor 'darker'"
+    raise RewardInputError(
+        f"edit_brightness: prompt {index} ({prompt!r}) says {found}, so the wanted direction is "
+        f"unknown; put metadata {{{DIRECTION_KEY!r}: 1 or -1}} in the prompt file's row, or word "
+        f"the instruction with one of them"
+    )
+
+
+def _edit_brightness(images: Images, prompts: Sequence[str], metadata: Sequence[dict[str, Any]]) -> list[float]:
+    check_batch(images, prompts, metadata)
+    sources = source_images(metadata, "edit_brightness")
+    directions = np.array([brightness_direction(p, m, i) for i, (p, m) in enumerate(zip(prompts, metadata))])
+    cache: dict[int, float] = {}  # a group's samples share their source: one luma each
+    for source in sources:
+        if id(source) not in cache:
+            cache[id(source)] = float(mean_luma(np.asarray(source)[None])[0])
+    source_luma = np.array([cache[id(s)] for s in sources])
+    return (directions * (mean_luma(to_uint8_numpy(images)) - source_luma)).tolist()
+
+
+def _source_consistency(images: Images, prompts: Sequence[str], metadata: Sequence[dict[str, Any]]) -> list[float]:
+    check_batch(images, prompts, metadata)
+    edits = to_uint8_numpy(images)
+    height, width = edits.shape[1:3]
+    sources = source_images(metadata, "source_consistency")
+    resized: dict[int, np.ndarray] = {}
+    for source in sources:
+        if id(source) not in resized:
+            same = source.size == (width, height)
+            resized[id(source)] = np.asarray(source if same else source.resize((width, height), Image.BILINEAR))
+    stacked = np.stack([resized[id(s)] for s in sources])
+    difference = np.abs(edits.astype(np.int16) - stacked.astype(np.int16))
+    return (1.0 - difference.mean(axis=(1, 2, 3), dtype=np.float64) / 255.0).tolist()
+
+
+@register_reward("edit_brightness", modalities={"image"})
+def edit_brightness():
+    """direction * (mean luma(edit) - mean luma(source)), in [-1, 1]."""
+    return _edit_brightness
+
+
+@register_reward("source_consistency", modalities={"image"})
+def source_consistency():
+    """1 - mean |edit - source (resized to the edit)| / 255, in [0, 1]."""
+    return _source_consistency
