@@ -106,6 +106,7 @@ def resample_audio(samples: np.ndarray, rate: int, target: int) -> np.ndarray:
 
 @register_adapter("Qwen3OmniMoeForConditionalGeneration", stage="thinker")
 class Qwen3OmniThinkerAdapter(AutoregressiveModelBase):
+    checkpoint_prefix = "thinker."
     default_lora_targets = ("q_proj", "k_proj", "v_proj", "o_proj")
     supports_kv_cache = True
 

@@ -22,6 +22,15 @@ final latents are checked against the engine's, so both arms provably did the sa
     python benchmarks/rollout_batching.py --model-path tiny:wan22 --num-frames 5 --max-num-seqs 1 8 \
         --max-sequence-length 32 --out benchmarks/results/rollout_batching_wan22.json
 
+With `--backend vllm_omni` (a CUDA machine with vllm-omni: the CUDA image's /opt/vllm-omni
+Python) it measures instead samples/s of the vLLM-Omni engine (`rollout.backend=vllm_omni`,
+our adapter in a vLLM-Omni custom pipeline) at each `--max-num-seqs`, one engine at a time,
+against the native engine at the same max_num_seqs on the same device and requests, and the
+largest |final latent| difference between the two:
+
+    /opt/vllm-omni/bin/python benchmarks/rollout_batching.py --backend vllm_omni --device cuda \
+        --out benchmarks/results/rollout_batching_vllm_omni.json
+
 Writes JSON (atomically) to --out and prints a short table. See benchmarks/README.md.
 """
 from __future__ import annotations
@@ -64,7 +73,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(
         description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    p.add_argument("--out", default="benchmarks/results/rollout_batching.json", help="JSON result path")
+    p.add_argument("--out", default=None, help="JSON result path (default: benchmarks/results/"
+                   "rollout_batching.json, or rollout_batching_vllm_omni.json with --backend vllm_omni)")
     p.add_argument("--num-samples", type=int, default=64, help="requests per timed run (each arm)")
     p.add_argument("--steps", type=int, default=10, help="denoising steps per sample")
     p.add_argument("--repeats", type=int, default=3, help="timed runs per arm; the median is reported")
@@ -84,6 +94,8 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="model.max_sequence_length (T5 text tokens; 16 as in the tiny demo recipe)")
     p.add_argument("--device", default="cpu", help="cpu, cuda[:N], npu[:N] or auto")
     p.add_argument("--threads", type=int, default=None, help="torch intra-op threads (default: torch's own)")
+    p.add_argument("--backend", choices=("native", "vllm_omni"), default="native",
+                   help="native: the native engine vs a bare loop; vllm_omni: the vLLM-Omni engine vs native")
     args = p.parse_args(argv)
     if args.num_samples < 1 or args.steps < 1 or args.repeats < 1:
         p.error("--num-samples, --steps and --repeats must be >= 1")
@@ -92,6 +104,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     if min(args.max_num_seqs) < 1 or 1 not in args.max_num_seqs:
         p.error(f"--max-num-seqs {args.max_num_seqs}: expected values >= 1, including 1 (the speedup's baseline)")
     args.max_num_seqs = sorted(set(args.max_num_seqs))
+    if args.out is None:
+        suffix = "" if args.backend == "native" else f"_{args.backend}"
+        args.out = f"benchmarks/results/rollout_batching{suffix}.json"
     return args
 
 
@@ -189,6 +204,59 @@ def timed(fn) -> tuple[float, object]:
     return time.perf_counter() - start, out
 
 
+def vllm_omni_main(args, model, adapter: str, device: torch.device) -> dict:
+    """samples/s of the vLLM-Omni engine and of the native engine at each max_num_seqs."""
+    from omni_rl.config.schema import OmniConfig
+    from omni_rl.rollout.backends import build_rollout_engine
+
+    arms: dict[str, dict] = {}
+    for n in args.max_num_seqs:
+        cfg = OmniConfig()
+        cfg.model = ModelConfig(adapter=adapter, path=args.model_path, max_sequence_length=args.max_sequence_length)
+        cfg.trainer.device = str(device)
+        cfg.rollout.backend, cfg.rollout.max_num_seqs = "vllm_omni", n
+        engines = {"vllm_omni": build_rollout_engine(cfg, model), "native": NativeDiffusionEngine(model, max_num_seqs=n)}
+        try:
+            walls: dict[str, list[float]] = {name: [] for name in engines}
+            finals = {}
+            for name, engine in engines.items():  # warm-up, not timed
+                engine.generate(make_requests(args, seed_offset=10**6, count=min(args.num_samples, max(n, 4))))
+            for _ in range(args.repeats):
+                for name, engine in engines.items():
+                    seconds, results = timed(lambda: engine.generate(make_requests(args)))
+                    walls[name].append(seconds)
+                    finals[name] = [r.final_latent for r in results]
+            diff = max(float((ls.flat(ls.stack([a])) - ls.flat(ls.stack([b]))).abs().max())
+                       for a, b in zip(finals["vllm_omni"], finals["native"]))
+        finally:
+            for engine in engines.values():
+                engine.close()
+        arms[str(n)] = {
+            "images_per_s": {name: args.num_samples / statistics.median(w) for name, w in walls.items()},
+            "wall_s": walls, "max_abs_diff_final_latent_vs_native": diff,
+        }
+    result = {
+        "benchmark": "rollout_batching_vllm_omni",
+        "created_utc": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "machine": machine_info(device),
+        "settings": {
+            "backend": "vllm_omni", "model_path": args.model_path, "adapter": adapter, "num_samples": args.num_samples,
+            "steps": args.steps, "repeats": args.repeats, "height": args.height, "width": args.width,
+            "num_frames": args.num_frames, "guidance_scale": args.guidance_scale, "kernel": "sde",
+            "noise_level": args.noise_level, "sde_window_size": args.sde_window_size,
+            "max_num_seqs": list(args.max_num_seqs),
+        },
+        "arms": arms,
+    }
+    atomic_write_json(args.out, result)
+    print(f"{'max_num_seqs':<14}{'vllm_omni/s':>12}{'native/s':>12}{'max |diff|':>12}")
+    for n, arm in arms.items():
+        ips = arm["images_per_s"]
+        print(f"{n:<14}{ips['vllm_omni']:>12.2f}{ips['native']:>12.2f}{arm['max_abs_diff_final_latent_vs_native']:>12.1e}")
+    print(f"wrote {Path(args.out)}")
+    return result
+
+
 def main(argv=None) -> dict:
     args = parse_args(argv)
     if args.threads is not None:
@@ -200,6 +268,8 @@ def main(argv=None) -> dict:
     )
     if args.fps is None:
         args.fps = float(getattr(model, "frame_rate", 16.0))
+    if args.backend == "vllm_omni":
+        return vllm_omni_main(args, model, adapter, device)
     info = machine_info(device)
     seqs, bare_batch = tuple(args.max_num_seqs), max(args.max_num_seqs)
 

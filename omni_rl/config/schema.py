@@ -114,13 +114,23 @@ class RolloutConfig:
     # A rollout that takes longer than this fails the step instead of hanging.
     timeout_s: float = 1800.0
     # --- rollout.backend=server: the native engine in a process (and Python) of its own ---
-    # The interpreter that runs the server; null = this one (sys.executable).
+    # The interpreter that runs the server; null = this one (sys.executable). With
+    # rollout.backend=vllm_omni or vllm, a Python named here runs that engine behind the server
+    # (the CUDA image: /opt/vllm-omni/bin/python); null runs it in this process.
     python: Optional[str] = None
     # A server call (or, while sampling, its health check) that gets no answer within this long
     # fails the step with an error naming the server; so does a server that exits.
     server_timeout_s: float = 60.0
     # How long the server may take to build its model and answer its first health check.
     server_startup_timeout_s: float = 600.0
+    # --- rollout.backend=vllm_omni (diffusion) / vllm (text): GPU engines, CUDA only ---
+    # Share of the GPU's memory vLLM may take for weights and its KV cache (text); leave room
+    # for the trainer when both share the GPU.
+    vllm_gpu_memory_utilization: float = 0.5
+    # No CUDA graphs / torch.compile: slower sampling, quicker start.
+    vllm_enforce_eager: bool = False
+    # Start with vLLM's sleep-mode allocator, so the engine's sleep() / wake() can free the GPU.
+    vllm_sleep_mode: bool = True
     # --- text / omni models (autoregressive) ---
     temperature: float = 1.0
     top_p: float = 1.0

@@ -95,6 +95,11 @@ def validate_config(cfg: OmniConfig) -> None:
     _require(r.server_startup_timeout_s > 0, "rollout.server_startup_timeout_s", r.server_startup_timeout_s, "> 0 seconds")
     _require(r.python is None or r.python.strip() != "", "rollout.python", r.python,
              "a path to a Python interpreter, or null for this one")
+    _require(0 < r.vllm_gpu_memory_utilization <= 1, "rollout.vllm_gpu_memory_utilization",
+             r.vllm_gpu_memory_utilization, "a share of the GPU's memory in (0, 1], e.g. 0.5")
+    _require(r.backend != "vllm" or r.top_p == 1.0, "rollout.top_p", r.top_p,
+             "1.0 with rollout.backend=vllm (vLLM's log-probs renormalise over the top-p nucleus, the "
+             "trainer's do not); use rollout.backend=native for top_p < 1")
 
     _require(a.std_mode in ("group", "global", "none"), "algo.std_mode", a.std_mode, "one of group, global, none")
     _require(a.old_logprob_mode in ("auto", "recompute", "bypass"), "algo.old_logprob_mode", a.old_logprob_mode,

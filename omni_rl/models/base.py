@@ -33,6 +33,10 @@ class OmniModelBase(ABC):
     family: ClassVar[str] = ""
     # LoRA target module names used when `model.lora.target_modules` is null.
     default_lora_targets: ClassVar[tuple[str, ...]] = ()
+    # Where `trainable_root()`'s parameter names sit in the checkpoint's own naming (a model
+    # trained as part of a larger checkpoint: Qwen3-Omni's thinker is "thinker."); engines that
+    # load checkpoint-named weights themselves (vLLM) prepend it.
+    checkpoint_prefix: ClassVar[str] = ""
 
     def __init__(self, cfg: ModelConfig, path: str, device: torch.device):
         self.cfg = cfg

@@ -4,15 +4,24 @@ One signature: `factory(cfg: OmniConfig, model) -> RolloutEngine`, called wherev
 samples lives (this process, or each Ray worker's rollout copy). `native` is the in-process
 engine of the model's kind: request-level batching for diffusion, batched decoding for text;
 `server` runs that engine in a process (and Python, `rollout.python`) of its own, over HTTP.
+`vllm_omni` (diffusion) and `vllm` (text) are the GPU engines of `rollout/vllm_omni/`: with
+`rollout.python` null they run in this process (which then needs vllm / vllm-omni); with
+`rollout.python` set (the CUDA image: /opt/vllm-omni/bin/python) the trainer talks to them
+through the rollout server started in that Python (`--backend vllm_omni`; inside the server,
+`rollout.python` reads null, so the same factory builds the engine there). vllm / vllm-omni are
+imported inside the factories only, so the registry works without them. A factory whose engine
+loads the checkpoint itself carries `loads_own_weights = True`: the server then builds the
+model weightless (configs, tokenizers, shapes), not a second copy of the weights.
 Register another with `@register_rollout_backend("name")` in a plugin module.
 """
 from __future__ import annotations
 
 from omni_rl.config.schema import OmniConfig
+from omni_rl.models.loading import resolve_model_path
 from omni_rl.models.autoregressive import AutoregressiveModelBase
 from omni_rl.models.diffusion import DiffusionModelBase
 from omni_rl.registry import Registry
-from omni_rl.rollout.base import RolloutEngine
+from omni_rl.rollout.base import RolloutEngine, weight_kind
 from omni_rl.rollout.native import NativeDiffusionEngine
 from omni_rl.rollout.server.client import start_server_engine
 from omni_rl.rollout.text_native import NativeTextEngine
@@ -44,3 +53,50 @@ def native_engine(cfg: OmniConfig, model) -> RolloutEngine:
 @register_rollout_backend("server")
 def server_engine(cfg: OmniConfig, model) -> RolloutEngine:
     return start_server_engine(cfg, model)
+
+
+def _start_from_trainer(engine: RolloutEngine, model) -> RolloutEngine:
+    """Version 0 is the model's own trainable tensors (as the server client sends them), unless
+    the model is a weightless view (inside the rollout server, whose client sends them)."""
+    if not model.weightless:
+        try:
+            engine.update_weights(model.named_trainable_tensors(), 0, weight_kind(model))
+        except BaseException:
+            engine.close()
+            raise
+    return engine
+
+
+def _check_family(backend: str, model, family: type, hint: str) -> None:
+    if not isinstance(model, family):
+        raise TypeError(
+            f"rollout.backend={backend!r} has no engine for {type(model).__name__} (family {model.family!r}); {hint}"
+        )
+
+
+@register_rollout_backend("vllm_omni")
+def vllm_omni_engine(cfg: OmniConfig, model) -> RolloutEngine:
+    _check_family("vllm_omni", model, DiffusionModelBase, "it samples diffusion models: use rollout.backend=vllm for text")
+    if cfg.rollout.python is not None:
+        return start_server_engine(cfg, model, backend="vllm_omni")
+    from omni_rl.rollout.vllm_omni.availability import require
+    from omni_rl.rollout.vllm_omni.engine import VllmOmniDiffusionEngine
+
+    require("vllm_omni")
+    return _start_from_trainer(VllmOmniDiffusionEngine(cfg, model, resolve_model_path(cfg.model.path, cfg.model.revision)), model)
+
+
+@register_rollout_backend("vllm")
+def vllm_engine(cfg: OmniConfig, model) -> RolloutEngine:
+    _check_family("vllm", model, AutoregressiveModelBase, "it samples text models: use rollout.backend=vllm_omni for diffusion")
+    if cfg.rollout.python is not None:
+        return start_server_engine(cfg, model, backend="vllm")
+    from omni_rl.rollout.vllm_omni.availability import require
+    from omni_rl.rollout.vllm_omni.text_engine import VllmTextEngine
+
+    require("vllm")
+    return _start_from_trainer(VllmTextEngine(cfg, model, resolve_model_path(cfg.model.path, cfg.model.revision)), model)
+
+
+vllm_omni_engine.loads_own_weights = True
+vllm_engine.loads_own_weights = True

@@ -1,7 +1,9 @@
 """`ServerRolloutEngine` (`rollout.backend=server`): the rollout contract over HTTP to a rollout server.
 
-`start_server_engine(cfg, model)` starts `python -m omni_rl.rollout.server` with the Python that
-`rollout.python` names (null = this one), this checkout first on its PYTHONPATH, and waits up to
+`start_server_engine(cfg, model, backend)` starts `python -m omni_rl.rollout.server --backend
+BACKEND` (the in-process engine it serves: `native` for rollout.backend=server, `vllm_omni` /
+`vllm` for those backends with rollout.python set) with the Python that `rollout.python` names
+(null = this one), this checkout first on its PYTHONPATH, and waits up to
 `rollout.server_startup_timeout_s` for its first line (its address) and a health check. It then
 sends the trainer's trainable tensors as version 0, so both sides start from the same weights.
 
@@ -214,8 +216,9 @@ class ServerRolloutEngine(RolloutEngine):
         return data
 
 
-def start_server_engine(cfg: OmniConfig, model) -> ServerRolloutEngine:
-    """Start the server process for this run and connect to it (see the module docstring)."""
+def start_server_engine(cfg: OmniConfig, model, backend: str = "native") -> ServerRolloutEngine:
+    """Start the server process for this run, serving the in-process rollout backend `backend`,
+    and connect to it (see the module docstring)."""
     r = cfg.rollout
     python = r.python or sys.executable
     config_dir = tempfile.mkdtemp(prefix="omni-rl-rollout-server-")
@@ -224,7 +227,8 @@ def start_server_engine(cfg: OmniConfig, model) -> ServerRolloutEngine:
     env = dict(os.environ)
     root = str(Path(omni_rl.__file__).resolve().parent.parent)  # this checkout's omni_rl (and adapters/)
     env["PYTHONPATH"] = os.pathsep.join([root, *filter(None, [env.get("PYTHONPATH")])])
-    command = [python, "-m", "omni_rl.rollout.server", "--config", str(config_path), "--parent-pid", str(os.getpid())]
+    command = [python, "-m", "omni_rl.rollout.server", "--config", str(config_path), "--backend", backend,
+               "--parent-pid", str(os.getpid())]
     try:
         try:
             process = subprocess.Popen(command, stdout=subprocess.PIPE, env=env, text=True)

@@ -54,7 +54,9 @@ def version_mismatch(sent: Any, speaks: int, who: str) -> str | None:
 def _encode(value: Any, tensors: dict[str, torch.Tensor]) -> Any:
     if isinstance(value, torch.Tensor):
         name = f"t{len(tensors)}"
-        tensors[name] = value.detach().cpu().clone()  # clone: safetensors refuses shared storage
+        # A dense copy: safetensors refuses shared storage and non-contiguous strides (a
+        # channels-last view of pixels).
+        tensors[name] = value.detach().cpu().clone(memory_format=torch.contiguous_format)
         return {"$tensor": name}
     if isinstance(value, LatentStreams):
         return {"$streams": {k: _encode(v, tensors) for k, v in value.streams.items()}}

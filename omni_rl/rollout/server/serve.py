@@ -3,7 +3,9 @@
 The model is built as the trainer builds its own (`torch.manual_seed(trainer.seed)`, then
 `build_model`), so a tiny random-weight model starts with the trainer's weights; the client
 then sends the trainable tensors once (version 0) so that a resumed or otherwise different
-start agrees too. The engine is `--backend`'s factory (default `native`) over that model.
+start agrees too. The engine is `--backend`'s factory (default `native`; `vllm_omni`, `vllm`)
+over that model, with `rollout.python` read as null (the engine runs here); a factory marked
+`loads_own_weights` gets the model built weightless (on the meta device).
 
 The first line on stdout is one JSON object, `{"url": ..., "pid": ..., "protocol": 1}`, written
 once the server answers; logs go to stderr. With `--parent-pid` the server stops when that
@@ -12,6 +14,7 @@ process is gone, so a trainer that was killed leaves no server behind.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import logging
 import os
@@ -38,10 +41,16 @@ def load_run_config(path: str) -> OmniConfig:
 
 def build_server(cfg: OmniConfig, backend: str = "native", host: str = "127.0.0.1", port: int = 0) -> RolloutServer:
     if backend == "server":
-        raise ValueError("--backend server would start a server from the server; name an in-process backend (native)")
+        raise ValueError("--backend server would start a server from the server; name an in-process backend "
+                         "(native, vllm_omni, vllm)")
+    factory = ROLLOUT_BACKENDS.get(backend)
+    # This process is the Python rollout.python named: here the engine runs in-process.
+    cfg = dataclasses.replace(cfg, rollout=dataclasses.replace(cfg.rollout, python=None))
     torch.manual_seed(cfg.trainer.seed)  # the trainer's initial weights (see the module docstring)
-    model = build_model(cfg.model, pick_device(cfg.trainer.device), tuple(cfg.plugins))
-    return RolloutServer(ROLLOUT_BACKENDS.get(backend)(cfg, model), host, port)
+    # An engine that loads the checkpoint itself needs the model's configs and tokenizers only.
+    device = torch.device("meta") if getattr(factory, "loads_own_weights", False) else pick_device(cfg.trainer.device)
+    model = build_model(cfg.model, device, tuple(cfg.plugins))
+    return RolloutServer(factory(cfg, model), host, port)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

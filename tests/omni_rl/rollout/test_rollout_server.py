@@ -229,7 +229,7 @@ def test_messages_carry_every_result_field():
 
 
 def test_requests_carry_an_edit_models_condition_images():
-    from omni_rl.rollout.native import encoding_key
+    from omni_rl.rollout.diffusion_sampling import encoding_key
     from omni_rl.rollout.types import DiffusionRequest
 
     images = (torch.randint(0, 255, (32, 48, 3), dtype=torch.uint8),)

@@ -1,0 +1,208 @@
+"""The per-request maths of diffusion rollout, shared by every engine that samples with our adapters.
+
+One function per stage of a sample's life, each the only place that stage is written:
+
+    encode_conditionings(model, requests)  prompt embeddings of the requests without their own,
+                                           one batched `encode_prompts` call per negative prompt
+                                           (with the condition images of an editing model: a
+                                           group's equal images are encoded once)
+    start_sample(model, request, cond)     request -> SampleState: its generator (seeded by the
+                                           request alone), initial noise, SDE window and sigmas
+    advance(model, running, max_num_seqs)  one transformer forward and step over up to
+                                           `max_num_seqs` running samples sharing the oldest one's
+                                           batch key (samples may be at different steps)
+    finish_samples(model, done, version)   decode the finished samples together and assemble
+                                           each one's `DiffusionResult`
+    sample_requests(model, requests, ...)  the four above for a fixed set of requests, start to
+                                           end: the core of the vLLM-Omni pipeline (a request
+                                           batch arrives whole and leaves whole)
+
+`NativeDiffusionEngine` drives the same four functions from its scheduler thread (admitting
+requests between iterations). For the same requests admitted together, both give the same bits:
+the same calls on the same batches in the same order.
+
+Left out: threads, futures and queues (the native engine's), request transport (the vLLM-Omni
+glue's).
+"""
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from typing import Optional, Sequence
+
+import torch
+
+from omni_rl.algos import latent_streams as ls
+from omni_rl.algos.flow_sde import get_step_kernel, step_latents
+from omni_rl.models.conditioning import Conditioning
+from omni_rl.models.diffusion import DiffusionModelBase
+from omni_rl.rollout.sde_window import choose_sde_window
+from omni_rl.rollout.types import DiffusionRequest, DiffusionResult
+
+
+@dataclass(eq=False)  # identity, not field-wise equality: requests hold tensors
+class SampleState:
+    """A sample in flight: where it is in its trajectory and what it has recorded so far."""
+
+    request: DiffusionRequest
+    generator: torch.Generator
+    window: tuple[int, int]
+    sigmas: torch.Tensor
+    conditioning: Conditioning
+    x: ls.Latents
+    step: int = 0
+    window_latents: list = field(default_factory=list)
+    log_probs: list = field(default_factory=list)
+    noise_levels: list = field(default_factory=list)
+
+    @property
+    def done(self) -> bool:
+        return self.step == self.request.num_steps
+
+
+def check_request(model: DiffusionModelBase, req: DiffusionRequest) -> None:
+    """Raise `ValueError` naming the request for a geometry, noise or window it cannot have."""
+    shape = model.latent_shape(req.height, req.width, req.num_frames)  # raises for an impossible geometry
+    if req.initial_noise is not None and ls.shape_of(req.initial_noise) != shape:
+        raise ValueError(
+            f"request {req.request_id}: initial_noise has shape {ls.shape_of(req.initial_noise)}, "
+            f"expected {shape} for {req.height}x{req.width}" + (f"x{req.num_frames} frames" if req.num_frames > 1 else "")
+        )
+    if req.num_steps < 1:
+        raise ValueError(f"request {req.request_id}: num_steps={req.num_steps}, expected >= 1")
+    choose_sde_window(req.seed, req.num_steps, req.sde_window_size, req.sde_window_range)
+
+
+def encoding_key(req: DiffusionRequest) -> tuple:
+    """What a request's embeddings depend on: its prompt, negative prompt and condition images
+    (by content, so requests that carry equal images, e.g. a group's, share one encoding)."""
+    images = None
+    if req.images is not None:
+        images = tuple((tuple(im.shape), hashlib.sha1(im.contiguous().numpy().tobytes()).hexdigest()) for im in req.images)
+    return (req.prompt, req.negative_prompt, images)
+
+
+@torch.no_grad()
+def encode_conditionings(model: DiffusionModelBase, requests: Sequence[DiffusionRequest]) -> list[Conditioning]:
+    """Each request's conditioning: its own, or that of its (prompt, negative prompt, condition
+    images) from one batched call per negative prompt (and kind: with images or without)."""
+    need = {encoding_key(req): req for req in requests if req.conditioning is None}
+    encoded: dict[tuple, Conditioning] = {}
+    for negative, with_images in sorted({(key[1], key[2] is not None) for key in need}):
+        keys = sorted(k for k in need if k[1] == negative and (k[2] is not None) == with_images)
+        extra = {"images": [need[k].images for k in keys]} if with_images else {}
+        cond = model.encode_prompts([k[0] for k in keys], negative_prompt=negative, **extra)
+        for i, key in enumerate(keys):
+            encoded[key] = cond.select([i])
+    return [req.conditioning if req.conditioning is not None else encoded[encoding_key(req)] for req in requests]
+
+
+def start_sample(model: DiffusionModelBase, req: DiffusionRequest, cond: Conditioning) -> SampleState:
+    """The sample's state at step 0. Its generator is seeded by the request alone and draws the
+    initial noise (unless the request brings its own) and then every step's noise."""
+    shape = model.latent_shape(req.height, req.width, req.num_frames)
+    generator = torch.Generator(device="cpu").manual_seed(req.seed)
+    if req.initial_noise is not None:
+        x = ls.clone(ls.to(req.initial_noise, dtype=torch.float32))
+    else:
+        x = ls.randn(shape, generator=generator)
+    window = choose_sde_window(req.seed, req.num_steps, req.sde_window_size, req.sde_window_range)
+    return SampleState(
+        request=req, generator=generator, window=window,
+        sigmas=model.sigmas(req.num_steps, req.height, req.width, req.num_frames), conditioning=cond, x=x,
+    )
+
+
+@torch.no_grad()
+def advance(model: DiffusionModelBase, running: Sequence[SampleState], max_num_seqs: int) -> list[SampleState]:
+    """One batched forward and step over the running samples that share the oldest one's batch
+    key (at most `max_num_seqs`). Returns the batch it stepped; `running` keeps its order."""
+    key = running[0].request.batch_key()
+    batch = [r for r in running if r.request.batch_key() == key][:max_num_seqs]
+    first = batch[0].request
+    device = model.device
+    x = ls.to(ls.stack([r.x for r in batch]), device)
+    sigma = torch.stack([r.sigmas[r.step] for r in batch]).to(device)
+    sigma_next = torch.stack([r.sigmas[r.step + 1] for r in batch]).to(device)
+    in_window = [r.window[0] <= r.step < r.window[1] for r in batch]
+    noise = torch.tensor(
+        [r.request.noise_level if w else 0.0 for r, w in zip(batch, in_window)], dtype=torch.float32, device=device
+    )
+    cond = Conditioning.cat([r.conditioning for r in batch])
+    velocity = model.predict_velocity(x, sigma, cond, first.guidance_scale)
+    step = step_latents(
+        get_step_kernel(first.kernel), model_output=velocity, sigma=sigma, sigma_next=sigma_next, sample=x,
+        noise_level=noise, generator=[r.generator for r in batch],
+    )
+    for i, run in enumerate(batch):
+        if in_window[i]:
+            run.window_latents.append(run.x)
+            run.log_probs.append(step.log_prob[i].cpu())
+            run.noise_levels.append(noise[i].cpu())
+        # clone: a view would keep the whole batch's tensor alive in every result.
+        run.x = ls.clone(ls.to(ls.index(step.prev_sample, i), "cpu"))
+        run.step += 1
+        if run.step == run.window[1]:
+            run.window_latents.append(run.x)
+    return batch
+
+
+@torch.no_grad()
+def finish_samples(model: DiffusionModelBase, finished: Sequence[SampleState],
+                   weight_version: Optional[int]) -> list[DiffusionResult]:
+    """Decode the finished samples that asked for it (one batch) and assemble their results."""
+    to_decode = [r for r in finished if r.request.decode]
+    images, sounds, rate = {}, {}, None
+    if to_decode:
+        clean = ls.stack([r.x for r in to_decode])
+        pixels = model.decode(clean)
+        images = {id(r): pixels[i] for i, r in enumerate(to_decode)}
+        if getattr(model, "makes_audio", False):
+            waves, rate = model.decode_audio(clean)
+            sounds = {id(r): waves[i] for i, r in enumerate(to_decode)}
+    results = []
+    for run in finished:
+        start, stop = run.window
+        results.append(DiffusionResult(
+            request_id=run.request.request_id,
+            prompt=run.request.prompt,
+            window=run.window,
+            latents=ls.stack(run.window_latents),
+            log_probs=torch.stack(run.log_probs) if run.log_probs else torch.zeros(0),
+            sigmas=run.sigmas[start:stop].clone(),
+            sigmas_next=run.sigmas[start + 1 : stop + 1].clone(),
+            noise_levels=torch.stack(run.noise_levels) if run.noise_levels else torch.zeros(0),
+            final_latent=run.x,
+            conditioning=run.conditioning,
+            image=images.get(id(run)),
+            guidance_scale=run.request.guidance_scale,
+            kernel=run.request.kernel,
+            fps=run.request.fps,
+            audio=sounds.get(id(run)),
+            sample_rate=rate if id(run) in sounds else None,
+            weight_version=weight_version,
+        ))
+    return results
+
+
+def sample_requests(model: DiffusionModelBase, requests: Sequence[DiffusionRequest], max_num_seqs: int,
+                    weight_version: Optional[int] = None) -> list[DiffusionResult]:
+    """Sample a fixed set of requests to the end; results in request order.
+
+    Requests with different batch keys may come together (vLLM-Omni batches on its own key, which
+    knows no step kernel): each forward takes the oldest running sample's key, as the native
+    engine's iterations do, so every sample runs in the batches the native engine would give it."""
+    if max_num_seqs < 1:
+        raise ValueError(f"max_num_seqs={max_num_seqs}: expected >= 1")
+    for req in requests:
+        check_request(model, req)
+    running = [start_sample(model, req, cond) for req, cond in zip(requests, encode_conditionings(model, requests))]
+    results: dict[int, DiffusionResult] = {}
+    order = {id(run): i for i, run in enumerate(running)}
+    while running:
+        finished = [run for run in advance(model, running, max_num_seqs) if run.done]
+        if finished:
+            for run, result in zip(finished, finish_samples(model, finished, weight_version)):
+                results[order[id(run)]] = result
+                running.remove(run)
+    return [results[i] for i in range(len(requests))]

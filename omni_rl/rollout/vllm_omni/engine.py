@@ -1,0 +1,170 @@
+"""`VllmOmniDiffusionEngine`: the rollout contract over vLLM-Omni's `AsyncOmni` (`rollout.backend=vllm_omni`).
+
+The engine starts `AsyncOmni` on the run's model folder with our custom pipeline class for the
+adapter (`pipelines.PIPELINE_CLASSES`), our worker extension, `max_num_seqs=rollout.max_num_seqs`
+and `request_batch_max_wait_ms=rollout.max_wait_ms`, on an asyncio loop in a thread of its own.
+
+- `submit_many` sends each request as one `AsyncOmni.generate` call (vLLM-Omni's scheduler
+  co-batches them); its future completes when that request's output is back, carrying the
+  `DiffusionResult` our pipeline made (`codec.py`), with the weight version it sampled with.
+- `wait` / `generate`: results in request order within a deadline (`RolloutEngineError` on a
+  failure or a timeout, never a hang).
+- `update_weights(tensors, version, kind)`: bucket by bucket through
+  `AsyncOmni.collective_rpc("omni_rl_load_tensors")` into the pipeline (`worker.py`); vLLM-Omni
+  runs each between two batches. LoRA and full weights take the same path (PEFT modules and
+  the trainable module are plain parameters of our adapter there).
+- `sleep` / `wake`: `AsyncOmni.sleep(level=1)` (weights offloaded to host memory, so LoRA and
+  full updates survive it) and `AsyncOmni.wake_up()`; they need `rollout.vllm_sleep_mode`.
+- `same_log_probs_as` is False: another process, another copy; the trainer recomputes.
+"""
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import itertools
+import threading
+from concurrent.futures import Future
+from typing import Any, Sequence
+
+from omni_rl.config.schema import OmniConfig
+from omni_rl.models.registry import adapter_key
+from omni_rl.rollout.base import RolloutEngine, check_weight_kind
+from omni_rl.rollout.diffusion_sampling import check_request
+from omni_rl.rollout.native import RolloutEngineError, wait_results
+from omni_rl.rollout.types import DiffusionRequest, DiffusionResult
+from omni_rl.rollout.vllm_omni.availability import require
+from omni_rl.rollout.vllm_omni.codec import request_to_prompt, result_from_output, sampling_fields
+from omni_rl.rollout.vllm_omni.pipelines import SPEC_KEY, pipeline_class_for
+from omni_rl.utils.tensor_buckets import NamedTensors, named_buckets
+
+WORKER_EXTENSION = "omni_rl.rollout.vllm_omni.worker.OmniRLWorkerExtension"
+_ids = itertools.count()
+
+
+def engine_kwargs(cfg: OmniConfig, path: str) -> dict[str, Any]:
+    """`AsyncOmni(**kwargs)` for the run: our pipeline class and the run's model config."""
+    r, architecture = cfg.rollout, adapter_key(cfg.model.adapter, cfg.model.stage)
+    pipeline_class = pipeline_class_for(architecture)
+    spec = {
+        "model": dataclasses.asdict(cfg.model), "plugins": list(cfg.plugins), "seed": cfg.trainer.seed,
+        "max_num_seqs": r.max_num_seqs, "architecture": architecture,
+    }
+    return {
+        "model": path,
+        # Our class name, not the checkpoint's: vLLM-Omni would run its own pre/post-processing
+        # of the checkpoint's pipeline on our outputs.
+        "model_class_name": pipeline_class.rsplit(".", 1)[1],
+        "custom_pipeline_args": {"pipeline_class": pipeline_class, SPEC_KEY: spec},
+        "worker_extension_cls": WORKER_EXTENSION,
+        "max_num_seqs": r.max_num_seqs,
+        "request_batch_max_wait_ms": r.max_wait_ms,
+        "enable_sleep_mode": r.vllm_sleep_mode,
+        "enforce_eager": r.vllm_enforce_eager,
+        "dtype": cfg.model.dtype,
+    }
+
+
+def _check_rpc(answers: Any, what: str) -> None:
+    """AsyncOmni's collective_rpc answers a stage that could not run the call with a dict
+    (`{"error": ...}` or `{"todo": ...}`) instead of raising: raise it here."""
+    for answer in answers if isinstance(answers, (list, tuple)) else [answers]:
+        if isinstance(answer, (list, tuple)):
+            _check_rpc(answer, what)
+        elif isinstance(answer, dict) and (answer.get("error") or answer.get("todo")):
+            raise RolloutEngineError(f"vLLM-Omni failed while {what}: {answer}")
+
+
+class VllmOmniDiffusionEngine(RolloutEngine):
+    def __init__(self, cfg: OmniConfig, model, path: str):
+        require("vllm_omni")
+        self.model = model  # the trainer-side adapter: request checks only (it may be weightless)
+        self.cfg = cfg
+        self.bucket_bytes = cfg.trainer.weight_sync_bucket_mb << 20
+        self.weight_version = 0
+        self.stats = {"submitted": 0, "samples": 0, "weight_updates": 0, "weight_buckets": 0}
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, name="omni-rl-vllm-omni", daemon=True)
+        self._thread.start()
+        self._closed = False
+        try:
+            self._omni = self._run(self._start(engine_kwargs(cfg, path)), cfg.rollout.server_startup_timeout_s)
+        except BaseException:
+            self._stop_loop()
+            raise
+
+    async def _start(self, kwargs: dict[str, Any]):
+        from vllm_omni import AsyncOmni
+
+        return AsyncOmni(**kwargs)
+
+    def _run(self, coroutine, timeout_s: float | None = None):
+        return asyncio.run_coroutine_threadsafe(coroutine, self._loop).result(timeout=timeout_s)
+
+    # --- the contract --------------------------------------------------------------------
+    def submit_many(self, requests: Sequence[DiffusionRequest]) -> list[Future]:
+        if self._closed:
+            raise RolloutEngineError("the vllm_omni rollout engine is closed")
+        for req in requests:
+            check_request(self.model, req)
+        self.stats["submitted"] += len(requests)
+        return [asyncio.run_coroutine_threadsafe(self._generate_one(req), self._loop) for req in requests]
+
+    def wait(self, requests: Sequence[DiffusionRequest], futures: Sequence[Future], timeout_s: float) -> list[DiffusionResult]:
+        return wait_results(requests, futures, timeout_s)
+
+    async def _generate_one(self, req: DiffusionRequest) -> DiffusionResult:
+        from vllm_omni.inputs.data import OmniDiffusionSamplingParams
+
+        params = OmniDiffusionSamplingParams(**sampling_fields(req))
+        final = None
+        async for output in self._omni.generate(request_to_prompt(req), request_id=f"omni-rl-{next(_ids)}",
+                                                sampling_params_list=[params]):
+            final = output
+        if final is None:
+            raise RolloutEngineError(f"vLLM-Omni returned no output for request {req.request_id}")
+        result = result_from_output(final)
+        self.stats["samples"] += 1
+        return result
+
+    def update_weights(self, tensors: NamedTensors, version: int, kind: str) -> None:
+        check_weight_kind(kind)
+        buckets = named_buckets(tensors, self.bucket_bytes)
+        bucket = next(buckets, {})
+        while True:
+            following = next(buckets, None)
+            last = following is None
+            cpu = {name: t.detach().cpu() for name, t in bucket.items()}
+            answers = self._run(self._omni.collective_rpc("omni_rl_load_tensors", args=(cpu, kind, version if last else None)))
+            _check_rpc(answers, f"updating weights to version {version} ({kind})")
+            self.stats["weight_buckets"] += 1
+            if last:
+                break
+            bucket = following
+        self.stats["weight_updates"] += 1
+        self.weight_version = version
+
+    def sleep(self) -> None:
+        self._require_sleep_mode("sleep")
+        self._run(self._omni.sleep(level=1))
+
+    def wake(self) -> None:
+        self._require_sleep_mode("wake")
+        self._run(self._omni.wake_up())
+
+    def _require_sleep_mode(self, what: str) -> None:
+        if not self.cfg.rollout.vllm_sleep_mode:
+            raise RolloutEngineError(f"{what}(): the vllm_omni engine was started with rollout.vllm_sleep_mode=false; "
+                                     f"set it to true to free the GPU between rollouts")
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            self._omni.shutdown()
+        finally:
+            self._stop_loop()
+
+    def _stop_loop(self) -> None:
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(timeout=10)

@@ -1,0 +1,182 @@
+"""`VllmTextEngine`: the rollout contract over `vllm.LLM` for text models (`rollout.backend=vllm`).
+
+Serves the adapters whose checkpoints vLLM loads itself: causal LMs (Qwen3 and kin) and the
+Qwen3-Omni thinker (vLLM maps `Qwen3OmniMoeForConditionalGeneration` to its thinker).
+
+- Each request is one prompt of token ids with its own `SamplingParams(temperature, top_p,
+  seed, max_tokens, stop_token_ids, logprobs=0)`; vLLM runs with
+  `logprobs_mode="processed_logprobs"`, so the log-prob it returns for the sampled token is
+  `log_softmax(logits / temperature)`, the function the trainer evaluates. That holds for
+  top_p = 1 only (processed log-probs renormalise over the nucleus, the trainer's do not): a
+  request with top_p < 1 is refused. Prompts with media are refused too (vLLM wants raw images
+  and audio, our requests carry processor tensors): use rollout.backend=native for them.
+- `update_weights(kind="lora")`: the tensors are written as a PEFT adapter folder (its
+  `adapter_config.json` from `model.lora`) and the next generate uses a new `LoRARequest` for it
+  (one id per version). `kind="full"`: bucket by bucket through `LLM.collective_rpc` into the
+  model's `load_weights` (`vllm_worker.py`), named as in the checkpoint (`checkpoint_prefix`).
+- `sleep` / `wake`: `LLM.sleep(level=1)` / `LLM.wake_up()` with `rollout.vllm_sleep_mode`.
+- Sampling is synchronous: `submit_many` returns done futures, like the native text engine.
+"""
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import tempfile
+from concurrent.futures import Future
+from pathlib import Path
+from typing import Any, Optional, Sequence
+
+import torch
+
+from omni_rl.config.schema import OmniConfig
+from omni_rl.rollout.base import RolloutEngine, check_weight_kind
+from omni_rl.rollout.text_types import TextRequest, TextResult
+from omni_rl.rollout.vllm_omni.availability import require
+from omni_rl.utils.tensor_buckets import NamedTensors, named_buckets
+
+WORKER_EXTENSION = "omni_rl.rollout.vllm_omni.vllm_worker.OmniRLVllmWorkerExtension"
+_PEFT_PREFIX = "base_model.model."
+
+
+def check_text_request(req: TextRequest) -> None:
+    """Refuse, naming the request, what this engine cannot sample as the trainer scores it."""
+    if req.max_new_tokens < 1 or req.temperature <= 0:
+        raise ValueError(f"request {req.request_id}: max_new_tokens={req.max_new_tokens}, temperature={req.temperature}; "
+                         f"expected max_new_tokens >= 1 and temperature > 0")
+    if req.top_p != 1.0:
+        raise ValueError(f"request {req.request_id}: top_p={req.top_p}; rollout.backend=vllm needs top_p=1 (vLLM's "
+                         f"processed log-probs renormalise over the nucleus, the trainer's do not)")
+    if req.prompt.media:
+        raise ValueError(f"request {req.request_id}: a prompt with media ({sorted(req.prompt.media)}); "
+                         f"rollout.backend=vllm samples text prompts: use rollout.backend=native for media")
+
+
+def peft_lora_files(tensors: dict[str, torch.Tensor], rank: int, alpha: float, targets: Any,
+                    prefix: str = "") -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+    """Our LoRA tensors (`...q_proj.lora_A.default.weight`, as PEFT names them in memory) as a
+    PEFT adapter file's tensors (`base_model.model.<checkpoint name>.lora_A.weight`) and its config."""
+    state = {}
+    for name, value in tensors.items():
+        key = re.sub(r"\.lora_([AB])\.[^.]+\.weight$", r".lora_\1.weight", name)
+        if not re.search(r"\.lora_[AB]\.weight$", key):
+            raise ValueError(f"update_weights(kind='lora'): {name!r} is not a LoRA A/B tensor")
+        key = key[len(_PEFT_PREFIX):] if key.startswith(_PEFT_PREFIX) else key
+        state[_PEFT_PREFIX + prefix + key] = value.detach().cpu().contiguous()
+    config = {"peft_type": "LORA", "r": rank, "lora_alpha": alpha, "target_modules": targets,
+              "bias": "none", "task_type": "CAUSAL_LM", "lora_dropout": 0.0}
+    return state, config
+
+
+def result_from_completion(req: TextRequest, token_ids: Sequence[int], logprobs: Sequence[Any],
+                           finish_reason: Optional[str], text: str, weight_version: int) -> TextResult:
+    """A `TextResult` from one vLLM completion (`CompletionOutput`'s token_ids, logprobs (one dict
+    per token, token id -> Logprob), finish_reason and text)."""
+    if len(logprobs) != len(token_ids):
+        raise ValueError(f"request {req.request_id}: vLLM returned {len(token_ids)} tokens but {len(logprobs)} "
+                         f"log-prob entries; was it asked for logprobs=0?")
+    values = [float(getattr(step[tok], "logprob", step[tok])) for tok, step in zip(token_ids, logprobs)]
+    return TextResult(
+        request_id=req.request_id, prompt=req.prompt, response_ids=torch.tensor(list(token_ids), dtype=torch.long),
+        log_probs=torch.tensor(values, dtype=torch.float32), finish_reason="stop" if finish_reason == "stop" else "length",
+        text=text, temperature=req.temperature, top_p=req.top_p, weight_version=weight_version,
+    )
+
+
+class VllmTextEngine(RolloutEngine):
+    def __init__(self, cfg: OmniConfig, model, path: str):
+        require("vllm")
+        from vllm import LLM
+
+        self.model = model  # the trainer-side adapter: tokenizer, stop tokens, LoRA targets
+        self.cfg = cfg
+        r, lora = cfg.rollout, cfg.model.lora
+        self.weight_version = 0
+        self.stats = {"samples": 0, "generate_calls": 0, "weight_updates": 0}
+        self.prefix = getattr(model, "checkpoint_prefix", "")
+        self._lora_request = None
+        self._lora_dirs: list[str] = []
+        self.llm = LLM(
+            model=path, dtype=cfg.model.dtype, seed=cfg.trainer.seed, max_num_seqs=r.max_num_seqs,
+            gpu_memory_utilization=r.vllm_gpu_memory_utilization, enforce_eager=r.vllm_enforce_eager,
+            enable_sleep_mode=r.vllm_sleep_mode, enable_lora=lora.enabled, max_lora_rank=lora.rank if lora.enabled else 16,
+            max_loras=1, logprobs_mode="processed_logprobs", worker_extension_cls=WORKER_EXTENSION,
+        )
+
+    def generate(self, requests: Sequence[TextRequest], timeout_s: float | None = None) -> list[TextResult]:
+        from vllm import SamplingParams
+
+        for req in requests:
+            check_text_request(req)
+        eos = list(self.model.eos_token_ids)
+        params = [
+            SamplingParams(n=1, temperature=req.temperature, top_p=1.0, seed=req.seed, max_tokens=req.max_new_tokens,
+                           stop_token_ids=sorted(set(eos) | set(req.stop_token_ids)), logprobs=0)
+            for req in requests
+        ]
+        prompts = [{"prompt_token_ids": req.prompt.input_ids.tolist()} for req in requests]
+        outputs = self.llm.generate(prompts, params, use_tqdm=False, lora_request=self._lora_request)
+        self.stats["generate_calls"] += 1
+        results = []
+        for req, out in zip(requests, outputs):
+            done = out.outputs[0]
+            tokens = list(done.token_ids)
+            results.append(result_from_completion(req, tokens, done.logprobs or [], done.finish_reason,
+                                                  self.model.decode_tokens(tokens), self.weight_version))
+        self.stats["samples"] += len(results)
+        return results
+
+    def submit_many(self, requests: Sequence[TextRequest]) -> list[Future]:
+        futures = []
+        for res in self.generate(requests):
+            futures.append(Future())
+            futures[-1].set_result(res)
+        return futures
+
+    def wait(self, requests: Sequence[TextRequest], futures: Sequence[Future], timeout_s: float | None = None) -> list[TextResult]:
+        return [f.result() for f in futures]
+
+    def update_weights(self, tensors: NamedTensors, version: int, kind: str) -> None:
+        check_weight_kind(kind)
+        if kind == "lora":
+            self._load_lora(dict(tensors), version)
+        else:
+            for bucket in named_buckets(tensors, self.cfg.trainer.weight_sync_bucket_mb << 20):
+                named = [(self.prefix + name, t.detach().cpu()) for name, t in bucket.items()]
+                self.llm.collective_rpc("omni_rl_load_weights", args=(named,))
+        self.weight_version = version
+        self.stats["weight_updates"] += 1
+
+    def _load_lora(self, tensors: dict[str, torch.Tensor], version: int) -> None:
+        from safetensors.torch import save_file
+        from vllm.lora.request import LoRARequest
+
+        lora = self.cfg.model.lora
+        state, config = peft_lora_files(tensors, lora.rank, lora.alpha, self.model.lora_targets(), self.prefix)
+        folder = Path(tempfile.mkdtemp(prefix=f"omni-rl-lora-v{version}-"))
+        save_file(state, str(folder / "adapter_model.safetensors"))
+        (folder / "adapter_config.json").write_text(json.dumps(config))
+        # A new id per version: vLLM caches adapters by id. vLLM reads the folder at the first
+        # generate that names it, so the one before stays until the next update.
+        self._lora_request = LoRARequest(f"omni-rl-v{version}", version + 1, str(folder))
+        self._lora_dirs.append(str(folder))
+        while len(self._lora_dirs) > 2:
+            shutil.rmtree(self._lora_dirs.pop(0), ignore_errors=True)
+
+    def sleep(self) -> None:
+        self._require_sleep_mode("sleep")
+        self.llm.sleep(level=1)
+
+    def wake(self) -> None:
+        self._require_sleep_mode("wake")
+        self.llm.wake_up()
+
+    def _require_sleep_mode(self, what: str) -> None:
+        if not self.cfg.rollout.vllm_sleep_mode:
+            raise RuntimeError(f"{what}(): the vllm engine was started with rollout.vllm_sleep_mode=false; "
+                               f"set it to true to free the GPU between rollouts")
+
+    def close(self) -> None:
+        for folder in self._lora_dirs:
+            shutil.rmtree(folder, ignore_errors=True)
+        self._lora_dirs.clear()
