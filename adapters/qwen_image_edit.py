@@ -54,6 +54,15 @@ IMAGE_SLOT = "<|vision_start|>"
 class QwenImageEditAdapter(QwenImageAdapter):
     takes_source_image = True
 
+    @classmethod
+    def check_config(cls, cfg) -> None:
+        """The output size (as Qwen-Image) and `model.condition_image_size`: multiples of 16."""
+        super().check_config(cfg)
+        size = cfg.model.condition_image_size
+        if size is not None:
+            for i, value in enumerate(size):
+                check_multiple(f"model.condition_image_size[{i}]", value, cls.size_multiple, "what QwenImageEditPipeline takes")
+
     def _build_pipeline(self, path: str, components: dict) -> None:
         from diffusers import QwenImageEditPipeline
         from transformers import AutoProcessor

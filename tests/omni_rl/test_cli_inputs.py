@@ -133,3 +133,41 @@ def test_cuda_without_cuda_in_process(monkeypatch, out, capsys):
     code, err = main_error(capsys, "trainer.device=cuda:1", out)
     assert code == 2
     assert_one_error_line(err, "trainer.device='cuda:1'", "no CUDA device is available")
+
+
+# --- image editing: the data and the adapter must be of one kind -------------------------------
+def test_an_edit_dataset_on_a_text_to_image_adapter(out):
+    result = run_main_omni("recipe=tiny_qwen_image_edit_flowgrpo", "model.adapter=QwenImagePipeline",
+                           "model.path=tiny:qwen_image", out)
+    assert result.returncode == 2
+    assert_one_error_line(result.stderr, "data.prompt_file='recipes/prompts/tiny_edit.jsonl'", "prompt 1",
+                          "carries a source image", "model.adapter=QwenImagePipeline", "QwenImageEditPipeline")
+
+
+def test_a_text_to_image_dataset_on_an_edit_adapter(capsys, out):
+    code, err = main_error(capsys, "recipe=tiny_qwen_image_flowgrpo", "model.adapter=QwenImageEditPipeline",
+                           "model.path=tiny:qwen_image_edit", out)
+    assert code == 2
+    assert_one_error_line(err, "data.prompts: prompt 1 ('a cat') has no source image",
+                          "model.adapter=QwenImageEditPipeline edits images", "source_image")
+
+
+def test_an_unreadable_source_image_names_the_row(tmp_path, capsys, out):
+    (tmp_path / "ok.png").write_bytes((REPO_ROOT / "recipes/prompts/tiny_edit/navy.png").read_bytes())
+    (tmp_path / "broken.png").write_bytes(b"not a png")
+    rows = tmp_path / "edits.jsonl"
+    rows.write_text('{"instruction": "make it brighter", "source_image": "ok.png"}\n'
+                    '{"instruction": "make it darker", "source_image": "broken.png"}\n')
+    code, err = main_error(capsys, "recipe=tiny_qwen_image_edit_flowgrpo", f"data.prompt_file={rows}", out)
+    assert code == 2
+    assert_one_error_line(err, "row 2", "source_image")
+
+
+@pytest.mark.parametrize("key, value, expected", [
+    ("rollout.width", "40", "rollout.width=40: expected a multiple of 16"),
+    ("model.condition_image_size", "[32,40]", "model.condition_image_size[1]=40: expected a multiple of 16"),
+])
+def test_a_size_the_vae_cannot_take(capsys, out, key, value, expected):
+    code, err = main_error(capsys, "recipe=tiny_qwen_image_edit_flowgrpo", f"{key}={value}", out)
+    assert code == 2
+    assert_one_error_line(err, expected, "32 or 48")
