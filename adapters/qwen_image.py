@@ -307,7 +307,7 @@ def _tiny_text_encoder(tokenizer) -> nn.Module:
     return Qwen2_5_VLForConditionalGeneration(config)
 
 
-def build_tiny_qwen_image_components() -> dict:
+def build_tiny_qwen_image_components(**transformer_options) -> dict:
     """The seeded components of `tiny:qwen_image` (also `tiny:qwen_image_edit`'s): a 2-layer
     Qwen2.5-VL text encoder (hidden 32, a 1-block vision tower) with a byte-level tokenizer, a
     2-block transformer (2 heads of 16, 64-channel packed tokens) and a 16-channel VAE with the
@@ -316,7 +316,8 @@ def build_tiny_qwen_image_components() -> dict:
 
     The scheduler has Qwen-Image's dynamic-shift settings (base/max image sequence length 256 /
     8192, shift 0.5 / 0.9, exponential time shift, terminal sigma 0.02), as its checkpoint's
-    scheduler_config.json sets them."""
+    scheduler_config.json sets them. `transformer_options` go to the transformer's constructor
+    (the same seeded weights: the options do not add parameters)."""
     from diffusers import AutoencoderKLQwenImage, FlowMatchEulerDiscreteScheduler, QwenImageTransformer2DModel
 
     torch.manual_seed(0)
@@ -324,7 +325,7 @@ def build_tiny_qwen_image_components() -> dict:
     text_encoder = _tiny_text_encoder(tokenizer)
     transformer = QwenImageTransformer2DModel(
         patch_size=2, in_channels=64, out_channels=16, num_layers=2, attention_head_dim=16, num_attention_heads=2,
-        joint_attention_dim=32, axes_dims_rope=(4, 6, 6),
+        joint_attention_dim=32, axes_dims_rope=(4, 6, 6), **transformer_options,
     )
     vae = AutoencoderKLQwenImage(base_dim=8, z_dim=16, dim_mult=[1, 1, 1, 1], num_res_blocks=1,
                                  temperal_downsample=[False, True, True])

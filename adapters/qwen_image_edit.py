@@ -1,4 +1,5 @@
-"""Qwen-Image-Edit instruction-based image editing (`QwenImageEditPipeline`): the adapter and its tiny model.
+"""Qwen-Image-Edit instruction-based image editing (`QwenImageEditPipeline`, and Edit-Plus, the
+2509 / 2511 checkpoints' `QwenImageEditPlusPipeline`): the adapters and their tiny models.
 
 The same components and conventions as Qwen-Image (adapters/qwen_image.py: latents, sigma as the
 timestep, the dynamic-shift schedule, true CFG with norm, 2x2 packing, the prefix count from the
@@ -26,12 +27,21 @@ own image processor (Lanczos), and encoded at that size. Given a source image al
 megapixel's calculated size, the pipeline and the adapter encode the same thing (the tests pass
 such an image to both).
 
+Edit-Plus (`QwenImageEditPlusAdapter`) differs where its pipeline does: up to three source
+images per prompt, each given to Qwen2.5-VL as "Picture k:" before the instruction at about
+384 x 384 px (so the template's prefix ends at its `{}`), and their VAE tokens concatenated in
+order; one prompt per text-encoder call. Its vision-tower image is resized from the condition
+image, where the pipeline resizes the original: the two agree for a source given at the
+condition size (the tests do) and differ by a second resampling otherwise.
+
 `tiny:qwen_image_edit` is `tiny:qwen_image` plus the Qwen2-VL processor (image patches of 14 px,
-merged 2x2) that the edit pipeline loads.
+merged 2x2) that the edit pipeline loads; `tiny:qwen_image_edit_plus` is the same saved as an
+Edit-Plus pipeline, with the transformer's `zero_cond_t` on.
 """
 from __future__ import annotations
 
 from pathlib import Path
+from typing import ClassVar
 
 import numpy as np
 import torch
@@ -53,6 +63,9 @@ IMAGE_SLOT = "<|vision_start|>"
 @register_adapter("QwenImageEditPipeline")
 class QwenImageEditAdapter(QwenImageAdapter):
     takes_source_image = True
+    pipeline_name: ClassVar[str] = "QwenImageEditPipeline"
+    # Source images a prompt may have (Edit: one; EditPlus: up to three).
+    max_source_images: ClassVar[int] = 1
 
     @classmethod
     def check_config(cls, cfg) -> None:
@@ -61,17 +74,25 @@ class QwenImageEditAdapter(QwenImageAdapter):
         size = cfg.model.condition_image_size
         if size is not None:
             for i, value in enumerate(size):
-                check_multiple(f"model.condition_image_size[{i}]", value, cls.size_multiple, "what QwenImageEditPipeline takes")
+                check_multiple(f"model.condition_image_size[{i}]", value, cls.size_multiple, f"what {cls.pipeline_name} takes")
+
+    def _pipeline_class(self):
+        from diffusers import QwenImageEditPipeline
+
+        return QwenImageEditPipeline
 
     def _build_pipeline(self, path: str, components: dict) -> None:
-        from diffusers import QwenImageEditPipeline
         from transformers import AutoProcessor
 
-        self.pipeline = QwenImageEditPipeline(**components, processor=AutoProcessor.from_pretrained(path, subfolder="processor"))
-        template = self.pipeline.prompt_template_encode
+        processor = AutoProcessor.from_pretrained(path, subfolder="processor")
+        self.pipeline = self._pipeline_class()(**components, processor=processor)
+        self.prompt_prefix_length = self._prefix_length(self.pipeline.prompt_template_encode)
+
+    def _prefix_length(self, template: str) -> int:
+        """Edit's template holds the image slot before the instruction: the prefix ends there."""
         if template.count(IMAGE_SLOT) != 1:
             raise ValueError(f"the edit pipeline's prompt template has no single image slot {IMAGE_SLOT!r}: {template!r}")
-        self.prompt_prefix_length = prompt_prefix_length(self.pipeline.tokenizer, template, slot=IMAGE_SLOT)
+        return prompt_prefix_length(self.pipeline.tokenizer, template, slot=IMAGE_SLOT)
 
     # --- the source image ----------------------------------------------------------------
     def condition_size(self, height: int, width: int) -> tuple[int, int]:
@@ -86,15 +107,16 @@ class QwenImageEditAdapter(QwenImageAdapter):
         return h, w
 
     def condition_images(self, images, height: int, width: int):
-        """The prompt's one source image, resized by the pipeline's image processor to
+        """The prompt's source images, each resized by the pipeline's image processor to
         `condition_size`, as uint8 [H, W, 3]."""
         if not images:
-            raise ValueError("QwenImageEditPipeline edits a source image: the prompt has none")
-        if len(images) != 1:
-            raise ValueError(f"QwenImageEditPipeline edits one source image per prompt, got {len(images)}")
+            raise ValueError(f"{self.pipeline_name} edits a source image: the prompt has none")
+        if len(images) > self.max_source_images:
+            raise ValueError(f"{self.pipeline_name} takes at most {self.max_source_images} source image(s) per prompt, "
+                             f"got {len(images)}")
         h, w = self.condition_size(height, width)
-        resized = self.pipeline.image_processor.resize(images[0].convert("RGB"), h, w)
-        return (torch.from_numpy(np.asarray(resized, dtype=np.uint8).copy()),)
+        return tuple(torch.from_numpy(np.asarray(self.pipeline.image_processor.resize(im.convert("RGB"), h, w),
+                                                 dtype=np.uint8).copy()) for im in images)
 
     @staticmethod
     def _pil(image: torch.Tensor):
@@ -118,37 +140,47 @@ class QwenImageEditAdapter(QwenImageAdapter):
         return pack_latents(((z - mean) / std).to(torch.float32), self.patch)
 
     # --- conditioning --------------------------------------------------------------------
+    def _encode_text(self, texts: list[str], groups: list[list]) -> tuple[torch.Tensor, torch.Tensor]:
+        """Embeddings [B, L, D] and mask of `texts[i]` with its source images `groups[i]` (PIL),
+        in one batched call of the pipeline's `encode_prompt` (one image per prompt)."""
+        embeds, mask = self.pipeline.encode_prompt(prompt=texts, image=[g[0] for g in groups], device=self.device)
+        if mask is None:  # the pipeline drops an all-ones mask
+            mask = torch.ones(embeds.shape[:2], dtype=torch.long, device=embeds.device)
+        return embeds, mask.to(torch.long)
+
     @torch.no_grad()
     def encode_prompts(self, prompts: list[str], negative_prompt: str = "", images=None) -> Conditioning:
-        """Each instruction's embeddings with its source image (`images[i]`: the request's
-        condition images, one uint8 tensor), the negative prompt's with the same image, and the
-        image's packed latents; see the module docstring."""
+        """Each instruction's embeddings with its source images (`images[i]`: the request's
+        condition images, uint8 tensors), the negative prompt's with the same images, and the
+        images' packed latents, concatenated in order; see the module docstring."""
         if images is None or len(images) != len(prompts):
             got = "none" if images is None else len(images)
-            raise ValueError(f"QwenImageEditPipeline needs one source image per prompt: {len(prompts)} prompts, {got} images")
-        pil = []
+            raise ValueError(f"{self.pipeline_name} needs source images for every prompt: {len(prompts)} prompts, "
+                             f"{got} image groups")
+        groups = []
         for i, group in enumerate(images):
-            if group is None or len(group) != 1:
-                raise ValueError(f"prompt {i} ({prompts[i]!r}): expected one condition image, got {group!r}")
-            pil.append(self._pil(group[0]))
-        sizes = {im.size for im in pil}
-        if len(sizes) != 1:
-            raise ValueError(f"condition images of one call must share a size, got {sorted(sizes)} (width, height)")
+            if not group or len(group) > self.max_source_images:
+                raise ValueError(f"prompt {i} ({prompts[i]!r}): expected 1 to {self.max_source_images} condition "
+                                 f"image(s), got {0 if not group else len(group)}")
+            groups.append([self._pil(im) for im in group])
+        layouts = {tuple(im.size for im in g) for g in groups}
+        if len(layouts) != 1:
+            raise ValueError(f"the prompts of one call must have source images of one layout, got {sorted(layouts)} "
+                             f"((width, height) per image)")
         tensors = {}
         for name, texts in (("prompt_embeds", list(prompts)), ("negative_prompt_embeds", [negative_prompt] * len(prompts))):
-            embeds, mask = self.pipeline.encode_prompt(prompt=texts, image=pil, device=self.device)
-            if mask is None:  # the pipeline drops an all-ones mask
-                mask = torch.ones(embeds.shape[:2], dtype=torch.long, device=embeds.device)
-            tensors[name], tensors[_MASKS[name]] = embeds, mask.to(torch.long)
-        tensors["image_latents"] = self.encode_image_latents(pil)
-        w, h = pil[0].size
+            tensors[name], tensors[_MASKS[name]] = self._encode_text(texts, groups)
         factor = self.vae_scale * self.patch
-        tensors["image_grid"] = torch.tensor([[h // factor, w // factor]] * len(prompts), dtype=torch.long)
+        tensors["image_latents"] = torch.cat(
+            [self.encode_image_latents([g[k] for g in groups]) for k in range(len(groups[0]))], dim=1
+        )
+        grid = [v for im in groups[0] for v in (im.size[1] // factor, im.size[0] // factor)]
+        tensors["image_grid"] = torch.tensor([grid] * len(prompts), dtype=torch.long)
         return Conditioning(tensors, dict(_MASKS))
 
     # --- forward -------------------------------------------------------------------------
     def predict_velocity(self, latents, sigma, conditioning, guidance_scale):
-        """Velocity (fp32, [B, C, 1, h, w]) of the noise tokens, the condition image's tokens
+        """Velocity (fp32, [B, C, 1, h, w]) of the noise tokens, the source images' tokens
         concatenated after them, with true CFG with norm when `guidance_scale` > 1."""
         b, _, _, h, w = latents.shape
         sigma = sigma.to(torch.float32).reshape(-1).to(self.device)
@@ -157,8 +189,8 @@ class QwenImageEditAdapter(QwenImageAdapter):
         cond = conditioning.to(self.device)
         grids = {tuple(g) for g in cond["image_grid"].tolist()}
         if len(grids) != 1:
-            raise ValueError(f"one forward takes condition images of one size, got token grids {sorted(grids)}")
-        (gh, gw), = grids
+            raise ValueError(f"one forward takes source images of one layout, got token grids {sorted(grids)}")
+        (grid,) = grids
         x = pack_latents(latents.to(self.device, torch.float32), self.patch)
         tokens = x.shape[1]
         x = torch.cat([x, cond["image_latents"].to(torch.float32)], dim=1).to(self.dtype)
@@ -168,7 +200,7 @@ class QwenImageEditAdapter(QwenImageAdapter):
             Conditioning({"e": cond[name], "m": cond[_MASKS[name]]}, {"e": "m"}) for name in parts
         ])
         copies = len(parts)
-        shapes = [(1, h // self.patch, w // self.patch), (1, gh, gw)]
+        shapes = [(1, h // self.patch, w // self.patch), *[(1, grid[k], grid[k + 1]) for k in range(0, len(grid), 2)]]
         out = self.transformer(
             hidden_states=torch.cat([x] * copies),
             timestep=torch.cat([sigma] * copies).to(self.dtype),
@@ -184,14 +216,50 @@ class QwenImageEditAdapter(QwenImageAdapter):
 
     # --- saving --------------------------------------------------------------------------
     def save_lora(self, folder: str) -> None:
-        """diffusers' LoRA format with its adapter metadata: `QwenImageEditPipeline.load_lora_weights(folder)`."""
-        from diffusers import QwenImageEditPipeline
+        """diffusers' LoRA format with its adapter metadata: the pipeline's `load_lora_weights(folder)`."""
         from peft.utils import get_peft_model_state_dict
 
-        QwenImageEditPipeline.save_lora_weights(
+        self._pipeline_class().save_lora_weights(
             folder, transformer_lora_layers=get_peft_model_state_dict(self.transformer),
             transformer_lora_adapter_metadata=self.transformer.peft_config["default"].to_dict(),
         )
+
+
+@register_adapter("QwenImageEditPlusPipeline")
+class QwenImageEditPlusAdapter(QwenImageEditAdapter):
+    """Qwen-Image-Edit-2509 / 2511 (`QwenImageEditPlusPipeline`): up to three source images. Each
+    enters Qwen2.5-VL as "Picture k: <image>" before the instruction, at about 384 x 384 px (the
+    pipeline's area, kept here: it sets the vision-token count), resized from the condition image;
+    its VAE tokens (at `condition_size`) follow the noise tokens in order. The pipeline encodes one
+    prompt per call (it refuses batches); so does this adapter, and embeddings of different
+    lengths are padded under their masks."""
+
+    pipeline_name: ClassVar[str] = "QwenImageEditPlusPipeline"
+    max_source_images: ClassVar[int] = 3
+
+    def _pipeline_class(self):
+        from diffusers import QwenImageEditPlusPipeline
+
+        return QwenImageEditPlusPipeline
+
+    def _prefix_length(self, template: str) -> int:
+        return prompt_prefix_length(self.pipeline.tokenizer, template)  # the pictures follow the prefix
+
+    def _encode_text(self, texts: list[str], groups: list[list]) -> tuple[torch.Tensor, torch.Tensor]:
+        from diffusers.pipelines.qwenimage.pipeline_qwenimage_edit_plus import CONDITION_IMAGE_SIZE, calculate_dimensions
+
+        parts = []
+        for text, group in zip(texts, groups):
+            vision = []
+            for im in group:
+                w, h = calculate_dimensions(CONDITION_IMAGE_SIZE, im.size[0] / im.size[1])[:2]
+                vision.append(self.pipeline.image_processor.resize(im, h, w))
+            embeds, mask = self.pipeline.encode_prompt(prompt=[text], image=vision, device=self.device)
+            if mask is None:
+                mask = torch.ones(embeds.shape[:2], dtype=torch.long, device=embeds.device)
+            parts.append(Conditioning({"e": embeds, "m": mask.to(torch.long)}, {"e": "m"}))
+        joined = Conditioning.cat(parts)
+        return joined["e"], joined["m"]
 
 
 # --- the tiny model -----------------------------------------------------------------------
@@ -213,3 +281,14 @@ def build_tiny_qwen_image_edit(folder: Path) -> None:
 
     components = build_tiny_qwen_image_components()
     QwenImageEditPipeline(**components, processor=tiny_processor(components["tokenizer"])).save_pretrained(Path(folder))
+
+
+@register_tiny_model("qwen_image_edit_plus")
+def build_tiny_qwen_image_edit_plus(folder: Path) -> None:
+    """`tiny:qwen_image_edit`'s components, saved as a `QwenImageEditPlusPipeline`, with the
+    transformer's `zero_cond_t` on (the source images' tokens modulated at timestep 0, an option
+    of the Edit-Plus checkpoints), so that the tiny model exercises that path too."""
+    from diffusers import QwenImageEditPlusPipeline
+
+    components = build_tiny_qwen_image_components(zero_cond_t=True)
+    QwenImageEditPlusPipeline(**components, processor=tiny_processor(components["tokenizer"])).save_pretrained(Path(folder))

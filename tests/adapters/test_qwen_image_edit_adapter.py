@@ -1,14 +1,16 @@
-"""The Qwen-Image-Edit adapter (`QwenImageEditPipeline`) on `tiny:qwen_image_edit`: the shared
-diffusion adapter suite with a source image per prompt (tests/adapters/diffusion_suite.py), then
-what is particular to it: the source image reaches both the vision-language embeddings and the
-transformer, the condition is encoded at the recipe's size, and the bad-input errors."""
+"""The Qwen-Image-Edit adapters on their tiny models: the shared diffusion adapter suite with a
+source image per prompt (tests/adapters/diffusion_suite.py) for `QwenImageEditPipeline`
+(`tiny:qwen_image_edit`) and `QwenImageEditPlusPipeline` (`tiny:qwen_image_edit_plus`, with
+`zero_cond_t`), then what is particular to them: the source image reaches both the
+vision-language embeddings and the transformer, the condition is encoded at the recipe's size,
+several source images (Edit-Plus), and the bad-input errors."""
 import copy
 import hashlib
 
 import numpy as np
 import pytest
 import torch
-from diffusers import QwenImageEditPipeline
+from diffusers import QwenImageEditPipeline, QwenImageEditPlusPipeline
 from PIL import Image
 
 from omni_rl.data.prompt_item import PromptItem
@@ -32,10 +34,11 @@ def source_image(prompt: str, size: int = 48) -> Image.Image:
 
 
 def pipeline(model, fresh: bool):
+    cls = type(model.pipeline)
     if fresh:
-        pipe = fresh_pipeline(QwenImageEditPipeline, model)
+        pipe = fresh_pipeline(cls, model)
     else:
-        pipe = QwenImageEditPipeline(**{**model.pipeline.components, "scheduler": copy.deepcopy(model.scheduler)})
+        pipe = cls(**{**model.pipeline.components, "scheduler": copy.deepcopy(model.scheduler)})
         pipe.set_progress_bar_config(disable=True)
     pipe.prompt_template_encode_start_idx = model.prompt_prefix_length  # the pipeline's 64 is the real tokenizer's
     return pipe
@@ -44,7 +47,9 @@ def pipeline(model, fresh: bool):
 def pipeline_latents(pipe, prompt, latents, steps, guidance, case):
     b, c, _, h, w = latents.shape
     packed = pipe._pack_latents(latents, b, c, h, w)
-    out = pipe(image=source_image(prompt), prompt=prompt, negative_prompt="", true_cfg_scale=guidance,
+    image = case.source_image(prompt)
+    out = pipe(image=[image] if isinstance(pipe, QwenImageEditPlusPipeline) else image, prompt=prompt,
+               negative_prompt="", true_cfg_scale=guidance,
                height=case.height, width=case.width, num_inference_steps=steps, latents=packed,
                output_type="latent").images
     return pipe._unpack_latents(out, case.height, case.width, pipe.vae_scale_factor)
@@ -60,6 +65,39 @@ CASE = AdapterCase(
 
 class TestQwenImageEdit(DiffusionAdapterSuite):
     case = CASE
+
+
+def source_image_at_pipeline_size(prompt: str) -> Image.Image:
+    # Edit-Plus resizes the original for its vision tower (384 px) and the adapter resizes the
+    # condition image: given at the condition size, both resize the same pixels.
+    return source_image(prompt, size=PIPELINE_SIZE[0])
+
+
+PLUS = AdapterCase(
+    adapter="QwenImageEditPlusPipeline", tiny="qwen_image_edit_plus", height=HEIGHT, width=WIDTH, steps=4,
+    guidance=4.0, model_options={"max_sequence_length": 64}, pipeline=pipeline, pipeline_latents=pipeline_latents,
+    load_lora=lambda pipe, folder: pipe.load_lora_weights(folder),
+    source_image=source_image_at_pipeline_size, pipeline_options={"condition_image_size": PIPELINE_SIZE},
+)
+
+
+class TestQwenImageEditPlus(DiffusionAdapterSuite):
+    case = PLUS
+
+
+@torch.no_grad()
+def test_edit_plus_takes_several_source_images_in_order():
+    plus = build(PLUS)
+    a, b = source_image("a"), source_image("b")
+    ab = plus.encode_prompts(["put them side by side"], images=[plus.condition_images([a, b], HEIGHT, WIDTH)])
+    ba = plus.encode_prompts(["put them side by side"], images=[plus.condition_images([b, a], HEIGHT, WIDTH)])
+    assert ab["image_grid"][0].tolist() == [2, 2, 2, 2] and ab["image_latents"].shape[1] == 8
+    assert (ab["prompt_embeds"] - ba["prompt_embeds"]).abs().max() > 1e-3  # "Picture 1" is a, then b
+    x = torch.randn(1, *plus.latent_shape(HEIGHT, WIDTH), generator=torch.Generator().manual_seed(0))
+    v_ab, v_ba = (plus.predict_velocity(x, torch.tensor([0.7]), c, 4.0) for c in (ab, ba))
+    assert (v_ab - v_ba).abs().max() > 1e-4
+    with pytest.raises(ValueError, match="at most 3 source image"):
+        plus.condition_images([a] * 4, HEIGHT, WIDTH)
 
 
 @pytest.fixture(scope="module")
@@ -118,7 +156,7 @@ def test_the_engine_encodes_a_groups_image_once(model, monkeypatch):
 
 # --- bad input ------------------------------------------------------------------------------
 def test_encoding_without_a_source_image_is_refused(model):
-    with pytest.raises(ValueError, match="one source image per prompt"):
+    with pytest.raises(ValueError, match="needs source images for every prompt"):
         model.encode_prompts(["make it red"])
     with pytest.raises(ValueError, match="has none"):
         model.condition_images(None, HEIGHT, WIDTH)
