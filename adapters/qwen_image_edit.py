@@ -46,7 +46,6 @@ from typing import ClassVar
 import numpy as np
 import torch
 
-from omni_rl.config.schema import ModelConfig
 from omni_rl.models import Conditioning, register_adapter, register_tiny_model
 from omni_rl.models.diffusion import check_multiple
 

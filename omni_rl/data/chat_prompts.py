@@ -61,16 +61,21 @@ _BASE64_RE = re.compile(r"[A-Za-z0-9+/\s]+={0,2}")
 
 def load_chat_items(path: str | Path) -> list[PromptItem]:
     """Read a chat prompt file (`.jsonl` or `.parquet`); see the module docstring for the rows."""
+    file, rows = read_rows(path, "chat")
+    return [chat_item(row, f"{path}: {where}", file.parent) for where, row in rows]
+
+
+def read_rows(path: str | Path, kind: str) -> tuple[Path, list[tuple[str, Any]]]:
+    """The file and its (where, row) pairs, for a `.jsonl` or `.parquet` prompt file of `kind`
+    (named in errors: "chat", "edit")."""
     file = Path(path).expanduser()
     if not file.is_file():
-        raise PromptFileError(f"chat prompt file {str(path)!r} does not exist; check the path")
+        raise PromptFileError(f"{kind} prompt file {str(path)!r} does not exist (looked for {file}); check the path")
     if file.suffix == ".jsonl":
-        rows = read_jsonl_rows(file)
-    elif file.suffix == ".parquet":
-        rows = read_parquet_rows(file)
-    else:
-        raise PromptFileError(f"chat prompt file {str(path)!r}: expected a .jsonl or .parquet file")
-    return [chat_item(row, f"{path}: {where}", file.parent) for where, row in rows]
+        return file, read_jsonl_rows(file)
+    if file.suffix == ".parquet":
+        return file, read_parquet_rows(file)
+    raise PromptFileError(f"{kind} prompt file {str(path)!r}: expected a .jsonl or .parquet file")
 
 
 def read_jsonl_rows(file: Path) -> list[tuple[str, Any]]:

@@ -49,7 +49,7 @@ from typing import Any
 
 from PIL import Image
 
-from omni_rl.data.chat_prompts import load_image, read_jsonl_rows, read_parquet_rows
+from omni_rl.data.chat_prompts import load_image, read_rows
 from omni_rl.data.prompt_item import PromptFileError, PromptItem
 
 __all__ = [
@@ -92,15 +92,7 @@ def is_edit_parquet(file: str | Path) -> bool:
 
 def load_edit_items(path: str | Path) -> list[PromptItem]:
     """Read an edit prompt file (`.jsonl` or `.parquet`); see the module docstring for the rows."""
-    file = Path(path).expanduser()
-    if not file.is_file():
-        raise PromptFileError(f"edit prompt file {str(path)!r} does not exist (looked for {file}); check the path")
-    if file.suffix == ".jsonl":
-        rows = read_jsonl_rows(file)
-    elif file.suffix == ".parquet":
-        rows = read_parquet_rows(file)
-    else:
-        raise PromptFileError(f"edit prompt file {str(path)!r}: expected a .jsonl or .parquet file")
+    file, rows = read_rows(path, "edit")
     return [edit_item(row, f"{path}: {where}", file.parent) for where, row in rows]
 
 

@@ -87,3 +87,22 @@ class RolloutEngine(ABC):
 
     def close(self) -> None:
         pass
+
+
+class SynchronousRolloutEngine(RolloutEngine):
+    """An engine that samples a whole call at once (`generate`): `submit_many` runs it, so its
+    futures are done when it returns, and `wait` reads them."""
+
+    @abstractmethod
+    def generate(self, requests: Sequence[Any], timeout_s: float | None = None) -> list[Any]:
+        ...
+
+    def submit_many(self, requests: Sequence[Any]) -> list[Future]:
+        futures = []
+        for res in self.generate(requests):
+            futures.append(Future())
+            futures[-1].set_result(res)
+        return futures
+
+    def wait(self, requests: Sequence[Any], futures: Sequence[Future], timeout_s: float | None = None) -> list[Any]:
+        return [f.result() for f in futures]

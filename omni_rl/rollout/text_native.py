@@ -15,13 +15,12 @@ vLLM-Omni backend is the fast path on GPUs).
 """
 from __future__ import annotations
 
-from concurrent.futures import Future
 from typing import Sequence
 
 import torch
 
 from omni_rl.models.autoregressive import AutoregressiveModelBase, positions_from_mask
-from omni_rl.rollout.base import RolloutEngine, check_weight_kind
+from omni_rl.rollout.base import SynchronousRolloutEngine, check_weight_kind
 from omni_rl.rollout.text_types import TextRequest, TextResult
 from omni_rl.utils.tensor_buckets import NamedTensors, named_buckets
 
@@ -55,7 +54,7 @@ def _sample(logits: torch.Tensor, top_p: float, generator: torch.Generator) -> i
     return int(torch.multinomial(probs.cpu(), 1, generator=generator))
 
 
-class NativeTextEngine(RolloutEngine):
+class NativeTextEngine(SynchronousRolloutEngine):
     def __init__(self, model: AutoregressiveModelBase, max_num_seqs: int = 64):
         if max_num_seqs < 1:
             raise ValueError(f"max_num_seqs={max_num_seqs}: expected >= 1")
@@ -82,17 +81,6 @@ class NativeTextEngine(RolloutEngine):
                     results[res.request_id] = res
         return [results[req.request_id] for req in requests]
 
-    def submit_many(self, requests: Sequence[TextRequest]) -> list[Future]:
-        """The futures interface every rollout engine offers (see `wait`). This engine samples
-        synchronously: the futures are done when this returns."""
-        futures = []
-        for res in self.generate(requests):
-            futures.append(Future())
-            futures[-1].set_result(res)
-        return futures
-
-    def wait(self, requests: Sequence[TextRequest], futures: Sequence[Future], timeout_s: float | None = None) -> list[TextResult]:
-        return [f.result() for f in futures]
 
     def same_log_probs_as(self, model) -> bool:
         # Decoding token by token with a KV cache sums in another order than the trainer's

@@ -23,14 +23,13 @@ import json
 import re
 import shutil
 import tempfile
-from concurrent.futures import Future
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
 import torch
 
 from omni_rl.config.schema import OmniConfig
-from omni_rl.rollout.base import RolloutEngine, check_weight_kind
+from omni_rl.rollout.base import SynchronousRolloutEngine, check_weight_kind
 from omni_rl.rollout.text_types import TextRequest, TextResult
 from omni_rl.rollout.vllm_omni.availability import require
 from omni_rl.utils.tensor_buckets import NamedTensors, named_buckets
@@ -83,7 +82,7 @@ def result_from_completion(req: TextRequest, token_ids: Sequence[int], logprobs:
     )
 
 
-class VllmTextEngine(RolloutEngine):
+class VllmTextEngine(SynchronousRolloutEngine):
     def __init__(self, cfg: OmniConfig, model, path: str):
         require("vllm")
         from vllm import LLM
@@ -126,15 +125,6 @@ class VllmTextEngine(RolloutEngine):
         self.stats["samples"] += len(results)
         return results
 
-    def submit_many(self, requests: Sequence[TextRequest]) -> list[Future]:
-        futures = []
-        for res in self.generate(requests):
-            futures.append(Future())
-            futures[-1].set_result(res)
-        return futures
-
-    def wait(self, requests: Sequence[TextRequest], futures: Sequence[Future], timeout_s: float | None = None) -> list[TextResult]:
-        return [f.result() for f in futures]
 
     def update_weights(self, tensors: NamedTensors, version: int, kind: str) -> None:
         check_weight_kind(kind)
