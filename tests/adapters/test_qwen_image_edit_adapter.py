@@ -10,7 +10,7 @@ import hashlib
 import numpy as np
 import pytest
 import torch
-from diffusers import QwenImageEditPipeline, QwenImageEditPlusPipeline
+from diffusers import QwenImageEditPlusPipeline
 from PIL import Image
 
 from omni_rl.data.prompt_item import PromptItem

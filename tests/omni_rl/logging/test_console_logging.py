@@ -8,7 +8,6 @@ import sys
 import textwrap
 from pathlib import Path
 
-import pytest
 from tqdm import tqdm
 
 from omni_rl.logging import ConsoleSink, ProgressBar, attach_run_log
