@@ -76,6 +76,16 @@ class ModelConfig:
     # to and encoded at (through the VAE and the vision-language encoder); null = the output's
     # size (rollout.height, rollout.width). Rollout and training see the same encoding.
     condition_image_size: Optional[list[int]] = None
+    # BAGEL: the shift s of its schedule t' = s t / (1 + (s - 1) t) (the official inferencer's 3.0).
+    timestep_shift: float = 3.0
+    # BAGEL: text CFG applies to the samples whose sigma lies in (lo, hi]; the others take the
+    # conditional velocity (the official `cfg_interval`, [0.4, 1.0] there); null = every step.
+    cfg_interval: Optional[list[float]] = None
+    # BAGEL: the guided velocity is rescaled per sample to the conditional one's norm, the scale
+    # clamped to [cfg_renorm_min, 1] (the official "global" renorm; 1.0 turns it off).
+    cfg_renorm_min: float = 0.0
+    # Image CFG of editing models (BAGEL's `cfg_img_scale`); 1 = off. Text-to-image refuses > 1.
+    image_guidance_scale: float = 1.0
     # Omni models: keep the vision / audio encoders frozen (LoRA or not).
     freeze_vision_tower: bool = True
     freeze_audio_tower: bool = True

@@ -1,0 +1,322 @@
+"""BAGEL text-to-image (`BagelForConditionalGeneration`, ByteDance-Seed/BAGEL-7B-MoT): the adapter.
+
+Loads the official layout (adapters/bagel/checkpoint.py: `ema.safetensors` strictly, FLUX's VAE
+from `ae.safetensors` with diffusers' converter, the Qwen2 tokenizer) into the plain-torch
+network of adapters/bagel/network.py. The conventions, the same at rollout and in training
+because both go through `predict_velocity`:
+
+- **latents**: the VAE latent in BAGEL's space (`scale (z - shift)`, scale 0.3611, shift 0.1159),
+  [16, H/8, W/8]; the network reads 2x2 patches (BAGEL's `chpwq -> hwpqc` order), 64 numbers a
+  token, so a standard-normal draw is BAGEL's initial noise;
+- **schedule**: `t_i = linspace(1, 0, N + 1)` shifted by `t' = s t / (1 + (s - 1) t)`
+  (`model.timestep_shift`, the official 3.0): N steps from N + 1 points, as the official
+  `generate_image` makes `num_timesteps - 1` steps of `num_timesteps` points; the network is
+  conditioned on t itself (the time embedder reads sigma in [0, 1]);
+- **prompt**: `<|im_start|> tokens(prompt) <|im_end|>` (the official `prepare_prompts`), at most
+  `model.max_sequence_length` prompt tokens, carried as ids with a mask; the text runs through the
+  understanding expert inside every forward (it is frozen, and cheap next to the image block);
+- **text CFG**: the unconditional branch is the empty context (the official `cfg_text_precontext`
+  for text-to-image; a non-empty `rollout.negative_prompt` becomes that context instead);
+  `v = u + g (c - u)`, rescaled per sample by `clamp(|c| / |v|, model.cfg_renorm_min, 1)` over
+  all of that sample's numbers (the official "global" renorm, which the official code computes
+  over a batch of one); applied only to samples whose sigma is in `model.cfg_interval` (lo, hi],
+  the others take c. Conditional and unconditional rows go through one forward.
+- Image CFG needs a source image: `model.image_guidance_scale` > 1 is refused here.
+
+What trains: with LoRA, adapters on the generation expert's projections (verl-omni's targets);
+without, the generation expert whole (every `*_moe_gen` tensor, the time embedder, `vae2llm`,
+`llm2vae`) while the understanding expert, the embeddings and the LM head stay frozen. FSDP wraps
+each decoder layer. Exports: `save_lora` (PEFT: adapter_model.safetensors + adapter_config.json,
+`PeftModel.from_pretrained` loads it), `save_full` / `save_merged` (the official layout, a whole
+checkpoint folder, LoRA merged in).
+"""
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from omni_rl.config.schema import ModelConfig
+from omni_rl.models import Conditioning, DiffusionModelBase, register_adapter
+from omni_rl.models.diffusion import check_image_only, check_multiple
+
+from adapters.bagel.checkpoint import LLM_CONFIG, VIT_CONFIG, WEIGHTS, load_vae, read_network, require_file, write_network
+from adapters.bagel.network import LATENT_CHANNELS, LATENT_PATCH, VAE_DOWNSAMPLE, BagelNetwork, LLMConfig, MoTDecoderLayer
+
+ARCHITECTURE = "BagelForConditionalGeneration"
+# BAGEL's special tokens (the official `add_special_tokens`): prompt start / end, image start / end.
+BOS, EOS, IMAGE_START, IMAGE_END = "<|im_start|>", "<|im_end|>", "<|vision_start|>", "<|vision_end|>"
+# The official inference's latent grid side (app.py, the eval scripts' `max_latent_size=64`), for
+# a weightless view of a folder that says nothing else.
+DEFAULT_MAX_LATENT_SIZE = 64
+DEFAULT_VIT_SIDE = 70  # the official `vit_max_num_patch_per_side`
+_MASKS = {"input_ids": "text_mask", "negative_input_ids": "negative_text_mask"}
+# The generation side that full fine-tuning trains (besides every `*_moe_gen` tensor).
+GENERATION_MODULES = ("time_embedder.", "vae2llm.", "llm2vae.")
+
+
+def is_generation_parameter(name: str) -> bool:
+    return "_moe_gen" in name or name.startswith(GENERATION_MODULES)
+
+
+def bagel_schedule(num_steps: int, shift: float) -> torch.Tensor:
+    """[num_steps + 1] fp32: `linspace(1, 0, num_steps + 1)` shifted by `s t / (1 + (s - 1) t)`."""
+    if num_steps < 1:
+        raise ValueError(f"num_steps={num_steps}: expected at least 1 denoising step")
+    t = torch.linspace(1, 0, num_steps + 1)
+    return shift * t / (1 + (shift - 1) * t)
+
+
+def patchify(latents: torch.Tensor) -> torch.Tensor:
+    """[B, C, h p, w p] -> [B, h w, p p C] (BAGEL's `chpwq -> hwpqc`)."""
+    b, c, hh, ww = latents.shape
+    p = LATENT_PATCH
+    x = latents.reshape(b, c, hh // p, p, ww // p, p).permute(0, 2, 4, 3, 5, 1)
+    return x.reshape(b, (hh // p) * (ww // p), p * p * c)
+
+
+def unpatchify(tokens: torch.Tensor, h: int, w: int) -> torch.Tensor:
+    """The inverse of `patchify` for an h x w token grid."""
+    b = tokens.shape[0]
+    p = LATENT_PATCH
+    x = tokens.reshape(b, h, w, p, p, -1).permute(0, 5, 1, 3, 2, 4)
+    return x.reshape(b, -1, h * p, w * p)
+
+
+def guided_velocity(cond: torch.Tensor, uncond: torch.Tensor, scale: float, renorm_min: float) -> torch.Tensor:
+    """`u + g (c - u)`, each sample (dim 0) rescaled by `clamp(|c| / |v|, renorm_min, 1)`, the
+    norms over all of that sample's numbers (BAGEL's "global" renorm, per sample)."""
+    guided = uncond + scale * (cond - uncond)
+    dims = tuple(range(1, cond.ndim))
+    ratio = cond.norm(dim=dims, keepdim=True) / (guided.norm(dim=dims, keepdim=True) + 1e-8)
+    return guided * ratio.clamp(min=renorm_min, max=1.0)
+
+
+def grid_side(folder: Path, key: str, config_key: str, default: int) -> int:
+    """The grid side of a position table (`latent_pos_embed`, `vit_pos_embed`): from the table's
+    shape in `ema.safetensors` when it is there, else `config.json`'s `config_key`, else the
+    official value `default` (a weightless view of a folder without weights)."""
+    from safetensors import safe_open
+
+    weights = folder / WEIGHTS
+    if weights.is_file():
+        with safe_open(str(weights), framework="pt") as f:
+            if key in f.keys():
+                rows = f.get_slice(key).get_shape()[0]
+                side = math.isqrt(rows)
+                if side * side != rows:
+                    raise ValueError(f"{weights}: {key} has {rows} rows; expected a square grid")
+                return side
+    config = folder / "config.json"
+    if config.is_file():
+        return int(json.loads(config.read_text()).get(config_key, default))
+    return default
+
+
+@register_adapter(ARCHITECTURE)
+class BagelAdapter(DiffusionModelBase):
+    # VAE factor 8 x patch 2 (every BAGEL checkpoint).
+    size_multiple = VAE_DOWNSAMPLE * LATENT_PATCH
+    # verl-omni's BAGEL LoRA targets: the generation expert's attention and MLP projections.
+    default_lora_targets = (
+        "q_proj_moe_gen", "k_proj_moe_gen", "v_proj_moe_gen", "o_proj_moe_gen",
+        "mlp_moe_gen.gate_proj", "mlp_moe_gen.up_proj", "mlp_moe_gen.down_proj",
+    )
+
+    def __init__(self, cfg: ModelConfig, path: str, device: torch.device):
+        from transformers import AutoTokenizer
+
+        super().__init__(cfg, path, device)
+        folder = Path(path)
+        self.llm_config = LLMConfig.from_json(require_file(folder, LLM_CONFIG, "the decoder's Qwen2 config"))
+        vit_file = folder / VIT_CONFIG
+        vit_hidden = json.loads(vit_file.read_text())["hidden_size"] if vit_file.is_file() else None
+        side = grid_side(folder, "latent_pos_embed.pos_embed", "max_latent_size", DEFAULT_MAX_LATENT_SIZE)
+        vit_side = grid_side(folder, "vit_pos_embed.pos_embed", "vit_max_num_patch_per_side", DEFAULT_VIT_SIDE)
+        with torch.device("meta"):
+            self.network = BagelNetwork(self.llm_config, side, vit_hidden, vit_side)
+        if self.weightless:
+            self.network = self.network.to(self.dtype)
+        else:
+            read_network(self.network, folder, self.dtype)
+            self.network.to(device)
+        self.vae = load_vae(folder, self.dtype, weights=not self.weightless).to(device)
+        self.tokenizer = AutoTokenizer.from_pretrained(path)
+        self.token_ids = {}
+        for token in (BOS, EOS, IMAGE_START, IMAGE_END):
+            index = self.tokenizer.convert_tokens_to_ids(token)
+            if index is None or index == self.tokenizer.unk_token_id:
+                raise ValueError(f"the tokenizer at {path!r} has no {token!r}; BAGEL's prompts need it (the official add_special_tokens)")
+            self.token_ids[token] = index
+        self.markers = (self.token_ids[IMAGE_START], self.token_ids[IMAGE_END])
+        self.setup_trainable()
+
+    @classmethod
+    def check_config(cls, cfg) -> None:
+        super().check_config(cfg)
+        m = cfg.model
+        if m.image_guidance_scale != 1.0:
+            raise ValueError(
+                f"model.image_guidance_scale={m.image_guidance_scale}: image CFG needs a source image, and "
+                f"{cfg.model.adapter} here makes images from text; set it to 1.0"
+            )
+        if not (math.isfinite(m.timestep_shift) and m.timestep_shift > 0):
+            raise ValueError(f"model.timestep_shift={m.timestep_shift}: expected a positive number (BAGEL uses 3.0)")
+        if m.cfg_interval is not None:
+            ok = len(m.cfg_interval) == 2 and 0.0 <= m.cfg_interval[0] < m.cfg_interval[1] <= 1.0
+            if not ok:
+                raise ValueError(f"model.cfg_interval={list(m.cfg_interval)}: expected [lo, hi] with 0 <= lo < hi <= 1, "
+                                 f"e.g. BAGEL's [0.4, 1.0], or null for every step")
+        if not 0.0 <= m.cfg_renorm_min <= 1.0:
+            raise ValueError(f"model.cfg_renorm_min={m.cfg_renorm_min}: expected a value in [0, 1] (1 turns the renorm off)")
+
+    # --- what trains ---------------------------------------------------------------------
+    def trainable_module(self) -> nn.Module:
+        return self.network
+
+    def frozen_modules(self) -> list[nn.Module]:
+        return [self.vae]
+
+    def fsdp_wrap_classes(self):
+        return (MoTDecoderLayer,)
+
+    def setup_trainable(self) -> None:
+        """The base's freeze / LoRA; without LoRA only the generation side trains (module docstring)."""
+        super().setup_trainable()
+        if not self.cfg.lora.enabled:
+            for name, p in self.network.named_parameters():
+                p.requires_grad_(is_generation_parameter(name) and "pos_embed" not in name)
+
+    # --- shapes and schedule -------------------------------------------------------------
+    def latent_shape(self, height: int, width: int, num_frames: int = 1) -> tuple[int, ...]:
+        """[16, height / 8, width / 8]: FLUX's VAE latent of one image."""
+        check_image_only(ARCHITECTURE, num_frames)
+        why = f"VAE factor {VAE_DOWNSAMPLE} x patch size {LATENT_PATCH}"
+        check_multiple("rollout.height", height, self.size_multiple, why)
+        check_multiple("rollout.width", width, self.size_multiple, why)
+        side = self.network.max_latent_size
+        biggest = side * self.size_multiple
+        for key, value in (("rollout.height", height), ("rollout.width", width)):
+            if value > biggest:
+                raise ValueError(f"{key}={value}: this checkpoint's latent_pos_embed covers at most {biggest} px a side "
+                                 f"({side} tokens of {self.size_multiple} px)")
+        return (LATENT_CHANNELS, height // VAE_DOWNSAMPLE, width // VAE_DOWNSAMPLE)
+
+    def sigmas(self, num_steps: int, height: int | None = None, width: int | None = None,
+               num_frames: int = 1) -> torch.Tensor:
+        return bagel_schedule(num_steps, self.cfg.timestep_shift)
+
+    # --- conditioning --------------------------------------------------------------------
+    def _ids(self, texts: list[str]) -> tuple[torch.Tensor, torch.Tensor]:
+        rows = []
+        for text in texts:
+            ids = self.tokenizer(text, add_special_tokens=False)["input_ids"][: self.cfg.max_sequence_length]
+            rows.append([self.token_ids[BOS], *ids, self.token_ids[EOS]])
+        length = max(len(r) for r in rows)
+        ids = torch.zeros(len(rows), length, dtype=torch.long)
+        mask = torch.zeros(len(rows), length, dtype=torch.long)
+        for i, r in enumerate(rows):
+            ids[i, : len(r)] = torch.tensor(r)
+            mask[i, : len(r)] = 1
+        return ids, mask
+
+    @torch.no_grad()
+    def encode_prompts(self, prompts: list[str], negative_prompt: str = "") -> Conditioning:
+        """Each prompt's token ids [B, L] with their mask, and the unconditional context's (an
+        empty one, all mask 0, for `negative_prompt=""`: module docstring)."""
+        ids, mask = self._ids(list(prompts))
+        if negative_prompt:
+            neg, neg_mask = self._ids([negative_prompt])
+        else:
+            neg, neg_mask = torch.zeros(1, 1, dtype=torch.long), torch.zeros(1, 1, dtype=torch.long)
+        b = len(prompts)
+        tensors = {"input_ids": ids, "text_mask": mask, "negative_input_ids": neg.expand(b, -1).contiguous(),
+                   "negative_text_mask": neg_mask.expand(b, -1).contiguous()}
+        return Conditioning({k: v.to(self.device) for k, v in tensors.items()}, dict(_MASKS))
+
+    # --- forward -------------------------------------------------------------------------
+    def cfg_rows(self, sigma: torch.Tensor, guidance_scale: float) -> torch.Tensor:
+        """Indices of the samples that take text CFG at their sigma (`model.cfg_interval`)."""
+        if guidance_scale <= 1.0:
+            return torch.zeros(0, dtype=torch.long, device=sigma.device)
+        interval = self.cfg.cfg_interval
+        on = torch.ones_like(sigma, dtype=torch.bool) if interval is None else (sigma > interval[0]) & (sigma <= interval[1])
+        return on.nonzero().flatten()
+
+    def predict_velocity(self, latents, sigma, conditioning, guidance_scale):
+        """Velocity (fp32, [B, 16, h, w]) at per-sample sigma [B], text CFG inside (module docstring)."""
+        b, _, hh, ww = latents.shape
+        sigma = sigma.to(torch.float32).reshape(-1).to(self.device)
+        if sigma.shape[0] != b:
+            raise ValueError(f"sigma has {sigma.shape[0]} values for a batch of {b} latents")
+        tokens = patchify(latents.to(self.device, torch.float32))
+        cond = conditioning.to(self.device)
+        rows = self.cfg_rows(sigma, guidance_scale)
+        parts = [Conditioning({"e": cond["input_ids"], "m": cond["text_mask"]}, {"e": "m"})]
+        if rows.numel():
+            parts.append(Conditioning({"e": cond["negative_input_ids"], "m": cond["negative_text_mask"]}, {"e": "m"}).select(rows))
+        text = Conditioning.cat(parts)
+        out = self.network(text["e"], text["m"], torch.cat([tokens, tokens[rows]]), torch.cat([sigma, sigma[rows]]),
+                           (hh // LATENT_PATCH, ww // LATENT_PATCH), self.markers)
+        v = out[:b]
+        if rows.numel():
+            guided = guided_velocity(v[rows], out[b:], guidance_scale, self.cfg.cfg_renorm_min)
+            v = v.index_copy(0, rows, guided)
+        return unpatchify(v, hh // LATENT_PATCH, ww // LATENT_PATCH)
+
+    # --- decoding ------------------------------------------------------------------------
+    @torch.no_grad()
+    def decode(self, latents: torch.Tensor) -> torch.Tensor:
+        """Latents [B, 16, h, w] -> uint8 images [B, 8h, 8w, 3] (the official `decode_image`)."""
+        if latents.ndim != 4 or latents.shape[1] != LATENT_CHANNELS:
+            raise ValueError(f"BAGEL latents are [B, {LATENT_CHANNELS}, h, w], got shape {tuple(latents.shape)}")
+        config = self.vae.config
+        z = latents.to(self.device, self.vae.dtype) / config.scaling_factor + config.shift_factor
+        image = self.vae.decode(z, return_dict=False)[0]
+        image = (image.float() * 0.5 + 0.5).clamp(0, 1) * 255
+        return image.to(torch.uint8).permute(0, 2, 3, 1).cpu()
+
+    # --- saving --------------------------------------------------------------------------
+    def official_state(self) -> dict[str, torch.Tensor]:
+        """The network's tensors under the official names, any LoRA merged into its base weight,
+        in the model's dtype (the fixed sin-cos tables in fp32)."""
+        from peft.tuners.tuners_utils import BaseTunerLayer
+
+        deltas = {}
+        for name, module in self.network.named_modules():
+            if isinstance(module, BaseTunerLayer) and "default" in getattr(module, "lora_A", {}):
+                deltas[f"{name}.weight"] = module.get_delta_weight("default")
+        state = {}
+        for name, tensor in self.network.state_dict().items():
+            if "lora_" in name:
+                continue
+            name = name.replace(".base_layer.", ".")
+            value = tensor.detach().float()
+            if name in deltas:
+                value = value + deltas[name].detach().float()
+            state[name] = value if "pos_embed" in name else value.to(self.dtype)
+        return state
+
+    def save_full(self, folder: str) -> None:
+        """A whole checkpoint folder in the official layout (`write_network`)."""
+        write_network(self.official_state(), Path(self.path), Path(folder))
+
+    def save_merged(self, folder: str) -> None:
+        """The LoRA merged into the base weights, as a checkpoint folder in the official layout."""
+        self.save_full(folder)
+
+    def save_lora(self, folder: str) -> None:
+        """PEFT's format: `adapter_model.safetensors` (keys as `PeftModel.save_pretrained` names
+        them) and `adapter_config.json`; `PeftModel.from_pretrained(network, folder)` loads it."""
+        from peft.utils import get_peft_model_state_dict
+        from safetensors.torch import save_file
+
+        out = Path(folder)
+        out.mkdir(parents=True, exist_ok=True)
+        state = get_peft_model_state_dict(self.network)
+        save_file({f"base_model.model.{k}": v.detach().cpu().contiguous() for k, v in state.items()},
+                  str(out / "adapter_model.safetensors"), metadata={"format": "pt"})
+        self.network.peft_config["default"].save_pretrained(str(out))
