@@ -25,7 +25,7 @@ import numpy as np
 import torch
 
 from omni_rl.algos.flow_sde import StepOutput, get_step_kernel, step_latents
-from omni_rl.algos.policy_losses import PolicyLossInput, get_diffusion_kl, loss_reads_old_mean
+from omni_rl.algos.policy_losses import DIFFUSION_LOSSES, PolicyLossInput, get_diffusion_kl, loss_reads_old_mean
 from omni_rl.config.schema import OmniConfig
 from omni_rl.data.diffusion_batch import DiffusionBatch
 from omni_rl.data.prompts import PromptFileError, PromptItem
@@ -45,6 +45,7 @@ from omni_rl.utils.seeding import derive_seed
 class DiffusionFamily(ModelFamily):
     batch_type = DiffusionBatch
     rollout_is_levels = ("step", "sequence")  # a denoising step; a sample's trained steps
+    losses = DIFFUSION_LOSSES
 
     def __init__(self, cfg: OmniConfig, model: DiffusionModelBase):
         super().__init__(cfg, model)
