@@ -148,3 +148,16 @@ def test_a_moving_sde_window_trains_and_resumes_exactly(tmp_path):
     decay, records = run_tiny(tmp_path, "decay", "rollout.sde_window_schedule=decay", "trainer.total_steps=2")
     assert [decay.family.sde_window(s)["sde_window_range"] for s in (1, 2)] == [(0, 2), (0, 1)]
     assert all(r["rollout_corr/logprob_abs_diff_max"] <= 1e-5 for r in records)
+
+
+def test_geneval_prompts_and_reward_log_per_task_scores(tmp_path):
+    """The shape prompt file and the geneval_shapes reward through the real loop (streamed
+    scoring included): the step's per-task scores land in metrics.jsonl as reward/geneval/<task>."""
+    _, records = run_tiny(tmp_path, "geneval", "trainer.total_steps=1", "trainer.prompts_per_step=4",
+                          "trainer.samples_per_prompt=2", "data.prompts=null",
+                          "data.prompt_file=recipes/prompts/geneval_shapes_train.jsonl",
+                          "reward.rewards=[{name: geneval_shapes, kwargs: {partial_credit: true}}]")
+    tasks = {k for k in records[0] if k.startswith("reward/geneval/")}
+    assert tasks and tasks <= {f"reward/geneval/{t}" for t in
+                               ("single_object", "two_object", "counting", "colors", "position", "color_attr")}
+    assert 0 <= records[0]["reward/geneval_shapes/mean"] <= 1
