@@ -13,7 +13,8 @@ step's metric is the mean over the whole step, not over a micro-batch.
 
 A group key is a path of at least two parts ("geneval/counting"); its first part may not be
 "total" or the name of a configured reward, whose `reward/<name>/...` metrics it would shadow.
-A scorer that breaks these rules fails like one that returns a wrong number of scores.
+A scorer that breaks these rules fails like one that returns a wrong number of scores. Two
+rewards of one run should not report the same group: the metric would hold the later one's mean.
 """
 from __future__ import annotations
 
