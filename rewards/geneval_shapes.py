@@ -12,13 +12,13 @@ Detection (`detect`), for uint8 RGB [H, W, 3]:
    palette pixel nearer than `colour_threshold` to it counts, every other pixel is ignored;
 3. each colour's pixels form 4-connected components; those under `min_area` (a fraction of
    the image) are noise;
-4. a component's shape is told by the corners of its bounding box, checked against how much of
-   the box it fills: a square fills its four corners (and ~all of the box), an upright triangle
-   its two bottom corners (and ~1/2 of the box), a circle none (and ~pi/4 of it). A corner is
-   filled when most of a k x k patch there is (k = 1/8 of the box's shorter side, at least one
-   pixel): single pixels decide at 32 px, patches forgive a blurred generator's edges. A
-   component whose corners and fill disagree, or whose box is far from square (aspect outside
-   0.6..1.67), is a blob of no shape. Its position is its centroid, in units of the image side.
+4. a component's shape is the one that, drawn as the renderer draws it, overlaps it best: a
+   circle, a square and an upright triangle of the component's area, placed at its centroid
+   (a triangle's centroid lies 2/3 of the way down from its apex), each compared with the
+   component by IoU; the best one counts if its IoU is at least 0.75, else the component is a
+   blob of no shape (a 3:1 bar fits a square at 0.52, an L a triangle at 0.70). Fitting by area and
+   centroid rather than by bounding box keeps 7-pixel circles apart from squares at 32 px and
+   forgives a blurred generator's edges. Its position is its centroid, in units of the side.
 
 Scoring (`checks`): per object of the caption, with `objs` its shape's detections and `matched`
 those of its colour (all of them when the caption names none):
@@ -48,23 +48,20 @@ from omni_rl.reward import Images, RewardScores, check_batch, register_reward, t
 
 _PALETTE = np.array(list(COLOURS.values()), dtype=np.float32)  # [K, 3]
 _NAMES = list(COLOURS)
-_ASPECT = (0.6, 1 / 0.6)
-# The fill ratios each shape may have: rasterised at 6..40 px a circle fills 0.67..0.94 of its
-# box (pi/4 in the limit), a triangle 0.50..0.67 (1/2), a square all of it.
-_FILL = {"square": (0.85, 1.0), "circle": (0.6, 0.96), "triangle": (0.35, 0.75)}
+_MIN_IOU = 0.75  # the least overlap of a component with its best-fitting shape
 
 
 @dataclass(frozen=True)
 class Detection:
     """One component: its shape (None: no known shape), colour, centroid (cx, cy) in units of the
-    image side, area in pixels and fill ratio of its bounding box."""
+    image side, area in pixels and the IoU of its best-fitting shape."""
 
     shape: Optional[str]
     colour: str
     cx: float
     cy: float
     area: int
-    fill: float
+    iou: float
 
 
 def _components(mask: np.ndarray) -> np.ndarray:
@@ -86,25 +83,25 @@ def _components(mask: np.ndarray) -> np.ndarray:
         labels = new
 
 
-def _shape_of(component: np.ndarray) -> tuple[Optional[str], float]:
-    """(shape or None, fill ratio) of a component cropped to its bounding box (bool [h, w])."""
-    box_h, box_w = component.shape
-    fill = float(component.mean())
-    if not _ASPECT[0] <= box_w / box_h <= _ASPECT[1]:
-        return None, fill
-    k = max(1, min(box_h, box_w) // 8)
-    top = component[:k, :k].mean() > 0.5, component[:k, -k:].mean() > 0.5
-    bottom = component[-k:, :k].mean() > 0.5, component[-k:, -k:].mean() > 0.5
-    if all(top) and all(bottom):
-        shape = "square"
-    elif not any(top) and all(bottom):
-        shape = "triangle"
-    elif not any(top) and not any(bottom):
-        shape = "circle"
-    else:
-        return None, fill
-    low, high = _FILL[shape]
-    return (shape if low <= fill <= high else None), fill
+def _fit_shape(component: np.ndarray) -> tuple[Optional[str], float]:
+    """(shape or None, its IoU) for one component, a bool mask over the whole image."""
+    ys, xs = np.nonzero(component)
+    area = len(xs)
+    mx, my = xs.mean() + 0.5, ys.mean() + 0.5  # pixel centres, as the renderer samples them
+    y0, x0 = max(ys.min() - 2, 0), max(xs.min() - 2, 0)  # a margin for the fitted shapes to spill into
+    crop = component[y0 : ys.max() + 3, x0 : xs.max() + 3]
+    dy = (np.arange(y0, y0 + crop.shape[0]) + 0.5)[:, None] - my
+    dx = (np.arange(x0, x0 + crop.shape[1]) + 0.5)[None, :] - mx
+    radius, half, height = np.sqrt(area / np.pi), np.sqrt(area) / 2, np.sqrt(2 * area)  # each of area `area`
+    depth = dy + 2 * height / 3  # below the apex of an upright triangle whose centroid is (mx, my)
+    fits = {
+        "circle": dx**2 + dy**2 <= radius**2,
+        "square": (np.abs(dx) <= half) & (np.abs(dy) <= half),
+        "triangle": (depth >= 0) & (depth <= height) & (np.abs(dx) <= depth / 2),
+    }
+    ious = {name: float((crop & fit).sum() / (crop | fit).sum()) for name, fit in fits.items()}
+    best = max(ious, key=ious.get)
+    return (best if ious[best] >= _MIN_IOU else None), ious[best]
 
 
 def detect(image: np.ndarray, colour_threshold: float = 80.0, min_area: float = 0.004) -> list[Detection]:
@@ -123,11 +120,11 @@ def detect(image: np.ndarray, colour_threshold: float = 80.0, min_area: float = 
         for label, area in zip(ids, areas):
             if area < min_area * height * width:
                 continue
-            ys, xs = np.nonzero(labels == label)
-            crop = labels[ys.min() : ys.max() + 1, xs.min() : xs.max() + 1] == label
-            shape, fill = _shape_of(crop)
+            component = labels == label
+            shape, iou = _fit_shape(component)
+            ys, xs = np.nonzero(component)
             found.append(Detection(shape, name, float(xs.mean() + 0.5) / width, float(ys.mean() + 0.5) / height,
-                                   int(area), fill))
+                                   int(area), iou))
     return found
 
 

@@ -4,7 +4,7 @@ import dataclasses
 import numpy as np
 import pytest
 import torch
-from PIL import Image
+from PIL import Image, ImageFilter
 
 from omni_rl.data.shapes import (
     TASKS, ObjectSpec, Scene, SceneSpec, Shape, caption_of, parse_caption, render, sample_pair,
@@ -72,6 +72,23 @@ def test_noise_and_specks_do_not_change_the_answer():
     image[5, 5] = (220, 40, 40)  # a one-pixel red speck: below min_area
     batch = torch.from_numpy(np.clip(image, 0, 255).astype(np.uint8))[None]
     assert build_reward("geneval_shapes")(batch, [pair.caption], [{}]).scores == [1.0]
+
+
+@pytest.mark.parametrize("size", [32, 64, 128])
+def test_a_blurred_generators_shapes_are_still_found(size):
+    """A Gaussian blur of 1 px per 64 px (a small generator's soft edges) changes no answer."""
+    for seed in range(60):
+        pair = sample_pair(500 + seed)
+        blurred = Image.fromarray(render(pair.scene, size)).filter(ImageFilter.GaussianBlur(size / 64))
+        assert build_reward("geneval_shapes")([blurred], [pair.caption], [{}]).scores == [1.0], pair.caption
+
+
+def test_a_blob_of_no_shape_is_no_shape():
+    image = np.full((64, 64, 3), 200, dtype=np.uint8)
+    image[10:20, 10:40] = (40, 80, 220)  # a 3:1 blue bar
+    image[30:50, 30:50] = (220, 40, 40)
+    image[30:40, 30:40] = 200  # a red L
+    assert [d.shape for d in detect(image)] == [None, None]
 
 
 # --- partial credit, by hand ----------------------------------------------------------------
