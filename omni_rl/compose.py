@@ -17,7 +17,7 @@ from __future__ import annotations
 import re
 from typing import Sequence
 
-from omni_rl.algos import ADVANTAGE_ESTIMATORS, DIFFUSION_KL, POLICY_LOSSES, STEP_KERNELS
+from omni_rl.algos import ADVANTAGE_ESTIMATORS, DIFFUSION_KL, STEP_KERNELS
 from omni_rl.algos.advantages import needs_group
 from omni_rl.config.loader import compose_config
 from omni_rl.config.schema import OmniConfig
@@ -52,13 +52,13 @@ def check_components(cfg: OmniConfig) -> None:
         ("model.adapter", ADAPTERS, adapter_key(cfg.model.adapter, cfg.model.stage)),
         ("rollout.kernel", STEP_KERNELS, cfg.rollout.kernel),
         ("algo.advantage", ADVANTAGE_ESTIMATORS, cfg.algo.advantage),
-        ("algo.policy_loss", POLICY_LOSSES, cfg.algo.policy_loss),
         ("algo.kl_form", DIFFUSION_KL, cfg.algo.kl_form),
         ("rollout.backend", ROLLOUT_BACKENDS, cfg.rollout.backend),
         ("trainer.backend", ACTOR_GROUPS, cfg.trainer.backend),
     ]:
         if value not in registry:
             raise ConfigError(f"{key}={value!r}: unknown {registry.kind}; registered: {', '.join(registry.names())}")
+    _check_policy_loss(cfg)
     _check_groups(cfg)
     _check_engine(cfg)
     try:
@@ -136,6 +136,24 @@ def _check_rollout_is(cfg: OmniConfig) -> None:
             f"of family {family} ({level!r} is not a unit of its actions; levels by family: {every}); set "
             f"algo.rollout_is to one of none, {', '.join(levels)}"
         )
+
+
+def _check_policy_loss(cfg: OmniConfig) -> None:
+    """`algo.policy_loss` is a loss of this model's actions: one registered in the registry of
+    the adapter's family (`ModelFamily.losses`: diffusion losses score denoising steps, token
+    losses score tokens)."""
+    name = cfg.algo.policy_loss
+    architecture = adapter_key(cfg.model.adapter, cfg.model.stage)
+    family = ADAPTERS.get(architecture).family
+    losses = MODEL_FAMILIES.get(family).losses
+    if name in losses:
+        return
+    owners = [f for f in MODEL_FAMILIES.names() if name in MODEL_FAMILIES.get(f).losses]
+    what = f"a {MODEL_FAMILIES.get(owners[0]).losses.kind} (family {owners[0]}), but" if owners else "unknown loss;"
+    raise ConfigError(
+        f"algo.policy_loss={name!r}: {what} model.adapter={architecture!r} is of family {family}, whose "
+        f"losses are: {', '.join(losses.names())}; set algo.policy_loss to one of them"
+    )
 
 
 def _check_groups(cfg: OmniConfig) -> None:

@@ -6,9 +6,11 @@ with one call signature, looked up by name from the config:
 - `STEP_KERNELS` (`sde`, `cps`, `dance_sde`, `ode`): one denoising step, sampled or scored.
 - `ADVANTAGE_ESTIMATORS` (`grpo`, `dr_grpo`, `rloo`): rewards -> per-sample advantages; each
   declares whether it needs groups of >= 2 samples (`needs_group`).
-- `POLICY_LOSSES`: (loss, metrics) per mini-batch; diffusion steps (`flow_grpo`, `flow_dppo`,
-  `grpo_guard`, in `policy_losses`) and tokens (`ppo_clip`, `dapo`, `gspo`, `cispo`, `sapo`,
-  in `token_losses`, registered when this package is imported).
+- `DIFFUSION_LOSSES` (`flow_grpo`, `flow_dppo`, `grpo_guard`, in `policy_losses`) and
+  `TOKEN_LOSSES` (`ppo_clip`, `dapo`, `gspo`, `cispo`, `sapo`, in `token_losses`): (loss,
+  metrics) per mini-batch, both called with a `PolicyLossInput`. Two registries, because a loss
+  scores one kind of action (a denoising step, a token): each model family takes its losses
+  from one (`ModelFamily.losses`), so a loss of the other kind fails at config load.
 - `DIFFUSION_KL` (`flow_grpo_code`, `exact`): per-step KL to the reference policy.
 
 `rollout_correction` (no registry) gives the truncated importance weights between the trainer's
@@ -45,7 +47,7 @@ from omni_rl.algos.flow_sde import (
 )
 from omni_rl.algos.policy_losses import (
     DIFFUSION_KL,
-    POLICY_LOSSES,
+    DIFFUSION_LOSSES,
     DiffusionKL,
     PolicyLoss,
     PolicyLossInput,
@@ -54,7 +56,7 @@ from omni_rl.algos.policy_losses import (
     flow_grpo_code_kl,
     flow_grpo_loss,
     get_diffusion_kl,
-    get_policy_loss,
+    get_diffusion_loss,
     grpo_guard_loss,
     guard_log_ratio,
 )
@@ -63,9 +65,11 @@ from omni_rl.algos.token_losses import (
     KL_ESTIMATORS,
     LOSS_AGG_MODES,
     SUM_NORM_MODE,
+    TOKEN_LOSSES,
     aggregate,
     cispo_loss,
     dapo_loss,
+    get_token_loss,
     gspo_loss,
     ppo_clip_loss,
     sapo_gate,
@@ -101,8 +105,8 @@ __all__ = [
     # policy losses and KL
     "PolicyLossInput",
     "PolicyLoss",
-    "POLICY_LOSSES",
-    "get_policy_loss",
+    "DIFFUSION_LOSSES",
+    "get_diffusion_loss",
     "flow_grpo_loss",
     "flow_dppo_loss",
     "grpo_guard_loss",
@@ -113,6 +117,8 @@ __all__ = [
     "flow_grpo_code_kl",
     "exact_kl",
     # token losses
+    "TOKEN_LOSSES",
+    "get_token_loss",
     "LOSS_AGG_MODES",
     "SUM_NORM_MODE",
     "ALL_LOSS_AGG_MODES",

@@ -1,12 +1,11 @@
 """Policy losses for diffusion RL, and the per-step KL forms to a reference policy.
 
-Contract (every loss, registered in `POLICY_LOSSES`):
+Contract (every loss, registered in `DIFFUSION_LOSSES`):
 
     fn(inp: PolicyLossInput) -> (loss: 0-d tensor, metrics: dict[str, 0-d detached tensor])
 
-An entry is one action: a (sample, denoising step) pair for diffusion, whose log-prob is the
-per-dimension mean Gaussian log-density of `flow_sde` (so log-ratios are ~1e-4 and clip ranges
-are ~1e-4), or later a token. The loss is the (masked) mean over entries; the engine calling it
+An entry is one action: a (sample, denoising step) pair, whose log-prob is the per-dimension
+mean Gaussian log-density of `flow_sde` (so log-ratios are ~1e-4 and clip ranges are ~1e-4). The loss is the (masked) mean over entries; the engine calling it
 knows no algorithm. `old_log_prob`, `advantages`, `old_mean`, `std` and `dt` are constants: they
 are detached here. The gradient flows through `log_prob` and, for the losses that use it, `mean`.
 
@@ -39,8 +38,12 @@ A loss that reads `old_mean` says so with `@reads_old_mean`: the trainer then ha
 policy's transition means computed (the rollout records log-probs only), and skips that forward
 for the losses that do not.
 
-Not here: token-level losses (`ppo_clip`, `dapo`, `gspo`, `cispo`, `sapo` live in
-`token_losses.py`, in the same registry), adding the diffusion KL to the loss with its
+The token losses (`ppo_clip`, `dapo`, `gspo`, `cispo`, `sapo`) take the same `PolicyLossInput`
+but live in a registry of their own, `token_losses.TOKEN_LOSSES`: a model family names the
+registry its losses come from (`ModelFamily.losses`), so a loss of the other kind in
+`algo.policy_loss` is a config error at load, not a shape error after a rollout.
+
+Not here: adding the diffusion KL to the loss with its
 coefficient (the diffusion actor), the choice of trained steps.
 """
 from __future__ import annotations
@@ -57,8 +60,8 @@ from omni_rl.registry import Registry
 __all__ = [
     "PolicyLossInput",
     "PolicyLoss",
-    "POLICY_LOSSES",
-    "get_policy_loss",
+    "DIFFUSION_LOSSES",
+    "get_diffusion_loss",
     "reads_old_mean",
     "rollout_weighted",
     "loss_reads_old_mean",
@@ -206,13 +209,13 @@ def _broadcasts(x: Tensor, shape: tuple[int, ...]) -> bool:
 PolicyLoss = Callable[[PolicyLossInput], tuple[Tensor, Metrics]]
 DiffusionKL = Callable[..., Tensor]
 
-POLICY_LOSSES: Registry[PolicyLoss] = Registry("policy loss")
+DIFFUSION_LOSSES: Registry[PolicyLoss] = Registry("diffusion loss")
 DIFFUSION_KL: Registry[DiffusionKL] = Registry("diffusion KL form")
 
 
-def get_policy_loss(name: str) -> PolicyLoss:
-    """The registered loss called `name` (`flow_grpo`, `flow_dppo`, `grpo_guard`, ...)."""
-    return POLICY_LOSSES.get(name)
+def get_diffusion_loss(name: str) -> PolicyLoss:
+    """The registered diffusion loss called `name` (`flow_grpo`, `flow_dppo`, `grpo_guard`)."""
+    return DIFFUSION_LOSSES.get(name)
 
 
 def reads_old_mean(fn: PolicyLoss) -> PolicyLoss:
@@ -384,7 +387,7 @@ def _diffusion_extras(inp: PolicyLossInput, loss: str) -> tuple[Tensor, Tensor, 
 # --------------------------------------------------------------------------------------------
 
 
-@POLICY_LOSSES.register("flow_grpo")
+@DIFFUSION_LOSSES.register("flow_grpo")
 def flow_grpo_loss(inp: PolicyLossInput) -> tuple[Tensor, Metrics]:
     """Flow-GRPO / DanceGRPO clipped surrogate (arXiv 2505.05470).
 
@@ -404,7 +407,7 @@ def flow_grpo_loss(inp: PolicyLossInput) -> tuple[Tensor, Metrics]:
     return loss, metrics
 
 
-@POLICY_LOSSES.register("flow_dppo")
+@DIFFUSION_LOSSES.register("flow_dppo")
 @reads_old_mean
 def flow_dppo_loss(inp: PolicyLossInput) -> tuple[Tensor, Metrics]:
     """Flow-DPPO (arXiv 2606.11025): an unclipped surrogate with a per-step KL trust region.
@@ -447,7 +450,7 @@ def guard_log_ratio(
     return torch.where(stochastic, log_ratio, torch.zeros_like(log_ratio))
 
 
-@POLICY_LOSSES.register("grpo_guard")
+@DIFFUSION_LOSSES.register("grpo_guard")
 @reads_old_mean
 def grpo_guard_loss(inp: PolicyLossInput) -> tuple[Tensor, Metrics]:
     """GRPO-Guard (arXiv 2510.22319): a re-centred ratio, the clipped loss, 1/|dt| step weights.

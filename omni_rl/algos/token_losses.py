@@ -1,6 +1,7 @@
 """Token-level policy losses for the autoregressive (text / omni) path: GRPO, DAPO, GSPO, CISPO, SAPO.
 
-Contract: the one of `policy_losses` (they register into the same `POLICY_LOSSES`):
+Contract: the one of `policy_losses`, in a registry of their own (`TOKEN_LOSSES`; the diffusion
+losses are in `policy_losses.DIFFUSION_LOSSES`, and a model family takes its losses from one):
 
     fn(inp: PolicyLossInput) -> (loss: 0-d tensor, metrics: dict[str, 0-d detached tensor])
 
@@ -102,9 +103,12 @@ from typing import Callable, NamedTuple, Optional
 import torch
 from torch import Tensor
 
-from omni_rl.algos.policy_losses import POLICY_LOSSES, PolicyLossInput, rollout_weighted
+from omni_rl.algos.policy_losses import PolicyLoss, PolicyLossInput, rollout_weighted
+from omni_rl.registry import Registry
 
 __all__ = [
+    "TOKEN_LOSSES",
+    "get_token_loss",
     "LOSS_AGG_MODES",
     "SUM_NORM_MODE",
     "ALL_LOSS_AGG_MODES",
@@ -126,6 +130,13 @@ LOSS_AGG_MODES = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum")
 # ... and Dr.GRPO's, which also divides by the constant `loss_scale_factor`.
 SUM_NORM_MODE = "seq-mean-token-sum-norm"
 ALL_LOSS_AGG_MODES = LOSS_AGG_MODES + (SUM_NORM_MODE,)
+
+TOKEN_LOSSES: Registry[PolicyLoss] = Registry("token loss")
+
+
+def get_token_loss(name: str) -> PolicyLoss:
+    """The registered token loss called `name` (`ppo_clip`, `dapo`, `gspo`, `cispo`, `sapo`)."""
+    return TOKEN_LOSSES.get(name)
 
 
 def _k1(log_prob: Tensor, ref_log_prob: Tensor) -> Tensor:
@@ -341,7 +352,7 @@ def _ppo_clip(inp: PolicyLossInput, mode: str, name: str) -> tuple[Tensor, Metri
     return _finish(per_token, mode, toks, inp, metrics)
 
 
-@POLICY_LOSSES.register("ppo_clip")
+@TOKEN_LOSSES.register("ppo_clip")
 def ppo_clip_loss(inp: PolicyLossInput) -> tuple[Tensor, Metrics]:
     """GRPO's per-token clipped surrogate (PPO's, with group-relative advantages).
 
@@ -360,7 +371,7 @@ def ppo_clip_loss(inp: PolicyLossInput) -> tuple[Tensor, Metrics]:
     return _ppo_clip(inp, inp.loss_agg_mode, "ppo_clip")
 
 
-@POLICY_LOSSES.register("dapo")
+@TOKEN_LOSSES.register("dapo")
 def dapo_loss(inp: PolicyLossInput) -> tuple[Tensor, Metrics]:
     """DAPO (arXiv 2503.14476): `ppo_clip` with token-mean aggregation, always.
 
@@ -373,7 +384,7 @@ def dapo_loss(inp: PolicyLossInput) -> tuple[Tensor, Metrics]:
     return _ppo_clip(inp, "token-mean", "dapo")
 
 
-@POLICY_LOSSES.register("gspo")
+@TOKEN_LOSSES.register("gspo")
 def gspo_loss(inp: PolicyLossInput) -> tuple[Tensor, Metrics]:
     """GSPO (arXiv 2507.18071): one clipped importance ratio per sequence, in its token form.
 
@@ -405,7 +416,7 @@ def gspo_loss(inp: PolicyLossInput) -> tuple[Tensor, Metrics]:
     return _finish(per_token, "seq-mean-token-mean", toks, inp, metrics)
 
 
-@POLICY_LOSSES.register("cispo")
+@TOKEN_LOSSES.register("cispo")
 def cispo_loss(inp: PolicyLossInput) -> tuple[Tensor, Metrics]:
     """CISPO (MiniMax-M1, arXiv 2506.13585): a clipped, stopped importance weight on REINFORCE.
 
@@ -434,7 +445,7 @@ def sapo_gate(ratio: Tensor, tau: Tensor | float) -> Tensor:
     return (4 / tau) * torch.sigmoid(tau * (ratio - 1))
 
 
-@POLICY_LOSSES.register("sapo")
+@TOKEN_LOSSES.register("sapo")
 def sapo_loss(inp: PolicyLossInput) -> tuple[Tensor, Metrics]:
     """SAPO (Soft Adaptive Policy Optimization, Qwen): a temperature-controlled soft gate for the clip.
 

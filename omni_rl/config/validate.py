@@ -80,6 +80,7 @@ def validate_config(cfg: OmniConfig) -> None:
             rng[1] - rng[0] >= window, "rollout.sde_window_range", rng,
             f"a range at least sde_window_size = {window} steps wide",
         )
+    _validate_window_schedule(r)
     _require(r.noise_level >= 0 and math.isfinite(r.noise_level), "rollout.noise_level", r.noise_level, "a finite value >= 0")
     _require(r.kernel == "ode" or r.noise_level > 0, "rollout.noise_level", r.noise_level,
              "> 0 for a stochastic kernel (training needs log-probs); use rollout.kernel=ode only for evaluation")
@@ -173,6 +174,27 @@ def validate_config(cfg: OmniConfig) -> None:
     if size is not None:
         _require(len(size) == 2 and all(isinstance(v, int) and v > 0 for v in size), "model.condition_image_size",
                  list(size), "[height, width] in px (two positive integers), or null for the output's size")
+
+
+def _validate_window_schedule(r) -> None:
+    """`rollout.sde_window_schedule` and the options only its schedules read (a value other
+    than the default under a schedule that ignores it is refused, not silently dropped)."""
+    schedules = ("fixed", "progressive", "random", "decay")  # omni_rl/rollout/sde_window.py
+    schedule = r.sde_window_schedule
+    _require(schedule in schedules, "rollout.sde_window_schedule", schedule, f"one of {', '.join(schedules)}")
+    _require(schedule == "fixed" or r.sde_window_size > 0, "rollout.sde_window_schedule", schedule,
+             "fixed with rollout.sde_window_size=0 (every step is stochastic: there is no window to move); "
+             "set rollout.sde_window_size, e.g. 2")
+    readers = {"sde_window_shift": ("progressive",), "sde_window_tau": ("progressive", "decay"),
+               "sde_window_min_size": ("decay",)}
+    for key, used_by in readers.items():
+        value = getattr(r, key)
+        _require(isinstance(value, int) and value >= 1, f"rollout.{key}", value, "an integer >= 1")
+        _require(value == 1 or schedule in used_by, f"rollout.{key}", value,
+                 f"1 (its default) with rollout.sde_window_schedule={schedule}: only {' and '.join(used_by)} "
+                 f"read it; remove it or set the schedule")
+    _require(r.sde_window_min_size <= max(r.sde_window_size, 1), "rollout.sde_window_min_size", r.sde_window_min_size,
+             f"at most rollout.sde_window_size = {r.sde_window_size}")
 
 
 def _validate_rollout_is(a) -> None:

@@ -35,6 +35,7 @@ from typing import Optional
 import torch
 
 from omni_rl.algos.policy_losses import PolicyLossInput
+from omni_rl.algos.token_losses import TOKEN_LOSSES
 from omni_rl.config.schema import OmniConfig
 from omni_rl.data.prompt_length import PromptLengthError, fit_prompt_lengths, shown, truncate_to_limit
 from omni_rl.data.prompts import PromptItem
@@ -63,6 +64,7 @@ def messages_of(item: PromptItem) -> list[dict]:
 class TextFamily(ModelFamily):
     batch_type = TextBatch
     rollout_is_levels = ("token", "sequence")  # a response token; the whole response
+    losses = TOKEN_LOSSES
 
     def __init__(self, cfg: OmniConfig, model: AutoregressiveModelBase):
         super().__init__(cfg, model)

@@ -29,7 +29,7 @@ from typing import Any, Callable, ClassVar, Optional
 
 import torch
 
-from omni_rl.algos.policy_losses import get_policy_loss
+from omni_rl.algos.policy_losses import PolicyLoss
 from omni_rl.config.schema import OmniConfig
 from omni_rl.registry import Registry
 
@@ -57,12 +57,15 @@ class ModelFamily(ABC):
     # The `algo.rollout_is` levels its actions take besides "none" (`algos/rollout_correction.py`),
     # checked at config load.
     rollout_is_levels: ClassVar[tuple[str, ...]] = ()
+    # The registry `algo.policy_loss` is looked up in: the losses of this family's actions
+    # (`algos.DIFFUSION_LOSSES`, `algos.TOKEN_LOSSES`); checked at config load.
+    losses: ClassVar[Registry[PolicyLoss]]
 
     def __init__(self, cfg: OmniConfig, model):
         self.cfg = cfg
         self.model = model
         self.algo = cfg.algo
-        self.policy_loss = get_policy_loss(cfg.algo.policy_loss)
+        self.policy_loss = self.losses.get(cfg.algo.policy_loss)
 
     # --- the rollout half -----------------------------------------------------------------
     def fit_prompts(self, items: list, what: str = "data.prompts") -> list:

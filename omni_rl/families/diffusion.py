@@ -25,7 +25,7 @@ import numpy as np
 import torch
 
 from omni_rl.algos.flow_sde import StepOutput, get_step_kernel, step_latents
-from omni_rl.algos.policy_losses import PolicyLossInput, get_diffusion_kl, loss_reads_old_mean
+from omni_rl.algos.policy_losses import DIFFUSION_LOSSES, PolicyLossInput, get_diffusion_kl, loss_reads_old_mean
 from omni_rl.config.schema import OmniConfig
 from omni_rl.data.diffusion_batch import DiffusionBatch
 from omni_rl.data.prompts import PromptFileError, PromptItem
@@ -35,6 +35,7 @@ from omni_rl.logging import make_grid
 from omni_rl.logging.sample_media import write_video_samples
 from omni_rl.models.diffusion import DiffusionModelBase
 from omni_rl.reward.media import MediaSamples
+from omni_rl.rollout.sde_window import scheduled_sde_window
 from omni_rl.rollout.types import DiffusionRequest
 from omni_rl.algos import latent_streams as ls
 from omni_rl.utils.atomic import atomic_save_image
@@ -45,6 +46,7 @@ from omni_rl.utils.seeding import derive_seed
 class DiffusionFamily(ModelFamily):
     batch_type = DiffusionBatch
     rollout_is_levels = ("step", "sequence")  # a denoising step; a sample's trained steps
+    losses = DIFFUSION_LOSSES
 
     def __init__(self, cfg: OmniConfig, model: DiffusionModelBase):
         super().__init__(cfg, model)
@@ -64,6 +66,20 @@ class DiffusionFamily(ModelFamily):
         """The prompt's source images as the model encodes them (None for text-to-image)."""
         r = self.cfg.rollout
         return self.model.condition_images((item.media or {}).get("images"), r.height, r.width)
+
+    def sde_window(self, step: int) -> dict:
+        """The request fields that place training step `step`'s SDE window: the configured size
+        and range (each sample draws its start) under the fixed schedule, else the step's one
+        window (`rollout.sde_window_schedule`) as a range exactly its size."""
+        r = self.cfg.rollout
+        window_range = tuple(r.sde_window_range) if r.sde_window_range else None
+        window = scheduled_sde_window(
+            r.sde_window_schedule, step, self.cfg.trainer.seed, r.num_steps, r.sde_window_size, window_range,
+            r.sde_window_shift, r.sde_window_tau, r.sde_window_min_size,
+        )
+        if window is None:
+            return dict(sde_window_size=r.sde_window_size, sde_window_range=window_range)
+        return dict(sde_window_size=window[1] - window[0], sde_window_range=window)
 
     def request(self, item: PromptItem, seed: int, **changes) -> DiffusionRequest:
         r = self.cfg.rollout
@@ -85,6 +101,7 @@ class DiffusionFamily(ModelFamily):
         to the reward scorer the moment it is finished (the returned futures carry its rewards)."""
         cfg, n, r = self.cfg, self.cfg.trainer.samples_per_prompt, self.cfg.rollout
         requests, metadata, groups = [], [], []
+        window = self.sde_window(step)
         for g, item in enumerate(prompts):
             shared_noise = None
             if r.same_noise_in_group:
@@ -93,7 +110,7 @@ class DiffusionFamily(ModelFamily):
             images = self.condition_images(item)  # resized once for the group
             for k in range(n):
                 seed = derive_seed(cfg.trainer.seed, "train", step, g * n + k)
-                requests.append(self.request(item, seed, initial_noise=shared_noise, images=images))
+                requests.append(self.request(item, seed, initial_noise=shared_noise, images=images, **window))
                 metadata.append(item.metadata)
                 groups.append(g)
         results, reward_futures = scored_rollout(

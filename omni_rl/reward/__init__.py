@@ -8,6 +8,8 @@
 - `MediaSamples(video=, fps=, audio=, sample_rate=)`: the typed batch of a video or
   audio(-video) generator (`omni_rl.reward.media`); `register_reward(name, modalities=...)`
   declares what a reward scores, `reward_modalities(name, options)` answers it.
+- `RewardScores(scores, groups)`: what a scorer returns to break its scores down by a group per
+  sample, reported as `reward/<group>` means (`omni_rl.reward.scores`).
 - `AsyncRewardScorer`: micro-batched scoring of samples as a rollout finishes them
   (`omni_rl.reward.async_scorer`).
 - `to_uint8_numpy`, `to_pil_list`, `to_text_list`, `check_batch`, `ground_truths`: input checks
@@ -30,6 +32,7 @@ from omni_rl.reward.inputs import (
 )
 from omni_rl.reward.manager import RewardError, RewardManager, RewardOutput, RewardSpec
 from omni_rl.reward.media import MediaSamples, frame_indices
+from omni_rl.reward.scores import RewardScores
 from omni_rl.reward.registry import (
     MODALITIES,
     REWARDS,
@@ -50,6 +53,7 @@ __all__ = [
     "RewardInputError",
     "RewardManager",
     "RewardOutput",
+    "RewardScores",
     "RewardSpec",
     "Samples",
     "Scorer",

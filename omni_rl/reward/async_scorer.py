@@ -19,23 +19,26 @@ from __future__ import annotations
 import threading
 import time
 from concurrent.futures import Future, TimeoutError as FutureTimeout
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Optional, Sequence
 
 import numpy as np
 import torch
 
 from omni_rl.reward.manager import RewardError, RewardManager, RewardOutput
+from omni_rl.reward.scores import group_means
 from omni_rl.reward.media import MediaSamples
 
 
 @dataclass
 class SampleReward:
-    """One sample's rewards: the weighted total and each successful reward's raw score."""
+    """One sample's rewards: the weighted total, each successful reward's raw score, and the
+    group of the sample under each reward that reports groups (`omni_rl.reward.scores`)."""
 
     total: float
     per_reward: dict[str, float]
     failed: tuple[str, ...]
+    groups: dict[str, str] = field(default_factory=dict)
 
 
 def _stack(samples: list[Any]) -> Any:
@@ -114,6 +117,7 @@ class AsyncRewardScorer:
                     total=float(out.total[i]),
                     per_reward={name: float(v[i]) for name, v in out.per_reward.items()},
                     failed=tuple(out.failed),
+                    groups={name: keys[i] for name, keys in out.groups.items() if keys[i] is not None},
                 )
             )
 
@@ -164,5 +168,11 @@ def combine(manager: RewardManager, results: Sequence[SampleReward]) -> RewardOu
                 failed.append(spec.name)
     metrics["reward/total/mean"] = float(total.mean())
     metrics["reward/total/std"] = float(total.std())
+    groups: dict[str, list] = {}
+    for spec in manager.specs:  # per-group means over the whole step (`reward/<group>`)
+        if any(spec.name in r.groups for r in results):
+            groups[spec.name] = [r.groups.get(spec.name) for r in results]
+        metrics.update(group_means([(r.groups[spec.name], r.per_reward[spec.name]) for r in results
+                                    if spec.name in r.groups and spec.name in r.per_reward]))
     return RewardOutput(total=torch.from_numpy(total.astype(np.float32)), per_reward=per_reward, metrics=metrics,
-                        failed=failed)
+                        failed=failed, groups=groups)

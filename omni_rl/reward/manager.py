@@ -53,6 +53,10 @@ when the manager is built.
 Metrics (floats): `reward/<name>/mean`, `reward/<name>/std` for each reward that produced
 scores, `reward/<name>/failed` for each optional reward, `reward/total/mean`,
 `reward/total/std`. Standard deviations are population ones (divide by B), so B = 1 gives 0.
+A scorer that returns a `RewardScores` (`omni_rl.reward.scores`) with a group per sample adds
+`reward/<group>`, its mean raw score over the samples of each group (GenEval's per-task
+scores: `reward/geneval/counting`, ...); an image reward on video frames takes each sample's
+group from its first frame.
 
 Left out on purpose: batching a reward into micro-batches, running rewards asynchronously or
 remotely, and caching. They wrap a scorer and can be added without changing this contract.
@@ -65,7 +69,7 @@ import numbers
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Iterable, Mapping, Optional, Sequence
 
 import numpy as np
 import torch
@@ -74,6 +78,7 @@ from omni_rl.plugins import load_plugins
 from omni_rl.reward.inputs import RewardInputError, Samples, batch_size, check_batch, check_prompts_metadata, sample_kind
 from omni_rl.reward.media import AUDIO, VIDEO, MediaSamples
 from omni_rl.reward.registry import RewardConfigError, Scorer, build_reward, reward_modalities
+from omni_rl.reward.scores import RewardScores, check_groups, group_means
 
 logger = logging.getLogger(__name__)
 
@@ -146,14 +151,18 @@ class RewardOutput:
                 (rescaled when an optional reward failed; see the module docstring).
     per_reward: name -> float32 tensor [B], raw (unweighted) scores; failed optional rewards
                 are absent.
-    metrics:    flat dict of floats, `reward/<name>/mean|std|failed`, `reward/total/mean|std`.
+    metrics:    flat dict of floats, `reward/<name>/mean|std|failed`, `reward/total/mean|std`,
+                and `reward/<group>` for the rewards that return groups.
     failed:     names of the optional rewards that failed on this batch.
+    groups:     name -> [B] group key or None of each sample, for the rewards whose scorer
+                returned a `RewardScores` (`omni_rl.reward.scores`).
     """
 
     total: torch.Tensor
     per_reward: dict[str, torch.Tensor]
     metrics: dict[str, float]
     failed: list[str] = field(default_factory=list)
+    groups: dict[str, list[Optional[str]]] = field(default_factory=dict)
 
 
 class RewardManager:
@@ -251,6 +260,7 @@ class RewardManager:
             noun = sample_kind(samples)
 
         raw: dict[str, np.ndarray] = {}
+        groups: dict[str, list[Optional[str]]] = {}
         errors: dict[str, RewardError] = {}
         frames: dict[int, Any] = {}  # k -> frames(k), shared by the rewards with the same k
         for spec in self.specs:
@@ -261,12 +271,17 @@ class RewardManager:
                         frames[k] = samples.frames(k)
                     repeated_prompts = [p for p in prompts for _ in range(k)]
                     repeated_metadata = [m for m in metadata for _ in range(k)]
-                    per_frame = self._run(spec.name, frames[k], repeated_prompts, repeated_metadata, n * k, "frames")
+                    per_frame, frame_groups = self._run(
+                        spec.name, frames[k], repeated_prompts, repeated_metadata, n * k, "frames"
+                    )
                     scores = per_frame.reshape(n, k).mean(axis=1)
+                    sample_groups = None if frame_groups is None else list(frame_groups[::k])
                 else:
-                    scores = self._run(spec.name, samples, prompts, metadata, n, noun)
+                    scores, sample_groups = self._run(spec.name, samples, prompts, metadata, n, noun)
                 _check_weighted(spec.name, spec.weight, scores)
                 raw[spec.name] = scores
+                if sample_groups is not None:
+                    groups[spec.name] = sample_groups
             except RewardError as err:
                 if spec.required:
                     raise
@@ -301,12 +316,15 @@ class RewardManager:
                 metrics[f"reward/{spec.name}/failed"] = 1.0 if spec.name in errors else 0.0
         metrics[f"reward/{_TOTAL}/mean"] = float(total.mean())
         metrics[f"reward/{_TOTAL}/std"] = float(total.std())
+        for name, keys in groups.items():
+            metrics.update(group_means([(key, float(v)) for key, v in zip(keys, raw[name]) if key is not None]))
 
         return RewardOutput(
             total=torch.from_numpy(total.astype(np.float32)),
             per_reward={name: torch.from_numpy(scores.astype(np.float32)) for name, scores in raw.items()},
             metrics=metrics,
             failed=list(errors),
+            groups=groups,
         )
 
     def _media_plan(self, index: int, spec: RewardSpec, samples: MediaSamples) -> int | None:
@@ -338,7 +356,8 @@ class RewardManager:
 
     def _run(
         self, name: str, samples: Samples, prompts: Sequence[str], metadata: Sequence[dict], n: int, noun: str
-    ) -> np.ndarray:
+    ) -> tuple[np.ndarray, Optional[list[Optional[str]]]]:
+        """The reward's n scores, and its samples' groups when it returned a `RewardScores`."""
         thread = threading.get_ident()
         with self._running_lock:
             self._running[thread] = (name, time.monotonic())
@@ -349,7 +368,12 @@ class RewardManager:
         finally:
             with self._running_lock:
                 self._running.pop(thread, None)
-        return _to_scores(name, out, n, noun)
+        if not isinstance(out, RewardScores):
+            return _to_scores(name, out, n, noun), None
+        problem = check_groups(out.groups, n, set(self.names) | {_TOTAL})
+        if problem:
+            raise RewardError(f"reward {name!r}: {problem}")
+        return _to_scores(name, out.scores, n, noun), list(out.groups)
 
 
 def _names(modalities: frozenset[str]) -> str:

@@ -8,7 +8,9 @@ A reward is registered as a *factory*: a class or function that takes keyword ar
 `images`, `prompts` and `metadata` follow the contract in `omni_rl.reward.inputs` (a list of
 PIL images or a uint8 tensor [B, H, W, C]; one prompt string and one metadata dict per image).
 The canonical return type is a list of B Python floats; the `RewardManager` also accepts a
-1-D float numpy array or tensor of length B and converts it. Higher is better.
+1-D float numpy array or tensor of length B and converts it, and a `RewardScores(scores,
+groups)` (`omni_rl.reward.scores`), whose per-sample groups it reports as `reward/<group>`
+means (GenEval's per-task scores). Higher is better.
 
 Expensive set-up (loading a model) belongs in the factory, so it runs once; the scorer is
 called every training step. A factory whose module imports heavy packages should import them

@@ -77,6 +77,7 @@ from omni_rl.reward.protocol import (
     encode_error,
     encode_response,
 )
+from omni_rl.reward.scores import RewardScores
 
 logger = logging.getLogger(__name__)
 
@@ -442,7 +443,9 @@ class RegisteredReward:
         self.scorer = scorer
 
     def __call__(self, images: torch.Tensor, prompts: Sequence[str], metadata: Sequence[dict]) -> Sequence[float]:
-        return self.scorer(images, prompts, metadata)
+        out = self.scorer(images, prompts, metadata)
+        # The protocol carries scores only: a reward's per-sample groups stay on this side.
+        return out.scores if isinstance(out, RewardScores) else out
 
     def __repr__(self) -> str:
         return f"reward:{self.name}"

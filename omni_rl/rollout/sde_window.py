@@ -1,24 +1,82 @@
 """Which denoising steps of a sample are stochastic (and trained): its SDE window.
 
-MixGRPO / Flow-GRPO-Fast sample with an SDE only inside a window of consecutive steps and with
-the ODE elsewhere, training only the window. The window's first step is drawn from the
-sample's own seed, so it does not depend on what the sample was batched with.
+MixGRPO (arXiv 2507.21802) / Flow-GRPO-Fast sample with an SDE only inside a window of
+consecutive steps and with the ODE elsewhere, training only the window. Where the window lies
+follows `rollout.sde_window_schedule`:
+
+| schedule    | window of training step s (s = 1, 2, ...), in the range [lo, hi), size w          |
+|-------------|-------------------------------------------------------------------------------------|
+| fixed       | per sample: its start drawn from the sample's own seed in lo .. hi - w               |
+| progressive | one for the step: start = min(lo + shift * floor((s - 1) / tau), hi - w) (MixGRPO's |
+|             | sliding window: it moves by `shift` steps every `tau` training steps, from the      |
+|             | first denoising steps towards the last, and stays at the end)                       |
+| random      | one for the step: its start drawn from (seed, s) in lo .. hi - w                     |
+| decay       | one for the step: start lo, size max(min_size, w - floor((s - 1) / tau))             |
+
+`choose_sde_window` is the per-sample draw (also how a request's window is resolved: a global
+window reaches the engine as a range exactly its size). `scheduled_sde_window` gives a global
+schedule's window for a training step, or None for `fixed`. Both depend only on their
+arguments (a private RNG keyed by the seed, never torch's global state), so a resumed run
+draws the windows an uninterrupted one would.
 """
 from __future__ import annotations
 
 import random
+from typing import Optional
+
+SDE_WINDOW_SCHEDULES = ("fixed", "progressive", "random", "decay")
 
 
 def choose_sde_window(seed: int, num_steps: int, size: int, window_range: tuple[int, int] | None) -> tuple[int, int]:
     """Return [start, stop) of the window; `size` 0 means every step."""
     if size == 0:
         return (0, num_steps)
+    lo, hi = _check_range(num_steps, size, window_range)
+    # A private RNG keyed by the seed: independent of torch's global state and of the noise.
+    start = random.Random(f"sde-window-{seed}").randint(lo, hi - size)
+    return (start, start + size)
+
+
+def scheduled_sde_window(
+    schedule: str,
+    step: int,
+    seed: int,
+    num_steps: int,
+    size: int,
+    window_range: tuple[int, int] | None = None,
+    shift: int = 1,
+    tau: int = 1,
+    min_size: int = 1,
+) -> Optional[tuple[int, int]]:
+    """[start, stop) of training step `step`'s window under a global `schedule`; None for
+    "fixed" (each sample draws its own with `choose_sde_window`)."""
+    if schedule not in SDE_WINDOW_SCHEDULES:
+        raise ValueError(f"sde_window_schedule={schedule!r}; expected one of {', '.join(SDE_WINDOW_SCHEDULES)}")
+    if schedule == "fixed":
+        return None
+    if size < 1:
+        raise ValueError(f"sde_window_schedule={schedule!r} moves a window, but sde_window_size={size} (every step)")
+    if step < 1 or shift < 1 or tau < 1 or not 1 <= min_size <= size:
+        raise ValueError(
+            f"step={step}, shift={shift}, tau={tau}, min_size={min_size}: expected step, shift, tau >= 1 "
+            f"(training steps count from 1) and 1 <= min_size <= size={size}"
+        )
+    lo, hi = _check_range(num_steps, size, window_range)
+    moves = (step - 1) // tau
+    if schedule == "progressive":
+        start = min(lo + shift * moves, hi - size)
+    elif schedule == "random":
+        start = random.Random(f"sde-window-step-{seed}-{step}").randint(lo, hi - size)
+    else:  # decay
+        start, size = lo, max(min_size, size - moves)
+    return (start, start + size)
+
+
+def _check_range(num_steps: int, size: int, window_range: tuple[int, int] | None) -> tuple[int, int]:
     lo, hi = window_range if window_range is not None else (0, num_steps)
     if not (0 <= lo < hi <= num_steps) or hi - lo < size:
         raise ValueError(
             f"SDE window of {size} steps does not fit range [{lo}, {hi}) of {num_steps} steps; "
             f"expected 0 <= lo < hi <= num_steps and hi - lo >= size"
         )
-    # A private RNG keyed by the seed: independent of torch's global state and of the noise.
-    start = random.Random(f"sde-window-{seed}").randint(lo, hi - size)
-    return (start, start + size)
+    return lo, hi

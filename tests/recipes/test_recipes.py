@@ -11,10 +11,11 @@ import typing
 import pytest
 from omegaconf import OmegaConf
 
-from omni_rl.algos import ADVANTAGE_ESTIMATORS, DIFFUSION_KL, POLICY_LOSSES, STEP_KERNELS
+from omni_rl.algos import ADVANTAGE_ESTIMATORS, DIFFUSION_KL, STEP_KERNELS
 from omni_rl.compose import load_config
 from omni_rl.config import OmniConfig, available_recipes
 from omni_rl.config.loader import PROJECT_ROOT
+from omni_rl.families import MODEL_FAMILIES
 from omni_rl.models import ADAPTERS
 from omni_rl.models.registry import adapter_key
 from omni_rl.plugins import load_plugins
@@ -75,7 +76,8 @@ class TestRecipe:
         cfg = load_config([f"recipe={name}"])
         load_plugins(cfg.plugins)
         assert adapter_key(cfg.model.adapter, cfg.model.stage) in ADAPTERS, ADAPTERS.names()
-        assert cfg.algo.policy_loss in POLICY_LOSSES, POLICY_LOSSES.names()
+        losses = MODEL_FAMILIES.get(ADAPTERS.get(adapter_key(cfg.model.adapter, cfg.model.stage)).family).losses
+        assert cfg.algo.policy_loss in losses, losses.names()
         assert cfg.algo.advantage in ADVANTAGE_ESTIMATORS, ADVANTAGE_ESTIMATORS.names()
         assert cfg.algo.kl_form in DIFFUSION_KL, DIFFUSION_KL.names()
         assert cfg.rollout.kernel in STEP_KERNELS, STEP_KERNELS.names()

@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from omni_rl.algos import POLICY_LOSSES, PolicyLossInput, get_policy_loss
+from omni_rl.algos import DIFFUSION_LOSSES, TOKEN_LOSSES, PolicyLossInput
 from omni_rl.algos.rollout_correction import ROLLOUT_IS_LEVELS, rollout_is_weights
 
 LN = math.log
@@ -95,13 +95,17 @@ def loss_input(name: str, weight=None, kl: bool = False) -> tuple[PolicyLossInpu
     return inp, log_prob
 
 
+def get_loss(name):
+    return DIFFUSION_LOSSES.get(name) if name in DIFFUSION else TOKEN_LOSSES.get(name)
+
+
 def test_every_registered_loss_is_covered():
-    assert set(POLICY_LOSSES.names()) == set(DIFFUSION + TOKEN)
+    assert set(DIFFUSION_LOSSES.names()) == set(DIFFUSION) and set(TOKEN_LOSSES.names()) == set(TOKEN)
 
 
 @pytest.mark.parametrize("name", DIFFUSION + TOKEN)
 def test_weights_of_one_leave_loss_and_gradient_unchanged_bit_for_bit(name):
-    fn = get_policy_loss(name)
+    fn = get_loss(name)
     plain, plain_lp = loss_input(name)
     loss, metrics = fn(plain)
     loss.backward()
@@ -117,7 +121,7 @@ def test_weights_of_one_leave_loss_and_gradient_unchanged_bit_for_bit(name):
 def test_the_policy_term_is_linear_in_the_weights(name):
     """Each entry's policy term is multiplied by its weight: the gradient with weights a + b is
     the sum of those with a and with b, and a constant c scales loss and gradient by c."""
-    fn = get_policy_loss(name)
+    fn = get_loss(name)
     shape = loss_input(name)[1].shape
     a, b = torch.rand(shape, generator=torch.Generator().manual_seed(1)), torch.rand(shape)
 
@@ -143,7 +147,7 @@ def test_a_perturbed_rollout_changes_the_flow_grpo_gradient_as_predicted():
     adv = torch.tensor([1.0, -2.0, 0.5, 3.0])
     weights, _ = rollout_is_weights(old[None], rollout[None], torch.ones(1, 4), "step", cap=2.0)
     log_prob = old.clone().requires_grad_()
-    loss, _ = get_policy_loss("flow_grpo")(PolicyLossInput(log_prob, old, adv, rollout_is_weight=weights[0]))
+    loss, _ = DIFFUSION_LOSSES.get("flow_grpo")(PolicyLossInput(log_prob, old, adv, rollout_is_weight=weights[0]))
     loss.backward()
     torch.testing.assert_close(log_prob.grad, -adv * torch.tensor([1.0, 1.25, 0.5, 2.0]) / 4)
 
@@ -159,7 +163,7 @@ def test_a_perturbed_rollout_changes_the_token_gradient_as_predicted_and_not_the
 
     def run(weight):
         log_prob = old.clone().requires_grad_()
-        loss, metrics = get_policy_loss("ppo_clip")(
+        loss, metrics = TOKEN_LOSSES.get("ppo_clip")(
             PolicyLossInput(log_prob, old, adv, mask=mask, ref_log_prob=ref, kl_coef=0.5, rollout_is_weight=weight)
         )
         loss.backward()

@@ -7,11 +7,12 @@ import pytest
 import torch
 
 import omni_rl.algos  # noqa: F401  (registers the token losses)
-from omni_rl.algos.policy_losses import POLICY_LOSSES, PolicyLossInput, get_policy_loss
+from omni_rl.algos.policy_losses import DIFFUSION_LOSSES, PolicyLossInput
+from omni_rl.algos.token_losses import TOKEN_LOSSES, get_token_loss
 from omni_rl.algos.token_losses import LOSS_AGG_MODES, aggregate, sapo_gate, token_kl
 from omni_rl.registry import RegistryError
 
-TOKEN_LOSSES = ["ppo_clip", "dapo", "gspo", "cispo", "sapo"]
+TOKEN_LOSS_NAMES = ["ppo_clip", "dapo", "gspo", "cispo", "sapo"]
 METRIC_KEYS = {"policy_loss", "clipfrac", "approx_kl", "ratio_mean", "ratio_std", "ratio_max_abs_dev"}
 # The aggregation each loss uses when loss_agg_mode is `mode`.
 EFFECTIVE_MODE = {
@@ -114,7 +115,7 @@ def test_aggregate_errors():
 def test_ppo_clip_hand_values(mode, expected):
     log_prob, old = _batch()
     inp = PolicyLossInput(log_prob, old, ADV, mask=MASK, clip_low=0.2, clip_high=0.28, loss_agg_mode=mode)
-    loss, metrics = get_policy_loss("ppo_clip")(inp)
+    loss, metrics = get_token_loss("ppo_clip")(inp)
     assert loss.item() == pytest.approx(expected, rel=1e-5)
     _check_metrics(metrics)
     assert metrics["policy_loss"].item() == pytest.approx(expected, rel=1e-5)
@@ -137,8 +138,8 @@ def test_dapo_is_ppo_clip_with_token_mean_whatever_the_field():
     log_prob, old = _batch()
     common = dict(mask=MASK, clip_low=0.2, clip_high=0.28)
     dapo_input = PolicyLossInput(log_prob, old, ADV, loss_agg_mode="seq-mean-token-sum", **common)
-    dapo, _ = get_policy_loss("dapo")(dapo_input)
-    ppo, _ = get_policy_loss("ppo_clip")(PolicyLossInput(log_prob, old, ADV, loss_agg_mode="token-mean", **common))
+    dapo, _ = get_token_loss("dapo")(dapo_input)
+    ppo, _ = get_token_loss("ppo_clip")(PolicyLossInput(log_prob, old, ADV, loss_agg_mode="token-mean", **common))
     assert dapo.item() == pytest.approx(-0.112, rel=1e-5)
     torch.testing.assert_close(dapo, ppo)
 
@@ -149,7 +150,7 @@ def test_dapo_is_ppo_clip_with_token_mean_whatever_the_field():
 def test_gspo_hand_values():
     log_prob, old = _batch()
     inp = PolicyLossInput(log_prob, old, ADV, mask=MASK, clip_low=3e-4, clip_high=4e-4)
-    loss, metrics = get_policy_loss("gspo")(inp)
+    loss, metrics = get_token_loss("gspo")(inp)
     # s_0 = exp((ln 1.5 + ln 0.5) / 2) = sqrt(0.75) = 0.8660254, A 2: max(-2 s_0, -2 * 0.9997) = -2 s_0
     # s_1 = exp((ln 1.1 + 0 + ln 0.9) / 3) = 0.99^(1/3) = 0.9966556, A -1: max(s_1, 0.9997) = 0.9997
     # seq-mean-token-mean of per-token values constant within a sequence: (-1.7320508 + 0.9997) / 2
@@ -178,7 +179,7 @@ def test_gspo_token_form_equals_sequence_form_value_and_gradient():
 
     token_lp = base.clone().requires_grad_(True)
     inp = PolicyLossInput(token_lp, old, adv, mask=mask, clip_low=lo, clip_high=hi)
-    loss, metrics = get_policy_loss("gspo")(inp)
+    loss, metrics = get_token_loss("gspo")(inp)
     loss.backward()
 
     # Sequence form: s_i = exp(masked mean of the log-ratio), loss = mean_i max(-A s_i, -A clip(s_i)).
@@ -201,7 +202,7 @@ def test_gspo_token_form_equals_sequence_form_value_and_gradient():
 def test_cispo_hand_values_and_gradient_only_through_log_prob():
     log_prob, old = _batch()
     inp = PolicyLossInput(log_prob, old, ADV, mask=MASK, clip_low=0.2, clip_high=0.28)
-    loss, metrics = get_policy_loss("cispo")(inp)
+    loss, metrics = get_token_loss("cispo")(inp)
     # Weights sg(clip(r, 0.8, 1.28)) = [[1.28, 0.8], [1.1, 1.0, 0.9]]; per token -w A logp:
     #   (0,0) -1.28 * 2 * ln 1.5 = -1.0379907     (0,1) -0.8 * 2 * ln 0.5 = 1.1090355
     #   (1,0)  1.1 * ln 1.1     =  0.1048412     (1,1) 0                (1,2) 0.9 * ln 0.9 = -0.0948245
@@ -245,7 +246,7 @@ def test_sapo_picks_the_temperature_by_the_sign_of_the_advantage():
     # Two one-token sequences at r = 1.1: A = +1 uses tau_pos 1, A = -1 uses tau_neg 1.05.
     log_prob = torch.full((2, 1), math.log(1.1))
     adv = torch.tensor([[1.0], [-1.0]])
-    loss, _ = get_policy_loss("sapo")(PolicyLossInput(log_prob, torch.zeros(2, 1), adv))
+    loss, _ = get_token_loss("sapo")(PolicyLossInput(log_prob, torch.zeros(2, 1), adv))
     # -(+1) * 2.0999167 and -(-1) * 2.0046701, token-mean
     expected = (-4 / (1 + math.exp(-0.1)) + (4 / 1.05) / (1 + math.exp(-0.105))) / 2  # -0.0476233
     assert loss.item() == pytest.approx(expected, rel=1e-5)
@@ -254,7 +255,7 @@ def test_sapo_picks_the_temperature_by_the_sign_of_the_advantage():
 def test_sapo_on_the_shared_batch_matches_a_loop():
     log_prob, old = _batch()
     inp = PolicyLossInput(log_prob, old, ADV, mask=MASK, clip_low=0.2, clip_high=0.28)
-    loss, metrics = get_policy_loss("sapo")(inp)
+    loss, metrics = get_token_loss("sapo")(inp)
     total = 0.0
     for row, a in zip(RATIOS, (2.0, -1.0)):
         tau = 1.0 if a > 0 else 1.05
@@ -270,7 +271,7 @@ def test_sapo_on_the_shared_batch_matches_a_loop():
 
 
 @pytest.mark.parametrize("mode", LOSS_AGG_MODES)
-@pytest.mark.parametrize("name", TOKEN_LOSSES)
+@pytest.mark.parametrize("name", TOKEN_LOSS_NAMES)
 def test_on_policy_ratio_one_and_reinforce_gradient(name, mode):
     # Before any update r = exp(0) = 1 exactly, nothing is clipped, and every loss's gradient is
     # REINFORCE's: d/dlogp of agg(-A logp) with the aggregation the loss uses.
@@ -281,7 +282,7 @@ def test_on_policy_ratio_one_and_reinforce_gradient(name, mode):
     log_prob = old.clone().requires_grad_(True)
     low, high = _clip(name)
     inp = PolicyLossInput(log_prob, old, adv, mask=mask, clip_low=low, clip_high=high, loss_agg_mode=mode)
-    loss, metrics = get_policy_loss(name)(inp)
+    loss, metrics = get_token_loss(name)(inp)
     assert metrics["ratio_mean"].item() == 1.0
     assert metrics["ratio_std"].item() == 0.0
     assert metrics["ratio_max_abs_dev"].item() == 0.0
@@ -292,7 +293,7 @@ def test_on_policy_ratio_one_and_reinforce_gradient(name, mode):
     torch.testing.assert_close(log_prob.grad, reinforce_lp.grad)
 
 
-@pytest.mark.parametrize("name", TOKEN_LOSSES)
+@pytest.mark.parametrize("name", TOKEN_LOSS_NAMES)
 def test_masked_tokens_change_nothing(name):
     gen = torch.Generator().manual_seed(3)
     base = torch.randn(3, 5, generator=gen) * 0.2
@@ -307,7 +308,7 @@ def test_masked_tokens_change_nothing(name):
         inp = PolicyLossInput(
             lp, old_values, adv, mask=mask, clip_low=low, clip_high=high, ref_log_prob=ref_values, kl_coef=0.1
         )
-        loss, metrics = get_policy_loss(name)(inp)
+        loss, metrics = get_token_loss(name)(inp)
         loss.backward()
         return loss, metrics, lp.grad
 
@@ -323,7 +324,7 @@ def test_masked_tokens_change_nothing(name):
     assert bool((grad[pad] == 0).all())
 
 
-@pytest.mark.parametrize("name", TOKEN_LOSSES)
+@pytest.mark.parametrize("name", TOKEN_LOSS_NAMES)
 def test_advantages_are_clamped_like_flow_grpo(name):
     log_prob = torch.full((2, 2), -0.5)  # not 0: cispo's loss value is proportional to log_prob
     low, high = _clip(name)
@@ -331,7 +332,7 @@ def test_advantages_are_clamped_like_flow_grpo(name):
 
     def loss(adv, **kwargs):
         inp = PolicyLossInput(log_prob, log_prob, adv, clip_low=low, clip_high=high, **kwargs)
-        return get_policy_loss(name)(inp)[0]
+        return get_token_loss(name)(inp)[0]
 
     torch.testing.assert_close(loss(big), loss(five))  # adv_clip_max defaults to 5
     assert loss(big, adv_clip_max=1e9).item() != pytest.approx(loss(five).item())
@@ -368,7 +369,7 @@ def test_kl_term_is_added_with_its_coefficient():
     ref = torch.full((2, 2), math.log(2.0), requires_grad=True)
     adv = torch.tensor([[1.0], [-1.0]])
     inp = PolicyLossInput(log_prob, log_prob.detach(), adv, ref_log_prob=ref, kl_coef=0.5, kl_estimator="k3")
-    loss, metrics = get_policy_loss("ppo_clip")(inp)
+    loss, metrics = get_token_loss("ppo_clip")(inp)
     # On-policy the policy term is mean(-A) = 0; every token's k3 is 1 - ln 2 = 0.3068528.
     _check_metrics(metrics, METRIC_KEYS | {"kl"})
     assert metrics["policy_loss"].item() == 0.0
@@ -381,35 +382,43 @@ def test_kl_term_is_added_with_its_coefficient():
     assert ref.grad is None
     # kl_coef 0 with a reference: the KL is reported, not added.
     inp = PolicyLossInput(log_prob, log_prob.detach(), adv, ref_log_prob=ref)
-    loss, metrics = get_policy_loss("ppo_clip")(inp)
+    loss, metrics = get_token_loss("ppo_clip")(inp)
     assert loss.item() == 0.0 and "kl" in metrics
     with pytest.raises(ValueError, match="kl_coef=0.1 > 0 but ref_log_prob is None"):
-        get_policy_loss("ppo_clip")(PolicyLossInput(log_prob, log_prob.detach(), adv, kl_coef=0.1))
+        get_token_loss("ppo_clip")(PolicyLossInput(log_prob, log_prob.detach(), adv, kl_coef=0.1))
 
 
 # ------------------------------------------------------------------ registry and input checks
 
 
-def test_unknown_loss_lists_every_registered_name():
-    assert set(TOKEN_LOSSES) | {"flow_grpo", "flow_dppo", "grpo_guard"} <= set(POLICY_LOSSES.names())
+def test_unknown_loss_lists_every_registered_token_loss():
+    assert TOKEN_LOSSES.names() == sorted(TOKEN_LOSS_NAMES)
     with pytest.raises(RegistryError) as info:
-        get_policy_loss("grpo")
-    for name in TOKEN_LOSSES + ["flow_grpo", "flow_dppo", "grpo_guard"]:
+        get_token_loss("grpo")
+    assert "token loss" in str(info.value)
+    for name in TOKEN_LOSS_NAMES:
         assert name in str(info.value)
+
+
+def test_token_and_diffusion_losses_are_registered_apart():
+    """A token loss is no diffusion loss and the reverse: each family looks in its own registry."""
+    assert not set(TOKEN_LOSSES.names()) & set(DIFFUSION_LOSSES.names())
+    with pytest.raises(RegistryError, match="unknown token loss 'flow_grpo'"):
+        get_token_loss("flow_grpo")
 
 
 def test_token_input_checks():
     z23, ones = torch.zeros(2, 3), torch.ones(2, 1)
     with pytest.raises(ValueError, match=r"'ppo_clip' scores tokens: log_prob has shape \(4,\), expected \[B, T"):
-        get_policy_loss("ppo_clip")(PolicyLossInput(torch.zeros(4), torch.zeros(4), torch.zeros(4)))
+        get_token_loss("ppo_clip")(PolicyLossInput(torch.zeros(4), torch.zeros(4), torch.zeros(4)))
     # [B] advantages with B == T would broadcast along the tokens: refused.
     with pytest.raises(ValueError, match=r"Pass advantages\[:, None\]"):
         square = torch.zeros(3, 3)
-        get_policy_loss("gspo")(PolicyLossInput(square, square, torch.tensor([1.0, 0.0, -1.0])))
+        get_token_loss("gspo")(PolicyLossInput(square, square, torch.tensor([1.0, 0.0, -1.0])))
     with pytest.raises(ValueError, match="loss_agg_mode='mean' is unknown"):
-        get_policy_loss("cispo")(PolicyLossInput(z23, z23, ones, loss_agg_mode="mean"))
+        get_token_loss("cispo")(PolicyLossInput(z23, z23, ones, loss_agg_mode="mean"))
     with pytest.raises(ValueError, match="kl_estimator='kl' is unknown"):
-        get_policy_loss("sapo")(PolicyLossInput(z23, z23, ones, kl_estimator="kl"))
+        get_token_loss("sapo")(PolicyLossInput(z23, z23, ones, kl_estimator="kl"))
     with pytest.raises(ValueError, match="ref_log_prob has shape"):
         PolicyLossInput(z23, z23, ones, ref_log_prob=torch.zeros(2, 2))
     with pytest.raises(ValueError, match="kl_coef=-1"):

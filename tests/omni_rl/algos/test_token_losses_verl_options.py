@@ -8,7 +8,8 @@ import pytest
 import torch
 
 import omni_rl.algos  # noqa: F401  (registers the token losses)
-from omni_rl.algos.policy_losses import PolicyLossInput, get_policy_loss
+from omni_rl.algos.policy_losses import PolicyLossInput
+from omni_rl.algos.token_losses import get_token_loss
 from omni_rl.algos.token_losses import ALL_LOSS_AGG_MODES, SUM_NORM_MODE, aggregate, token_kl
 
 
@@ -37,7 +38,7 @@ def _dual(name="ppo_clip", clip_ratio_c=3.0, **kwargs):
     inp = PolicyLossInput(
         log_prob, torch.zeros(2, 3), DUAL_ADV, clip_low=0.2, clip_high=0.2, clip_ratio_c=clip_ratio_c, **kwargs
     )
-    loss, metrics = get_policy_loss(name)(inp)
+    loss, metrics = get_token_loss(name)(inp)
     loss.backward()
     return loss, metrics, log_prob.grad
 
@@ -73,7 +74,7 @@ def test_dual_clip_leaves_on_policy_and_positive_advantages_alone():
     adv = torch.tensor([[-2.0], [-0.1], [0.5], [3.0]])
     for c in (None, 1.01, 3.0):
         lp = old.clone().requires_grad_(True)
-        loss, metrics = get_policy_loss("ppo_clip")(PolicyLossInput(lp, old, adv, clip_ratio_c=c))
+        loss, metrics = get_token_loss("ppo_clip")(PolicyLossInput(lp, old, adv, clip_ratio_c=c))
         loss.backward()
         assert loss.item() == pytest.approx(-adv.mean().item(), rel=1e-6)
         torch.testing.assert_close(lp.grad, (-adv / 20).expand(4, 5))
@@ -86,8 +87,8 @@ def test_the_other_losses_do_not_read_clip_ratio_c(name):
     log_prob = _log(DUAL_RATIOS) * 1e-3  # log-ratios of ~1e-3, so that gspo's ratio is near 1
     common = dict(clip_low=3e-4, clip_high=4e-4) if name == "gspo" else dict(clip_low=0.2, clip_high=0.2)
     old = torch.zeros(2, 3)
-    with_c, metrics = get_policy_loss(name)(PolicyLossInput(log_prob, old, DUAL_ADV, clip_ratio_c=1.5, **common))
-    without, _ = get_policy_loss(name)(PolicyLossInput(log_prob, old, DUAL_ADV, **common))
+    with_c, metrics = get_token_loss(name)(PolicyLossInput(log_prob, old, DUAL_ADV, clip_ratio_c=1.5, **common))
+    without, _ = get_token_loss(name)(PolicyLossInput(log_prob, old, DUAL_ADV, **common))
     assert with_c.item() == without.item() and "clipfrac_lower" not in metrics
 
 
@@ -136,7 +137,7 @@ def test_ppo_clip_with_sum_norm_hand_values():
         log_prob, torch.zeros(2, 3), torch.tensor([[2.0], [-1.0]]), mask=mask, clip_low=0.2, clip_high=0.28,
         loss_agg_mode=SUM_NORM_MODE, loss_scale_factor=3,
     )
-    loss, metrics = get_policy_loss("ppo_clip")(inp)
+    loss, metrics = get_token_loss("ppo_clip")(inp)
     assert loss.item() == pytest.approx(-0.56 / 6, rel=1e-5)
     loss.backward()
     # Each unclipped token: -A r / (B C) = -A r / 6; the clipped (0,0) and the pad get 0.
@@ -154,7 +155,7 @@ def test_sum_norm_weighs_every_token_the_same_whatever_the_length(name):
     lp = old.clone().requires_grad_(True)
     inp = PolicyLossInput(lp, old, adv, mask=mask, clip_low=0.2, clip_high=0.28, loss_agg_mode=SUM_NORM_MODE,
                           loss_scale_factor=4)
-    get_policy_loss(name)(inp)[0].backward()
+    get_token_loss(name)(inp)[0].backward()
     torch.testing.assert_close(lp.grad, -mask / 8)
 
 
@@ -162,7 +163,7 @@ def test_sum_norm_without_the_constant_fails_on_the_first_call():
     log_prob = torch.zeros(2, 3)
     inp = PolicyLossInput(log_prob, log_prob, torch.ones(2, 1), loss_agg_mode=SUM_NORM_MODE)
     with pytest.raises(ValueError, match="loss_scale_factor, but it is None"):
-        get_policy_loss("ppo_clip")(inp)
+        get_token_loss("ppo_clip")(inp)
 
 
 def test_the_kl_term_is_aggregated_with_the_same_constant():
@@ -174,7 +175,7 @@ def test_the_kl_term_is_aggregated_with_the_same_constant():
     adv = torch.tensor([[1.0], [-1.0]])
     inp = PolicyLossInput(log_prob, log_prob, adv, mask=mask, ref_log_prob=log_prob + math.log(2.0), kl_coef=1.0,
                           loss_agg_mode=SUM_NORM_MODE, loss_scale_factor=4)
-    loss, metrics = get_policy_loss("ppo_clip")(inp)
+    loss, metrics = get_token_loss("ppo_clip")(inp)
     k3 = 1 - math.log(2.0)
     assert metrics["kl"].item() == pytest.approx(3 * k3 / 8, rel=1e-6)
     # policy term: (-1 - 1 + 1) / 8 = -1 / 8
@@ -216,7 +217,7 @@ def test_kl_clamp_in_the_loss():
     ref = torch.tensor([[math.log(2.0)], [math.log(20.0)]])
     adv = torch.tensor([[1.0], [-1.0]])
     inp = PolicyLossInput(log_prob, log_prob.detach(), adv, ref_log_prob=ref, kl_coef=0.5, kl_clamp=10.0)
-    loss, metrics = get_policy_loss("ppo_clip")(inp)
+    loss, metrics = get_token_loss("ppo_clip")(inp)
     assert metrics["kl"].item() == pytest.approx((1 - math.log(2.0) + 10) / 2, rel=1e-6)
     assert loss.item() == pytest.approx(0.5 * (1 - math.log(2.0) + 10) / 2, rel=1e-6)
     loss.backward()
@@ -288,7 +289,7 @@ def test_ppo_clip_with_the_verl_options_matches_verl_conventions(mode):
         ours_lp, old, adv, mask=mask.float(), clip_low=lo, clip_high=hi, adv_clip_max=1e9, clip_ratio_c=c,
         loss_agg_mode=mode, loss_scale_factor=scale, ref_log_prob=ref, kl_coef=0.1, kl_clamp=10.0,
     )
-    loss, metrics = get_policy_loss("ppo_clip")(inp)
+    loss, metrics = get_token_loss("ppo_clip")(inp)
     loss.backward()
 
     verl_lp = base.clone().requires_grad_(True)

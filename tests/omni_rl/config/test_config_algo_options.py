@@ -101,6 +101,6 @@ def test_bad_option_values_name_the_key(algo, start, expected):
 
 
 def test_a_verl_style_override_loads():
-    cfg = load_config(["algo.policy_loss=ppo_clip", "algo.clip_ratio_c=3.0", "algo.kl_clamp=10",
+    cfg = load_config(["recipe=tiny_qwen3_grpo", "algo.policy_loss=ppo_clip", "algo.clip_ratio_c=3.0", "algo.kl_clamp=10",
                        "algo.loss_agg_mode=seq-mean-token-sum-norm", "algo.loss_scale_factor=256"])
     assert (cfg.algo.clip_ratio_c, cfg.algo.kl_clamp, cfg.algo.loss_scale_factor) == (3.0, 10.0, 256.0)

@@ -14,6 +14,7 @@ from omni_rl.models.registry import ADAPTERS, register_adapter
 class AudioVideoAdapter:
     """Stands in for an audio-video adapter (LTX-2): only its class attributes are read."""
 
+    family = "diffusion"
     makes_audio = True
 
     @classmethod

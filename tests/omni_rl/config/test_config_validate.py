@@ -189,6 +189,28 @@ def test_unknown_component_names_fail_at_load(override, key, bad, a_valid_name):
     assert "\n" not in message
 
 
+@pytest.mark.parametrize("overrides, family, valid", [
+    (["algo.policy_loss=gspo"], "diffusion", "flow_dppo, flow_grpo, grpo_guard"),
+    (["recipe=tiny_qwen3_grpo", "algo.policy_loss=flow_grpo"], "autoregressive", "cispo, dapo, gspo, ppo_clip, sapo"),
+])
+def test_a_loss_of_the_other_family_fails_at_load(overrides, family, valid):
+    """A token loss on a diffusion model (or the reverse) stops at load, not after a rollout:
+    one line naming the key, the value, the model's family and the losses valid for it."""
+    with pytest.raises(ConfigError) as info:
+        load_config(overrides)
+    message = str(info.value)
+    bad = overrides[-1].split("=")[1]
+    assert message.startswith(f"algo.policy_loss={bad!r}: a ") and f"family {family}" in message
+    assert valid in message and "\n" not in message
+
+
+def test_each_family_loads_its_own_losses():
+    for loss in ("flow_grpo", "flow_dppo", "grpo_guard"):
+        assert load_config([f"algo.policy_loss={loss}"]).algo.policy_loss == loss
+    for loss in ("ppo_clip", "dapo", "gspo", "cispo", "sapo"):
+        assert load_config(["recipe=tiny_qwen3_grpo", f"algo.policy_loss={loss}"]).algo.policy_loss == loss
+
+
 def test_unknown_reward_option_fails_at_load():
     with pytest.raises(ConfigError) as info:
         load_config(["reward.rewards=[{name: jpeg_compressibility, kwargs: {scael: 0.002}}]"])

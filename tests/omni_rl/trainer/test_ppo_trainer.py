@@ -132,3 +132,32 @@ def test_real_ocr_reward_end_to_end(tmp_path):
     rec = json.loads((tmp_path / "ocr" / "metrics.jsonl").read_text().splitlines()[-1])
     # A random generator writes nothing legible: OCR accuracy is a real number in [0, 1], near 0.
     assert 0.0 <= rec["reward/ocr/mean"] <= 1.0
+
+
+def test_a_moving_sde_window_trains_and_resumes_exactly(tmp_path):
+    """rollout.sde_window_schedule=random draws one window per step from (seed, step), so a
+    resumed run trains the windows an uninterrupted one does; decay changes the window's size
+    between steps (2 then 1 denoising steps trained)."""
+    window = ["rollout.sde_window_schedule=random", "trainer.total_steps=3"]
+    straight, _ = run_tiny(tmp_path, "straight", *window)
+    run_tiny(tmp_path, "split", *window[:1], "trainer.total_steps=2")
+    resumed, _ = run_tiny(tmp_path, "split", *window, f"trainer.resume={tmp_path / 'split'}")
+    a, b = straight.model.named_trainable_tensors(), resumed.model.named_trainable_tensors()
+    for name in a:
+        torch.testing.assert_close(a[name], b[name], atol=1e-6, rtol=0, msg=name)
+    decay, records = run_tiny(tmp_path, "decay", "rollout.sde_window_schedule=decay", "trainer.total_steps=2")
+    assert [decay.family.sde_window(s)["sde_window_range"] for s in (1, 2)] == [(0, 2), (0, 1)]
+    assert all(r["rollout_corr/logprob_abs_diff_max"] <= 1e-5 for r in records)
+
+
+def test_geneval_prompts_and_reward_log_per_task_scores(tmp_path):
+    """The shape prompt file and the geneval_shapes reward through the real loop (streamed
+    scoring included): the step's per-task scores land in metrics.jsonl as reward/geneval/<task>."""
+    _, records = run_tiny(tmp_path, "geneval", "trainer.total_steps=1", "trainer.prompts_per_step=4",
+                          "trainer.samples_per_prompt=2", "data.prompts=null",
+                          "data.prompt_file=recipes/prompts/geneval_shapes_train.jsonl",
+                          "reward.rewards=[{name: geneval_shapes, kwargs: {partial_credit: true}}]")
+    tasks = {k for k in records[0] if k.startswith("reward/geneval/")}
+    assert tasks and tasks <= {f"reward/geneval/{t}" for t in
+                               ("single_object", "two_object", "counting", "colors", "position", "color_attr")}
+    assert 0 <= records[0]["reward/geneval_shapes/mean"] <= 1
