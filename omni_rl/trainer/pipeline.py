@@ -166,13 +166,14 @@ class BufferedProducer(RolloutProducer):
         self.engine_lock = threading.Lock()  # a unit's sampling, or `exclusive`
         self.cv = threading.Condition()
         self.tickets: deque[_Ticket] = deque()
+        self.beyond: list[_Ticket] = []  # tickets past total_steps (see _fill)
         self.ready: deque[_Unit] = deque()
         self.running: Optional[_Ticket] = None
         self.next_index = start_step + 1
         self.error: Optional[BaseException] = None
         self.closed = False
         for ticket in restore_tickets(saved):  # sampled again, with the weights they had
-            self.tickets.append(ticket)
+            (self.tickets if ticket.index <= self.total_steps else self.beyond).append(ticket)
             self.next_index = max(self.next_index, ticket.index + 1)
         self.thread = threading.Thread(target=self._work, name="omni-rl-rollout-producer", daemon=True)
         with self.cv:
@@ -220,6 +221,7 @@ class BufferedProducer(RolloutProducer):
     def state(self) -> Optional[PipelineState]:
         with self.cv:
             held = [u.ticket for u in self.ready] + ([self.running] if self.running else []) + list(self.tickets)
+            held += self.beyond
         held.sort(key=lambda ticket: ticket.index)
         tensors = {f"{t.weights.version}/{name}": value for t in held for name, value in t.weights.tensors.items()}
         kinds = {str(t.weights.version): t.weights.kind for t in held}
@@ -235,9 +237,12 @@ class BufferedProducer(RolloutProducer):
     def _fill(self, demand: bool) -> None:
         """Start units while places are free; with `demand` (the loop waits on an empty buffer),
         one even at capacity 0. The weights are the newest published ones, fixed now."""
-        held = len(self.ready) + len(self.tickets) + (self.running is not None)
-        while self.next_index <= self.total_steps and (held < self.capacity() or (demand and held == 0)):
-            self.tickets.append(_Ticket(self.next_index, self.latest))
+        held = len(self.ready) + len(self.tickets) + len(self.beyond) + (self.running is not None)
+        while held < self.capacity() or (demand and held == 0):
+            ticket = _Ticket(self.next_index, self.latest)
+            # Past trainer.total_steps a unit is not sampled, only kept for the checkpoint: a run
+            # resumed with more steps samples it as the uninterrupted run would have.
+            (self.tickets if ticket.index <= self.total_steps else self.beyond).append(ticket)
             self.next_index += 1
             held += 1
             self.cv.notify_all()

@@ -97,6 +97,12 @@ class PPOTrainer:
             self.start_step = 0
             saved = self._resume(t.resume) if t.resume else None
             self.producer = PIPELINES.get(t.pipeline)(cfg, self.actors, self._rollout_unit, self.start_step, saved)
+            if t.pipeline != "on_policy" and cfg.algo.rollout_is == "none" and cfg.algo.old_logprob_mode != "bypass":
+                log.warning(
+                    "trainer.pipeline=%s with algo.rollout_is=none: stale samples are not reweighted towards the "
+                    "current policy; set algo.rollout_is (step or sequence for diffusion, token or sequence for text)",
+                    t.pipeline,
+                )
             with self._writing("config.yaml"):
                 atomic_write_text(self.output_dir / "config.yaml", to_yaml(cfg))
             self.logger = MetricLogger(
@@ -303,6 +309,12 @@ class PPOTrainer:
                 "trainer.total_steps=%d is not above the checkpoint's step %d: nothing to train; raise "
                 "trainer.total_steps to continue", total, self.start_step,
             )
+        if "pipeline" not in state:
+            return None
+        if self.cfg.trainer.pipeline == "on_policy":
+            log.info("%s holds rollouts sampled ahead (a pipelined run); on_policy samples afresh", state["folder"])
+            return None
+        return PipelineState(state["pipeline"], state["pipeline_tensors"])
 
     def export(self, folder: Path) -> None:
         """The trained weights (LoRA or full) into `folder`, atomically."""

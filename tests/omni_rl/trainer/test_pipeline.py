@@ -171,3 +171,27 @@ def test_a_failed_rollout_fails_next_instead_of_hanging():
             p.next(1)
     finally:
         p.close()
+
+
+@pytest.mark.parametrize("overrides, expected", [
+    (["trainer.pipeline=async", "trainer.max_staleness=-1"], "trainer.max_staleness=-1: expected an integer >= 0"),
+    (["trainer.pipeline=one_step_off", "trainer.max_staleness=0"], "trainer.max_staleness=0: expected >= 1 with trainer.pipeline=one_step_off"),
+    (["trainer.stale_policy=skip"], "trainer.stale_policy='skip': expected one of drop"),
+    (["trainer.pipeline=offpolicy"], "trainer.pipeline='offpolicy': unknown pipeline; registered: async, on_policy, one_step_off"),
+    (["trainer.pipeline=async", "trainer.backend=ray"], "trainer.pipeline='async': expected on_policy with trainer.backend=ray"),
+    (["recipe=tiny_qwen3_grpo", "trainer.pipeline=async", "rollout.backend=vllm"],
+     "trainer.pipeline='async': expected on_policy with rollout.backend='vllm', which cannot sample beside the trainer"),
+])
+def test_bad_pipeline_settings_fail_at_load_naming_the_key(overrides, expected):
+    from omni_rl.config.validate import ConfigError
+
+    with pytest.raises(ConfigError) as err:
+        load_config(overrides)
+    assert str(err.value).startswith(expected), str(err.value)
+
+
+def test_every_backend_that_can_sample_beside_the_trainer_loads():
+    for overrides in (["trainer.pipeline=async"], ["trainer.pipeline=one_step_off", "rollout.backend=server"],
+                      ["recipe=tiny_qwen3_grpo", "trainer.pipeline=async", "rollout.backend=vllm",
+                       "rollout.python=/opt/vllm-omni/bin/python"]):
+        assert load_config(overrides).trainer.pipeline in ("async", "one_step_off")
