@@ -28,8 +28,9 @@ from omni_rl.logging import SINK_NAMES
 from omni_rl.models.registry import ADAPTERS, adapter_key
 from omni_rl.plugins import PluginError, load_plugins
 from omni_rl.reward.registry import REWARDS, RewardConfigError, check_reward_options, reward_modalities
-from omni_rl.rollout.backends import ROLLOUT_BACKENDS
+from omni_rl.rollout.backends import ROLLOUT_BACKENDS, beside_trainer_problem
 from omni_rl.trainer import ACTOR_GROUPS  # the package registers the built-in backends
+from omni_rl.trainer.pipeline import PIPELINES
 
 _DEVICE = re.compile(r"^(auto|cpu|cuda(:\d+)?|npu(:\d+)?)$")
 
@@ -55,12 +56,14 @@ def check_components(cfg: OmniConfig) -> None:
         ("algo.kl_form", DIFFUSION_KL, cfg.algo.kl_form),
         ("rollout.backend", ROLLOUT_BACKENDS, cfg.rollout.backend),
         ("trainer.backend", ACTOR_GROUPS, cfg.trainer.backend),
+        ("trainer.pipeline", PIPELINES, cfg.trainer.pipeline),
     ]:
         if value not in registry:
             raise ConfigError(f"{key}={value!r}: unknown {registry.kind}; registered: {', '.join(registry.names())}")
     _check_policy_loss(cfg)
     _check_groups(cfg)
     _check_engine(cfg)
+    _check_pipeline(cfg)
     try:
         ADAPTERS.get(adapter_key(cfg.model.adapter, cfg.model.stage)).check_config(cfg)
     except ValueError as err:
@@ -168,6 +171,19 @@ def _check_groups(cfg: OmniConfig) -> None:
             f"compares each sample with the other samples of its prompt, so a group of one gets advantage 0 "
             f"(loss 0, grad norm 0) on every step; set trainer.samples_per_prompt to 2 or more (GRPO recipes "
             f"use 8-16){alternative}"
+        )
+
+
+def _check_pipeline(cfg: OmniConfig) -> None:
+    """A pipelined run samples while the trainer updates: its rollout backend must be able to."""
+    t, r = cfg.trainer, cfg.rollout
+    if t.pipeline == "on_policy":
+        return
+    problem = beside_trainer_problem(cfg)
+    if problem is not None:
+        raise ConfigError(
+            f"trainer.pipeline={t.pipeline!r}: expected on_policy with rollout.backend={r.backend!r}, which cannot "
+            f"sample beside the trainer: {problem}"
         )
 
 

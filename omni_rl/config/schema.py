@@ -342,6 +342,17 @@ class TrainerConfig:
     keep_last_checkpoints: int = 2
     # A checkpoint folder (or an output_dir, meaning its latest checkpoint) to continue from.
     resume: Optional[str] = None
+    # How rollouts overlap updates (`omni_rl/trainer/pipeline.py`): "on_policy" (each step samples
+    # with the weights it then updates), "one_step_off" (step t+1's rollout runs while step t
+    # updates), "async" (a background producer keeps up to trainer.max_staleness steps of groups
+    # ready; each update takes the oldest).
+    pipeline: str = "on_policy"
+    # The most weight versions a sample may lag the weights it trains (0 = on-policy). Checked on
+    # every sample before the loss; one_step_off needs >= 1 (its samples are one version old).
+    max_staleness: int = 1
+    # What happens to a group staler than trainer.max_staleness: "drop" (counted, the next ready
+    # groups take its place) or "reroll" (counted, sampled again with the current weights).
+    stale_policy: str = "drop"
     wandb_project: str = "omni-rl"
 
 

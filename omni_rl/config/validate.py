@@ -142,6 +142,7 @@ def validate_config(cfg: OmniConfig) -> None:
              "one of gaussian, default")
     _validate_ltx2_guidance(cfg)
     _validate_distribution(cfg)
+    _validate_pipeline(cfg)
     _require(len(cfg.reward.rewards) >= 1, "reward.rewards", [], "at least one reward")
     _require(cfg.reward.max_batch_size >= 1, "reward.max_batch_size", cfg.reward.max_batch_size, ">= 1")
     _require(cfg.reward.max_wait_ms >= 0, "reward.max_wait_ms", cfg.reward.max_wait_ms, ">= 0")
@@ -229,6 +230,19 @@ def _validate_ltx2_guidance(cfg: OmniConfig) -> None:
             _require(math.isfinite(value) and value >= low, key, value, f"a finite value >= {low:g} ({off})")
     _require(all(isinstance(b, int) and b >= 0 for b in m.stg_blocks), "model.stg_blocks", list(m.stg_blocks),
              "zero-based transformer block indices (integers >= 0)")
+
+
+def _validate_pipeline(cfg: OmniConfig) -> None:
+    """The staleness bound and what happens beyond it. Which pipelines exist, and which rollout
+    backends can sample beside the trainer, `omni_rl.compose` checks against their registries."""
+    t = cfg.trainer
+    _require(isinstance(t.max_staleness, int) and t.max_staleness >= 0, "trainer.max_staleness", t.max_staleness,
+             "an integer >= 0 (weight versions a sample may lag the weights it trains; 0 = on-policy)")
+    _require(t.stale_policy in ("drop", "reroll"), "trainer.stale_policy", t.stale_policy,
+             "one of drop (leave stale groups out), reroll (sample them again with the current weights)")
+    _require(t.pipeline != "one_step_off" or t.max_staleness >= 1, "trainer.max_staleness", t.max_staleness,
+             ">= 1 with trainer.pipeline=one_step_off (its samples are one weight version old by construction); "
+             "use trainer.pipeline=on_policy for fresh samples")
 
 
 def _validate_distribution(cfg: OmniConfig) -> None:

@@ -12,6 +12,7 @@ trains K (all W, or DanceGRPO's per-sample subset: `step_index`):
   sigmas, sigmas_next, noise_levels [N, K]
   conditioning   Conditioning of N
   rewards, advantages [N];  group_index [N] (samples of one prompt share it)
+  weight_versions [N] long            the weight version each sample was rolled out with (-1: unknown)
   images         uint8 [N, H, W, C], or [N, T, H, W, C] for video
   final_latents  [N, *latent]  the clean latents (latent reward models score these)
   audio          float [N, channels, samples] at sample_rate (audio-video models), else None
@@ -25,6 +26,7 @@ from typing import Any, Optional, Sequence
 import torch
 
 from omni_rl.models.conditioning import Conditioning
+from omni_rl.rollout.base import weight_versions_of
 from omni_rl.rollout.types import DiffusionResult
 from omni_rl.algos import latent_streams as ls
 
@@ -53,6 +55,7 @@ class DiffusionBatch:
     fps: float = 16.0
     audio: Optional[torch.Tensor] = None
     sample_rate: Optional[int] = None
+    weight_versions: Optional[torch.Tensor] = None
     extras: dict[str, Any] = field(default_factory=dict)
 
     def __len__(self) -> int:
@@ -97,6 +100,7 @@ class DiffusionBatch:
             fps=results[0].fps,
             audio=torch.stack([r.audio for r in results]) if results[0].audio is not None else None,
             sample_rate=results[0].sample_rate,
+            weight_versions=weight_versions_of(results),
         )
         if step_index is None:
             return batch
@@ -130,4 +134,5 @@ class DiffusionBatch:
             old_means=pick(self.old_means),
             rollout_is_weights=pick(self.rollout_is_weights),
             step_index=pick(self.step_index),
+            weight_versions=pick(self.weight_versions),
         )

@@ -9,6 +9,7 @@ N samples; prompts left-padded to P columns, responses right-padded to R columns
   rollout_is_weights [N, R] fp32 or None: rollout-correction weights of the policy loss (algo.rollout_is)
   media           one dict of processor tensors per sample (images, audio), collated per forward
   rewards, advantages [N];  group_index [N]
+  weight_versions [N] long   the weight version each response was sampled with (-1: unknown)
   texts           the decoded responses (what rewards score)
 """
 from __future__ import annotations
@@ -18,6 +19,7 @@ from typing import Any, Optional, Sequence
 
 import torch
 
+from omni_rl.rollout.base import weight_versions_of
 from omni_rl.rollout.text_types import TextResult
 
 
@@ -39,6 +41,7 @@ class TextBatch:
     advantages: Optional[torch.Tensor] = None
     old_log_probs: Optional[torch.Tensor] = None
     rollout_is_weights: Optional[torch.Tensor] = None
+    weight_versions: Optional[torch.Tensor] = None
     extras: dict[str, Any] = field(default_factory=dict)
 
     def __len__(self) -> int:
@@ -70,6 +73,7 @@ class TextBatch:
             rollout_log_probs=log_probs, media=[dict(r.prompt.media) for r in results],
             texts=[r.text for r in results], finish_reasons=[r.finish_reason for r in results],
             temperature=results[0].temperature, prompt_width=p_width,
+            weight_versions=weight_versions_of(results),
         )
 
     def select(self, index: Sequence[int] | torch.Tensor) -> "TextBatch":
@@ -84,5 +88,5 @@ class TextBatch:
             rollout_log_probs=pick(self.rollout_log_probs), media=[self.media[i] for i in ids],
             texts=[self.texts[i] for i in ids], finish_reasons=[self.finish_reasons[i] for i in ids],
             rewards=pick(self.rewards), advantages=pick(self.advantages), old_log_probs=pick(self.old_log_probs),
-            rollout_is_weights=pick(self.rollout_is_weights),
+            rollout_is_weights=pick(self.rollout_is_weights), weight_versions=pick(self.weight_versions),
         )

@@ -13,8 +13,15 @@ imported inside the factories only, so the registry works without them. A factor
 loads the checkpoint itself carries `loads_own_weights = True`: the server then builds the
 model weightless (configs, tokenizers, shapes), not a second copy of the weights.
 Register another with `@register_rollout_backend("name")` in a plugin module.
+
+Pipelined training (`trainer.pipeline` one_step_off / async) samples while the trainer updates.
+A factory says whether its engine can with `beside_trainer(cfg) -> None | reason` (no attribute:
+it cannot); one that samples with the model it is given marks `shares_model = True`, and the
+trainer then gives it a copy of its own (`LocalActorGroup`).
 """
 from __future__ import annotations
+
+from typing import Optional
 
 from omni_rl.config.schema import OmniConfig
 from omni_rl.models.loading import resolve_model_path
@@ -35,6 +42,19 @@ def register_rollout_backend(name: str):
 
 def build_rollout_engine(cfg: OmniConfig, model) -> RolloutEngine:
     return ROLLOUT_BACKENDS.get(cfg.rollout.backend)(cfg, model)
+
+
+def beside_trainer_problem(cfg: OmniConfig) -> Optional[str]:
+    """Why `rollout.backend`'s engine cannot sample while the trainer updates; None if it can."""
+    check = getattr(ROLLOUT_BACKENDS.get(cfg.rollout.backend), "beside_trainer", None)
+    if check is None:
+        return "its factory does not declare that it can sample while the trainer updates (beside_trainer)"
+    return check(cfg)
+
+
+def shares_model(cfg: OmniConfig) -> bool:
+    """Whether `rollout.backend`'s engine samples with the very model object it is built on."""
+    return getattr(ROLLOUT_BACKENDS.get(cfg.rollout.backend), "shares_model", False)
 
 
 @register_rollout_backend("native")
@@ -98,5 +118,19 @@ def vllm_engine(cfg: OmniConfig, model) -> RolloutEngine:
     return _start_from_trainer(VllmTextEngine(cfg, model, resolve_model_path(cfg.model.path, cfg.model.revision)), model)
 
 
+def _own_process_only(cfg: OmniConfig) -> Optional[str]:
+    if cfg.rollout.python is not None:
+        return None  # the engine runs behind the rollout server, in a process of its own
+    return (f"in this process (rollout.python=null) the {cfg.rollout.backend} engine shares the trainer's "
+            f"accelerator and has not been run beside an update; set rollout.python (e.g. "
+            f"/opt/vllm-omni/bin/python) to run it in a process of its own")
+
+
 vllm_omni_engine.loads_own_weights = True
 vllm_engine.loads_own_weights = True
+# The native engine samples with the model it is given; beside the trainer that is a copy.
+native_engine.shares_model = True
+native_engine.beside_trainer = lambda cfg: None
+server_engine.beside_trainer = lambda cfg: None  # its own process and copy, synced by update_weights
+vllm_omni_engine.beside_trainer = _own_process_only
+vllm_engine.beside_trainer = _own_process_only

@@ -32,6 +32,8 @@ from concurrent.futures import Future
 from types import MappingProxyType
 from typing import Any, Sequence
 
+import torch
+
 from omni_rl.utils.tensor_buckets import NamedTensors
 
 WEIGHT_KINDS = ("lora", "full")
@@ -40,6 +42,11 @@ WEIGHT_KINDS = ("lora", "full")
 def weight_kind(model) -> str:
     """What `model.named_trainable_tensors()` holds: LoRA tensors only, or the full weights."""
     return "lora" if model.cfg.lora.enabled else "full"
+
+
+def weight_versions_of(results: Sequence[Any]):
+    """[N] long tensor: each result's `weight_version`, -1 where the engine did not say."""
+    return torch.tensor([-1 if r.weight_version is None else int(r.weight_version) for r in results], dtype=torch.long)
 
 
 def check_weight_kind(kind: str) -> None:

@@ -14,7 +14,10 @@ actor with LoRA disabled) and the rollout engine that samples with the actor's w
 | `behaviour_policy(batch)`    | the batch scored under the current weights (`BehaviourPolicy`)   |
 | `update(batch, step)`        | one PPO update (epochs x mini-batches); the step's metrics        |
 | `sync_rollout(version)`      | the rollout engine takes the actor's weights, tagged `version`    |
-| `save(dir, step, yaml)`      | a checkpoint folder (atomic); `load(state)` resumes from one      |
+| `weights_snapshot(version)`  | detached copies of the trainable tensors (`WeightSnapshot`), for   |
+|                              | a pipelined producer (`trainer.pipeline`) to load between rollouts |
+| `save(dir, step, yaml, pipeline)` | a checkpoint folder (atomic), with the producer's in-flight  |
+|                              | units (`PipelineState`); `load(state)` resumes from one           |
 | `export(folder)`             | the trained weights (LoRA or full) in the model library's format  |
 | `set_step(step)`, `close()`  | the step a failure is reported at; release everything             |
 
@@ -64,8 +67,12 @@ class ActorGroup(ABC):
     def sync_rollout(self, version: int) -> None:
         ...
 
+    def weights_snapshot(self, version: int):
+        """A `WeightSnapshot` of the trainable tensors now (`omni_rl.trainer.pipeline`)."""
+        raise NotImplementedError(f"{type(self).__name__} runs trainer.pipeline=on_policy only")
+
     @abstractmethod
-    def save(self, output_dir: Path, step: int, config_yaml: str) -> Path:
+    def save(self, output_dir: Path, step: int, config_yaml: str, pipeline=None) -> Path:
         ...
 
     @abstractmethod

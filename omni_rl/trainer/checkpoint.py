@@ -13,6 +13,9 @@ A checkpoint is a folder `OUTPUT/checkpoints/step_000020/` holding
 - `lora/` (LoRA runs) or `model/` (full fine-tuning): the trained weights in the model
   library's own format (diffusers: `pipe.load_lora_weights(folder)`; PEFT / transformers:
   `from_pretrained`), for use outside omni-rl;
+- `pipeline.safetensors` (a pipelined run, `trainer.pipeline`): the trainable tensors of each
+  weight version its in-flight rollouts were sampled with (`VERSION/NAME`); trainer_state.json's
+  `pipeline` lists those rollouts as [step, version], to be sampled again after resume;
 - `config.yaml`: the config of the run that wrote it;
 - `manifest.json`: the size and sha256 of every other file, written last.
 
@@ -58,6 +61,7 @@ _STEP_DIR = re.compile(r"^step_(\d+)$")
 FORMAT_VERSION = 2
 STATE_FILE = "trainer_state.json"
 TENSORS_FILE = "trainer_state.safetensors"
+PIPELINE_FILE = "pipeline.safetensors"
 MANIFEST_FILE = "manifest.json"
 CONFIG_FILE = "config.yaml"
 # The pickle earlier versions wrote; recognised only to refuse it.
@@ -118,17 +122,22 @@ def checkpoint_dir(output_dir: Path, step: int) -> Path:
 
 
 def write_checkpoint(output_dir: Path, step: int, model, config_yaml: str, keep_last: int,
-                     write_weights: Callable[[Path], dict[str, Any]]) -> Path:
+                     write_weights: Callable[[Path], dict[str, Any]], pipeline=None) -> Path:
     """The one way a checkpoint folder is made, for every backend.
 
     `write_weights(folder)` writes the trainable state and the export into the (temporary)
     folder and returns what `trainer_state.json` records about them (its backend's keys); this
-    adds the step, RNG states, tensor names and shapes, the config, and the manifest last.
+    adds the step, RNG states, tensor names and shapes, the config, the rollout producer's
+    in-flight units (`pipeline`: a `PipelineState`, or None) and the manifest last.
     """
     rng = rng_state()
     target = checkpoint_dir(output_dir, step)
     with atomic_directory(target) as tmp:
         extra = write_weights(tmp)
+        if pipeline is not None and pipeline.meta["units"]:
+            atomic_save_safetensors({k: v.detach().cpu().contiguous() for k, v in pipeline.tensors.items()},
+                                    tmp / PIPELINE_FILE)
+            extra = {**extra, "pipeline": pipeline.meta}
         state = {
             "format": FORMAT_VERSION,
             "step": step,
@@ -143,7 +152,8 @@ def write_checkpoint(output_dir: Path, step: int, model, config_yaml: str, keep_
     return target
 
 
-def save_checkpoint(output_dir: Path, step: int, state: dict[str, Any], model, config_yaml: str, keep_last: int) -> Path:
+def save_checkpoint(output_dir: Path, step: int, state: dict[str, Any], model, config_yaml: str, keep_last: int,
+                    pipeline=None) -> Path:
     """A one-process checkpoint: `state` is `LocalEngine.state_dict()` (trainable tensors, optimizer)."""
 
     def write_weights(folder: Path) -> dict[str, Any]:
@@ -152,7 +162,7 @@ def save_checkpoint(output_dir: Path, step: int, state: dict[str, Any], model, c
         model.save_trained(str(folder / export_folder(model)))
         return {"optimizer": optimizer}
 
-    return write_checkpoint(output_dir, step, model, config_yaml, keep_last, write_weights)
+    return write_checkpoint(output_dir, step, model, config_yaml, keep_last, write_weights, pipeline)
 
 
 def _split_engine_state(state: dict[str, Any]) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
@@ -332,8 +342,30 @@ def read_checkpoint(folder: Path) -> dict[str, Any]:
         check_dcp_metadata(folder / SHARDED_DIR / ".metadata")
     else:
         state.update(_read_tensors(folder / TENSORS_FILE, raw, state_path))
+    if "pipeline" in raw:
+        state["pipeline_tensors"] = _read_pipeline(folder, raw["pipeline"], listed, state_path)
     state["folder"] = str(folder)
     return state
+
+
+def _read_pipeline(folder: Path, meta: Any, listed: set[str], state_path: Path) -> dict[str, torch.Tensor]:
+    """The tensors of the versions the in-flight rollouts used, checked against `pipeline`."""
+    from safetensors import SafetensorError
+    from safetensors.torch import load_file
+
+    if PIPELINE_FILE not in listed:
+        raise CheckpointError(f"{folder / MANIFEST_FILE}: does not list {PIPELINE_FILE}, which {STATE_FILE} needs")
+    try:
+        tensors = load_file(folder / PIPELINE_FILE, device="cpu")
+    except (SafetensorError, OSError, ValueError) as err:
+        raise CheckpointError(f"{folder / PIPELINE_FILE}: not a readable safetensors file ({err})") from err
+    try:
+        versions = {str(int(version)) for _index, version in meta["units"]}
+        if versions - set(meta["kinds"]) or versions - {k.split("/", 1)[0] for k in tensors}:
+            raise ValueError(f"versions {sorted(versions)} without their kind or tensors")
+    except _DECODE_ERRORS as err:
+        raise CheckpointError(f"{state_path}: its pipeline entry does not fit {PIPELINE_FILE} ({_describe(err)})") from err
+    return tensors
 
 
 def _read_tensors(path: Path, raw: dict[str, Any], state_path: Path) -> dict[str, Any]:

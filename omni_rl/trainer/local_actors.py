@@ -5,11 +5,20 @@ the same model with LoRA disabled, and the rollout engine samples with it, so a 
 only records the version and the rollout's log-probs are the actor's own (when the engine says
 its code path is the trainer's: `RolloutEngine.same_log_probs_as`). An engine with a model of its
 own (`rollout.backend=server`: another process) takes the trainable tensors at each sync instead.
+
+Pipelined (`trainer.pipeline` one_step_off / async), the rollout samples while the update changes
+the weights, so it cannot sample with the trained model: an engine that would
+(`rollout.backend=native`) is built on a copy of the model of its own, built like the first and
+given the actor's trainable tensors (version 0), then whatever version the producer loads. The
+cost is one more model in memory; a GPU run would rather use `rollout.backend=server` (or vLLM
+behind it) on devices of its own.
 """
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
+
+import torch
 
 from omni_rl.config.schema import OmniConfig
 from omni_rl.config.validate import ConfigError
@@ -19,9 +28,11 @@ from omni_rl.families import build_family
 from omni_rl.families.base import BehaviourPolicy
 from omni_rl.families.update import run_update, summarize
 from omni_rl.models.factory import build_model
-from omni_rl.rollout.backends import build_rollout_engine
+from omni_rl.rollout.backends import build_rollout_engine, shares_model
+from omni_rl.rollout.base import weight_kind
 from omni_rl.trainer.actor_group import ActorGroup, register_backend
 from omni_rl.trainer.checkpoint import CheckpointError, save_checkpoint
+from omni_rl.trainer.pipeline import WeightSnapshot
 
 
 @register_backend("local")
@@ -49,8 +60,19 @@ class LocalActorGroup(ActorGroup):
         self.model = build_model(cfg.model, pick_device(cfg.trainer.device), tuple(cfg.plugins))
         self.family = build_family(cfg, self.model)
         self.engine = build_engine(self.model, cfg)
-        self.rollout_engine = build_rollout_engine(cfg, self.model)
+        rollout_model = self._rollout_model()
+        self.rollout_engine = build_rollout_engine(cfg, rollout_model)
+        if rollout_model is not self.model:  # the copy starts from the actor's weights
+            self.rollout_engine.update_weights(self.model.named_trainable_tensors(), 0, weight_kind(self.model))
         self.version = 0
+
+    def _rollout_model(self):
+        """The model the rollout engine is built on: the trained one, or, pipelined with an engine
+        that samples with the model it is given, a copy (the RNG untouched: the run stays the same)."""
+        if self.cfg.trainer.pipeline == "on_policy" or not shares_model(self.cfg):
+            return self.model
+        with torch.random.fork_rng(devices=[]):
+            return build_model(self.cfg.model, self.model.device, tuple(self.cfg.plugins))
 
     @property
     def rollout_is_behaviour_policy(self) -> bool:
@@ -66,9 +88,14 @@ class LocalActorGroup(ActorGroup):
         self.version = version
         self.rollout_engine.sync_weights(self.model, version)
 
-    def save(self, output_dir: Path, step: int, config_yaml: str) -> Path:
+    def weights_snapshot(self, version: int) -> WeightSnapshot:
+        tensors = {n: t.detach().clone() for n, t in self.model.named_trainable_tensors().items()}
+        return WeightSnapshot(version, weight_kind(self.model), tensors)
+
+    def save(self, output_dir: Path, step: int, config_yaml: str, pipeline=None) -> Path:
         return save_checkpoint(
-            output_dir, step, self.engine.state_dict(), self.model, config_yaml, self.cfg.trainer.keep_last_checkpoints
+            output_dir, step, self.engine.state_dict(), self.model, config_yaml, self.cfg.trainer.keep_last_checkpoints,
+            pipeline,
         )
 
     def load(self, state: dict[str, Any]) -> None:

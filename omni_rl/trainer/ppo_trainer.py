@@ -1,15 +1,18 @@
-"""The PPO trainer: one on-policy loop, read top to bottom.
+"""The PPO trainer: one loop, read top to bottom.
 
-    prompts  -> rollout (request-batched, fp32 trajectories) -> rewards -> advantages
+    rollout producer (trainer.pipeline: on_policy, one_step_off, async) -> the step's batch,
+             each sample with the weight version it was sampled with, none staler than
+             trainer.max_staleness (request-batched, fp32 trajectories) -> rewards -> advantages
              -> old log-probs (the rollout's where they are the actor's own, else recomputed)
                 and, with algo.rollout_is, the rollout-correction weights between the two
              -> PPO update (epochs x mini-batches, replaying the stored steps)
-             -> weight sync -> log / validate / checkpoint
+             -> weight sync (through the producer) -> log / validate / checkpoint
 
 This module wires the parts together and owns the run's outputs. It talks to an `ActorGroup`
 (where the weights live: this process or Ray workers, chosen by `trainer.backend`), to the
-rollout engine the group samples with, and to the model's `ModelFamily` (requests, batches,
-reward inputs, validation); it never asks which backend or family it has. The maths lives in
+rollout engine the group samples with, to the model's `ModelFamily` (requests, batches, reward
+inputs, validation) and to a `RolloutProducer` (`pipeline.py`), which makes each step's batch now
+or ahead of time; it never asks which backend, family or pipeline it has. The maths lives in
 `omni_rl.algos`. Everything random is seeded from (trainer.seed, step, sample), so a resumed
 run repeats the uninterrupted one exactly.
 
@@ -40,6 +43,7 @@ from omni_rl.trainer.actor_group import ACTOR_GROUPS
 from omni_rl.trainer.checkpoint import check_compatible, export_folder, list_checkpoints, load_checkpoint, set_rng_state
 from omni_rl.trainer.interrupt import StopOnSignal, TrainingInterrupted
 from omni_rl.trainer.leftovers import remove_stale_tiny_builds
+from omni_rl.trainer.pipeline import PIPELINES, PipelineState
 from omni_rl.trainer.run_dir import DISK_FULL, OutputWriteError, open_run_dir, write_failure
 from omni_rl.trainer.timer import StepTimer
 from omni_rl.utils.atomic import atomic_directory, atomic_write_text
@@ -64,7 +68,7 @@ class PPOTrainer:
         # Checked, held (until _close) and tidied before any model loads: a bad or busy folder
         # fails in a second, not after minutes of loading weights.
         self.run_dir = open_run_dir(cfg)
-        self.actors = self.rewards = self.reward_scorer = self.run_log = None
+        self.actors = self.rewards = self.reward_scorer = self.run_log = self.producer = None
         self.owns_ray = False
         try:
             self.run_log = attach_run_log(self.output_dir)  # OUTPUT/train.log: every record, noise included
@@ -91,8 +95,14 @@ class PPOTrainer:
             )
             self.val_items = val_items[: t.val_num_prompts]
             self.start_step = 0
-            if t.resume:
-                self._resume(t.resume)
+            saved = self._resume(t.resume) if t.resume else None
+            self.producer = PIPELINES.get(t.pipeline)(cfg, self.actors, self._rollout_unit, self.start_step, saved)
+            if t.pipeline != "on_policy" and cfg.algo.rollout_is == "none" and cfg.algo.old_logprob_mode != "bypass":
+                log.warning(
+                    "trainer.pipeline=%s with algo.rollout_is=none: stale samples are not reweighted towards the "
+                    "current policy; set algo.rollout_is (step or sequence for diffusion, token or sequence for text)",
+                    t.pipeline,
+                )
             with self._writing("config.yaml"):
                 atomic_write_text(self.output_dir / "config.yaml", to_yaml(cfg))
             self.logger = MetricLogger(
@@ -193,12 +203,11 @@ class PPOTrainer:
     def train_step(self, step: int) -> dict[str, float]:
         timer = StepTimer()
         self.actors.set_step(step)
-        prompts = self.sampler.prompts_for_step(step - 1)
         scorer = self.reward_scorer
         with timer("rollout"):
-            batch, reward_futures = self.family.rollout(
-                self.rollout_engine, prompts, step, scorer.submit if scorer else None
-            )
+            # Sampled now (on_policy) or ahead of time; each sample says its weight version.
+            produced = self.producer.next(step)
+            batch, reward_futures = produced.batch, produced.reward_futures
         with timer("reward"):
             # With overlap the samples were being scored during the rollout; this waits for the rest.
             if scorer is not None:
@@ -210,25 +219,34 @@ class PPOTrainer:
                 AdvantageInput(reward.total, batch.group_index, self.cfg.algo.std_mode, self.cfg.algo.adv_eps)
             )
         with timer("old_log_prob"):
-            old = self.old_policy(batch, step)
+            old = self.old_policy(batch, step, fresh=produced.metrics["rollout_corr/staleness_max"] == 0)
             batch.old_log_probs, batch.old_means, batch.rollout_is_weights = old.log_probs, old.means, old.rollout_is_weights
         with timer("update"):
             update = self.actors.update(batch, step)
         with timer("weight_sync"):
-            self.actors.sync_rollout(step)
+            self.producer.publish(step)
         return {
-            **reward.metrics, **self.family.rollout_metrics(batch), **update, **old.metrics, **timer.metrics(len(batch)),
+            **reward.metrics, **self.family.rollout_metrics(batch), **update, **old.metrics, **produced.metrics,
+            **timer.metrics(len(batch)),
             "actor/advantage_abs_mean": float(batch.advantages.abs().mean()),
         }
 
     # --- parts ---------------------------------------------------------------------------
-    def old_policy(self, batch, step: int) -> OldPolicy:
+    def _rollout_unit(self, index: int):
+        """The batch (and reward futures) of step `index`'s prompts and seeds, with the weights the
+        engine holds: what the producer samples, now or ahead of time."""
+        scorer = self.reward_scorer
+        prompts = self.sampler.prompts_for_step(index - 1)
+        return self.family.rollout(self.rollout_engine, prompts, index, scorer.submit if scorer else None)
+
+    def old_policy(self, batch, step: int, fresh: bool = True) -> OldPolicy:
         """The ratio's old log-probs, the old transition means (None unless the loss reads them),
         the rollout-correction weights and how far the rollout's log-probs are from the trainer's.
 
         The rollout's own log-probs serve as the old ones where they are the actor's bit for bit
-        (`algo.old_logprob_mode=auto` and the actor group says so: the same model in this
-        process, fp32, the current weight version) or where the user says to (`bypass`);
+        (`algo.old_logprob_mode=auto`, every sample `fresh` (sampled with the weights being
+        trained) and the actor group says so: the same model in this process, fp32, the current
+        weight version) or where the user says to (`bypass`);
         otherwise the actor recomputes them (`recompute`, and `auto` anywhere else). The forward
         also runs when the loss reads the old transition means, and every
         `algo.logprob_check_every` steps, where it measures the gap on every sample. On the
@@ -236,12 +254,16 @@ class PPOTrainer:
 
         With `algo.rollout_is` set (which the config allows with `auto` and `recompute` only), the
         weights are min(exp(old - rollout), C) of `rollout_correction`, computed once for the
-        step. Where the rollout's log-probs are the old ones every weight is exactly 1: the loss
+        step. With stale samples (trainer.pipeline) the rollout's log-probs are the behaviour
+        policy's, the version that sampled them, and the recomputed ones the current weights':
+        the weights are then the importance weights between the current and the behaviour
+        policy (decoupled PPO: the ratio's old policy is the current one, the weight corrects the
+        staleness), truncated or masked at token, step or sequence level. Where the rollout's log-probs are the old ones every weight is exactly 1: the loss
         gets none, and the metrics say 1 without computing anything.
         """
         algo = self.cfg.algo
         use_rollout = algo.old_logprob_mode == "bypass" or (
-            algo.old_logprob_mode == "auto" and self.actors.rollout_is_behaviour_policy
+            algo.old_logprob_mode == "auto" and fresh and self.actors.rollout_is_behaviour_policy
         )
         unit = {} if algo.rollout_is == "none" else {
             "rollout_corr/is_weight_mean": 1.0, "rollout_corr/is_weight_max": 1.0, "rollout_corr/is_clipped_fraction": 0.0,
@@ -264,13 +286,16 @@ class PPOTrainer:
         return OldPolicy(scored.log_probs, scored.means, weights, metrics)
 
     def validate(self, step: int) -> dict[str, float]:
-        return self.family.validate(self.rollout_engine, self.val_items, step, self.rewards, self.output_dir, self.logger)
+        return self.producer.exclusive(
+            lambda engine: self.family.validate(engine, self.val_items, step, self.rewards, self.output_dir, self.logger)
+        )
 
     # --- outputs -------------------------------------------------------------------------
     def save(self, step: int) -> Path:
-        return self.actors.save(self.output_dir, step, to_yaml(self.cfg))
+        return self.actors.save(self.output_dir, step, to_yaml(self.cfg), self.producer.state())
 
-    def _resume(self, path: str) -> None:
+    def _resume(self, path: str) -> Optional[PipelineState]:
+        """Load the checkpoint `path` names; returns the rollouts it had in flight (None: none)."""
         state = load_checkpoint(path)  # verified against its manifest; nothing unpickled
         check_compatible(state, self.cfg, self.model)
         self.actors.load(state)
@@ -284,6 +309,12 @@ class PPOTrainer:
                 "trainer.total_steps=%d is not above the checkpoint's step %d: nothing to train; raise "
                 "trainer.total_steps to continue", total, self.start_step,
             )
+        if "pipeline" not in state:
+            return None
+        if self.cfg.trainer.pipeline == "on_policy":
+            log.info("%s holds rollouts sampled ahead (a pipelined run); on_policy samples afresh", state["folder"])
+            return None
+        return PipelineState(state["pipeline"], state["pipeline_tensors"])
 
     def export(self, folder: Path) -> None:
         """The trained weights (LoRA or full) into `folder`, atomically."""
@@ -292,6 +323,8 @@ class PPOTrainer:
 
     def _close(self) -> None:
         try:
+            if self.producer is not None:
+                self.producer.close()
             if self.reward_scorer is not None:
                 self.reward_scorer.close()
             close_rewards = getattr(self.rewards, "close", None)  # reward workers on Ray

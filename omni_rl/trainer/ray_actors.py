@@ -58,6 +58,12 @@ class RayActorGroup(ActorGroup):
     @classmethod
     def check_config(cls, cfg: OmniConfig) -> None:
         t = cfg.trainer
+        if t.pipeline != "on_policy":
+            raise ConfigError(
+                f"trainer.pipeline={t.pipeline!r}: expected on_policy with trainer.backend=ray (its rollout "
+                f"copies live on the training workers, which run one call at a time, so a rollout cannot run "
+                f"beside an update); use trainer.backend=local with rollout.backend=server for a pipelined run"
+            )
         world = t.nnodes * t.devices_per_node
         # Each rank takes the same share of every mini-batch, in whole micro-batches, so that the
         # FSDP gradient average equals one process's mean over the mini-batch's micro-batches.
@@ -115,7 +121,7 @@ class RayActorGroup(ActorGroup):
         """The trained weights into `folder` (written by rank 0; see `programs.export_trained`)."""
         self.group.run("export", programs.export_trained, [(str(folder),)] * self.group.world_size)
 
-    def save(self, output_dir: Path, step: int, config_yaml: str) -> Path:
+    def save(self, output_dir: Path, step: int, config_yaml: str, pipeline=None) -> Path:
         """A checkpoint folder as `checkpoint.write_checkpoint` makes it, with the optimizer and
         trainable tensors in `sharded/` (one DCP shard per rank) and the step, RNG states and
         world size in trainer_state.json."""
@@ -127,7 +133,7 @@ class RayActorGroup(ActorGroup):
             return {"sharded": SHARDED_DIR, "world_size": self.group.world_size}
 
         return write_checkpoint(
-            output_dir, step, self.model, config_yaml, self.cfg.trainer.keep_last_checkpoints, write_weights
+            output_dir, step, self.model, config_yaml, self.cfg.trainer.keep_last_checkpoints, write_weights, pipeline
         )
 
     def load(self, state: dict[str, Any]) -> None:

@@ -1,0 +1,315 @@
+"""Rollout producers: where a step's batch comes from, one class per `trainer.pipeline`.
+
+The loop asks its producer for each step's batch (`next(step)`), hands it the weights after each
+update (`publish(version)`), runs validation through it (`exclusive(fn)`) and saves what it holds
+with each checkpoint (`state()`). The loop reads the same in every mode: the overlap lives here.
+
+| trainer.pipeline | step t's rollout                                               | staleness |
+|------------------|----------------------------------------------------------------|-----------|
+| on_policy        | made in next(t), with the weights step t trains (today's loop) | 0         |
+| one_step_off     | started when next(t-1) took its batch, on the producer's thread, so it runs while step t-1 updates | 1 (0 at step 1) |
+| async            | the producer's thread keeps `max_staleness` steps of groups ready or in flight; next(t) takes the oldest | <= max_staleness |
+
+Versions: the weights after step t's update are version t, so step t trains version t - 1 and a
+sample rolled out with version v is (t - 1) - v versions stale. A unit is one step's groups, with
+the prompts and seeds on_policy gives that step (`rollout(index)`); it is sampled with one
+version, because weights reach the engine between units only: a group never mixes versions, nor
+does its advantage.
+
+Bounded staleness: a buffered producer holds at most `capacity` units ready or in flight (1 for
+one_step_off, `max_staleness` for async; with 0, one unit on demand: on_policy's batches), and
+only the loop's taking a unit frees a place. Which weights a unit gets is decided when its place
+is freed, in the loop's thread (the newest published version), never by the producer thread's
+timing, so the pipelines are deterministic and a unit is at most `capacity` versions old when
+taken. The bound is still checked on every sample as it is taken (a resumed buffer under a lower
+bound, an engine that swapped weights mid-unit, a group of mixed versions): such a unit is
+dropped (the next one takes its place) or rolled again with the newest weights
+(`trainer.stale_policy`), and counted in `rollout_corr/dropped_fraction`.
+
+Weights: `publish(version)` keeps a detached copy of the trainable tensors (LoRA tensors: cheap;
+full fine-tuning: one more copy of the trainable module), because the next update changes the
+live ones while a rollout still runs; the producer loads a unit's copy into the engine
+(`update_weights`) just before sampling it.
+
+Resume: `state()` lists the units ready or in flight as (step, version) with the tensors of each
+version they use; a producer built from it samples them again, from their seeds, with those
+weights, so a resumed run trains on the very samples the uninterrupted one did.
+
+Not here: the rollout itself (the family's), rewards, advantages and old log-probs (the loop).
+"""
+from __future__ import annotations
+
+import threading
+import time
+from abc import ABC, abstractmethod
+from collections import deque
+from dataclasses import dataclass
+from typing import Any, Callable, NamedTuple, Optional
+
+import torch
+
+from omni_rl.config.schema import OmniConfig
+from omni_rl.registry import Registry
+from omni_rl.rollout.native import RolloutEngineError
+
+# rollout(index) -> (batch, reward futures): the unit made for step `index`, as on_policy makes it.
+RolloutFn = Callable[[int], tuple[Any, list]]
+
+
+@dataclass(frozen=True)
+class WeightSnapshot:
+    """The trainable tensors of one weight version (detached copies), as `update_weights` takes them."""
+
+    version: int
+    kind: str
+    tensors: dict[str, torch.Tensor]
+
+
+class Produced(NamedTuple):
+    batch: Any
+    reward_futures: list
+    metrics: dict[str, float]  # rollout_corr/staleness_mean, _max, dropped_fraction
+
+
+class PipelineState(NamedTuple):
+    """What a checkpoint keeps of a producer: JSON-able `meta` and the tensors of its versions."""
+
+    meta: dict[str, Any]
+    tensors: dict[str, torch.Tensor]
+
+
+class RolloutProducer(ABC):
+    """Built as `cls(cfg, actors, rollout, start_step, saved)`; `saved` is a checkpoint's
+    `PipelineState` or None."""
+
+    def __init__(self, cfg: OmniConfig, actors, rollout: RolloutFn, start_step: int,
+                 saved: Optional[PipelineState] = None):
+        self.cfg = cfg
+        self.actors = actors
+        self.engine = actors.rollout_engine
+        self.rollout = rollout
+
+    @abstractmethod
+    def next(self, step: int) -> Produced:
+        """Step `step`'s batch: never staler than `trainer.max_staleness` (see the module doc)."""
+
+    @abstractmethod
+    def publish(self, version: int) -> None:
+        """The actor's weights are now `version`: the rollouts started from now on use them."""
+
+    def exclusive(self, fn: Callable[[Any], Any]) -> Any:
+        """`fn(engine)` with the newest published weights and no unit sampling meanwhile."""
+        return fn(self.engine)
+
+    def state(self) -> Optional[PipelineState]:
+        return None
+
+    def close(self) -> None:
+        pass
+
+
+PIPELINES: Registry[type[RolloutProducer]] = Registry("pipeline")
+
+
+def register_pipeline(name: str):
+    """Class decorator: the `RolloutProducer` that `trainer.pipeline=name` selects."""
+    return PIPELINES.register(name)
+
+
+def staleness_metrics(versions: torch.Tensor, current: int, dropped: int) -> dict[str, float]:
+    stale = (current - versions).double()
+    return {
+        "rollout_corr/staleness_mean": float(stale.mean()),
+        "rollout_corr/staleness_max": float(stale.max()),
+        "rollout_corr/dropped_fraction": dropped / (dropped + len(versions)),
+    }
+
+
+@register_pipeline("on_policy")
+class OnPolicy(RolloutProducer):
+    """Each step samples, in the loop's thread, with the weights it then updates."""
+
+    def next(self, step: int) -> Produced:
+        batch, futures = self.rollout(step)
+        versions = batch.weight_versions
+        versions = torch.where(versions < 0, step - 1, versions)  # an engine that does not say
+        return Produced(batch, futures, staleness_metrics(versions, step - 1, 0))
+
+    def publish(self, version: int) -> None:
+        self.actors.sync_rollout(version)
+
+
+class _Ticket(NamedTuple):
+    index: int                 # the step whose prompts and seeds the unit has
+    weights: WeightSnapshot    # the version it is sampled with
+
+
+class _Unit(NamedTuple):
+    ticket: _Ticket
+    batch: Any
+    reward_futures: list
+
+
+class BufferedProducer(RolloutProducer):
+    """Units sampled on a thread of the producer's own, at most `capacity` ahead (module doc)."""
+
+    def capacity(self) -> int:
+        raise NotImplementedError
+
+    def __init__(self, cfg: OmniConfig, actors, rollout: RolloutFn, start_step: int,
+                 saved: Optional[PipelineState] = None):
+        super().__init__(cfg, actors, rollout, start_step, saved)
+        t = cfg.trainer
+        self.total_steps, self.max_staleness, self.stale_policy = t.total_steps, t.max_staleness, t.stale_policy
+        self.timeout_s = cfg.rollout.timeout_s
+        self.latest = actors.weights_snapshot(start_step)
+        self.engine_lock = threading.Lock()  # a unit's sampling, or `exclusive`
+        self.cv = threading.Condition()
+        self.tickets: deque[_Ticket] = deque()
+        self.beyond: list[_Ticket] = []  # tickets past total_steps (see _fill)
+        self.ready: deque[_Unit] = deque()
+        self.running: Optional[_Ticket] = None
+        self.next_index = start_step + 1
+        self.error: Optional[BaseException] = None
+        self.closed = False
+        for ticket in restore_tickets(saved):  # sampled again, with the weights they had
+            (self.tickets if ticket.index <= self.total_steps else self.beyond).append(ticket)
+            self.next_index = max(self.next_index, ticket.index + 1)
+        self.thread = threading.Thread(target=self._work, name="omni-rl-rollout-producer", daemon=True)
+        with self.cv:
+            self._fill(demand=False)
+        self.thread.start()
+
+    # --- the loop's side -----------------------------------------------------------------
+    def next(self, step: int) -> Produced:
+        current, dropped = step - 1, 0
+        deadline = time.monotonic() + self.timeout_s
+        with self.cv:
+            while True:
+                while not self.ready:
+                    if self.error is not None:
+                        raise RolloutEngineError(f"the rollout producer failed: {self.error!r}") from self.error
+                    self._fill(demand=True)
+                    if time.monotonic() > deadline:
+                        raise RolloutEngineError(
+                            f"trainer.pipeline={self.cfg.trainer.pipeline}: no rollout of step {step} within "
+                            f"rollout.timeout_s={self.timeout_s:g} s; raise it if the model is just slow"
+                        )
+                    self.cv.wait(0.5)
+                unit = self.ready.popleft()
+                versions = self._versions(unit)
+                if self._within_bound(unit, versions, current):
+                    self._fill(demand=False)
+                    return Produced(unit.batch, unit.reward_futures, staleness_metrics(versions, current, dropped))
+                dropped += len(versions)
+                if self.stale_policy == "reroll":
+                    self.tickets.appendleft(_Ticket(unit.ticket.index, self.latest))
+                    self.cv.notify_all()
+
+    def publish(self, version: int) -> None:
+        snapshot = self.actors.weights_snapshot(version)
+        with self.cv:
+            self.latest = snapshot
+
+    def exclusive(self, fn: Callable[[Any], Any]) -> Any:
+        with self.engine_lock:
+            with self.cv:
+                weights = self.latest
+            self._load(weights)
+            return fn(self.engine)
+
+    def state(self) -> Optional[PipelineState]:
+        with self.cv:
+            held = [u.ticket for u in self.ready] + ([self.running] if self.running else []) + list(self.tickets)
+            held += self.beyond
+        held.sort(key=lambda ticket: ticket.index)
+        tensors = {f"{t.weights.version}/{name}": value for t in held for name, value in t.weights.tensors.items()}
+        kinds = {str(t.weights.version): t.weights.kind for t in held}
+        return PipelineState({"units": [[t.index, t.weights.version] for t in held], "kinds": kinds}, tensors)
+
+    def close(self) -> None:
+        with self.cv:
+            self.closed = True
+            self.cv.notify_all()
+        self.thread.join(timeout=5)  # a unit still sampling fails once the engine closes
+
+    # --- helpers (called with self.cv held, except on the producer's thread) ------------------
+    def _fill(self, demand: bool) -> None:
+        """Start units while places are free; with `demand` (the loop waits on an empty buffer),
+        one even at capacity 0. The weights are the newest published ones, fixed now."""
+        held = len(self.ready) + len(self.tickets) + len(self.beyond) + (self.running is not None)
+        while held < self.capacity() or (demand and held == 0):
+            ticket = _Ticket(self.next_index, self.latest)
+            # Past trainer.total_steps a unit is not sampled, only kept for the checkpoint: a run
+            # resumed with more steps samples it as the uninterrupted run would have.
+            (self.tickets if ticket.index <= self.total_steps else self.beyond).append(ticket)
+            self.next_index += 1
+            held += 1
+            self.cv.notify_all()
+
+    def _versions(self, unit: _Unit) -> torch.Tensor:
+        versions = unit.batch.weight_versions
+        return torch.where(versions < 0, unit.ticket.weights.version, versions)
+
+    def _within_bound(self, unit: _Unit, versions: torch.Tensor, current: int) -> bool:
+        if int((current - versions).max()) > self.max_staleness:
+            return False
+        groups = unit.batch.group_index
+        for g in groups.unique():
+            if versions[groups == g].unique().numel() != 1:
+                return False  # a group of mixed versions: its advantage would mix them
+        return True
+
+    def _load(self, weights: WeightSnapshot) -> None:
+        if self.engine.weight_version != weights.version:
+            self.engine.update_weights(weights.tensors, weights.version, weights.kind)
+
+    def _work(self) -> None:
+        while True:
+            with self.cv:
+                while not self.closed and not self.tickets:
+                    self.cv.wait()
+                if self.closed:
+                    return
+                ticket = self.running = self.tickets.popleft()
+            try:
+                with self.engine_lock:
+                    self._load(ticket.weights)
+                    batch, futures = self.rollout(ticket.index)
+            except BaseException as err:  # noqa: BLE001 (the loop raises it in next())
+                with self.cv:
+                    self.error, self.running = err, None
+                    self.cv.notify_all()
+                return
+            with self.cv:
+                self.ready.append(_Unit(ticket, batch, futures))
+                self.running = None
+                self.cv.notify_all()
+
+
+def restore_tickets(saved: Optional[PipelineState]) -> list[_Ticket]:
+    """The units a checkpoint held, each with the weights of its version."""
+    if saved is None:
+        return []
+    tickets = []
+    for index, version in saved.meta["units"]:
+        prefix = f"{version}/"
+        tensors = {k[len(prefix):]: v for k, v in saved.tensors.items() if k.startswith(prefix)}
+        tickets.append(_Ticket(int(index), WeightSnapshot(int(version), saved.meta["kinds"][str(version)], tensors)))
+    return tickets
+
+
+@register_pipeline("one_step_off")
+class OneStepOff(BufferedProducer):
+    """One unit in flight: step t+1's rollout runs while step t updates."""
+
+    def capacity(self) -> int:
+        return 1
+
+
+@register_pipeline("async")
+class Async(BufferedProducer):
+    """Up to `trainer.max_staleness` units ready or in flight; each step takes the oldest."""
+
+    def capacity(self) -> int:
+        return self.max_staleness

@@ -1,0 +1,77 @@
+"""The PPO trainer with trainer.pipeline one_step_off / async on the tiny Qwen3 and SD3 (native
+engine on a copy of the model; seconds per run)."""
+import json
+import time
+
+import torch
+
+from omni_rl.compose import load_config
+from omni_rl.trainer import PPOTrainer
+from omni_rl.trainer.local_actors import LocalActorGroup
+
+QWEN = ["recipe=tiny_qwen3_grpo", "trainer.progress_bar=false", "trainer.loggers=[jsonl]", "trainer.val_every=0",
+        "trainer.prompts_per_step=2", "trainer.samples_per_prompt=4", "trainer.mini_batch_size=4",
+        "trainer.micro_batch_size=4", "rollout.max_new_tokens=8"]
+
+
+def run(tmp_path, name, *overrides, base=QWEN):
+    out = tmp_path / name
+    trainer = PPOTrainer(load_config([*base, f"trainer.output_dir={out}", *overrides]))
+    trainer.fit()
+    records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    return trainer, [r for r in records if "reward/total/mean" in r]
+
+
+def assert_same_weights(a, b):
+    a, b = a.model.named_trainable_tensors(), b.model.named_trainable_tensors()
+    assert a.keys() == b.keys() and len(a) > 0
+    for name in a:
+        torch.testing.assert_close(a[name], b[name], atol=1e-6, rtol=0, msg=name)
+
+
+def test_async_with_max_staleness_0_trains_what_on_policy_trains(tmp_path):
+    on_policy, _ = run(tmp_path, "on", "trainer.total_steps=3")
+    fresh, records = run(tmp_path, "async", "trainer.total_steps=3", "trainer.pipeline=async", "trainer.max_staleness=0")
+    assert_same_weights(on_policy, fresh)
+    assert all(r["rollout_corr/staleness_max"] == 0 for r in records)
+
+
+def test_one_step_off_resumes_exactly(tmp_path):
+    pipelined = ["trainer.pipeline=one_step_off", "algo.rollout_is=token"]
+    straight, records = run(tmp_path, "straight", "trainer.total_steps=4", *pipelined)
+    run(tmp_path, "split", "trainer.total_steps=2", *pipelined)
+    resumed, _ = run(tmp_path, "split", "trainer.total_steps=4", f"trainer.resume={tmp_path / 'split'}", *pipelined)
+    assert_same_weights(straight, resumed)
+    # Step 3's rollout was in flight at the checkpoint: saved as (step, version), sampled again.
+    state = json.loads((tmp_path / "split" / "checkpoints" / "step_000002" / "trainer_state.json").read_text())
+    assert state["pipeline"]["units"] == [[3, 1]]
+    assert [r["rollout_corr/staleness_max"] for r in records] == [0, 1, 1, 1]
+    assert all(r["rollout_corr/is_weight_max"] > 0 for r in records)
+
+
+def test_nothing_staler_than_the_bound_reaches_the_loss_under_a_slow_update(tmp_path, monkeypatch):
+    seen = []
+    update = LocalActorGroup.update
+
+    def slow_update(self, batch, step):
+        seen.append(int(((step - 1) - batch.weight_versions).max()))
+        time.sleep(0.3)  # the producer runs ahead meanwhile, as far as the bound lets it
+        return update(self, batch, step)
+
+    monkeypatch.setattr(LocalActorGroup, "update", slow_update)
+    run(tmp_path, "slow", "trainer.total_steps=5", "trainer.pipeline=async", "trainer.max_staleness=2")
+    assert seen == [0, 1, 2, 2, 2]
+
+
+def test_tiny_sd3_one_step_off_samples_on_a_copy_and_corrects_with_step_weights(tmp_path):
+    sd3 = ["trainer.prompts_per_step=2", "trainer.samples_per_prompt=4", "trainer.mini_batch_size=4",
+           "trainer.micro_batch_size=2", "rollout.num_steps=4", "rollout.sde_window_size=2",
+           "rollout.sde_window_range=[0,3]", "trainer.val_every=2", "trainer.val_num_steps=4",
+           "trainer.progress_bar=false", "trainer.loggers=[jsonl]"]
+    trainer, records = run(tmp_path, "sd3", "trainer.total_steps=2", "trainer.pipeline=one_step_off",
+                           "algo.rollout_is=step", base=sd3)
+    assert trainer.rollout_engine.model is not trainer.model  # the update never changes the sampler's weights
+    assert [r["rollout_corr/staleness_max"] for r in records] == [0, 1]
+    # Step 2's samples are one version old: the weights between current and behaviour policy are not all 1.
+    assert records[1]["rollout_corr/is_weight_max"] != 1.0
+    assert (tmp_path / "sd3" / "samples" / "val_step_000002.png").is_file()
