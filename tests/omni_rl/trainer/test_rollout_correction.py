@@ -27,8 +27,8 @@ def build(tmp_path, name, *overrides):
         seen["scored"].append(len(batch))
         return forward(batch)
 
-    def recording(batch, step):
-        out = old_policy(batch, step)
+    def recording(batch, step, **options):
+        out = old_policy(batch, step, **options)
         seen["old"].append(out)
         seen["batch"].append(batch)
         return out
