@@ -36,6 +36,7 @@ def test_tiny_bagel_flowgrpo_trains(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.long
 def test_tiny_bagel_flowgrpo_learns(tmp_path):
     out = tmp_path / "bagel_full"
     assert len(run(out)) == 40
