@@ -144,14 +144,11 @@ class StableDiffusion3Adapter(DiffusionModelBase):
 
 
 # --- the tiny model ---------------------------------------------------------------------
-@register_tiny_model("sd3")
-def build_tiny_sd3(folder: Path) -> None:
-    """Write a tiny random-weight SD3 with `save_pretrained` (seeded: the same weights every time)."""
-    from diffusers import AutoencoderKL, FlowMatchEulerDiscreteScheduler, SD3Transformer2DModel, StableDiffusion3Pipeline
+def tiny_text_encoders():
+    """(tokenizer, text encoder) x 2 of the tiny SD3s: byte-level CLIP tokenizers and two-layer
+    CLIP text encoders (hidden 32, projection 32), seeded by the caller; no T5."""
     from transformers import CLIPTextConfig, CLIPTextModelWithProjection, CLIPTokenizer
 
-    folder = Path(folder)
-    torch.manual_seed(0)
     vocab = clip_byte_vocab()
     with bpe_files(vocab) as (vocab_file, merges_file):
         tokenizer = CLIPTokenizer(str(vocab_file), str(merges_file), model_max_length=77)
@@ -160,6 +157,21 @@ def build_tiny_sd3(folder: Path) -> None:
         num_hidden_layers=2, projection_dim=32, max_position_embeddings=77,
         bos_token_id=vocab["<|startoftext|>"], eos_token_id=vocab["<|endoftext|>"], pad_token_id=vocab["<|endoftext|>"],
     )
+    return dict(
+        text_encoder=CLIPTextModelWithProjection(text_config), tokenizer=tokenizer,
+        text_encoder_2=CLIPTextModelWithProjection(text_config), tokenizer_2=tokenizer,
+        text_encoder_3=None, tokenizer_3=None,
+    )
+
+
+@register_tiny_model("sd3")
+def build_tiny_sd3(folder: Path) -> None:
+    """Write a tiny random-weight SD3 with `save_pretrained` (seeded: the same weights every time)."""
+    from diffusers import AutoencoderKL, FlowMatchEulerDiscreteScheduler, SD3Transformer2DModel, StableDiffusion3Pipeline
+
+    folder = Path(folder)
+    torch.manual_seed(0)
+    encoders = tiny_text_encoders()
     transformer = SD3Transformer2DModel(
         sample_size=16, patch_size=2, in_channels=16, out_channels=16, num_layers=2,
         attention_head_dim=16, num_attention_heads=2, joint_attention_dim=64,
@@ -176,14 +188,6 @@ def build_tiny_sd3(folder: Path) -> None:
         shift_factor=0.0609, scaling_factor=1.5305,
     )
     pipe = StableDiffusion3Pipeline(
-        transformer=transformer,
-        scheduler=FlowMatchEulerDiscreteScheduler(shift=3.0),
-        vae=vae,
-        text_encoder=CLIPTextModelWithProjection(text_config),
-        tokenizer=tokenizer,
-        text_encoder_2=CLIPTextModelWithProjection(text_config),
-        tokenizer_2=tokenizer,
-        text_encoder_3=None,
-        tokenizer_3=None,
+        transformer=transformer, scheduler=FlowMatchEulerDiscreteScheduler(shift=3.0), vae=vae, **encoders,
     )
     pipe.save_pretrained(folder)

@@ -1,0 +1,222 @@
+"""Pretrain the tiny SD3 that draws shapes (`tiny:sd3_shapes`), from nothing, on synthetic scenes.
+
+    python -m adapters.sd3_shapes.pretrain --out adapters/sd3_shapes/weights     # ~10 min, 2 CPU cores
+
+Two stages, each deterministic (seeded, one torch thread, data drawn by index):
+
+1. **VAE.** An `AutoencoderKL` (16 latent channels, 4 px per latent pixel) learns to reconstruct
+   rendered scenes (`omni_rl.data.shapes`: one to four flat shapes on grey, 32 px): L1 + MSE on
+   the pixels plus a small KL term. Its `shift_factor` / `scaling_factor` are then set from the
+   latents' mean and std over a held batch, as SD3's are, so the transformer sees unit-scale latents.
+2. **Transformer.** An `SD3Transformer2DModel` (4 MMDiT blocks, 96 wide) learns rectified flow
+   on (caption, scene) pairs through the adapter's own `encode_prompts` and `predict_velocity`
+   (so pretraining, rollout and RL see one model): x_t = (1 - t) x_0 + t n, target n - x_0, t
+   from SD3's logit-normal(0, 1), the caption dropped to "" (the rollout's negative prompt) 10%
+   of the time so classifier-free guidance works. The text encoders are the tiny SD3's random
+   CLIPs, frozen: the transformer learns to read them.
+
+Pair k of step s is `sample_pair(seed + s * batch + k)`, so the data never repeats and a rerun
+draws the same batches. The output folder is a `StableDiffusion3Pipeline` (`save_pretrained`),
+with `train_log.json` (settings, per-step losses, wall time) and `SHA256SUMS` (every file's
+sha256, which `tiny:sd3_shapes` checks before use). The model is meant to be imperfect:
+short training leaves counting, colour binding and positions often wrong, which is what the RL
+demo then improves.
+"""
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import math
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+SIZE = 32  # pixels
+
+
+@dataclass
+class PretrainConfig:
+    seed: int = 0
+    size: int = SIZE
+    vae_steps: int = 800
+    vae_batch: int = 32
+    vae_lr: float = 2e-3
+    vae_kl: float = 1e-6
+    steps: int = 2500
+    batch: int = 48
+    lr: float = 1e-3
+    warmup: int = 200
+    caption_dropout: float = 0.1
+    max_sequence_length: int = 16
+
+
+def scenes(start: int, n: int, size: int):
+    """(captions, uint8 images [n, size, size, 3]) of pairs start .. start + n - 1."""
+    from omni_rl.data.shapes import render, sample_pair
+
+    pairs = [sample_pair(start + k) for k in range(n)]
+    return [p.caption for p in pairs], np.stack([render(p.scene, size) for p in pairs])
+
+
+def to_pixels(images: np.ndarray) -> torch.Tensor:
+    """uint8 [B, H, W, 3] -> float [B, 3, H, W] in [-1, 1] (the VAE's range)."""
+    return torch.from_numpy(images).permute(0, 3, 1, 2).float() / 127.5 - 1.0
+
+
+def untrained_pipeline(cfg: PretrainConfig):
+    """The components before training, seeded."""
+    from diffusers import AutoencoderKL, FlowMatchEulerDiscreteScheduler, SD3Transformer2DModel, StableDiffusion3Pipeline
+
+    from adapters.sd3 import tiny_text_encoders
+
+    torch.manual_seed(cfg.seed)
+    encoders = tiny_text_encoders()
+    vae = AutoencoderKL(
+        in_channels=3, out_channels=3, latent_channels=16, layers_per_block=1, norm_num_groups=8,
+        down_block_types=("DownEncoderBlock2D",) * 3, up_block_types=("UpDecoderBlock2D",) * 3,
+        block_out_channels=(16, 32, 32), use_quant_conv=False, use_post_quant_conv=False,
+        shift_factor=0.0, scaling_factor=1.0,
+    )
+    latent = cfg.size // 4
+    transformer = SD3Transformer2DModel(
+        sample_size=latent, patch_size=2, in_channels=16, out_channels=16, num_layers=4,
+        attention_head_dim=32, num_attention_heads=3, joint_attention_dim=64,
+        caption_projection_dim=96, pooled_projection_dim=64, pos_embed_max_size=latent,
+    )
+    return StableDiffusion3Pipeline(
+        transformer=transformer, scheduler=FlowMatchEulerDiscreteScheduler(shift=3.0), vae=vae, **encoders,
+    )
+
+
+def train_vae(vae, cfg: PretrainConfig, log: list) -> None:
+    torch.manual_seed(cfg.seed + 1)
+    opt = torch.optim.AdamW(vae.parameters(), lr=cfg.vae_lr, weight_decay=0.0)
+    vae.train()
+    for step in range(cfg.vae_steps):
+        _, images = scenes(10_000_000 + step * cfg.vae_batch, cfg.vae_batch, cfg.size)
+        x = to_pixels(images)
+        posterior = vae.encode(x).latent_dist
+        recon = vae.decode(posterior.sample()).sample
+        loss = (recon - x).abs().mean() + ((recon - x) ** 2).mean() + cfg.vae_kl * posterior.kl().mean()
+        for group in opt.param_groups:
+            group["lr"] = cfg.vae_lr * 0.5 * (1 + math.cos(math.pi * step / cfg.vae_steps))
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        log.append(loss.item())
+    vae.eval()
+
+
+@torch.no_grad()
+def set_latent_scale(vae, cfg: PretrainConfig) -> tuple[float, float]:
+    """SD3's convention: latents = (z - shift) * scale with unit std over a held batch."""
+    _, images = scenes(20_000_000, 256, cfg.size)
+    z = vae.encode(to_pixels(images)).latent_dist.mode()
+    shift, scale = float(z.mean()), float(1.0 / z.std())
+    vae.register_to_config(shift_factor=shift, scaling_factor=scale)
+    return shift, scale
+
+
+def train_transformer(model, cfg: PretrainConfig, log: list) -> None:
+    """Rectified flow through the adapter (`model`: the loaded `StableDiffusion3Adapter`)."""
+    torch.manual_seed(cfg.seed + 2)
+    params = [p for p in model.transformer.parameters()]
+    for p in params:
+        p.requires_grad_(True)
+    opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=0.0)
+    vae_config = model.vae.config
+    cache: dict[str, object] = {}
+    gen = torch.Generator().manual_seed(cfg.seed + 3)
+    model.transformer.train()
+    for step in range(cfg.steps):
+        captions, images = scenes(cfg.seed + step * cfg.batch, cfg.batch, cfg.size)
+        drop = torch.rand(cfg.batch, generator=gen) < cfg.caption_dropout
+        captions = ["" if d else c for c, d in zip(captions, drop.tolist())]
+        cond = _encode(model, captions, cache)
+        with torch.no_grad():
+            z = model.vae.encode(to_pixels(images)).latent_dist.mode()
+            x0 = (z - vae_config.shift_factor) * vae_config.scaling_factor
+        noise = torch.randn(x0.shape, generator=gen)
+        t = torch.sigmoid(torch.randn(cfg.batch, generator=gen))  # logit-normal(0, 1)
+        xt = (1 - t.view(-1, 1, 1, 1)) * x0 + t.view(-1, 1, 1, 1) * noise
+        v = model.predict_velocity(xt, t, cond, guidance_scale=1.0)
+        loss = ((v - (noise - x0)) ** 2).mean()
+        warm = min(1.0, (step + 1) / cfg.warmup)
+        for group in opt.param_groups:
+            group["lr"] = cfg.lr * warm * 0.5 * (1 + math.cos(math.pi * step / cfg.steps))
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(params, 1.0)
+        opt.step()
+        log.append(loss.item())
+    model.transformer.eval()
+
+
+def _encode(model, captions: list[str], cache: dict):
+    """The batch's conditioning (positive embeddings only: guidance 1), each caption encoded once."""
+    from omni_rl.models import Conditioning
+
+    missing = sorted({c for c in captions if c not in cache})
+    if missing:
+        with torch.no_grad():
+            cond = model.encode_prompts(missing)
+        for i, c in enumerate(missing):
+            cache[c] = cond.select([i])
+    return Conditioning.cat([cache[c] for c in captions])
+
+
+def write_checksums(folder: Path) -> None:
+    lines = []
+    for f in sorted(p for p in folder.rglob("*") if p.is_file() and p.name != "SHA256SUMS"):
+        lines.append(f"{hashlib.sha256(f.read_bytes()).hexdigest()}  {f.relative_to(folder).as_posix()}")
+    (folder / "SHA256SUMS").write_text("\n".join(lines) + "\n")
+
+
+def pretrain(out: Path, cfg: PretrainConfig) -> dict:
+    """Both stages into `out` (a new folder); returns the training log."""
+    from omni_rl.config.schema import ModelConfig
+    from omni_rl.models import build_model
+
+    torch.set_num_threads(1)  # one thread: the same float sums on every machine with this torch
+    out = Path(out)
+    start = time.monotonic()
+    pipe = untrained_pipeline(cfg)
+    vae_log: list[float] = []
+    train_vae(pipe.vae, cfg, vae_log)
+    shift, scale = set_latent_scale(pipe.vae, cfg)
+    pipe.save_pretrained(out)
+    vae_s = time.monotonic() - start
+    model = build_model(ModelConfig(path=str(out), max_sequence_length=cfg.max_sequence_length), torch.device("cpu"))
+    log: list[float] = []
+    train_transformer(model, cfg, log)
+    model.transformer.save_pretrained(out / "transformer")
+    record = {
+        "config": asdict(cfg), "vae_loss": vae_log, "loss": log, "latent_shift": shift, "latent_scale": scale,
+        "vae_seconds": round(vae_s, 1), "seconds": round(time.monotonic() - start, 1), "torch": torch.__version__,
+    }
+    (out / "train_log.json").write_text(json.dumps(record))
+    write_checksums(out)
+    return record
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m adapters.sd3_shapes.pretrain", description=__doc__.splitlines()[0])
+    parser.add_argument("--out", required=True, help="a new folder for the pipeline")
+    parser.add_argument("--steps", type=int, default=PretrainConfig.steps, help="transformer steps")
+    parser.add_argument("--vae-steps", type=int, default=PretrainConfig.vae_steps)
+    args = parser.parse_args(argv)
+    out = Path(args.out)
+    if out.exists() and any(out.iterdir()):
+        raise SystemExit(f"error: --out {out} is not empty; give a new folder")
+    record = pretrain(out, PretrainConfig(steps=args.steps, vae_steps=args.vae_steps))
+    print(f"done in {record['seconds']} s: vae loss {record['vae_loss'][-1]:.4f}, flow loss "
+          f"{np.mean(record['loss'][-100:]):.4f} (mean of the last 100 steps)")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
