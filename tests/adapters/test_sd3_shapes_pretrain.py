@@ -13,7 +13,7 @@ from adapters.sd3_shapes.pretrain import PretrainConfig, pretrain
 
 
 def test_pretraining_is_deterministic_and_writes_a_loadable_pipeline(tmp_path):
-    cfg = PretrainConfig(vae_steps=4, steps=4, vae_batch=8, batch=8)
+    cfg = PretrainConfig(vae_steps=3, steps=3, vae_batch=4, batch=4)
     threads = torch.get_num_threads()
     try:
         first = pretrain(tmp_path / "a", cfg)
@@ -26,7 +26,7 @@ def test_pretraining_is_deterministic_and_writes_a_loadable_pipeline(tmp_path):
 
     from diffusers import StableDiffusion3Pipeline
 
-    pipe = StableDiffusion3Pipeline.from_pretrained(tmp_path / "a")
+    pipe = StableDiffusion3Pipeline.from_pretrained(tmp_path / "a", text_encoder_3=None, tokenizer_3=None)  # no T5
     assert pipe.vae.config.scaling_factor == first["latent_scale"]
     sums = dict(reversed(line.split("  ")) for line in (tmp_path / "a" / "SHA256SUMS").read_text().splitlines())
     files = {p.relative_to(tmp_path / "a").as_posix() for p in (tmp_path / "a").rglob("*") if p.is_file()}
