@@ -79,7 +79,7 @@ def test_sharded_checkpoint_resumes_and_exports_lora(tmp_path, ray_local):
 
 
 def test_diffusion_on_two_workers_matches_one_process(tmp_path, ray_local):
-    """Tiny SD3 + FlowGRPO LoRA: the same losses and final LoRA weights (1e-5) on 2 workers.
+    """Tiny SD3 + FlowGRPO LoRA: the same losses (1e-5) and final LoRA weights (5e-4) on 2 workers.
 
     Both arms compute with one thread and one request per forward (rollout.max_num_seqs=1), as
     the workers do, so the rollouts are the same to the bit; what remains is the order of the
@@ -103,7 +103,11 @@ def test_diffusion_on_two_workers_matches_one_process(tmp_path, ray_local):
             assert b[key] == pytest.approx(a[key], rel=1e-5, abs=1e-5), key
     weights = "lora/pytorch_lora_weights.safetensors"
     final = load_file(tmp_path / "local" / weights)
-    assert_same_tensors(final, load_file(tmp_path / "ray" / weights))
+    # 5e-4: Adam divides each update by the root of its second moment, so on an element whose
+    # gradients are near zero the summation order's round-off moves it by up to ~lr (3e-3) a
+    # step; measured: 1 of 256 elements off by 1.25e-5 and 8.8e-5 in two runs, the rest within
+    # 1e-5 (the losses above stay checked to 1e-5).
+    assert_same_tensors(final, load_file(tmp_path / "ray" / weights), tol=5e-4)
     # LoRA B starts at zero: non-zero B tensors show the three updates did move the weights.
     assert max(float(t.abs().max()) for k, t in final.items() if "lora_B" in k) > 1e-4
 
