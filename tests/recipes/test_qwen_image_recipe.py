@@ -10,10 +10,7 @@ shares the adapter's code and runs 3 steps here (its whole run's rise is measure
 with the command). The edit recipe's reward is shown to read the source image: shuffling the
 sources among a batch changes the scores.
 """
-import json
 import random
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -25,21 +22,11 @@ from omni_rl.compose import load_config
 from omni_rl.data.prompts import load_prompt_items
 from omni_rl.logging import rise_report
 from omni_rl.reward.manager import RewardManager, RewardSpec
-
-ROOT = Path(__file__).resolve().parents[2]
+from tests.recipes.recipe_runs import train
 
 
 def run(recipe: str, out: Path, *overrides: str) -> list[dict]:
-    proc = subprocess.run(
-        [sys.executable, "main_omni.py", f"recipe={recipe}", f"trainer.output_dir={out}", "trainer.progress_bar=false",
-         *overrides],
-        cwd=ROOT, capture_output=True, text=True, timeout=1800,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
-    steps = [r for r in records if "actor/first_minibatch_ratio_max_abs_dev" in r]
-    assert max(r["actor/first_minibatch_ratio_max_abs_dev"] for r in steps) <= 1e-6
-    assert max(r["rollout_corr/logprob_abs_diff_max"] for r in steps) <= 1e-5
+    steps = train(out, recipe, *overrides)
     assert (out / "lora" / "pytorch_lora_weights.safetensors").is_file()
     return steps
 

@@ -7,30 +7,12 @@ reward on its own too). Wan2.2 with FlowGRPO runs a few steps only: same model, 
 Each run also leaves what a researcher looks at: mp4 samples (LTX-2's with sound), contact
 sheets, and the LoRA in diffusers' format (both Wan experts).
 """
-import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from omni_rl.logging import rise_report
-
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def train(out: Path, recipe: str, *overrides: str) -> list[dict]:
-    proc = subprocess.run(
-        [sys.executable, "main_omni.py", f"recipe={recipe}", f"trainer.output_dir={out}", "trainer.progress_bar=false",
-         *overrides],
-        cwd=ROOT, capture_output=True, text=True, timeout=1800,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
-    train_steps = [r for r in records if "actor/first_minibatch_ratio_max_abs_dev" in r]
-    assert max(r["actor/first_minibatch_ratio_max_abs_dev"] for r in train_steps) <= 1e-6
-    assert max(r["rollout_corr/logprob_abs_diff_max"] for r in train_steps) <= 1e-5
-    return train_steps
+from tests.recipes.recipe_runs import train
 
 
 def played_streams(path: Path) -> list[str]:

@@ -1,0 +1,24 @@
+"""One recipe run as a user runs it, for the recipe tests: `python main_omni.py recipe=NAME` in a
+subprocess; the run must exit 0 with the rollout's and the trainer's log-probs the same function
+(first-mini-batch ratio within 1e-6 of 1, gap <= 1e-5 on every step)."""
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def train(out: Path, recipe: str, *overrides: str) -> list[dict]:
+    """The run's training-step records from metrics.jsonl."""
+    proc = subprocess.run(
+        [sys.executable, "main_omni.py", f"recipe={recipe}", f"trainer.output_dir={out}", "trainer.progress_bar=false",
+         *overrides],
+        cwd=ROOT, capture_output=True, text=True, timeout=1800,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    steps = [r for r in records if "actor/first_minibatch_ratio_max_abs_dev" in r]
+    assert max(r["actor/first_minibatch_ratio_max_abs_dev"] for r in steps) <= 1e-6
+    assert max(r["rollout_corr/logprob_abs_diff_max"] for r in steps) <= 1e-5
+    return steps
