@@ -25,7 +25,6 @@ demo then improves.
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import math
 import time
@@ -108,6 +107,7 @@ def train_vae(vae, cfg: PretrainConfig, log: list) -> None:
         loss.backward()
         opt.step()
         log.append(loss.item())
+        _progress("vae", step, cfg.vae_steps, log)
     vae.eval()
 
 
@@ -153,7 +153,15 @@ def train_transformer(model, cfg: PretrainConfig, log: list) -> None:
         torch.nn.utils.clip_grad_norm_(params, 1.0)
         opt.step()
         log.append(loss.item())
+        _progress("flow", step, cfg.steps, log)
     model.transformer.eval()
+
+
+def _progress(stage: str, step: int, total: int, log: list, every: int = 100) -> None:
+    """A line per `every` steps (mean loss since the last line), so a 40-minute run shows it is alive."""
+    if (step + 1) % every == 0 or step + 1 == total:
+        recent = log[-every:]
+        print(f"{stage} step {step + 1}/{total}: loss {sum(recent) / len(recent):.4f}", flush=True)
 
 
 def _encode(model, captions: list[str], cache: dict):
@@ -169,17 +177,11 @@ def _encode(model, captions: list[str], cache: dict):
     return Conditioning.cat([cache[c] for c in captions])
 
 
-def write_checksums(folder: Path) -> None:
-    lines = []
-    for f in sorted(p for p in folder.rglob("*") if p.is_file() and p.name != "SHA256SUMS"):
-        lines.append(f"{hashlib.sha256(f.read_bytes()).hexdigest()}  {f.relative_to(folder).as_posix()}")
-    (folder / "SHA256SUMS").write_text("\n".join(lines) + "\n")
-
-
 def pretrain(out: Path, cfg: PretrainConfig) -> dict:
     """Both stages into `out` (a new folder); returns the training log."""
     from omni_rl.config.schema import ModelConfig
     from omni_rl.models import build_model
+    from omni_rl.models.checksums import write_checksums
 
     torch.set_num_threads(1)  # one thread: the same float sums on every machine with this torch
     out = Path(out)

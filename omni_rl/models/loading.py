@@ -4,7 +4,10 @@
   `$OMNI_RL_CACHE/tiny/NAME` (default `~/.cache/omni_rl`) once, atomically, then loaded from
   there like any other checkpoint. Processes asking at once (Ray workers) take turns on a file
   lock: one builds, the others load its result.
-- a local folder: used as it is, once `check_model_folder` finds a model in it.
+- `tiny:NAME` of a packaged model (`register_packaged_model`: small trained weights shipped in
+  the project, `tiny:sd3_shapes`): its folder, once every file matches its `SHA256SUMS` line.
+- a local folder: used as it is, once `check_model_folder` finds a model in it (and, when it
+  has a `SHA256SUMS` file, every file matches it: `omni_rl.models.checksums`).
 - anything else is a hub id: it is looked up in the local Hugging Face cache first; if it is not
   there, a connection to the hub is tried for at most `HUB_PROBE_TIMEOUT_S` seconds (none with
   HF_HUB_OFFLINE=1) before downloading, so an unreachable hub fails at once, with a
@@ -33,7 +36,8 @@ from typing import Any, Optional
 
 import torch
 
-from omni_rl.models.registry import TINY_MODELS
+from omni_rl.models.checksums import SUMS_FILE, ChecksumError, verify_checksums
+from omni_rl.models.registry import PACKAGED_MODELS, TINY_MODELS
 
 TINY_PREFIX = "tiny:"
 # Bump when a tiny builder changes, so stale caches are rebuilt rather than reused.
@@ -61,7 +65,8 @@ def resolve_model_path(path: str, revision: str | None = None, weights: bool = T
     """Return a local folder for `path` (building a tiny model or downloading as needed); with
     `weights=False` a hub download leaves out the weight files (for a weightless view)."""
     if path.startswith(TINY_PREFIX):
-        return str(build_tiny_model(path[len(TINY_PREFIX):]))
+        packaged = packaged_model_folder(path[len(TINY_PREFIX):])
+        return str(packaged if packaged is not None else build_tiny_model(path[len(TINY_PREFIX):]))
     folder = _local_folder(path)
     if folder is not None:
         check_model_folder(folder, path, weights)
@@ -75,6 +80,7 @@ def check_model_source(cfg, weights: bool = True) -> None:
     nothing; raises `ModelFolderError` or `MissingWeightsError`."""
     path = cfg.path
     if path.startswith(TINY_PREFIX):
+        packaged_model_folder(path[len(TINY_PREFIX):])
         return
     folder = _local_folder(path)
     if folder is not None:
@@ -90,6 +96,26 @@ def check_model_source(cfg, weights: bool = True) -> None:
     reason = hub_unreachable()
     if reason is not None:
         raise MissingWeightsError(_fetch_hint(path, reason))
+
+
+def packaged_model_folder(name: str) -> Optional[Path]:
+    """The checked folder of the packaged model `name`, None when `name` is not one (then it
+    is a tiny builder's); `ModelFolderError` when a file fails its checksum."""
+    from omni_rl.plugins import load_plugins
+
+    load_plugins()  # packaged models are registered by the adapter plugins
+    if name not in PACKAGED_MODELS.names():
+        return None
+    folder = PACKAGED_MODELS.get(name)
+    _check_sums(folder, f"tiny:{name}", "restore the shipped files (`git checkout -- <file>`) or reinstall omni-rl")
+    return folder
+
+
+def _check_sums(folder: Path, path: str, fix: str) -> None:
+    try:
+        verify_checksums(folder, fix)
+    except ChecksumError as err:
+        raise ModelFolderError(f"model.path={path!r}: {err}") from None
 
 
 def _local_folder(path: str) -> Optional[Path]:
@@ -125,6 +151,8 @@ def check_model_folder(folder: Path, path: str, weights: bool = True) -> None:
     config next to a weight file. `path` is what `model.path` said, for the message."""
     folder = Path(folder)
     index, config = folder / "model_index.json", folder / "config.json"
+    if weights and (folder / SUMS_FILE).is_file():
+        _check_sums(folder, path, "re-download or re-copy the model")
     if index.is_file():
         for name, spec in _read_json(index, path).items():
             if name.startswith("_") or not (isinstance(spec, list) and len(spec) == 2 and all(spec)):

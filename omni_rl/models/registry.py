@@ -9,15 +9,21 @@ stage (`register_adapter("Qwen3OmniMoeForConditionalGeneration", stage="thinker"
 `@register_tiny_model("sd3")` registers a function `build(folder: Path) -> None` that writes
 a tiny random-weight model with `save_pretrained`; `model.path=tiny:sd3` builds it once into
 the cache and then loads it through the adapter's ordinary loading code.
+
+`register_packaged_model("sd3_shapes", folder)` names a small trained model shipped inside the
+project (a `save_pretrained` folder with a `SHA256SUMS` file): `model.path=tiny:sd3_shapes`
+loads it from that folder, after checking every file against its checksum.
 """
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Callable
 
 from omni_rl.registry import Registry
 
 ADAPTERS: Registry[type] = Registry("model adapter")
 TINY_MODELS: Registry[Callable] = Registry("tiny model")
+PACKAGED_MODELS: Registry[Path] = Registry("packaged model")
 
 
 def adapter_key(architecture: str, stage: str | None = None) -> str:
@@ -32,3 +38,7 @@ def register_adapter(architecture: str, stage: str | None = None):
 
 def register_tiny_model(name: str):
     return TINY_MODELS.register(name)
+
+
+def register_packaged_model(name: str, folder: Path) -> Path:
+    return PACKAGED_MODELS.register(name, Path(folder))

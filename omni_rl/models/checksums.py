@@ -1,0 +1,79 @@
+"""SHA256SUMS files: what a shipped model folder holds, and the check that it still does.
+
+A folder with a `SHA256SUMS` file (lines `<sha256 hex>  <relative path>`, as `sha256sum`
+writes them) is checked before its weights load: every listed file must exist and hash to its
+line, and every file in the folder must be listed (an added or renamed weight file would
+otherwise load unchecked). `write_checksums` writes the file for a folder; the model loader
+(`omni_rl.models.loading`) calls `verify_checksums` for any local model folder that has one and
+for the models shipped inside the project (`tiny:sd3_shapes`).
+"""
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+SUMS_FILE = "SHA256SUMS"
+
+
+class ChecksumError(OSError):
+    """A file of a checksummed folder is missing, extra, or does not match its checksum."""
+
+
+def _sha256(file: Path) -> str:
+    digest = hashlib.sha256()
+    with open(file, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _listed_files(folder: Path) -> list[Path]:
+    return sorted(p for p in folder.rglob("*") if p.is_file() and p.name != SUMS_FILE)
+
+
+def write_checksums(folder: str | Path) -> Path:
+    """Write `folder/SHA256SUMS` over every other file in it; returns its path."""
+    folder = Path(folder)
+    lines = [f"{_sha256(f)}  {f.relative_to(folder).as_posix()}" for f in _listed_files(folder)]
+    target = folder / SUMS_FILE
+    staging = target.with_name(f".{SUMS_FILE}.tmp")
+    staging.write_text("\n".join(lines) + "\n")
+    staging.replace(target)
+    return target
+
+
+def read_checksums(folder: str | Path) -> dict[str, str]:
+    """{relative path: sha256} from `folder/SHA256SUMS`."""
+    file = Path(folder) / SUMS_FILE
+    sums = {}
+    for n, line in enumerate(file.read_text().splitlines(), start=1):
+        if not line.strip():
+            continue
+        digest, sep, name = line.partition("  ")
+        if not sep or len(digest) != 64 or not name:
+            raise ChecksumError(f"{file} line {n} is {line!r}; expected '<64 hex digits>  <path>' (as sha256sum writes)")
+        sums[name] = digest.lower()
+    return sums
+
+
+def verify_checksums(folder: str | Path, fix: str) -> None:
+    """Raise `ChecksumError` naming the first file of `folder` that is missing, unlisted, or
+    differs from its checksum; `fix` says in the message how to get a good copy back."""
+    folder = Path(folder)
+    if not (folder / SUMS_FILE).is_file():
+        raise ChecksumError(f"{folder / SUMS_FILE} is missing (no checksums, so no check of the model's files); {fix}")
+    sums = read_checksums(folder)
+    present = {f.relative_to(folder).as_posix() for f in _listed_files(folder)}
+    for name, expected in sorted(sums.items()):
+        file = folder / name
+        if name not in present:
+            raise ChecksumError(f"{file} is missing: {folder / SUMS_FILE} lists it; {fix}")
+        actual = _sha256(file)
+        if actual != expected:
+            raise ChecksumError(
+                f"{file} fails its checksum: sha256 {actual}, expected {expected} (from {folder / SUMS_FILE}); "
+                f"the file is corrupted or was changed; {fix}"
+            )
+    extra = sorted(present - set(sums))
+    if extra:
+        raise ChecksumError(f"{folder / extra[0]} is not listed in {folder / SUMS_FILE}; remove it, or {fix}")
