@@ -91,11 +91,13 @@ def untrained_pipeline(cfg: PretrainConfig):
     )
 
 
-def train_vae(vae, cfg: PretrainConfig, log: list) -> None:
+def train_vae(vae, cfg: PretrainConfig, log: list, stop_after: int | None = None) -> None:
+    """Stage 1 on `vae`, appending each step's loss to `log`; `stop_after` ends it early (the
+    schedule still spans `cfg.vae_steps`, so the first steps match a whole run's)."""
     torch.manual_seed(cfg.seed + 1)
     opt = torch.optim.AdamW(vae.parameters(), lr=cfg.vae_lr, weight_decay=0.0)
     vae.train()
-    for step in range(cfg.vae_steps):
+    for step in range(cfg.vae_steps if stop_after is None else min(stop_after, cfg.vae_steps)):
         _, images = scenes(10_000_000 + step * cfg.vae_batch, cfg.vae_batch, cfg.size)
         x = to_pixels(images)
         posterior = vae.encode(x).latent_dist
@@ -121,8 +123,9 @@ def set_latent_scale(vae, cfg: PretrainConfig) -> tuple[float, float]:
     return shift, scale
 
 
-def train_transformer(model, cfg: PretrainConfig, log: list) -> None:
-    """Rectified flow through the adapter (`model`: the loaded `StableDiffusion3Adapter`)."""
+def train_transformer(model, cfg: PretrainConfig, log: list, stop_after: int | None = None) -> None:
+    """Stage 2: rectified flow through the adapter (`model`: the loaded `StableDiffusion3Adapter`);
+    `stop_after` as in `train_vae`."""
     torch.manual_seed(cfg.seed + 2)
     params = [p for p in model.transformer.parameters()]
     for p in params:
@@ -132,7 +135,7 @@ def train_transformer(model, cfg: PretrainConfig, log: list) -> None:
     cache: dict[str, object] = {}
     gen = torch.Generator().manual_seed(cfg.seed + 3)
     model.transformer.train()
-    for step in range(cfg.steps):
+    for step in range(cfg.steps if stop_after is None else min(stop_after, cfg.steps)):
         captions, images = scenes(cfg.seed + step * cfg.batch, cfg.batch, cfg.size)
         drop = torch.rand(cfg.batch, generator=gen) < cfg.caption_dropout
         captions = ["" if d else c for c, d in zip(captions, drop.tolist())]
@@ -179,7 +182,7 @@ def _encode(model, captions: list[str], cache: dict):
 
 def pretrain(out: Path, cfg: PretrainConfig) -> dict:
     """Both stages into `out` (a new folder); returns the training log."""
-    from omni_rl.config.schema import ModelConfig
+    from omni_rl.config.schema import LoraConfig, ModelConfig
     from omni_rl.models import build_model
     from omni_rl.models.checksums import write_checksums
 
@@ -192,7 +195,9 @@ def pretrain(out: Path, cfg: PretrainConfig) -> dict:
     shift, scale = set_latent_scale(pipe.vae, cfg)
     pipe.save_pretrained(out)
     vae_s = time.monotonic() - start
-    model = build_model(ModelConfig(path=str(out), max_sequence_length=cfg.max_sequence_length), torch.device("cpu"))
+    # Every weight of the transformer trains (no LoRA): what is saved is a plain SD3 transformer.
+    model_cfg = ModelConfig(path=str(out), max_sequence_length=cfg.max_sequence_length, lora=LoraConfig(enabled=False))
+    model = build_model(model_cfg, torch.device("cpu"))
     log: list[float] = []
     train_transformer(model, cfg, log)
     model.transformer.save_pretrained(out / "transformer")

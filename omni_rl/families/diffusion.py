@@ -33,6 +33,7 @@ from omni_rl.families.base import BehaviourPolicy, ModelFamily, register_family
 from omni_rl.families.scored_rollout import scored_rollout
 from omni_rl.logging import make_grid
 from omni_rl.logging.sample_media import write_video_samples
+from omni_rl.logging.val_records import write_val_records
 from omni_rl.models.diffusion import DiffusionModelBase
 from omni_rl.reward.media import MediaSamples
 from omni_rl.rollout.sde_window import scheduled_sde_window
@@ -177,7 +178,16 @@ class DiffusionFamily(ModelFamily):
         audio = torch.stack([res.audio for res in results]) if results[0].audio is not None else None
         samples = self.reward_samples(images, results[0].fps, audio, results[0].sample_rate)
         reward = rewards.score(samples, [i.prompt for i in shown], [i.metadata for i in shown])
-        captions = [f"{i.prompt} | {s:.3g}" for i, s in zip(shown, reward.total.tolist())]
+        scores = reward.total.tolist()
+        write_val_records(output_dir / "samples" / f"val_step_{step:06d}.jsonl", [
+            {"prompt": item.prompt, "seed": req.seed, "reward": scores[n],
+             "scores": {name: float(v[n]) for name, v in reward.per_reward.items()},
+             "groups": {name: g[n] for name, g in reward.groups.items()}}
+            for n, (req, item) in enumerate(zip(requests, shown))
+        ])
+        captions = [f"{i.prompt} | {s:.3g}" for i, s in zip(shown, scores)]
+        # A success test (every score 0 or 1, as GenEval's) frames each tile right or wrong.
+        marks = [s == 1.0 for s in scores] if all(s in (0.0, 1.0) for s in scores) else None
         if images.ndim == 5:  # video [N, T, H, W, C]: mp4s (with sound) and contact sheets
             write_video_samples(output_dir / "samples", step, images, results[0].fps, captions, logger,
                                 audio=audio, sample_rate=results[0].sample_rate)
@@ -185,7 +195,10 @@ class DiffusionFamily(ModelFamily):
             nrow = max(2, t.val_samples_per_prompt)
             if requests[0].images is not None:  # an edit model: each row starts with its source image
                 images, captions, nrow = with_source_column(requests, images, captions, t.val_samples_per_prompt)
-            grid = make_grid(images, nrow=nrow, captions=captions)
+                if marks is not None:  # the source tiles carry no mark
+                    edits = iter(marks)
+                    marks = [None if k % nrow == 0 else next(edits) for k in range(len(captions))]
+            grid = make_grid(images, nrow=nrow, captions=captions, marks=marks, padding=8 if marks else 4)
             atomic_save_image(grid, output_dir / "samples" / f"val_step_{step:06d}.png")
             logger.log_image("val/samples", np.asarray(grid), step)
         return {f"val/{k}": v for k, v in reward.metrics.items()}

@@ -10,6 +10,7 @@
 - `video`: `save_video` writes an mp4 (H.264, optional AAC audio); `contact_sheet` /
   `video_grid` picture videos as rows of frames; `gif_bytes` for TensorBoard.
 - `curves`: `plot_reward_curve` draws a run's reward; `rise_report` decides whether it rose.
+- `val_records`: per-sample validation rows; `val_rise` pairs the first and last validation.
 
 TensorBoard, wandb, matplotlib and PyAV are imported only when used, so importing this package
 is cheap.
@@ -17,6 +18,7 @@ is cheap.
 from omni_rl.logging.console import KNOWN_NOISE, attach_run_log, setup_console_logging
 from omni_rl.logging.curves import metric_series, moving_average, plot_reward_curve, rise_report
 from omni_rl.logging.gallery import make_grid, save_grid
+from omni_rl.logging.val_records import read_val_records, val_rise, write_val_records
 from omni_rl.logging.sinks import (
     METRIC_NAMESPACES,
     SINK_NAMES,
@@ -55,10 +57,13 @@ __all__ = [
     "moving_average",
     "plot_reward_curve",
     "read_jsonl",
+    "read_val_records",
     "rise_report",
     "save_grid",
     "save_video",
     "scalar_value",
     "setup_console_logging",
+    "val_rise",
     "video_grid",
+    "write_val_records",
 ]

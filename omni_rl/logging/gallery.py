@@ -6,6 +6,10 @@ tile gets a strip underneath with its caption in PIL's default font, cut with ".
 wider than the tile. A last row with fewer than `nrow` images is left blank on the right;
 fewer than `nrow` images make a single row exactly as wide as they need.
 
+With `marks`, a tile marked True gets a green frame and one marked False a red frame, drawn in
+the padding around it (None: no frame), so a success test's right and wrong samples are told
+apart at a glance.
+
 `save_grid(...)` writes that grid atomically (format from the extension).
 
 Input is either a uint8 tensor/array [B, H, W, C] (C = 1, 3 or 4) or a list of PIL images,
@@ -28,6 +32,7 @@ from omni_rl.utils.atomic import atomic_save_image
 
 _BACKGROUND = (255, 255, 255)
 _TEXT_COLOR = (0, 0, 0)
+_MARK_COLORS = {True: (0, 170, 0), False: (220, 0, 0)}
 _ELLIPSIS = "..."  # ASCII: the default font may have no glyph for the single-character one
 
 
@@ -84,6 +89,7 @@ def make_grid(
     padding: int = 4,
     font_size: int = 12,
     min_tile_size: int = 128,
+    marks: Sequence[bool | None] | None = None,
 ) -> Image.Image:
     """Tile `images` into one RGB image, `nrow` images to a row, optional caption under each.
 
@@ -102,6 +108,8 @@ def make_grid(
         raise ValueError(
             f"got {len(captions)} captions for {len(tiles)} images; pass one caption per image or None"
         )
+    if marks is not None and len(marks) != len(tiles):
+        raise ValueError(f"got {len(marks)} marks for {len(tiles)} images; pass one mark (True, False, None) per image")
 
     tile_w, tile_h = tiles[0].size
     columns = min(nrow, len(tiles))
@@ -122,6 +130,10 @@ def make_grid(
         x = padding + (index % nrow) * cell_w
         y = padding + (index // nrow) * cell_h
         grid.paste(tile, (x, y))
+        if marks is not None and marks[index] is not None and padding > 0:
+            width = max(1, padding // 2)  # half the gap: neighbouring frames meet, never overlap
+            draw.rectangle((x - width, y - width, x + tile_w + width - 1, y + tile_h + width - 1),
+                           outline=_MARK_COLORS[bool(marks[index])], width=width)
         if captions is not None:
             text = _fit_text(draw, str(captions[index]), font, tile_w)
             # Centred by measuring, not with `anchor=`: the bitmap fallback font has no anchors.

@@ -28,6 +28,11 @@ def test_pretraining_is_deterministic_and_writes_a_loadable_pipeline(tmp_path):
 
     pipe = StableDiffusion3Pipeline.from_pretrained(tmp_path / "a", text_encoder_3=None, tokenizer_3=None)  # no T5
     assert pipe.vae.config.scaling_factor == first["latent_scale"]
+    # a plain SD3 transformer: exactly diffusers' parameter names (no LoRA wrappers), all of them saved
+    from safetensors import safe_open
+
+    with safe_open(str(tmp_path / "a" / "transformer" / "diffusion_pytorch_model.safetensors"), "pt") as f:
+        assert set(f.keys()) == set(pipe.transformer.state_dict())
     sums = dict(reversed(line.split("  ")) for line in (tmp_path / "a" / "SHA256SUMS").read_text().splitlines())
     files = {p.relative_to(tmp_path / "a").as_posix() for p in (tmp_path / "a").rglob("*") if p.is_file()}
     assert set(sums) == files - {"SHA256SUMS"}

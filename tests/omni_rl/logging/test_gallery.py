@@ -67,3 +67,15 @@ def test_small_tiles_are_enlarged_exactly():
     pixels = np.asarray(grid)
     assert (pixels[0:4, 0:4] == images[0, 0, 0].numpy()).all()
     assert (pixels[12:16, 28:32] == images[1, 3, 3].numpy()).all()
+
+
+def test_marks_frame_right_tiles_green_and_wrong_tiles_red():
+    images = torch.full((3, 8, 8, 3), 128, dtype=torch.uint8)
+    grid = np.asarray(make_grid(images, nrow=3, padding=4, min_tile_size=0, marks=[True, False, None]))
+    # tile k spans x = 4 + 12 k .. 11 + 12 k; its frame is the 2 pixels (half the padding) around it
+    assert tuple(grid[8, 2]) == tuple(grid[8, 13]) == (0, 170, 0)
+    assert tuple(grid[8, 14]) == tuple(grid[8, 25]) == (220, 0, 0)
+    assert tuple(grid[8, 1]) == tuple(grid[8, 26]) == (255, 255, 255)  # outside the frames; tile 2 has none
+    assert (grid[4:12, 4:12] == 128).all()  # the frame never covers the image
+    with pytest.raises(ValueError, match="2 marks for 3 images"):
+        make_grid(images, nrow=3, marks=[True, False])
