@@ -44,6 +44,9 @@ Metrics (keys without a namespace; the diffusion family files them under `loss/`
 | dpo_err_winner   | dpo  | mean err_w;  dpo_err_loser: mean err_l                           |
 | dpo_pairs        | dpo  | pairs in this call                                               |
 
+Each loss says which inputs beyond the common ones it reads and whether its rows are pairs
+(`@reads`: `fn.reads`, `fn.pairwise`), so its caller needs no branch on its name.
+
 Not here: drawing t and eps, the EMA of the old policy, choosing pairs (`omni_rl.families`).
 """
 from __future__ import annotations
@@ -63,6 +66,7 @@ __all__ = [
     "FORWARD_LOSSES",
     "NFT_WEIGHTINGS",
     "nft_optimality",
+    "reads",
     "diffusion_nft_loss",
     "diffusion_dpo_loss",
 ]
@@ -132,6 +136,18 @@ ForwardLoss = Callable[[ForwardLossInput], tuple[Tensor, Metrics]]
 FORWARD_LOSSES: Registry[ForwardLoss] = Registry("forward-process diffusion loss")
 
 
+def reads(*fields: str, pairwise: bool = False):
+    """Mark a forward loss with the `ForwardLossInput` fields its caller must fill beyond the
+    common ones (`old_velocity`, `advantages`, `ref_velocity`) and whether its rows are pairs."""
+
+    def mark(fn: ForwardLoss) -> ForwardLoss:
+        fn.reads = frozenset(fields)
+        fn.pairwise = pairwise
+        return fn
+
+    return mark
+
+
 def _f32(x: Tensor, like: Tensor) -> Tensor:
     return x.detach().to(device=like.device, dtype=torch.float32)
 
@@ -149,6 +165,7 @@ def nft_optimality(advantages: Tensor, adv_clip_max: float) -> Tensor:
 
 
 @FORWARD_LOSSES.register("diffusion_nft")
+@reads("old_velocity", "advantages")
 def diffusion_nft_loss(inp: ForwardLossInput) -> tuple[Tensor, Metrics]:
     """DiffusionNFT (arXiv 2509.16117): mean_i [r_i e+_i + (1 - r_i) e-_i] (module docstring).
 
@@ -185,6 +202,7 @@ def diffusion_nft_loss(inp: ForwardLossInput) -> tuple[Tensor, Metrics]:
 
 
 @FORWARD_LOSSES.register("diffusion_dpo")
+@reads("ref_velocity", pairwise=True)
 def diffusion_dpo_loss(inp: ForwardLossInput) -> tuple[Tensor, Metrics]:
     """Diffusion-DPO (arXiv 2311.12908) on flow targets: winners are the first half of the rows,
     losers the second (module docstring).
