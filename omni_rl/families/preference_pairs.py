@@ -70,6 +70,17 @@ class PairBatch:
         )
 
     @staticmethod
+    def from_images(model, prompts: list[str], chosen: torch.Tensor, rejected: torch.Tensor, seeds: torch.Tensor,
+                    guidance_scale: float, negative_prompt: str = "") -> "PairBatch":
+        """Offline pairs: uint8 images [P, H, W, C] encoded through the model's VAE
+        (`encode_images`), the prompts through its text encoders."""
+        return PairBatch(
+            chosen=model.encode_images(chosen), rejected=model.encode_images(rejected),
+            conditioning=model.encode_prompts(prompts, negative_prompt), seeds=seeds.to(torch.long),
+            guidance_scale=guidance_scale, prompts=list(prompts),
+        )
+
+    @staticmethod
     def from_rollout(batch) -> "PairBatch":
         """The best-vs-worst pair of every group of a scored `DiffusionBatch` (rewards set)."""
         if batch.rewards is None or batch.sample_seeds is None:
