@@ -129,6 +129,15 @@ class StableDiffusion3Adapter(DiffusionModelBase):
         image = (image.float() / 2 + 0.5).clamp(0, 1)
         return (image * 255).round().to(torch.uint8).permute(0, 2, 3, 1).cpu()
 
+    @torch.no_grad()
+    def encode_images(self, images: torch.Tensor) -> torch.Tensor:
+        """`decode`'s inverse: pixels in [-1, 1] through the VAE encoder (its mode), then the
+        latents' shift and scale."""
+        config = self.vae.config
+        pixels = images.permute(0, 3, 1, 2).to(self.device, torch.float32) / 127.5 - 1.0
+        z = self.vae.encode(pixels.to(self.vae.dtype)).latent_dist.mode()
+        return ((z.float() - config.shift_factor) * config.scaling_factor).cpu()
+
     def save_lora(self, folder: str) -> None:
         """diffusers' LoRA format, with the adapter config (rank, alpha, targets) in the file's
         metadata: `pipe.load_lora_weights(folder)` loads it at the scale it was trained with

@@ -69,6 +69,40 @@ class Registry(Generic[T]):
         return len(self._entries)
 
 
+class RegistryUnion(Generic[T]):
+    """A read-only view of several registries as one kind (`get`, `names`, `in`): where one
+    setting picks from entries that live in registries of their own (a diffusion family's
+    `algo.policy_loss`: a step loss or a forward-process loss). A name in two of them raises."""
+
+    def __init__(self, kind: str, *registries: Registry):
+        self.kind = kind
+        self.registries = registries
+
+    def _owners(self, name: object) -> list[Registry]:
+        owners = [r for r in self.registries if name in r]
+        if len(owners) > 1:
+            raise RegistryError(f"{self.kind} {name!r} is registered as {' and as '.join(r.kind for r in owners)}")
+        return owners
+
+    def get(self, name: str):
+        owners = self._owners(name)
+        if not owners:
+            raise RegistryError(f"unknown {self.kind} {name!r}; registered: {', '.join(self.names()) or '(none)'}")
+        return owners[0].get(name)
+
+    def names(self) -> list[str]:
+        return sorted(n for r in self.registries for n in r.names())
+
+    def __contains__(self, name: object) -> bool:
+        return bool(self._owners(name))
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.names())
+
+    def __len__(self) -> int:
+        return len(self.names())
+
+
 def _describe(obj: object) -> str:
     module = getattr(obj, "__module__", "?")
     qualname = getattr(obj, "__qualname__", type(obj).__qualname__)

@@ -12,6 +12,9 @@ with one call signature, looked up by name from the config:
   scores one kind of action (a denoising step, a token): each model family takes its losses
   from one (`ModelFamily.losses`), so a loss of the other kind fails at config load.
 - `DIFFUSION_KL` (`flow_grpo_code`, `exact`): per-step KL to the reference policy.
+- `FORWARD_LOSSES` (`diffusion_nft`, `diffusion_dpo`, in `forward_losses`): losses on clean
+  latents noised again (no log-probs), called with a `ForwardLossInput`; the diffusion family
+  takes its `algo.policy_loss` from `DIFFUSION_LOSSES` or from this registry.
 
 `rollout_correction` (no registry) gives the truncated importance weights between the trainer's
 old log-probs and the rollout engine's (`algo.rollout_is`), which every policy loss applies.
@@ -44,6 +47,14 @@ from omni_rl.algos.flow_sde import (
     ode_step,
     per_sample,
     sde_step,
+)
+from omni_rl.algos.forward_losses import (
+    FORWARD_LOSSES,
+    ForwardLoss,
+    ForwardLossInput,
+    diffusion_dpo_loss,
+    diffusion_nft_loss,
+    nft_optimality,
 )
 from omni_rl.algos.policy_losses import (
     DIFFUSION_KL,
@@ -116,6 +127,13 @@ __all__ = [
     "get_diffusion_kl",
     "flow_grpo_code_kl",
     "exact_kl",
+    # forward-process losses
+    "ForwardLossInput",
+    "ForwardLoss",
+    "FORWARD_LOSSES",
+    "diffusion_nft_loss",
+    "diffusion_dpo_loss",
+    "nft_optimality",
     # token losses
     "TOKEN_LOSSES",
     "get_token_loss",

@@ -223,6 +223,26 @@ class AlgoConfig:
     rollout_is_cap: float = 2.0
     # "truncate" clamps w at C; "mask" sets w to 0 where it exceeds C (the action leaves the loss).
     rollout_is_mode: str = "truncate"
+    # --- forward-process losses (policy_loss diffusion_nft / diffusion_dpo) ---
+    # They train on the rollout's final clean latents noised again (any rollout.kernel, ode
+    # included; no log-probs): each sample (each pair) draws this many (t, eps), one backward
+    # each, seeded by the sample's seed and the draw's index.
+    forward_num_timesteps: int = 2
+    # How t is drawn: "uniform" in (0, 1) or "logit_normal" (sigmoid of a standard normal, SD3's
+    # training distribution); both kept in [1e-3, 1 - 1e-3].
+    forward_timestep_sampling: str = "uniform"
+    # DiffusionNFT (arXiv 2509.16117): the guidance strength b of the implicit policies
+    # v+ = b v + (1 - b) v_old, v- = (1 + b) v_old - b v (the paper: 1).
+    nft_beta: float = 1.0
+    # The old policy v_old is an EMA of the trainable weights, ema <- d ema + (1 - d) theta after
+    # every optimizer step; d in [0, 1) (0: v_old is the weights as of the last optimizer step).
+    nft_ema_decay: float = 0.9
+    # "velocity": mean_d (v+- - u)^2; "adaptive_x0": the x0-space error of x_t - t v+-, divided
+    # per sample by the current policy's mean |x0 error| (no gradient through it).
+    nft_weighting: str = "velocity"
+    # Diffusion-DPO (arXiv 2311.12908) on flow targets: beta of -log sigmoid(-beta/2 [...]), with
+    # per-dimension mean errors (Wallace et al. use 5000 for SD1.5 with theirs).
+    dpo_beta: float = 5000.0
 
 
 @dataclass

@@ -11,6 +11,14 @@ import math
 from omni_rl.config.schema import OmniConfig
 
 
+# The losses of `omni_rl.algos.forward_losses.FORWARD_LOSSES` (this layer imports nothing above
+# it; a test keeps the two the same): they read no log-probs, so any kernel may sample for them.
+FORWARD_PROCESS_LOSSES = ("diffusion_dpo", "diffusion_nft")
+# `omni_rl.families.forward_draws.TIMESTEP_SAMPLINGS` and `omni_rl.algos.forward_losses.NFT_WEIGHTINGS`.
+FORWARD_TIMESTEP_SAMPLINGS = ("uniform", "logit_normal")
+NFT_WEIGHTINGS = ("velocity", "adaptive_x0")
+
+
 class ConfigError(ValueError):
     """A bad config value; the message names the key and what was expected."""
 
@@ -84,8 +92,9 @@ def validate_config(cfg: OmniConfig) -> None:
     _require(r.noise_level >= 0 and math.isfinite(r.noise_level), "rollout.noise_level", r.noise_level, "a finite value >= 0")
     _require(r.kernel == "ode" or r.noise_level > 0, "rollout.noise_level", r.noise_level,
              "> 0 for a stochastic kernel (training needs log-probs); use rollout.kernel=ode only for evaluation")
-    _require(r.kernel != "ode", "rollout.kernel", r.kernel,
-             "a stochastic kernel for training (sde, cps, dance_sde); ode has no log-prob")
+    _require(r.kernel != "ode" or a.policy_loss in FORWARD_PROCESS_LOSSES, "rollout.kernel", r.kernel,
+             f"a stochastic kernel for training with algo.policy_loss={a.policy_loss} (sde, cps, dance_sde); ode has "
+             f"no log-prob (only the forward-process losses {', '.join(FORWARD_PROCESS_LOSSES)} train on ode samples)")
     _require(r.guidance_scale >= 1.0, "rollout.guidance_scale", r.guidance_scale, ">= 1.0 (1.0 disables CFG)")
     _require(r.max_wait_ms >= 0, "rollout.max_wait_ms", r.max_wait_ms, ">= 0")
     _require(r.fps > 0 and math.isfinite(r.fps), "rollout.fps", r.fps, "a frame rate > 0, e.g. 16 (Wan2.2) or 24 (LTX-2)")
@@ -106,6 +115,7 @@ def validate_config(cfg: OmniConfig) -> None:
     _require(a.old_logprob_mode in ("auto", "recompute", "bypass"), "algo.old_logprob_mode", a.old_logprob_mode,
              "one of auto, recompute, bypass")
     _validate_rollout_is(a)
+    _validate_forward_process(cfg)
     _require(a.logprob_check_every >= 0, "algo.logprob_check_every", a.logprob_check_every, "an integer >= 0 (0 = never)")
     _require(a.clip_range > 0, "algo.clip_range", a.clip_range, "> 0")
     _require(a.clip_range_high is None or a.clip_range_high > 0, "algo.clip_range_high", a.clip_range_high, "> 0 or null")
@@ -196,6 +206,31 @@ def _validate_window_schedule(r) -> None:
                  f"read it; remove it or set the schedule")
     _require(r.sde_window_min_size <= max(r.sde_window_size, 1), "rollout.sde_window_min_size", r.sde_window_min_size,
              f"at most rollout.sde_window_size = {r.sde_window_size}")
+
+
+def _validate_forward_process(cfg: OmniConfig) -> None:
+    """The forward-process losses' options, and what they cannot combine with: they have no
+    log-probs (no rollout correction) and no per-step KL term."""
+    a = cfg.algo
+    _require(isinstance(a.forward_num_timesteps, int) and a.forward_num_timesteps >= 1, "algo.forward_num_timesteps",
+             a.forward_num_timesteps, "an integer >= 1 (the (t, eps) draws per sample and update, one backward each)")
+    _require(a.forward_timestep_sampling in FORWARD_TIMESTEP_SAMPLINGS, "algo.forward_timestep_sampling",
+             a.forward_timestep_sampling, f"one of {', '.join(FORWARD_TIMESTEP_SAMPLINGS)}")
+    _require(math.isfinite(a.nft_beta) and a.nft_beta > 0, "algo.nft_beta", a.nft_beta, "a finite value > 0 (DiffusionNFT: 1)")
+    _require(0 <= a.nft_ema_decay < 1, "algo.nft_ema_decay", a.nft_ema_decay,
+             "in [0, 1) (the old policy's EMA: ema <- d ema + (1 - d) theta; e.g. 0.9)")
+    _require(a.nft_weighting in NFT_WEIGHTINGS, "algo.nft_weighting", a.nft_weighting, f"one of {', '.join(NFT_WEIGHTINGS)}")
+    _require(math.isfinite(a.dpo_beta) and a.dpo_beta > 0, "algo.dpo_beta", a.dpo_beta,
+             "a finite value > 0 (Diffusion-DPO: 5000)")
+    if a.policy_loss not in FORWARD_PROCESS_LOSSES:
+        return
+    _require(a.kl_coef == 0, "algo.kl_coef", a.kl_coef,
+             f"0 with algo.policy_loss={a.policy_loss} (a forward-process loss has no per-step KL term; "
+             f"diffusion_dpo is regularised towards the reference by algo.dpo_beta): remove algo.kl_coef")
+    _require(a.rollout_is == "none", "algo.rollout_is", a.rollout_is,
+             f"none with algo.policy_loss={a.policy_loss} (it reads no log-probs, so there is nothing to correct)")
+    _require(a.policy_loss != "diffusion_dpo" or cfg.model.lora.enabled, "model.lora.enabled", cfg.model.lora.enabled,
+             "true with algo.policy_loss=diffusion_dpo (its reference policy is the base model with LoRA disabled)")
 
 
 def _validate_rollout_is(a) -> None:

@@ -13,6 +13,7 @@ trains K (all W, or DanceGRPO's per-sample subset: `step_index`):
   conditioning   Conditioning of N
   rewards, advantages [N];  group_index [N] (samples of one prompt share it)
   weight_versions [N] long            the weight version each sample was rolled out with (-1: unknown)
+  sample_seeds   [N] long or None     each sample's request seed (the forward-process losses' draws)
   images         uint8 [N, H, W, C], or [N, T, H, W, C] for video
   final_latents  [N, *latent]  the clean latents (latent reward models score these)
   audio          float [N, channels, samples] at sample_rate (audio-video models), else None
@@ -56,6 +57,7 @@ class DiffusionBatch:
     audio: Optional[torch.Tensor] = None
     sample_rate: Optional[int] = None
     weight_versions: Optional[torch.Tensor] = None
+    sample_seeds: Optional[torch.Tensor] = None
     extras: dict[str, Any] = field(default_factory=dict)
 
     def __len__(self) -> int:
@@ -135,4 +137,5 @@ class DiffusionBatch:
             rollout_is_weights=pick(self.rollout_is_weights),
             step_index=pick(self.step_index),
             weight_versions=pick(self.weight_versions),
+            sample_seeds=pick(self.sample_seeds),
         )

@@ -108,6 +108,21 @@ class ModelFamily(ABC):
     def loss(self, micro, chunk: int) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """The loss of chunk `chunk` of a micro-batch and its metrics (what the engine is handed)."""
 
+    def train_items(self, batch):
+        """What the update iterates over (`len`, `select`): the batch itself, or what the loss
+        trains instead (the diffusion family's preference pairs for `diffusion_dpo`)."""
+        return batch
+
+    def after_optimizer_step(self) -> None:
+        """Called after every optimizer step (the diffusion family's EMA for `diffusion_nft`)."""
+
+    def state_tensors(self) -> dict[str, torch.Tensor]:
+        """Tensors of the actor half's own state that a checkpoint must carry (none by default)."""
+        return {}
+
+    def load_state_tensors(self, tensors: dict[str, torch.Tensor]) -> None:
+        """Restore `state_tensors` from a checkpoint (an empty dict: the checkpoint has none)."""
+
 
 MODEL_FAMILIES: Registry[type[ModelFamily]] = Registry("model family")
 

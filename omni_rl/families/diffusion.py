@@ -16,6 +16,10 @@ disabled) policy; it also
 reports how far the stored old log-probs are from this forward's (`rollout_corr/*`, which the
 update keeps for its first mini-batch: before the first optimizer step that is the
 rollout-vs-trainer gap, measured at no extra cost).
+
+With a forward-process loss (`diffusion_nft`, `diffusion_dpo`: `algos.FORWARD_LOSSES`) the actor
+half is `ForwardProcessObjective`'s instead: it trains on the final clean latents noised again,
+not on the trajectory, and this class hands it every actor-half call.
 """
 from __future__ import annotations
 
@@ -25,11 +29,14 @@ import numpy as np
 import torch
 
 from omni_rl.algos.flow_sde import StepOutput, get_step_kernel, step_latents
+from omni_rl.algos.forward_losses import FORWARD_LOSSES
 from omni_rl.algos.policy_losses import DIFFUSION_LOSSES, PolicyLossInput, get_diffusion_kl, loss_reads_old_mean
+from omni_rl.registry import RegistryUnion
 from omni_rl.config.schema import OmniConfig
 from omni_rl.data.diffusion_batch import DiffusionBatch
 from omni_rl.data.prompts import PromptFileError, PromptItem
 from omni_rl.families.base import BehaviourPolicy, ModelFamily, register_family
+from omni_rl.families.forward_process import ForwardProcessObjective
 from omni_rl.families.scored_rollout import scored_rollout
 from omni_rl.logging import make_grid
 from omni_rl.logging.sample_media import write_video_samples
@@ -47,11 +54,13 @@ from omni_rl.utils.seeding import derive_seed
 class DiffusionFamily(ModelFamily):
     batch_type = DiffusionBatch
     rollout_is_levels = ("step", "sequence")  # a denoising step; a sample's trained steps
-    losses = DIFFUSION_LOSSES
+    losses = RegistryUnion("diffusion loss", DIFFUSION_LOSSES, FORWARD_LOSSES)
 
     def __init__(self, cfg: OmniConfig, model: DiffusionModelBase):
         super().__init__(cfg, model)
         self.kl_form = get_diffusion_kl(cfg.algo.kl_form)
+        forward = cfg.algo.policy_loss in FORWARD_LOSSES
+        self.forward = ForwardProcessObjective(cfg, model, self.policy_loss) if forward else None
 
     # --- the rollout half -----------------------------------------------------------------
     def fit_prompts(self, items: list, what: str = "data.prompts") -> list:
@@ -117,7 +126,9 @@ class DiffusionFamily(ModelFamily):
         results, reward_futures = scored_rollout(
             engine, requests, [req.prompt for req in requests], metadata, score, self._reward_input, r.timeout_s
         )
-        return DiffusionBatch.from_results(results, metadata, groups, self.trained_steps(requests, results)), reward_futures
+        batch = DiffusionBatch.from_results(results, metadata, groups, self.trained_steps(requests, results))
+        batch.sample_seeds = torch.tensor([req.seed for req in requests], dtype=torch.long)
+        return batch, reward_futures
 
     def trained_steps(self, requests: list[DiffusionRequest], results) -> torch.Tensor | None:
         """DanceGRPO's per-sample subset of the stochastic steps to train (`algo.timestep_fraction`),
@@ -203,10 +214,27 @@ class DiffusionFamily(ModelFamily):
             logger.log_image("val/samples", np.asarray(grid), step)
         return {f"val/{k}": v for k, v in reward.metrics.items()}
 
+    def rollout_metrics(self, batch: DiffusionBatch) -> dict[str, float]:
+        return {} if self.forward is None else self.forward.rollout_metrics(batch)
+
     # --- the actor half -------------------------------------------------------------------
     @property
     def reads_old_means(self) -> bool:
-        return loss_reads_old_mean(self.policy_loss)
+        return self.forward is None and loss_reads_old_mean(self.policy_loss)
+
+    def train_items(self, batch: DiffusionBatch):
+        return batch if self.forward is None else self.forward.train_items(batch)
+
+    def after_optimizer_step(self) -> None:
+        if self.forward is not None:
+            self.forward.after_optimizer_step()
+
+    def state_tensors(self) -> dict[str, torch.Tensor]:
+        return {} if self.forward is None else self.forward.state_tensors()
+
+    def load_state_tensors(self, tensors: dict[str, torch.Tensor]) -> None:
+        if self.forward is not None:
+            self.forward.load_state_tensors(tensors)
 
     def step(self, batch: DiffusionBatch, j: int) -> StepOutput:
         """Score window step j of every sample in `batch` under the current policy."""
@@ -224,6 +252,8 @@ class DiffusionFamily(ModelFamily):
         )
 
     def num_chunks(self, batch: DiffusionBatch) -> int:
+        if self.forward is not None:
+            return self.forward.num_chunks(batch)
         return batch.num_train_steps  # one backward per denoising step
 
     @torch.no_grad()
@@ -231,6 +261,8 @@ class DiffusionFamily(ModelFamily):
         """Log-probs [N, W] and, for the losses that read them, transition means [N, W, *latent]
         of the current weights (a 480p video latent is millions of floats a step: kept only when
         a loss needs them)."""
+        if self.forward is not None:
+            return self.forward.behaviour_policy(batch, micro_batch_size)
         keep_means = self.reads_old_means
         log_probs, means = [], []
         for start in range(0, len(batch), micro_batch_size):
@@ -243,6 +275,8 @@ class DiffusionFamily(ModelFamily):
         return BehaviourPolicy(log_probs, torch.ones_like(log_probs), ls.cat(means) if keep_means else None)
 
     def loss(self, micro: DiffusionBatch, j: int) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        if self.forward is not None:
+            return self.forward.loss(micro, j)
         out = self.step(micro, j)
         device = out.log_prob.device
         dt = (micro.sigmas_next[:, j] - micro.sigmas[:, j]).to(device)

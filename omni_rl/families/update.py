@@ -13,6 +13,10 @@ the step's metrics. The `rollout_corr/*` gaps a family's loss reports (stored ol
 this forward's) are kept for the first mini-batch only: before the first optimizer step the
 policy is the behaviour policy, so with the rollout's log-probs as the old ones they measure the
 rollout-vs-trainer gap on those samples, for free.
+
+The family may train something other than the samples (`ModelFamily.train_items`: the
+preference pairs of `diffusion_dpo`), and hears of every optimizer step
+(`after_optimizer_step`: the EMA of `diffusion_nft`).
 """
 from __future__ import annotations
 
@@ -31,8 +35,10 @@ GAP_MEAN_KEY = "rollout_corr/logprob_abs_diff_mean"
 def run_update(engine, family, batch, cfg, step: int, rank: int = 0, world: int = 1) -> dict[str, Any]:
     t = cfg.trainer
     share = t.mini_batch_size // world
-    micro_per_share = share // t.micro_batch_size
     num_chunks = family.num_chunks(batch)
+    # What the loss trains: the samples, or what the family makes of them (preference pairs,
+    # fewer than the samples and possibly none); mini- and micro-batches are of these items.
+    batch = family.train_items(batch)
     sums: dict[str, float] = {}
     counts: dict[str, int] = {}
     maxima: dict[str, float] = {}
@@ -49,6 +55,9 @@ def run_update(engine, family, batch, cfg, step: int, rank: int = 0, world: int 
         )
         for mb_start in range(0, len(batch), t.mini_batch_size):
             mine = order[mb_start : mb_start + t.mini_batch_size][rank * share : (rank + 1) * share]
+            # Micro-batches in this share: share // micro_batch_size for samples (the config makes
+            # them divide); fewer for a last, short mini-batch of items that do not.
+            micro_per_share = -(-len(mine) // t.micro_batch_size)
             for mc_start in range(0, len(mine), t.micro_batch_size):
                 micro = batch.select(mine[mc_start : mc_start + t.micro_batch_size])
                 for j in range(num_chunks):
@@ -68,6 +77,7 @@ def run_update(engine, family, batch, cfg, step: int, rank: int = 0, world: int 
                         # policy: with recomputed old log-probs the ratio must be exactly 1.
                         maxima[FIRST_MINIBATCH_KEY] = max(maxima.get(FIRST_MINIBATCH_KEY, 0.0), dev)
             record(engine.optimizer_step())
+            family.after_optimizer_step()
             num_updates += 1
     return {"sums": sums, "counts": counts, "maxima": maxima, "num_updates": num_updates}
 

@@ -186,6 +186,14 @@ class DiffusionModelBase(OmniModelBase):
     def decode(self, latents) -> torch.Tensor:
         """Clean latents -> uint8 pixels, channels last."""
 
+    def encode_images(self, images: torch.Tensor):
+        """uint8 pixels [N, H, W, C] -> clean latents [N, *latent_shape], fp32: `decode`'s inverse
+        through the VAE (its mean), for training on given images (offline Diffusion-DPO)."""
+        raise NotImplementedError(
+            f"{type(self).__name__} does not encode images into latents; offline preference pairs need an adapter "
+            f"with encode_images (StableDiffusion3Pipeline has one)"
+        )
+
     def decode_audio(self, latents) -> tuple[torch.Tensor, int]:
         """Clean latents -> (waveform float32 [B, channels, samples] in [-1, 1], sample rate), for
         models that set `makes_audio`."""

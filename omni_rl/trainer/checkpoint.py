@@ -5,9 +5,10 @@ A checkpoint is a folder `OUTPUT/checkpoints/step_000020/` holding
 - `trainer_state.json`: the format version, the step, the RNG states (python, numpy, torch), the
   names and shapes of the trainable tensors, and, for trainer.backend=local, the optimizer's
   param_groups and non-tensor state;
-- `trainer_state.safetensors` (trainer.backend=local): the trainable tensors (`trainable/NAME`)
-  and the optimizer's tensor state (`optimizer/PARAM_INDEX/KEY`: AdamW's step, exp_avg,
-  exp_avg_sq);
+- `trainer_state.safetensors` (trainer.backend=local): the trainable tensors (`trainable/NAME`),
+  the optimizer's tensor state (`optimizer/PARAM_INDEX/KEY`: AdamW's step, exp_avg,
+  exp_avg_sq) and the model family's own state (`family/KEY`, `ModelFamily.state_tensors`:
+  DiffusionNFT's EMA of the weights; trainer_state.json's `family_tensors` lists the keys);
 - `sharded/` (trainer.backend=ray): the trainable tensors and optimizer state, one
   torch.distributed.checkpoint (DCP) shard per rank;
 - `lora/` (LoRA runs) or `model/` (full fine-tuning): the trained weights in the model
@@ -64,6 +65,7 @@ TENSORS_FILE = "trainer_state.safetensors"
 PIPELINE_FILE = "pipeline.safetensors"
 MANIFEST_FILE = "manifest.json"
 CONFIG_FILE = "config.yaml"
+FAMILY_PREFIX = "family/"
 # The pickle earlier versions wrote; recognised only to refuse it.
 LEGACY_STATE_FILE = "trainer_state.pt"
 # Sharded runs (trainer.backend=ray) keep the optimizer and trainable tensors here, one DCP shard per rank.
@@ -153,14 +155,19 @@ def write_checkpoint(output_dir: Path, step: int, model, config_yaml: str, keep_
 
 
 def save_checkpoint(output_dir: Path, step: int, state: dict[str, Any], model, config_yaml: str, keep_last: int,
-                    pipeline=None) -> Path:
-    """A one-process checkpoint: `state` is `LocalEngine.state_dict()` (trainable tensors, optimizer)."""
+                    pipeline=None, family_tensors: Optional[dict[str, torch.Tensor]] = None) -> Path:
+    """A one-process checkpoint: `state` is `LocalEngine.state_dict()` (trainable tensors, optimizer);
+    `family_tensors` the model family's own state (`ModelFamily.state_tensors`), if any."""
 
     def write_weights(folder: Path) -> dict[str, Any]:
         tensors, optimizer = _split_engine_state(state)
-        atomic_save_safetensors(tensors, folder / TENSORS_FILE)
+        extra = {f"{FAMILY_PREFIX}{k}": v.detach().cpu().contiguous() for k, v in (family_tensors or {}).items()}
+        atomic_save_safetensors({**tensors, **extra}, folder / TENSORS_FILE)
         model.save_trained(str(folder / export_folder(model)))
-        return {"optimizer": optimizer}
+        written = {"optimizer": optimizer}
+        if extra:
+            written["family_tensors"] = sorted(family_tensors)
+        return written
 
     return write_checkpoint(output_dir, step, model, config_yaml, keep_last, write_weights, pipeline)
 
@@ -377,7 +384,12 @@ def _read_tensors(path: Path, raw: dict[str, Any], state_path: Path) -> dict[str
     except (SafetensorError, OSError, ValueError) as err:
         raise CheckpointError(f"{path}: not a readable safetensors file ({err})") from err
     try:
-        return _join_engine_state(tensors, raw["optimizer"], list(raw["trainable_tensors"]))
+        state = _join_engine_state(tensors, raw["optimizer"], list(raw["trainable_tensors"]))
+        family = {k.removeprefix(FAMILY_PREFIX): v for k, v in tensors.items() if k.startswith(FAMILY_PREFIX)}
+        listed = sorted(str(k) for k in raw.get("family_tensors", []))
+        if sorted(family) != listed:
+            raise ValueError(f"{len(family)} family tensors, but {STATE_FILE} lists {len(listed)}")
+        return {**state, "family": family}
     except _DECODE_ERRORS as err:
         raise CheckpointError(f"{state_path} and {path} do not agree ({_describe(err)})") from err
 

@@ -95,7 +95,7 @@ class LocalActorGroup(ActorGroup):
     def save(self, output_dir: Path, step: int, config_yaml: str, pipeline=None) -> Path:
         return save_checkpoint(
             output_dir, step, self.engine.state_dict(), self.model, config_yaml, self.cfg.trainer.keep_last_checkpoints,
-            pipeline,
+            pipeline, family_tensors=self.family.state_tensors(),
         )
 
     def load(self, state: dict[str, Any]) -> None:
@@ -113,6 +113,10 @@ class LocalActorGroup(ActorGroup):
                 f"trainer.resume={self.cfg.trainer.resume!r}: the state in {state['folder']} does not load into "
                 f"this run's training engine ({err}); resume with the config the checkpoint was written with"
             ) from err
+        try:
+            self.family.load_state_tensors(state.get("family", {}))
+        except ValueError as err:
+            raise CheckpointError(f"trainer.resume={self.cfg.trainer.resume!r}: {state['folder']}: {err}") from err
 
     def export(self, folder: Path) -> None:
         self.model.save_trained(str(folder))

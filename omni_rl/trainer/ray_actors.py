@@ -35,6 +35,8 @@ from typing import Any
 
 import torch
 
+from omni_rl.algos.forward_losses import FORWARD_LOSSES
+from omni_rl.algos.policy_losses import DIFFUSION_LOSSES
 from omni_rl.config.schema import OmniConfig
 from omni_rl.config.validate import ConfigError
 from omni_rl.device import ray_device_resource, weightless_device
@@ -63,6 +65,12 @@ class RayActorGroup(ActorGroup):
                 f"trainer.pipeline={t.pipeline!r}: expected on_policy with trainer.backend=ray (its rollout "
                 f"copies live on the training workers, which run one call at a time, so a rollout cannot run "
                 f"beside an update); use trainer.backend=local with rollout.backend=server for a pipelined run"
+            )
+        if cfg.algo.policy_loss in FORWARD_LOSSES:
+            raise ConfigError(
+                f"algo.policy_loss={cfg.algo.policy_loss!r}: expected a step loss ({', '.join(DIFFUSION_LOSSES.names())}) "
+                f"with trainer.backend=ray (the forward-process losses' EMA swap and preference pairs are not written "
+                f"for sharded FSDP2 ranks yet); use trainer.backend=local"
             )
         world = t.nnodes * t.devices_per_node
         # Each rank takes the same share of every mini-batch, in whole micro-batches, so that the

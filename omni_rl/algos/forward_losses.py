@@ -1,0 +1,237 @@
+"""Forward-process diffusion losses: DiffusionNFT and Diffusion-DPO on flow-matching targets.
+
+These losses need no log-probs and no SDE: they train on clean latents x0 (a rollout's final
+latents, sampled with any solver, ODE included; or a preference file's images) noised again,
+
+    x_t = (1 - t) x0 + t eps,      the flow target u = eps - x0,      v = v_theta(x_t, t),
+
+and compare the model's velocity with u. Contract (every loss, registered in `FORWARD_LOSSES`):
+
+    fn(inp: ForwardLossInput) -> (loss: 0-d tensor, metrics: dict[str, 0-d detached tensor])
+
+One entry is one (sample, t, eps) draw; the caller makes the draws (seeded per sample) and the
+forwards. Errors are per-dimension MEANS over the non-batch dims (like the log-probs of
+`flow_sde`), so their scale does not grow with the latent size. All maths in fp32; everything
+but `velocity` is a constant (detached here).
+
+- `diffusion_nft` (Zheng et al. 2025, arXiv 2509.16117). Optimality r = clamp(A / (2 adv_clip_max)
+  + 0.5, 0, 1) from the sample's advantage A. Implicit positive and negative policies
+  v+ = b v + (1 - b) v_old, v- = (1 + b) v_old - b v (b = nft_beta, v_old the old policy's
+  velocity), and loss = mean_i [ r_i e+_i + (1 - r_i) e-_i ] with, per `nft_weighting`,
+    "velocity":    e+- = mean_d (v+- - u)^2;
+    "adaptive_x0": the x0-space error of x0_hat+- = x_t - t v+- against x0, divided by a
+                   per-sample scale that carries no gradient, mean_d |x_t - t v - x0| (the
+                   current policy's x0 error; floored at 1e-5): e+- = mean_d (x0_hat+- - x0)^2 /
+                   sg(mean_d |x0_hat - x0|). Since x_t - t u = x0, (x0_hat - x0) = -t (v - u): this
+                   is t^2 times the velocity error, renormalised so that every t weighs alike.
+- `diffusion_dpo` (Wallace et al. 2023, arXiv 2311.12908, on flow targets). Entries come in
+  pairs: the first half of the batch are the winners, the second half the losers, row i of one
+  paired with row i of the other, each pair sharing t and eps. With err = mean_d (v - u)^2 and
+  ref = the same for the reference policy's velocity,
+    z = -dpo_beta / 2 * [(err_w - ref_w) - (err_l - ref_l)],   loss = mean over pairs of -log sigmoid(z).
+
+Metrics (keys without a namespace; the diffusion family files them under `loss/`):
+
+| key              | loss | meaning                                                          |
+|------------------|------|------------------------------------------------------------------|
+| policy_loss      | both | the returned loss                                                |
+| nft_positive     | nft  | mean of e+ (every sample, unweighted)                            |
+| nft_negative     | nft  | mean of e-                                                       |
+| nft_r_mean       | nft  | mean optimality r                                                |
+| nft_old_gap      | nft  | mean_d (v - v_old)^2 averaged: how far the EMA lags the weights  |
+| dpo_accuracy     | dpo  | fraction of pairs with (err_w - ref_w) < (err_l - ref_l)         |
+| dpo_margin       | dpo  | mean of (err_l - ref_l) - (err_w - ref_w) (> 0: winners favoured) |
+| dpo_err_winner   | dpo  | mean err_w;  dpo_err_loser: mean err_l                           |
+| dpo_pairs        | dpo  | pairs in this call                                               |
+
+Each loss says which inputs beyond the common ones it reads and whether its rows are pairs
+(`@reads`: `fn.reads`, `fn.pairwise`), so its caller needs no branch on its name.
+
+Not here: drawing t and eps, the EMA of the old policy, choosing pairs (`omni_rl.families`).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Optional
+
+import torch
+from torch import Tensor
+
+from omni_rl.algos.flow_sde import mean_over_sample_dims
+from omni_rl.registry import Registry
+
+__all__ = [
+    "ForwardLossInput",
+    "ForwardLoss",
+    "FORWARD_LOSSES",
+    "NFT_WEIGHTINGS",
+    "nft_optimality",
+    "reads",
+    "diffusion_nft_loss",
+    "diffusion_dpo_loss",
+]
+
+Metrics = dict[str, Tensor]
+NFT_WEIGHTINGS = ("velocity", "adaptive_x0")
+_ADAPTIVE_FLOOR = 1e-5
+
+
+@dataclass
+class ForwardLossInput:
+    """Inputs of a forward-process loss. B entries, latents `[B, ...]`, per-entry values `[B]`.
+
+    velocity:      the current policy's velocity at (x_t, t) (carries the graph).
+    target:        u = eps - x0, the flow-matching target.
+    timesteps:     t `[B]` in (0, 1).
+    noisy:         x_t (read by nft_weighting="adaptive_x0").
+    clean:         x0 (read by nft_weighting="adaptive_x0").
+    NFT:
+    old_velocity:  the old (EMA) policy's velocity at the same (x_t, t).
+    advantages:    `[B]` group advantages A.
+    adv_clip_max:  A / (2 adv_clip_max) + 0.5 maps [-adv_clip_max, adv_clip_max] onto [0, 1] (5).
+    nft_beta:      b > 0, the guidance strength of the implicit policies (the paper: 1).
+    nft_weighting: "velocity" or "adaptive_x0" (module docstring).
+    DPO:
+    ref_velocity:  the reference (base) policy's velocity at the same (x_t, t).
+    dpo_beta:      beta > 0 of the DPO objective.
+    """
+
+    velocity: Tensor
+    target: Tensor
+    timesteps: Tensor
+    noisy: Optional[Tensor] = None
+    clean: Optional[Tensor] = None
+    old_velocity: Optional[Tensor] = None
+    advantages: Optional[Tensor] = None
+    adv_clip_max: float = 5.0
+    nft_beta: float = 1.0
+    nft_weighting: str = "velocity"
+    ref_velocity: Optional[Tensor] = None
+    dpo_beta: float = 5000.0
+
+    def __post_init__(self) -> None:
+        shape = tuple(self.velocity.shape)
+        if self.velocity.ndim < 2 or self.velocity.shape[0] == 0:
+            raise ValueError(f"velocity has shape {shape}; expected latents [B, ...] with B >= 1")
+        for name in ("target", "noisy", "clean", "old_velocity", "ref_velocity"):
+            value = getattr(self, name)
+            if value is not None and tuple(value.shape) != shape:
+                raise ValueError(f"{name} has shape {tuple(value.shape)}; expected velocity's {shape} (the same draws)")
+        batch = shape[0]
+        for name in ("timesteps", "advantages"):
+            value = getattr(self, name)
+            if value is not None and tuple(value.shape) != (batch,):
+                raise ValueError(f"{name} has shape {tuple(value.shape)}; expected ({batch},), one per entry")
+        if not self.adv_clip_max > 0:
+            raise ValueError(f"adv_clip_max={self.adv_clip_max!r}; expected > 0 (Flow-GRPO and DiffusionNFT use 5)")
+        if not self.nft_beta > 0:
+            raise ValueError(f"nft_beta={self.nft_beta!r}; expected > 0 (DiffusionNFT uses 1)")
+        if not self.dpo_beta > 0:
+            raise ValueError(f"dpo_beta={self.dpo_beta!r}; expected > 0 (Diffusion-DPO uses 5000)")
+        if self.nft_weighting not in NFT_WEIGHTINGS:
+            raise ValueError(f"nft_weighting={self.nft_weighting!r}; expected one of {', '.join(NFT_WEIGHTINGS)}")
+
+
+ForwardLoss = Callable[[ForwardLossInput], tuple[Tensor, Metrics]]
+FORWARD_LOSSES: Registry[ForwardLoss] = Registry("forward-process diffusion loss")
+
+
+def reads(*fields: str, pairwise: bool = False):
+    """Mark a forward loss with the `ForwardLossInput` fields its caller must fill beyond the
+    common ones (`old_velocity`, `advantages`, `ref_velocity`) and whether its rows are pairs."""
+
+    def mark(fn: ForwardLoss) -> ForwardLoss:
+        fn.reads = frozenset(fields)
+        fn.pairwise = pairwise
+        return fn
+
+    return mark
+
+
+def _f32(x: Tensor, like: Tensor) -> Tensor:
+    return x.detach().to(device=like.device, dtype=torch.float32)
+
+
+def _needs(inp: ForwardLossInput, loss: str, *names: str) -> None:
+    missing = [n for n in names if getattr(inp, n) is None]
+    if missing:
+        raise ValueError(f"forward loss {loss!r} needs {', '.join(missing)} in ForwardLossInput; they are None")
+
+
+def nft_optimality(advantages: Tensor, adv_clip_max: float) -> Tensor:
+    """DiffusionNFT's optimality probability r = clamp(A / (2 adv_clip_max) + 0.5, 0, 1) `[B]`:
+    0.5 for A = 0, 1 at A >= adv_clip_max, 0 at A <= -adv_clip_max."""
+    return torch.clamp(advantages.to(torch.float32) / (2 * adv_clip_max) + 0.5, 0.0, 1.0)
+
+
+@FORWARD_LOSSES.register("diffusion_nft")
+@reads("old_velocity", "advantages")
+def diffusion_nft_loss(inp: ForwardLossInput) -> tuple[Tensor, Metrics]:
+    """DiffusionNFT (arXiv 2509.16117): mean_i [r_i e+_i + (1 - r_i) e-_i] (module docstring).
+
+    With v_old == v (the first update after the EMA was set to the weights) v+ = v- = v, so the
+    loss is mean_d (v - u)^2 and its gradient per sample is 2 b (2 r - 1) (v - u) / D: a sample
+    better than its group (r > 1/2) is pulled towards its flow target, a worse one pushed away.
+    """
+    _needs(inp, "diffusion_nft", "old_velocity", "advantages")
+    v = inp.velocity.to(torch.float32)
+    v_old, u = _f32(inp.old_velocity, v), _f32(inp.target, v)
+    b = inp.nft_beta
+    r = nft_optimality(_f32(inp.advantages, v), inp.adv_clip_max)
+    v_pos = b * v + (1 - b) * v_old
+    v_neg = (1 + b) * v_old - b * v
+    if inp.nft_weighting == "velocity":
+        e_pos = mean_over_sample_dims((v_pos - u) ** 2)
+        e_neg = mean_over_sample_dims((v_neg - u) ** 2)
+    else:
+        _needs(inp, "diffusion_nft (nft_weighting=adaptive_x0)", "noisy", "clean")
+        x_t, x0 = _f32(inp.noisy, v), _f32(inp.clean, v)
+        t = _f32(inp.timesteps, v).reshape(-1, *([1] * (v.ndim - 1)))
+        scale = mean_over_sample_dims((x_t - t * v.detach() - x0).abs()).clamp(min=_ADAPTIVE_FLOOR)
+        e_pos = mean_over_sample_dims((x_t - t * v_pos - x0) ** 2) / scale
+        e_neg = mean_over_sample_dims((x_t - t * v_neg - x0) ** 2) / scale
+    loss = (r * e_pos + (1 - r) * e_neg).mean()
+    metrics = {
+        "policy_loss": loss.detach(),
+        "nft_positive": e_pos.detach().mean(),
+        "nft_negative": e_neg.detach().mean(),
+        "nft_r_mean": r.mean(),
+        "nft_old_gap": mean_over_sample_dims((v.detach() - v_old) ** 2).mean(),
+    }
+    return loss, metrics
+
+
+@FORWARD_LOSSES.register("diffusion_dpo")
+@reads("ref_velocity", pairwise=True)
+def diffusion_dpo_loss(inp: ForwardLossInput) -> tuple[Tensor, Metrics]:
+    """Diffusion-DPO (arXiv 2311.12908) on flow targets: winners are the first half of the rows,
+    losers the second (module docstring).
+
+    d loss / d err_w = (beta / 2) sigmoid(-z) / P and d loss / d err_l = -(beta / 2) sigmoid(-z) / P:
+    the winner's error is pushed down, the loser's up, most strongly where the policy still
+    prefers the loser (z < 0). With the policy equal to the reference z = 0 and the loss is log 2.
+    """
+    _needs(inp, "diffusion_dpo", "ref_velocity")
+    rows = inp.velocity.shape[0]
+    if rows % 2:
+        raise ValueError(
+            f"diffusion_dpo scores pairs: {rows} rows; expected an even count (winners first, then their losers)"
+        )
+    v = inp.velocity.to(torch.float32)
+    u, v_ref = _f32(inp.target, v), _f32(inp.ref_velocity, v)
+    err = mean_over_sample_dims((v - u) ** 2)
+    ref = mean_over_sample_dims((v_ref - u) ** 2)
+    pairs = rows // 2
+    gap_w = err[:pairs] - ref[:pairs]
+    gap_l = err[pairs:] - ref[pairs:]
+    z = -0.5 * inp.dpo_beta * (gap_w - gap_l)
+    loss = torch.nn.functional.softplus(-z).mean()  # -log sigmoid(z), stable for large |z|
+    metrics = {
+        "policy_loss": loss.detach(),
+        "dpo_accuracy": (gap_w.detach() < gap_l.detach()).to(torch.float32).mean(),
+        "dpo_margin": (gap_l - gap_w).detach().mean(),
+        "dpo_err_winner": err[:pairs].detach().mean(),
+        "dpo_err_loser": err[pairs:].detach().mean(),
+        "dpo_pairs": torch.tensor(float(pairs)),
+    }
+    return loss, metrics

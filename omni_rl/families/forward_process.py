@@ -1,0 +1,132 @@
+"""The diffusion family's actor half for the forward-process losses (`diffusion_nft`, `diffusion_dpo`).
+
+These losses replay no trajectory: each chunk j of a micro-batch noises the clean latents x0
+with the chunk's own seeded (t, eps) (`forward_draws`), x_t = (1 - t) x0 + t eps, and compares the
+policy's velocity at (x_t, t) with the flow target u = eps - x0 (`omni_rl.algos.forward_losses`).
+So `num_chunks` is `algo.forward_num_timesteps`, the rollout's log-probs are never read
+(`behaviour_policy` hands them back without a forward: any kernel, ODE included, may sample),
+and the losses take what they declare (`fn.reads`):
+
+- `old_velocity` (DiffusionNFT): the old policy is an EMA of the trainable weights
+  (`algo.nft_ema_decay`, `ParameterEMA`), updated after every optimizer step; its velocity is
+  computed under no_grad with the EMA swapped in, before the policy's own forward. The EMA is
+  part of the checkpoint (`state_tensors`).
+- `ref_velocity` (Diffusion-DPO): the reference policy is the base model, LoRA disabled
+  (`model.reference_policy()`).
+- pairwise losses train pairs: `train_items` turns the scored rollout into a `PairBatch`
+  (best vs worst of each group); the winner's and the loser's x_t share t and eps and go
+  through one forward, winners first.
+
+Deliberately a departure from the paper: DiffusionNFT samples with its old (EMA) policy; here the
+rollout samples with the current weights, as every other loss of this trainer does, and the EMA
+serves only as v_old in the loss.
+"""
+from __future__ import annotations
+
+import logging
+
+import torch
+
+from omni_rl.algos import latent_streams as ls
+from omni_rl.algos.forward_losses import ForwardLossInput
+from omni_rl.config.schema import OmniConfig
+from omni_rl.families.base import BehaviourPolicy
+from omni_rl.families.ema import ParameterEMA
+from omni_rl.families.forward_draws import forward_draws, noised
+from omni_rl.families.preference_pairs import PairBatch, best_worst_pairs
+from omni_rl.models.conditioning import Conditioning
+
+log = logging.getLogger(__name__)
+EMA_PREFIX = "nft_ema/"
+
+
+class ForwardProcessObjective:
+    def __init__(self, cfg: OmniConfig, model, loss_fn):
+        self.cfg, self.model, self.loss_fn, self.algo = cfg, model, loss_fn, cfg.algo
+        self.reads = getattr(loss_fn, "reads", frozenset())
+        self.pairwise = bool(getattr(loss_fn, "pairwise", False))
+        self.ema = self._new_ema() if "old_velocity" in self.reads else None
+
+    def _new_ema(self) -> ParameterEMA:
+        params = {n: p for n, p in self.model.trainable_root().named_parameters() if p.requires_grad}
+        return ParameterEMA(params, self.algo.nft_ema_decay)
+
+    # --- what the update loop asks --------------------------------------------------------
+    def num_chunks(self, batch) -> int:
+        return self.algo.forward_num_timesteps
+
+    def behaviour_policy(self, batch, micro_batch_size: int) -> BehaviourPolicy:
+        """The rollout's own log-probs, unscored: no forward-process loss reads them."""
+        return BehaviourPolicy(batch.rollout_log_probs, torch.ones_like(batch.rollout_log_probs))
+
+    def train_items(self, batch):
+        """A `PairBatch` of the rollout's best-vs-worst pairs for a pairwise loss, else the batch."""
+        return PairBatch.from_rollout(batch) if self.pairwise else batch
+
+    def rollout_metrics(self, batch) -> dict[str, float]:
+        if not self.pairwise or batch.rewards is None:
+            return {}
+        winners, _ = best_worst_pairs(batch.rewards, batch.group_index)
+        groups = int(torch.unique(batch.group_index).numel())
+        return {"actor/dpo_pairs": float(len(winners)), "actor/dpo_tied_groups": float(groups - len(winners))}
+
+    def after_optimizer_step(self) -> None:
+        if self.ema is not None:
+            self.ema.update()
+
+    def state_tensors(self) -> dict[str, torch.Tensor]:
+        if self.ema is None:
+            return {}
+        return {EMA_PREFIX + n: t for n, t in self.ema.state_dict().items()}
+
+    def load_state_tensors(self, tensors: dict[str, torch.Tensor]) -> None:
+        if self.ema is None:
+            return
+        mine = {k.removeprefix(EMA_PREFIX): v for k, v in tensors.items() if k.startswith(EMA_PREFIX)}
+        if not mine:
+            log.warning("the checkpoint holds no DiffusionNFT EMA (a run of another loss): the EMA restarts "
+                        "from the resumed weights")
+            self.ema = self._new_ema()
+            return
+        self.ema.load_state_dict(mine)
+
+    # --- the loss -------------------------------------------------------------------------
+    def _velocity(self, latents, t, conditioning, guidance_scale) -> torch.Tensor:
+        return ls.flat(self.model.predict_velocity(latents, t, conditioning, guidance_scale)).to(torch.float32)
+
+    def loss(self, micro, j: int) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        device = self.model.device
+        if self.pairwise:
+            t, eps = forward_draws(micro.seeds, j, micro.chosen, self.algo.forward_timestep_sampling)
+            t = t.to(device)
+            x_w, u_w = noised(micro.chosen, eps, t)
+            x_l, u_l = noised(micro.rejected, eps, t)
+            clean = ls.flat(ls.cat([ls.to(micro.chosen, device), ls.to(micro.rejected, device)]))
+            latents, target, t = ls.cat([x_w, x_l]), torch.cat([u_w, u_l]), torch.cat([t, t])
+            conditioning = Conditioning.cat([micro.conditioning, micro.conditioning])
+            advantages = None
+        else:
+            t, eps = forward_draws(micro.sample_seeds, j, micro.final_latents, self.algo.forward_timestep_sampling)
+            t = t.to(device)
+            latents, target = noised(micro.final_latents, eps, t)
+            clean = ls.flat(ls.to(micro.final_latents, device))
+            conditioning, advantages = micro.conditioning, micro.advantages.to(device)
+        extras = {}
+        # The constant forwards first: the EMA swap must not happen while a graph holds the weights.
+        if "old_velocity" in self.reads:
+            with torch.no_grad(), self.ema.swapped_in():
+                extras["old_velocity"] = self._velocity(latents, t, conditioning, micro.guidance_scale)
+        if "ref_velocity" in self.reads:
+            with torch.no_grad(), self.model.reference_policy():
+                extras["ref_velocity"] = self._velocity(latents, t, conditioning, micro.guidance_scale)
+        velocity = self._velocity(latents, t, conditioning, micro.guidance_scale)
+        a = self.algo
+        loss, metrics = self.loss_fn(ForwardLossInput(
+            velocity=velocity, target=target, timesteps=t, noisy=ls.flat(latents).to(torch.float32), clean=clean,
+            advantages=advantages, adv_clip_max=a.adv_clip_max, nft_beta=a.nft_beta, nft_weighting=a.nft_weighting,
+            dpo_beta=a.dpo_beta, **extras,
+        ))
+        metrics = {("loss/policy" if k == "policy_loss" else f"loss/{k}"): v for k, v in metrics.items()}
+        metrics["loss/timestep_mean"] = t.detach().mean()
+        metrics["loss/total"] = loss.detach()
+        return loss, metrics
