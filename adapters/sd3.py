@@ -15,13 +15,14 @@ CLIP encoders with a byte-level vocabulary, no T5) for tests and the CPU demo.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Sequence
 
 import torch
 
 from omni_rl.config.schema import ModelConfig
 from omni_rl.models import Conditioning, DiffusionModelBase, register_adapter, register_tiny_model
 from omni_rl.models.diffusion import check_image_only, check_multiple
-from omni_rl.models.tiny_vocab import bpe_files, clip_byte_vocab
+from omni_rl.models.tiny_vocab import bpe_files, clip_byte_vocab, with_whole_words
 
 
 @register_adapter("StableDiffusion3Pipeline")
@@ -153,17 +154,19 @@ class StableDiffusion3Adapter(DiffusionModelBase):
 
 
 # --- the tiny model ---------------------------------------------------------------------
-def tiny_text_encoders():
+def tiny_text_encoders(words: Sequence[str] = (), max_length: int = 77):
     """(tokenizer, text encoder) x 2 of the tiny SD3s: byte-level CLIP tokenizers and two-layer
-    CLIP text encoders (hidden 32, projection 32), seeded by the caller; no T5."""
+    CLIP text encoders (hidden 32, projection 32), seeded by the caller; no T5. `words` become
+    whole tokens (`with_whole_words`: the shape model's closed caption vocabulary) and every
+    prompt is padded to `max_length` tokens."""
     from transformers import CLIPTextConfig, CLIPTextModelWithProjection, CLIPTokenizer
 
-    vocab = clip_byte_vocab()
-    with bpe_files(vocab) as (vocab_file, merges_file):
-        tokenizer = CLIPTokenizer(str(vocab_file), str(merges_file), model_max_length=77)
+    vocab, merges = with_whole_words(clip_byte_vocab(), list(words)) if words else (clip_byte_vocab(), [])
+    with bpe_files(vocab, merges) as (vocab_file, merges_file):
+        tokenizer = CLIPTokenizer(str(vocab_file), str(merges_file), model_max_length=max_length)
     text_config = CLIPTextConfig(
         vocab_size=len(vocab), hidden_size=32, intermediate_size=64, num_attention_heads=4,
-        num_hidden_layers=2, projection_dim=32, max_position_embeddings=77,
+        num_hidden_layers=2, projection_dim=32, max_position_embeddings=max_length,
         bos_token_id=vocab["<|startoftext|>"], eos_token_id=vocab["<|endoftext|>"], pad_token_id=vocab["<|endoftext|>"],
     )
     return dict(

@@ -8,7 +8,10 @@ written as the vocab.json / merges.txt files that transformers' BPE tokenizers l
   others to code points from 256 up, so each byte has a visible one-character token);
 - `clip_byte_vocab()`: CLIP's layout: each byte with and without the end-of-word marker `</w>`,
   then `<|startoftext|>` (512) and `<|endoftext|>` (513);
-- `write_bpe_files(folder, vocab)`: vocab.json and an empty merges.txt;
+- `with_whole_words(vocab, words)`: the CLIP vocabulary plus one token per word of `words`
+  (and the merges that build it from its bytes), so a small closed language (the shape
+  captions) costs one token a word while any other text still tokenises byte by byte;
+- `write_bpe_files(folder, vocab, merges=())`: vocab.json and merges.txt;
 - `bpe_files(vocab)`: the same two files in a scratch folder that is gone after the `with`
   block (a tokenizer built from them inside the block keeps what it needs);
 - `t5_char_vocab()`: a SentencePiece-style Unigram vocabulary for T5 / UMT5 tokenizers
@@ -44,18 +47,57 @@ def clip_byte_vocab() -> dict[str, int]:
     return vocab
 
 
-def write_bpe_files(folder: Path, vocab: dict[str, int]) -> tuple[Path, Path]:
+def with_whole_words(vocab: dict[str, int], words: list[str]) -> tuple[dict[str, int], list[tuple[str, str]]]:
+    """(vocab, merges) adding each of `words` as one end-of-word token.
+
+    The merges are learned as BPE learns them, on `words` as the corpus: split each word into
+    bytes (the last one with `</w>`), then repeatedly merge the most frequent adjacent pair
+    (ties: the first in sorted order, so the result is deterministic) until every word is one
+    token. Tokenising replays the merges in that order, so each of `words` comes out whole;
+    other text still tokenises, byte by byte where no merge applies. `ValueError` for a word
+    that is not lower-case ASCII letters."""
+    for word in words:
+        if not (word.isascii() and word.isalpha() and word.islower()):
+            raise ValueError(f"word {word!r}: expected lower-case ASCII letters (a closed caption vocabulary)")
+    pieces = [list(w[:-1]) + [w[-1] + "</w>"] for w in sorted(set(words))]
+    vocab, merges = dict(vocab), []
+    while True:
+        counts: dict[tuple[str, str], int] = {}
+        for word in pieces:
+            for pair in zip(word, word[1:]):
+                counts[pair] = counts.get(pair, 0) + 1
+        if not counts:
+            return vocab, merges
+        best = min(counts, key=lambda pair: (-counts[pair], pair))
+        merges.append(best)
+        vocab.setdefault(best[0] + best[1], len(vocab))
+        pieces = [_merge(word, best) for word in pieces]
+
+
+def _merge(word: list[str], pair: tuple[str, str]) -> list[str]:
+    out, k = [], 0
+    while k < len(word):
+        if k + 1 < len(word) and (word[k], word[k + 1]) == pair:
+            out.append(word[k] + word[k + 1])
+            k += 2
+        else:
+            out.append(word[k])
+            k += 1
+    return out
+
+
+def write_bpe_files(folder: Path, vocab: dict[str, int], merges=()) -> tuple[Path, Path]:
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "vocab.json").write_text(json.dumps(vocab))
-    (folder / "merges.txt").write_text("#version: 0.2\n")
+    (folder / "merges.txt").write_text("#version: 0.2\n" + "".join(f"{a} {b}\n" for a, b in merges))
     return folder / "vocab.json", folder / "merges.txt"
 
 
 @contextlib.contextmanager
-def bpe_files(vocab: dict[str, int]) -> Iterator[tuple[Path, Path]]:
+def bpe_files(vocab: dict[str, int], merges=()) -> Iterator[tuple[Path, Path]]:
     with tempfile.TemporaryDirectory(prefix="omni_rl_vocab_") as scratch:
-        yield write_bpe_files(Path(scratch), vocab)
+        yield write_bpe_files(Path(scratch), vocab, merges)
 
 
 def t5_char_vocab() -> list[tuple[str, float]]:

@@ -46,6 +46,11 @@ _RELATION_WORDS = [
     (("above",), "above"), (("below",), "below"),
 ]
 _PREFIXES = (("a", "photo", "of"), ("an", "image", "of"))
+# Every word a caption of this grammar may hold (what a tokenizer for it needs as whole words).
+VOCABULARY = tuple(sorted(
+    set(COLOURS) | set(SHAPES) | {f"{shape}s" for shape in SHAPES} | set(_COUNT_WORDS) | {"and"}
+    | {w for words, _ in _RELATION_WORDS for w in words} | {w for prefix in _PREFIXES for w in prefix}
+))
 EXPECTED = (
     'a caption like "a red circle", "three green triangles", "a circle and a square" or "a blue square '
     'to the left of a green triangle" (counts a/one/two/three/four; colours red, green, blue, yellow; '
