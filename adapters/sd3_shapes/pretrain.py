@@ -199,6 +199,7 @@ def pretrain(out: Path, cfg: PretrainConfig, reuse_vae: Path | None = None) -> d
     from omni_rl.config.schema import LoraConfig, ModelConfig
     from omni_rl.models import build_model
     from omni_rl.models.checksums import write_checksums
+    from omni_rl.utils.atomic import atomic_write_json
 
     torch.set_num_threads(1)  # one thread: the same float sums on every machine with this torch
     out = Path(out)
@@ -224,7 +225,7 @@ def pretrain(out: Path, cfg: PretrainConfig, reuse_vae: Path | None = None) -> d
         "vae_seconds": round(vae_s, 1), "seconds": round(time.monotonic() - start, 1), "torch": torch.__version__,
         "vae_reused": reuse_vae is not None,
     }
-    (out / "train_log.json").write_text(json.dumps(record))
+    atomic_write_json(out / "train_log.json", record)
     write_checksums(out)
     return record
 

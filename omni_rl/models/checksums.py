@@ -12,6 +12,8 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
+from omni_rl.utils.atomic import atomic_write_text
+
 SUMS_FILE = "SHA256SUMS"
 
 
@@ -35,11 +37,7 @@ def write_checksums(folder: str | Path) -> Path:
     """Write `folder/SHA256SUMS` over every other file in it; returns its path."""
     folder = Path(folder)
     lines = [f"{_sha256(f)}  {f.relative_to(folder).as_posix()}" for f in _listed_files(folder)]
-    target = folder / SUMS_FILE
-    staging = target.with_name(f".{SUMS_FILE}.tmp")
-    staging.write_text("\n".join(lines) + "\n")
-    staging.replace(target)
-    return target
+    return atomic_write_text(folder / SUMS_FILE, "\n".join(lines) + "\n")
 
 
 def read_checksums(folder: str | Path) -> dict[str, str]:
