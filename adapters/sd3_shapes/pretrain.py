@@ -57,6 +57,8 @@ class PretrainConfig:
     # forward (pretraining, rollout, RL) about 3x cheaper.
     clip_tokens: int = 16
     patch_size: int = 2  # latent pixels per transformer token side (2: 4 x 4 tokens at 32 px)
+    num_layers: int = 4  # MMDiT blocks
+    num_heads: int = 3  # of 32 channels each: the transformer is 32 * num_heads wide
     max_sequence_length: int = 8
 
 
@@ -90,9 +92,9 @@ def untrained_pipeline(cfg: PretrainConfig):
     )
     latent = cfg.size // 4
     transformer = SD3Transformer2DModel(
-        sample_size=latent, patch_size=cfg.patch_size, in_channels=16, out_channels=16, num_layers=4,
-        attention_head_dim=32, num_attention_heads=3, joint_attention_dim=64,
-        caption_projection_dim=96, pooled_projection_dim=64, pos_embed_max_size=latent,
+        sample_size=latent, patch_size=cfg.patch_size, in_channels=16, out_channels=16, num_layers=cfg.num_layers,
+        attention_head_dim=32, num_attention_heads=cfg.num_heads, joint_attention_dim=64,
+        caption_projection_dim=32 * cfg.num_heads, pooled_projection_dim=64, pos_embed_max_size=latent,
     )
     return StableDiffusion3Pipeline(
         transformer=transformer, scheduler=FlowMatchEulerDiscreteScheduler(shift=3.0), vae=vae, **encoders,
@@ -197,6 +199,7 @@ def pretrain(out: Path, cfg: PretrainConfig, reuse_vae: Path | None = None) -> d
     earlier output folder whose stage 1 ran with the same `VAE_FIELDS`: its VAE is taken instead
     of training the same one again (stage 1 is deterministic; only stage 2's settings changed)."""
     from omni_rl.config.schema import LoraConfig, ModelConfig
+    from omni_rl.data.shapes import LAYOUT
     from omni_rl.models import build_model
     from omni_rl.models.checksums import write_checksums
     from omni_rl.utils.atomic import atomic_write_json
@@ -223,7 +226,7 @@ def pretrain(out: Path, cfg: PretrainConfig, reuse_vae: Path | None = None) -> d
     record = {
         "config": asdict(cfg), "vae_loss": vae_log, "loss": log, "latent_shift": shift, "latent_scale": scale,
         "vae_seconds": round(vae_s, 1), "seconds": round(time.monotonic() - start, 1), "torch": torch.__version__,
-        "vae_reused": reuse_vae is not None,
+        "vae_reused": reuse_vae is not None, "layout": LAYOUT,
     }
     atomic_write_json(out / "train_log.json", record)
     write_checksums(out)
@@ -233,8 +236,12 @@ def pretrain(out: Path, cfg: PretrainConfig, reuse_vae: Path | None = None) -> d
 def _earlier_vae(folder: Path, cfg: PretrainConfig):
     from diffusers import AutoencoderKL
 
+    from omni_rl.data.shapes import LAYOUT
+
     record = json.loads((folder / "train_log.json").read_text())
     differ = [f for f in VAE_FIELDS if record["config"].get(f) != getattr(cfg, f)]
+    if record.get("layout") != LAYOUT:  # a VAE of other scenes (a record before layouts had names)
+        differ.append(f"scenes (layout {record.get('layout')!r}, not {LAYOUT!r})")
     if differ:
         raise SystemExit(f"error: --reuse-vae {folder} ran stage 1 with other {', '.join(differ)}; train the VAE anew")
     vae = AutoencoderKL.from_pretrained(folder / "vae")
@@ -247,12 +254,15 @@ def main(argv=None) -> int:
     parser.add_argument("--steps", type=int, default=PretrainConfig.steps, help="transformer steps")
     parser.add_argument("--vae-steps", type=int, default=PretrainConfig.vae_steps)
     parser.add_argument("--patch-size", type=int, default=PretrainConfig.patch_size)
+    parser.add_argument("--num-layers", type=int, default=PretrainConfig.num_layers, help="MMDiT blocks")
+    parser.add_argument("--num-heads", type=int, default=PretrainConfig.num_heads, help="attention heads of 32 channels")
     parser.add_argument("--reuse-vae", help="an earlier output folder whose VAE stage had the same settings")
     args = parser.parse_args(argv)
     out = Path(args.out)
     if out.exists() and any(out.iterdir()):
         raise SystemExit(f"error: --out {out} is not empty; give a new folder")
-    record = pretrain(out, PretrainConfig(steps=args.steps, vae_steps=args.vae_steps, patch_size=args.patch_size), args.reuse_vae)
+    record = pretrain(out, PretrainConfig(steps=args.steps, vae_steps=args.vae_steps, patch_size=args.patch_size,
+                                     num_layers=args.num_layers, num_heads=args.num_heads), args.reuse_vae)
     print(f"done in {record['seconds']} s: vae loss {record['vae_loss'][-1]:.4f}, flow loss "
           f"{np.mean(record['loss'][-100:]):.4f} (mean of the last 100 steps)")
     return 0

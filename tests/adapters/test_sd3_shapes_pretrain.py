@@ -50,6 +50,10 @@ def test_reuse_vae_takes_an_earlier_stage_one_and_refuses_other_settings(tmp_pat
         again = pretrain(tmp_path / "b", PretrainConfig(vae_steps=2, steps=3, vae_batch=4, batch=4), reuse_vae=tmp_path / "a")
         with pytest.raises(SystemExit, match="vae_steps"):
             pretrain(tmp_path / "c", PretrainConfig(vae_steps=3, steps=2, vae_batch=4, batch=4), reuse_vae=tmp_path / "a")
+        record = json.loads((tmp_path / "a" / "train_log.json").read_text())
+        (tmp_path / "a" / "train_log.json").write_text(json.dumps({**record, "layout": "free"}))
+        with pytest.raises(SystemExit, match="layout 'free'"):  # a VAE of other scenes
+            pretrain(tmp_path / "d", cfg, reuse_vae=tmp_path / "a")
     finally:
         torch.set_num_threads(threads)
     assert again["vae_loss"] == first["vae_loss"] and again["vae_reused"] and len(again["loss"]) == 3

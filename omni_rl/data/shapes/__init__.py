@@ -19,11 +19,11 @@ from omni_rl.data.shapes.grammar import (
     caption_of,
     parse_caption,
 )
-from omni_rl.data.shapes.sampling import ScenePair, all_specs, layout, prompt_splits, sample_pair
+from omni_rl.data.shapes.sampling import LAYOUT, ScenePair, all_specs, layout, prompt_splits, sample_pair
 from omni_rl.data.shapes.scene import BACKGROUND, COLOURS, DEFAULT_SIZE, SHAPES, Scene, Shape, render, shape_mask
 
 __all__ = [
-    "BACKGROUND", "COLOURS", "DEFAULT_SIZE", "RELATIONS", "SHAPES", "TASKS",
+    "BACKGROUND", "COLOURS", "DEFAULT_SIZE", "LAYOUT", "RELATIONS", "SHAPES", "TASKS",
     "CaptionError", "ObjectSpec", "Scene", "ScenePair", "SceneSpec", "Shape",
     "all_specs", "caption_of", "layout", "parse_caption", "prompt_splits", "render", "sample_pair", "shape_mask",
 ]

@@ -6,9 +6,14 @@
   color_attr (72: two shapes in two different colours), position (312: two shapes, a relation,
   no colours or two different ones).
 - `layout(spec, rng)`: a `Scene` satisfying the spec: exactly the objects it names (an object
-  without a colour gets a random one per shape), half-extents in [0.11, 0.17] of the side (0.14
-  at most with three or four shapes), bounding boxes apart by at least `GAP` and inside the
-  image, and for a relation the centres apart by at least `RELATION_OFFSET` along its axis.
+  without a colour gets a random one per shape), each centred in a distinct cell of a `GRID` x
+  `GRID` grid with half-extent `RADIUS`, so bounding boxes are apart by at least `GAP` and
+  inside the image by `EDGE`, and for a relation the centres apart by at least
+  `RELATION_OFFSET` along its axis (another column or row).
+  Why a grid: a generator this small (4 blocks, 96 wide) must resolve every mode of the scene
+  distribution in its first denoising steps; free positions and sizes made those modes a
+  continuum, which it averaged into blobs or a blank canvas. Nine places and one size leave
+  counting, binding and relations to learn, and keep shapes clear of each other.
 - `sample_pair(seed, task=None)`: a task type (uniform when None), a caption of it (uniform),
   its layout; the same seed gives the same pair (numpy's PCG64 from `seed`).
 - `prompt_splits(seed)`: each task's captions shuffled with `seed`, capped at `cap`, of which
@@ -28,11 +33,13 @@ import numpy as np
 from omni_rl.data.shapes.grammar import RELATIONS, TASKS, ObjectSpec, SceneSpec, caption_of
 from omni_rl.data.shapes.scene import COLOURS, SHAPES, Scene, Shape
 
-GAP = 0.06  # the least distance between two bounding boxes, in units of the side
-EDGE = 0.02  # the least distance from a bounding box to the image's edge
-RELATION_OFFSET = 0.25  # the least centre offset along a relation's axis
-_R_RANGE = (0.11, 0.17)  # below ~0.1 a circle at 32 px is a handful of pixels
-_R_MAX_CROWDED = 0.14  # with three or four shapes
+GRID = 3  # cells per side; a shape sits at the centre of its cell
+RADIUS = 0.13  # every shape's half-extent: 8 px across at 32 px
+GAP = 1 / GRID - 2 * RADIUS  # the least distance between two bounding boxes (0.073)
+EDGE = 0.5 / GRID - RADIUS  # the least distance from a bounding box to the image's edge (0.037)
+RELATION_OFFSET = 0.25  # the least centre offset along a relation's axis (cells are 1/3 apart)
+# Names this layout in a pretraining record: models trained on other layouts say another.
+LAYOUT = f"grid{GRID}-r{RADIUS}"
 _TRIES = 2000
 
 
@@ -66,13 +73,6 @@ def all_specs(task: str) -> list[SceneSpec]:
     raise ValueError(f"task={task!r}; expected one of {', '.join(TASKS)}")
 
 
-def _boxes_apart(a: Shape, b: Shape) -> bool:
-    """Whether the bounding boxes of a and b are at least GAP apart along x or along y."""
-    ax0, ay0, ax1, ay1 = a.box
-    bx0, by0, bx1, by1 = b.box
-    return max(bx0 - ax1, ax0 - bx1) >= GAP or max(by0 - ay1, ay0 - by1) >= GAP
-
-
 def _relation_holds(a: Shape, b: Shape, relation: str) -> bool:
     dx, dy = b.cx - a.cx, b.cy - a.cy  # y grows downwards
     offset = {"left_of": dx, "right_of": -dx, "above": dy, "below": -dy}[relation]
@@ -82,18 +82,19 @@ def _relation_holds(a: Shape, b: Shape, relation: str) -> bool:
 def layout(spec: SceneSpec, rng: np.random.Generator) -> Scene:
     """A scene holding exactly what `spec` names (see the module docstring); deterministic in `rng`."""
     wanted: list[tuple[str, Optional[str]]] = [(o.shape, o.colour) for o in spec.objects for _ in range(o.count)]
-    r_max = _R_RANGE[1] if len(wanted) <= 2 else _R_MAX_CROWDED
+    if len(wanted) > GRID * GRID:
+        raise ValueError(f"{caption_of(spec)!r} names {len(wanted)} shapes; a {GRID}x{GRID} grid holds {GRID * GRID}")
     colours = list(COLOURS)
     for _ in range(_TRIES):
-        shapes: list[Shape] = []
-        for shape, colour in wanted:
-            r = float(rng.uniform(_R_RANGE[0], r_max))
-            cx, cy = rng.uniform(EDGE + r, 1 - EDGE - r, size=2)
-            shapes.append(Shape(shape, colour or colours[int(rng.integers(len(colours)))], float(cx), float(cy), r))
-        apart = all(_boxes_apart(a, b) for a, b in itertools.combinations(shapes, 2))
-        if apart and (spec.relation is None or _relation_holds(shapes[0], shapes[1], spec.relation)):
+        cells = rng.permutation(GRID * GRID)[: len(wanted)]
+        shapes = [
+            Shape(shape, colour or colours[int(rng.integers(len(colours)))],
+                  (int(cell) % GRID + 0.5) / GRID, (int(cell) // GRID + 0.5) / GRID, RADIUS)
+            for (shape, colour), cell in zip(wanted, cells)
+        ]
+        if spec.relation is None or _relation_holds(shapes[0], shapes[1], spec.relation):
             return Scene(tuple(shapes))
-    raise RuntimeError(f"no layout of {caption_of(spec)!r} found in {_TRIES} tries; widen GAP / the size range")
+    raise RuntimeError(f"no layout of {caption_of(spec)!r} found in {_TRIES} tries")
 
 
 def sample_pair(seed: int, task: Optional[str] = None) -> ScenePair:

@@ -11,7 +11,7 @@ from omni_rl.data.shapes import (
     BACKGROUND, COLOURS, RELATIONS, SHAPES, TASKS, CaptionError, ObjectSpec, Scene, SceneSpec, Shape,
     all_specs, caption_of, layout, parse_caption, prompt_splits, render, sample_pair,
 )
-from omni_rl.data.shapes.sampling import EDGE, GAP, RELATION_OFFSET
+from omni_rl.data.shapes.sampling import EDGE, GAP, GRID, RADIUS, RELATION_OFFSET
 from omni_rl.data.prompts import read_prompt_file
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -140,6 +140,17 @@ def test_layouts_hold_exactly_what_the_caption_names(task):
             a, b = scene.shapes
             offset = {"left_of": b.cx - a.cx, "right_of": a.cx - b.cx, "above": b.cy - a.cy, "below": a.cy - b.cy}
             assert offset[spec.relation] >= RELATION_OFFSET
+
+
+def test_layouts_put_each_shape_in_its_own_grid_cell():
+    assert GAP > 0.05 and EDGE > 0.02  # 32 px: over 1.5 px between shapes, and from the edge
+    rng = np.random.default_rng(4)
+    for spec in all_specs("counting"):
+        scene = layout(spec, rng)
+        cells = [(round(s.cx * GRID - 0.5), round(s.cy * GRID - 0.5)) for s in scene.shapes]
+        assert all(s.cx == pytest.approx((i + 0.5) / GRID) and s.cy == pytest.approx((j + 0.5) / GRID)
+                   for s, (i, j) in zip(scene.shapes, cells))
+        assert len(set(cells)) == len(cells) and all(s.r == RADIUS for s in scene.shapes)
 
 
 def test_pairs_are_deterministic_and_cover_every_task():
