@@ -17,7 +17,7 @@ from typing import Sequence
 
 USAGE = """usage: python main_omni.py [recipe=NAME] [key=value ...] [--cfg]
 
-  recipe=NAME   a YAML file in recipes/ (default: tiny_sd3_flowgrpo, the CPU demo)
+  recipe=NAME   a YAML file in recipes/ (default: tiny_sd3_shapes_geneval, the CPU demo)
   key=value     override any config key, e.g. trainer.total_steps=10 rollout.num_steps=8
   --cfg         print the composed config and exit (`--cfg job` too, as in Hydra)
 """

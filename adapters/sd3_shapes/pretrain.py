@@ -46,7 +46,7 @@ class PretrainConfig:
     vae_batch: int = 32
     vae_lr: float = 2e-3
     vae_kl: float = 1e-6
-    steps: int = 2500
+    steps: int = 6000
     batch: int = 48
     lr: float = 1e-3
     warmup: int = 200
@@ -56,6 +56,7 @@ class PretrainConfig:
     # `max_sequence_length` zero tokens. 16 + 8 text tokens instead of 77 + 16 make every
     # forward (pretraining, rollout, RL) about 3x cheaper.
     clip_tokens: int = 16
+    patch_size: int = 2  # latent pixels per transformer token side (2: 4 x 4 tokens at 32 px)
     max_sequence_length: int = 8
 
 
@@ -89,7 +90,7 @@ def untrained_pipeline(cfg: PretrainConfig):
     )
     latent = cfg.size // 4
     transformer = SD3Transformer2DModel(
-        sample_size=latent, patch_size=2, in_channels=16, out_channels=16, num_layers=4,
+        sample_size=latent, patch_size=cfg.patch_size, in_channels=16, out_channels=16, num_layers=4,
         attention_head_dim=32, num_attention_heads=3, joint_attention_dim=64,
         caption_projection_dim=96, pooled_projection_dim=64, pos_embed_max_size=latent,
     )
@@ -187,8 +188,14 @@ def _encode(model, captions: list[str], cache: dict):
     return Conditioning.cat([cache[c] for c in captions])
 
 
-def pretrain(out: Path, cfg: PretrainConfig) -> dict:
-    """Both stages into `out` (a new folder); returns the training log."""
+# The settings stage 1 depends on: a VAE trained with the same ones is the same VAE.
+VAE_FIELDS = ("seed", "size", "vae_steps", "vae_batch", "vae_lr", "vae_kl", "clip_tokens")
+
+
+def pretrain(out: Path, cfg: PretrainConfig, reuse_vae: Path | None = None) -> dict:
+    """Both stages into `out` (a new folder); returns the training log. `reuse_vae` names an
+    earlier output folder whose stage 1 ran with the same `VAE_FIELDS`: its VAE is taken instead
+    of training the same one again (stage 1 is deterministic; only stage 2's settings changed)."""
     from omni_rl.config.schema import LoraConfig, ModelConfig
     from omni_rl.models import build_model
     from omni_rl.models.checksums import write_checksums
@@ -197,9 +204,13 @@ def pretrain(out: Path, cfg: PretrainConfig) -> dict:
     out = Path(out)
     start = time.monotonic()
     pipe = untrained_pipeline(cfg)
-    vae_log: list[float] = []
-    train_vae(pipe.vae, cfg, vae_log)
-    shift, scale = set_latent_scale(pipe.vae, cfg)
+    if reuse_vae is None:
+        vae_log: list[float] = []
+        train_vae(pipe.vae, cfg, vae_log)
+        shift, scale = set_latent_scale(pipe.vae, cfg)
+    else:
+        pipe.vae, vae_log, shift, scale, earlier_s = _earlier_vae(Path(reuse_vae), cfg)
+        start -= earlier_s  # the record counts stage 1's time as if it had run here
     pipe.save_pretrained(out)
     vae_s = time.monotonic() - start
     # Every weight of the transformer trains (no LoRA): what is saved is a plain SD3 transformer.
@@ -211,10 +222,22 @@ def pretrain(out: Path, cfg: PretrainConfig) -> dict:
     record = {
         "config": asdict(cfg), "vae_loss": vae_log, "loss": log, "latent_shift": shift, "latent_scale": scale,
         "vae_seconds": round(vae_s, 1), "seconds": round(time.monotonic() - start, 1), "torch": torch.__version__,
+        "vae_reused": reuse_vae is not None,
     }
     (out / "train_log.json").write_text(json.dumps(record))
     write_checksums(out)
     return record
+
+
+def _earlier_vae(folder: Path, cfg: PretrainConfig):
+    from diffusers import AutoencoderKL
+
+    record = json.loads((folder / "train_log.json").read_text())
+    differ = [f for f in VAE_FIELDS if record["config"].get(f) != getattr(cfg, f)]
+    if differ:
+        raise SystemExit(f"error: --reuse-vae {folder} ran stage 1 with other {', '.join(differ)}; train the VAE anew")
+    vae = AutoencoderKL.from_pretrained(folder / "vae")
+    return vae, record["vae_loss"], record["latent_shift"], record["latent_scale"], record["vae_seconds"]
 
 
 def main(argv=None) -> int:
@@ -222,11 +245,13 @@ def main(argv=None) -> int:
     parser.add_argument("--out", required=True, help="a new folder for the pipeline")
     parser.add_argument("--steps", type=int, default=PretrainConfig.steps, help="transformer steps")
     parser.add_argument("--vae-steps", type=int, default=PretrainConfig.vae_steps)
+    parser.add_argument("--patch-size", type=int, default=PretrainConfig.patch_size)
+    parser.add_argument("--reuse-vae", help="an earlier output folder whose VAE stage had the same settings")
     args = parser.parse_args(argv)
     out = Path(args.out)
     if out.exists() and any(out.iterdir()):
         raise SystemExit(f"error: --out {out} is not empty; give a new folder")
-    record = pretrain(out, PretrainConfig(steps=args.steps, vae_steps=args.vae_steps))
+    record = pretrain(out, PretrainConfig(steps=args.steps, vae_steps=args.vae_steps, patch_size=args.patch_size), args.reuse_vae)
     print(f"done in {record['seconds']} s: vae loss {record['vae_loss'][-1]:.4f}, flow loss "
           f"{np.mean(record['loss'][-100:]):.4f} (mean of the last 100 steps)")
     return 0

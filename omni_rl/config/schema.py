@@ -380,7 +380,7 @@ class TrainerConfig:
 class OmniConfig:
     """The whole job. `recipe` is filled with the recipe's name when it is loaded."""
 
-    recipe: str = "tiny_sd3_flowgrpo"
+    recipe: str = "tiny_sd3_shapes_geneval"
     # Extra modules to import so that their adapters / rewards register themselves.
     plugins: list[str] = field(default_factory=list)
     model: ModelConfig = field(default_factory=ModelConfig)

@@ -38,3 +38,21 @@ def test_pretraining_is_deterministic_and_writes_a_loadable_pipeline(tmp_path):
     assert set(sums) == files - {"SHA256SUMS"}
     for name, digest in sums.items():
         assert hashlib.sha256((tmp_path / "a" / name).read_bytes()).hexdigest() == digest
+
+
+def test_reuse_vae_takes_an_earlier_stage_one_and_refuses_other_settings(tmp_path):
+    import pytest
+
+    cfg = PretrainConfig(vae_steps=2, steps=2, vae_batch=4, batch=4)
+    threads = torch.get_num_threads()
+    try:
+        first = pretrain(tmp_path / "a", cfg)
+        again = pretrain(tmp_path / "b", PretrainConfig(vae_steps=2, steps=3, vae_batch=4, batch=4), reuse_vae=tmp_path / "a")
+        with pytest.raises(SystemExit, match="vae_steps"):
+            pretrain(tmp_path / "c", PretrainConfig(vae_steps=3, steps=2, vae_batch=4, batch=4), reuse_vae=tmp_path / "a")
+    finally:
+        torch.set_num_threads(threads)
+    assert again["vae_loss"] == first["vae_loss"] and again["vae_reused"] and len(again["loss"]) == 3
+    assert again["loss"][:2] == first["loss"]  # the same start, so stage 2's first steps agree too
+    vae = "vae/diffusion_pytorch_model.safetensors"
+    assert (tmp_path / "a" / vae).read_bytes() == (tmp_path / "b" / vae).read_bytes()
