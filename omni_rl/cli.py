@@ -15,9 +15,13 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
+# What `python main_omni.py` runs when no recipe is named: the newcomer's demo. (The schema's
+# own default, for `load_config` in code and tests, is the faster random-weight tiny_sd3_flowgrpo.)
+DEMO_RECIPE = "tiny_sd3_shapes_counting"
+
 USAGE = """usage: python main_omni.py [recipe=NAME] [key=value ...] [--cfg]
 
-  recipe=NAME   a YAML file in recipes/ (default: tiny_sd3_flowgrpo, the CPU demo)
+  recipe=NAME   a YAML file in recipes/ (default: tiny_sd3_shapes_counting, the CPU demo)
   key=value     override any config key, e.g. trainer.total_steps=10 rollout.num_steps=8
   --cfg         print the composed config and exit (`--cfg job` too, as in Hydra)
 """
@@ -62,6 +66,8 @@ def _main(argv: Sequence[str] | None) -> int:
         print(f"error: {loose[0]!r} is not a key=value override or recipe=NAME (e.g. trainer.total_steps=10); "
               f"see `python main_omni.py --help`", file=sys.stderr)
         return 2
+    if not any(a.startswith("recipe=") for a in args):
+        args = [f"recipe={DEMO_RECIPE}", *args]
     try:
         cfg = load_config(args)
     except ConfigError as err:

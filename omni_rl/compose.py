@@ -15,7 +15,7 @@ line, tests and benchmarks call it.
 from __future__ import annotations
 
 import re
-from typing import Sequence
+from typing import Any, Sequence
 
 from omni_rl.algos import ADVANTAGE_ESTIMATORS, DIFFUSION_KL, STEP_KERNELS
 from omni_rl.algos.advantages import needs_group
@@ -68,8 +68,7 @@ def check_components(cfg: OmniConfig) -> None:
         ADAPTERS.get(adapter_key(cfg.model.adapter, cfg.model.stage)).check_config(cfg)
     except ValueError as err:
         raise ConfigError(str(err)) from None
-    for i, item in enumerate(cfg.reward.rewards):
-        key = f"reward.rewards[{i}]"
+    for key, item in reward_items(cfg):
         if item.name not in REWARDS:
             raise ConfigError(f"{key}.name={item.name!r}: unknown reward; registered: {', '.join(REWARDS.names())}")
         try:
@@ -85,6 +84,12 @@ def check_components(cfg: OmniConfig) -> None:
         raise ConfigError(f"trainer.device={cfg.trainer.device!r}: expected auto, cpu, cuda[:N] or npu[:N]")
 
 
+def reward_items(cfg: OmniConfig) -> list[tuple[str, Any]]:
+    """(config key, item) for every reward the run scores with: training's, then validation's."""
+    items = [(f"reward.rewards[{i}]", item) for i, item in enumerate(cfg.reward.rewards)]
+    return items + [(f"reward.val_rewards[{i}]", item) for i, item in enumerate(cfg.reward.val_rewards or [])]
+
+
 def _check_reward_media(cfg: OmniConfig) -> None:
     """Every reward scores what the model makes: an image reward on video is given frames
     (`video_frames`), an audio reward needs an adapter that makes audio (its class attribute
@@ -93,8 +98,7 @@ def _check_reward_media(cfg: OmniConfig) -> None:
     adapter_class = ADAPTERS.get(architecture)
     makes_video = cfg.rollout.num_frames > 1
     makes_audio = getattr(adapter_class, "makes_audio", False)
-    for i, item in enumerate(cfg.reward.rewards):
-        key = f"reward.rewards[{i}]"
+    for key, item in reward_items(cfg):
         try:
             modalities = reward_modalities(item.name, dict(item.kwargs))
         except RewardConfigError as err:

@@ -1,11 +1,12 @@
 """Pretrain the tiny SD3 that draws shapes (`tiny:sd3_shapes`), from nothing, on synthetic scenes.
 
-    python -m adapters.sd3_shapes.pretrain --out DIR     # ~40 min on one CPU core (6 VAE + 33 flow)
+    python -m adapters.sd3_shapes.pretrain --out DIR     # ~37 min on one CPU core (6 VAE + 31 flow)
 
 Two stages, each deterministic (seeded, one torch thread, data drawn by index):
 
 1. **VAE.** An `AutoencoderKL` (16 latent channels, 4 px per latent pixel) learns to reconstruct
-   rendered scenes (`omni_rl.data.shapes`: one to four flat shapes on grey, 32 px): L1 + MSE on
+   rendered scenes (`omni_rl.data.shapes`: one to four flat shapes on grey, each centred in
+   a cell of a 3 x 3 grid, 32 px): L1 + MSE on
    the pixels plus a small KL term. Its `shift_factor` / `scaling_factor` are then set from the
    latents' mean and std over a held batch, as SD3's are, so the transformer sees unit-scale latents.
 2. **Transformer.** An `SD3Transformer2DModel` (4 MMDiT blocks, 96 wide) learns rectified flow
@@ -35,6 +36,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from adapters.sd3_shapes import MAX_SEQUENCE_LENGTH
+
 SIZE = 32  # pixels
 
 
@@ -59,7 +62,7 @@ class PretrainConfig:
     patch_size: int = 2  # latent pixels per transformer token side (2: 4 x 4 tokens at 32 px)
     num_layers: int = 4  # MMDiT blocks
     num_heads: int = 3  # of 32 channels each: the transformer is 32 * num_heads wide
-    max_sequence_length: int = 8
+    max_sequence_length: int = MAX_SEQUENCE_LENGTH
 
 
 def scenes(start: int, n: int, size: int):

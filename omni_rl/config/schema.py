@@ -263,6 +263,10 @@ class RewardItemConfig:
 @dataclass
 class RewardConfig:
     rewards: list[RewardItemConfig] = field(default_factory=lambda: [RewardItemConfig()])
+    # Validation scores with these instead; null = the training rewards. For a shaped training
+    # reward judged by the metric it stands for: train on partial credit, validate on success.
+    # Scored in the trainer process (never on reward workers).
+    val_rewards: Optional[list[RewardItemConfig]] = None
     # Score samples in micro-batches while the rollout engine is still producing the rest.
     overlap_rollout: bool = True
     # Micro-batches: at most this many samples per reward call ...
@@ -380,6 +384,8 @@ class TrainerConfig:
 class OmniConfig:
     """The whole job. `recipe` is filled with the recipe's name when it is loaded."""
 
+    # The recipe when none is named in code (`load_config`); the command line's default is the
+    # demo (`omni_rl.cli.DEMO_RECIPE`).
     recipe: str = "tiny_sd3_flowgrpo"
     # Extra modules to import so that their adapters / rewards register themselves.
     plugins: list[str] = field(default_factory=list)

@@ -160,13 +160,16 @@ def validate_config(cfg: OmniConfig) -> None:
     _require(cfg.reward.num_workers >= 0, "reward.num_workers", cfg.reward.num_workers, ">= 0 (0 = in the trainer)")
     _require(cfg.reward.worker_num_cpus >= 0 and cfg.reward.worker_num_gpus >= 0, "reward.worker_num_cpus",
              (cfg.reward.worker_num_cpus, cfg.reward.worker_num_gpus), "worker_num_cpus and worker_num_gpus >= 0")
-    for i, item in enumerate(cfg.reward.rewards):
-        _require(math.isfinite(item.weight), f"reward.rewards[{i}].weight", item.weight, "a finite number")
-        _require(item.video_frames is None or item.video_frames >= 1, f"reward.rewards[{i}].video_frames",
-                 item.video_frames, "an integer >= 1 (frames of each video an image reward scores), or null")
-    names = [item.name for item in cfg.reward.rewards]
-    duplicated = sorted({n for n in names if names.count(n) > 1})
-    _require(not duplicated, "reward.rewards", duplicated, "each reward listed once (merge the entries and add their weights)")
+    _require(cfg.reward.val_rewards is None or len(cfg.reward.val_rewards) >= 1, "reward.val_rewards", [],
+             "at least one reward, or null (validate with reward.rewards)")
+    for key, items in (("reward.rewards", cfg.reward.rewards), ("reward.val_rewards", cfg.reward.val_rewards or [])):
+        for i, item in enumerate(items):
+            _require(math.isfinite(item.weight), f"{key}[{i}].weight", item.weight, "a finite number")
+            _require(item.video_frames is None or item.video_frames >= 1, f"{key}[{i}].video_frames",
+                     item.video_frames, "an integer >= 1 (frames of each video an image reward scores), or null")
+        names = [item.name for item in items]
+        duplicated = sorted({n for n in names if names.count(n) > 1})
+        _require(not duplicated, key, duplicated, "each reward listed once (merge the entries and add their weights)")
     _require(
         cfg.data.prompts is not None or cfg.data.prompt_file is not None, "data.prompts", None,
         "a list of prompts, or data.prompt_file",

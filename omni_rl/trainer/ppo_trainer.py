@@ -68,7 +68,7 @@ class PPOTrainer:
         # Checked, held (until _close) and tidied before any model loads: a bad or busy folder
         # fails in a second, not after minutes of loading weights.
         self.run_dir = open_run_dir(cfg)
-        self.actors = self.rewards = self.reward_scorer = self.run_log = self.producer = None
+        self.actors = self.rewards = self.val_rewards = self.reward_scorer = self.run_log = self.producer = None
         self.owns_ray = False
         try:
             self.run_log = attach_run_log(self.output_dir)  # OUTPUT/train.log: every record, noise included
@@ -129,6 +129,10 @@ class PPOTrainer:
             )
         else:
             self.rewards = RewardManager(specs, plugins=self.cfg.plugins)
+        self.val_rewards = self.rewards
+        if rc.val_rewards is not None:
+            val_specs = [RewardSpec(r.name, r.weight, r.required, dict(r.kwargs), r.video_frames) for r in rc.val_rewards]
+            self.val_rewards = RewardManager(val_specs, plugins=self.cfg.plugins)
         if rc.overlap_rollout:
             self.reward_scorer = AsyncRewardScorer(
                 self.rewards, rc.max_batch_size, rc.max_wait_ms, num_threads=max(1, rc.num_workers)
@@ -287,7 +291,7 @@ class PPOTrainer:
 
     def validate(self, step: int) -> dict[str, float]:
         return self.producer.exclusive(
-            lambda engine: self.family.validate(engine, self.val_items, step, self.rewards, self.output_dir, self.logger)
+            lambda engine: self.family.validate(engine, self.val_items, step, self.val_rewards, self.output_dir, self.logger)
         )
 
     # --- outputs -------------------------------------------------------------------------

@@ -47,7 +47,7 @@ def test_cfg_prints_the_composed_config_with_the_overrides(capsys):
     assert main(["--cfg", "trainer.total_steps=17", "rollout.num_steps=9"]) == 0
     printed = OmegaConf.create(capsys.readouterr().out)
     assert printed.trainer.total_steps == 17 and printed.rollout.num_steps == 9
-    assert printed.recipe == "tiny_sd3_flowgrpo"
+    assert printed.recipe == "tiny_sd3_shapes_counting"
     assert printed.trainer.seed == 42  # a schema default, untouched
 
 

@@ -86,7 +86,7 @@ class TestRecipe:
         cfg = load_config([f"recipe={name}"])
         load_plugins(cfg.plugins)
         assert cfg.reward.rewards
-        for item in cfg.reward.rewards:
+        for item in [*cfg.reward.rewards, *(cfg.reward.val_rewards or [])]:
             assert item.name in REWARDS, REWARDS.names()
             # bind, not call: building a real reward may load a model
             inspect.signature(REWARDS.get(item.name)).bind(**item.kwargs)

@@ -217,6 +217,20 @@ def test_unknown_reward_option_fails_at_load():
     assert "jpeg_compressibility" in str(info.value) and "scael" in str(info.value)
 
 
+def test_validation_rewards_are_checked_as_the_training_rewards_are():
+    cfg = load_config(["reward.val_rewards=[{name: geneval_shapes}]"])
+    assert [r.name for r in cfg.reward.val_rewards] == ["geneval_shapes"]
+    with pytest.raises(ConfigError, match=r"reward\.val_rewards\[0\]\.name='nosuch': unknown reward"):
+        load_config(["reward.val_rewards=[{name: nosuch}]"])
+    with pytest.raises(ConfigError, match=r"reward\.val_rewards\[0\]\.kwargs: .*partial_credit"):
+        load_config(["reward.val_rewards=[{name: geneval_shapes, kwargs: {partial_credit: 2}}]"])
+    cfg = valid()
+    cfg.reward.val_rewards = []
+    assert "reward.val_rewards" in validate_error(cfg)
+    cfg.reward.val_rewards = [RewardItemConfig("brightness"), RewardItemConfig("brightness")]
+    assert "reward.val_rewards" in validate_error(cfg) and "brightness" in validate_error(cfg)
+
+
 @pytest.mark.parametrize("override", [
     "algo.policy_loss=flow_dppo", "algo.policy_loss=grpo_guard", "algo.advantage=rloo",
     "algo.advantage=dr_grpo", "algo.kl_form=exact", "rollout.kernel=cps", "rollout.kernel=dance_sde",

@@ -78,6 +78,15 @@ def test_outputs_a_user_expects(tmp_path):
         assert key in rec, key
 
 
+def test_validation_scores_with_its_own_rewards_when_given(tmp_path):
+    run_tiny(tmp_path, "val", "trainer.total_steps=1", "trainer.val_every=1", "trainer.val_num_steps=4",
+             "reward.rewards=[{name: brightness}]", "reward.val_rewards=[{name: jpeg_compressibility}]")
+    for name in ("val_step_000000.jsonl", "val_step_000001.jsonl"):
+        rows = [json.loads(line) for line in (tmp_path / "val" / "samples" / name).read_text().splitlines()]
+        assert rows and all(set(row["scores"]) == {"jpeg_compressibility"} for row in rows)
+        assert all(row["reward"] == row["scores"]["jpeg_compressibility"] for row in rows)
+
+
 def test_lora_output_loads_into_diffusers_pipeline(tmp_path):
     trainer, _ = run_tiny(tmp_path, "lora", "trainer.total_steps=1")
     from diffusers import StableDiffusion3Pipeline
