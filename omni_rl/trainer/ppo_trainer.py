@@ -117,7 +117,7 @@ class PPOTrainer:
 
     def _build_rewards(self) -> None:
         rc = self.cfg.reward
-        specs = [RewardSpec(r.name, r.weight, r.required, dict(r.kwargs), r.video_frames) for r in rc.rewards]
+        specs = reward_specs(rc.rewards)
         if rc.num_workers > 0:
             # Reward models in their own Ray actors (and devices), scored several batches at once.
             from omni_rl.workers.ray_cluster import connect_ray
@@ -131,8 +131,7 @@ class PPOTrainer:
             self.rewards = RewardManager(specs, plugins=self.cfg.plugins)
         self.val_rewards = self.rewards
         if rc.val_rewards is not None:
-            val_specs = [RewardSpec(r.name, r.weight, r.required, dict(r.kwargs), r.video_frames) for r in rc.val_rewards]
-            self.val_rewards = RewardManager(val_specs, plugins=self.cfg.plugins)
+            self.val_rewards = RewardManager(reward_specs(rc.val_rewards), plugins=self.cfg.plugins)
         if rc.overlap_rollout:
             self.reward_scorer = AsyncRewardScorer(
                 self.rewards, rc.max_batch_size, rc.max_wait_ms, num_threads=max(1, rc.num_workers)
@@ -352,6 +351,11 @@ class PPOTrainer:
                 plot_reward_curve(metrics_file, self.output_dir / "reward_curve.png")
             except (ValueError, OSError) as err:  # too few points, a full disk: the run itself succeeded
                 log.warning("no reward curve: %s", err)
+
+
+def reward_specs(items) -> list[RewardSpec]:
+    """The `RewardManager`'s specs of a list of `RewardItemConfig`s (reward.rewards, reward.val_rewards)."""
+    return [RewardSpec(r.name, r.weight, r.required, dict(r.kwargs), r.video_frames) for r in items]
 
 
 def rollout_gap(rollout_log_probs: torch.Tensor, scored: BehaviourPolicy) -> dict[str, float]:
