@@ -167,7 +167,8 @@ def _check_groups(cfg: OmniConfig) -> None:
     """A group-relative estimator gives every sample of a one-sample group advantage 0: the run
     would log loss 0 and grad norm 0 on every step and learn nothing."""
     samples, estimator = cfg.trainer.samples_per_prompt, cfg.algo.advantage
-    if samples < 2 and needs_group(estimator):
+    offline = cfg.data.preference_file is not None  # pairs from a file: no rollout, no advantages
+    if samples < 2 and needs_group(estimator) and not offline:
         groupless = [name for name in ADVANTAGE_ESTIMATORS.names() if not needs_group(name)]
         alternative = f", or use an algo.advantage that needs no group: {', '.join(groupless)}" if groupless else ""
         raise ConfigError(

@@ -290,6 +290,12 @@ class DataConfig:
     prompt_file: Optional[str] = None
     val_prompts: Optional[list[str]] = None
     val_prompt_file: Optional[str] = None
+    # Offline Diffusion-DPO: a JSONL file of preference pairs, one a row: {"prompt", "chosen",
+    # "rejected"} with image paths relative to the file (omni_rl/data/preference_file.py). Each
+    # step then trains trainer.prompts_per_step of its pairs (trainer.samples_per_prompt 1) instead
+    # of a rollout; needs algo.policy_loss=diffusion_dpo, and data.prompts / prompt_file null
+    # (the pairs' prompts are the training prompts, and validation's unless data.val_* is set).
+    preference_file: Optional[str] = None
     shuffle: bool = True
     # Text models: the longest prompt in tokens, chat template included. null = the model's
     # context (its config's max_position_embeddings, else the tokenizer's model_max_length) less

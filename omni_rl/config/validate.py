@@ -116,6 +116,7 @@ def validate_config(cfg: OmniConfig) -> None:
              "one of auto, recompute, bypass")
     _validate_rollout_is(a)
     _validate_forward_process(cfg)
+    _validate_preference_file(cfg)
     _require(a.logprob_check_every >= 0, "algo.logprob_check_every", a.logprob_check_every, "an integer >= 0 (0 = never)")
     _require(a.clip_range > 0, "algo.clip_range", a.clip_range, "> 0")
     _require(a.clip_range_high is None or a.clip_range_high > 0, "algo.clip_range_high", a.clip_range_high, "> 0 or null")
@@ -171,8 +172,8 @@ def validate_config(cfg: OmniConfig) -> None:
         duplicated = sorted({n for n in names if names.count(n) > 1})
         _require(not duplicated, key, duplicated, "each reward listed once (merge the entries and add their weights)")
     _require(
-        cfg.data.prompts is not None or cfg.data.prompt_file is not None, "data.prompts", None,
-        "a list of prompts, or data.prompt_file",
+        cfg.data.prompts is not None or cfg.data.prompt_file is not None or cfg.data.preference_file is not None,
+        "data.prompts", None, "a list of prompts, or data.prompt_file (or data.preference_file for offline DPO)",
     )
     _require(cfg.data.prompts is None or len(cfg.data.prompts) > 0, "data.prompts", [], "at least one prompt")
     _require(cfg.data.max_prompt_tokens is None or cfg.data.max_prompt_tokens >= 1, "data.max_prompt_tokens",
@@ -234,6 +235,26 @@ def _validate_forward_process(cfg: OmniConfig) -> None:
              f"none with algo.policy_loss={a.policy_loss} (it reads no log-probs, so there is nothing to correct)")
     _require(a.policy_loss != "diffusion_dpo" or cfg.model.lora.enabled, "model.lora.enabled", cfg.model.lora.enabled,
              "true with algo.policy_loss=diffusion_dpo (its reference policy is the base model with LoRA disabled)")
+
+
+def _validate_preference_file(cfg: OmniConfig) -> None:
+    """Offline Diffusion-DPO (`data.preference_file`): the file's pairs replace the rollout, so
+    the step trains pairs, with the pairwise loss, in this process, and nothing else names the
+    training prompts."""
+    d, t = cfg.data, cfg.trainer
+    if d.preference_file is None:
+        return
+    _require(d.preference_file.strip() != "", "data.preference_file", d.preference_file,
+             "a JSONL file of {prompt, chosen, rejected} rows, or null")
+    _require(cfg.algo.policy_loss == "diffusion_dpo", "algo.policy_loss", cfg.algo.policy_loss,
+             "diffusion_dpo with data.preference_file (offline pairs train the pairwise DPO loss only)")
+    for key, value in (("data.prompts", d.prompts), ("data.prompt_file", d.prompt_file)):
+        _require(value is None, key, value,
+                 "null with data.preference_file (the pairs' prompts are the training prompts); set it to null")
+    _require(t.samples_per_prompt == 1, "trainer.samples_per_prompt", t.samples_per_prompt,
+             "1 with data.preference_file (each step trains trainer.prompts_per_step pairs of the file)")
+    _require(t.pipeline == "on_policy", "trainer.pipeline", t.pipeline,
+             "on_policy with data.preference_file (there is no rollout to run ahead)")
 
 
 def _validate_rollout_is(a) -> None:

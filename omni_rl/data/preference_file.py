@@ -5,10 +5,13 @@
 `chosen` and `rejected` are image paths (anything PIL reads), relative to the file's folder
 unless absolute. `load_preference_file` checks every row before anything loads a model; a bad
 row raises `PreferenceFileError` naming the file, the row (1-based) and the field.
-`read_pair_images` reads one pair as uint8 [H, W, 3] tensors at the size the model encodes them.
+`read_pair_images` reads one pair as uint8 [H, W, 3] tensors at the size the model encodes them;
+`preference_prompts` gives the file's distinct prompts (what validation samples by default).
+`PreferenceFileError` is a `PromptFileError`, so the command line reports it as one of bad input.
 
-Not here: encoding the images into latents (`DiffusionModelBase.encode_images`) and the pairs'
-batch (`omni_rl.families.preference_pairs.PairBatch.from_images`).
+Not here: encoding the images into latents (`DiffusionModelBase.encode_images`), the pairs'
+batch (`omni_rl.families.preference_pairs.PairBatch.from_images`) and which pairs a step trains
+(`omni_rl.families.offline_pairs`).
 """
 from __future__ import annotations
 
@@ -19,10 +22,12 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from omni_rl.data.prompt_item import PromptFileError, PromptItem
+
 FIELDS = ("prompt", "chosen", "rejected")
 
 
-class PreferenceFileError(ValueError):
+class PreferenceFileError(PromptFileError):
     """A preference file or one of its rows is unusable; the message names the file, row and field."""
 
 
@@ -65,6 +70,11 @@ def load_preference_file(path: str | Path) -> list[PreferenceRow]:
     if not rows:
         raise PreferenceFileError(f"{file}: no rows; expected JSONL rows with {', '.join(FIELDS)}")
     return rows
+
+
+def preference_prompts(rows: list[PreferenceRow]) -> list[PromptItem]:
+    """The rows' distinct prompts, in the order they first appear."""
+    return [PromptItem(prompt) for prompt in dict.fromkeys(row.prompt for row in rows)]
 
 
 def read_pair_images(row: PreferenceRow, height: int, width: int) -> tuple[torch.Tensor, torch.Tensor]:

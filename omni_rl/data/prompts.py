@@ -27,9 +27,11 @@ from typing import Optional
 
 from omni_rl.data.chat_prompts import is_chat_row, load_chat_items
 from omni_rl.data.edit_prompts import is_edit_parquet, is_edit_row, load_edit_items
+from omni_rl.data.preference_file import load_preference_file, preference_prompts
 from omni_rl.data.prompt_item import PromptFileError, PromptItem
 
-__all__ = ["PromptFileError", "PromptItem", "PromptSampler", "load_prompt_items", "read_prompt_file"]
+__all__ = ["PromptFileError", "PromptItem", "PromptSampler", "load_prompt_items", "read_prompt_file",
+           "training_prompt_items"]
 
 
 # The config key of the file behind each inline-prompt key, for messages.
@@ -60,11 +62,22 @@ def load_prompt_items(prompts: Optional[list[str]], prompt_file: Optional[str], 
     return items
 
 
+def training_prompt_items(data) -> list[PromptItem]:
+    """The training prompts of a `DataConfig`: `data.prompts` or `data.prompt_file`, or with
+    `data.preference_file` (offline pairs) the pairs' distinct prompts, every row checked."""
+    if data.preference_file is not None:
+        return preference_prompts(load_preference_file(data.preference_file))
+    return load_prompt_items(data.prompts, data.prompt_file)
+
+
 def check_prompt_sources(data) -> list[tuple[str, list[PromptItem]]]:
-    """Read `data.prompt_file` and `data.val_prompt_file` (a `DataConfig`) as the trainer will,
-    so that a bad file stops the run before any model loads; raises `PromptFileError`. Returns
-    (where, items) for each source, `where` naming it for messages (e.g. "data.prompt_file='x.jsonl'")."""
-    sources = [(_where(data.prompts, data.prompt_file, "data.prompts"), load_prompt_items(data.prompts, data.prompt_file))]
+    """Read `data.prompt_file` (or `data.preference_file`) and `data.val_prompt_file` (a
+    `DataConfig`) as the trainer will, so that a bad file stops the run before any model loads;
+    raises `PromptFileError`. Returns (where, items) for each source, `where` naming it for
+    messages (e.g. "data.prompt_file='x.jsonl'")."""
+    where = (f"data.preference_file={data.preference_file!r}" if data.preference_file is not None
+             else _where(data.prompts, data.prompt_file, "data.prompts"))
+    sources = [(where, training_prompt_items(data))]
     if data.val_prompts is not None or data.val_prompt_file is not None:
         items = load_prompt_items(data.val_prompts, data.val_prompt_file, "data.val_prompts")
         sources.append((_where(data.val_prompts, data.val_prompt_file, "data.val_prompts"), items))

@@ -60,7 +60,10 @@ class ForwardProcessObjective:
         return BehaviourPolicy(batch.rollout_log_probs, torch.ones_like(batch.rollout_log_probs))
 
     def train_items(self, batch):
-        """A `PairBatch` of the rollout's best-vs-worst pairs for a pairwise loss, else the batch."""
+        """A `PairBatch` of the rollout's best-vs-worst pairs for a pairwise loss, else the batch;
+        a `PairBatch` itself (offline pairs, `data.preference_file`) as it is."""
+        if isinstance(batch, PairBatch):
+            return batch
         return PairBatch.from_rollout(batch) if self.pairwise else batch
 
     def rollout_metrics(self, batch) -> dict[str, float]:

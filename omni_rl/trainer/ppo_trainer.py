@@ -33,9 +33,10 @@ from omni_rl.algos.advantages import AdvantageInput, get_advantage_estimator
 from omni_rl.algos.rollout_correction import rollout_is_weights
 from omni_rl.config.loader import to_yaml
 from omni_rl.config.schema import OmniConfig
-from omni_rl.data.prompts import PromptSampler, load_prompt_items
+from omni_rl.data.prompts import PromptSampler, load_prompt_items, training_prompt_items
 from omni_rl.families import build_family
 from omni_rl.families.base import BehaviourPolicy
+from omni_rl.families.offline_pairs import OfflinePairs
 from omni_rl.logging import MetricLogger, ProgressBar, attach_run_log, build_sinks, plot_reward_curve
 from omni_rl.reward.async_scorer import AsyncRewardScorer
 from omni_rl.reward.manager import RewardManager, RewardSpec
@@ -83,8 +84,10 @@ class PPOTrainer:
             self.rollout_engine = self.actors.rollout_engine
             self._build_rewards()
             self.advantage_fn = get_advantage_estimator(cfg.algo.advantage)
+            # Offline Diffusion-DPO: each step's pairs come from data.preference_file, not a rollout.
+            self.offline_pairs = OfflinePairs(cfg, self.model) if cfg.data.preference_file is not None else None
             # Every prompt measured once against the model's context (data.overlong_prompts).
-            items = self.family.fit_prompts(load_prompt_items(cfg.data.prompts, cfg.data.prompt_file), "data.prompts")
+            items = self.family.fit_prompts(training_prompt_items(cfg.data), "data.prompts")
             self.sampler = PromptSampler(items, t.prompts_per_step, t.seed, cfg.data.shuffle)
             val_items = (
                 self.family.fit_prompts(
@@ -204,6 +207,8 @@ class PPOTrainer:
             raise OutputWriteError(f"{reason} while writing {what}; {last}") from err
 
     def train_step(self, step: int) -> dict[str, float]:
+        if self.offline_pairs is not None:
+            return self.offline_step(step)
         timer = StepTimer()
         self.actors.set_step(step)
         scorer = self.reward_scorer
@@ -233,6 +238,19 @@ class PPOTrainer:
             **timer.metrics(len(batch)),
             "actor/advantage_abs_mean": float(batch.advantages.abs().mean()),
         }
+
+    def offline_step(self, step: int) -> dict[str, float]:
+        """A step of offline Diffusion-DPO: the step's pairs from `data.preference_file`, encoded,
+        then the update; no rollout, reward or advantage (the file says which image is preferred)."""
+        timer = StepTimer()
+        self.actors.set_step(step)
+        with timer("encode_pairs"):
+            pairs = self.offline_pairs.batch(step)
+        with timer("update"):
+            update = self.actors.update(pairs, step)
+        with timer("weight_sync"):
+            self.producer.publish(step)  # validation samples with the trained weights
+        return {**update, **timer.metrics(len(pairs)), "actor/dpo_pairs": float(len(pairs))}
 
     # --- parts ---------------------------------------------------------------------------
     def _rollout_unit(self, index: int):

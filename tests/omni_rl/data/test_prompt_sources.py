@@ -1,15 +1,13 @@
 """Prompt files that cannot be used are named, with what they are (omni_rl/data/prompts.py), and
 `check_prompt_sources` finds them from the data config before anything loads."""
-from types import SimpleNamespace
-
 import pytest
 
+from omni_rl.config.schema import DataConfig
 from omni_rl.data.prompts import PromptFileError, check_prompt_sources, load_prompt_items, read_prompt_file
 
 
 def _data(**fields):
-    """Stands for a DataConfig."""
-    return SimpleNamespace(**{"prompts": None, "prompt_file": None, "val_prompts": None, "val_prompt_file": None, **fields})
+    return DataConfig(**fields)
 
 
 def test_a_binary_file_is_named_with_where_it_stops_being_text(tmp_path):

@@ -1,0 +1,54 @@
+"""Offline Diffusion-DPO: each training step's preference pairs, read from a file instead of sampled.
+
+With `data.preference_file` the trainer runs no rollout: step s trains `trainer.prompts_per_step`
+pairs of the file, walked through in epochs reshuffled by `trainer.seed` (`PromptSampler`, as
+prompts are), so a step's pairs are the same whatever came before and a resumed run repeats the
+uninterrupted one. Each pair's chosen and rejected images are read at the rollout's size,
+encoded through the model's VAE (`DiffusionModelBase.encode_images`) and its prompt through the
+text encoders, into the `PairBatch` that `diffusion_dpo` trains with online pairs too. The
+pair's (t, eps) draws are seeded from (trainer.seed, step, position in the step): a pair seen in
+two epochs is noised differently each time, as SD's DPO fine-tuning draws afresh per batch.
+
+The images are encoded every time a pair is drawn, not cached: the VAE encode is small next to
+the DPO forwards (three transformer passes per pair and timestep), and a cache of a large file's
+latents would hold them all in memory.
+"""
+from __future__ import annotations
+
+import torch
+
+from omni_rl.config.schema import OmniConfig
+from omni_rl.data.preference_file import PreferenceFileError, PreferenceRow, load_preference_file, read_pair_images
+from omni_rl.data.prompts import PromptSampler
+from omni_rl.families.preference_pairs import PairBatch
+from omni_rl.models.diffusion import DiffusionModelBase
+from omni_rl.utils.seeding import derive_seed
+
+
+class OfflinePairs:
+    def __init__(self, cfg: OmniConfig, model: DiffusionModelBase):
+        if not isinstance(model, DiffusionModelBase) or type(model).encode_images is DiffusionModelBase.encode_images:
+            raise PreferenceFileError(
+                f"data.preference_file={cfg.data.preference_file!r}: model.adapter={cfg.model.adapter} cannot encode "
+                f"images into latents (no encode_images), so it cannot train on given pairs; use an adapter that "
+                f"can (StableDiffusion3Pipeline) or online pairs (no data.preference_file)"
+            )
+        self.cfg, self.model = cfg, model
+        self.rows = load_preference_file(cfg.data.preference_file)
+        t = cfg.trainer
+        self.sampler = PromptSampler(self.rows, t.prompts_per_step, t.seed, cfg.data.shuffle)
+
+    def rows_for_step(self, step: int) -> list[PreferenceRow]:
+        """The pairs training step `step` (1-based) trains."""
+        return self.sampler.prompts_for_step(step - 1)
+
+    def batch(self, step: int) -> PairBatch:
+        r = self.cfg.rollout
+        rows = self.rows_for_step(step)
+        pairs = [read_pair_images(row, r.height, r.width) for row in rows]
+        seeds = torch.tensor([derive_seed(self.cfg.trainer.seed, "offline-pair", step, k) for k in range(len(rows))],
+                             dtype=torch.long)
+        return PairBatch.from_images(
+            self.model, [row.prompt for row in rows], torch.stack([c for c, _ in pairs]),
+            torch.stack([rej for _, rej in pairs]), seeds, r.guidance_scale, r.negative_prompt,
+        )
