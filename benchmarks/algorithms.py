@@ -12,6 +12,12 @@ the wall time spent training up to it.
 
     python benchmarks/algorithms.py                                 # all, 3 seeds, 30 steps
     python benchmarks/algorithms.py --algorithms flow_grpo flow_dppo --seeds 0 --steps 10
+    python benchmarks/algorithms.py --seeds 1 2 --merge seed0.json  # seed 0's runs from an earlier file
+    python benchmarks/algorithms.py --seeds --merge a.json b.json   # no new run: combine two files
+
+`--merge` takes the runs of earlier result files of the same benchmark (recipe, steps, validation
+points and each algorithm's overrides must agree, and a seed may come from one place only), so
+the seeds of a long comparison can be run in separate sittings and summarised together.
 
 Writes `--out` (JSON, atomically) and a PNG beside it: validation accuracy against step and against
 training wall time, one line per algorithm (the mean over seeds, error bars one standard error
@@ -63,7 +69,8 @@ ALGORITHMS: dict[str, list[str]] = {
 def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--algorithms", nargs="+", default=list(ALGORITHMS), choices=list(ALGORITHMS))
-    p.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
+    p.add_argument("--seeds", nargs="*", type=int, default=[0, 1, 2])
+    p.add_argument("--merge", nargs="+", default=[], help="earlier results files whose runs join this one's")
     p.add_argument("--recipe", default=RECIPE)
     p.add_argument("--steps", type=int, default=30)
     p.add_argument("--val-every", type=int, default=15)
@@ -79,6 +86,35 @@ def overrides_of(name: str, args) -> list[str]:
     if name == "mix_grpo":  # slide the window over [0, 8) once in the run: 6 positions
         extra.append(f"rollout.sde_window_tau={max(1, args.steps // 6)}")
     return extra
+
+
+def earlier_runs(files: list[str], args) -> dict[str, list[dict]]:
+    """The runs of earlier results files, per algorithm of this benchmark; raises `ValueError`
+    naming the file and the setting when one is of another benchmark or repeats a seed."""
+    runs: dict[str, list[dict]] = defaultdict(list)
+    for file in files:
+        record = json.loads(Path(file).read_text(encoding="utf-8"))
+        for key in ("recipe", "steps", "val_every"):
+            if record.get(key) != getattr(args, key):
+                raise ValueError(f"{file}: {key}={record.get(key)!r} but this run's is {getattr(args, key)!r}; "
+                                 f"merge only results of the same benchmark")
+        if record["overrides"].get("all", []) != args.override:
+            raise ValueError(f"{file}: every run had the overrides {record['overrides'].get('all', [])} but this "
+                             f"run's are {args.override}; merge only results of the same settings")
+        for name in args.algorithms:
+            if name not in record["results"]:
+                continue
+            if record["overrides"].get(name) != overrides_of(name, args):
+                raise ValueError(f"{file}: {name} ran with {record['overrides'].get(name)} but this run's overrides "
+                                 f"are {overrides_of(name, args)}; merge only results of the same settings")
+            runs[name].extend(record["results"][name]["runs"])
+    for name, found in runs.items():
+        seeds = [r["seed"] for r in found] + list(args.seeds)
+        repeated = sorted({s for s in seeds if seeds.count(s) > 1})
+        if repeated:
+            raise ValueError(f"{name}: seed(s) {repeated} come from more than one place (--merge files, --seeds); "
+                             f"leave them out of --seeds")
+    return runs
 
 
 def run_one(name: str, seed: int, args) -> dict:
@@ -175,20 +211,25 @@ def plot(results: dict, out_png: Path) -> None:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
+    earlier = earlier_runs(args.merge, args)
     results = {}
     for name in args.algorithms:
-        runs = []
+        runs = list(earlier.get(name, []))
+        if not runs and not args.seeds:
+            continue
         for seed in args.seeds:
             run = run_one(name, seed, args)
             runs.append(run)
             final = run["curve"][-1]["accuracy"] if "curve" in run else float("nan")
             print(f"{name} seed {seed}: {'FAILED ' + run['failed'][-200:] if 'failed' in run else f'accuracy {final:.3f}'}"
                   f" ({run['wall_s']} s)", flush=True)
-        results[name] = summarise(runs)
+        results[name] = summarise(sorted(runs, key=lambda r: r["seed"]))
     out = Path(args.out)
     record = {
         "benchmark": "algorithms", "recipe": args.recipe, "steps": args.steps, "val_every": args.val_every,
-        "seeds": args.seeds, "overrides": {n: overrides_of(n, args) for n in args.algorithms} | {"all": args.override},
+        "seeds": sorted({r["seed"] for s in results.values() for r in s["runs"]}),
+        "merged_from": [Path(f).name for f in args.merge],
+        "overrides": {n: overrides_of(n, args) for n in results} | {"all": args.override},
         "machine": {"cpus": os.cpu_count(), "python": platform.python_version()},
         "date": datetime.now(timezone.utc).strftime("%Y-%m-%d"), "results": results,
     }
