@@ -14,6 +14,7 @@ from omni_rl.cli import main as cli_main
 from omni_rl.compose import load_config
 from omni_rl.config import ConfigError
 from omni_rl.families.offline_pairs import OfflinePairs
+from omni_rl.models.factory import build_model
 from omni_rl.trainer import PPOTrainer
 
 OFFLINE = [
@@ -76,16 +77,17 @@ def test_offline_pairs_train_without_a_rollout_and_resume_exactly(tmp_path):
 
 def test_a_step_trains_the_same_pairs_whatever_came_before(tmp_path):
     cfg = load_config([*OFFLINE, f"data.preference_file={pairs_file(tmp_path)}"])
-    walk = OfflinePairs.__new__(OfflinePairs)  # the order alone: no model needed
-    from omni_rl.data.preference_file import load_preference_file
-    from omni_rl.data.prompts import PromptSampler
-
-    walk.rows = load_preference_file(cfg.data.preference_file)
-    walk.sampler = PromptSampler(walk.rows, 4, cfg.trainer.seed, True)
-    first = [[r.prompt for r in walk.rows_for_step(s)] for s in (1, 2, 3)]
-    assert first == [[r.prompt for r in walk.rows_for_step(s)] for s in (1, 2, 3)]
+    model = build_model(cfg.model, torch.device("cpu"))
+    first, again = OfflinePairs(cfg, model), OfflinePairs(cfg, model)
+    order = [[r.prompt for r in first.rows_for_step(s)] for s in (1, 2, 3)]
+    assert order == [[r.prompt for r in again.rows_for_step(s)] for s in (3, 2, 1)][::-1]
     # 6 pairs, 4 a step: step 1 and the first two of step 2 are epoch 0, a permutation of all six.
-    assert sorted(first[0] + first[1][:2]) == sorted(f"picture {i}" for i in range(6))
+    assert sorted(order[0] + order[1][:2]) == sorted(f"picture {i}" for i in range(6))
+    step2, step2_again = first.batch(2), again.batch(2)
+    assert step2.prompts == order[1]
+    torch.testing.assert_close(step2.chosen, step2_again.chosen, atol=0, rtol=0)
+    assert torch.equal(step2.seeds, step2_again.seeds)
+    assert not set(step2.seeds.tolist()) & set(first.batch(3).seeds.tolist())  # fresh (t, eps) each step
 
 
 @pytest.mark.parametrize("override, message", [
