@@ -2,4 +2,4 @@
 the official checkpoint layout and FLUX's VAE (checkpoint.py), the SigLIP tower (vision.py), the
 text-to-image adapter (adapter.py), the editing adapter (edit.py) and `tiny:bagel` /
 `tiny:bagel_edit` (tiny.py)."""
-from adapters.bagel import adapter, tiny  # noqa: F401
+from adapters.bagel import adapter, edit, tiny  # noqa: F401
