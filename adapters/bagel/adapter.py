@@ -134,6 +134,7 @@ class BagelAdapter(DiffusionModelBase):
         "q_proj_moe_gen", "k_proj_moe_gen", "v_proj_moe_gen", "o_proj_moe_gen",
         "mlp_moe_gen.gate_proj", "mlp_moe_gen.up_proj", "mlp_moe_gen.down_proj",
     )
+    editing_hint = "model.stage=edit (BAGEL's editing adapter, adapters/bagel/edit.py)"
 
     def __init__(self, cfg: ModelConfig, path: str, device: torch.device):
         super().__init__(cfg, path, device)

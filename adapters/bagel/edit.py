@@ -87,6 +87,10 @@ class BagelEditAdapter(BagelAdapter):
             )
 
     @classmethod
+    def check_prompt_items(cls, items, where: str, adapter: str) -> None:
+        super().check_prompt_items(items, where, f"{adapter} model.stage={STAGE}")  # the stage tells the two apart
+
+    @classmethod
     def check_config(cls, cfg) -> None:
         """Text-to-image's checks, image CFG's (module docstring) and `model.condition_image_size`."""
         super().check_config(cfg)
