@@ -58,6 +58,13 @@ def require_file(folder: Path, name: str, what: str) -> Path:
     return file
 
 
+def key_mismatch(missing: set[str], unexpected: set[str]) -> str:
+    """"2 missing (e.g. [...]) and 1 unexpected (e.g. [...])" for a strict load's error, "" when none."""
+    parts = [f"{len(names)} {what} (e.g. {sorted(names)[:3]})" for what, names in (("missing", missing),
+                                                                                  ("unexpected", unexpected)) if names]
+    return " and ".join(parts)
+
+
 def read_network(network: torch.nn.Module, folder: Path, dtype: torch.dtype) -> None:
     """Load `ema.safetensors` into `network` strictly (module docstring)."""
     from safetensors import safe_open
@@ -67,13 +74,11 @@ def read_network(network: torch.nn.Module, folder: Path, dtype: torch.dtype) -> 
     allow_passthrough = (Path(folder) / VIT_CONFIG).is_file()
     with safe_open(str(file), framework="pt") as f:
         keys = set(f.keys())
-        missing = sorted(set(expected) - keys)
-        unexpected = sorted(k for k in keys - set(expected) if not (allow_passthrough and k.startswith(PASSTHROUGH_PREFIX)))
-        if missing or unexpected:
-            parts = [f"{len(missing)} missing (e.g. {missing[:3]})" if missing else "",
-                     f"{len(unexpected)} unexpected (e.g. {unexpected[:3]})" if unexpected else ""]
+        unexpected = {k for k in keys - set(expected) if not (allow_passthrough and k.startswith(PASSTHROUGH_PREFIX))}
+        mismatch = key_mismatch(set(expected) - keys, unexpected)
+        if mismatch:
             raise ModelFolderError(
-                f"{file}: {' and '.join(p for p in parts if p)} keys against BAGEL's official names "
+                f"{file}: {mismatch} keys against BAGEL's official names "
                 f"(llm_config.json's {network.config.num_hidden_layers} layers); is this BAGEL's ema.safetensors, "
                 f"unconverted and matching its configs?"
             )

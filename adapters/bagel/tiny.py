@@ -74,21 +74,30 @@ def tiny_tokenizer():
 
 
 @torch.no_grad()
-def make_kl_decoder_responsive(vae, gain: float = 1.0, constant: float = 4.0) -> None:
-    """Set an `AutoencoderKL` decoder to the construction in the module docstring."""
+def shortcut_only(root) -> None:
+    """Zero every residual branch (ResnetBlock2D's `conv2`) and attention output under `root`, so
+    each of those blocks passes its input through."""
     from diffusers.models.attention_processor import Attention
     from diffusers.models.resnet import ResnetBlock2D
-    from diffusers.models.upsampling import Upsample2D
 
-    decoder = vae.decoder
-    for module in decoder.modules():
+    for module in root.modules():
         if isinstance(module, ResnetBlock2D):
             module.conv2.weight.zero_()
             module.conv2.bias.zero_()
         elif isinstance(module, Attention):
             module.to_out[0].weight.zero_()
             module.to_out[0].bias.zero_()
-        elif isinstance(module, Upsample2D):
+
+
+@torch.no_grad()
+def make_kl_decoder_responsive(vae, gain: float = 1.0, constant: float = 4.0) -> None:
+    """Set an `AutoencoderKL` decoder to the construction in the module docstring."""
+    from diffusers.models.upsampling import Upsample2D
+
+    decoder = vae.decoder
+    shortcut_only(decoder)
+    for module in decoder.modules():
+        if isinstance(module, Upsample2D):
             pass_through(module.conv)
     config = vae.config
     channels = config.latent_channels
@@ -113,19 +122,12 @@ def make_kl_encoder_responsive(vae, constant: float = 8.0, offset: float = 2.0) 
     """Set an `AutoencoderKL` encoder to the construction in the module docstring: BAGEL's latent
     (`scale (z - shift)`) of every 8x8 pixel block rises with the block's mean grey, from -1 for
     black to +1 for white, in every channel."""
-    from diffusers.models.attention_processor import Attention
     from diffusers.models.downsampling import Downsample2D
-    from diffusers.models.resnet import ResnetBlock2D
 
     encoder = vae.encoder
+    shortcut_only(encoder)
     for module in encoder.modules():
-        if isinstance(module, ResnetBlock2D):
-            module.conv2.weight.zero_()
-            module.conv2.bias.zero_()
-        elif isinstance(module, Attention):
-            module.to_out[0].weight.zero_()
-            module.to_out[0].bias.zero_()
-        elif isinstance(module, Downsample2D):
+        if isinstance(module, Downsample2D):
             # Padded right / bottom by one, stride 2: taps (0..1, 0..1) average one 2x2 block.
             conv = module.conv
             conv.weight.zero_()

@@ -35,7 +35,7 @@ from torch import nn
 
 from omni_rl.models.loading import ModelFolderError
 
-from adapters.bagel.checkpoint import VIT_CONFIG, WEIGHTS, require_file
+from adapters.bagel.checkpoint import VIT_CONFIG, WEIGHTS, key_mismatch, require_file
 
 PREFIX = "vit_model.vision_model."
 # The official vit_transform's short-side minimum and pixel budget (data/transforms.py, app.py).
@@ -109,12 +109,10 @@ def load_tower(folder: Path, dtype: torch.dtype, weights: bool = True) -> Siglip
     file = require_file(folder, WEIGHTS, "the network's weights")
     with safe_open(str(file), framework="pt") as f:
         have = {k for k in f.keys() if k.startswith("vit_model.")}
-        missing, unexpected = sorted(set(expected) - have), sorted(have - set(expected))
-        if missing or unexpected:
-            parts = [f"{len(missing)} missing (e.g. {missing[:3]})" if missing else "",
-                     f"{len(unexpected)} unexpected (e.g. {unexpected[:3]})" if unexpected else ""]
+        mismatch = key_mismatch(set(expected) - have, have - set(expected))
+        if mismatch:
             raise ModelFolderError(
-                f"{file}: {' and '.join(p for p in parts if p)} SigLIP tensors against the tower {VIT_CONFIG} "
+                f"{file}: {mismatch} SigLIP tensors against the tower {VIT_CONFIG} "
                 f"describes ({config.num_hidden_layers} layers: one less than its num_hidden_layers, a linear patch "
                 f"embedding, no head); is this BAGEL's ema.safetensors, unconverted and matching its configs?"
             )
