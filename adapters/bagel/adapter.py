@@ -21,7 +21,9 @@ because both go through `predict_velocity`:
   all of that sample's numbers (the official "global" renorm, which the official code computes
   over a batch of one); applied only to samples whose sigma is in `model.cfg_interval` (lo, hi],
   the others take c. Conditional and unconditional rows go through one forward.
-- Image CFG needs a source image: `model.image_guidance_scale` > 1 is refused here.
+- Image CFG needs a source image: `model.image_guidance_scale` other than 1 is refused here (the
+  edit adapter, adapters/bagel/edit.py, takes it; it reuses this adapter's forward through
+  `image_cfg_rows` and `source_image`).
 
 What trains: with LoRA, adapters on the generation expert's projections (verl-omni's targets);
 without, the generation expert whole (every `*_moe_gen` tensor, the time embedder, `vae2llm`,
@@ -44,7 +46,9 @@ from omni_rl.models import Conditioning, DiffusionModelBase, register_adapter
 from omni_rl.models.diffusion import check_image_only, check_multiple
 
 from adapters.bagel.checkpoint import LLM_CONFIG, VIT_CONFIG, WEIGHTS, load_vae, read_network, require_file, write_network
-from adapters.bagel.network import LATENT_CHANNELS, LATENT_PATCH, VAE_DOWNSAMPLE, BagelNetwork, LLMConfig, MoTDecoderLayer
+from adapters.bagel.network import (
+    LATENT_CHANNELS, LATENT_PATCH, VAE_DOWNSAMPLE, BagelNetwork, LLMConfig, MoTDecoderLayer, SourceImage,
+)
 
 ARCHITECTURE = "BagelForConditionalGeneration"
 # BAGEL's special tokens (the official `add_special_tokens`): prompt start / end, image start / end.
@@ -86,10 +90,15 @@ def unpatchify(tokens: torch.Tensor, h: int, w: int) -> torch.Tensor:
     return x.reshape(b, -1, h * p, w * p)
 
 
-def guided_velocity(cond: torch.Tensor, uncond: torch.Tensor, scale: float, renorm_min: float) -> torch.Tensor:
-    """`u + g (c - u)`, each sample (dim 0) rescaled by `clamp(|c| / |v|, renorm_min, 1)`, the
-    norms over all of that sample's numbers (BAGEL's "global" renorm, per sample)."""
+def guided_velocity(cond: torch.Tensor, uncond: torch.Tensor, scale: float, renorm_min: float,
+                    image_uncond: torch.Tensor | None = None, image_scale: float = 1.0) -> torch.Tensor:
+    """BAGEL's CFG (the official `_forward_flow`), each sample (dim 0) on its own: text CFG
+    `v = u + g (c - u)`; with the image-unconditional velocity `ui` (editing), then image CFG
+    `v = ui + g_img (v - ui)`; v rescaled by `clamp(|c| / |v|, renorm_min, 1)`, the norms over all
+    of that sample's numbers (BAGEL's "global" renorm, per sample, never across the batch)."""
     guided = uncond + scale * (cond - uncond)
+    if image_uncond is not None:
+        guided = image_uncond + image_scale * (guided - image_uncond)
     dims = tuple(range(1, cond.ndim))
     ratio = cond.norm(dim=dims, keepdim=True) / (guided.norm(dim=dims, keepdim=True) + 1e-8)
     return guided * ratio.clamp(min=renorm_min, max=1.0)
@@ -125,12 +134,18 @@ class BagelAdapter(DiffusionModelBase):
         "q_proj_moe_gen", "k_proj_moe_gen", "v_proj_moe_gen", "o_proj_moe_gen",
         "mlp_moe_gen.gate_proj", "mlp_moe_gen.up_proj", "mlp_moe_gen.down_proj",
     )
+    editing_hint = "model.stage=edit (BAGEL's editing adapter, adapters/bagel/edit.py)"
 
     def __init__(self, cfg: ModelConfig, path: str, device: torch.device):
+        super().__init__(cfg, path, device)
+        self.load(Path(path))
+        self.setup_trainable()
+
+    def load(self, folder: Path) -> None:
+        """The network, FLUX's VAE and the tokenizer of the folder (the edit adapter adds the
+        SigLIP tower)."""
         from transformers import AutoTokenizer
 
-        super().__init__(cfg, path, device)
-        folder = Path(path)
         self.llm_config = LLMConfig.from_json(require_file(folder, LLM_CONFIG, "the decoder's Qwen2 config"))
         vit_file = folder / VIT_CONFIG
         vit_hidden = json.loads(vit_file.read_text())["hidden_size"] if vit_file.is_file() else None
@@ -142,27 +157,23 @@ class BagelAdapter(DiffusionModelBase):
             self.network = self.network.to(self.dtype)
         else:
             read_network(self.network, folder, self.dtype)
-            self.network.to(device)
-        self.vae = load_vae(folder, self.dtype, weights=not self.weightless).to(device)
-        self.tokenizer = AutoTokenizer.from_pretrained(path)
+            self.network.to(self.device)
+        self.vae = load_vae(folder, self.dtype, weights=not self.weightless).to(self.device)
+        self.tokenizer = AutoTokenizer.from_pretrained(str(folder))
         self.token_ids = {}
         for token in (BOS, EOS, IMAGE_START, IMAGE_END):
             index = self.tokenizer.convert_tokens_to_ids(token)
             if index is None or index == self.tokenizer.unk_token_id:
-                raise ValueError(f"the tokenizer at {path!r} has no {token!r}; BAGEL's prompts need it (the official add_special_tokens)")
+                raise ValueError(f"the tokenizer at {str(folder)!r} has no {token!r}; BAGEL's prompts need it "
+                                 f"(the official add_special_tokens)")
             self.token_ids[token] = index
         self.markers = (self.token_ids[IMAGE_START], self.token_ids[IMAGE_END])
-        self.setup_trainable()
 
     @classmethod
     def check_config(cls, cfg) -> None:
         super().check_config(cfg)
+        cls.check_image_guidance(cfg)
         m = cfg.model
-        if m.image_guidance_scale != 1.0:
-            raise ValueError(
-                f"model.image_guidance_scale={m.image_guidance_scale}: image CFG needs a source image, and "
-                f"{cfg.model.adapter} here makes images from text; set it to 1.0"
-            )
         if not (math.isfinite(m.timestep_shift) and m.timestep_shift > 0):
             raise ValueError(f"model.timestep_shift={m.timestep_shift}: expected a positive number (BAGEL uses 3.0)")
         if m.cfg_interval is not None:
@@ -172,6 +183,16 @@ class BagelAdapter(DiffusionModelBase):
                                  f"e.g. BAGEL's [0.4, 1.0], or null for every step")
         if not 0.0 <= m.cfg_renorm_min <= 1.0:
             raise ValueError(f"model.cfg_renorm_min={m.cfg_renorm_min}: expected a value in [0, 1] (1 turns the renorm off)")
+
+    @classmethod
+    def check_image_guidance(cls, cfg) -> None:
+        """Text-to-image has no source image to guide by: `model.image_guidance_scale` must be 1."""
+        scale = cfg.model.image_guidance_scale
+        if scale != 1.0:
+            raise ValueError(
+                f"model.image_guidance_scale={scale}: image CFG needs a source image, and {cfg.model.adapter} "
+                f"here makes images from text; set it to 1.0, or edit images with model.stage=edit"
+            )
 
     # --- what trains ---------------------------------------------------------------------
     def trainable_module(self) -> nn.Module:
@@ -194,16 +215,18 @@ class BagelAdapter(DiffusionModelBase):
     def latent_shape(self, height: int, width: int, num_frames: int = 1) -> tuple[int, ...]:
         """[16, height / 8, width / 8]: FLUX's VAE latent of one image."""
         check_image_only(ARCHITECTURE, num_frames)
-        why = f"VAE factor {VAE_DOWNSAMPLE} x patch size {LATENT_PATCH}"
-        check_multiple("rollout.height", height, self.size_multiple, why)
-        check_multiple("rollout.width", width, self.size_multiple, why)
+        self.check_side("rollout.height", height)
+        self.check_side("rollout.width", width)
+        return (LATENT_CHANNELS, height // VAE_DOWNSAMPLE, width // VAE_DOWNSAMPLE)
+
+    def check_side(self, key: str, value: int) -> None:
+        """An image side (px) the network takes: a multiple of 16 that `latent_pos_embed` covers."""
+        check_multiple(key, value, self.size_multiple, f"VAE factor {VAE_DOWNSAMPLE} x patch size {LATENT_PATCH}")
         side = self.network.max_latent_size
         biggest = side * self.size_multiple
-        for key, value in (("rollout.height", height), ("rollout.width", width)):
-            if value > biggest:
-                raise ValueError(f"{key}={value}: this checkpoint's latent_pos_embed covers at most {biggest} px a side "
-                                 f"({side} tokens of {self.size_multiple} px)")
-        return (LATENT_CHANNELS, height // VAE_DOWNSAMPLE, width // VAE_DOWNSAMPLE)
+        if value > biggest:
+            raise ValueError(f"{key}={value}: this checkpoint's latent_pos_embed covers at most {biggest} px a side "
+                             f"({side} tokens of {self.size_multiple} px)")
 
     def sigmas(self, num_steps: int, height: int | None = None, width: int | None = None,
                num_frames: int = 1) -> torch.Tensor:
@@ -246,8 +269,22 @@ class BagelAdapter(DiffusionModelBase):
         on = torch.ones_like(sigma, dtype=torch.bool) if interval is None else (sigma > interval[0]) & (sigma <= interval[1])
         return on.nonzero().flatten()
 
+    def image_cfg_rows(self, rows: torch.Tensor) -> torch.Tensor:
+        """Indices of the samples that also take image CFG: none without a source image (the edit
+        adapter: `rows` when `model.image_guidance_scale` > 1)."""
+        return rows[:0]
+
+    def source_image(self, cond: Conditioning, branch: torch.Tensor, present: torch.Tensor) -> SourceImage | None:
+        """What each forward row sees of its sample's source image (`branch`: the sample of each
+        row; `present`: whether the row sees it): nothing in text-to-image."""
+        return None
+
     def predict_velocity(self, latents, sigma, conditioning, guidance_scale):
-        """Velocity (fp32, [B, 16, h, w]) at per-sample sigma [B], text CFG inside (module docstring)."""
+        """Velocity (fp32, [B, 16, h, w]) at per-sample sigma [B], CFG inside (module docstring).
+
+        One forward takes every branch, each a row: the samples' conditional rows, the text-
+        unconditional rows of the samples in `cfg_rows`, then (editing) their image-unconditional
+        rows, which see the instruction but not the source image."""
         b, _, hh, ww = latents.shape
         sigma = sigma.to(torch.float32).reshape(-1).to(self.device)
         if sigma.shape[0] != b:
@@ -255,17 +292,24 @@ class BagelAdapter(DiffusionModelBase):
         tokens = patchify(latents.to(self.device, torch.float32))
         cond = conditioning.to(self.device)
         rows = self.cfg_rows(sigma, guidance_scale)
-        parts = [Conditioning({"e": cond["input_ids"], "m": cond["text_mask"]}, {"e": "m"})]
-        if rows.numel():
-            parts.append(Conditioning({"e": cond["negative_input_ids"], "m": cond["negative_text_mask"]}, {"e": "m"}).select(rows))
-        text = Conditioning.cat(parts)
-        out = self.network(text["e"], text["m"], torch.cat([tokens, tokens[rows]]), torch.cat([sigma, sigma[rows]]),
-                           (hh // LATENT_PATCH, ww // LATENT_PATCH), self.markers)
+        image_rows = self.image_cfg_rows(rows)
+        instruction = Conditioning({"e": cond["input_ids"], "m": cond["text_mask"]}, {"e": "m"})
+        negative = Conditioning({"e": cond["negative_input_ids"], "m": cond["negative_text_mask"]}, {"e": "m"})
+        parts = [instruction, negative.select(rows), instruction.select(image_rows)]
+        text = Conditioning.cat([part for part in parts if len(part)])  # an empty part would widen the padding
+        branch = torch.cat([torch.arange(b, device=self.device), rows, image_rows])
+        present = torch.arange(branch.shape[0], device=self.device) < b + rows.numel()
+        grid = (hh // LATENT_PATCH, ww // LATENT_PATCH)
+        out = self.network(text["e"], text["m"], tokens[branch], sigma[branch], grid, self.markers,
+                           self.source_image(cond, branch, present))
         v = out[:b]
         if rows.numel():
-            guided = guided_velocity(v[rows], out[b:], guidance_scale, self.cfg.cfg_renorm_min)
+            r = rows.numel()
+            image_uncond = out[b + r :] if image_rows.numel() else None
+            guided = guided_velocity(v[rows], out[b : b + r], guidance_scale, self.cfg.cfg_renorm_min,
+                                     image_uncond, self.cfg.image_guidance_scale)
             v = v.index_copy(0, rows, guided)
-        return unpatchify(v, hh // LATENT_PATCH, ww // LATENT_PATCH)
+        return unpatchify(v, *grid)
 
     # --- decoding ------------------------------------------------------------------------
     @torch.no_grad()

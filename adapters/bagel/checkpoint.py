@@ -7,9 +7,11 @@ understands images), `config.json` and the Qwen2 tokenizer files.
 
 - `read_network(network, folder, dtype)`: every tensor of `network.state_dict()` must be in
   `ema.safetensors` with its shape, and the file may hold nothing else except the SigLIP
-  tower's `vit_model.*` tensors when `vit_config.json` is there (the text-to-image path does not
-  run the tower, so it is not built; `write_network` copies those tensors through unchanged). A
-  missing file, a missing or unexpected key or a wrong shape raises `ModelFolderError` naming it.
+  tower's `vit_model.*` tensors when `vit_config.json` is there: the tower is not a module of
+  the network (text-to-image never builds it; editing loads it strictly on its own, frozen,
+  adapters/bagel/vision.py), and `write_network` copies those tensors through unchanged. A
+  missing file, a missing or unexpected key or a wrong shape raises `ModelFolderError` naming it
+  (`key_mismatch` words the keys).
 - `write_network(state, source, folder)`: an `ema.safetensors` in the official layout (the given
   tensors, plus the source's `vit_model.*`), and the source's other files copied, so the folder
   loads like the original (by this adapter and by the official code).
@@ -34,7 +36,7 @@ VAE_WEIGHTS = "ae.safetensors"
 LLM_CONFIG = "llm_config.json"
 VIT_CONFIG = "vit_config.json"
 VAE_CONFIG = "vae_config.json"
-# The SigLIP tower's tensors: in the checkpoint, not built for text-to-image (module docstring).
+# The SigLIP tower's tensors: not the network's, and never trained (module docstring).
 PASSTHROUGH_PREFIX = "vit_model."
 
 # FLUX.1's autoencoder as diffusers configures it (black-forest-labs/FLUX.1-dev, vae/config.json),
@@ -58,6 +60,13 @@ def require_file(folder: Path, name: str, what: str) -> Path:
     return file
 
 
+def key_mismatch(missing: set[str], unexpected: set[str]) -> str:
+    """"2 missing (e.g. [...]) and 1 unexpected (e.g. [...])" for a strict load's error, "" when none."""
+    parts = [f"{len(names)} {what} (e.g. {sorted(names)[:3]})" for what, names in (("missing", missing),
+                                                                                  ("unexpected", unexpected)) if names]
+    return " and ".join(parts)
+
+
 def read_network(network: torch.nn.Module, folder: Path, dtype: torch.dtype) -> None:
     """Load `ema.safetensors` into `network` strictly (module docstring)."""
     from safetensors import safe_open
@@ -67,13 +76,11 @@ def read_network(network: torch.nn.Module, folder: Path, dtype: torch.dtype) -> 
     allow_passthrough = (Path(folder) / VIT_CONFIG).is_file()
     with safe_open(str(file), framework="pt") as f:
         keys = set(f.keys())
-        missing = sorted(set(expected) - keys)
-        unexpected = sorted(k for k in keys - set(expected) if not (allow_passthrough and k.startswith(PASSTHROUGH_PREFIX)))
-        if missing or unexpected:
-            parts = [f"{len(missing)} missing (e.g. {missing[:3]})" if missing else "",
-                     f"{len(unexpected)} unexpected (e.g. {unexpected[:3]})" if unexpected else ""]
+        unexpected = {k for k in keys - set(expected) if not (allow_passthrough and k.startswith(PASSTHROUGH_PREFIX))}
+        mismatch = key_mismatch(set(expected) - keys, unexpected)
+        if mismatch:
             raise ModelFolderError(
-                f"{file}: {' and '.join(p for p in parts if p)} keys against BAGEL's official names "
+                f"{file}: {mismatch} keys against BAGEL's official names "
                 f"(llm_config.json's {network.config.num_hidden_layers} layers); is this BAGEL's ema.safetensors, "
                 f"unconverted and matching its configs?"
             )

@@ -7,20 +7,24 @@ Text tokens (and the image's start / end markers) take the understanding weights
 tokens the generation weights; attention is joint over both. Generation adds the DiT time
 embedder, `vae2llm` / `llm2vae` (linears over 2x2 patches of 16-channel VAE latents: 64 numbers a
 token) and a fixed 2-D sin-cos `latent_pos_embed`; understanding adds the `connector` MLP and
-`vit_pos_embed` of the SigLIP tower (the tower itself is not built here: see adapters/bagel/checkpoint.py).
+`vit_pos_embed` of the SigLIP tower.
 
 Parameter names are those of the official `ema.safetensors`
 (`language_model.model.layers.{i}.self_attn.q_proj_moe_gen.weight`, `time_embedder.mlp.0.weight`,
 `vae2llm.weight`, `latent_pos_embed.pos_embed`, `connector.fc1.weight`, ...).
 
-`BagelNetwork.forward` is one packed forward of the text-to-image path: each row is
-`[text (padded to L) | <vision_start> | N image tokens | <vision_end>]`. The official inference
-prefills the text causally into a KV cache and then runs the image block against it with full
-attention; here both run in one sequence with an explicit boolean mask that gives the same
-numbers (text causal over real text tokens; the image block sees the real text and itself).
-The block's tokens share one RoPE position, the row's text length, as in the official
-`prepare_vae_latent`. Padded text rows attend only to themselves and are never read. sdpa,
-no flash-attn.
+`BagelNetwork.forward` is one packed forward: each row is the official context in order, the
+source image's blocks for editing (`SourceImage`: its clean VAE latents at timestep 0 through
+the generation expert, then its SigLIP tokens through `connector` + `vit_pos_embed`), the text
+(padded to L), then `<vision_start> N image tokens <vision_end>`. The official inference
+prefills the context piece by piece into a KV cache and then runs the image block against it
+with full attention; here all of it runs in one sequence with an explicit boolean mask and
+per-row RoPE positions that give the same numbers (adapters/bagel/layout.py). The block's
+tokens share one RoPE position, as in the official `prepare_vae_latent`. Padded tokens attend
+only to themselves and are never read. sdpa, no flash-attn.
+
+The SigLIP tower itself is not a module of the network (adapters/bagel/vision.py): it is frozen
+and runs once per source image when the request is admitted, so `forward` takes its output.
 """
 from __future__ import annotations
 
@@ -34,6 +38,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 from torch.utils.checkpoint import checkpoint
+
+from adapters.bagel.layout import Routing, Segment, image_block, pack
 
 # BAGEL's fixed geometry (every released checkpoint): FLUX's VAE has 16 channels at 8 px, and
 # the network reads 2x2 latent patches, so a token covers 16 px.
@@ -73,6 +79,22 @@ class LLMConfig:
         return self.hidden_size // self.num_attention_heads
 
 
+@dataclass
+class SourceImage:
+    """An editing request's source image, both encodings, one row each (padded rows allowed).
+
+    latents [B, M, 64]: its clean VAE latent patches in BAGEL's space, on the token grid `grid`
+    (h, w), M = h w; vit [B, K, D_vit]: the SigLIP tower's output for its patches, at flattened
+    positions vit_positions [B, K] (row * vit_max_num_patch_per_side + col); present [B] bool:
+    False for a row that must not see it (image CFG's image-unconditional branch)."""
+
+    latents: torch.Tensor
+    grid: tuple[int, int]
+    vit: torch.Tensor
+    vit_positions: torch.Tensor
+    present: torch.Tensor
+
+
 class RMSNorm(nn.Module):
     """Qwen2's RMS norm: statistics in fp32, the weight applied in the input's dtype."""
 
@@ -98,13 +120,6 @@ class MLP(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
-
-
-def routed(x: torch.Tensor, gen: slice, und_fn, gen_fn) -> torch.Tensor:
-    """`und_fn` on the rows' understanding tokens (everything outside `gen`), `gen_fn` on the
-    generation tokens (`gen`, the image block's latents), put back in sequence order."""
-    und = und_fn(torch.cat([x[:, : gen.start], x[:, gen.stop :]], dim=1))
-    return torch.cat([und[:, : gen.start], gen_fn(x[:, gen]), und[:, gen.start :]], dim=1)
 
 
 def rotate_half(x: torch.Tensor) -> torch.Tensor:
@@ -136,8 +151,8 @@ class MoTAttention(nn.Module):
         k = getattr(self, f"k_norm{suffix}")(k)
         return torch.cat([q, k, v], dim=2)
 
-    def forward(self, x, gen: slice, cos, sin, mask):
-        qkv = routed(x, gen, lambda t: self._qkv(t, ""), lambda t: self._qkv(t, "_moe_gen"))
+    def forward(self, x, routing: Routing, cos, sin, mask):
+        qkv = routing(x, lambda t: self._qkv(t, ""), lambda t: self._qkv(t, "_moe_gen"))
         q, k, v = qkv.split([self.heads, self.kv_heads, self.kv_heads], dim=2)
         cos, sin = cos[:, :, None], sin[:, :, None]
         q = q * cos + rotate_half(q) * sin
@@ -147,7 +162,7 @@ class MoTAttention(nn.Module):
         k, v = k.repeat_interleave(groups, dim=1), v.repeat_interleave(groups, dim=1)
         out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask[:, None])
         out = out.transpose(1, 2).flatten(2)
-        return routed(out, gen, self.o_proj, self.o_proj_moe_gen)
+        return routing(out, self.o_proj, self.o_proj_moe_gen)
 
 
 class MoTDecoderLayer(nn.Module):
@@ -163,11 +178,11 @@ class MoTDecoderLayer(nn.Module):
         self.post_attention_layernorm = RMSNorm(c.hidden_size, c.rms_norm_eps)
         self.post_attention_layernorm_moe_gen = RMSNorm(c.hidden_size, c.rms_norm_eps)
 
-    def forward(self, x, gen: slice, cos, sin, mask):
-        h = routed(x, gen, self.input_layernorm, self.input_layernorm_moe_gen)
-        x = x + self.self_attn(h, gen, cos, sin, mask)
-        ffn = routed(x, gen, lambda t: self.mlp(self.post_attention_layernorm(t)),
-                     lambda t: self.mlp_moe_gen(self.post_attention_layernorm_moe_gen(t)))
+    def forward(self, x, routing: Routing, cos, sin, mask):
+        h = routing(x, self.input_layernorm, self.input_layernorm_moe_gen)
+        x = x + self.self_attn(h, routing, cos, sin, mask)
+        ffn = routing(x, lambda t: self.mlp(self.post_attention_layernorm(t)),
+                      lambda t: self.mlp_moe_gen(self.post_attention_layernorm_moe_gen(t)))
         return x + ffn
 
 
@@ -234,7 +249,7 @@ class PositionEmbedding(nn.Module):
 
 
 class MLPConnector(nn.Module):
-    """SigLIP features -> the decoder's width (understanding path; loaded, unused for text-to-image)."""
+    """SigLIP features -> the decoder's width (understanding path: editing's source image)."""
 
     def __init__(self, in_dim: int, out_dim: int):
         super().__init__()
@@ -245,24 +260,8 @@ class MLPConnector(nn.Module):
         return self.fc2(F.gelu(self.fc1(x), approximate="tanh"))
 
 
-def block_mask(text_mask: torch.Tensor, block: int) -> torch.Tensor:
-    """[B, S, S] bool (True = may attend) for rows `[text L | image block of `block` tokens]`:
-    real text tokens attend causally to real text; the block attends to the real text and to
-    itself; every token also to itself (padded text rows, which nothing reads)."""
-    b, length = text_mask.shape
-    s = length + block
-    device = text_mask.device
-    real = torch.cat([text_mask.bool(), torch.ones(b, block, dtype=torch.bool, device=device)], dim=1)
-    idx = torch.arange(s, device=device)
-    causal = idx[None, :] <= idx[:, None]
-    in_block = idx >= length
-    allowed = (causal | in_block[:, None]) & ~(in_block[None, :] & ~in_block[:, None])
-    mask = allowed[None] & real[:, None, :]
-    return mask | torch.eye(s, dtype=torch.bool, device=device)[None]
-
-
 class BagelNetwork(nn.Module):
-    """BAGEL's modules under the official names; `forward` is the packed text-to-image velocity."""
+    """BAGEL's modules under the official names (the SigLIP tower aside); `forward` is the packed velocity."""
 
     def __init__(self, c: LLMConfig, max_latent_size: int, vit_hidden_size: int | None = None,
                  vit_max_patches_per_side: int = 70):
@@ -292,42 +291,70 @@ class BagelNetwork(nn.Module):
         emb = torch.cat([freqs, freqs], dim=-1)
         return emb.cos().to(dtype), emb.sin().to(dtype)
 
-    def forward(self, input_ids: torch.Tensor, text_mask: torch.Tensor, latent_tokens: torch.Tensor,
-                timesteps: torch.Tensor, grid: tuple[int, int], marker_ids: tuple[int, int]) -> torch.Tensor:
-        """Velocity tokens [B, N, 64] for latent tokens [B, N, 64] (N = h * w, row-major) at
-        per-row timesteps [B], conditioned on text `input_ids` [B, L] (mask [B, L], 1 = real;
-        a row whose mask is all 0 is the empty context of text CFG). `marker_ids` are the ids of
-        <|vision_start|> and <|vision_end|>."""
+    def embed_latents(self, tokens: torch.Tensor, timesteps: torch.Tensor, grid: tuple[int, int]) -> torch.Tensor:
+        """VAE latent patches [B, n, 64] of an h x w token grid at per-row timesteps [B] ->
+        `vae2llm(x) + time_embedder(t) + latent_pos_embed(row * max_latent_size + col)`."""
         h, w = grid
         if max(h, w) > self.max_latent_size:
             raise ValueError(
                 f"a {h}x{w} token grid exceeds latent_pos_embed's {self.max_latent_size} per side "
                 f"(images up to {self.max_latent_size * VAE_DOWNSAMPLE * LATENT_PATCH} px a side)"
             )
+        device = tokens.device
+        ids = torch.arange(h, device=device)[:, None] * self.max_latent_size + torch.arange(w, device=device)[None]
+        return (self.vae2llm(tokens.to(self.vae2llm.weight.dtype)) + self.time_embedder(timesteps.to(device))[:, None]
+                + self.latent_pos_embed(ids.reshape(-1))[None])
+
+    def embed_vit(self, features: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        """SigLIP features [B, K, D_vit] at flattened patch positions [B, K] -> `connector(f) +
+        vit_pos_embed(position)` (the official `forward_cache_update_vit`)."""
+        if not hasattr(self, "connector"):
+            raise ValueError("this checkpoint has no vit_config.json: it holds no connector for SigLIP tokens")
+        return self.connector(features.to(self.connector.fc1.weight.dtype)) + self.vit_pos_embed(positions)
+
+    def forward(self, input_ids: torch.Tensor, text_mask: torch.Tensor, latent_tokens: torch.Tensor,
+                timesteps: torch.Tensor, grid: tuple[int, int], marker_ids: tuple[int, int],
+                source: SourceImage | None = None) -> torch.Tensor:
+        """Velocity tokens [B, N, 64] for latent tokens [B, N, 64] (N = h * w, row-major) at
+        per-row timesteps [B], conditioned on text `input_ids` [B, L] (mask [B, L], 1 = real;
+        a row whose mask is all 0 has no text) and, for editing, on `source` (a row whose
+        `source.present` is False has no source image). `marker_ids` are the ids of
+        <|vision_start|> and <|vision_end|>. Each row is the official context in order: the
+        source's VAE block, its ViT block, the text, then the image being generated
+        (adapters/bagel/layout.py)."""
         lm = self.language_model.model
-        b, length = input_ids.shape
-        n = h * w
-        dtype = self.vae2llm.weight.dtype
+        b, n = latent_tokens.shape[0], grid[0] * grid[1]
         device = latent_tokens.device
-        soi, eoi = (torch.full((b, 1), i, dtype=torch.long, device=device) for i in marker_ids)
-        ids = torch.cat([input_ids.to(device), soi, eoi], dim=1)
-        text = lm.embed_tokens(ids)
-        rows = torch.arange(h, device=device)[:, None] * self.max_latent_size + torch.arange(w, device=device)[None]
-        image = (self.vae2llm(latent_tokens.to(dtype)) + self.time_embedder(timesteps.to(device))[:, None]
-                 + self.latent_pos_embed(rows.reshape(-1))[None])
-        x = torch.cat([text[:, :length], text[:, length : length + 1], image.to(text.dtype), text[:, length + 1 :]], dim=1)
-        gen = slice(length + 1, length + 1 + n)
-        text_mask = text_mask.to(device)
-        text_len = text_mask.sum(dim=1, keepdim=True)
-        positions = torch.cat([torch.arange(length, device=device).expand(b, -1), text_len.expand(b, n + 2)], dim=1)
-        cos, sin = self.rope(positions, x.dtype)
-        mask = block_mask(text_mask, n + 2)
+        text = lm.embed_tokens(input_ids.to(device))
+        markers = lm.embed_tokens(torch.tensor(marker_ids, device=device))[None].expand(b, -1, -1)
+        segments = [] if source is None else self.source_segments(source, markers)
+        text_mask = text_mask.to(device).bool()
+        length = text.shape[1]
+        segments.append(Segment(text, text_mask, True, torch.arange(length, device=device), text_mask.sum(1),
+                                torch.zeros(length, dtype=torch.bool, device=device)))
+        image = self.embed_latents(latent_tokens, timesteps, grid)
+        segments.append(image_block(image.to(text.dtype), markers, torch.ones(b, dtype=torch.bool, device=device)))
+        packed = pack(segments)
+        x = packed.x
+        cos, sin = self.rope(packed.positions, x.dtype)
         for layer in lm.layers:
             if self.gradient_checkpointing and torch.is_grad_enabled():
-                x = checkpoint(layer, x, gen, cos, sin, mask, use_reentrant=False)
+                x = checkpoint(layer, x, packed.routing, cos, sin, packed.mask, use_reentrant=False)
             else:
-                x = layer(x, gen, cos, sin, mask)
-        return self.llm2vae(lm.norm_moe_gen(x[:, gen])).float()
+                x = layer(x, packed.routing, cos, sin, packed.mask)
+        # The generated image's tokens: the last segment less its end marker.
+        return self.llm2vae(lm.norm_moe_gen(x[:, -1 - n : -1])).float()
+
+    def source_segments(self, source: SourceImage, markers: torch.Tensor) -> list[Segment]:
+        """The source image's two blocks: its clean VAE latents at timestep 0 (generation
+        expert, the official `forward_cache_update_vae`), then its SigLIP tokens (understanding)."""
+        b = source.latents.shape[0]
+        present = source.present.to(markers.device).bool()
+        zero = torch.zeros(b, device=markers.device)
+        vae = self.embed_latents(source.latents.to(markers.device), zero, source.grid)
+        vit = self.embed_vit(source.vit.to(markers.device), source.vit_positions.to(markers.device))
+        return [image_block(vae.to(markers.dtype), markers, present),
+                image_block(vit.to(markers.dtype), markers, present, generation=False)]
 
     # --- PEFT LoRA on a plain module (the adapter's add_lora / lora_disabled use these) -------
     def add_adapter(self, config) -> None:

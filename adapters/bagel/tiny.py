@@ -1,14 +1,17 @@
-"""`tiny:bagel`: a seeded random-weight BAGEL written in the official layout.
+"""`tiny:bagel` and `tiny:bagel_edit`: seeded random-weight BAGELs written in the official layout.
 
 The folder holds what ByteDance-Seed/BAGEL-7B-MoT holds, at tiny sizes, and loads through the
-adapter's ordinary code: `ema.safetensors` under the official names (a 2-layer MoT decoder,
+adapters' ordinary code: `ema.safetensors` under the official names (a 2-layer MoT decoder,
 hidden 32, 4 heads of 8 with 2 KV heads; a 64-token latent grid side of 8, so up to 128 px; the
-connector and `vit_pos_embed` of a 16-wide SigLIP, plus a 1-layer SigLIP tower's `vit_model.*`
-tensors), `ae.safetensors` (a 4-level 16-channel VAE in the BFL layout, 8 px per latent),
-`llm_config.json`, `vit_config.json`, `config.json`, `vae_config.json` (the tiny VAE's geometry,
-which FLUX's real one does not need) and a byte-level Qwen2 tokenizer with BAGEL's special tokens.
+connector and `vit_pos_embed` of a 16-wide SigLIP with 4 x 4 patch positions, and that tower's
+`vit_model.vision_model.*` tensors as the official code saves them: the linear patch embedding,
+no head, one layer of `vit_config.json`'s two; adapters/bagel/vision.py), `ae.safetensors` (a
+4-level 16-channel VAE in the BFL layout, 8 px per latent), `llm_config.json`,
+`vit_config.json`, `config.json`, `vae_config.json` (the tiny VAE's geometry, which FLUX's real
+one does not need) and a byte-level Qwen2 tokenizer with BAGEL's special tokens. Both models have
+the same network and tower; `tiny:bagel_edit` differs in its VAE encoder only.
 
-Two departures from the official initialisation, so that a tiny model can learn:
+Departures from the official initialisation, so that a tiny model can learn:
 
 - `llm2vae` keeps PyTorch's default init: the official init zeroes it, and a fresh model would
   predict v = 0 everywhere;
@@ -17,8 +20,15 @@ Two departures from the official initialisation, so that a tiny model can learn:
   upsamplers copy their channels, `conv_in` writes u = the channel mean of BAGEL's latent
   (`scale (z - shift)`) into feature 0 and a constant 4 into feature 1, and `conv_out` sets every
   pixel to `gain * silu(feature 0)` after the one-group norm, offset so that latent 0 decodes to
-  mid-grey. Brightness then rises monotonically with the mean latent (8x8 pixel blocks of one
-  value); tests/adapters/test_bagel_adapter.py measures it.
+  mid-grey. Brightness then rises monotonically with the mean latent above about -1 (8x8 pixel
+  blocks of one value); tests/adapters/test_bagel_adapter.py measures it;
+- `tiny:bagel_edit` only: the VAE encoder is its mirror (`make_kl_encoder_responsive`), so an
+  edit's source image reaches the model as latents that carry its brightness: residual branches
+  and attention zero, each downsampler the mean of 2 x 2 positions, `conv_in` writes the pixels'
+  channel mean (plus an offset) into feature 0 and a constant into feature 1, and `conv_out` maps
+  feature 0 after the one-group norm and SiLU affinely onto every latent channel, black -> -1 and
+  white -> +1 in BAGEL's space (nearly affine between), with a log-variance of -30.
+  tests/adapters/test_bagel_edit_adapter.py measures it.
 """
 from __future__ import annotations
 
@@ -33,13 +43,16 @@ from omni_rl.models.tiny_vocab import bpe_files, byte_chars
 from adapters.bagel.adapter import ARCHITECTURE, BOS, EOS, IMAGE_END, IMAGE_START
 from adapters.bagel.checkpoint import VAE_CONFIG, vae_to_bfl
 from adapters.bagel.network import BagelNetwork, LLMConfig
+from adapters.bagel.vision import SiglipTower, official_name, vit_config
 from adapters.tiny_decoders import pass_through
 
 TINY_LLM = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
                 num_key_value_heads=2, rms_norm_eps=1e-6, rope_theta=1e6)
 TINY_MAX_LATENT = 8
-TINY_VIT = dict(hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2, patch_size=14,
-                image_size=28, num_channels=3, model_type="siglip_vision_model")
+TINY_VIT_SIDE = 4  # patches a side: 56 px at 14 px a patch
+# vit_config.json: 2 layers, of which BAGEL builds 1 (adapters/bagel/vision.py).
+TINY_VIT = dict(hidden_size=16, intermediate_size=32, num_hidden_layers=2, num_attention_heads=2, patch_size=14,
+                image_size=14 * TINY_VIT_SIDE, num_channels=3, model_type="siglip_vision_model")
 TINY_VAE = dict(
     in_channels=3, out_channels=3, latent_channels=16, layers_per_block=1, norm_num_groups=1,
     block_out_channels=[16, 16, 16, 16], down_block_types=["DownEncoderBlock2D"] * 4,
@@ -61,21 +74,30 @@ def tiny_tokenizer():
 
 
 @torch.no_grad()
-def make_kl_decoder_responsive(vae, gain: float = 1.0, constant: float = 4.0) -> None:
-    """Set an `AutoencoderKL` decoder to the construction in the module docstring."""
+def shortcut_only(root) -> None:
+    """Zero every residual branch (ResnetBlock2D's `conv2`) and attention output under `root`, so
+    each of those blocks passes its input through."""
     from diffusers.models.attention_processor import Attention
     from diffusers.models.resnet import ResnetBlock2D
-    from diffusers.models.upsampling import Upsample2D
 
-    decoder = vae.decoder
-    for module in decoder.modules():
+    for module in root.modules():
         if isinstance(module, ResnetBlock2D):
             module.conv2.weight.zero_()
             module.conv2.bias.zero_()
         elif isinstance(module, Attention):
             module.to_out[0].weight.zero_()
             module.to_out[0].bias.zero_()
-        elif isinstance(module, Upsample2D):
+
+
+@torch.no_grad()
+def make_kl_decoder_responsive(vae, gain: float = 1.0, constant: float = 4.0) -> None:
+    """Set an `AutoencoderKL` decoder to the construction in the module docstring."""
+    from diffusers.models.upsampling import Upsample2D
+
+    decoder = vae.decoder
+    shortcut_only(decoder)
+    for module in decoder.modules():
+        if isinstance(module, Upsample2D):
             pass_through(module.conv)
     config = vae.config
     channels = config.latent_channels
@@ -95,13 +117,61 @@ def make_kl_decoder_responsive(vae, gain: float = 1.0, constant: float = 4.0) ->
     conv_out.bias.sub_(vae.decode(zero).sample.mean())
 
 
+@torch.no_grad()
+def make_kl_encoder_responsive(vae, constant: float = 8.0, offset: float = 2.0) -> None:
+    """Set an `AutoencoderKL` encoder to the construction in the module docstring: BAGEL's latent
+    (`scale (z - shift)`) of every 8x8 pixel block rises with the block's mean grey, from -1 for
+    black to +1 for white, in every channel."""
+    from diffusers.models.downsampling import Downsample2D
+
+    encoder = vae.encoder
+    shortcut_only(encoder)
+    for module in encoder.modules():
+        if isinstance(module, Downsample2D):
+            # Padded right / bottom by one, stride 2: taps (0..1, 0..1) average one 2x2 block.
+            conv = module.conv
+            conv.weight.zero_()
+            conv.bias.zero_()
+            for c in range(conv.weight.shape[0]):
+                conv.weight[c, c, :2, :2] = 0.25
+    conv_in = encoder.conv_in
+    conv_in.weight.zero_()
+    conv_in.bias.zero_()
+    conv_in.weight[0, :, 1, 1] = 1.0 / conv_in.weight.shape[1]
+    # The offset keeps feature 0 positive and the constant dominates the one-group norm's
+    # spread, so after the norm and the SiLU feature 0 is nearly affine in the grey.
+    conv_in.bias[0] = offset
+    conv_in.bias[1] = constant
+    channels = vae.config.latent_channels
+    conv_out = encoder.conv_out
+    conv_out.weight.zero_()
+    conv_out.bias.zero_()
+    conv_out.weight[:channels, 0, 1, 1] = 1.0  # for now: the latent is the normed feature itself
+    conv_out.bias[channels:] = -30.0  # log-variance: a point mass, the mean is the sample
+    # Fit the affine map: black (-1) -> latent -1, white (+1) -> +1, in BAGEL's space.
+    black, white = (float(vae.encode(torch.full((1, 3, 8, 8), g)).latent_dist.mean.mean()) for g in (-1.0, 1.0))
+    config = vae.config
+    gain = 2.0 / config.scaling_factor / (white - black)
+    conv_out.weight[:channels, 0, 1, 1] = gain
+    conv_out.bias[:channels] = config.shift_factor - 1.0 / config.scaling_factor - gain * black
+
+
 @register_tiny_model("bagel")
 def build_tiny_bagel(folder: Path) -> None:
     """Write `tiny:bagel` (module docstring) into `folder`."""
+    write_tiny_bagel(folder, responsive_encoder=False)
+
+
+@register_tiny_model("bagel_edit")
+def build_tiny_bagel_edit(folder: Path) -> None:
+    """Write `tiny:bagel_edit`: `tiny:bagel` with the responsive VAE encoder (module docstring)."""
+    write_tiny_bagel(folder, responsive_encoder=True)
+
+
+def write_tiny_bagel(folder: Path, responsive_encoder: bool) -> None:
     from diffusers import AutoencoderKL
     from diffusers.loaders.single_file_utils import convert_ldm_vae_checkpoint
     from safetensors.torch import save_file
-    from transformers import SiglipVisionConfig, SiglipVisionModel
 
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
@@ -115,19 +185,21 @@ def build_tiny_bagel(folder: Path) -> None:
     (folder / "vit_config.json").write_text(json.dumps(TINY_VIT, indent=2))
     (folder / "config.json").write_text(json.dumps(
         {"architectures": [ARCHITECTURE], "visual_gen": True, "visual_und": True, "latent_patch_size": 2,
-         "max_latent_size": TINY_MAX_LATENT, "vit_max_num_patch_per_side": 4}, indent=2))
+         "max_latent_size": TINY_MAX_LATENT, "vit_max_num_patch_per_side": TINY_VIT_SIDE}, indent=2))
 
     network = BagelNetwork(LLMConfig(**{k: llm[k] for k in LLMConfig.__dataclass_fields__}), TINY_MAX_LATENT,
-                           TINY_VIT["hidden_size"], vit_max_patches_per_side=4)
+                           TINY_VIT["hidden_size"], vit_max_patches_per_side=TINY_VIT_SIDE)
     with torch.no_grad():
         network.language_model.model.embed_tokens.weight.normal_(0, 1)
     tensors = {k: v.contiguous() for k, v in network.state_dict().items()}
-    vit = SiglipVisionModel(SiglipVisionConfig(**{k: v for k, v in TINY_VIT.items() if k != "model_type"}))
-    tensors.update({f"vit_model.{k}": v.contiguous() for k, v in vit.state_dict().items()})
+    vit = SiglipTower(vit_config(folder))
+    tensors.update({official_name(k): v.contiguous() for k, v in vit.model.state_dict().items()})
     save_file(tensors, str(folder / "ema.safetensors"), metadata={"format": "pt"})
 
     vae = AutoencoderKL(**TINY_VAE)
     make_kl_decoder_responsive(vae)
+    if responsive_encoder:
+        make_kl_encoder_responsive(vae)
     diffusers_state = vae.state_dict()
     bfl = vae_to_bfl(diffusers_state, len(TINY_VAE["up_block_types"]))
     back = convert_ldm_vae_checkpoint(bfl, TINY_VAE)

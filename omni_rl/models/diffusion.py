@@ -91,6 +91,8 @@ class DiffusionModelBase(OmniModelBase):
     makes_audio: ClassVar[bool] = False
     # Editing models: every prompt comes with a source image (see the module docstring).
     takes_source_image: ClassVar[bool] = False
+    # What a text-to-image adapter's user should switch to for an edit dataset.
+    editing_hint: ClassVar[str] = "an editing adapter (e.g. QwenImageEditPipeline)"
 
     @classmethod
     def check_prompt_items(cls, items, where: str, adapter: str) -> None:
@@ -102,7 +104,7 @@ class DiffusionModelBase(OmniModelBase):
             if has_image and not cls.takes_source_image:
                 raise ValueError(
                     f"{where}: prompt {i + 1} ({_short(item.prompt)}) carries a source image, but model.adapter={adapter} "
-                    f"makes images from text; use an editing adapter (e.g. QwenImageEditPipeline) for an edit dataset, "
+                    f"makes images from text; use {cls.editing_hint} for an edit dataset, "
                     f"or a prompt file without images"
                 )
             if cls.takes_source_image and not has_image:

@@ -2,157 +2,29 @@
 suite, then what is particular to it: strict loading of the official layout, the per-sample CFG
 renorm and interval, which parameters train, the exports, bad input and the responsive decoder.
 
-BAGEL has no diffusers pipeline, so the suite's "pipeline" is `reference_latents`: a plain loop
-over BAGEL's published sampling written here on its own (the official inferencer's structure:
-the text prefilled causally through the understanding expert into a KV cache, then each step the
-image block `<|vision_start|> latents <|vision_end|>` at one RoPE position attending to the cache
-and itself, the empty context for text CFG, the "global" renorm, `x <- x - v (t_i - t_i+1)`),
-with its own attention, norms, RoPE and routing (both experts on every token, picked by a mask).
-Only the weights are the model's."""
-import math
+BAGEL has no diffusers pipeline, so the suite's "pipeline" is `reference_latents`
+(tests/adapters/bagel_reference.py): a plain loop over BAGEL's published sampling written on its
+own (the text prefilled causally into a KV cache, each step the image block against it, the
+empty context for text CFG, the "global" renorm), sharing only the weights with the model."""
 import shutil
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 import torch
-import torch.nn.functional as F
 from safetensors.torch import load_file, save_file
 
-from adapters.bagel.adapter import BOS, EOS, IMAGE_END, IMAGE_START, bagel_schedule, guided_velocity, patchify, unpatchify
-from adapters.bagel.checkpoint import read_network
-from adapters.bagel.network import BagelNetwork
+from adapters.bagel.adapter import bagel_schedule, guided_velocity, patchify, unpatchify
 from omni_rl.compose import load_config
 from omni_rl.config.schema import LoraConfig
 from omni_rl.config.validate import ConfigError
 from omni_rl.models.loading import ModelFolderError, resolve_model_path
+from tests.adapters.bagel_reference import load_lora, pipeline, reference_latents
 from tests.adapters.diffusion_suite import AdapterCase, DiffusionAdapterSuite, build
 
 ADAPTER = "BagelForConditionalGeneration"
 HEIGHT = WIDTH = 32
 # (0.6, 1]: with 4 steps at shift 3 (sigmas 1, 0.9, 0.75, 0.5) the last step runs without CFG.
 OPTIONS = {"max_sequence_length": 64, "cfg_interval": [0.6, 1.0], "timestep_shift": 3.0}
-
-
-# --- the independent reference ------------------------------------------------------------------
-def _rms(x, weight, eps=1e-6):
-    xf = x.float()
-    return weight * (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)).to(x.dtype)
-
-
-def _rope(x, pos, theta, dim):
-    inv = 1.0 / theta ** (torch.arange(0, dim, 2, dtype=torch.float32) / dim)
-    f = pos.float()[:, None] * inv[None]
-    cos, sin = torch.cat([f, f], -1).cos()[:, None], torch.cat([f, f], -1).sin()[:, None]
-    half = dim // 2
-    rotated = torch.cat([-x[..., half:], x[..., :half]], -1)
-    return x * cos + rotated * sin
-
-
-def _layers(net, x, gen, pos, past, causal):
-    """The decoder over tokens x [S, D] (gen: [S] bool, True = generation expert), with the cached
-    keys / values `past` (one (k, v) a layer, or None) in front; returns (hidden, new cache)."""
-    c = net.config
-    heads, kv, d = c.num_attention_heads, c.num_key_value_heads, c.head_dim
-    g = gen[:, None]
-
-    def pick(und, gen_):
-        return torch.where(g, gen_, und)
-
-    cache = []
-    for i, layer in enumerate(net.language_model.model.layers):
-        a = layer.self_attn
-        h = pick(_rms(x, layer.input_layernorm.weight), _rms(x, layer.input_layernorm_moe_gen.weight))
-        q = pick(a.q_proj(h), a.q_proj_moe_gen(h)).view(-1, heads, d)
-        k = pick(a.k_proj(h), a.k_proj_moe_gen(h)).view(-1, kv, d)
-        v = pick(a.v_proj(h), a.v_proj_moe_gen(h)).view(-1, kv, d)
-        q = torch.where(gen[:, None, None], _rms(q, a.q_norm_moe_gen.weight), _rms(q, a.q_norm.weight))
-        k = torch.where(gen[:, None, None], _rms(k, a.k_norm_moe_gen.weight), _rms(k, a.k_norm.weight))
-        q, k = _rope(q, pos, c.rope_theta, d), _rope(k, pos, c.rope_theta, d)
-        if past is not None:
-            k, v = torch.cat([past[i][0], k]), torch.cat([past[i][1], v])
-        cache.append((k, v))
-        kk, vv = k.repeat_interleave(heads // kv, 1), v.repeat_interleave(heads // kv, 1)
-        scores = torch.einsum("qhd,khd->hqk", q, kk) / math.sqrt(d)
-        if causal:
-            scores = scores.masked_fill(~torch.ones(q.shape[0], kk.shape[0], dtype=torch.bool).tril(), float("-inf"))
-        att = torch.einsum("hqk,khd->qhd", scores.softmax(-1), vv).reshape(-1, heads * d)
-        x = x + pick(a.o_proj(att), a.o_proj_moe_gen(att))
-        h = pick(_rms(x, layer.post_attention_layernorm.weight), _rms(x, layer.post_attention_layernorm_moe_gen.weight))
-
-        def ffn(m, t):
-            return m.down_proj(F.silu(m.gate_proj(t)) * m.up_proj(t))
-
-        x = x + pick(ffn(layer.mlp, h), ffn(layer.mlp_moe_gen, h))
-    return x, cache
-
-
-def _time_embedding(net, t):
-    half = 128
-    freqs = torch.exp(-math.log(10000) * torch.arange(half, dtype=torch.float32) / half)
-    args = t * freqs
-    mlp = net.time_embedder.mlp
-    return mlp[2](F.silu(mlp[0](torch.cat([torch.cos(args), torch.sin(args)]))))
-
-
-def _velocity(net, tokens, t, grid, context, markers):
-    """One image-block forward against a prefilled context (None: the empty one)."""
-    embed = net.language_model.model.embed_tokens
-    cache, length = context if context is not None else (None, 0)
-    h, w = grid
-    side = net.latent_pos_embed.pos_embed.shape[0]
-    side = int(round(side**0.5))
-    ids = torch.tensor([r * side + c for r in range(h) for c in range(w)])
-    image = net.vae2llm(tokens) + _time_embedding(net, t) + net.latent_pos_embed.pos_embed[ids]
-    x = torch.cat([embed(torch.tensor([markers[0]])), image, embed(torch.tensor([markers[1]]))])
-    gen = torch.zeros(x.shape[0], dtype=torch.bool)
-    gen[1:-1] = True
-    out, _ = _layers(net, x, gen, torch.full((x.shape[0],), length), cache, causal=False)
-    return net.llm2vae(_rms(out[1:-1], net.language_model.model.norm_moe_gen.weight))
-
-
-@torch.no_grad()
-def reference_latents(pipe, prompt, latents, steps, guidance, case):
-    net, tok = pipe.network, pipe.tokenizer
-    ids = [tok.convert_tokens_to_ids(BOS), *tok(prompt, add_special_tokens=False)["input_ids"][: pipe.max_len],
-           tok.convert_tokens_to_ids(EOS)]
-    markers = (tok.convert_tokens_to_ids(IMAGE_START), tok.convert_tokens_to_ids(IMAGE_END))
-    prefix = torch.zeros(len(ids), dtype=torch.bool)
-    _, cache = _layers(net, net.language_model.model.embed_tokens(torch.tensor(ids)), prefix,
-                       torch.arange(len(ids)), None, causal=True)
-    c, hh, ww = latents.shape[1:]
-    h, w = hh // 2, ww // 2
-    x = torch.einsum("chpwq->hwpqc", latents[0].float().reshape(c, h, 2, w, 2)).reshape(h * w, 4 * c)
-    t = torch.linspace(1, 0, steps + 1)
-    t = pipe.shift * t / (1 + (pipe.shift - 1) * t)
-    lo, hi = pipe.interval
-    for i in range(steps):
-        v = _velocity(net, x, t[i], (h, w), (cache, len(ids)), markers)
-        if guidance > 1 and lo < t[i] <= hi:
-            u = _velocity(net, x, t[i], (h, w), None, markers)
-            guided = u + guidance * (v - u)
-            v = guided * (v.norm() / (guided.norm() + 1e-8)).clamp(min=pipe.renorm_min, max=1.0)
-        x = x - v * (t[i] - t[i + 1])
-    out = torch.einsum("hwpqc->chpwq", x.reshape(h, w, 2, 2, c)).reshape(c, hh, ww)
-    return out[None]
-
-
-def pipeline(model, fresh: bool):
-    net = model.network
-    if fresh:
-        with torch.device("meta"):
-            net = BagelNetwork(model.llm_config, net.max_latent_size, net.connector.fc1.in_features, net.vit_pos_embed.side)
-        read_network(net, Path(model.path), torch.float32)
-    cfg = model.cfg
-    return SimpleNamespace(network=net, tokenizer=model.tokenizer, shift=cfg.timestep_shift, max_len=cfg.max_sequence_length,
-                           interval=cfg.cfg_interval or (0.0, 1.0), renorm_min=cfg.cfg_renorm_min)
-
-
-def load_lora(pipe, folder):
-    from peft import PeftModel
-
-    pipe.network = PeftModel.from_pretrained(pipe.network, folder).base_model.model
-
 
 CASE = AdapterCase(adapter=ADAPTER, tiny="bagel", height=HEIGHT, width=WIDTH, steps=4, guidance=4.0,
                    model_options=OPTIONS, pipeline=pipeline, pipeline_latents=reference_latents, load_lora=load_lora)

@@ -1,24 +1,28 @@
-"""The tiny BAGEL recipe trains end to end, in a subprocess as a user runs it: the rollout's and the
+"""The tiny BAGEL recipes train end to end, in a subprocess as a user runs them: the rollout's and the
 trainer's log-probs are the same function (first mini-batch ratio 1, <= 1e-5 apart), the LoRA is
 left in PEFT's format, and over the whole run (`slow`) the mean reward of the last 20% of steps
-beats the first 20% by more than 3 standard errors (`rise_report`)."""
+beats the first 20% by more than 3 standard errors (`rise_report`). The editing recipe
+(`tiny_bagel_edit_flowgrpo`, `model.stage=edit`) runs 2 steps here and leaves validation grids whose
+rows start with the source image."""
 from pathlib import Path
 
 import pytest
+from PIL import Image
 
 from omni_rl.logging import rise_report
 from tests.recipes.recipe_runs import train
 
 
-def run(out: Path, *overrides: str) -> list[dict]:
-    steps = train(out, "tiny_bagel_flowgrpo", *overrides)
+def run(out: Path, recipe: str, *overrides: str) -> list[dict]:
+    steps = train(out, recipe, *overrides)
     assert (out / "lora" / "adapter_model.safetensors").is_file()
     assert (out / "lora" / "adapter_config.json").is_file()
     return steps
 
 
 def test_tiny_bagel_flowgrpo_trains(tmp_path):
-    steps = run(tmp_path / "bagel", "trainer.total_steps=2", "trainer.val_every=2", "trainer.save_every=2")
+    steps = run(tmp_path / "bagel", "tiny_bagel_flowgrpo", "trainer.total_steps=2", "trainer.val_every=2",
+                "trainer.save_every=2")
     assert len(steps) == 2
 
 
@@ -26,6 +30,23 @@ def test_tiny_bagel_flowgrpo_trains(tmp_path):
 @pytest.mark.long
 def test_tiny_bagel_flowgrpo_learns(tmp_path):
     out = tmp_path / "bagel_full"
-    assert len(run(out)) == 40
+    assert len(run(out, "tiny_bagel_flowgrpo")) == 40
+    report = rise_report(out / "metrics.jsonl")
+    assert report["rose"], report
+
+
+def test_tiny_bagel_edit_flowgrpo_trains(tmp_path):
+    out = tmp_path / "bagel_edit"
+    steps = run(out, "tiny_bagel_edit_flowgrpo", "trainer.total_steps=2", "trainer.val_every=2", "trainer.save_every=2")
+    assert len(steps) == 2
+    grid = Image.open(out / "samples" / "val_step_000002.png")
+    assert grid.width > grid.height  # rows of a source and its edits
+
+
+@pytest.mark.slow
+@pytest.mark.long
+def test_tiny_bagel_edit_flowgrpo_learns(tmp_path):
+    out = tmp_path / "bagel_edit_full"
+    assert len(run(out, "tiny_bagel_edit_flowgrpo")) == 50
     report = rise_report(out / "metrics.jsonl")
     assert report["rose"], report
