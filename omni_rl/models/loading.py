@@ -21,6 +21,7 @@ command line calls it before the run starts. A folder that holds no model (empty
 from __future__ import annotations
 
 import fcntl
+import hashlib
 import json
 import os
 import shutil
@@ -40,7 +41,9 @@ from omni_rl.models.checksums import SUMS_FILE, ChecksumError, verify_checksums
 from omni_rl.models.registry import PACKAGED_MODELS, TINY_MODELS
 
 TINY_PREFIX = "tiny:"
-# Bump when a tiny builder changes, so stale caches are rebuilt rather than reused.
+# Bump when what every tiny builder shares changes (a helper module, the cache layout), so stale
+# caches are rebuilt rather than reused; a change to a builder's own module changes its folder's
+# name by itself (`builder_digest`).
 TINY_FORMAT_VERSION = "v3"
 # Files a hub snapshot can leave out when only the model's configs and processors are needed.
 WEIGHT_FILE_PATTERNS = ("*.safetensors", "*.bin", "*.pt", "*.pth", "*.ckpt", "*.gguf", "*.onnx", "*.msgpack", "*.h5")
@@ -204,7 +207,7 @@ def build_tiny_model(name: str) -> Path:
 
     load_plugins()  # the builders live in the adapter / reward plugins
     builder = TINY_MODELS.get(name)
-    target = cache_root() / "tiny" / f"{name}-{TINY_FORMAT_VERSION}"
+    target = cache_root() / "tiny" / f"{name}-{TINY_FORMAT_VERSION}-{builder_digest(builder)}"
     if (target / ".complete").exists():
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -227,6 +230,16 @@ def build_tiny_model(name: str) -> Path:
             if staging.exists():
                 shutil.rmtree(staging, ignore_errors=True)
     return target
+
+
+def builder_digest(builder) -> str:
+    """12 hex digits of the sha256 of the source file of the builder's module: a cached tiny model
+    built by an older version of that file is not reused."""
+    module = sys.modules.get(builder.__module__)
+    source = getattr(module, "__file__", None)
+    if not source or not Path(source).is_file():
+        return "nosource"
+    return hashlib.sha256(Path(source).read_bytes()).hexdigest()[:12]
 
 
 # argv: the builder's module (imported, so the builder registers), the model name, the folder.

@@ -43,3 +43,30 @@ def test_concurrent_builds_all_load(tmp_path):
     assert len({path for _, path in results}) == 1
     leftovers = [f.name for f in (tmp_path / "cache" / "tiny").iterdir() if f.is_dir() and f.name.startswith(".")]
     assert leftovers == []  # no staging folders left behind
+
+
+def test_a_changed_builder_module_gets_a_folder_of_its_own(tmp_path, monkeypatch):
+    """The cache folder's name carries a digest of the builder module's source, so a tiny model
+    built by an older version of its builder is not reused."""
+    import importlib.util
+    import sys
+
+    from omni_rl.models.loading import builder_digest, resolve_model_path
+    from omni_rl.models.registry import TINY_MODELS
+
+    def load(source: str):
+        file = tmp_path / "some_builder.py"
+        file.write_text(source)
+        spec = importlib.util.spec_from_file_location("some_builder", file)
+        module = importlib.util.module_from_spec(spec)
+        monkeypatch.setitem(sys.modules, "some_builder", module)
+        spec.loader.exec_module(module)
+        return module.build
+
+    first = builder_digest(load("def build(folder):\n    pass\n"))
+    assert first == builder_digest(load("def build(folder):\n    pass\n"))
+    assert first != builder_digest(load("def build(folder):\n    return None\n"))
+
+    monkeypatch.setenv("OMNI_RL_CACHE", str(tmp_path / "cache"))
+    path = resolve_model_path("tiny:qwen3")
+    assert str(path).endswith(builder_digest(TINY_MODELS.get("qwen3")))
