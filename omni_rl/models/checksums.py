@@ -6,6 +6,11 @@ line, and every file in the folder must be listed (an added or renamed weight fi
 otherwise load unchecked). `write_checksums` writes the file for a folder; the model loader
 (`omni_rl.models.loading`) calls `verify_checksums` for any local model folder that has one and
 for the models shipped inside the project (`tiny:sd3_shapes`).
+
+A process remembers each folder it verified with the size and modification time of every file
+in it (`_fingerprint`): asked again (the command line's input check, then the loader), it hashes
+again only when one of them changed. A change that keeps a file's size and its nanosecond
+modification time is not seen within that process; the next process hashes afresh.
 """
 from __future__ import annotations
 
@@ -54,12 +59,30 @@ def read_checksums(folder: str | Path) -> dict[str, str]:
     return sums
 
 
+# Folder (resolved) -> the fingerprint it had when it last verified in this process.
+_VERIFIED: dict[Path, tuple] = {}
+
+
+def _fingerprint(folder: Path) -> tuple:
+    files = [folder / SUMS_FILE, *_listed_files(folder)]
+    return tuple((f.relative_to(folder).as_posix(), f.stat().st_size, f.stat().st_mtime_ns) for f in files)
+
+
 def verify_checksums(folder: str | Path, fix: str) -> None:
     """Raise `ChecksumError` naming the first file of `folder` that is missing, unlisted, or
-    differs from its checksum; `fix` says in the message how to get a good copy back."""
+    differs from its checksum; `fix` says in the message how to get a good copy back. A folder
+    this process verified and that has not changed since is not hashed again (module docstring)."""
     folder = Path(folder)
     if not (folder / SUMS_FILE).is_file():
         raise ChecksumError(f"{folder / SUMS_FILE} is missing (no checksums, so no check of the model's files); {fix}")
+    key, seen = folder.resolve(), _fingerprint(folder)
+    if _VERIFIED.get(key) == seen:
+        return
+    _verify(folder, fix)
+    _VERIFIED[key] = seen
+
+
+def _verify(folder: Path, fix: str) -> None:
     sums = read_checksums(folder)
     present = {f.relative_to(folder).as_posix() for f in _listed_files(folder)}
     for name, expected in sorted(sums.items()):

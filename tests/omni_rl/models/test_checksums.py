@@ -33,6 +33,24 @@ def test_a_changed_byte_fails_naming_the_file(tmp_path):
         verify_checksums(folder, "fix it")
 
 
+def test_an_unchanged_verified_folder_is_not_hashed_again_and_a_changed_one_is(tmp_path, monkeypatch):
+    from omni_rl.models import checksums
+
+    folder = _folder(tmp_path)
+    hashed = []
+    real = checksums._sha256
+    monkeypatch.setattr(checksums, "_sha256", lambda f: hashed.append(f.name) or real(f))
+    verify_checksums(folder, "fix it")
+    assert sorted(hashed) == ["config.json", "model.safetensors", "w.safetensors"]
+    hashed.clear()
+    verify_checksums(folder, "fix it")
+    assert hashed == []  # the command line's check, then the loader's: hashed once
+    (folder / "sub" / "w.safetensors").write_bytes(b"\x01" * 100)  # same size, new mtime
+    with pytest.raises(ChecksumError, match=r"w\.safetensors fails its checksum"):
+        verify_checksums(folder, "fix it")
+    assert "w.safetensors" in hashed
+
+
 def test_missing_extra_and_malformed_entries_fail(tmp_path):
     folder = _folder(tmp_path)
     (folder / "extra.bin").write_bytes(b"x")
