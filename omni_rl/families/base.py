@@ -61,6 +61,11 @@ class ModelFamily(ABC):
     # (`algos.DIFFUSION_LOSSES`, `algos.TOKEN_LOSSES`); checked at config load.
     losses: ClassVar[Registry[PolicyLoss]]
 
+    @classmethod
+    def check_config(cls, cfg: OmniConfig) -> None:
+        """The family's own rules on the config, run at load for the adapter's family; a failure
+        is a `ConfigError` naming the key (none by default)."""
+
     def __init__(self, cfg: OmniConfig, model):
         self.cfg = cfg
         self.model = model
