@@ -39,12 +39,13 @@ from pathlib import Path
 import torch
 
 from omni_rl.algos.forward_losses import FORWARD_LOSSES
-from omni_rl.algos.policy_losses import DIFFUSION_LOSSES, PolicyLossInput, loss_reads_old_mean
+from omni_rl.algos.policy_losses import DIFFUSION_LOSSES, loss_reads_old_mean
 from omni_rl.algos.token_losses import TOKEN_LOSSES
 from omni_rl.config.schema import OmniConfig
 from omni_rl.config.validate import ConfigError
 from omni_rl.data.prompts import PromptItem
 from omni_rl.data.think_draw_batch import ThinkDrawBatch
+from omni_rl.families.autoregressive import token_gap_metrics, token_loss_input
 from omni_rl.families.base import BehaviourPolicy, ModelFamily, register_family
 from omni_rl.families.diffusion import DiffusionFamily
 from omni_rl.models.think_draw import ThinkDrawModelBase
@@ -173,30 +174,13 @@ class ThinkDrawFamily(ModelFamily):
         old_log_prob = micro.old_log_probs[:, : micro.plan_width].to(device)
         mask = micro.plan_mask.to(device)
         loss, metrics = self.plan_loss(
-            PolicyLossInput(
-                log_prob=log_prob,
-                old_log_prob=old_log_prob,
-                advantages=micro.advantages.to(device)[:, None],
-                mask=mask,
-                clip_low=algo.plan_clip_range,
-                clip_high=algo.plan_clip_range,
-                adv_clip_max=algo.adv_clip_max,
-                loss_agg_mode=algo.loss_agg_mode,
-                tau_pos=algo.tau_pos,
-                tau_neg=algo.tau_neg,
-                clip_ratio_c=algo.clip_ratio_c,
-                loss_scale_factor=(
-                    algo.loss_scale_factor if algo.loss_scale_factor is not None else self.cfg.rollout.max_new_tokens
-                ),
-            )
+            token_loss_input(self.cfg, log_prob, old_log_prob, micro.advantages.to(device), mask,
+                             algo.plan_clip_range, algo.plan_clip_range)
         )
         loss = algo.plan_loss_weight * loss
         out = {(f"loss/{k}" if k in SHARED_METRICS else f"loss/plan_{k}"): v for k, v in metrics.items()}
         out["loss/plan_ratio_max_abs_dev"] = metrics["ratio_max_abs_dev"]
-        gap = (log_prob.detach() - old_log_prob)[mask.bool()].abs()
-        if gap.numel():
-            out["rollout_corr/logprob_abs_diff_max"] = gap.max()
-            out["rollout_corr/logprob_abs_diff_mean"] = gap.mean()
+        out.update(token_gap_metrics(log_prob, old_log_prob, mask))
         out["loss/plan_total"] = loss.detach()
         return loss, out
 
