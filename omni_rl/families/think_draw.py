@@ -30,7 +30,9 @@ Not here (refused at config load, `check_config`): losses that read the old tran
 (the trainer would need means for the plan columns, which have none) or train the forward
 process (no trajectory), a correction level (`algo.rollout_is`: the plan tokens and the steps
 have no common unit), Ray workers and pipelined rollouts (the plans are sampled with the
-driver's own model, which must be the one being trained).
+driver's own model, which must be the one being trained), a rollout engine other than the
+in-process `native` one (untested with a precomputed conditioning) and `rollout.top_p` < 1 (the
+plans' log-probs are of the whole distribution). `algo.kl_coef` applies to the image steps only.
 """
 from __future__ import annotations
 
@@ -92,6 +94,13 @@ class ThinkDrawFamily(ModelFamily):
         if t.backend != "local":
             raise ConfigError(f"trainer.backend={t.backend!r}: expected local for a think-draw model (its plans are "
                               f"sampled with the driver's model, which must be the trained one)")
+        r = cfg.rollout
+        if r.backend != "native":
+            raise ConfigError(f"rollout.backend={r.backend!r}: expected native for a think-draw model (the engine is "
+                              f"handed each request's prompt+plan conditioning in this process; other engines are untested)")
+        if r.top_p != 1.0:
+            raise ConfigError(f"rollout.top_p={r.top_p!r}: expected 1.0 for a think-draw model (plans are sampled from "
+                              f"the whole temperature-scaled distribution, which plan_log_probs scores)")
         if t.pipeline != "on_policy":
             raise ConfigError(f"trainer.pipeline={t.pipeline!r}: expected on_policy for a think-draw model (the plans "
                               f"are sampled with the trained weights, never ahead of the update)")

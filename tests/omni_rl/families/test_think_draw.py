@@ -83,6 +83,8 @@ def test_a_resumed_run_repeats_the_straight_one(tmp_path):
     ("algo.policy_loss=diffusion_nft", "algo.policy_loss='diffusion_nft'"),
     ("algo.rollout_is=step", "algo.rollout_is='step'"),
     ("trainer.pipeline=one_step_off", "trainer.pipeline='one_step_off'"),
+    ("rollout.top_p=0.9", "rollout.top_p=0.9"),
+    ("rollout.backend=server", "rollout.backend='server'"),
 ])
 def test_a_loss_of_the_wrong_kind_is_a_config_error_naming_it(tmp_path, override, key):
     with pytest.raises(ConfigError, match=key.replace("(", r"\(")):
