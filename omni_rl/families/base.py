@@ -1,8 +1,8 @@
 """`ModelFamily`: everything the PPO loop does that depends on the kind of model, in one object.
 
 A family is registered under the name its adapters carry in `OmniModelBase.family`
-(`diffusion`, `autoregressive`) and built as `family_cls(cfg, model)`. It has two halves, used
-in different places:
+(`diffusion`, `autoregressive`, `think_draw`) and built as `family_cls(cfg, model)`; its own
+config rules (`check_config`) run at load. It has two halves, used in different places:
 
 - the rollout half, on the driver: turn a step's prompts into requests for a rollout engine and
   the results into the family's batch (`rollout`), say what the rewards score
