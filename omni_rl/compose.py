@@ -60,6 +60,8 @@ def check_components(cfg: OmniConfig) -> None:
     ]:
         if value not in registry:
             raise ConfigError(f"{key}={value!r}: unknown {registry.kind}; registered: {', '.join(registry.names())}")
+    # The family's own rules first: they name what its losses cannot be, and why.
+    MODEL_FAMILIES.get(ADAPTERS.get(adapter_key(cfg.model.adapter, cfg.model.stage)).family).check_config(cfg)
     _check_policy_loss(cfg)
     _check_groups(cfg)
     _check_engine(cfg)

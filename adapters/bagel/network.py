@@ -196,7 +196,7 @@ class Qwen2MoTModel(nn.Module):
 
 
 class LanguageModel(nn.Module):
-    """`language_model.*` of the checkpoint: the decoder and its (unused here) LM head."""
+    """`language_model.*` of the checkpoint: the decoder and its LM head (read by the think stage only)."""
 
     def __init__(self, c: LLMConfig):
         super().__init__()
@@ -334,16 +334,37 @@ class BagelNetwork(nn.Module):
                                 torch.zeros(length, dtype=torch.bool, device=device)))
         image = self.embed_latents(latent_tokens, timesteps, grid)
         segments.append(image_block(image.to(text.dtype), markers, torch.ones(b, dtype=torch.bool, device=device)))
-        packed = pack(segments)
+        x = self.decode_packed(pack(segments))
+        # The generated image's tokens: the last segment less its end marker.
+        return self.llm2vae(lm.norm_moe_gen(x[:, -1 - n : -1])).float()
+
+    def decode_packed(self, packed) -> torch.Tensor:
+        """The decoder layers over a packed sequence (adapters/bagel/layout.py): hidden states [B, S, D]."""
         x = packed.x
         cos, sin = self.rope(packed.positions, x.dtype)
-        for layer in lm.layers:
+        for layer in self.language_model.model.layers:
             if self.gradient_checkpointing and torch.is_grad_enabled():
                 x = checkpoint(layer, x, packed.routing, cos, sin, packed.mask, use_reentrant=False)
             else:
                 x = layer(x, packed.routing, cos, sin, packed.mask)
-        # The generated image's tokens: the last segment less its end marker.
-        return self.llm2vae(lm.norm_moe_gen(x[:, -1 - n : -1])).float()
+        return x
+
+    def text_logits(self, parts: list[tuple[torch.Tensor, torch.Tensor]]) -> torch.Tensor:
+        """Logits [B, L_1 + ... + L_k, V] (fp32) of text alone through the understanding expert,
+        its final `norm` and `lm_head` (the official `generate_text` path): `parts` are (ids
+        [B, L_i], mask [B, L_i]) pieces in context order, each right-padded, each a causal
+        segment that sees every real token of the earlier ones; a piece's padding moves no
+        position, so each row's real tokens sit where one unpadded sequence puts them."""
+        lm = self.language_model.model
+        device = lm.embed_tokens.weight.device
+        segments = []
+        for ids, mask in parts:
+            mask = mask.to(device).bool()
+            length = ids.shape[1]
+            segments.append(Segment(lm.embed_tokens(ids.to(device)), mask, True, torch.arange(length, device=device),
+                                    mask.sum(1), torch.zeros(length, dtype=torch.bool, device=device)))
+        x = self.decode_packed(pack(segments))
+        return self.language_model.lm_head(lm.norm(x)).float()
 
     def source_segments(self, source: SourceImage, markers: torch.Tensor) -> list[Segment]:
         """The source image's two blocks: its clean VAE latents at timestep 0 (generation

@@ -223,6 +223,15 @@ class AlgoConfig:
     rollout_is_cap: float = 2.0
     # "truncate" clamps w at C; "mask" sets w to 0 where it exceeds C (the action leaves the loss).
     rollout_is_mode: str = "truncate"
+    # --- think-then-draw models (family think_draw: a written plan, then the image) ---
+    # The token loss of the plan's tokens (a TOKEN_LOSSES name); algo.policy_loss trains the
+    # image's denoising steps. Both from the one reward, in the same update.
+    plan_policy_loss: str = "ppo_clip"
+    # The plan tokens' ratio clip, [1 - c, 1 + c] (PPO's 0.2; the image steps keep clip_range).
+    plan_clip_range: float = 0.2
+    # The plan's loss is this times its token loss, one chunk beside the K image-step chunks
+    # (each chunk weighs 1 / (1 + K) in a micro-batch's gradient).
+    plan_loss_weight: float = 1.0
     # --- forward-process losses (policy_loss diffusion_nft / diffusion_dpo) ---
     # They train on the rollout's final clean latents noised again (any rollout.kernel, ode
     # included; no log-probs): each sample (each pair) draws this many (t, eps), one backward

@@ -119,6 +119,9 @@ def validate_config(cfg: OmniConfig) -> None:
     _validate_preference_file(cfg)
     _require(a.logprob_check_every >= 0, "algo.logprob_check_every", a.logprob_check_every, "an integer >= 0 (0 = never)")
     _require(a.clip_range > 0, "algo.clip_range", a.clip_range, "> 0")
+    _require(a.plan_clip_range > 0, "algo.plan_clip_range", a.plan_clip_range, "> 0 (PPO's 0.2)")
+    _require(a.plan_loss_weight >= 0 and math.isfinite(a.plan_loss_weight), "algo.plan_loss_weight",
+             a.plan_loss_weight, "a finite value >= 0 (0 leaves the plan untrained)")
     _require(a.clip_range_high is None or a.clip_range_high > 0, "algo.clip_range_high", a.clip_range_high, "> 0 or null")
     _require(a.adv_clip_max > 0, "algo.adv_clip_max", a.adv_clip_max, "> 0")
     _require(a.kl_coef >= 0, "algo.kl_coef", a.kl_coef, ">= 0")

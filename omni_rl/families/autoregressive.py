@@ -293,34 +293,40 @@ class TextFamily(ModelFamily):
         old_log_prob = micro.old_log_probs.to(device)
         mask = micro.response_mask.to(device)
         loss, metrics = self.policy_loss(
-            PolicyLossInput(
-                log_prob=log_prob,
-                old_log_prob=old_log_prob,
-                advantages=micro.advantages.to(device)[:, None],
-                mask=mask,
-                clip_low=algo.clip_range,
-                clip_high=algo.clip_range if algo.clip_range_high is None else algo.clip_range_high,
-                adv_clip_max=algo.adv_clip_max,
-                loss_agg_mode=algo.loss_agg_mode,
-                ref_log_prob=ref,
-                kl_coef=algo.kl_coef,
-                kl_estimator=algo.kl_estimator,
-                tau_pos=algo.tau_pos,
-                tau_neg=algo.tau_neg,
-                clip_ratio_c=algo.clip_ratio_c,
-                kl_clamp=algo.kl_clamp,
-                # seq-mean-token-sum-norm's constant: Dr.GRPO's response budget unless given.
-                loss_scale_factor=(
-                    algo.loss_scale_factor if algo.loss_scale_factor is not None else self.cfg.rollout.max_new_tokens
-                ),
+            token_loss_input(
+                self.cfg, log_prob, old_log_prob, micro.advantages.to(device), mask, algo.clip_range,
+                algo.clip_range if algo.clip_range_high is None else algo.clip_range_high,
+                ref_log_prob=ref, kl_coef=algo.kl_coef,
                 rollout_is_weight=None if micro.rollout_is_weights is None else micro.rollout_is_weights.to(device),
             )
         )
         metrics = {("loss/policy" if k == "policy_loss" else f"loss/{k}"): v for k, v in metrics.items()}
-        valid = mask.bool()
-        gap = (log_prob.detach() - old_log_prob)[valid].abs()
-        if gap.numel():
-            metrics["rollout_corr/logprob_abs_diff_max"] = gap.max()
-            metrics["rollout_corr/logprob_abs_diff_mean"] = gap.mean()
+        metrics.update(token_gap_metrics(log_prob, old_log_prob, mask))
         metrics["loss/total"] = loss.detach()
         return loss, metrics
+
+
+def token_loss_input(cfg: OmniConfig, log_prob: torch.Tensor, old_log_prob: torch.Tensor, advantages: torch.Tensor,
+                     mask: torch.Tensor, clip_low: float, clip_high: float, ref_log_prob=None, kl_coef: float = 0.0,
+                     rollout_is_weight=None) -> PolicyLossInput:
+    """A token loss's input over [B, T] tokens from the `algo.*` options every token loss reads
+    (the text family's response, the think-draw family's plan); `advantages` [B], one a sequence."""
+    algo = cfg.algo
+    return PolicyLossInput(
+        log_prob=log_prob, old_log_prob=old_log_prob, advantages=advantages[:, None], mask=mask,
+        clip_low=clip_low, clip_high=clip_high, adv_clip_max=algo.adv_clip_max, loss_agg_mode=algo.loss_agg_mode,
+        ref_log_prob=ref_log_prob, kl_coef=kl_coef, kl_estimator=algo.kl_estimator, tau_pos=algo.tau_pos,
+        tau_neg=algo.tau_neg, clip_ratio_c=algo.clip_ratio_c, kl_clamp=algo.kl_clamp,
+        # seq-mean-token-sum-norm's constant: Dr.GRPO's response budget unless given.
+        loss_scale_factor=algo.loss_scale_factor if algo.loss_scale_factor is not None else cfg.rollout.max_new_tokens,
+        rollout_is_weight=rollout_is_weight,
+    )
+
+
+def token_gap_metrics(log_prob: torch.Tensor, old_log_prob: torch.Tensor, mask: torch.Tensor) -> dict[str, torch.Tensor]:
+    """`rollout_corr/logprob_abs_diff_*` over the counted tokens: how far the stored old
+    log-probs are from this forward's (none when no token counts)."""
+    gap = (log_prob.detach() - old_log_prob)[mask.bool()].abs()
+    if not gap.numel():
+        return {}
+    return {"rollout_corr/logprob_abs_diff_max": gap.max(), "rollout_corr/logprob_abs_diff_mean": gap.mean()}

@@ -1,8 +1,8 @@
 """`ModelFamily`: everything the PPO loop does that depends on the kind of model, in one object.
 
 A family is registered under the name its adapters carry in `OmniModelBase.family`
-(`diffusion`, `autoregressive`) and built as `family_cls(cfg, model)`. It has two halves, used
-in different places:
+(`diffusion`, `autoregressive`, `think_draw`) and built as `family_cls(cfg, model)`; its own
+config rules (`check_config`) run at load. It has two halves, used in different places:
 
 - the rollout half, on the driver: turn a step's prompts into requests for a rollout engine and
   the results into the family's batch (`rollout`), say what the rewards score
@@ -60,6 +60,11 @@ class ModelFamily(ABC):
     # The registry `algo.policy_loss` is looked up in: the losses of this family's actions
     # (`algos.DIFFUSION_LOSSES`, `algos.TOKEN_LOSSES`); checked at config load.
     losses: ClassVar[Registry[PolicyLoss]]
+
+    @classmethod
+    def check_config(cls, cfg: OmniConfig) -> None:
+        """The family's own rules on the config, run at load for the adapter's family; a failure
+        is a `ConfigError` naming the key (none by default)."""
 
     def __init__(self, cfg: OmniConfig, model):
         self.cfg = cfg

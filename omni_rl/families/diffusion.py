@@ -109,6 +109,12 @@ class DiffusionFamily(ModelFamily):
     def rollout(self, engine, prompts: list[PromptItem], step: int, score=None) -> tuple[DiffusionBatch, list]:
         """The step's batch; with `score(sample, prompt, metadata, future)` each sample is handed
         to the reward scorer the moment it is finished (the returned futures carry its rewards)."""
+        requests, metadata, groups = self.rollout_requests(prompts, step)
+        return self.run_requests(engine, requests, metadata, groups, score)
+
+    def rollout_requests(self, prompts: list[PromptItem], step: int) -> tuple[list[DiffusionRequest], list[dict], list[int]]:
+        """The step's requests (`samples_per_prompt` per prompt, each with its own seed), each
+        sample's metadata and its group."""
         cfg, n, r = self.cfg, self.cfg.trainer.samples_per_prompt, self.cfg.rollout
         requests, metadata, groups = [], [], []
         window = self.sde_window(step)
@@ -123,8 +129,14 @@ class DiffusionFamily(ModelFamily):
                 requests.append(self.request(item, seed, initial_noise=shared_noise, images=images, **window))
                 metadata.append(item.metadata)
                 groups.append(g)
+        return requests, metadata, groups
+
+    def run_requests(self, engine, requests: list[DiffusionRequest], metadata: list[dict], groups: list[int],
+                     score=None) -> tuple[DiffusionBatch, list]:
+        """The batch of `requests` sampled on `engine` (and the reward futures, with `score`)."""
         results, reward_futures = scored_rollout(
-            engine, requests, [req.prompt for req in requests], metadata, score, self._reward_input, r.timeout_s
+            engine, requests, [req.prompt for req in requests], metadata, score, self._reward_input,
+            self.cfg.rollout.timeout_s,
         )
         batch = DiffusionBatch.from_results(results, metadata, groups, self.trained_steps(requests, results))
         batch.sample_seeds = torch.tensor([req.seed for req in requests], dtype=torch.long)
@@ -173,6 +185,13 @@ class DiffusionFamily(ModelFamily):
     def validate(self, engine, items: list[PromptItem], step: int, rewards, output_dir: Path, logger) -> dict[str, float]:
         """Deterministic samples (ODE, noise 0) with more steps: the same images each time for
         the same weights, so the grid shows what training changed."""
+        requests, shown = self.val_requests(items)
+        if not requests:
+            return {}
+        return self.render_validation(engine, requests, shown, step, rewards, output_dir, logger)
+
+    def val_requests(self, items: list[PromptItem]) -> tuple[list[DiffusionRequest], list[PromptItem]]:
+        """Validation's requests (ODE, noise 0, `trainer.val_num_steps`) and the item of each."""
         t = self.cfg.trainer
         requests, shown = [], []
         for g, item in enumerate(items):
@@ -182,21 +201,29 @@ class DiffusionFamily(ModelFamily):
                                  kernel="ode", noise_level=0.0, sde_window_size=0, sde_window_range=None)
                 )
                 shown.append(item)
-        if not requests:
-            return {}
+        return requests, shown
+
+    def render_validation(self, engine, requests: list[DiffusionRequest], shown: list[PromptItem], step: int, rewards,
+                          output_dir: Path, logger, plans: list[str] | None = None) -> dict[str, float]:
+        """Sample `requests`, score them, write the jsonl records and the grid; `val/*` metrics.
+        `plans` (one per request: a think-draw model's written plan) go into the rewards'
+        metadata and the records under "plan", and into the captions."""
         results = engine.generate(requests, timeout_s=self.cfg.rollout.timeout_s)
         images = torch.stack([res.image for res in results])
         audio = torch.stack([res.audio for res in results]) if results[0].audio is not None else None
         samples = self.reward_samples(images, results[0].fps, audio, results[0].sample_rate)
-        reward = rewards.score(samples, [i.prompt for i in shown], [i.metadata for i in shown])
+        extra = [{} for _ in requests] if plans is None else [{"plan": plan} for plan in plans]
+        reward = rewards.score(samples, [i.prompt for i in shown], [{**i.metadata, **e} for i, e in zip(shown, extra)])
         scores = reward.total.tolist()
         write_val_records(output_dir / "samples" / f"val_step_{step:06d}.jsonl", [
-            {"prompt": item.prompt, "seed": req.seed, "reward": scores[n],
+            {"prompt": item.prompt, **extra[n], "seed": req.seed, "reward": scores[n],
              "scores": {name: float(v[n]) for name, v in reward.per_reward.items()},
              "groups": {name: g[n] for name, g in reward.groups.items()}}
             for n, (req, item) in enumerate(zip(requests, shown))
         ])
-        captions = [f"{i.prompt} | {s:.3g}" for i, s in zip(shown, scores)]
+        captions = [f"{i.prompt} | {s:.3g}" if not e else f"{i.prompt} | {e['plan']} | {s:.3g}"
+                    for i, e, s in zip(shown, extra, scores)]
+        t = self.cfg.trainer
         # A success test (every score 0 or 1, as GenEval's) frames each tile right or wrong.
         marks = [s == 1.0 for s in scores] if all(s in (0.0, 1.0) for s in scores) else None
         if images.ndim == 5:  # video [N, T, H, W, C]: mp4s (with sound) and contact sheets

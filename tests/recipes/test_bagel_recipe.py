@@ -3,7 +3,10 @@ trainer's log-probs are the same function (first mini-batch ratio 1, <= 1e-5 apa
 left in PEFT's format, and over the whole run (`slow`) the mean reward of the last 20% of steps
 beats the first 20% by more than 3 standard errors (`rise_report`). The editing recipe
 (`tiny_bagel_edit_flowgrpo`, `model.stage=edit`) runs 2 steps here and leaves validation grids whose
-rows start with the source image."""
+rows start with the source image. The think-then-draw recipe (`tiny_bagel_think_flowgrpo`,
+`model.stage=think`) runs 2 steps here: one trajectory of plan tokens and image steps, on-policy
+on both, its validation records carrying each greedy plan."""
+import json
 from pathlib import Path
 
 import pytest
@@ -50,3 +53,14 @@ def test_tiny_bagel_edit_flowgrpo_learns(tmp_path):
     assert len(run(out, "tiny_bagel_edit_flowgrpo")) == 50
     report = rise_report(out / "metrics.jsonl")
     assert report["rose"], report
+
+
+def test_tiny_bagel_think_flowgrpo_trains(tmp_path):
+    out = tmp_path / "bagel_think"
+    steps = run(out, "tiny_bagel_think_flowgrpo", "trainer.total_steps=2", "trainer.val_every=2", "trainer.save_every=2")
+    assert len(steps) == 2
+    assert all(0 < r["response/plan_length_mean"] <= 8 for r in steps)
+    assert all("loss/plan_policy_loss" in r for r in steps)
+    records = [json.loads(line) for line in (out / "samples" / "val_step_000002.jsonl").read_text().splitlines()]
+    assert len(records) == 16 and all(isinstance(r["plan"], str) for r in records)
+    assert (out / "samples" / "val_step_000002.png").is_file()

@@ -1,0 +1,204 @@
+"""The think-draw family: a written plan, then an image drawn from it, trained as one trajectory.
+
+A sample is one trajectory of two kinds of action (`ThinkDrawModelBase`): the plan's R tokens,
+sampled from the model's language head after the prompt, and the K trained denoising steps of the
+image, whose context holds the prompt and the plan. One reward scores the image; its advantage
+reaches both halves, and one update trains both: the plan with a token loss (`TOKEN_LOSSES`,
+`algo.plan_policy_loss`), the steps with the diffusion loss (`algo.policy_loss`).
+
+The image half is the diffusion family's, composed rather than inherited: its requests (seeds,
+SDE windows, shared noise), its batch, its teacher-forced step replay and its loss, unchanged.
+
+Rollout half (in the driver, which holds the weights the engine samples with: `trainer.backend`
+local, on-policy): the diffusion family makes the step's requests; the adapter samples each
+request's plan from a seed of its own (derived from the request's seed), scores the plans under
+no_grad with the function the trainer uses (`plan_log_probs`), and encodes each prompt with its
+plan into the request's precomputed conditioning; the engine then draws the images as for any
+diffusion model (request-level batching kept). The rewards score the images and see the decoded
+plan in `metadata["plan"]`. Validation: greedy plans, ODE images, captions that show the plan.
+
+Actor half: the trainer sees one action sequence per sample, [N, R + K] (plan tokens, then image
+steps; `BehaviourPolicy.mask` = [plan_mask, ones]), so its old log-probs, gaps and ratios need no
+branch. `num_chunks` is 1 + K: chunk 0 is the plan's token loss (times `algo.plan_loss_weight`,
+ratio clipped at `algo.plan_clip_range`, no KL term), chunk j >= 1 the diffusion loss of image
+step j - 1 (with the image's KL when `algo.kl_coef` > 0). Both report `loss/ratio_max_abs_dev`
+and the `rollout_corr/*` gap, so the first-mini-batch checks cover both kinds of action; the
+plan's other metrics are `loss/plan_*`, and `response/plan_length_mean`, `response/plan_clip_ratio` describe the
+step's plans.
+
+Not here (refused at config load, `check_config`): losses that read the old transition means
+(the trainer would need means for the plan columns, which have none) or train the forward
+process (no trajectory), a correction level (`algo.rollout_is`: the plan tokens and the steps
+have no common unit), Ray workers and pipelined rollouts (the plans are sampled with the
+driver's own model, which must be the one being trained), a rollout engine other than the
+in-process `native` one (untested with a precomputed conditioning) and `rollout.top_p` < 1 (the
+plans' log-probs are of the whole distribution). `algo.kl_coef` applies to the image steps only.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from omni_rl.algos.forward_losses import FORWARD_LOSSES
+from omni_rl.algos.policy_losses import DIFFUSION_LOSSES, loss_reads_old_mean
+from omni_rl.algos.token_losses import TOKEN_LOSSES
+from omni_rl.config.schema import OmniConfig
+from omni_rl.config.validate import ConfigError
+from omni_rl.data.prompts import PromptItem
+from omni_rl.data.think_draw_batch import ThinkDrawBatch
+from omni_rl.families.autoregressive import token_gap_metrics, token_loss_input
+from omni_rl.families.base import BehaviourPolicy, ModelFamily, register_family
+from omni_rl.families.diffusion import DiffusionFamily
+from omni_rl.models.think_draw import ThinkDrawModelBase
+from omni_rl.utils.seeding import derive_seed
+
+# The token loss's metrics that keep their name: the first-mini-batch checks read them over
+# every chunk, plan and image alike.
+SHARED_METRICS = ("ratio_max_abs_dev",)
+
+
+@register_family("think_draw")
+class ThinkDrawFamily(ModelFamily):
+    batch_type = ThinkDrawBatch
+    rollout_is_levels = ()  # refused: a plan token and a denoising step share no unit
+    losses = DIFFUSION_LOSSES  # algo.policy_loss; the plan's is algo.plan_policy_loss
+
+    def __init__(self, cfg: OmniConfig, model: ThinkDrawModelBase):
+        super().__init__(cfg, model)
+        self.image = DiffusionFamily(cfg, model)
+        self.plan_loss = TOKEN_LOSSES.get(cfg.algo.plan_policy_loss)
+
+    @classmethod
+    def check_config(cls, cfg: OmniConfig) -> None:
+        a, t = cfg.algo, cfg.trainer
+        name = a.policy_loss
+        trajectory = [n for n in DIFFUSION_LOSSES.names() if not loss_reads_old_mean(DIFFUSION_LOSSES.get(n))]
+        if name in FORWARD_LOSSES or (name in DIFFUSION_LOSSES and loss_reads_old_mean(DIFFUSION_LOSSES.get(name))):
+            why = ("trains the forward process, not the sampled trajectory the plan belongs to" if name in FORWARD_LOSSES
+                   else "reads the old transition means, which the plan's token columns do not have")
+            raise ConfigError(
+                f"algo.policy_loss={name!r}: {why}; a think-draw model (family think_draw) trains its image steps "
+                f"with a trajectory loss that reads no means: {', '.join(trajectory)}"
+            )
+        if a.plan_policy_loss not in TOKEN_LOSSES:
+            kind = "a diffusion loss" if a.plan_policy_loss in DIFFUSION_LOSSES or a.plan_policy_loss in FORWARD_LOSSES \
+                else "unknown"
+            raise ConfigError(
+                f"algo.plan_policy_loss={a.plan_policy_loss!r}: {kind}; the plan's actions are tokens, trained with a "
+                f"token loss: {', '.join(TOKEN_LOSSES.names())}"
+            )
+        if a.rollout_is != "none":
+            raise ConfigError(f"algo.rollout_is={a.rollout_is!r}: expected none for a think-draw model (a plan token and "
+                              f"a denoising step have no common correction level)")
+        if t.backend != "local":
+            raise ConfigError(f"trainer.backend={t.backend!r}: expected local for a think-draw model (its plans are "
+                              f"sampled with the driver's model, which must be the trained one)")
+        r = cfg.rollout
+        if r.backend != "native":
+            raise ConfigError(f"rollout.backend={r.backend!r}: expected native for a think-draw model (the engine is "
+                              f"handed each request's prompt+plan conditioning in this process; other engines are untested)")
+        if r.top_p != 1.0:
+            raise ConfigError(f"rollout.top_p={r.top_p!r}: expected 1.0 for a think-draw model (plans are sampled from "
+                              f"the whole temperature-scaled distribution, which plan_log_probs scores)")
+        if t.pipeline != "on_policy":
+            raise ConfigError(f"trainer.pipeline={t.pipeline!r}: expected on_policy for a think-draw model (the plans "
+                              f"are sampled with the trained weights, never ahead of the update)")
+
+    # --- the rollout half -----------------------------------------------------------------
+    def fit_prompts(self, items: list, what: str = "data.prompts") -> list:
+        return self.image.fit_prompts(items, what)
+
+    def plan_seed(self, request_seed: int) -> int:
+        """The plan's sampling seed: drawn from its request's seed alone."""
+        return derive_seed(request_seed >> 32, "plan", request_seed)
+
+    def with_plans(self, requests: list, temperature: float):
+        """Sample each request's plan and put its prompt + plan encoding into the request.
+        Returns (plan_ids, plan_mask, plans as text)."""
+        r = self.cfg.rollout
+        prompts = [req.prompt for req in requests]
+        ids, mask = self.model.sample_plans(prompts, [self.plan_seed(req.seed) for req in requests],
+                                            r.max_new_tokens, temperature)
+        conditioning = self.model.encode_prompts_with_plans(prompts, ids, mask, r.negative_prompt)
+        for i, req in enumerate(requests):
+            req.conditioning = conditioning.select([i])
+        plans = [self.model.decode_plan(row[m.bool()].tolist()) for row, m in zip(ids, mask)]
+        return ids, mask, plans
+
+    def rollout(self, engine, prompts: list[PromptItem], step: int, score=None) -> tuple[ThinkDrawBatch, list]:
+        requests, metadata, groups = self.image.rollout_requests(prompts, step)
+        temperature = self.cfg.rollout.temperature
+        ids, mask, plans = self.with_plans(requests, temperature)
+        with torch.no_grad():  # the very function the trainer scores the plans with
+            log_probs = self.model.plan_log_probs([req.prompt for req in requests], ids, mask, temperature).float().cpu()
+        metadata = [{**m, "plan": plan} for m, plan in zip(metadata, plans)]
+        image, reward_futures = self.image.run_requests(engine, requests, metadata, groups, score)
+        batch = ThinkDrawBatch(prompts=[req.prompt for req in requests], plan_ids=ids, plan_mask=mask,
+                               plan_rollout_log_probs=log_probs, plans=plans, plan_temperature=temperature, image=image)
+        return batch, reward_futures
+
+    def reward_inputs(self, batch: ThinkDrawBatch):
+        return self.image.reward_inputs(batch.image)
+
+    def rollout_metrics(self, batch: ThinkDrawBatch) -> dict[str, float]:
+        lengths = batch.plan_mask.sum(1)
+        return {
+            "response/plan_length_mean": float(lengths.mean()),
+            # Plans cut at rollout.max_new_tokens before their end token.
+            "response/plan_clip_ratio": float((lengths == batch.plan_width).float().mean()),
+        }
+
+    @torch.no_grad()
+    def validate(self, engine, items: list[PromptItem], step: int, rewards, output_dir: Path, logger) -> dict[str, float]:
+        """Greedy plans (temperature 0), ODE images; the grid's captions and the records show the plans."""
+        requests, shown = self.image.val_requests(items)
+        if not requests:
+            return {}
+        _, _, plans = self.with_plans(requests, 0.0)
+        return self.image.render_validation(engine, requests, shown, step, rewards, output_dir, logger, plans=plans)
+
+    # --- the actor half -------------------------------------------------------------------
+    def num_chunks(self, batch: ThinkDrawBatch) -> int:
+        return 1 + self.image.num_chunks(batch.image)
+
+    def plan_log_probs(self, batch: ThinkDrawBatch) -> torch.Tensor:
+        return self.model.plan_log_probs(batch.prompts, batch.plan_ids, batch.plan_mask, batch.plan_temperature)
+
+    @torch.no_grad()
+    def behaviour_policy(self, batch: ThinkDrawBatch, micro_batch_size: int) -> BehaviourPolicy:
+        plan = []
+        for start in range(0, len(batch), micro_batch_size):
+            micro = batch.select(range(start, min(start + micro_batch_size, len(batch))))
+            plan.append(self.plan_log_probs(micro).float().cpu())
+        image = self.image.behaviour_policy(batch.image, micro_batch_size)
+        return BehaviourPolicy(torch.cat([torch.cat(plan), image.log_probs], dim=1), batch.action_mask())
+
+    def loss(self, micro: ThinkDrawBatch, chunk: int) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        if chunk >= 1:
+            return self.image.loss(micro.image_half(), chunk - 1)
+        log_prob = self.plan_log_probs(micro).float()
+        device = log_prob.device
+        algo = self.algo
+        old_log_prob = micro.old_log_probs[:, : micro.plan_width].to(device)
+        mask = micro.plan_mask.to(device)
+        loss, metrics = self.plan_loss(
+            token_loss_input(self.cfg, log_prob, old_log_prob, micro.advantages.to(device), mask,
+                             algo.plan_clip_range, algo.plan_clip_range)
+        )
+        loss = algo.plan_loss_weight * loss
+        out = {(f"loss/{k}" if k in SHARED_METRICS else f"loss/plan_{k}"): v for k, v in metrics.items()}
+        out["loss/plan_ratio_max_abs_dev"] = metrics["ratio_max_abs_dev"]
+        out.update(token_gap_metrics(log_prob, old_log_prob, mask))
+        out["loss/plan_total"] = loss.detach()
+        return loss, out
+
+    # --- the image half's own state (none for the trajectory losses allowed here) ----------
+    def after_optimizer_step(self) -> None:
+        self.image.after_optimizer_step()
+
+    def state_tensors(self) -> dict[str, torch.Tensor]:
+        return self.image.state_tensors()
+
+    def load_state_tensors(self, tensors: dict[str, torch.Tensor]) -> None:
+        self.image.load_state_tensors(tensors)
