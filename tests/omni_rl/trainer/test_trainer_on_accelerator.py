@@ -1,6 +1,6 @@
 """The tiny recipes in one process on an accelerator (`gpu` marker: CUDA by default, see
 tests/conftest.py), in fp32 and bf16: the loop runs, the rollout and the trainer agree, the
-on-policy ratio is 1, and the LoRA export loads where the model's library loads LoRA."""
+on-policy ratio is 1, and the LoRA export loads where the model's library loads LoRA (BAGEL: its PEFT file is written)."""
 import json
 import math
 
@@ -56,3 +56,19 @@ def test_tiny_qwen3_grpo(tmp_path, accel_device, dtype):
     model = AutoModelForCausalLM.from_pretrained(out / "model")  # full fine-tuning: the whole model
     assert sum(p.numel() for p in model.parameters()) > 0
     assert torch.isfinite(next(model.parameters())).all()
+
+
+BAGEL_SMALL = ["trainer.prompts_per_step=2", "trainer.samples_per_prompt=4", "trainer.mini_batch_size=8",
+               "trainer.micro_batch_size=4"]
+
+
+@pytest.mark.parametrize("recipe", ["tiny_bagel_flowgrpo", "tiny_bagel_edit_flowgrpo", "tiny_bagel_think_flowgrpo"])
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_tiny_bagel(tmp_path, accel_device, recipe, dtype):
+    """BAGEL text-to-image, editing and think-then-draw on the accelerator: the MoT forward in
+    bf16 (step maths in fp32), rollout and trainer agreeing, the on-policy ratio 1."""
+    out, records = train(tmp_path, accel_device, f"recipe={recipe}", *BAGEL_SMALL, f"model.dtype={dtype}")
+    for rec in records:
+        assert rec["actor/first_minibatch_ratio_max_abs_dev"] <= TOLERANCE[dtype]
+        assert rec["rollout_corr/logprob_abs_diff_max"] <= TOLERANCE[dtype]
+    assert (out / "lora" / "adapter_model.safetensors").is_file()
