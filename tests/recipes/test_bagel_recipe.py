@@ -1,6 +1,6 @@
 """The tiny BAGEL recipes train end to end, in a subprocess as a user runs them: the rollout's and the
 trainer's log-probs are the same function (first mini-batch ratio 1, <= 1e-5 apart), the LoRA is
-left in PEFT's format, and over the whole run (`slow`) the mean reward of the last 20% of steps
+left in PEFT's format, and over each recipe's whole run (`slow`, `long`) the mean reward of the last 20% of steps
 beats the first 20% by more than 3 standard errors (`rise_report`). The editing recipe
 (`tiny_bagel_edit_flowgrpo`, `model.stage=edit`) runs 2 steps here and leaves validation grids whose
 rows start with the source image. The think-then-draw recipe (`tiny_bagel_think_flowgrpo`,
@@ -29,15 +29,6 @@ def test_tiny_bagel_flowgrpo_trains(tmp_path):
     assert len(steps) == 2
 
 
-@pytest.mark.slow
-@pytest.mark.long
-def test_tiny_bagel_flowgrpo_learns(tmp_path):
-    out = tmp_path / "bagel_full"
-    assert len(run(out, "tiny_bagel_flowgrpo")) == 40
-    report = rise_report(out / "metrics.jsonl")
-    assert report["rose"], report
-
-
 def test_tiny_bagel_edit_flowgrpo_trains(tmp_path):
     out = tmp_path / "bagel_edit"
     steps = run(out, "tiny_bagel_edit_flowgrpo", "trainer.total_steps=2", "trainer.val_every=2", "trainer.save_every=2")
@@ -48,9 +39,12 @@ def test_tiny_bagel_edit_flowgrpo_trains(tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.long
-def test_tiny_bagel_edit_flowgrpo_learns(tmp_path):
-    out = tmp_path / "bagel_edit_full"
-    assert len(run(out, "tiny_bagel_edit_flowgrpo")) == 50
+@pytest.mark.parametrize("recipe, total_steps", [
+    ("tiny_bagel_flowgrpo", 40), ("tiny_bagel_edit_flowgrpo", 50), ("tiny_bagel_think_flowgrpo", 40),
+])
+def test_the_whole_recipe_learns(tmp_path, recipe, total_steps):
+    out = tmp_path / recipe
+    assert len(run(out, recipe)) == total_steps
     report = rise_report(out / "metrics.jsonl")
     assert report["rose"], report
 
