@@ -57,7 +57,7 @@ BOS, EOS, IMAGE_START, IMAGE_END = "<|im_start|>", "<|im_end|>", "<|vision_start
 # a weightless view of a folder that says nothing else.
 DEFAULT_MAX_LATENT_SIZE = 64
 DEFAULT_VIT_SIDE = 70  # the official `vit_max_num_patch_per_side`
-_MASKS = {"input_ids": "text_mask", "negative_input_ids": "negative_text_mask"}
+TEXT_MASKS = {"input_ids": "text_mask", "negative_input_ids": "negative_text_mask"}
 # The generation side that full fine-tuning trains (besides every `*_moe_gen` tensor).
 GENERATION_MODULES = ("time_embedder.", "vae2llm.", "llm2vae.")
 
@@ -88,6 +88,18 @@ def unpatchify(tokens: torch.Tensor, h: int, w: int) -> torch.Tensor:
     p = LATENT_PATCH
     x = tokens.reshape(b, h, w, p, p, -1).permute(0, 5, 1, 3, 2, 4)
     return x.reshape(b, -1, h * p, w * p)
+
+
+def padded(rows: list[list[int]], width: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Right-padded ids [B, width] long and their mask [B, width] long."""
+    ids = torch.zeros(len(rows), width, dtype=torch.long)
+    mask = torch.zeros(len(rows), width, dtype=torch.long)
+    for i, row in enumerate(rows):
+        if len(row) > width:
+            raise ValueError(f"a row of {len(row)} tokens does not fit the width {width}")
+        ids[i, : len(row)] = torch.tensor(row, dtype=torch.long)
+        mask[i, : len(row)] = 1
+    return ids, mask
 
 
 def guided_velocity(cond: torch.Tensor, uncond: torch.Tensor, scale: float, renorm_min: float,
@@ -233,18 +245,14 @@ class BagelAdapter(DiffusionModelBase):
         return bagel_schedule(num_steps, self.cfg.timestep_shift)
 
     # --- conditioning --------------------------------------------------------------------
+    def piece(self, text: str, limit: int | None = None) -> list[int]:
+        """`<|im_start|> text <|im_end|>` (the official `prepare_prompts`), the text cut to `limit` tokens."""
+        ids = self.tokenizer(text, add_special_tokens=False)["input_ids"]
+        return [self.token_ids[BOS], *(ids if limit is None else ids[:limit]), self.token_ids[EOS]]
+
     def _ids(self, texts: list[str]) -> tuple[torch.Tensor, torch.Tensor]:
-        rows = []
-        for text in texts:
-            ids = self.tokenizer(text, add_special_tokens=False)["input_ids"][: self.cfg.max_sequence_length]
-            rows.append([self.token_ids[BOS], *ids, self.token_ids[EOS]])
-        length = max(len(r) for r in rows)
-        ids = torch.zeros(len(rows), length, dtype=torch.long)
-        mask = torch.zeros(len(rows), length, dtype=torch.long)
-        for i, r in enumerate(rows):
-            ids[i, : len(r)] = torch.tensor(r)
-            mask[i, : len(r)] = 1
-        return ids, mask
+        rows = [self.piece(text, self.cfg.max_sequence_length) for text in texts]
+        return padded(rows, max(len(r) for r in rows))
 
     @torch.no_grad()
     def encode_prompts(self, prompts: list[str], negative_prompt: str = "") -> Conditioning:
@@ -258,7 +266,7 @@ class BagelAdapter(DiffusionModelBase):
         b = len(prompts)
         tensors = {"input_ids": ids, "text_mask": mask, "negative_input_ids": neg.expand(b, -1).contiguous(),
                    "negative_text_mask": neg_mask.expand(b, -1).contiguous()}
-        return Conditioning({k: v.to(self.device) for k, v in tensors.items()}, dict(_MASKS))
+        return Conditioning({k: v.to(self.device) for k, v in tensors.items()}, dict(TEXT_MASKS))
 
     # --- forward -------------------------------------------------------------------------
     def cfg_rows(self, sigma: torch.Tensor, guidance_scale: float) -> torch.Tensor:

@@ -42,7 +42,9 @@ import torch
 
 from omni_rl.models import Conditioning, ThinkDrawModelBase, register_adapter
 
-from adapters.bagel.adapter import ARCHITECTURE, BOS, EOS, BagelAdapter, is_generation_parameter
+from adapters.bagel.adapter import (
+    ARCHITECTURE, BOS, EOS, TEXT_MASKS, BagelAdapter, is_generation_parameter, padded,
+)
 
 STAGE = "think"
 # The official generation-think system prompt (inferencer.py's GEN_THINK_SYSTEM_PROMPT): the
@@ -61,18 +63,6 @@ def is_understanding_decoder_parameter(name: str) -> bool:
     return decoder and "_moe_gen" not in name
 
 
-def padded(rows: list[list[int]], width: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Right-padded ids [B, width] long and their mask [B, width] long."""
-    ids = torch.zeros(len(rows), width, dtype=torch.long)
-    mask = torch.zeros(len(rows), width, dtype=torch.long)
-    for i, row in enumerate(rows):
-        if len(row) > width:
-            raise ValueError(f"a row of {len(row)} tokens does not fit the fixed width {width}")
-        ids[i, : len(row)] = torch.tensor(row, dtype=torch.long)
-        mask[i, : len(row)] = 1
-    return ids, mask
-
-
 @register_adapter(ARCHITECTURE, stage=STAGE)
 class BagelThinkAdapter(BagelAdapter, ThinkDrawModelBase):
     default_lora_targets = BagelAdapter.default_lora_targets + UNDERSTANDING_LORA_TARGETS
@@ -86,11 +76,6 @@ class BagelThinkAdapter(BagelAdapter, ThinkDrawModelBase):
                 p.requires_grad_(trains and "pos_embed" not in name)
 
     # --- tokens --------------------------------------------------------------------------
-    def piece(self, text: str, limit: int | None = None) -> list[int]:
-        """`<|im_start|> text <|im_end|>`, the text cut to `limit` tokens."""
-        ids = self.tokenizer(text, add_special_tokens=False)["input_ids"]
-        return [self.token_ids[BOS], *(ids if limit is None else ids[:limit]), self.token_ids[EOS]]
-
     @property
     def system_ids(self) -> list[int]:
         ids = self.__dict__.get("_system_ids")
@@ -165,5 +150,4 @@ class BagelThinkAdapter(BagelAdapter, ThinkDrawModelBase):
         negative = self.system_ids + (self.piece(negative_prompt, self.cfg.max_sequence_length) if negative_prompt else [])
         neg, neg_mask = padded([negative] * len(rows), width)
         tensors = {"input_ids": ids, "text_mask": mask, "negative_input_ids": neg, "negative_text_mask": neg_mask}
-        masks = {"input_ids": "text_mask", "negative_input_ids": "negative_text_mask"}
-        return Conditioning({k: v.to(self.device) for k, v in tensors.items()}, masks)
+        return Conditioning({k: v.to(self.device) for k, v in tensors.items()}, dict(TEXT_MASKS))
