@@ -18,8 +18,10 @@ from __future__ import annotations
 import torch
 
 from omni_rl.config.schema import OmniConfig
-from omni_rl.data.preference_file import PreferenceFileError, PreferenceRow, load_preference_file, read_pair_images
-from omni_rl.data.prompts import PromptSampler
+from omni_rl.data.preference_file import (
+    PreferenceFileError, PreferenceRow, load_preference_file, preference_prompts, read_pair_images,
+)
+from omni_rl.data.prompts import PromptItem, PromptSampler
 from omni_rl.families.preference_pairs import PairBatch
 from omni_rl.models.diffusion import DiffusionModelBase
 from omni_rl.utils.seeding import derive_seed
@@ -37,6 +39,10 @@ class OfflinePairs:
         self.rows = load_preference_file(cfg.data.preference_file)
         t = cfg.trainer
         self.sampler = PromptSampler(self.rows, t.prompts_per_step, t.seed, cfg.data.shuffle)
+
+    def prompt_items(self) -> list[PromptItem]:
+        """The file's distinct prompts: the run's training prompts (and validation's by default)."""
+        return preference_prompts(self.rows)
 
     def rows_for_step(self, step: int) -> list[PreferenceRow]:
         """The pairs training step `step` (1-based) trains."""

@@ -87,7 +87,11 @@ class PPOTrainer:
             # Offline Diffusion-DPO: each step's pairs come from data.preference_file, not a rollout.
             self.offline_pairs = OfflinePairs(cfg, self.model) if cfg.data.preference_file is not None else None
             # Every prompt measured once against the model's context (data.overlong_prompts).
-            items = self.family.fit_prompts(training_prompt_items(cfg.data), "data.prompts")
+            # (The offline pairs' file is read once, by OfflinePairs, not again for its prompts.)
+            items = self.family.fit_prompts(
+                self.offline_pairs.prompt_items() if self.offline_pairs is not None else training_prompt_items(cfg.data),
+                "data.prompts",
+            )
             self.sampler = PromptSampler(items, t.prompts_per_step, t.seed, cfg.data.shuffle)
             val_items = (
                 self.family.fit_prompts(
