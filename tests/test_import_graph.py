@@ -190,7 +190,7 @@ LAYERS = (
     ("omni_rl.data", "omni_rl.rollout", "omni_rl.engine", "omni_rl.reward", "omni_rl.logging"),
     ("omni_rl.models",),
     ("omni_rl.algos", "omni_rl.device", "omni_rl.plugins"),
-    ("omni_rl.config", "omni_rl.registry", "omni_rl.utils", "omni_rl"),
+    ("omni_rl.config", "omni_rl.registry", "omni_rl.utils", "omni_rl.errors", "omni_rl"),
 )
 
 

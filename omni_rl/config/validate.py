@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 
 from omni_rl.config.schema import OmniConfig
+from omni_rl.errors import OmniConfigError
 
 
 # The losses of `omni_rl.algos.forward_losses.FORWARD_LOSSES` (this layer imports nothing above
@@ -19,7 +20,7 @@ FORWARD_TIMESTEP_SAMPLINGS = ("uniform", "logit_normal")
 NFT_WEIGHTINGS = ("velocity", "adaptive_x0")
 
 
-class ConfigError(ValueError):
+class ConfigError(OmniConfigError):
     """A bad config value; the message names the key and what was expected."""
 
 

@@ -1,0 +1,163 @@
+"""Component options: each registered component (an adapter, a rollout backend, a loss, a model
+family, ...) declares its own knobs as a small dataclass, and the recipe sets them in the
+component's block (`model.options`, `rollout.options`, ...). This module binds such a block to
+its dataclass and describes a dataclass for `--options`.
+
+A component's options dataclass:
+
+    @dataclass
+    class LTX2Options:
+        stg_scale: float = option(0.0, "Spatio-temporal guidance scale of the video stream (0 = off).")
+
+        def check(self) -> None:          # optional: value rules, raise ValueError(message)
+            if self.stg_scale < 0:
+                raise ValueError("stg_scale=-1: expected >= 0 (0 = off)")
+
+`bind_options(Options, {"stg_scale": 1.0}, "model.options", "LTX2Pipeline")` returns the
+instance, or raises `ConfigError` with one line naming the key, the value and what was
+expected: an unknown key lists the component's options, a wrong type names the type, and a
+`check()` failure is prefixed with the block's key. Types are checked for the annotation kinds
+options use: bool, int, float, str, Optional[...], list[...] and dict.
+
+It imports nothing above `omni_rl.config`.
+"""
+from __future__ import annotations
+
+import dataclasses
+import typing
+from dataclasses import MISSING, dataclass, field, fields
+from typing import Any, Mapping, Optional, TypeVar
+
+from omni_rl.config.validate import ConfigError
+
+__all__ = ["option", "bind_options", "describe_options", "options_help", "NoOptions", "OptionDoc"]
+
+T = TypeVar("T")
+
+
+def option(default: Any, doc: str) -> Any:
+    """A dataclass field with a default and one line of documentation (`--options` prints it).
+    A list or dict default is copied per instance."""
+    if isinstance(default, (list, dict)):
+        return field(default_factory=lambda: type(default)(default), metadata={"doc": doc})
+    return field(default=default, metadata={"doc": doc})
+
+
+@dataclass
+class NoOptions:
+    """The options of a component that has none."""
+
+
+@dataclass(frozen=True)
+class OptionDoc:
+    name: str
+    type: str
+    default: Any
+    doc: str
+
+
+def _type_name(tp: Any) -> str:
+    origin = typing.get_origin(tp)
+    if origin is typing.Union:
+        args = [a for a in typing.get_args(tp) if a is not type(None)]
+        return " | ".join(_type_name(a) for a in args) + " | null"
+    if origin in (list, dict, tuple):
+        return f"{origin.__name__}[{', '.join(_type_name(a) for a in typing.get_args(tp))}]"
+    return getattr(tp, "__name__", str(tp))
+
+
+def _matches(value: Any, tp: Any) -> bool:
+    if tp is Any:
+        return True
+    origin = typing.get_origin(tp)
+    if origin is typing.Union:
+        return any(_matches(value, a) for a in typing.get_args(tp))
+    if tp is type(None):
+        return value is None
+    if origin in (list, tuple):
+        args = typing.get_args(tp)
+        return isinstance(value, (list, tuple)) and (not args or all(_matches(v, args[0]) for v in value))
+    if origin is dict or tp is dict:
+        return isinstance(value, Mapping)
+    if tp is bool:
+        return isinstance(value, bool)
+    if tp is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    if tp is float:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if isinstance(tp, type):
+        return isinstance(value, tp)
+    return True
+
+
+def _coerce(value: Any, tp: Any) -> Any:
+    """An int where a float is declared becomes a float; lists stay lists (YAML gives lists)."""
+    if tp is float and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    if typing.get_origin(tp) is typing.Union:
+        for arg in typing.get_args(tp):
+            if arg is not type(None) and _matches(value, arg):
+                return _coerce(value, arg)
+    if isinstance(value, tuple):
+        return list(value)
+    return value
+
+
+def bind_options(options_class: type[T], values: Optional[Mapping[str, Any]], key: str, owner: str) -> T:
+    """Build `options_class` from a recipe's block `values` (None or {} gives the defaults).
+
+    `key` is the block's config key (`model.options`), `owner` names the component in messages
+    (`adapter LTX2Pipeline`). Raises `ConfigError` with one line on an unknown key, a wrong
+    type or a failed `check()`."""
+    values = dict(values or {})
+    hints = typing.get_type_hints(options_class)
+    known = {f.name: f for f in fields(options_class)}
+    for name, value in values.items():
+        if name not in known:
+            listed = ", ".join(sorted(known)) or "none"
+            raise ConfigError(
+                f"{key}.{name}={value!r}: {owner} has no option {name!r}; its options: {listed} "
+                f"(`python main_omni.py --options` lists them with their defaults and docs)"
+            )
+        tp = hints.get(name, Any)
+        if not _matches(value, tp):
+            raise ConfigError(f"{key}.{name}={value!r}: expected {_type_name(tp)} ({owner})")
+        values[name] = _coerce(value, tp)
+    instance = options_class(**values)
+    check = getattr(instance, "check", None)
+    if check is not None:
+        try:
+            check()
+        except ValueError as err:
+            raise ConfigError(f"{key}.{err}" if not str(err).startswith(key) else str(err)) from None
+    return instance
+
+
+def describe_options(options_class: type) -> list[OptionDoc]:
+    """Every option of `options_class`: name, type, default and its documentation line."""
+    hints = typing.get_type_hints(options_class)
+    out = []
+    for f in fields(options_class):
+        if f.default is not MISSING:
+            default = f.default
+        elif f.default_factory is not MISSING:  # type: ignore[misc]
+            default = f.default_factory()  # type: ignore[misc]
+        else:
+            default = "(required)"
+        out.append(OptionDoc(f.name, _type_name(hints.get(f.name, Any)), default, f.metadata.get("doc", "")))
+    return out
+
+
+def options_help(options_class: type, key: str, owner: str) -> str:
+    """The `--options` text of one component: a header line, then one line per option."""
+    docs = describe_options(options_class)
+    lines = [f"{owner}: options under {key}" + ("" if docs else " (none)")]
+    width = max((len(d.name) for d in docs), default=0)
+    for d in docs:
+        lines.append(f"  {d.name:<{width}}  {d.type} = {d.default!r}  {d.doc}")
+    return "\n".join(lines)
+
+
+def replace_options(instance: T, **changes: Any) -> T:
+    """A copy of an options instance with some values changed (as `dataclasses.replace`)."""
+    return dataclasses.replace(instance, **changes)

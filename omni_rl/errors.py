@@ -1,0 +1,23 @@
+"""The two error bases every failure the command line reports derives from.
+
+- `OmniConfigError` (a `ValueError`): bad input found before or while a run starts: a config
+  value, a recipe, a prompt or preference file, a model folder, a checkpoint to resume, a
+  device. The command line prints it as one `error:` line and exits 2.
+- `OmniRunError` (a `RuntimeError`): a run that started and failed: a reward, the rollout
+  engine, a worker, a non-finite loss, a full disk. One `error:` line, exit 1.
+
+Each module keeps its own subclass (so a caller can catch just a rollout failure), and the
+message of each names the bad value, what was expected and what to do. This module imports
+nothing, so any layer may use it.
+"""
+from __future__ import annotations
+
+__all__ = ["OmniConfigError", "OmniRunError"]
+
+
+class OmniConfigError(ValueError):
+    """Bad input: the message names the key or file, the bad value and what was expected."""
+
+
+class OmniRunError(RuntimeError):
+    """A run that failed after it started: the message names the component that failed."""
