@@ -24,6 +24,8 @@ without training or downloading anything:
   `docker build -f FILE`: FILE exists; `docker run ... main_omni.py ARGS`: as above, static.
 - every argument that names a path under the repository's own folders exists.
 
+`missing_paths(path)` lists the repository paths a page names in code spans that do not exist.
+
 A program it has no check for is a problem too, so a new kind of command gets a check (or a
 marker) rather than going unchecked.
 """
@@ -177,6 +179,23 @@ def _inline_commands(path: Path, prose: list[tuple[int, str]]) -> list[DocComman
     return out
 
 
+PATH_SPAN = re.compile(r"`((?:%s)/[^`\s]*)`" % "|".join(re.escape(d) for d in REPO_DIRS))
+
+
+def missing_paths(path: Path) -> list[str]:
+    """Repository paths the page names in code spans (`omni_rl/rollout/base.py`) that do not
+    exist; spans with a placeholder (NNNNNN, NAME, *, ...) are patterns, not paths."""
+    problems = []
+    for match in PATH_SPAN.finditer(path.read_text()):
+        name = match[1]
+        if _placeholder(name) or any(c in name for c in "*{"):
+            continue
+        if not (ROOT / name.rstrip("/")).exists():
+            line = path.read_text().count("\n", 0, match.start()) + 1
+            problems.append(f"{_display(path)}:{line}: `{name}` does not exist")
+    return problems
+
+
 # ------------------------------------------------------------------------------------------
 # Checks
 # ------------------------------------------------------------------------------------------
@@ -231,8 +250,12 @@ def check_words(words: list[str], static: bool) -> list[str]:
     return problems
 
 
+# What the docs write for "fill this in": recipe=NAME, step_NNNNNN, OUTPUT_DIR, <head-ip>, ...
+PLACEHOLDER = re.compile(r"\.\.\.|<[^>]*>|N{3,}|(?<![A-Za-z])(?:NAME|DIR|OUTPUT_DIR|OLD_CHECKOUT|HEAD_IP|R|N)(?![A-Za-z])")
+
+
 def _placeholder(word: str) -> bool:
-    return "..." in word or "<" in word or bool(re.search(r"\b[A-Z][A-Z_]{2,}\b", word))
+    return bool(PLACEHOLDER.search(word))
 
 
 def repo_path_problems(args: list[str]) -> list[str]:

@@ -7,7 +7,8 @@ its check is expected to fail until that layout lands, and the case fails as soo
 so the marker is removed then and the command is checked like any other.
 
 The checker itself is tested on made-up pages: a doc that names a recipe, key, file, module or
-flag that does not exist must fail.
+flag that does not exist must fail; so must a page that names a file of the repository that
+does not exist.
 """
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.docs.doc_commands import ROOT, DocCommand, check, doc_files, extract
+from tests.docs.doc_commands import ROOT, DocCommand, check, doc_files, extract, missing_paths
 
 README_MAX_LINES = 250
 
@@ -44,6 +45,11 @@ def test_doc_command(command: DocCommand):
 
 def test_doc_markup_is_well_formed():
     problems = [p for path in doc_files() for p in extract(path)[1]]
+    assert not problems, "\n".join(problems)
+
+
+def test_files_the_docs_name_exist():
+    problems = [p for path in doc_files() for p in missing_paths(path)]
     assert not problems, "\n".join(problems)
 
 
@@ -148,3 +154,11 @@ def test_markup_problems_are_reported(tmp_path, text, expected):
     page.write_text(text)
     _, problems = extract(page)
     assert any(expected in p for p in problems), problems
+
+
+def test_a_missing_file_named_in_prose_is_reported(tmp_path):
+    page = tmp_path / "page.md"
+    page.write_text("The engine is `omni_rl/rollout/base.py`; the old one was\n`omni_rl/rollout/no_such_engine.py`; "
+                    "checkpoints go to `docs/step_NNNNNN/`.\n")
+    problems = missing_paths(page)
+    assert len(problems) == 1 and "no_such_engine.py" in problems[0] and ":2:" in problems[0], problems
