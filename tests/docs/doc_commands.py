@@ -10,12 +10,13 @@ whose words say why it is not run here (`needs-gpu`, `needs-weights`, `needs-doc
 `needs-cluster`) or that it uses a config layout still being built (`planned`); words in
 brackets are a comment.
 
-`check(command, static)` returns the problems of one command, [] when it is fine. What it checks,
-without training or downloading anything:
+`check(command)` returns the problems of one command (every line of a block), [] when it is
+fine. What it checks, without training or downloading anything:
 
 - `python main_omni.py ARGS`: the config composes (`omni_rl.compose.load_config`, so every key,
-  recipe and registered name exists), or with `static` (a marked block: no GPU or weights here)
-  that the recipe exists and every key is in the schema; `--help` and `--options` run the CLI.
+  recipe and registered name exists), or in a block marked `needs-...` (no GPU or weights here,
+  so no composing) that the recipe exists and every key is in the schema; `--help` and
+  `--options` run the CLI.
 - `python -m pytest ARGS`: every test path exists.
 - `python -m MODULE ARGS` and `python SCRIPT.py ARGS`: the module or script exists and declares
   every `--flag` the command passes (argparse's `add_argument` in its source).
