@@ -184,7 +184,7 @@ def core_imports_of_plugins(graph: Graph) -> list[str]:
 # The core's layers, top first; a package may import its own layer and those below it.
 LAYERS = (
     ("omni_rl.compose", "omni_rl.cli"),
-    ("omni_rl.trainer",),
+    ("omni_rl.trainer", "omni_rl.plan"),
     ("omni_rl.workers",),
     ("omni_rl.families",),
     ("omni_rl.data", "omni_rl.rollout", "omni_rl.engine", "omni_rl.reward", "omni_rl.logging"),

@@ -3,7 +3,7 @@
 `recipes/architectures/<org>--<name>/` holds the configuration files of the checkpoint a real
 recipe names as `model.path: <org>/<name>` (the hub id with its "/" written "--", the layout
 Hugging Face's own cache uses), with a SOURCE.md naming where each file came from. These tests
-check that:
+check that (the mapping is `omni_rl.plan.architecture.shipped_folder`):
 
 - every real recipe (a `model.path` that is not `tiny:...`) has its folder, each folder lists
   every file it ships in its SOURCE.md, and no folder holds a weight or a tokenizer vocabulary;
@@ -30,20 +30,12 @@ from omegaconf import OmegaConf
 from omni_rl.config import available_recipes
 from omni_rl.config.loader import PROJECT_ROOT
 from omni_rl.models.pretrained import load_pretrained
+from omni_rl.plan.architecture import ARCHITECTURES, shipped_folder
 
-ARCHITECTURES = PROJECT_ROOT / "recipes" / "architectures"
 PROJECT_RECIPES = {name: path for name, path in available_recipes().items() if path.parent == PROJECT_ROOT / "recipes"}
 # Weight and vocabulary files never ship here (issue 26: configs only).
 FORBIDDEN_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".gguf", ".model", ".tiktoken")
 FORBIDDEN_NAMES = ("vocab.json", "merges.txt", "tokenizer.json", "spiece.model")
-
-
-def architecture_folder(model_path: str) -> Path:
-    """The shipped architecture folder of a hub id `org/name`: recipes/architectures/org--name."""
-    org, sep, name = model_path.partition("/")
-    if not sep or not org or not name or "/" in name:
-        raise ValueError(f"model.path={model_path!r}: expected a hub id 'org/name' to find its architecture folder")
-    return ARCHITECTURES / f"{org}--{name}"
 
 
 def real_recipes() -> dict[str, str]:
@@ -85,13 +77,6 @@ def test_matches_published_by_hand():
     assert not matches_published(7_800_000_000, "7.61B")  # 2.5%, and 7.80 is not 7.61
 
 
-def test_architecture_folder_maps_hub_ids():
-    assert architecture_folder("Qwen/Qwen-Image").name == "Qwen--Qwen-Image"
-    for bad in ("Qwen-Image", "/x", "a/b/c", "tiny:sd3"):
-        with pytest.raises(ValueError, match="expected a hub id"):
-            architecture_folder(bad)
-
-
 def test_the_project_ships_real_recipes():
     assert len(real_recipes()) >= 8
 
@@ -99,7 +84,7 @@ def test_the_project_ships_real_recipes():
 @pytest.mark.parametrize("name", sorted(real_recipes()))
 def test_every_real_recipe_has_its_architecture(name):
     model_path = real_recipes()[name]
-    folder = architecture_folder(model_path)
+    folder = shipped_folder(model_path)
     assert folder.is_dir(), f"recipe {name}: model.path={model_path!r} has no folder {folder.relative_to(PROJECT_ROOT)}"
     configs = [p for p in folder.rglob("*.json")]
     assert configs, f"{folder} holds no config file"

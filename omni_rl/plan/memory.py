@@ -1,0 +1,105 @@
+"""Per-device memory of a model's weights, gradients and optimizer state, as the engines hold them.
+
+Pure arithmetic on tensor shapes and dtypes (no process group, no allocation): given every
+parameter of the adapter (name, shape, dtype, whether it trains and whether it sits in a module
+the engine shards), `weight_memory` says how many bytes one rank keeps on its device and in host
+memory. It follows what `omni_rl.engine.fsdp2` and `omni_rl.engine.local` do:
+
+- FSDP2 (`fully_shard`) shards every parameter of the trained module(s) on dim 0, padding dim 0
+  up to a multiple of the world size: a rank holds `ceil(dim0 / N) * prod(rest)` elements
+  (`fsdp2_local_numel`). Modules outside the trained root (text encoders, VAEs) are not sharded:
+  every rank holds them whole. The local engine shards nothing (N = 1).
+- dtypes: with a bf16/fp16 model the fsdp2 engine keeps trainable parameters as fp32 master
+  shards and frozen ones in the model dtype; LoRA weights are fp32 in either engine
+  (`OmniModelBase.setup_trainable`). Each tensor's own dtype is used as given, so the caller
+  passes the tensors as the engine will hold them (`engine_dtypes`).
+- gradients: one per trainable parameter, in its dtype (FSDP2 reduce-scatters into the shard).
+- AdamW: `exp_avg` and `exp_avg_sq` per trainable parameter in its dtype; `step` is a 0-dim
+  fp32 tensor per parameter kept on the host (torch's default, not capturable and not fused).
+- offload: `param_offload` (FSDP2's CPUOffloadPolicy) keeps the sharded parameters, their
+  gradients and so the optimizer state in host memory; `optimizer_offload` alone keeps the
+  optimizer state in host memory between steps (it visits the device to step: counted on the
+  host here, with that visit noted by the caller as a transient).
+
+Not counted here: activations, the all-gathered blocks FSDP2 materialises during a forward, the
+rollout's tensors, allocator fragmentation, the CUDA context. Those belong to the trace.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+from typing import Iterable
+
+import torch
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    """One parameter as an engine holds it."""
+
+    name: str
+    shape: tuple[int, ...]
+    dtype: torch.dtype
+    trainable: bool
+    sharded: bool  # in a module the engine wraps with fully_shard
+
+
+@dataclass(frozen=True)
+class WeightMemory:
+    """Bytes one rank holds, on its device and in host memory."""
+
+    frozen_weights: int
+    trainable_weights: int
+    gradients: int
+    optimizer_state: int
+    host_weights: int
+    host_gradients: int
+    host_optimizer_state: int
+
+    @property
+    def device_total(self) -> int:
+        return self.frozen_weights + self.trainable_weights + self.gradients + self.optimizer_state
+
+    def to_dict(self) -> dict[str, int]:
+        return {**asdict(self), "device_total": self.device_total}
+
+
+def fsdp2_local_numel(shape: tuple[int, ...], world_size: int) -> int:
+    """Elements of one rank's FSDP2 shard of a parameter of `shape` (dim 0 padded to a multiple
+    of `world_size`; a 0-dim parameter is not split)."""
+    if world_size < 1:
+        raise ValueError(f"world_size={world_size!r}: expected at least 1")
+    if not shape:
+        return 1
+    return math.ceil(shape[0] / world_size) * math.prod(shape[1:])
+
+
+def _bytes(dtype: torch.dtype) -> int:
+    return torch.empty((), dtype=dtype, device="meta").element_size()
+
+
+def weight_memory(
+    tensors: Iterable[TensorSpec], world_size: int, param_offload: bool = False, optimizer_offload: bool = False
+) -> WeightMemory:
+    """One rank's bytes for `tensors` sharded over `world_size` ranks (module docstring)."""
+    frozen = trainable = grads = optim = host_weights = host_grads = host_optim = 0
+    for t in tensors:
+        numel = fsdp2_local_numel(t.shape, world_size) if t.sharded else math.prod(t.shape)
+        size = numel * _bytes(t.dtype)
+        offloaded = param_offload and t.sharded
+        if not t.trainable:
+            if offloaded:
+                host_weights += size
+            else:
+                frozen += size
+            continue
+        step = _bytes(torch.float32)  # AdamW's `step`, a host scalar per parameter
+        if offloaded:
+            host_weights, host_grads, host_optim = host_weights + size, host_grads + size, host_optim + 2 * size + step
+        else:
+            trainable, grads = trainable + size, grads + size
+            if optimizer_offload:
+                host_optim += 2 * size + step
+            else:
+                optim, host_optim = optim + 2 * size, host_optim + step
+    return WeightMemory(frozen, trainable, grads, optim, host_weights, host_grads, host_optim)

@@ -1,0 +1,142 @@
+"""The weights part of a plan: build the recipe's model without weights, count what each rank holds.
+
+`plan_weights(cfg)` builds the model through `build_model` on the meta device (the Ray driver's
+weightless build: the adapter reads configs, applies the recipe's LoRA or trainable selection in
+`setup_trainable`, and allocates nothing) from `architecture_folder(cfg.model.path)`, then lists
+every parameter as the recipe's engine holds it:
+
+- `trainer.engine=fsdp2` on `trainer.nnodes x trainer.devices_per_node` ranks shards the
+  trainable root (`trainable_root()`, LoRA's frozen base weights included) and keeps trainable
+  parameters in fp32 when the model is bf16/fp16; the adapter's other modules
+  (`frozen_modules()`) are whole on every rank;
+- `trainer.engine=local` is one process: nothing sharded, dtypes as the adapter leaves them.
+
+`run_plan(cfg)` prints the table and writes `plan.json` (atomically) in `trainer.output_dir`.
+A folder that lacks a file the adapter's build reads is a `PlanBuildError` naming it (exit 2).
+"""
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any, Iterator
+
+import torch
+
+from omni_rl.config.schema import OmniConfig
+from omni_rl.config.validate import ConfigError
+from omni_rl.device import weightless_device
+from omni_rl.models.base import OmniModelBase
+from omni_rl.plan.architecture import architecture_folder
+from omni_rl.plan.memory import TensorSpec, weight_memory
+
+NOT_COUNTED = (
+    "activations and the all-gathered blocks of a forward (the trace: not yet)",
+    "rollout tensors, stored trajectories, reward models (not yet)",
+    "allocator fragmentation, the CUDA/NPU context, communication buffers",
+)
+
+
+class PlanBuildError(ConfigError):
+    """The architecture folder lacks something the adapter's weightless build reads."""
+
+
+def build_weightless(cfg: OmniConfig, folder: Path) -> OmniModelBase:
+    """The recipe's adapter built on the meta device from `folder`'s configuration files."""
+    from omni_rl.models.factory import build_model
+    from omni_rl.models.loading import ModelFolderError
+
+    model_cfg = dataclasses.replace(cfg.model, path=str(folder))
+    try:
+        return build_model(model_cfg, weightless_device(), tuple(cfg.plugins))
+    except (OSError, ValueError, KeyError, ModelFolderError) as err:
+        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise PlanBuildError(
+            f"model.path={cfg.model.path!r}: the weightless build of {cfg.model.adapter} from {folder} failed "
+            f"({type(err).__name__}: {first}); the folder needs every config file the adapter reads"
+        ) from err
+
+
+def world_size(cfg: OmniConfig) -> int:
+    t = cfg.trainer
+    return t.nnodes * t.devices_per_node if t.engine == "fsdp2" else 1
+
+
+def engine_tensors(model: OmniModelBase, engine: str) -> Iterator[TensorSpec]:
+    """Every parameter of the adapter, each once, as `engine` holds it (module docstring)."""
+    root = model.trainable_root()
+    in_root = {id(p) for p in root.parameters()}
+    upcast = engine == "fsdp2" and model.dtype != torch.float32
+    seen: set[int] = set()
+    for module in (root, *model.frozen_modules()):
+        for name, p in module.named_parameters():
+            if id(p) in seen:
+                continue
+            seen.add(id(p))
+            dtype = torch.float32 if (p.requires_grad and upcast) else p.dtype
+            yield TensorSpec(name, tuple(p.shape), dtype, p.requires_grad, sharded=engine == "fsdp2" and id(p) in in_root)
+
+
+def plan_weights(cfg: OmniConfig) -> dict[str, Any]:
+    """The weights plan of `cfg` as a JSON-able dict (module docstring)."""
+    folder = architecture_folder(cfg.model.path)
+    model = build_weightless(cfg, folder)
+    t = cfg.trainer
+    tensors = list(engine_tensors(model, t.engine))
+    memory = weight_memory(tensors, world_size(cfg), t.param_offload, t.optimizer_offload)
+    count = sum(torch.Size(s.shape).numel() for s in tensors)
+    trainable = sum(torch.Size(s.shape).numel() for s in tensors if s.trainable)
+    return {
+        "recipe": cfg.recipe,
+        "model": {"adapter": cfg.model.adapter, "path": cfg.model.path, "architecture_folder": str(folder),
+                  "dtype": cfg.model.dtype, "lora": cfg.model.lora.enabled},
+        "devices": {"backend": t.backend, "engine": t.engine, "nnodes": t.nnodes,
+                    "devices_per_node": t.devices_per_node, "world_size": world_size(cfg),
+                    "param_offload": t.param_offload, "optimizer_offload": t.optimizer_offload},
+        "parameters": {"total": count, "trainable": trainable, "frozen": count - trainable},
+        "per_device_bytes": memory.to_dict(),
+        "not_counted": list(NOT_COUNTED),
+    }
+
+
+def _size(n: int) -> str:
+    for unit, scale in (("GiB", 1024**3), ("MiB", 1024**2), ("KiB", 1024)):
+        if n >= scale:
+            return f"{n / scale:.2f} {unit}"
+    return f"{n} B"
+
+
+def _count(n: int) -> str:
+    for unit, scale in (("B", 10**9), ("M", 10**6), ("K", 10**3)):
+        if n >= scale:
+            return f"{n / scale:.2f}{unit}"
+    return str(n)
+
+
+def format_table(plan: dict[str, Any]) -> str:
+    """The plan as console lines."""
+    p, d, m = plan["parameters"], plan["devices"], plan["per_device_bytes"]
+    rows = [("frozen weights", "frozen_weights"), ("trainable weights", "trainable_weights"),
+            ("gradients", "gradients"), ("optimizer state", "optimizer_state"), ("total (weights only)", "device_total")]
+    host = [("weights", "host_weights"), ("gradients", "host_gradients"), ("optimizer state", "host_optimizer_state")]
+    lines = [
+        f"plan: {plan['recipe']} ({plan['model']['adapter']}, {plan['model']['path']})",
+        f"  parameters: {_count(p['total'])} total, {_count(p['trainable'])} trainable",
+        f"  devices: {d['engine']} on {d['world_size']} rank(s) (backend {d['backend']}, "
+        f"param_offload={d['param_offload']}, optimizer_offload={d['optimizer_offload']})",
+        "  per device:",
+        *(f"    {label:<22}{_size(m[key]):>12}" for label, key in rows),
+        "  host, per rank:",
+        *(f"    {label:<22}{_size(m[key]):>12}" for label, key in host),
+        "  not counted: " + "; ".join(plan["not_counted"]),
+    ]
+    return "\n".join(lines)
+
+
+def run_plan(cfg: OmniConfig) -> Path:
+    """Plan `cfg`'s weights, print the table, write plan.json; returns its path."""
+    from omni_rl.utils.atomic import atomic_write_json
+
+    plan = plan_weights(cfg)
+    print(format_table(plan))
+    return atomic_write_json(Path(cfg.trainer.output_dir) / "plan.json", plan)
+
