@@ -19,11 +19,13 @@ from typing import Sequence
 # own default, for `load_config` in code and tests, is the faster random-weight tiny_sd3_flowgrpo.)
 DEMO_RECIPE = "tiny_sd3_shapes_counting"
 
-USAGE = """usage: python main_omni.py [recipe=NAME] [key=value ...] [--cfg]
+USAGE = """usage: python main_omni.py [recipe=NAME] [key=value ...] [--cfg] [--plan]
 
   recipe=NAME   a YAML file in recipes/ (default: tiny_sd3_shapes_counting, the CPU demo)
   key=value     override any config key, e.g. trainer.total_steps=10 rollout.num_steps=8
   --cfg         print the composed config and exit (`--cfg job` too, as in Hydra)
+  --plan        build the recipe's model without weights, print each device's weight memory
+                and write plan.json in trainer.output_dir (omni_rl/plan); no training
 """
 
 
@@ -56,7 +58,8 @@ def _main(argv: Sequence[str] | None) -> int:
         # Hydra's own spelling, `--cfg job` (or all / hydra): the job's config is what there is.
         if at + 1 < len(args) and args[at + 1] in CFG_WORDS:
             del args[at + 1]
-    args = [a for a in args if a != "--cfg"]
+    show_plan = "--plan" in args
+    args = [a for a in args if a not in ("--cfg", "--plan")]
     bad = [a for a in args if a.startswith("-")]
     if bad:
         print(f"error: unknown option {bad[0]!r}\n{USAGE}", file=sys.stderr)
@@ -75,6 +78,15 @@ def _main(argv: Sequence[str] | None) -> int:
         return 2
     if show_cfg:
         print(to_yaml(cfg))
+        return 0
+    if show_plan:
+        from omni_rl.plan.weights import run_plan
+
+        try:
+            print(f"plan: written to {run_plan(cfg)}")
+        except ConfigError as err:
+            print(f"error: {err}", file=sys.stderr)
+            return 2
         return 0
 
     from omni_rl.data.prompts import PromptFileError
