@@ -13,7 +13,7 @@ source image of an image edit, for the edit rewards), `pretrained`
 (loading from a hub id, a folder or tiny:NAME). Audio resampling is in the core,
 `omni_rl.utils.audio`, so that adapters may use it too.
 """
-from rewards import edit_pixels, geneval_shapes, image_stats, jpeg, video_stats  # noqa: F401  (imported to register)
+from rewards import edit_pixels, image_stats, jpeg, video_stats  # noqa: F401  (imported to register)
 from rewards import http_scorer, latent_http, vlm_edit_judge  # noqa: F401  (remote scorers over HTTP)
 from rewards import aesthetic, clap, clip_directional, clip_score, hps, imagebind, ocr, pickscore, tiny_models  # noqa: F401  (model-based scorers: heavy imports inside factories)
 from rewards import format, math_answer, multiple_choice, text_rules  # noqa: F401  (text rewards: answers, structure, CPU-demo rules)

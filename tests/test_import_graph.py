@@ -1,6 +1,6 @@
 """Imports run one way: the project's import graph, read from the source with `ast`.
 
-Every `.py` file under omni_rl/, adapters/ and rewards/ is parsed and every import statement in
+Every `.py` file under omni_rl/, adapters/, rewards/ and demos/ is parsed and every import statement in
 it counts, wherever it stands (module level, inside a function, under `if TYPE_CHECKING:`): an
 import inside a function is a deferred circle, not the absence of one. Each import is resolved
 to a project module:
@@ -14,8 +14,9 @@ edge: counting it would make every package that imports its own submodules a cir
 named by a string at run time (`importlib.import_module`, entry points) are not seen; that is
 how the core finds plugins without importing them.
 
-Checked: (a) no cycle among the modules; (b) nothing under omni_rl/ imports adapters/ or
-rewards/ (plugins point at the core, never back); (c) omni_rl/algos imports nothing from the
+Checked: (a) no cycle among the modules; (b) nothing under omni_rl/ imports adapters/,
+rewards/ or demos/ (plugins point at the core, never back), and nothing outside demos/ imports
+it (a demo sits on top of the core and the project's plugins); (c) omni_rl/algos imports nothing from the
 core but omni_rl.registry and itself (pure tensor maths); (d) the core's packages import only
 their own layer or the layers below (`LAYERS`: the composition root and the CLI on top, then
 the trainer loop, the Ray workers, the model families, the services they use, the model
@@ -30,7 +31,8 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ("omni_rl", "adapters", "rewards")
+PACKAGES = ("omni_rl", "adapters", "rewards", "demos")
+PLUGINS = ("adapters", "rewards", "demos")  # top-level packages found through the `omni_rl.plugins` entry points
 
 Graph = dict[str, dict[str, str]]  # module -> {imported module: "file:line" of its first import}
 
@@ -173,11 +175,20 @@ def _in(module: str, package: str) -> bool:
 
 
 def core_imports_of_plugins(graph: Graph) -> list[str]:
-    """Each import of adapters/ or rewards/ by a module of omni_rl/, as "a imports b (file:line)"."""
+    """Each import of a plugin package (`PLUGINS`) by a module of omni_rl/, as "a imports b (file:line)"."""
     return [
         f"{module} imports {target} ({where})"
         for module, targets in sorted(graph.items()) if _in(module, "omni_rl")
-        for target, where in sorted(targets.items()) if _in(target, "adapters") or _in(target, "rewards")
+        for target, where in sorted(targets.items()) if any(_in(target, plugin) for plugin in PLUGINS)
+    ]
+
+
+def imports_of_demos(graph: Graph) -> list[str]:
+    """Each import of demos/ by a module outside it (the core or another plugin)."""
+    return [
+        f"{module} imports {target} ({where})"
+        for module, targets in sorted(graph.items()) if not _in(module, "demos")
+        for target, where in sorted(targets.items()) if _in(target, "demos")
     ]
 
 
@@ -256,6 +267,12 @@ def test_core_never_imports_plugins(graph):
     assert not bad, (
         "the core finds adapters and rewards through the registries, never by module path:\n  " + "\n  ".join(bad)
     )
+
+
+def test_the_demos_are_plugins_on_top(graph):
+    assert {"demos.shapes.reward", "demos.shapes.model"} <= set(graph)  # seen, so the check below is not vacuous
+    bad = imports_of_demos(graph)
+    assert not bad, "nothing outside demos/ imports a demo (it registers through its entry point):\n  " + "\n  ".join(bad)
 
 
 def test_every_core_module_has_a_layer(graph):
@@ -349,3 +366,16 @@ def test_layer_rules_on_a_hand_made_graph():
         "omni_rl.trainer.loop imports rewards.math_answer (omni_rl/trainer/loop.py:3)",
     ]
     assert algos_imports_outside_registry(graph) == ["omni_rl.algos.loss imports omni_rl.config (x:4)"]
+
+
+def test_demo_rules_on_a_hand_made_graph():
+    graph = {
+        "omni_rl.trainer.loop": {"demos.shapes": "omni_rl/trainer/loop.py:4"},   # the core imports a demo
+        "adapters.sd3": {"demos.shapes.model": "adapters/sd3.py:9"},            # so does another plugin
+        "demos.shapes.pretrain": {"adapters.sd3": "x:1", "demos.shapes.model": "x:2", "omni_rl.models": "x:3"},
+    }
+    assert core_imports_of_plugins(graph) == ["omni_rl.trainer.loop imports demos.shapes (omni_rl/trainer/loop.py:4)"]
+    assert imports_of_demos(graph) == [
+        "adapters.sd3 imports demos.shapes.model (adapters/sd3.py:9)",
+        "omni_rl.trainer.loop imports demos.shapes (omni_rl/trainer/loop.py:4)",
+    ]

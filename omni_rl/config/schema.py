@@ -201,7 +201,8 @@ class AlgoConfig:
     tau_pos: float = 1.0
     tau_neg: float = 1.05
     # Where the ratio's old log-probs come from. "auto": the rollout's own where they are the
-    # actor's bit for bit (same model in this process, fp32, current weights), otherwise a
+    # actor's (same model in this process, fp32, current weights: bit for bit in the same batch
+    # shapes, else within float32 rounding, as BLAS rounds by shape and CPU), otherwise a
     # recompute by the actor before the update; "recompute": always the actor's (ratio exactly 1
     # on the first mini-batch); "bypass": always the rollout's (skips that forward, accepts the
     # numerical gap of another engine). Losses that read the old transition means still get them.

@@ -9,8 +9,9 @@ actor with LoRA disabled) and the rollout engine that samples with the actor's w
 | `model`                      | the driver's view of the model: tokenizer, processor, shapes (what |
 |                              | building requests needs); on Ray a weightless meta-device copy    |
 | `rollout_engine`             | a `RolloutEngine` sampling with the actor's current weights       |
-| `rollout_is_behaviour_policy`| whether the rollout's log-probs are the actor's own, bit for bit  |
-|                              | (then the old log-probs need no recompute)                        |
+| `rollout_is_behaviour_policy`| whether the rollout's log-probs are the actor's own (the same     |
+|                              | function: then the old log-probs need no recompute; equal to it   |
+|                              | up to float32 rounding where the batch shapes differ)             |
 | `behaviour_policy(batch)`    | the batch scored under the current weights (`BehaviourPolicy`)   |
 | `update(batch, step)`        | one PPO update (epochs x mini-batches); the step's metrics        |
 | `sync_rollout(version)`      | the rollout engine takes the actor's weights, tagged `version`    |

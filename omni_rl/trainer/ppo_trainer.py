@@ -268,10 +268,11 @@ class PPOTrainer:
         """The ratio's old log-probs, the old transition means (None unless the loss reads them),
         the rollout-correction weights and how far the rollout's log-probs are from the trainer's.
 
-        The rollout's own log-probs serve as the old ones where they are the actor's bit for bit
+        The rollout's own log-probs serve as the old ones where they are the actor's
         (`algo.old_logprob_mode=auto`, every sample `fresh` (sampled with the weights being
         trained) and the actor group says so: the same model in this process, fp32, the current
-        weight version) or where the user says to (`bypass`);
+        weight version; bit for bit where the rollout's batch has the micro-batch's shape, else
+        within float32 rounding, as BLAS rounds by shape) or where the user says to (`bypass`);
         otherwise the actor recomputes them (`recompute`, and `auto` anywhere else). The forward
         also runs when the loss reads the old transition means, and every
         `algo.logprob_check_every` steps, where it measures the gap on every sample. On the

@@ -95,7 +95,9 @@ def test_two_prompts_give_different_embeddings(model):
     pipe = copy.copy(model.pipeline)
     pipe.prompt_template_encode_start_idx = 34
     fixed = [pipe.encode_prompt(prompt=[p], device="cpu", max_sequence_length=SEQ)[0] for p in ("a red cube", "a blue ball")]
-    torch.testing.assert_close(fixed[0], fixed[1], atol=0, rtol=0)
+    # The same tokens at the same places, but in sequences of 10 and 11 bytes' tokens: the matrix
+    # products have other shapes, which BLAS may round otherwise (by CPU), so float32's tolerance.
+    torch.testing.assert_close(fixed[0], fixed[1])
 
 
 def test_the_prefix_count_refuses_a_template_without_one_slot(model):

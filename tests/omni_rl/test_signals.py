@@ -20,10 +20,11 @@ from safetensors.torch import load_file
 from omni_rl.compose import load_config
 from omni_rl.trainer import PPOTrainer
 from omni_rl.trainer.checkpoint import list_checkpoints, load_checkpoint
+from tests.tiny_runs import TINY_QWEN3
 
 ROOT = Path(__file__).resolve().parents[2]
 PLUGINS = Path(__file__).resolve().parent / "plugins_for_tests"
-FAST = ["recipe=tiny_qwen3_grpo", "trainer.progress_bar=false", "trainer.loggers=[jsonl]", "trainer.val_every=0"]
+FAST = TINY_QWEN3
 TIMEOUT_S = 600
 
 

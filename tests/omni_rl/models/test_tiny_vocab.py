@@ -4,7 +4,7 @@ and leave every other text tokenisable."""
 import pytest
 from transformers import CLIPTokenizer
 
-from omni_rl.data.shapes.grammar import VOCABULARY
+from demos.shapes.grammar import VOCABULARY
 from omni_rl.models.tiny_vocab import bpe_files, clip_byte_vocab, with_whole_words
 
 

@@ -24,13 +24,10 @@ from omni_rl.rollout.server.client import ServerRolloutEngine
 from omni_rl.rollout.server.protocol import CONTENT_TYPE, decode_message, encode_message, encode_weights
 from omni_rl.rollout.types import DiffusionRequest
 from omni_rl.trainer import PPOTrainer
+from tests.tiny_runs import TINY_SD3
 
 QUIET = ["trainer.val_every=0", "trainer.progress_bar=false", "trainer.loggers=[jsonl]", "trainer.save_every=0"]
-SD3 = [
-    "recipe=tiny_sd3_flowgrpo", "trainer.prompts_per_step=2", "trainer.samples_per_prompt=4", "trainer.mini_batch_size=4",
-    "trainer.micro_batch_size=2", "rollout.num_steps=4", "rollout.sde_window_size=2", "rollout.sde_window_range=[0,3]",
-    "trainer.total_steps=2", *QUIET,
-]
+SD3 = ["recipe=tiny_sd3_flowgrpo", *TINY_SD3, "trainer.total_steps=2", "trainer.save_every=0"]
 QWEN3 = ["recipe=tiny_qwen3_grpo", "trainer.total_steps=2", "rollout.max_new_tokens=8", *QUIET]
 SERVER = ["rollout.backend=server", "rollout.server_timeout_s=60"]
 

@@ -33,17 +33,11 @@ from omni_rl.trainer.checkpoint import (
     save_checkpoint,
     write_manifest,
 )
-
-SMALL = [
-    "trainer.prompts_per_step=2", "trainer.samples_per_prompt=4", "trainer.mini_batch_size=4",
-    "trainer.micro_batch_size=2", "rollout.num_steps=4", "rollout.sde_window_size=2",
-    "rollout.sde_window_range=[0,3]", "trainer.val_every=0", "trainer.progress_bar=false",
-    "trainer.loggers=[jsonl]",
-]
+from tests.tiny_runs import TINY_SD3
 
 
 def config(out, *overrides):
-    return load_config([*SMALL, f"trainer.output_dir={out}", *overrides])
+    return load_config([*TINY_SD3, f"trainer.output_dir={out}", *overrides])
 
 
 @pytest.fixture(scope="module")
@@ -99,7 +93,7 @@ def test_a_planted_old_format_pickle_does_not_run_and_is_refused_in_one_line(run
     assert "trainer_state.pt" in text and "pickle format" in text and "re-run the training" in text
     assert str(folder / "lora") in text  # where the weights of the old checkpoint are
     # What a user sees: exit 2, one `error:` line, no traceback, and the pickle never ran.
-    code = main([*SMALL, f"trainer.output_dir={tmp_path / 'new'}", "trainer.total_steps=3", f"trainer.resume={folder}"])
+    code = main([*TINY_SD3, f"trainer.output_dir={tmp_path / 'new'}", "trainer.total_steps=3", f"trainer.resume={folder}"])
     captured = capsys.readouterr()
     assert code == 2
     errors = [line for line in captured.err.splitlines() if line.startswith("error: ")]

@@ -9,8 +9,9 @@ import os
 
 from omni_rl.cli import main
 from omni_rl.trainer.checkpoint import list_checkpoints, load_checkpoint
+from tests.tiny_runs import TINY_QWEN3
 
-FAST = ["recipe=tiny_qwen3_grpo", "trainer.progress_bar=false", "trainer.loggers=[jsonl]", "trainer.val_every=0"]
+FAST = TINY_QWEN3
 
 
 def test_a_full_disk_during_a_save_is_one_line_and_the_last_checkpoint_survives(tmp_path, monkeypatch, capsys):

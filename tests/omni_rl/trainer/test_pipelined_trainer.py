@@ -8,6 +8,7 @@ import torch
 from omni_rl.compose import load_config
 from omni_rl.trainer import PPOTrainer
 from omni_rl.trainer.local_actors import LocalActorGroup
+from tests.tiny_runs import TINY_SD3
 
 QWEN = ["recipe=tiny_qwen3_grpo", "trainer.progress_bar=false", "trainer.loggers=[jsonl]", "trainer.val_every=0",
         "trainer.prompts_per_step=2", "trainer.samples_per_prompt=4", "trainer.mini_batch_size=4",
@@ -64,10 +65,7 @@ def test_nothing_staler_than_the_bound_reaches_the_loss_under_a_slow_update(tmp_
 
 
 def test_tiny_sd3_one_step_off_samples_on_a_copy_and_corrects_with_step_weights(tmp_path):
-    sd3 = ["trainer.prompts_per_step=2", "trainer.samples_per_prompt=4", "trainer.mini_batch_size=4",
-           "trainer.micro_batch_size=2", "rollout.num_steps=4", "rollout.sde_window_size=2",
-           "rollout.sde_window_range=[0,3]", "trainer.val_every=2", "trainer.val_num_steps=4",
-           "trainer.progress_bar=false", "trainer.loggers=[jsonl]"]
+    sd3 = [*TINY_SD3, "trainer.val_every=2", "trainer.val_num_steps=4"]
     trainer, records = run(tmp_path, "sd3", "trainer.total_steps=2", "trainer.pipeline=one_step_off",
                            "algo.rollout_is=step", base=sd3)
     assert trainer.rollout_engine.model is not trainer.model  # the update never changes the sampler's weights

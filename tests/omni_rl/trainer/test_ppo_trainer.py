@@ -10,23 +10,11 @@ from omni_rl.compose import load_config
 from omni_rl.reward import register_reward
 from omni_rl.reward.manager import RewardError
 from omni_rl.trainer import PPOTrainer
-
-SMALL = [
-    "trainer.prompts_per_step=2",
-    "trainer.samples_per_prompt=4",
-    "trainer.mini_batch_size=4",
-    "trainer.micro_batch_size=2",
-    "rollout.num_steps=4",
-    "rollout.sde_window_size=2",
-    "rollout.sde_window_range=[0,3]",
-    "trainer.val_every=0",
-    "trainer.progress_bar=false",
-    "trainer.loggers=[jsonl]",
-]
+from tests.tiny_runs import TINY_SD3
 
 
 def run_tiny(tmp_path, name, *overrides):
-    cfg = load_config([*SMALL, f"trainer.output_dir={tmp_path / name}", *overrides])
+    cfg = load_config([*TINY_SD3, f"trainer.output_dir={tmp_path / name}", *overrides])
     trainer = PPOTrainer(cfg)
     trainer.fit()
     records = [json.loads(line) for line in (tmp_path / name / "metrics.jsonl").read_text().splitlines()]

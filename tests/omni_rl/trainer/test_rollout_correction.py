@@ -8,12 +8,9 @@ import torch
 
 from omni_rl.compose import load_config
 from omni_rl.trainer import PPOTrainer
+from tests.tiny_runs import QUIET, TINY_SD3
 
-QUIET = ["trainer.val_every=0", "trainer.progress_bar=false", "trainer.loggers=[jsonl]"]
-SD3 = [
-    "trainer.prompts_per_step=2", "trainer.samples_per_prompt=2", "trainer.mini_batch_size=4",
-    "trainer.micro_batch_size=2", "rollout.num_steps=4", "rollout.sde_window_size=2", "rollout.sde_window_range=[0,3]", "trainer.total_steps=2", *QUIET,
-]
+SD3 = [*TINY_SD3, "trainer.samples_per_prompt=2", "trainer.total_steps=2"]
 TEXT = ["recipe=tiny_qwen3_grpo", "trainer.total_steps=1", "rollout.max_new_tokens=6", *QUIET]
 UNIT = {"rollout_corr/is_weight_mean": 1.0, "rollout_corr/is_weight_max": 1.0, "rollout_corr/is_clipped_fraction": 0.0}
 

@@ -26,9 +26,10 @@ from omni_rl.trainer.checkpoint import (
     write_manifest,
 )
 from omni_rl.trainer.run_dir import LOCK_FILE, RunDirError, check_output_dir, config_changes, hold, open_run_dir
+from tests.tiny_runs import TINY_QWEN3
 
 ROOT = Path(__file__).resolve().parents[3]
-FAST = ["recipe=tiny_qwen3_grpo", "trainer.progress_bar=false", "trainer.loggers=[jsonl]", "trainer.val_every=0"]
+FAST = TINY_QWEN3
 
 
 def cfg_for(out, *overrides):

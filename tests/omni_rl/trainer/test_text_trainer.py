@@ -6,8 +6,9 @@ import pytest
 from omni_rl.compose import load_config
 from omni_rl.logging import rise_report
 from omni_rl.trainer import PPOTrainer
+from tests.tiny_runs import TINY_QWEN3
 
-FAST = ["recipe=tiny_qwen3_grpo", "trainer.progress_bar=false", "trainer.loggers=[jsonl]", "trainer.val_every=0"]
+FAST = TINY_QWEN3
 
 
 def run(tmp_path, name, *overrides):

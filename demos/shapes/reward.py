@@ -1,8 +1,8 @@
 """`geneval_shapes`: GenEval's checks on flat-shape scenes, with a detector that has no weights.
 
-The images are those of `omni_rl.data.shapes` (circles, squares and triangles in red, green,
+The images are those of `demos.shapes.scene` (circles, squares and triangles in red, green,
 blue and yellow on a plain background) or a generator's attempt at them; the prompts are
-captions of its grammar (`omni_rl.data.shapes.grammar`). What to check is read from the
+captions of its grammar (`demos.shapes.grammar`). What to check is read from the
 sample's `metadata["geneval"]` (a `SceneSpec` or its `to_dict()`) when given, else parsed from
 the prompt; a prompt outside the grammar fails the batch with an error naming it.
 
@@ -43,7 +43,8 @@ from typing import Any, Optional, Sequence
 
 import numpy as np
 
-from omni_rl.data.shapes import COLOURS, CaptionError, SceneSpec, parse_caption
+from demos.shapes.grammar import CaptionError, SceneSpec, parse_caption
+from demos.shapes.scene import COLOURS
 from omni_rl.reward import Images, RewardScores, check_batch, register_reward, to_uint8_numpy
 
 _PALETTE = np.array(list(COLOURS.values()), dtype=np.float32)  # [K, 3]

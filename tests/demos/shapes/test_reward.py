@@ -1,4 +1,4 @@
-"""rewards/geneval_shapes.py: scenes of known contents, drawn by omni_rl.data.shapes, scored against their captions."""
+"""demos/shapes/reward.py (`geneval_shapes`): scenes of known contents, drawn by demos.shapes.scene, scored against their captions."""
 import dataclasses
 
 import numpy as np
@@ -6,13 +6,13 @@ import pytest
 import torch
 from PIL import Image, ImageFilter
 
-from omni_rl.data.shapes import (
+from demos.shapes import (
     TASKS, ObjectSpec, Scene, SceneSpec, Shape, caption_of, parse_caption, render, sample_pair,
 )
+from demos.shapes.reward import detect
 from omni_rl.reward import RewardConfigError, build_reward
 from omni_rl.reward.manager import RewardError, RewardManager, RewardSpec
 from omni_rl.reward.registry import check_reward_options, reward_modalities
-from rewards.geneval_shapes import detect
 
 SIZES = (32, 48, 64, 128)
 SEEDS = range(16)

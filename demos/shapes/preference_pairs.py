@@ -14,10 +14,10 @@ the mistakes the pretrained shape model makes:
 | position      | the opposite relation                           |
 
 Both are rendered by the dataset's own drawing code (`render`), so the pairs are exact: the
-detector (`rewards/geneval_shapes.py`) scores every chosen image 1 and every rejected one 0.
+detector (`demos.shapes.reward`) scores every chosen image 1 and every rejected one 0.
 
-    python -m omni_rl.data.shapes.preference_pairs --out DIR --captions "three red circles" ...
-    python -m omni_rl.data.shapes.preference_pairs --out DIR --prompt-file recipes/prompts/geneval_shapes_train.jsonl
+    python -m demos.shapes.preference_pairs --out DIR --captions "three red circles" ...
+    python -m demos.shapes.preference_pairs --out DIR --prompt-file recipes/prompts/geneval_shapes_train.jsonl
 
 writes DIR/pairs.jsonl (`omni_rl.data.preference_file`'s rows) and DIR/images/*.png,
 deterministically in `--seed`.
@@ -33,9 +33,9 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
-from omni_rl.data.shapes.grammar import MAX_COUNT, RELATIONS, ObjectSpec, SceneSpec, caption_of, parse_caption
-from omni_rl.data.shapes.sampling import layout
-from omni_rl.data.shapes.scene import COLOURS, SHAPES, render
+from demos.shapes.grammar import MAX_COUNT, RELATIONS, ObjectSpec, SceneSpec, caption_of, parse_caption
+from demos.shapes.sampling import layout
+from demos.shapes.scene import COLOURS, SHAPES, render
 
 OPPOSITE = {"left_of": "right_of", "right_of": "left_of", "above": "below", "below": "above"}
 assert set(OPPOSITE) == set(RELATIONS)

@@ -1,8 +1,9 @@
-"""Writes the GenEval-style shape prompt sets: `geneval_shapes_train.jsonl`, `geneval_shapes_heldout.jsonl`.
+"""Writes the GenEval-style shape prompt sets: `recipes/prompts/geneval_shapes_train.jsonl` and
+`recipes/prompts/geneval_shapes_heldout.jsonl`.
 
-    python recipes/prompts/make_geneval_shapes.py      # from the repository root; rewrites both
+    python -m demos.shapes.prompt_files      # from the repository root; rewrites both
 
-The captions are those of `omni_rl.data.shapes.sampling.prompt_splits(SEED)`: per GenEval task
+The captions are those of `demos.shapes.sampling.prompt_splits(SEED)`: per GenEval task
 type (single_object 3 captions, colors 12, counting 45, two_object 6, color_attr 72, position
 312 of which 80 are kept), a fifth (at least one) held out, the rest for training; no caption
 is in both files. Each row is `{"prompt": caption, "metadata": {"geneval": spec}}` with the spec
@@ -14,11 +15,12 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from omni_rl.data.shapes import caption_of, prompt_splits
+from demos.shapes.grammar import caption_of
+from demos.shapes.sampling import prompt_splits
 
-HERE = Path(__file__).resolve().parent
+PROMPTS = Path(__file__).resolve().parents[2] / "recipes" / "prompts"  # the recipes' folder, in the checkout
 SEED = 0
-FILES = {"train": HERE / "geneval_shapes_train.jsonl", "heldout": HERE / "geneval_shapes_heldout.jsonl"}
+FILES = {"train": PROMPTS / "geneval_shapes_train.jsonl", "heldout": PROMPTS / "geneval_shapes_heldout.jsonl"}
 
 
 def rows(split: str) -> list[str]:

@@ -1,4 +1,4 @@
-"""The tiny SD3 that draws shapes, pretrained by omni-rl (`adapters/sd3_shapes/pretrain.py`).
+"""The tiny SD3 that draws shapes, pretrained by omni-rl (`demos/shapes/pretrain.py`).
 
 Its weights ship in `weights/` (a `StableDiffusion3Pipeline` folder without T5, ~7 MB, with
 `SHA256SUMS`); `model.path=tiny:sd3_shapes` loads them through the SD3 adapter after checking

@@ -2,7 +2,7 @@
 pretrained shape model and by the same model with the run's trained LoRA, side by side, each
 tile framed green (the detector accepts it) or red.
 
-    python -m adapters.sd3_shapes.before_after --run outputs/tiny_sd3_shapes_counting --out docs/demo_before_after.png
+    python -m demos.shapes.before_after --run outputs/tiny_sd3_shapes_counting --out docs/demo_before_after.png
 
 Both halves are drawn by diffusers' own `StableDiffusion3Pipeline` (the shipped folder, then
 `load_lora_weights(RUN/lora)`: the LoRA export as a diffusers user loads it), with the same
@@ -22,8 +22,8 @@ from typing import Optional
 import numpy as np
 import torch
 
-from adapters.sd3_shapes import MAX_SEQUENCE_LENGTH, WEIGHTS
-from adapters.sd3_shapes.evaluate import ROOT
+from demos.shapes.evaluate import ROOT
+from demos.shapes.model import MAX_SEQUENCE_LENGTH, WEIGHTS
 
 
 def run_prompts(run: Path, per_task: int) -> list[str]:
@@ -63,9 +63,9 @@ def draw(pipe, prompts: list[str], samples: int, steps: int, guidance: float, se
 
 
 def scored_grid(images: np.ndarray, prompts: list[str], samples: int):
-    from omni_rl.data.shapes import parse_caption
+    from demos.shapes.grammar import parse_caption
+    from demos.shapes.reward import checks, detect
     from omni_rl.logging import make_grid
-    from rewards.geneval_shapes import checks, detect
 
     marks = [all(c == 1.0 for c in checks(parse_caption(prompts[n // samples]), detect(img)))
              for n, img in enumerate(images)]
@@ -79,7 +79,7 @@ def main(argv: Optional[list[str]] = None) -> int:
 
     from omni_rl.utils.atomic import atomic_save_image
 
-    parser = argparse.ArgumentParser(prog="python -m adapters.sd3_shapes.before_after", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m demos.shapes.before_after", description=__doc__.splitlines()[0])
     parser.add_argument("--run", required=True, help="a finished run's output folder (with lora/)")
     parser.add_argument("--out", required=True, help="the PNG to write")
     parser.add_argument("--per-task", type=int, default=2)

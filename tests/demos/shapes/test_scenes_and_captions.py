@@ -1,20 +1,17 @@
-"""omni_rl.data.shapes: the renderer, the caption grammar and its parser, matching pairs, the prompt files."""
-import importlib.util
+"""demos.shapes (scene, grammar, sampling, prompt_files): the renderer, the caption grammar and its parser, matching pairs, the prompt files."""
 import itertools
 import json
-from pathlib import Path
 
 import numpy as np
 import pytest
 
-from omni_rl.data.shapes import (
+from demos.shapes import (
     BACKGROUND, COLOURS, RELATIONS, SHAPES, TASKS, CaptionError, ObjectSpec, Scene, SceneSpec, Shape,
     all_specs, caption_of, layout, parse_caption, prompt_splits, render, sample_pair,
 )
-from omni_rl.data.shapes.sampling import EDGE, GAP, GRID, RADIUS, RELATION_OFFSET
+from demos.shapes.sampling import EDGE, GAP, GRID, RADIUS, RELATION_OFFSET
 from omni_rl.data.prompts import read_prompt_file
 
-ROOT = Path(__file__).resolve().parents[3]
 EVERY_SPEC = [spec for task in TASKS for spec in all_specs(task)]
 
 
@@ -174,9 +171,8 @@ def test_the_splits_are_disjoint_by_caption_and_cover_every_task():
 
 
 def test_the_prompt_files_are_what_the_script_writes():
-    module_spec = importlib.util.spec_from_file_location("make_geneval_shapes", ROOT / "recipes/prompts/make_geneval_shapes.py")
-    script = importlib.util.module_from_spec(module_spec)
-    module_spec.loader.exec_module(script)
+    from demos.shapes import prompt_files as script
+
     for split, path in script.FILES.items():
         assert path.read_text(encoding="utf-8").splitlines() == script.rows(split), f"rerun {script.__file__}"
         items = read_prompt_file(str(path))

@@ -1,4 +1,4 @@
-"""The shipped shape model (`tiny:sd3_shapes`, adapters/sd3_shapes/weights/).
+"""The shipped shape model (`tiny:sd3_shapes`, demos/shapes/weights/).
 
 - it loads through diffusers' own `StableDiffusion3Pipeline.from_pretrained` and through the
   adapter, and a corrupted copy fails its checksum with an error naming the file;
@@ -14,9 +14,9 @@ import shutil
 import pytest
 import torch
 
-from adapters.sd3_shapes import MAX_SEQUENCE_LENGTH, WEIGHTS
-from adapters.sd3_shapes.evaluate import HELDOUT, evaluate, read_prompts
-from adapters.sd3_shapes.pretrain import PretrainConfig, train_transformer, train_vae, untrained_pipeline
+from demos.shapes.evaluate import HELDOUT, evaluate, read_prompts
+from demos.shapes.model import MAX_SEQUENCE_LENGTH, WEIGHTS
+from demos.shapes.pretrain import PretrainConfig, train_transformer, train_vae, untrained_pipeline
 from omni_rl.config.schema import LoraConfig, ModelConfig
 from omni_rl.models import build_model
 from omni_rl.models.loading import ModelFolderError, check_model_folder, resolve_model_path

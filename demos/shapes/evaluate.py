@@ -1,6 +1,6 @@
 """How well a shape model draws: GenEval-style accuracy of deterministic samples, per task.
 
-    python -m adapters.sd3_shapes.evaluate --model-path tiny:sd3_shapes --out benchmarks/results/sd3_shapes_pretrained.json
+    python -m demos.shapes.evaluate --model-path tiny:sd3_shapes --out benchmarks/results/sd3_shapes_pretrained.json
 
 For each prompt of a split (`recipes/prompts/geneval_shapes_heldout.jsonl` by default) it draws
 `--samples` images with ODE sampling (noise 0) from fixed seeds, as the trainer's validation
@@ -38,10 +38,10 @@ def _objects_asked(spec) -> int:
 def evaluate(model, prompts: list[str], samples: int = 4, num_steps: int = 12, guidance_scale: float = 4.5,
              size: int = 32, seed: int = 1234, max_num_seqs: int = 64) -> dict:
     """Accuracy of `model` (a loaded SD3 adapter) on `prompts`, `samples` ODE images each."""
-    from omni_rl.data.shapes import parse_caption
+    from demos.shapes.grammar import parse_caption
+    from demos.shapes.reward import checks, detect
     from omni_rl.rollout.native import NativeDiffusionEngine
     from omni_rl.rollout.types import DiffusionRequest
-    from rewards.geneval_shapes import checks, detect
 
     requests = [
         DiffusionRequest(prompt=p, seed=seed + 1000 * i + k, height=size, width=size, num_steps=num_steps,
@@ -81,13 +81,13 @@ def _mean_se(values: list[float]) -> dict:
 
 
 def main(argv: Optional[list[str]] = None) -> int:
-    from adapters.sd3_shapes import MAX_SEQUENCE_LENGTH
+    from demos.shapes.model import MAX_SEQUENCE_LENGTH
     from omni_rl.config.schema import ModelConfig
     from omni_rl.models import build_model
     from omni_rl.plugins import load_plugins
     from omni_rl.utils.atomic import atomic_write_json
 
-    parser = argparse.ArgumentParser(prog="python -m adapters.sd3_shapes.evaluate", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m demos.shapes.evaluate", description=__doc__.splitlines()[0])
     parser.add_argument("--model-path", default="tiny:sd3_shapes")
     parser.add_argument("--prompts", default=str(HELDOUT), help="a JSONL prompt file (rows with 'prompt')")
     parser.add_argument("--samples", type=int, default=4, help="images per prompt")

@@ -30,8 +30,8 @@ from typing import Optional
 
 import numpy as np
 
-from omni_rl.data.shapes.grammar import RELATIONS, TASKS, ObjectSpec, SceneSpec, caption_of
-from omni_rl.data.shapes.scene import COLOURS, SHAPES, Scene, Shape
+from demos.shapes.grammar import RELATIONS, TASKS, ObjectSpec, SceneSpec, caption_of
+from demos.shapes.scene import COLOURS, SHAPES, Scene, Shape
 
 GRID = 3  # cells per side; a shape sits at the centre of its cell
 RADIUS = 0.13  # every shape's half-extent: 8 px across at 32 px

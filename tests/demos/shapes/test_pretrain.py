@@ -1,4 +1,4 @@
-"""The shape model's pretraining (adapters/sd3_shapes/pretrain.py) is deterministic and loads as SD3.
+"""The shape model's pretraining (demos/shapes/pretrain.py) is deterministic and loads as SD3.
 
 Its first steps, run twice from nothing, give the same losses to the bit (the data is drawn by
 index, everything is seeded, one torch thread); the losses fall over those steps; the folder it
@@ -9,7 +9,7 @@ import json
 
 import torch
 
-from adapters.sd3_shapes.pretrain import PretrainConfig, pretrain
+from demos.shapes.pretrain import PretrainConfig, pretrain
 
 
 def test_pretraining_is_deterministic_and_writes_a_loadable_pipeline(tmp_path):

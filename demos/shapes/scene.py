@@ -13,8 +13,8 @@ and a detector can segment the image by colour.
     triangle  upright, apex (cx, cy - r), base y = cy + r from cx - r to cx + r: fills half
 
 Shapes are drawn in order (a later one covers an earlier one); the layouts of
-`omni_rl.data.shapes.sampling` never overlap them. Not here: captions (`grammar`), layouts
-(`sampling`), detection (`rewards/geneval_shapes.py`).
+`demos.shapes.sampling` never overlap them. Not here: captions (`grammar`), layouts
+(`sampling`), detection (`demos.shapes.reward`).
 """
 from __future__ import annotations
 

@@ -1,11 +1,11 @@
 """Pretrain the tiny SD3 that draws shapes (`tiny:sd3_shapes`), from nothing, on synthetic scenes.
 
-    python -m adapters.sd3_shapes.pretrain --out DIR     # ~37 min on one CPU core (6 VAE + 31 flow)
+    python -m demos.shapes.pretrain --out DIR          # ~37 min on one CPU core (6 VAE + 31 flow)
 
 Two stages, each deterministic (seeded, one torch thread, data drawn by index):
 
 1. **VAE.** An `AutoencoderKL` (16 latent channels, 4 px per latent pixel) learns to reconstruct
-   rendered scenes (`omni_rl.data.shapes`: one to four flat shapes on grey, each centred in
+   rendered scenes (`demos.shapes.scene`: one to four flat shapes on grey, each centred in
    a cell of a 3 x 3 grid, 32 px): L1 + MSE on
    the pixels plus a small KL term. Its `shift_factor` / `scaling_factor` are then set from the
    latents' mean and std over a held batch, as SD3's are, so the transformer sees unit-scale latents.
@@ -36,7 +36,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from adapters.sd3_shapes import MAX_SEQUENCE_LENGTH
+from demos.shapes.model import MAX_SEQUENCE_LENGTH
 
 SIZE = 32  # pixels
 
@@ -67,7 +67,8 @@ class PretrainConfig:
 
 def scenes(start: int, n: int, size: int):
     """(captions, uint8 images [n, size, size, 3]) of pairs start .. start + n - 1."""
-    from omni_rl.data.shapes import render, sample_pair
+    from demos.shapes.sampling import sample_pair
+    from demos.shapes.scene import render
 
     pairs = [sample_pair(start + k) for k in range(n)]
     return [p.caption for p in pairs], np.stack([render(p.scene, size) for p in pairs])
@@ -83,7 +84,7 @@ def untrained_pipeline(cfg: PretrainConfig):
     from diffusers import AutoencoderKL, FlowMatchEulerDiscreteScheduler, SD3Transformer2DModel, StableDiffusion3Pipeline
 
     from adapters.sd3 import tiny_text_encoders
-    from omni_rl.data.shapes.grammar import VOCABULARY
+    from demos.shapes.grammar import VOCABULARY
 
     torch.manual_seed(cfg.seed)
     encoders = tiny_text_encoders(words=VOCABULARY, max_length=cfg.clip_tokens)
@@ -201,8 +202,8 @@ def pretrain(out: Path, cfg: PretrainConfig, reuse_vae: Path | None = None) -> d
     """Both stages into `out` (a new folder); returns the training log. `reuse_vae` names an
     earlier output folder whose stage 1 ran with the same `VAE_FIELDS`: its VAE is taken instead
     of training the same one again (stage 1 is deterministic; only stage 2's settings changed)."""
+    from demos.shapes.sampling import LAYOUT
     from omni_rl.config.schema import LoraConfig, ModelConfig
-    from omni_rl.data.shapes import LAYOUT
     from omni_rl.models import build_model
     from omni_rl.models.checksums import write_checksums
     from omni_rl.utils.atomic import atomic_write_json
@@ -239,7 +240,7 @@ def pretrain(out: Path, cfg: PretrainConfig, reuse_vae: Path | None = None) -> d
 def _earlier_vae(folder: Path, cfg: PretrainConfig):
     from diffusers import AutoencoderKL
 
-    from omni_rl.data.shapes import LAYOUT
+    from demos.shapes.sampling import LAYOUT
 
     record = json.loads((folder / "train_log.json").read_text())
     differ = [f for f in VAE_FIELDS if record["config"].get(f) != getattr(cfg, f)]
@@ -252,7 +253,7 @@ def _earlier_vae(folder: Path, cfg: PretrainConfig):
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m adapters.sd3_shapes.pretrain", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m demos.shapes.pretrain", description=__doc__.splitlines()[0])
     parser.add_argument("--out", required=True, help="a new folder for the pipeline")
     parser.add_argument("--steps", type=int, default=PretrainConfig.steps, help="transformer steps")
     parser.add_argument("--vae-steps", type=int, default=PretrainConfig.vae_steps)

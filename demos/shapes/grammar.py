@@ -10,7 +10,7 @@
 Case and surrounding spaces are ignored. A caption names one or two objects; two objects are
 different shapes; at most four shapes in all; a relation joins two single objects ("a square
 to the left of a triangle": the square's centre is left of the triangle's). What a caption
-asks, `SceneSpec`, is checked by the GenEval-style reward (`rewards/geneval_shapes.py`); its
+asks, `SceneSpec`, is checked by the GenEval-style reward (`demos.shapes.reward`); its
 task type follows from its form, as in GenEval's prompt sets:
 
 | task          | form                                    | example                                      |
@@ -32,7 +32,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Optional
 
-from omni_rl.data.shapes.scene import COLOURS, SHAPES
+from demos.shapes.scene import COLOURS, SHAPES
 
 TASKS = ("single_object", "two_object", "counting", "colors", "position", "color_attr")
 # Relation key -> its canonical words. "A <relation> B" compares A's centre with B's.
