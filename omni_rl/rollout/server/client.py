@@ -37,7 +37,7 @@ from omni_rl.config.loader import to_yaml
 from omni_rl.config.schema import OmniConfig
 from omni_rl.rollout.base import RolloutEngine, check_weight_kind, weight_kind
 from omni_rl.utils.tensor_buckets import NamedTensors, named_buckets
-from omni_rl.rollout.native import RolloutEngineError
+from omni_rl.rollout.base import RolloutEngineError
 from omni_rl.rollout.server.protocol import (
     CONTENT_TYPE,
     PROTOCOL_HEADER,

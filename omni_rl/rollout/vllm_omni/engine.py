@@ -30,7 +30,7 @@ from omni_rl.config.schema import OmniConfig
 from omni_rl.models.registry import adapter_key
 from omni_rl.rollout.base import RolloutEngine, check_weight_kind
 from omni_rl.rollout.diffusion_sampling import check_request
-from omni_rl.rollout.native import RolloutEngineError, wait_results
+from omni_rl.rollout.base import RolloutEngineError, wait_results
 from omni_rl.rollout.types import DiffusionRequest, DiffusionResult
 from omni_rl.rollout.vllm_omni.availability import require
 from omni_rl.rollout.vllm_omni.codec import request_to_prompt, result_from_output, sampling_fields
