@@ -67,11 +67,7 @@ class HttpImageScorer:
         return f"HttpImageScorer({self.client!r})"
 
 
-@register_reward("http_scorer")
+@register_reward("http_scorer", check_options=check_client_options)
 def http_scorer(*, url: str, timeout_s: float = 60.0, retries: int = 3, backoff_s: float = 0.5) -> HttpImageScorer:
     """uint8 images/video -> a remote scorer at `url` (see the module docstring)."""
     return HttpImageScorer(ScoreClient(url, timeout_s=timeout_s, retries=retries, backoff_s=backoff_s))
-
-
-# Checked when the config is loaded (`check_reward_options`): a bad URL scheme stops the run there.
-http_scorer.check_options = check_client_options  # type: ignore[attr-defined]

@@ -105,11 +105,7 @@ class LatentHttpScorer:
         return f"LatentHttpScorer({self.client!r})"
 
 
-@register_reward("latent_http")
+@register_reward("latent_http", check_options=check_client_options)
 def latent_http(*, url: str, timeout_s: float = 60.0, retries: int = 3, backoff_s: float = 0.5) -> LatentHttpScorer:
     """Clean latents -> a remote latent scorer at `url` (see the module docstring)."""
     return LatentHttpScorer(ScoreClient(url, timeout_s=timeout_s, retries=retries, backoff_s=backoff_s))
-
-
-# Checked when the config is loaded (`check_reward_options`): a bad URL scheme stops the run there.
-latent_http.check_options = check_client_options  # type: ignore[attr-defined]
