@@ -22,6 +22,9 @@
   ones the trainer computes for `model`'s current weights (the same model object in this
   process, the same function, fp32). Then the trainer need not recompute them; anywhere else
   (another process or copy, other kernels or precision) the answer is False and it does.
+- `check_request(request)` raises ValueError for a request the engine cannot sample, before
+  it is admitted (a bad request fails its caller alone); `failure()` says why an engine can no
+  longer sample (None while it can).
 - `close()` stops the engine; its pending requests fail.
 
 Shared by every backend: `RolloutEngineError` (an engine that failed or timed out; a run-time
@@ -34,7 +37,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from concurrent.futures import Future, TimeoutError as FutureTimeout
 from types import MappingProxyType
-from typing import Any, Sequence
+from typing import Any, Optional, Sequence
 
 import torch
 
@@ -121,6 +124,18 @@ class RolloutEngine(ABC):
 
     def same_log_probs_as(self, model) -> bool:
         return False
+
+    def check_request(self, request: Any) -> None:
+        """Raise ValueError naming the field of a request this engine cannot sample (an unknown
+        kernel, a seed past 2**64, a non-finite noise level or guidance, condition images for a
+        text-to-image model, a size past the model's limits). Called at submission, before the
+        request reaches the engine, so a bad request fails its own caller and no one else's
+        (the rollout server answers it with 400). The default checks nothing."""
+
+    def failure(self) -> Optional[str]:
+        """Why the engine can no longer sample (it stopped after an error, or was closed); None
+        while it can. The rollout server's /health reports it."""
+        return None
 
     def close(self) -> None:
         pass

@@ -78,7 +78,7 @@ class NativeDiffusionEngine(RolloutEngine):
         # A malformed request is refused here, to its caller alone: admitted, it would stop the
         # engine and fail every other caller's samples with it.
         for req in requests:
-            self._check_request(req)
+            self.check_request(req)
         futures = []
         with self._cv:
             self._check_alive()
@@ -98,8 +98,13 @@ class NativeDiffusionEngine(RolloutEngine):
         `RolloutEngineError` naming the request."""
         return wait_results(requests, futures, timeout_s)
 
-    def _check_request(self, req: DiffusionRequest) -> None:
+    def check_request(self, req: DiffusionRequest) -> None:
         check_request(self.model, req)
+
+    def failure(self) -> Optional[str]:
+        if self._error is not None:
+            return f"it stopped after an error: {self._error!r}"
+        return "it is closed" if self._closed else None
 
     def same_log_probs_as(self, model) -> bool:
         # The trainer's model itself, in fp32: the trainer's replay calls the same
