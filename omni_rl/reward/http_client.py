@@ -57,6 +57,7 @@ from omni_rl.reward.protocol import (
     ProtocolError,
     decode_response,
     encode_request,
+    metadata_for_wire,
     error_message,
     request_headers,
 )
@@ -231,6 +232,32 @@ class ScoreClient:
                                  None) from None
             raise _Transient(err.cause, None) from None
         return status, reply
+
+
+class RemoteScorer:
+    """A reward scored on a remote server, the scorer both `http_scorer` (uint8 images) and
+    `latent_http` (float latents) are: `to_wire(samples, prompts, metadata)` checks the batch and
+    returns the protocol tensor of `kind`, which is sent with the prompts and the metadata as
+    JSON (`protocol.metadata_for_wire`); the answer is the batch's B scores."""
+
+    def __init__(self, name: str, client: ScoreClient, kind: str,
+                 to_wire: Callable[[Any, Sequence[str], Sequence[dict[str, Any]]], torch.Tensor]):
+        self.name = name
+        self.client = client
+        self.kind = kind
+        self.to_wire = to_wire
+
+    def __call__(self, samples: Any, prompts: Sequence[str], metadata: Sequence[dict[str, Any]]) -> list[float]:
+        tensor = self.to_wire(samples, prompts, metadata)
+        return self.client.score(tensor, list(prompts), metadata_for_wire(metadata), kind=self.kind)
+
+    @property
+    def url(self) -> str:
+        """The endpoint scored against (named in the reward manager's timeout messages)."""
+        return self.client.score_url
+
+    def __repr__(self) -> str:
+        return f"RemoteScorer({self.name!r}, {self.client!r})"
 
 
 SCHEMES = ("http", "https")

@@ -130,3 +130,14 @@ def test_deeply_nested_json_is_refused_without_recursion():
     with pytest.raises(ProtocolError, match="not JSON"):
         decode_response(deep, 1)
     assert error_message(deep).startswith("'[[[[")
+
+
+def test_http_scorer_and_latent_http_are_one_client_class():
+    from omni_rl.reward import build_reward
+    from omni_rl.reward.http_client import RemoteScorer
+
+    images = build_reward("http_scorer", url="http://127.0.0.1:9")
+    latents = build_reward("latent_http", url="http://127.0.0.1:9")
+    assert type(images) is RemoteScorer and type(latents) is RemoteScorer
+    assert (images.kind, latents.kind) == ("images", "latents")
+    assert images.url == latents.url == "http://127.0.0.1:9/score"
