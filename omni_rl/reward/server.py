@@ -11,16 +11,17 @@ the other kind with 400. A scorer may raise `HttpStatusError(status, message)` t
 reply (e.g. 503 while its model is loading); a `RewardInputError` (the batch does not fit the
 scorer, e.g. float images to an image reward) is a 400; any other exception is a 500 naming
 it, and so is a wrong number of scores or a NaN/inf. Calls into the scorer are serialised by a lock (one
-batch at a time), since a model on one device gains nothing from concurrent batches. A request
-refused before its body is read (413 too large, 415, ...) is answered, then the rest of its body
-is read and dropped (at most 64 MiB, 10 s): closing with it unread would reset the connection
-and destroy the answer before the client reads it.
+batch at a time), since a model on one device gains nothing from concurrent batches. The
+transport (token check, body bound 413, timeouts for idle and trickling connections, a body
+refused before it was read read and dropped so that the client sees the answer, not a reset)
+is `omni_rl.utils.http_transport`'s, shared with the rollout server.
 
     python -m omni_rl.reward.server --scorer latent_stats --port 8000
     python -m omni_rl.reward.server --scorer my_pkg.scorers:make_scorer --kwargs '{"path": "m.st"}'
     python -m omni_rl.reward.server --scorer reward:jpeg_compressibility      # a registered reward
 
-`--scorer` takes a built-in name (`latent_stats`, `latent_reward_model`), `module:factory`
+`--scorer` takes a served scorer's name (`SERVED_SCORERS`: `latent_stats`, `latent_reward_model`
+of `rewards/latent_scorers.py`, or a plugin's `@register_served_scorer`), `module:factory`
 (the factory is called with `--kwargs` as keyword arguments and returns the scorer) or
 `reward:NAME` (a registered omni-rl reward built with `--kwargs`). The server binds
 127.0.0.1 and refuses any other address unless `--host` is given explicitly. `--token SECRET`
@@ -36,12 +37,6 @@ or 1 for a run-time failure (the port is in use, the factory itself failed).
 In tests, `serve_in_thread(scorer) -> (server, url)` runs it in a background thread;
 `server.stop()` shuts it down and frees the port.
 
-Built-in latent scorers (the DiNa-LRM idea: score clean latents, no VAE decode):
-- `latent_stats`: `-mean(latent**2)` over all non-batch dims (fp64), a cheap deterministic
-  score for demos and tests (it prefers latents near 0).
-- `LatentRewardModel`: a tiny conv net on latents [B, C, H, W] -> one score per sample,
-  randomly initialised from a seed or loaded from a safetensors file that stores its shape in
-  the file's metadata. It shows the plumbing; it is not a trained reward model.
 """
 from __future__ import annotations
 
@@ -61,6 +56,7 @@ from typing import Any, Callable, Iterator, Sequence
 
 import torch
 
+from omni_rl.registry import Registry
 from omni_rl.reward.inputs import RewardInputError
 from omni_rl.reward.protocol import (
     CONTENT_TYPE,
@@ -85,6 +81,15 @@ from omni_rl.utils.http_transport import GuardedHandler, GuardedServer, HttpRefu
 logger = logging.getLogger(__name__)
 
 ServedScorer = Callable[[torch.Tensor, Sequence[str], Sequence[dict[str, Any]]], Sequence[float]]
+
+# Scorers `--scorer NAME` serves by name: factories `(**kwargs) -> ServedScorer`, registered with
+# `@register_served_scorer(name)` by rewards/ (the latent demo scorers) or a plugin.
+SERVED_SCORERS: Registry = Registry("served scorer")
+
+
+def register_served_scorer(name: str):
+    return SERVED_SCORERS.register(name)
+
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_MAX_BODY_BYTES = 1 << 30
@@ -241,130 +246,6 @@ class _Handler(GuardedHandler):
         self.send_body(status, body, "application/json", {PROTOCOL_HEADER: str(PROTOCOL_VERSION)})
 
 
-# ---------------------------------------------------------------------------------------------
-# Built-in latent scorers
-
-
-def latent_stats() -> ServedScorer:
-    """Factory of the `latent_stats` scorer: -mean(latent**2) per sample, in float64."""
-    def score(latents: torch.Tensor, prompts: Sequence[str], metadata: Sequence[dict]) -> list[float]:
-        _check_latents(latents, "latent_stats")
-        flat = latents.detach().to(torch.float64).reshape(latents.shape[0], -1)
-        return (-(flat * flat).mean(dim=1)).tolist()
-
-    score.accepts = LATENTS  # type: ignore[attr-defined]
-    score.__qualname__ = "latent_stats"
-    return score
-
-
-class LatentRewardModel(torch.nn.Module):
-    """A tiny conv net scoring clean latents [B, C, H, W] -> [B] (no VAE decode).
-
-    conv3x3(C -> hidden) -> SiLU -> conv3x3 stride 2 -> SiLU -> conv3x3 stride 2 -> SiLU ->
-    mean over H, W -> linear(hidden -> 1). No normalisation layers, so a sample's score does
-    not depend on the rest of its batch.
-    """
-
-    def __init__(self, in_channels: int = 16, hidden: int = 32):
-        super().__init__()
-        for name, value in (("in_channels", in_channels), ("hidden", hidden)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"LatentRewardModel: {name}={value!r}; expected an int >= 1")
-        self.in_channels = in_channels
-        self.hidden = hidden
-        self.body = torch.nn.Sequential(
-            torch.nn.Conv2d(in_channels, hidden, 3, padding=1),
-            torch.nn.SiLU(),
-            torch.nn.Conv2d(hidden, hidden, 3, stride=2, padding=1),
-            torch.nn.SiLU(),
-            torch.nn.Conv2d(hidden, hidden, 3, stride=2, padding=1),
-            torch.nn.SiLU(),
-        )
-        self.head = torch.nn.Linear(hidden, 1)
-
-    def forward(self, latents: torch.Tensor) -> torch.Tensor:
-        if latents.ndim != 4 or latents.shape[1] != self.in_channels:
-            raise ValueError(
-                f"LatentRewardModel takes latents [B, {self.in_channels}, H, W]; got shape "
-                f"{tuple(latents.shape)}. Build the model with in_channels matching the VAE's latent "
-                f"channels (video latents [B, C, T, H, W] need a different model)"
-            )
-        return self.head(self.body(latents).mean(dim=(2, 3))).squeeze(-1)
-
-    def save_safetensors(self, path: str) -> None:
-        """Write the weights and the shape (`in_channels`, `hidden`) to one safetensors file."""
-        from safetensors.torch import save_file
-
-        state = {k: v.detach().contiguous() for k, v in self.state_dict().items()}
-        save_file(state, path, metadata={
-            "model": "LatentRewardModel", "in_channels": str(self.in_channels), "hidden": str(self.hidden),
-        })
-
-    @classmethod
-    def from_safetensors(cls, path: str) -> "LatentRewardModel":
-        """Load a model written by `save_safetensors` (its shape is read from the file)."""
-        from safetensors import safe_open
-        from safetensors.torch import load_file
-
-        with safe_open(path, framework="pt") as handle:
-            meta = handle.metadata() or {}
-        if meta.get("model") != "LatentRewardModel":
-            raise ValueError(
-                f"{path}: its safetensors metadata says model={meta.get('model')!r}; expected "
-                f"'LatentRewardModel' (write the file with LatentRewardModel.save_safetensors)"
-            )
-        try:
-            model = cls(int(meta["in_channels"]), int(meta["hidden"]))
-        except (KeyError, ValueError) as err:
-            raise ValueError(f"{path}: bad in_channels/hidden in its metadata {meta!r} ({err})") from err
-        try:
-            model.load_state_dict(load_file(path))
-        except RuntimeError as err:
-            raise ValueError(
-                f"{path}: the weights do not fit LatentRewardModel(in_channels={model.in_channels}, "
-                f"hidden={model.hidden}): {err}"
-            ) from err
-        return model.eval()
-
-
-class LatentModelScorer:
-    """Serves a LatentRewardModel: float32 latents [B, C, H, W] -> B floats (inference mode)."""
-
-    accepts = LATENTS
-
-    def __init__(self, model: LatentRewardModel):
-        self.model = model.eval()
-
-    @torch.inference_mode()
-    def __call__(self, latents: torch.Tensor, prompts: Sequence[str], metadata: Sequence[dict]) -> list[float]:
-        _check_latents(latents, "latent_reward_model")
-        if latents.ndim != 4 or latents.shape[1] != self.model.in_channels:
-            raise HttpStatusError(
-                400, f"latent_reward_model takes latents [B, {self.model.in_channels}, H, W]; got shape "
-                f"{tuple(latents.shape)}"
-            )
-        param = next(self.model.parameters())
-        return self.model(latents.to(param.device, param.dtype)).double().cpu().tolist()
-
-    def __repr__(self) -> str:
-        return f"LatentModelScorer(in_channels={self.model.in_channels}, hidden={self.model.hidden})"
-
-
-def latent_reward_model(
-    *, path: str | None = None, in_channels: int = 16, hidden: int = 32, seed: int = 0
-) -> LatentModelScorer:
-    """Factory: load `path` (a LatentRewardModel safetensors file) or build one from `seed`."""
-    if path is not None:
-        return LatentModelScorer(LatentRewardModel.from_safetensors(path))
-    generator_state = torch.random.get_rng_state()
-    try:
-        torch.manual_seed(seed)
-        model = LatentRewardModel(in_channels, hidden)
-    finally:
-        torch.random.set_rng_state(generator_state)
-    return LatentModelScorer(model)
-
-
 class RegisteredReward:
     """Serves a registered omni-rl reward: uint8 images [B, H, W, C] -> its B scores."""
 
@@ -381,20 +262,6 @@ class RegisteredReward:
 
     def __repr__(self) -> str:
         return f"reward:{self.name}"
-
-
-BUILTIN_SCORERS: dict[str, Callable[..., ServedScorer]] = {
-    "latent_stats": latent_stats,
-    "latent_reward_model": latent_reward_model,
-}
-
-
-def _check_latents(latents: Any, name: str) -> None:
-    if not isinstance(latents, torch.Tensor) or not latents.is_floating_point() or latents.ndim < 2:
-        raise HttpStatusError(
-            400, f"{name} scores float latents [B, ...]; got "
-            f"{type(latents).__name__} {getattr(latents, 'dtype', '')} {tuple(getattr(latents, 'shape', ()))}"
-        )
 
 
 def _describe(scorer: Any) -> str:
@@ -431,9 +298,12 @@ def load_scorer(spec: str, kwargs: dict[str, Any] | None = None) -> ServedScorer
     ValueError, for a `reward:NAME`) naming it; errors raised inside a factory propagate.
     """
     kwargs = dict(kwargs or {})
-    if spec in BUILTIN_SCORERS:
-        _check_factory_kwargs(spec, BUILTIN_SCORERS[spec], kwargs)
-        return BUILTIN_SCORERS[spec](**kwargs)
+    from omni_rl.plugins import load_plugins
+
+    load_plugins()  # the served scorers of rewards/ (latent_stats, ...) and of plugins register there
+    if spec in SERVED_SCORERS:
+        _check_factory_kwargs(spec, SERVED_SCORERS.get(spec), kwargs)
+        return SERVED_SCORERS.get(spec)(**kwargs)
     if spec.startswith("reward:"):
         from omni_rl.registry import RegistryError
         from omni_rl.reward.registry import build_reward
@@ -446,7 +316,7 @@ def load_scorer(spec: str, kwargs: dict[str, Any] | None = None) -> ServedScorer
     module_name, sep, attr = spec.partition(":")
     if not sep or not module_name or not attr:
         raise ValueError(
-            f"--scorer {spec!r}: expected a built-in name ({', '.join(BUILTIN_SCORERS)}), "
+            f"--scorer {spec!r}: expected a built-in name ({', '.join(SERVED_SCORERS.in_registration_order())}), "
             f"'module:factory' or 'reward:NAME'"
         )
     try:
@@ -593,4 +463,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    # Run the imported module's main, not this __main__ copy's: served scorers register in (and
+    # raise the HttpStatusError of) `omni_rl.reward.server`, which a second copy would not see.
+    from omni_rl.reward import server as _server
+
+    sys.exit(_server.main())

@@ -13,7 +13,8 @@ import torch
 from omni_rl.reward import server as server_module
 from omni_rl.reward.http_client import RewardServerError, ScoreClient
 from omni_rl.reward.protocol import TOKEN_ENV, decode_response, error_message
-from omni_rl.reward.server import latent_stats, running_server
+from omni_rl.reward.server import running_server
+from rewards.latent_scorers import latent_stats
 from omni_rl.utils.http_transport import check_json_depth, new_token, printable, safe_preview
 
 FAST = dict(timeout_s=10, retries=0, backoff_s=0.0)
