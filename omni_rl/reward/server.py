@@ -428,7 +428,7 @@ def server_from_args(argv: Sequence[str] | None = None) -> ScoreServer:
     except Exception as err:  # the factory failed on its own (out of memory, a bug): run time
         raise CommandLineError(f"{where}: building the scorer failed: {type(err).__name__}: {err}", 1) from err
     host = DEFAULT_HOST if args.host is None else args.host
-    # Only an explicit --host may bind a non-loopback address: the protocol has no authentication.
+    # Only an explicit --host may bind a non-loopback address: the protocol has no encryption.
     try:
         return make_server(
             scorer, host, args.port, allow_remote=args.host is not None, max_body_bytes=args.max_body_bytes,
