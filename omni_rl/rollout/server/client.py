@@ -39,18 +39,7 @@ from typing import Any, Optional, Sequence
 import omni_rl
 from omni_rl.config.loader import to_yaml
 from omni_rl.config.schema import OmniConfig
-from omni_rl.rollout.base import RolloutEngine, check_weight_kind, weight_kind
-from omni_rl.utils.tensor_buckets import NamedTensors, named_buckets
-from omni_rl.rollout.base import RolloutEngineError
-from omni_rl.utils.http_transport import (
-    TransportError,
-    auth_headers,
-    check_json_depth,
-    new_token,
-    printable,
-    request,
-    safe_preview,
-)
+from omni_rl.rollout.base import RolloutEngine, RolloutEngineError, check_weight_kind, weight_kind
 from omni_rl.rollout.server.protocol import (
     CONTENT_TYPE,
     PROTOCOL_HEADER,
@@ -61,6 +50,16 @@ from omni_rl.rollout.server.protocol import (
     encode_weights,
     version_mismatch,
 )
+from omni_rl.utils.http_transport import (
+    TransportError,
+    auth_headers,
+    check_json_depth,
+    new_token,
+    printable,
+    request,
+    safe_preview,
+)
+from omni_rl.utils.tensor_buckets import NamedTensors, named_buckets
 
 
 # Results of one chunk of requests: latents and images of up to max_num_seqs samples.
