@@ -257,3 +257,50 @@ def test_the_command_line_says_one_line_for_a_missing_config_or_a_port_in_use(tm
     err = capsys.readouterr().err.strip().splitlines()
     assert err[-1] == (f"error: cannot listen on 127.0.0.1:{port}: the port is in use; stop what holds it or "
                        f"pick another --port (0 = a free one)"), err
+
+
+@pytest.mark.slow
+def test_a_run_is_unaffected_by_a_local_process_without_its_token(tmp_path):
+    from omni_rl.trainer import PPOTrainer
+
+    trainer = PPOTrainer(load_config([
+        "recipe=tiny_sd3_flowgrpo", "rollout.backend=server", "rollout.server_timeout_s=60", "trainer.total_steps=2",
+        "trainer.prompts_per_step=2", "trainer.samples_per_prompt=2", "trainer.mini_batch_size=4",
+        "trainer.micro_batch_size=2", "rollout.num_steps=4", "rollout.sde_window_size=2", "rollout.sde_window_range=[0,3]",
+        "trainer.val_every=0",
+        "trainer.progress_bar=false", "trainer.loggers=[jsonl]", "trainer.save_every=0",
+        f"trainer.output_dir={tmp_path / 'run'}",
+    ]))
+    url = trainer.rollout_engine.url
+    answers, stop = [], threading.Event()
+    weights = encode_weights({"w": torch.zeros(2)}, 99, "full", 0, True)
+
+    def attack():
+        while not stop.is_set():
+            for path, body in (("/shutdown", b""), ("/update_weights", weights), ("/generate", b""), ("/sleep", b"")):
+                try:
+                    answers.append(_raw(url, "POST", path, body, {"Content-Type": CONTENT_TYPE}, timeout=10)[0])
+                except OSError:
+                    answers.append("no connection")
+            time.sleep(0.05)
+
+    attacker = threading.Thread(target=attack, daemon=True)
+    close = trainer.rollout_engine.close
+
+    def close_after_the_attack():  # the run's own shutdown, once the attacker has stopped
+        stop.set()
+        attacker.join(timeout=30)
+        close()
+
+    trainer.rollout_engine.close = close_after_the_attack
+    attacker.start()
+    try:
+        trainer.fit()
+    finally:
+        stop.set()
+        attacker.join(timeout=30)
+    assert answers and set(answers) == {401}, sorted(set(map(str, answers)))
+    records = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in records] == [1, 2] and all(math.isfinite(r["reward/total/mean"]) for r in records)
+    # The trainer's own /shutdown at the end stopped it (the attacker's never did: the run finished).
+    assert trainer.rollout_engine.process.wait(timeout=30) == 0
