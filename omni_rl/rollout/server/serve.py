@@ -67,6 +67,16 @@ def build_server(cfg: OmniConfig, backend: str = "native", host: str = "127.0.0.
         raise
 
 
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}; expected a whole number of bytes >= 1")
+    return value
+
+
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:  # argparse prints its usage too; one line is enough
         raise _StartError(f"{message} (see python -m omni_rl.rollout.server --help)", 2)
@@ -92,7 +102,7 @@ def _serve(argv: Sequence[str] | None) -> int:
     parser.add_argument("--backend", default="native", help="the in-process rollout backend to serve")
     parser.add_argument("--port", type=int, default=0, help="0 = a free port")
     parser.add_argument("--parent-pid", type=int, default=None, help="stop serving when this process is gone")
-    parser.add_argument("--max-body-bytes", type=int, default=DEFAULT_MAX_BODY_BYTES,
+    parser.add_argument("--max-body-bytes", type=_positive_int, default=DEFAULT_MAX_BODY_BYTES,
                         help="the largest request body read (a larger one is answered 413)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr, format="rollout server: %(levelname)s %(message)s")
