@@ -80,6 +80,14 @@ class StableDiffusion3Adapter(DiffusionModelBase):
         factor = self.vae_scale * self.transformer.config.patch_size
         check_multiple("rollout.height", height, factor, "VAE factor x patch size")
         check_multiple("rollout.width", width, factor, "VAE factor x patch size")
+        # The transformer crops its position-embedding table to the latent's patches: past the
+        # table there is no position to crop, and the forward fails with a bare shape error.
+        most = self.transformer.config.pos_embed_max_size
+        if most is not None:
+            for key, value in (("rollout.height", height), ("rollout.width", width)):
+                if value // factor > most:
+                    raise ValueError(f"{key}={value}: past the transformer's position embedding "
+                                     f"({most} patches of {factor} px); the largest is {most * factor}")
         return (self.transformer.config.in_channels, height // self.vae_scale, width // self.vae_scale)
 
     @torch.no_grad()

@@ -4,6 +4,9 @@ Exit codes: 0 done, 2 bad config or command line (an output folder that is a fil
 holding another run included), 1 a run that failed (the message names the component: reward,
 model weights, rollout engine, prompt file, a full disk), 128 + N a run stopped by signal N
 (143 SIGTERM, 130 SIGINT: the training loop saves the step it finished and says where).
+The code is the error's own (`omni_rl.errors`): every error reported here derives from
+`OmniConfigError` or `OmniRunError`, and those two (plus a Ctrl-C outside the loop) are all
+this module catches.
 
 `check_inputs` looks at what the config points to (device, prompt files, resume checkpoint,
 model folder or hub id) before anything loads, so those mistakes cost seconds, not a model load.
@@ -14,6 +17,8 @@ import logging
 import sys
 from pathlib import Path
 from typing import Sequence
+
+from omni_rl.errors import OmniConfigError, OmniRunError
 
 # What `python main_omni.py` runs when no recipe is named: the newcomer's demo. (The schema's
 # own default, for `load_config` in code and tests, is the faster random-weight tiny_sd3_flowgrpo.)
@@ -47,7 +52,7 @@ def _main(argv: Sequence[str] | None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     setup_logging()
     from omni_rl.compose import load_config
-    from omni_rl.config import ConfigError, available_recipes, to_yaml
+    from omni_rl.config import available_recipes, to_yaml
 
     if "-h" in args or "--help" in args:
         print(USAGE + "\nrecipes: " + ", ".join(available_recipes()))
@@ -73,62 +78,24 @@ def _main(argv: Sequence[str] | None) -> int:
         args = [f"recipe={DEMO_RECIPE}", *args]
     try:
         cfg = load_config(args)
-    except ConfigError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
-    if show_cfg:
-        print(to_yaml(cfg))
-        return 0
-    if show_plan:
-        from omni_rl.plan.weights import run_plan
+        if show_cfg:
+            print(to_yaml(cfg))
+            return 0
+        if show_plan:
+            from omni_rl.plan.weights import run_plan
 
-        try:
             print(f"plan: written to {run_plan(cfg)}")
-        except ConfigError as err:
-            print(f"error: {err}", file=sys.stderr)
-            return 2
-        return 0
-
-    from omni_rl.data.prompts import PromptFileError
-    from omni_rl.device import DeviceError
-    from omni_rl.models.loading import MissingWeightsError, ModelFolderError
-    from omni_rl.trainer.checkpoint import CheckpointError
-
-    try:
+            return 0
         check_inputs(cfg)
-    except (DeviceError, PromptFileError, ModelFolderError, CheckpointError) as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
-    except MissingWeightsError as err:  # a hub id neither cached nor downloadable from here
-        print(f"error: {err}", file=sys.stderr)
-        return 1
+        from omni_rl.trainer import run
 
-    from omni_rl.engine.local import NonFiniteLossError
-    from omni_rl.plugins import PluginError
-    from omni_rl.registry import RegistryError
-    from omni_rl.reward.manager import RewardError
-    from omni_rl.reward.registry import RewardConfigError
-    from omni_rl.rollout.native import RolloutEngineError
-    from omni_rl.trainer import run
-    from omni_rl.trainer.interrupt import TrainingInterrupted
-    from omni_rl.trainer.run_dir import OutputWriteError, RunDirError
-    from omni_rl.workers.errors import WorkerFailedError
-
-    try:
         run(cfg)
-    except (RegistryError, RewardConfigError, PluginError, PromptFileError, CheckpointError, DeviceError,
-            ModelFolderError, RunDirError) as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
-    except TrainingInterrupted as err:
+    except (OmniConfigError, OmniRunError) as err:
+        # Every failure the command line reports derives from one of the two bases and carries
+        # its exit code: 2 bad input, 1 a run that failed, 128 + N a run stopped by signal N
+        # (TrainingInterrupted), a hub id neither cached nor reachable 1 (MissingWeightsError).
         print(f"error: {err}", file=sys.stderr)
         return err.exit_code
-    except (MissingWeightsError, RewardError, RolloutEngineError, NonFiniteLossError, OutputWriteError) as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 1
-    except WorkerFailedError as err:  # trainer.backend=ray: a worker died or stopped answering
-        print(f"error: {err}", file=sys.stderr)
-        return 1
     print(f"done: outputs in {cfg.trainer.output_dir}")
     return 0
 

@@ -8,6 +8,8 @@ import importlib.util
 
 import torch
 
+from omni_rl.errors import OmniConfigError
+
 
 def npu_available() -> bool:
     if importlib.util.find_spec("torch_npu") is None:
@@ -17,7 +19,7 @@ def npu_available() -> bool:
     return bool(getattr(torch, "npu", None) and torch.npu.is_available())
 
 
-class DeviceError(ValueError):
+class DeviceError(OmniConfigError):
     """`trainer.device` names a device this machine does not have."""
 
 

@@ -7,8 +7,10 @@
   engine, a worker, a non-finite loss, a full disk. One `error:` line, exit 1.
 
 Each module keeps its own subclass (so a caller can catch just a rollout failure), and the
-message of each names the bad value, what was expected and what to do. This module imports
-nothing, so any layer may use it.
+message of each names the bad value, what was expected and what to do. Each carries the exit
+code the command line returns for it (`exit_code`: 2 and 1; a subclass may set its own, as a
+run stopped by signal N does with 128 + N), so the command line catches these two bases and
+nothing else. This module imports nothing, so any layer may use it.
 """
 from __future__ import annotations
 
@@ -18,6 +20,10 @@ __all__ = ["OmniConfigError", "OmniRunError"]
 class OmniConfigError(ValueError):
     """Bad input: the message names the key or file, the bad value and what was expected."""
 
+    exit_code = 2
+
 
 class OmniRunError(RuntimeError):
     """A run that failed after it started: the message names the component that failed."""
+
+    exit_code = 1

@@ -14,12 +14,14 @@ import importlib
 from importlib.metadata import entry_points
 from typing import Iterable
 
+from omni_rl.errors import OmniConfigError
+
 ENTRY_POINT_GROUP = "omni_rl.plugins"
 
 _loaded: set[str] = set()
 
 
-class PluginError(ImportError):
+class PluginError(OmniConfigError, ImportError):
     """A plugin module named by an entry point or the config could not be imported."""
 
 

@@ -4,15 +4,22 @@ Each registry holds one kind of thing with one call signature (an SDE kernel, an
 estimator, a policy loss, a reward, a model adapter, a rollout backend). Registering a name
 twice raises; asking for an unknown name raises an error that lists the registered names, so a
 typo in a recipe is caught with the fix in the message.
+
+An entry may carry a *spec*: a small frozen dataclass of what the registered thing declares
+about itself (what a reward scores, how its options are checked). A registry of such things
+reads it with `spec(name)`; it is declared at registration, never set on the object afterwards
+and looked up by attribute name.
 """
 from __future__ import annotations
 
-from typing import Callable, Generic, Iterator, TypeVar
+from typing import Any, Callable, Generic, Iterator, TypeVar
+
+from omni_rl.errors import OmniConfigError
 
 T = TypeVar("T")
 
 
-class RegistryError(KeyError):
+class RegistryError(OmniConfigError, KeyError):
     """An unknown or duplicate registry name. `str()` gives the plain message."""
 
     def __str__(self) -> str:  # KeyError quotes its argument; show the sentence as written
@@ -25,20 +32,27 @@ class Registry(Generic[T]):
     def __init__(self, kind: str):
         self.kind = kind
         self._entries: dict[str, T] = {}
+        self._specs: dict[str, Any] = {}
 
-    def register(self, name: str, obj: T | None = None) -> Callable[[T], T] | T:
-        """Register `obj` under `name`; without `obj`, return a decorator that does it."""
+    def register(self, name: str, obj: T | None = None, *, spec: Any = None) -> Callable[[T], T] | T:
+        """Register `obj` under `name` (with its `spec`, if any); without `obj`, return a
+        decorator that does it."""
         if obj is not None:
-            self._add(name, obj)
+            self._add(name, obj, spec)
             return obj
 
         def decorator(target: T) -> T:
-            self._add(name, target)
+            self._add(name, target, spec)
             return target
 
         return decorator
 
-    def _add(self, name: str, obj: T) -> None:
+    def spec(self, name: str) -> Any:
+        """The spec `name` was registered with (None when it declared none)."""
+        self.get(name)  # an unknown name raises, listing the registered ones
+        return self._specs.get(name)
+
+    def _add(self, name: str, obj: T, spec: Any = None) -> None:
         if not isinstance(name, str) or not name:
             raise RegistryError(f"{self.kind} name must be a non-empty string, got {name!r}")
         if name in self._entries and self._entries[name] is not obj:
@@ -47,6 +61,8 @@ class Registry(Generic[T]):
                 f"choose another name"
             )
         self._entries[name] = obj
+        if spec is not None:
+            self._specs[name] = spec
 
     def get(self, name: str) -> T:
         try:
@@ -58,6 +74,10 @@ class Registry(Generic[T]):
 
     def names(self) -> list[str]:
         return sorted(self._entries)
+
+    def in_registration_order(self) -> list[str]:
+        """The names in the order they were registered (a module's own order of declaration)."""
+        return list(self._entries)
 
     def __contains__(self, name: object) -> bool:
         return name in self._entries

@@ -15,5 +15,6 @@ source image of an image edit, for the edit rewards), `pretrained`
 """
 from rewards import edit_pixels, image_stats, jpeg, video_stats  # noqa: F401  (imported to register)
 from rewards import http_scorer, latent_http, vlm_edit_judge  # noqa: F401  (remote scorers over HTTP)
+from rewards import latent_scorers  # noqa: F401  (what the reward server serves by name: latent_stats, ...)
 from rewards import aesthetic, clap, clip_directional, clip_score, hps, imagebind, ocr, pickscore, tiny_models  # noqa: F401  (model-based scorers: heavy imports inside factories)
 from rewards import format, math_answer, multiple_choice, text_rules  # noqa: F401  (text rewards: answers, structure, CPU-demo rules)

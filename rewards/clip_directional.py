@@ -119,14 +119,10 @@ def _check_options(*, model: str = DEFAULT_CLIP, processor: str | None = None, s
         raise ValueError(f"require_captions={require_captions!r}; expected true or false")
 
 
-@register_reward(NAME, modalities={"image"})
+@register_reward(NAME, modalities={"image"}, check_options=_check_options)
 def clip_directional(
     *, model: str = DEFAULT_CLIP, processor: str | None = None, scale: float = 1.0, device: str = "auto",
     batch_size: int = 32, require_captions: bool = False,
 ) -> ClipDirectionalScorer:
     """CLIP directional similarity of each edit with its caption change (see the module docstring)."""
     return ClipDirectionalScorer(model, processor, scale, device, batch_size, require_captions)
-
-
-# Checked when the config is loaded (`check_reward_options`): a bad batch_size stops the run there.
-clip_directional.check_options = _check_options  # type: ignore[attr-defined]

@@ -25,6 +25,10 @@ Options: `url` (required; the server's base URL), `timeout_s` (the deadline of o
 attempt: connect, send, read the reply; default 60), `retries` (extra attempts on connection
 errors, timeouts, 408, 429 and 5xx, default 3), `backoff_s` (first backoff sleep, doubled per
 retry, with jitter, default 0.5).
+The token of a server started with one (`--token`) is read from the environment variable
+`OMNI_RL_REWARD_TOKEN` (a secret stays out of the recipe, which is saved with the run).
+The scorer is the `RemoteScorer` that `http_scorer` and `latent_http` share
+(`omni_rl.reward.http_client`); this module supplies its batch check.
 After the retries the call raises `RewardServerError` naming the URL, the status/cause and the
 attempts; a `RewardManager` turns it into a `RewardError` naming the reward. A call that
 fails takes at most about `(1 + retries) * timeout_s` plus the backoff sleeps.
@@ -38,8 +42,8 @@ import torch
 
 from omni_rl.reward import RewardInputError, check_batch, register_reward
 from omni_rl.reward.inputs import check_prompts_metadata
-from omni_rl.reward.http_client import ScoreClient, check_client_options
-from omni_rl.reward.protocol import LATENTS, metadata_for_wire
+from omni_rl.reward.http_client import RemoteScorer, ScoreClient, check_client_options
+from omni_rl.reward.protocol import LATENTS
 
 LATENT_KEY = "latent"
 
@@ -86,30 +90,8 @@ def collect_latents(samples: Any, prompts: Sequence[str], metadata: Sequence[dic
     return torch.stack(latents).contiguous()
 
 
-class LatentHttpScorer:
-    """Sends the batch's clean latents to a remote scorer; returns its B scores."""
-
-    def __init__(self, client: ScoreClient):
-        self.client = client
-
-    def __call__(self, samples: Any, prompts: Sequence[str], metadata: Sequence[dict[str, Any]]) -> list[float]:
-        latents = collect_latents(samples, prompts, metadata)
-        return self.client.score(latents, list(prompts), metadata_for_wire(metadata), kind=LATENTS)
-
-    @property
-    def url(self) -> str:
-        """The endpoint scored against (named in the reward manager's timeout messages)."""
-        return self.client.score_url
-
-    def __repr__(self) -> str:
-        return f"LatentHttpScorer({self.client!r})"
-
-
-@register_reward("latent_http")
-def latent_http(*, url: str, timeout_s: float = 60.0, retries: int = 3, backoff_s: float = 0.5) -> LatentHttpScorer:
+@register_reward("latent_http", check_options=check_client_options)
+def latent_http(*, url: str, timeout_s: float = 60.0, retries: int = 3, backoff_s: float = 0.5) -> RemoteScorer:
     """Clean latents -> a remote latent scorer at `url` (see the module docstring)."""
-    return LatentHttpScorer(ScoreClient(url, timeout_s=timeout_s, retries=retries, backoff_s=backoff_s))
-
-
-# Checked when the config is loaded (`check_reward_options`): a bad URL scheme stops the run there.
-latent_http.check_options = check_client_options  # type: ignore[attr-defined]
+    client = ScoreClient(url, timeout_s=timeout_s, retries=retries, backoff_s=backoff_s)
+    return RemoteScorer("latent_http", client, LATENTS, collect_latents)

@@ -109,14 +109,10 @@ def _check_options(*, url: str, batch_size: int = 8, timeout_s: float = 120.0, r
         raise ValueError(f"batch_size={batch_size!r}; expected an int >= 1 (samples per request)")
 
 
-@register_reward(NAME, modalities={"image"})
+@register_reward(NAME, modalities={"image"}, check_options=_check_options)
 def vlm_edit_judge(*, url: str, batch_size: int = 8, timeout_s: float = 120.0, retries: int = 3,
                    backoff_s: float = 0.5) -> VlmEditJudge:
     """Edits + instructions + source images -> a remote judge at `url` (see the module docstring)."""
     _check_options(url=url, batch_size=batch_size, timeout_s=timeout_s, retries=retries, backoff_s=backoff_s)
     client = ScoreClient(url, timeout_s=timeout_s, retries=retries, backoff_s=backoff_s)
     return VlmEditJudge(client, int(batch_size))
-
-
-# Checked when the config is loaded (`check_reward_options`): a bad URL or batch_size stops the run there.
-vlm_edit_judge.check_options = _check_options  # type: ignore[attr-defined]

@@ -176,7 +176,7 @@ def _check_options(*, partial_credit: bool = False, colour_threshold: float = 80
         raise ValueError(f"position_margin={position_margin!r}; expected a fraction of the side in [0, 0.5) (default 0.05)")
 
 
-@register_reward("geneval_shapes", modalities={"image"})
+@register_reward("geneval_shapes", modalities={"image"}, check_options=_check_options)
 def geneval_shapes(*, partial_credit: bool = False, colour_threshold: float = 80.0, min_area: float = 0.004,
                    position_margin: float = 0.05):
     """1 when the image shows what the caption asks, else 0 (or the mean of the checks with
@@ -198,5 +198,4 @@ def geneval_shapes(*, partial_credit: bool = False, colour_threshold: float = 80
     return score
 
 
-geneval_shapes.check_options = _check_options
 __all__ = ["CaptionError", "Detection", "checks", "detect", "geneval_shapes", "spec_of"]

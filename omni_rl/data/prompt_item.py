@@ -12,8 +12,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
+from omni_rl.errors import OmniConfigError
 
-class PromptFileError(ValueError):
+
+class PromptFileError(OmniConfigError):
     """A prompt file that cannot be read; the message names the file and the line."""
 
 

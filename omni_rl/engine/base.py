@@ -12,7 +12,14 @@ from typing import Any, Callable
 
 import torch
 
+from omni_rl.errors import OmniRunError
+
 LossFn = Callable[[Any], tuple[torch.Tensor, dict[str, torch.Tensor]]]
+
+
+class NonFiniteLossError(OmniRunError, FloatingPointError):
+    """A loss or gradient became NaN/inf; the step is refused so the weights stay finite (every
+    engine raises it: a run-time error, exit 1)."""
 
 
 class TrainingEngine(ABC):

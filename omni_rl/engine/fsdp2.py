@@ -50,7 +50,7 @@ from torch.distributed.tensor import DTensor
 
 from omni_rl.config.schema import OptimConfig
 from omni_rl.engine.base import LossFn, TrainingEngine
-from omni_rl.engine.local import NonFiniteLossError
+from omni_rl.engine.base import NonFiniteLossError
 from omni_rl.models.base import OmniModelBase
 from omni_rl.utils.tensor_buckets import named_buckets
 

@@ -7,12 +7,8 @@ from typing import Any
 import torch
 
 from omni_rl.config.schema import OptimConfig
-from omni_rl.engine.base import LossFn, TrainingEngine
+from omni_rl.engine.base import LossFn, NonFiniteLossError, TrainingEngine
 from omni_rl.models.base import OmniModelBase
-
-
-class NonFiniteLossError(FloatingPointError):
-    """A loss or gradient became NaN/inf; the step is refused so the weights stay finite."""
 
 
 class LocalEngine(TrainingEngine):

@@ -37,6 +37,7 @@ from typing import Any, Optional
 
 import torch
 
+from omni_rl.errors import OmniConfigError, OmniRunError
 from omni_rl.models.checksums import SUMS_FILE, ChecksumError, verify_checksums
 from omni_rl.models.registry import PACKAGED_MODELS, TINY_MODELS
 
@@ -51,13 +52,16 @@ WEIGHT_FILE_PATTERNS = ("*.safetensors", "*.bin", "*.pt", "*.pth", "*.ckpt", "*.
 HUB_PROBE_TIMEOUT_S = 3.0
 
 
-class MissingWeightsError(FileNotFoundError):
-    """The model's weights are neither local nor downloadable."""
+class MissingWeightsError(OmniRunError, FileNotFoundError):
+    """The model's weights are neither local nor downloadable (a hub id neither cached nor
+    reachable from here: exit 1)."""
 
 
-class ModelFolderError(MissingWeightsError):
+class ModelFolderError(OmniConfigError, MissingWeightsError):
     """`model.path` names a file, a missing folder, or a folder that holds no loadable model
     (bad input: the command line exits 2 for it, where other missing weights exit 1)."""
+
+    exit_code = OmniConfigError.exit_code
 
 
 def cache_root() -> Path:

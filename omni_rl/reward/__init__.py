@@ -37,9 +37,11 @@ from omni_rl.reward.registry import (
     MODALITIES,
     REWARDS,
     RewardConfigError,
+    RewardDeclaration,
     Scorer,
     build_reward,
     register_reward,
+    reward_declaration,
     reward_modalities,
 )
 
@@ -49,6 +51,7 @@ __all__ = [
     "Images",
     "MediaSamples",
     "RewardConfigError",
+    "RewardDeclaration",
     "RewardError",
     "RewardInputError",
     "RewardManager",
@@ -63,6 +66,7 @@ __all__ = [
     "frame_indices",
     "ground_truths",
     "register_reward",
+    "reward_declaration",
     "reward_modalities",
     "sample_kind",
     "to_pil_list",

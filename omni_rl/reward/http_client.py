@@ -24,7 +24,10 @@ of attempts made.
 `timeout_s` is a deadline for each attempt as a whole: connecting, sending the body and
 reading the whole reply must be done within it, however the server paces its bytes (a server
 that trickles one byte a second is cut off at `timeout_s`, not kept alive by each byte). A
-watchdog thread shuts the attempt's socket down at the deadline. The worst case of a call that
+watchdog thread shuts the attempt's socket down at the deadline (the shared transport,
+`omni_rl.utils.http_transport.request`). An answer is read up to `max_reply_bytes` (16 MiB);
+the text of an error answer is quoted with control characters escaped and cut, never echoed
+raw. The worst case of a call that
 ends in failure is `(1 + retries) * timeout_s` plus the backoff sleeps (plus name resolution,
 which no socket timeout bounds; give an IP address to avoid it).
 
@@ -36,15 +39,11 @@ retried as if the server were down.
 """
 from __future__ import annotations
 
-import contextlib
-import http.client
 import json
 import math
 import numbers
+import os
 import random
-import selectors
-import socket
-import threading
 import time
 import urllib.parse
 from typing import Any, Callable, Sequence
@@ -54,13 +53,19 @@ import torch
 from omni_rl.reward.protocol import (
     HEALTH_PATH,
     SCORE_PATH,
+    TOKEN_ENV,
     ProtocolError,
     decode_response,
     encode_request,
+    metadata_for_wire,
     error_message,
     request_headers,
 )
 
+from omni_rl.utils.http_transport import TransportError, auth_headers, request
+
+# Scores of even a large batch are a few kB; an answer past this is not a scorer's.
+MAX_REPLY_BYTES = 16 << 20
 RETRYABLE_STATUSES = frozenset({408, 429}) | frozenset(range(500, 600))
 
 
@@ -96,6 +101,10 @@ class ScoreClient:
     backoff_s:     the first backoff sleep before jitter, doubled for each further retry (>= 0).
     max_backoff_s: the cap on one backoff sleep (>= 0).
     sleep, rand:   injected for tests (time.sleep and random.random by default).
+    token:         the server's secret, sent as `Authorization: Bearer <token>`; default: the
+                   environment variable OMNI_RL_REWARD_TOKEN when set, else none.
+    max_reply_bytes: the largest answer read (a larger one fails the attempt, not retried as
+                   a different answer would be: it is a transient failure like a reset).
     """
 
     def __init__(
@@ -108,6 +117,8 @@ class ScoreClient:
         max_backoff_s: float = 30.0,
         sleep: Callable[[float], None] = time.sleep,
         rand: Callable[[], float] = random.random,
+        token: str | None = None,
+        max_reply_bytes: int = MAX_REPLY_BYTES,
     ):
         parts = check_client_options(
             url, timeout_s=timeout_s, retries=retries, backoff_s=backoff_s, max_backoff_s=max_backoff_s
@@ -125,6 +136,10 @@ class ScoreClient:
         self.max_backoff_s = float(max_backoff_s)
         self._sleep = sleep
         self._rand = rand
+        # The server's token: given, or read from $OMNI_RL_REWARD_TOKEN (never from the recipe,
+        # which is written to the run's config.yaml).
+        self.token = token if token is not None else os.environ.get(TOKEN_ENV) or None
+        self.max_reply_bytes = int(max_reply_bytes)
 
     def __repr__(self) -> str:
         return (
@@ -206,56 +221,43 @@ class ScoreClient:
         return payload
 
     def _request(self, method: str, path: str, body: bytes | None, headers: dict[str, str]) -> tuple[int, bytes]:
-        """One attempt within `timeout_s`; returns (status, body) or raises _Transient."""
-        cls = http.client.HTTPSConnection if self._parts.scheme == "https" else http.client.HTTPConnection
-        conn = cls(self._parts.hostname, self._parts.port, timeout=self.timeout_s)
-        expired = threading.Event()
-
-        def cut_off() -> None:
-            # A socket timeout bounds one recv/send, so a server that trickles bytes would never
-            # trip it; shutting the socket down wakes whichever call is blocked on it.
-            expired.set()
-            sock = conn.sock
-            if sock is not None:
-                with contextlib.suppress(OSError):
-                    socket.socket.shutdown(sock, socket.SHUT_RDWR)  # the plain socket's, also under TLS
-
-        watchdog = threading.Timer(self.timeout_s, cut_off)
-        watchdog.daemon = True
-        watchdog.start()
+        """One attempt within `timeout_s` (the shared transport's `request`); returns
+        (status, body) or raises _Transient."""
         try:
-            conn.connect()
-            if expired.is_set():  # the deadline passed while connecting, before conn.sock was set
-                raise TimeoutError
-            try:
-                _send_request(conn, method, path or "/", body, headers)
-            except (BrokenPipeError, ConnectionResetError):
-                # The server answered early and closed while the body was on its way: its answer
-                # may still be waiting to be read. If it is not, the send error stands.
-                if expired.is_set():
-                    raise
-                try:
-                    response = conn.getresponse()
-                    return response.status, response.read()
-                except (OSError, http.client.HTTPException):
-                    pass
-                raise
-            response = conn.getresponse()
-            reply = response.read()
-            if expired.is_set():  # read() may return a cut-off body as if the server had closed
-                raise TimeoutError
-            return response.status, reply
-        except Exception as err:
-            if expired.is_set() or isinstance(err, TimeoutError):  # socket.timeout is TimeoutError
-                raise _Transient(
-                    f"timed out after {self.timeout_s:g} s (timeout_s: no complete reply within it)", None
-                ) from None
-            if isinstance(err, (OSError, http.client.HTTPException)):
-                raise _Transient(f"connection error: {type(err).__name__}: {err}", None) from None
-            raise
-        finally:
-            watchdog.cancel()
-            conn.close()
+            status, _, reply = request(self._parts, method, path or "/", body, {**headers, **auth_headers(self.token)},
+                                       timeout_s=self.timeout_s, max_reply_bytes=self.max_reply_bytes)
+        except TransportError as err:
+            if err.timed_out:
+                raise _Transient(f"timed out after {self.timeout_s:g} s (timeout_s: no complete reply within it)",
+                                 None) from None
+            raise _Transient(err.cause, None) from None
+        return status, reply
+
+
+class RemoteScorer:
+    """A reward scored on a remote server, the scorer both `http_scorer` (uint8 images) and
+    `latent_http` (float latents) are: `to_wire(samples, prompts, metadata)` checks the batch and
+    returns the protocol tensor of `kind`, which is sent with the prompts and the metadata as
+    JSON (`protocol.metadata_for_wire`); the answer is the batch's B scores."""
+
+    def __init__(self, name: str, client: ScoreClient, kind: str,
+                 to_wire: Callable[[Any, Sequence[str], Sequence[dict[str, Any]]], torch.Tensor]):
+        self.name = name
+        self.client = client
+        self.kind = kind
+        self.to_wire = to_wire
+
+    def __call__(self, samples: Any, prompts: Sequence[str], metadata: Sequence[dict[str, Any]]) -> list[float]:
+        tensor = self.to_wire(samples, prompts, metadata)
+        return self.client.score(tensor, list(prompts), metadata_for_wire(metadata), kind=self.kind)
+
+    @property
+    def url(self) -> str:
+        """The endpoint scored against (named in the reward manager's timeout messages)."""
+        return self.client.score_url
+
+    def __repr__(self) -> str:
+        return f"RemoteScorer({self.name!r}, {self.client!r})"
 
 
 SCHEMES = ("http", "https")
@@ -291,30 +293,6 @@ def check_client_options(
     _check_number("backoff_s", backoff_s, minimum=0.0)
     _check_number("max_backoff_s", max_backoff_s, minimum=0.0)
     return parts
-
-
-_SEND_CHUNK = 1 << 20
-
-
-def _send_request(
-    conn: http.client.HTTPConnection, method: str, path: str, body: bytes | None, headers: dict[str, str]
-) -> None:
-    """`conn.request`, but the body goes in 1 MiB chunks and stops early once the server has
-    answered: a server that refuses a body (413) answers after reading the headers, and
-    sending the rest of a large body would only end in a broken pipe."""
-    conn.putrequest(method, path)
-    if body is not None and "content-length" not in {key.lower() for key in headers}:
-        conn.putheader("Content-Length", str(len(body)))
-    for key, value in headers.items():
-        conn.putheader(key, value)
-    conn.endheaders()
-    view = memoryview(body or b"")
-    with selectors.DefaultSelector() as waiting:  # not select.select: it fails for fds >= 1024
-        waiting.register(conn.sock, selectors.EVENT_READ)
-        for start in range(0, len(view), _SEND_CHUNK):
-            if start and waiting.select(timeout=0):  # an answer (or a hang-up) is waiting
-                return
-            conn.send(view[start : start + _SEND_CHUNK])
 
 
 def _check_number(name: str, value: Any, *, minimum: float, strict: bool = False) -> None:

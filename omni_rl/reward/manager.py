@@ -74,6 +74,7 @@ from typing import Any, Iterable, Mapping, Optional, Sequence
 import numpy as np
 import torch
 
+from omni_rl.errors import OmniRunError
 from omni_rl.plugins import load_plugins
 from omni_rl.reward.inputs import RewardInputError, Samples, batch_size, check_batch, check_prompts_metadata, sample_kind
 from omni_rl.reward.media import AUDIO, VIDEO, MediaSamples
@@ -88,7 +89,7 @@ _TOTAL = "total"
 MAX_ABS_REWARD = 1e15
 
 
-class RewardError(RuntimeError):
+class RewardError(OmniRunError):
     """A reward failed while scoring a batch (raised, wrong number of scores, NaN/inf)."""
 
 

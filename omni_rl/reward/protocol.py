@@ -52,11 +52,15 @@ import numpy as np
 import torch
 from PIL import Image, UnidentifiedImageError
 
+from omni_rl.utils.http_transport import check_json_depth, printable, safe_preview
+
 PROTOCOL_VERSION = 1
 PROTOCOL_HEADER = "X-Omni-RL-Protocol"
 CONTENT_TYPE = "application/x-safetensors"
 SCORE_PATH = "/score"
 HEALTH_PATH = "/health"
+# The environment variable a client reads its server's token from (and the server, without --token).
+TOKEN_ENV = "OMNI_RL_REWARD_TOKEN"
 
 LATENTS = "latents"
 IMAGES = "images"
@@ -225,6 +229,7 @@ def encode_response(scores: Sequence[float]) -> bytes:
 def decode_response(body: bytes, batch_size: int) -> list[float]:
     """Parse a 200 response body: B finite floats, else ProtocolError."""
     try:
+        check_json_depth(body)
         payload = json.loads(body)
     except (UnicodeDecodeError, ValueError) as err:
         raise ProtocolError(f"the response is not JSON ({err}); got {_preview(body)}") from err
@@ -246,11 +251,12 @@ def encode_error(message: str) -> bytes:
 def error_message(body: bytes) -> str:
     """The "error" sentence of an error body, or a short preview of a body that is not ours."""
     try:
+        check_json_depth(body)
         payload = json.loads(body)
     except (UnicodeDecodeError, ValueError):
         return _preview(body)
     if isinstance(payload, dict) and isinstance(payload.get("error"), str):
-        return payload["error"]
+        return printable(payload["error"])
     return _preview(body)
 
 
@@ -383,7 +389,9 @@ def _read_safetensors_header(body: bytes) -> dict[str, Any]:
             f"length; the body is truncated or not safetensors"
         )
     try:
-        header = json.loads(bytes(body[8 : 8 + size]))
+        text = bytes(body[8 : 8 + size])
+        check_json_depth(text)
+        header = json.loads(text)
     except (UnicodeDecodeError, ValueError) as err:
         raise ProtocolError(f"the safetensors header is not JSON ({err})") from err
     if not isinstance(header, dict):
@@ -398,11 +406,11 @@ def _json_field(extra: dict[str, Any], key: str) -> Any:
             f"prompts and metadata as JSON strings under 'prompts' and 'metadata'"
         )
     try:
+        check_json_depth(extra[key])
         return json.loads(extra[key])
     except (TypeError, ValueError) as err:
         raise ProtocolError(f"__metadata__[{key!r}] is not a JSON string ({err})") from err
 
 
 def _preview(data: bytes | str, limit: int = 200) -> str:
-    text = data.decode("utf-8", "replace") if isinstance(data, (bytes, bytearray)) else str(data)
-    return repr(text[:limit] + ("..." if len(text) > limit else ""))
+    return safe_preview(data, limit)

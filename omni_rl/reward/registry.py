@@ -24,20 +24,21 @@ inside the factory, so that `load_plugins()` stays cheap for users who do not us
 
     scorer = build_reward("my_reward", threshold=0.3)
 
-A factory may carry a `check_options(**options)` attribute that checks option *values*
-without building anything (a URL's scheme, a range) and raises ValueError naming the option.
-`check_reward_options`, which the config runs at load time, calls it after the signature
-check, so such a mistake stops the run before any model is loaded:
+What a reward declares about itself is its registry entry's spec (`RewardDeclaration`, read
+with `reward_declaration(name)`), given to `register_reward`:
 
-    my_reward.check_options = lambda *, threshold=0.5: ...   # raise ValueError if bad
+- `check_options(**options)` checks option *values* without building anything (a URL's
+  scheme, a range) and raises ValueError naming the option. `check_reward_options`, which the
+  config runs at load time, calls it after the signature check, so such a mistake stops the
+  run before any model is loaded:
 
-What a reward scores is declared with `register_reward(name, modalities=...)`, a subset of
-`MODALITIES` = {"image", "text", "video", "audio"}, stored as the factory's `modalities`
-attribute (a factory registered by other means may carry the attribute itself). When what it
-scores depends on its options, `modalities` is a callable `(**options) -> set` instead:
+      @register_reward("my_reward", check_options=check_my_options)  # raises ValueError if bad
 
-    @register_reward("clap", modalities={"audio"})
-    @register_reward("imagebind", modalities=lambda *, mode="text_video", **_: MODES[mode])
+- `modalities`: what the reward scores, a subset of `MODALITIES` = {"image", "text", "video",
+  "audio"}. When that depends on its options, a callable `(**options) -> set` instead:
+
+      @register_reward("clap", modalities={"audio"})
+      @register_reward("imagebind", modalities=lambda *, mode="text_video", **_: MODES[mode])
 
 `reward_modalities(name, options)` answers for a configured reward. A reward that declares
 nothing scores what every reward scored before video and audio: images or texts (the default
@@ -48,8 +49,10 @@ option `video_frames` (see `omni_rl.reward.manager`).
 from __future__ import annotations
 
 import inspect
+from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Sequence, Union
 
+from omni_rl.errors import OmniConfigError
 from omni_rl.plugins import load_plugins
 from omni_rl.registry import Registry
 from omni_rl.reward.inputs import Images
@@ -65,7 +68,7 @@ DEFAULT_MODALITIES = frozenset({"image", "text"})
 Modalities = Union[Iterable[str], Callable[..., Iterable[str]]]
 
 
-class RewardConfigError(TypeError, ValueError):
+class RewardConfigError(OmniConfigError, TypeError):
     """A reward is configured wrongly: unknown option, bad weight, duplicate name, ...
 
     It subclasses both TypeError (a bad keyword argument to a factory) and ValueError (a bad
@@ -73,28 +76,45 @@ class RewardConfigError(TypeError, ValueError):
     """
 
 
-def register_reward(name: str, modalities: Modalities | None = None) -> Callable[[RewardFactory], RewardFactory]:
-    """Decorator: register a scorer factory under `name` (a duplicate name raises).
+@dataclass(frozen=True)
+class RewardDeclaration:
+    """What a reward declares about itself: the spec its registry entry carries.
 
-    `modalities`: what the reward scores, a subset of `MODALITIES` or a callable
-    `(**options) -> subset`; None leaves the default {"image", "text"}. It is set as the
-    factory's `modalities` attribute."""
+    modalities:    what it scores: a subset of `MODALITIES`, or a callable `(**options) -> subset`
+                   when that depends on its options; None = the default {"image", "text"}.
+    check_options: `(**options) -> None`, raising ValueError naming a bad option value, run at
+                   config load (after the factory's signature check); None = the signature only.
+    """
+
+    modalities: Modalities | None = None
+    check_options: Callable[..., None] | None = None
+
+
+NO_DECLARATION = RewardDeclaration()
+
+
+def register_reward(
+    name: str, modalities: Modalities | None = None, *, check_options: Callable[..., None] | None = None
+) -> Callable[[RewardFactory], RewardFactory]:
+    """Decorator: register a scorer factory under `name` (a duplicate name raises), with its
+    `RewardDeclaration` (see there for `modalities` and `check_options`)."""
     if modalities is not None and not callable(modalities):
         modalities = _check_modalities(name, modalities)
+    if check_options is not None and not callable(check_options):
+        raise RewardConfigError(f"reward {name!r}: check_options={check_options!r}; expected a callable (**options) -> None")
+    declaration = RewardDeclaration(modalities, check_options)
+    return REWARDS.register(name, spec=None if declaration == NO_DECLARATION else declaration)
 
-    def decorator(factory: RewardFactory) -> RewardFactory:
-        REWARDS.register(name)(factory)  # first: a duplicate name raises before anything is set
-        if modalities is not None:
-            factory.modalities = modalities
-        return factory
 
-    return decorator
+def reward_declaration(name: str) -> RewardDeclaration:
+    """The declaration the reward registered as `name` carries (an unknown name raises)."""
+    return REWARDS.spec(name) or NO_DECLARATION
 
 
 def reward_modalities(name: str, options: dict[str, Any] | None = None) -> frozenset[str]:
     """What the reward registered as `name`, built with `options`, scores: a frozenset of
     `MODALITIES`. A callable declaration that rejects the options raises RewardConfigError."""
-    declared = getattr(REWARDS.get(name), "modalities", None)
+    declared = reward_declaration(name).modalities
     if declared is None:
         return DEFAULT_MODALITIES
     if callable(declared):
@@ -135,7 +155,7 @@ def build_reward(name: str, /, **kwargs: Any) -> Scorer:
     load_plugins()
     factory = REWARDS.get(name)
     _check_kwargs(name, factory, kwargs)
-    _check_values(name, factory, kwargs)
+    _check_values(name, kwargs)
     try:
         scorer = factory(**kwargs)
     except Exception as err:
@@ -151,15 +171,15 @@ def build_reward(name: str, /, **kwargs: Any) -> Scorer:
 
 
 def check_reward_options(name: str, kwargs: dict[str, Any]) -> None:
-    """Check `kwargs` against the registered factory's signature, then with its
+    """Check `kwargs` against the registered factory's signature, then with its declared
     `check_options` when it has one, without building the reward; raise RewardConfigError."""
     factory = REWARDS.get(name)
     _check_kwargs(name, factory, kwargs)
-    _check_values(name, factory, kwargs)
+    _check_values(name, kwargs)
 
 
-def _check_values(name: str, factory: RewardFactory, kwargs: dict[str, Any]) -> None:
-    check = getattr(factory, "check_options", None)
+def _check_values(name: str, kwargs: dict[str, Any]) -> None:
+    check = reward_declaration(name).check_options
     if check is None:
         return
     try:

@@ -11,20 +11,25 @@ the other kind with 400. A scorer may raise `HttpStatusError(status, message)` t
 reply (e.g. 503 while its model is loading); a `RewardInputError` (the batch does not fit the
 scorer, e.g. float images to an image reward) is a 400; any other exception is a 500 naming
 it, and so is a wrong number of scores or a NaN/inf. Calls into the scorer are serialised by a lock (one
-batch at a time), since a model on one device gains nothing from concurrent batches. A request
-refused before its body is read (413 too large, 415, ...) is answered, then the rest of its body
-is read and dropped (at most 64 MiB, 10 s): closing with it unread would reset the connection
-and destroy the answer before the client reads it.
+batch at a time), since a model on one device gains nothing from concurrent batches. The
+transport (token check, body bound 413, timeouts for idle and trickling connections, a body
+refused before it was read read and dropped so that the client sees the answer, not a reset)
+is `omni_rl.utils.http_transport`'s, shared with the rollout server.
 
     python -m omni_rl.reward.server --scorer latent_stats --port 8000
     python -m omni_rl.reward.server --scorer my_pkg.scorers:make_scorer --kwargs '{"path": "m.st"}'
     python -m omni_rl.reward.server --scorer reward:jpeg_compressibility      # a registered reward
 
-`--scorer` takes a built-in name (`latent_stats`, `latent_reward_model`), `module:factory`
+`--scorer` takes a served scorer's name (`SERVED_SCORERS`: `latent_stats`, `latent_reward_model`
+of `rewards/latent_scorers.py`, or a plugin's `@register_served_scorer`), `module:factory`
 (the factory is called with `--kwargs` as keyword arguments and returns the scorer) or
 `reward:NAME` (a registered omni-rl reward built with `--kwargs`). The server binds
-127.0.0.1 and refuses any other address unless `--host` is given explicitly: the protocol has
-no authentication. `--port 0` picks a free port; the first line printed says the URL.
+127.0.0.1 and refuses any other address unless `--host` is given explicitly. `--token SECRET`
+(or the environment variable `OMNI_RL_REWARD_TOKEN`) makes every request show
+`Authorization: Bearer SECRET`, else 401 and nothing scored; the clients (`http_scorer`,
+`latent_http`, `vlm_edit_judge`) send that variable's value when it is set. Without one the
+server serves anyone who can reach it, and says so. `--port 0` picks a free port; the first
+line printed says the URL.
 A command line that cannot start a server prints one `error: ...` line and exits 2 for bad
 input (an unknown scorer or reward, --kwargs the factory does not take, --port outside 0..65535)
 or 1 for a run-time failure (the port is in use, the factory itself failed).
@@ -32,12 +37,6 @@ or 1 for a run-time failure (the port is in use, the factory itself failed).
 In tests, `serve_in_thread(scorer) -> (server, url)` runs it in a background thread;
 `server.stop()` shuts it down and frees the port.
 
-Built-in latent scorers (the DiNa-LRM idea: score clean latents, no VAE decode):
-- `latent_stats`: `-mean(latent**2)` over all non-batch dims (fp64), a cheap deterministic
-  score for demos and tests (it prefers latents near 0).
-- `LatentRewardModel`: a tiny conv net on latents [B, C, H, W] -> one score per sample,
-  randomly initialised from a seed or loaded from a safetensors file that stores its shape in
-  the file's metadata. It shows the plumbing; it is not a trained reward model.
 """
 from __future__ import annotations
 
@@ -49,27 +48,25 @@ import inspect
 import ipaddress
 import json
 import logging
-import socket
-import socketserver
+import os
 import sys
 import threading
-import time
 import urllib.parse
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Callable, Iterator, Sequence
 
 import torch
 
+from omni_rl.registry import Registry
 from omni_rl.reward.inputs import RewardInputError
 from omni_rl.reward.protocol import (
     CONTENT_TYPE,
     HEALTH_PATH,
     IMAGES,
     KINDS,
-    LATENTS,
     PROTOCOL_HEADER,
     PROTOCOL_VERSION,
     SCORE_PATH,
+    TOKEN_ENV,
     ProtocolError,
     check_scores,
     check_version,
@@ -78,10 +75,20 @@ from omni_rl.reward.protocol import (
     encode_response,
 )
 from omni_rl.reward.scores import RewardScores
+from omni_rl.utils.http_transport import GuardedHandler, GuardedServer, HttpRefusal, bind_error
 
 logger = logging.getLogger(__name__)
 
 ServedScorer = Callable[[torch.Tensor, Sequence[str], Sequence[dict[str, Any]]], Sequence[float]]
+
+# Scorers `--scorer NAME` serves by name: factories `(**kwargs) -> ServedScorer`, registered with
+# `@register_served_scorer(name)` by rewards/ (the latent demo scorers) or a plugin.
+SERVED_SCORERS: Registry = Registry("served scorer")
+
+
+def register_served_scorer(name: str):
+    return SERVED_SCORERS.register(name)
+
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_MAX_BODY_BYTES = 1 << 30
@@ -108,51 +115,23 @@ def is_loopback(host: str) -> bool:
         return False
 
 
-class ScoreServer(ThreadingHTTPServer):
-    """A ThreadingHTTPServer that answers POST /score and GET /health with one scorer.
+class ScoreServer(GuardedServer):
+    """Answers POST /score and GET /health with one scorer, on the shared transport
+    (`omni_rl.utils.http_transport`: token, body bound, timeouts).
 
     Use `make_server` or `serve_in_thread`; `url` is the base URL to give a client.
     """
 
-    daemon_threads = True
-
     def __init__(
-        self, address: tuple[str, int], scorer: ServedScorer, *, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
+        self, address: tuple[str, int], scorer: ServedScorer, *, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+        token: str | None = None,
     ):
-        if ":" in address[0]:
-            self.address_family = socket.AF_INET6
         self.scorer = scorer
         self.accepts = getattr(scorer, "accepts", None)
         if self.accepts not in (None, *KINDS):
             raise ValueError(f"scorer.accepts={self.accepts!r}; expected None, 'latents' or 'images'")
-        self.max_body_bytes = int(max_body_bytes)
         self.scorer_lock = threading.Lock()
-        self.thread: threading.Thread | None = None
-        super().__init__(address, _Handler)
-
-    def server_bind(self) -> None:
-        # HTTPServer.server_bind looks the host up with socket.getfqdn (a reverse DNS query);
-        # the name is only used in CGI environments, so skip the lookup.
-        socketserver.TCPServer.server_bind(self)
-        self.server_name, self.server_port = str(self.server_address[0]), int(self.server_address[1])
-
-    @property
-    def url(self) -> str:
-        host, port = self.server_address[:2]
-        host = f"[{host}]" if ":" in host else host
-        return f"http://{host}:{port}"
-
-    def handle_error(self, request: Any, client_address: Any) -> None:
-        # A client that hung up (timeout, shutdown) is routine here, not a traceback on stderr.
-        logger.debug("reward server: error while handling a request from %s", client_address, exc_info=True)
-
-    def stop(self) -> None:
-        """Stop serving, close the socket and join the serving thread (if `serve_in_thread`)."""
-        if self.thread is not None:
-            self.shutdown()
-            self.thread.join(timeout=10)
-            self.thread = None
-        self.server_close()
+        super().__init__(address, _Handler, token=token, max_body_bytes=max_body_bytes)
 
 
 def make_server(
@@ -162,19 +141,21 @@ def make_server(
     *,
     allow_remote: bool = False,
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+    token: str | None = None,
 ) -> ScoreServer:
-    """Bind a ScoreServer (not yet serving). A non-loopback `host` needs `allow_remote=True`."""
+    """Bind a ScoreServer (not yet serving). A non-loopback `host` needs `allow_remote=True`;
+    with a `token`, every request must carry `Authorization: Bearer <token>` (else 401)."""
     if not callable(scorer):
         raise TypeError(
             f"scorer is a {type(scorer).__name__}; expected a callable (tensor, prompts, metadata) -> scores"
         )
     if not is_loopback(host) and not allow_remote:
         raise ValueError(
-            f"host={host!r} is not a loopback address; the reward protocol has no authentication, so "
+            f"host={host!r} is not a loopback address; the reward protocol is plain HTTP, so "
             f"the server binds 127.0.0.1 unless told otherwise. Pass allow_remote=True (or --host on "
             f"the command line) to bind {host!r} on purpose"
         )
-    return ScoreServer((host, port), scorer, max_body_bytes=max_body_bytes)
+    return ScoreServer((host, port), scorer, max_body_bytes=max_body_bytes, token=token)
 
 
 def serve_in_thread(
@@ -199,16 +180,15 @@ def running_server(scorer: ServedScorer, host: str = DEFAULT_HOST, port: int = 0
         server.stop()
 
 
-class _Handler(BaseHTTPRequestHandler):
+class _Handler(GuardedHandler):
     server: ScoreServer
-    timeout = 120  # seconds a silent client may hold a handler thread
-    # An answer given before the body was read (413, 415, ...) is followed by reading and
-    # dropping up to this much of the body, for at most this long (see _discard_unread_body).
-    discard_limit_bytes = 64 << 20
-    discard_limit_s = 10.0
-    _unread = 0
+
+    def error_body(self, message: str) -> bytes:
+        return encode_error(message)
 
     def do_GET(self) -> None:  # noqa: N802  (http.server's naming)
+        if not self.authorized():
+            return
         if urllib.parse.urlsplit(self.path).path != HEALTH_PATH:
             return self._error(
                 404, f"unknown path {self.path!r}; this server answers GET {HEALTH_PATH} and POST {SCORE_PATH}"
@@ -221,7 +201,8 @@ class _Handler(BaseHTTPRequestHandler):
         }).encode())
 
     def do_POST(self) -> None:  # noqa: N802
-        self._unread = _declared_length(self.headers.get("Content-Length"))
+        if not self.authorized():
+            return
         if urllib.parse.urlsplit(self.path).path != SCORE_PATH:
             return self._error(404, f"unknown path {self.path!r}; POST batches to {SCORE_PATH}")
         try:
@@ -231,20 +212,10 @@ class _Handler(BaseHTTPRequestHandler):
         content_type = (self.headers.get("Content-Type") or "").split(";")[0].strip().lower()
         if content_type != CONTENT_TYPE:
             return self._error(415, f"Content-Type is {content_type or '(none)'!r}; expected {CONTENT_TYPE!r}")
-        length_text = self.headers.get("Content-Length")
-        if length_text is None:
-            return self._error(411, "the request has no Content-Length; send the body's size in bytes")
         try:
-            length = int(length_text)
-        except ValueError:
-            return self._error(400, f"Content-Length is {length_text!r}; expected an integer")
-        if length < 0 or length > self.server.max_body_bytes:
-            return self._error(
-                413, f"the body is {length} bytes; this server takes at most {self.server.max_body_bytes} "
-                f"(send smaller batches)"
-            )
-        body = self.rfile.read(length)
-        self._unread = 0
+            body = self.read_body()
+        except HttpRefusal as err:
+            return self._error(err.status, err.message)
         try:
             request = decode_request(body)
         except ProtocolError as err:
@@ -271,166 +242,7 @@ class _Handler(BaseHTTPRequestHandler):
         self._reply(status, encode_error(message))
 
     def _reply(self, status: int, body: bytes) -> None:
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        self.send_header(PROTOCOL_HEADER, str(PROTOCOL_VERSION))
-        self.end_headers()
-        self.wfile.write(body)
-        if self._unread > 0:
-            self._discard_unread_body()
-
-    def _discard_unread_body(self) -> None:
-        """After answering a request whose body was not read, read and drop that body.
-
-        Closing a socket with unread data in it makes the kernel send a reset, which destroys
-        the answer before the client reads it: the client, still sending, sees a broken pipe
-        and retries as if the server were down. So the server half-closes (the answer is
-        followed by end-of-stream) and reads on until the client has sent the body, hangs up,
-        or `discard_limit_bytes` / `discard_limit_s` run out.
-        """
-        self.close_connection = True
-        left = min(self._unread, self.discard_limit_bytes)
-        self._unread = 0
-        deadline = time.monotonic() + self.discard_limit_s
-        with contextlib.suppress(OSError):
-            self.connection.shutdown(socket.SHUT_WR)
-            while left > 0:
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    break
-                self.connection.settimeout(remaining)
-                chunk = self.rfile.read1(min(left, 1 << 16))
-                if not chunk:
-                    break
-                left -= len(chunk)
-
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002  (http.server's name)
-        logger.debug("reward server %s: " + format, self.address_string(), *args)
-
-
-# ---------------------------------------------------------------------------------------------
-# Built-in latent scorers
-
-
-def latent_stats() -> ServedScorer:
-    """Factory of the `latent_stats` scorer: -mean(latent**2) per sample, in float64."""
-    def score(latents: torch.Tensor, prompts: Sequence[str], metadata: Sequence[dict]) -> list[float]:
-        _check_latents(latents, "latent_stats")
-        flat = latents.detach().to(torch.float64).reshape(latents.shape[0], -1)
-        return (-(flat * flat).mean(dim=1)).tolist()
-
-    score.accepts = LATENTS  # type: ignore[attr-defined]
-    score.__qualname__ = "latent_stats"
-    return score
-
-
-class LatentRewardModel(torch.nn.Module):
-    """A tiny conv net scoring clean latents [B, C, H, W] -> [B] (no VAE decode).
-
-    conv3x3(C -> hidden) -> SiLU -> conv3x3 stride 2 -> SiLU -> conv3x3 stride 2 -> SiLU ->
-    mean over H, W -> linear(hidden -> 1). No normalisation layers, so a sample's score does
-    not depend on the rest of its batch.
-    """
-
-    def __init__(self, in_channels: int = 16, hidden: int = 32):
-        super().__init__()
-        for name, value in (("in_channels", in_channels), ("hidden", hidden)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"LatentRewardModel: {name}={value!r}; expected an int >= 1")
-        self.in_channels = in_channels
-        self.hidden = hidden
-        self.body = torch.nn.Sequential(
-            torch.nn.Conv2d(in_channels, hidden, 3, padding=1),
-            torch.nn.SiLU(),
-            torch.nn.Conv2d(hidden, hidden, 3, stride=2, padding=1),
-            torch.nn.SiLU(),
-            torch.nn.Conv2d(hidden, hidden, 3, stride=2, padding=1),
-            torch.nn.SiLU(),
-        )
-        self.head = torch.nn.Linear(hidden, 1)
-
-    def forward(self, latents: torch.Tensor) -> torch.Tensor:
-        if latents.ndim != 4 or latents.shape[1] != self.in_channels:
-            raise ValueError(
-                f"LatentRewardModel takes latents [B, {self.in_channels}, H, W]; got shape "
-                f"{tuple(latents.shape)}. Build the model with in_channels matching the VAE's latent "
-                f"channels (video latents [B, C, T, H, W] need a different model)"
-            )
-        return self.head(self.body(latents).mean(dim=(2, 3))).squeeze(-1)
-
-    def save_safetensors(self, path: str) -> None:
-        """Write the weights and the shape (`in_channels`, `hidden`) to one safetensors file."""
-        from safetensors.torch import save_file
-
-        state = {k: v.detach().contiguous() for k, v in self.state_dict().items()}
-        save_file(state, path, metadata={
-            "model": "LatentRewardModel", "in_channels": str(self.in_channels), "hidden": str(self.hidden),
-        })
-
-    @classmethod
-    def from_safetensors(cls, path: str) -> "LatentRewardModel":
-        """Load a model written by `save_safetensors` (its shape is read from the file)."""
-        from safetensors import safe_open
-        from safetensors.torch import load_file
-
-        with safe_open(path, framework="pt") as handle:
-            meta = handle.metadata() or {}
-        if meta.get("model") != "LatentRewardModel":
-            raise ValueError(
-                f"{path}: its safetensors metadata says model={meta.get('model')!r}; expected "
-                f"'LatentRewardModel' (write the file with LatentRewardModel.save_safetensors)"
-            )
-        try:
-            model = cls(int(meta["in_channels"]), int(meta["hidden"]))
-        except (KeyError, ValueError) as err:
-            raise ValueError(f"{path}: bad in_channels/hidden in its metadata {meta!r} ({err})") from err
-        try:
-            model.load_state_dict(load_file(path))
-        except RuntimeError as err:
-            raise ValueError(
-                f"{path}: the weights do not fit LatentRewardModel(in_channels={model.in_channels}, "
-                f"hidden={model.hidden}): {err}"
-            ) from err
-        return model.eval()
-
-
-class LatentModelScorer:
-    """Serves a LatentRewardModel: float32 latents [B, C, H, W] -> B floats (inference mode)."""
-
-    accepts = LATENTS
-
-    def __init__(self, model: LatentRewardModel):
-        self.model = model.eval()
-
-    @torch.inference_mode()
-    def __call__(self, latents: torch.Tensor, prompts: Sequence[str], metadata: Sequence[dict]) -> list[float]:
-        _check_latents(latents, "latent_reward_model")
-        if latents.ndim != 4 or latents.shape[1] != self.model.in_channels:
-            raise HttpStatusError(
-                400, f"latent_reward_model takes latents [B, {self.model.in_channels}, H, W]; got shape "
-                f"{tuple(latents.shape)}"
-            )
-        param = next(self.model.parameters())
-        return self.model(latents.to(param.device, param.dtype)).double().cpu().tolist()
-
-    def __repr__(self) -> str:
-        return f"LatentModelScorer(in_channels={self.model.in_channels}, hidden={self.model.hidden})"
-
-
-def latent_reward_model(
-    *, path: str | None = None, in_channels: int = 16, hidden: int = 32, seed: int = 0
-) -> LatentModelScorer:
-    """Factory: load `path` (a LatentRewardModel safetensors file) or build one from `seed`."""
-    if path is not None:
-        return LatentModelScorer(LatentRewardModel.from_safetensors(path))
-    generator_state = torch.random.get_rng_state()
-    try:
-        torch.manual_seed(seed)
-        model = LatentRewardModel(in_channels, hidden)
-    finally:
-        torch.random.set_rng_state(generator_state)
-    return LatentModelScorer(model)
+        self.send_body(status, body, "application/json", {PROTOCOL_HEADER: str(PROTOCOL_VERSION)})
 
 
 class RegisteredReward:
@@ -449,28 +261,6 @@ class RegisteredReward:
 
     def __repr__(self) -> str:
         return f"reward:{self.name}"
-
-
-BUILTIN_SCORERS: dict[str, Callable[..., ServedScorer]] = {
-    "latent_stats": latent_stats,
-    "latent_reward_model": latent_reward_model,
-}
-
-
-def _check_latents(latents: Any, name: str) -> None:
-    if not isinstance(latents, torch.Tensor) or not latents.is_floating_point() or latents.ndim < 2:
-        raise HttpStatusError(
-            400, f"{name} scores float latents [B, ...]; got "
-            f"{type(latents).__name__} {getattr(latents, 'dtype', '')} {tuple(getattr(latents, 'shape', ()))}"
-        )
-
-
-def _declared_length(text: str | None) -> int:
-    """The Content-Length as an int >= 0, or 0 when missing or malformed (then none is read)."""
-    try:
-        return max(0, int(text)) if text is not None else 0
-    except ValueError:
-        return 0
 
 
 def _describe(scorer: Any) -> str:
@@ -507,9 +297,12 @@ def load_scorer(spec: str, kwargs: dict[str, Any] | None = None) -> ServedScorer
     ValueError, for a `reward:NAME`) naming it; errors raised inside a factory propagate.
     """
     kwargs = dict(kwargs or {})
-    if spec in BUILTIN_SCORERS:
-        _check_factory_kwargs(spec, BUILTIN_SCORERS[spec], kwargs)
-        return BUILTIN_SCORERS[spec](**kwargs)
+    from omni_rl.plugins import load_plugins
+
+    load_plugins()  # the served scorers of rewards/ (latent_stats, ...) and of plugins register there
+    if spec in SERVED_SCORERS:
+        _check_factory_kwargs(spec, SERVED_SCORERS.get(spec), kwargs)
+        return SERVED_SCORERS.get(spec)(**kwargs)
     if spec.startswith("reward:"):
         from omni_rl.registry import RegistryError
         from omni_rl.reward.registry import build_reward
@@ -522,7 +315,7 @@ def load_scorer(spec: str, kwargs: dict[str, Any] | None = None) -> ServedScorer
     module_name, sep, attr = spec.partition(":")
     if not sep or not module_name or not attr:
         raise ValueError(
-            f"--scorer {spec!r}: expected a built-in name ({', '.join(BUILTIN_SCORERS)}), "
+            f"--scorer {spec!r}: expected a built-in name ({', '.join(SERVED_SCORERS.in_registration_order())}), "
             f"'module:factory' or 'reward:NAME'"
         )
     try:
@@ -605,7 +398,16 @@ def server_from_args(argv: Sequence[str] | None = None) -> ScoreServer:
     )
     parser.add_argument("--port", type=_port, default=0, help="port to bind (0 = a free one, printed at start)")
     parser.add_argument("--max-body-bytes", type=_positive_int, default=DEFAULT_MAX_BODY_BYTES)
+    parser.add_argument(
+        "--token", default=None,
+        help=f"a secret every request must carry as 'Authorization: Bearer TOKEN' (else 401); default: "
+             f"${TOKEN_ENV} when set. Clients send it from the same variable",
+    )
     args = parser.parse_args(argv)
+    token = args.token if args.token is not None else os.environ.get(TOKEN_ENV) or None
+    if token is not None and len(token) < 16:
+        parser.error(f"--token is {len(token)} characters; expected a secret of at least 16 (e.g. "
+                     f"python -c 'import secrets; print(secrets.token_urlsafe(32))')")
     try:
         kwargs = json.loads(args.kwargs)
     except ValueError as err:
@@ -625,21 +427,15 @@ def server_from_args(argv: Sequence[str] | None = None) -> ScoreServer:
     except Exception as err:  # the factory failed on its own (out of memory, a bug): run time
         raise CommandLineError(f"{where}: building the scorer failed: {type(err).__name__}: {err}", 1) from err
     host = DEFAULT_HOST if args.host is None else args.host
-    # Only an explicit --host may bind a non-loopback address: the protocol has no authentication.
+    # Only an explicit --host may bind a non-loopback address: the protocol has no encryption.
     try:
         return make_server(
-            scorer, host, args.port, allow_remote=args.host is not None, max_body_bytes=args.max_body_bytes
+            scorer, host, args.port, allow_remote=args.host is not None, max_body_bytes=args.max_body_bytes,
+            token=token,
         )
     except OSError as err:
-        if err.errno == errno.EADDRINUSE:
-            raise CommandLineError(
-                f"cannot listen on {host}:{args.port}: the port is in use; stop what holds it or pick "
-                f"another --port (0 = a free one)", 1,
-            ) from err
-        raise CommandLineError(
-            f"cannot listen on --host {host!r} --port {args.port}: {err}; give an address of this "
-            f"machine (default {DEFAULT_HOST}) and a port you may bind (>= 1024 without privileges)", 2,
-        ) from err
+        code = 1 if err.errno == errno.EADDRINUSE else 2  # taken now (run time), or not an address to bind
+        raise CommandLineError(bind_error(host, args.port, err), code) from err
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -653,6 +449,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"omni-rl reward server: {_describe(server.scorer)} at {server.url} (protocol {PROTOCOL_VERSION})",
         flush=True,
     )
+    if server.token is None:
+        logger.warning("serving without a token: any local process can score with this server "
+                       "(give --token or set %s)", TOKEN_ENV)
     try:
         server.serve_forever()
     except KeyboardInterrupt:
@@ -663,4 +462,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    # Run the imported module's main, not this __main__ copy's: served scorers register in (and
+    # raise the HttpStatusError of) `omni_rl.reward.server`, which a second copy would not see.
+    from omni_rl.reward import server as _server
+
+    sys.exit(_server.main())

@@ -7,8 +7,8 @@ engines `vllm_omni` (diffusion) and `vllm` (text) of `vllm_omni/`, whose vllm im
 one is built. The per-request diffusion maths they share is `diffusion_sampling.py`. The Ray rollout
 engine that shards requests over workers lives with the workers (`omni_rl.workers.ray_rollout`).
 """
-from omni_rl.rollout.base import RolloutEngine
-from omni_rl.rollout.native import NativeDiffusionEngine, RolloutEngineError
+from omni_rl.rollout.base import RolloutEngine, RolloutEngineError
+from omni_rl.rollout.native import NativeDiffusionEngine
 from omni_rl.rollout.types import DiffusionRequest, DiffusionResult
 
 __all__ = ["DiffusionRequest", "DiffusionResult", "NativeDiffusionEngine", "RolloutEngine", "RolloutEngineError"]

@@ -22,18 +22,26 @@
   ones the trainer computes for `model`'s current weights (the same model object in this
   process, the same function, fp32). Then the trainer need not recompute them; anywhere else
   (another process or copy, other kernels or precision) the answer is False and it does.
+- `check_request(request)` raises ValueError for a request the engine cannot sample, before
+  it is admitted (a bad request fails its caller alone); `failure()` says why an engine can no
+  longer sample (None while it can).
 - `close()` stops the engine; its pending requests fail.
+
+Shared by every backend: `RolloutEngineError` (an engine that failed or timed out; a run-time
+error, exit 1) and `wait_results` (the `wait` of any engine whose futures complete on their own).
 """
 from __future__ import annotations
 
+import time
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
-from concurrent.futures import Future
+from concurrent.futures import Future, TimeoutError as FutureTimeout
 from types import MappingProxyType
-from typing import Any, Sequence
+from typing import Any, Optional, Sequence
 
 import torch
 
+from omni_rl.errors import OmniRunError
 from omni_rl.utils.tensor_buckets import NamedTensors
 
 WEIGHT_KINDS = ("lora", "full")
@@ -52,6 +60,31 @@ def weight_versions_of(results: Sequence[Any]):
 def check_weight_kind(kind: str) -> None:
     if kind not in WEIGHT_KINDS:
         raise ValueError(f"update_weights: kind={kind!r}, expected one of {list(WEIGHT_KINDS)}")
+
+
+class RolloutEngineError(OmniRunError):
+    """The engine failed or timed out; the message says which requests and why."""
+
+
+def wait_results(requests: Sequence, futures: Sequence[Future], timeout_s: float) -> list:
+    """The futures' results in request order, within `timeout_s` for them all; a failure or a
+    timeout raises `RolloutEngineError` naming the request (any engine whose futures complete
+    on their own uses this for its `wait`)."""
+    deadline = time.monotonic() + timeout_s
+    results = []
+    for req, fut in zip(requests, futures):
+        try:
+            results.append(fut.result(timeout=max(0.0, deadline - time.monotonic())))
+        except FutureTimeout:
+            raise RolloutEngineError(
+                f"rollout timed out after {timeout_s:.0f} s waiting for request {req.request_id} "
+                f"(prompt {req.prompt!r}); raise rollout.timeout_s if the model is just slow"
+            ) from None
+        except Exception as err:
+            raise RolloutEngineError(
+                f"rollout failed for request {req.request_id} (prompt {req.prompt!r}): {err!r}"
+            ) from err
+    return results
 
 
 class RolloutEngine(ABC):
@@ -91,6 +124,18 @@ class RolloutEngine(ABC):
 
     def same_log_probs_as(self, model) -> bool:
         return False
+
+    def check_request(self, request: Any) -> None:
+        """Raise ValueError naming the field of a request this engine cannot sample (an unknown
+        kernel, a seed past 2**64, a non-finite noise level or guidance, condition images for a
+        text-to-image model, a size past the model's limits). Called at submission, before the
+        request reaches the engine, so a bad request fails its own caller and no one else's
+        (the rollout server answers it with 400). The default checks nothing."""
+
+    def failure(self) -> Optional[str]:
+        """Why the engine can no longer sample (it stopped after an error, or was closed); None
+        while it can. The rollout server's /health reports it."""
+        return None
 
     def close(self) -> None:
         pass

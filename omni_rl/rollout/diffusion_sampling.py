@@ -27,13 +27,14 @@ glue's).
 from __future__ import annotations
 
 import hashlib
+import math
 from dataclasses import dataclass, field
 from typing import Optional, Sequence
 
 import torch
 
 from omni_rl.algos import latent_streams as ls
-from omni_rl.algos.flow_sde import get_step_kernel, step_latents
+from omni_rl.algos.flow_sde import STEP_KERNELS, get_step_kernel, step_latents
 from omni_rl.models.conditioning import Conditioning
 from omni_rl.models.diffusion import DiffusionModelBase
 from omni_rl.rollout.sde_window import choose_sde_window
@@ -60,8 +61,45 @@ class SampleState:
         return self.step == self.request.num_steps
 
 
+def _is_int(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_finite(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
 def check_request(model: DiffusionModelBase, req: DiffusionRequest) -> None:
-    """Raise `ValueError` naming the request for a geometry, noise or window it cannot have."""
+    """Raise `ValueError` naming the request for a field it cannot have: a kernel, seed, noise
+    level, guidance, size, conditioning, geometry, noise or window (engines call it at
+    submission, so a bad request never reaches a scheduler loop that other requests share)."""
+    rid = getattr(req, "request_id", "?")
+    if not isinstance(req, DiffusionRequest):
+        raise ValueError(f"request {rid}: a {type(req).__name__}; expected a DiffusionRequest for a diffusion model")
+    if req.kernel not in STEP_KERNELS:
+        raise ValueError(f"request {rid}: kernel={req.kernel!r}; expected one of {STEP_KERNELS.names()}")
+    if not _is_int(req.seed) or not -(2**63) <= req.seed < 2**64:
+        raise ValueError(f"request {rid}: seed={req.seed!r}; expected an int in [-2**63, 2**64)")
+    for name in ("height", "width", "num_frames", "num_steps", "sde_window_size"):
+        value = getattr(req, name)
+        if not _is_int(value) or value < (0 if name == "sde_window_size" else 1):
+            raise ValueError(f"request {rid}: {name}={value!r}; expected an int >= {0 if name == 'sde_window_size' else 1}")
+    if not _is_finite(req.noise_level) or req.noise_level < 0:
+        raise ValueError(f"request {rid}: noise_level={req.noise_level!r}; expected a finite number >= 0")
+    if not _is_finite(req.guidance_scale):
+        raise ValueError(f"request {rid}: guidance_scale={req.guidance_scale!r}; expected a finite number")
+    if not _is_finite(req.fps) or req.fps <= 0:
+        raise ValueError(f"request {rid}: fps={req.fps!r}; expected a finite number > 0")
+    if not isinstance(req.prompt, str) or not isinstance(req.negative_prompt, str):
+        raise ValueError(f"request {rid}: prompt and negative_prompt must be strings")
+    if req.images is not None:
+        if not model.takes_source_image:
+            raise ValueError(f"request {rid}: carries condition images, but {type(model).__name__} is a "
+                             f"text-to-image model (it takes none)")
+        if not isinstance(req.images, tuple) or not all(
+                isinstance(im, torch.Tensor) and im.dtype == torch.uint8 and im.ndim == 3 and im.shape[-1] == 3
+                for im in req.images):
+            raise ValueError(f"request {rid}: images must be a tuple of uint8 [H, W, 3] tensors")
     shape = model.latent_shape(req.height, req.width, req.num_frames)  # raises for an impossible geometry
     if req.initial_noise is not None and ls.shape_of(req.initial_noise) != shape:
         raise ValueError(

@@ -27,13 +27,13 @@ from __future__ import annotations
 import threading
 import time
 from collections import deque
-from concurrent.futures import Future, TimeoutError as FutureTimeout
+from concurrent.futures import Future
 from typing import Optional, Sequence
 
 import torch
 
 from omni_rl.models.diffusion import DiffusionModelBase
-from omni_rl.rollout.base import RolloutEngine, check_weight_kind
+from omni_rl.rollout.base import RolloutEngine, RolloutEngineError, check_weight_kind, wait_results
 from omni_rl.rollout.diffusion_sampling import (
     SampleState,
     advance,
@@ -47,31 +47,6 @@ from omni_rl.utils.tensor_buckets import NamedTensors, named_buckets
 
 
 _BUCKET_BYTES = 512 << 20  # tensors handed over at once; a stream of them is consumed bucket by bucket
-
-
-class RolloutEngineError(RuntimeError):
-    """The engine failed or timed out; the message says which requests and why."""
-
-
-def wait_results(requests: Sequence, futures: Sequence[Future], timeout_s: float) -> list:
-    """The futures' results in request order, within `timeout_s` for them all; a failure or a
-    timeout raises `RolloutEngineError` naming the request (any engine whose futures complete
-    on their own uses this for its `wait`)."""
-    deadline = time.monotonic() + timeout_s
-    results = []
-    for req, fut in zip(requests, futures):
-        try:
-            results.append(fut.result(timeout=max(0.0, deadline - time.monotonic())))
-        except FutureTimeout:
-            raise RolloutEngineError(
-                f"rollout timed out after {timeout_s:.0f} s waiting for request {req.request_id} "
-                f"(prompt {req.prompt!r}); raise rollout.timeout_s if the model is just slow"
-            ) from None
-        except Exception as err:
-            raise RolloutEngineError(
-                f"rollout failed for request {req.request_id} (prompt {req.prompt!r}): {err!r}"
-            ) from err
-    return results
 
 
 class NativeDiffusionEngine(RolloutEngine):
@@ -103,7 +78,7 @@ class NativeDiffusionEngine(RolloutEngine):
         # A malformed request is refused here, to its caller alone: admitted, it would stop the
         # engine and fail every other caller's samples with it.
         for req in requests:
-            self._check_request(req)
+            self.check_request(req)
         futures = []
         with self._cv:
             self._check_alive()
@@ -123,8 +98,13 @@ class NativeDiffusionEngine(RolloutEngine):
         `RolloutEngineError` naming the request."""
         return wait_results(requests, futures, timeout_s)
 
-    def _check_request(self, req: DiffusionRequest) -> None:
+    def check_request(self, req: DiffusionRequest) -> None:
         check_request(self.model, req)
+
+    def failure(self) -> Optional[str]:
+        if self._error is not None:
+            return f"it stopped after an error: {self._error!r}"
+        return "it is closed" if self._closed else None
 
     def same_log_probs_as(self, model) -> bool:
         # The trainer's model itself, in fp32: the trainer's replay calls the same

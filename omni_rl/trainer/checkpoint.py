@@ -49,6 +49,7 @@ import numpy as np
 import torch
 import yaml
 
+from omni_rl.errors import OmniConfigError
 from omni_rl.utils.atomic import (
     atomic_directory,
     atomic_save_safetensors,
@@ -76,7 +77,7 @@ _HASH_CHUNK = 1 << 20
 _DECODE_ERRORS = (ValueError, KeyError, TypeError, AttributeError, RuntimeError, OverflowError)
 
 
-class CheckpointError(FileNotFoundError):
+class CheckpointError(OmniConfigError, FileNotFoundError):
     """No usable checkpoint where `trainer.resume` points, or one that does not fit the run."""
 
 

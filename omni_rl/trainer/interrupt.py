@@ -25,12 +25,15 @@ import threading
 from pathlib import Path
 from typing import Optional
 
+from omni_rl.errors import OmniRunError
+
 SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
 
-class TrainingInterrupted(Exception):
+class TrainingInterrupted(OmniRunError):
     """The run stopped on a signal after step `step`; `checkpoint` is where that step was saved
-    (None when no step finished in this process). `exit_code` is 128 + the signal number."""
+    (None when no step finished in this process). `exit_code` is 128 + the signal number (the
+    command line returns it, as it returns every `OmniRunError`'s own)."""
 
     def __init__(self, signum: int, step: int, checkpoint: Optional[Path], resume_hint: Optional[str] = None):
         self.signum, self.step, self.checkpoint = signum, step, checkpoint

@@ -50,7 +50,7 @@ import torch
 
 from omni_rl.config.schema import OmniConfig
 from omni_rl.registry import Registry
-from omni_rl.rollout.native import RolloutEngineError
+from omni_rl.rollout.base import RolloutEngineError
 
 # rollout(index) -> (batch, reward futures): the unit made for step `index`, as on_policy makes it.
 RolloutFn = Callable[[int], tuple[Any, list]]

@@ -35,6 +35,7 @@ from typing import IO, Any, Optional
 
 import yaml
 
+from omni_rl.errors import OmniConfigError, OmniRunError
 from omni_rl.config.schema import OmniConfig
 from omni_rl.trainer.checkpoint import find_checkpoint, latest_step
 from omni_rl.trainer.leftovers import remove_leftovers
@@ -47,11 +48,11 @@ RESUME_KEYS_NOT_COMPARED = ("trainer.resume", "trainer.total_steps", "trainer.ou
 _STEP_DIR = re.compile(r"^step_(\d+)$")
 
 
-class RunDirError(RuntimeError):
+class RunDirError(OmniConfigError, RuntimeError):
     """`trainer.output_dir` cannot be used by this run; the message says why and what to do."""
 
 
-class OutputWriteError(RuntimeError):
+class OutputWriteError(OmniRunError):
     """Writing the run's outputs failed (a full disk, say); the message names what and where
     the last good checkpoint is."""
 

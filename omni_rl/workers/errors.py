@@ -1,8 +1,10 @@
 """`WorkerFailedError`: a Ray worker died or stopped answering; the run stops, naming it."""
 from __future__ import annotations
 
+from omni_rl.errors import OmniRunError
 
-class WorkerFailedError(RuntimeError):
+
+class WorkerFailedError(OmniRunError):
     """A worker (rank, node, pid) died or timed out during a named call at a named step.
 
     The message is one line, meant for the command line: which worker, what it was doing, at

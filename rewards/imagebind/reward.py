@@ -242,7 +242,11 @@ class ImageBindScorer:
         return cosines.mean(dim=0).cpu().tolist()
 
 
-@register_reward("imagebind", modalities=modalities_for)
+def _check_options(*, mode: str = "text_video", **_: Any) -> None:
+    modalities_for(mode=mode)
+
+
+@register_reward("imagebind", modalities=modalities_for, check_options=_check_options)
 def imagebind(
     *, checkpoint: str | None = None, mode: str = "text_video", config: dict[str, Any] | None = None,
     tokenizer: str = DEFAULT_TOKENIZER, sample_rate: int | None = None, fps: float | None = None,
@@ -250,10 +254,3 @@ def imagebind(
 ) -> ImageBindScorer:
     """ImageBind cosine similarity between a sample's modalities and/or its prompt (see `mode`)."""
     return ImageBindScorer(checkpoint, mode, config, tokenizer, sample_rate, fps, audio_clips, video_clips, device)
-
-
-def _check_options(*, mode: str = "text_video", **_: Any) -> None:
-    modalities_for(mode=mode)
-
-
-imagebind.check_options = _check_options

@@ -78,3 +78,19 @@ def test_name_must_be_a_non_empty_string(name):
     with pytest.raises(RegistryError, match="widget name must be a non-empty string"):
         widgets.register(name, first_widget)
     assert len(widgets) == 0
+
+
+def test_an_entry_carries_the_spec_it_was_registered_with():
+    from dataclasses import dataclass
+
+    @dataclass(frozen=True)
+    class Spec:
+        shares_model: bool = False
+
+    reg = Registry("widget")
+    reg.register("b", lambda: None, spec=Spec(shares_model=True))
+    reg.register("a")(lambda: None)
+    assert reg.spec("b") == Spec(shares_model=True) and reg.spec("a") is None
+    assert reg.names() == ["a", "b"] and reg.in_registration_order() == ["b", "a"]
+    with pytest.raises(RegistryError, match="unknown widget 'c'"):
+        reg.spec("c")

@@ -7,7 +7,8 @@ from PIL import Image
 
 from omni_rl.reward import RewardError, RewardInputError, RewardManager, RewardSpec, build_reward
 from omni_rl.reward.http_client import RewardServerError
-from omni_rl.reward.server import HttpStatusError, latent_stats, running_server, serve_in_thread
+from omni_rl.reward.server import HttpStatusError, running_server, serve_in_thread
+from rewards.latent_scorers import latent_stats
 
 FAST = {"backoff_s": 0.01, "retries": 2}
 

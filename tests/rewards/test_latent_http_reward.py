@@ -8,7 +8,8 @@ import torch
 
 from omni_rl.reward import RewardConfigError, RewardError, RewardInputError, RewardManager, RewardSpec, build_reward
 from omni_rl.reward.http_client import RewardServerError
-from omni_rl.reward.server import HttpStatusError, latent_reward_model, latent_stats, running_server, serve_in_thread
+from omni_rl.reward.server import HttpStatusError, running_server, serve_in_thread
+from rewards.latent_scorers import latent_reward_model, latent_stats
 
 FAST = {"backoff_s": 0.01, "retries": 2}
 

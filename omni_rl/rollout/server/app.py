@@ -1,32 +1,39 @@
 """`RolloutServer`: a rollout engine served over loopback HTTP (rollout protocol, version 1).
 
     GET  /health           {"status": "ok", "protocol", "pid", "weight_version", "engine"}
+                           (503 {"status": "dead", "error"} once the engine cannot sample)
     GET  /stats            {"protocol", "pid", "weight_version", "weight_kind", "stats": {...}}
     POST /generate         message {"requests": [...], "timeout_s": t} -> message {"results": [...]}
     POST /update_weights   one bucket of named tensors (metadata version, kind, bucket, last)
     POST /sleep, /wake     the engine's sleep() / wake()
     POST /shutdown         answers, then stops serving
 
-Every request and answer carries `X-Omni-RL-Rollout-Protocol`; a request without it or with
-another version is a 400 naming both versions. Errors are JSON `{"error": ..., "protocol": 1}`:
-400 a malformed or refused request, 404 an unknown path, 500 the engine raised. Calls into the
-engine are serialised (one lock): the native text engine samples in its caller's thread, and a
-weight bucket must never land in the middle of a generate call. GET /health and /stats take no
-lock: they answer while a generate runs, which is how the client tells a busy server from a
-silent one.
+The transport is `omni_rl.utils.http_transport`'s (shared with the reward server): with a
+`token` (the command line always has one: the trainer's per-run secret) every request must
+carry `Authorization: Bearer <token>`, else 401 and nothing changes; a body needs a
+Content-Length of at most `max_body_bytes` (413) and must arrive within the handler's
+deadline; an idle connection is closed.
 
-Left out on purpose: authentication (it binds loopback only), retries (a generate is not
-resent: the client fails the step and names the server), streaming of partial results.
+Every request and answer also carries `X-Omni-RL-Rollout-Protocol`; a request without it or
+with another version is a 400 naming both versions. Errors are JSON `{"error": ..., "protocol": 1}`:
+400 a malformed or refused request (a message that is no safetensors file, JSON nested past
+64 levels, a request the engine cannot sample: each request is checked with the engine's
+`check_request` before any reaches the engine, so a bad one is refused to its sender alone),
+404 an unknown path, 500 the engine raised. Calls into the engine are serialised (one lock):
+the native text engine samples in its caller's thread, and a weight bucket must never land in
+the middle of a generate call. GET /health and /stats take no lock: they answer while a
+generate runs, which is how the client tells a busy server from a silent one.
+
+Left out on purpose: retries (a generate is not resent: the client fails the step and names
+the server), streaming of partial results.
 """
 from __future__ import annotations
 
 import json
 import logging
 import os
-import socketserver
 import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import Any, Optional
 
 from omni_rl.rollout.base import RolloutEngine, check_weight_kind
 from omni_rl.rollout.server.protocol import (
@@ -39,37 +46,28 @@ from omni_rl.rollout.server.protocol import (
     encode_message,
     version_mismatch,
 )
+from omni_rl.utils.http_transport import GuardedHandler, GuardedServer, HttpRefusal
 
 logger = logging.getLogger(__name__)
 
+# A weight bucket holds at least one whole tensor (an LLM's embedding can pass 1 GiB) and a
+# generate call a chunk of requests with their condition images: the bound is for accidents,
+# the token keeps everyone else out before a byte of the body is read.
+DEFAULT_MAX_BODY_BYTES = 16 << 30
 
-class HttpError(Exception):
-    def __init__(self, status: int, message: str):
-        super().__init__(message)
-        self.status = status
+HttpError = HttpRefusal  # the name this module's callers know
 
 
-class RolloutServer(ThreadingHTTPServer):
-    daemon_threads = True
-
-    def __init__(self, engine: RolloutEngine, host: str = "127.0.0.1", port: int = 0):
+class RolloutServer(GuardedServer):
+    def __init__(self, engine: RolloutEngine, host: str = "127.0.0.1", port: int = 0, *,
+                 token: Optional[str] = None, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES):
         self.engine = engine
         self.protocol_version = PROTOCOL_VERSION  # a test may change it to see the mismatch refused
         self.engine_lock = threading.Lock()
         self.weight_kind: str | None = None
-        self.counters = {"generate_calls": 0, "weight_updates": 0, "weight_buckets": 0, "weight_tensors": 0, "asleep": False}
-        super().__init__((host, port), _Handler)
-
-    def server_bind(self) -> None:
-        socketserver.TCPServer.server_bind(self)  # no reverse DNS lookup of the host
-        self.server_name, self.server_port = str(self.server_address[0]), int(self.server_address[1])
-
-    @property
-    def url(self) -> str:
-        return f"http://{self.server_address[0]}:{self.server_address[1]}"
-
-    def handle_error(self, request: Any, client_address: Any) -> None:
-        logger.debug("rollout server: error while handling a request from %s", client_address, exc_info=True)
+        self.counters = {"generate_calls": 0, "weight_updates": 0, "weight_buckets": 0, "weight_tensors": 0,
+                         "asleep": False, "refused_requests": 0}
+        super().__init__((host, port), _Handler, token=token, max_body_bytes=max_body_bytes)
 
     def stats(self) -> dict[str, Any]:
         return {
@@ -77,10 +75,25 @@ class RolloutServer(ThreadingHTTPServer):
             "weight_kind": self.weight_kind, "stats": {**dict(self.engine.stats), **self.counters},
         }
 
-    # --- the endpoints (each called under engine_lock) -----------------------------------
-    def generate(self, body: bytes) -> bytes:
+    # --- the endpoints ---------------------------------------------------------------------
+    def check_generate(self, body: bytes) -> tuple[list, float]:
+        """The decoded requests and deadline, each request checked by the engine (no lock: a
+        check reads the model's configuration only); a bad one is a 400 naming it."""
         message = decode_message(body)
-        requests, timeout_s = message["requests"], float(message["timeout_s"])
+        if not isinstance(message, dict) or not isinstance(message.get("requests"), list):
+            raise HttpRefusal(400, "a generate message is {'requests': [...], 'timeout_s': t}")
+        requests, timeout_s = message["requests"], float(message.get("timeout_s", 1800.0))
+        if not 0 < timeout_s < float("inf"):
+            raise HttpRefusal(400, f"timeout_s={timeout_s!r}: expected a finite number of seconds > 0")
+        for req in requests:
+            try:
+                self.engine.check_request(req)
+            except (ValueError, TypeError, KeyError) as err:
+                self.counters["refused_requests"] += 1
+                raise HttpRefusal(400, f"refused request {getattr(req, 'request_id', '?')}: {err}") from None
+        return requests, timeout_s
+
+    def generate(self, requests: list, timeout_s: float) -> bytes:
         self.counters["generate_calls"] += 1
         return encode_message({"results": self.engine.generate(requests, timeout_s=timeout_s)})
 
@@ -89,7 +102,7 @@ class RolloutServer(ThreadingHTTPServer):
         try:
             check_weight_kind(kind)
         except ValueError as err:
-            raise HttpError(400, str(err)) from None
+            raise HttpRefusal(400, str(err)) from None
         # Buckets before the last keep the old version: the new one is recorded once all are in.
         self.engine.update_weights(tensors, version if last else self.engine.weight_version, kind)
         self.counters["weight_buckets"] += 1
@@ -100,22 +113,33 @@ class RolloutServer(ThreadingHTTPServer):
         return {"weight_version": self.engine.weight_version, "loaded": len(tensors)}
 
 
-class _Handler(BaseHTTPRequestHandler):
+class _Handler(GuardedHandler):
     server: RolloutServer
     protocol_version = "HTTP/1.1"
+
+    def error_body(self, message: str) -> bytes:
+        return json.dumps({"error": message, "protocol": self.server.protocol_version}).encode()
 
     def do_GET(self) -> None:  # noqa: N802  (http.server's naming)
         self._answer({"/health": self._health, "/stats": self.server.stats})
 
     def do_POST(self) -> None:  # noqa: N802
         self._answer({
-            "/generate": self.server.generate, "/update_weights": self.server.update_weights,
+            "/generate": self._generate, "/update_weights": self.server.update_weights,
             "/sleep": self._sleep, "/wake": self._wake, "/shutdown": self._shutdown,
         })
 
     def _health(self) -> dict[str, Any]:
+        problem = self.server.engine.failure()
+        if problem is not None:
+            raise HttpRefusal(503, f"the rollout engine cannot sample any more: {problem}")
         return {"status": "ok", "protocol": self.server.protocol_version, "pid": os.getpid(),
                 "weight_version": self.server.engine.weight_version, "engine": type(self.server.engine).__name__}
+
+    def _generate(self, body: bytes) -> bytes:
+        requests, timeout_s = self.server.check_generate(body)
+        with self.server.engine_lock:
+            return self.server.generate(requests, timeout_s)
 
     def _sleep(self, body: bytes) -> dict[str, Any]:
         self.server.engine.sleep()
@@ -132,29 +156,32 @@ class _Handler(BaseHTTPRequestHandler):
         return {"stopping": True}
 
     def _answer(self, routes: dict) -> None:
+        if not self.authorized():
+            return
         path = self.path.split("?")[0]
-        body = b""
         try:
-            if self.command == "POST":
-                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
             mismatch = version_mismatch(self.headers.get(PROTOCOL_HEADER), self.server.protocol_version, "this rollout server")
             if mismatch:
-                raise HttpError(400, mismatch)
+                raise HttpRefusal(400, mismatch)
             if path not in routes:
-                raise HttpError(404, f"unknown path {self.command} {path}: expected one of {sorted(routes)}")
+                raise HttpRefusal(404, f"unknown path {self.command} {path}: expected one of {sorted(routes)}")
             call = routes[path]
             if self.command == "GET":
                 out = call()
             else:
-                with self.server.engine_lock:
-                    out = call(body)
-        except HttpError as err:
-            return self._reply(err.status, {"error": str(err)})
+                body = self.read_body()
+                if path == "/generate":
+                    out = call(body)  # checks the requests, then takes the engine lock itself
+                else:
+                    with self.server.engine_lock:
+                        out = call(body)
+        except HttpRefusal as err:
+            return self.send_error_json(err.status, err.message)
         except (ProtocolError, ValueError, KeyError, TypeError) as err:
-            return self._reply(400, {"error": f"refused {path}: {err}"})
+            return self.send_error_json(400, f"refused {path}: {err}")
         except Exception as err:  # noqa: BLE001 (the engine's failure goes back to the client)
             logger.exception("rollout server: %s failed", path)
-            return self._reply(500, {"error": f"{path} failed in the rollout server: {err!r}"})
+            return self.send_error_json(500, f"{path} failed in the rollout server: {err!r}")
         self._reply(200, out)
 
     def _reply(self, status: int, out: Any) -> None:
@@ -162,12 +189,7 @@ class _Handler(BaseHTTPRequestHandler):
             body, content_type = out, CONTENT_TYPE
         else:
             body, content_type = json.dumps({**out, "protocol": self.server.protocol_version}).encode(), "application/json"
-        self.send_response(status)
-        self.send_header("Content-Type", content_type)
-        self.send_header("Content-Length", str(len(body)))
-        self.send_header(PROTOCOL_HEADER, str(self.server.protocol_version))
-        self.end_headers()
-        self.wfile.write(body)
+        self.send_body(status, body, content_type)
 
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002  (http.server's name)
-        logger.debug("rollout server: " + format, *args)
+    def send_body(self, status: int, body: bytes, content_type: str, headers: Optional[dict[str, str]] = None) -> None:
+        super().send_body(status, body, content_type, {PROTOCOL_HEADER: str(self.server.protocol_version), **(headers or {})})

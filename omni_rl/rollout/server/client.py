@@ -13,12 +13,16 @@ scorer overlaps the rest). While `wait` waits, it checks that the process lives 
 seconds, that /health answers: a server that exits or stops answering fails the call within
 `rollout.server_timeout_s` with a `RolloutEngineError` naming its address, pid and the call.
 
+Every call carries the run's secret (`Authorization: Bearer <token>`): a fresh one per run,
+handed to the server in its environment (`OMNI_RL_ROLLOUT_TOKEN`), so no other local process
+can stop, steer or read the run (the server answers it 401). The transport (a deadline for each
+whole call, early answers, a bound on the answer) is `omni_rl.utils.http_transport`'s.
+
 The server samples with its own copy of the model, so `same_log_probs_as` is False and the
 trainer recomputes old log-probs (`algo.old_logprob_mode=auto`).
 """
 from __future__ import annotations
 
-import http.client
 import json
 import os
 import shutil
@@ -35,29 +39,45 @@ from typing import Any, Optional, Sequence
 import omni_rl
 from omni_rl.config.loader import to_yaml
 from omni_rl.config.schema import OmniConfig
-from omni_rl.rollout.base import RolloutEngine, check_weight_kind, weight_kind
-from omni_rl.utils.tensor_buckets import NamedTensors, named_buckets
-from omni_rl.rollout.native import RolloutEngineError
+from omni_rl.rollout.base import RolloutEngine, RolloutEngineError, check_weight_kind, weight_kind
 from omni_rl.rollout.server.protocol import (
     CONTENT_TYPE,
     PROTOCOL_HEADER,
     PROTOCOL_VERSION,
+    TOKEN_ENV,
     decode_message,
     encode_message,
     encode_weights,
     version_mismatch,
 )
+from omni_rl.utils.http_transport import (
+    TransportError,
+    auth_headers,
+    check_json_depth,
+    new_token,
+    printable,
+    request,
+    safe_preview,
+)
+from omni_rl.utils.tensor_buckets import NamedTensors, named_buckets
+
+
+# Results of one chunk of requests: latents and images of up to max_num_seqs samples.
+MAX_REPLY_BYTES = 64 << 30
 
 
 class ServerRolloutEngine(RolloutEngine):
-    """Client of one rollout server at `url`; owns `process` when it started it."""
+    """Client of one rollout server at `url`; owns `process` when it started it. `token` is the
+    server's secret (sent as `Authorization: Bearer <token>` with every call)."""
 
     def __init__(self, url: str, *, timeout_s: float = 60.0, rollout_timeout_s: float = 1800.0, chunk_size: int = 32,
-                 bucket_bytes: int = 512 << 20, process: Optional[subprocess.Popen] = None, pid: Optional[int] = None):
+                 bucket_bytes: int = 512 << 20, process: Optional[subprocess.Popen] = None, pid: Optional[int] = None,
+                 token: Optional[str] = None):
         if chunk_size < 1:
             raise ValueError(f"chunk_size={chunk_size}: expected >= 1 requests per call")
         parts = urllib.parse.urlsplit(url)
-        self.url, self.host, self.port = url, parts.hostname, parts.port
+        self.url, self.host, self.port, self._parts = url, parts.hostname, parts.port, parts
+        self.token = token
         self.timeout_s = timeout_s
         self.rollout_timeout_s = rollout_timeout_s
         self.chunk_size = chunk_size
@@ -188,28 +208,25 @@ class ServerRolloutEngine(RolloutEngine):
         if self.process is not None and self.process.poll() is not None:
             raise RolloutEngineError(f"{self._where()} has exited with code {self.process.returncode} while "
                                      f"{what} (its messages are above, on stderr)")
-        conn = http.client.HTTPConnection(self.host, self.port, timeout=timeout_s or self.timeout_s)
+        headers = {PROTOCOL_HEADER: str(self.protocol_version), **auth_headers(self.token)}
+        if body is not None:
+            headers["Content-Type"] = content_type
         try:
-            headers = {PROTOCOL_HEADER: str(self.protocol_version)}
-            if body is not None:
-                headers.update({"Content-Type": content_type, "Content-Length": str(len(body))})
-            conn.request(method, path, body=body, headers=headers)
-            response = conn.getresponse()
-            data = response.read()
-            sent = response.getheader(PROTOCOL_HEADER)
-        except (OSError, http.client.HTTPException) as err:
+            status, response, data = request(self._parts, method, path, body, headers,
+                                             timeout_s=timeout_s or self.timeout_s, max_reply_bytes=MAX_REPLY_BYTES)
+        except TransportError as err:
             exited = self.process is not None and self.process.poll() is not None
-            cause = f"it exited with code {self.process.returncode}" if exited else repr(err)
+            cause = f"it exited with code {self.process.returncode}" if exited else err.cause
             raise RolloutEngineError(f"{self._where()} failed while {what}: {cause}") from None
-        finally:
-            conn.close()
-        if response.status != 200:
+        sent = response.getheader(PROTOCOL_HEADER)
+        if status != 200:
             try:
-                message = json.loads(data)["error"]
+                check_json_depth(data)
+                message = printable(str(json.loads(data)["error"]))
             except (ValueError, KeyError, TypeError):
-                message = data[:200].decode(errors="replace")
+                message = safe_preview(data)
             raise RolloutEngineError(f"{self._where()} refused {method} {path} while {what}: "
-                                     f"HTTP {response.status}: {message}")
+                                     f"HTTP {status}: {message}")
         mismatch = version_mismatch(sent, self.protocol_version, "this rollout client")
         if mismatch:
             raise RolloutEngineError(f"{self._where()} answered {method} {path}: {mismatch}")
@@ -227,6 +244,10 @@ def start_server_engine(cfg: OmniConfig, model, backend: str = "native") -> Serv
     env = dict(os.environ)
     root = str(Path(omni_rl.__file__).resolve().parent.parent)  # this checkout's omni_rl (and adapters/)
     env["PYTHONPATH"] = os.pathsep.join([root, *filter(None, [env.get("PYTHONPATH")])])
+    # The run's secret: handed over in the environment (which only this user can read), never
+    # on the command line (which every local user can, with ps).
+    token = new_token()
+    env[TOKEN_ENV] = token
     command = [python, "-m", "omni_rl.rollout.server", "--config", str(config_path), "--backend", backend,
                "--parent-pid", str(os.getpid())]
     try:
@@ -239,7 +260,7 @@ def start_server_engine(cfg: OmniConfig, model, backend: str = "native") -> Serv
         shutil.rmtree(config_dir, ignore_errors=True)  # read by the server before it reports ready
     engine = ServerRolloutEngine(
         ready["url"], timeout_s=r.server_timeout_s, chunk_size=r.max_num_seqs,
-        bucket_bytes=cfg.trainer.weight_sync_bucket_mb << 20, process=process, pid=ready["pid"],
+        bucket_bytes=cfg.trainer.weight_sync_bucket_mb << 20, process=process, pid=ready["pid"], token=token,
     )
     try:
         engine._json("GET", "/health", what="checking its health after it started")

@@ -28,10 +28,13 @@ from omni_rl.models.autoregressive import PromptInputs
 from omni_rl.models.conditioning import Conditioning
 from omni_rl.rollout.text_types import TextRequest, TextResult
 from omni_rl.rollout.types import DiffusionRequest, DiffusionResult
+from omni_rl.utils.http_transport import check_json_depth
 
 PROTOCOL_VERSION = 1
 PROTOCOL_HEADER = "X-Omni-RL-Rollout-Protocol"
 CONTENT_TYPE = "application/x-safetensors"
+# Where the trainer hands the server its per-run secret (the environment: readable by this user only).
+TOKEN_ENV = "OMNI_RL_ROLLOUT_TOKEN"
 MESSAGE_TYPES = {
     cls.__name__: cls
     for cls in (DiffusionRequest, DiffusionResult, TextRequest, TextResult, PromptInputs, Conditioning)
@@ -109,11 +112,21 @@ def _metadata(body: bytes) -> dict[str, str]:
     if len(body) < 8:
         raise ProtocolError(f"a body of {len(body)} bytes is no safetensors file")
     (n,) = struct.unpack("<Q", body[:8])
+    if n > len(body) - 8:
+        raise ProtocolError(f"the safetensors header says {n} bytes but the body has {len(body) - 8} after the "
+                            f"length; the body is truncated or not safetensors")
     try:
-        header = json.loads(body[8 : 8 + n])
-    except ValueError as err:
+        text = body[8 : 8 + n]
+        check_json_depth(text)
+        header = json.loads(text)
+    except ValueError as err:  # UnicodeDecodeError and a document nested too deep included
         raise ProtocolError(f"the safetensors header is not JSON: {err}") from None
-    return header.get("__metadata__") or {}
+    meta = header.get("__metadata__") if isinstance(header, dict) else None
+    if not isinstance(header, dict) or not isinstance(meta or {}, dict):
+        raise ProtocolError("the safetensors header is not a JSON object with an object __metadata__")
+    if not all(isinstance(v, str) for v in (meta or {}).values()):
+        raise ProtocolError("the safetensors __metadata__ values must be strings")
+    return meta or {}
 
 
 def _tensors(body: bytes) -> dict[str, torch.Tensor]:
@@ -128,12 +141,13 @@ def decode_message(body: bytes) -> Any:
     if "message" not in meta:
         raise ProtocolError("the safetensors metadata has no 'message' entry")
     try:
+        check_json_depth(meta["message"])  # _decode recurses as deep as the document does
         doc = json.loads(meta["message"])
     except ValueError as err:
         raise ProtocolError(f"the message is not JSON: {err}") from None
     try:
         return _decode(doc, _tensors(body))
-    except (KeyError, TypeError) as err:
+    except (KeyError, TypeError, AttributeError) as err:
         raise ProtocolError(f"malformed message: {err!r}") from None
 
 

@@ -4,12 +4,15 @@ from __future__ import annotations
 import importlib.util
 import sys
 
+from omni_rl.errors import OmniConfigError
+
 # What each backend needs to import here, and the pip name it is installed by.
 NEEDS = {"vllm_omni": ("vllm_omni", "vllm-omni"), "vllm": ("vllm", "vllm")}
 
 
-class BackendUnavailableError(RuntimeError):
-    """A rollout backend's package is not installed in this Python."""
+class BackendUnavailableError(OmniConfigError, RuntimeError):
+    """A rollout backend's package is not installed in this Python (bad input for this machine,
+    as a device it lacks is: exit 2)."""
 
 
 def require(backend: str) -> None:

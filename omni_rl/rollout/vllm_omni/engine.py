@@ -30,7 +30,7 @@ from omni_rl.config.schema import OmniConfig
 from omni_rl.models.registry import adapter_key
 from omni_rl.rollout.base import RolloutEngine, check_weight_kind
 from omni_rl.rollout.diffusion_sampling import check_request
-from omni_rl.rollout.native import RolloutEngineError, wait_results
+from omni_rl.rollout.base import RolloutEngineError, wait_results
 from omni_rl.rollout.types import DiffusionRequest, DiffusionResult
 from omni_rl.rollout.vllm_omni.availability import require
 from omni_rl.rollout.vllm_omni.codec import request_to_prompt, result_from_output, sampling_fields
@@ -105,12 +105,15 @@ class VllmOmniDiffusionEngine(RolloutEngine):
         if self._closed:
             raise RolloutEngineError("the vllm_omni rollout engine is closed")
         for req in requests:
-            check_request(self.model, req)
+            self.check_request(req)
         self.stats["submitted"] += len(requests)
         return [asyncio.run_coroutine_threadsafe(self._generate_one(req), self._loop) for req in requests]
 
     def wait(self, requests: Sequence[DiffusionRequest], futures: Sequence[Future], timeout_s: float) -> list[DiffusionResult]:
         return wait_results(requests, futures, timeout_s)
+
+    def check_request(self, req: DiffusionRequest) -> None:
+        check_request(self.model, req)
 
     async def _generate_one(self, req: DiffusionRequest) -> DiffusionResult:
         from vllm_omni.inputs.data import OmniDiffusionSamplingParams

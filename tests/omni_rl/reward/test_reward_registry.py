@@ -74,17 +74,14 @@ def test_duplicate_registration_raises():
         register_reward("tests.registry.offset")(lambda: None)
 
 
-@register_reward("tests.registry.checked")
-def checked(*, level: int = 1):
-    return lambda images, prompts, metadata: [float(level)] * len(prompts)
-
-
 def _check_level(*, level=1):
     if level < 0:
         raise ValueError(f"level={level}; expected >= 0")
 
 
-checked.check_options = _check_level
+@register_reward("tests.registry.checked", check_options=_check_level)
+def checked(*, level: int = 1):
+    return lambda images, prompts, metadata: [float(level)] * len(prompts)
 
 
 def test_a_factory_check_options_runs_at_config_check_and_build_time():
@@ -97,3 +94,20 @@ def test_a_factory_check_options_runs_at_config_check_and_build_time():
             check()
     with pytest.raises(RewardConfigError, match="unknown option"):  # the signature is checked first
         check_reward_options("tests.registry.checked", {"levle": 2})
+
+
+def test_what_a_reward_declares_is_its_registry_entrys_spec_not_an_attribute():
+    from omni_rl.reward.registry import RewardDeclaration, reward_declaration
+
+    declared = reward_declaration("tests.registry.checked")
+    assert isinstance(declared, RewardDeclaration) and declared.check_options is _check_level
+    assert not hasattr(checked, "check_options")  # nothing set on the factory
+    # A function attribute is not read any more: only the declaration counts.
+    register_reward("tests.registry.attribute_only")(lambda *, level=1: (lambda i, p, m: [0.0] * len(p)))
+    REWARDS.get("tests.registry.attribute_only").check_options = _check_level
+    from omni_rl.reward.registry import check_reward_options
+
+    check_reward_options("tests.registry.attribute_only", {"level": -1})
+    assert reward_declaration("tests.registry.attribute_only") == RewardDeclaration()
+    with pytest.raises(RewardConfigError, match=r"check_options=3; expected a callable"):
+        register_reward("tests.registry.bad_check", check_options=3)

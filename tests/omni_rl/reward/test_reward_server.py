@@ -20,16 +20,14 @@ from omni_rl.reward.protocol import CONTENT_TYPE, PROTOCOL_HEADER, ProtocolError
 import omni_rl.reward.server as server_module
 from omni_rl.reward.server import (
     HttpStatusError,
-    LatentRewardModel,
     is_loopback,
-    latent_reward_model,
-    latent_stats,
     load_scorer,
     make_server,
     running_server,
     serve_in_thread,
     server_from_args,
 )
+from rewards.latent_scorers import LatentRewardModel, latent_reward_model, latent_stats
 
 FAST = {"backoff_s": 0.01}
 
@@ -202,7 +200,7 @@ def test_restart_on_the_same_port():
 def test_load_scorer_specs():
     latents = torch.randn(2, 3, 4, 4)
     assert load_scorer("latent_stats")(latents, [], []) == latent_stats()(latents, [], [])
-    assert load_scorer("omni_rl.reward.server:latent_stats")(latents, [], []) == latent_stats()(latents, [], [])
+    assert load_scorer("rewards.latent_scorers:latent_stats")(latents, [], []) == latent_stats()(latents, [], [])
     model_scorer = load_scorer("latent_reward_model", {"in_channels": 3, "hidden": 4, "seed": 1})
     assert model_scorer(latents, [], []) == latent_reward_model(in_channels=3, hidden=4, seed=1)(latents, [], [])
     images = torch.full((1, 2, 2, 3), 255, dtype=torch.uint8)

@@ -21,7 +21,8 @@ import pytest
 import torch
 
 from omni_rl.algos.flow_sde import get_step_kernel, sde_step
-from omni_rl.rollout.native import NativeDiffusionEngine, RolloutEngineError
+from omni_rl.rollout.base import RolloutEngineError
+from omni_rl.rollout.native import NativeDiffusionEngine
 from omni_rl.rollout.sde_window import choose_sde_window
 from omni_rl.rollout.types import DiffusionRequest
 

@@ -18,7 +18,7 @@ import torch
 from omni_rl.cli import main as cli_main
 from omni_rl.compose import load_config
 from omni_rl.rollout.base import RolloutEngine
-from omni_rl.rollout.native import RolloutEngineError
+from omni_rl.rollout.base import RolloutEngineError
 from omni_rl.rollout.server.app import RolloutServer
 from omni_rl.rollout.server.client import ServerRolloutEngine
 from omni_rl.rollout.server.protocol import CONTENT_TYPE, decode_message, encode_message, encode_weights
