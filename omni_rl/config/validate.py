@@ -111,6 +111,15 @@ def validate_config(cfg: OmniConfig) -> None:
     _require(r.backend != "vllm" or r.top_p == 1.0, "rollout.top_p", r.top_p,
              "1.0 with rollout.backend=vllm (vLLM's log-probs renormalise over the top-p nucleus, the "
              "trainer's do not); use rollout.backend=native for top_p < 1")
+    if r.backend == "vllm" and cfg.model.lora.enabled and cfg.model.dtype not in ("bfloat16", "float16"):
+        raise ConfigError(
+            f"model.dtype={cfg.model.dtype!r} with model.lora.enabled=true: expected bfloat16 or float16 with "
+            f"rollout.backend=vllm (vLLM's LoRA kernels take no other dtype); set model.dtype=bfloat16, or "
+            f"model.lora.enabled=false to sync full weights in float32"
+        )
+    if r.backend == "vllm" and cfg.model.lora.enabled and cfg.model.lora.rank > 512:
+        raise ConfigError(f"model.lora.rank={cfg.model.lora.rank}: expected at most 512 with rollout.backend=vllm "
+                          f"(vLLM's largest max_lora_rank)")
 
     _require(a.std_mode in ("group", "global", "none"), "algo.std_mode", a.std_mode, "one of group, global, none")
     _require(a.old_logprob_mode in ("auto", "recompute", "bypass"), "algo.old_logprob_mode", a.old_logprob_mode,
