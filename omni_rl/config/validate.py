@@ -102,6 +102,8 @@ def validate_config(cfg: OmniConfig) -> None:
     _require(0 < a.timestep_fraction <= 1, "algo.timestep_fraction", a.timestep_fraction,
              "in (0, 1]: the share of a sample's stochastic steps it trains (DanceGRPO: 0.6)")
     _require(r.timeout_s > 0, "rollout.timeout_s", r.timeout_s, "> 0 seconds")
+    _require(r.trajectory_device in ("device", "cpu"), "rollout.trajectory_device", r.trajectory_device,
+             "device (the rollout model's) or cpu (pinned host memory)")
     _require(r.server_timeout_s > 0, "rollout.server_timeout_s", r.server_timeout_s, "> 0 seconds")
     _require(r.server_startup_timeout_s > 0, "rollout.server_startup_timeout_s", r.server_startup_timeout_s, "> 0 seconds")
     _require(r.python is None or r.python.strip() != "", "rollout.python", r.python,
