@@ -20,7 +20,6 @@ import asyncio
 import importlib.util
 import json
 import re
-import sys
 import threading
 from pathlib import Path
 from types import SimpleNamespace
