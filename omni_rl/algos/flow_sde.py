@@ -3,7 +3,7 @@
 Contract (every kernel, registered in `STEP_KERNELS`):
 
     fn(*, model_output, sigma, sigma_next, sample, noise_level,
-       prev_sample=None, generator=None) -> StepOutput(prev_sample, log_prob, mean, std)
+       prev_sample=None, generator=None, validate=True) -> StepOutput(prev_sample, log_prob, mean, std)
 
 - `sample` x and `model_output` v (the predicted velocity x_1 - x_0) have one shape
   `[B, ...]`: image `[B, C, H, W]`, video `[B, C, T, H, W]`, audio `[B, C, L]`. Per-sample
@@ -21,6 +21,9 @@ Contract (every kernel, registered in `STEP_KERNELS`):
   generator's device, then moved to the sample's device), so a sample's noise does not depend on
   what it is batched with. Noise is drawn only when sampling; the stochastic kernels draw it even
   where std is 0 so that a generator's stream advances once per step whatever the window.
+- `validate`: check sigma and noise_level (`check_step`, one host sync: on an accelerator it
+  waits for the device). A caller that checked them once for many steps (the rollout, per
+  sample's schedule; the trainer, per batch) passes False, so a step makes no host sync.
 - Everything is computed in float32 (bf16/fp16 inputs are cast; bf16 overflows in these
   formulas) and every output is float32.
 
@@ -67,6 +70,7 @@ __all__ = [
     "StepKernel",
     "STEP_KERNELS",
     "get_step_kernel",
+    "check_step",
     "sde_step",
     "cps_step",
     "dance_sde_step",
@@ -106,6 +110,7 @@ class StepKernel(Protocol):
     def __call__(
         self, *, model_output: Tensor, sigma: Scalar, sigma_next: Scalar, sample: Tensor,
         noise_level: Scalar, prev_sample: Optional[Tensor] = None, generator: GeneratorArg = None,
+        validate: bool = True,
     ) -> StepOutput: ...
 
 
@@ -192,7 +197,9 @@ def _as_fp32_latents(
     return x, v, prev
 
 
-def _check_step(kernel: str, sigma: Tensor, sigma_next: Tensor, noise_level: Tensor) -> None:
+def check_step(kernel: str, sigma: Tensor, sigma_next: Tensor, noise_level: Tensor) -> None:
+    """Raise ValueError naming the first sample whose sigma / sigma_next / noise_level a stochastic
+    kernel cannot take (tensors `[B]` or of any shape; one host sync when all are fine)."""
     # The stochastic kernels divide by sigma and by 1 - sigma (1 - sigma_next at sigma = 1) and
     # take sqrt(sigma - sigma_next): all finite exactly on 0 <= sigma_next < sigma <= 1.
     # NaN fails every comparison, so it is caught too. One host sync for both checks.
@@ -254,7 +261,7 @@ def _prepare(
     sig_next = per_sample(sigma_next, batch=batch, device=device, name="sigma_next")
     level = per_sample(noise_level, batch=batch, device=device, name="noise_level")
     if validate:
-        _check_step(kernel, sig, sig_next, level)
+        check_step(kernel, sig, sig_next, level)
     return x, v, prev, sig, sig_next, level
 
 
@@ -266,7 +273,7 @@ def _prepare(
 @STEP_KERNELS.register("sde")
 def sde_step(
     *, model_output: Tensor, sigma: Scalar, sigma_next: Scalar, sample: Tensor, noise_level: Scalar,
-    prev_sample: Optional[Tensor] = None, generator: GeneratorArg = None,
+    prev_sample: Optional[Tensor] = None, generator: GeneratorArg = None, validate: bool = True,
 ) -> StepOutput:
     """Flow-GRPO's SDE step (arXiv 2505.05470): the reverse SDE with the flow ODE's marginals.
 
@@ -280,7 +287,7 @@ def sde_step(
     a = 0 gives mean = x + v dt, the Euler (ode) step, with s = 0.
     """
     x, v, prev, sig, sig_next, level = _prepare(
-        "sde", sample, model_output, prev_sample, sigma, sigma_next, noise_level
+        "sde", sample, model_output, prev_sample, sigma, sigma_next, noise_level, validate
     )
     dt = sig_next - sig
     one_minus = torch.where(sig >= 1, 1 - sig_next, 1 - sig)
@@ -298,7 +305,7 @@ def sde_step(
 @STEP_KERNELS.register("cps")
 def cps_step(
     *, model_output: Tensor, sigma: Scalar, sigma_next: Scalar, sample: Tensor, noise_level: Scalar,
-    prev_sample: Optional[Tensor] = None, generator: GeneratorArg = None,
+    prev_sample: Optional[Tensor] = None, generator: GeneratorArg = None, validate: bool = True,
 ) -> StepOutput:
     """Coefficient-preserving sampling (Flow-CPS, arXiv 2509.05952).
 
@@ -316,7 +323,7 @@ def cps_step(
     At sigma_next = 0 (the last step) s = 0: the step is deterministic and lands on x0_hat.
     """
     x, v, prev, sig, sig_next, level = _prepare(
-        "cps", sample, model_output, prev_sample, sigma, sigma_next, noise_level
+        "cps", sample, model_output, prev_sample, sigma, sigma_next, noise_level, validate
     )
     std = sig_next * torch.sin(level * (math.pi / 2))
     sig_b = expand_per_sample(sig, x)
@@ -331,7 +338,7 @@ def cps_step(
 @STEP_KERNELS.register("dance_sde")
 def dance_sde_step(
     *, model_output: Tensor, sigma: Scalar, sigma_next: Scalar, sample: Tensor, noise_level: Scalar,
-    prev_sample: Optional[Tensor] = None, generator: GeneratorArg = None,
+    prev_sample: Optional[Tensor] = None, generator: GeneratorArg = None, validate: bool = True,
 ) -> StepOutput:
     """DanceGRPO's SDE step (arXiv 2505.07818); `noise_level` plays DanceGRPO's constant eta.
 
@@ -344,7 +351,7 @@ def dance_sde_step(
     std_t = eta, i.e. Flow-GRPO's a = eta sqrt((1 - sigma) / sigma) (a test checks it).
     """
     x, v, prev, sig, sig_next, level = _prepare(
-        "dance_sde", sample, model_output, prev_sample, sigma, sigma_next, noise_level
+        "dance_sde", sample, model_output, prev_sample, sigma, sigma_next, noise_level, validate
     )
     dt = sig_next - sig
     sig_b = expand_per_sample(sig, x)
@@ -359,7 +366,7 @@ def dance_sde_step(
 @STEP_KERNELS.register("ode")
 def ode_step(
     *, model_output: Tensor, sigma: Scalar, sigma_next: Scalar, sample: Tensor, noise_level: Scalar,
-    prev_sample: Optional[Tensor] = None, generator: GeneratorArg = None,
+    prev_sample: Optional[Tensor] = None, generator: GeneratorArg = None, validate: bool = True,
 ) -> StepOutput:
     """The Euler step of diffusers' FlowMatchEulerDiscreteScheduler: prev = x + (sigma_next - sigma) v.
 

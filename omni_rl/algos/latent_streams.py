@@ -144,10 +144,12 @@ def shape_of(x: Latents) -> LatentShape:
 
 
 def randn(shape: LatentShape, generator: torch.Generator | None = None, dtype=torch.float32) -> Latents:
-    """Standard normal latents of one sample's shape; streams drawn in order from one generator."""
+    """Standard normal latents of one sample's shape, on the generator's device; streams drawn in
+    order from one generator."""
+    device = None if generator is None else generator.device
     if isinstance(shape, dict):
-        return LatentStreams({k: torch.randn(s, generator=generator, dtype=dtype) for k, s in shape.items()})
-    return torch.randn(shape, generator=generator, dtype=dtype)
+        return LatentStreams({k: torch.randn(s, generator=generator, dtype=dtype, device=device) for k, s in shape.items()})
+    return torch.randn(shape, generator=generator, dtype=dtype, device=device)
 
 
 def numel_per_sample(shape: LatentShape) -> int:

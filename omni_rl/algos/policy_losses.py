@@ -117,6 +117,8 @@ class PolicyLossInput:
                    multiplied by it before the mean (the rollout correction's truncated importance
                    weights, `rollout_correction`); the KL term is not. None (the default) leaves
                    the loss exactly as without it.
+    std_checked:   True when std comes from a step kernel on checked sigmas (so >= 0): the
+                   diffusion losses skip their host-side check of it (a device sync per step).
     """
 
     log_prob: Tensor
@@ -141,6 +143,10 @@ class PolicyLossInput:
     loss_scale_factor: Optional[float] = None
     kl_clamp: Optional[float] = None
     rollout_is_weight: Optional[Tensor] = None
+    # True when `std` is a step kernel's output on checked sigmas and noise levels (>= 0 by
+    # construction): the diffusion losses then skip their host-side check of it, which on an
+    # accelerator would wait for the device on every step.
+    std_checked: bool = False
 
     def __post_init__(self) -> None:
         shape = tuple(self.log_prob.shape)
@@ -238,7 +244,8 @@ def get_diffusion_kl(name: str) -> DiffusionKL:
 # --------------------------------------------------------------------------------------------
 
 
-def _sq_dist_over_var(mean: Tensor, ref_mean: Tensor, std: Union[Tensor, float], name: str) -> Tensor:
+def _sq_dist_over_var(mean: Tensor, ref_mean: Tensor, std: Union[Tensor, float], name: str,
+                      std_checked: bool = False) -> Tensor:
     """mean_d (mean - ref_mean)^2 / (2 s^2) per sample `[B]`, 0 where s == 0."""
     if mean.ndim < 2 or mean.shape != ref_mean.shape:
         raise ValueError(
@@ -246,7 +253,7 @@ def _sq_dist_over_var(mean: Tensor, ref_mean: Tensor, std: Union[Tensor, float],
             f"of one shape [B, ...]; pass StepOutput.mean of the policy and of the reference."
         )
     s = per_sample(std, batch=mean.shape[0], device=mean.device, name="std")
-    if bool((s < 0).any()):
+    if not std_checked and bool((s < 0).any()):
         raise ValueError(f"{name}: std has negative entries {s[s < 0].tolist()}; pass StepOutput.std (>= 0)")
     stochastic = s > 0
     safe_s = torch.where(stochastic, s, torch.ones_like(s))
@@ -372,7 +379,7 @@ def _diffusion_extras(inp: PolicyLossInput, loss: str) -> tuple[Tensor, Tensor, 
             f"{tuple(inp.log_prob.shape)}, expected ({batch},) to match mean's batch."
         )
     std = per_sample(inp.std, batch=batch, device=inp.log_prob.device, name="std")
-    if bool((std < 0).any()):
+    if not inp.std_checked and bool((std < 0).any()):
         raise ValueError(
             f"policy loss {loss!r}: std has negative entries {std[std < 0].tolist()}; expected >= 0 "
             f"(pass StepOutput.std)"
@@ -425,7 +432,8 @@ def flow_dppo_loss(inp: PolicyLossInput) -> tuple[Tensor, Metrics]:
     log_prob, old, adv, mask = _prepare(inp)
     log_ratio = log_prob - old
     ratio = torch.exp(log_ratio)
-    divergence = exact_kl(mean.detach(), old_mean, std)
+    # exact_kl's value; std was checked by _diffusion_extras already.
+    divergence = _sq_dist_over_var(mean.detach(), old_mean, std, "flow_dppo", std_checked=True)
     pushes_further = ((ratio > 1) & (adv > 0)) | ((ratio < 1) & (adv < 0))
     drop = (divergence >= inp.kl_threshold) & pushes_further
     loss = _masked_mean(rollout_weighted(torch.where(drop, torch.zeros_like(ratio), -adv * ratio), inp), mask)

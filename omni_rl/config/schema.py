@@ -134,6 +134,10 @@ class RolloutConfig:
     max_wait_ms: float = 5.0
     # A rollout that takes longer than this fails the step instead of hanging.
     timeout_s: float = 1800.0
+    # Where finished diffusion trajectories (latents, log-probs, schedule, conditioning) live:
+    # "device" (the rollout model's; no copy) or "cpu" (pinned host memory, non-blocking copies:
+    # for video, where a step's trajectories are gigabytes). Each moves once, when it finishes.
+    trajectory_device: str = "device"
     # --- rollout.backend=server: the native engine in a process (and Python) of its own ---
     # The interpreter that runs the server; null = this one (sys.executable). With
     # rollout.backend=vllm_omni or vllm, a Python named here runs that engine behind the server
@@ -148,7 +152,8 @@ class RolloutConfig:
     # Share of the GPU's memory vLLM may take for weights and its KV cache (text); leave room
     # for the trainer when both share the GPU.
     vllm_gpu_memory_utilization: float = 0.5
-    # No CUDA graphs / torch.compile: slower sampling, quicker start.
+    # No CUDA graphs / torch.compile: slower sampling, quicker start. rollout.backend=vllm only:
+    # the vllm_omni pipelines always sample eagerly (omni_rl/rollout/vllm_omni/pipelines.py).
     vllm_enforce_eager: bool = False
     # Start with vLLM's sleep-mode allocator, so the engine's sleep() / wake() can free the GPU.
     vllm_sleep_mode: bool = True

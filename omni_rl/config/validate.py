@@ -102,6 +102,8 @@ def validate_config(cfg: OmniConfig) -> None:
     _require(0 < a.timestep_fraction <= 1, "algo.timestep_fraction", a.timestep_fraction,
              "in (0, 1]: the share of a sample's stochastic steps it trains (DanceGRPO: 0.6)")
     _require(r.timeout_s > 0, "rollout.timeout_s", r.timeout_s, "> 0 seconds")
+    _require(r.trajectory_device in ("device", "cpu"), "rollout.trajectory_device", r.trajectory_device,
+             "device (the rollout model's) or cpu (pinned host memory)")
     _require(r.server_timeout_s > 0, "rollout.server_timeout_s", r.server_timeout_s, "> 0 seconds")
     _require(r.server_startup_timeout_s > 0, "rollout.server_startup_timeout_s", r.server_startup_timeout_s, "> 0 seconds")
     _require(r.python is None or r.python.strip() != "", "rollout.python", r.python,
@@ -111,6 +113,15 @@ def validate_config(cfg: OmniConfig) -> None:
     _require(r.backend != "vllm" or r.top_p == 1.0, "rollout.top_p", r.top_p,
              "1.0 with rollout.backend=vllm (vLLM's log-probs renormalise over the top-p nucleus, the "
              "trainer's do not); use rollout.backend=native for top_p < 1")
+    if r.backend == "vllm" and cfg.model.lora.enabled and cfg.model.dtype not in ("bfloat16", "float16"):
+        raise ConfigError(
+            f"model.dtype={cfg.model.dtype!r} with model.lora.enabled=true: expected bfloat16 or float16 with "
+            f"rollout.backend=vllm (vLLM's LoRA kernels take no other dtype); set model.dtype=bfloat16, or "
+            f"model.lora.enabled=false to sync full weights in float32"
+        )
+    if r.backend == "vllm" and cfg.model.lora.enabled and cfg.model.lora.rank > 512:
+        raise ConfigError(f"model.lora.rank={cfg.model.lora.rank}: expected at most 512 with rollout.backend=vllm "
+                          f"(vLLM's largest max_lora_rank)")
 
     _require(a.std_mode in ("group", "global", "none"), "algo.std_mode", a.std_mode, "one of group, global, none")
     _require(a.old_logprob_mode in ("auto", "recompute", "bypass"), "algo.old_logprob_mode", a.old_logprob_mode,

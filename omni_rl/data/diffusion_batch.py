@@ -106,7 +106,7 @@ class DiffusionBatch:
         )
         if step_index is None:
             return batch
-        take = lambda t: t.gather(1, step_index)  # noqa: E731
+        take = lambda t: t.gather(1, step_index.to(t.device))  # noqa: E731 (trajectories may live on the device)
         return replace(
             batch, step_index=step_index, rollout_log_probs=take(batch.rollout_log_probs), sigmas=take(batch.sigmas),
             sigmas_next=take(batch.sigmas_next), noise_levels=take(batch.noise_levels),

@@ -62,7 +62,8 @@ class ThinkDrawBatch:
 
     @property
     def rollout_log_probs(self) -> torch.Tensor:
-        return torch.cat([self.plan_rollout_log_probs, self.image.rollout_log_probs], dim=1)
+        image = self.image.rollout_log_probs  # where rollout.trajectory_device put it
+        return torch.cat([self.plan_rollout_log_probs.to(image.device), image], dim=1)
 
     @property
     def group_index(self) -> torch.Tensor:
@@ -78,7 +79,8 @@ class ThinkDrawBatch:
 
     def action_mask(self) -> torch.Tensor:
         """[N, R + K]: the plan's mask, then 1 for every trained image step."""
-        return torch.cat([self.plan_mask, torch.ones_like(self.image.rollout_log_probs)], dim=1)
+        image = self.image.rollout_log_probs
+        return torch.cat([self.plan_mask.to(image.device), torch.ones_like(image)], dim=1)
 
     def image_half(self) -> DiffusionBatch:
         """The image's batch with the trajectory's per-sample values and its own columns of the

@@ -4,17 +4,36 @@ An engine owns the trainable parameters and the optimizer. It is handed a loss f
 micro-batch and knows no algorithm: `forward_backward` runs `loss_fn(micro_batch)`, scales and
 back-propagates it; `optimizer_step` clips and applies the accumulated gradient. Sharded engines
 (FSDP2) implement the same methods.
+
+Neither waits for the device on every micro-batch: `forward_backward` returns its metrics as
+device tensors and keeps a device flag of whether every loss was finite; `optimizer_step` reads
+that flag and the gradient norm's finiteness on the host together, one sync per mini-batch, and
+refuses the update (the gradients are dropped, the weights stay as they were) when either is not.
 """
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import Any, Callable
+from typing import Any, Callable, Optional
 
 import torch
 
 from omni_rl.errors import OmniRunError
 
 LossFn = Callable[[Any], tuple[torch.Tensor, dict[str, torch.Tensor]]]
+# A metric as an engine returns it: a detached 0-dim tensor on the device (read on the host once
+# per update, `omni_rl/families/update.py`), or a plain number.
+Metric = "torch.Tensor | float"
+
+
+def all_finite(flag: Optional[torch.Tensor], value: torch.Tensor) -> torch.Tensor:
+    """`flag` and "every element of `value` is finite", as a device bool (no host sync)."""
+    ok = torch.isfinite(value.detach()).all()
+    return ok if flag is None else flag & ok
+
+
+def on_host(*flags: torch.Tensor) -> list[bool]:
+    """Device bools read on the host together: one sync for all of them."""
+    return [bool(v) for v in torch.stack([f.reshape(()).to(torch.bool) for f in flags]).tolist()]
 
 
 class NonFiniteLossError(OmniRunError, FloatingPointError):
@@ -24,12 +43,14 @@ class NonFiniteLossError(OmniRunError, FloatingPointError):
 
 class TrainingEngine(ABC):
     @abstractmethod
-    def forward_backward(self, micro_batch: Any, loss_fn: LossFn, loss_scale: float = 1.0) -> dict[str, float]:
-        """Accumulate the gradient of `loss_scale * loss_fn(micro_batch)[0]`; return its metrics."""
+    def forward_backward(self, micro_batch: Any, loss_fn: LossFn, loss_scale: float = 1.0) -> dict[str, Metric]:
+        """Accumulate the gradient of `loss_scale * loss_fn(micro_batch)[0]`; return its metrics
+        (device tensors: no host sync)."""
 
     @abstractmethod
-    def optimizer_step(self) -> dict[str, float]:
-        """Clip, step, zero the gradients; return `actor/grad_norm` and `actor/lr`."""
+    def optimizer_step(self) -> dict[str, Metric]:
+        """Clip, step, zero the gradients (one host sync: were the losses and the gradient norm
+        finite); return `actor/grad_norm` and `actor/lr`."""
 
     @abstractmethod
     def state_dict(self) -> dict[str, Any]:

@@ -28,7 +28,6 @@ Not here: tensor / sequence parallelism, and hybrid sharding (HSDP) across nodes
 """
 from __future__ import annotations
 
-import math
 import warnings
 from typing import Any
 
@@ -49,8 +48,8 @@ from torch.distributed.fsdp import (
 from torch.distributed.tensor import DTensor
 
 from omni_rl.config.schema import OptimConfig
-from omni_rl.engine.base import LossFn, TrainingEngine
-from omni_rl.engine.base import NonFiniteLossError
+from omni_rl.engine.base import LossFn, Metric, TrainingEngine, all_finite
+from omni_rl.engine.local import detached, refuse_if_not_finite
 from omni_rl.models.base import OmniModelBase
 from omni_rl.utils.tensor_buckets import named_buckets
 
@@ -122,26 +121,26 @@ class FSDP2Engine(TrainingEngine):
         )
         self.optimizer_offload = optimizer_offload and not param_offload and self.device.type != "cpu"
         self.optimizer.zero_grad(set_to_none=True)
+        self._losses_finite = None  # since the last optimizer step (engine/base.py)
 
-    def forward_backward(self, micro_batch: Any, loss_fn: LossFn, loss_scale: float = 1.0) -> dict[str, float]:
+    def forward_backward(self, micro_batch: Any, loss_fn: LossFn, loss_scale: float = 1.0) -> dict[str, Metric]:
         loss, metrics = loss_fn(micro_batch)
-        if not torch.isfinite(loss):
-            # Raised on this rank only; the worker group turns it into a failed step for the run.
-            raise NonFiniteLossError(f"rank {dist.get_rank()}: the loss is {loss.item()}; refusing to back-propagate it")
+        self._losses_finite = all_finite(self._losses_finite, loss)
         (loss * loss_scale).backward()
-        return {k: float(v) for k, v in metrics.items()}
+        return detached(metrics)
 
-    def optimizer_step(self) -> dict[str, float]:
+    def optimizer_step(self) -> dict[str, Metric]:
         grad_norm = full_tensor(torch.nn.utils.clip_grad_norm_(self.params, self.cfg.max_grad_norm))
-        if not math.isfinite(float(grad_norm)):  # the same total on every rank: all skip together
-            self.optimizer.zero_grad(set_to_none=True)
-            raise NonFiniteLossError(f"the gradient norm is {float(grad_norm)}; the update was skipped")
+        # A non-finite gradient norm is the same total on every rank: all skip together. A
+        # non-finite loss is this rank's: the worker group turns its error into a failed step.
+        refuse_if_not_finite(self.optimizer, self._losses_finite, grad_norm, f"rank {dist.get_rank()}: ")
+        self._losses_finite = None
         self._move_optimizer_state(self.device)
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
         if self.optimizer_offload:
             self._move_optimizer_state(torch.device("cpu"))
-        return {"actor/grad_norm": float(grad_norm), "actor/lr": self.optimizer.param_groups[0]["lr"]}
+        return {"actor/grad_norm": grad_norm.detach(), "actor/lr": self.optimizer.param_groups[0]["lr"]}
 
     def _move_optimizer_state(self, device: torch.device) -> None:
         if not self.optimizer_offload:

@@ -1,14 +1,33 @@
 """`LocalEngine`: the one-process training engine (AdamW, gradient accumulation, clipping)."""
 from __future__ import annotations
 
-import math
-from typing import Any
+from typing import Any, Optional
 
 import torch
 
 from omni_rl.config.schema import OptimConfig
-from omni_rl.engine.base import LossFn, NonFiniteLossError, TrainingEngine
+from omni_rl.engine.base import LossFn, Metric, NonFiniteLossError, TrainingEngine, all_finite, on_host
 from omni_rl.models.base import OmniModelBase
+
+
+def detached(metrics: dict[str, Any]) -> dict[str, Metric]:
+    return {k: v.detach() if isinstance(v, torch.Tensor) else v for k, v in metrics.items()}
+
+
+def refuse_if_not_finite(optimizer: torch.optim.Optimizer, losses_finite: Optional[torch.Tensor],
+                         grad_norm: torch.Tensor, where: str = "") -> None:
+    """One host sync: raise `NonFiniteLossError` (gradients dropped, no step) when a loss since the
+    last step or the gradient norm is NaN/inf."""
+    losses_ok, norm_ok = on_host(losses_finite if losses_finite is not None else torch.ones((), dtype=torch.bool,
+                                                                                         device=grad_norm.device),
+                                 all_finite(None, grad_norm))
+    if losses_ok and norm_ok:
+        return
+    optimizer.zero_grad(set_to_none=True)
+    if not losses_ok:
+        raise NonFiniteLossError(f"{where}a loss of this mini-batch is NaN or infinite; the update was skipped "
+                                 f"(lower optim.lr, or check the rewards and advantages)")
+    raise NonFiniteLossError(f"{where}the gradient norm is {float(grad_norm)}; the update was skipped")
 
 
 class LocalEngine(TrainingEngine):
@@ -22,22 +41,21 @@ class LocalEngine(TrainingEngine):
             self.params, lr=cfg.lr, betas=tuple(cfg.betas), weight_decay=cfg.weight_decay, eps=cfg.eps
         )
         self.optimizer.zero_grad(set_to_none=True)
+        self._losses_finite: Optional[torch.Tensor] = None  # since the last optimizer step (base.py)
 
-    def forward_backward(self, micro_batch: Any, loss_fn: LossFn, loss_scale: float = 1.0) -> dict[str, float]:
+    def forward_backward(self, micro_batch: Any, loss_fn: LossFn, loss_scale: float = 1.0) -> dict[str, Metric]:
         loss, metrics = loss_fn(micro_batch)
-        if not torch.isfinite(loss):
-            raise NonFiniteLossError(f"the loss is {loss.item()}; refusing to back-propagate it")
+        self._losses_finite = all_finite(self._losses_finite, loss)
         (loss * loss_scale).backward()
-        return {k: float(v) for k, v in metrics.items()}
+        return detached(metrics)
 
-    def optimizer_step(self) -> dict[str, float]:
+    def optimizer_step(self) -> dict[str, Metric]:
         grad_norm = torch.nn.utils.clip_grad_norm_(self.params, self.cfg.max_grad_norm)
-        if not math.isfinite(float(grad_norm)):
-            self.optimizer.zero_grad(set_to_none=True)
-            raise NonFiniteLossError(f"the gradient norm is {float(grad_norm)}; the update was skipped")
+        refuse_if_not_finite(self.optimizer, self._losses_finite, grad_norm)
+        self._losses_finite = None
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
-        return {"actor/grad_norm": float(grad_norm), "actor/lr": self.optimizer.param_groups[0]["lr"]}
+        return {"actor/grad_norm": grad_norm.detach(), "actor/lr": self.optimizer.param_groups[0]["lr"]}
 
     def state_dict(self) -> dict[str, Any]:
         return {

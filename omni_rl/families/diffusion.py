@@ -28,7 +28,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from omni_rl.algos.flow_sde import StepOutput, get_step_kernel, step_latents
+from omni_rl.algos.flow_sde import StepOutput, check_step, get_step_kernel, step_latents
 from omni_rl.algos.forward_losses import FORWARD_LOSSES
 from omni_rl.algos.policy_losses import DIFFUSION_LOSSES, PolicyLossInput, get_diffusion_kl, loss_reads_old_mean
 from omni_rl.registry import RegistryUnion
@@ -119,14 +119,12 @@ class DiffusionFamily(ModelFamily):
         requests, metadata, groups = [], [], []
         window = self.sde_window(step)
         for g, item in enumerate(prompts):
-            shared_noise = None
-            if r.same_noise_in_group:
-                gen = torch.Generator().manual_seed(derive_seed(cfg.trainer.seed, "group-noise", step, g))
-                shared_noise = ls.randn(self.model.latent_shape(r.height, r.width, r.num_frames), generator=gen)
+            # A group's shared initial noise travels as its seed; the engine draws it on its device.
+            noise_seed = derive_seed(cfg.trainer.seed, "group-noise", step, g) if r.same_noise_in_group else None
             images = self.condition_images(item)  # resized once for the group
             for k in range(n):
                 seed = derive_seed(cfg.trainer.seed, "train", step, g * n + k)
-                requests.append(self.request(item, seed, initial_noise=shared_noise, images=images, **window))
+                requests.append(self.request(item, seed, noise_seed=noise_seed, images=images, **window))
                 metadata.append(item.metadata)
                 groups.append(g)
         return requests, metadata, groups
@@ -250,7 +248,17 @@ class DiffusionFamily(ModelFamily):
         return self.forward is None and loss_reads_old_mean(self.policy_loss)
 
     def train_items(self, batch: DiffusionBatch):
-        return batch if self.forward is None else self.forward.train_items(batch)
+        if self.forward is not None:
+            return self.forward.train_items(batch)
+        self.check_steps(batch)
+        return batch
+
+    @staticmethod
+    def check_steps(batch: DiffusionBatch) -> None:
+        """The batch's stored sigmas and noise levels, checked once (one host sync) for every
+        step `step()` replays, which then skips the kernel's per-step check."""
+        if batch.kernel != "ode":
+            check_step(batch.kernel, batch.sigmas, batch.sigmas_next, batch.noise_levels)
 
     def after_optimizer_step(self) -> None:
         if self.forward is not None:
@@ -276,6 +284,7 @@ class DiffusionFamily(ModelFamily):
             sample=ls.to(x, device),
             noise_level=batch.noise_levels[:, j],
             prev_sample=ls.to(x_next, device),
+            validate=False,  # check_steps did, once per batch
         )
 
     def num_chunks(self, batch: DiffusionBatch) -> int:
@@ -291,6 +300,7 @@ class DiffusionFamily(ModelFamily):
         if self.forward is not None:
             return self.forward.behaviour_policy(batch, micro_batch_size)
         keep_means = self.reads_old_means
+        self.check_steps(batch)
         log_probs, means = [], []
         for start in range(0, len(batch), micro_batch_size):
             micro = batch.select(range(start, min(start + micro_batch_size, len(batch))))
@@ -323,6 +333,7 @@ class DiffusionFamily(ModelFamily):
                 dt=dt,
                 kl_threshold=algo.kl_threshold,
                 rollout_is_weight=None if micro.rollout_is_weights is None else micro.rollout_is_weights[:, j].to(device),
+                std_checked=True,  # the kernel's std on sigmas check_steps checked
             )
         )
         # The loss functions name their main term `policy_loss`; the metric table calls it loss/policy.

@@ -9,7 +9,9 @@ per mini-batch) and the engine averages gradients across ranks, so the update eq
 on the whole mini-batch.
 
 `run_update` returns raw sums, counts and maxima, which ranks add up; `summarize` turns them into
-the step's metrics. The `rollout_corr/*` gaps a family's loss reports (stored old log-probs vs
+the step's metrics. The engine hands its metrics back as device tensors, and they are summed and
+maxed on the device: the loop reads them on the host once, at the end (with the engine's one
+sync per optimizer step, that is at most 2 host syncs per mini-batch). The `rollout_corr/*` gaps a family's loss reports (stored old log-probs vs
 this forward's) are kept for the first mini-batch only: before the first optimizer step the
 policy is the behaviour policy, so with the rollout's log-probs as the old ones they measure the
 rollout-vs-trainer gap on those samples, for free.
@@ -44,10 +46,13 @@ def run_update(engine, family, batch, cfg, step: int, rank: int = 0, world: int 
     maxima: dict[str, float] = {}
     num_updates = 0
 
-    def record(metrics: dict[str, float]) -> None:
+    def record(metrics: dict[str, Any]) -> None:
         for k, v in metrics.items():
-            sums[k] = sums.get(k, 0.0) + v
+            sums[k] = sums.get(k, 0.0) + wide(v)
             counts[k] = counts.get(k, 0) + 1
+
+    def keep_max(k: str, v) -> None:
+        maxima[k] = larger(maxima.get(k, 0.0), v)
 
     for epoch in range(cfg.algo.ppo_epochs):
         order = torch.randperm(
@@ -67,19 +72,50 @@ def run_update(engine, family, batch, cfg, step: int, rank: int = 0, world: int 
                     )
                     gap_max, gap_mean = m.pop(GAP_MAX_KEY, None), m.pop(GAP_MEAN_KEY, None)
                     if num_updates == 0 and gap_max is not None:
-                        maxima[GAP_MAX_KEY] = max(maxima.get(GAP_MAX_KEY, 0.0), gap_max)
+                        keep_max(GAP_MAX_KEY, gap_max)
                         record({GAP_MEAN_KEY: gap_mean})
                     record(m)
                     dev = m.get("loss/ratio_max_abs_dev", 0.0)
-                    maxima["loss/ratio_max_abs_dev"] = max(maxima.get("loss/ratio_max_abs_dev", 0.0), dev)
+                    keep_max("loss/ratio_max_abs_dev", dev)
                     if num_updates == 0:
                         # Before the step's first optimizer update the policy is the behaviour
                         # policy: with recomputed old log-probs the ratio must be exactly 1.
-                        maxima[FIRST_MINIBATCH_KEY] = max(maxima.get(FIRST_MINIBATCH_KEY, 0.0), dev)
+                        keep_max(FIRST_MINIBATCH_KEY, dev)
             record(engine.optimizer_step())
             family.after_optimizer_step()
             num_updates += 1
+    sums, maxima = on_host(sums), on_host(maxima)
     return {"sums": sums, "counts": counts, "maxima": maxima, "num_updates": num_updates}
+
+
+def wide(v):
+    """A metric in float64 where the device has it (CPU, CUDA), as the Python floats it replaced:
+    float32 sums of many tiny loss terms lose digits."""
+    if isinstance(v, torch.Tensor) and v.device.type in ("cpu", "cuda"):
+        return v.to(torch.float64)
+    return v
+
+
+def larger(a, b):
+    """max(a, b) for numbers and 0-dim tensors, without reading a tensor on the host."""
+    if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor):
+        return torch.maximum(a, b.to(a.dtype))
+    if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor):
+        t, x = (a, b) if isinstance(a, torch.Tensor) else (b, a)
+        return t.clamp(min=float(x))
+    return max(a, b)
+
+
+def on_host(values: dict[str, Any]) -> dict[str, float]:
+    """Every value as a float; the tensors among them read in one host sync."""
+    out = {k: float(v) for k, v in values.items() if not isinstance(v, torch.Tensor)}
+    tensors = {k: v for k, v in values.items() if isinstance(v, torch.Tensor)}
+    if tensors:
+        device = next(iter(tensors.values())).device
+        dtype = torch.float64 if device.type in ("cpu", "cuda") else torch.float32
+        read = torch.stack([v.detach().to(device, dtype).reshape(()) for v in tensors.values()]).tolist()
+        out.update(zip(tensors, read))
+    return {k: out[k] for k in values}
 
 
 def summarize(parts: list[dict[str, Any]]) -> dict[str, float]:

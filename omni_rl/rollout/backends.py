@@ -61,7 +61,7 @@ def shares_model(cfg: OmniConfig) -> bool:
 def native_engine(cfg: OmniConfig, model) -> RolloutEngine:
     r = cfg.rollout
     if isinstance(model, DiffusionModelBase):
-        return NativeDiffusionEngine(model, r.max_num_seqs, r.max_wait_ms)
+        return NativeDiffusionEngine(model, r.max_num_seqs, r.max_wait_ms, r.trajectory_device)
     if isinstance(model, AutoregressiveModelBase):
         return NativeTextEngine(model, r.max_num_seqs)
     raise TypeError(

@@ -17,6 +17,19 @@ One function per stage of a sample's life, each the only place that stage is wri
                                            end: the core of the vLLM-Omni pipeline (a request
                                            batch arrives whole and leaves whole)
 
+Where tensors live: a sample's state (latent, generator, sigmas, per-step noise levels, what
+it records) sits on the model's device from `start_sample` on, so a denoising iteration makes no
+host round trip: it stacks device tensors, steps them and keeps each sample's slice there (no
+`.item()`, no `.cpu()`, no copy from the host; tests/omni_rl/rollout/test_host_syncs.py counts).
+A trajectory moves once, in `finish_samples`, to `trajectory_device` (`rollout.trajectory_device`):
+"device" keeps it where it is; "cpu" copies it into pinned host memory with non-blocking copies
+and waits once for the lot. The conditioning of a forward is concatenated once per batch of
+samples (`BatchConditioning`) and reused while the batch stays the same.
+
+On a CUDA device every generator is a CUDA generator: a seed gives other noise there than on a
+CPU (as in diffusers, whose pipelines draw with the generator they are given), the same noise
+on every run of the same device.
+
 `NativeDiffusionEngine` drives the same four functions from its scheduler thread (admitting
 requests between iterations). For the same requests admitted together, both give the same bits:
 the same calls on the same batches in the same order.
@@ -34,16 +47,20 @@ from typing import Optional, Sequence
 import torch
 
 from omni_rl.algos import latent_streams as ls
-from omni_rl.algos.flow_sde import STEP_KERNELS, get_step_kernel, step_latents
+from omni_rl.algos.flow_sde import STEP_KERNELS, check_step, get_step_kernel, step_latents
 from omni_rl.models.conditioning import Conditioning
 from omni_rl.models.diffusion import DiffusionModelBase
 from omni_rl.rollout.sde_window import choose_sde_window
 from omni_rl.rollout.types import DiffusionRequest, DiffusionResult
 
 
+TRAJECTORY_DEVICES = ("device", "cpu")
+
+
 @dataclass(eq=False)  # identity, not field-wise equality: requests hold tensors
 class SampleState:
-    """A sample in flight: where it is in its trajectory and what it has recorded so far."""
+    """A sample in flight: where it is in its trajectory and what it has recorded so far. Every
+    tensor is on the model's device; `step_noise[k]` is step k's noise level (0 outside the window)."""
 
     request: DiffusionRequest
     generator: torch.Generator
@@ -51,6 +68,7 @@ class SampleState:
     sigmas: torch.Tensor
     conditioning: Conditioning
     x: ls.Latents
+    step_noise: torch.Tensor
     step: int = 0
     window_latents: list = field(default_factory=list)
     log_probs: list = field(default_factory=list)
@@ -136,59 +154,122 @@ def encode_conditionings(model: DiffusionModelBase, requests: Sequence[Diffusion
 
 
 def start_sample(model: DiffusionModelBase, req: DiffusionRequest, cond: Conditioning) -> SampleState:
-    """The sample's state at step 0. Its generator is seeded by the request alone and draws the
-    initial noise (unless the request brings its own) and then every step's noise."""
+    """The sample's state at step 0, on the model's device. Its generator is seeded by the request
+    alone and draws the initial noise (unless the request brings its own, or a `noise_seed` its
+    group shares) and then every step's noise."""
     shape = model.latent_shape(req.height, req.width, req.num_frames)
-    generator = torch.Generator(device="cpu").manual_seed(req.seed)
+    device = model.device
+    generator = torch.Generator(device=device).manual_seed(req.seed)
     if req.initial_noise is not None:
-        x = ls.clone(ls.to(req.initial_noise, dtype=torch.float32))
+        x = ls.clone(ls.to(req.initial_noise, device=device, dtype=torch.float32))
+    elif req.noise_seed is not None:
+        x = ls.randn(shape, generator=torch.Generator(device=device).manual_seed(req.noise_seed))
     else:
         x = ls.randn(shape, generator=generator)
     window = choose_sde_window(req.seed, req.num_steps, req.sde_window_size, req.sde_window_range)
+    step_noise = torch.tensor([req.noise_level if window[0] <= k < window[1] else 0.0 for k in range(req.num_steps)],
+                              dtype=torch.float32)
+    sigmas = model.sigmas(req.num_steps, req.height, req.width, req.num_frames)
+    if req.kernel != "ode":  # the whole schedule checked here, on the host, so no step checks it again
+        check_step(req.kernel, sigmas[:-1], sigmas[1:], step_noise)
+    # Host to device once per sample, asynchronously (not a stream sync), never per step.
     return SampleState(
-        request=req, generator=generator, window=window,
-        sigmas=model.sigmas(req.num_steps, req.height, req.width, req.num_frames), conditioning=cond, x=x,
+        request=req, generator=generator, window=window, conditioning=cond.to(device), x=x,
+        sigmas=sigmas.to(device, non_blocking=True), step_noise=step_noise.to(device, non_blocking=True),
     )
+
+
+class BatchConditioning:
+    """The conditioning of the last forward's batch, concatenated once and reused while the same
+    samples run together (with continuous batching the batch changes only when samples are
+    admitted or finish)."""
+
+    def __init__(self):
+        self._members: tuple = ()
+        self._cond: Optional[Conditioning] = None
+        self.builds = 0
+
+    def of(self, batch: Sequence[SampleState]) -> Conditioning:
+        members = tuple(batch)  # the states themselves (identity), kept alive so no id is reused
+        if members != self._members or self._cond is None:
+            self._members, self._cond = members, Conditioning.cat([r.conditioning for r in batch])
+            self.builds += 1
+        return self._cond
 
 
 @torch.no_grad()
-def advance(model: DiffusionModelBase, running: Sequence[SampleState], max_num_seqs: int) -> list[SampleState]:
+def advance(model: DiffusionModelBase, running: Sequence[SampleState], max_num_seqs: int,
+            conditioning: Optional[BatchConditioning] = None) -> list[SampleState]:
     """One batched forward and step over the running samples that share the oldest one's batch
-    key (at most `max_num_seqs`). Returns the batch it stepped; `running` keeps its order."""
+    key (at most `max_num_seqs`). Returns the batch it stepped; `running` keeps its order.
+    Device tensors in, device tensors out: no host sync (see the module docstring)."""
     key = running[0].request.batch_key()
     batch = [r for r in running if r.request.batch_key() == key][:max_num_seqs]
     first = batch[0].request
-    device = model.device
-    x = ls.to(ls.stack([r.x for r in batch]), device)
-    sigma = torch.stack([r.sigmas[r.step] for r in batch]).to(device)
-    sigma_next = torch.stack([r.sigmas[r.step + 1] for r in batch]).to(device)
+    x = ls.stack([r.x for r in batch])
+    sigma = torch.stack([r.sigmas[r.step] for r in batch])
+    sigma_next = torch.stack([r.sigmas[r.step + 1] for r in batch])
     in_window = [r.window[0] <= r.step < r.window[1] for r in batch]
-    noise = torch.tensor(
-        [r.request.noise_level if w else 0.0 for r, w in zip(batch, in_window)], dtype=torch.float32, device=device
-    )
-    cond = Conditioning.cat([r.conditioning for r in batch])
+    noise = torch.stack([r.step_noise[r.step] for r in batch])
+    cond = (conditioning or BatchConditioning()).of(batch)
     velocity = model.predict_velocity(x, sigma, cond, first.guidance_scale)
     step = step_latents(
         get_step_kernel(first.kernel), model_output=velocity, sigma=sigma, sigma_next=sigma_next, sample=x,
-        noise_level=noise, generator=[r.generator for r in batch],
+        noise_level=noise, generator=[r.generator for r in batch], validate=False,  # checked in start_sample
     )
     for i, run in enumerate(batch):
         if in_window[i]:
             run.window_latents.append(run.x)
-            run.log_probs.append(step.log_prob[i].cpu())
-            run.noise_levels.append(noise[i].cpu())
+            run.log_probs.append(step.log_prob[i])
+            run.noise_levels.append(noise[i])
         # clone: a view would keep the whole batch's tensor alive in every result.
-        run.x = ls.clone(ls.to(ls.index(step.prev_sample, i), "cpu"))
+        run.x = ls.clone(ls.index(step.prev_sample, i))
         run.step += 1
         if run.step == run.window[1]:
             run.window_latents.append(run.x)
     return batch
 
 
+def check_trajectory_device(where: str) -> str:
+    if where not in TRAJECTORY_DEVICES:
+        raise ValueError(f"rollout.trajectory_device={where!r}: expected one of {', '.join(TRAJECTORY_DEVICES)}")
+    return where
+
+
+class _Destination:
+    """Moves finished trajectories to `where` ("device": nowhere; "cpu": pinned host memory,
+    non-blocking copies, one wait in `ready()` for all the copies queued)."""
+
+    def __init__(self, where: str, device: torch.device):
+        self.copy = check_trajectory_device(where) == "cpu" and device.type not in ("cpu", "meta")
+        self.device = device
+
+    def __call__(self, value):
+        if not self.copy or value is None:
+            return value
+        if isinstance(value, Conditioning):
+            return Conditioning({k: self(v) for k, v in value.tensors.items()}, dict(value.masks))
+        if not isinstance(value, torch.Tensor):
+            return value.map(self)  # LatentStreams
+        if value.device.type == "cpu":
+            return value
+        host = torch.empty(value.shape, dtype=value.dtype, pin_memory=True)
+        host.copy_(value, non_blocking=True)
+        return host
+
+    def ready(self) -> None:
+        if self.copy:
+            event = torch.Event(device=self.device)  # after every copy queued on this stream
+            event.record()
+            event.synchronize()
+
+
 @torch.no_grad()
 def finish_samples(model: DiffusionModelBase, finished: Sequence[SampleState],
-                   weight_version: Optional[int]) -> list[DiffusionResult]:
-    """Decode the finished samples that asked for it (one batch) and assemble their results."""
+                   weight_version: Optional[int], trajectory_device: str = "device") -> list[DiffusionResult]:
+    """Decode the finished samples that asked for it (one batch) and assemble their results,
+    each trajectory moved once to `trajectory_device` (see the module docstring)."""
+    move = _Destination(trajectory_device, model.device)
     to_decode = [r for r in finished if r.request.decode]
     images, sounds, rate = {}, {}, None
     if to_decode:
@@ -201,17 +282,18 @@ def finish_samples(model: DiffusionModelBase, finished: Sequence[SampleState],
     results = []
     for run in finished:
         start, stop = run.window
+        empty = torch.zeros(0, device=run.sigmas.device)
         results.append(DiffusionResult(
             request_id=run.request.request_id,
             prompt=run.request.prompt,
             window=run.window,
-            latents=ls.stack(run.window_latents),
-            log_probs=torch.stack(run.log_probs) if run.log_probs else torch.zeros(0),
-            sigmas=run.sigmas[start:stop].clone(),
-            sigmas_next=run.sigmas[start + 1 : stop + 1].clone(),
-            noise_levels=torch.stack(run.noise_levels) if run.noise_levels else torch.zeros(0),
-            final_latent=run.x,
-            conditioning=run.conditioning,
+            latents=move(ls.stack(run.window_latents)),
+            log_probs=move(torch.stack(run.log_probs) if run.log_probs else empty),
+            sigmas=move(run.sigmas[start:stop].clone()),
+            sigmas_next=move(run.sigmas[start + 1 : stop + 1].clone()),
+            noise_levels=move(torch.stack(run.noise_levels) if run.noise_levels else empty),
+            final_latent=move(run.x),
+            conditioning=move(run.conditioning),
             image=images.get(id(run)),
             guidance_scale=run.request.guidance_scale,
             kernel=run.request.kernel,
@@ -220,11 +302,12 @@ def finish_samples(model: DiffusionModelBase, finished: Sequence[SampleState],
             sample_rate=rate if id(run) in sounds else None,
             weight_version=weight_version,
         ))
+    move.ready()
     return results
 
 
 def sample_requests(model: DiffusionModelBase, requests: Sequence[DiffusionRequest], max_num_seqs: int,
-                    weight_version: Optional[int] = None) -> list[DiffusionResult]:
+                    weight_version: Optional[int] = None, trajectory_device: str = "device") -> list[DiffusionResult]:
     """Sample a fixed set of requests to the end; results in request order.
 
     Requests with different batch keys may come together (vLLM-Omni batches on its own key, which
@@ -237,10 +320,11 @@ def sample_requests(model: DiffusionModelBase, requests: Sequence[DiffusionReque
     running = [start_sample(model, req, cond) for req, cond in zip(requests, encode_conditionings(model, requests))]
     results: dict[int, DiffusionResult] = {}
     order = {id(run): i for i, run in enumerate(running)}
+    conditioning = BatchConditioning()
     while running:
-        finished = [run for run in advance(model, running, max_num_seqs) if run.done]
+        finished = [run for run in advance(model, running, max_num_seqs, conditioning) if run.done]
         if finished:
-            for run, result in zip(finished, finish_samples(model, finished, weight_version)):
+            for run, result in zip(finished, finish_samples(model, finished, weight_version, trajectory_device)):
                 results[order[id(run)]] = result
                 running.remove(run)
     return [results[i] for i in range(len(requests))]

@@ -14,6 +14,9 @@ reduction order (~1e-7). The per-request maths (seeds, noise, windows, the step,
 `omni_rl.rollout.diffusion_sampling`'s, which the vLLM-Omni pipeline calls too; this module
 adds the scheduler: queue, admission between iterations, futures, failure and weight sync.
 
+Tensors stay on the model's device while samples run; each finished trajectory moves once, to
+`trajectory_device` (`rollout.trajectory_device`; `diffusion_sampling` says how).
+
 Failure never hangs a caller: an exception in the loop fails every pending request's future with
 that error, and the engine refuses new work after it. Callers wait with a timeout.
 
@@ -35,9 +38,11 @@ import torch
 from omni_rl.models.diffusion import DiffusionModelBase
 from omni_rl.rollout.base import RolloutEngine, RolloutEngineError, check_weight_kind, wait_results
 from omni_rl.rollout.diffusion_sampling import (
+    BatchConditioning,
     SampleState,
     advance,
     check_request,
+    check_trajectory_device,
     encode_conditionings,
     finish_samples,
     start_sample,
@@ -52,11 +57,14 @@ _BUCKET_BYTES = 512 << 20  # tensors handed over at once; a stream of them is co
 class NativeDiffusionEngine(RolloutEngine):
     """Request-batched sampler around a `DiffusionModelBase` adapter."""
 
-    def __init__(self, model: DiffusionModelBase, max_num_seqs: int = 32, max_wait_ms: float = 5.0):
+    def __init__(self, model: DiffusionModelBase, max_num_seqs: int = 32, max_wait_ms: float = 5.0,
+                 trajectory_device: str = "device"):
         if max_num_seqs < 1:
             raise ValueError(f"max_num_seqs={max_num_seqs}: expected >= 1")
         self.model = model
         self.max_num_seqs = max_num_seqs
+        self.trajectory_device = check_trajectory_device(trajectory_device)
+        self._conditioning = BatchConditioning()  # the running batch's, kept while it stays the same
         self.max_wait_s = max_wait_ms / 1000.0
         self.weight_version = 0
         self.stats = {"forwards": 0, "samples": 0, "forward_batch_sum": 0}
@@ -196,7 +204,7 @@ class NativeDiffusionEngine(RolloutEngine):
         """One batched forward over the running samples that share the oldest one's batch key."""
         if not self._running:
             return
-        batch = advance(self.model, self._running, self.max_num_seqs)
+        batch = advance(self.model, self._running, self.max_num_seqs, self._conditioning)
         self.stats["forwards"] += 1
         self.stats["forward_batch_sum"] += len(batch)
         finished = [run for run in batch if run.done]
@@ -204,7 +212,8 @@ class NativeDiffusionEngine(RolloutEngine):
             self._finish(finished)
 
     def _finish(self, finished: list[SampleState]) -> None:
-        for run, result in zip(finished, finish_samples(self.model, finished, self.weight_version)):
+        for run, result in zip(finished, finish_samples(self.model, finished, self.weight_version,
+                                                              self.trajectory_device)):
             self._running.remove(run)
             self.stats["samples"] += 1
             self._futures.pop(id(run)).set_result(result)

@@ -38,6 +38,10 @@ class DiffusionRequest:
     negative_prompt: str = ""
     # Explicit initial noise (one sample's latent shape); drawn from the seed when None.
     initial_noise: Optional[torch.Tensor] = None
+    # The seed of the initial noise when a group shares it (DanceGRPO's same_noise_in_group):
+    # drawn by the engine from its own generator seeded with it, so a group's requests carry an
+    # int, not a latent each. None = drawn from `seed` (or `initial_noise`, which wins).
+    noise_seed: Optional[int] = None
     # Condition images of an editing model (`DiffusionModelBase.takes_source_image`): uint8
     # [H, W, 3] tensors at the size the model encodes them (`condition_images`); None for
     # text-to-image. The engine encodes them with the prompt (`encode_prompts(..., images=)`).

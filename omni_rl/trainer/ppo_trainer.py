@@ -299,13 +299,16 @@ class PPOTrainer:
             first = min(self.cfg.trainer.mini_batch_size, len(batch)) / len(batch)
             return OldPolicy(batch.rollout_log_probs, None, None, {"rollout_corr/checked_fraction": first, **unit})
         scored = self.actors.behaviour_policy(batch)
-        metrics = rollout_gap(batch.rollout_log_probs, scored)
+        # The trainer's scores come back on the host; the rollout's may live on the device
+        # (rollout.trajectory_device): compared on the host.
+        rollout_log_probs = batch.rollout_log_probs.to(scored.log_probs.device)
+        metrics = rollout_gap(rollout_log_probs, scored)
         if use_rollout:
             return OldPolicy(batch.rollout_log_probs, scored.means, None, {**metrics, **unit})
         weights = None
         if algo.rollout_is != "none":
             weights, is_metrics = rollout_is_weights(
-                scored.log_probs, batch.rollout_log_probs, scored.mask, algo.rollout_is, algo.rollout_is_cap,
+                scored.log_probs, rollout_log_probs, scored.mask, algo.rollout_is, algo.rollout_is_cap,
                 algo.rollout_is_mode,
             )
             metrics.update({f"rollout_corr/{k}": float(v) for k, v in is_metrics.items()})

@@ -1,4 +1,9 @@
-"""Whether this Python can run a GPU rollout backend, and the one error when it cannot."""
+"""Whether this Python can run a GPU rollout backend, and the one error when it cannot.
+
+vllm-omni does not declare vllm as a dependency (0.30.0), yet cannot start without the vllm of
+its own major.minor: the `vllm_omni` backend needs both modules, and a missing one is named with
+the pip command that installs it (the pins below are the `gpu` extra's, `pyproject.toml`).
+"""
 from __future__ import annotations
 
 import importlib.util
@@ -6,8 +11,13 @@ import sys
 
 from omni_rl.errors import OmniConfigError
 
-# What each backend needs to import here, and the pip name it is installed by.
-NEEDS = {"vllm_omni": ("vllm_omni", "vllm-omni"), "vllm": ("vllm", "vllm")}
+# The version both packages are pinned to (the `gpu` extra and docker/Dockerfile.cuda agree).
+VLLM_VERSION = "0.30.0"
+# What each backend needs to import here: (module, pip name) pairs, in install order.
+NEEDS = {
+    "vllm_omni": (("vllm", "vllm"), ("vllm_omni", "vllm-omni")),
+    "vllm": (("vllm", "vllm"),),
+}
 
 
 class BackendUnavailableError(OmniConfigError, RuntimeError):
@@ -15,15 +25,22 @@ class BackendUnavailableError(OmniConfigError, RuntimeError):
     as a device it lacks is: exit 2)."""
 
 
+def missing_packages(backend: str) -> list[str]:
+    """The pip names of the packages `backend` needs that this Python cannot import."""
+    return [package for module, package in NEEDS[backend] if importlib.util.find_spec(module) is None]
+
+
 def require(backend: str) -> None:
-    """Raise `BackendUnavailableError` naming `rollout.backend`, the missing package and the fix."""
-    module, package = NEEDS[backend]
-    if importlib.util.find_spec(module) is not None:
+    """Raise `BackendUnavailableError` naming `rollout.backend`, the missing packages and the fix."""
+    missing = missing_packages(backend)
+    if not missing:
         return
+    names = " and ".join(repr(p) for p in missing)
+    install = "pip install " + " ".join(f"{p}=={VLLM_VERSION}" for p in missing)
     raise BackendUnavailableError(
-        f"rollout.backend={backend!r} needs the {package!r} package (CUDA only), which this Python "
-        f"({sys.executable}) does not have. In the CUDA image it lives in an environment of its own: "
-        f"set rollout.python=/opt/vllm-omni/bin/python to run the engine there, behind the rollout "
-        f"server (docker/Dockerfile.cuda installs vllm and vllm-omni into it); or install it here on "
-        f"a CUDA machine (pip install vllm==0.30.0 vllm-omni==0.30.0); or use rollout.backend=native"
+        f"rollout.backend={backend!r} needs the {names} package{'s' if len(missing) > 1 else ''} (CUDA only), "
+        f"which this Python ({sys.executable}) does not have: run `{install}` here on a CUDA machine; or, in the "
+        f"CUDA image, set rollout.python=/opt/vllm-omni/bin/python to run the engine in the environment "
+        f"docker/Dockerfile.cuda installs vllm and vllm-omni into (behind the rollout server); or use "
+        f"rollout.backend=native"
     )

@@ -15,6 +15,9 @@ and `request_batch_max_wait_ms=rollout.max_wait_ms`, on an asyncio loop in a thr
   the trainable module are plain parameters of our adapter there).
 - `sleep` / `wake`: `AsyncOmni.sleep(level=1)` (weights offloaded to host memory, so LoRA and
   full updates survive it) and `AsyncOmni.wake_up()`; they need `rollout.vllm_sleep_mode`.
+- `close`: `AsyncOmni.shutdown()` on the engine's loop, which stops vLLM-Omni's processes.
+- `rollout.vllm_enforce_eager` is passed on but changes nothing for our pipelines (`pipelines.py`
+  says why): they always sample eagerly.
 - `same_log_probs_as` is False: another process, another copy; the trainer recomputes.
 """
 from __future__ import annotations
@@ -164,9 +167,14 @@ class VllmOmniDiffusionEngine(RolloutEngine):
             return
         self._closed = True
         try:
-            self._omni.shutdown()
+            # On the engine's loop: AsyncOmni.shutdown() cancels its output task, which lives there
+            # (asyncio objects are not thread-safe), then stops vLLM-Omni's processes.
+            self._run(self._shutdown(), timeout_s=120)
         finally:
             self._stop_loop()
+
+    async def _shutdown(self) -> None:
+        self._omni.shutdown()
 
     def _stop_loop(self) -> None:
         self._loop.call_soon_threadsafe(self._loop.stop)

@@ -14,6 +14,18 @@ into one output envelope per request with `omni_rl.rollout.diffusion_sampling.sa
 the same per-request maths as `NativeDiffusionEngine` (seeds, initial noise, SDE windows, step
 kernels). It splits the batch per request itself (`codec.py` says why).
 
+Loading follows vLLM-Omni's custom-pipeline path (`DiffusersPipelineLoader._init_from_load_format`):
+the pipeline is built on the CPU and vLLM-Omni then moves it with `.to(device)` inside its
+sleep-mode memory pool, so the weights are allocations that `sleep()` offloads; `_apply` keeps
+the adapter's own `device` in step with that move. The adapter is built under a float32 default
+dtype, as the trainer builds its own: vLLM-Omni builds pipelines under
+`set_default_torch_dtype(dtype)`, which would otherwise make every tensor the adapter creates
+without a dtype (LoRA parameters, schedules, buffers) bf16 in the rollout and fp32 in the trainer.
+
+`rollout.vllm_enforce_eager` changes nothing here: vLLM-Omni compiles a pipeline's
+`setup_compile()` or its `transformer` / `transformer_2` attributes, and these classes have
+none of them (the adapter's networks sit in `components`), so sampling always runs eagerly.
+
 Weight updates come through the worker extension (`worker.py`) into `load_trainer_tensors`, LoRA
 tensors into the adapter's PEFT modules, full weights into its trainable module. vLLM-Omni's own
 LoRA manager is not used, nor its `_load_diffusion_lora_adapter` hook: that manager wraps vLLM
@@ -23,9 +35,12 @@ PEFT LoRA, the very modules the trainer trains.
 """
 from __future__ import annotations
 
-from typing import Any, ClassVar, Optional, Sequence
+import contextlib
+import itertools
+from typing import Any, ClassVar, Iterator, Optional, Sequence
 
 import torch
+from omegaconf import OmegaConf
 from torch import nn
 
 from omni_rl.config.schema import ModelConfig
@@ -38,6 +53,23 @@ from omni_rl.rollout.vllm_omni.codec import request_from_prompt, result_to_outpu
 
 # The adapter architecture each pipeline class serves (`model.adapter` / model_index.json).
 SPEC_KEY = "omni_rl"
+
+
+def model_config_from_data(data: dict[str, Any]) -> ModelConfig:
+    """`ModelConfig` from `dataclasses.asdict` output, nested blocks included (through the schema,
+    so an unknown key or a wrong type fails here, naming it)."""
+    return OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(ModelConfig), data))
+
+
+@contextlib.contextmanager
+def default_dtype(dtype: torch.dtype) -> Iterator[None]:
+    """torch's default dtype set to `dtype` for the block, then put back."""
+    old = torch.get_default_dtype()
+    torch.set_default_dtype(dtype)
+    try:
+        yield
+    finally:
+        torch.set_default_dtype(old)
 
 
 class DiffusionPipelineCore:
@@ -53,10 +85,14 @@ class DiffusionPipelineCore:
 
     @classmethod
     def from_spec(cls, spec: dict[str, Any], device: torch.device) -> "DiffusionPipelineCore":
-        """Build the adapter as the trainer builds its own (seeded, then `build_model`)."""
+        """Build the adapter as the trainer builds its own (seeded, then `build_model` under a
+        float32 default dtype). `spec["model"]` is `ModelConfig` as plain data (it crossed a
+        process boundary as JSON or msgpack): it is rebuilt through the schema, so nested blocks
+        (`lora`) are dataclasses again, as `rollout/server/serve.py` rebuilds the run's config."""
         torch.manual_seed(int(spec["seed"]))
-        cfg = ModelConfig(**spec["model"])
-        model = build_model(cfg, device, tuple(spec.get("plugins") or ()))
+        cfg = model_config_from_data(spec["model"])
+        with default_dtype(torch.float32):
+            model = build_model(cfg, device, tuple(spec.get("plugins") or ()))
         if not isinstance(model, DiffusionModelBase):
             raise TypeError(f"model.adapter={cfg.adapter!r} builds a {type(model).__name__}: the vllm_omni backend "
                             f"samples diffusion models; use rollout.backend=vllm for text models")
@@ -94,15 +130,14 @@ class OmniRLDiffusionPipeline(nn.Module):
 
     def __init__(self, *, od_config: Any, prefix: str = ""):
         super().__init__()
-        from vllm_omni.diffusion.distributed.utils import get_local_device
-
         spec = (getattr(od_config, "custom_pipeline_args", None) or {}).get(SPEC_KEY)
         if spec is None:
             raise ValueError(f"{type(self).__name__} needs custom_pipeline_args[{SPEC_KEY!r}] (the run's model "
                              f"config); start it through omni_rl's vllm_omni rollout backend")
         self.od_config = od_config
         self.weights_sources: list = []  # the adapter loads its own weights
-        self.core = DiffusionPipelineCore.from_spec(dict(spec), get_local_device())
+        # On the CPU: vLLM-Omni moves the pipeline itself (see the module docstring).
+        self.core = DiffusionPipelineCore.from_spec(dict(spec), torch.device("cpu"))
         architecture = type(self.core.model).__name__
         # Register the adapter's networks, so vLLM-Omni's `.to()`, `.eval()` and memory
         # accounting see them.
@@ -110,6 +145,16 @@ class OmniRLDiffusionPipeline(nn.Module):
         parts.update({f"frozen_{i}": m for i, m in enumerate(self.core.model.frozen_modules())})
         self.components = nn.ModuleDict(parts)
         self._check_architecture(spec, architecture)
+
+    def _apply(self, fn, recurse: bool = True):
+        """After vLLM-Omni's `.to(device)` the adapter computes where its networks now are."""
+        moved = super()._apply(fn, recurse)
+        devices = {t.device for t in itertools.chain(self.components.parameters(), self.components.buffers())}
+        if len(devices) != 1:
+            raise RuntimeError(f"{type(self).__name__}: after a move the adapter's networks sit on {sorted(map(str, devices))}, "
+                               f"expected one device")
+        self.core.model.device = devices.pop()
+        return moved
 
     def _check_architecture(self, spec: dict, built: str) -> None:
         wanted = spec.get("architecture")

@@ -15,10 +15,15 @@ Qwen3-Omni thinker (vLLM maps `Qwen3OmniMoeForConditionalGeneration` to its thin
   (one id per version). `kind="full"`: bucket by bucket through `LLM.collective_rpc` into the
   model's `load_weights` (`vllm_worker.py`), named as in the checkpoint (`checkpoint_prefix`).
 - `sleep` / `wake`: `LLM.sleep(level=1)` / `LLM.wake_up()` with `rollout.vllm_sleep_mode`.
+- LoRA needs fp16 or bf16 weights (vLLM's LoRA kernels take no other dtype; config load refuses
+  float32 with LoRA), and vLLM's `max_lora_rank` takes only `VLLM_LORA_RANKS`: the model's rank
+  is rounded up to the next of them (`vllm_max_lora_rank`), which serves the same adapter.
+- `close`: stops vLLM's engine core (its processes and their GPU memory) and drops the `LLM`.
 - Sampling is synchronous: `submit_many` returns done futures, like the native text engine.
 """
 from __future__ import annotations
 
+import gc
 import json
 import re
 import shutil
@@ -36,6 +41,18 @@ from omni_rl.utils.tensor_buckets import NamedTensors, named_buckets
 
 WORKER_EXTENSION = "omni_rl.rollout.vllm_omni.vllm_worker.OmniRLVllmWorkerExtension"
 _PEFT_PREFIX = "base_model.model."
+# vLLM's `LoRAConfig.max_lora_rank` values (`MaxLoRARanks`, vllm/config/lora.py, 0.30.0).
+VLLM_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
+
+
+def vllm_max_lora_rank(rank: int) -> int:
+    """The smallest rank vLLM accepts that holds a LoRA of `rank` (4 -> 8): vLLM sizes its LoRA
+    buffers by `max_lora_rank` and serves any adapter of a rank up to it."""
+    for allowed in VLLM_LORA_RANKS:
+        if rank <= allowed:
+            return allowed
+    raise ValueError(f"model.lora.rank={rank}: expected at most {VLLM_LORA_RANKS[-1]} with rollout.backend=vllm "
+                     f"(vLLM's largest max_lora_rank)")
 
 
 def check_text_request(req: TextRequest) -> None:
@@ -98,7 +115,7 @@ class VllmTextEngine(SynchronousRolloutEngine):
         self.llm = LLM(
             model=path, dtype=cfg.model.dtype, seed=cfg.trainer.seed, max_num_seqs=r.max_num_seqs,
             gpu_memory_utilization=r.vllm_gpu_memory_utilization, enforce_eager=r.vllm_enforce_eager,
-            enable_sleep_mode=r.vllm_sleep_mode, enable_lora=lora.enabled, max_lora_rank=lora.rank if lora.enabled else 16,
+            enable_sleep_mode=r.vllm_sleep_mode, enable_lora=lora.enabled, max_lora_rank=vllm_max_lora_rank(lora.rank) if lora.enabled else 16,
             max_loras=1, logprobs_mode="processed_logprobs", worker_extension_cls=WORKER_EXTENSION,
         )
 
@@ -167,6 +184,17 @@ class VllmTextEngine(SynchronousRolloutEngine):
                                f"set it to true to free the GPU between rollouts")
 
     def close(self) -> None:
-        for folder in self._lora_dirs:
-            shutil.rmtree(folder, ignore_errors=True)
-        self._lora_dirs.clear()
+        llm, self.llm = self.llm, None
+        try:
+            if llm is not None:
+                # LLM has no close(): its engine core (a process of its own by default) keeps its GPU
+                # memory until shut down, so an engine per max_num_seqs setting would pile them up.
+                llm.llm_engine.engine_core.shutdown()
+        finally:
+            del llm
+            gc.collect()
+            if torch.cuda.is_available():
+                torch.cuda.empty_cache()
+            for folder in self._lora_dirs:
+                shutil.rmtree(folder, ignore_errors=True)
+            self._lora_dirs.clear()

@@ -6,7 +6,9 @@ without vllm-omni). Run where it is installed (the CUDA image's /opt/vllm-omni e
 - the rollout's log-probs against the trainer's recomputation (the adapter's `predict_velocity`
   and the step kernel scoring the stored transitions): Pearson >= 0.999, the mean |diff| printed;
 - kernel `ode`, noise 0: the images equal the native engine's to bf16 tolerance;
-- a LoRA update changes the next rollout, and the results record its version.
+- a LoRA update changes the next rollout, and the results record its version;
+- sleep mode: `sleep()` frees at least half the served weights' bytes (`torch.cuda.mem_get_info`),
+  and after `wake()` the engine samples what it sampled before.
 """
 from __future__ import annotations
 
@@ -104,3 +106,22 @@ def test_a_lora_update_changes_the_next_rollout(setup):
     after = engine.generate(requests(2), timeout_s=600)
     assert all(r.weight_version == 7 for r in after)
     assert not torch.equal(before[0].final_latent, after[0].final_latent)
+
+
+def test_sleep_frees_the_weights_and_wake_samples_as_before(setup, accel_device):
+    if not accel_device.startswith("cuda"):
+        pytest.skip("torch.cuda.mem_get_info needs CUDA")
+    trainer, engine = setup
+    reqs = requests(2, kernel="ode", noise_level=0.0)
+    before = engine.generate(reqs, timeout_s=600)
+    weight_bytes = sum(t.numel() * t.element_size() for m in [*trainer.trainable_modules().values(),
+                                                               *trainer.frozen_modules()] for t in m.parameters())
+    awake, _ = torch.cuda.mem_get_info()
+    engine.sleep()
+    asleep, _ = torch.cuda.mem_get_info()
+    engine.wake()
+    print(f"vllm_omni sleep: freed {(asleep - awake) / 2**20:.1f} MiB for {weight_bytes / 2**20:.1f} MiB of weights")
+    assert asleep - awake >= 0.5 * weight_bytes, "sleep() left the weights resident"
+    after = engine.generate(requests(2, kernel="ode", noise_level=0.0), timeout_s=600)
+    for a, b in zip(before, after):
+        torch.testing.assert_close(a.final_latent, b.final_latent, rtol=0, atol=0)

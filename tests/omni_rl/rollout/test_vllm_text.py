@@ -4,8 +4,11 @@ vllm). Run where it is installed (the CUDA image's /opt/vllm-omni environment):
     OMNI_RL_CACHE=/tmp/omni_rl_cache /opt/vllm-omni/bin/python -m pytest tests/omni_rl/rollout/test_vllm_text.py -s
 
 - vLLM's per-token log-probs at the sampling temperature against the trainer's
-  (`token_log_probs` of the same sequences): Pearson >= 0.999, the mean |diff| printed;
-- a LoRA update changes the next rollout and the results record its version.
+  (`token_log_probs` of the same sequences): Pearson >= 0.999, the mean |diff| printed; with
+  LoRA in bf16 on both sides (vLLM's LoRA kernels take fp16 / bf16 only), and in float32 with
+  full-weight sync (through `vllm_worker.py`), before and after an update;
+- a LoRA update changes the next rollout and the results record its version;
+- `close()` stops vLLM's engine core: the GPU memory it took is free again.
 """
 from __future__ import annotations
 
@@ -23,15 +26,33 @@ pytestmark = pytest.mark.gpu
 TEMPERATURE = 0.7
 
 
-@pytest.fixture(scope="module")
-def setup(accel_device):
+def text_config(accel_device: str, dtype: str, lora: bool) -> OmniConfig:
     cfg = OmniConfig()
-    cfg.model = ModelConfig(adapter="Qwen3ForCausalLM", path="tiny:qwen3")
+    cfg.model = ModelConfig(adapter="Qwen3ForCausalLM", path="tiny:qwen3", dtype=dtype)
+    cfg.model.lora.enabled = lora
     cfg.trainer.device = accel_device
     cfg.rollout.backend, cfg.rollout.vllm_enforce_eager, cfg.rollout.vllm_gpu_memory_utilization = "vllm", True, 0.3
+    return cfg
+
+
+def start(cfg: OmniConfig):
     torch.manual_seed(cfg.trainer.seed)
-    trainer = build_model(cfg.model, torch.device(accel_device))
-    engine = build_rollout_engine(cfg, trainer)
+    trainer = build_model(cfg.model, torch.device(cfg.trainer.device))
+    return trainer, build_rollout_engine(cfg, trainer)
+
+
+@pytest.fixture(scope="module")
+def setup(accel_device):
+    """LoRA, in bf16 on both sides."""
+    trainer, engine = start(text_config(accel_device, "bfloat16", lora=True))
+    yield trainer, engine
+    engine.close()
+
+
+@pytest.fixture(scope="module")
+def full_setup(accel_device):
+    """Full fine-tuning in float32: weights go through vllm_worker.py."""
+    trainer, engine = start(text_config(accel_device, "float32", lora=False))
     yield trainer, engine
     engine.close()
 
@@ -70,3 +91,42 @@ def test_a_lora_update_changes_the_next_rollout(setup):
     after = engine.generate(requests(trainer, 4))
     assert all(r.weight_version == 5 for r in after)
     assert any(not torch.equal(a.log_probs, b.log_probs) for a, b in zip(before, after))
+
+
+def log_prob_agreement(trainer, engine, n: int = 16) -> tuple[float, float]:
+    results = engine.generate(requests(trainer, n))
+    rollout = torch.cat([r.log_probs for r in results])
+    recomputed = torch.cat([trainer_log_probs(trainer, r) for r in results])
+    return float(torch.corrcoef(torch.stack([rollout, recomputed]))[0, 1]), float((rollout - recomputed).abs().mean())
+
+
+def test_float32_full_weights_match_the_trainer_before_and_after_an_update(full_setup):
+    trainer, engine = full_setup
+    before = engine.generate(requests(trainer, 4))
+    pearson, mean_abs = log_prob_agreement(trainer, engine)
+    print(f"vllm float32 full weights: pearson={pearson:.6f} mean_abs_diff={mean_abs:.3e}")
+    assert pearson >= 0.999, (pearson, mean_abs)
+    with torch.no_grad():
+        for p in trainer.trainable_parameters():
+            p.add_(0.05 * torch.randn_like(p))
+    engine.sync_weights(trainer, 3)
+    after = engine.generate(requests(trainer, 4))
+    assert all(r.weight_version == 3 for r in after)
+    assert any(not torch.equal(a.log_probs, b.log_probs) for a, b in zip(before, after))
+    pearson, mean_abs = log_prob_agreement(trainer, engine)
+    print(f"vllm float32 full weights after a sync: pearson={pearson:.6f} mean_abs_diff={mean_abs:.3e}")
+    assert pearson >= 0.999, (pearson, mean_abs)
+
+
+def test_close_gives_the_engines_gpu_memory_back(accel_device):
+    if not accel_device.startswith("cuda"):
+        pytest.skip("torch.cuda.mem_get_info needs CUDA")
+    free_before, total = torch.cuda.mem_get_info()
+    _, engine = start(text_config(accel_device, "bfloat16", lora=True))
+    free_running, _ = torch.cuda.mem_get_info()
+    engine.close()
+    free_after, _ = torch.cuda.mem_get_info()
+    print(f"vllm engine: took {(free_before - free_running) / 2**30:.2f} GiB, "
+          f"left {(free_before - free_after) / 2**30:.2f} GiB after close")
+    assert free_before - free_running > 0.2 * total  # gpu_memory_utilization=0.3 of it was taken
+    assert free_before - free_after < 2 * 2**30, "close() left the engine core's memory behind"
