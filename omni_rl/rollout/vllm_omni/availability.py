@@ -20,7 +20,7 @@ def require(backend: str) -> None:
     raise BackendUnavailableError(
         f"rollout.backend={backend!r} needs the {package!r} package (CUDA only), which this Python "
         f"({sys.executable}) does not have. In the CUDA image it lives in an environment of its own: "
-        f"set rollout.python=/opt/vllm-omni/bin/python to run the engine there, behind the rollout "
+        f"set rollout.options.python=/opt/vllm-omni/bin/python to run the engine there, behind the rollout "
         f"server (docker/Dockerfile.cuda installs vllm and vllm-omni into it); or install it here on "
         f"a CUDA machine (pip install vllm==0.30.0 vllm-omni==0.30.0); or use rollout.backend=native"
     )
