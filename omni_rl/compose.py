@@ -25,7 +25,7 @@ from typing import Any, Callable, Mapping, Sequence
 from omni_rl.algos import ADVANTAGE_ESTIMATORS, DIFFUSION_KL, STEP_KERNELS
 from omni_rl.algos.advantages import needs_group
 from omni_rl.config.loader import compose_config
-from omni_rl.config.options import bind_options, options_help
+from omni_rl.config.options import NoOptions, bind_options, options_help
 from omni_rl.config.schema import OmniConfig
 from omni_rl.config.validate import ConfigError
 from omni_rl.engine.registry import TRAINING_ENGINES
@@ -52,7 +52,9 @@ class OptionBlock:
     registry: Registry
     name: Callable[[OmniConfig], str]            # the registry name this config selects
     values: Callable[[OmniConfig], Mapping]      # the block's values in this config
-    options_class: Callable[[Any], type] = lambda entry: entry.options_class  # entry -> its options dataclass
+    # entry -> its options dataclass: the `options_class` its base class or spec declares (an
+    # entry written without that base, a test's stand-in, has none).
+    options_class: Callable[[Any], type] = lambda entry: getattr(entry, "options_class", NoOptions)
 
     def bind(self, cfg: OmniConfig) -> Any:
         name = self.name(cfg)

@@ -14,8 +14,8 @@ WIDTH = 6  # plan tokens
 
 
 def build(**changes):
-    cfg = ModelConfig(adapter=ADAPTER, stage="think", path="tiny:bagel", max_sequence_length=16,
-                      cfg_interval=[0.4, 1.0], **changes)
+    cfg = model_config(adapter=ADAPTER, stage="think", path="tiny:bagel", max_sequence_length=16,
+                       cfg_interval=[0.4, 1.0], **changes)
     return build_model(cfg, torch.device("cpu"))
 
 

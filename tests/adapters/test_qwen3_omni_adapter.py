@@ -18,7 +18,7 @@ ADAPTER = "Qwen3OmniMoeForConditionalGeneration"
 
 
 def load(**changes):
-    cfg = ModelConfig(adapter=ADAPTER, stage="thinker", path="tiny:qwen3_omni", **changes)
+    cfg = model_config(adapter=ADAPTER, stage="thinker", path="tiny:qwen3_omni", **changes)
     return build_model(cfg, torch.device("cpu"))
 
 

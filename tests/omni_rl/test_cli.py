@@ -29,10 +29,11 @@ def run_main_omni(*args: str) -> subprocess.CompletedProcess:
     ("recipe=nope", ["unknown recipe 'nope'", *available_recipes()]),
     ("trainer.totl_steps=3", ["trainer.totl_steps"]),
     ("trainer.total_steps=abc", ["trainer.total_steps", "abc"]),
-    ("trainer.max_staleness=-1", ["trainer.max_staleness=-1", "expected an integer >= 0"]),
+    ("trainer.pipeline=async trainer.pipeline_options.max_staleness=-1",
+     ["trainer.pipeline_options.max_staleness=-1", "expected an integer >= 0"]),
 ])
 def test_bad_config_exits_2_with_one_error_line(arg, expected):
-    result = run_main_omni(arg)
+    result = run_main_omni(*arg.split(" "))
     assert result.returncode == 2, result.stderr
     assert "Traceback" not in result.stderr
     lines = result.stderr.strip().splitlines()

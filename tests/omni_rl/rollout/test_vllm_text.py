@@ -28,7 +28,7 @@ def setup(accel_device):
     cfg = OmniConfig()
     cfg.model = ModelConfig(adapter="Qwen3ForCausalLM", path="tiny:qwen3")
     cfg.trainer.device = accel_device
-    cfg.rollout.backend, cfg.rollout.vllm_enforce_eager, cfg.rollout.vllm_gpu_memory_utilization = "vllm", True, 0.3
+    cfg.rollout.backend, cfg.rollout.options = "vllm", {"enforce_eager": True, "gpu_memory_utilization": 0.3}
     torch.manual_seed(cfg.trainer.seed)
     trainer = build_model(cfg.model, torch.device(accel_device))
     engine = build_rollout_engine(cfg, trainer)
