@@ -255,6 +255,9 @@ def _check_pipeline(cfg: OmniConfig) -> None:
     t, r = cfg.trainer, cfg.rollout
     if t.pipeline == "on_policy":
         return
+    if cfg.data.preference_file is not None:
+        raise ConfigError(f"trainer.pipeline={t.pipeline!r}: expected on_policy with data.preference_file (there is "
+                          f"no rollout to run ahead)")
     problem = beside_trainer_problem(cfg)
     if problem is not None:
         raise ConfigError(

@@ -242,8 +242,6 @@ def _validate_preference_file(cfg: OmniConfig) -> None:
                  "null with data.preference_file (the pairs' prompts are the training prompts); set it to null")
     _require(t.samples_per_prompt == 1, "trainer.samples_per_prompt", t.samples_per_prompt,
              "1 with data.preference_file (each step trains trainer.prompts_per_step pairs of the file)")
-    _require(t.pipeline == "on_policy", "trainer.pipeline", t.pipeline,
-             "on_policy with data.preference_file (there is no rollout to run ahead)")
 
 
 def _validate_rollout_is(a) -> None:
