@@ -61,7 +61,7 @@ def run_mode(args, mode: str, folder: Path) -> dict:
     level = args.rollout_is or LEVELS.get(args.recipe, "none")
     command = [
         sys.executable, str(REPO / "main_omni.py"), f"recipe={args.recipe}", f"trainer.pipeline={mode}",
-        f"trainer.max_staleness={args.max_staleness}", "rollout.backend=server", f"algo.rollout_is={level}",
+        f"trainer.pipeline_options.max_staleness={args.max_staleness}", "rollout.backend=server", f"algo.rollout_is={level}",
         f"trainer.total_steps={args.steps}", "trainer.val_every=0", "trainer.save_every=0", "trainer.progress_bar=false",
         "trainer.loggers=[jsonl]", f"trainer.output_dir={folder}", *args.override,
     ]

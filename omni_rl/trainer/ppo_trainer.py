@@ -2,7 +2,7 @@
 
     rollout producer (trainer.pipeline: on_policy, one_step_off, async) -> the step's batch,
              each sample with the weight version it was sampled with, none staler than
-             trainer.max_staleness (request-batched, fp32 trajectories) -> rewards -> advantages
+             trainer.pipeline_options.max_staleness (request-batched, fp32 trajectories) -> rewards -> advantages
              -> old log-probs (the rollout's where they are the actor's own, else recomputed)
                 and, with algo.rollout_is, the rollout-correction weights between the two
              -> PPO update (epochs x mini-batches, replaying the stored steps)
