@@ -38,6 +38,7 @@ from omni_rl.reward.registry import REWARDS, RewardConfigError, check_reward_opt
 from omni_rl.rollout.backends import ROLLOUT_BACKENDS, beside_trainer_problem
 from omni_rl.trainer import ACTOR_GROUPS  # the package registers the built-in backends
 from omni_rl.trainer.pipeline import PIPELINES
+from omni_rl.workers.reward_worker import reward_worker_options
 
 _DEVICE = re.compile(r"^(auto|cpu|cuda(:\d+)?|npu(:\d+)?)$")
 
@@ -108,6 +109,7 @@ def check_components(cfg: OmniConfig) -> None:
     _check_engine(cfg)
     for block in OPTION_BLOCKS:
         block.bind(cfg)
+    reward_worker_options(cfg)
     _check_pipeline(cfg)
     check_backend = ROLLOUT_BACKENDS.get(cfg.rollout.backend).check_config
     if check_backend is not None:

@@ -81,6 +81,9 @@ MOVED_KEYS: dict[str, tuple[str, str]] = {
     "trainer.worker_startup_timeout_s": ("trainer.backend_options.worker_startup_timeout_s", _RAY),
     "trainer.param_offload": ("trainer.engine_options.param_offload", _FSDP2),
     "trainer.optimizer_offload": ("trainer.engine_options.optimizer_offload", _FSDP2),
+    "reward.num_workers": ("reward.workers.num_workers", "the reward workers' option"),
+    "reward.worker_num_cpus": ("reward.workers.num_cpus", "the reward workers' option"),
+    "reward.worker_num_gpus": ("reward.workers.num_gpus", "the reward workers' option"),
     "trainer.max_staleness": ("trainer.pipeline_options.max_staleness", _BUFFERED),
     "trainer.stale_policy": ("trainer.pipeline_options.stale_policy", _BUFFERED),
 }

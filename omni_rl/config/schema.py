@@ -229,11 +229,9 @@ class RewardConfig:
     max_wait_ms: float = 20.0
     # Scoring that takes longer than this fails the step instead of hanging.
     timeout_s: float = 1800.0
-    # Reward workers on Ray (0 = score in the trainer process): each holds the reward models;
-    # micro-batches go to them round robin, several at once.
-    num_workers: int = 0
-    worker_num_cpus: float = 1.0
-    worker_num_gpus: float = 0.0
+    # Reward workers on Ray (`omni_rl.workers.reward_worker.RewardWorkerOptions`: num_workers,
+    # 0 = score in the trainer process; num_cpus, num_gpus each), checked at load.
+    workers: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass

@@ -151,9 +151,6 @@ def validate_config(cfg: OmniConfig) -> None:
     _require(cfg.reward.max_batch_size >= 1, "reward.max_batch_size", cfg.reward.max_batch_size, ">= 1")
     _require(cfg.reward.max_wait_ms >= 0, "reward.max_wait_ms", cfg.reward.max_wait_ms, ">= 0")
     _require(cfg.reward.timeout_s > 0, "reward.timeout_s", cfg.reward.timeout_s, "> 0 seconds")
-    _require(cfg.reward.num_workers >= 0, "reward.num_workers", cfg.reward.num_workers, ">= 0 (0 = in the trainer)")
-    _require(cfg.reward.worker_num_cpus >= 0 and cfg.reward.worker_num_gpus >= 0, "reward.worker_num_cpus",
-             (cfg.reward.worker_num_cpus, cfg.reward.worker_num_gpus), "worker_num_cpus and worker_num_gpus >= 0")
     _require(cfg.reward.val_rewards is None or len(cfg.reward.val_rewards) >= 1, "reward.val_rewards", [],
              "at least one reward, or null (validate with reward.rewards)")
     for key, items in (("reward.rewards", cfg.reward.rewards), ("reward.val_rewards", cfg.reward.val_rewards or [])):

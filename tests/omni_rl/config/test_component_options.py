@@ -14,6 +14,7 @@ from omni_rl.engine.registry import engine_options
 from omni_rl.plugins import load_plugins
 from omni_rl.rollout.backends import ROLLOUT_BACKENDS, backend_options, beside_trainer_problem, shares_model
 from omni_rl.trainer.ray_actors import RayActorGroup
+from omni_rl.workers.reward_worker import RewardWorkerOptions, reward_worker_options
 
 LTX2 = "recipe=tiny_ltx2_flowgrpo_av"
 
@@ -24,6 +25,7 @@ LTX2 = "recipe=tiny_ltx2_flowgrpo_av"
                                       "rollout backends vllm, vllm_omni)"),
     ("trainer.nnodes=2", "trainer.nnodes moved: set trainer.backend_options.nnodes (trainer backend ray's option)"),
     ("trainer.max_staleness=2", "trainer.max_staleness moved: set trainer.pipeline_options.max_staleness"),
+    ("reward.num_workers=2", "reward.num_workers moved: set reward.workers.num_workers"),
 ])
 def test_a_moved_flat_key_names_its_new_place(override, expected):
     with pytest.raises(ConfigError) as err:
@@ -42,7 +44,7 @@ def test_a_moved_key_in_a_recipe_file_names_its_new_place_and_the_file(tmp_path)
 
 def test_every_moved_key_points_at_an_option_a_registered_component_declares():
     load_plugins(())
-    declared: dict[str, set[str]] = {}
+    declared: dict[str, set[str]] = {"reward.workers": {f.name for f in dataclasses.fields(RewardWorkerOptions)}}
     for block in OPTION_BLOCKS:
         for name in block.registry.names():
             options = block.options_class(block.registry.get(name))
@@ -68,6 +70,8 @@ def test_every_moved_key_points_at_an_option_a_registered_component_declares():
                                                    "has no option 'param_offload'"),
     (["trainer.pipeline=async", "trainer.pipeline_options.stale_policy=skip"],
      "trainer.pipeline_options.stale_policy='skip': expected one of drop"),
+    (["reward.workers.num_gpus=-1"], "reward.workers.num_gpus=-1.0: expected >= 0"),
+    (["reward.workers.count=2"], "reward.workers.count=2: reward workers on Ray has no option 'count'"),
 ])
 def test_a_bad_option_fails_at_load_with_one_line_naming_it(overrides, expected):
     with pytest.raises(ConfigError) as err:
@@ -85,6 +89,8 @@ def test_the_bound_options_are_what_the_recipe_sets():
     assert cfg.trainer.engine == "fsdp2"  # the backend's default engine, filled at load
     assert RayActorGroup.bind_options(cfg).world_size == 2
     assert engine_options(cfg).optimizer_offload and not engine_options(cfg).param_offload
+    cfg = load_config(["reward.workers.num_workers=2", "reward.workers.num_cpus=0.5"])
+    assert reward_worker_options(cfg) == RewardWorkerOptions(num_workers=2, num_cpus=0.5, num_gpus=0.0)
 
 
 def test_rollout_backends_declare_what_they_can_do():
