@@ -5,8 +5,9 @@ import pytest
 import torch
 
 from adapters.bagel.think import THINK_SYSTEM_PROMPT
-from omni_rl.config.schema import LoraConfig, ModelConfig
+from omni_rl.config.schema import LoraConfig
 from omni_rl.models import build_model
+from tests.adapters.diffusion_suite import model_config
 
 ADAPTER = "BagelForConditionalGeneration"
 PROMPTS = ["a cat", "a red cube on a table"]

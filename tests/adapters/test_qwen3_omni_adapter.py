@@ -13,6 +13,7 @@ from omni_rl.config.schema import LoraConfig, ModelConfig
 from omni_rl.models import build_model
 from omni_rl.rollout.text_native import NativeTextEngine, collate_media, left_pad
 from omni_rl.rollout.text_types import TextRequest
+from tests.adapters.diffusion_suite import model_config
 
 ADAPTER = "Qwen3OmniMoeForConditionalGeneration"
 
