@@ -22,11 +22,11 @@ vocoder (mel -> waveform; LTX-2.3's `LTX2VocoderWithBWE` adds bandwidth extensio
 
 Guidance is the pipeline's, computed as it computes it: in x0 space (x0 = x - sigma v) as
 `x0_c + (g - 1)(x0_c - x0_u)`, plus the optional terms of LTX-2's call, each off by default:
-spatio-temporal guidance (`model.stg_scale`, `stg_blocks`: `+ s (x0_c - x0_stg)` for a forward
-whose self-attention in those blocks is skipped) and modality isolation (`model.modality_scale`:
+spatio-temporal guidance (`model.options.stg_scale`, `stg_blocks`: `+ s (x0_c - x0_stg)` for a forward
+whose self-attention in those blocks is skipped) and modality isolation (`model.options.modality_scale`:
 `+ (m - 1)(x0_c - x0_isolated)` for a forward without the audio<->video cross-attention); then
 optionally rescaled (`guidance_rescale`) and turned back into a velocity, with each weight per
-stream. The STG rows share the CFG forward (the transformer takes a per-sample perturbation
+stream (`LTX2Options`). The STG rows share the CFG forward (the transformer takes a per-sample perturbation
 mask); modality isolation is a per-forward switch, so it costs a second forward. Rollout and
 training both call `predict_velocity`, so both guide the same way.
 
@@ -43,13 +43,16 @@ bandwidth-extending vocoder) whose video and audio decoders respond to their lat
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Optional
 
 import torch
 from torch import nn
 
 from omni_rl.algos.latent_streams import LatentStreams
+from omni_rl.config.options import option
 from omni_rl.config.schema import ModelConfig
 from omni_rl.models import Conditioning, DiffusionModelBase, register_adapter, register_tiny_model
 from omni_rl.models.diffusion import check_frame_count, check_multiple, linspace_to_one_over_n
@@ -58,8 +61,42 @@ from omni_rl.models.diffusion import check_frame_count, check_multiple, linspace
 _EMBEDS = ("prompt_embeds", "audio_prompt_embeds", "prompt_mask")
 
 
+@dataclass
+class LTX2Options:
+    """LTX-2's guidance terms (`model.options`), each one more transformer forward per step and
+    all off by default (plain CFG). Rollout and training apply the same."""
+
+    audio_guidance_scale: Optional[float] = option(None, "CFG scale of the audio stream; null = rollout.guidance_scale (LTX-2.3 suggests 7 with 3 for video).")
+    guidance_rescale: float = option(0.0, "Guidance rescale factor phi of the video stream (0 = plain CFG).")
+    audio_guidance_rescale: Optional[float] = option(None, "Guidance rescale factor of the audio stream; null = guidance_rescale.")
+    stg_scale: float = option(0.0, "Spatio-temporal guidance (STG, arXiv 2411.18664) scale of the video stream: x0 moves away from a forward whose self-attention in stg_blocks is skipped (0 = off).")
+    audio_stg_scale: Optional[float] = option(None, "STG scale of the audio stream; null = stg_scale (0 turns it off for audio alone).")
+    stg_blocks: list[int] = option([], "Zero-based transformer block indices whose self-attention STG perturbs; required when a STG scale is > 0 (LTX-2.3: [28], LTX-2.0: [29]).")
+    modality_scale: float = option(1.0, "Modality-isolation guidance scale of the video stream: x0 moves away from a forward without the audio<->video cross-attention (1 = off).")
+    audio_modality_scale: Optional[float] = option(None, "Modality-isolation scale of the audio stream; null = modality_scale.")
+
+    def check(self) -> None:
+        for name, low, off in [("guidance_rescale", 0.0, "0 = off"), ("audio_guidance_rescale", 0.0, "0 = off"),
+                               ("stg_scale", 0.0, "0 = off"), ("audio_stg_scale", 0.0, "0 = off"),
+                               ("modality_scale", 1.0, "1 = off"), ("audio_modality_scale", 1.0, "1 = off")]:
+            value = getattr(self, name)
+            if value is not None and not (math.isfinite(value) and value >= low):
+                raise ValueError(f"{name}={value!r}: expected a finite value >= {low:g} ({off})")
+        if not all(b >= 0 for b in self.stg_blocks):
+            raise ValueError(f"stg_blocks={list(self.stg_blocks)}: expected zero-based transformer block indices "
+                             f"(integers >= 0)")
+        audio_stg = self.stg_scale if self.audio_stg_scale is None else self.audio_stg_scale
+        if (self.stg_scale > 0 or audio_stg > 0) and not self.stg_blocks:
+            raise ValueError(
+                f"stg_blocks={list(self.stg_blocks)}: expected the block indices STG perturbs (LTX-2.3's pipeline "
+                f"examples use [28], LTX-2.0's [29]) when model.options.stg_scale > 0 or model.options.audio_stg_scale > 0"
+            )
+
+
 @register_adapter("LTX2Pipeline")
 class LTX2Adapter(DiffusionModelBase):
+    options_class = LTX2Options
+
     @classmethod
     def check_config(cls, cfg) -> None:
         super().check_config(cfg)
@@ -67,13 +104,6 @@ class LTX2Adapter(DiffusionModelBase):
             raise ValueError(
                 f"rollout.fps={cfg.rollout.fps}: expected {cls.frame_rate:g} with {cfg.model.adapter} (its audio length "
                 f"and video positions are computed at {cls.frame_rate:g} fps); set rollout.fps={cls.frame_rate:g}"
-            )
-        m = cfg.model
-        audio_stg = m.stg_scale if m.audio_stg_scale is None else m.audio_stg_scale
-        if (m.stg_scale > 0 or audio_stg > 0) and not m.stg_blocks:
-            raise ValueError(
-                f"model.stg_blocks={list(m.stg_blocks)}: expected the block indices STG perturbs (LTX-2.3's pipeline "
-                f"examples use [28], LTX-2.0's [29]) when model.stg_scale > 0 or model.audio_stg_scale > 0"
             )
 
     makes_audio = True
@@ -198,9 +228,9 @@ class LTX2Adapter(DiffusionModelBase):
     # --- forward -------------------------------------------------------------------------
     def guidance(self, guidance_scale: float) -> dict[str, StreamGuidance]:
         """Each stream's guidance terms, the pipeline's per-modality values: an audio value of
-        null takes the video one (`model.audio_guidance_scale`: LTX-2.3 suggests 7 with 3 for
-        video; `rollout.guidance_scale` is the video CFG scale)."""
-        m = self.cfg
+        null takes the video one (`model.options.audio_guidance_scale`: LTX-2.3 suggests 7 with 3
+        for video; `rollout.guidance_scale` is the video CFG scale)."""
+        m = self.options
 
         def audio(value, video):
             return float(video if value is None else value)
@@ -219,15 +249,15 @@ class LTX2Adapter(DiffusionModelBase):
         if not (terms["video"].stg > 0 or terms["audio"].stg > 0):
             return
         layers = self.transformer.config.num_layers
-        bad = [b for b in self.cfg.stg_blocks if not 0 <= b < layers]
+        bad = [b for b in self.options.stg_blocks if not 0 <= b < layers]
         if bad:
-            raise ValueError(f"model.stg_blocks={list(self.cfg.stg_blocks)}: {bad} are not blocks of this "
+            raise ValueError(f"model.options.stg_blocks={list(self.options.stg_blocks)}: {bad} are not blocks of this "
                              f"transformer (0 .. {layers - 1})")
         if not self.transformer.config.perturbed_attn:
             raise ValueError(
-                "model.stg_scale > 0: this transformer's config has perturbed_attn=false, so its blocks "
-                "cannot skip self-attention and STG would change nothing; set model.stg_scale=0 and "
-                "model.audio_stg_scale=null (or use a checkpoint converted with perturbed_attn=true, as LTX-2.3's is)"
+                "model.options.stg_scale > 0: this transformer's config has perturbed_attn=false, so its blocks "
+                "cannot skip self-attention and STG would change nothing; set model.options.stg_scale=0 and "
+                "model.options.audio_stg_scale=null (or use a checkpoint converted with perturbed_attn=true, as LTX-2.3's is)"
             )
 
     def predict_velocity(self, latents: LatentStreams, sigma, conditioning, guidance_scale) -> LatentStreams:
@@ -258,7 +288,7 @@ class LTX2Adapter(DiffusionModelBase):
         if use_stg:  # 1 = attend as usual, 0 = the STG rows' perturbed self-attention (lerp-exact at 0 and 1)
             mask = torch.cat([torch.full((batch,), float(row != "stg"), device=self.device) for row in rows])
         outputs = self._forward(x, a, sigma, text, len(rows), (frames, height, width),
-                                stg_blocks=list(self.cfg.stg_blocks) if use_stg else None, perturbation_mask=mask)
+                                stg_blocks=list(self.options.stg_blocks) if use_stg else None, perturbation_mask=mask)
         out = {name: dict(zip(rows, v.float().chunk(len(rows)))) for name, v in zip(("video", "audio"), outputs)}
         if use_modality:
             cond_text = {name: cond[name] for name in _EMBEDS}

@@ -15,7 +15,7 @@ What trains.
   prefix an entry with `visual.` or `audio_tower.` to put LoRA in an encoder instead (e.g.
   `visual.attn.qkv`, `audio_tower.self_attn.q_proj`). The adapter hands PEFT one regex.
 - `model.lora.enabled=false`: every thinker parameter trains, except frozen towers.
-- `model.freeze_vision_tower` / `model.freeze_audio_tower` (default true): the tower gets no
+- `model.options.freeze_vision_tower` / `freeze_audio_tower` (default true): the tower gets no
   gradient at all (LoRA inside it included). An unfrozen tower trains fully without LoRA; with
   LoRA it only trains where a target names it (see above), like any base weight.
 - `model.gradient_checkpointing`: transformers only checkpoints a layer whose module is in training
@@ -76,6 +76,7 @@ import numpy as np
 import torch
 
 from adapters.qwen3 import byte_level_vocab
+from omni_rl.config.options import option
 from omni_rl.config.schema import ModelConfig
 from omni_rl.models import register_adapter, register_tiny_model
 from omni_rl.models.autoregressive import AutoregressiveModelBase, PromptInputs, positions_from_mask
@@ -104,8 +105,17 @@ def resample_audio(samples: np.ndarray, rate: int, target: int) -> np.ndarray:
     return resample(x, rate, target, method="fft").to(torch.float32).numpy()
 
 
+@dataclasses.dataclass
+class Qwen3OmniOptions:
+    """The thinker's options (`model.options`)."""
+
+    freeze_vision_tower: bool = option(True, "Keep the vision encoder frozen (LoRA or not).")
+    freeze_audio_tower: bool = option(True, "Keep the audio encoder frozen (LoRA or not).")
+
+
 @register_adapter("Qwen3OmniMoeForConditionalGeneration", stage="thinker")
 class Qwen3OmniThinkerAdapter(AutoregressiveModelBase):
+    options_class = Qwen3OmniOptions
     checkpoint_prefix = "thinker."
     default_lora_targets = ("q_proj", "k_proj", "v_proj", "o_proj")
     supports_kv_cache = True
@@ -175,7 +185,7 @@ class Qwen3OmniThinkerAdapter(AutoregressiveModelBase):
 
     def setup_trainable(self) -> None:
         super().setup_trainable()
-        frozen = {"visual": self.cfg.freeze_vision_tower, "audio_tower": self.cfg.freeze_audio_tower}
+        frozen = {"visual": self.options.freeze_vision_tower, "audio_tower": self.options.freeze_audio_tower}
         for name, tower in self.towers().items():
             if frozen[name]:
                 tower.requires_grad_(False)

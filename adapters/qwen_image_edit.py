@@ -22,7 +22,7 @@ condition's token grid), so training replays exactly what the rollout saw.
 **The condition's size.** The pipeline's own `__call__` resizes every source image to about one
 megapixel (its `calculate_dimensions(1024 * 1024, aspect)`) whatever the output size: on a 512 px
 recipe that is 4096 condition tokens against 1024 noise tokens. Here the source image is resized
-to `model.condition_image_size` ([height, width], default the output's size) by the pipeline's
+to `model.options.condition_image_size` ([height, width], default the output's size) by the pipeline's
 own image processor (Lanczos), and encoded at that size. Given a source image already at one
 megapixel's calculated size, the pipeline and the adapter encode the same thing (the tests pass
 such an image to both).
@@ -47,7 +47,7 @@ import numpy as np
 import torch
 
 from omni_rl.models import Conditioning, register_adapter, register_tiny_model
-from omni_rl.models.diffusion import check_multiple
+from omni_rl.models.diffusion import EditingOptions, check_multiple
 
 from adapters.qwen_image import (
     QwenImageAdapter, build_tiny_qwen_image_components, pack_latents, prompt_prefix_length, true_cfg_with_norm,
@@ -62,18 +62,19 @@ IMAGE_SLOT = "<|vision_start|>"
 @register_adapter("QwenImageEditPipeline")
 class QwenImageEditAdapter(QwenImageAdapter):
     takes_source_image = True
+    options_class = EditingOptions
     pipeline_name: ClassVar[str] = "QwenImageEditPipeline"
     # Source images a prompt may have (Edit: one; EditPlus: up to three).
     max_source_images: ClassVar[int] = 1
 
     @classmethod
     def check_config(cls, cfg) -> None:
-        """The output size (as Qwen-Image) and `model.condition_image_size`: multiples of 16."""
+        """The output size (as Qwen-Image) and `model.options.condition_image_size`: multiples of 16."""
         super().check_config(cfg)
-        size = cfg.model.condition_image_size
+        size = cls.bind_options(cfg.model).condition_image_size
         if size is not None:
             for i, value in enumerate(size):
-                check_multiple(f"model.condition_image_size[{i}]", value, cls.size_multiple, f"what {cls.pipeline_name} takes")
+                check_multiple(f"model.options.condition_image_size[{i}]", value, cls.size_multiple, f"what {cls.pipeline_name} takes")
 
     def _pipeline_class(self):
         from diffusers import QwenImageEditPipeline
@@ -95,14 +96,14 @@ class QwenImageEditAdapter(QwenImageAdapter):
 
     # --- the source image ----------------------------------------------------------------
     def condition_size(self, height: int, width: int) -> tuple[int, int]:
-        """[height, width] in px the source image is encoded at (`model.condition_image_size`,
+        """[height, width] in px the source image is encoded at (`model.options.condition_image_size`,
         else the output's size); a multiple of 16 on both sides."""
-        size = self.cfg.condition_image_size
+        size = self.options.condition_image_size
         h, w = (height, width) if size is None else (int(size[0]), int(size[1]))
         factor = self.vae_scale * self.patch
         why = f"VAE factor {self.vae_scale} x patch size {self.patch}"
-        check_multiple("model.condition_image_size[0]" if size else "rollout.height", h, factor, why)
-        check_multiple("model.condition_image_size[1]" if size else "rollout.width", w, factor, why)
+        check_multiple("model.options.condition_image_size[0]" if size else "rollout.height", h, factor, why)
+        check_multiple("model.options.condition_image_size[1]" if size else "rollout.width", w, factor, why)
         return h, w
 
     def condition_images(self, images, height: int, width: int):

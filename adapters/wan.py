@@ -23,11 +23,15 @@ timesteps, a residual VAE with pixel patches) are random-weight models for tests
 from __future__ import annotations
 
 import json
+import math
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Optional
 
 import torch
 from torch import nn
 
+from omni_rl.config.options import option
 from omni_rl.config.schema import ModelConfig
 from omni_rl.models import Conditioning, DiffusionModelBase, register_adapter, register_tiny_model
 from omni_rl.models.tiny_vocab import t5_char_vocab
@@ -39,8 +43,22 @@ EXPERTS = ("transformer", "transformer_2")
 LORA_2_WEIGHT_NAME = "pytorch_lora_weights_transformer_2.safetensors"
 
 
+@dataclass
+class WanOptions:
+    """Wan2.2's options (`model.options`)."""
+
+    guidance_scale_2: Optional[float] = option(None, "A14B: the CFG scale of the low-noise expert (diffusers' guidance_scale_2); null = rollout.guidance_scale. Rollout and training apply the same.")
+
+    def check(self) -> None:
+        value = self.guidance_scale_2
+        if value is not None and not (math.isfinite(value) and value >= 1.0):
+            raise ValueError(f"guidance_scale_2={value!r}: expected a finite CFG scale >= 1 (1 disables CFG), "
+                             f"or null for rollout.guidance_scale")
+
+
 @register_adapter("WanPipeline")
 class WanAdapter(DiffusionModelBase):
+    options_class = WanOptions
     # The Wan VAEs keep the first frame and compress every 4 after it; every Wan2.x transformer
     # patches 2x2 pixels of the latent (sizes: multiples of 8 x 2 for A14B, 16 x 2 for TI2V-5B,
     # which `latent_shape` checks from the checkpoint's VAE).
@@ -164,8 +182,8 @@ class WanAdapter(DiffusionModelBase):
         return Conditioning({"prompt_embeds": pos, "negative_prompt_embeds": neg})
 
     def guidance_scale_2(self, guidance_scale: float) -> float:
-        """The low-noise expert's scale: `model.guidance_scale_2` when set, else `guidance_scale`."""
-        value = self.cfg.guidance_scale_2
+        """The low-noise expert's scale: `model.options.guidance_scale_2` when set, else `guidance_scale`."""
+        value = self.options.guidance_scale_2
         return guidance_scale if value is None else float(value)
 
     def predict_velocity(self, latents, sigma, conditioning, guidance_scale):

@@ -59,9 +59,11 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 def run_mode(args, mode: str, folder: Path) -> dict:
     level = args.rollout_is or LEVELS.get(args.recipe, "none")
+    # The staleness bound is an option of the pipelines that sample ahead (on_policy has none).
+    staleness = [] if mode == "on_policy" else [f"trainer.pipeline_options.max_staleness={args.max_staleness}"]
     command = [
         sys.executable, str(REPO / "main_omni.py"), f"recipe={args.recipe}", f"trainer.pipeline={mode}",
-        f"trainer.max_staleness={args.max_staleness}", "rollout.backend=server", f"algo.rollout_is={level}",
+        *staleness, "rollout.backend=server", f"algo.rollout_is={level}",
         f"trainer.total_steps={args.steps}", "trainer.val_every=0", "trainer.save_every=0", "trainer.progress_bar=false",
         "trainer.loggers=[jsonl]", f"trainer.output_dir={folder}", *args.override,
     ]

@@ -3,7 +3,7 @@
 Each arm trains the same recipe (default: `tiny_qwen3_grpo`, full fine-tuning, micro-batches of
 8, 8 new tokens) for `--steps` steps in a fresh output folder: `local` is one process
 (`trainer.backend=local`); `ray_N` is N hybrid workers on a local Ray (`trainer.backend=ray
-trainer.engine=fsdp2 trainer.devices_per_node=N`, FSDP2 over gloo on a CPU). The first
+trainer.engine=fsdp2 trainer.backend_options.devices_per_node=N`, FSDP2 over gloo on a CPU). The first
 `--warmup` steps of each arm are not counted; the numbers are medians over the rest of the
 trainer's own `timing/step` (rollout + reward + old log-probs + update + weight sync; not the
 checkpoint save) and `perf/samples_per_s` (samples of the global batch / step time).
@@ -106,7 +106,7 @@ def main(argv=None) -> int:
             for n in args.workers:
                 results[f"ray_{n}"] = run_arm(
                     args, f"ray_{n}",
-                    ["trainer.backend=ray", "trainer.engine=fsdp2", f"trainer.devices_per_node={n}"], root,
+                    ["trainer.backend=ray", "trainer.engine=fsdp2", f"trainer.backend_options.devices_per_node={n}"], root,
                 )
         finally:
             ray.shutdown()

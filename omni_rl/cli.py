@@ -25,12 +25,15 @@ from omni_rl.errors import OmniConfigError, OmniRunError
 DEMO_RECIPE = "tiny_sd3_shapes_counting"
 
 USAGE = """usage: python main_omni.py [recipe=NAME] [key=value ...] [--cfg] [--plan]
+       python main_omni.py --options KEY=NAME
 
   recipe=NAME   a YAML file in recipes/ (default: tiny_sd3_shapes_counting, the CPU demo)
   key=value     override any config key, e.g. trainer.total_steps=10 rollout.num_steps=8
   --cfg         print the composed config and exit (`--cfg job` too, as in Hydra)
   --plan        build the recipe's model without weights, print each device's weight memory
                 and write plan.json in trainer.output_dir (omni_rl/plan); no training
+  --options     print a component's options (set under its block) with their defaults and docs,
+                e.g. --options model.adapter=LTX2Pipeline, rollout.backend=server, trainer.engine=fsdp2
 """
 
 
@@ -57,6 +60,8 @@ def _main(argv: Sequence[str] | None) -> int:
     if "-h" in args or "--help" in args:
         print(USAGE + "\nrecipes: " + ", ".join(available_recipes()))
         return 0
+    if "--options" in args:
+        return _print_options([a for a in args if a != "--options"])
     show_cfg = "--cfg" in args
     if show_cfg:
         at = args.index("--cfg")
@@ -97,6 +102,26 @@ def _main(argv: Sequence[str] | None) -> int:
         print(f"error: {err}", file=sys.stderr)
         return err.exit_code
     print(f"done: outputs in {cfg.trainer.output_dir}")
+    return 0
+
+
+def _print_options(args: list[str]) -> int:
+    """`--options KEY=NAME [plugins=[...]]`: one component's options (`omni_rl.compose.options_help_for`)."""
+    from omni_rl.compose import options_help_for
+    from omni_rl.config import ConfigError
+
+    plugins = [a.split("=", 1)[1].strip("[]") for a in args if a.startswith("plugins=")]
+    wanted = [a for a in args if not a.startswith("plugins=")]
+    if len(wanted) != 1 or "=" not in wanted[0]:
+        print(f"error: --options takes one KEY=NAME, e.g. --options model.adapter=LTX2Pipeline; got {wanted!r}",
+              file=sys.stderr)
+        return 2
+    selector, name = wanted[0].split("=", 1)
+    try:
+        print(options_help_for(selector, name, [p for p in ",".join(plugins).split(",") if p]))
+    except ConfigError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
     return 0
 
 

@@ -3,11 +3,17 @@
 `load_config(overrides)` composes the config (`omni_rl.config`: schema + recipe + overrides,
 the value rules) and then checks every component it names against the registries of the layers
 above the config: a typo in `algo.policy_loss`, a reward, a backend or an engine fails before
-minutes of model loading, with the registered names in the message. It also fills what the
-config leaves to a component (`trainer.engine: null` becomes the backend's default) and runs
-the rules a backend keeps for itself (`ActorGroup.check_config`), and checks that every reward
-scores what the model makes (images, video frames via `video_frames`, audio). Plugins (the `omni_rl.plugins`
-entry points and `cfg.plugins`) load first, so a user's own rewards, adapters and backends count.
+minutes of model loading, with the registered names in the message. Each named component's
+options block (`OPTION_BLOCKS`: `model.options` for the adapter, `rollout.options` for the
+rollout backend, `trainer.*_options` for the trainer's backend, engine and pipeline) is bound to
+the options dataclass it declares, so an unknown key, a wrong type or a bad value fails here with
+one line; the component binds the same block again when it is built (so does `reward.workers`,
+the Ray reward workers' block). `options_help_for` gives `python main_omni.py --options
+KEY=NAME`. It also fills what the config leaves to a component (`trainer.engine: null` becomes
+the backend's default), runs the rules a backend keeps for itself (`ActorGroup.check_config`, a
+rollout backend's `check_config`), and checks that every reward scores what the model makes
+(images, video frames via `video_frames`, audio). Plugins (the `omni_rl.plugins` entry points
+and `cfg.plugins`) load first, so a user's own rewards, adapters and backends count.
 
 This module sits above every package it checks and nothing in the core imports it: the command
 line, tests and benchmarks call it.
@@ -15,14 +21,17 @@ line, tests and benchmarks call it.
 from __future__ import annotations
 
 import re
-from typing import Any, Sequence
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping, Sequence
 
 from omni_rl.algos import ADVANTAGE_ESTIMATORS, DIFFUSION_KL, STEP_KERNELS
 from omni_rl.algos.advantages import needs_group
 from omni_rl.config.loader import compose_config
+from omni_rl.config.options import NoOptions, bind_options, options_help
 from omni_rl.config.schema import OmniConfig
 from omni_rl.config.validate import ConfigError
 from omni_rl.engine.registry import TRAINING_ENGINES
+from omni_rl.registry import Registry
 from omni_rl.families import MODEL_FAMILIES
 from omni_rl.logging import SINK_NAMES
 from omni_rl.models.registry import ADAPTERS, adapter_key
@@ -31,8 +40,43 @@ from omni_rl.reward.registry import REWARDS, RewardConfigError, check_reward_opt
 from omni_rl.rollout.backends import ROLLOUT_BACKENDS, beside_trainer_problem
 from omni_rl.trainer import ACTOR_GROUPS  # the package registers the built-in backends
 from omni_rl.trainer.pipeline import PIPELINES
+from omni_rl.workers.reward_worker import reward_worker_options
 
 _DEVICE = re.compile(r"^(auto|cpu|cuda(:\d+)?|npu(:\d+)?)$")
+
+
+@dataclass(frozen=True)
+class OptionBlock:
+    """A config key that names a registered component, and the block that holds its options.
+    A new kind of component with options is one more row of `OPTION_BLOCKS`."""
+
+    selector: str                                # the key naming the component: "model.adapter"
+    block: str                                   # where its options live: "model.options"
+    registry: Registry
+    name: Callable[[OmniConfig], str]            # the registry name this config selects
+    values: Callable[[OmniConfig], Mapping]      # the block's values in this config
+    # entry -> its options dataclass: the `options_class` its base class or spec declares (an
+    # entry written without that base, a test's stand-in, has none).
+    options_class: Callable[[Any], type] = lambda entry: getattr(entry, "options_class", NoOptions)
+
+    def bind(self, cfg: OmniConfig) -> Any:
+        name = self.name(cfg)
+        return bind_options(self.options_class(self.registry.get(name)), self.values(cfg), self.block,
+                            f"{self.registry.kind} {name}")
+
+
+OPTION_BLOCKS: tuple[OptionBlock, ...] = (
+    OptionBlock("model.adapter", "model.options", ADAPTERS, lambda c: adapter_key(c.model.adapter, c.model.stage),
+                lambda c: c.model.options),
+    OptionBlock("rollout.backend", "rollout.options", ROLLOUT_BACKENDS, lambda c: c.rollout.backend,
+                lambda c: c.rollout.options),
+    OptionBlock("trainer.backend", "trainer.backend_options", ACTOR_GROUPS, lambda c: c.trainer.backend,
+                lambda c: c.trainer.backend_options),
+    OptionBlock("trainer.engine", "trainer.engine_options", TRAINING_ENGINES, lambda c: c.trainer.engine,
+                lambda c: c.trainer.engine_options),
+    OptionBlock("trainer.pipeline", "trainer.pipeline_options", PIPELINES, lambda c: c.trainer.pipeline,
+                lambda c: c.trainer.pipeline_options),
+)
 
 
 def load_config(overrides: Sequence[str] = ()) -> OmniConfig:
@@ -65,7 +109,16 @@ def check_components(cfg: OmniConfig) -> None:
     _check_policy_loss(cfg)
     _check_groups(cfg)
     _check_engine(cfg)
+    for block in OPTION_BLOCKS:
+        block.bind(cfg)
+    reward_worker_options(cfg)
     _check_pipeline(cfg)
+    check_backend = ROLLOUT_BACKENDS.get(cfg.rollout.backend).check_config
+    if check_backend is not None:
+        try:
+            check_backend(cfg)
+        except ValueError as err:
+            raise ConfigError(str(err)) from None
     try:
         ADAPTERS.get(adapter_key(cfg.model.adapter, cfg.model.stage)).check_config(cfg)
     except ValueError as err:
@@ -84,6 +137,26 @@ def check_components(cfg: OmniConfig) -> None:
         raise ConfigError(f"trainer.loggers={list(cfg.trainer.loggers)!r}: unknown {unknown}; valid: {', '.join(SINK_NAMES)}")
     if not _DEVICE.match(cfg.trainer.device):
         raise ConfigError(f"trainer.device={cfg.trainer.device!r}: expected auto, cpu, cuda[:N] or npu[:N]")
+
+
+def options_help_for(selector: str, name: str, plugins: Sequence[str] = ()) -> str:
+    """The `--options` text of the component `selector=name` (`model.adapter=LTX2Pipeline`): its
+    options with their types, defaults and docs. A model with several stages lists each stage's
+    adapter. Raises `ConfigError` naming the valid keys or names."""
+    try:
+        load_plugins(plugins)
+    except PluginError as err:
+        raise ConfigError(f"plugins={list(plugins)!r}: {err}") from None
+    blocks = {block.selector: block for block in OPTION_BLOCKS}
+    if selector not in blocks:
+        raise ConfigError(f"--options {selector}={name}: expected one of {', '.join(f'{k}=NAME' for k in blocks)}")
+    block = blocks[selector]
+    names = [name] if name in block.registry else [n for n in block.registry.names() if n.startswith(name + "/")]
+    if not names:
+        raise ConfigError(f"{selector}={name!r}: unknown {block.registry.kind}; registered: "
+                          f"{', '.join(block.registry.names())}")
+    return "\n".join(options_help(block.options_class(block.registry.get(n)), block.block,
+                                  f"{block.registry.kind} {n}") for n in names)
 
 
 def reward_items(cfg: OmniConfig) -> list[tuple[str, Any]]:
@@ -186,6 +259,9 @@ def _check_pipeline(cfg: OmniConfig) -> None:
     t, r = cfg.trainer, cfg.rollout
     if t.pipeline == "on_policy":
         return
+    if cfg.data.preference_file is not None:
+        raise ConfigError(f"trainer.pipeline={t.pipeline!r}: expected on_policy with data.preference_file (there is "
+                          f"no rollout to run ahead)")
     problem = beside_trainer_problem(cfg)
     if problem is not None:
         raise ConfigError(

@@ -9,7 +9,7 @@ because both go through `predict_velocity`:
   [16, H/8, W/8]; the network reads 2x2 patches (BAGEL's `chpwq -> hwpqc` order), 64 numbers a
   token, so a standard-normal draw is BAGEL's initial noise;
 - **schedule**: `t_i = linspace(1, 0, N + 1)` shifted by `t' = s t / (1 + (s - 1) t)`
-  (`model.timestep_shift`, the official 3.0): N steps from N + 1 points, as the official
+  (`model.options.timestep_shift`, the official 3.0): N steps from N + 1 points, as the official
   `generate_image` makes `num_timesteps - 1` steps of `num_timesteps` points; the network is
   conditioned on t itself (the time embedder reads sigma in [0, 1]);
 - **prompt**: `<|im_start|> tokens(prompt) <|im_end|>` (the official `prepare_prompts`), at most
@@ -17,11 +17,11 @@ because both go through `predict_velocity`:
   understanding expert inside every forward (it is frozen, and cheap next to the image block);
 - **text CFG**: the unconditional branch is the empty context (the official `cfg_text_precontext`
   for text-to-image; a non-empty `rollout.negative_prompt` becomes that context instead);
-  `v = u + g (c - u)`, rescaled per sample by `clamp(|c| / |v|, model.cfg_renorm_min, 1)` over
+  `v = u + g (c - u)`, rescaled per sample by `clamp(|c| / |v|, model.options.cfg_renorm_min, 1)` over
   all of that sample's numbers (the official "global" renorm, which the official code computes
-  over a batch of one); applied only to samples whose sigma is in `model.cfg_interval` (lo, hi],
+  over a batch of one); applied only to samples whose sigma is in `model.options.cfg_interval` (lo, hi],
   the others take c. Conditional and unconditional rows go through one forward.
-- Image CFG needs a source image: `model.image_guidance_scale` other than 1 is refused here (the
+- Image CFG needs a source image: `model.options.image_guidance_scale` other than 1 is refused here (the
   edit adapter, adapters/bagel/edit.py, takes it; it reuses this adapter's forward through
   `image_cfg_rows` and `source_image`).
 
@@ -36,11 +36,14 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Optional
 
 import torch
 from torch import nn
 
+from omni_rl.config.options import option
 from omni_rl.config.schema import ModelConfig
 from omni_rl.models import Conditioning, DiffusionModelBase, register_adapter
 from omni_rl.models.diffusion import check_image_only, check_multiple
@@ -137,8 +140,29 @@ def grid_side(folder: Path, key: str, config_key: str, default: int) -> int:
     return default
 
 
+@dataclass
+class BagelOptions:
+    """BAGEL's options (`model.options`), those of the official inferencer."""
+
+    timestep_shift: float = option(3.0, "The shift s of the schedule t' = s t / (1 + (s - 1) t) (the official inferencer's 3.0).")
+    cfg_interval: Optional[list[float]] = option(None, "Text CFG applies to the samples whose sigma lies in (lo, hi]; the others take the conditional velocity (the official cfg_interval, [0.4, 1.0] there); null = every step.")
+    cfg_renorm_min: float = option(0.0, "The guided velocity is rescaled per sample to the conditional one's norm, the scale clamped to [cfg_renorm_min, 1] (the official global renorm; 1.0 turns it off).")
+    image_guidance_scale: float = option(1.0, "Image CFG of editing (model.stage=edit; BAGEL's cfg_img_scale); 1 = off. Text-to-image refuses > 1.")
+
+    def check(self) -> None:
+        if not (math.isfinite(self.timestep_shift) and self.timestep_shift > 0):
+            raise ValueError(f"timestep_shift={self.timestep_shift}: expected a positive number (BAGEL uses 3.0)")
+        interval = self.cfg_interval
+        if interval is not None and not (len(interval) == 2 and 0.0 <= interval[0] < interval[1] <= 1.0):
+            raise ValueError(f"cfg_interval={list(interval)}: expected [lo, hi] with 0 <= lo < hi <= 1, "
+                             f"e.g. BAGEL's [0.4, 1.0], or null for every step")
+        if not 0.0 <= self.cfg_renorm_min <= 1.0:
+            raise ValueError(f"cfg_renorm_min={self.cfg_renorm_min}: expected a value in [0, 1] (1 turns the renorm off)")
+
+
 @register_adapter(ARCHITECTURE)
 class BagelAdapter(DiffusionModelBase):
+    options_class: type = BagelOptions
     # VAE factor 8 x patch 2 (every BAGEL checkpoint).
     size_multiple = VAE_DOWNSAMPLE * LATENT_PATCH
     # verl-omni's BAGEL LoRA targets: the generation expert's attention and MLP projections.
@@ -185,24 +209,14 @@ class BagelAdapter(DiffusionModelBase):
     def check_config(cls, cfg) -> None:
         super().check_config(cfg)
         cls.check_image_guidance(cfg)
-        m = cfg.model
-        if not (math.isfinite(m.timestep_shift) and m.timestep_shift > 0):
-            raise ValueError(f"model.timestep_shift={m.timestep_shift}: expected a positive number (BAGEL uses 3.0)")
-        if m.cfg_interval is not None:
-            ok = len(m.cfg_interval) == 2 and 0.0 <= m.cfg_interval[0] < m.cfg_interval[1] <= 1.0
-            if not ok:
-                raise ValueError(f"model.cfg_interval={list(m.cfg_interval)}: expected [lo, hi] with 0 <= lo < hi <= 1, "
-                                 f"e.g. BAGEL's [0.4, 1.0], or null for every step")
-        if not 0.0 <= m.cfg_renorm_min <= 1.0:
-            raise ValueError(f"model.cfg_renorm_min={m.cfg_renorm_min}: expected a value in [0, 1] (1 turns the renorm off)")
 
     @classmethod
     def check_image_guidance(cls, cfg) -> None:
-        """Text-to-image has no source image to guide by: `model.image_guidance_scale` must be 1."""
-        scale = cfg.model.image_guidance_scale
+        """Text-to-image has no source image to guide by: `model.options.image_guidance_scale` must be 1."""
+        scale = cls.bind_options(cfg.model).image_guidance_scale
         if scale != 1.0:
             raise ValueError(
-                f"model.image_guidance_scale={scale}: image CFG needs a source image, and {cfg.model.adapter} "
+                f"model.options.image_guidance_scale={scale}: image CFG needs a source image, and {cfg.model.adapter} "
                 f"here makes images from text; set it to 1.0, or edit images with model.stage=edit"
             )
 
@@ -242,7 +256,7 @@ class BagelAdapter(DiffusionModelBase):
 
     def sigmas(self, num_steps: int, height: int | None = None, width: int | None = None,
                num_frames: int = 1) -> torch.Tensor:
-        return bagel_schedule(num_steps, self.cfg.timestep_shift)
+        return bagel_schedule(num_steps, self.options.timestep_shift)
 
     # --- conditioning --------------------------------------------------------------------
     def piece(self, text: str, limit: int | None = None) -> list[int]:
@@ -270,16 +284,16 @@ class BagelAdapter(DiffusionModelBase):
 
     # --- forward -------------------------------------------------------------------------
     def cfg_rows(self, sigma: torch.Tensor, guidance_scale: float) -> torch.Tensor:
-        """Indices of the samples that take text CFG at their sigma (`model.cfg_interval`)."""
+        """Indices of the samples that take text CFG at their sigma (`model.options.cfg_interval`)."""
         if guidance_scale <= 1.0:
             return torch.zeros(0, dtype=torch.long, device=sigma.device)
-        interval = self.cfg.cfg_interval
+        interval = self.options.cfg_interval
         on = torch.ones_like(sigma, dtype=torch.bool) if interval is None else (sigma > interval[0]) & (sigma <= interval[1])
         return on.nonzero().flatten()
 
     def image_cfg_rows(self, rows: torch.Tensor) -> torch.Tensor:
         """Indices of the samples that also take image CFG: none without a source image (the edit
-        adapter: `rows` when `model.image_guidance_scale` > 1)."""
+        adapter: `rows` when `model.options.image_guidance_scale` > 1)."""
         return rows[:0]
 
     def source_image(self, cond: Conditioning, branch: torch.Tensor, present: torch.Tensor) -> SourceImage | None:
@@ -314,8 +328,8 @@ class BagelAdapter(DiffusionModelBase):
         if rows.numel():
             r = rows.numel()
             image_uncond = out[b + r :] if image_rows.numel() else None
-            guided = guided_velocity(v[rows], out[b : b + r], guidance_scale, self.cfg.cfg_renorm_min,
-                                     image_uncond, self.cfg.image_guidance_scale)
+            guided = guided_velocity(v[rows], out[b : b + r], guidance_scale, self.options.cfg_renorm_min,
+                                     image_uncond, self.options.image_guidance_scale)
             v = v.index_copy(0, rows, guided)
         return unpatchify(v, *grid)
 

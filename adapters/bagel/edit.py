@@ -19,7 +19,7 @@ context is, in order (adapters/bagel/layout.py):
 3. the instruction `<|im_start|> ... <|im_end|>` from position 2, then the image being made.
 
 **The condition image.** The source is resized (bicubic, as the official torchvision resize of a
-PIL image) to `model.condition_image_size` ([height, width], default the output's size) and both
+PIL image) to `model.options.condition_image_size` ([height, width], default the output's size) and both
 encodings are made from it once per (instruction, negative prompt, image), when the request is
 admitted; they travel in the sample's `Conditioning` (`image_latents` [B, M, 64], `image_grid`
 [B, 2], `vit_features` [B, K, D_vit], `vit_positions` [B, K]), so training replays exactly what
@@ -30,11 +30,11 @@ mean, a condition that replays exactly (FLUX's posterior is narrow).
 
 **CFG** (the official `_forward_flow`, renorm "global" as in its GEdit evaluation), three
 branches in one forward: the conditional c (image + instruction); for the samples whose sigma
-lies in `model.cfg_interval`, the text-unconditional u (the image alone: the official
+lies in `model.options.cfg_interval`, the text-unconditional u (the image alone: the official
 `cfg_text_precontext`; with `rollout.negative_prompt` the image and that text) and, when
-`model.image_guidance_scale` > 1, the image-unconditional ui (the instruction alone: the
+`model.options.image_guidance_scale` > 1, the image-unconditional ui (the instruction alone: the
 official `cfg_img_precontext`). `v = u + g (c - u)`, then `v = ui + g_img (v - ui)`, then
-`v * clamp(|c| / |v|, model.cfg_renorm_min, 1)` per sample (`guided_velocity`). As in the
+`v * clamp(|c| / |v|, model.options.cfg_renorm_min, 1)` per sample (`guided_velocity`). As in the
 official code image CFG applies only together with text CFG, so image_guidance_scale > 1 with
 `rollout.guidance_scale` <= 1 is refused. The official demo's "text_channel" renorm is not offered.
 
@@ -45,6 +45,7 @@ Exports copy the checkpoint's `vit_model.*` tensors through unchanged.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -52,10 +53,10 @@ import torch
 from torch import nn
 
 from omni_rl.models import Conditioning, register_adapter
-from omni_rl.models.diffusion import check_multiple
+from omni_rl.models.diffusion import EditingOptions, check_multiple
 from omni_rl.models.loading import ModelFolderError
 
-from adapters.bagel.adapter import ARCHITECTURE, BagelAdapter, patchify
+from adapters.bagel.adapter import ARCHITECTURE, BagelAdapter, BagelOptions, patchify
 from adapters.bagel.checkpoint import VIT_CONFIG
 from adapters.bagel.network import LATENT_PATCH, VAE_DOWNSAMPLE, SourceImage
 from adapters.bagel.vision import load_tower, vit_patches
@@ -66,9 +67,19 @@ WHAT = f"{ARCHITECTURE} (model.stage={STAGE})"
 IMAGE_KEYS = ("image_latents", "image_grid", "vit_features", "vit_positions")
 
 
+@dataclass
+class BagelEditOptions(BagelOptions, EditingOptions):
+    """BAGEL's options, and the source image's size."""
+
+    def check(self) -> None:
+        BagelOptions.check(self)
+        EditingOptions.check(self)
+
+
 @register_adapter(ARCHITECTURE, stage=STAGE)
 class BagelEditAdapter(BagelAdapter):
     takes_source_image = True
+    options_class = BagelEditOptions
 
     def load(self, folder: Path) -> None:
         """The text-to-image components and the frozen SigLIP tower."""
@@ -92,22 +103,22 @@ class BagelEditAdapter(BagelAdapter):
 
     @classmethod
     def check_config(cls, cfg) -> None:
-        """Text-to-image's checks, image CFG's (module docstring) and `model.condition_image_size`."""
+        """Text-to-image's checks, image CFG's (module docstring) and `model.options.condition_image_size`."""
         super().check_config(cfg)
-        for i, value in enumerate(cfg.model.condition_image_size or ()):
-            check_multiple(f"model.condition_image_size[{i}]", value, cls.size_multiple, f"what {WHAT} takes")
+        for i, value in enumerate(cls.bind_options(cfg.model).condition_image_size or ()):
+            check_multiple(f"model.options.condition_image_size[{i}]", value, cls.size_multiple, f"what {WHAT} takes")
 
     @classmethod
     def check_image_guidance(cls, cfg) -> None:
-        scale = cfg.model.image_guidance_scale
+        scale = cls.bind_options(cfg.model).image_guidance_scale
         if not (math.isfinite(scale) and scale >= 1.0):
-            raise ValueError(f"model.image_guidance_scale={scale}: expected a number >= 1 (1 = no image CFG; "
+            raise ValueError(f"model.options.image_guidance_scale={scale}: expected a number >= 1 (1 = no image CFG; "
                              f"BAGEL's editing uses 1.5 to 2)")
         if scale > 1.0 and cfg.rollout.guidance_scale <= 1.0:
             raise ValueError(
-                f"model.image_guidance_scale={scale} with rollout.guidance_scale={cfg.rollout.guidance_scale}: BAGEL "
+                f"model.options.image_guidance_scale={scale} with rollout.guidance_scale={cfg.rollout.guidance_scale}: BAGEL "
                 f"applies image CFG only together with text CFG; set rollout.guidance_scale > 1 (BAGEL: 4), or "
-                f"model.image_guidance_scale=1"
+                f"model.options.image_guidance_scale=1"
             )
 
     def frozen_modules(self) -> list[nn.Module]:
@@ -116,10 +127,10 @@ class BagelEditAdapter(BagelAdapter):
     # --- the source image ----------------------------------------------------------------
     def condition_size(self, height: int, width: int) -> tuple[int, int]:
         """[height, width] in px the source image is encoded at (module docstring)."""
-        size = self.cfg.condition_image_size
+        size = self.options.condition_image_size
         h, w = (height, width) if size is None else (int(size[0]), int(size[1]))
-        self.check_side("model.condition_image_size[0]" if size else "rollout.height", h)
-        self.check_side("model.condition_image_size[1]" if size else "rollout.width", w)
+        self.check_side("model.options.condition_image_size[0]" if size else "rollout.height", h)
+        self.check_side("model.options.condition_image_size[1]" if size else "rollout.width", w)
         return h, w
 
     def condition_images(self, images, height: int, width: int):
@@ -174,7 +185,7 @@ class BagelEditAdapter(BagelAdapter):
 
     # --- forward (BagelAdapter.predict_velocity's hooks) ----------------------------------------
     def image_cfg_rows(self, rows: torch.Tensor) -> torch.Tensor:
-        return rows if self.cfg.image_guidance_scale > 1.0 else rows[:0]
+        return rows if self.options.image_guidance_scale > 1.0 else rows[:0]
 
     def source_image(self, cond: Conditioning, branch: torch.Tensor, present: torch.Tensor) -> SourceImage:
         missing = [k for k in IMAGE_KEYS if k not in cond.tensors]

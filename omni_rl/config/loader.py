@@ -8,14 +8,20 @@ cross-field rules of `validate.py` run last. Names of registered components (los
 backends) are checked above this package, by `omni_rl.compose.load_config`, which calls
 `compose_config` first: the config layer imports nothing above it.
 
+A key that left the flat schema for a component's options block (`MOVED_KEYS`) fails, in a
+recipe or an override, with one line naming its new place, before the schema would call it
+unknown.
+
 Recipes are found in the project's `recipes/` folder and in the folders listed in the
 `OMNI_RL_RECIPE_PATH` environment variable (`:`-separated); `recipe=path/to/file.yaml` also
 works.
 """
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
+import typing
 from pathlib import Path
 from typing import Sequence
 
@@ -34,6 +40,72 @@ DEFAULT_RECIPE = OmniConfig.recipe
 _SCHEMA_NAME = "omni_schema"
 _PRIMARY_NAME = "omni"
 
+_LTX2 = "LTX2Pipeline's option"
+_BAGEL = "BagelForConditionalGeneration's option"
+_EDITING = "an editing adapter's option: QwenImageEditPipeline, BAGEL model.stage=edit"
+_SERVER = "an option of rollout backends server, vllm, vllm_omni"
+_VLLM = "an option of rollout backends vllm, vllm_omni"
+_RAY = "trainer backend ray's option"
+_FSDP2 = "training engine fsdp2's option"
+_BUFFERED = "an option of pipelines one_step_off, async"
+# Keys that left the flat schema: old key -> (where it is set now, whose option it is). One table
+# for every section; a component that takes over a flat key adds its row here.
+MOVED_KEYS: dict[str, tuple[str, str]] = {
+    "model.guidance_scale_2": ("model.options.guidance_scale_2", "WanPipeline's option"),
+    "model.audio_guidance_scale": ("model.options.audio_guidance_scale", _LTX2),
+    "model.guidance_rescale": ("model.options.guidance_rescale", _LTX2),
+    "model.audio_guidance_rescale": ("model.options.audio_guidance_rescale", _LTX2),
+    "model.stg_scale": ("model.options.stg_scale", _LTX2),
+    "model.audio_stg_scale": ("model.options.audio_stg_scale", _LTX2),
+    "model.stg_blocks": ("model.options.stg_blocks", _LTX2),
+    "model.modality_scale": ("model.options.modality_scale", _LTX2),
+    "model.audio_modality_scale": ("model.options.audio_modality_scale", _LTX2),
+    "model.condition_image_size": ("model.options.condition_image_size", _EDITING),
+    "model.timestep_shift": ("model.options.timestep_shift", _BAGEL),
+    "model.cfg_interval": ("model.options.cfg_interval", _BAGEL),
+    "model.cfg_renorm_min": ("model.options.cfg_renorm_min", _BAGEL),
+    "model.image_guidance_scale": ("model.options.image_guidance_scale", _BAGEL),
+    "model.freeze_vision_tower": ("model.options.freeze_vision_tower", "Qwen3OmniMoeForConditionalGeneration/thinker's option"),
+    "model.freeze_audio_tower": ("model.options.freeze_audio_tower", "Qwen3OmniMoeForConditionalGeneration/thinker's option"),
+    "rollout.max_wait_ms": ("rollout.options.max_wait_ms", "an option of rollout backends native, server, vllm_omni"),
+    "rollout.python": ("rollout.options.python", _SERVER),
+    "rollout.server_timeout_s": ("rollout.options.server_timeout_s", _SERVER),
+    "rollout.server_startup_timeout_s": ("rollout.options.server_startup_timeout_s", _SERVER),
+    "rollout.vllm_gpu_memory_utilization": ("rollout.options.gpu_memory_utilization", _VLLM),
+    "rollout.vllm_enforce_eager": ("rollout.options.enforce_eager", _VLLM),
+    "rollout.vllm_sleep_mode": ("rollout.options.sleep_mode", _VLLM),
+    "trainer.nnodes": ("trainer.backend_options.nnodes", _RAY),
+    "trainer.devices_per_node": ("trainer.backend_options.devices_per_node", _RAY),
+    "trainer.ray_address": ("trainer.backend_options.ray_address", _RAY),
+    "trainer.worker_timeout_s": ("trainer.backend_options.worker_timeout_s", _RAY),
+    "trainer.worker_startup_timeout_s": ("trainer.backend_options.worker_startup_timeout_s", _RAY),
+    "trainer.param_offload": ("trainer.engine_options.param_offload", _FSDP2),
+    "trainer.optimizer_offload": ("trainer.engine_options.optimizer_offload", _FSDP2),
+    "reward.num_workers": ("reward.workers.num_workers", "the reward workers' option"),
+    "reward.worker_num_cpus": ("reward.workers.num_cpus", "the reward workers' option"),
+    "reward.worker_num_gpus": ("reward.workers.num_gpus", "the reward workers' option"),
+    "trainer.max_staleness": ("trainer.pipeline_options.max_staleness", _BUFFERED),
+    "trainer.stale_policy": ("trainer.pipeline_options.stale_policy", _BUFFERED),
+}
+
+
+def moved_key_error(key: str, where: str) -> ConfigError | None:
+    """The one-line error for a moved `key` set in `where` (a recipe file, an override); None
+    for a key that did not move."""
+    if key not in MOVED_KEYS:
+        return None
+    new, owner = MOVED_KEYS[key]
+    return ConfigError(f"{key} moved: set {new} ({owner}) [{where}]")
+
+
+def _check_moved_keys(node, where: str) -> None:
+    for section, values in node.items():
+        if OmegaConf.is_dict(values) or isinstance(values, dict):
+            for key in values:
+                error = moved_key_error(f"{section}.{key}", where)
+                if error is not None:
+                    raise error
+
 
 def recipe_dirs() -> list[Path]:
     extra = [Path(p) for p in os.environ.get("OMNI_RL_RECIPE_PATH", "").split(":") if p]
@@ -50,6 +122,29 @@ def available_recipes() -> dict[str, Path]:
     return dict(sorted(found.items()))
 
 
+def _open_blocks(cls: type = OmniConfig, prefix: str = "") -> set[str]:
+    """Dotted keys of the schema's open mappings (`model.options`, `trainer.engine_options`, ...):
+    a component's options block, whose keys the component's options class checks, not the schema."""
+    found: set[str] = set()
+    hints = typing.get_type_hints(cls)
+    for f in dataclasses.fields(cls):
+        tp = hints[f.name]
+        if typing.get_origin(tp) is dict:
+            found.add(prefix + f.name)
+        elif dataclasses.is_dataclass(tp):
+            found |= _open_blocks(tp, prefix + f.name + ".")
+    return found
+
+
+def _override(item: str) -> str:
+    """Hydra adds a key to an open mapping only when told (`++`): a key of an options block is
+    added or replaced (the component's options class checks it at load)."""
+    key = item.split("=", 1)[0]
+    if "." in key and key.rsplit(".", 1)[0] in _open_blocks():
+        return "++" + item
+    return item
+
+
 def _split_recipe(overrides: Sequence[str]) -> tuple[str, list[str]]:
     recipe, rest = DEFAULT_RECIPE, []
     for item in overrides:
@@ -62,7 +157,10 @@ def _split_recipe(overrides: Sequence[str]) -> tuple[str, list[str]]:
         if item.startswith("recipe="):
             recipe = item.split("=", 1)[1]
         else:
-            rest.append(item)
+            error = moved_key_error(item.split("=", 1)[0].lstrip("~"), f"override {item!r}")
+            if error is not None:
+                raise error
+            rest.append(_override(item))
     return recipe, rest
 
 
@@ -96,6 +194,7 @@ def _register(recipe_name: str, recipe_path: Path) -> None:
         raise ConfigError(
             f"recipe {str(recipe_path)!r} has a `defaults` list; recipes only override keys of the schema"
         )
+    _check_moved_keys(recipe_node, f"recipe file {recipe_path.name}")
     try:
         # Checked here, not only by compose, so the message names the recipe and the full key.
         OmegaConf.merge(OmegaConf.structured(OmniConfig), recipe_node)

@@ -47,48 +47,10 @@ class ModelConfig:
     # T5 encoder these are zero padding, so tiny models use a short one.
     max_sequence_length: int = 256
     gradient_checkpointing: bool = False
-    # Wan2.2 A14B: the CFG scale of the low-noise expert (diffusers' `guidance_scale_2`); null =
-    # rollout.guidance_scale. Rollout and training apply the same.
-    guidance_scale_2: Optional[float] = None
-    # LTX-2: the CFG scale of the audio stream (null = rollout.guidance_scale) and the
-    # guidance rescale factor phi (0 = plain CFG). Rollout and training apply the same.
-    audio_guidance_scale: Optional[float] = None
-    guidance_rescale: float = 0.0
-    # LTX-2: the pipeline's optional guidance terms, each one more transformer forward per step
-    # (all off by default: plain CFG). Rollout and training apply the same.
-    # Spatio-temporal guidance (STG, arXiv 2411.18664) scale of the video stream: x0 moves away
-    # from a forward whose self-attention in `stg_blocks` is skipped (0 = off).
-    stg_scale: float = 0.0
-    # STG scale of the audio stream; null = stg_scale (0 turns it off for audio alone, where the
-    # pipeline's call would read 0 as "unset").
-    audio_stg_scale: Optional[float] = None
-    # Zero-based transformer block indices whose self-attention STG perturbs; required when a STG
-    # scale is > 0 (the pipeline suggests [28] for LTX-2.3, [29] for LTX-2.0).
-    stg_blocks: list[int] = field(default_factory=list)
-    # Modality-isolation guidance scale of the video stream: x0 moves away from a forward with
-    # the audio<->video cross-attention switched off (1 = off).
-    modality_scale: float = 1.0
-    # Its audio stream scale; null = modality_scale.
-    audio_modality_scale: Optional[float] = None
-    # The guidance rescale factor of the audio stream; null = guidance_rescale.
-    audio_guidance_rescale: Optional[float] = None
-    # Editing models (Qwen-Image-Edit): the [height, width] in px the source image is resized
-    # to and encoded at (through the VAE and the vision-language encoder); null = the output's
-    # size (rollout.height, rollout.width). Rollout and training see the same encoding.
-    condition_image_size: Optional[list[int]] = None
-    # BAGEL: the shift s of its schedule t' = s t / (1 + (s - 1) t) (the official inferencer's 3.0).
-    timestep_shift: float = 3.0
-    # BAGEL: text CFG applies to the samples whose sigma lies in (lo, hi]; the others take the
-    # conditional velocity (the official `cfg_interval`, [0.4, 1.0] there); null = every step.
-    cfg_interval: Optional[list[float]] = None
-    # BAGEL: the guided velocity is rescaled per sample to the conditional one's norm, the scale
-    # clamped to [cfg_renorm_min, 1] (the official "global" renorm; 1.0 turns it off).
-    cfg_renorm_min: float = 0.0
-    # Image CFG of editing models (BAGEL's `cfg_img_scale`); 1 = off. Text-to-image refuses > 1.
-    image_guidance_scale: float = 1.0
-    # Omni models: keep the vision / audio encoders frozen (LoRA or not).
-    freeze_vision_tower: bool = True
-    freeze_audio_tower: bool = True
+    # The adapter's own options (its `options_class`: LTX-2's guidance terms, BAGEL's
+    # cfg_interval, an editing model's condition_image_size, ...), checked at load;
+    # `python main_omni.py --options model.adapter=NAME` lists them.
+    options: dict[str, Any] = field(default_factory=dict)
     lora: LoraConfig = field(default_factory=LoraConfig)
 
 
@@ -128,35 +90,17 @@ class RolloutConfig:
     sde_window_min_size: int = 1  # decay only
     # Share the initial noise within a prompt's group (DanceGRPO).
     same_noise_in_group: bool = False
-    # Request-level batching: at most this many samples per transformer forward ...
+    # Request-level batching: at most this many samples per transformer forward.
     max_num_seqs: int = 32
-    # ... and how long an idle engine waits for more requests before it starts a batch.
-    max_wait_ms: float = 5.0
     # A rollout that takes longer than this fails the step instead of hanging.
     timeout_s: float = 1800.0
     # Where finished diffusion trajectories (latents, log-probs, schedule, conditioning) live:
     # "device" (the rollout model's; no copy) or "cpu" (pinned host memory, non-blocking copies:
     # for video, where a step's trajectories are gigabytes). Each moves once, when it finishes.
     trajectory_device: str = "device"
-    # --- rollout.backend=server: the native engine in a process (and Python) of its own ---
-    # The interpreter that runs the server; null = this one (sys.executable). With
-    # rollout.backend=vllm_omni or vllm, a Python named here runs that engine behind the server
-    # (the CUDA image: /opt/vllm-omni/bin/python); null runs it in this process.
-    python: Optional[str] = None
-    # A server call (or, while sampling, its health check) that gets no answer within this long
-    # fails the step with an error naming the server; so does a server that exits.
-    server_timeout_s: float = 60.0
-    # How long the server may take to build its model and answer its first health check.
-    server_startup_timeout_s: float = 600.0
-    # --- rollout.backend=vllm_omni (diffusion) / vllm (text): GPU engines, CUDA only ---
-    # Share of the GPU's memory vLLM may take for weights and its KV cache (text); leave room
-    # for the trainer when both share the GPU.
-    vllm_gpu_memory_utilization: float = 0.5
-    # No CUDA graphs / torch.compile: slower sampling, quicker start. rollout.backend=vllm only:
-    # the vllm_omni pipelines always sample eagerly (omni_rl/rollout/vllm_omni/pipelines.py).
-    vllm_enforce_eager: bool = False
-    # Start with vLLM's sleep-mode allocator, so the engine's sleep() / wake() can free the GPU.
-    vllm_sleep_mode: bool = True
+    # The backend's own options (native's max_wait_ms, server's python and timeouts, vLLM's
+    # gpu_memory_utilization, ...), checked at load; `--options rollout.backend=NAME` lists them.
+    options: dict[str, Any] = field(default_factory=dict)
     # --- text / omni models (autoregressive) ---
     temperature: float = 1.0
     top_p: float = 1.0
@@ -290,11 +234,9 @@ class RewardConfig:
     max_wait_ms: float = 20.0
     # Scoring that takes longer than this fails the step instead of hanging.
     timeout_s: float = 1800.0
-    # Reward workers on Ray (0 = score in the trainer process): each holds the reward models;
-    # micro-batches go to them round robin, several at once.
-    num_workers: int = 0
-    worker_num_cpus: float = 1.0
-    worker_num_gpus: float = 0.0
+    # Reward workers on Ray (`omni_rl.workers.reward_worker.RewardWorkerOptions`: num_workers,
+    # 0 = score in the trainer process; num_cpus, num_gpus each), checked at load.
+    workers: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -356,21 +298,11 @@ class TrainerConfig:
     # The training engine: "local" (one process) or "fsdp2" (sharded); null = the backend's own
     # (local for backend=local, fsdp2 for backend=ray).
     engine: Optional[str] = None
-    # Ray resource pool: nnodes x devices_per_node workers (GPUs / NPUs, or CPUs on a CPU machine).
-    nnodes: int = 1
-    devices_per_node: int = 1
-    # null starts a local Ray; an address ("auto", "ray://host:10001", "host:6379") joins a cluster.
-    ray_address: Optional[str] = None
-    # A worker call (a rollout shard, an update) that takes longer than this fails the run with
-    # the worker named, instead of hanging; a dead worker fails it at once.
-    worker_timeout_s: float = 600.0
-    # Starting the workers (placement, process start, imports, the process group) has its own
-    # deadline: on a busy machine or a cold cluster it takes far longer than one call.
-    worker_startup_timeout_s: float = 300.0
-    # FSDP2 CPUOffloadPolicy: sharded parameters (and their gradients) live in host memory.
-    param_offload: bool = False
-    # Keep the optimizer's state in host memory between steps (moved to the device to step).
-    optimizer_offload: bool = False
+    # The backend's own options (ray: nnodes, devices_per_node, ray_address, worker timeouts)
+    # and the engine's (fsdp2: param_offload, optimizer_offload), checked at load;
+    # `--options trainer.backend=NAME` / `trainer.engine=NAME` lists them.
+    backend_options: dict[str, Any] = field(default_factory=dict)
+    engine_options: dict[str, Any] = field(default_factory=dict)
     # Full-weight sync to the rollout engine moves tensors in buckets of at most this many MiB.
     weight_sync_bucket_mb: int = 512
     loggers: list[str] = field(default_factory=lambda: ["console", "jsonl", "tensorboard"])
@@ -389,15 +321,12 @@ class TrainerConfig:
     resume: Optional[str] = None
     # How rollouts overlap updates (`omni_rl/trainer/pipeline.py`): "on_policy" (each step samples
     # with the weights it then updates), "one_step_off" (step t+1's rollout runs while step t
-    # updates), "async" (a background producer keeps up to trainer.max_staleness steps of groups
-    # ready; each update takes the oldest).
+    # updates), "async" (a background producer keeps up to max_staleness steps of groups ready;
+    # each update takes the oldest).
     pipeline: str = "on_policy"
-    # The most weight versions a sample may lag the weights it trains (0 = on-policy). Checked on
-    # every sample before the loss; one_step_off needs >= 1 (its samples are one version old).
-    max_staleness: int = 1
-    # What happens to a group staler than trainer.max_staleness: "drop" (counted, the next ready
-    # groups take its place) or "reroll" (counted, sampled again with the current weights).
-    stale_policy: str = "drop"
+    # The pipeline's own options (one_step_off / async: max_staleness, stale_policy), checked at
+    # load; `--options trainer.pipeline=NAME` lists them.
+    pipeline_options: dict[str, Any] = field(default_factory=dict)
     wandb_project: str = "omni-rl"
 
 

@@ -97,31 +97,12 @@ def validate_config(cfg: OmniConfig) -> None:
              f"a stochastic kernel for training with algo.policy_loss={a.policy_loss} (sde, cps, dance_sde); ode has "
              f"no log-prob (only the forward-process losses {', '.join(FORWARD_PROCESS_LOSSES)} train on ode samples)")
     _require(r.guidance_scale >= 1.0, "rollout.guidance_scale", r.guidance_scale, ">= 1.0 (1.0 disables CFG)")
-    _require(r.max_wait_ms >= 0, "rollout.max_wait_ms", r.max_wait_ms, ">= 0")
     _require(r.fps > 0 and math.isfinite(r.fps), "rollout.fps", r.fps, "a frame rate > 0, e.g. 16 (Wan2.2) or 24 (LTX-2)")
     _require(0 < a.timestep_fraction <= 1, "algo.timestep_fraction", a.timestep_fraction,
              "in (0, 1]: the share of a sample's stochastic steps it trains (DanceGRPO: 0.6)")
     _require(r.timeout_s > 0, "rollout.timeout_s", r.timeout_s, "> 0 seconds")
     _require(r.trajectory_device in ("device", "cpu"), "rollout.trajectory_device", r.trajectory_device,
              "device (the rollout model's) or cpu (pinned host memory)")
-    _require(r.server_timeout_s > 0, "rollout.server_timeout_s", r.server_timeout_s, "> 0 seconds")
-    _require(r.server_startup_timeout_s > 0, "rollout.server_startup_timeout_s", r.server_startup_timeout_s, "> 0 seconds")
-    _require(r.python is None or r.python.strip() != "", "rollout.python", r.python,
-             "a path to a Python interpreter, or null for this one")
-    _require(0 < r.vllm_gpu_memory_utilization <= 1, "rollout.vllm_gpu_memory_utilization",
-             r.vllm_gpu_memory_utilization, "a share of the GPU's memory in (0, 1], e.g. 0.5")
-    _require(r.backend != "vllm" or r.top_p == 1.0, "rollout.top_p", r.top_p,
-             "1.0 with rollout.backend=vllm (vLLM's log-probs renormalise over the top-p nucleus, the "
-             "trainer's do not); use rollout.backend=native for top_p < 1")
-    if r.backend == "vllm" and cfg.model.lora.enabled and cfg.model.dtype not in ("bfloat16", "float16"):
-        raise ConfigError(
-            f"model.dtype={cfg.model.dtype!r} with model.lora.enabled=true: expected bfloat16 or float16 with "
-            f"rollout.backend=vllm (vLLM's LoRA kernels take no other dtype); set model.dtype=bfloat16, or "
-            f"model.lora.enabled=false to sync full weights in float32"
-        )
-    if r.backend == "vllm" and cfg.model.lora.enabled and cfg.model.lora.rank > 512:
-        raise ConfigError(f"model.lora.rank={cfg.model.lora.rank}: expected at most 512 with rollout.backend=vllm "
-                          f"(vLLM's largest max_lora_rank)")
 
     _require(a.std_mode in ("group", "global", "none"), "algo.std_mode", a.std_mode, "one of group, global, none")
     _require(a.old_logprob_mode in ("auto", "recompute", "bypass"), "algo.old_logprob_mode", a.old_logprob_mode,
@@ -166,16 +147,12 @@ def validate_config(cfg: OmniConfig) -> None:
              "one of float32, bfloat16, float16")
     _require(cfg.model.lora.init in ("gaussian", "default"), "model.lora.init", cfg.model.lora.init,
              "one of gaussian, default")
-    _validate_ltx2_guidance(cfg)
-    _validate_distribution(cfg)
-    _validate_pipeline(cfg)
+    _require(cfg.trainer.weight_sync_bucket_mb >= 1, "trainer.weight_sync_bucket_mb", cfg.trainer.weight_sync_bucket_mb,
+             ">= 1 MiB")
     _require(len(cfg.reward.rewards) >= 1, "reward.rewards", [], "at least one reward")
     _require(cfg.reward.max_batch_size >= 1, "reward.max_batch_size", cfg.reward.max_batch_size, ">= 1")
     _require(cfg.reward.max_wait_ms >= 0, "reward.max_wait_ms", cfg.reward.max_wait_ms, ">= 0")
     _require(cfg.reward.timeout_s > 0, "reward.timeout_s", cfg.reward.timeout_s, "> 0 seconds")
-    _require(cfg.reward.num_workers >= 0, "reward.num_workers", cfg.reward.num_workers, ">= 0 (0 = in the trainer)")
-    _require(cfg.reward.worker_num_cpus >= 0 and cfg.reward.worker_num_gpus >= 0, "reward.worker_num_cpus",
-             (cfg.reward.worker_num_cpus, cfg.reward.worker_num_gpus), "worker_num_cpus and worker_num_gpus >= 0")
     _require(cfg.reward.val_rewards is None or len(cfg.reward.val_rewards) >= 1, "reward.val_rewards", [],
              "at least one reward, or null (validate with reward.rewards)")
     for key, items in (("reward.rewards", cfg.reward.rewards), ("reward.val_rewards", cfg.reward.val_rewards or [])):
@@ -200,10 +177,6 @@ def validate_config(cfg: OmniConfig) -> None:
     _require(o.weight_decay >= 0, "optim.weight_decay", o.weight_decay, ">= 0")
     _require(a.adv_eps > 0, "algo.adv_eps", a.adv_eps, "> 0")
     _require(a.kl_threshold >= 0, "algo.kl_threshold", a.kl_threshold, ">= 0")
-    size = cfg.model.condition_image_size
-    if size is not None:
-        _require(len(size) == 2 and all(isinstance(v, int) and v > 0 for v in size), "model.condition_image_size",
-                 list(size), "[height, width] in px (two positive integers), or null for the output's size")
 
 
 def _validate_window_schedule(r) -> None:
@@ -268,8 +241,6 @@ def _validate_preference_file(cfg: OmniConfig) -> None:
                  "null with data.preference_file (the pairs' prompts are the training prompts); set it to null")
     _require(t.samples_per_prompt == 1, "trainer.samples_per_prompt", t.samples_per_prompt,
              "1 with data.preference_file (each step trains trainer.prompts_per_step pairs of the file)")
-    _require(t.pipeline == "on_policy", "trainer.pipeline", t.pipeline,
-             "on_policy with data.preference_file (there is no rollout to run ahead)")
 
 
 def _validate_rollout_is(a) -> None:
@@ -286,46 +257,3 @@ def _validate_rollout_is(a) -> None:
              f"auto or recompute with algo.rollout_is={a.rollout_is} (the correction weighs the trainer's "
              f"recomputed old log-probs against the rollout's; bypass uses the rollout's as the old ones, "
              f"so every weight would be 1): set algo.old_logprob_mode=auto or algo.rollout_is=none")
-
-
-def _validate_ltx2_guidance(cfg: OmniConfig) -> None:
-    """LTX-2's guidance terms: each scale at or above its off value (whether the model takes
-    them, and STG's block list, the adapter checks)."""
-    m = cfg.model
-    for key, value, low, off in [
-        ("model.guidance_rescale", m.guidance_rescale, 0.0, "0 = off"),
-        ("model.audio_guidance_rescale", m.audio_guidance_rescale, 0.0, "0 = off"),
-        ("model.stg_scale", m.stg_scale, 0.0, "0 = off"),
-        ("model.audio_stg_scale", m.audio_stg_scale, 0.0, "0 = off"),
-        ("model.modality_scale", m.modality_scale, 1.0, "1 = off"),
-        ("model.audio_modality_scale", m.audio_modality_scale, 1.0, "1 = off"),
-    ]:
-        if value is not None:
-            _require(math.isfinite(value) and value >= low, key, value, f"a finite value >= {low:g} ({off})")
-    _require(all(isinstance(b, int) and b >= 0 for b in m.stg_blocks), "model.stg_blocks", list(m.stg_blocks),
-             "zero-based transformer block indices (integers >= 0)")
-
-
-def _validate_pipeline(cfg: OmniConfig) -> None:
-    """The staleness bound and what happens beyond it. Which pipelines exist, and which rollout
-    backends can sample beside the trainer, `omni_rl.compose` checks against their registries."""
-    t = cfg.trainer
-    _require(isinstance(t.max_staleness, int) and t.max_staleness >= 0, "trainer.max_staleness", t.max_staleness,
-             "an integer >= 0 (weight versions a sample may lag the weights it trains; 0 = on-policy)")
-    _require(t.stale_policy in ("drop", "reroll"), "trainer.stale_policy", t.stale_policy,
-             "one of drop (leave stale groups out), reroll (sample them again with the current weights)")
-    _require(t.pipeline != "one_step_off" or t.max_staleness >= 1, "trainer.max_staleness", t.max_staleness,
-             ">= 1 with trainer.pipeline=one_step_off (its samples are one weight version old by construction); "
-             "use trainer.pipeline=on_policy for fresh samples")
-
-
-def _validate_distribution(cfg: OmniConfig) -> None:
-    """The resource pool and worker timeouts. Which backends and engines exist, and the rules a
-    backend keeps for itself, are checked by `omni_rl.compose` against their registries."""
-    t = cfg.trainer
-    _require(t.nnodes >= 1, "trainer.nnodes", t.nnodes, "an integer >= 1")
-    _require(t.devices_per_node >= 1, "trainer.devices_per_node", t.devices_per_node, "an integer >= 1")
-    _require(t.worker_timeout_s > 0, "trainer.worker_timeout_s", t.worker_timeout_s, "> 0 seconds")
-    _require(t.worker_startup_timeout_s > 0, "trainer.worker_startup_timeout_s", t.worker_startup_timeout_s,
-             "> 0 seconds")
-    _require(t.weight_sync_bucket_mb >= 1, "trainer.weight_sync_bucket_mb", t.weight_sync_bucket_mb, ">= 1 MiB")

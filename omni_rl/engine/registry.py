@@ -1,25 +1,59 @@
-"""`TRAINING_ENGINES`: `trainer.engine` names the factory that builds a training engine.
+"""`TRAINING_ENGINES`: `trainer.engine` names a `TrainingEngineSpec`, which builds a training engine.
 
-One signature: `factory(model, cfg: OmniConfig) -> TrainingEngine`, called where the actor's
+One signature: `spec.build(model, cfg: OmniConfig) -> TrainingEngine`, called where the actor's
 weights live. `local` is one process; `fsdp2` shards over a torch.distributed group (each Ray
-worker runs one), imported only when built. Which engines a backend can drive, and its default,
-the backend says (`ActorGroup.engines`).
+worker runs one), imported only when built. Each spec declares its options dataclass
+(`trainer.engine_options`, bound with `engine_options(cfg)`). Which engines a backend can drive,
+and its default, the backend says (`ActorGroup.engines`).
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Callable
+
+from omni_rl.config.options import NoOptions, bind_options, option
 from omni_rl.config.schema import OmniConfig
 from omni_rl.engine.base import TrainingEngine
 from omni_rl.registry import Registry
 
-TRAINING_ENGINES: Registry = Registry("training engine")
+
+@dataclass(frozen=True)
+class TrainingEngineSpec:
+    """A registered training engine: its builder and its options dataclass."""
+
+    build: Callable[..., TrainingEngine]
+    options_class: type = NoOptions
 
 
-def register_engine(name: str):
-    return TRAINING_ENGINES.register(name)
+TRAINING_ENGINES: Registry[TrainingEngineSpec] = Registry("training engine")
+
+
+def register_engine(name: str, options_class: type = NoOptions):
+    """Decorator: register `build(model, cfg) -> TrainingEngine` as engine `name`."""
+    def decorator(build):
+        TRAINING_ENGINES.register(name, TrainingEngineSpec(build, options_class))
+        return build
+
+    return decorator
+
+
+def engine_options(cfg: OmniConfig):
+    """`trainer.engine_options` bound to `trainer.engine`'s options class."""
+    spec = TRAINING_ENGINES.get(cfg.trainer.engine)
+    return bind_options(spec.options_class, cfg.trainer.engine_options, "trainer.engine_options",
+                        f"training engine {cfg.trainer.engine}")
 
 
 def build_engine(model, cfg: OmniConfig) -> TrainingEngine:
-    return TRAINING_ENGINES.get(cfg.trainer.engine)(model, cfg)
+    return TRAINING_ENGINES.get(cfg.trainer.engine).build(model, cfg)
+
+
+@dataclass
+class FSDP2Options:
+    """FSDP2's offload switches (`trainer.engine_options`)."""
+
+    param_offload: bool = option(False, "FSDP2 CPUOffloadPolicy: sharded parameters (and their gradients) live in host memory.")
+    optimizer_offload: bool = option(False, "Keep the optimizer's state in host memory between steps (moved to the device to step).")
 
 
 @register_engine("local")
@@ -29,9 +63,9 @@ def local_engine(model, cfg: OmniConfig) -> TrainingEngine:
     return LocalEngine(model, cfg.optim)
 
 
-@register_engine("fsdp2")
+@register_engine("fsdp2", FSDP2Options)
 def fsdp2_engine(model, cfg: OmniConfig) -> TrainingEngine:
     from omni_rl.engine.fsdp2 import FSDP2Engine  # needs torch.distributed: only where it runs
 
-    t = cfg.trainer
-    return FSDP2Engine(model, cfg.optim, t.param_offload, t.optimizer_offload)
+    options = engine_options(cfg)
+    return FSDP2Engine(model, cfg.optim, options.param_offload, options.optimizer_offload)

@@ -18,8 +18,10 @@ from typing import ClassVar, Iterator
 import torch
 from torch import nn
 
+from omni_rl.config.options import NoOptions, bind_options
 from omni_rl.config.schema import ModelConfig
 from omni_rl.device import is_weightless
+from omni_rl.models.registry import adapter_key
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -37,12 +39,23 @@ class OmniModelBase(ABC):
     # trained as part of a larger checkpoint: Qwen3-Omni's thinker is "thinker."); engines that
     # load checkpoint-named weights themselves (vLLM) prepend it.
     checkpoint_prefix: ClassVar[str] = ""
+    # The adapter's own knobs (`model.options`): a dataclass of `omni_rl.config.options.option`
+    # fields, with an optional `check()`. Bound here when the adapter is built (`self.options`);
+    # `omni_rl.compose` binds it at load too, so a bad key or value fails before any weights.
+    options_class: ClassVar[type] = NoOptions
 
     def __init__(self, cfg: ModelConfig, path: str, device: torch.device):
         self.cfg = cfg
+        self.options = self.bind_options(cfg)
         self.path = path
         self.device = device
         self.dtype = _DTYPES[cfg.dtype]
+
+    @classmethod
+    def bind_options(cls, cfg: ModelConfig):
+        """`cfg.options` bound to `options_class` (`ConfigError`, one line, on a bad key or value)."""
+        return bind_options(cls.options_class, cfg.options, "model.options",
+                            f"model adapter {adapter_key(cfg.adapter, cfg.stage)}")
 
     @classmethod
     def check_config(cls, cfg) -> None:

@@ -30,11 +30,13 @@ from __future__ import annotations
 
 import copy
 from abc import abstractmethod
-from typing import ClassVar
+from dataclasses import dataclass
+from typing import ClassVar, Optional
 
 import numpy as np
 import torch
 
+from omni_rl.config.options import option
 from omni_rl.models.base import OmniModelBase
 from omni_rl.models.conditioning import Conditioning
 
@@ -43,6 +45,20 @@ def nearest_multiples(value: int, factor: int) -> str:
     """The valid values around `value` for a size that must be a positive multiple of `factor`."""
     low = max(factor, value // factor * factor)
     return f"{low}" if low == value else f"{low} or {low + factor}" if low < value else f"{low}"
+
+
+@dataclass
+class EditingOptions:
+    """The option editing adapters share (`model.options`); an adapter's own options class
+    derives from it to add its knobs."""
+
+    condition_image_size: Optional[list[int]] = option(None, "[height, width] in px the source image is resized to and encoded at (through the VAE and the vision-language encoder); null = the output's size (rollout.height, rollout.width). Rollout and training see the same encoding.")
+
+    def check(self) -> None:
+        size = self.condition_image_size
+        if size is not None and not (len(size) == 2 and all(v > 0 for v in size)):
+            raise ValueError(f"condition_image_size={list(size)!r}: expected [height, width] in px (two positive "
+                             f"integers), or null for the output's size")
 
 
 def check_multiple(key: str, value: int, factor: int, why: str) -> None:

@@ -3,8 +3,8 @@
 The recipe's networks are built on the meta device from configuration files alone (the shipped
 `recipes/architectures/<org>--<name>/` of a hub id, a user's local snapshot, or a tiny model's
 folder), through the adapter's own weightless build with the recipe's LoRA applied, and their
-parameters are counted as the training engine will hold them on `trainer.nnodes x
-trainer.devices_per_node` ranks.
+parameters are counted as the training engine will hold them on `trainer.backend_options.nnodes x
+devices_per_node` ranks.
 
 This first part covers the weights: parameters (frozen and trainable), gradients and AdamW state
 per device, on the device and on the host (`memory.py`). Still to come (issue 26): the

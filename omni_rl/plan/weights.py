@@ -5,7 +5,7 @@ weightless build: the adapter reads configs, applies the recipe's LoRA or traina
 `setup_trainable`, and allocates nothing) from `architecture_folder(cfg.model.path)`, then lists
 every parameter as the recipe's engine holds it:
 
-- `trainer.engine=fsdp2` on `trainer.nnodes x trainer.devices_per_node` ranks shards the
+- `trainer.engine=fsdp2` on `trainer.backend_options.nnodes x devices_per_node` ranks shards the
   trainable root (`trainable_root()`, LoRA's frozen base weights included) and keeps trainable
   parameters in fp32 when the model is bf16/fp16; the adapter's other modules
   (`frozen_modules()`) are whole on every rank;
@@ -57,8 +57,20 @@ def build_weightless(cfg: OmniConfig, folder: Path) -> OmniModelBase:
 
 
 def world_size(cfg: OmniConfig) -> int:
-    t = cfg.trainer
-    return t.nnodes * t.devices_per_node if t.engine == "fsdp2" else 1
+    """FSDP2 ranks: the actor group's world (`trainer.backend_options`); 1 for the local engine."""
+    if cfg.trainer.engine != "fsdp2":
+        return 1
+    from omni_rl.trainer import ACTOR_GROUPS
+
+    return getattr(ACTOR_GROUPS.get(cfg.trainer.backend).bind_options(cfg), "world_size", 1)
+
+
+def offloads(cfg: OmniConfig) -> tuple[bool, bool]:
+    """(param_offload, optimizer_offload) of the engine's options (False for an engine without them)."""
+    from omni_rl.engine.registry import engine_options
+
+    options = engine_options(cfg)
+    return getattr(options, "param_offload", False), getattr(options, "optimizer_offload", False)
 
 
 def engine_tensors(model: OmniModelBase, engine: str) -> Iterator[TensorSpec]:
@@ -82,16 +94,17 @@ def plan_weights(cfg: OmniConfig) -> dict[str, Any]:
     model = build_weightless(cfg, folder)
     t = cfg.trainer
     tensors = list(engine_tensors(model, t.engine))
-    memory = weight_memory(tensors, world_size(cfg), t.param_offload, t.optimizer_offload)
+    param_offload, optimizer_offload = offloads(cfg)
+    memory = weight_memory(tensors, world_size(cfg), param_offload, optimizer_offload)
     count = sum(torch.Size(s.shape).numel() for s in tensors)
     trainable = sum(torch.Size(s.shape).numel() for s in tensors if s.trainable)
     return {
         "recipe": cfg.recipe,
         "model": {"adapter": cfg.model.adapter, "path": cfg.model.path, "architecture_folder": str(folder),
                   "dtype": cfg.model.dtype, "lora": cfg.model.lora.enabled},
-        "devices": {"backend": t.backend, "engine": t.engine, "nnodes": t.nnodes,
-                    "devices_per_node": t.devices_per_node, "world_size": world_size(cfg),
-                    "param_offload": t.param_offload, "optimizer_offload": t.optimizer_offload},
+        "devices": {"backend": t.backend, "engine": t.engine, "backend_options": dict(t.backend_options),
+                    "world_size": world_size(cfg),
+                    "param_offload": param_offload, "optimizer_offload": optimizer_offload},
         "parameters": {"total": count, "trainable": trainable, "frozen": count - trainable},
         "per_device_bytes": memory.to_dict(),
         "not_counted": list(NOT_COUNTED),

@@ -1,6 +1,6 @@
 """Rollout engines behind one contract (`base.RolloutEngine`), built by `rollout.backend`.
 
-`backends.ROLLOUT_BACKENDS` holds the factories: `native` (in-process; request-level batching
+`backends.ROLLOUT_BACKENDS` holds their specs (builder, options, capabilities): `native` (in-process; request-level batching
 for diffusion in `native.py`, batched decoding for text in `text_native.py`) and `server` (the
 native engine in a process and Python of its own, over loopback HTTP: `server/`), and the GPU
 engines `vllm_omni` (diffusion) and `vllm` (text) of `vllm_omni/`, whose vllm imports wait until

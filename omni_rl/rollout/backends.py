@@ -1,28 +1,31 @@
-"""`ROLLOUT_BACKENDS`: `rollout.backend` names the factory that builds a rollout engine.
+"""`ROLLOUT_BACKENDS`: `rollout.backend` names a `RolloutBackend`, the spec that builds a rollout engine.
 
-One signature: `factory(cfg: OmniConfig, model) -> RolloutEngine`, called wherever a model that
-samples lives (this process, or each Ray worker's rollout copy). `native` is the in-process
+One signature: `spec.build(cfg: OmniConfig, model) -> RolloutEngine`, called wherever a model
+that samples lives (this process, or each Ray worker's rollout copy). `native` is the in-process
 engine of the model's kind: request-level batching for diffusion, batched decoding for text;
-`server` runs that engine in a process (and Python, `rollout.python`) of its own, over HTTP.
-`vllm_omni` (diffusion) and `vllm` (text) are the GPU engines of `rollout/vllm_omni/`: with
-`rollout.python` null they run in this process (which then needs vllm / vllm-omni); with
-`rollout.python` set (the CUDA image: /opt/vllm-omni/bin/python) the trainer talks to them
-through the rollout server started in that Python (`--backend vllm_omni`; inside the server,
-`rollout.python` reads null, so the same factory builds the engine there). vllm / vllm-omni are
-imported inside the factories only, so the registry works without them. A factory whose engine
-loads the checkpoint itself carries `loads_own_weights = True`: the server then builds the
-model weightless (configs, tokenizers, shapes), not a second copy of the weights.
-Register another with `@register_rollout_backend("name")` in a plugin module.
+`server` runs that engine in a process (and Python, `rollout.options.python`) of its own, over
+HTTP. `vllm_omni` (diffusion) and `vllm` (text) are the GPU engines of `rollout/vllm_omni/`: with
+`python` null they run in this process (which then needs vllm / vllm-omni); with `python` set
+(the CUDA image: /opt/vllm-omni/bin/python) the trainer talks to them through the rollout
+server started in that Python (`--backend vllm_omni`; inside the server `python` reads null, so
+the same spec builds the engine there). vllm / vllm-omni are imported inside the builders only,
+so the registry works without them.
 
-Pipelined training (`trainer.pipeline` one_step_off / async) samples while the trainer updates.
-A factory says whether its engine can with `beside_trainer(cfg) -> None | reason` (no attribute:
-it cannot); one that samples with the model it is given marks `shares_model = True`, and the
-trainer then gives it a copy of its own (`LocalActorGroup`).
+Each spec declares what the rest of the project asks of a backend (no attributes looked up by
+name): its options dataclass (`rollout.options`, bound with `backend_options(cfg)`);
+`loads_own_weights` (its engine loads the checkpoint itself, so the server builds the model
+weightless: configs, tokenizers, shapes, not a second copy of the weights); `shares_model` (it
+samples with the very model object it is given, so a pipelined trainer gives it a copy of its
+own, `LocalActorGroup`); and `beside_trainer(cfg) -> None | reason`, whether it can sample while
+the trainer updates (`trainer.pipeline` one_step_off / async; None: it cannot).
+Register another with `register_rollout_backend("name", options_class=...)` in a plugin module.
 """
 from __future__ import annotations
 
-from typing import Optional
+from dataclasses import dataclass
+from typing import Any, Callable, Optional
 
+from omni_rl.config.options import bind_options, option
 from omni_rl.config.schema import OmniConfig
 from omni_rl.models.loading import resolve_model_path
 from omni_rl.models.autoregressive import AutoregressiveModelBase
@@ -33,35 +36,135 @@ from omni_rl.rollout.native import NativeDiffusionEngine
 from omni_rl.rollout.server.client import start_server_engine
 from omni_rl.rollout.text_native import NativeTextEngine
 
-ROLLOUT_BACKENDS: Registry = Registry("rollout backend")
+@dataclass
+class NativeOptions:
+    """The in-process engine's options (`rollout.options`)."""
+
+    max_wait_ms: float = option(5.0, "How long an idle diffusion engine waits for more requests before it starts a batch (request-level batching).")
+
+    def check(self) -> None:
+        if not self.max_wait_ms >= 0:
+            raise ValueError(f"max_wait_ms={self.max_wait_ms!r}: expected >= 0")
 
 
-def register_rollout_backend(name: str):
-    return ROLLOUT_BACKENDS.register(name)
+@dataclass
+class ServerProcessOptions:
+    """A rollout engine in a process (and Python) of its own, behind the rollout server."""
+
+    python: Optional[str] = option(None, "The interpreter that runs the rollout server (server: null = this one; vllm / vllm_omni: null runs the engine in this process, a Python named here, e.g. /opt/vllm-omni/bin/python, runs it behind the server).")
+    server_timeout_s: float = option(60.0, "A server call (or, while sampling, its health check) that gets no answer within this long fails the step with an error naming the server; so does a server that exits.")
+    server_startup_timeout_s: float = option(600.0, "How long the server may take to build its model and answer its first health check.")
+
+    def check(self) -> None:
+        if self.python is not None and self.python.strip() == "":
+            raise ValueError(f"python={self.python!r}: expected a path to a Python interpreter, or null for this one")
+        for name in ("server_timeout_s", "server_startup_timeout_s"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"{name}={getattr(self, name)!r}: expected > 0 seconds")
+
+
+@dataclass
+class ServerOptions(ServerProcessOptions, NativeOptions):
+    """`server`: the native engine (and its options) in a process of its own."""
+
+    def check(self) -> None:
+        NativeOptions.check(self)
+        ServerProcessOptions.check(self)
+
+
+@dataclass
+class VllmOptions(ServerProcessOptions):
+    """`vllm` (text): vLLM's engine knobs, and the server process it may run behind."""
+
+    gpu_memory_utilization: float = option(0.5, "Share of the GPU's memory vLLM may take for weights and its KV cache; leave room for the trainer when both share the GPU.")
+    enforce_eager: bool = option(False, "No CUDA graphs / torch.compile: slower sampling, quicker start.")
+    sleep_mode: bool = option(True, "Start with vLLM's sleep-mode allocator, so the engine's sleep() / wake() can free the GPU.")
+
+    def check(self) -> None:
+        ServerProcessOptions.check(self)
+        if not 0 < self.gpu_memory_utilization <= 1:
+            raise ValueError(f"gpu_memory_utilization={self.gpu_memory_utilization!r}: expected a share of the GPU's "
+                             f"memory in (0, 1], e.g. 0.5")
+
+
+@dataclass
+class VllmOmniOptions(VllmOptions, NativeOptions):
+    """`vllm_omni` (diffusion): vLLM's knobs and its request batching's wait (`max_wait_ms`)."""
+
+    def check(self) -> None:
+        NativeOptions.check(self)
+        VllmOptions.check(self)
+
+
+@dataclass(frozen=True)
+class RolloutBackend:
+    """A registered rollout backend: how to build its engine and what it declares it can do."""
+
+    build: Callable[[OmniConfig, Any], RolloutEngine]
+    options_class: type = NativeOptions
+    # Why it cannot sample while the trainer updates (None: it can); no function: it cannot.
+    beside_trainer: Optional[Callable[[OmniConfig], Optional[str]]] = None
+    shares_model: bool = False
+    loads_own_weights: bool = False
+    # The backend's rules on the rest of the config (`ValueError` naming the key), run at load.
+    check_config: Optional[Callable[[OmniConfig], None]] = None
+
+
+ROLLOUT_BACKENDS: Registry[RolloutBackend] = Registry("rollout backend")
+
+
+def register_rollout_backend(name: str, options_class: type = NativeOptions, beside_trainer=None,
+                             shares_model: bool = False, loads_own_weights: bool = False, check_config=None):
+    """Decorator: register `build(cfg, model) -> RolloutEngine` as backend `name` with its spec."""
+    def decorator(build):
+        ROLLOUT_BACKENDS.register(name, RolloutBackend(build, options_class, beside_trainer, shares_model,
+                                                       loads_own_weights, check_config))
+        return build
+
+    return decorator
+
+
+def backend_options(cfg: OmniConfig):
+    """`rollout.options` bound to `rollout.backend`'s options class."""
+    spec = ROLLOUT_BACKENDS.get(cfg.rollout.backend)
+    return bind_options(spec.options_class, cfg.rollout.options, "rollout.options", f"rollout backend {cfg.rollout.backend}")
 
 
 def build_rollout_engine(cfg: OmniConfig, model) -> RolloutEngine:
-    return ROLLOUT_BACKENDS.get(cfg.rollout.backend)(cfg, model)
+    return ROLLOUT_BACKENDS.get(cfg.rollout.backend).build(cfg, model)
 
 
 def beside_trainer_problem(cfg: OmniConfig) -> Optional[str]:
     """Why `rollout.backend`'s engine cannot sample while the trainer updates; None if it can."""
-    check = getattr(ROLLOUT_BACKENDS.get(cfg.rollout.backend), "beside_trainer", None)
+    check = ROLLOUT_BACKENDS.get(cfg.rollout.backend).beside_trainer
     if check is None:
-        return "its factory does not declare that it can sample while the trainer updates (beside_trainer)"
+        return "its spec does not declare that it can sample while the trainer updates (beside_trainer)"
     return check(cfg)
 
 
 def shares_model(cfg: OmniConfig) -> bool:
     """Whether `rollout.backend`'s engine samples with the very model object it is built on."""
-    return getattr(ROLLOUT_BACKENDS.get(cfg.rollout.backend), "shares_model", False)
+    return ROLLOUT_BACKENDS.get(cfg.rollout.backend).shares_model
 
 
-@register_rollout_backend("native")
+def _always(cfg: OmniConfig) -> Optional[str]:
+    return None
+
+
+def _own_process_only(cfg: OmniConfig) -> Optional[str]:
+    if backend_options(cfg).python is not None:
+        return None  # the engine runs behind the rollout server, in a process of its own
+    return (f"in this process (rollout.options.python=null) the {cfg.rollout.backend} engine shares the trainer's "
+            f"accelerator and has not been run beside an update; set rollout.options.python (e.g. "
+            f"/opt/vllm-omni/bin/python) to run it in a process of its own")
+
+
+# The native engine samples with the model it is given; beside the trainer that is a copy.
+@register_rollout_backend("native", NativeOptions, beside_trainer=_always, shares_model=True)
 def native_engine(cfg: OmniConfig, model) -> RolloutEngine:
     r = cfg.rollout
     if isinstance(model, DiffusionModelBase):
-        return NativeDiffusionEngine(model, r.max_num_seqs, r.max_wait_ms, r.trajectory_device)
+        return NativeDiffusionEngine(model, r.max_num_seqs, backend_options(cfg).max_wait_ms, r.trajectory_device)
     if isinstance(model, AutoregressiveModelBase):
         return NativeTextEngine(model, r.max_num_seqs)
     raise TypeError(
@@ -70,9 +173,10 @@ def native_engine(cfg: OmniConfig, model) -> RolloutEngine:
     )
 
 
-@register_rollout_backend("server")
+# Its own process and copy, synced by update_weights.
+@register_rollout_backend("server", ServerOptions, beside_trainer=_always)
 def server_engine(cfg: OmniConfig, model) -> RolloutEngine:
-    return start_server_engine(cfg, model)
+    return start_server_engine(cfg, model, backend_options(cfg))
 
 
 def _start_from_trainer(engine: RolloutEngine, model) -> RolloutEngine:
@@ -94,43 +198,49 @@ def _check_family(backend: str, model, family: type, hint: str) -> None:
         )
 
 
-@register_rollout_backend("vllm_omni")
+@register_rollout_backend("vllm_omni", VllmOmniOptions, beside_trainer=_own_process_only, loads_own_weights=True)
 def vllm_omni_engine(cfg: OmniConfig, model) -> RolloutEngine:
     _check_family("vllm_omni", model, DiffusionModelBase, "it samples diffusion models: use rollout.backend=vllm for text")
-    if cfg.rollout.python is not None:
-        return start_server_engine(cfg, model, backend="vllm_omni")
+    options = backend_options(cfg)
+    if options.python is not None:
+        return start_server_engine(cfg, model, options, backend="vllm_omni")
     from omni_rl.rollout.vllm_omni.availability import require
     from omni_rl.rollout.vllm_omni.engine import VllmOmniDiffusionEngine
 
     require("vllm_omni")
-    return _start_from_trainer(VllmOmniDiffusionEngine(cfg, model, resolve_model_path(cfg.model.path, cfg.model.revision)), model)
+    return _start_from_trainer(VllmOmniDiffusionEngine(cfg, model, resolve_model_path(cfg.model.path, cfg.model.revision), options), model)
 
 
-@register_rollout_backend("vllm")
+def _check_vllm_text(cfg: OmniConfig) -> None:
+    """What vLLM's text engine cannot take: a top-p nucleus (its log-probs renormalise over it),
+    LoRA in float32 (its LoRA kernels take fp16 / bf16 only) and a rank above its largest
+    `max_lora_rank` (smaller ranks are rounded up to one it accepts)."""
+    if cfg.rollout.top_p != 1.0:
+        raise ValueError(
+            f"rollout.top_p={cfg.rollout.top_p!r}: expected 1.0 with rollout.backend=vllm (vLLM's log-probs renormalise "
+            f"over the top-p nucleus, the trainer's do not); use rollout.backend=native for top_p < 1"
+        )
+    lora = cfg.model.lora
+    if lora.enabled and cfg.model.dtype not in ("bfloat16", "float16"):
+        raise ValueError(
+            f"model.dtype={cfg.model.dtype!r} with model.lora.enabled=true: expected bfloat16 or float16 with "
+            f"rollout.backend=vllm (vLLM's LoRA kernels take no other dtype); set model.dtype=bfloat16, or "
+            f"model.lora.enabled=false to sync full weights in float32"
+        )
+    if lora.enabled and lora.rank > 512:
+        raise ValueError(f"model.lora.rank={lora.rank}: expected at most 512 with rollout.backend=vllm "
+                         f"(vLLM's largest max_lora_rank)")
+
+
+@register_rollout_backend("vllm", VllmOptions, beside_trainer=_own_process_only, loads_own_weights=True,
+                          check_config=_check_vllm_text)
 def vllm_engine(cfg: OmniConfig, model) -> RolloutEngine:
     _check_family("vllm", model, AutoregressiveModelBase, "it samples text models: use rollout.backend=vllm_omni for diffusion")
-    if cfg.rollout.python is not None:
-        return start_server_engine(cfg, model, backend="vllm")
+    options = backend_options(cfg)
+    if options.python is not None:
+        return start_server_engine(cfg, model, options, backend="vllm")
     from omni_rl.rollout.vllm_omni.availability import require
     from omni_rl.rollout.vllm_omni.text_engine import VllmTextEngine
 
     require("vllm")
-    return _start_from_trainer(VllmTextEngine(cfg, model, resolve_model_path(cfg.model.path, cfg.model.revision)), model)
-
-
-def _own_process_only(cfg: OmniConfig) -> Optional[str]:
-    if cfg.rollout.python is not None:
-        return None  # the engine runs behind the rollout server, in a process of its own
-    return (f"in this process (rollout.python=null) the {cfg.rollout.backend} engine shares the trainer's "
-            f"accelerator and has not been run beside an update; set rollout.python (e.g. "
-            f"/opt/vllm-omni/bin/python) to run it in a process of its own")
-
-
-vllm_omni_engine.loads_own_weights = True
-vllm_engine.loads_own_weights = True
-# The native engine samples with the model it is given; beside the trainer that is a copy.
-native_engine.shares_model = True
-native_engine.beside_trainer = lambda cfg: None
-server_engine.beside_trainer = lambda cfg: None  # its own process and copy, synced by update_weights
-vllm_omni_engine.beside_trainer = _own_process_only
-vllm_engine.beside_trainer = _own_process_only
+    return _start_from_trainer(VllmTextEngine(cfg, model, resolve_model_path(cfg.model.path, cfg.model.revision), options), model)

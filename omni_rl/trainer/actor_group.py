@@ -25,7 +25,8 @@ actor with LoRA disabled) and the rollout engine that samples with the actor's w
 Backends register their group class in `ACTOR_GROUPS` under the name `trainer.backend` takes
 (`local`: this process; `ray`: a Ray worker group running FSDP2) and declare the training
 engines they drive (`engines`, the first being the default for `trainer.engine: null`) and the
-config rules that are theirs alone (`check_config`, at load time). A new backend (a process
+config rules that are theirs alone (`check_config`, at load time), and their options
+(`options_class`, set under `trainer.backend_options`). A new backend (a process
 pool, say) is one registered class: no file of the loop changes.
 """
 from __future__ import annotations
@@ -34,6 +35,7 @@ from abc import ABC, abstractmethod
 from pathlib import Path
 from typing import Any, ClassVar
 
+from omni_rl.config.options import NoOptions, bind_options
 from omni_rl.config.schema import OmniConfig
 from omni_rl.families.base import BehaviourPolicy
 from omni_rl.registry import Registry
@@ -43,9 +45,17 @@ from omni_rl.rollout.base import RolloutEngine
 class ActorGroup(ABC):
     # Training engines this backend drives; the first is the default.
     engines: ClassVar[tuple[str, ...]] = ()
+    # The backend's options (`trainer.backend_options`), checked at load by `omni_rl.compose`.
+    options_class: ClassVar[type] = NoOptions
 
     model: Any
     rollout_engine: RolloutEngine
+
+    @classmethod
+    def bind_options(cls, cfg: OmniConfig):
+        """`trainer.backend_options` bound to `options_class` (`ConfigError` on a bad key or value)."""
+        return bind_options(cls.options_class, cfg.trainer.backend_options, "trainer.backend_options",
+                            f"trainer backend {cfg.trainer.backend}")
 
     @classmethod
     def check_config(cls, cfg: OmniConfig) -> None:

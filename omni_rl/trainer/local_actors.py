@@ -21,7 +21,6 @@ from typing import Any
 import torch
 
 from omni_rl.config.schema import OmniConfig
-from omni_rl.config.validate import ConfigError
 from omni_rl.device import pick_device
 from omni_rl.engine.registry import build_engine
 from omni_rl.families import build_family
@@ -38,22 +37,6 @@ from omni_rl.trainer.pipeline import WeightSnapshot
 @register_backend("local")
 class LocalActorGroup(ActorGroup):
     engines = ("local",)
-
-    @classmethod
-    def check_config(cls, cfg: OmniConfig) -> None:
-        t = cfg.trainer
-        if not (t.nnodes == 1 and t.devices_per_node == 1):
-            raise ConfigError(
-                f"trainer.devices_per_node={t.devices_per_node!r}: expected 1 (and trainer.nnodes=1) with "
-                f"trainer.backend=local; use trainer.backend=ray for more workers"
-            )
-        if t.ray_address is not None:
-            raise ConfigError(f"trainer.ray_address={t.ray_address!r}: expected null with trainer.backend=local")
-        if t.param_offload or t.optimizer_offload:
-            raise ConfigError(
-                f"trainer.param_offload={t.param_offload!r}: expected false with trainer.backend=local "
-                f"(offload is an FSDP2 feature; use trainer.backend=ray)"
-            )
 
     def __init__(self, cfg: OmniConfig):
         self.cfg = cfg

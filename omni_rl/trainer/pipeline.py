@@ -24,7 +24,7 @@ timing, so the pipelines are deterministic and a unit is at most `capacity` vers
 taken. The bound is still checked on every sample as it is taken (a resumed buffer under a lower
 bound, an engine that swapped weights mid-unit, a group of mixed versions): such a unit is
 dropped (the next one takes its place) or rolled again with the newest weights
-(`trainer.stale_policy`), and counted in `rollout_corr/dropped_fraction`.
+(`trainer.pipeline_options.stale_policy`), and counted in `rollout_corr/dropped_fraction`.
 
 Weights: `publish(version)` keeps a detached copy of the trainable tensors (LoRA tensors: cheap;
 full fine-tuning: one more copy of the trainable module), because the next update changes the
@@ -44,10 +44,11 @@ import time
 from abc import ABC, abstractmethod
 from collections import deque
 from dataclasses import dataclass
-from typing import Any, Callable, NamedTuple, Optional
+from typing import Any, Callable, ClassVar, NamedTuple, Optional
 
 import torch
 
+from omni_rl.config.options import NoOptions, bind_options, option
 from omni_rl.config.schema import OmniConfig
 from omni_rl.registry import Registry
 from omni_rl.rollout.base import RolloutEngineError
@@ -82,16 +83,22 @@ class RolloutProducer(ABC):
     """Built as `cls(cfg, actors, rollout, start_step, saved)`; `saved` is a checkpoint's
     `PipelineState` or None."""
 
+    # The pipeline's options (`trainer.pipeline_options`), bound when it is built and checked
+    # at config load (`omni_rl.compose`).
+    options_class: ClassVar[type] = NoOptions
+
     def __init__(self, cfg: OmniConfig, actors, rollout: RolloutFn, start_step: int,
                  saved: Optional[PipelineState] = None):
         self.cfg = cfg
+        self.options = bind_options(self.options_class, cfg.trainer.pipeline_options, "trainer.pipeline_options",
+                                    f"pipeline {cfg.trainer.pipeline}")
         self.actors = actors
         self.engine = actors.rollout_engine
         self.rollout = rollout
 
     @abstractmethod
     def next(self, step: int) -> Produced:
-        """Step `step`'s batch: never staler than `trainer.max_staleness` (see the module doc)."""
+        """Step `step`'s batch: never staler than `trainer.pipeline_options.max_staleness` (see the module doc)."""
 
     @abstractmethod
     def publish(self, version: int) -> None:
@@ -150,8 +157,36 @@ class _Unit(NamedTuple):
     reward_futures: list
 
 
+@dataclass
+class StalenessOptions:
+    """The staleness bound of a pipeline that samples ahead, and what happens beyond it."""
+
+    max_staleness: int = option(1, "The most weight versions a sample may lag the weights it trains (0 = on-policy); checked on every sample before the loss.")
+    stale_policy: str = option("drop", "What happens to a group staler than max_staleness: drop (counted, the next ready groups take its place) or reroll (counted, sampled again with the current weights).")
+
+    def check(self) -> None:
+        if not self.max_staleness >= 0:
+            raise ValueError(f"max_staleness={self.max_staleness!r}: expected an integer >= 0 (weight versions a "
+                             f"sample may lag the weights it trains; 0 = on-policy)")
+        if self.stale_policy not in ("drop", "reroll"):
+            raise ValueError(f"stale_policy={self.stale_policy!r}: expected one of drop (leave stale groups out), "
+                             f"reroll (sample them again with the current weights)")
+
+
+@dataclass
+class OneStepOffOptions(StalenessOptions):
+    def check(self) -> None:
+        super().check()
+        if self.max_staleness < 1:
+            raise ValueError(f"max_staleness={self.max_staleness!r}: expected >= 1 with trainer.pipeline=one_step_off "
+                             f"(its samples are one weight version old by construction); use trainer.pipeline=on_policy "
+                             f"for fresh samples")
+
+
 class BufferedProducer(RolloutProducer):
     """Units sampled on a thread of the producer's own, at most `capacity` ahead (module doc)."""
+
+    options_class = StalenessOptions
 
     def capacity(self) -> int:
         raise NotImplementedError
@@ -159,8 +194,8 @@ class BufferedProducer(RolloutProducer):
     def __init__(self, cfg: OmniConfig, actors, rollout: RolloutFn, start_step: int,
                  saved: Optional[PipelineState] = None):
         super().__init__(cfg, actors, rollout, start_step, saved)
-        t = cfg.trainer
-        self.total_steps, self.max_staleness, self.stale_policy = t.total_steps, t.max_staleness, t.stale_policy
+        self.total_steps = cfg.trainer.total_steps
+        self.max_staleness, self.stale_policy = self.options.max_staleness, self.options.stale_policy
         self.timeout_s = cfg.rollout.timeout_s
         self.latest = actors.weights_snapshot(start_step)
         self.engine_lock = threading.Lock()  # a unit's sampling, or `exclusive`
@@ -303,13 +338,15 @@ def restore_tickets(saved: Optional[PipelineState]) -> list[_Ticket]:
 class OneStepOff(BufferedProducer):
     """One unit in flight: step t+1's rollout runs while step t updates."""
 
+    options_class = OneStepOffOptions
+
     def capacity(self) -> int:
         return 1
 
 
 @register_pipeline("async")
 class Async(BufferedProducer):
-    """Up to `trainer.max_staleness` units ready or in flight; each step takes the oldest."""
+    """Up to `trainer.pipeline_options.max_staleness` units ready or in flight; each step takes the oldest."""
 
     def capacity(self) -> int:
         return self.max_staleness

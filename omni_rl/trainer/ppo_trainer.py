@@ -2,7 +2,7 @@
 
     rollout producer (trainer.pipeline: on_policy, one_step_off, async) -> the step's batch,
              each sample with the weight version it was sampled with, none staler than
-             trainer.max_staleness (request-batched, fp32 trajectories) -> rewards -> advantages
+             trainer.pipeline_options.max_staleness (request-batched, fp32 trajectories) -> rewards -> advantages
              -> old log-probs (the rollout's where they are the actor's own, else recomputed)
                 and, with algo.rollout_is, the rollout-correction weights between the two
              -> PPO update (epochs x mini-batches, replaying the stored steps)
@@ -48,6 +48,7 @@ from omni_rl.trainer.pipeline import PIPELINES, PipelineState
 from omni_rl.trainer.run_dir import DISK_FULL, OutputWriteError, open_run_dir, write_failure
 from omni_rl.trainer.timer import StepTimer
 from omni_rl.utils.atomic import atomic_directory, atomic_write_text
+from omni_rl.workers.reward_worker import RayRewardManager, reward_worker_options
 
 log = logging.getLogger(__name__)
 
@@ -125,14 +126,14 @@ class PPOTrainer:
     def _build_rewards(self) -> None:
         rc = self.cfg.reward
         specs = reward_specs(rc.rewards)
-        if rc.num_workers > 0:
+        workers = reward_worker_options(self.cfg)
+        if workers.num_workers > 0:
             # Reward models in their own Ray actors (and devices), scored several batches at once.
             from omni_rl.workers.ray_cluster import connect_ray
-            from omni_rl.workers.reward_worker import RayRewardManager
 
             self.owns_ray = connect_ray(self.cfg)
             self.rewards = RayRewardManager(
-                specs, self.cfg.plugins, rc.num_workers, rc.timeout_s, rc.worker_num_cpus, rc.worker_num_gpus
+                specs, self.cfg.plugins, workers.num_workers, rc.timeout_s, workers.num_cpus, workers.num_gpus
             )
         else:
             self.rewards = RewardManager(specs, plugins=self.cfg.plugins)
@@ -141,7 +142,7 @@ class PPOTrainer:
             self.val_rewards = RewardManager(reward_specs(rc.val_rewards), plugins=self.cfg.plugins)
         if rc.overlap_rollout:
             self.reward_scorer = AsyncRewardScorer(
-                self.rewards, rc.max_batch_size, rc.max_wait_ms, num_threads=max(1, rc.num_workers)
+                self.rewards, rc.max_batch_size, rc.max_wait_ms, num_threads=max(1, workers.num_workers)
             )
 
     # --- the loop ------------------------------------------------------------------------

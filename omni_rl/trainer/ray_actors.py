@@ -1,6 +1,7 @@
 """`RayActorGroup` (`trainer.backend=ray`): the actor group on Ray workers running FSDP2.
 
-It starts (or joins) Ray, reserves `trainer.nnodes x trainer.devices_per_node` worker slots and
+It starts (or joins) Ray, reserves `nnodes x devices_per_node` worker slots (its options,
+`trainer.backend_options`: `RayOptions`) and
 starts one `HybridWorker` per slot, rank r of a torch.distributed group of N, each holding what
 `omni_rl.workers.programs.build_worker` installs (the sharded actor, its reference, a rollout
 copy with its engine).
@@ -30,13 +31,16 @@ log-probs are recomputed. Left out: separate (non-colocated) actor and rollout p
 from __future__ import annotations
 
 import logging
+import math
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
 import torch
 
 from omni_rl.algos.forward_losses import FORWARD_LOSSES
 from omni_rl.algos.policy_losses import DIFFUSION_LOSSES
+from omni_rl.config.options import option
 from omni_rl.config.schema import OmniConfig
 from omni_rl.config.validate import ConfigError
 from omni_rl.device import ray_device_resource, weightless_device
@@ -53,9 +57,34 @@ from omni_rl.workers.worker_group import split_evenly
 log = logging.getLogger(__name__)
 
 
+@dataclass
+class RayOptions:
+    """The Ray worker group's options (`trainer.backend_options`)."""
+
+    nnodes: int = option(1, "Machines of the resource pool: nnodes x devices_per_node workers (GPUs / NPUs, or CPUs on a CPU machine).")
+    devices_per_node: int = option(1, "Workers (devices) per machine.")
+    ray_address: Optional[str] = option(None, "null starts a local Ray; an address (auto, ray://host:10001, host:6379) joins a cluster.")
+    worker_timeout_s: float = option(600.0, "A worker call (a rollout shard, an update) that takes longer than this fails the run with the worker named, instead of hanging; a dead worker fails it at once.")
+    worker_startup_timeout_s: float = option(300.0, "Starting the workers (placement, process start, imports, the process group) has its own deadline: on a busy machine or a cold cluster it takes far longer than one call.")
+
+    def check(self) -> None:
+        for name in ("nnodes", "devices_per_node"):
+            if not getattr(self, name) >= 1:
+                raise ValueError(f"{name}={getattr(self, name)!r}: expected an integer >= 1")
+        for name in ("worker_timeout_s", "worker_startup_timeout_s"):
+            value = getattr(self, name)
+            if not (value > 0 and math.isfinite(value)):
+                raise ValueError(f"{name}={value!r}: expected > 0 seconds")
+
+    @property
+    def world_size(self) -> int:
+        return self.nnodes * self.devices_per_node
+
+
 @register_backend("ray")
 class RayActorGroup(ActorGroup):
     engines = ("fsdp2",)
+    options_class = RayOptions
 
     @classmethod
     def check_config(cls, cfg: OmniConfig) -> None:
@@ -72,13 +101,14 @@ class RayActorGroup(ActorGroup):
                 f"with trainer.backend=ray (the forward-process losses' EMA swap and preference pairs are not written "
                 f"for sharded FSDP2 ranks yet); use trainer.backend=local"
             )
-        world = t.nnodes * t.devices_per_node
+        options = cls.bind_options(cfg)
+        world = options.world_size
         # Each rank takes the same share of every mini-batch, in whole micro-batches, so that the
         # FSDP gradient average equals one process's mean over the mini-batch's micro-batches.
         if t.mini_batch_size % (world * t.micro_batch_size) != 0:
             raise ConfigError(
-                f"trainer.mini_batch_size={t.mini_batch_size!r}: expected a multiple of trainer.nnodes * "
-                f"trainer.devices_per_node * trainer.micro_batch_size = {world} * {t.micro_batch_size} with "
+                f"trainer.mini_batch_size={t.mini_batch_size!r}: expected a multiple of trainer.backend_options.nnodes * "
+                f"devices_per_node * trainer.micro_batch_size = {world} * {t.micro_batch_size} with "
                 f"trainer.backend=ray (each worker takes whole micro-batches); lower trainer.micro_batch_size "
                 f"or the worker count"
             )
@@ -86,13 +116,15 @@ class RayActorGroup(ActorGroup):
     def __init__(self, cfg: OmniConfig):
         t = cfg.trainer
         self.cfg = cfg
+        self.options = options = self.bind_options(cfg)
         self.group = None
         # The driver's view: tokenizer, processor, shapes; no weights (meta device).
         self.model = build_model(cfg.model, weightless_device(), tuple(cfg.plugins))
-        self.started_ray = connect_ray(cfg)
+        self.started_ray = connect_ray(cfg, options.ray_address, options.world_size)
         try:
-            pool = ResourcePool(t.nnodes, t.devices_per_node, ray_device_resource(t.device))
-            self.group = WorkerGroup(pool, t.device, t.worker_timeout_s, startup_timeout_s=t.worker_startup_timeout_s)
+            pool = ResourcePool(options.nnodes, options.devices_per_node, ray_device_resource(t.device))
+            self.group = WorkerGroup(pool, t.device, options.worker_timeout_s,
+                                     startup_timeout_s=options.worker_startup_timeout_s)
             self.group.run("build", programs.build_worker, [(cfg,)] * self.group.world_size)
         except BaseException:
             self.close()

@@ -3,28 +3,30 @@ from __future__ import annotations
 
 import math
 import os
+from typing import Optional
 
 from omni_rl.config.schema import OmniConfig
+from omni_rl.workers.reward_worker import reward_worker_options
 
 # Ray's setting of its workers' niceness (read when the local Ray starts).
 WORKER_NICENESS_ENV = "RAY_worker_niceness"
 
 
-def connect_ray(cfg: OmniConfig) -> bool:
-    """`ray.init()`: a local Ray by default, `trainer.ray_address` to join a cluster. Returns
-    whether this call started it (then its caller shuts it down at the end)."""
+def connect_ray(cfg: OmniConfig, address: Optional[str] = None, world: int = 0) -> bool:
+    """`ray.init()`: a local Ray by default, `address` (the ray backend's `ray_address`) to join a
+    cluster; `world` training workers (0 without the ray backend). Returns whether this call
+    started it (then its caller shuts it down at the end)."""
     import ray
 
     if ray.is_initialized():
         return False
-    t = cfg.trainer
-    if t.ray_address:
-        ray.init(address=t.ray_address, include_dashboard=False, log_to_driver=True)
+    if address:
+        ray.init(address=address, include_dashboard=False, log_to_driver=True)
     else:
         # One CPU per worker slot at least, and the reward workers' CPUs, even on a small machine
         # (the workers then share cores; an unsatisfiable request would wait forever).
-        world = t.nnodes * t.devices_per_node if t.backend == "ray" else 0
-        rewards = math.ceil(cfg.reward.num_workers * cfg.reward.worker_num_cpus)
+        workers = reward_worker_options(cfg)
+        rewards = math.ceil(workers.num_workers * workers.num_cpus)
         init_local_ray(max(os.cpu_count() or 1, world + rewards), log_to_driver=True)
     return True
 

@@ -46,7 +46,7 @@ class RayRolloutEngine(RolloutEngine):
         """Complete `futures` chunk by chunk as the workers return them (their callbacks run
         here, on the driver's thread); a failed worker fails every future still pending.
         `timeout_s` is the engine interface's: here each worker's engine waits
-        `rollout.timeout_s` and the group gives up after `trainer.worker_timeout_s`."""
+        `rollout.timeout_s` and the group gives up after `trainer.backend_options.worker_timeout_s`."""
         if self._inflight is None or self._inflight[0] is not futures:
             raise RuntimeError("RayRolloutEngine.wait: these futures are not the submission in flight")
         _, refs, spans, ranks = self._inflight

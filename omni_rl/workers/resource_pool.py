@@ -14,8 +14,8 @@ class ResourcePool:
     def __init__(self, nnodes: int, devices_per_node: int, device_resource: str | None = None):
         if nnodes < 1 or devices_per_node < 1:
             raise ValueError(
-                f"nnodes={nnodes}, devices_per_node={devices_per_node}: expected both >= 1 (trainer.nnodes, "
-                f"trainer.devices_per_node)"
+                f"nnodes={nnodes}, devices_per_node={devices_per_node}: expected both >= 1 (trainer.backend_options.nnodes, "
+                f"trainer.backend_options.devices_per_node)"
             )
         if device_resource not in (None, "GPU", "NPU"):
             raise ValueError(f"device_resource={device_resource!r}: expected None (CPU), 'GPU' or 'NPU'")
@@ -54,9 +54,9 @@ class ResourcePool:
             have = ray.cluster_resources()
             self.release()
             raise RuntimeError(
-                f"the resource pool of {self.world_size} workers (trainer.nnodes={self.nnodes} x "
-                f"trainer.devices_per_node={self.devices_per_node}, each {self.bundle()}) was not placed within "
-                f"{timeout_s:.0f} s; the Ray cluster has {have}. Lower trainer.devices_per_node / trainer.nnodes, "
+                f"the resource pool of {self.world_size} workers (trainer.backend_options.nnodes={self.nnodes} x "
+                f"trainer.backend_options.devices_per_node={self.devices_per_node}, each {self.bundle()}) was not placed within "
+                f"{timeout_s:.0f} s; the Ray cluster has {have}. Lower trainer.backend_options.devices_per_node / trainer.backend_options.nnodes, "
                 f"or start Ray with more resources"
             )
         return self.placement_group

@@ -8,6 +8,9 @@ builds the same `RewardManager` from the same specs, so the rules are unchanged:
 reward that fails raises `RewardError` naming it, an optional one is left out and the weights
 rescaled. A worker that dies or does not answer within `timeout_s` raises `RewardError` naming
 the worker (index, node, pid): the step fails, it never hangs and never scores 0.
+
+Their options (`reward.workers`, `RewardWorkerOptions`: how many, and each one's CPUs and GPUs)
+are checked at load by `omni_rl.compose` and read by the trainer (`reward_worker_options`).
 """
 from __future__ import annotations
 
@@ -15,7 +18,11 @@ import itertools
 import os
 import socket
 import threading
+from dataclasses import dataclass
 from typing import Any, Sequence
+
+from omni_rl.config.options import bind_options, option
+from omni_rl.config.schema import OmniConfig
 
 from omni_rl.reward.manager import RewardError, RewardManager, RewardOutput, RewardSpec
 
@@ -31,6 +38,27 @@ class RewardWorker:
 
     def score(self, samples: Any, prompts: Sequence[str], metadata: Sequence[dict]) -> RewardOutput:
         return self.manager.score(samples, prompts, metadata)
+
+
+@dataclass
+class RewardWorkerOptions:
+    """Reward workers on Ray (`reward.workers`)."""
+
+    num_workers: int = option(0, "Reward workers on Ray (0 = score in the trainer process): each holds the reward models; micro-batches go to them round robin, several at once.")
+    num_cpus: float = option(1.0, "CPUs each reward worker reserves.")
+    num_gpus: float = option(0.0, "GPUs each reward worker reserves.")
+
+    def check(self) -> None:
+        if not self.num_workers >= 0:
+            raise ValueError(f"num_workers={self.num_workers!r}: expected >= 0 (0 = in the trainer)")
+        for name in ("num_cpus", "num_gpus"):
+            if not getattr(self, name) >= 0:
+                raise ValueError(f"{name}={getattr(self, name)!r}: expected >= 0")
+
+
+def reward_worker_options(cfg: OmniConfig) -> RewardWorkerOptions:
+    """`reward.workers` bound to `RewardWorkerOptions` (`ConfigError`, one line, on a bad key or value)."""
+    return bind_options(RewardWorkerOptions, cfg.reward.workers, "reward.workers", "reward workers on Ray")
 
 
 class RayRewardManager:

@@ -6,8 +6,8 @@ arguments and returns the results in rank order. The driver splits and concatena
 calls)` queues any number of calls on chosen ranks (each rank runs its calls in submission
 order) and `as_completed(refs, what)` yields each call's result as soon as it is back.
 
-Failure handling: every wait has a deadline: `timeout_s` (trainer.worker_timeout_s) for each
-call, and `startup_timeout_s` (trainer.worker_startup_timeout_s) for starting the workers and
+Failure handling: every wait has a deadline: `timeout_s` (trainer.backend_options.worker_timeout_s) for each
+call, and `startup_timeout_s` (trainer.backend_options.worker_startup_timeout_s) for starting the workers and
 their process group, which on a busy machine or a cold cluster takes far longer than a call. Results are
 collected as they finish, so a dead worker is noticed at once even while its peers are blocked
 in a collective waiting for it. A dead or silent worker becomes `WorkerFailedError` naming its
@@ -124,8 +124,8 @@ class WorkerGroup:
         ranks = {ref: r for ref, r in zip(refs, range(len(refs)) if ranks is None else ranks)}
         pending = list(refs)
         limit = (
-            f"trainer.worker_startup_timeout_s={self.startup_timeout_s:g} s" if deadline is not None
-            else f"trainer.worker_timeout_s={self.timeout_s:g} s"
+            f"trainer.backend_options.worker_startup_timeout_s={self.startup_timeout_s:g} s" if deadline is not None
+            else f"trainer.backend_options.worker_timeout_s={self.timeout_s:g} s"
         )
         if deadline is None:
             deadline = time.monotonic() + self.timeout_s

@@ -23,7 +23,7 @@ through `omni_rl.algos.latent_streams` and compares streams one by one.
 from __future__ import annotations
 
 import shutil
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any, Callable, ClassVar
 
 import pytest
@@ -70,8 +70,16 @@ class AdapterCase:
     pipeline_options: dict[str, Any] = field(default_factory=dict)
 
 
+def model_config(**values) -> ModelConfig:
+    """A `ModelConfig` from keyword values: the schema's own fields as given, every other key (an
+    adapter's option: `stg_scale`, `cfg_interval`, ...) into `options`, where the recipe sets it."""
+    schema = {f.name for f in fields(ModelConfig)}
+    options = {k: v for k, v in values.items() if k not in schema}
+    return ModelConfig(**{k: v for k, v in values.items() if k in schema}, options=options)
+
+
 def build(case: AdapterCase, device: torch.device | None = None, path: str | None = None, **changes):
-    cfg = ModelConfig(adapter=case.adapter, path=path or f"tiny:{case.tiny}", **{**case.model_options, **changes})
+    cfg = model_config(adapter=case.adapter, path=path or f"tiny:{case.tiny}", **{**case.model_options, **changes})
     return build_model(cfg, device or torch.device("cpu"))
 
 

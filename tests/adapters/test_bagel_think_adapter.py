@@ -5,8 +5,9 @@ import pytest
 import torch
 
 from adapters.bagel.think import THINK_SYSTEM_PROMPT
-from omni_rl.config.schema import LoraConfig, ModelConfig
+from omni_rl.config.schema import LoraConfig
 from omni_rl.models import build_model
+from tests.adapters.diffusion_suite import model_config
 
 ADAPTER = "BagelForConditionalGeneration"
 PROMPTS = ["a cat", "a red cube on a table"]
@@ -14,8 +15,8 @@ WIDTH = 6  # plan tokens
 
 
 def build(**changes):
-    cfg = ModelConfig(adapter=ADAPTER, stage="think", path="tiny:bagel", max_sequence_length=16,
-                      cfg_interval=[0.4, 1.0], **changes)
+    cfg = model_config(adapter=ADAPTER, stage="think", path="tiny:bagel", max_sequence_length=16,
+                       cfg_interval=[0.4, 1.0], **changes)
     return build_model(cfg, torch.device("cpu"))
 
 

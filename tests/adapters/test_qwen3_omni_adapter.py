@@ -13,12 +13,13 @@ from omni_rl.config.schema import LoraConfig, ModelConfig
 from omni_rl.models import build_model
 from omni_rl.rollout.text_native import NativeTextEngine, collate_media, left_pad
 from omni_rl.rollout.text_types import TextRequest
+from tests.adapters.diffusion_suite import model_config
 
 ADAPTER = "Qwen3OmniMoeForConditionalGeneration"
 
 
 def load(**changes):
-    cfg = ModelConfig(adapter=ADAPTER, stage="thinker", path="tiny:qwen3_omni", **changes)
+    cfg = model_config(adapter=ADAPTER, stage="thinker", path="tiny:qwen3_omni", **changes)
     return build_model(cfg, torch.device("cpu"))
 
 

@@ -29,10 +29,11 @@ def run_main_omni(*args: str) -> subprocess.CompletedProcess:
     ("recipe=nope", ["unknown recipe 'nope'", *available_recipes()]),
     ("trainer.totl_steps=3", ["trainer.totl_steps"]),
     ("trainer.total_steps=abc", ["trainer.total_steps", "abc"]),
-    ("trainer.max_staleness=-1", ["trainer.max_staleness=-1", "expected an integer >= 0"]),
+    ("trainer.pipeline=async trainer.pipeline_options.max_staleness=-1",
+     ["trainer.pipeline_options.max_staleness=-1", "expected an integer >= 0"]),
 ])
 def test_bad_config_exits_2_with_one_error_line(arg, expected):
-    result = run_main_omni(arg)
+    result = run_main_omni(*arg.split(" "))
     assert result.returncode == 2, result.stderr
     assert "Traceback" not in result.stderr
     lines = result.stderr.strip().splitlines()
@@ -106,3 +107,40 @@ def test_a_video_config_the_model_cannot_take_exits_2_before_any_model_loads(tmp
     for text in expected:
         assert text in lines[0], lines[0]
     assert not cache.exists() or not any(cache.iterdir())  # no tiny model was built, nothing loaded
+
+
+@pytest.mark.parametrize("arg, expected", [
+    ("model.adapter=LTX2Pipeline", ["model adapter LTX2Pipeline: options under model.options", "stg_scale", "float = 0.0",
+                                    "Spatio-temporal guidance"]),
+    ("model.adapter=Qwen3OmniMoeForConditionalGeneration", ["/thinker: options under model.options", "freeze_vision_tower"]),
+    ("rollout.backend=server", ["rollout backend server: options under rollout.options", "server_timeout_s", "max_wait_ms"]),
+    ("rollout.backend=vllm", ["gpu_memory_utilization", "float = 0.5", "sleep_mode"]),
+    ("trainer.backend=ray", ["trainer backend ray: options under trainer.backend_options", "devices_per_node", "int = 1"]),
+    ("trainer.engine=fsdp2", ["training engine fsdp2: options under trainer.engine_options", "param_offload"]),
+    ("trainer.pipeline=async", ["pipeline async: options under trainer.pipeline_options", "max_staleness", "stale_policy"]),
+    ("trainer.pipeline=on_policy", ["pipeline on_policy: options under trainer.pipeline_options (none)"]),
+])
+def test_options_prints_a_components_options_with_defaults_and_docs(capsys, arg, expected):
+    assert main(["--options", arg]) == 0
+    out = capsys.readouterr().out
+    for text in expected:
+        assert text in out, out
+
+
+@pytest.mark.parametrize("args, expected", [
+    (["--options", "model.adapter=NoSuchPipeline"], "model.adapter='NoSuchPipeline': unknown model adapter; registered: "),
+    (["--options", "rollout.kernel=sde"], "--options rollout.kernel=sde: expected one of model.adapter=NAME"),
+    (["--options"], "--options takes one KEY=NAME"),
+])
+def test_options_of_an_unknown_component_is_one_error_line_and_exit_2(capsys, args, expected):
+    assert main(args) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    lines = captured.err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and expected in lines[0], captured.err
+
+
+def test_options_through_main_omni_exits_0():
+    result = run_main_omni("--options", "trainer.engine=fsdp2")
+    assert result.returncode == 0, result.stderr
+    assert "optimizer_offload" in result.stdout

@@ -2,16 +2,16 @@
 
 `start_server_engine(cfg, model, backend)` starts `python -m omni_rl.rollout.server --backend
 BACKEND` (the in-process engine it serves: `native` for rollout.backend=server, `vllm_omni` /
-`vllm` for those backends with rollout.python set) with the Python that `rollout.python` names
+`vllm` for those backends with rollout.options.python set) with the Python that `rollout.options.python` names
 (null = this one), this checkout first on its PYTHONPATH, and waits up to
-`rollout.server_startup_timeout_s` for its first line (its address) and a health check. It then
+`rollout.options.server_startup_timeout_s` for its first line (its address) and a health check. It then
 sends the trainer's trainable tensors as version 0, so both sides start from the same weights.
 
 Requests go in chunks of `rollout.max_num_seqs` (one engine batch), each chunk one POST
 /generate on a thread of its own, whose futures complete as soon as it is back (the reward
 scorer overlaps the rest). While `wait` waits, it checks that the process lives and, every few
 seconds, that /health answers: a server that exits or stops answering fails the call within
-`rollout.server_timeout_s` with a `RolloutEngineError` naming its address, pid and the call.
+`rollout.options.server_timeout_s` with a `RolloutEngineError` naming its address, pid and the call.
 
 Every call carries the run's secret (`Authorization: Bearer <token>`): a fresh one per run,
 handed to the server in its environment (`OMNI_RL_ROLLOUT_TOKEN`), so no other local process
@@ -233,11 +233,12 @@ class ServerRolloutEngine(RolloutEngine):
         return data
 
 
-def start_server_engine(cfg: OmniConfig, model, backend: str = "native") -> ServerRolloutEngine:
+def start_server_engine(cfg: OmniConfig, model, options, backend: str = "native") -> ServerRolloutEngine:
     """Start the server process for this run, serving the in-process rollout backend `backend`,
-    and connect to it (see the module docstring)."""
+    and connect to it (see the module docstring). `options` are the run's backend's
+    (`rollout.options`: `python`, `server_timeout_s`, `server_startup_timeout_s`)."""
     r = cfg.rollout
-    python = r.python or sys.executable
+    python = options.python or sys.executable
     config_dir = tempfile.mkdtemp(prefix="omni-rl-rollout-server-")
     config_path = Path(config_dir) / "config.yaml"
     config_path.write_text(to_yaml(cfg))
@@ -254,12 +255,12 @@ def start_server_engine(cfg: OmniConfig, model, backend: str = "native") -> Serv
         try:
             process = subprocess.Popen(command, stdout=subprocess.PIPE, env=env, text=True)
         except OSError as err:
-            raise RolloutEngineError(f"rollout.python={python!r}: cannot start the rollout server ({err})") from None
-        ready = _read_ready_line(process, r.server_startup_timeout_s, command)
+            raise RolloutEngineError(f"rollout.options.python={python!r}: cannot start the rollout server ({err})") from None
+        ready = _read_ready_line(process, options.server_startup_timeout_s, command)
     finally:
         shutil.rmtree(config_dir, ignore_errors=True)  # read by the server before it reports ready
     engine = ServerRolloutEngine(
-        ready["url"], timeout_s=r.server_timeout_s, chunk_size=r.max_num_seqs,
+        ready["url"], timeout_s=options.server_timeout_s, chunk_size=r.max_num_seqs,
         bucket_bytes=cfg.trainer.weight_sync_bucket_mb << 20, process=process, pid=ready["pid"], token=token,
     )
     try:
@@ -303,7 +304,7 @@ def _read_ready_line(process: subprocess.Popen, timeout_s: float, command: list[
     if code is None:
         process.kill()
         process.wait(timeout=30)
-        why = f"did not report its address within rollout.server_startup_timeout_s={timeout_s:g} s"
+        why = f"did not report its address within rollout.options.server_startup_timeout_s={timeout_s:g} s"
     else:
         why = f"exited with code {code} before it was ready"
     raise RolloutEngineError(

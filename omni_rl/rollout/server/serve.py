@@ -3,8 +3,9 @@
 The model is built as the trainer builds its own (`torch.manual_seed(trainer.seed)`, then
 `build_model`), so a tiny random-weight model starts with the trainer's weights; the client
 then sends the trainable tensors once (version 0) so that a resumed or otherwise different
-start agrees too. The engine is `--backend`'s factory (default `native`; `vllm_omni`, `vllm`)
-over that model, with `rollout.python` read as null (the engine runs here); a factory marked
+start agrees too. The engine is `--backend`'s (default `native`; `vllm_omni`, `vllm`) over that
+model: the run's config is read as if it named that backend, with the run's `rollout.options`
+that the backend takes and `python` null (the engine runs here); a backend whose spec says
 `loads_own_weights` gets the model built weightless (on the meta device).
 
 The first line on stdout is one JSON object, `{"url": ..., "pid": ..., "protocol": 1}`, written
@@ -52,14 +53,18 @@ def build_server(cfg: OmniConfig, backend: str = "native", host: str = "127.0.0.
     if backend == "server":
         raise ValueError("--backend server would start a server from the server; name an in-process backend "
                          "(native, vllm_omni, vllm)")
-    factory = ROLLOUT_BACKENDS.get(backend)
-    # This process is the Python rollout.python named: here the engine runs in-process.
-    cfg = dataclasses.replace(cfg, rollout=dataclasses.replace(cfg.rollout, python=None))
+    spec = ROLLOUT_BACKENDS.get(backend)
+    # This process is the Python rollout.options.python named: here the engine runs in-process.
+    takes = {f.name for f in dataclasses.fields(spec.options_class)}
+    options = {key: value for key, value in cfg.rollout.options.items() if key in takes}
+    if "python" in takes:
+        options["python"] = None
+    cfg = dataclasses.replace(cfg, rollout=dataclasses.replace(cfg.rollout, backend=backend, options=options))
     torch.manual_seed(cfg.trainer.seed)  # the trainer's initial weights (see the module docstring)
     # An engine that loads the checkpoint itself needs the model's configs and tokenizers only.
-    device = torch.device("meta") if getattr(factory, "loads_own_weights", False) else pick_device(cfg.trainer.device)
+    device = torch.device("meta") if spec.loads_own_weights else pick_device(cfg.trainer.device)
     model = build_model(cfg.model, device, tuple(cfg.plugins))
-    engine = factory(cfg, model)
+    engine = spec.build(cfg, model)
     try:
         return RolloutServer(engine, host, port, token=token, max_body_bytes=max_body_bytes)
     except BaseException:

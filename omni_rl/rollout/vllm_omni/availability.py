@@ -40,7 +40,7 @@ def require(backend: str) -> None:
     raise BackendUnavailableError(
         f"rollout.backend={backend!r} needs the {names} package{'s' if len(missing) > 1 else ''} (CUDA only), "
         f"which this Python ({sys.executable}) does not have: run `{install}` here on a CUDA machine; or, in the "
-        f"CUDA image, set rollout.python=/opt/vllm-omni/bin/python to run the engine in the environment "
+        f"CUDA image, set rollout.options.python=/opt/vllm-omni/bin/python to run the engine in the environment "
         f"docker/Dockerfile.cuda installs vllm and vllm-omni into (behind the rollout server); or use "
         f"rollout.backend=native"
     )

@@ -2,7 +2,7 @@
 
 The engine starts `AsyncOmni` on the run's model folder with our custom pipeline class for the
 adapter (`pipelines.PIPELINE_CLASSES`), our worker extension, `max_num_seqs=rollout.max_num_seqs`
-and `request_batch_max_wait_ms=rollout.max_wait_ms`, on an asyncio loop in a thread of its own.
+and `request_batch_max_wait_ms=rollout.options.max_wait_ms`, on an asyncio loop in a thread of its own.
 
 - `submit_many` sends each request as one `AsyncOmni.generate` call (vLLM-Omni's scheduler
   co-batches them); its future completes when that request's output is back, carrying the
@@ -14,9 +14,9 @@ and `request_batch_max_wait_ms=rollout.max_wait_ms`, on an asyncio loop in a thr
   runs each between two batches. LoRA and full weights take the same path (PEFT modules and
   the trainable module are plain parameters of our adapter there).
 - `sleep` / `wake`: `AsyncOmni.sleep(level=1)` (weights offloaded to host memory, so LoRA and
-  full updates survive it) and `AsyncOmni.wake_up()`; they need `rollout.vllm_sleep_mode`.
+  full updates survive it) and `AsyncOmni.wake_up()`; they need `rollout.options.sleep_mode`.
 - `close`: `AsyncOmni.shutdown()` on the engine's loop, which stops vLLM-Omni's processes.
-- `rollout.vllm_enforce_eager` is passed on but changes nothing for our pipelines (`pipelines.py`
+- `rollout.options.enforce_eager` is passed on but changes nothing for our pipelines (`pipelines.py`
   says why): they always sample eagerly.
 - `same_log_probs_as` is False: another process, another copy; the trainer recomputes.
 """
@@ -44,8 +44,9 @@ WORKER_EXTENSION = "omni_rl.rollout.vllm_omni.worker.OmniRLWorkerExtension"
 _ids = itertools.count()
 
 
-def engine_kwargs(cfg: OmniConfig, path: str) -> dict[str, Any]:
-    """`AsyncOmni(**kwargs)` for the run: our pipeline class and the run's model config."""
+def engine_kwargs(cfg: OmniConfig, path: str, options) -> dict[str, Any]:
+    """`AsyncOmni(**kwargs)` for the run: our pipeline class and the run's model config;
+    `options` are the backend's (`rollout.options`, `VllmOmniOptions`)."""
     r, architecture = cfg.rollout, adapter_key(cfg.model.adapter, cfg.model.stage)
     pipeline_class = pipeline_class_for(architecture)
     spec = {
@@ -60,9 +61,9 @@ def engine_kwargs(cfg: OmniConfig, path: str) -> dict[str, Any]:
         "custom_pipeline_args": {"pipeline_class": pipeline_class, SPEC_KEY: spec},
         "worker_extension_cls": WORKER_EXTENSION,
         "max_num_seqs": r.max_num_seqs,
-        "request_batch_max_wait_ms": r.max_wait_ms,
-        "enable_sleep_mode": r.vllm_sleep_mode,
-        "enforce_eager": r.vllm_enforce_eager,
+        "request_batch_max_wait_ms": options.max_wait_ms,
+        "enable_sleep_mode": options.sleep_mode,
+        "enforce_eager": options.enforce_eager,
         "dtype": cfg.model.dtype,
     }
 
@@ -78,10 +79,11 @@ def _check_rpc(answers: Any, what: str) -> None:
 
 
 class VllmOmniDiffusionEngine(RolloutEngine):
-    def __init__(self, cfg: OmniConfig, model, path: str):
+    def __init__(self, cfg: OmniConfig, model, path: str, options):
         require("vllm_omni")
         self.model = model  # the trainer-side adapter: request checks only (it may be weightless)
         self.cfg = cfg
+        self.options = options  # rollout.options (VllmOmniOptions)
         self.bucket_bytes = cfg.trainer.weight_sync_bucket_mb << 20
         self.weight_version = 0
         self.stats = {"submitted": 0, "samples": 0, "weight_updates": 0, "weight_buckets": 0}
@@ -90,7 +92,7 @@ class VllmOmniDiffusionEngine(RolloutEngine):
         self._thread.start()
         self._closed = False
         try:
-            self._omni = self._run(self._start(engine_kwargs(cfg, path)), cfg.rollout.server_startup_timeout_s)
+            self._omni = self._run(self._start(engine_kwargs(cfg, path, options)), options.server_startup_timeout_s)
         except BaseException:
             self._stop_loop()
             raise
@@ -158,8 +160,8 @@ class VllmOmniDiffusionEngine(RolloutEngine):
         self._run(self._omni.wake_up())
 
     def _require_sleep_mode(self, what: str) -> None:
-        if not self.cfg.rollout.vllm_sleep_mode:
-            raise RolloutEngineError(f"{what}(): the vllm_omni engine was started with rollout.vllm_sleep_mode=false; "
+        if not self.options.sleep_mode:
+            raise RolloutEngineError(f"{what}(): the vllm_omni engine was started with rollout.options.sleep_mode=false; "
                                      f"set it to true to free the GPU between rollouts")
 
     def close(self) -> None:

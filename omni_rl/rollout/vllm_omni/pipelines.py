@@ -22,7 +22,7 @@ dtype, as the trainer builds its own: vLLM-Omni builds pipelines under
 `set_default_torch_dtype(dtype)`, which would otherwise make every tensor the adapter creates
 without a dtype (LoRA parameters, schedules, buffers) bf16 in the rollout and fp32 in the trainer.
 
-`rollout.vllm_enforce_eager` changes nothing here: vLLM-Omni compiles a pipeline's
+`rollout.options.enforce_eager` changes nothing here: vLLM-Omni compiles a pipeline's
 `setup_compile()` or its `transformer` / `transformer_2` attributes, and these classes have
 none of them (the adapter's networks sit in `components`), so sampling always runs eagerly.
 

@@ -14,7 +14,7 @@ Qwen3-Omni thinker (vLLM maps `Qwen3OmniMoeForConditionalGeneration` to its thin
   `adapter_config.json` from `model.lora`) and the next generate uses a new `LoRARequest` for it
   (one id per version). `kind="full"`: bucket by bucket through `LLM.collective_rpc` into the
   model's `load_weights` (`vllm_worker.py`), named as in the checkpoint (`checkpoint_prefix`).
-- `sleep` / `wake`: `LLM.sleep(level=1)` / `LLM.wake_up()` with `rollout.vllm_sleep_mode`.
+- `sleep` / `wake`: `LLM.sleep(level=1)` / `LLM.wake_up()` with `rollout.options.sleep_mode`.
 - LoRA needs fp16 or bf16 weights (vLLM's LoRA kernels take no other dtype; config load refuses
   float32 with LoRA), and vLLM's `max_lora_rank` takes only `VLLM_LORA_RANKS`: the model's rank
   is rounded up to the next of them (`vllm_max_lora_rank`), which serves the same adapter.
@@ -100,12 +100,13 @@ def result_from_completion(req: TextRequest, token_ids: Sequence[int], logprobs:
 
 
 class VllmTextEngine(SynchronousRolloutEngine):
-    def __init__(self, cfg: OmniConfig, model, path: str):
+    def __init__(self, cfg: OmniConfig, model, path: str, options):
         require("vllm")
         from vllm import LLM
 
         self.model = model  # the trainer-side adapter: tokenizer, stop tokens, LoRA targets
         self.cfg = cfg
+        self.options = options  # rollout.options (VllmOptions)
         r, lora = cfg.rollout, cfg.model.lora
         self.weight_version = 0
         self.stats = {"samples": 0, "generate_calls": 0, "weight_updates": 0}
@@ -114,8 +115,8 @@ class VllmTextEngine(SynchronousRolloutEngine):
         self._lora_dirs: list[str] = []
         self.llm = LLM(
             model=path, dtype=cfg.model.dtype, seed=cfg.trainer.seed, max_num_seqs=r.max_num_seqs,
-            gpu_memory_utilization=r.vllm_gpu_memory_utilization, enforce_eager=r.vllm_enforce_eager,
-            enable_sleep_mode=r.vllm_sleep_mode, enable_lora=lora.enabled, max_lora_rank=vllm_max_lora_rank(lora.rank) if lora.enabled else 16,
+            gpu_memory_utilization=options.gpu_memory_utilization, enforce_eager=options.enforce_eager,
+            enable_sleep_mode=options.sleep_mode, enable_lora=lora.enabled, max_lora_rank=vllm_max_lora_rank(lora.rank) if lora.enabled else 16,
             max_loras=1, logprobs_mode="processed_logprobs", worker_extension_cls=WORKER_EXTENSION,
         )
 
@@ -179,8 +180,8 @@ class VllmTextEngine(SynchronousRolloutEngine):
         self.llm.wake_up()
 
     def _require_sleep_mode(self, what: str) -> None:
-        if not self.cfg.rollout.vllm_sleep_mode:
-            raise RuntimeError(f"{what}(): the vllm engine was started with rollout.vllm_sleep_mode=false; "
+        if not self.options.sleep_mode:
+            raise RuntimeError(f"{what}(): the vllm engine was started with rollout.options.sleep_mode=false; "
                                f"set it to true to free the GPU between rollouts")
 
     def close(self) -> None:

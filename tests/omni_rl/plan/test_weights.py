@@ -49,7 +49,7 @@ def test_fsdp2_plan_equals_the_sharded_engine(fake_group, dtype):
     the fp32 master copies are real, the collectives do nothing); rank 0 holds the largest shard."""
     from omni_rl.engine.fsdp2 import FSDP2Engine
 
-    overrides = [f"recipe={RECIPE}", "trainer.backend=ray", "trainer.devices_per_node=4", "trainer.micro_batch_size=4",
+    overrides = [f"recipe={RECIPE}", "trainer.backend=ray", "trainer.backend_options.devices_per_node=4", "trainer.micro_batch_size=4",
                  f"model.dtype={dtype}"]
     cfg = load_config(overrides)
     plan = plan_weights(cfg)

@@ -32,8 +32,8 @@ def run_config(path: str, device: str, dtype: str = "float32") -> OmniConfig:
     cfg = OmniConfig()
     cfg.model = ModelConfig(path=path, dtype=dtype)
     cfg.trainer.device = device
-    cfg.rollout.backend, cfg.rollout.max_num_seqs, cfg.rollout.max_wait_ms = "vllm_omni", 8, 20.0
-    cfg.rollout.vllm_enforce_eager = True
+    cfg.rollout.backend, cfg.rollout.max_num_seqs = "vllm_omni", 8
+    cfg.rollout.options = {"max_wait_ms": 20.0, "enforce_eager": True}
     return cfg
 
 

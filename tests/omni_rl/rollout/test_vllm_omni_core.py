@@ -15,7 +15,8 @@ import pytest
 import torch
 
 from omni_rl.config.schema import OmniConfig
-from omni_rl.config.validate import ConfigError, validate_config
+from omni_rl.compose import check_components
+from omni_rl.config.validate import ConfigError
 from omni_rl.rollout.backends import build_rollout_engine
 from omni_rl.rollout.native import NativeDiffusionEngine
 from omni_rl.rollout.server.serve import build_server
@@ -121,7 +122,7 @@ def test_vllm_omni_without_the_package_is_one_clear_error(make_sd3):
     with pytest.raises(BackendUnavailableError) as err:
         build_rollout_engine(cfg, make_sd3())
     message = str(err.value)
-    assert "rollout.backend='vllm_omni'" in message and "'vllm-omni'" in message and "rollout.python" in message
+    assert "rollout.backend='vllm_omni'" in message and "'vllm-omni'" in message and "rollout.options.python" in message
 
 
 @pytest.mark.skipif(HAS_VLLM, reason="vllm is installed here")
@@ -145,11 +146,11 @@ def test_a_backend_of_the_wrong_family_names_the_right_one(make_sd3):
 
 @pytest.mark.skipif(HAS_VLLM_OMNI, reason="vllm-omni is installed here")
 def test_the_server_builds_the_engine_in_process_with_a_weightless_model(tiny_sd3_path):
-    """Inside the server (run by rollout.python) the vllm_omni factory must build the engine
+    """Inside the server (run by rollout.options.python) the vllm_omni factory must build the engine
     there, not start another server: it reaches the package check, with a meta-device model."""
     cfg = OmniConfig()
     cfg.model.path = str(tiny_sd3_path)
-    cfg.rollout.backend, cfg.rollout.python = "vllm_omni", "/some/other/python"
+    cfg.rollout.backend, cfg.rollout.options = "vllm_omni", {"python": "/some/other/python"}
     with pytest.raises(BackendUnavailableError, match="vllm_omni"):
         build_server(cfg, "vllm_omni")
 
@@ -158,11 +159,11 @@ def test_config_rules_of_the_vllm_keys():
     cfg = OmniConfig()
     cfg.rollout.backend, cfg.rollout.top_p = "vllm", 0.9
     with pytest.raises(ConfigError, match=r"rollout.top_p=0.9: expected 1.0 with rollout.backend=vllm"):
-        validate_config(cfg)
+        check_components(cfg)
     cfg = OmniConfig()
-    cfg.rollout.vllm_gpu_memory_utilization = 1.5
-    with pytest.raises(ConfigError, match="rollout.vllm_gpu_memory_utilization=1.5"):
-        validate_config(cfg)
+    cfg.rollout.backend, cfg.rollout.options = "vllm_omni", {"gpu_memory_utilization": 1.5}
+    with pytest.raises(ConfigError, match="rollout.options.gpu_memory_utilization=1.5"):
+        check_components(cfg)
 
 
 # --- the text engine's conversions ----------------------------------------------------------

@@ -45,8 +45,9 @@ class FakeActors:
         return WeightSnapshot(version, "full", {"w": self.weights.clone()})
 
 
-def producer(name, actors, rollout, start_step=0, saved=None, **trainer):
-    cfg = load_config([f"trainer.pipeline={name}", *[f"trainer.{k}={v}" for k, v in trainer.items()]])
+def producer(name, actors, rollout, start_step=0, saved=None, total_steps=None, **options):
+    cfg = load_config([f"trainer.pipeline={name}", *[f"trainer.pipeline_options.{k}={v}" for k, v in options.items()],
+                       *([f"trainer.total_steps={total_steps}"] if total_steps is not None else [])])
     return PIPELINES.get(name)(cfg, actors, rollout, start_step, saved)
 
 
@@ -174,9 +175,9 @@ def test_a_failed_rollout_fails_next_instead_of_hanging():
 
 
 @pytest.mark.parametrize("overrides, expected", [
-    (["trainer.pipeline=async", "trainer.max_staleness=-1"], "trainer.max_staleness=-1: expected an integer >= 0"),
-    (["trainer.pipeline=one_step_off", "trainer.max_staleness=0"], "trainer.max_staleness=0: expected >= 1 with trainer.pipeline=one_step_off"),
-    (["trainer.stale_policy=skip"], "trainer.stale_policy='skip': expected one of drop"),
+    (["trainer.pipeline=async", "trainer.pipeline_options.max_staleness=-1"], "trainer.pipeline_options.max_staleness=-1: expected an integer >= 0"),
+    (["trainer.pipeline=one_step_off", "trainer.pipeline_options.max_staleness=0"], "trainer.pipeline_options.max_staleness=0: expected >= 1 with trainer.pipeline=one_step_off"),
+    (["trainer.pipeline=async", "trainer.pipeline_options.stale_policy=skip"], "trainer.pipeline_options.stale_policy='skip': expected one of drop"),
     (["trainer.pipeline=offpolicy"], "trainer.pipeline='offpolicy': unknown pipeline; registered: async, on_policy, one_step_off"),
     (["trainer.pipeline=async", "trainer.backend=ray"], "trainer.pipeline='async': expected on_policy with trainer.backend=ray"),
     (["recipe=tiny_qwen3_grpo", "trainer.pipeline=async", "rollout.backend=vllm"],
@@ -193,5 +194,5 @@ def test_bad_pipeline_settings_fail_at_load_naming_the_key(overrides, expected):
 def test_every_backend_that_can_sample_beside_the_trainer_loads():
     for overrides in (["trainer.pipeline=async"], ["trainer.pipeline=one_step_off", "rollout.backend=server"],
                       ["recipe=tiny_qwen3_grpo", "trainer.pipeline=async", "rollout.backend=vllm",
-                       "rollout.python=/opt/vllm-omni/bin/python"]):
+                       "rollout.options.python=/opt/vllm-omni/bin/python"]):
         assert load_config(overrides).trainer.pipeline in ("async", "one_step_off")

@@ -32,7 +32,7 @@ def assert_same_weights(a, b):
 
 def test_async_with_max_staleness_0_trains_what_on_policy_trains(tmp_path):
     on_policy, _ = run(tmp_path, "on", "trainer.total_steps=3")
-    fresh, records = run(tmp_path, "async", "trainer.total_steps=3", "trainer.pipeline=async", "trainer.max_staleness=0")
+    fresh, records = run(tmp_path, "async", "trainer.total_steps=3", "trainer.pipeline=async", "trainer.pipeline_options.max_staleness=0")
     assert_same_weights(on_policy, fresh)
     assert all(r["rollout_corr/staleness_max"] == 0 for r in records)
 
@@ -60,7 +60,7 @@ def test_nothing_staler_than_the_bound_reaches_the_loss_under_a_slow_update(tmp_
         return update(self, batch, step)
 
     monkeypatch.setattr(LocalActorGroup, "update", slow_update)
-    run(tmp_path, "slow", "trainer.total_steps=5", "trainer.pipeline=async", "trainer.max_staleness=2")
+    run(tmp_path, "slow", "trainer.total_steps=5", "trainer.pipeline=async", "trainer.pipeline_options.max_staleness=2")
     assert seen == [0, 1, 2, 2, 2]
 
 

@@ -20,7 +20,7 @@ pytestmark = pytest.mark.gpu
 BASE = ["recipe=tiny_qwen3_grpo", "trainer.progress_bar=false", "trainer.loggers=[jsonl]", "trainer.val_every=0",
         "trainer.total_steps=3", "trainer.micro_batch_size=8", "rollout.max_new_tokens=8",
         "model.lora.enabled=true", "optim.lr=1e-2"]
-RAY = ["trainer.backend=ray", "trainer.engine=fsdp2", "trainer.devices_per_node=1"]
+RAY = ["trainer.backend=ray", "trainer.engine=fsdp2", "trainer.backend_options.devices_per_node=1"]
 
 
 def train(out, *overrides):
@@ -44,7 +44,7 @@ def test_one_worker_matches_one_process(tmp_path, ray_local, accel_device):
 
 def test_bf16_mixed_precision_with_optimizer_offload(tmp_path, ray_local, accel_device):
     records = train(tmp_path / "bf16", f"trainer.device={accel_device}", *RAY, "model.dtype=bfloat16",
-                    "trainer.optimizer_offload=true")
+                    "trainer.engine_options.optimizer_offload=true")
     assert len(records) == 3
     for rec in records:
         assert all(math.isfinite(rec[k]) for k in ("loss/total", "actor/grad_norm", "reward/total/mean")), rec

@@ -10,7 +10,7 @@ from omni_rl.families import DiffusionFamily
 from omni_rl.rollout.backends import build_rollout_engine
 from omni_rl.trainer.ray_actors import RayActorGroup
 
-SD3 = ["recipe=tiny_sd3_flowgrpo", "trainer.backend=ray", "trainer.engine=fsdp2", "trainer.devices_per_node=2",
+SD3 = ["recipe=tiny_sd3_flowgrpo", "trainer.backend=ray", "trainer.engine=fsdp2", "trainer.backend_options.devices_per_node=2",
        "trainer.prompts_per_step=3", "trainer.samples_per_prompt=2", "trainer.mini_batch_size=6",
        "trainer.micro_batch_size=3", "rollout.max_num_seqs=2"]
 

@@ -21,7 +21,7 @@ BASE = [
     "recipe=tiny_qwen3_grpo", "trainer.progress_bar=false", "trainer.loggers=[jsonl]", "trainer.val_every=0",
     "trainer.micro_batch_size=8", "rollout.max_new_tokens=8",
 ]
-RAY = ["trainer.backend=ray", "trainer.engine=fsdp2", "trainer.devices_per_node=2"]
+RAY = ["trainer.backend=ray", "trainer.engine=fsdp2", "trainer.backend_options.devices_per_node=2"]
 
 
 def train(out, *overrides):

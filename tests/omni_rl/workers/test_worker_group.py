@@ -3,6 +3,7 @@ import pytest
 
 from omni_rl.compose import load_config
 from omni_rl.config import ConfigError
+from omni_rl.trainer.ray_actors import RayActorGroup
 from omni_rl.workers import ResourcePool
 from omni_rl.workers.worker_group import split_evenly
 
@@ -25,9 +26,9 @@ def test_resource_pool_bundles():
 
 
 def test_ray_config_is_accepted_with_whole_micro_batches_per_worker():
-    cfg = load_config([*QWEN, "trainer.backend=ray", "trainer.engine=fsdp2", "trainer.devices_per_node=2",
+    cfg = load_config([*QWEN, "trainer.backend=ray", "trainer.engine=fsdp2", "trainer.backend_options.devices_per_node=2",
                        "trainer.micro_batch_size=8"])
-    assert cfg.trainer.nnodes * cfg.trainer.devices_per_node == 2
+    assert RayActorGroup.bind_options(cfg).world_size == 2
 
 
 @pytest.mark.parametrize("backend, engine", [("ray", "fsdp2"), ("local", "local")])
@@ -37,13 +38,13 @@ def test_the_engine_defaults_to_what_the_backend_drives(backend, engine):
 
 
 @pytest.mark.parametrize("overrides,key", [
-    (["trainer.backend=ray", "trainer.engine=fsdp2", "trainer.devices_per_node=2"], "trainer.mini_batch_size"),
+    (["trainer.backend=ray", "trainer.engine=fsdp2", "trainer.backend_options.devices_per_node=2"], "trainer.mini_batch_size"),
     (["trainer.backend=ray", "trainer.engine=local"], "trainer.engine"),
     (["trainer.engine=fsdp2"], "trainer.engine"),
     (["trainer.backend=mpi"], "trainer.backend"),
-    (["trainer.devices_per_node=2"], "trainer.devices_per_node"),
-    (["trainer.param_offload=true"], "trainer.param_offload"),
-    (["trainer.backend=ray", "trainer.engine=fsdp2", "trainer.worker_timeout_s=0"], "trainer.worker_timeout_s"),
+    (["trainer.backend_options.devices_per_node=2"], "trainer.backend_options.devices_per_node"),
+    (["trainer.engine_options.param_offload=true"], "trainer.engine_options.param_offload"),
+    (["trainer.backend=ray", "trainer.engine=fsdp2", "trainer.backend_options.worker_timeout_s=0"], "trainer.backend_options.worker_timeout_s"),
 ])
 def test_bad_distribution_settings_name_the_key(overrides, key):
     with pytest.raises(ConfigError, match=key.replace(".", r"\.")):

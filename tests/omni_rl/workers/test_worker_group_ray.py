@@ -53,7 +53,7 @@ def test_a_silent_worker_times_out_naming_it(ray_local):
 
 def test_start_up_has_its_own_deadline(ray_local):
     """A call timeout shorter than starting two workers (a process each, torch imported, a gloo
-    group) does not bound the start-up, which has trainer.worker_startup_timeout_s of its own."""
+    group) does not bound the start-up, which has trainer.backend_options.worker_startup_timeout_s of its own."""
     g = WorkerGroup(ResourcePool(1, 2), "cpu", 0.05, startup_timeout_s=300.0)
     try:
         assert [info["rank"] for info in g.infos] == [0, 1]
