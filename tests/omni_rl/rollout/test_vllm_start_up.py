@@ -33,6 +33,7 @@ from omni_rl.config.schema import LoraConfig, ModelConfig, OmniConfig
 from omni_rl.models import build_model
 from omni_rl.rollout.vllm_omni import availability
 from omni_rl.rollout.vllm_omni.availability import BackendUnavailableError, require
+from omni_rl.rollout.backends import VllmOmniOptions
 from omni_rl.rollout.vllm_omni.engine import VllmOmniDiffusionEngine, engine_kwargs
 from omni_rl.rollout.vllm_omni.pipelines import (
     SPEC_KEY,
@@ -65,7 +66,7 @@ def through_the_wire(args: dict, codec: str) -> dict:
 @pytest.mark.parametrize("codec", ["json", "msgpack"])
 def test_the_spec_round_trip_builds_the_adapter_with_its_lora(tiny_sd3_path, codec):
     cfg = sd3_config(tiny_sd3_path)
-    args = through_the_wire(engine_kwargs(cfg, str(tiny_sd3_path))["custom_pipeline_args"], codec)
+    args = through_the_wire(engine_kwargs(cfg, str(tiny_sd3_path), VllmOmniOptions())["custom_pipeline_args"], codec)
     core = DiffusionPipelineCore.from_spec(args[SPEC_KEY], torch.device("cpu"))
     assert isinstance(core.model.cfg.lora, LoraConfig) and core.model.cfg.lora.rank == 4
     torch.manual_seed(cfg.trainer.seed)
@@ -77,7 +78,7 @@ def test_the_spec_round_trip_builds_the_adapter_with_its_lora(tiny_sd3_path, cod
 
 
 def test_a_bad_key_in_the_spec_is_named(tiny_sd3_path):
-    spec = engine_kwargs(sd3_config(tiny_sd3_path), str(tiny_sd3_path))["custom_pipeline_args"][SPEC_KEY]
+    spec = engine_kwargs(sd3_config(tiny_sd3_path), str(tiny_sd3_path), VllmOmniOptions())["custom_pipeline_args"][SPEC_KEY]
     spec["model"]["lora"]["rnk"] = 4
     with pytest.raises(Exception, match="rnk"):
         DiffusionPipelineCore.from_spec(spec, torch.device("cpu"))
@@ -86,7 +87,7 @@ def test_a_bad_key_in_the_spec_is_named(tiny_sd3_path):
 # --- 1.5: a float32 default while the adapter is built ----------------------------------------
 def test_the_core_is_built_as_the_trainer_builds_whatever_the_default_dtype(tiny_sd3_path):
     cfg = sd3_config(tiny_sd3_path, dtype="bfloat16")
-    spec = engine_kwargs(cfg, str(tiny_sd3_path))["custom_pipeline_args"][SPEC_KEY]
+    spec = engine_kwargs(cfg, str(tiny_sd3_path), VllmOmniOptions())["custom_pipeline_args"][SPEC_KEY]
     with default_dtype(torch.bfloat16):  # what vLLM-Omni's set_default_torch_dtype(od_config.dtype) does
         core = DiffusionPipelineCore.from_spec(spec, torch.device("cpu"))
         assert torch.get_default_dtype() == torch.bfloat16  # put back after the build
@@ -114,7 +115,7 @@ def test_the_adapter_sees_a_float32_default_while_it_is_built(tiny_sd3_path, mon
         setup(self)
 
     monkeypatch.setattr(StableDiffusion3Adapter, "setup_trainable", recording)
-    spec = engine_kwargs(sd3_config(tiny_sd3_path, dtype="bfloat16"), str(tiny_sd3_path))["custom_pipeline_args"][SPEC_KEY]
+    spec = engine_kwargs(sd3_config(tiny_sd3_path, dtype="bfloat16"), str(tiny_sd3_path), VllmOmniOptions())["custom_pipeline_args"][SPEC_KEY]
     with default_dtype(torch.bfloat16):
         DiffusionPipelineCore.from_spec(spec, torch.device("cpu"))
     assert seen == [torch.float32]
@@ -123,7 +124,7 @@ def test_the_adapter_sees_a_float32_default_while_it_is_built(tiny_sd3_path, mon
 # --- 1.6: loaded as vLLM-Omni loads a custom pipeline -------------------------------------------
 def test_the_pipeline_is_built_on_the_cpu_and_follows_vllm_omnis_move(tiny_sd3_path):
     cfg = sd3_config(tiny_sd3_path)
-    args = through_the_wire(engine_kwargs(cfg, str(tiny_sd3_path))["custom_pipeline_args"], "json")
+    args = through_the_wire(engine_kwargs(cfg, str(tiny_sd3_path), VllmOmniOptions())["custom_pipeline_args"], "json")
     pipeline = OmniRLStableDiffusion3Pipeline(od_config=SimpleNamespace(custom_pipeline_args=args))
     assert pipeline.core.model.device == torch.device("cpu")
     assert {p.device.type for p in pipeline.parameters()} == {"cpu"}
@@ -222,7 +223,7 @@ def test_the_diffusion_engine_shuts_vllm_omni_down_on_its_loop(tmp_path, monkeyp
     monkeypatch.syspath_prepend(str(tmp_path))
     cfg = OmniConfig()
     cfg.rollout.backend = "vllm_omni"
-    engine = _EngineWithoutVllmOmni(cfg, make_sd3(), "unused")
+    engine = _EngineWithoutVllmOmni(cfg, make_sd3(), "unused", VllmOmniOptions())
     omni, loop = engine._omni, engine._loop
     engine.close()
     assert omni.shutdown_loop is loop
