@@ -17,7 +17,7 @@ from __future__ import annotations
 import re
 from typing import Any, Sequence
 
-from omni_rl.algos import ADVANTAGE_ESTIMATORS, DIFFUSION_KL, STEP_KERNELS
+from omni_rl.algos import ADVANTAGE_ESTIMATORS, DIFFUSION_LOSSES, FORWARD_LOSSES, STEP_KERNELS, TOKEN_LOSSES
 from omni_rl.algos.advantages import needs_group
 from omni_rl.config.loader import compose_config
 from omni_rl.config.schema import OmniConfig
@@ -31,6 +31,7 @@ from omni_rl.reward.registry import REWARDS, RewardConfigError, check_reward_opt
 from omni_rl.rollout.backends import ROLLOUT_BACKENDS, beside_trainer_problem
 from omni_rl.trainer import ACTOR_GROUPS  # the package registers the built-in backends
 from omni_rl.trainer.pipeline import PIPELINES
+from omni_rl.trainer.ppo_trainer import bind_advantage_options
 
 _DEVICE = re.compile(r"^(auto|cpu|cuda(:\d+)?|npu(:\d+)?)$")
 
@@ -53,16 +54,20 @@ def check_components(cfg: OmniConfig) -> None:
         ("model.adapter", ADAPTERS, adapter_key(cfg.model.adapter, cfg.model.stage)),
         ("rollout.kernel", STEP_KERNELS, cfg.rollout.kernel),
         ("algo.advantage", ADVANTAGE_ESTIMATORS, cfg.algo.advantage),
-        ("algo.kl_form", DIFFUSION_KL, cfg.algo.kl_form),
         ("rollout.backend", ROLLOUT_BACKENDS, cfg.rollout.backend),
         ("trainer.backend", ACTOR_GROUPS, cfg.trainer.backend),
         ("trainer.pipeline", PIPELINES, cfg.trainer.pipeline),
     ]:
         if value not in registry:
             raise ConfigError(f"{key}={value!r}: unknown {registry.kind}; registered: {', '.join(registry.names())}")
+    family = MODEL_FAMILIES.get(ADAPTERS.get(adapter_key(cfg.model.adapter, cfg.model.stage)).family)
+    bind_advantage_options(cfg)
+    family.bind_family_options(cfg)
     # The family's own rules first: they name what its losses cannot be, and why.
-    MODEL_FAMILIES.get(ADAPTERS.get(adapter_key(cfg.model.adapter, cfg.model.stage)).family).check_config(cfg)
+    family.check_config(cfg)
     _check_policy_loss(cfg)
+    # The losses' options, checked once here; the family builds its loss from them (`build_policy_loss`).
+    family.check_loss_options(cfg)
     _check_groups(cfg)
     _check_engine(cfg)
     _check_pipeline(cfg)
@@ -145,6 +150,16 @@ def _check_rollout_is(cfg: OmniConfig) -> None:
             f"of family {family} ({level!r} is not a unit of its actions; levels by family: {every}); set "
             f"algo.rollout_is to one of none, {', '.join(levels)}"
         )
+
+
+def loss_options_class(name: str) -> type:
+    """The options dataclass of the policy loss `name`, whatever its kind (step, token or
+    forward-process): what `--options algo.policy_loss=NAME` prints."""
+    for registry in (DIFFUSION_LOSSES, TOKEN_LOSSES, FORWARD_LOSSES):
+        if name in registry:
+            return registry.get(name).Options
+    every = sorted(DIFFUSION_LOSSES.names() + TOKEN_LOSSES.names() + FORWARD_LOSSES.names())
+    raise ConfigError(f"algo.policy_loss={name!r}: unknown loss; registered: {', '.join(every)}")
 
 
 def _check_policy_loss(cfg: OmniConfig) -> None:

@@ -29,14 +29,16 @@ from typing import Iterator, NamedTuple, Optional
 
 import torch
 
-from omni_rl.algos.advantages import AdvantageInput, get_advantage_estimator
+from omni_rl.algos.advantages import AdvantageInput, AdvantageOptions, get_advantage_estimator
 from omni_rl.algos.rollout_correction import rollout_is_weights
 from omni_rl.config.loader import to_yaml
+from omni_rl.config.options import bind_options
 from omni_rl.config.schema import OmniConfig
 from omni_rl.data.prompts import PromptSampler, load_prompt_items, training_prompt_items
 from omni_rl.families import build_family
 from omni_rl.families.base import BehaviourPolicy
 from omni_rl.families.offline_pairs import OfflinePairs
+from omni_rl.families.update import FIRST_GAP_MAX_KEY, FIRST_GAP_MEAN_KEY
 from omni_rl.logging import MetricLogger, ProgressBar, attach_run_log, build_sinks, plot_reward_curve
 from omni_rl.reward.async_scorer import AsyncRewardScorer
 from omni_rl.reward.manager import RewardManager, RewardSpec
@@ -84,6 +86,7 @@ class PPOTrainer:
             self.rollout_engine = self.actors.rollout_engine
             self._build_rewards()
             self.advantage_fn = get_advantage_estimator(cfg.algo.advantage)
+            self.advantage_options = bind_advantage_options(cfg)
             # Offline Diffusion-DPO: each step's pairs come from data.preference_file, not a rollout.
             self.offline_pairs = OfflinePairs(cfg, self.model) if cfg.data.preference_file is not None else None
             # Every prompt measured once against the model's context (data.overlong_prompts).
@@ -228,7 +231,7 @@ class PPOTrainer:
                 reward = self.rewards.score(*self.family.reward_inputs(batch))
             batch.rewards = reward.total
             batch.advantages = self.advantage_fn(
-                AdvantageInput(reward.total, batch.group_index, self.cfg.algo.std_mode, self.cfg.algo.adv_eps)
+                AdvantageInput(reward.total, batch.group_index, self.advantage_options.std_mode, self.advantage_options.eps)
             )
         with timer("old_log_prob"):
             old = self.old_policy(batch, step, fresh=produced.metrics["rollout_corr/staleness_max"] == 0)
@@ -238,7 +241,8 @@ class PPOTrainer:
         with timer("weight_sync"):
             self.producer.publish(step)
         return {
-            **reward.metrics, **self.family.rollout_metrics(batch), **update, **old.metrics, **produced.metrics,
+            **reward.metrics, **self.family.rollout_metrics(batch), **update,
+            **rollout_corr_metrics(old.metrics, update), **produced.metrics,
             **timer.metrics(len(batch)),
             "actor/advantage_abs_mean": float(batch.advantages.abs().mean()),
         }
@@ -380,6 +384,29 @@ def reward_specs(items) -> list[RewardSpec]:
     return [RewardSpec(r.name, r.weight, r.required, dict(r.kwargs), r.video_frames) for r in items]
 
 
+# The trainer's rollout-vs-trainer gap (max, mean); see `rollout_corr_metrics`.
+GAP_KEYS = ("rollout_corr/logprob_abs_diff_max", "rollout_corr/logprob_abs_diff_mean")
+
+
+def bind_advantage_options(cfg: OmniConfig) -> AdvantageOptions:
+    """`algo.advantage_options` bound to the estimators' options (or a one-line ConfigError)."""
+    return bind_options(AdvantageOptions, cfg.algo.advantage_options, "algo.advantage_options",
+                        f"advantage estimator {cfg.algo.advantage}")
+
+
+def rollout_corr_metrics(old_metrics: dict[str, float], update: dict[str, float]) -> dict[str, float]:
+    """The step's `rollout_corr/*`, whose one producer is the trainer: the old-policy pass's metrics
+    and, where that pass scored no sample (the rollout's log-probs are the old ones and the step
+    is no check step; `rollout_corr/checked_fraction` < 1), the gap on the update's first
+    mini-batch (`actor/first_minibatch_logprob_abs_diff_*`), which is that very gap before the
+    first optimizer step."""
+    out = dict(old_metrics)
+    if GAP_KEYS[0] not in out and FIRST_GAP_MAX_KEY in update:
+        out[GAP_KEYS[0]] = update[FIRST_GAP_MAX_KEY]
+        out[GAP_KEYS[1]] = update[FIRST_GAP_MEAN_KEY]
+    return out
+
+
 def rollout_gap(rollout_log_probs: torch.Tensor, scored: BehaviourPolicy) -> dict[str, float]:
     """How far the sampler's log-probs are from the trainer's for the same weights: the numerical
     gap between the two code paths (batching, kernels, precision), over every valid entry."""
@@ -388,8 +415,8 @@ def rollout_gap(rollout_log_probs: torch.Tensor, scored: BehaviourPolicy) -> dic
     a, b = rollout_log_probs[valid].double(), scored.log_probs[valid].double()
     pearson = float(torch.corrcoef(torch.stack([a, b]))[0, 1]) if a.numel() > 1 and a.std() > 0 else 1.0
     return {
-        "rollout_corr/logprob_abs_diff_mean": float(diff.mean()),
-        "rollout_corr/logprob_abs_diff_max": float(diff.max()),
+        GAP_KEYS[1]: float(diff.mean()),
+        GAP_KEYS[0]: float(diff.max()),
         "rollout_corr/logprob_pearson": pearson,
         "rollout_corr/checked_fraction": 1.0,
     }
