@@ -335,7 +335,7 @@ def aggregate(values: Tensor, mask: Optional[Tensor], mode: str, scale: Optional
     if mode == SUM_NORM_MODE and scale is None:
         raise ValueError(
             f"loss_agg_mode={mode!r} divides by a constant, loss_scale_factor, but it is None; pass "
-            f"Dr.GRPO's response length budget (the config's algo.loss_scale_factor, null meaning "
+            f"Dr.GRPO's response length budget (the loss option loss_scale_factor, null meaning "
             f"rollout.max_new_tokens)."
         )
     if values.ndim != 2:

@@ -67,14 +67,13 @@ class TextFamily(ModelFamily):
     rollout_is_levels = ("token", "sequence")  # a response token; the whole response
     losses = TOKEN_LOSSES
 
-    def __init__(self, cfg: OmniConfig, model: AutoregressiveModelBase, options=None):
-        super().__init__(cfg, model, options)
+    def __init__(self, cfg: OmniConfig, model: AutoregressiveModelBase, options=None, trains: bool = True):
+        super().__init__(cfg, model, options, trains)
         self._encoded: dict[int, PromptInputs] = {}
         self._truncated: set[int] = set()  # ids of the items whose prompt was cut to fit
 
     def build_policy_loss(self) -> TokenLoss:
-        return build_token_loss(self.losses.get(self.cfg.algo.policy_loss), self.bind_loss_options(self.cfg),
-                                self.cfg, self.cfg.algo.kl_coef)
+        return build_token_loss(self.loss_class, self.bind_loss_options(self.cfg), self.cfg, self.cfg.algo.kl_coef)
 
     # --- prompt length --------------------------------------------------------------------
     @functools.cached_property

@@ -102,15 +102,22 @@ class ModelFamily(ABC):
 
     def build_policy_loss(self) -> PolicyLoss:
         """The configured loss, built once from its bound options."""
-        return self.losses.get(self.cfg.algo.policy_loss)(self.bind_loss_options(self.cfg))
+        return self.loss_class(self.bind_loss_options(self.cfg))
 
-    def __init__(self, cfg: OmniConfig, model, options=None):
+    def __init__(self, cfg: OmniConfig, model, options=None, trains: bool = True):
+        """`trains`: build the actor half (the loss and its state: an EMA, ...). Only where the
+        weights are trained (an actor group, a Ray rank); the driver's family samples and scores
+        (`build_family(..., trains=False)`) and holds no second copy of that state."""
         self.cfg = cfg
         self.model = model
         self.algo = cfg.algo
+        self.trains = trains
         # A family built inside another (think_draw's image half) is handed the outer one's options.
         self.options = options if options is not None else self.bind_family_options(cfg)
-        self.policy_loss = self.build_policy_loss()
+        # What the loss declares (reads_old_mean, pairwise) the rollout half may read; the loss itself
+        # exists only in the actor half.
+        self.loss_class = self.losses.get(cfg.algo.policy_loss)
+        self.policy_loss = self.build_policy_loss() if trains else None
 
     # --- the rollout half -----------------------------------------------------------------
     def fit_prompts(self, items: list, what: str = "data.prompts") -> list:
@@ -177,5 +184,6 @@ def register_family(name: str):
     return MODEL_FAMILIES.register(name)
 
 
-def build_family(cfg: OmniConfig, model) -> ModelFamily:
-    return MODEL_FAMILIES.get(model.family)(cfg, model)
+def build_family(cfg: OmniConfig, model, trains: bool = True) -> ModelFamily:
+    """The family of `model`; `trains=False` builds the rollout half only (the driver's)."""
+    return MODEL_FAMILIES.get(model.family)(cfg, model, trains=trains)

@@ -41,7 +41,7 @@ from omni_rl.data.diffusion_batch import DiffusionBatch
 from omni_rl.data.prompts import PromptFileError, PromptItem
 from omni_rl.families.base import BehaviourPolicy, ModelFamily, register_family
 from omni_rl.families.forward_draws import TIMESTEP_SAMPLINGS
-from omni_rl.families.forward_process import ForwardProcessObjective
+from omni_rl.families.forward_process import ForwardProcessObjective, pair_metrics
 from omni_rl.families.scored_rollout import scored_rollout
 from omni_rl.families.update import GAP_MAX_KEY, GAP_MEAN_KEY
 from omni_rl.logging import make_grid
@@ -132,11 +132,17 @@ class DiffusionFamily(ModelFamily):
             raise ConfigError(f"model.lora.enabled={cfg.model.lora.enabled!r}: expected true with algo.policy_loss="
                               f"{a.policy_loss} (its reference policy is the base model with LoRA disabled)")
 
-    def __init__(self, cfg: OmniConfig, model: DiffusionModelBase, options: DiffusionOptions | None = None):
-        super().__init__(cfg, model, options)
+    def __init__(self, cfg: OmniConfig, model: DiffusionModelBase, options: DiffusionOptions | None = None,
+                 trains: bool = True):
+        super().__init__(cfg, model, options, trains)
         self.kl_form = get_diffusion_kl(self.options.kl_form)
-        forward = cfg.algo.policy_loss in FORWARD_LOSSES
-        self.forward = ForwardProcessObjective(cfg, model, self.policy_loss, self.options) if forward else None
+        self.forward_process = cfg.algo.policy_loss in FORWARD_LOSSES
+        # The forward-process objective (and DiffusionNFT's EMA) is actor-half state: built only
+        # where the weights are trained.
+        self.forward = (
+            ForwardProcessObjective(cfg, model, self.policy_loss, self.options)
+            if self.forward_process and trains else None
+        )
 
     # --- the rollout half -----------------------------------------------------------------
     def fit_prompts(self, items: list, what: str = "data.prompts") -> list:
@@ -318,12 +324,14 @@ class DiffusionFamily(ModelFamily):
         return {f"val/{k}": v for k, v in reward.metrics.items()}
 
     def rollout_metrics(self, batch: DiffusionBatch) -> dict[str, float]:
-        return {} if self.forward is None else self.forward.rollout_metrics(batch)
+        if not (self.forward_process and self.loss_class.pairwise):
+            return {}
+        return pair_metrics(batch)
 
     # --- the actor half -------------------------------------------------------------------
     @property
     def reads_old_means(self) -> bool:
-        return self.forward is None and self.policy_loss.reads_old_mean
+        return not self.forward_process and self.loss_class.reads_old_mean
 
     def train_items(self, batch: DiffusionBatch):
         return batch if self.forward is None else self.forward.train_items(batch)

@@ -40,6 +40,16 @@ log = logging.getLogger(__name__)
 EMA_PREFIX = "nft_ema/"
 
 
+def pair_metrics(batch) -> dict[str, float]:
+    """A scored rollout's best-vs-worst pairs for a pairwise loss: how many, and the groups whose
+    rewards tie (no pair). For the driver's step metrics, before the update makes the pairs."""
+    if batch.rewards is None:
+        return {}
+    winners, _ = best_worst_pairs(batch.rewards, batch.group_index)
+    groups = int(torch.unique(batch.group_index).numel())
+    return {"actor/dpo_pairs": float(len(winners)), "actor/dpo_tied_groups": float(groups - len(winners))}
+
+
 class ForwardProcessObjective:
     def __init__(self, cfg: OmniConfig, model, loss_fn: ForwardLoss, options):
         """`loss_fn`: the built forward loss; `options`: the diffusion family's (the draws)."""
@@ -68,13 +78,6 @@ class ForwardProcessObjective:
         if isinstance(batch, PairBatch):
             return batch
         return PairBatch.from_rollout(batch) if self.pairwise else batch
-
-    def rollout_metrics(self, batch) -> dict[str, float]:
-        if not self.pairwise or batch.rewards is None:
-            return {}
-        winners, _ = best_worst_pairs(batch.rewards, batch.group_index)
-        groups = int(torch.unique(batch.group_index).numel())
-        return {"actor/dpo_pairs": float(len(winners)), "actor/dpo_tied_groups": float(groups - len(winners))}
 
     def after_optimizer_step(self) -> None:
         if self.ema is not None:

@@ -96,12 +96,13 @@ class ThinkDrawFamily(ModelFamily):
     losses = DIFFUSION_LOSSES  # algo.policy_loss; the plan's is the option plan_policy_loss
     Options = ThinkDrawOptions
 
-    def __init__(self, cfg: OmniConfig, model: ThinkDrawModelBase, options: ThinkDrawOptions | None = None):
-        super().__init__(cfg, model, options)
-        self.image = DiffusionFamily(cfg, model, self.options)
+    def __init__(self, cfg: OmniConfig, model: ThinkDrawModelBase, options: ThinkDrawOptions | None = None,
+                 trains: bool = True):
+        super().__init__(cfg, model, options, trains)
+        self.image = DiffusionFamily(cfg, model, self.options, trains)
         # No KL term on the plan: algo.kl_coef applies to the image steps.
         self.plan_loss = build_token_loss(TOKEN_LOSSES.get(self.options.plan_policy_loss),
-                                          bind_plan_loss_options(self.options), cfg, kl_coef=0.0)
+                                          bind_plan_loss_options(self.options), cfg, kl_coef=0.0) if trains else None
 
     @classmethod
     def check_config(cls, cfg: OmniConfig) -> None:

@@ -82,7 +82,8 @@ class PPOTrainer:
             torch.manual_seed(t.seed)
             self.actors = ACTOR_GROUPS.get(t.backend)(cfg)
             self.model = self.actors.model  # the driver's view: what building requests needs
-            self.family = build_family(cfg, self.model)
+            # The rollout half only: the actor half (the loss, an EMA) lives where the weights are trained.
+            self.family = build_family(cfg, self.model, trains=False)
             self.rollout_engine = self.actors.rollout_engine
             self._build_rewards()
             self.advantage_fn = get_advantage_estimator(cfg.algo.advantage)

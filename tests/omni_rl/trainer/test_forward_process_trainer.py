@@ -66,3 +66,16 @@ def test_dpo_trains_on_best_vs_worst_pairs(tmp_path):
     # (LoRA's B starts at 0, so the LoRA-on and the LoRA-off forwards agree exactly.)
     assert abs(records[0]["loss/policy"] - math.log(2)) < 1e-6
     assert lora_b_moved(trainer)
+
+
+def test_the_driver_holds_no_second_training_half(tmp_path):
+    """With DiffusionNFT the EMA (and the loss) exist once, where the weights are trained: the
+    driver's family samples and scores only."""
+    cfg = load_config(["recipe=tiny_sd3_diffusion_nft", *SMALL, "trainer.mini_batch_size=4",
+                       f"trainer.output_dir={tmp_path / 'one'}"])
+    trainer = PPOTrainer(cfg)
+    try:
+        assert trainer.family.forward is None and trainer.family.policy_loss is None
+        assert trainer.actors.family.forward.ema is not None and trainer.actors.family.policy_loss is not None
+    finally:
+        trainer.actors.close()
