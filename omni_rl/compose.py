@@ -135,9 +135,9 @@ def _check_reward_media(cfg: OmniConfig) -> None:
 
 
 def _check_rollout_is(cfg: OmniConfig) -> None:
-    """`algo.rollout_is` is a level of this model's actions: token or sequence for a text model,
+    """`algo.rollout_correction.level` is a level of this model's actions: token or sequence for a text model,
     step or sequence for a diffusion model (its family's `rollout_is_levels`)."""
-    level = cfg.algo.rollout_is
+    level = cfg.algo.rollout_correction.level
     if level == "none":
         return
     architecture = adapter_key(cfg.model.adapter, cfg.model.stage)
@@ -146,9 +146,9 @@ def _check_rollout_is(cfg: OmniConfig) -> None:
     if level not in levels:
         every = "; ".join(f"{name}: {', '.join(MODEL_FAMILIES.get(name).rollout_is_levels)}" for name in MODEL_FAMILIES.names())
         raise ConfigError(
-            f"algo.rollout_is={level!r}: expected none, {' or '.join(levels)} for model.adapter={architecture!r} "
+            f"algo.rollout_correction.level={level!r}: expected none, {' or '.join(levels)} for model.adapter={architecture!r} "
             f"of family {family} ({level!r} is not a unit of its actions; levels by family: {every}); set "
-            f"algo.rollout_is to one of none, {', '.join(levels)}"
+            f"algo.rollout_correction.level to one of none, {', '.join(levels)}"
         )
 
 

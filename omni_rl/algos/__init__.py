@@ -23,7 +23,7 @@ What a loss reads beyond the common tensors is a declared class attribute: `Step
 `ForwardLoss.reads` and `ForwardLoss.pairwise`.
 
 `rollout_correction` (no registry) gives the truncated importance weights between the trainer's
-old log-probs and the rollout engine's (`algo.rollout_is`), which every policy loss applies.
+old log-probs and the rollout engine's (`algo.rollout_correction.level`), which every policy loss applies.
 
 `latent_streams` is the latents' type: a tensor, or `LatentStreams` for models that denoise
 several latents (video and audio) in one forward, which the kernels step as one action.

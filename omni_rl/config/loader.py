@@ -65,6 +65,9 @@ MOVED_ALGO_KEYS: dict[str, tuple[str, str]] = {
     "algo.plan_policy_loss": ("algo.family_options.plan_policy_loss", "the think_draw family's option"),
     "algo.plan_loss_weight": ("algo.family_options.plan_loss_weight", "the think_draw family's option"),
     "algo.plan_clip_range": ("algo.family_options.plan_loss_options.clip_range", "the think_draw family's plan loss's option"),
+    "algo.rollout_is": ("algo.rollout_correction.level", "the rollout correction's block"),
+    "algo.rollout_is_cap": ("algo.rollout_correction.cap", "the rollout correction's block"),
+    "algo.rollout_is_mode": ("algo.rollout_correction.mode", "the rollout correction's block"),
 }
 MOVED_KEYS: dict[str, tuple[str, str]] = {**MOVED_ALGO_KEYS}
 DEFAULT_RECIPE = OmniConfig.recipe

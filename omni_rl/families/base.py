@@ -58,7 +58,7 @@ class BehaviourPolicy:
 class ModelFamily(ABC):
     # The trainer's batch type of this family (DiffusionBatch, TextBatch).
     batch_type: ClassVar[type]
-    # The `algo.rollout_is` levels its actions take besides "none" (`algos/rollout_correction.py`),
+    # The `algo.rollout_correction.level` levels its actions take besides "none" (`algos/rollout_correction.py`),
     # checked at config load.
     rollout_is_levels: ClassVar[tuple[str, ...]] = ()
     # The registry `algo.policy_loss` is looked up in: the losses of this family's actions

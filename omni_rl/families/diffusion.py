@@ -11,7 +11,7 @@ transition mean, and the very kernel that sampled (`omni_rl.algos.flow_sde`) sco
 under it. So the rollout's log-prob and the trainer's are the same function of the same inputs,
 and on-policy their ratio is 1. `loss(micro_batch, j)` is the policy loss on the (sample, step j)
 entries (each weighted by the rollout correction's `batch.rollout_is_weights` when the trainer
-computed them: `algo.rollout_is`) plus, when `algo.kl_coef > 0`, the KL (`kl_form`, a family
+computed them: `algo.rollout_correction.level`) plus, when `algo.kl_coef > 0`, the KL (`kl_form`, a family
 option) to the reference (LoRA disabled) policy; it also
 reports how far the stored old log-probs are from this forward's (`update.GAP_MAX_KEY`, which the
 update keeps for its first mini-batch as `actor/first_minibatch_logprob_abs_diff_*`: before the
@@ -125,8 +125,8 @@ class DiffusionFamily(ModelFamily):
             raise ConfigError(
                 f"algo.kl_coef={a.kl_coef!r}: expected 0 with algo.policy_loss={a.policy_loss} (a forward-process loss "
                 f"has no per-step KL term; a reference-regularised one reads the reference itself): remove algo.kl_coef")
-        if a.rollout_is != "none":
-            raise ConfigError(f"algo.rollout_is={a.rollout_is!r}: expected none with algo.policy_loss={a.policy_loss} "
+        if a.rollout_correction.level != "none":
+            raise ConfigError(f"algo.rollout_correction.level={a.rollout_correction.level!r}: expected none with algo.policy_loss={a.policy_loss} "
                               f"(it reads no log-probs, so there is nothing to correct)")
         if "ref_velocity" in loss.reads and not cfg.model.lora.enabled:
             raise ConfigError(f"model.lora.enabled={cfg.model.lora.enabled!r}: expected true with algo.policy_loss="

@@ -30,7 +30,7 @@ step's plans.
 
 Not here (refused at config load, `check_config`): losses that read the old transition means
 (the trainer would need means for the plan columns, which have none) or train the forward
-process (no trajectory), a correction level (`algo.rollout_is`: the plan tokens and the steps
+process (no trajectory), a correction level (`algo.rollout_correction.level`: the plan tokens and the steps
 have no common unit), Ray workers and pipelined rollouts (the plans are sampled with the
 driver's own model, which must be the one being trained), a rollout engine other than the
 in-process `native` one (untested with a precomputed conditioning) and `rollout.top_p` < 1 (the
@@ -126,8 +126,8 @@ class ThinkDrawFamily(ModelFamily):
                 f"token loss: {', '.join(TOKEN_LOSSES.names())}"
             )
         bind_plan_loss_options(options)
-        if a.rollout_is != "none":
-            raise ConfigError(f"algo.rollout_is={a.rollout_is!r}: expected none for a think-draw model (a plan token and "
+        if a.rollout_correction.level != "none":
+            raise ConfigError(f"algo.rollout_correction.level={a.rollout_correction.level!r}: expected none for a think-draw model (a plan token and "
                               f"a denoising step have no common correction level)")
         if t.backend != "local":
             raise ConfigError(f"trainer.backend={t.backend!r}: expected local for a think-draw model (its plans are "

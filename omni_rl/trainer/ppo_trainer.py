@@ -4,7 +4,7 @@
              each sample with the weight version it was sampled with, none staler than
              trainer.max_staleness (request-batched, fp32 trajectories) -> rewards -> advantages
              -> old log-probs (the rollout's where they are the actor's own, else recomputed)
-                and, with algo.rollout_is, the rollout-correction weights between the two
+                and, with algo.rollout_correction.level, the rollout-correction weights between the two
              -> PPO update (epochs x mini-batches, replaying the stored steps)
              -> weight sync (through the producer) -> log / validate / checkpoint
 
@@ -59,7 +59,7 @@ class OldPolicy(NamedTuple):
 
     log_probs: torch.Tensor                      # the ratio's old log-probs [N, E]
     means: Optional[torch.Tensor]                # old transition means, for losses that read them
-    rollout_is_weights: Optional[torch.Tensor]   # [N, E], None when algo.rollout_is is off or a no-op
+    rollout_is_weights: Optional[torch.Tensor]   # [N, E], None when algo.rollout_correction.level is off or a no-op
     metrics: dict[str, float]                    # rollout_corr/*
 
 
@@ -108,10 +108,10 @@ class PPOTrainer:
             self.start_step = 0
             saved = self._resume(t.resume) if t.resume else None
             self.producer = PIPELINES.get(t.pipeline)(cfg, self.actors, self._rollout_unit, self.start_step, saved)
-            if t.pipeline != "on_policy" and cfg.algo.rollout_is == "none" and cfg.algo.old_logprob_mode != "bypass":
+            if t.pipeline != "on_policy" and cfg.algo.rollout_correction.level == "none" and cfg.algo.old_logprob_mode != "bypass":
                 log.warning(
-                    "trainer.pipeline=%s with algo.rollout_is=none: stale samples are not reweighted towards the "
-                    "current policy; set algo.rollout_is (step or sequence for diffusion, token or sequence for text)",
+                    "trainer.pipeline=%s with algo.rollout_correction.level=none: stale samples are not reweighted towards the "
+                    "current policy; set algo.rollout_correction.level (step or sequence for diffusion, token or sequence for text)",
                     t.pipeline,
                 )
             with self._writing("config.yaml"):
@@ -282,7 +282,7 @@ class PPOTrainer:
         `algo.logprob_check_every` steps, where it measures the gap on every sample. On the
         other steps the update measures it on its first mini-batch, before the weights change.
 
-        With `algo.rollout_is` set (which the config allows with `auto` and `recompute` only), the
+        With `algo.rollout_correction.level` set (which the config allows with `auto` and `recompute` only), the
         weights are min(exp(old - rollout), C) of `rollout_correction`, computed once for the
         step. With stale samples (trainer.pipeline) the rollout's log-probs are the behaviour
         policy's, the version that sampled them, and the recomputed ones the current weights':
@@ -295,7 +295,7 @@ class PPOTrainer:
         use_rollout = algo.old_logprob_mode == "bypass" or (
             algo.old_logprob_mode == "auto" and fresh and self.actors.rollout_is_behaviour_policy
         )
-        unit = {} if algo.rollout_is == "none" else {
+        unit = {} if algo.rollout_correction.level == "none" else {
             "rollout_corr/is_weight_mean": 1.0, "rollout_corr/is_weight_max": 1.0, "rollout_corr/is_clipped_fraction": 0.0,
         }
         check = algo.logprob_check_every > 0 and (step - 1) % algo.logprob_check_every == 0
@@ -307,10 +307,10 @@ class PPOTrainer:
         if use_rollout:
             return OldPolicy(batch.rollout_log_probs, scored.means, None, {**metrics, **unit})
         weights = None
-        if algo.rollout_is != "none":
+        if algo.rollout_correction.level != "none":
             weights, is_metrics = rollout_is_weights(
-                scored.log_probs, batch.rollout_log_probs, scored.mask, algo.rollout_is, algo.rollout_is_cap,
-                algo.rollout_is_mode,
+                scored.log_probs, batch.rollout_log_probs, scored.mask, algo.rollout_correction.level, algo.rollout_correction.cap,
+                algo.rollout_correction.mode,
             )
             metrics.update({f"rollout_corr/{k}": float(v) for k, v in is_metrics.items()})
         return OldPolicy(scored.log_probs, scored.means, weights, metrics)

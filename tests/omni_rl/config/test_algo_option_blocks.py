@@ -15,7 +15,7 @@ from omni_rl.families import DiffusionFamily, TextFamily
 
 
 def test_the_schema_keeps_only_what_every_run_reads():
-    assert len(AlgoConfig.__dataclass_fields__) <= 12
+    assert len(AlgoConfig.__dataclass_fields__) <= 10
     assert not set(AlgoConfig.__dataclass_fields__) & {key.split(".", 1)[1] for key in MOVED_ALGO_KEYS}
 
 
@@ -25,6 +25,7 @@ def test_the_schema_keeps_only_what_every_run_reads():
     ("algo.std_mode=group", "algo.advantage_options.std_mode"),
     ("algo.timestep_fraction=0.5", "algo.family_options.timestep_fraction"),
     ("algo.clip_range=0.2", "algo.loss_options.<loss>.clip_range"),
+    ("algo.rollout_is=step", "algo.rollout_correction.level"),
 ])
 def test_an_old_flat_key_names_its_new_place(override, new):
     with pytest.raises(ConfigError) as info:

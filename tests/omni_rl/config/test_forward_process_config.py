@@ -29,7 +29,7 @@ def test_ode_still_refused_for_a_step_loss():
      "uniform, logit_normal"),
     ("algo.loss_options.diffusion_dpo.beta=-1", "algo.loss_options.diffusion_dpo.beta=-1", "> 0"),
     ("algo.kl_coef=0.1", "algo.kl_coef=0.1", "remove algo.kl_coef"),
-    ("algo.rollout_is=step", "algo.rollout_is='step'", "nothing to correct"),
+    ("algo.rollout_correction.level=step", "algo.rollout_correction.level='step'", "nothing to correct"),
 ])
 def test_bad_values_name_the_key_and_the_fix(override, key, fix):
     with pytest.raises(ConfigError) as err:
