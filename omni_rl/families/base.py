@@ -68,6 +68,12 @@ class ModelFamily(ABC):
     Options: ClassVar[type] = NoOptions
 
     @classmethod
+    def variant(cls, cfg: OmniConfig) -> type["ModelFamily"]:
+        """The family class that trains this config (itself, or one of its variants chosen by
+        the loss: the diffusion family's forward-process variant)."""
+        return cls
+
+    @classmethod
     def check_config(cls, cfg: OmniConfig) -> None:
         """The family's own rules on the config, run at load for the adapter's family; a failure
         is a `ConfigError` naming the key (none by default)."""
@@ -186,4 +192,4 @@ def register_family(name: str):
 
 def build_family(cfg: OmniConfig, model, trains: bool = True) -> ModelFamily:
     """The family of `model`; `trains=False` builds the rollout half only (the driver's)."""
-    return MODEL_FAMILIES.get(model.family)(cfg, model, trains=trains)
+    return MODEL_FAMILIES.get(model.family).variant(cfg)(cfg, model, trains=trains)

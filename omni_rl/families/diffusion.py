@@ -17,9 +17,9 @@ reports how far the stored old log-probs are from this forward's (`update.GAP_MA
 update keeps for its first mini-batch as `actor/first_minibatch_logprob_abs_diff_*`: before the
 first optimizer step that is the rollout-vs-trainer gap, measured at no extra cost).
 
-With a forward-process loss (`diffusion_nft`, `diffusion_dpo`: `algos.FORWARD_LOSSES`) the actor
-half is `ForwardProcessObjective`'s instead: it trains on the final clean latents noised again,
-not on the trajectory, and this class hands it every actor-half call.
+With a forward-process loss (`diffusion_nft`, `diffusion_dpo`: `algos.FORWARD_LOSSES`) the family
+is `forward_process.ForwardProcessFamily` (`variant`): the same rollout half, an actor half that
+trains on the final clean latents noised again, not on the trajectory.
 """
 from __future__ import annotations
 
@@ -39,9 +39,8 @@ from omni_rl.config.schema import OmniConfig
 from omni_rl.config.validate import ConfigError
 from omni_rl.data.diffusion_batch import DiffusionBatch
 from omni_rl.data.prompts import PromptFileError, PromptItem
-from omni_rl.families.base import BehaviourPolicy, ModelFamily, register_family
+from omni_rl.families.base import MODEL_FAMILIES, BehaviourPolicy, ModelFamily, register_family
 from omni_rl.families.forward_draws import TIMESTEP_SAMPLINGS
-from omni_rl.families.forward_process import ForwardProcessObjective, pair_metrics
 from omni_rl.families.scored_rollout import scored_rollout
 from omni_rl.families.update import GAP_MAX_KEY, GAP_MEAN_KEY
 from omni_rl.logging import make_grid
@@ -132,17 +131,16 @@ class DiffusionFamily(ModelFamily):
             raise ConfigError(f"model.lora.enabled={cfg.model.lora.enabled!r}: expected true with algo.policy_loss="
                               f"{a.policy_loss} (its reference policy is the base model with LoRA disabled)")
 
+    @classmethod
+    def variant(cls, cfg: OmniConfig) -> type[ModelFamily]:
+        """The forward-process family for a forward-process loss (found by its registered name,
+        `forward_process`: it subclasses this one); this class for a step loss."""
+        return MODEL_FAMILIES.get("forward_process") if cfg.algo.policy_loss in FORWARD_LOSSES else cls
+
     def __init__(self, cfg: OmniConfig, model: DiffusionModelBase, options: DiffusionOptions | None = None,
                  trains: bool = True):
         super().__init__(cfg, model, options, trains)
         self.kl_form = get_diffusion_kl(self.options.kl_form)
-        self.forward_process = cfg.algo.policy_loss in FORWARD_LOSSES
-        # The forward-process objective (and DiffusionNFT's EMA) is actor-half state: built only
-        # where the weights are trained.
-        self.forward = (
-            ForwardProcessObjective(cfg, model, self.policy_loss, self.options)
-            if self.forward_process and trains else None
-        )
 
     # --- the rollout half -----------------------------------------------------------------
     def fit_prompts(self, items: list, what: str = "data.prompts") -> list:
@@ -323,29 +321,10 @@ class DiffusionFamily(ModelFamily):
             logger.log_image("val/samples", np.asarray(grid), step)
         return {f"val/{k}": v for k, v in reward.metrics.items()}
 
-    def rollout_metrics(self, batch: DiffusionBatch) -> dict[str, float]:
-        if not (self.forward_process and self.loss_class.pairwise):
-            return {}
-        return pair_metrics(batch)
-
     # --- the actor half -------------------------------------------------------------------
     @property
     def reads_old_means(self) -> bool:
-        return not self.forward_process and self.loss_class.reads_old_mean
-
-    def train_items(self, batch: DiffusionBatch):
-        return batch if self.forward is None else self.forward.train_items(batch)
-
-    def after_optimizer_step(self) -> None:
-        if self.forward is not None:
-            self.forward.after_optimizer_step()
-
-    def state_tensors(self) -> dict[str, torch.Tensor]:
-        return {} if self.forward is None else self.forward.state_tensors()
-
-    def load_state_tensors(self, tensors: dict[str, torch.Tensor]) -> None:
-        if self.forward is not None:
-            self.forward.load_state_tensors(tensors)
+        return self.loss_class.reads_old_mean
 
     def step(self, batch: DiffusionBatch, j: int) -> StepOutput:
         """Score window step j of every sample in `batch` under the current policy."""
@@ -363,8 +342,6 @@ class DiffusionFamily(ModelFamily):
         )
 
     def num_chunks(self, batch: DiffusionBatch) -> int:
-        if self.forward is not None:
-            return self.forward.num_chunks(batch)
         return batch.num_train_steps  # one backward per denoising step
 
     @torch.no_grad()
@@ -372,8 +349,6 @@ class DiffusionFamily(ModelFamily):
         """Log-probs [N, W] and, for the losses that read them, transition means [N, W, *latent]
         of the current weights (a 480p video latent is millions of floats a step: kept only when
         a loss needs them)."""
-        if self.forward is not None:
-            return self.forward.behaviour_policy(batch, micro_batch_size)
         keep_means = self.reads_old_means
         log_probs, means = [], []
         for start in range(0, len(batch), micro_batch_size):
@@ -386,8 +361,6 @@ class DiffusionFamily(ModelFamily):
         return BehaviourPolicy(log_probs, torch.ones_like(log_probs), ls.cat(means) if keep_means else None)
 
     def loss(self, micro: DiffusionBatch, j: int) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        if self.forward is not None:
-            return self.forward.loss(micro, j)
         out = self.step(micro, j)
         device = out.log_prob.device
         dt = (micro.sigmas_next[:, j] - micro.sigmas[:, j]).to(device)

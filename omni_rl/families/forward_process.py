@@ -1,4 +1,7 @@
-"""The diffusion family's actor half for the forward-process losses (`diffusion_nft`, `diffusion_dpo`).
+"""The forward-process family: a diffusion model trained with `diffusion_nft` or `diffusion_dpo`.
+
+`ForwardProcessFamily` is the diffusion family (`DiffusionFamily.variant` picks it for a loss of
+`algos.FORWARD_LOSSES`) with the same rollout half and its own actor half.
 
 These losses replay no trajectory: each chunk j of a micro-batch noises the clean latents x0
 with the chunk's own seeded (t, eps) (`forward_draws`), x_t = (1 - t) x0 + t eps, and compares the
@@ -29,8 +32,10 @@ import torch
 
 from omni_rl.algos import latent_streams as ls
 from omni_rl.algos.forward_losses import ForwardLoss, ForwardLossInput
+from omni_rl.algos.forward_losses import FORWARD_LOSSES
 from omni_rl.config.schema import OmniConfig
-from omni_rl.families.base import BehaviourPolicy
+from omni_rl.families.base import BehaviourPolicy, register_family
+from omni_rl.families.diffusion import DiffusionFamily, DiffusionOptions
 from omni_rl.families.ema import ParameterEMA
 from omni_rl.families.forward_draws import forward_draws, noised
 from omni_rl.families.preference_pairs import PairBatch, best_worst_pairs
@@ -50,24 +55,42 @@ def pair_metrics(batch) -> dict[str, float]:
     return {"actor/dpo_pairs": float(len(winners)), "actor/dpo_tied_groups": float(groups - len(winners))}
 
 
-class ForwardProcessObjective:
-    def __init__(self, cfg: OmniConfig, model, loss_fn: ForwardLoss, options):
-        """`loss_fn`: the built forward loss; `options`: the diffusion family's (the draws)."""
-        self.cfg, self.model, self.loss_fn = cfg, model, loss_fn
-        self.num_timesteps = options.forward_num_timesteps
-        self.timestep_sampling = options.forward_timestep_sampling
-        self.reads = loss_fn.reads
-        self.pairwise = loss_fn.pairwise
-        self.ema = self._new_ema() if "old_velocity" in self.reads else None
+@register_family("forward_process")
+class ForwardProcessFamily(DiffusionFamily):
+    rollout_is_levels = ()  # no log-probs, nothing to correct
+    losses = FORWARD_LOSSES
+
+    def __init__(self, cfg: OmniConfig, model, options: DiffusionOptions | None = None, trains: bool = True):
+        super().__init__(cfg, model, options, trains)
+        self.loss_fn: ForwardLoss | None = self.policy_loss
+        self.num_timesteps = self.options.forward_num_timesteps
+        self.timestep_sampling = self.options.forward_timestep_sampling
+        self.reads = self.loss_class.reads
+        self.pairwise = self.loss_class.pairwise
+        # DiffusionNFT's old policy is actor-half state: built only where the weights are trained.
+        self.ema = self._new_ema() if trains and "old_velocity" in self.reads else None
+
+    @classmethod
+    def variant(cls, cfg: OmniConfig) -> type:
+        return cls
 
     def _new_ema(self) -> ParameterEMA:
         params = {n: p for n, p in self.model.trainable_root().named_parameters() if p.requires_grad}
         return ParameterEMA(params, self.loss_fn.options.ema_decay)
 
+    # --- the rollout half -----------------------------------------------------------------
+    def rollout_metrics(self, batch) -> dict[str, float]:
+        return pair_metrics(batch) if self.pairwise else {}
+
     # --- what the update loop asks --------------------------------------------------------
+    @property
+    def reads_old_means(self) -> bool:
+        return False
+
     def num_chunks(self, batch) -> int:
         return self.num_timesteps
 
+    @torch.no_grad()
     def behaviour_policy(self, batch, micro_batch_size: int) -> BehaviourPolicy:
         """The rollout's own log-probs, unscored: no forward-process loss reads them."""
         return BehaviourPolicy(batch.rollout_log_probs, torch.ones_like(batch.rollout_log_probs))

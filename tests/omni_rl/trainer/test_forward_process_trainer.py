@@ -41,14 +41,14 @@ def test_nft_trains_and_resumes_its_ema_exactly(tmp_path):
         assert rec["actor/num_updates"] == 2
     assert records[-1]["loss/nft_old_gap"] > 0  # the EMA lags the weights once they moved
     assert lora_b_moved(straight)
-    ema = straight.actors.family.forward.ema
+    ema = straight.actors.family.ema
     weights = straight.model.named_trainable_tensors()
     assert any(not torch.equal(ema.shadow[n], weights[n]) for n in weights)
 
     run(tmp_path, nft[0], "split", nft[1], "trainer.total_steps=2")
     resumed, _ = run(tmp_path, nft[0], "split", nft[1], "trainer.total_steps=3", f"trainer.resume={tmp_path / 'split'}")
     resumed_weights = resumed.model.named_trainable_tensors()
-    resumed_ema = resumed.actors.family.forward.ema.shadow
+    resumed_ema = resumed.actors.family.ema.shadow
     for name in weights:
         torch.testing.assert_close(resumed_weights[name], weights[name], atol=1e-6, rtol=0, msg=name)
         torch.testing.assert_close(resumed_ema[name], ema.shadow[name], atol=1e-6, rtol=0, msg=name)
@@ -75,7 +75,7 @@ def test_the_driver_holds_no_second_training_half(tmp_path):
                        f"trainer.output_dir={tmp_path / 'one'}"])
     trainer = PPOTrainer(cfg)
     try:
-        assert trainer.family.forward is None and trainer.family.policy_loss is None
-        assert trainer.actors.family.forward.ema is not None and trainer.actors.family.policy_loss is not None
+        assert trainer.family.ema is None and trainer.family.policy_loss is None
+        assert trainer.actors.family.ema is not None and trainer.actors.family.policy_loss is not None
     finally:
         trainer.actors.close()
