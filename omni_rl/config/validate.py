@@ -202,15 +202,16 @@ def _validate_rollout_is(a) -> None:
     """The rollout correction's values. Which levels a model takes (token/sequence for text,
     step/sequence for diffusion) depends on its adapter's family, checked by `omni_rl.compose`."""
     levels = ("none", "token", "sequence", "step")
-    _require(a.rollout_correction.level in levels, "algo.rollout_correction.level", a.rollout_correction.level,
+    rc = a.rollout_correction
+    _require(rc.level in levels, "algo.rollout_correction.level", rc.level,
              f"one of {', '.join(levels)} (token or sequence for text models, step or sequence for diffusion)")
-    _require(a.rollout_correction.mode in ("truncate", "mask"), "algo.rollout_correction.mode", a.rollout_correction.mode,
+    _require(rc.mode in ("truncate", "mask"), "algo.rollout_correction.mode", rc.mode,
              "one of truncate (clamp the weight at algo.rollout_correction.cap), mask (drop the action above it)")
-    _require(math.isfinite(a.rollout_correction.cap) and a.rollout_correction.cap >= 1, "algo.rollout_correction.cap", a.rollout_correction.cap,
+    _require(math.isfinite(rc.cap) and rc.cap >= 1, "algo.rollout_correction.cap", rc.cap,
              "a finite value >= 1 (identical log-probs give weight 1; Yao et al. use 2)")
-    _require(a.rollout_correction.level == "none" or a.old_logprob_mode != "bypass", "algo.old_logprob_mode", a.old_logprob_mode,
-             f"auto or recompute with algo.rollout_correction.level={a.rollout_correction.level} (the correction weighs the trainer's "
-             f"recomputed old log-probs against the rollout's; bypass uses the rollout's as the old ones, "
+    _require(rc.level == "none" or a.old_logprob_mode != "bypass", "algo.old_logprob_mode", a.old_logprob_mode,
+             f"auto or recompute with algo.rollout_correction.level={rc.level} (the correction weighs the "
+             f"trainer's recomputed old log-probs against the rollout's; bypass uses the rollout's as the old ones, "
              f"so every weight would be 1): set algo.old_logprob_mode=auto or algo.rollout_correction.level=none")
 
 

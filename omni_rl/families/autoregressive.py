@@ -16,9 +16,9 @@ prompt that reaches a request without `fit_prompts` is refused or truncated in t
 before any token is generated for it.
 
 Actor half: teacher forcing of the stored responses. `loss(micro_batch, 0)` is the registered
-policy loss (built once from `algo.loss_options` and `algo.kl_coef`) on the response tokens (masked; each weighted by the rollout correction's
-`batch.rollout_is_weights` when the trainer computed them: `algo.rollout_correction.level`), plus, when
-`algo.kl_coef > 0`, the KL estimate
+policy loss (built once from `algo.loss_options` and `algo.kl_coef`) on the response tokens
+(masked; each weighted by the rollout correction's `batch.rollout_is_weights` when the trainer
+computed them: `algo.rollout_correction`), plus, when `algo.kl_coef > 0`, the KL estimate
 (the loss's k1/k3) to the reference policy (the base model with LoRA disabled). Token log-probs come from
 `AutoregressiveModelBase.token_log_probs`, the function the rollout engine recorded; the loss
 also reports the gap between the stored old log-probs and this forward's on the response tokens

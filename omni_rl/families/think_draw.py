@@ -127,8 +127,8 @@ class ThinkDrawFamily(ModelFamily):
             )
         bind_plan_loss_options(options)
         if a.rollout_correction.level != "none":
-            raise ConfigError(f"algo.rollout_correction.level={a.rollout_correction.level!r}: expected none for a think-draw model (a plan token and "
-                              f"a denoising step have no common correction level)")
+            raise ConfigError(f"algo.rollout_correction.level={a.rollout_correction.level!r}: expected none for a "
+                              f"think-draw model (a plan token and a denoising step have no common correction level)")
         if t.backend != "local":
             raise ConfigError(f"trainer.backend={t.backend!r}: expected local for a think-draw model (its plans are "
                               f"sampled with the driver's model, which must be the trained one)")

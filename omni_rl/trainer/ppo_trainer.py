@@ -108,10 +108,12 @@ class PPOTrainer:
             self.start_step = 0
             saved = self._resume(t.resume) if t.resume else None
             self.producer = PIPELINES.get(t.pipeline)(cfg, self.actors, self._rollout_unit, self.start_step, saved)
-            if t.pipeline != "on_policy" and cfg.algo.rollout_correction.level == "none" and cfg.algo.old_logprob_mode != "bypass":
+            uncorrected = cfg.algo.rollout_correction.level == "none" and cfg.algo.old_logprob_mode != "bypass"
+            if t.pipeline != "on_policy" and uncorrected:
                 log.warning(
-                    "trainer.pipeline=%s with algo.rollout_correction.level=none: stale samples are not reweighted towards the "
-                    "current policy; set algo.rollout_correction.level (step or sequence for diffusion, token or sequence for text)",
+                    "trainer.pipeline=%s with algo.rollout_correction.level=none: stale samples are not reweighted "
+                    "towards the current policy; set algo.rollout_correction.level (step or sequence for diffusion, "
+                    "token or sequence for text)",
                     t.pipeline,
                 )
             with self._writing("config.yaml"):
@@ -288,8 +290,9 @@ class PPOTrainer:
         policy's, the version that sampled them, and the recomputed ones the current weights':
         the weights are then the importance weights between the current and the behaviour
         policy (decoupled PPO: the ratio's old policy is the current one, the weight corrects the
-        staleness), truncated or masked at token, step or sequence level. Where the rollout's log-probs are the old ones every weight is exactly 1: the loss
-        gets none, and the metrics say 1 without computing anything.
+        staleness), truncated or masked at token, step or sequence level. Where the rollout's
+        log-probs are the old ones every weight is exactly 1: the loss gets none, and the metrics
+        say 1 without computing anything.
         """
         algo = self.cfg.algo
         use_rollout = algo.old_logprob_mode == "bypass" or (
@@ -309,8 +312,8 @@ class PPOTrainer:
         weights = None
         if algo.rollout_correction.level != "none":
             weights, is_metrics = rollout_is_weights(
-                scored.log_probs, batch.rollout_log_probs, scored.mask, algo.rollout_correction.level, algo.rollout_correction.cap,
-                algo.rollout_correction.mode,
+                scored.log_probs, batch.rollout_log_probs, scored.mask, algo.rollout_correction.level,
+                algo.rollout_correction.cap, algo.rollout_correction.mode,
             )
             metrics.update({f"rollout_corr/{k}": float(v) for k, v in is_metrics.items()})
         return OldPolicy(scored.log_probs, scored.means, weights, metrics)
