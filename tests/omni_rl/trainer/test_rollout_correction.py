@@ -58,9 +58,9 @@ def test_with_the_rollouts_own_log_probs_it_is_a_no_op_that_costs_nothing(tmp_pa
 
     # The diffusion loss multiplies each (sample, step) term by its weight.
     micro = seen["batch"][-1].select([0, 1])
-    plain = policy_loss(on.family, micro, 1, None)
-    torch.testing.assert_close(policy_loss(on.family, micro, 1, torch.full((2, 2), 3.0)), 3 * plain)
-    assert torch.equal(policy_loss(on.family, micro, 1, torch.ones(2, 2)), plain)
+    plain = policy_loss(on.actors.family, micro, 1, None)
+    torch.testing.assert_close(policy_loss(on.actors.family, micro, 1, torch.full((2, 2), 3.0)), 3 * plain)
+    assert torch.equal(policy_loss(on.actors.family, micro, 1, torch.ones(2, 2)), plain)
 
 
 def test_recomputed_old_log_probs_give_weights_that_reach_the_text_loss(tmp_path):
@@ -88,5 +88,5 @@ def test_recomputed_old_log_probs_give_weights_that_reach_the_text_loss(tmp_path
 
     # The token loss multiplies each token's term by its weight.
     micro = batch.select([0, 1])
-    plain = policy_loss(trainer.family, micro, 0, None)
-    torch.testing.assert_close(policy_loss(trainer.family, micro, 0, 2 * micro.response_mask), 2 * plain)
+    plain = policy_loss(trainer.actors.family, micro, 0, None)
+    torch.testing.assert_close(policy_loss(trainer.actors.family, micro, 0, 2 * micro.response_mask), 2 * plain)
