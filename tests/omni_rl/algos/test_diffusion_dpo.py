@@ -19,7 +19,8 @@ def test_hand_values_and_gradient():
     # reference v = 2 for both (ref err 1). gap_w = -0.75, gap_l = 3.
     # beta = 2: z = -(2 / 2) (-0.75 - 3) = 3.75; loss = -log sigmoid(3.75) = log(1 + e^-3.75).
     v = torch.tensor([[1.5], [3.0]], requires_grad=True)
-    inp = ForwardLossInput(velocity=v, target=torch.ones(2, 1), timesteps=torch.tensor([0.4, 0.4]), ref_velocity=torch.full((2, 1), 2.0))
+    inp = ForwardLossInput(
+        velocity=v, target=torch.ones(2, 1), timesteps=torch.tensor([0.4, 0.4]), ref_velocity=torch.full((2, 1), 2.0))
     loss, metrics = dpo(beta=2.0)(inp)
     assert loss.item() == pytest.approx(math.log1p(math.exp(-3.75)))
     loss.backward()
@@ -40,7 +41,8 @@ def test_at_the_reference_the_loss_is_log_2():
     torch.manual_seed(0)
     v = torch.randn(4, 2, 3, requires_grad=True)
     u = torch.randn(4, 2, 3)
-    loss, metrics = dpo(beta=10.0)(ForwardLossInput(velocity=v, target=u, timesteps=torch.rand(4), ref_velocity=v.detach().clone()))
+    loss, metrics = dpo(beta=10.0)(ForwardLossInput(
+        velocity=v, target=u, timesteps=torch.rand(4), ref_velocity=v.detach().clone()))
     assert loss.item() == pytest.approx(math.log(2))
     loss.backward()
     # sigmoid(0) = 1/2: d loss / d v_w = (beta / 2)(1/2) 2 (v_w - u) / D / P, the loser's the negative

@@ -205,7 +205,9 @@ def test_grpo_guard_on_policy_and_dt_weight():
     # Off-policy hand case, one entry: dt = -0.5 (w = 2), A = 1, guard log-ratio 1 -> ratio e,
     # clipped to 1.0001: loss = 2 * max(-e, -1.0001) = -2.0002. Make the log-ratio 1 with
     # mean == old_mean and s (logp - old) = 0.5 * 2 = 1.
-    inp = StepLossInput(torch.tensor([2.0]), torch.tensor([0.0]), torch.tensor([1.0]), mean=torch.zeros(1, 1, 2), old_mean=torch.zeros(1, 1, 2), std=torch.tensor([0.5]), dt=-0.5)
+    inp = StepLossInput(
+        torch.tensor([2.0]), torch.tensor([0.0]), torch.tensor([1.0]), mean=torch.zeros(1, 1, 2),
+        old_mean=torch.zeros(1, 1, 2), std=torch.tensor([0.5]), dt=-0.5)
     loss, metrics = get_diffusion_loss("grpo_guard")()(inp)
     assert loss.item() == pytest.approx(-2.0002, rel=1e-6)
     assert metrics["clipfrac"].item() == 1.0
@@ -217,7 +219,8 @@ def test_grpo_guard_with_equal_dt_is_flow_grpo_on_the_guard_ratio_times_weight()
     mean = old_mean + 1e-3 * torch.randn(4, 2, 3, generator=gen)
     std = torch.full((4,), 0.2)
     log_prob, old, adv = torch.randn(3, 4, generator=gen) * 1e-3
-    guard, _ = get_diffusion_loss("grpo_guard")()(StepLossInput(log_prob, old, adv, mean=mean, old_mean=old_mean, std=std, dt=-0.1))
+    guard, _ = get_diffusion_loss("grpo_guard")()(StepLossInput(
+        log_prob, old, adv, mean=mean, old_mean=old_mean, std=std, dt=-0.1))
     ratio_log = guard_log_ratio(log_prob, old, mean, old_mean, std)
     plain, _ = get_diffusion_loss("flow_grpo")()(StepLossInput(ratio_log, torch.zeros(4), adv))
     torch.testing.assert_close(guard, plain / 0.1)

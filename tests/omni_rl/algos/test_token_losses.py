@@ -149,7 +149,8 @@ def test_dapo_is_ppo_clip_with_token_mean_whatever_the_field():
     common = dict(clip_range=0.2, clip_range_high=0.28)
     dapo_input = TokenLossInput(log_prob, old, ADV, mask=MASK)
     dapo, _ = get_token_loss("dapo")(**common)(dapo_input)
-    ppo, _ = get_token_loss("ppo_clip")(loss_agg_mode="token-mean", **common)(TokenLossInput(log_prob, old, ADV, mask=MASK))
+    ppo, _ = get_token_loss("ppo_clip")(loss_agg_mode="token-mean", **common)(TokenLossInput(
+        log_prob, old, ADV, mask=MASK))
     assert dapo.item() == pytest.approx(-0.112, rel=1e-5)
     torch.testing.assert_close(dapo, ppo)
 
