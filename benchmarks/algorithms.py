@@ -54,14 +54,14 @@ ALGORITHMS: dict[str, list[str]] = {
     "flow_grpo": WHOLE_SCHEDULE,  # Flow-GRPO as published: every step stochastic and trained
     "flow_grpo_window": [],  # Flow-GRPO-Fast style: a 3-step window per sample
     "dance_grpo": WHOLE_SCHEDULE + ["rollout.kernel=dance_sde", "rollout.noise_level=0.3",
-                                    "rollout.same_noise_in_group=true", "algo.timestep_fraction=0.6"],
+                                    "rollout.same_noise_in_group=true", "algo.family_options.timestep_fraction=0.6"],
     "mix_grpo": ["rollout.sde_window_schedule=progressive"],  # sde_window_tau set from --steps
     "flow_dppo": ["algo.policy_loss=flow_dppo"],
     "grpo_guard": ["algo.policy_loss=grpo_guard"],
     # The forward-process losses train on the same (SDE-window) rollouts' clean latents; they read
     # no log-probs, so the rollout-vs-trainer log-prob check is off.
     "diffusion_nft": ["algo.policy_loss=diffusion_nft", "algo.logprob_check_every=0"],
-    "diffusion_dpo": ["algo.policy_loss=diffusion_dpo", "algo.dpo_beta=500", "algo.std_mode=group",
+    "diffusion_dpo": ["algo.policy_loss=diffusion_dpo", "algo.loss_options.diffusion_dpo.beta=500", "algo.advantage_options.std_mode=group",
                       "algo.logprob_check_every=0"],
 }
 

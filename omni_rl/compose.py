@@ -24,14 +24,14 @@ import re
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
-from omni_rl.algos import ADVANTAGE_ESTIMATORS, DIFFUSION_KL, STEP_KERNELS
-from omni_rl.algos.advantages import needs_group
+from omni_rl.algos import ADVANTAGE_ESTIMATORS, DIFFUSION_LOSSES, FORWARD_LOSSES, STEP_KERNELS, TOKEN_LOSSES
+from omni_rl.algos.advantages import AdvantageOptions, needs_group
 from omni_rl.config.loader import compose_config
 from omni_rl.config.options import NoOptions, bind_options, options_help
 from omni_rl.config.schema import OmniConfig
 from omni_rl.config.validate import ConfigError
 from omni_rl.engine.registry import TRAINING_ENGINES
-from omni_rl.registry import Registry
+from omni_rl.registry import Registry, RegistryUnion
 from omni_rl.families import MODEL_FAMILIES
 from omni_rl.logging import SINK_NAMES
 from omni_rl.models.registry import ADAPTERS, adapter_key
@@ -40,6 +40,7 @@ from omni_rl.reward.registry import REWARDS, RewardConfigError, check_reward_opt
 from omni_rl.rollout.backends import ROLLOUT_BACKENDS, beside_trainer_problem
 from omni_rl.trainer import ACTOR_GROUPS  # the package registers the built-in backends
 from omni_rl.trainer.pipeline import PIPELINES
+from omni_rl.trainer.ppo_trainer import bind_advantage_options
 from omni_rl.workers.reward_worker import reward_worker_options
 
 _DEVICE = re.compile(r"^(auto|cpu|cuda(:\d+)?|npu(:\d+)?)$")
@@ -58,6 +59,9 @@ class OptionBlock:
     # entry -> its options dataclass: the `options_class` its base class or spec declares (an
     # entry written without that base, a test's stand-in, has none).
     options_class: Callable[[Any], type] = lambda entry: getattr(entry, "options_class", NoOptions)
+    # False where the owner binds the block itself at load (the family binds its loss's block,
+    # the trainer the advantage estimators'): the row then only serves `--options`.
+    bound_here: bool = True
 
     def bind(self, cfg: OmniConfig) -> Any:
         name = self.name(cfg)
@@ -76,6 +80,12 @@ OPTION_BLOCKS: tuple[OptionBlock, ...] = (
                 lambda c: c.trainer.engine_options),
     OptionBlock("trainer.pipeline", "trainer.pipeline_options", PIPELINES, lambda c: c.trainer.pipeline,
                 lambda c: c.trainer.pipeline_options),
+    OptionBlock("algo.policy_loss", "algo.loss_options.<loss>",
+                RegistryUnion("policy loss", DIFFUSION_LOSSES, TOKEN_LOSSES, FORWARD_LOSSES),
+                lambda c: c.algo.policy_loss, lambda c: c.algo.loss_options, options_class=lambda loss: loss.Options,
+                bound_here=False),
+    OptionBlock("algo.advantage", "algo.advantage_options", ADVANTAGE_ESTIMATORS, lambda c: c.algo.advantage,
+                lambda c: c.algo.advantage_options, options_class=lambda estimator: AdvantageOptions, bound_here=False),
 )
 
 
@@ -97,20 +107,25 @@ def check_components(cfg: OmniConfig) -> None:
         ("model.adapter", ADAPTERS, adapter_key(cfg.model.adapter, cfg.model.stage)),
         ("rollout.kernel", STEP_KERNELS, cfg.rollout.kernel),
         ("algo.advantage", ADVANTAGE_ESTIMATORS, cfg.algo.advantage),
-        ("algo.kl_form", DIFFUSION_KL, cfg.algo.kl_form),
         ("rollout.backend", ROLLOUT_BACKENDS, cfg.rollout.backend),
         ("trainer.backend", ACTOR_GROUPS, cfg.trainer.backend),
         ("trainer.pipeline", PIPELINES, cfg.trainer.pipeline),
     ]:
         if value not in registry:
             raise ConfigError(f"{key}={value!r}: unknown {registry.kind}; registered: {', '.join(registry.names())}")
+    family = MODEL_FAMILIES.get(ADAPTERS.get(adapter_key(cfg.model.adapter, cfg.model.stage)).family)
+    bind_advantage_options(cfg)
+    family.bind_family_options(cfg)
     # The family's own rules first: they name what its losses cannot be, and why.
-    MODEL_FAMILIES.get(ADAPTERS.get(adapter_key(cfg.model.adapter, cfg.model.stage)).family).check_config(cfg)
+    family.check_config(cfg)
     _check_policy_loss(cfg)
+    # The losses' options, checked once here; the family builds its loss from them (`build_policy_loss`).
+    family.check_loss_options(cfg)
     _check_groups(cfg)
     _check_engine(cfg)
     for block in OPTION_BLOCKS:
-        block.bind(cfg)
+        if block.bound_here:
+            block.bind(cfg)
     reward_worker_options(cfg)
     _check_pipeline(cfg)
     check_backend = ROLLOUT_BACKENDS.get(cfg.rollout.backend).check_config
@@ -155,7 +170,7 @@ def options_help_for(selector: str, name: str, plugins: Sequence[str] = ()) -> s
     if not names:
         raise ConfigError(f"{selector}={name!r}: unknown {block.registry.kind}; registered: "
                           f"{', '.join(block.registry.names())}")
-    return "\n".join(options_help(block.options_class(block.registry.get(n)), block.block,
+    return "\n".join(options_help(block.options_class(block.registry.get(n)), block.block.replace("<loss>", n),
                                   f"{block.registry.kind} {n}") for n in names)
 
 
@@ -203,9 +218,9 @@ def _check_reward_media(cfg: OmniConfig) -> None:
 
 
 def _check_rollout_is(cfg: OmniConfig) -> None:
-    """`algo.rollout_is` is a level of this model's actions: token or sequence for a text model,
+    """`algo.rollout_correction.level` is a level of this model's actions: token or sequence for a text model,
     step or sequence for a diffusion model (its family's `rollout_is_levels`)."""
-    level = cfg.algo.rollout_is
+    level = cfg.algo.rollout_correction.level
     if level == "none":
         return
     architecture = adapter_key(cfg.model.adapter, cfg.model.stage)
@@ -214,10 +229,20 @@ def _check_rollout_is(cfg: OmniConfig) -> None:
     if level not in levels:
         every = "; ".join(f"{name}: {', '.join(MODEL_FAMILIES.get(name).rollout_is_levels)}" for name in MODEL_FAMILIES.names())
         raise ConfigError(
-            f"algo.rollout_is={level!r}: expected none, {' or '.join(levels)} for model.adapter={architecture!r} "
+            f"algo.rollout_correction.level={level!r}: expected none, {' or '.join(levels)} for model.adapter={architecture!r} "
             f"of family {family} ({level!r} is not a unit of its actions; levels by family: {every}); set "
-            f"algo.rollout_is to one of none, {', '.join(levels)}"
+            f"algo.rollout_correction.level to one of none, {', '.join(levels)}"
         )
+
+
+def loss_options_class(name: str) -> type:
+    """The options dataclass of the policy loss `name`, whatever its kind (step, token or
+    forward-process): what `--options algo.policy_loss=NAME` prints."""
+    for registry in (DIFFUSION_LOSSES, TOKEN_LOSSES, FORWARD_LOSSES):
+        if name in registry:
+            return registry.get(name).Options
+    every = sorted(DIFFUSION_LOSSES.names() + TOKEN_LOSSES.names() + FORWARD_LOSSES.names())
+    raise ConfigError(f"algo.policy_loss={name!r}: unknown loss; registered: {', '.join(every)}")
 
 
 def _check_policy_loss(cfg: OmniConfig) -> None:

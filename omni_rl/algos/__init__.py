@@ -5,19 +5,25 @@ with one call signature, looked up by name from the config:
 
 - `STEP_KERNELS` (`sde`, `cps`, `dance_sde`, `ode`): one denoising step, sampled or scored.
 - `ADVANTAGE_ESTIMATORS` (`grpo`, `dr_grpo`, `rloo`): rewards -> per-sample advantages; each
-  declares whether it needs groups of >= 2 samples (`needs_group`).
+  declares whether it needs groups of >= 2 samples (`needs_group`); their options
+  (`AdvantageOptions`: std_mode, eps) are the recipe's `algo.advantage_options`.
 - `DIFFUSION_LOSSES` (`flow_grpo`, `flow_dppo`, `grpo_guard`, in `policy_losses`) and
-  `TOKEN_LOSSES` (`ppo_clip`, `dapo`, `gspo`, `cispo`, `sapo`, in `token_losses`): (loss,
-  metrics) per mini-batch, both called with a `PolicyLossInput`. Two registries, because a loss
-  scores one kind of action (a denoising step, a token): each model family takes its losses
-  from one (`ModelFamily.losses`), so a loss of the other kind fails at config load.
+  `TOKEN_LOSSES` (`ppo_clip`, `dapo`, `gspo`, `cispo`, `sapo`, in `token_losses`): loss classes,
+  each built once from its options (`Loss.Options`, a dataclass checked at construction; the
+  recipe's `algo.loss_options`) and called with tensors only (`StepLossInput`, `TokenLossInput`)
+  for (loss, metrics). Two registries, because a loss scores one kind of action (a denoising
+  step, a token): each model family takes its losses from one (`ModelFamily.losses`), so a loss
+  of the other kind fails at config load.
 - `DIFFUSION_KL` (`flow_grpo_code`, `exact`): per-step KL to the reference policy.
-- `FORWARD_LOSSES` (`diffusion_nft`, `diffusion_dpo`, in `forward_losses`): losses on clean
-  latents noised again (no log-probs), called with a `ForwardLossInput`; the diffusion family
-  takes its `algo.policy_loss` from `DIFFUSION_LOSSES` or from this registry.
+- `FORWARD_LOSSES` (`diffusion_nft`, `diffusion_dpo`, in `forward_losses`): loss classes on
+  clean latents noised again (no log-probs), called with a `ForwardLossInput`; the diffusion
+  family takes its `algo.policy_loss` from `DIFFUSION_LOSSES` or from this registry.
+
+What a loss reads beyond the common tensors is a declared class attribute: `StepLoss.reads_old_mean`,
+`ForwardLoss.reads` and `ForwardLoss.pairwise`.
 
 `rollout_correction` (no registry) gives the truncated importance weights between the trainer's
-old log-probs and the rollout engine's (`algo.rollout_is`), which every policy loss applies.
+old log-probs and the rollout engine's (`algo.rollout_correction.level`), which every policy loss applies.
 
 `latent_streams` is the latents' type: a tensor, or `LatentStreams` for models that denoise
 several latents (video and audio) in one forward, which the kernels step as one action.
@@ -50,25 +56,26 @@ from omni_rl.algos.flow_sde import (
 )
 from omni_rl.algos.forward_losses import (
     FORWARD_LOSSES,
+    DiffusionDPOLoss,
+    DiffusionNFTLoss,
     ForwardLoss,
     ForwardLossInput,
-    diffusion_dpo_loss,
-    diffusion_nft_loss,
     nft_optimality,
 )
 from omni_rl.algos.policy_losses import (
     DIFFUSION_KL,
     DIFFUSION_LOSSES,
     DiffusionKL,
+    FlowDPPOLoss,
+    FlowGRPOLoss,
+    GRPOGuardLoss,
     PolicyLoss,
-    PolicyLossInput,
+    StepLoss,
+    StepLossInput,
     exact_kl,
-    flow_dppo_loss,
     flow_grpo_code_kl,
-    flow_grpo_loss,
     get_diffusion_kl,
     get_diffusion_loss,
-    grpo_guard_loss,
     guard_log_ratio,
 )
 from omni_rl.algos.token_losses import (
@@ -77,14 +84,16 @@ from omni_rl.algos.token_losses import (
     LOSS_AGG_MODES,
     SUM_NORM_MODE,
     TOKEN_LOSSES,
+    CISPOLoss,
+    DAPOLoss,
+    GSPOLoss,
+    PPOClipLoss,
+    SAPOLoss,
+    TokenLoss,
+    TokenLossInput,
     aggregate,
-    cispo_loss,
-    dapo_loss,
     get_token_loss,
-    gspo_loss,
-    ppo_clip_loss,
     sapo_gate,
-    sapo_loss,
     token_kl,
 )
 
@@ -114,13 +123,14 @@ __all__ = [
     "dr_grpo_advantage",
     "rloo_advantage",
     # policy losses and KL
-    "PolicyLossInput",
     "PolicyLoss",
+    "StepLoss",
+    "StepLossInput",
     "DIFFUSION_LOSSES",
     "get_diffusion_loss",
-    "flow_grpo_loss",
-    "flow_dppo_loss",
-    "grpo_guard_loss",
+    "FlowGRPOLoss",
+    "FlowDPPOLoss",
+    "GRPOGuardLoss",
     "guard_log_ratio",
     "DiffusionKL",
     "DIFFUSION_KL",
@@ -131,10 +141,12 @@ __all__ = [
     "ForwardLossInput",
     "ForwardLoss",
     "FORWARD_LOSSES",
-    "diffusion_nft_loss",
-    "diffusion_dpo_loss",
+    "DiffusionNFTLoss",
+    "DiffusionDPOLoss",
     "nft_optimality",
     # token losses
+    "TokenLoss",
+    "TokenLossInput",
     "TOKEN_LOSSES",
     "get_token_loss",
     "LOSS_AGG_MODES",
@@ -144,9 +156,9 @@ __all__ = [
     "aggregate",
     "token_kl",
     "sapo_gate",
-    "ppo_clip_loss",
-    "dapo_loss",
-    "gspo_loss",
-    "cispo_loss",
-    "sapo_loss",
+    "PPOClipLoss",
+    "DAPOLoss",
+    "GSPOLoss",
+    "CISPOLoss",
+    "SAPOLoss",
 ]

@@ -28,7 +28,7 @@ Moving from verl (`verl/trainer/ppo/core_algos.py`), the conventions that differ
 | here                                          | verl                                                 |
 |-----------------------------------------------|------------------------------------------------------|
 | population std (divide by n)                  | `torch.std`, unbiased (divide by n - 1)              |
-| eps 1e-4 (`algo.adv_eps`)                     | epsilon 1e-6                                         |
+| eps 1e-4 (`algo.advantage_options.eps`)       | epsilon 1e-6                                         |
 | grpo std_mode "group" / "global" / "none"     | norm_adv_by_std_in_grpo true (group) / false (none); |
 |                                               | no batch-std mode                                    |
 | a group of one: advantage 0 (grpo, rloo)      | grpo: mean 0, std 1, so A = r / (1 + eps); rloo: r   |
@@ -39,7 +39,8 @@ groups (dynamic sampling belongs to the trainer), running statistics across step
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+import math
+from dataclasses import dataclass, field
 from typing import Callable
 
 import torch
@@ -48,6 +49,7 @@ from torch import Tensor
 from omni_rl.registry import Registry
 
 __all__ = [
+    "AdvantageOptions",
     "AdvantageInput",
     "AdvantageEstimator",
     "ADVANTAGE_ESTIMATORS",
@@ -61,6 +63,22 @@ __all__ = [
 ]
 
 STD_MODES = ("group", "global", "none")
+
+
+@dataclass
+class AdvantageOptions:
+    """The estimators' options (`algo.advantage_options`); an estimator that never divides by a
+    std (dr_grpo, rloo) reads neither."""
+
+    std_mode: str = field(default="global", metadata={
+        "doc": "grpo's normaliser: group (per-prompt std), global (batch std; Flow-GRPO) or none."})
+    eps: float = field(default=1e-4, metadata={"doc": "Added to the std before dividing (> 0; Flow-GRPO: 1e-4)."})
+
+    def check(self) -> None:
+        if self.std_mode not in STD_MODES:
+            raise ValueError(f"std_mode={self.std_mode!r}: expected one of {', '.join(STD_MODES)}")
+        if not (math.isfinite(self.eps) and self.eps > 0):
+            raise ValueError(f"eps={self.eps!r}: expected a finite value > 0 (Flow-GRPO uses 1e-4)")
 
 
 @dataclass

@@ -51,13 +51,15 @@ Not here: drawing t and eps, the EMA of the old policy, choosing pairs (`omni_rl
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
-from typing import Callable, Optional
+from typing import ClassVar, Optional
 
 import torch
 from torch import Tensor
 
 from omni_rl.algos.flow_sde import mean_over_sample_dims
+from omni_rl.algos.policy_losses import AdvantageClipOptions, PolicyLoss, option
 from omni_rl.registry import Registry
 
 __all__ = [
@@ -66,9 +68,10 @@ __all__ = [
     "FORWARD_LOSSES",
     "NFT_WEIGHTINGS",
     "nft_optimality",
-    "reads",
-    "diffusion_nft_loss",
-    "diffusion_dpo_loss",
+    "DiffusionNFTOptions",
+    "DiffusionDPOOptions",
+    "DiffusionNFTLoss",
+    "DiffusionDPOLoss",
 ]
 
 Metrics = dict[str, Tensor]
@@ -77,23 +80,49 @@ _ADAPTIVE_FLOOR = 1e-5
 
 
 @dataclass
+class DiffusionNFTOptions(AdvantageClipOptions):
+    """DiffusionNFT's options (arXiv 2509.16117)."""
+
+    beta: float = option(1.0, "Guidance strength b of the implicit policies v+- (the paper: 1).")
+    weighting: str = option("velocity", f"The per-sample error: {' or '.join(NFT_WEIGHTINGS)} (module docstring).")
+    ema_decay: float = option(0.9, "The old policy v_old is an EMA of the weights, ema <- d ema + (1 - d) theta "
+                                   "after every optimizer step; d in [0, 1).")
+
+    def check(self) -> None:
+        super().check()
+        if not (math.isfinite(self.beta) and self.beta > 0):
+            raise ValueError(f"beta={self.beta!r}: expected a finite value > 0 (DiffusionNFT: 1)")
+        if self.weighting not in NFT_WEIGHTINGS:
+            raise ValueError(f"weighting={self.weighting!r}: expected one of {', '.join(NFT_WEIGHTINGS)}")
+        if not 0 <= self.ema_decay < 1:
+            raise ValueError(f"ema_decay={self.ema_decay!r}: expected in [0, 1) (0: the old policy is the weights "
+                             f"as of the last optimizer step)")
+
+
+@dataclass
+class DiffusionDPOOptions:
+    """Diffusion-DPO's options (arXiv 2311.12908, on flow targets)."""
+
+    beta: float = option(5000.0, "beta of -log sigmoid(-beta/2 [...]) on per-dimension mean errors "
+                                 "(Wallace et al. use 5000 for SD1.5 with theirs).")
+
+    def check(self) -> None:
+        if not (math.isfinite(self.beta) and self.beta > 0):
+            raise ValueError(f"beta={self.beta!r}: expected a finite value > 0 (Diffusion-DPO: 5000)")
+
+
+@dataclass
 class ForwardLossInput:
-    """Inputs of a forward-process loss. B entries, latents `[B, ...]`, per-entry values `[B]`.
+    """The tensors of a forward-process loss. B entries, latents `[B, ...]`, per-entry values `[B]`.
 
     velocity:      the current policy's velocity at (x_t, t) (carries the graph).
     target:        u = eps - x0, the flow-matching target.
     timesteps:     t `[B]` in (0, 1).
-    noisy:         x_t (read by nft_weighting="adaptive_x0").
-    clean:         x0 (read by nft_weighting="adaptive_x0").
-    NFT:
-    old_velocity:  the old (EMA) policy's velocity at the same (x_t, t).
-    advantages:    `[B]` group advantages A.
-    adv_clip_max:  A / (2 adv_clip_max) + 0.5 maps [-adv_clip_max, adv_clip_max] onto [0, 1] (5).
-    nft_beta:      b > 0, the guidance strength of the implicit policies (the paper: 1).
-    nft_weighting: "velocity" or "adaptive_x0" (module docstring).
-    DPO:
-    ref_velocity:  the reference (base) policy's velocity at the same (x_t, t).
-    dpo_beta:      beta > 0 of the DPO objective.
+    noisy:         x_t (read by DiffusionNFT's weighting "adaptive_x0").
+    clean:         x0 (read by DiffusionNFT's weighting "adaptive_x0").
+    old_velocity:  the old (EMA) policy's velocity at the same (x_t, t) (`reads` "old_velocity").
+    advantages:    `[B]` group advantages A (`reads` "advantages").
+    ref_velocity:  the reference (base) policy's velocity at the same (x_t, t) (`reads` "ref_velocity").
     """
 
     velocity: Tensor
@@ -103,11 +132,7 @@ class ForwardLossInput:
     clean: Optional[Tensor] = None
     old_velocity: Optional[Tensor] = None
     advantages: Optional[Tensor] = None
-    adv_clip_max: float = 5.0
-    nft_beta: float = 1.0
-    nft_weighting: str = "velocity"
     ref_velocity: Optional[Tensor] = None
-    dpo_beta: float = 5000.0
 
     def __post_init__(self) -> None:
         shape = tuple(self.velocity.shape)
@@ -122,30 +147,23 @@ class ForwardLossInput:
             value = getattr(self, name)
             if value is not None and tuple(value.shape) != (batch,):
                 raise ValueError(f"{name} has shape {tuple(value.shape)}; expected ({batch},), one per entry")
-        if not self.adv_clip_max > 0:
-            raise ValueError(f"adv_clip_max={self.adv_clip_max!r}; expected > 0 (Flow-GRPO and DiffusionNFT use 5)")
-        if not self.nft_beta > 0:
-            raise ValueError(f"nft_beta={self.nft_beta!r}; expected > 0 (DiffusionNFT uses 1)")
-        if not self.dpo_beta > 0:
-            raise ValueError(f"dpo_beta={self.dpo_beta!r}; expected > 0 (Diffusion-DPO uses 5000)")
-        if self.nft_weighting not in NFT_WEIGHTINGS:
-            raise ValueError(f"nft_weighting={self.nft_weighting!r}; expected one of {', '.join(NFT_WEIGHTINGS)}")
 
 
-ForwardLoss = Callable[[ForwardLossInput], tuple[Tensor, Metrics]]
-FORWARD_LOSSES: Registry[ForwardLoss] = Registry("forward-process diffusion loss")
+class ForwardLoss(PolicyLoss):
+    """A forward-process loss (`FORWARD_LOSSES`), called with a `ForwardLossInput`.
+
+    `reads`: the `ForwardLossInput` fields its caller must fill beyond the common ones
+    (`old_velocity`, `advantages`, `ref_velocity`); `pairwise`: its rows are (winner, loser) pairs."""
+
+    Options: ClassVar[type] = DiffusionDPOOptions
+    reads: ClassVar[frozenset[str]] = frozenset()
+    pairwise: ClassVar[bool] = False
+
+    def __call__(self, inp: ForwardLossInput) -> tuple[Tensor, Metrics]:
+        raise NotImplementedError
 
 
-def reads(*fields: str, pairwise: bool = False):
-    """Mark a forward loss with the `ForwardLossInput` fields its caller must fill beyond the
-    common ones (`old_velocity`, `advantages`, `ref_velocity`) and whether its rows are pairs."""
-
-    def mark(fn: ForwardLoss) -> ForwardLoss:
-        fn.reads = frozenset(fields)
-        fn.pairwise = pairwise
-        return fn
-
-    return mark
+FORWARD_LOSSES: Registry[type[ForwardLoss]] = Registry("forward-process diffusion loss")
 
 
 def _f32(x: Tensor, like: Tensor) -> Tensor:
@@ -165,26 +183,34 @@ def nft_optimality(advantages: Tensor, adv_clip_max: float) -> Tensor:
 
 
 @FORWARD_LOSSES.register("diffusion_nft")
-@reads("old_velocity", "advantages")
-def diffusion_nft_loss(inp: ForwardLossInput) -> tuple[Tensor, Metrics]:
+class DiffusionNFTLoss(ForwardLoss):
     """DiffusionNFT (arXiv 2509.16117): mean_i [r_i e+_i + (1 - r_i) e-_i] (module docstring).
 
     With v_old == v (the first update after the EMA was set to the weights) v+ = v- = v, so the
     loss is mean_d (v - u)^2 and its gradient per sample is 2 b (2 r - 1) (v - u) / D: a sample
     better than its group (r > 1/2) is pulled towards its flow target, a worse one pushed away.
     """
+
+    Options = DiffusionNFTOptions
+    reads = frozenset({"old_velocity", "advantages"})
+
+    def __call__(self, inp: ForwardLossInput) -> tuple[Tensor, Metrics]:
+        return _nft(inp, self.options)
+
+
+def _nft(inp: ForwardLossInput, o: DiffusionNFTOptions) -> tuple[Tensor, Metrics]:
     _needs(inp, "diffusion_nft", "old_velocity", "advantages")
     v = inp.velocity.to(torch.float32)
     v_old, u = _f32(inp.old_velocity, v), _f32(inp.target, v)
-    b = inp.nft_beta
-    r = nft_optimality(_f32(inp.advantages, v), inp.adv_clip_max)
+    b = o.beta
+    r = nft_optimality(_f32(inp.advantages, v), o.adv_clip_max)
     v_pos = b * v + (1 - b) * v_old
     v_neg = (1 + b) * v_old - b * v
-    if inp.nft_weighting == "velocity":
+    if o.weighting == "velocity":
         e_pos = mean_over_sample_dims((v_pos - u) ** 2)
         e_neg = mean_over_sample_dims((v_neg - u) ** 2)
     else:
-        _needs(inp, "diffusion_nft (nft_weighting=adaptive_x0)", "noisy", "clean")
+        _needs(inp, "diffusion_nft (weighting=adaptive_x0)", "noisy", "clean")
         x_t, x0 = _f32(inp.noisy, v), _f32(inp.clean, v)
         t = _f32(inp.timesteps, v).reshape(-1, *([1] * (v.ndim - 1)))
         scale = mean_over_sample_dims((x_t - t * v.detach() - x0).abs()).clamp(min=_ADAPTIVE_FLOOR)
@@ -202,8 +228,7 @@ def diffusion_nft_loss(inp: ForwardLossInput) -> tuple[Tensor, Metrics]:
 
 
 @FORWARD_LOSSES.register("diffusion_dpo")
-@reads("ref_velocity", pairwise=True)
-def diffusion_dpo_loss(inp: ForwardLossInput) -> tuple[Tensor, Metrics]:
+class DiffusionDPOLoss(ForwardLoss):
     """Diffusion-DPO (arXiv 2311.12908) on flow targets: winners are the first half of the rows,
     losers the second (module docstring).
 
@@ -211,6 +236,16 @@ def diffusion_dpo_loss(inp: ForwardLossInput) -> tuple[Tensor, Metrics]:
     the winner's error is pushed down, the loser's up, most strongly where the policy still
     prefers the loser (z < 0). With the policy equal to the reference z = 0 and the loss is log 2.
     """
+
+    Options = DiffusionDPOOptions
+    reads = frozenset({"ref_velocity"})
+    pairwise = True
+
+    def __call__(self, inp: ForwardLossInput) -> tuple[Tensor, Metrics]:
+        return _dpo(inp, self.options)
+
+
+def _dpo(inp: ForwardLossInput, o: DiffusionDPOOptions) -> tuple[Tensor, Metrics]:
     _needs(inp, "diffusion_dpo", "ref_velocity")
     rows = inp.velocity.shape[0]
     if rows % 2:
@@ -224,7 +259,7 @@ def diffusion_dpo_loss(inp: ForwardLossInput) -> tuple[Tensor, Metrics]:
     pairs = rows // 2
     gap_w = err[:pairs] - ref[:pairs]
     gap_l = err[pairs:] - ref[pairs:]
-    z = -0.5 * inp.dpo_beta * (gap_w - gap_l)
+    z = -0.5 * o.beta * (gap_w - gap_l)
     loss = torch.nn.functional.softplus(-z).mean()  # -log sigmoid(z), stable for large |z|
     metrics = {
         "policy_loss": loss.detach(),

@@ -1,8 +1,14 @@
 """Policy losses for diffusion RL, and the per-step KL forms to a reference policy.
 
-Contract (every loss, registered in `DIFFUSION_LOSSES`):
+Contract (every loss, a `StepLoss` class registered in `DIFFUSION_LOSSES`): built once from its
+options, then called with tensors only, as torchtune's `PPOLoss(epsilon=...)`:
 
-    fn(inp: PolicyLossInput) -> (loss: 0-d tensor, metrics: dict[str, 0-d detached tensor])
+    loss_fn = FlowGRPOLoss(clip_range=1e-4)          # or FlowGRPOLoss(ClippedStepOptions(...))
+    loss_fn(inp: StepLossInput) -> (loss: 0-d tensor, metrics: dict[str, 0-d detached tensor])
+
+Each class names its `Options` dataclass (fields with defaults and a doc line, a `check()` that
+raises one-line ValueErrors; the recipe sets them under `algo.loss_options`) and declares what it
+reads beyond the common tensors (`reads_old_mean`).
 
 An entry is one action: a (sample, denoising step) pair, whose log-prob is the per-dimension
 mean Gaussian log-density of `flow_sde` (so log-ratios are ~1e-4 and clip ranges are ~1e-4). The loss is the (masked) mean over entries; the engine calling it
@@ -22,8 +28,8 @@ Metrics (keys without a namespace; the trainer files them under `actor/`):
 | dropfrac          | fraction of entries dropped by the trust-region test (flow_dppo)               |
 
 All means are over the entries where `mask` is 1 (over all entries without a mask); with an
-all-zero mask the loss and the metrics are 0. The advantage is clamped to +-adv_clip_max in
-every loss here (Flow-GRPO's `adv_clip_max`); the clamp is a property of the advantage, not of
+all-zero mask the loss and the metrics are 0. The advantage is clamped to +-adv_clip_max (an
+option of every loss) in every loss here (Flow-GRPO's `adv_clip_max`); the clamp is a property of the advantage, not of
 the ratio, so the unclipped Flow-DPPO objective clamps it too.
 
 With `rollout_is_weight` given (the rollout correction, `rollout_correction.py`), every loss here
@@ -34,22 +40,23 @@ KL forms (registered in `DIFFUSION_KL`, `fn(mean, ref_mean, std, dt) -> [B]`) me
 one step's Gaussian moved from the reference's. Both are per-dimension MEANS over the non-batch
 dims (like the log-probs) and both are 0 where the transition std is 0.
 
-A loss that reads `old_mean` says so with `@reads_old_mean`: the trainer then has the behaviour
+A loss that reads `old_mean` declares `reads_old_mean = True`: the trainer then has the behaviour
 policy's transition means computed (the rollout records log-probs only), and skips that forward
 for the losses that do not.
 
-The token losses (`ppo_clip`, `dapo`, `gspo`, `cispo`, `sapo`) take the same `PolicyLossInput`
-but live in a registry of their own, `token_losses.TOKEN_LOSSES`: a model family names the
-registry its losses come from (`ModelFamily.losses`), so a loss of the other kind in
-`algo.policy_loss` is a config error at load, not a shape error after a rollout.
+The token losses (`ppo_clip`, `dapo`, `gspo`, `cispo`, `sapo`) share the `PolicyLoss` base but
+take a `TokenLossInput` and live in a registry of their own, `token_losses.TOKEN_LOSSES`: a model
+family names the registry its losses come from (`ModelFamily.losses`), so a loss of the other kind
+in `algo.policy_loss` is a config error at load, not a shape error after a rollout.
 
 Not here: adding the diffusion KL to the loss with its
 coefficient (the diffusion actor), the choice of trained steps.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Callable, Optional, Union
+import math
+from dataclasses import dataclass, field
+from typing import Callable, ClassVar, Optional, Union
 
 import torch
 from torch import Tensor
@@ -58,16 +65,22 @@ from omni_rl.algos.flow_sde import mean_over_sample_dims, per_sample
 from omni_rl.registry import Registry
 
 __all__ = [
-    "PolicyLossInput",
+    "option",
+    "AdvantageClipOptions",
+    "ClippedStepOptions",
+    "FlowDPPOOptions",
+    "StepLossInput",
     "PolicyLoss",
+    "StepLoss",
     "DIFFUSION_LOSSES",
     "get_diffusion_loss",
-    "reads_old_mean",
+    "check_clip",
+    "check_entries",
+    "clipped_surrogate",
     "rollout_weighted",
-    "loss_reads_old_mean",
-    "flow_grpo_loss",
-    "flow_dppo_loss",
-    "grpo_guard_loss",
+    "FlowGRPOLoss",
+    "FlowDPPOLoss",
+    "GRPOGuardLoss",
     "guard_log_ratio",
     "DiffusionKL",
     "DIFFUSION_KL",
@@ -79,44 +92,104 @@ __all__ = [
 Metrics = dict[str, Tensor]
 
 
-@dataclass
-class PolicyLossInput:
-    """Inputs of a policy loss. E entries: `[B]` for diffusion (one per (sample, step) pair),
-    `[B, T]` for tokens.
+def option(default, doc: str):
+    """A loss option: a dataclass field with its default and one line of documentation (what
+    `--options` prints; `omni_rl.config.options` reads it the same way)."""
+    return field(default=default, metadata={"doc": doc})
 
-    log_prob:      shape E, the current policy's log-probs (carries the graph).
-    old_log_prob:  shape E, the behaviour policy's log-probs (rollout or recompute).
-    advantages:    broadcastable to E (`[B]` for diffusion; `[B, 1]` or `[B, T]` for tokens).
-    mask:          optional, shape E, 1 where the entry counts, 0 where it does not.
-    clip_low, clip_high: the ratio is clipped to [1 - clip_low, 1 + clip_high] (Flow-GRPO: both 1e-4).
-    adv_clip_max:  advantages are clamped to [-adv_clip_max, adv_clip_max] (Flow-GRPO: 5).
-    Diffusion extras, needed by flow_dppo and grpo_guard (None otherwise):
+
+@dataclass
+class AdvantageClipOptions:
+    """The option every policy loss has: the advantage clamp (a property of the advantage)."""
+
+    adv_clip_max: float = option(5.0, "Advantages are clamped to [-adv_clip_max, adv_clip_max] (Flow-GRPO: 5).")
+
+    def check(self) -> None:
+        if not (math.isfinite(self.adv_clip_max) and self.adv_clip_max > 0):
+            raise ValueError(f"adv_clip_max={self.adv_clip_max!r}: expected a finite value > 0 (Flow-GRPO uses 5)")
+
+
+@dataclass
+class ClippedStepOptions(AdvantageClipOptions):
+    """A clipped step loss's options: the ratio is clipped to [1 - clip_range, 1 + clip_range_high]."""
+
+    clip_range: float = option(1e-4, "Lower ratio clip: [1 - clip_range, ...] (Flow-GRPO: 1e-4; step log-ratios are ~1e-4).")
+    clip_range_high: Optional[float] = option(None, "Upper ratio clip; null = clip_range (symmetric).")
+
+    @property
+    def clip_low(self) -> float:
+        return self.clip_range
+
+    @property
+    def clip_high(self) -> float:
+        return self.clip_range if self.clip_range_high is None else self.clip_range_high
+
+    def check(self) -> None:
+        super().check()
+        check_clip(self.clip_range, self.clip_range_high)
+
+
+@dataclass
+class FlowDPPOOptions(AdvantageClipOptions):
+    """Flow-DPPO's options: the per-step KL trust region (no ratio clip)."""
+
+    kl_threshold: float = option(1e-5, "The trust region tau on the per-step KL to the old policy (Flow-DPPO: 1e-5).")
+
+    def check(self) -> None:
+        super().check()
+        if not (math.isfinite(self.kl_threshold) and self.kl_threshold >= 0):
+            raise ValueError(f"kl_threshold={self.kl_threshold!r}: expected a finite value >= 0 (Flow-DPPO uses 1e-5)")
+
+
+def check_clip(clip_range: float, clip_range_high: Optional[float]) -> None:
+    """The ratio clip's range: 0 < clip_range < 1 and clip_range_high > 0 (or None)."""
+    if not 0 < clip_range < 1:
+        raise ValueError(f"clip_range={clip_range!r}: expected 0 < clip_range < 1 (Flow-GRPO: 1e-4, PPO: 0.2)")
+    if clip_range_high is not None and not clip_range_high > 0:
+        raise ValueError(f"clip_range_high={clip_range_high!r}: expected > 0, or null for clip_range")
+
+
+def check_entries(log_prob: Tensor, old_log_prob: Tensor, advantages: Tensor, mask: Optional[Tensor],
+                  rollout_is_weight: Optional[Tensor]) -> None:
+    """The shape rules every loss input keeps: E entries of log_prob, old_log_prob and mask,
+    advantages and weights that broadcast to them."""
+    shape = tuple(log_prob.shape)
+    if log_prob.numel() == 0:
+        raise ValueError("log_prob is empty; a policy loss needs at least one entry")
+    if tuple(old_log_prob.shape) != shape:
+        raise ValueError(
+            f"old_log_prob has shape {tuple(old_log_prob.shape)} but log_prob has {shape}; "
+            f"they must describe the same entries."
+        )
+    if not _broadcasts(advantages, shape):
+        raise ValueError(
+            f"advantages of shape {tuple(advantages.shape)} do not broadcast to log_prob's "
+            f"{shape}; for token log-probs [B, T] pass advantages[:, None]."
+        )
+    if rollout_is_weight is not None and not _broadcasts(rollout_is_weight, shape):
+        raise ValueError(
+            f"rollout_is_weight has shape {tuple(rollout_is_weight.shape)}, which does not broadcast "
+            f"to log_prob's {shape}; pass one weight per entry (rollout_correction.rollout_is_weights)"
+        )
+    if mask is not None and tuple(mask.shape) != shape:
+        raise ValueError(f"mask has shape {tuple(mask.shape)}; expected log_prob's shape {shape}")
+
+
+@dataclass
+class StepLossInput:
+    """The tensors of a step loss: E = B entries, one per (sample, denoising step) pair.
+
+    log_prob:      `[B]` the current policy's log-probs (carries the graph).
+    old_log_prob:  `[B]` the behaviour policy's log-probs (rollout or recompute).
+    advantages:    broadcastable to `[B]`.
+    mask:          optional `[B]`, 1 where the entry counts.
     mean:          `[B, ...]` the current policy's transition means (carries the graph).
-    old_mean:      `[B, ...]` the behaviour policy's transition means.
+    old_mean:      `[B, ...]` the behaviour policy's transition means (losses with `reads_old_mean`).
     std:           `[B]` (or a scalar) the transition std s of each step (`StepOutput.std`).
     dt:            `[B]` or a float, sigma_next - sigma (< 0) of each step.
-    kl_threshold:  Flow-DPPO's trust-region threshold tau on the per-step KL (1e-5).
-    Token extras, read by the token losses of `token_losses` (the diffusion losses ignore them):
-    loss_agg_mode: how per-token terms become one number: "token-mean", "seq-mean-token-mean",
-                   "seq-mean-token-sum" or "seq-mean-token-sum-norm" (`token_losses.aggregate`).
-                   `dapo` always uses token-mean and `gspo` always seq-mean-token-mean, whatever
-                   this says.
-    loss_scale_factor: the constant C of "seq-mean-token-sum-norm" (Dr.GRPO: the response length
-                   budget), required by that mode and read by no other; None otherwise.
-    ref_log_prob:  optional `[B, T]`, the reference policy's token log-probs (a constant).
-    kl_coef:       >= 0; with ref_log_prob given, kl_coef * aggregate(kl) is added to the loss.
-    kl_estimator:  per-token KL estimate: "k1" (logp - ref) or "k3" (Schulman's low-variance form).
-    kl_clamp:      optional > 0: each token's KL estimate is clamped to [-kl_clamp, kl_clamp]
-                   (verl clamps k3 to [-10, 10]); None leaves it unclamped.
-    tau_pos, tau_neg: SAPO's gate temperatures for A > 0 and A <= 0 (SAPO: 1.0 and 1.05).
-    clip_ratio_c:  optional > 1: dual-clip PPO's bound (arXiv 1912.09729) for `ppo_clip` and
-                   `dapo`: a token with A < 0 loses at most -A * clip_ratio_c (verl: 3.0, always
-                   on there); None turns it off. The other losses do not read it.
-    Every loss:
-    rollout_is_weight: optional, broadcastable to E, >= 0, a constant: each entry's policy term is
-                   multiplied by it before the mean (the rollout correction's truncated importance
-                   weights, `rollout_correction`); the KL term is not. None (the default) leaves
-                   the loss exactly as without it.
+    rollout_is_weight: optional, broadcastable to `[B]`, >= 0, a constant: each entry's policy term
+                   is multiplied by it before the mean (the rollout correction); None leaves the
+                   loss exactly as without it.
     std_checked:   True when std comes from a step kernel on checked sigmas (so >= 0): the
                    diffusion losses skip their host-side check of it (a device sync per step).
     """
@@ -125,23 +198,10 @@ class PolicyLossInput:
     old_log_prob: Tensor
     advantages: Tensor
     mask: Optional[Tensor] = None
-    clip_low: float = 1e-4
-    clip_high: float = 1e-4
-    adv_clip_max: float = 5.0
     mean: Optional[Tensor] = None
     old_mean: Optional[Tensor] = None
     std: Optional[Union[Tensor, float]] = None
     dt: Optional[Union[Tensor, float]] = None
-    kl_threshold: float = 1e-5
-    loss_agg_mode: str = "token-mean"
-    ref_log_prob: Optional[Tensor] = None
-    kl_coef: float = 0.0
-    kl_estimator: str = "k3"
-    tau_pos: float = 1.0
-    tau_neg: float = 1.05
-    clip_ratio_c: Optional[float] = None
-    loss_scale_factor: Optional[float] = None
-    kl_clamp: Optional[float] = None
     rollout_is_weight: Optional[Tensor] = None
     # True when `std` is a step kernel's output on checked sigmas and noise levels (>= 0 by
     # construction): the diffusion losses then skip their host-side check of it, which on an
@@ -149,60 +209,40 @@ class PolicyLossInput:
     std_checked: bool = False
 
     def __post_init__(self) -> None:
-        shape = tuple(self.log_prob.shape)
-        if self.log_prob.numel() == 0:
-            raise ValueError("log_prob is empty; a policy loss needs at least one entry")
-        if tuple(self.old_log_prob.shape) != shape:
-            raise ValueError(
-                f"old_log_prob has shape {tuple(self.old_log_prob.shape)} but log_prob has {shape}; "
-                f"they must describe the same entries."
-            )
-        if not _broadcasts(self.advantages, shape):
-            raise ValueError(
-                f"advantages of shape {tuple(self.advantages.shape)} do not broadcast to log_prob's "
-                f"{shape}; for token log-probs [B, T] pass advantages[:, None]."
-            )
-        if self.rollout_is_weight is not None and not _broadcasts(self.rollout_is_weight, shape):
-            raise ValueError(
-                f"rollout_is_weight has shape {tuple(self.rollout_is_weight.shape)}, which does not broadcast "
-                f"to log_prob's {shape}; pass one weight per entry (rollout_correction.rollout_is_weights)"
-            )
-        if self.mask is not None and tuple(self.mask.shape) != shape:
-            raise ValueError(f"mask has shape {tuple(self.mask.shape)}; expected log_prob's shape {shape}")
-        if not (0 <= self.clip_low < 1 and self.clip_high >= 0):
-            raise ValueError(
-                f"clip_low={self.clip_low!r}, clip_high={self.clip_high!r}; expected 0 <= clip_low < 1 "
-                f"and clip_high >= 0 (Flow-GRPO uses 1e-4 for both)."
-            )
-        if not self.adv_clip_max > 0:
-            raise ValueError(f"adv_clip_max={self.adv_clip_max!r}; expected > 0 (Flow-GRPO uses 5)")
-        if not self.kl_threshold >= 0:
-            raise ValueError(f"kl_threshold={self.kl_threshold!r}; expected >= 0 (Flow-DPPO uses 1e-5)")
-        if self.ref_log_prob is not None and tuple(self.ref_log_prob.shape) != shape:
-            raise ValueError(
-                f"ref_log_prob has shape {tuple(self.ref_log_prob.shape)}; expected log_prob's shape {shape} "
-                f"(the reference policy's log-probs of the same tokens)."
-            )
-        if not self.kl_coef >= 0:
-            raise ValueError(f"kl_coef={self.kl_coef!r}; expected >= 0 (0 turns the KL term off)")
-        if not (self.tau_pos > 0 and self.tau_neg > 0):
-            raise ValueError(
-                f"tau_pos={self.tau_pos!r}, tau_neg={self.tau_neg!r}; expected both > 0 (SAPO uses 1.0 and 1.05)"
-            )
-        if self.clip_ratio_c is not None and not self.clip_ratio_c > 1:
-            raise ValueError(
-                f"clip_ratio_c={self.clip_ratio_c!r}; expected > 1 (dual-clip PPO bounds a negative-advantage "
-                f"token's loss at -A * clip_ratio_c; verl uses 3.0), or None to turn the dual clip off"
-            )
-        if self.loss_scale_factor is not None and not self.loss_scale_factor > 0:
-            raise ValueError(
-                f"loss_scale_factor={self.loss_scale_factor!r}; expected > 0 (Dr.GRPO divides by the response "
-                f"length budget, e.g. 1024), or None"
-            )
-        if self.kl_clamp is not None and not self.kl_clamp > 0:
-            raise ValueError(
-                f"kl_clamp={self.kl_clamp!r}; expected > 0 (verl clamps k3 at 10), or None for no clamp"
-            )
+        check_entries(self.log_prob, self.old_log_prob, self.advantages, self.mask, self.rollout_is_weight)
+
+
+class PolicyLoss:
+    """A policy loss: its knobs bound once, its input tensors only.
+
+    `Loss(options)` or `Loss(**knobs)` builds `Options` (a dataclass) and checks it once;
+    `loss(inp)` returns (loss: 0-d tensor, metrics: dict of 0-d detached tensors). What a loss
+    reads beyond the common tensors is a declared class attribute (`reads_old_mean` here), so a
+    caller asks the class, never a function attribute."""
+
+    Options: ClassVar[type] = AdvantageClipOptions
+
+    def __init__(self, options=None, /, **knobs):
+        if options is not None and knobs:
+            raise TypeError(f"{type(self).__name__}: pass an options instance or keyword options, not both")
+        self.options = options if options is not None else self.Options(**knobs)
+        if not isinstance(self.options, self.Options):
+            raise TypeError(f"{type(self).__name__} takes {self.Options.__name__}, got {type(self.options).__name__}")
+        self.options.check()
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.options!r})"
+
+
+class StepLoss(PolicyLoss):
+    """A diffusion step loss (`DIFFUSION_LOSSES`), called with a `StepLossInput`."""
+
+    # Whether it reads `StepLossInput.old_mean`: the trainer then has the behaviour policy's
+    # transition means computed (the rollout records log-probs only), and skips that forward otherwise.
+    reads_old_mean: ClassVar[bool] = False
+
+    def __call__(self, inp: StepLossInput) -> tuple[Tensor, Metrics]:
+        raise NotImplementedError
 
 
 def _broadcasts(x: Tensor, shape: tuple[int, ...]) -> bool:
@@ -212,26 +252,15 @@ def _broadcasts(x: Tensor, shape: tuple[int, ...]) -> bool:
         return False
 
 
-PolicyLoss = Callable[[PolicyLossInput], tuple[Tensor, Metrics]]
 DiffusionKL = Callable[..., Tensor]
 
-DIFFUSION_LOSSES: Registry[PolicyLoss] = Registry("diffusion loss")
+DIFFUSION_LOSSES: Registry[type[StepLoss]] = Registry("diffusion loss")
 DIFFUSION_KL: Registry[DiffusionKL] = Registry("diffusion KL form")
 
 
-def get_diffusion_loss(name: str) -> PolicyLoss:
-    """The registered diffusion loss called `name` (`flow_grpo`, `flow_dppo`, `grpo_guard`)."""
+def get_diffusion_loss(name: str) -> type[StepLoss]:
+    """The registered diffusion loss class called `name` (`flow_grpo`, `flow_dppo`, `grpo_guard`)."""
     return DIFFUSION_LOSSES.get(name)
-
-
-def reads_old_mean(fn: PolicyLoss) -> PolicyLoss:
-    """Mark a loss that reads `PolicyLossInput.old_mean` (the behaviour policy's transition means)."""
-    fn.reads_old_mean = True
-    return fn
-
-
-def loss_reads_old_mean(fn: PolicyLoss) -> bool:
-    return bool(getattr(fn, "reads_old_mean", False))
 
 
 def get_diffusion_kl(name: str) -> DiffusionKL:
@@ -313,27 +342,27 @@ def _masked_mean(x: Tensor, mask: Optional[Tensor]) -> Tensor:
     return torch.where(mask > 0, x * mask, torch.zeros_like(x)).sum() / mask.sum().clamp(min=1.0)
 
 
-def _prepare(inp: PolicyLossInput) -> tuple[Tensor, Tensor, Tensor, Optional[Tensor]]:
+def _prepare(inp: StepLossInput, adv_clip_max: float) -> tuple[Tensor, Tensor, Tensor, Optional[Tensor]]:
     """(log_prob, old_log_prob, clamped advantages broadcast to log_prob, mask), all fp32."""
     log_prob = inp.log_prob.to(torch.float32)
     old = inp.old_log_prob.detach().to(device=log_prob.device, dtype=torch.float32)
     adv = inp.advantages.detach().to(device=log_prob.device, dtype=torch.float32)
-    adv = torch.clamp(adv, -inp.adv_clip_max, inp.adv_clip_max).expand_as(log_prob)
+    adv = torch.clamp(adv, -adv_clip_max, adv_clip_max).expand_as(log_prob)
     mask = None if inp.mask is None else inp.mask.detach().to(device=log_prob.device, dtype=torch.float32)
     return log_prob, old, adv, mask
 
 
-def rollout_weighted(per_entry: Tensor, inp: PolicyLossInput) -> Tensor:
+def rollout_weighted(per_entry: Tensor, weight: Optional[Tensor]) -> Tensor:
     """Each entry's policy term times its rollout-correction weight (`rollout_is_weight`); the
     terms themselves when there is none. Shared by the diffusion and the token losses."""
-    if inp.rollout_is_weight is None:
+    if weight is None:
         return per_entry
-    return per_entry * inp.rollout_is_weight.detach().to(device=per_entry.device, dtype=per_entry.dtype)
+    return per_entry * weight.detach().to(device=per_entry.device, dtype=per_entry.dtype)
 
 
-def _clipped_surrogate(ratio: Tensor, adv: Tensor, inp: PolicyLossInput) -> Tensor:
+def clipped_surrogate(ratio: Tensor, adv: Tensor, clip_low: float, clip_high: float) -> Tensor:
     """PPO's pessimistic per-entry loss max(-A rho, -A clip(rho, 1 - lo, 1 + hi))."""
-    clipped = torch.clamp(ratio, 1 - inp.clip_low, 1 + inp.clip_high)
+    clipped = torch.clamp(ratio, 1 - clip_low, 1 + clip_high)
     return torch.maximum(-adv * ratio, -adv * clipped)
 
 
@@ -350,21 +379,21 @@ def _ratio_metrics(ratio: Tensor, log_ratio: Tensor, mask: Optional[Tensor]) -> 
     }
 
 
-def _clipfrac(ratio: Tensor, mask: Optional[Tensor], inp: PolicyLossInput) -> Tensor:
+def _clipfrac(ratio: Tensor, mask: Optional[Tensor], options: ClippedStepOptions) -> Tensor:
     # The ratio left the trust region. The gradient is zeroed only where, in addition, the sign of
     # A makes the clipped branch the max; the metric follows Flow-GRPO's |rho - 1| > eps form.
-    outside = (ratio.detach() < 1 - inp.clip_low) | (ratio.detach() > 1 + inp.clip_high)
+    outside = (ratio.detach() < 1 - options.clip_low) | (ratio.detach() > 1 + options.clip_high)
     return _masked_mean(outside.to(torch.float32), mask)
 
 
-def _diffusion_extras(inp: PolicyLossInput, loss: str) -> tuple[Tensor, Tensor, Tensor]:
+def _diffusion_extras(inp: StepLossInput, loss: str) -> tuple[Tensor, Tensor, Tensor]:
     """(mean fp32 [B, ...], old_mean fp32 [B, ...], std fp32 [B]) after the checks."""
     missing = [name for name in ("mean", "old_mean", "std") if getattr(inp, name) is None]
     if missing:
         raise ValueError(
             f"policy loss {loss!r} needs {', '.join(missing)} (the transition means of the current "
             f"and the rollout policy and the step std: StepOutput.mean / .std); they are None. "
-            f"Store them in the rollout and pass them in PolicyLossInput."
+            f"Store them in the rollout and pass them in StepLossInput."
         )
     mean, old_mean = inp.mean, inp.old_mean
     if mean.ndim < 2 or mean.shape != old_mean.shape:
@@ -395,28 +424,33 @@ def _diffusion_extras(inp: PolicyLossInput, loss: str) -> tuple[Tensor, Tensor, 
 
 
 @DIFFUSION_LOSSES.register("flow_grpo")
-def flow_grpo_loss(inp: PolicyLossInput) -> tuple[Tensor, Metrics]:
+class FlowGRPOLoss(StepLoss):
     """Flow-GRPO / DanceGRPO clipped surrogate (arXiv 2505.05470).
 
         A   = clamp(advantages, -adv_clip_max, adv_clip_max)
         rho = exp(log_prob - old_log_prob)
-        loss = mean( max(-A rho, -A clip(rho, 1 - clip_low, 1 + clip_high)) )
+        loss = mean( max(-A rho, -A clip(rho, 1 - clip_range, 1 + clip_range_high)) )
 
     On-policy (log_prob == old_log_prob) rho is exactly 1 and d loss / d log_prob_i = -A_i / E.
     """
-    log_prob, old, adv, mask = _prepare(inp)
-    log_ratio = log_prob - old
-    ratio = torch.exp(log_ratio)
-    loss = _masked_mean(rollout_weighted(_clipped_surrogate(ratio, adv, inp), inp), mask)
-    metrics = _ratio_metrics(ratio, log_ratio, mask)
-    metrics["clipfrac"] = _clipfrac(ratio, mask, inp)
-    metrics["policy_loss"] = loss.detach()
-    return loss, metrics
+
+    Options = ClippedStepOptions
+
+    def __call__(self, inp: StepLossInput) -> tuple[Tensor, Metrics]:
+        o = self.options
+        log_prob, old, adv, mask = _prepare(inp, o.adv_clip_max)
+        log_ratio = log_prob - old
+        ratio = torch.exp(log_ratio)
+        per_entry = clipped_surrogate(ratio, adv, o.clip_low, o.clip_high)
+        loss = _masked_mean(rollout_weighted(per_entry, inp.rollout_is_weight), mask)
+        metrics = _ratio_metrics(ratio, log_ratio, mask)
+        metrics["clipfrac"] = _clipfrac(ratio, mask, o)
+        metrics["policy_loss"] = loss.detach()
+        return loss, metrics
 
 
 @DIFFUSION_LOSSES.register("flow_dppo")
-@reads_old_mean
-def flow_dppo_loss(inp: PolicyLossInput) -> tuple[Tensor, Metrics]:
+class FlowDPPOLoss(StepLoss):
     """Flow-DPPO (arXiv 2606.11025): an unclipped surrogate with a per-step KL trust region.
 
         D_i  = mean_d (mean_i - old_mean_i)^2 / (2 s_i^2)     (the exact per-step KL, `exact_kl`)
@@ -428,19 +462,25 @@ def flow_dppo_loss(inp: PolicyLossInput) -> tuple[Tensor, Metrics]:
     D and the drop decision carry no gradient. Dropped entries still count in the mean's
     denominator (their contribution is 0).
     """
-    mean, old_mean, std = _diffusion_extras(inp, "flow_dppo")
-    log_prob, old, adv, mask = _prepare(inp)
-    log_ratio = log_prob - old
-    ratio = torch.exp(log_ratio)
-    # exact_kl's value; std was checked by _diffusion_extras already.
-    divergence = _sq_dist_over_var(mean.detach(), old_mean, std, "flow_dppo", std_checked=True)
-    pushes_further = ((ratio > 1) & (adv > 0)) | ((ratio < 1) & (adv < 0))
-    drop = (divergence >= inp.kl_threshold) & pushes_further
-    loss = _masked_mean(rollout_weighted(torch.where(drop, torch.zeros_like(ratio), -adv * ratio), inp), mask)
-    metrics = _ratio_metrics(ratio, log_ratio, mask)
-    metrics["dropfrac"] = _masked_mean(drop.to(torch.float32), mask)
-    metrics["policy_loss"] = loss.detach()
-    return loss, metrics
+
+    Options = FlowDPPOOptions
+    reads_old_mean = True
+
+    def __call__(self, inp: StepLossInput) -> tuple[Tensor, Metrics]:
+        mean, old_mean, std = _diffusion_extras(inp, "flow_dppo")
+        log_prob, old, adv, mask = _prepare(inp, self.options.adv_clip_max)
+        log_ratio = log_prob - old
+        ratio = torch.exp(log_ratio)
+        # exact_kl's value; std was checked by _diffusion_extras already (no second host sync).
+        divergence = _sq_dist_over_var(mean.detach(), old_mean, std, "flow_dppo", std_checked=True)
+        pushes_further = ((ratio > 1) & (adv > 0)) | ((ratio < 1) & (adv < 0))
+        drop = (divergence >= self.options.kl_threshold) & pushes_further
+        per_entry = torch.where(drop, torch.zeros_like(ratio), -adv * ratio)
+        loss = _masked_mean(rollout_weighted(per_entry, inp.rollout_is_weight), mask)
+        metrics = _ratio_metrics(ratio, log_ratio, mask)
+        metrics["dropfrac"] = _masked_mean(drop.to(torch.float32), mask)
+        metrics["policy_loss"] = loss.detach()
+        return loss, metrics
 
 
 def guard_log_ratio(
@@ -449,7 +489,7 @@ def guard_log_ratio(
     """GRPO-Guard's normalised log-ratio `[B]`: s (logp - old) + mean_d (mean - old_mean)^2 / (2 s).
 
     0 where s == 0. `log_prob`, `old_log_prob`, `std`: `[B]`; `mean`, `old_mean`: `[B, ...]`.
-    See `grpo_guard_loss` for why this equals mean_d(eps * (mean - old_mean)).
+    See `GRPOGuardLoss` for why this equals mean_d(eps * (mean - old_mean)).
     """
     stochastic = std > 0
     safe_std = torch.where(stochastic, std, torch.ones_like(std))
@@ -459,8 +499,7 @@ def guard_log_ratio(
 
 
 @DIFFUSION_LOSSES.register("grpo_guard")
-@reads_old_mean
-def grpo_guard_loss(inp: PolicyLossInput) -> tuple[Tensor, Metrics]:
+class GRPOGuardLoss(StepLoss):
     """GRPO-Guard (arXiv 2510.22319): a re-centred ratio, the clipped loss, 1/|dt| step weights.
 
     1. Ratio normalisation. With s the transition std,
@@ -478,15 +517,22 @@ def grpo_guard_loss(inp: PolicyLossInput) -> tuple[Tensor, Metrics]:
 
     Needs mean, old_mean, std and dt.
     """
-    mean, old_mean, std = _diffusion_extras(inp, "grpo_guard")
-    log_prob, old, adv, mask = _prepare(inp)
-    neg_dt = _neg_dt(inp.dt, mean.shape[0], log_prob.device, "policy loss 'grpo_guard'")
-    ratio = torch.exp(guard_log_ratio(log_prob, old, mean, old_mean, std))
-    stepped = neg_dt > 0
-    safe_neg_dt = torch.where(stepped, neg_dt, torch.ones_like(neg_dt))
-    weight = torch.where(stepped, 1 / safe_neg_dt, torch.zeros_like(neg_dt))
-    loss = _masked_mean(rollout_weighted(weight * _clipped_surrogate(ratio, adv, inp), inp), mask)
-    metrics = _ratio_metrics(ratio, log_prob - old, mask)
-    metrics["clipfrac"] = _clipfrac(ratio, mask, inp)
-    metrics["policy_loss"] = loss.detach()
-    return loss, metrics
+
+    Options = ClippedStepOptions
+    reads_old_mean = True
+
+    def __call__(self, inp: StepLossInput) -> tuple[Tensor, Metrics]:
+        o = self.options
+        mean, old_mean, std = _diffusion_extras(inp, "grpo_guard")
+        log_prob, old, adv, mask = _prepare(inp, o.adv_clip_max)
+        neg_dt = _neg_dt(inp.dt, mean.shape[0], log_prob.device, "policy loss 'grpo_guard'")
+        ratio = torch.exp(guard_log_ratio(log_prob, old, mean, old_mean, std))
+        stepped = neg_dt > 0
+        safe_neg_dt = torch.where(stepped, neg_dt, torch.ones_like(neg_dt))
+        weight = torch.where(stepped, 1 / safe_neg_dt, torch.zeros_like(neg_dt))
+        per_entry = weight * clipped_surrogate(ratio, adv, o.clip_low, o.clip_high)
+        loss = _masked_mean(rollout_weighted(per_entry, inp.rollout_is_weight), mask)
+        metrics = _ratio_metrics(ratio, log_prob - old, mask)
+        metrics["clipfrac"] = _clipfrac(ratio, mask, o)
+        metrics["policy_loss"] = loss.detach()
+        return loss, metrics

@@ -1,9 +1,11 @@
 """Token-level policy losses for the autoregressive (text / omni) path: GRPO, DAPO, GSPO, CISPO, SAPO.
 
-Contract: the one of `policy_losses`, in a registry of their own (`TOKEN_LOSSES`; the diffusion
-losses are in `policy_losses.DIFFUSION_LOSSES`, and a model family takes its losses from one):
+Contract: the one of `policy_losses` (a class built once from its options, `algo.loss_options`,
+and `kl_coef`), in a registry of their own (`TOKEN_LOSSES`; the diffusion losses are in
+`policy_losses.DIFFUSION_LOSSES`, and a model family takes its losses from one):
 
-    fn(inp: PolicyLossInput) -> (loss: 0-d tensor, metrics: dict[str, 0-d detached tensor])
+    loss_fn = PPOClipLoss(clip_range=0.2, loss_agg_mode="token-mean", kl_coef=0.0)
+    loss_fn(inp: TokenLossInput) -> (loss: 0-d tensor, metrics: dict[str, 0-d detached tensor])
 
 An entry is one response token. `log_prob`, `old_log_prob`, `mask` and `ref_log_prob` are
 `[B, T]` (one padded row per sequence; `mask` is 1 on the response tokens, treated as a boolean);
@@ -18,7 +20,7 @@ Masked tokens take no part: their log-ratio is replaced by 0 before any exp and 
 are dropped by `torch.where`, so a padded position holding inf/NaN changes neither the loss, nor
 the gradient (exactly 0 there), nor a metric.
 
-Aggregation (`aggregate(values, mask, mode, scale)`, chosen by `PolicyLossInput.loss_agg_mode`):
+Aggregation (`aggregate(values, mask, mode, scale)`, chosen by the option `loss_agg_mode`):
 
 | mode                    | value                                                               |
 |-------------------------|---------------------------------------------------------------------|
@@ -34,11 +36,10 @@ so neither the response's own length (seq-mean-token-mean) nor the batch's token
 (token-mean) rescales a sequence's gradient. C has no default here: the mode raises without it.
 
 In the seq-* modes a sequence without a valid token is left out of the sequence mean (and of
-B); an all-masked batch gives 0. `ppo_clip`, `cispo` and `sapo` honour the field. `dapo`
+B); an all-masked batch gives 0. `ppo_clip`, `cispo` and `sapo` have the option. `dapo`
 always uses token-mean (DAPO's token-level loss) and `gspo` always seq-mean-token-mean (GSPO's
-objective is a mean over sequences of per-sequence terms), whatever the field says: the field
-has one default for every loss, so a loss whose paper fixes its aggregation cannot tell "left
-at the default" from "asked for", and the paper wins.
+objective is a mean over sequences of per-sequence terms): they have no such option, so
+setting one is an error at load, not silently ignored.
 
 KL to a reference policy: with `ref_log_prob` given, the per-token estimate
     k1 = logp - ref                               (unbiased, can be negative)
@@ -98,12 +99,16 @@ of this one call, so the engine must weight micro-batches if it wants a mini-bat
 """
 from __future__ import annotations
 
-from typing import Callable, NamedTuple, Optional
+import math
+from dataclasses import dataclass
+from typing import Callable, ClassVar, NamedTuple, Optional
 
 import torch
 from torch import Tensor
 
-from omni_rl.algos.policy_losses import PolicyLoss, PolicyLossInput, rollout_weighted
+from omni_rl.algos.policy_losses import (
+    AdvantageClipOptions, PolicyLoss, check_clip, check_entries, clipped_surrogate, option, rollout_weighted,
+)
 from omni_rl.registry import Registry
 
 __all__ = [
@@ -116,11 +121,19 @@ __all__ = [
     "aggregate",
     "token_kl",
     "sapo_gate",
-    "ppo_clip_loss",
-    "dapo_loss",
-    "gspo_loss",
-    "cispo_loss",
-    "sapo_loss",
+    "TokenLossInput",
+    "TokenLoss",
+    "TokenLossOptions",
+    "AggregatedTokenOptions",
+    "PPOClipOptions",
+    "DAPOOptions",
+    "GSPOOptions",
+    "SAPOOptions",
+    "PPOClipLoss",
+    "DAPOLoss",
+    "GSPOLoss",
+    "CISPOLoss",
+    "SAPOLoss",
 ]
 
 Metrics = dict[str, Tensor]
@@ -131,11 +144,156 @@ LOSS_AGG_MODES = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum")
 SUM_NORM_MODE = "seq-mean-token-sum-norm"
 ALL_LOSS_AGG_MODES = LOSS_AGG_MODES + (SUM_NORM_MODE,)
 
-TOKEN_LOSSES: Registry[PolicyLoss] = Registry("token loss")
 
 
-def get_token_loss(name: str) -> PolicyLoss:
-    """The registered token loss called `name` (`ppo_clip`, `dapo`, `gspo`, `cispo`, `sapo`)."""
+@dataclass
+class TokenLossOptions(AdvantageClipOptions):
+    """What every token loss reads: the ratio's clip range and the KL estimate to the reference."""
+
+    clip_range: float = option(0.2, "Lower ratio clip: [1 - clip_range, ...] (PPO: 0.2).")
+    clip_range_high: Optional[float] = option(None, "Upper ratio clip; null = clip_range (DAPO's clip-higher: 0.28).")
+    kl_estimator: str = option("k3", "Per-token KL estimate to the reference: k1 (log-ratio) or k3 (Schulman's, >= 0).")
+    kl_clamp: Optional[float] = option(None, "Clamp each token's KL estimate to [-kl_clamp, kl_clamp]; null = none (verl: 10).")
+
+    @property
+    def clip_low(self) -> float:
+        return self.clip_range
+
+    @property
+    def clip_high(self) -> float:
+        return self.clip_range if self.clip_range_high is None else self.clip_range_high
+
+    def check(self) -> None:
+        super().check()
+        check_clip(self.clip_range, self.clip_range_high)
+        _check_estimator(self.kl_estimator)
+        if self.kl_clamp is not None and not self.kl_clamp > 0:
+            raise ValueError(f"kl_clamp={self.kl_clamp!r}: expected > 0 (verl clamps k3 at 10), or null for no clamp")
+
+
+@dataclass
+class AggregatedTokenOptions(TokenLossOptions):
+    """A token loss whose aggregation is the recipe's choice (`aggregate`)."""
+
+    loss_agg_mode: str = option("token-mean", f"How per-token terms become one number: {', '.join(ALL_LOSS_AGG_MODES)}.")
+    loss_scale_factor: Optional[float] = option(
+        None, "The constant C of seq-mean-token-sum-norm (Dr.GRPO); null = rollout.max_new_tokens. Only with that mode.")
+
+    def check(self) -> None:
+        super().check()
+        _check_mode(self.loss_agg_mode)
+        if self.loss_scale_factor is not None and not self.loss_scale_factor > 0:
+            raise ValueError(f"loss_scale_factor={self.loss_scale_factor!r}: expected > 0 (Dr.GRPO's response length "
+                             f"budget, e.g. 1024), or null for rollout.max_new_tokens")
+        if self.loss_scale_factor is not None and self.loss_agg_mode != SUM_NORM_MODE:
+            raise ValueError(f"loss_scale_factor={self.loss_scale_factor!r}: expected null with loss_agg_mode="
+                             f"{self.loss_agg_mode} (only {SUM_NORM_MODE} reads it); remove it or set that mode")
+
+
+def _check_dual_clip(clip_ratio_c: Optional[float]) -> None:
+    if clip_ratio_c is not None and not clip_ratio_c > 1:
+        raise ValueError(f"clip_ratio_c={clip_ratio_c!r}: expected > 1 (the dual clip caps a negative-advantage "
+                         f"token's loss at -A * clip_ratio_c; verl uses 3.0), or null for no dual clip")
+
+
+_DUAL_CLIP_DOC = "Dual-clip PPO: a token with A < 0 loses at most -A * clip_ratio_c (> 1); null = off (verl: 3.0)."
+
+
+@dataclass
+class PPOClipOptions(AggregatedTokenOptions):
+    clip_ratio_c: Optional[float] = option(None, _DUAL_CLIP_DOC)
+
+    def check(self) -> None:
+        super().check()
+        _check_dual_clip(self.clip_ratio_c)
+
+
+@dataclass
+class DAPOOptions(TokenLossOptions):
+    """DAPO's: no loss_agg_mode (always token-mean)."""
+
+    clip_ratio_c: Optional[float] = option(None, _DUAL_CLIP_DOC)
+
+    def check(self) -> None:
+        super().check()
+        _check_dual_clip(self.clip_ratio_c)
+
+
+@dataclass
+class GSPOOptions(TokenLossOptions):
+    """GSPO's: a sequence ratio, so ranges ~1e3 smaller than token PPO's, and no loss_agg_mode."""
+
+    clip_range: float = option(3e-4, "Lower clip of the sequence ratio (GSPO: 3e-4).")
+    clip_range_high: Optional[float] = option(4e-4, "Upper clip of the sequence ratio (GSPO: 4e-4); null = clip_range.")
+
+
+@dataclass
+class SAPOOptions(AggregatedTokenOptions):
+    """SAPO's gate temperatures (clip_range is only the clipfrac diagnostic's range)."""
+
+    tau_pos: float = option(1.0, "Gate temperature for tokens with A > 0 (SAPO: 1.0).")
+    tau_neg: float = option(1.05, "Gate temperature for tokens with A <= 0 (SAPO: 1.05).")
+
+    def check(self) -> None:
+        super().check()
+        for name, tau in (("tau_pos", self.tau_pos), ("tau_neg", self.tau_neg)):
+            if not (math.isfinite(tau) and tau > 0):
+                raise ValueError(f"{name}={tau!r}: expected a finite value > 0 (SAPO uses 1.0 and 1.05)")
+
+
+@dataclass
+class TokenLossInput:
+    """The tensors of a token loss: E = `[B, T]` entries, one padded row per sequence.
+
+    log_prob:      `[B, T]` the current policy's token log-probs (carries the graph).
+    old_log_prob:  `[B, T]` the behaviour policy's.
+    advantages:    `[B, 1]` (one per sequence) or `[B, T]`.
+    mask:          optional `[B, T]`, 1 on the response tokens.
+    ref_log_prob:  optional `[B, T]`, the reference policy's token log-probs (a constant); with it
+                   the KL estimate is reported, and added times the loss's kl_coef.
+    rollout_is_weight: optional, broadcastable to `[B, T]`, >= 0, a constant (the rollout correction).
+    """
+
+    log_prob: Tensor
+    old_log_prob: Tensor
+    advantages: Tensor
+    mask: Optional[Tensor] = None
+    ref_log_prob: Optional[Tensor] = None
+    rollout_is_weight: Optional[Tensor] = None
+
+    def __post_init__(self) -> None:
+        check_entries(self.log_prob, self.old_log_prob, self.advantages, self.mask, self.rollout_is_weight)
+        shape = tuple(self.log_prob.shape)
+        if self.ref_log_prob is not None and tuple(self.ref_log_prob.shape) != shape:
+            raise ValueError(
+                f"ref_log_prob has shape {tuple(self.ref_log_prob.shape)}; expected log_prob's shape {shape} "
+                f"(the reference policy's log-probs of the same tokens)."
+            )
+
+
+class TokenLoss(PolicyLoss):
+    """A token loss (`TOKEN_LOSSES`), called with a `TokenLossInput`.
+
+    `kl_coef` (>= 0, the run's `algo.kl_coef`, not an option of the loss) weighs the KL term:
+    with `ref_log_prob` given the loss is policy_loss + kl_coef * kl."""
+
+    Options: ClassVar[type] = TokenLossOptions
+
+    def __init__(self, options=None, /, *, kl_coef: float = 0.0, **knobs):
+        super().__init__(options, **knobs)
+        if not (math.isfinite(kl_coef) and kl_coef >= 0):
+            raise ValueError(f"kl_coef={kl_coef!r}: expected >= 0 (0 turns the KL term off)")
+        self.kl_coef = kl_coef
+
+    def __call__(self, inp: TokenLossInput) -> tuple[Tensor, Metrics]:
+        raise NotImplementedError
+
+
+TOKEN_LOSSES: Registry[type[TokenLoss]] = Registry("token loss")
+
+
+def get_token_loss(name: str) -> type[TokenLoss]:
+    """The registered token loss class called `name` (`ppo_clip`, `dapo`, `gspo`, `cispo`, `sapo`)."""
     return TOKEN_LOSSES.get(name)
 
 
@@ -177,7 +335,7 @@ def aggregate(values: Tensor, mask: Optional[Tensor], mode: str, scale: Optional
     if mode == SUM_NORM_MODE and scale is None:
         raise ValueError(
             f"loss_agg_mode={mode!r} divides by a constant, loss_scale_factor, but it is None; pass "
-            f"Dr.GRPO's response length budget (the config's algo.loss_scale_factor, null meaning "
+            f"Dr.GRPO's response length budget (the loss option loss_scale_factor, null meaning "
             f"rollout.max_new_tokens)."
         )
     if values.ndim != 2:
@@ -251,7 +409,7 @@ class _Tokens(NamedTuple):
     counted: Tensor
 
 
-def _prepare(inp: PolicyLossInput, loss: str) -> _Tokens:
+def _prepare(inp: TokenLossInput, adv_clip_max: float, loss: str) -> _Tokens:
     shape = tuple(inp.log_prob.shape)
     if inp.log_prob.ndim != 2:
         raise ValueError(
@@ -259,13 +417,11 @@ def _prepare(inp: PolicyLossInput, loss: str) -> _Tokens:
             f"row per sequence, mask marking the response tokens). For one entry per sample use flow_grpo."
         )
     if inp.advantages.ndim < 2:
-        # PolicyLossInput lets [B] through when B == T, where it would broadcast along the tokens.
+        # TokenLossInput lets [B] through when B == T, where it would broadcast along the tokens.
         raise ValueError(
             f"policy loss {loss!r}: advantages have shape {tuple(inp.advantages.shape)}; expected [B, 1] "
             f"or [B, T] for log_prob {shape}. Pass advantages[:, None]."
         )
-    _check_mode(inp.loss_agg_mode)
-    _check_estimator(inp.kl_estimator)  # a typo fails on the first step, not when a reference appears
     device = inp.log_prob.device
     if inp.mask is None:
         counted = torch.ones(shape, dtype=torch.bool, device=device)
@@ -277,18 +433,12 @@ def _prepare(inp: PolicyLossInput, loss: str) -> _Tokens:
     log_prob = torch.where(counted, inp.log_prob.to(torch.float32), zeros)
     old = torch.where(counted, inp.old_log_prob.detach().to(device=device, dtype=torch.float32), zeros)
     adv = inp.advantages.detach().to(device=device, dtype=torch.float32)
-    adv = torch.clamp(adv, -inp.adv_clip_max, inp.adv_clip_max).expand(shape)
+    adv = torch.clamp(adv, -adv_clip_max, adv_clip_max).expand(shape)
     adv = torch.where(counted, adv, zeros)
     return _Tokens(log_prob, log_prob - old, adv, counted)
 
 
-def _clipped_surrogate(ratio: Tensor, adv: Tensor, inp: PolicyLossInput) -> Tensor:
-    """PPO's pessimistic per-token loss max(-A r, -A clip(r, 1 - clip_low, 1 + clip_high))."""
-    clipped = torch.clamp(ratio, 1 - inp.clip_low, 1 + inp.clip_high)
-    return torch.maximum(-adv * ratio, -adv * clipped)
-
-
-def _ratio_stats(ratio: Tensor, counted: Tensor, inp: PolicyLossInput) -> Metrics:
+def _ratio_stats(ratio: Tensor, counted: Tensor, options: TokenLossOptions) -> Metrics:
     """ratio_mean/std/max_abs_dev and clipfrac over the entries where `counted` (any shape)."""
     ratio = ratio.detach()
     count = counted.sum().clamp(min=1)
@@ -298,7 +448,7 @@ def _ratio_stats(ratio: Tensor, counted: Tensor, inp: PolicyLossInput) -> Metric
         return torch.where(counted, x, zeros).sum() / count
 
     ratio_mean = mean(ratio)
-    outside = (ratio < 1 - inp.clip_low) | (ratio > 1 + inp.clip_high)
+    outside = (ratio < 1 - options.clip_low) | (ratio > 1 + options.clip_high)
     return {
         "ratio_mean": ratio_mean,
         "ratio_std": mean((ratio - ratio_mean) ** 2).sqrt(),
@@ -308,23 +458,25 @@ def _ratio_stats(ratio: Tensor, counted: Tensor, inp: PolicyLossInput) -> Metric
 
 
 def _finish(
-    per_token: Tensor, mode: str, toks: _Tokens, inp: PolicyLossInput, metrics: Metrics
+    loss_: TokenLoss, per_token: Tensor, mode: str, toks: _Tokens, inp: TokenLossInput, metrics: Metrics
 ) -> tuple[Tensor, Metrics]:
     """Weigh the policy term by the rollout correction (if any), aggregate it, add the KL term,
     fill policy_loss / approx_kl / kl."""
-    policy_loss = aggregate(rollout_weighted(per_token, inp), toks.counted, mode, inp.loss_scale_factor)
+    o = loss_.options
+    scale = getattr(o, "loss_scale_factor", None)
+    policy_loss = aggregate(rollout_weighted(per_token, inp.rollout_is_weight), toks.counted, mode, scale)
     loss = policy_loss
     if inp.ref_log_prob is not None:
         ref = inp.ref_log_prob.detach().to(device=toks.log_prob.device, dtype=torch.float32)
         ref = torch.where(toks.counted, ref, torch.zeros_like(ref))  # masked: logp = ref = 0 -> kl 0
-        per_token_kl = token_kl(toks.log_prob, ref, inp.kl_estimator, inp.kl_clamp)
-        kl = aggregate(per_token_kl, toks.counted, mode, inp.loss_scale_factor)
+        per_token_kl = token_kl(toks.log_prob, ref, o.kl_estimator, o.kl_clamp)
+        kl = aggregate(per_token_kl, toks.counted, mode, scale)
         metrics["kl"] = kl.detach()
-        if inp.kl_coef > 0:
-            loss = loss + inp.kl_coef * kl
-    elif inp.kl_coef > 0:
+        if loss_.kl_coef > 0:
+            loss = loss + loss_.kl_coef * kl
+    elif loss_.kl_coef > 0:
         raise ValueError(
-            f"kl_coef={inp.kl_coef!r} > 0 but ref_log_prob is None; pass the reference policy's token "
+            f"kl_coef={loss_.kl_coef!r} > 0 but ref_log_prob is None; pass the reference policy's token "
             f"log-probs, or set kl_coef to 0."
         )
     metrics["approx_kl"] = 0.5 * aggregate(toks.log_ratio.detach() ** 2, toks.counted, "token-mean")
@@ -337,23 +489,24 @@ def _finish(
 # --------------------------------------------------------------------------------------------
 
 
-def _ppo_clip(inp: PolicyLossInput, mode: str, name: str) -> tuple[Tensor, Metrics]:
-    toks = _prepare(inp, name)
+def _ppo_clip(loss_: TokenLoss, inp: TokenLossInput, mode: str, name: str) -> tuple[Tensor, Metrics]:
+    o = loss_.options
+    toks = _prepare(inp, o.adv_clip_max, name)
     ratio = torch.exp(toks.log_ratio)
-    per_token = _clipped_surrogate(ratio, toks.advantages, inp)
-    metrics = _ratio_stats(ratio, toks.counted, inp)
-    if inp.clip_ratio_c is not None:
+    per_token = clipped_surrogate(ratio, toks.advantages, o.clip_low, o.clip_high)
+    metrics = _ratio_stats(ratio, toks.counted, o)
+    if o.clip_ratio_c is not None:
         # Dual clip: for A < 0, min(clipped loss, -A c). where() rather than minimum() so that the
         # tokens where the cap binds get exactly no gradient.
-        cap = -toks.advantages * inp.clip_ratio_c
+        cap = -toks.advantages * o.clip_ratio_c
         binds = (toks.advantages < 0) & (per_token > cap) & toks.counted
         per_token = torch.where(binds, cap, per_token)
         metrics["clipfrac_lower"] = binds.sum() / toks.counted.sum().clamp(min=1)
-    return _finish(per_token, mode, toks, inp, metrics)
+    return _finish(loss_, per_token, mode, toks, inp, metrics)
 
 
 @TOKEN_LOSSES.register("ppo_clip")
-def ppo_clip_loss(inp: PolicyLossInput) -> tuple[Tensor, Metrics]:
+class PPOClipLoss(TokenLoss):
     """GRPO's per-token clipped surrogate (PPO's, with group-relative advantages).
 
         r_t  = exp(log_prob_t - old_log_prob_t)
@@ -368,24 +521,32 @@ def ppo_clip_loss(inp: PolicyLossInput) -> tuple[Tensor, Metrics]:
     adv_clip_max) and log r clamped to [-20, 20]; see the module docstring for the other
     conventions. To reproduce a verl run set clip_ratio_c: 3.0 and adv_clip_max large.
     """
-    return _ppo_clip(inp, inp.loss_agg_mode, "ppo_clip")
+
+    Options = PPOClipOptions
+
+    def __call__(self, inp: TokenLossInput) -> tuple[Tensor, Metrics]:
+        return _ppo_clip(self, inp, self.options.loss_agg_mode, "ppo_clip")
 
 
 @TOKEN_LOSSES.register("dapo")
-def dapo_loss(inp: PolicyLossInput) -> tuple[Tensor, Metrics]:
+class DAPOLoss(TokenLoss):
     """DAPO (arXiv 2503.14476): `ppo_clip` with token-mean aggregation, always.
 
     DAPO's loss is the clipped surrogate averaged over all tokens of the batch (long responses
-    weigh per token, not per sequence), so `loss_agg_mode` is not read. Its other choices are the
-    caller's: clip-higher (clip_low 0.2, clip_high 0.28), no KL (kl_coef 0), dynamic sampling.
-    The dual clip (`clip_ratio_c`) applies as in `ppo_clip`. verl's DAPO scripts run its vanilla
-    loss with clip_ratio_c=10 and loss_agg_mode=token-mean: set clip_ratio_c: 10.0 to match.
+    weigh per token, not per sequence), so it has no `loss_agg_mode` option. Its other choices are
+    the recipe's: clip-higher (clip_range 0.2, clip_range_high 0.28), no KL (kl_coef 0), dynamic
+    sampling. The dual clip (`clip_ratio_c`) applies as in `ppo_clip`. verl's DAPO scripts run its
+    vanilla loss with clip_ratio_c=10 and loss_agg_mode=token-mean: set clip_ratio_c: 10.0 to match.
     """
-    return _ppo_clip(inp, "token-mean", "dapo")
+
+    Options = DAPOOptions
+
+    def __call__(self, inp: TokenLossInput) -> tuple[Tensor, Metrics]:
+        return _ppo_clip(self, inp, "token-mean", "dapo")
 
 
 @TOKEN_LOSSES.register("gspo")
-def gspo_loss(inp: PolicyLossInput) -> tuple[Tensor, Metrics]:
+class GSPOLoss(TokenLoss):
     """GSPO (arXiv 2507.18071): one clipped importance ratio per sequence, in its token form.
 
     1. Sequence ratio over the |y_i| valid tokens (length-normalised):
@@ -394,30 +555,35 @@ def gspo_loss(inp: PolicyLossInput) -> tuple[Tensor, Metrics]:
        Its value is s_i and d s_{i,t} / d log_prob_{i,t} = s_i, so with a per-sequence A it gives
        the sequence form's value and gradient, and it also accepts per-token advantages [B, T].
     3. loss = seq-mean-token-mean( max(-A s_{i,t}, -A clip(s_{i,t}, 1 - clip_low, 1 + clip_high)) ),
-       which equals mean_i max(-A_i s_i, -A_i clip(s_i)). `loss_agg_mode` is not read: a token
-       mean would weigh sequences by their length, which the sequence ratio is there to avoid.
+       which equals mean_i max(-A_i s_i, -A_i clip(s_i)). There is no `loss_agg_mode` option: a
+       token mean would weigh sequences by their length, which the sequence ratio is there to avoid.
 
-    Clip ranges are ~1e3 smaller than token PPO's (GSPO: 3e-4 / 4e-4) because log s_i is a mean.
-    ratio_* and clipfrac describe s_i over the sequences that hold a valid token; approx_kl is
-    over tokens. A sequence without a valid token has s_i = 1 and takes no part.
+    Clip ranges are ~1e3 smaller than token PPO's (GSPO: 3e-4 / 4e-4, the defaults) because
+    log s_i is a mean. ratio_* and clipfrac describe s_i over the sequences that hold a valid
+    token; approx_kl is over tokens. A sequence without a valid token has s_i = 1 and takes no part.
 
     verl's `gspo` loss: the same token form, with log s_{i,t} clamped to <= 10 (the same values
-    up to s = e^10) and no dual clip (its scripts' clip_ratio_c does nothing there, nor here:
-    clip_ratio_c is not read); its clipfrac counts tokens where the clip changed the loss, ours
-    sequences with s_i outside the range. verl aggregates it with seq-mean-token-mean, in some
-    versions by reading loss_agg_mode (its GSPO scripts set that value); here it is fixed.
+    up to s = e^10) and no dual clip (there is no clip_ratio_c option here); its clipfrac counts
+    tokens where the clip changed the loss, ours sequences with s_i outside the range. verl
+    aggregates it with seq-mean-token-mean, in some versions by reading loss_agg_mode (its GSPO
+    scripts set that value); here it is fixed.
     """
-    toks = _prepare(inp, "gspo")
-    tokens = toks.counted.sum(dim=-1)  # [B]
-    seq_log_ratio = toks.log_ratio.sum(dim=-1) / tokens.clamp(min=1)
-    token_log_ratio = seq_log_ratio.detach()[:, None] + toks.log_prob - toks.log_prob.detach()
-    per_token = _clipped_surrogate(torch.exp(token_log_ratio), toks.advantages, inp)
-    metrics = _ratio_stats(torch.exp(seq_log_ratio), tokens > 0, inp)
-    return _finish(per_token, "seq-mean-token-mean", toks, inp, metrics)
+
+    Options = GSPOOptions
+
+    def __call__(self, inp: TokenLossInput) -> tuple[Tensor, Metrics]:
+        o = self.options
+        toks = _prepare(inp, o.adv_clip_max, "gspo")
+        tokens = toks.counted.sum(dim=-1)  # [B]
+        seq_log_ratio = toks.log_ratio.sum(dim=-1) / tokens.clamp(min=1)
+        token_log_ratio = seq_log_ratio.detach()[:, None] + toks.log_prob - toks.log_prob.detach()
+        per_token = clipped_surrogate(torch.exp(token_log_ratio), toks.advantages, o.clip_low, o.clip_high)
+        metrics = _ratio_stats(torch.exp(seq_log_ratio), tokens > 0, o)
+        return _finish(self, per_token, "seq-mean-token-mean", toks, inp, metrics)
 
 
 @TOKEN_LOSSES.register("cispo")
-def cispo_loss(inp: PolicyLossInput) -> tuple[Tensor, Metrics]:
+class CISPOLoss(TokenLoss):
     """CISPO (MiniMax-M1, arXiv 2506.13585): a clipped, stopped importance weight on REINFORCE.
 
         loss = agg_t( -sg[clip(r_t, 1 - clip_low, 1 + clip_high)] * A * log_prob_t )
@@ -425,14 +591,19 @@ def cispo_loss(inp: PolicyLossInput) -> tuple[Tensor, Metrics]:
     The weight carries no gradient, so d loss / d log_prob_t = -clip(r_t) A (times agg's weight):
     unlike PPO, a token whose ratio left the range still gets a (bounded) gradient. The loss
     value is a weighted log-likelihood, not a surrogate near -A, so its level is not comparable
-    with the other losses'. MiniMax bound only the top: set clip_low near 1 to do the same.
-    clip_ratio_c is not read (the weight is already bounded).
+    with the other losses'. MiniMax bound only the top: set clip_range near 1 to do the same.
+    There is no dual clip (the weight is already bounded).
     """
-    toks = _prepare(inp, "cispo")
-    ratio = torch.exp(toks.log_ratio)
-    weight = torch.clamp(ratio, 1 - inp.clip_low, 1 + inp.clip_high).detach()
-    per_token = -weight * toks.advantages * toks.log_prob
-    return _finish(per_token, inp.loss_agg_mode, toks, inp, _ratio_stats(ratio, toks.counted, inp))
+
+    Options = AggregatedTokenOptions
+
+    def __call__(self, inp: TokenLossInput) -> tuple[Tensor, Metrics]:
+        o = self.options
+        toks = _prepare(inp, o.adv_clip_max, "cispo")
+        ratio = torch.exp(toks.log_ratio)
+        weight = torch.clamp(ratio, 1 - o.clip_low, 1 + o.clip_high).detach()
+        per_token = -weight * toks.advantages * toks.log_prob
+        return _finish(self, per_token, o.loss_agg_mode, toks, inp, _ratio_stats(ratio, toks.counted, o))
 
 
 def sapo_gate(ratio: Tensor, tau: Tensor | float) -> Tensor:
@@ -446,7 +617,7 @@ def sapo_gate(ratio: Tensor, tau: Tensor | float) -> Tensor:
 
 
 @TOKEN_LOSSES.register("sapo")
-def sapo_loss(inp: PolicyLossInput) -> tuple[Tensor, Metrics]:
+class SAPOLoss(TokenLoss):
     """SAPO (Soft Adaptive Policy Optimization, Qwen): a temperature-controlled soft gate for the clip.
 
         tau_t = tau_pos where A > 0 else tau_neg
@@ -454,12 +625,17 @@ def sapo_loss(inp: PolicyLossInput) -> tuple[Tensor, Metrics]:
 
     tau_neg > tau_pos damps negative-advantage tokens faster: pushing down a token's probability
     spreads mass over the whole vocabulary and is the less stable direction. On-policy the loss
-    value is -2 A / tau, but the gradient is REINFORCE's, agg_t(-A d log_prob_t). clip_low /
-    clip_high are not used by the loss; clipfrac reports the tokens outside them as a diagnostic.
-    clip_ratio_c is not read (the gate is bounded by 4 / tau).
+    value is -2 A / tau, but the gradient is REINFORCE's, agg_t(-A d log_prob_t). The clip range
+    is not used by the loss; clipfrac reports the tokens outside it as a diagnostic. There is no
+    dual clip (the gate is bounded by 4 / tau).
     """
-    toks = _prepare(inp, "sapo")
-    ratio = torch.exp(toks.log_ratio)
-    tau = torch.where(toks.advantages > 0, inp.tau_pos, inp.tau_neg)
-    per_token = -sapo_gate(ratio, tau) * toks.advantages
-    return _finish(per_token, inp.loss_agg_mode, toks, inp, _ratio_stats(ratio, toks.counted, inp))
+
+    Options = SAPOOptions
+
+    def __call__(self, inp: TokenLossInput) -> tuple[Tensor, Metrics]:
+        o = self.options
+        toks = _prepare(inp, o.adv_clip_max, "sapo")
+        ratio = torch.exp(toks.log_ratio)
+        tau = torch.where(toks.advantages > 0, o.tau_pos, o.tau_neg)
+        per_token = -sapo_gate(ratio, tau) * toks.advantages
+        return _finish(self, per_token, o.loss_agg_mode, toks, inp, _ratio_stats(ratio, toks.counted, o))

@@ -36,6 +36,43 @@ from omni_rl.config.schema import OmniConfig
 from omni_rl.config.validate import ConfigError, validate_config
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
+
+# Keys that left the flat schema: old key -> (where it is set now, whose option it is). The algo
+# rows: the advantage estimators', the losses' (one block per loss, `<loss>` being the
+# algo.policy_loss that reads the key) and the model families' options; `MOVED_KEYS` below
+# joins them with the other sections' rows.
+_ANY_LOSS = "the option of the loss algo.policy_loss names, under its name <loss>, e.g. flow_grpo"
+_TOKEN_LOSS = "an option of the token losses, under the loss's name <loss>, e.g. ppo_clip"
+_FAMILY = "the diffusion and think_draw families' option"
+MOVED_ALGO_KEYS: dict[str, tuple[str, str]] = {
+    "algo.std_mode": ("algo.advantage_options.std_mode", "the advantage estimators' option"),
+    "algo.adv_eps": ("algo.advantage_options.eps", "the advantage estimators' option"),
+    "algo.clip_range": ("algo.loss_options.<loss>.clip_range", _ANY_LOSS),
+    "algo.clip_range_high": ("algo.loss_options.<loss>.clip_range_high", _ANY_LOSS),
+    "algo.adv_clip_max": ("algo.loss_options.<loss>.adv_clip_max", _ANY_LOSS),
+    "algo.kl_threshold": ("algo.loss_options.flow_dppo.kl_threshold", "loss flow_dppo's option"),
+    "algo.loss_agg_mode": ("algo.loss_options.<loss>.loss_agg_mode", _TOKEN_LOSS + " (ppo_clip, cispo, sapo)"),
+    "algo.loss_scale_factor": ("algo.loss_options.<loss>.loss_scale_factor", _TOKEN_LOSS + " (ppo_clip, cispo, sapo)"),
+    "algo.clip_ratio_c": ("algo.loss_options.<loss>.clip_ratio_c", _TOKEN_LOSS + " (ppo_clip, dapo)"),
+    "algo.kl_estimator": ("algo.loss_options.<loss>.kl_estimator", _TOKEN_LOSS),
+    "algo.kl_clamp": ("algo.loss_options.<loss>.kl_clamp", _TOKEN_LOSS),
+    "algo.tau_pos": ("algo.loss_options.sapo.tau_pos", "loss sapo's option"),
+    "algo.tau_neg": ("algo.loss_options.sapo.tau_neg", "loss sapo's option"),
+    "algo.nft_beta": ("algo.loss_options.diffusion_nft.beta", "loss diffusion_nft's option"),
+    "algo.nft_ema_decay": ("algo.loss_options.diffusion_nft.ema_decay", "loss diffusion_nft's option"),
+    "algo.nft_weighting": ("algo.loss_options.diffusion_nft.weighting", "loss diffusion_nft's option"),
+    "algo.dpo_beta": ("algo.loss_options.diffusion_dpo.beta", "loss diffusion_dpo's option"),
+    "algo.kl_form": ("algo.family_options.kl_form", _FAMILY),
+    "algo.timestep_fraction": ("algo.family_options.timestep_fraction", _FAMILY),
+    "algo.forward_num_timesteps": ("algo.family_options.forward_num_timesteps", _FAMILY),
+    "algo.forward_timestep_sampling": ("algo.family_options.forward_timestep_sampling", _FAMILY),
+    "algo.plan_policy_loss": ("algo.family_options.plan_policy_loss", "the think_draw family's option"),
+    "algo.plan_loss_weight": ("algo.family_options.plan_loss_weight", "the think_draw family's option"),
+    "algo.plan_clip_range": ("algo.family_options.plan_loss_options.clip_range", "the think_draw family's plan loss's option"),
+    "algo.rollout_is": ("algo.rollout_correction.level", "the rollout correction's block"),
+    "algo.rollout_is_cap": ("algo.rollout_correction.cap", "the rollout correction's block"),
+    "algo.rollout_is_mode": ("algo.rollout_correction.mode", "the rollout correction's block"),
+}
 DEFAULT_RECIPE = OmniConfig.recipe
 _SCHEMA_NAME = "omni_schema"
 _PRIMARY_NAME = "omni"
@@ -86,6 +123,7 @@ MOVED_KEYS: dict[str, tuple[str, str]] = {
     "reward.worker_num_gpus": ("reward.workers.num_gpus", "the reward workers' option"),
     "trainer.max_staleness": ("trainer.pipeline_options.max_staleness", _BUFFERED),
     "trainer.stale_policy": ("trainer.pipeline_options.stale_policy", _BUFFERED),
+    **MOVED_ALGO_KEYS,
 }
 
 
@@ -107,6 +145,30 @@ def _check_moved_keys(node, where: str) -> None:
                     raise error
 
 
+def _open_blocks(cls: type = OmniConfig, prefix: str = "") -> set[str]:
+    """Dotted keys of the schema's open mappings (`model.options`, `algo.loss_options`, ...): a component's
+    options block, whose keys the component's options class checks, not the schema."""
+    found: set[str] = set()
+    hints = typing.get_type_hints(cls)
+    for f in dataclasses.fields(cls):
+        tp = hints[f.name]
+        if typing.get_origin(tp) is dict:
+            found.add(prefix + f.name)
+        elif dataclasses.is_dataclass(tp):
+            found |= _open_blocks(tp, prefix + f.name + ".")
+    return found
+
+
+def _override(item: str) -> str:
+    """Hydra adds a key to an open mapping only when told (`++`): a key of an options block (at
+    any depth: `algo.loss_options.flow_dppo.kl_threshold`) is added or replaced (the component's
+    options class checks it at load)."""
+    key = item.split("=", 1)[0]
+    if any(key.startswith(block + ".") for block in _open_blocks()):
+        return "++" + item
+    return item
+
+
 def recipe_dirs() -> list[Path]:
     extra = [Path(p) for p in os.environ.get("OMNI_RL_RECIPE_PATH", "").split(":") if p]
     return extra + [PROJECT_ROOT / "recipes"]
@@ -120,29 +182,6 @@ def available_recipes() -> dict[str, Path]:
             for path in sorted(folder.glob("*.yaml")):
                 found[path.stem] = path
     return dict(sorted(found.items()))
-
-
-def _open_blocks(cls: type = OmniConfig, prefix: str = "") -> set[str]:
-    """Dotted keys of the schema's open mappings (`model.options`, `trainer.engine_options`, ...):
-    a component's options block, whose keys the component's options class checks, not the schema."""
-    found: set[str] = set()
-    hints = typing.get_type_hints(cls)
-    for f in dataclasses.fields(cls):
-        tp = hints[f.name]
-        if typing.get_origin(tp) is dict:
-            found.add(prefix + f.name)
-        elif dataclasses.is_dataclass(tp):
-            found |= _open_blocks(tp, prefix + f.name + ".")
-    return found
-
-
-def _override(item: str) -> str:
-    """Hydra adds a key to an open mapping only when told (`++`): a key of an options block is
-    added or replaced (the component's options class checks it at load)."""
-    key = item.split("=", 1)[0]
-    if "." in key and key.rsplit(".", 1)[0] in _open_blocks():
-        return "++" + item
-    return item
 
 
 def _split_recipe(overrides: Sequence[str]) -> tuple[str, list[str]]:

@@ -111,44 +111,42 @@ class RolloutConfig:
 
 
 @dataclass
+class RolloutCorrectionConfig:
+    """Rollout correction (truncated importance sampling, TIS; Yao et al. 2025): each action's policy
+    loss is multiplied by w = min(exp(old_logp - rollout_logp), cap), the gap between the trainer's
+    old log-probs and the rollout engine's (other kernels and precision: vLLM, a rollout server,
+    Ray workers' copies). It needs the trainer's own old log-probs (algo.old_logprob_mode auto or
+    recompute); where they are the rollout's (auto, the native in-process engine) w is exactly 1
+    and nothing is computed. Metrics: rollout_corr/is_weight_mean, _max, is_clipped_fraction."""
+
+    # "none" = off; text: "token" (per token) or "sequence" (the response's product of ratios);
+    # diffusion: "step" (per denoising step) or "sequence" (over the sample's trained steps).
+    level: str = "none"
+    # C, >= 1 (Yao et al.: 2).
+    cap: float = 2.0
+    # "truncate" clamps w at C; "mask" sets w to 0 where it exceeds C (the action leaves the loss).
+    mode: str = "truncate"
+
+
+@dataclass
 class AlgoConfig:
-    """Advantage estimator, policy loss and their coefficients."""
+    """Advantage estimator, policy loss, and what every run's update reads. The estimator's,
+    the loss's and the model family's own knobs are theirs, set in their blocks and checked at
+    load (`python main_omni.py --options algo.policy_loss=NAME` lists a loss's)."""
 
     advantage: str = "grpo"
-    # grpo's normaliser: "group" (per-prompt std), "global" (batch std; Flow-GRPO) or "none".
-    std_mode: str = "global"
-    adv_eps: float = 1.0e-4
+    # The estimator's options (`algos.advantages.AdvantageOptions`: std_mode, eps).
+    advantage_options: dict[str, Any] = field(default_factory=dict)
     policy_loss: str = "flow_grpo"
-    clip_range: float = 1.0e-4
-    # Upper clip; null = clip_range (symmetric).
-    clip_range_high: Optional[float] = None
-    adv_clip_max: float = 5.0
-    # Flow-DPPO's divergence threshold tau.
-    kl_threshold: float = 1.0e-5
+    # The loss's options (its `Options` dataclass: clip ranges, adv_clip_max, flow_dppo's
+    # kl_threshold, the token losses' loss_agg_mode / kl_estimator / ..., DiffusionNFT's beta).
+    loss_options: dict[str, Any] = field(default_factory=dict)
+    # The model family's options (its `Options`: diffusion's timestep_fraction, kl_form and
+    # forward-process draws; think_draw's plan_policy_loss, plan_loss_options, plan_loss_weight).
+    family_options: dict[str, Any] = field(default_factory=dict)
     # KL to the reference policy (the base model: LoRA disabled); 0 skips the reference forward.
     kl_coef: float = 0.0
-    # "flow_grpo_code" (Flow-GRPO's code) or "exact" (the per-step Gaussian KL).
-    kl_form: str = "flow_grpo_code"
     ppo_epochs: int = 1
-    # DanceGRPO: each sample trains a random subset of this fraction of its stochastic steps
-    # (at least one), drawn from the sample's own seed so a resumed run draws the same; 1 = all.
-    timestep_fraction: float = 1.0
-    # Token losses: token-mean | seq-mean-token-mean | seq-mean-token-sum | seq-mean-token-sum-norm
-    # (Dr.GRPO: the sum over every valid token / (sequences * loss_scale_factor)).
-    loss_agg_mode: str = "token-mean"
-    # The constant of seq-mean-token-sum-norm; null = rollout.max_new_tokens (Dr.GRPO divides by
-    # the response length budget). Set only with that mode.
-    loss_scale_factor: Optional[float] = None
-    # Dual-clip PPO for ppo_clip / dapo: a token with a negative advantage A loses at most
-    # -A * clip_ratio_c (> 1). null = off; verl always applies it, with 3.0 (its DAPO scripts: 10).
-    clip_ratio_c: Optional[float] = None
-    # Token KL to the reference: k1 (log-ratio) or k3 (Schulman's unbiased, non-negative).
-    kl_estimator: str = "k3"
-    # Clamp each token's KL estimate to [-kl_clamp, kl_clamp]; null = no clamp (verl clamps k3 at 10).
-    kl_clamp: Optional[float] = None
-    # SAPO's gate temperatures for positive / negative advantages.
-    tau_pos: float = 1.0
-    tau_neg: float = 1.05
     # Where the ratio's old log-probs come from. "auto": the rollout's own where they are the
     # actor's (same model in this process, fp32, current weights: bit for bit in the same batch
     # shapes, else within float32 rounding, as BLAS rounds by shape and CPU), otherwise a
@@ -158,50 +156,10 @@ class AlgoConfig:
     old_logprob_mode: str = "auto"
     # Every this many steps (from step 1) the actor scores the whole batch even when the rollout's
     # log-probs are used, and rollout_corr/* covers every sample; 0 = never (the update still
-    # measures the gap on its first mini-batch).
+    # measures the gap on its first mini-batch: loss/first_minibatch_logprob_abs_diff_*).
     logprob_check_every: int = 10
-    # Rollout correction (truncated importance sampling, TIS; Yao et al. 2025): each action's policy
-    # loss is multiplied by w = min(exp(old_logp - rollout_logp), rollout_is_cap), the gap between
-    # the trainer's old log-probs and the rollout engine's (other kernels and precision: vLLM, a
-    # rollout server, Ray workers' copies). "none" = off; text: "token" (per token) or "sequence"
-    # (the response's product of ratios); diffusion: "step" (per denoising step) or "sequence" (over
-    # the sample's trained steps). Needs the trainer's own old log-probs (old_logprob_mode auto or
-    # recompute); where they are the rollout's (auto, the native in-process engine) w is exactly 1
-    # and nothing is computed. Metrics: rollout_corr/is_weight_mean, _max, is_clipped_fraction.
-    rollout_is: str = "none"
-    # C, >= 1 (Yao et al.: 2).
-    rollout_is_cap: float = 2.0
-    # "truncate" clamps w at C; "mask" sets w to 0 where it exceeds C (the action leaves the loss).
-    rollout_is_mode: str = "truncate"
-    # --- think-then-draw models (family think_draw: a written plan, then the image) ---
-    # The token loss of the plan's tokens (a TOKEN_LOSSES name); algo.policy_loss trains the
-    # image's denoising steps. Both from the one reward, in the same update.
-    plan_policy_loss: str = "ppo_clip"
-    # The plan tokens' ratio clip, [1 - c, 1 + c] (PPO's 0.2; the image steps keep clip_range).
-    plan_clip_range: float = 0.2
-    # The plan's loss is this times its token loss, one chunk beside the K image-step chunks
-    # (each chunk weighs 1 / (1 + K) in a micro-batch's gradient).
-    plan_loss_weight: float = 1.0
-    # --- forward-process losses (policy_loss diffusion_nft / diffusion_dpo) ---
-    # They train on the rollout's final clean latents noised again (any rollout.kernel, ode
-    # included; no log-probs): each sample (each pair) draws this many (t, eps), one backward
-    # each, seeded by the sample's seed and the draw's index.
-    forward_num_timesteps: int = 2
-    # How t is drawn: "uniform" in (0, 1) or "logit_normal" (sigmoid of a standard normal, SD3's
-    # training distribution); both kept in [1e-3, 1 - 1e-3].
-    forward_timestep_sampling: str = "uniform"
-    # DiffusionNFT (arXiv 2509.16117): the guidance strength b of the implicit policies
-    # v+ = b v + (1 - b) v_old, v- = (1 + b) v_old - b v (the paper: 1).
-    nft_beta: float = 1.0
-    # The old policy v_old is an EMA of the trainable weights, ema <- d ema + (1 - d) theta after
-    # every optimizer step; d in [0, 1) (0: v_old is the weights as of the last optimizer step).
-    nft_ema_decay: float = 0.9
-    # "velocity": mean_d (v+- - u)^2; "adaptive_x0": the x0-space error of x_t - t v+-, divided
-    # per sample by the current policy's mean |x0 error| (no gradient through it).
-    nft_weighting: str = "velocity"
-    # Diffusion-DPO (arXiv 2311.12908) on flow targets: beta of -log sigmoid(-beta/2 [...]), with
-    # per-dimension mean errors (Wallace et al. use 5000 for SD1.5 with theirs).
-    dpo_beta: float = 5000.0
+    # Rollout correction (truncated importance sampling): `RolloutCorrectionConfig`.
+    rollout_correction: RolloutCorrectionConfig = field(default_factory=RolloutCorrectionConfig)
 
 
 @dataclass

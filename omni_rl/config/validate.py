@@ -1,8 +1,10 @@
 """Cross-field rules of the config, checked once at load time.
 
 Type and key checks come from the schema; this module checks what a type cannot say: sizes that
-must divide, windows inside the step count, names of registered components, value ranges. Each
-failure is a `ConfigError` naming the key, the bad value and what was expected.
+must divide, windows inside the step count, value ranges. Each failure is a `ConfigError` naming
+the key, the bad value and what was expected. It names no component: a loss's, an estimator's
+and a model family's own rules are theirs (their options' `check()`, the family's `check_config`),
+run by `omni_rl.compose` at load.
 """
 from __future__ import annotations
 
@@ -10,14 +12,6 @@ import math
 
 from omni_rl.config.schema import OmniConfig
 from omni_rl.errors import OmniConfigError
-
-
-# The losses of `omni_rl.algos.forward_losses.FORWARD_LOSSES` (this layer imports nothing above
-# it; a test keeps the two the same): they read no log-probs, so any kernel may sample for them.
-FORWARD_PROCESS_LOSSES = ("diffusion_dpo", "diffusion_nft")
-# `omni_rl.families.forward_draws.TIMESTEP_SAMPLINGS` and `omni_rl.algos.forward_losses.NFT_WEIGHTINGS`.
-FORWARD_TIMESTEP_SAMPLINGS = ("uniform", "logit_normal")
-NFT_WEIGHTINGS = ("velocity", "adaptive_x0")
 
 
 class ConfigError(OmniConfigError):
@@ -93,30 +87,17 @@ def validate_config(cfg: OmniConfig) -> None:
     _require(r.noise_level >= 0 and math.isfinite(r.noise_level), "rollout.noise_level", r.noise_level, "a finite value >= 0")
     _require(r.kernel == "ode" or r.noise_level > 0, "rollout.noise_level", r.noise_level,
              "> 0 for a stochastic kernel (training needs log-probs); use rollout.kernel=ode only for evaluation")
-    _require(r.kernel != "ode" or a.policy_loss in FORWARD_PROCESS_LOSSES, "rollout.kernel", r.kernel,
-             f"a stochastic kernel for training with algo.policy_loss={a.policy_loss} (sde, cps, dance_sde); ode has "
-             f"no log-prob (only the forward-process losses {', '.join(FORWARD_PROCESS_LOSSES)} train on ode samples)")
     _require(r.guidance_scale >= 1.0, "rollout.guidance_scale", r.guidance_scale, ">= 1.0 (1.0 disables CFG)")
     _require(r.fps > 0 and math.isfinite(r.fps), "rollout.fps", r.fps, "a frame rate > 0, e.g. 16 (Wan2.2) or 24 (LTX-2)")
-    _require(0 < a.timestep_fraction <= 1, "algo.timestep_fraction", a.timestep_fraction,
-             "in (0, 1]: the share of a sample's stochastic steps it trains (DanceGRPO: 0.6)")
     _require(r.timeout_s > 0, "rollout.timeout_s", r.timeout_s, "> 0 seconds")
     _require(r.trajectory_device in ("device", "cpu"), "rollout.trajectory_device", r.trajectory_device,
              "device (the rollout model's) or cpu (pinned host memory)")
 
-    _require(a.std_mode in ("group", "global", "none"), "algo.std_mode", a.std_mode, "one of group, global, none")
     _require(a.old_logprob_mode in ("auto", "recompute", "bypass"), "algo.old_logprob_mode", a.old_logprob_mode,
              "one of auto, recompute, bypass")
     _validate_rollout_is(a)
-    _validate_forward_process(cfg)
     _validate_preference_file(cfg)
     _require(a.logprob_check_every >= 0, "algo.logprob_check_every", a.logprob_check_every, "an integer >= 0 (0 = never)")
-    _require(a.clip_range > 0, "algo.clip_range", a.clip_range, "> 0")
-    _require(a.plan_clip_range > 0, "algo.plan_clip_range", a.plan_clip_range, "> 0 (PPO's 0.2)")
-    _require(a.plan_loss_weight >= 0 and math.isfinite(a.plan_loss_weight), "algo.plan_loss_weight",
-             a.plan_loss_weight, "a finite value >= 0 (0 leaves the plan untrained)")
-    _require(a.clip_range_high is None or a.clip_range_high > 0, "algo.clip_range_high", a.clip_range_high, "> 0 or null")
-    _require(a.adv_clip_max > 0, "algo.adv_clip_max", a.adv_clip_max, "> 0")
     _require(a.kl_coef >= 0, "algo.kl_coef", a.kl_coef, ">= 0")
     _require(
         a.kl_coef == 0 or cfg.model.lora.enabled, "algo.kl_coef", a.kl_coef,
@@ -125,21 +106,6 @@ def validate_config(cfg: OmniConfig) -> None:
     _require(r.temperature > 0, "rollout.temperature", r.temperature, "> 0")
     _require(0 < r.top_p <= 1, "rollout.top_p", r.top_p, "in (0, 1]")
     _require(r.max_new_tokens >= 1, "rollout.max_new_tokens", r.max_new_tokens, ">= 1")
-    agg_modes = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm")
-    _require(a.loss_agg_mode in agg_modes, "algo.loss_agg_mode", a.loss_agg_mode, f"one of {', '.join(agg_modes)}")
-    _require(a.loss_scale_factor is None or a.loss_scale_factor > 0, "algo.loss_scale_factor", a.loss_scale_factor,
-             "> 0 (Dr.GRPO's response length budget), or null for rollout.max_new_tokens")
-    _require(a.loss_scale_factor is None or a.loss_agg_mode == "seq-mean-token-sum-norm", "algo.loss_scale_factor",
-             a.loss_scale_factor, f"null with algo.loss_agg_mode={a.loss_agg_mode} (only seq-mean-token-sum-norm "
-             f"reads it); remove it or set that mode")
-    _require(a.clip_ratio_c is None or a.clip_ratio_c > 1, "algo.clip_ratio_c", a.clip_ratio_c,
-             "> 1 (the dual clip caps a negative-advantage token's loss at -A * clip_ratio_c; verl uses 3.0), "
-             "or null for no dual clip")
-    _require(a.clip_ratio_c is None or a.policy_loss in ("ppo_clip", "dapo"), "algo.clip_ratio_c", a.clip_ratio_c,
-             f"null with algo.policy_loss={a.policy_loss} (the dual clip is an option of ppo_clip and dapo only)")
-    _require(a.kl_estimator in ("k1", "k3"), "algo.kl_estimator", a.kl_estimator, "one of k1, k3")
-    _require(a.kl_clamp is None or a.kl_clamp > 0, "algo.kl_clamp", a.kl_clamp,
-             "> 0 (verl clamps k3 at 10), or null for no clamp")
     _require(o.lr > 0, "optim.lr", o.lr, "> 0")
     _require(len(o.betas) == 2 and all(0 <= b < 1 for b in o.betas), "optim.betas", list(o.betas), "two values in [0, 1)")
     _require(o.max_grad_norm > 0, "optim.max_grad_norm", o.max_grad_norm, "> 0")
@@ -175,8 +141,6 @@ def validate_config(cfg: OmniConfig) -> None:
     _require(cfg.model.lora.alpha > 0, "model.lora.alpha", cfg.model.lora.alpha, "> 0")
     _require(o.eps > 0, "optim.eps", o.eps, "> 0")
     _require(o.weight_decay >= 0, "optim.weight_decay", o.weight_decay, ">= 0")
-    _require(a.adv_eps > 0, "algo.adv_eps", a.adv_eps, "> 0")
-    _require(a.kl_threshold >= 0, "algo.kl_threshold", a.kl_threshold, ">= 0")
 
 
 def _validate_window_schedule(r) -> None:
@@ -200,42 +164,15 @@ def _validate_window_schedule(r) -> None:
              f"at most rollout.sde_window_size = {r.sde_window_size}")
 
 
-def _validate_forward_process(cfg: OmniConfig) -> None:
-    """The forward-process losses' options, and what they cannot combine with: they have no
-    log-probs (no rollout correction) and no per-step KL term."""
-    a = cfg.algo
-    _require(isinstance(a.forward_num_timesteps, int) and a.forward_num_timesteps >= 1, "algo.forward_num_timesteps",
-             a.forward_num_timesteps, "an integer >= 1 (the (t, eps) draws per sample and update, one backward each)")
-    _require(a.forward_timestep_sampling in FORWARD_TIMESTEP_SAMPLINGS, "algo.forward_timestep_sampling",
-             a.forward_timestep_sampling, f"one of {', '.join(FORWARD_TIMESTEP_SAMPLINGS)}")
-    _require(math.isfinite(a.nft_beta) and a.nft_beta > 0, "algo.nft_beta", a.nft_beta, "a finite value > 0 (DiffusionNFT: 1)")
-    _require(0 <= a.nft_ema_decay < 1, "algo.nft_ema_decay", a.nft_ema_decay,
-             "in [0, 1) (the old policy's EMA: ema <- d ema + (1 - d) theta; e.g. 0.9)")
-    _require(a.nft_weighting in NFT_WEIGHTINGS, "algo.nft_weighting", a.nft_weighting, f"one of {', '.join(NFT_WEIGHTINGS)}")
-    _require(math.isfinite(a.dpo_beta) and a.dpo_beta > 0, "algo.dpo_beta", a.dpo_beta,
-             "a finite value > 0 (Diffusion-DPO: 5000)")
-    if a.policy_loss not in FORWARD_PROCESS_LOSSES:
-        return
-    _require(a.kl_coef == 0, "algo.kl_coef", a.kl_coef,
-             f"0 with algo.policy_loss={a.policy_loss} (a forward-process loss has no per-step KL term; "
-             f"diffusion_dpo is regularised towards the reference by algo.dpo_beta): remove algo.kl_coef")
-    _require(a.rollout_is == "none", "algo.rollout_is", a.rollout_is,
-             f"none with algo.policy_loss={a.policy_loss} (it reads no log-probs, so there is nothing to correct)")
-    _require(a.policy_loss != "diffusion_dpo" or cfg.model.lora.enabled, "model.lora.enabled", cfg.model.lora.enabled,
-             "true with algo.policy_loss=diffusion_dpo (its reference policy is the base model with LoRA disabled)")
-
-
 def _validate_preference_file(cfg: OmniConfig) -> None:
-    """Offline Diffusion-DPO (`data.preference_file`): the file's pairs replace the rollout, so
-    the step trains pairs, with the pairwise loss, in this process, and nothing else names the
-    training prompts."""
+    """Offline pairs (`data.preference_file`): the file's pairs replace the rollout, so the step
+    trains pairs in this process, and nothing else names the training prompts. Which loss trains
+    them (a pairwise one) the diffusion family checks (`check_config`)."""
     d, t = cfg.data, cfg.trainer
     if d.preference_file is None:
         return
     _require(d.preference_file.strip() != "", "data.preference_file", d.preference_file,
              "a JSONL file of {prompt, chosen, rejected} rows, or null")
-    _require(cfg.algo.policy_loss == "diffusion_dpo", "algo.policy_loss", cfg.algo.policy_loss,
-             "diffusion_dpo with data.preference_file (offline pairs train the pairwise DPO loss only)")
     for key, value in (("data.prompts", d.prompts), ("data.prompt_file", d.prompt_file)):
         _require(value is None, key, value,
                  "null with data.preference_file (the pairs' prompts are the training prompts); set it to null")
@@ -247,13 +184,15 @@ def _validate_rollout_is(a) -> None:
     """The rollout correction's values. Which levels a model takes (token/sequence for text,
     step/sequence for diffusion) depends on its adapter's family, checked by `omni_rl.compose`."""
     levels = ("none", "token", "sequence", "step")
-    _require(a.rollout_is in levels, "algo.rollout_is", a.rollout_is,
+    rc = a.rollout_correction
+    _require(rc.level in levels, "algo.rollout_correction.level", rc.level,
              f"one of {', '.join(levels)} (token or sequence for text models, step or sequence for diffusion)")
-    _require(a.rollout_is_mode in ("truncate", "mask"), "algo.rollout_is_mode", a.rollout_is_mode,
-             "one of truncate (clamp the weight at algo.rollout_is_cap), mask (drop the action above it)")
-    _require(math.isfinite(a.rollout_is_cap) and a.rollout_is_cap >= 1, "algo.rollout_is_cap", a.rollout_is_cap,
+    _require(rc.mode in ("truncate", "mask"), "algo.rollout_correction.mode", rc.mode,
+             "one of truncate (clamp the weight at algo.rollout_correction.cap), mask (drop the action above it)")
+    _require(math.isfinite(rc.cap) and rc.cap >= 1, "algo.rollout_correction.cap", rc.cap,
              "a finite value >= 1 (identical log-probs give weight 1; Yao et al. use 2)")
-    _require(a.rollout_is == "none" or a.old_logprob_mode != "bypass", "algo.old_logprob_mode", a.old_logprob_mode,
-             f"auto or recompute with algo.rollout_is={a.rollout_is} (the correction weighs the trainer's "
-             f"recomputed old log-probs against the rollout's; bypass uses the rollout's as the old ones, "
-             f"so every weight would be 1): set algo.old_logprob_mode=auto or algo.rollout_is=none")
+    _require(rc.level == "none" or a.old_logprob_mode != "bypass", "algo.old_logprob_mode", a.old_logprob_mode,
+             f"auto or recompute with algo.rollout_correction.level={rc.level} (the correction weighs the "
+             f"trainer's recomputed old log-probs against the rollout's; bypass uses the rollout's as the old ones, "
+             f"so every weight would be 1): set algo.old_logprob_mode=auto or algo.rollout_correction.level=none")
+

@@ -16,16 +16,17 @@ prompt that reaches a request without `fit_prompts` is refused or truncated in t
 before any token is generated for it.
 
 Actor half: teacher forcing of the stored responses. `loss(micro_batch, 0)` is the registered
-policy loss on the response tokens (masked; each weighted by the rollout correction's
-`batch.rollout_is_weights` when the trainer computed them: `algo.rollout_is`), plus, when
-`algo.kl_coef > 0`, the KL estimator
-(k1/k3) to the reference policy (the base model with LoRA disabled). Token log-probs come from
+policy loss (built once from `algo.loss_options` and `algo.kl_coef`) on the response tokens
+(masked; each weighted by the rollout correction's `batch.rollout_is_weights` when the trainer
+computed them: `algo.rollout_correction`), plus, when `algo.kl_coef > 0`, the KL estimate
+(the loss's k1/k3) to the reference policy (the base model with LoRA disabled). Token log-probs come from
 `AutoregressiveModelBase.token_log_probs`, the function the rollout engine recorded; the loss
 also reports the gap between the stored old log-probs and this forward's on the response tokens
-(`rollout_corr/*`, kept by the update for its first mini-batch).
+(kept by the update for its first mini-batch: `actor/first_minibatch_logprob_abs_diff_*`).
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import logging
@@ -34,13 +35,13 @@ from typing import Optional
 
 import torch
 
-from omni_rl.algos.policy_losses import PolicyLossInput
-from omni_rl.algos.token_losses import TOKEN_LOSSES
+from omni_rl.algos.token_losses import SUM_NORM_MODE, TOKEN_LOSSES, TokenLoss, TokenLossInput
 from omni_rl.config.schema import OmniConfig
 from omni_rl.data.prompt_length import PromptLengthError, fit_prompt_lengths, shown, truncate_to_limit
 from omni_rl.data.prompts import PromptItem
 from omni_rl.data.text_batch import TextBatch
 from omni_rl.families.base import BehaviourPolicy, ModelFamily, register_family
+from omni_rl.families.update import GAP_MAX_KEY, GAP_MEAN_KEY
 from omni_rl.families.scored_rollout import scored_rollout
 from omni_rl.models.autoregressive import AutoregressiveModelBase, PromptInputs
 from omni_rl.rollout.text_native import collate_media
@@ -66,10 +67,13 @@ class TextFamily(ModelFamily):
     rollout_is_levels = ("token", "sequence")  # a response token; the whole response
     losses = TOKEN_LOSSES
 
-    def __init__(self, cfg: OmniConfig, model: AutoregressiveModelBase):
-        super().__init__(cfg, model)
+    def __init__(self, cfg: OmniConfig, model: AutoregressiveModelBase, options=None, trains: bool = True):
+        super().__init__(cfg, model, options, trains)
         self._encoded: dict[int, PromptInputs] = {}
         self._truncated: set[int] = set()  # ids of the items whose prompt was cut to fit
+
+    def build_policy_loss(self) -> TokenLoss:
+        return build_token_loss(self.loss_class, self.bind_loss_options(self.cfg), self.cfg, self.cfg.algo.kl_coef)
 
     # --- prompt length --------------------------------------------------------------------
     @functools.cached_property
@@ -293,10 +297,9 @@ class TextFamily(ModelFamily):
         old_log_prob = micro.old_log_probs.to(device)
         mask = micro.response_mask.to(device)
         loss, metrics = self.policy_loss(
-            token_loss_input(
-                self.cfg, log_prob, old_log_prob, micro.advantages.to(device), mask, algo.clip_range,
-                algo.clip_range if algo.clip_range_high is None else algo.clip_range_high,
-                ref_log_prob=ref, kl_coef=algo.kl_coef,
+            TokenLossInput(
+                log_prob=log_prob, old_log_prob=old_log_prob, advantages=micro.advantages.to(device)[:, None], mask=mask,
+                ref_log_prob=ref,
                 rollout_is_weight=None if micro.rollout_is_weights is None else micro.rollout_is_weights.to(device),
             )
         )
@@ -306,27 +309,19 @@ class TextFamily(ModelFamily):
         return loss, metrics
 
 
-def token_loss_input(cfg: OmniConfig, log_prob: torch.Tensor, old_log_prob: torch.Tensor, advantages: torch.Tensor,
-                     mask: torch.Tensor, clip_low: float, clip_high: float, ref_log_prob=None, kl_coef: float = 0.0,
-                     rollout_is_weight=None) -> PolicyLossInput:
-    """A token loss's input over [B, T] tokens from the `algo.*` options every token loss reads
-    (the text family's response, the think-draw family's plan); `advantages` [B], one a sequence."""
-    algo = cfg.algo
-    return PolicyLossInput(
-        log_prob=log_prob, old_log_prob=old_log_prob, advantages=advantages[:, None], mask=mask,
-        clip_low=clip_low, clip_high=clip_high, adv_clip_max=algo.adv_clip_max, loss_agg_mode=algo.loss_agg_mode,
-        ref_log_prob=ref_log_prob, kl_coef=kl_coef, kl_estimator=algo.kl_estimator, tau_pos=algo.tau_pos,
-        tau_neg=algo.tau_neg, clip_ratio_c=algo.clip_ratio_c, kl_clamp=algo.kl_clamp,
-        # seq-mean-token-sum-norm's constant: Dr.GRPO's response budget unless given.
-        loss_scale_factor=algo.loss_scale_factor if algo.loss_scale_factor is not None else cfg.rollout.max_new_tokens,
-        rollout_is_weight=rollout_is_weight,
-    )
+def build_token_loss(loss_cls: type[TokenLoss], options, cfg: OmniConfig, kl_coef: float) -> TokenLoss:
+    """A token loss from its bound options (the text family's response loss, the think-draw
+    family's plan loss). seq-mean-token-sum-norm's constant left null is Dr.GRPO's response
+    length budget, `rollout.max_new_tokens`."""
+    if getattr(options, "loss_agg_mode", None) == SUM_NORM_MODE and options.loss_scale_factor is None:
+        options = dataclasses.replace(options, loss_scale_factor=float(cfg.rollout.max_new_tokens))
+    return loss_cls(options, kl_coef=kl_coef)
 
 
 def token_gap_metrics(log_prob: torch.Tensor, old_log_prob: torch.Tensor, mask: torch.Tensor) -> dict[str, torch.Tensor]:
-    """`rollout_corr/logprob_abs_diff_*` over the counted tokens: how far the stored old
-    log-probs are from this forward's (none when no token counts)."""
+    """The gap over the counted tokens (`update.GAP_*_KEY`): how far the stored old log-probs are
+    from this forward's (none when no token counts)."""
     gap = (log_prob.detach() - old_log_prob)[mask.bool()].abs()
     if not gap.numel():
         return {}
-    return {"rollout_corr/logprob_abs_diff_max": gap.max(), "rollout_corr/logprob_abs_diff_mean": gap.mean()}
+    return {GAP_MAX_KEY: gap.max(), GAP_MEAN_KEY: gap.mean()}

@@ -2,7 +2,9 @@
 
 A family is registered under the name its adapters carry in `OmniModelBase.family`
 (`diffusion`, `autoregressive`, `think_draw`) and built as `family_cls(cfg, model)`; its own
-config rules (`check_config`) run at load. It has two halves, used in different places:
+options (`Options`, set in `algo.family_options`) are bound and its config rules (`check_config`)
+run at load. It builds its policy loss once, from the loss's options (its block
+`algo.loss_options.NAME`). It has two halves, used in different places:
 
 - the rollout half, on the driver: turn a step's prompts into requests for a rollout engine and
   the results into the family's batch (`rollout`), say what the rewards score
@@ -25,12 +27,14 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, ClassVar, Optional
+from typing import Any, Callable, ClassVar, Mapping, Optional
 
 import torch
 
 from omni_rl.algos.policy_losses import PolicyLoss
+from omni_rl.config.options import NoOptions, bind_options
 from omni_rl.config.schema import OmniConfig
+from omni_rl.config.validate import ConfigError
 from omni_rl.registry import Registry
 
 # score(sample, prompt, metadata, future): hands one finished sample to the reward scorer.
@@ -54,23 +58,72 @@ class BehaviourPolicy:
 class ModelFamily(ABC):
     # The trainer's batch type of this family (DiffusionBatch, TextBatch).
     batch_type: ClassVar[type]
-    # The `algo.rollout_is` levels its actions take besides "none" (`algos/rollout_correction.py`),
+    # The `algo.rollout_correction.level` levels its actions take besides "none" (`algos/rollout_correction.py`),
     # checked at config load.
     rollout_is_levels: ClassVar[tuple[str, ...]] = ()
     # The registry `algo.policy_loss` is looked up in: the losses of this family's actions
     # (`algos.DIFFUSION_LOSSES`, `algos.TOKEN_LOSSES`); checked at config load.
-    losses: ClassVar[Registry[PolicyLoss]]
+    losses: ClassVar[Registry[type[PolicyLoss]]]
+    # The family's own options (a dataclass), set in `algo.family_options` and checked at load.
+    Options: ClassVar[type] = NoOptions
+
+    @classmethod
+    def variant(cls, cfg: OmniConfig) -> type["ModelFamily"]:
+        """The family class that trains this config (itself, or one of its variants chosen by
+        the loss: the diffusion family's forward-process variant)."""
+        return cls
 
     @classmethod
     def check_config(cls, cfg: OmniConfig) -> None:
         """The family's own rules on the config, run at load for the adapter's family; a failure
         is a `ConfigError` naming the key (none by default)."""
 
-    def __init__(self, cfg: OmniConfig, model):
+    @classmethod
+    def bind_family_options(cls, cfg: OmniConfig):
+        """`algo.family_options` bound to `Options` (or a one-line `ConfigError`)."""
+        return bind_options(cls.Options, cfg.algo.family_options, "algo.family_options", f"model family {cls.__name__}")
+
+    @classmethod
+    def bind_loss_options(cls, cfg: OmniConfig, name: Optional[str] = None):
+        """The options of the loss `name` (default `algo.policy_loss`): its block
+        `algo.loss_options.NAME` bound to the loss's `Options` (defaults where there is none)."""
+        name = cfg.algo.policy_loss if name is None else name
+        block = cfg.algo.loss_options.get(name)
+        key = f"algo.loss_options.{name}"
+        if block is not None and not isinstance(block, Mapping):
+            raise ConfigError(f"{key}={block!r}: expected a mapping of the loss's options, e.g. {{clip_range: 1.0e-4}}")
+        return bind_options(cls.losses.get(name).Options, block, key, f"loss {name}")
+
+    @classmethod
+    def check_loss_options(cls, cfg: OmniConfig) -> None:
+        """Every block of `algo.loss_options` names one of this family's losses and binds to its
+        options (one block per loss, so a recipe may switch `algo.policy_loss` and keep them)."""
+        for name in cfg.algo.loss_options:
+            if name not in cls.losses:
+                raise ConfigError(
+                    f"algo.loss_options.{name}: {name!r} is not a loss of this model's family ({cls.__name__}); "
+                    f"its losses: {', '.join(cls.losses.names())} (each block is named after the loss it configures)"
+                )
+            cls.bind_loss_options(cfg, name)
+
+    def build_policy_loss(self) -> PolicyLoss:
+        """The configured loss, built once from its bound options."""
+        return self.loss_class(self.bind_loss_options(self.cfg))
+
+    def __init__(self, cfg: OmniConfig, model, options=None, trains: bool = True):
+        """`trains`: build the actor half (the loss and its state: an EMA, ...). Only where the
+        weights are trained (an actor group, a Ray rank); the driver's family samples and scores
+        (`build_family(..., trains=False)`) and holds no second copy of that state."""
         self.cfg = cfg
         self.model = model
         self.algo = cfg.algo
-        self.policy_loss = self.losses.get(cfg.algo.policy_loss)
+        self.trains = trains
+        # A family built inside another (think_draw's image half) is handed the outer one's options.
+        self.options = options if options is not None else self.bind_family_options(cfg)
+        # What the loss declares (reads_old_mean, pairwise) the rollout half may read; the loss itself
+        # exists only in the actor half.
+        self.loss_class = self.losses.get(cfg.algo.policy_loss)
+        self.policy_loss = self.build_policy_loss() if trains else None
 
     # --- the rollout half -----------------------------------------------------------------
     def fit_prompts(self, items: list, what: str = "data.prompts") -> list:
@@ -137,5 +190,6 @@ def register_family(name: str):
     return MODEL_FAMILIES.register(name)
 
 
-def build_family(cfg: OmniConfig, model) -> ModelFamily:
-    return MODEL_FAMILIES.get(model.family)(cfg, model)
+def build_family(cfg: OmniConfig, model, trains: bool = True) -> ModelFamily:
+    """The family of `model`; `trains=False` builds the rollout half only (the driver's)."""
+    return MODEL_FAMILIES.get(model.family).variant(cfg)(cfg, model, trains=trains)

@@ -11,18 +11,20 @@ transition mean, and the very kernel that sampled (`omni_rl.algos.flow_sde`) sco
 under it. So the rollout's log-prob and the trainer's are the same function of the same inputs,
 and on-policy their ratio is 1. `loss(micro_batch, j)` is the policy loss on the (sample, step j)
 entries (each weighted by the rollout correction's `batch.rollout_is_weights` when the trainer
-computed them: `algo.rollout_is`) plus, when `algo.kl_coef > 0`, the KL to the reference (LoRA
-disabled) policy; it also
-reports how far the stored old log-probs are from this forward's (`rollout_corr/*`, which the
-update keeps for its first mini-batch: before the first optimizer step that is the
-rollout-vs-trainer gap, measured at no extra cost).
+computed them: `algo.rollout_correction.level`) plus, when `algo.kl_coef > 0`, the KL (`kl_form`, a family
+option) to the reference (LoRA disabled) policy; it also
+reports how far the stored old log-probs are from this forward's (`update.GAP_MAX_KEY`, which the
+update keeps for its first mini-batch as `actor/first_minibatch_logprob_abs_diff_*`: before the
+first optimizer step that is the rollout-vs-trainer gap, measured at no extra cost).
 
-With a forward-process loss (`diffusion_nft`, `diffusion_dpo`: `algos.FORWARD_LOSSES`) the actor
-half is `ForwardProcessObjective`'s instead: it trains on the final clean latents noised again,
-not on the trajectory, and this class hands it every actor-half call.
+With a forward-process loss (`diffusion_nft`, `diffusion_dpo`: `algos.FORWARD_LOSSES`) the family
+is `forward_process.ForwardProcessFamily` (`variant`): the same rollout half, an actor half that
+trains on the final clean latents noised again, not on the trajectory.
 """
 from __future__ import annotations
 
+import math
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -30,14 +32,17 @@ import torch
 
 from omni_rl.algos.flow_sde import StepOutput, check_step, get_step_kernel, step_latents
 from omni_rl.algos.forward_losses import FORWARD_LOSSES
-from omni_rl.algos.policy_losses import DIFFUSION_LOSSES, PolicyLossInput, get_diffusion_kl, loss_reads_old_mean
+from omni_rl.algos.policy_losses import DIFFUSION_KL, DIFFUSION_LOSSES, StepLossInput, get_diffusion_kl
 from omni_rl.registry import RegistryUnion
+from omni_rl.config.options import option
 from omni_rl.config.schema import OmniConfig
+from omni_rl.config.validate import ConfigError
 from omni_rl.data.diffusion_batch import DiffusionBatch
 from omni_rl.data.prompts import PromptFileError, PromptItem
-from omni_rl.families.base import BehaviourPolicy, ModelFamily, register_family
-from omni_rl.families.forward_process import ForwardProcessObjective
+from omni_rl.families.base import MODEL_FAMILIES, BehaviourPolicy, ModelFamily, register_family
+from omni_rl.families.forward_draws import TIMESTEP_SAMPLINGS
 from omni_rl.families.scored_rollout import scored_rollout
+from omni_rl.families.update import GAP_MAX_KEY, GAP_MEAN_KEY
 from omni_rl.logging import make_grid
 from omni_rl.logging.sample_media import write_video_samples
 from omni_rl.logging.val_records import write_val_records
@@ -50,17 +55,92 @@ from omni_rl.utils.atomic import atomic_save_image
 from omni_rl.utils.seeding import derive_seed
 
 
+@dataclass
+class DiffusionOptions:
+    """The diffusion family's options (`algo.family_options`)."""
+
+    timestep_fraction: float = option(
+        1.0, "DanceGRPO: each sample trains a random subset of this fraction of its stochastic steps (at least one), "
+             "drawn from the sample's own seed; 1 = all.")
+    kl_form: str = option("flow_grpo_code", "The per-step KL to the reference (algo.kl_coef > 0): flow_grpo_code "
+                                            "(Flow-GRPO's code) or exact (the per-step Gaussian KL).")
+    forward_num_timesteps: int = option(
+        2, "Forward-process losses (diffusion_nft, diffusion_dpo): the (t, eps) draws per sample (pair) and update, "
+           "one backward each, seeded by the sample's seed and the draw's index.")
+    forward_timestep_sampling: str = option(
+        "uniform", "Forward-process losses: how t is drawn, uniform in (0, 1) or logit_normal (SD3's training "
+                   "distribution); both kept in [1e-3, 1 - 1e-3].")
+
+    def check(self) -> None:
+        if not (math.isfinite(self.timestep_fraction) and 0 < self.timestep_fraction <= 1):
+            raise ValueError(f"timestep_fraction={self.timestep_fraction!r}: expected in (0, 1]: the share of a "
+                             f"sample's stochastic steps it trains (DanceGRPO: 0.6)")
+        if self.kl_form not in DIFFUSION_KL:
+            raise ValueError(f"kl_form={self.kl_form!r}: expected one of {', '.join(DIFFUSION_KL.names())}")
+        if not (isinstance(self.forward_num_timesteps, int) and self.forward_num_timesteps >= 1):
+            raise ValueError(f"forward_num_timesteps={self.forward_num_timesteps!r}: expected an integer >= 1 (the "
+                             f"(t, eps) draws per sample and update, one backward each)")
+        if self.forward_timestep_sampling not in TIMESTEP_SAMPLINGS:
+            raise ValueError(f"forward_timestep_sampling={self.forward_timestep_sampling!r}: expected one of "
+                             f"{', '.join(TIMESTEP_SAMPLINGS)}")
+
+
+def check_kernel(cfg: OmniConfig) -> None:
+    """An ODE rollout has no log-prob: only a forward-process loss trains on its samples."""
+    a, r = cfg.algo, cfg.rollout
+    if r.kernel == "ode" and a.policy_loss not in FORWARD_LOSSES:
+        raise ConfigError(
+            f"rollout.kernel={r.kernel!r}: expected a stochastic kernel for training with algo.policy_loss="
+            f"{a.policy_loss} (sde, cps, dance_sde); ode has no log-prob (only the forward-process losses "
+            f"{', '.join(FORWARD_LOSSES.names())} train on ode samples)"
+        )
+
+
 @register_family("diffusion")
 class DiffusionFamily(ModelFamily):
     batch_type = DiffusionBatch
     rollout_is_levels = ("step", "sequence")  # a denoising step; a sample's trained steps
     losses = RegistryUnion("diffusion loss", DIFFUSION_LOSSES, FORWARD_LOSSES)
+    Options = DiffusionOptions
 
-    def __init__(self, cfg: OmniConfig, model: DiffusionModelBase):
-        super().__init__(cfg, model)
-        self.kl_form = get_diffusion_kl(cfg.algo.kl_form)
-        forward = cfg.algo.policy_loss in FORWARD_LOSSES
-        self.forward = ForwardProcessObjective(cfg, model, self.policy_loss) if forward else None
+    @classmethod
+    def check_config(cls, cfg: OmniConfig) -> None:
+        """A stochastic kernel for the trajectory losses; a forward-process loss has no log-probs
+        (no rollout correction) and no per-step KL term; offline pairs train a pairwise loss."""
+        check_kernel(cfg)
+        a = cfg.algo
+        if a.policy_loss not in FORWARD_LOSSES:
+            if cfg.data.preference_file is not None:
+                pairwise = [n for n in FORWARD_LOSSES.names() if FORWARD_LOSSES.get(n).pairwise]
+                raise ConfigError(f"algo.policy_loss={a.policy_loss!r}: expected {' or '.join(pairwise)} with "
+                                  f"data.preference_file (offline pairs train a pairwise loss only)")
+            return
+        loss = FORWARD_LOSSES.get(a.policy_loss)
+        if cfg.data.preference_file is not None and not loss.pairwise:
+            pairwise = [n for n in FORWARD_LOSSES.names() if FORWARD_LOSSES.get(n).pairwise]
+            raise ConfigError(f"algo.policy_loss={a.policy_loss!r}: expected {' or '.join(pairwise)} with "
+                              f"data.preference_file (offline pairs train a pairwise loss only)")
+        if a.kl_coef != 0:
+            raise ConfigError(
+                f"algo.kl_coef={a.kl_coef!r}: expected 0 with algo.policy_loss={a.policy_loss} (a forward-process loss "
+                f"has no per-step KL term; a reference-regularised one reads the reference itself): remove algo.kl_coef")
+        if a.rollout_correction.level != "none":
+            raise ConfigError(f"algo.rollout_correction.level={a.rollout_correction.level!r}: expected none with "
+                              f"algo.policy_loss={a.policy_loss} (it reads no log-probs, so there is nothing to correct)")
+        if "ref_velocity" in loss.reads and not cfg.model.lora.enabled:
+            raise ConfigError(f"model.lora.enabled={cfg.model.lora.enabled!r}: expected true with algo.policy_loss="
+                              f"{a.policy_loss} (its reference policy is the base model with LoRA disabled)")
+
+    @classmethod
+    def variant(cls, cfg: OmniConfig) -> type[ModelFamily]:
+        """The forward-process family for a forward-process loss (found by its registered name,
+        `forward_process`: it subclasses this one); this class for a step loss."""
+        return MODEL_FAMILIES.get("forward_process") if cfg.algo.policy_loss in FORWARD_LOSSES else cls
+
+    def __init__(self, cfg: OmniConfig, model: DiffusionModelBase, options: DiffusionOptions | None = None,
+                 trains: bool = True):
+        super().__init__(cfg, model, options, trains)
+        self.kl_form = get_diffusion_kl(self.options.kl_form)
 
     # --- the rollout half -----------------------------------------------------------------
     def fit_prompts(self, items: list, what: str = "data.prompts") -> list:
@@ -141,9 +221,9 @@ class DiffusionFamily(ModelFamily):
         return batch, reward_futures
 
     def trained_steps(self, requests: list[DiffusionRequest], results) -> torch.Tensor | None:
-        """DanceGRPO's per-sample subset of the stochastic steps to train (`algo.timestep_fraction`),
+        """DanceGRPO's per-sample subset of the stochastic steps to train (`timestep_fraction`),
         [N, K] sorted window-step indices drawn from each sample's seed; None trains all."""
-        fraction = self.cfg.algo.timestep_fraction
+        fraction = self.options.timestep_fraction
         if fraction >= 1.0:
             return None
         width = results[0].log_probs.shape[0]
@@ -239,17 +319,12 @@ class DiffusionFamily(ModelFamily):
             logger.log_image("val/samples", np.asarray(grid), step)
         return {f"val/{k}": v for k, v in reward.metrics.items()}
 
-    def rollout_metrics(self, batch: DiffusionBatch) -> dict[str, float]:
-        return {} if self.forward is None else self.forward.rollout_metrics(batch)
-
     # --- the actor half -------------------------------------------------------------------
     @property
     def reads_old_means(self) -> bool:
-        return self.forward is None and loss_reads_old_mean(self.policy_loss)
+        return self.loss_class.reads_old_mean
 
     def train_items(self, batch: DiffusionBatch):
-        if self.forward is not None:
-            return self.forward.train_items(batch)
         self.check_steps(batch)
         return batch
 
@@ -259,17 +334,6 @@ class DiffusionFamily(ModelFamily):
         step `step()` replays, which then skips the kernel's per-step check."""
         if batch.kernel != "ode":
             check_step(batch.kernel, batch.sigmas, batch.sigmas_next, batch.noise_levels)
-
-    def after_optimizer_step(self) -> None:
-        if self.forward is not None:
-            self.forward.after_optimizer_step()
-
-    def state_tensors(self) -> dict[str, torch.Tensor]:
-        return {} if self.forward is None else self.forward.state_tensors()
-
-    def load_state_tensors(self, tensors: dict[str, torch.Tensor]) -> None:
-        if self.forward is not None:
-            self.forward.load_state_tensors(tensors)
 
     def step(self, batch: DiffusionBatch, j: int) -> StepOutput:
         """Score window step j of every sample in `batch` under the current policy."""
@@ -288,8 +352,6 @@ class DiffusionFamily(ModelFamily):
         )
 
     def num_chunks(self, batch: DiffusionBatch) -> int:
-        if self.forward is not None:
-            return self.forward.num_chunks(batch)
         return batch.num_train_steps  # one backward per denoising step
 
     @torch.no_grad()
@@ -297,8 +359,6 @@ class DiffusionFamily(ModelFamily):
         """Log-probs [N, W] and, for the losses that read them, transition means [N, W, *latent]
         of the current weights (a 480p video latent is millions of floats a step: kept only when
         a loss needs them)."""
-        if self.forward is not None:
-            return self.forward.behaviour_policy(batch, micro_batch_size)
         keep_means = self.reads_old_means
         self.check_steps(batch)
         log_probs, means = [], []
@@ -312,26 +372,20 @@ class DiffusionFamily(ModelFamily):
         return BehaviourPolicy(log_probs, torch.ones_like(log_probs), ls.cat(means) if keep_means else None)
 
     def loss(self, micro: DiffusionBatch, j: int) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        if self.forward is not None:
-            return self.forward.loss(micro, j)
         out = self.step(micro, j)
         device = out.log_prob.device
         dt = (micro.sigmas_next[:, j] - micro.sigmas[:, j]).to(device)
         algo = self.algo
         old_log_prob = micro.old_log_probs[:, j].to(device)
         loss, metrics = self.policy_loss(
-            PolicyLossInput(
+            StepLossInput(
                 log_prob=out.log_prob,
                 old_log_prob=old_log_prob,
                 advantages=micro.advantages.to(device),
-                clip_low=algo.clip_range,
-                clip_high=algo.clip_range if algo.clip_range_high is None else algo.clip_range_high,
-                adv_clip_max=algo.adv_clip_max,
                 mean=_as_tensor(out.mean),
                 old_mean=None if micro.old_means is None else _as_tensor(ls.to(ls.index(micro.old_means, j, dim=1), device)),
                 std=out.std,
                 dt=dt,
-                kl_threshold=algo.kl_threshold,
                 rollout_is_weight=None if micro.rollout_is_weights is None else micro.rollout_is_weights[:, j].to(device),
                 std_checked=True,  # the kernel's std on sigmas check_steps checked
             )
@@ -340,8 +394,8 @@ class DiffusionFamily(ModelFamily):
         metrics = {("loss/policy" if k == "policy_loss" else f"loss/{k}"): v for k, v in metrics.items()}
         metrics["loss/log_prob_mean"] = out.log_prob.detach().mean()
         gap = (out.log_prob.detach() - old_log_prob).abs()
-        metrics["rollout_corr/logprob_abs_diff_max"] = gap.max()
-        metrics["rollout_corr/logprob_abs_diff_mean"] = gap.mean()
+        metrics[GAP_MAX_KEY] = gap.max()
+        metrics[GAP_MEAN_KEY] = gap.mean()
         if algo.kl_coef > 0:
             with torch.no_grad(), self.model.reference_policy():
                 ref = self.step(micro, j)

@@ -6,7 +6,7 @@ the same whatever the micro-batch, the order or the rank, and a resumed run draw
 sample's seed is its rollout request's (itself derived from trainer.seed, the step and the sample),
 so draws differ across steps and samples. t first, then eps (stream after stream).
 
-Timestep samplings (`algo.forward_timestep_sampling`), both kept inside [T_EPS, 1 - T_EPS] so
+Timestep samplings (the diffusion family's option `forward_timestep_sampling`), both kept inside [T_EPS, 1 - T_EPS] so
 that neither the clean nor the pure-noise end (where the target carries no information about
 the policy) is drawn:
   uniform       t = T_EPS + (1 - 2 T_EPS) U,  U ~ U[0, 1)

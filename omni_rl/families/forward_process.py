@@ -1,14 +1,17 @@
-"""The diffusion family's actor half for the forward-process losses (`diffusion_nft`, `diffusion_dpo`).
+"""The forward-process family: a diffusion model trained with `diffusion_nft` or `diffusion_dpo`.
+
+`ForwardProcessFamily` is the diffusion family (`DiffusionFamily.variant` picks it for a loss of
+`algos.FORWARD_LOSSES`) with the same rollout half and its own actor half.
 
 These losses replay no trajectory: each chunk j of a micro-batch noises the clean latents x0
 with the chunk's own seeded (t, eps) (`forward_draws`), x_t = (1 - t) x0 + t eps, and compares the
 policy's velocity at (x_t, t) with the flow target u = eps - x0 (`omni_rl.algos.forward_losses`).
-So `num_chunks` is `algo.forward_num_timesteps`, the rollout's log-probs are never read
-(`behaviour_policy` hands them back without a forward: any kernel, ODE included, may sample),
-and the losses take what they declare (`fn.reads`):
+So `num_chunks` is the family option `forward_num_timesteps`, the rollout's log-probs are never
+read (`behaviour_policy` hands them back without a forward: any kernel, ODE included, may
+sample), and the losses take what they declare (`ForwardLoss.reads`, `ForwardLoss.pairwise`):
 
 - `old_velocity` (DiffusionNFT): the old policy is an EMA of the trainable weights
-  (`algo.nft_ema_decay`, `ParameterEMA`), updated after every optimizer step; its velocity is
+  (the loss option `ema_decay`, `ParameterEMA`), updated after every optimizer step; its velocity is
   computed under no_grad with the EMA swapped in, before the policy's own forward. The EMA is
   part of the checkpoint (`state_tensors`).
 - `ref_velocity` (Diffusion-DPO): the reference policy is the base model, LoRA disabled
@@ -28,9 +31,11 @@ import logging
 import torch
 
 from omni_rl.algos import latent_streams as ls
-from omni_rl.algos.forward_losses import ForwardLossInput
+from omni_rl.algos.forward_losses import ForwardLoss, ForwardLossInput
+from omni_rl.algos.forward_losses import FORWARD_LOSSES
 from omni_rl.config.schema import OmniConfig
-from omni_rl.families.base import BehaviourPolicy
+from omni_rl.families.base import BehaviourPolicy, register_family
+from omni_rl.families.diffusion import DiffusionFamily, DiffusionOptions
 from omni_rl.families.ema import ParameterEMA
 from omni_rl.families.forward_draws import forward_draws, noised
 from omni_rl.families.preference_pairs import PairBatch, best_worst_pairs
@@ -40,21 +45,52 @@ log = logging.getLogger(__name__)
 EMA_PREFIX = "nft_ema/"
 
 
-class ForwardProcessObjective:
-    def __init__(self, cfg: OmniConfig, model, loss_fn):
-        self.cfg, self.model, self.loss_fn, self.algo = cfg, model, loss_fn, cfg.algo
-        self.reads = getattr(loss_fn, "reads", frozenset())
-        self.pairwise = bool(getattr(loss_fn, "pairwise", False))
-        self.ema = self._new_ema() if "old_velocity" in self.reads else None
+def pair_metrics(batch) -> dict[str, float]:
+    """A scored rollout's best-vs-worst pairs for a pairwise loss: how many, and the groups whose
+    rewards tie (no pair). For the driver's step metrics, before the update makes the pairs."""
+    if batch.rewards is None:
+        return {}
+    winners, _ = best_worst_pairs(batch.rewards, batch.group_index)
+    groups = int(torch.unique(batch.group_index).numel())
+    return {"actor/dpo_pairs": float(len(winners)), "actor/dpo_tied_groups": float(groups - len(winners))}
+
+
+@register_family("forward_process")
+class ForwardProcessFamily(DiffusionFamily):
+    rollout_is_levels = ()  # no log-probs, nothing to correct
+    losses = FORWARD_LOSSES
+
+    def __init__(self, cfg: OmniConfig, model, options: DiffusionOptions | None = None, trains: bool = True):
+        super().__init__(cfg, model, options, trains)
+        self.loss_fn: ForwardLoss | None = self.policy_loss
+        self.num_timesteps = self.options.forward_num_timesteps
+        self.timestep_sampling = self.options.forward_timestep_sampling
+        self.reads = self.loss_class.reads
+        self.pairwise = self.loss_class.pairwise
+        # DiffusionNFT's old policy is actor-half state: built only where the weights are trained.
+        self.ema = self._new_ema() if trains and "old_velocity" in self.reads else None
+
+    @classmethod
+    def variant(cls, cfg: OmniConfig) -> type:
+        return cls
 
     def _new_ema(self) -> ParameterEMA:
         params = {n: p for n, p in self.model.trainable_root().named_parameters() if p.requires_grad}
-        return ParameterEMA(params, self.algo.nft_ema_decay)
+        return ParameterEMA(params, self.loss_fn.options.ema_decay)
+
+    # --- the rollout half -----------------------------------------------------------------
+    def rollout_metrics(self, batch) -> dict[str, float]:
+        return pair_metrics(batch) if self.pairwise else {}
 
     # --- what the update loop asks --------------------------------------------------------
-    def num_chunks(self, batch) -> int:
-        return self.algo.forward_num_timesteps
+    @property
+    def reads_old_means(self) -> bool:
+        return False
 
+    def num_chunks(self, batch) -> int:
+        return self.num_timesteps
+
+    @torch.no_grad()
     def behaviour_policy(self, batch, micro_batch_size: int) -> BehaviourPolicy:
         """The rollout's own log-probs, unscored: no forward-process loss reads them."""
         return BehaviourPolicy(batch.rollout_log_probs, torch.ones_like(batch.rollout_log_probs))
@@ -65,13 +101,6 @@ class ForwardProcessObjective:
         if isinstance(batch, PairBatch):
             return batch
         return PairBatch.from_rollout(batch) if self.pairwise else batch
-
-    def rollout_metrics(self, batch) -> dict[str, float]:
-        if not self.pairwise or batch.rewards is None:
-            return {}
-        winners, _ = best_worst_pairs(batch.rewards, batch.group_index)
-        groups = int(torch.unique(batch.group_index).numel())
-        return {"actor/dpo_pairs": float(len(winners)), "actor/dpo_tied_groups": float(groups - len(winners))}
 
     def after_optimizer_step(self) -> None:
         if self.ema is not None:
@@ -100,7 +129,7 @@ class ForwardProcessObjective:
     def loss(self, micro, j: int) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         device = self.model.device
         if self.pairwise:
-            t, eps = forward_draws(micro.seeds, j, micro.chosen, self.algo.forward_timestep_sampling)
+            t, eps = forward_draws(micro.seeds, j, micro.chosen, self.timestep_sampling)
             t = t.to(device)
             x_w, u_w = noised(micro.chosen, eps, t)
             x_l, u_l = noised(micro.rejected, eps, t)
@@ -109,7 +138,7 @@ class ForwardProcessObjective:
             conditioning = Conditioning.cat([micro.conditioning, micro.conditioning])
             advantages = None
         else:
-            t, eps = forward_draws(micro.sample_seeds, j, micro.final_latents, self.algo.forward_timestep_sampling)
+            t, eps = forward_draws(micro.sample_seeds, j, micro.final_latents, self.timestep_sampling)
             t = t.to(device)
             latents, target = noised(micro.final_latents, eps, t)
             clean = ls.flat(ls.to(micro.final_latents, device))
@@ -123,11 +152,9 @@ class ForwardProcessObjective:
             with torch.no_grad(), self.model.reference_policy():
                 extras["ref_velocity"] = self._velocity(latents, t, conditioning, micro.guidance_scale)
         velocity = self._velocity(latents, t, conditioning, micro.guidance_scale)
-        a = self.algo
         loss, metrics = self.loss_fn(ForwardLossInput(
             velocity=velocity, target=target, timesteps=t, noisy=ls.flat(latents).to(torch.float32), clean=clean,
-            advantages=advantages, adv_clip_max=a.adv_clip_max, nft_beta=a.nft_beta, nft_weighting=a.nft_weighting,
-            dpo_beta=a.dpo_beta, **extras,
+            advantages=advantages, **extras,
         ))
         metrics = {("loss/policy" if k == "policy_loss" else f"loss/{k}"): v for k, v in metrics.items()}
         metrics["loss/timestep_mean"] = t.detach().mean()

@@ -3,8 +3,9 @@
 A sample is one trajectory of two kinds of action (`ThinkDrawModelBase`): the plan's R tokens,
 sampled from the model's language head after the prompt, and the K trained denoising steps of the
 image, whose context holds the prompt and the plan. One reward scores the image; its advantage
-reaches both halves, and one update trains both: the plan with a token loss (`TOKEN_LOSSES`,
-`algo.plan_policy_loss`), the steps with the diffusion loss (`algo.policy_loss`).
+reaches both halves, and one update trains both: the plan with a token loss (`TOKEN_LOSSES`, the
+family option `plan_policy_loss` with its `plan_loss_options`), the steps with the diffusion loss
+(`algo.policy_loss`, `algo.loss_options`).
 
 The image half is the diffusion family's, composed rather than inherited: its requests (seeds,
 SDE windows, shared noise), its batch, its teacher-forced step replay and its loss, unchanged.
@@ -19,16 +20,17 @@ plan in `metadata["plan"]`. Validation: greedy plans, ODE images, captions that 
 
 Actor half: the trainer sees one action sequence per sample, [N, R + K] (plan tokens, then image
 steps; `BehaviourPolicy.mask` = [plan_mask, ones]), so its old log-probs, gaps and ratios need no
-branch. `num_chunks` is 1 + K: chunk 0 is the plan's token loss (times `algo.plan_loss_weight`,
-ratio clipped at `algo.plan_clip_range`, no KL term), chunk j >= 1 the diffusion loss of image
-step j - 1 (with the image's KL when `algo.kl_coef` > 0). Both report `loss/ratio_max_abs_dev`
-and the `rollout_corr/*` gap, so the first-mini-batch checks cover both kinds of action; the
+branch. `num_chunks` is 1 + K: chunk 0 is the plan's token loss (times the family option
+`plan_loss_weight`, its ratio clip PPO's 0.2 unless `plan_loss_options` says otherwise, no KL
+term), chunk j >= 1 the diffusion loss of image step j - 1 (with the image's KL when
+`algo.kl_coef` > 0). Both report `loss/ratio_max_abs_dev` and the old-log-prob gap
+(`update.GAP_*_KEY`), so the first-mini-batch checks cover both kinds of action; the
 plan's other metrics are `loss/plan_*`, and `response/plan_length_mean`, `response/plan_clip_ratio` describe the
 step's plans.
 
 Not here (refused at config load, `check_config`): losses that read the old transition means
 (the trainer would need means for the plan columns, which have none) or train the forward
-process (no trajectory), a correction level (`algo.rollout_is`: the plan tokens and the steps
+process (no trajectory), a correction level (`algo.rollout_correction.level`: the plan tokens and the steps
 have no common unit), Ray workers and pipelined rollouts (the plans are sampled with the
 driver's own model, which must be the one being trained), a rollout engine other than the
 in-process `native` one (untested with a precomputed conditioning) and `rollout.top_p` < 1 (the
@@ -36,20 +38,24 @@ plans' log-probs are of the whole distribution). `algo.kl_coef` applies to the i
 """
 from __future__ import annotations
 
+import math
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 
 from omni_rl.algos.forward_losses import FORWARD_LOSSES
-from omni_rl.algos.policy_losses import DIFFUSION_LOSSES, loss_reads_old_mean
-from omni_rl.algos.token_losses import TOKEN_LOSSES
+from omni_rl.algos.policy_losses import DIFFUSION_LOSSES
+from omni_rl.algos.token_losses import TOKEN_LOSSES, TokenLossInput
+from omni_rl.config.options import bind_options, option
 from omni_rl.config.schema import OmniConfig
 from omni_rl.config.validate import ConfigError
 from omni_rl.data.prompts import PromptItem
 from omni_rl.data.think_draw_batch import ThinkDrawBatch
-from omni_rl.families.autoregressive import token_gap_metrics, token_loss_input
+from omni_rl.families.autoregressive import build_token_loss, token_gap_metrics
 from omni_rl.families.base import BehaviourPolicy, ModelFamily, register_family
-from omni_rl.families.diffusion import DiffusionFamily
+from omni_rl.families.diffusion import DiffusionFamily, DiffusionOptions, check_kernel
 from omni_rl.models.think_draw import ThinkDrawModelBase
 from omni_rl.utils.seeding import derive_seed
 
@@ -58,39 +64,71 @@ from omni_rl.utils.seeding import derive_seed
 SHARED_METRICS = ("ratio_max_abs_dev",)
 
 
+@dataclass
+class ThinkDrawOptions(DiffusionOptions):
+    """The think-draw family's options (`algo.family_options`): the image half's (the diffusion
+    family's) and the plan's."""
+
+    plan_policy_loss: str = option("ppo_clip", "The token loss of the plan's tokens (a TOKEN_LOSSES name); "
+                                               "algo.policy_loss trains the image's denoising steps.")
+    plan_loss_options: dict[str, Any] = option({}, "The plan loss's options (as algo.loss_options for a text "
+                                                   "model; its ratio clip defaults to PPO's 0.2).")
+    plan_loss_weight: float = option(1.0, "The plan's loss is this times its token loss, one chunk beside the K "
+                                          "image-step chunks (0 leaves the plan untrained).")
+
+    def check(self) -> None:
+        super().check()
+        if not (math.isfinite(self.plan_loss_weight) and self.plan_loss_weight >= 0):
+            raise ValueError(f"plan_loss_weight={self.plan_loss_weight!r}: expected a finite value >= 0 "
+                             f"(0 leaves the plan untrained)")
+
+
+def bind_plan_loss_options(options: ThinkDrawOptions):
+    name = options.plan_policy_loss
+    return bind_options(TOKEN_LOSSES.get(name).Options, options.plan_loss_options,
+                        "algo.family_options.plan_loss_options", f"plan loss {name}")
+
+
 @register_family("think_draw")
 class ThinkDrawFamily(ModelFamily):
     batch_type = ThinkDrawBatch
     rollout_is_levels = ()  # refused: a plan token and a denoising step share no unit
-    losses = DIFFUSION_LOSSES  # algo.policy_loss; the plan's is algo.plan_policy_loss
+    losses = DIFFUSION_LOSSES  # algo.policy_loss; the plan's is the option plan_policy_loss
+    Options = ThinkDrawOptions
 
-    def __init__(self, cfg: OmniConfig, model: ThinkDrawModelBase):
-        super().__init__(cfg, model)
-        self.image = DiffusionFamily(cfg, model)
-        self.plan_loss = TOKEN_LOSSES.get(cfg.algo.plan_policy_loss)
+    def __init__(self, cfg: OmniConfig, model: ThinkDrawModelBase, options: ThinkDrawOptions | None = None,
+                 trains: bool = True):
+        super().__init__(cfg, model, options, trains)
+        self.image = DiffusionFamily(cfg, model, self.options, trains)
+        # No KL term on the plan: algo.kl_coef applies to the image steps.
+        self.plan_loss = build_token_loss(TOKEN_LOSSES.get(self.options.plan_policy_loss),
+                                          bind_plan_loss_options(self.options), cfg, kl_coef=0.0) if trains else None
 
     @classmethod
     def check_config(cls, cfg: OmniConfig) -> None:
         a, t = cfg.algo, cfg.trainer
+        options = cls.bind_family_options(cfg)
+        check_kernel(cfg)
         name = a.policy_loss
-        trajectory = [n for n in DIFFUSION_LOSSES.names() if not loss_reads_old_mean(DIFFUSION_LOSSES.get(n))]
-        if name in FORWARD_LOSSES or (name in DIFFUSION_LOSSES and loss_reads_old_mean(DIFFUSION_LOSSES.get(name))):
+        trajectory = [n for n in DIFFUSION_LOSSES.names() if not DIFFUSION_LOSSES.get(n).reads_old_mean]
+        if name in FORWARD_LOSSES or (name in DIFFUSION_LOSSES and DIFFUSION_LOSSES.get(name).reads_old_mean):
             why = ("trains the forward process, not the sampled trajectory the plan belongs to" if name in FORWARD_LOSSES
                    else "reads the old transition means, which the plan's token columns do not have")
             raise ConfigError(
                 f"algo.policy_loss={name!r}: {why}; a think-draw model (family think_draw) trains its image steps "
                 f"with a trajectory loss that reads no means: {', '.join(trajectory)}"
             )
-        if a.plan_policy_loss not in TOKEN_LOSSES:
-            kind = "a diffusion loss" if a.plan_policy_loss in DIFFUSION_LOSSES or a.plan_policy_loss in FORWARD_LOSSES \
-                else "unknown"
+        plan = options.plan_policy_loss
+        if plan not in TOKEN_LOSSES:
+            kind = "a diffusion loss" if plan in DIFFUSION_LOSSES or plan in FORWARD_LOSSES else "unknown"
             raise ConfigError(
-                f"algo.plan_policy_loss={a.plan_policy_loss!r}: {kind}; the plan's actions are tokens, trained with a "
+                f"algo.family_options.plan_policy_loss={plan!r}: {kind}; the plan's actions are tokens, trained with a "
                 f"token loss: {', '.join(TOKEN_LOSSES.names())}"
             )
-        if a.rollout_is != "none":
-            raise ConfigError(f"algo.rollout_is={a.rollout_is!r}: expected none for a think-draw model (a plan token and "
-                              f"a denoising step have no common correction level)")
+        bind_plan_loss_options(options)
+        if a.rollout_correction.level != "none":
+            raise ConfigError(f"algo.rollout_correction.level={a.rollout_correction.level!r}: expected none for a "
+                              f"think-draw model (a plan token and a denoising step have no common correction level)")
         if t.backend != "local":
             raise ConfigError(f"trainer.backend={t.backend!r}: expected local for a think-draw model (its plans are "
                               f"sampled with the driver's model, which must be the trained one)")
@@ -179,14 +217,13 @@ class ThinkDrawFamily(ModelFamily):
             return self.image.loss(micro.image_half(), chunk - 1)
         log_prob = self.plan_log_probs(micro).float()
         device = log_prob.device
-        algo = self.algo
         old_log_prob = micro.old_log_probs[:, : micro.plan_width].to(device)
         mask = micro.plan_mask.to(device)
         loss, metrics = self.plan_loss(
-            token_loss_input(self.cfg, log_prob, old_log_prob, micro.advantages.to(device), mask,
-                             algo.plan_clip_range, algo.plan_clip_range)
+            TokenLossInput(log_prob=log_prob, old_log_prob=old_log_prob, advantages=micro.advantages.to(device)[:, None],
+                           mask=mask)
         )
-        loss = algo.plan_loss_weight * loss
+        loss = self.options.plan_loss_weight * loss
         out = {(f"loss/{k}" if k in SHARED_METRICS else f"loss/plan_{k}"): v for k, v in metrics.items()}
         out["loss/plan_ratio_max_abs_dev"] = metrics["ratio_max_abs_dev"]
         out.update(token_gap_metrics(log_prob, old_log_prob, mask))

@@ -11,9 +11,10 @@ on the whole mini-batch.
 `run_update` returns raw sums, counts and maxima, which ranks add up; `summarize` turns them into
 the step's metrics. The engine hands its metrics back as device tensors, and they are summed and
 maxed on the device: the loop reads them on the host once, at the end (with the engine's one
-sync per optimizer step, that is at most 2 host syncs per mini-batch). The `rollout_corr/*` gaps a family's loss reports (stored old log-probs vs
-this forward's) are kept for the first mini-batch only: before the first optimizer step the
-policy is the behaviour policy, so with the rollout's log-probs as the old ones they measure the
+sync per optimizer step, that is at most 2 host syncs per mini-batch). The gaps a family's loss
+reports (stored old log-probs vs this forward's, `GAP_*_KEY`) are kept for the first mini-batch
+only, as `actor/first_minibatch_logprob_abs_diff_*`: before the first optimizer step the policy
+is the behaviour policy, so with the rollout's log-probs as the old ones they measure the
 rollout-vs-trainer gap on those samples, for free.
 
 The family may train something other than the samples (`ModelFamily.train_items`: the
@@ -29,9 +30,14 @@ import torch
 from omni_rl.utils.seeding import derive_seed
 
 FIRST_MINIBATCH_KEY = "actor/first_minibatch_ratio_max_abs_dev"
-# Reported by the families' losses on every chunk; meaningful only before the first update.
-GAP_MAX_KEY = "rollout_corr/logprob_abs_diff_max"
-GAP_MEAN_KEY = "rollout_corr/logprob_abs_diff_mean"
+# Reported by the families' losses on every chunk (|stored old log-prob - this forward's|);
+# meaningful only before the first update, so the update keeps them for the first mini-batch
+# under FIRST_GAP_*_KEY and logs no other value of them. `rollout_corr/logprob_abs_diff_*` is the
+# trainer's (`PPOTrainer.rollout_corr_metrics`), which reads these where it checked no sample itself.
+GAP_MAX_KEY = "loss/logprob_abs_diff_max"
+GAP_MEAN_KEY = "loss/logprob_abs_diff_mean"
+FIRST_GAP_MAX_KEY = "actor/first_minibatch_logprob_abs_diff_max"
+FIRST_GAP_MEAN_KEY = "actor/first_minibatch_logprob_abs_diff_mean"
 
 
 def run_update(engine, family, batch, cfg, step: int, rank: int = 0, world: int = 1) -> dict[str, Any]:
@@ -72,8 +78,8 @@ def run_update(engine, family, batch, cfg, step: int, rank: int = 0, world: int 
                     )
                     gap_max, gap_mean = m.pop(GAP_MAX_KEY, None), m.pop(GAP_MEAN_KEY, None)
                     if num_updates == 0 and gap_max is not None:
-                        keep_max(GAP_MAX_KEY, gap_max)
-                        record({GAP_MEAN_KEY: gap_mean})
+                        keep_max(FIRST_GAP_MAX_KEY, gap_max)
+                        record({FIRST_GAP_MEAN_KEY: gap_mean})
                     record(m)
                     dev = m.get("loss/ratio_max_abs_dev", 0.0)
                     keep_max("loss/ratio_max_abs_dev", dev)

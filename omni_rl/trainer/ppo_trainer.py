@@ -4,7 +4,7 @@
              each sample with the weight version it was sampled with, none staler than
              trainer.pipeline_options.max_staleness (request-batched, fp32 trajectories) -> rewards -> advantages
              -> old log-probs (the rollout's where they are the actor's own, else recomputed)
-                and, with algo.rollout_is, the rollout-correction weights between the two
+                and, with algo.rollout_correction.level, the rollout-correction weights between the two
              -> PPO update (epochs x mini-batches, replaying the stored steps)
              -> weight sync (through the producer) -> log / validate / checkpoint
 
@@ -29,14 +29,16 @@ from typing import Iterator, NamedTuple, Optional
 
 import torch
 
-from omni_rl.algos.advantages import AdvantageInput, get_advantage_estimator
+from omni_rl.algos.advantages import AdvantageInput, AdvantageOptions, get_advantage_estimator
 from omni_rl.algos.rollout_correction import rollout_is_weights
 from omni_rl.config.loader import to_yaml
+from omni_rl.config.options import bind_options
 from omni_rl.config.schema import OmniConfig
 from omni_rl.data.prompts import PromptSampler, load_prompt_items, training_prompt_items
 from omni_rl.families import build_family
 from omni_rl.families.base import BehaviourPolicy
 from omni_rl.families.offline_pairs import OfflinePairs
+from omni_rl.families.update import FIRST_GAP_MAX_KEY, FIRST_GAP_MEAN_KEY
 from omni_rl.logging import MetricLogger, ProgressBar, attach_run_log, build_sinks, plot_reward_curve
 from omni_rl.reward.async_scorer import AsyncRewardScorer
 from omni_rl.reward.manager import RewardManager, RewardSpec
@@ -58,7 +60,7 @@ class OldPolicy(NamedTuple):
 
     log_probs: torch.Tensor                      # the ratio's old log-probs [N, E]
     means: Optional[torch.Tensor]                # old transition means, for losses that read them
-    rollout_is_weights: Optional[torch.Tensor]   # [N, E], None when algo.rollout_is is off or a no-op
+    rollout_is_weights: Optional[torch.Tensor]   # [N, E], None when algo.rollout_correction.level is off or a no-op
     metrics: dict[str, float]                    # rollout_corr/*
 
 
@@ -81,10 +83,12 @@ class PPOTrainer:
             torch.manual_seed(t.seed)
             self.actors = ACTOR_GROUPS.get(t.backend)(cfg)
             self.model = self.actors.model  # the driver's view: what building requests needs
-            self.family = build_family(cfg, self.model)
+            # The rollout half only: the actor half (the loss, an EMA) lives where the weights are trained.
+            self.family = build_family(cfg, self.model, trains=False)
             self.rollout_engine = self.actors.rollout_engine
             self._build_rewards()
             self.advantage_fn = get_advantage_estimator(cfg.algo.advantage)
+            self.advantage_options = bind_advantage_options(cfg)
             # Offline Diffusion-DPO: each step's pairs come from data.preference_file, not a rollout.
             self.offline_pairs = OfflinePairs(cfg, self.model) if cfg.data.preference_file is not None else None
             # Every prompt measured once against the model's context (data.overlong_prompts).
@@ -105,10 +109,12 @@ class PPOTrainer:
             self.start_step = 0
             saved = self._resume(t.resume) if t.resume else None
             self.producer = PIPELINES.get(t.pipeline)(cfg, self.actors, self._rollout_unit, self.start_step, saved)
-            if t.pipeline != "on_policy" and cfg.algo.rollout_is == "none" and cfg.algo.old_logprob_mode != "bypass":
+            uncorrected = cfg.algo.rollout_correction.level == "none" and cfg.algo.old_logprob_mode != "bypass"
+            if t.pipeline != "on_policy" and uncorrected:
                 log.warning(
-                    "trainer.pipeline=%s with algo.rollout_is=none: stale samples are not reweighted towards the "
-                    "current policy; set algo.rollout_is (step or sequence for diffusion, token or sequence for text)",
+                    "trainer.pipeline=%s with algo.rollout_correction.level=none: stale samples are not reweighted "
+                    "towards the current policy; set algo.rollout_correction.level (step or sequence for diffusion, "
+                    "token or sequence for text)",
                     t.pipeline,
                 )
             with self._writing("config.yaml"):
@@ -229,7 +235,7 @@ class PPOTrainer:
                 reward = self.rewards.score(*self.family.reward_inputs(batch))
             batch.rewards = reward.total
             batch.advantages = self.advantage_fn(
-                AdvantageInput(reward.total, batch.group_index, self.cfg.algo.std_mode, self.cfg.algo.adv_eps)
+                AdvantageInput(reward.total, batch.group_index, self.advantage_options.std_mode, self.advantage_options.eps)
             )
         with timer("old_log_prob"):
             old = self.old_policy(batch, step, fresh=produced.metrics["rollout_corr/staleness_max"] == 0)
@@ -239,7 +245,8 @@ class PPOTrainer:
         with timer("weight_sync"):
             self.producer.publish(step)
         return {
-            **reward.metrics, **self.family.rollout_metrics(batch), **update, **old.metrics, **produced.metrics,
+            **reward.metrics, **self.family.rollout_metrics(batch), **update,
+            **rollout_corr_metrics(old.metrics, update), **produced.metrics,
             **timer.metrics(len(batch)),
             "actor/advantage_abs_mean": float(batch.advantages.abs().mean()),
         }
@@ -279,20 +286,21 @@ class PPOTrainer:
         `algo.logprob_check_every` steps, where it measures the gap on every sample. On the
         other steps the update measures it on its first mini-batch, before the weights change.
 
-        With `algo.rollout_is` set (which the config allows with `auto` and `recompute` only), the
+        With `algo.rollout_correction.level` set (which the config allows with `auto` and `recompute` only), the
         weights are min(exp(old - rollout), C) of `rollout_correction`, computed once for the
         step. With stale samples (trainer.pipeline) the rollout's log-probs are the behaviour
         policy's, the version that sampled them, and the recomputed ones the current weights':
         the weights are then the importance weights between the current and the behaviour
         policy (decoupled PPO: the ratio's old policy is the current one, the weight corrects the
-        staleness), truncated or masked at token, step or sequence level. Where the rollout's log-probs are the old ones every weight is exactly 1: the loss
-        gets none, and the metrics say 1 without computing anything.
+        staleness), truncated or masked at token, step or sequence level. Where the rollout's
+        log-probs are the old ones every weight is exactly 1: the loss gets none, and the metrics
+        say 1 without computing anything.
         """
         algo = self.cfg.algo
         use_rollout = algo.old_logprob_mode == "bypass" or (
             algo.old_logprob_mode == "auto" and fresh and self.actors.rollout_is_behaviour_policy
         )
-        unit = {} if algo.rollout_is == "none" else {
+        unit = {} if algo.rollout_correction.level == "none" else {
             "rollout_corr/is_weight_mean": 1.0, "rollout_corr/is_weight_max": 1.0, "rollout_corr/is_clipped_fraction": 0.0,
         }
         check = algo.logprob_check_every > 0 and (step - 1) % algo.logprob_check_every == 0
@@ -307,10 +315,10 @@ class PPOTrainer:
         if use_rollout:
             return OldPolicy(batch.rollout_log_probs, scored.means, None, {**metrics, **unit})
         weights = None
-        if algo.rollout_is != "none":
+        if algo.rollout_correction.level != "none":
             weights, is_metrics = rollout_is_weights(
-                scored.log_probs, rollout_log_probs, scored.mask, algo.rollout_is, algo.rollout_is_cap,
-                algo.rollout_is_mode,
+                scored.log_probs, rollout_log_probs, scored.mask, algo.rollout_correction.level,
+                algo.rollout_correction.cap, algo.rollout_correction.mode,
             )
             metrics.update({f"rollout_corr/{k}": float(v) for k, v in is_metrics.items()})
         return OldPolicy(scored.log_probs, scored.means, weights, metrics)
@@ -385,6 +393,29 @@ def reward_specs(items) -> list[RewardSpec]:
     return [RewardSpec(r.name, r.weight, r.required, dict(r.kwargs), r.video_frames) for r in items]
 
 
+# The trainer's rollout-vs-trainer gap (max, mean); see `rollout_corr_metrics`.
+GAP_KEYS = ("rollout_corr/logprob_abs_diff_max", "rollout_corr/logprob_abs_diff_mean")
+
+
+def bind_advantage_options(cfg: OmniConfig) -> AdvantageOptions:
+    """`algo.advantage_options` bound to the estimators' options (or a one-line ConfigError)."""
+    return bind_options(AdvantageOptions, cfg.algo.advantage_options, "algo.advantage_options",
+                        f"advantage estimator {cfg.algo.advantage}")
+
+
+def rollout_corr_metrics(old_metrics: dict[str, float], update: dict[str, float]) -> dict[str, float]:
+    """The step's `rollout_corr/*`, whose one producer is the trainer: the old-policy pass's metrics
+    and, where that pass scored no sample (the rollout's log-probs are the old ones and the step
+    is no check step; `rollout_corr/checked_fraction` < 1), the gap on the update's first
+    mini-batch (`actor/first_minibatch_logprob_abs_diff_*`), which is that very gap before the
+    first optimizer step."""
+    out = dict(old_metrics)
+    if GAP_KEYS[0] not in out and FIRST_GAP_MAX_KEY in update:
+        out[GAP_KEYS[0]] = update[FIRST_GAP_MAX_KEY]
+        out[GAP_KEYS[1]] = update[FIRST_GAP_MEAN_KEY]
+    return out
+
+
 def rollout_gap(rollout_log_probs: torch.Tensor, scored: BehaviourPolicy) -> dict[str, float]:
     """How far the sampler's log-probs are from the trainer's for the same weights: the numerical
     gap between the two code paths (batching, kernels, precision), over every valid entry."""
@@ -393,8 +424,8 @@ def rollout_gap(rollout_log_probs: torch.Tensor, scored: BehaviourPolicy) -> dic
     a, b = rollout_log_probs[valid].double(), scored.log_probs[valid].double()
     pearson = float(torch.corrcoef(torch.stack([a, b]))[0, 1]) if a.numel() > 1 and a.std() > 0 else 1.0
     return {
-        "rollout_corr/logprob_abs_diff_mean": float(diff.mean()),
-        "rollout_corr/logprob_abs_diff_max": float(diff.max()),
+        GAP_KEYS[1]: float(diff.mean()),
+        GAP_KEYS[0]: float(diff.max()),
         "rollout_corr/logprob_pearson": pearson,
         "rollout_corr/checked_fraction": 1.0,
     }

@@ -19,9 +19,9 @@ def test_hand_values_and_gradient():
     # reference v = 2 for both (ref err 1). gap_w = -0.75, gap_l = 3.
     # beta = 2: z = -(2 / 2) (-0.75 - 3) = 3.75; loss = -log sigmoid(3.75) = log(1 + e^-3.75).
     v = torch.tensor([[1.5], [3.0]], requires_grad=True)
-    inp = ForwardLossInput(velocity=v, target=torch.ones(2, 1), timesteps=torch.tensor([0.4, 0.4]),
-                           ref_velocity=torch.full((2, 1), 2.0), dpo_beta=2.0)
-    loss, metrics = dpo(inp)
+    inp = ForwardLossInput(
+        velocity=v, target=torch.ones(2, 1), timesteps=torch.tensor([0.4, 0.4]), ref_velocity=torch.full((2, 1), 2.0))
+    loss, metrics = dpo(beta=2.0)(inp)
     assert loss.item() == pytest.approx(math.log1p(math.exp(-3.75)))
     loss.backward()
     # d loss / d err_w = (beta / 2) sigmoid(-z) = sigmoid(-3.75); d err_w / d v_w = 2 (1.5 - 1) = 1
@@ -41,8 +41,8 @@ def test_at_the_reference_the_loss_is_log_2():
     torch.manual_seed(0)
     v = torch.randn(4, 2, 3, requires_grad=True)
     u = torch.randn(4, 2, 3)
-    loss, metrics = dpo(ForwardLossInput(velocity=v, target=u, timesteps=torch.rand(4), ref_velocity=v.detach().clone(),
-                                         dpo_beta=10.0))
+    loss, metrics = dpo(beta=10.0)(ForwardLossInput(
+        velocity=v, target=u, timesteps=torch.rand(4), ref_velocity=v.detach().clone()))
     assert loss.item() == pytest.approx(math.log(2))
     loss.backward()
     # sigmoid(0) = 1/2: d loss / d v_w = (beta / 2)(1/2) 2 (v_w - u) / D / P, the loser's the negative
@@ -56,7 +56,7 @@ def test_at_the_reference_the_loss_is_log_2():
 def test_loop_matches_vectorised():
     torch.manual_seed(2)
     v, v_ref, u = torch.randn(6, 5), torch.randn(6, 5), torch.randn(6, 5)
-    loss, metrics = dpo(ForwardLossInput(velocity=v, target=u, timesteps=torch.rand(6), ref_velocity=v_ref, dpo_beta=3.0))
+    loss, metrics = dpo(beta=3.0)(ForwardLossInput(velocity=v, target=u, timesteps=torch.rand(6), ref_velocity=v_ref))
     total, wins = 0.0, 0
     for i in range(3):
         w, l = i, i + 3
@@ -71,8 +71,8 @@ def test_loop_matches_vectorised():
 def test_pairs_and_missing_reference_are_refused():
     v = torch.zeros(3, 2)
     with pytest.raises(ValueError, match="even count"):
-        dpo(ForwardLossInput(velocity=v, target=v, timesteps=torch.rand(3), ref_velocity=v))
+        dpo()(ForwardLossInput(velocity=v, target=v, timesteps=torch.rand(3), ref_velocity=v))
     with pytest.raises(ValueError, match="ref_velocity"):
-        dpo(ForwardLossInput(velocity=torch.zeros(2, 2), target=torch.zeros(2, 2), timesteps=torch.rand(2)))
-    with pytest.raises(ValueError, match="dpo_beta=-1"):
-        ForwardLossInput(velocity=v, target=v, timesteps=torch.rand(3), dpo_beta=-1)
+        dpo()(ForwardLossInput(velocity=torch.zeros(2, 2), target=torch.zeros(2, 2), timesteps=torch.rand(2)))
+    with pytest.raises(ValueError, match="beta=-1"):
+        dpo(beta=-1)

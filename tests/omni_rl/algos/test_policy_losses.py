@@ -10,7 +10,8 @@ from omni_rl.algos.flow_sde import gaussian_log_prob
 from omni_rl.algos.policy_losses import (
     DIFFUSION_KL,
     DIFFUSION_LOSSES,
-    PolicyLossInput,
+    ClippedStepOptions,
+    StepLossInput,
     exact_kl,
     flow_grpo_code_kl,
     get_diffusion_kl,
@@ -36,7 +37,7 @@ def test_flow_grpo_hand_values():
     old = torch.zeros(4)
     log_prob = torch.tensor([1.0, 0.0, -1.0, -1.0])
     adv = torch.tensor([2.0, -1.0, 10.0, -3.0])
-    loss, metrics = get_diffusion_loss("flow_grpo")(PolicyLossInput(log_prob, old, adv))
+    loss, metrics = get_diffusion_loss("flow_grpo")()(StepLossInput(log_prob, old, adv))
     # entry 0: ratio will be e, clipped to 1.0001; A = 2: max(-2e, -2.0002) = -2.0002
     # entry 1: ratio 1, A = -1: 1
     # entry 2: ratio 1/e, clipped to 0.9999; A = 10 clamped to 5: max(-5/e, -4.9995) = -5/e = -1.8393972
@@ -58,8 +59,8 @@ def test_flow_grpo_matches_plain_loop():
     old = torch.randn(32, generator=gen) * 2e-4
     adv = torch.randn(32, generator=gen) * 4
     mask = (torch.rand(32, generator=gen) > 0.3).float()
-    inp = PolicyLossInput(log_prob, old, adv, mask=mask, clip_low=1e-4, clip_high=2e-4, adv_clip_max=5.0)
-    loss, metrics = get_diffusion_loss("flow_grpo")(inp)
+    inp = StepLossInput(log_prob, old, adv, mask=mask)
+    loss, metrics = get_diffusion_loss("flow_grpo")(clip_range=1e-4, clip_range_high=2e-4, adv_clip_max=5.0)(inp)
     total, count, clipped = 0.0, 0, 0
     for lp, o, a, m in zip(log_prob.tolist(), old.tolist(), adv.tolist(), mask.tolist()):
         if not m:
@@ -81,7 +82,7 @@ def test_on_policy_ratio_is_exactly_one_and_gradient_is_minus_mean_advantage():
     features = torch.tensor([1.0, 2.0, -1.0, 0.5])
     theta = torch.zeros((), requires_grad=True)
     log_prob = old + theta * features  # logp(theta); on-policy at theta = 0
-    loss, metrics = get_diffusion_loss("flow_grpo")(PolicyLossInput(log_prob, old, adv))
+    loss, metrics = get_diffusion_loss("flow_grpo")()(StepLossInput(log_prob, old, adv))
     assert metrics["ratio_mean"].item() == 1.0
     assert metrics["ratio_std"].item() == 0.0
     assert metrics["ratio_max_abs_dev"].item() == 0.0
@@ -96,29 +97,29 @@ def test_mask_equals_loss_on_the_kept_subset():
     log_prob, old, adv = torch.randn(3, 10, generator=gen) * 1e-4
     mask = torch.zeros(10)
     mask[[0, 3, 4, 9]] = 1
-    masked, masked_metrics = get_diffusion_loss("flow_grpo")(PolicyLossInput(log_prob, old, adv, mask=mask))
+    masked, masked_metrics = get_diffusion_loss("flow_grpo")()(StepLossInput(log_prob, old, adv, mask=mask))
     keep = mask.bool()
-    subset_input = PolicyLossInput(log_prob[keep], old[keep], adv[keep])
-    subset, subset_metrics = get_diffusion_loss("flow_grpo")(subset_input)
+    subset_input = StepLossInput(log_prob[keep], old[keep], adv[keep])
+    subset, subset_metrics = get_diffusion_loss("flow_grpo")()(subset_input)
     torch.testing.assert_close(masked, subset)
     for key in subset_metrics:
         torch.testing.assert_close(masked_metrics[key], subset_metrics[key], msg=key)
     # A blown-up entry that is masked out does not leak inf/NaN into the loss.
     log_prob[1] = 1e4
-    loss, _ = get_diffusion_loss("flow_grpo")(PolicyLossInput(log_prob, old, adv, mask=mask))
+    loss, _ = get_diffusion_loss("flow_grpo")()(StepLossInput(log_prob, old, adv, mask=mask))
     torch.testing.assert_close(loss, subset)
     # All-zero mask: loss 0.
-    loss, _ = get_diffusion_loss("flow_grpo")(PolicyLossInput(log_prob, old, adv, mask=torch.zeros(10)))
+    loss, _ = get_diffusion_loss("flow_grpo")()(StepLossInput(log_prob, old, adv, mask=torch.zeros(10)))
     assert loss.item() == 0.0
 
 
 def test_token_shaped_entries():
     log_prob = torch.zeros(2, 3)
     adv = torch.tensor([[1.0], [-1.0]])  # one advantage per sequence, broadcast over tokens
-    loss, _ = get_diffusion_loss("flow_grpo")(PolicyLossInput(log_prob, log_prob.clone(), adv))
+    loss, _ = get_diffusion_loss("flow_grpo")()(StepLossInput(log_prob, log_prob.clone(), adv))
     assert loss.item() == 0.0
     with pytest.raises(ValueError, match=r"pass advantages\[:, None\]"):
-        PolicyLossInput(log_prob, log_prob.clone(), torch.tensor([1.0, -1.0]))
+        StepLossInput(log_prob, log_prob.clone(), torch.tensor([1.0, -1.0]))
 
 
 # ------------------------------------------------------------------ flow_dppo
@@ -146,8 +147,8 @@ def _dppo_case():
 def test_flow_dppo_drop_rule_hand_case():
     log_prob, old, adv, mean, old_mean, std = _dppo_case()
     log_prob.requires_grad_(True)
-    inp = PolicyLossInput(log_prob, old, adv, mean=mean, old_mean=old_mean, std=std, kl_threshold=1e-5)
-    loss, metrics = get_diffusion_loss("flow_dppo")(inp)
+    inp = StepLossInput(log_prob, old, adv, mean=mean, old_mean=old_mean, std=std)
+    loss, metrics = get_diffusion_loss("flow_dppo")(kl_threshold=1e-5)(inp)
     r = math.exp(0.5)
     # kept terms -A rho: -r (entry 0), +r (entry 3), -1/r (entry 4); dropped count as 0 in the mean.
     expected = (-r + r - 1 / r) / 5
@@ -162,8 +163,8 @@ def test_flow_dppo_drop_rule_hand_case():
 
 def test_flow_dppo_no_drop_below_threshold():
     log_prob, old, adv, mean, old_mean, std = _dppo_case()
-    inp = PolicyLossInput(log_prob, old, adv, mean=mean, old_mean=old_mean, std=std, kl_threshold=1e-2)
-    loss, metrics = get_diffusion_loss("flow_dppo")(inp)
+    inp = StepLossInput(log_prob, old, adv, mean=mean, old_mean=old_mean, std=std)
+    loss, metrics = get_diffusion_loss("flow_dppo")(kl_threshold=1e-2)(inp)
     assert metrics["dropfrac"].item() == 0.0
     torch.testing.assert_close(loss, (-adv * log_prob.exp()).mean())
 
@@ -196,19 +197,18 @@ def test_grpo_guard_on_policy_and_dt_weight():
     adv = torch.tensor([1.0, -0.5])
     mean = old_mean.clone().requires_grad_(True)
     std, dt = torch.tensor([0.2, 0.1]), torch.tensor([-0.5, -0.25])
-    inp = PolicyLossInput(old.clone(), old, adv, mean=mean, old_mean=old_mean, std=std, dt=dt)
-    loss, metrics = get_diffusion_loss("grpo_guard")(inp)
+    inp = StepLossInput(old.clone(), old, adv, mean=mean, old_mean=old_mean, std=std, dt=dt)
+    loss, metrics = get_diffusion_loss("grpo_guard")()(inp)
     assert loss.item() == 0.0
     _check_metrics(metrics, RATIO_KEYS | {"clipfrac"})
     assert metrics["ratio_mean"].item() == 1.0 and metrics["clipfrac"].item() == 0.0
     # Off-policy hand case, one entry: dt = -0.5 (w = 2), A = 1, guard log-ratio 1 -> ratio e,
     # clipped to 1.0001: loss = 2 * max(-e, -1.0001) = -2.0002. Make the log-ratio 1 with
     # mean == old_mean and s (logp - old) = 0.5 * 2 = 1.
-    inp = PolicyLossInput(
-        torch.tensor([2.0]), torch.tensor([0.0]), torch.tensor([1.0]),
-        mean=torch.zeros(1, 1, 2), old_mean=torch.zeros(1, 1, 2), std=torch.tensor([0.5]), dt=-0.5,
-    )
-    loss, metrics = get_diffusion_loss("grpo_guard")(inp)
+    inp = StepLossInput(
+        torch.tensor([2.0]), torch.tensor([0.0]), torch.tensor([1.0]), mean=torch.zeros(1, 1, 2),
+        old_mean=torch.zeros(1, 1, 2), std=torch.tensor([0.5]), dt=-0.5)
+    loss, metrics = get_diffusion_loss("grpo_guard")()(inp)
     assert loss.item() == pytest.approx(-2.0002, rel=1e-6)
     assert metrics["clipfrac"].item() == 1.0
 
@@ -219,28 +219,27 @@ def test_grpo_guard_with_equal_dt_is_flow_grpo_on_the_guard_ratio_times_weight()
     mean = old_mean + 1e-3 * torch.randn(4, 2, 3, generator=gen)
     std = torch.full((4,), 0.2)
     log_prob, old, adv = torch.randn(3, 4, generator=gen) * 1e-3
-    guard, _ = get_diffusion_loss("grpo_guard")(
-        PolicyLossInput(log_prob, old, adv, mean=mean, old_mean=old_mean, std=std, dt=-0.1)
-    )
+    guard, _ = get_diffusion_loss("grpo_guard")()(StepLossInput(
+        log_prob, old, adv, mean=mean, old_mean=old_mean, std=std, dt=-0.1))
     ratio_log = guard_log_ratio(log_prob, old, mean, old_mean, std)
-    plain, _ = get_diffusion_loss("flow_grpo")(PolicyLossInput(ratio_log, torch.zeros(4), adv))
+    plain, _ = get_diffusion_loss("flow_grpo")()(StepLossInput(ratio_log, torch.zeros(4), adv))
     torch.testing.assert_close(guard, plain / 0.1)
 
 
 @pytest.mark.parametrize("name", ["flow_dppo", "grpo_guard"])
 def test_missing_diffusion_extras_raise(name):
-    inp = PolicyLossInput(torch.zeros(2), torch.zeros(2), torch.ones(2), mean=torch.zeros(2, 1, 2))
+    inp = StepLossInput(torch.zeros(2), torch.zeros(2), torch.ones(2), mean=torch.zeros(2, 1, 2))
     with pytest.raises(ValueError, match=f"'{name}' needs old_mean, std"):
-        get_diffusion_loss(name)(inp)
+        get_diffusion_loss(name)()(inp)
 
 
 def test_grpo_guard_needs_negative_dt():
     base = dict(mean=torch.zeros(2, 1, 2), old_mean=torch.zeros(2, 1, 2), std=torch.ones(2))
     with pytest.raises(ValueError, match="needs dt"):
-        get_diffusion_loss("grpo_guard")(PolicyLossInput(torch.zeros(2), torch.zeros(2), torch.ones(2), **base))
+        get_diffusion_loss("grpo_guard")()(StepLossInput(torch.zeros(2), torch.zeros(2), torch.ones(2), **base))
     with pytest.raises(ValueError, match=r"dt has positive entries \[0.25\]"):
-        inp = PolicyLossInput(torch.zeros(2), torch.zeros(2), torch.ones(2), dt=torch.tensor([-0.1, 0.25]), **base)
-        get_diffusion_loss("grpo_guard")(inp)
+        inp = StepLossInput(torch.zeros(2), torch.zeros(2), torch.ones(2), dt=torch.tensor([-0.1, 0.25]), **base)
+        get_diffusion_loss("grpo_guard")()(inp)
 
 
 # ------------------------------------------------------------------ KL forms
@@ -295,12 +294,12 @@ def test_registries_list_their_names():
 
 def test_input_checks():
     with pytest.raises(ValueError, match="old_log_prob has shape"):
-        PolicyLossInput(torch.zeros(3), torch.zeros(4), torch.zeros(3))
+        StepLossInput(torch.zeros(3), torch.zeros(4), torch.zeros(3))
     with pytest.raises(ValueError, match="mask has shape"):
-        PolicyLossInput(torch.zeros(3), torch.zeros(3), torch.zeros(3), mask=torch.ones(4))
-    with pytest.raises(ValueError, match="clip_low=1.5"):
-        PolicyLossInput(torch.zeros(3), torch.zeros(3), torch.zeros(3), clip_low=1.5)
+        StepLossInput(torch.zeros(3), torch.zeros(3), torch.zeros(3), mask=torch.ones(4))
+    with pytest.raises(ValueError, match="clip_range=1.5"):
+        get_diffusion_loss("flow_grpo")(clip_range=1.5)
     with pytest.raises(ValueError, match="adv_clip_max=0"):
-        PolicyLossInput(torch.zeros(3), torch.zeros(3), torch.zeros(3), adv_clip_max=0)
+        ClippedStepOptions(adv_clip_max=0).check()
     with pytest.raises(ValueError, match="empty"):
-        PolicyLossInput(torch.zeros(0), torch.zeros(0), torch.zeros(0))
+        StepLossInput(torch.zeros(0), torch.zeros(0), torch.zeros(0))

@@ -1,11 +1,11 @@
 """Rollout correction (`omni_rl/algos/rollout_correction.py`): the weights at each level against
-hand-computed values, and how every policy loss applies them (`PolicyLossInput.rollout_is_weight`)."""
+hand-computed values, and how every policy loss applies them (`StepLossInput.rollout_is_weight`, `TokenLossInput.rollout_is_weight`)."""
 import math
 
 import pytest
 import torch
 
-from omni_rl.algos import DIFFUSION_LOSSES, TOKEN_LOSSES, PolicyLossInput
+from omni_rl.algos import DIFFUSION_LOSSES, TOKEN_LOSSES, StepLossInput, TokenLossInput
 from omni_rl.algos.rollout_correction import ROLLOUT_IS_LEVELS, rollout_is_weights
 
 LN = math.log
@@ -65,7 +65,7 @@ def test_bad_arguments_name_the_value_and_what_is_expected():
     with pytest.raises(ValueError, match=r"must share one shape \[N, E\]"):
         rollout_is_weights(ones, torch.ones(2, 2), ones, "token", 2.0)
     with pytest.raises(ValueError, match=r"rollout_is_weight has shape \(3,\), which does not broadcast"):
-        PolicyLossInput(torch.zeros(2), torch.zeros(2), torch.zeros(2), rollout_is_weight=torch.ones(3))
+        StepLossInput(torch.zeros(2), torch.zeros(2), torch.zeros(2), rollout_is_weight=torch.ones(3))
 
 
 # --- the losses apply them ------------------------------------------------------------------------
@@ -73,14 +73,14 @@ DIFFUSION = ("flow_grpo", "flow_dppo", "grpo_guard")
 TOKEN = ("ppo_clip", "dapo", "gspo", "cispo", "sapo")
 
 
-def loss_input(name: str, weight=None, kl: bool = False) -> tuple[PolicyLossInput, torch.Tensor]:
+def loss_input(name: str, weight=None, kl: bool = False) -> tuple[StepLossInput | TokenLossInput, torch.Tensor]:
     """A loss input slightly off-policy (every branch of the clipped losses is taken), with the
     current log-probs as the leaf whose gradient is compared."""
     g = torch.Generator().manual_seed(0)
     if name in DIFFUSION:
         log_prob = (torch.randn(6, generator=g) * 1e-3).requires_grad_()
         mean = torch.randn(6, 4, generator=g).requires_grad_()
-        inp = PolicyLossInput(
+        inp = StepLossInput(
             log_prob, torch.zeros(6), torch.randn(6, generator=g), mean=mean, old_mean=mean.detach() + 1e-3,
             std=torch.full((6,), 0.1), dt=torch.full((6,), -0.1), rollout_is_weight=weight,
         )
@@ -88,15 +88,16 @@ def loss_input(name: str, weight=None, kl: bool = False) -> tuple[PolicyLossInpu
     log_prob = (torch.randn(3, 4, generator=g) * 0.2).requires_grad_()
     mask = torch.tensor([[1.0, 1, 1, 1], [1, 1, 0, 0], [1, 0, 0, 0]])
     ref = torch.randn(3, 4, generator=g) * 0.1 if kl else None
-    inp = PolicyLossInput(
-        log_prob, torch.zeros(3, 4), torch.randn(3, 1, generator=g), mask=mask, clip_low=0.2, clip_high=0.28,
-        ref_log_prob=ref, kl_coef=0.1 if kl else 0.0, rollout_is_weight=weight,
+    inp = TokenLossInput(
+        log_prob, torch.zeros(3, 4), torch.randn(3, 1, generator=g), mask=mask, ref_log_prob=ref, rollout_is_weight=weight,
     )
     return inp, log_prob
 
 
-def get_loss(name):
-    return DIFFUSION_LOSSES.get(name) if name in DIFFUSION else TOKEN_LOSSES.get(name)
+def get_loss(name, kl: bool = False):
+    if name in DIFFUSION:
+        return DIFFUSION_LOSSES.get(name)()
+    return TOKEN_LOSSES.get(name)(clip_range=0.2, clip_range_high=0.28, kl_coef=0.1 if kl else 0.0)
 
 
 def test_every_registered_loss_is_covered():
@@ -147,7 +148,7 @@ def test_a_perturbed_rollout_changes_the_flow_grpo_gradient_as_predicted():
     adv = torch.tensor([1.0, -2.0, 0.5, 3.0])
     weights, _ = rollout_is_weights(old[None], rollout[None], torch.ones(1, 4), "step", cap=2.0)
     log_prob = old.clone().requires_grad_()
-    loss, _ = DIFFUSION_LOSSES.get("flow_grpo")(PolicyLossInput(log_prob, old, adv, rollout_is_weight=weights[0]))
+    loss, _ = DIFFUSION_LOSSES.get("flow_grpo")()(StepLossInput(log_prob, old, adv, rollout_is_weight=weights[0]))
     loss.backward()
     torch.testing.assert_close(log_prob.grad, -adv * torch.tensor([1.0, 1.25, 0.5, 2.0]) / 4)
 
@@ -163,8 +164,8 @@ def test_a_perturbed_rollout_changes_the_token_gradient_as_predicted_and_not_the
 
     def run(weight):
         log_prob = old.clone().requires_grad_()
-        loss, metrics = TOKEN_LOSSES.get("ppo_clip")(
-            PolicyLossInput(log_prob, old, adv, mask=mask, ref_log_prob=ref, kl_coef=0.5, rollout_is_weight=weight)
+        loss, metrics = TOKEN_LOSSES.get("ppo_clip")(kl_coef=0.5)(
+            TokenLossInput(log_prob, old, adv, mask=mask, ref_log_prob=ref, rollout_is_weight=weight)
         )
         loss.backward()
         return log_prob.grad, metrics

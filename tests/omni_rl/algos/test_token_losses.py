@@ -1,14 +1,15 @@
 """Tests for omni_rl.algos.token_losses: aggregation modes against loops, hand values of every loss
 on one 2x3 batch, on-policy REINFORCE anchors, masked tokens, GSPO's token form vs its sequence
 form, CISPO's stopped weight, SAPO's gate, the k1/k3 KL estimates, registry and input errors."""
+import dataclasses
 import math
 
 import pytest
 import torch
 
 import omni_rl.algos  # noqa: F401  (registers the token losses)
-from omni_rl.algos.policy_losses import DIFFUSION_LOSSES, PolicyLossInput
-from omni_rl.algos.token_losses import TOKEN_LOSSES, get_token_loss
+from omni_rl.algos.policy_losses import DIFFUSION_LOSSES
+from omni_rl.algos.token_losses import TOKEN_LOSSES, TokenLossInput, get_token_loss
 from omni_rl.algos.token_losses import LOSS_AGG_MODES, aggregate, sapo_gate, token_kl
 from omni_rl.registry import RegistryError
 
@@ -25,6 +26,15 @@ EFFECTIVE_MODE = {
 # GSPO's clip range is ~1e3 smaller than the token losses' (its ratio is a per-token mean).
 CLIP = {"gspo": (3e-4, 4e-4)}
 DAPO_CLIP = (0.2, 0.28)
+
+
+def build(name, **knobs):
+    """The token loss `name` built with `knobs`, loss_agg_mode only where the loss has that option
+    (dapo and gspo fix their aggregation: they have none)."""
+    cls = get_token_loss(name)
+    if "loss_agg_mode" not in {f.name for f in dataclasses.fields(cls.Options)}:
+        knobs.pop("loss_agg_mode", None)
+    return cls(**knobs)
 
 
 def _clip(name):
@@ -114,8 +124,8 @@ def test_aggregate_errors():
 )
 def test_ppo_clip_hand_values(mode, expected):
     log_prob, old = _batch()
-    inp = PolicyLossInput(log_prob, old, ADV, mask=MASK, clip_low=0.2, clip_high=0.28, loss_agg_mode=mode)
-    loss, metrics = get_token_loss("ppo_clip")(inp)
+    inp = TokenLossInput(log_prob, old, ADV, mask=MASK)
+    loss, metrics = get_token_loss("ppo_clip")(clip_range=0.2, clip_range_high=0.28, loss_agg_mode=mode)(inp)
     assert loss.item() == pytest.approx(expected, rel=1e-5)
     _check_metrics(metrics)
     assert metrics["policy_loss"].item() == pytest.approx(expected, rel=1e-5)
@@ -136,10 +146,11 @@ def test_ppo_clip_hand_values(mode, expected):
 
 def test_dapo_is_ppo_clip_with_token_mean_whatever_the_field():
     log_prob, old = _batch()
-    common = dict(mask=MASK, clip_low=0.2, clip_high=0.28)
-    dapo_input = PolicyLossInput(log_prob, old, ADV, loss_agg_mode="seq-mean-token-sum", **common)
-    dapo, _ = get_token_loss("dapo")(dapo_input)
-    ppo, _ = get_token_loss("ppo_clip")(PolicyLossInput(log_prob, old, ADV, loss_agg_mode="token-mean", **common))
+    common = dict(clip_range=0.2, clip_range_high=0.28)
+    dapo_input = TokenLossInput(log_prob, old, ADV, mask=MASK)
+    dapo, _ = get_token_loss("dapo")(**common)(dapo_input)
+    ppo, _ = get_token_loss("ppo_clip")(loss_agg_mode="token-mean", **common)(TokenLossInput(
+        log_prob, old, ADV, mask=MASK))
     assert dapo.item() == pytest.approx(-0.112, rel=1e-5)
     torch.testing.assert_close(dapo, ppo)
 
@@ -149,8 +160,8 @@ def test_dapo_is_ppo_clip_with_token_mean_whatever_the_field():
 
 def test_gspo_hand_values():
     log_prob, old = _batch()
-    inp = PolicyLossInput(log_prob, old, ADV, mask=MASK, clip_low=3e-4, clip_high=4e-4)
-    loss, metrics = get_token_loss("gspo")(inp)
+    inp = TokenLossInput(log_prob, old, ADV, mask=MASK)
+    loss, metrics = get_token_loss("gspo")(clip_range=3e-4, clip_range_high=4e-4)(inp)
     # s_0 = exp((ln 1.5 + ln 0.5) / 2) = sqrt(0.75) = 0.8660254, A 2: max(-2 s_0, -2 * 0.9997) = -2 s_0
     # s_1 = exp((ln 1.1 + 0 + ln 0.9) / 3) = 0.99^(1/3) = 0.9966556, A -1: max(s_1, 0.9997) = 0.9997
     # seq-mean-token-mean of per-token values constant within a sequence: (-1.7320508 + 0.9997) / 2
@@ -178,8 +189,8 @@ def test_gspo_token_form_equals_sequence_form_value_and_gradient():
     lo, hi = 3e-4, 4e-4
 
     token_lp = base.clone().requires_grad_(True)
-    inp = PolicyLossInput(token_lp, old, adv, mask=mask, clip_low=lo, clip_high=hi)
-    loss, metrics = get_token_loss("gspo")(inp)
+    inp = TokenLossInput(token_lp, old, adv, mask=mask)
+    loss, metrics = get_token_loss("gspo")(clip_range=lo, clip_range_high=hi)(inp)
     loss.backward()
 
     # Sequence form: s_i = exp(masked mean of the log-ratio), loss = mean_i max(-A s_i, -A clip(s_i)).
@@ -201,8 +212,8 @@ def test_gspo_token_form_equals_sequence_form_value_and_gradient():
 
 def test_cispo_hand_values_and_gradient_only_through_log_prob():
     log_prob, old = _batch()
-    inp = PolicyLossInput(log_prob, old, ADV, mask=MASK, clip_low=0.2, clip_high=0.28)
-    loss, metrics = get_token_loss("cispo")(inp)
+    inp = TokenLossInput(log_prob, old, ADV, mask=MASK)
+    loss, metrics = get_token_loss("cispo")(clip_range=0.2, clip_range_high=0.28)(inp)
     # Weights sg(clip(r, 0.8, 1.28)) = [[1.28, 0.8], [1.1, 1.0, 0.9]]; per token -w A logp:
     #   (0,0) -1.28 * 2 * ln 1.5 = -1.0379907     (0,1) -0.8 * 2 * ln 0.5 = 1.1090355
     #   (1,0)  1.1 * ln 1.1     =  0.1048412     (1,1) 0                (1,2) 0.9 * ln 0.9 = -0.0948245
@@ -246,7 +257,7 @@ def test_sapo_picks_the_temperature_by_the_sign_of_the_advantage():
     # Two one-token sequences at r = 1.1: A = +1 uses tau_pos 1, A = -1 uses tau_neg 1.05.
     log_prob = torch.full((2, 1), math.log(1.1))
     adv = torch.tensor([[1.0], [-1.0]])
-    loss, _ = get_token_loss("sapo")(PolicyLossInput(log_prob, torch.zeros(2, 1), adv))
+    loss, _ = get_token_loss("sapo")()(TokenLossInput(log_prob, torch.zeros(2, 1), adv))
     # -(+1) * 2.0999167 and -(-1) * 2.0046701, token-mean
     expected = (-4 / (1 + math.exp(-0.1)) + (4 / 1.05) / (1 + math.exp(-0.105))) / 2  # -0.0476233
     assert loss.item() == pytest.approx(expected, rel=1e-5)
@@ -254,8 +265,8 @@ def test_sapo_picks_the_temperature_by_the_sign_of_the_advantage():
 
 def test_sapo_on_the_shared_batch_matches_a_loop():
     log_prob, old = _batch()
-    inp = PolicyLossInput(log_prob, old, ADV, mask=MASK, clip_low=0.2, clip_high=0.28)
-    loss, metrics = get_token_loss("sapo")(inp)
+    inp = TokenLossInput(log_prob, old, ADV, mask=MASK)
+    loss, metrics = get_token_loss("sapo")(clip_range=0.2, clip_range_high=0.28)(inp)
     total = 0.0
     for row, a in zip(RATIOS, (2.0, -1.0)):
         tau = 1.0 if a > 0 else 1.05
@@ -281,8 +292,8 @@ def test_on_policy_ratio_one_and_reinforce_gradient(name, mode):
     mask = torch.tensor([[1.0, 1, 1, 0], [1, 0, 0, 0], [1, 1, 1, 1]])
     log_prob = old.clone().requires_grad_(True)
     low, high = _clip(name)
-    inp = PolicyLossInput(log_prob, old, adv, mask=mask, clip_low=low, clip_high=high, loss_agg_mode=mode)
-    loss, metrics = get_token_loss(name)(inp)
+    inp = TokenLossInput(log_prob, old, adv, mask=mask)
+    loss, metrics = build(name, clip_range=low, clip_range_high=high, loss_agg_mode=mode)(inp)
     assert metrics["ratio_mean"].item() == 1.0
     assert metrics["ratio_std"].item() == 0.0
     assert metrics["ratio_max_abs_dev"].item() == 0.0
@@ -305,10 +316,8 @@ def test_masked_tokens_change_nothing(name):
 
     def run(lp_values, old_values, ref_values):
         lp = lp_values.clone().requires_grad_(True)
-        inp = PolicyLossInput(
-            lp, old_values, adv, mask=mask, clip_low=low, clip_high=high, ref_log_prob=ref_values, kl_coef=0.1
-        )
-        loss, metrics = get_token_loss(name)(inp)
+        inp = TokenLossInput(lp, old_values, adv, mask=mask, ref_log_prob=ref_values)
+        loss, metrics = get_token_loss(name)(clip_range=low, clip_range_high=high, kl_coef=0.1)(inp)
         loss.backward()
         return loss, metrics, lp.grad
 
@@ -331,8 +340,8 @@ def test_advantages_are_clamped_like_flow_grpo(name):
     big, five = torch.tensor([[50.0], [-1.0]]), torch.tensor([[5.0], [-1.0]])
 
     def loss(adv, **kwargs):
-        inp = PolicyLossInput(log_prob, log_prob, adv, clip_low=low, clip_high=high, **kwargs)
-        return get_token_loss(name)(inp)[0]
+        inp = TokenLossInput(log_prob, log_prob, adv)
+        return get_token_loss(name)(clip_range=low, clip_range_high=high, **kwargs)(inp)[0]
 
     torch.testing.assert_close(loss(big), loss(five))  # adv_clip_max defaults to 5
     assert loss(big, adv_clip_max=1e9).item() != pytest.approx(loss(five).item())
@@ -368,8 +377,8 @@ def test_kl_term_is_added_with_its_coefficient():
     log_prob = torch.zeros(2, 2, requires_grad=True)
     ref = torch.full((2, 2), math.log(2.0), requires_grad=True)
     adv = torch.tensor([[1.0], [-1.0]])
-    inp = PolicyLossInput(log_prob, log_prob.detach(), adv, ref_log_prob=ref, kl_coef=0.5, kl_estimator="k3")
-    loss, metrics = get_token_loss("ppo_clip")(inp)
+    inp = TokenLossInput(log_prob, log_prob.detach(), adv, ref_log_prob=ref)
+    loss, metrics = get_token_loss("ppo_clip")(kl_coef=0.5, kl_estimator="k3")(inp)
     # On-policy the policy term is mean(-A) = 0; every token's k3 is 1 - ln 2 = 0.3068528.
     _check_metrics(metrics, METRIC_KEYS | {"kl"})
     assert metrics["policy_loss"].item() == 0.0
@@ -381,11 +390,11 @@ def test_kl_term_is_added_with_its_coefficient():
     torch.testing.assert_close(log_prob.grad, torch.tensor([[-0.375, -0.375], [0.125, 0.125]]))
     assert ref.grad is None
     # kl_coef 0 with a reference: the KL is reported, not added.
-    inp = PolicyLossInput(log_prob, log_prob.detach(), adv, ref_log_prob=ref)
-    loss, metrics = get_token_loss("ppo_clip")(inp)
+    inp = TokenLossInput(log_prob, log_prob.detach(), adv, ref_log_prob=ref)
+    loss, metrics = get_token_loss("ppo_clip")()(inp)
     assert loss.item() == 0.0 and "kl" in metrics
     with pytest.raises(ValueError, match="kl_coef=0.1 > 0 but ref_log_prob is None"):
-        get_token_loss("ppo_clip")(PolicyLossInput(log_prob, log_prob.detach(), adv, kl_coef=0.1))
+        get_token_loss("ppo_clip")(kl_coef=0.1)(TokenLossInput(log_prob, log_prob.detach(), adv))
 
 
 # ------------------------------------------------------------------ registry and input checks
@@ -410,18 +419,18 @@ def test_token_and_diffusion_losses_are_registered_apart():
 def test_token_input_checks():
     z23, ones = torch.zeros(2, 3), torch.ones(2, 1)
     with pytest.raises(ValueError, match=r"'ppo_clip' scores tokens: log_prob has shape \(4,\), expected \[B, T"):
-        get_token_loss("ppo_clip")(PolicyLossInput(torch.zeros(4), torch.zeros(4), torch.zeros(4)))
+        get_token_loss("ppo_clip")()(TokenLossInput(torch.zeros(4), torch.zeros(4), torch.zeros(4)))
     # [B] advantages with B == T would broadcast along the tokens: refused.
     with pytest.raises(ValueError, match=r"Pass advantages\[:, None\]"):
         square = torch.zeros(3, 3)
-        get_token_loss("gspo")(PolicyLossInput(square, square, torch.tensor([1.0, 0.0, -1.0])))
+        get_token_loss("gspo")()(TokenLossInput(square, square, torch.tensor([1.0, 0.0, -1.0])))
     with pytest.raises(ValueError, match="loss_agg_mode='mean' is unknown"):
-        get_token_loss("cispo")(PolicyLossInput(z23, z23, ones, loss_agg_mode="mean"))
+        get_token_loss("cispo")(loss_agg_mode="mean")(TokenLossInput(z23, z23, ones))
     with pytest.raises(ValueError, match="kl_estimator='kl' is unknown"):
-        get_token_loss("sapo")(PolicyLossInput(z23, z23, ones, kl_estimator="kl"))
+        get_token_loss("sapo")(kl_estimator="kl")(TokenLossInput(z23, z23, ones))
     with pytest.raises(ValueError, match="ref_log_prob has shape"):
-        PolicyLossInput(z23, z23, ones, ref_log_prob=torch.zeros(2, 2))
+        TokenLossInput(z23, z23, ones, ref_log_prob=torch.zeros(2, 2))
     with pytest.raises(ValueError, match="kl_coef=-1"):
-        PolicyLossInput(z23, z23, ones, kl_coef=-1)
+        get_token_loss("ppo_clip")(kl_coef=-1)
     with pytest.raises(ValueError, match="tau_pos=0"):
-        PolicyLossInput(z23, z23, ones, tau_pos=0)
+        get_token_loss("sapo")(tau_pos=0)

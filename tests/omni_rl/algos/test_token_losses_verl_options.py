@@ -8,8 +8,8 @@ import pytest
 import torch
 
 import omni_rl.algos  # noqa: F401  (registers the token losses)
-from omni_rl.algos.policy_losses import PolicyLossInput
-from omni_rl.algos.token_losses import get_token_loss
+
+from omni_rl.algos.token_losses import TokenLossInput, get_token_loss
 from omni_rl.algos.token_losses import ALL_LOSS_AGG_MODES, SUM_NORM_MODE, aggregate, token_kl
 
 
@@ -35,10 +35,8 @@ PLAIN_TOKENS = [[4.0, 2.0, 0.8], [-2.4, -2.0, -1.0]]  # the same without the dua
 
 def _dual(name="ppo_clip", clip_ratio_c=3.0, **kwargs):
     log_prob = _log(DUAL_RATIOS).requires_grad_(True)
-    inp = PolicyLossInput(
-        log_prob, torch.zeros(2, 3), DUAL_ADV, clip_low=0.2, clip_high=0.2, clip_ratio_c=clip_ratio_c, **kwargs
-    )
-    loss, metrics = get_token_loss(name)(inp)
+    inp = TokenLossInput(log_prob, torch.zeros(2, 3), DUAL_ADV)
+    loss, metrics = get_token_loss(name)(clip_range=0.2, clip_range_high=0.2, clip_ratio_c=clip_ratio_c, **kwargs)(inp)
     loss.backward()
     return loss, metrics, log_prob.grad
 
@@ -62,9 +60,11 @@ def test_dual_clip_honours_the_aggregation_of_ppo_clip():
     loss, _, grad = _dual(loss_agg_mode="seq-mean-token-sum")
     assert loss.item() == pytest.approx(0.2, rel=1e-5)
     torch.testing.assert_close(grad, torch.tensor([[0.0, 2.0, 0.0], [0.0, -2.0, -1.0]]) / 2)
-    # dapo stays token-mean whatever the field says
-    dapo, _, _ = _dual("dapo", loss_agg_mode="seq-mean-token-sum")
+    # dapo stays token-mean: it has no loss_agg_mode option
+    dapo, _, _ = _dual("dapo")
     assert dapo.item() == pytest.approx(0.4 / 6, rel=1e-5)
+    with pytest.raises(TypeError, match="loss_agg_mode"):
+        _dual("dapo", loss_agg_mode="seq-mean-token-sum")
 
 
 def test_dual_clip_leaves_on_policy_and_positive_advantages_alone():
@@ -74,7 +74,7 @@ def test_dual_clip_leaves_on_policy_and_positive_advantages_alone():
     adv = torch.tensor([[-2.0], [-0.1], [0.5], [3.0]])
     for c in (None, 1.01, 3.0):
         lp = old.clone().requires_grad_(True)
-        loss, metrics = get_token_loss("ppo_clip")(PolicyLossInput(lp, old, adv, clip_ratio_c=c))
+        loss, metrics = get_token_loss("ppo_clip")(clip_ratio_c=c)(TokenLossInput(lp, old, adv))
         loss.backward()
         assert loss.item() == pytest.approx(-adv.mean().item(), rel=1e-6)
         torch.testing.assert_close(lp.grad, (-adv / 20).expand(4, 5))
@@ -84,12 +84,14 @@ def test_dual_clip_leaves_on_policy_and_positive_advantages_alone():
 
 @pytest.mark.parametrize("name", ["gspo", "cispo", "sapo"])
 def test_the_other_losses_do_not_read_clip_ratio_c(name):
+    # They have no such option, so setting one is refused rather than silently ignored.
     log_prob = _log(DUAL_RATIOS) * 1e-3  # log-ratios of ~1e-3, so that gspo's ratio is near 1
-    common = dict(clip_low=3e-4, clip_high=4e-4) if name == "gspo" else dict(clip_low=0.2, clip_high=0.2)
+    common = dict(clip_range=3e-4, clip_range_high=4e-4) if name == "gspo" else dict(clip_range=0.2, clip_range_high=0.2)
     old = torch.zeros(2, 3)
-    with_c, metrics = get_token_loss(name)(PolicyLossInput(log_prob, old, DUAL_ADV, clip_ratio_c=1.5, **common))
-    without, _ = get_token_loss(name)(PolicyLossInput(log_prob, old, DUAL_ADV, **common))
-    assert with_c.item() == without.item() and "clipfrac_lower" not in metrics
+    with pytest.raises(TypeError, match="clip_ratio_c"):
+        get_token_loss(name)(clip_ratio_c=1.5, **common)
+    _, metrics = get_token_loss(name)(**common)(TokenLossInput(log_prob, old, DUAL_ADV))
+    assert "clipfrac_lower" not in metrics
 
 
 # ------------------------------------------------------------------ seq-mean-token-sum-norm
@@ -133,11 +135,8 @@ def test_ppo_clip_with_sum_norm_hand_values():
     log_prob[0, 2] = 7.0  # padding
     log_prob.requires_grad_(True)
     mask = torch.tensor([[1.0, 1.0, 0.0], [1.0, 1.0, 1.0]])
-    inp = PolicyLossInput(
-        log_prob, torch.zeros(2, 3), torch.tensor([[2.0], [-1.0]]), mask=mask, clip_low=0.2, clip_high=0.28,
-        loss_agg_mode=SUM_NORM_MODE, loss_scale_factor=3,
-    )
-    loss, metrics = get_token_loss("ppo_clip")(inp)
+    inp = TokenLossInput(log_prob, torch.zeros(2, 3), torch.tensor([[2.0], [-1.0]]), mask=mask)
+    loss, metrics = get_token_loss("ppo_clip")(clip_range=0.2, clip_range_high=0.28, loss_agg_mode=SUM_NORM_MODE, loss_scale_factor=3)(inp)
     assert loss.item() == pytest.approx(-0.56 / 6, rel=1e-5)
     loss.backward()
     # Each unclipped token: -A r / (B C) = -A r / 6; the clipped (0,0) and the pad get 0.
@@ -153,17 +152,16 @@ def test_sum_norm_weighs_every_token_the_same_whatever_the_length(name):
     mask = torch.tensor([[1.0, 0.0, 0.0], [1.0, 1.0, 1.0]])
     adv = torch.ones(2, 1)
     lp = old.clone().requires_grad_(True)
-    inp = PolicyLossInput(lp, old, adv, mask=mask, clip_low=0.2, clip_high=0.28, loss_agg_mode=SUM_NORM_MODE,
-                          loss_scale_factor=4)
-    get_token_loss(name)(inp)[0].backward()
+    inp = TokenLossInput(lp, old, adv, mask=mask)
+    get_token_loss(name)(clip_range=0.2, clip_range_high=0.28, loss_agg_mode=SUM_NORM_MODE, loss_scale_factor=4)(inp)[0].backward()
     torch.testing.assert_close(lp.grad, -mask / 8)
 
 
 def test_sum_norm_without_the_constant_fails_on_the_first_call():
     log_prob = torch.zeros(2, 3)
-    inp = PolicyLossInput(log_prob, log_prob, torch.ones(2, 1), loss_agg_mode=SUM_NORM_MODE)
+    inp = TokenLossInput(log_prob, log_prob, torch.ones(2, 1))
     with pytest.raises(ValueError, match="loss_scale_factor, but it is None"):
-        get_token_loss("ppo_clip")(inp)
+        get_token_loss("ppo_clip")(loss_agg_mode=SUM_NORM_MODE)(inp)
 
 
 def test_the_kl_term_is_aggregated_with_the_same_constant():
@@ -173,9 +171,8 @@ def test_the_kl_term_is_aggregated_with_the_same_constant():
     log_prob = torch.zeros(2, 2)
     mask = torch.tensor([[1.0, 1.0], [1.0, 0.0]])
     adv = torch.tensor([[1.0], [-1.0]])
-    inp = PolicyLossInput(log_prob, log_prob, adv, mask=mask, ref_log_prob=log_prob + math.log(2.0), kl_coef=1.0,
-                          loss_agg_mode=SUM_NORM_MODE, loss_scale_factor=4)
-    loss, metrics = get_token_loss("ppo_clip")(inp)
+    inp = TokenLossInput(log_prob, log_prob, adv, mask=mask, ref_log_prob=log_prob + math.log(2.0))
+    loss, metrics = get_token_loss("ppo_clip")(kl_coef=1.0, loss_agg_mode=SUM_NORM_MODE, loss_scale_factor=4)(inp)
     k3 = 1 - math.log(2.0)
     assert metrics["kl"].item() == pytest.approx(3 * k3 / 8, rel=1e-6)
     # policy term: (-1 - 1 + 1) / 8 = -1 / 8
@@ -216,8 +213,8 @@ def test_kl_clamp_in_the_loss():
     log_prob = torch.zeros(2, 1, requires_grad=True)
     ref = torch.tensor([[math.log(2.0)], [math.log(20.0)]])
     adv = torch.tensor([[1.0], [-1.0]])
-    inp = PolicyLossInput(log_prob, log_prob.detach(), adv, ref_log_prob=ref, kl_coef=0.5, kl_clamp=10.0)
-    loss, metrics = get_token_loss("ppo_clip")(inp)
+    inp = TokenLossInput(log_prob, log_prob.detach(), adv, ref_log_prob=ref)
+    loss, metrics = get_token_loss("ppo_clip")(kl_coef=0.5, kl_clamp=10.0)(inp)
     assert metrics["kl"].item() == pytest.approx((1 - math.log(2.0) + 10) / 2, rel=1e-6)
     assert loss.item() == pytest.approx(0.5 * (1 - math.log(2.0) + 10) / 2, rel=1e-6)
     loss.backward()
@@ -229,15 +226,15 @@ def test_kl_clamp_in_the_loss():
 
 
 @pytest.mark.parametrize("field, value, message", [
-    ("clip_ratio_c", 1.0, "clip_ratio_c=1.0; expected > 1"),
-    ("clip_ratio_c", float("nan"), "clip_ratio_c=nan; expected > 1"),
-    ("loss_scale_factor", 0.0, "loss_scale_factor=0.0; expected > 0"),
-    ("kl_clamp", -1.0, "kl_clamp=-1.0; expected > 0"),
+    ("clip_ratio_c", 1.0, "clip_ratio_c=1.0: expected > 1"),
+    ("clip_ratio_c", float("nan"), "clip_ratio_c=nan: expected > 1"),
+    ("loss_scale_factor", 0.0, "loss_scale_factor=0.0: expected > 0"),
+    ("kl_clamp", -1.0, "kl_clamp=-1.0: expected > 0"),
 ])
 def test_bad_option_values(field, value, message):
     log_prob = torch.zeros(2, 3)
     with pytest.raises(ValueError, match=message):
-        PolicyLossInput(log_prob, log_prob, torch.ones(2, 1), **{field: value})
+        get_token_loss("ppo_clip")(**{field: value, **({"loss_agg_mode": SUM_NORM_MODE} if field == "loss_scale_factor" else {})})
 
 
 # ------------------------------------------------------------------ against verl's conventions
@@ -285,11 +282,12 @@ def test_ppo_clip_with_the_verl_options_matches_verl_conventions(mode):
     lo, hi, c, scale = 0.2, 0.28, 3.0, 16.0
 
     ours_lp = base.clone().requires_grad_(True)
-    inp = PolicyLossInput(
-        ours_lp, old, adv, mask=mask.float(), clip_low=lo, clip_high=hi, adv_clip_max=1e9, clip_ratio_c=c,
-        loss_agg_mode=mode, loss_scale_factor=scale, ref_log_prob=ref, kl_coef=0.1, kl_clamp=10.0,
+    inp = TokenLossInput(ours_lp, old, adv, mask=mask.float(), ref_log_prob=ref)
+    loss_fn = get_token_loss("ppo_clip")(
+        clip_range=lo, clip_range_high=hi, adv_clip_max=1e9, clip_ratio_c=c, loss_agg_mode=mode, kl_clamp=10.0,
+        loss_scale_factor=scale if mode == SUM_NORM_MODE else None, kl_coef=0.1,
     )
-    loss, metrics = get_token_loss("ppo_clip")(inp)
+    loss, metrics = loss_fn(inp)
     loss.backward()
 
     verl_lp = base.clone().requires_grad_(True)

@@ -4,6 +4,7 @@ import pytest
 
 from omni_rl.compose import load_config
 from omni_rl.config import ConfigError
+from omni_rl.families.diffusion import DiffusionOptions
 
 
 def load_error(*overrides: str) -> str:
@@ -19,12 +20,12 @@ def test_an_image_model_refuses_frames():
     assert message == "rollout.num_frames=5: StableDiffusion3Pipeline makes images; expected 1"
 
 
-@pytest.mark.parametrize("key, value", [("rollout.fps", 0.0), ("rollout.num_frames", 0), ("algo.timestep_fraction", 0.0),
-                                        ("algo.timestep_fraction", 1.5)])
+@pytest.mark.parametrize("key, value", [("rollout.fps", 0.0), ("rollout.num_frames", 0), ("algo.family_options.timestep_fraction", 0.0),
+                                        ("algo.family_options.timestep_fraction", 1.5)])
 def test_out_of_range_video_and_dance_keys(key, value):
     assert load_error(f"{key}={value}").startswith(f"{key}={value}: expected")
 
 
 def test_the_image_defaults_still_load():
     cfg = load_config([])
-    assert cfg.rollout.num_frames == 1 and cfg.algo.timestep_fraction == 1.0
+    assert cfg.rollout.num_frames == 1 and DiffusionOptions().timestep_fraction == 1.0

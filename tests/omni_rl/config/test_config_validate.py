@@ -138,16 +138,13 @@ def test_good_dtypes(dtype):
 
 
 @pytest.mark.parametrize("section, key, value", [
-    ("algo", "std_mode", "batch"),
     ("algo", "old_logprob_mode", "reuse"),
-    ("algo", "clip_range", 0.0),
     ("algo", "kl_coef", -0.1),
     ("optim", "lr", 0.0),
     ("optim", "betas", [0.9]),
     ("optim", "betas", [0.9, 1.0]),
     ("rollout", "height", 30),
     ("rollout", "noise_level", 0.0),
-    ("rollout", "kernel", "ode"),
     ("rollout", "guidance_scale", 0.5),
     ("model.lora", "init", "xavier"),
 ])
@@ -158,6 +155,19 @@ def test_bad_values_name_the_key(section, key, value):
         target = getattr(target, part)
     setattr(target, key, value)
     assert f"{section}.{key}=" in validate_error(cfg)
+
+
+@pytest.mark.parametrize("override, key", [
+    ("algo.advantage_options.std_mode=batch", "algo.advantage_options.std_mode="),
+    ("algo.loss_options.flow_grpo.clip_range=0.0", "algo.loss_options.flow_grpo.clip_range="),
+    ("rollout.kernel=ode", "rollout.kernel="),
+])
+def test_bad_component_values_name_the_key_at_load(override, key):
+    """The rules that moved from the schema's validation to the components that own them (the
+    advantage estimators', a loss's options, the diffusion family's kernel rule) still name the key."""
+    with pytest.raises(ConfigError) as info:
+        load_config([override])
+    assert str(info.value).startswith(key) and "\n" not in str(info.value)
 
 
 def test_an_empty_reward_list():
@@ -172,7 +182,7 @@ def test_an_empty_reward_list():
 @pytest.mark.parametrize("override, key, bad, a_valid_name", [
     ("algo.policy_loss=flow_grpoo", "algo.policy_loss", "flow_grpoo", "flow_grpo"),
     ("algo.advantage=grpoo", "algo.advantage", "grpoo", "grpo"),
-    ("algo.kl_form=exakt", "algo.kl_form", "exakt", "exact"),
+    ("algo.family_options.kl_form=exakt", "algo.family_options.kl_form", "exakt", "exact"),
     ("rollout.kernel=sdee", "rollout.kernel", "sdee", "sde"),
     ("model.adapter=StableDifusion3Pipeline", "model.adapter", "StableDifusion3Pipeline", "StableDiffusion3Pipeline"),
     ("reward.rewards=[{name: jpeg_compresibility}]", "reward.rewards", "jpeg_compresibility", "jpeg_compressibility"),
@@ -233,7 +243,7 @@ def test_validation_rewards_are_checked_as_the_training_rewards_are():
 
 @pytest.mark.parametrize("override", [
     "algo.policy_loss=flow_dppo", "algo.policy_loss=grpo_guard", "algo.advantage=rloo",
-    "algo.advantage=dr_grpo", "algo.kl_form=exact", "rollout.kernel=cps", "rollout.kernel=dance_sde",
+    "algo.advantage=dr_grpo", "algo.family_options.kl_form=exact", "rollout.kernel=cps", "rollout.kernel=dance_sde",
     "reward.rewards=[{name: brightness}, {name: jpeg_compressibility, weight: 0.5, kwargs: {scale: 0.002}}]",
     "trainer.loggers=[console,jsonl]", "trainer.device=cpu",
 ])

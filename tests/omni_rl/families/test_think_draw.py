@@ -10,8 +10,10 @@ import json
 import pytest
 import torch
 
+from omni_rl.algos.token_losses import TOKEN_LOSSES
 from omni_rl.compose import load_config
 from omni_rl.config.validate import ConfigError
+from omni_rl.families import ThinkDrawFamily
 from omni_rl.trainer import PPOTrainer
 
 SMALL = [
@@ -76,12 +78,12 @@ def test_a_resumed_run_repeats_the_straight_one(tmp_path):
 
 
 @pytest.mark.parametrize("override, key", [
-    ("algo.plan_policy_loss=flow_grpo", "algo.plan_policy_loss='flow_grpo'"),
-    ("algo.plan_policy_loss=nope", "algo.plan_policy_loss='nope'"),
+    ("algo.family_options.plan_policy_loss=flow_grpo", "algo.family_options.plan_policy_loss='flow_grpo'"),
+    ("algo.family_options.plan_policy_loss=nope", "algo.family_options.plan_policy_loss='nope'"),
     ("algo.policy_loss=ppo_clip", "algo.policy_loss='ppo_clip'"),
     ("algo.policy_loss=flow_dppo", "algo.policy_loss='flow_dppo'"),
     ("algo.policy_loss=diffusion_nft", "algo.policy_loss='diffusion_nft'"),
-    ("algo.rollout_is=step", "algo.rollout_is='step'"),
+    ("algo.rollout_correction.level=step", "algo.rollout_correction.level='step'"),
     ("trainer.pipeline=one_step_off", "trainer.pipeline='one_step_off'"),
     ("rollout.top_p=0.9", "rollout.top_p=0.9"),
     ("rollout.backend=server", "rollout.backend='server'"),
@@ -93,4 +95,6 @@ def test_a_loss_of_the_wrong_kind_is_a_config_error_naming_it(tmp_path, override
 
 def test_the_plan_keys_have_their_defaults_in_the_schema(tmp_path):
     cfg = load_config(["recipe=tiny_bagel_flowgrpo", f"trainer.output_dir={tmp_path}"])
-    assert (cfg.algo.plan_policy_loss, cfg.algo.plan_clip_range, cfg.algo.plan_loss_weight) == ("ppo_clip", 0.2, 1.0)
+    options = ThinkDrawFamily.bind_family_options(cfg)
+    plan_clip_range = TOKEN_LOSSES.get(options.plan_policy_loss).Options().clip_range
+    assert (options.plan_policy_loss, plan_clip_range, options.plan_loss_weight) == ("ppo_clip", 0.2, 1.0)

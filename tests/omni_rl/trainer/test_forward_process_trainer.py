@@ -41,14 +41,14 @@ def test_nft_trains_and_resumes_its_ema_exactly(tmp_path):
         assert rec["actor/num_updates"] == 2
     assert records[-1]["loss/nft_old_gap"] > 0  # the EMA lags the weights once they moved
     assert lora_b_moved(straight)
-    ema = straight.actors.family.forward.ema
+    ema = straight.actors.family.ema
     weights = straight.model.named_trainable_tensors()
     assert any(not torch.equal(ema.shadow[n], weights[n]) for n in weights)
 
     run(tmp_path, nft[0], "split", nft[1], "trainer.total_steps=2")
     resumed, _ = run(tmp_path, nft[0], "split", nft[1], "trainer.total_steps=3", f"trainer.resume={tmp_path / 'split'}")
     resumed_weights = resumed.model.named_trainable_tensors()
-    resumed_ema = resumed.actors.family.forward.ema.shadow
+    resumed_ema = resumed.actors.family.ema.shadow
     for name in weights:
         torch.testing.assert_close(resumed_weights[name], weights[name], atol=1e-6, rtol=0, msg=name)
         torch.testing.assert_close(resumed_ema[name], ema.shadow[name], atol=1e-6, rtol=0, msg=name)
@@ -66,3 +66,16 @@ def test_dpo_trains_on_best_vs_worst_pairs(tmp_path):
     # (LoRA's B starts at 0, so the LoRA-on and the LoRA-off forwards agree exactly.)
     assert abs(records[0]["loss/policy"] - math.log(2)) < 1e-6
     assert lora_b_moved(trainer)
+
+
+def test_the_driver_holds_no_second_training_half(tmp_path):
+    """With DiffusionNFT the EMA (and the loss) exist once, where the weights are trained: the
+    driver's family samples and scores only."""
+    cfg = load_config(["recipe=tiny_sd3_diffusion_nft", *SMALL, "trainer.mini_batch_size=4",
+                       f"trainer.output_dir={tmp_path / 'one'}"])
+    trainer = PPOTrainer(cfg)
+    try:
+        assert trainer.family.ema is None and trainer.family.policy_loss is None
+        assert trainer.actors.family.ema is not None and trainer.actors.family.policy_loss is not None
+    finally:
+        trainer.actors.close()

@@ -45,7 +45,7 @@ def policy_loss(family, micro, chunk, weights):
 
 
 def test_with_the_rollouts_own_log_probs_it_is_a_no_op_that_costs_nothing(tmp_path):
-    on, seen = build(tmp_path, "on", *SD3, "algo.rollout_is=step", "algo.logprob_check_every=0")
+    on, seen = build(tmp_path, "on", *SD3, "algo.rollout_correction.level=step", "algo.logprob_check_every=0")
     on.fit()
     assert seen["scored"] == []  # the native engine is the actor's own model: nothing recomputed
     # No weights reach the loss, whose code path is then the one without the option.
@@ -55,13 +55,13 @@ def test_with_the_rollouts_own_log_probs_it_is_a_no_op_that_costs_nothing(tmp_pa
 
     # The diffusion loss multiplies each (sample, step) term by its weight.
     micro = seen["batch"][-1].select([0, 1])
-    plain = policy_loss(on.family, micro, 1, None)
-    torch.testing.assert_close(policy_loss(on.family, micro, 1, torch.full((2, 2), 3.0)), 3 * plain)
-    assert torch.equal(policy_loss(on.family, micro, 1, torch.ones(2, 2)), plain)
+    plain = policy_loss(on.actors.family, micro, 1, None)
+    torch.testing.assert_close(policy_loss(on.actors.family, micro, 1, torch.full((2, 2), 3.0)), 3 * plain)
+    assert torch.equal(policy_loss(on.actors.family, micro, 1, torch.ones(2, 2)), plain)
 
 
 def test_recomputed_old_log_probs_give_weights_that_reach_the_text_loss(tmp_path):
-    trainer, seen = build(tmp_path, "text", *TEXT, "algo.rollout_is=sequence", "algo.rollout_is_cap=3.0")
+    trainer, seen = build(tmp_path, "text", *TEXT, "algo.rollout_correction.level=sequence", "algo.rollout_correction.cap=3.0")
     rollout = trainer.family.rollout
 
     def perturbed(*args, **kwargs):  # as if the engine had scored sample 0's first token 0.3 lower
@@ -85,5 +85,5 @@ def test_recomputed_old_log_probs_give_weights_that_reach_the_text_loss(tmp_path
 
     # The token loss multiplies each token's term by its weight.
     micro = batch.select([0, 1])
-    plain = policy_loss(trainer.family, micro, 0, None)
-    torch.testing.assert_close(policy_loss(trainer.family, micro, 0, 2 * micro.response_mask), 2 * plain)
+    plain = policy_loss(trainer.actors.family, micro, 0, None)
+    torch.testing.assert_close(policy_loss(trainer.actors.family, micro, 0, 2 * micro.response_mask), 2 * plain)

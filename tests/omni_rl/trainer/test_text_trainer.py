@@ -30,8 +30,8 @@ def test_tiny_qwen3_recipe_learns_with_aligned_log_probs(tmp_path):
 
 
 @pytest.mark.parametrize("loss,extra", [
-    ("gspo", ["algo.clip_range=3e-4", "algo.clip_range_high=4e-4", "algo.loss_agg_mode=seq-mean-token-mean"]),
-    ("dapo", ["algo.clip_range=0.2", "algo.clip_range_high=0.28"]),
+    ("gspo", ["algo.loss_options.gspo.clip_range=3e-4", "algo.loss_options.gspo.clip_range_high=4e-4"]),
+    ("dapo", ["algo.loss_options.dapo.clip_range=0.2", "algo.loss_options.dapo.clip_range_high=0.28"]),
     ("cispo", []),
     ("sapo", []),
 ])
@@ -43,15 +43,16 @@ def test_every_token_loss_trains(tmp_path, loss, extra):
 
 def test_the_verl_options_reach_the_loss(tmp_path):
     """Dual clip, Dr.GRPO's normalised aggregation and the KL clamp, set from the config, train."""
-    _, records = run(tmp_path, "verl", "trainer.total_steps=2", "algo.clip_ratio_c=3.0", "model.lora.enabled=true",
-                     "algo.loss_agg_mode=seq-mean-token-sum-norm", "algo.kl_coef=0.05", "algo.kl_clamp=10")
+    _, records = run(tmp_path, "verl", "trainer.total_steps=2", "algo.loss_options.ppo_clip.clip_ratio_c=3.0",
+                     "model.lora.enabled=true", "algo.loss_options.ppo_clip.loss_agg_mode=seq-mean-token-sum-norm",
+                     "algo.kl_coef=0.05", "algo.loss_options.ppo_clip.kl_clamp=10")
     assert records[-1]["actor/grad_norm"] > 0
     assert all("loss/clipfrac_lower" in r and "loss/kl" in r for r in records)
 
 
 def test_lora_with_kl_to_the_reference(tmp_path):
     out, records = run(tmp_path, "kl", "trainer.total_steps=2", "model.lora.enabled=true", "algo.kl_coef=0.05",
-                       "algo.kl_estimator=k3")
+                       "algo.loss_options.ppo_clip.kl_estimator=k3")
     assert all(r["loss/kl"] >= 0 for r in records)
     assert (out / "lora" / "adapter_config.json").is_file()
 
