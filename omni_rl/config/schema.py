@@ -305,6 +305,10 @@ class DataConfig:
     # of a rollout; needs algo.policy_loss=diffusion_dpo, and data.prompts / prompt_file null
     # (the pairs' prompts are the training prompts, and validation's unless data.val_* is set).
     preference_file: Optional[str] = None
+    # Image and audio paths inside prompt and preference files stay inside the file's folder
+    # (no absolute paths, `..` or symlinks out: rewards may upload images to other machines);
+    # true reads them anywhere, said once at load (omni_rl/data/dataset_folder.py).
+    allow_paths_outside: bool = False
     shuffle: bool = True
     # Text models: the longest prompt in tokens, chat template included. null = the model's
     # context (its config's max_position_embeddings, else the tokenizer's model_max_length) less

@@ -95,7 +95,8 @@ class PPOTrainer:
             self.sampler = PromptSampler(items, t.prompts_per_step, t.seed, cfg.data.shuffle)
             val_items = (
                 self.family.fit_prompts(
-                    load_prompt_items(cfg.data.val_prompts, cfg.data.val_prompt_file, "data.val_prompts"), "data.val_prompts"
+                    load_prompt_items(cfg.data.val_prompts, cfg.data.val_prompt_file, "data.val_prompts",
+                                      cfg.data.allow_paths_outside), "data.val_prompts"
                 )
                 if cfg.data.val_prompts is not None or cfg.data.val_prompt_file is not None
                 else items
