@@ -21,12 +21,14 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Optional
 
 import numpy as np
 import torch
 
 from omni_rl.data.dataset_folder import DatasetFolder, MissingFileError
 from omni_rl.data.image_decode import decode_image, pixel_digest
+from omni_rl.data.prompt_chars import prompt_char_limit
 from omni_rl.data.prompt_item import PromptFileError, PromptItem
 
 FIELDS = ("prompt", "chosen", "rejected")
@@ -44,9 +46,12 @@ class PreferenceRow:
     where: str  # "FILE, row N": for the errors of later reads
 
 
-def load_preference_file(path: str | Path, allow_outside: bool = False) -> list[PreferenceRow]:
+def load_preference_file(path: str | Path, allow_outside: bool = False,
+                         max_prompt_tokens: Optional[int] = None) -> list[PreferenceRow]:
     """Every row of the file, checked (see the module docstring); image paths stay inside the
-    file's folder unless `allow_outside` (`data.allow_paths_outside`)."""
+    file's folder unless `allow_outside` (`data.allow_paths_outside`), prompts within the
+    character bound of `max_prompt_tokens` (`omni_rl.data.prompt_chars`)."""
+    max_chars, max_chars_text = prompt_char_limit(max_prompt_tokens)
     file = Path(path)
     if not file.is_file():
         raise PreferenceFileError(f"{file}: no such preference file (expected JSONL rows with {', '.join(FIELDS)})")
@@ -67,6 +72,9 @@ def load_preference_file(path: str | Path, allow_outside: bool = False) -> list[
             value = row.get(field)
             if not isinstance(value, str) or not value.strip():
                 raise PreferenceFileError(f"{where}: field {field!r} is {value!r}; expected a non-empty string")
+        if len(row["prompt"]) > max_chars:  # a pair's prompt is never cut: refused before any tokenizer
+            raise PreferenceFileError(f"{where}: field 'prompt' is {len(row['prompt']):,} characters, over the bound "
+                                      f"of {max_chars:,} ({max_chars_text}); shorten it or remove the row")
         images = {field: _image_file(folder, row[field], f"{where}: field {field!r}") for field in ("chosen", "rejected")}
         _check_distinct(images["chosen"], images["rejected"], row, where, digests)
         rows.append(PreferenceRow(row["prompt"], images["chosen"], images["rejected"], where))

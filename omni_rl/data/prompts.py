@@ -28,10 +28,11 @@ from typing import Optional
 from omni_rl.data.chat_prompts import is_chat_row, load_chat_items
 from omni_rl.data.edit_prompts import is_edit_parquet, is_edit_row, load_edit_items
 from omni_rl.data.preference_file import load_preference_file, preference_prompts
+from omni_rl.data.prompt_chars import bound_prompt_chars
 from omni_rl.data.prompt_item import PromptFileError, PromptItem
 
 __all__ = ["PromptFileError", "PromptItem", "PromptSampler", "load_prompt_items", "read_prompt_file",
-           "training_prompt_items"]
+           "training_prompt_items", "validation_prompt_items"]
 
 
 # The config key of the file behind each inline-prompt key, for messages.
@@ -66,10 +67,24 @@ def load_prompt_items(prompts: Optional[list[str]], prompt_file: Optional[str], 
 
 def training_prompt_items(data) -> list[PromptItem]:
     """The training prompts of a `DataConfig`: `data.prompts` or `data.prompt_file`, or with
-    `data.preference_file` (offline pairs) the pairs' distinct prompts, every row checked."""
+    `data.preference_file` (offline pairs) the pairs' distinct prompts, every row checked; each
+    prompt's characters bounded before any tokenizer sees it (`omni_rl.data.prompt_chars`)."""
     if data.preference_file is not None:
-        return preference_prompts(load_preference_file(data.preference_file, data.allow_paths_outside))
-    return load_prompt_items(data.prompts, data.prompt_file, allow_outside=data.allow_paths_outside)
+        return preference_prompts(load_preference_file(data.preference_file, data.allow_paths_outside,
+                                                       data.max_prompt_tokens))
+    items = load_prompt_items(data.prompts, data.prompt_file, allow_outside=data.allow_paths_outside)
+    return bound_prompt_chars(items, data.max_prompt_tokens, data.overlong_prompts,
+                              _where(data.prompts, data.prompt_file, "data.prompts"))
+
+
+def validation_prompt_items(data) -> Optional[list[PromptItem]]:
+    """The validation prompts of a `DataConfig` (`data.val_prompts` or `data.val_prompt_file`),
+    characters bounded as the training prompts' are; None when neither is set."""
+    if data.val_prompts is None and data.val_prompt_file is None:
+        return None
+    items = load_prompt_items(data.val_prompts, data.val_prompt_file, "data.val_prompts", data.allow_paths_outside)
+    return bound_prompt_chars(items, data.max_prompt_tokens, data.overlong_prompts,
+                              _where(data.val_prompts, data.val_prompt_file, "data.val_prompts"))
 
 
 def check_prompt_sources(data) -> list[tuple[str, list[PromptItem]]]:
@@ -80,9 +95,9 @@ def check_prompt_sources(data) -> list[tuple[str, list[PromptItem]]]:
     where = (f"data.preference_file={data.preference_file!r}" if data.preference_file is not None
              else _where(data.prompts, data.prompt_file, "data.prompts"))
     sources = [(where, training_prompt_items(data))]
-    if data.val_prompts is not None or data.val_prompt_file is not None:
-        items = load_prompt_items(data.val_prompts, data.val_prompt_file, "data.val_prompts", data.allow_paths_outside)
-        sources.append((_where(data.val_prompts, data.val_prompt_file, "data.val_prompts"), items))
+    val_items = validation_prompt_items(data)
+    if val_items is not None:
+        sources.append((_where(data.val_prompts, data.val_prompt_file, "data.val_prompts"), val_items))
     return sources
 
 

@@ -33,7 +33,7 @@ from omni_rl.algos.advantages import AdvantageInput, get_advantage_estimator
 from omni_rl.algos.rollout_correction import rollout_is_weights
 from omni_rl.config.loader import to_yaml
 from omni_rl.config.schema import OmniConfig
-from omni_rl.data.prompts import PromptSampler, load_prompt_items, training_prompt_items
+from omni_rl.data.prompts import PromptSampler, training_prompt_items, validation_prompt_items
 from omni_rl.families import build_family
 from omni_rl.families.base import BehaviourPolicy
 from omni_rl.families.offline_pairs import OfflinePairs
@@ -93,14 +93,8 @@ class PPOTrainer:
                 "data.prompts",
             )
             self.sampler = PromptSampler(items, t.prompts_per_step, t.seed, cfg.data.shuffle)
-            val_items = (
-                self.family.fit_prompts(
-                    load_prompt_items(cfg.data.val_prompts, cfg.data.val_prompt_file, "data.val_prompts",
-                                      cfg.data.allow_paths_outside), "data.val_prompts"
-                )
-                if cfg.data.val_prompts is not None or cfg.data.val_prompt_file is not None
-                else items
-            )
+            val_given = validation_prompt_items(cfg.data)
+            val_items = self.family.fit_prompts(val_given, "data.val_prompts") if val_given is not None else items
             self.val_items = val_items[: t.val_num_prompts]
             self.start_step = 0
             saved = self._resume(t.resume) if t.resume else None
