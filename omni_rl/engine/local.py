@@ -7,7 +7,7 @@ from typing import Any
 import torch
 
 from omni_rl.config.schema import OptimConfig
-from omni_rl.engine.base import LossFn, TrainingEngine
+from omni_rl.engine.base import LossFn, TrainingEngine, apply_optim_config
 from omni_rl.models.base import OmniModelBase
 
 
@@ -52,3 +52,4 @@ class LocalEngine(TrainingEngine):
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.model.load_named_tensors(state["trainable"])
         self.optimizer.load_state_dict(state["optimizer"])
+        apply_optim_config(self.optimizer, self.cfg)  # the config's lr, not the checkpoint's
