@@ -295,12 +295,27 @@ def _validate_ltx2_guidance(cfg: OmniConfig) -> None:
              "zero-based transformer block indices (integers >= 0)")
 
 
+# The most weight versions a sample may lag the weights it trains (trainer.max_staleness). The
+# async producer keeps that many steps of rollouts ready or queued (and, past total_steps, their
+# tickets for a resumed run): the bound keeps that small, and samples more updates old than this
+# are far off-policy (published async RL runs use 1 to 8).
+MAX_STALENESS = 64
+
+
+def check_max_staleness(value, key: str = "trainer.max_staleness") -> None:
+    """ConfigError (one line) for a staleness bound over MAX_STALENESS; `key` names it."""
+    _require(not isinstance(value, int) or value <= MAX_STALENESS, key, value,
+             f"at most {MAX_STALENESS} (the async producer keeps that many steps of rollouts ready or queued, "
+             f"and samples that many updates old are far off-policy; runs use 1 to 8)")
+
+
 def _validate_pipeline(cfg: OmniConfig) -> None:
     """The staleness bound and what happens beyond it. Which pipelines exist, and which rollout
     backends can sample beside the trainer, `omni_rl.compose` checks against their registries."""
     t = cfg.trainer
     _require(isinstance(t.max_staleness, int) and t.max_staleness >= 0, "trainer.max_staleness", t.max_staleness,
              "an integer >= 0 (weight versions a sample may lag the weights it trains; 0 = on-policy)")
+    check_max_staleness(t.max_staleness)
     _require(t.stale_policy in ("drop", "reroll"), "trainer.stale_policy", t.stale_policy,
              "one of drop (leave stale groups out), reroll (sample them again with the current weights)")
     _require(t.pipeline != "one_step_off" or t.max_staleness >= 1, "trainer.max_staleness", t.max_staleness,
