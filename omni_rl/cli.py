@@ -84,7 +84,7 @@ def _main(argv: Sequence[str] | None) -> int:
 
     try:
         check_inputs(cfg)
-    except (DeviceError, PromptFileError, ModelFolderError, CheckpointError) as err:
+    except (ConfigError, DeviceError, PromptFileError, ModelFolderError, CheckpointError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
     except MissingWeightsError as err:  # a hub id neither cached nor downloadable from here
@@ -134,12 +134,14 @@ def setup_logging() -> None:
 def check_inputs(cfg) -> None:
     """What the config points to, checked before any model loads (each raises the error the run
     would raise later): trainer.device is on this machine, the prompt files read, trainer.resume
-    is a checkpoint, model.path holds a model or can be fetched."""
+    is a checkpoint, model.path holds a model or can be fetched, rollout.python runs."""
     from omni_rl.data.prompts import check_prompt_sources
     from omni_rl.device import check_trainer_device
     from omni_rl.models.loading import check_model_source
+    from omni_rl.rollout.server.interpreter import check_python
 
     check_trainer_device(cfg.trainer.device, cfg.trainer.backend)
+    check_python(cfg.rollout.python)
     check_prompt_kind(cfg, check_prompt_sources(cfg.data))
     check_resume(cfg.trainer.resume)
     # With Ray the driver holds a weightless view of the model; the workers load the weights.

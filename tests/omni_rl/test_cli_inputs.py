@@ -171,3 +171,29 @@ def test_a_size_the_vae_cannot_take(capsys, out, key, value, expected):
     code, err = main_error(capsys, "recipe=tiny_qwen_image_edit_flowgrpo", f"{key}={value}", out)
     assert code == 2
     assert_one_error_line(err, expected, "32 or 48")
+
+
+# --- issue 29 item 15: rollout.python is checked before the model loads ------------------------
+@pytest.mark.parametrize("case, expected", [
+    ("missing", "no such file"), ("folder", "is a folder, not a file"), ("not_executable", "is not executable"),
+    ("not_python", "did not run as a Python (exit 3"), ("bare_name", "no such file on PATH"),
+])
+def test_a_rollout_python_that_cannot_run_is_one_line_before_loading(tmp_path, capsys, out, case, expected):
+    script = tmp_path / "python"
+    if case == "folder":
+        script.mkdir()
+    elif case in ("not_executable", "not_python"):
+        script.write_text("#!/bin/sh\nexit 3\n")
+        script.chmod(0o755 if case == "not_python" else 0o644)
+    path = "no-such-python-3.99" if case == "bare_name" else str(script)
+    code, err = main_error(capsys, "rollout.backend=server", f"rollout.python={path}", out)
+    assert code == 2
+    assert_one_error_line(err, f"rollout.python='{path}'", expected)
+    assert not (tmp_path / "out" / "metrics.jsonl").exists()
+
+
+def test_a_rollout_python_that_runs_passes_the_check():
+    from omni_rl.rollout.server.interpreter import check_python
+
+    check_python(sys.executable)
+    check_python(None)
