@@ -92,6 +92,7 @@ def _main(argv: Sequence[str] | None) -> int:
         return 1
 
     from omni_rl.engine.local import NonFiniteLossError
+    from omni_rl.errors import OmniConfigError
     from omni_rl.plugins import PluginError
     from omni_rl.registry import RegistryError
     from omni_rl.reward.manager import RewardError
@@ -105,7 +106,7 @@ def _main(argv: Sequence[str] | None) -> int:
     try:
         run(cfg)
     except (RegistryError, RewardConfigError, PluginError, PromptFileError, CheckpointError, DeviceError,
-            ModelFolderError, RunDirError) as err:
+            ModelFolderError, RunDirError, OmniConfigError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
     except TrainingInterrupted as err:

@@ -197,3 +197,13 @@ def test_a_rollout_python_that_runs_passes_the_check():
 
     check_python(sys.executable)
     check_python(None)
+
+
+@pytest.mark.parametrize("recipe, stage, expected", [
+    ("tiny_sd3_flowgrpo", "thinker", "model.adapter=StableDiffusion3Pipeline has no such stage (it has no stages"),
+    ("tiny_bagel_flowgrpo", "talker", "model.adapter=BagelForConditionalGeneration has no such stage (its stages: edit, think, or null)"),
+])
+def test_a_stage_the_adapter_has_not_says_so(capsys, out, recipe, stage, expected):
+    code, err = main_error(capsys, f"recipe={recipe}", f"model.stage={stage}", out)
+    assert code == 2
+    assert_one_error_line(err, f"model.stage='{stage}'", expected)
