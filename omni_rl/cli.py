@@ -143,7 +143,9 @@ def check_inputs(cfg) -> None:
 
     check_trainer_device(cfg.trainer.device, cfg.trainer.backend)
     check_python(cfg.rollout.python)
-    check_prompt_kind(cfg, check_prompt_sources(cfg.data))
+    sources = check_prompt_sources(cfg.data)
+    check_prompt_kind(cfg, sources)
+    check_reward_prompts(cfg, sources)
     check_resume(cfg.trainer.resume)
     # With Ray the driver holds a weightless view of the model; the workers load the weights.
     check_model_source(cfg.model, weights=cfg.trainer.backend == "local")
@@ -163,6 +165,28 @@ def check_prompt_kind(cfg, sources) -> None:
                 adapter_class.check_prompt_items(items, where, cfg.model.adapter)
             except ValueError as err:
                 raise PromptFileError(str(err)) from None
+
+
+def check_reward_prompts(cfg, sources) -> None:
+    """The prompts are ones the rewards can score (`register_reward(check_prompts=...)`): the
+    training rewards check the training prompts, and the validation rewards (or the training
+    ones) the validation prompts (the training ones when none are given)."""
+    from omni_rl.data.prompts import PromptFileError
+    from omni_rl.reward.inputs import RewardInputError
+    from omni_rl.reward.registry import reward_prompt_check
+
+    (train_where, train_items), *val = sources
+    val_where, val_items = val[0] if val else (train_where, train_items)
+    for rewards, where, items in ((cfg.reward.rewards, train_where, train_items),
+                                  (cfg.reward.val_rewards or cfg.reward.rewards, val_where, val_items)):
+        for item in rewards:
+            check = reward_prompt_check(item.name)
+            if check is None:
+                continue
+            try:
+                check([i.prompt for i in items], [i.metadata for i in items])
+            except RewardInputError as err:
+                raise PromptFileError(f"{where}: {err}") from None
 
 
 def check_resume(path: str | None) -> None:

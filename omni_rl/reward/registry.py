@@ -65,6 +65,15 @@ DEFAULT_MODALITIES = frozenset({"image", "text"})
 Modalities = Union[Iterable[str], Callable[..., Iterable[str]]]
 
 
+# What a reward can check of the prompts it will score, at load: (prompts, metadata) -> None.
+PromptCheck = Callable[[Sequence[str], Sequence[dict]], None]
+
+
+def reward_prompt_check(name: str) -> PromptCheck | None:
+    """The registered reward `name`'s load-time check of its prompts, if it declared one."""
+    return getattr(REWARDS.get(name), "check_prompts", None)
+
+
 class RewardConfigError(TypeError, ValueError):
     """A reward is configured wrongly: unknown option, bad weight, duplicate name, ...
 
@@ -73,12 +82,17 @@ class RewardConfigError(TypeError, ValueError):
     """
 
 
-def register_reward(name: str, modalities: Modalities | None = None) -> Callable[[RewardFactory], RewardFactory]:
+def register_reward(name: str, modalities: Modalities | None = None,
+                    check_prompts: PromptCheck | None = None) -> Callable[[RewardFactory], RewardFactory]:
     """Decorator: register a scorer factory under `name` (a duplicate name raises).
 
     `modalities`: what the reward scores, a subset of `MODALITIES` or a callable
     `(**options) -> subset`; None leaves the default {"image", "text"}. It is set as the
-    factory's `modalities` attribute."""
+    factory's `modalities` attribute.
+    `check_prompts`: `(prompts, metadata) -> None`, raising `RewardInputError` naming the
+    prompt for one the reward cannot score (an edit instruction with no direction): called on
+    the run's prompts when they load (`reward_prompt_check`), so a bad row stops the run before
+    any model loads, not at step 1. Set as the factory's `check_prompts` attribute."""
     if modalities is not None and not callable(modalities):
         modalities = _check_modalities(name, modalities)
 
@@ -86,6 +100,7 @@ def register_reward(name: str, modalities: Modalities | None = None) -> Callable
         REWARDS.register(name)(factory)  # first: a duplicate name raises before anything is set
         if modalities is not None:
             factory.modalities = modalities
+        factory.check_prompts = check_prompts
         return factory
 
     return decorator

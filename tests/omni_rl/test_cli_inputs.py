@@ -207,3 +207,20 @@ def test_a_stage_the_adapter_has_not_says_so(capsys, out, recipe, stage, expecte
     code, err = main_error(capsys, f"recipe={recipe}", f"model.stage={stage}", out)
     assert code == 2
     assert_one_error_line(err, f"model.stage='{stage}'", expected)
+
+
+@pytest.mark.parametrize("row, expected", [
+    ({"instruction": "make it brighter", "metadata": {"brightness_direction": "up"}},
+     "edit_brightness: metadata[1]['brightness_direction'] is 'up'; expected +1 (brighter) or -1 (darker)"),
+    ({"instruction": "make it blue"}, "edit_brightness: prompt 1 ('make it blue') says neither"),
+])
+def test_edit_rows_the_reward_cannot_score_are_refused_at_load(tmp_path, capsys, out, row, expected):
+    import json
+
+    (tmp_path / "navy.png").write_bytes((REPO_ROOT / "recipes/prompts/tiny_edit/navy.png").read_bytes())
+    rows = tmp_path / "edits.jsonl"
+    good = {"instruction": "make it darker", "source_image": "navy.png"}
+    rows.write_text(json.dumps(good) + "\n" + json.dumps({**row, "source_image": "navy.png"}) + "\n")
+    code, err = main_error(capsys, "recipe=tiny_qwen_image_edit_flowgrpo", f"data.prompt_file={rows}", out)
+    assert code == 2
+    assert_one_error_line(err, f"data.prompt_file='{rows}'", expected)
