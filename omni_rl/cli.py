@@ -149,6 +149,7 @@ def check_inputs(cfg) -> None:
     check_resume(cfg.trainer.resume)
     # With Ray the driver holds a weightless view of the model; the workers load the weights.
     check_model_source(cfg.model, weights=cfg.trainer.backend == "local")
+    check_model_geometry(cfg)
 
 
 def check_prompt_kind(cfg, sources) -> None:
@@ -165,6 +166,24 @@ def check_prompt_kind(cfg, sources) -> None:
                 adapter_class.check_prompt_items(items, where, cfg.model.adapter)
             except ValueError as err:
                 raise PromptFileError(str(err)) from None
+
+
+def check_model_geometry(cfg) -> None:
+    """The rollout size and frames within what the diffusion model's configs say it can take
+    (`DiffusionModelBase.check_model_limits`), when the model is already on disk; the trainer
+    checks the built model the same way otherwise (`omni_rl.models.limits`)."""
+    from omni_rl.config import ConfigError
+    from omni_rl.models.diffusion import DiffusionModelBase
+    from omni_rl.models.limits import ComponentConfigs, model_folder_on_disk
+    from omni_rl.models.registry import ADAPTERS, adapter_key
+
+    adapter_class = ADAPTERS.get(adapter_key(cfg.model.adapter, cfg.model.stage))
+    folder = model_folder_on_disk(cfg.model) if issubclass(adapter_class, DiffusionModelBase) else None
+    if folder is not None:
+        try:
+            adapter_class.check_model_limits(cfg, ComponentConfigs(folder))
+        except ValueError as err:
+            raise ConfigError(str(err)) from None
 
 
 def check_reward_prompts(cfg, sources) -> None:

@@ -37,6 +37,8 @@ from omni_rl.data.prompts import PromptSampler, training_prompt_items, validatio
 from omni_rl.families import build_family
 from omni_rl.families.base import BehaviourPolicy
 from omni_rl.families.offline_pairs import OfflinePairs
+from omni_rl.models.diffusion import DiffusionModelBase
+from omni_rl.models.limits import check_built_model
 from omni_rl.logging import MetricLogger, ProgressBar, attach_run_log, build_sinks, plot_reward_curve
 from omni_rl.reward.async_scorer import AsyncRewardScorer
 from omni_rl.reward.manager import RewardManager, RewardSpec
@@ -80,6 +82,8 @@ class PPOTrainer:
             torch.manual_seed(t.seed)
             self.actors = ACTOR_GROUPS.get(t.backend)(cfg)
             self.model = self.actors.model  # the driver's view: what building requests needs
+            if isinstance(self.model, DiffusionModelBase):  # a geometry it cannot take: one line, before sampling
+                check_built_model(self.model, cfg)
             self.family = build_family(cfg, self.model)
             self.rollout_engine = self.actors.rollout_engine
             self._build_rewards()
