@@ -316,9 +316,10 @@ class DataConfig:
     # characters are bounded before any tokenizer sees it, by 256 x this, or 200,000 characters
     # when null (omni_rl/data/prompt_chars.py).
     max_prompt_tokens: Optional[int] = None
-    # A prompt over that limit (or the character bound), found when the prompts load: "error" stops the run naming it;
-    # "truncate" cuts the start of its last user message (its end and the template stay);
-    # "drop" leaves it out. Truncated and dropped prompts are counted in one warning line.
+    # A prompt over that limit (or the character bound), found when the prompts load: "error"
+    # stops the run naming it; "truncate" cuts the start of its last user message (its end and
+    # the template stay); "drop" leaves it out. Truncated and dropped prompts are counted in one
+    # warning line.
     overlong_prompts: str = "error"
 
 
