@@ -176,15 +176,15 @@ def test_a_size_the_vae_cannot_take(capsys, out, key, value, expected):
 # --- issue 29 item 15: rollout.python is checked before the model loads ------------------------
 @pytest.mark.parametrize("case, expected", [
     ("missing", "no such file"), ("folder", "is a folder, not a file"), ("not_executable", "is not executable"),
-    ("not_python", "did not run as a Python (exit 3"), ("bare_name", "no such file on PATH"),
+    ("no_interpreter", "cannot run (No such file or directory"), ("bare_name", "no such file on PATH"),
 ])
 def test_a_rollout_python_that_cannot_run_is_one_line_before_loading(tmp_path, capsys, out, case, expected):
     script = tmp_path / "python"
     if case == "folder":
         script.mkdir()
-    elif case in ("not_executable", "not_python"):
-        script.write_text("#!/bin/sh\nexit 3\n")
-        script.chmod(0o755 if case == "not_python" else 0o644)
+    elif case in ("not_executable", "no_interpreter"):
+        script.write_text(f"#!{tmp_path / 'gone' / 'sh'}\nexit 3\n")
+        script.chmod(0o755 if case == "no_interpreter" else 0o644)
     path = "no-such-python-3.99" if case == "bare_name" else str(script)
     code, err = main_error(capsys, "rollout.backend=server", f"rollout.python={path}", out)
     assert code == 2

@@ -1,12 +1,13 @@
 """`rollout.python` checked before any model loads: the interpreter the rollout server runs in.
 
 `check_python(path)` refuses, with one `ConfigError` line (exit 2), a path that does not exist,
-is a folder, is not executable, or does not run as a Python (`PATH -c ...` must exit 0 within
-`RUN_TIMEOUT_S` and print a Python version): found at load, not minutes later when the server
-fails to start after the trainer's model has loaded. A bare name (`python3.11`) is looked up on
-PATH, as `subprocess` does.
+is a folder, is not executable, or that the OS cannot start (`PATH -c pass` fails to exec: a
+script whose `#!` interpreter is missing, a binary for another machine): found at load, not
+minutes later when the server fails to start after the trainer's model has loaded. A bare name
+(`python3.11`) is looked up on PATH, as `subprocess` does.
 
-Not here: whether that Python has omni_rl's dependencies (the server says so when it starts).
+Not here: a program that starts but is no Python, or a Python without omni_rl's dependencies:
+the server fails to start and the run says so with its exit code (exit 1).
 """
 from __future__ import annotations
 
@@ -20,7 +21,6 @@ from omni_rl.config.validate import ConfigError
 
 # Starting an interpreter takes well under a second; a loaded machine or a cold disk more.
 RUN_TIMEOUT_S = 60.0
-_PROBE = "import sys; print('python %d.%d' % sys.version_info[:2])"
 
 
 def check_python(path: Optional[str], key: str = "rollout.python") -> None:
@@ -37,10 +37,11 @@ def check_python(path: Optional[str], key: str = "rollout.python") -> None:
     if not os.access(file, os.X_OK):
         raise ConfigError(f"{key}={path!r} is not executable (chmod +x it?); expected {expected}")
     try:
-        done = subprocess.run([str(file), "-c", _PROBE], capture_output=True, text=True, timeout=RUN_TIMEOUT_S)
-    except (OSError, subprocess.TimeoutExpired) as err:
-        raise ConfigError(f"{key}={path!r} cannot run ({type(err).__name__}: {err}); expected {expected}") from None
-    if done.returncode != 0 or not done.stdout.startswith("python "):
-        said = " ".join((done.stderr or done.stdout).split())[:200]
-        raise ConfigError(f"{key}={path!r} did not run as a Python (exit {done.returncode}{': ' + said if said else ''}); "
-                          f"expected {expected}")
+        # Only whether the OS can start it: a program that starts but fails (or is no Python)
+        # is the server's to report, with its exit code, when it starts.
+        subprocess.run([str(file), "-c", "pass"], capture_output=True, timeout=RUN_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        return  # it started; a slow one is left to rollout.server_startup_timeout_s
+    except OSError as err:
+        raise ConfigError(f"{key}={path!r} cannot run ({err.strerror or err}: a script whose #! interpreter is "
+                          f"missing, or a program for another machine?); expected {expected}") from None
