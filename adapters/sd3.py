@@ -22,6 +22,7 @@ import torch
 from omni_rl.config.schema import ModelConfig
 from omni_rl.models import Conditioning, DiffusionModelBase, register_adapter, register_tiny_model
 from omni_rl.models.diffusion import check_image_only, check_multiple
+from omni_rl.models.limits import check_positions
 from omni_rl.models.tiny_vocab import bpe_files, clip_byte_vocab, with_whole_words
 
 
@@ -80,15 +81,17 @@ class StableDiffusion3Adapter(DiffusionModelBase):
         factor = self.vae_scale * self.transformer.config.patch_size
         check_multiple("rollout.height", height, factor, "VAE factor x patch size")
         check_multiple("rollout.width", width, factor, "VAE factor x patch size")
-        # The transformer crops its position-embedding table to the latent's patches: past the
-        # table there is no position to crop, and the forward fails with a bare shape error.
-        most = self.transformer.config.pos_embed_max_size
-        if most is not None:
-            for key, value in (("rollout.height", height), ("rollout.width", width)):
-                if value // factor > most:
-                    raise ValueError(f"{key}={value}: past the transformer's position embedding "
-                                     f"({most} patches of {factor} px); the largest is {most * factor}")
+        _check_embedding(height, width, factor, self.transformer.config.pos_embed_max_size)
         return (self.transformer.config.in_channels, height // self.vae_scale, width // self.vae_scale)
+
+    @classmethod
+    def check_model_limits(cls, cfg, configs) -> None:
+        transformer, vae = configs.get("transformer"), configs.get("vae")
+        if not transformer:
+            return
+        scale = 2 ** (len(vae["block_out_channels"]) - 1) if vae and vae.get("block_out_channels") else 8
+        factor = scale * int(transformer.get("patch_size", 2))
+        _check_embedding(cfg.rollout.height, cfg.rollout.width, factor, transformer.get("pos_embed_max_size"))
 
     @torch.no_grad()
     def encode_prompts(self, prompts: list[str], negative_prompt: str = "") -> Conditioning:
@@ -211,3 +214,12 @@ def build_tiny_sd3(folder: Path) -> None:
         transformer=transformer, scheduler=FlowMatchEulerDiscreteScheduler(shift=3.0), vae=vae, **encoders,
     )
     pipe.save_pretrained(folder)
+
+
+def _check_embedding(height: int, width: int, factor: int, pos_embed_max_size) -> None:
+    """Sizes within the learned position embedding: `pos_embed_max_size` patches of `factor` px a side."""
+    if pos_embed_max_size is None:  # no cap: the embedding is computed for any size
+        return
+    what = "StableDiffusion3Pipeline's position embedding (its transformer's pos_embed_max_size)"
+    for key, value in (("rollout.height", height), ("rollout.width", width)):
+        check_positions(key, value, factor, int(pos_embed_max_size), what)

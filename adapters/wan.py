@@ -34,6 +34,7 @@ from torch import nn
 from omni_rl.config.options import option
 from omni_rl.config.schema import ModelConfig
 from omni_rl.models import Conditioning, DiffusionModelBase, register_adapter, register_tiny_model
+from omni_rl.models.limits import check_positions
 from omni_rl.models.tiny_vocab import t5_char_vocab
 
 from adapters.tiny_decoders import make_causal_vae_decoder_responsive, wan_blocks
@@ -167,7 +168,18 @@ class WanAdapter(DiffusionModelBase):
                     f"{name}={value} px is not a multiple of {multiple} (VAE factor {s} x patch size "
                     f"{multiple // s}); the nearest valid values are {valid}"
                 )
+        _check_rope(height, width, num_frames, t, s, tuple(patch), self.transformer.config.rope_max_seq_len)
         return (config.z_dim, (num_frames - 1) // t + 1, height // s, width // s)
+
+    @classmethod
+    def check_model_limits(cls, cfg, configs) -> None:
+        transformer, vae = configs.get("transformer"), configs.get("vae")
+        if not transformer or not vae or transformer.get("rope_max_seq_len") is None:
+            return
+        r = cfg.rollout
+        _check_rope(r.height, r.width, r.num_frames, int(vae.get("scale_factor_temporal", 4)),
+                    int(vae.get("scale_factor_spatial", 8)), tuple(transformer.get("patch_size", (1, 2, 2))),
+                    int(transformer["rope_max_seq_len"]))
 
     # --- conditioning and forward --------------------------------------------------------
     @torch.no_grad()
@@ -349,3 +361,12 @@ def build_tiny_wan22_ti2v(folder: Path) -> None:
     )
     make_causal_vae_decoder_responsive(vae, wan_blocks())
     _save_tiny(folder, [_tiny_transformer(16)], vae, expand_timesteps=True)
+
+
+def _check_rope(height: int, width: int, num_frames: int, t: int, s: int, patch: tuple, rope_max_seq_len: int) -> None:
+    """Frames, rows and columns within the rotary table: `rope_max_seq_len` positions each, a
+    position being p_t latent frames (t video frames each, the first alone) or p x s pixels."""
+    what = "WanPipeline's rotary position table (its transformer's rope_max_seq_len)"
+    check_positions("rollout.num_frames", num_frames, t * patch[0], rope_max_seq_len, what, "frames", offset=1 - t)
+    check_positions("rollout.height", height, s * patch[1], rope_max_seq_len, what)
+    check_positions("rollout.width", width, s * patch[2], rope_max_seq_len, what)

@@ -138,16 +138,22 @@ def setup_logging() -> None:
 def check_inputs(cfg) -> None:
     """What the config points to, checked before any model loads (each raises the error the run
     would raise later): trainer.device is on this machine, the prompt files read, trainer.resume
-    is a checkpoint, model.path holds a model or can be fetched."""
+    is a checkpoint, model.path holds a model or can be fetched, rollout.options.python (where the backend takes one) runs."""
     from omni_rl.data.prompts import check_prompt_sources
     from omni_rl.device import check_trainer_device
     from omni_rl.models.loading import check_model_source
+    from omni_rl.rollout.backends import backend_options
+    from omni_rl.rollout.server.interpreter import check_python
 
     check_trainer_device(cfg.trainer.device, cfg.trainer.backend)
-    check_prompt_kind(cfg, check_prompt_sources(cfg.data))
+    check_python(getattr(backend_options(cfg), "python", None), "rollout.options.python")
+    sources = check_prompt_sources(cfg.data)
+    check_prompt_kind(cfg, sources)
+    check_reward_prompts(cfg, sources)
     check_resume(cfg.trainer.resume)
     # With Ray the driver holds a weightless view of the model; the workers load the weights.
     check_model_source(cfg.model, weights=cfg.trainer.backend == "local")
+    check_model_geometry(cfg)
 
 
 def check_prompt_kind(cfg, sources) -> None:
@@ -164,6 +170,46 @@ def check_prompt_kind(cfg, sources) -> None:
                 adapter_class.check_prompt_items(items, where, cfg.model.adapter)
             except ValueError as err:
                 raise PromptFileError(str(err)) from None
+
+
+def check_model_geometry(cfg) -> None:
+    """The rollout size and frames within what the diffusion model's configs say it can take
+    (`DiffusionModelBase.check_model_limits`), when the model is already on disk; the trainer
+    checks the built model the same way otherwise (`omni_rl.models.limits`)."""
+    from omni_rl.config import ConfigError
+    from omni_rl.models.diffusion import DiffusionModelBase
+    from omni_rl.models.limits import ComponentConfigs, model_folder_on_disk
+    from omni_rl.models.registry import ADAPTERS, adapter_key
+
+    adapter_class = ADAPTERS.get(adapter_key(cfg.model.adapter, cfg.model.stage))
+    folder = model_folder_on_disk(cfg.model) if issubclass(adapter_class, DiffusionModelBase) else None
+    if folder is not None:
+        try:
+            adapter_class.check_model_limits(cfg, ComponentConfigs(folder))
+        except ValueError as err:
+            raise ConfigError(str(err)) from None
+
+
+def check_reward_prompts(cfg, sources) -> None:
+    """The prompts are ones the rewards can score (`register_reward(check_prompts=...)`): the
+    training rewards check the training prompts, and the validation rewards (or the training
+    ones) the validation prompts (the training ones when none are given)."""
+    from omni_rl.data.prompts import PromptFileError
+    from omni_rl.reward.inputs import RewardInputError
+    from omni_rl.reward.registry import reward_prompt_check
+
+    (train_where, train_items), *val = sources
+    val_where, val_items = val[0] if val else (train_where, train_items)
+    for rewards, where, items in ((cfg.reward.rewards, train_where, train_items),
+                                  (cfg.reward.val_rewards or cfg.reward.rewards, val_where, val_items)):
+        for item in rewards:
+            check = reward_prompt_check(item.name)
+            if check is None:
+                continue
+            try:
+                check([i.prompt for i in items], [i.metadata for i in items])
+            except RewardInputError as err:
+                raise PromptFileError(f"{where}: {err}") from None
 
 
 def check_resume(path: str | None) -> None:

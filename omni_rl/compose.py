@@ -97,12 +97,27 @@ def load_config(overrides: Sequence[str] = ()) -> OmniConfig:
     return cfg
 
 
+def _check_stage(adapter: str, stage) -> None:
+    """A `model.stage` the adapter has not (`thinker` on SD3) is named as such, with the stages
+    it has, rather than as an unknown adapter `StableDiffusion3Pipeline/thinker`."""
+    if not stage or adapter_key(adapter, stage) in ADAPTERS:
+        return
+    prefix = f"{adapter}/"
+    stages = [name[len(prefix):] for name in ADAPTERS.names() if name.startswith(prefix)]
+    if not stages and adapter not in ADAPTERS:
+        return  # an unknown adapter: the registry's message lists them
+    has = (f"its stages: {', '.join(stages)}" + (", or null" if adapter in ADAPTERS else "")) if stages else \
+        "it has no stages: leave model.stage null"
+    raise ConfigError(f"model.stage={stage!r}: model.adapter={adapter} has no such stage ({has})")
+
+
 def check_components(cfg: OmniConfig) -> None:
     """Every name the config gives is registered; fills `trainer.engine` when it is null."""
     try:
         load_plugins(cfg.plugins)
     except PluginError as err:
         raise ConfigError(f"plugins={list(cfg.plugins)!r}: {err}") from None
+    _check_stage(cfg.model.adapter, cfg.model.stage)
     for key, registry, value in [
         ("model.adapter", ADAPTERS, adapter_key(cfg.model.adapter, cfg.model.stage)),
         ("rollout.kernel", STEP_KERNELS, cfg.rollout.kernel),

@@ -10,7 +10,8 @@ need an edit dataset). Neither takes options.
                          `metadata["brightness_direction"]` when given, else read from the
                          instruction (the prompt): the words "brighter", "lighter", "brighten"
                          or "lighten" -> +1, "darker" or "darken" -> -1 (whole words, any case).
-                         An instruction with neither, or with both, raises naming the prompt.
+                         An instruction with neither, or with both, raises naming the prompt,
+                         when the prompts load (the registry's `check_prompts`).
     source_consistency   1 - mean |edit - source| / 255 over all pixels and channels, in [0, 1],
                          after resizing the source to the edit's size (PIL bilinear; no resize
                          when the sizes agree). 1 = the edit left the image as it was.
@@ -84,7 +85,13 @@ def _source_consistency(images: Images, prompts: Sequence[str], metadata: Sequen
     return (1.0 - difference.mean(axis=(1, 2, 3), dtype=np.float64) / 255.0).tolist()
 
 
-@register_reward("edit_brightness", modalities={"image"})
+def _check_directions(prompts: Sequence[str], metadata: Sequence[dict[str, Any]]) -> None:
+    """Every prompt's direction is known (at load: a bad row stops the run before any model loads)."""
+    for i, (prompt, meta) in enumerate(zip(prompts, metadata)):
+        brightness_direction(prompt, meta, i)
+
+
+@register_reward("edit_brightness", modalities={"image"}, check_prompts=_check_directions)
 def edit_brightness():
     """direction * (mean luma(edit) - mean luma(source)), in [-1, 1]."""
     return _edit_brightness

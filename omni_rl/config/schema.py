@@ -211,14 +211,21 @@ class DataConfig:
     # of a rollout; needs algo.policy_loss=diffusion_dpo, and data.prompts / prompt_file null
     # (the pairs' prompts are the training prompts, and validation's unless data.val_* is set).
     preference_file: Optional[str] = None
+    # Image and audio paths inside prompt and preference files stay inside the file's folder
+    # (no absolute paths, `..` or symlinks out: rewards may upload images to other machines);
+    # true reads them anywhere, said once at load (omni_rl/data/dataset_folder.py).
+    allow_paths_outside: bool = False
     shuffle: bool = True
     # Text models: the longest prompt in tokens, chat template included. null = the model's
     # context (its config's max_position_embeddings, else the tokenizer's model_max_length) less
-    # rollout.max_new_tokens; no check when the model states neither.
+    # rollout.max_new_tokens; no check when the model states neither. Every model: a prompt's
+    # characters are bounded before any tokenizer sees it, by 256 x this, or 200,000 characters
+    # when null (omni_rl/data/prompt_chars.py).
     max_prompt_tokens: Optional[int] = None
-    # A prompt over that limit, found when the prompts load: "error" stops the run naming it;
-    # "truncate" cuts the start of its last user message (its end and the template stay);
-    # "drop" leaves it out. Truncated and dropped prompts are counted in one warning line.
+    # A prompt over that limit (or the character bound), found when the prompts load: "error"
+    # stops the run naming it; "truncate" cuts the start of its last user message (its end and
+    # the template stay); "drop" leaves it out. Truncated and dropped prompts are counted in one
+    # warning line.
     overlong_prompts: str = "error"
 
 

@@ -24,8 +24,13 @@ Each row becomes `PromptItem(prompt, metadata, messages, media)`:
 - `media`: None without images or audio, else a dict with `"images"`, a list of RGB PIL images,
   and/or `"audio"`, a list of (float32 mono numpy array in [-1, 1], sample_rate) pairs.
 
+Paths are relative to the data file's folder and may not leave it (no absolute paths, `..`
+or symlinks out) unless `data.allow_paths_outside` (`omni_rl.data.dataset_folder`); a string
+made of the base64 alphabet alone, 64 characters or longer, is base64, never a path.
+
 Decoding rules. Images are fully decoded at load, so a corrupt file fails now, naming its row,
-not in the middle of a run. Images with transparency are composited onto white (what a viewer
+not in the middle of a run; an image over 8192 x 8192 pixels is refused
+(`omni_rl.data.image_decode`). Images with transparency are composited onto white (what a viewer
 shows) before the RGB conversion. WAV files are read with the standard `wave` module: integer
 PCM only (8-bit unsigned, 16/24/32-bit signed), scaled to [-1, 1] and averaged over channels;
 a float or compressed WAV is refused with a hint to convert it.
@@ -49,20 +54,23 @@ from pathlib import Path
 from typing import Any, Optional
 
 import numpy as np
-from PIL import Image, UnidentifiedImageError
+from PIL import Image
 
+from omni_rl.data.dataset_folder import DatasetFolder, is_base64
+from omni_rl.data.image_decode import decode_image
 from omni_rl.data.prompt_item import PromptFileError, PromptItem
 
 ROLES = ("system", "user", "assistant", "tool")
 MEDIA_KEYS = ("images", "audio")
 _DATA_URI_RE = re.compile(r"data:[\w/+.-]*;base64,", re.IGNORECASE)
-_BASE64_RE = re.compile(r"[A-Za-z0-9+/\s]+={0,2}")
 
 
-def load_chat_items(path: str | Path) -> list[PromptItem]:
-    """Read a chat prompt file (`.jsonl` or `.parquet`); see the module docstring for the rows."""
+def load_chat_items(path: str | Path, allow_outside: bool = False) -> list[PromptItem]:
+    """Read a chat prompt file (`.jsonl` or `.parquet`); see the module docstring for the rows.
+    Media paths stay inside the file's folder unless `allow_outside` (`data.allow_paths_outside`)."""
     file, rows = read_rows(path, "chat")
-    return [chat_item(row, f"{path}: {where}", file.parent) for where, row in rows]
+    folder = DatasetFolder(file.parent, allow_outside)
+    return [chat_item(row, f"{path}: {where}", folder) for where, row in rows]
 
 
 def read_rows(path: str | Path, kind: str) -> tuple[Path, list[tuple[str, Any]]]:
@@ -115,7 +123,7 @@ def is_chat_row(row: Any) -> bool:
     )
 
 
-def chat_item(row: Any, where: str, base_dir: Path) -> PromptItem:
+def chat_item(row: Any, where: str, folder: DatasetFolder) -> PromptItem:
     """One row -> PromptItem; `where` ("file: row N") prefixes every error."""
     if not isinstance(row, dict):
         raise PromptFileError(f"{where}: expected an object with a 'prompt', got {type(row).__name__}")
@@ -144,10 +152,10 @@ def chat_item(row: Any, where: str, base_dir: Path) -> PromptItem:
     media: dict[str, list] = {}
     images = _list_field(row, "images", where)
     if images:
-        media["images"] = [load_image(image, f"{where}: images[{k}]", base_dir) for k, image in enumerate(images)]
+        media["images"] = [load_image(image, f"{where}: images[{k}]", folder) for k, image in enumerate(images)]
     audio = _list_field(row, "audio", where)
     if audio:
-        media["audio"] = [_load_audio(clip, f"{where}: audio[{k}]", base_dir) for k, clip in enumerate(audio)]
+        media["audio"] = [_load_audio(clip, f"{where}: audio[{k}]", folder) for k, clip in enumerate(audio)]
     return PromptItem(prompt, metadata, messages=messages, media=media or None)
 
 
@@ -222,27 +230,22 @@ def _list_field(row: dict[str, Any], key: str, where: str) -> list[Any]:
 # ------------------------------------------------------------------------------------------
 
 
-def load_image(value: Any, where: str, base_dir: Path) -> Image.Image:
+def load_image(value: Any, where: str, folder: DatasetFolder) -> Image.Image:
     """One image field -> a fully decoded RGB PIL image (transparency composited onto white).
 
-    `value` is raw bytes, a base64 string or `data:` URI, a file path (relative to `base_dir`,
-    the data file's folder) or a {"bytes", "path"} struct; `where` ("file: row N: field")
-    prefixes every `PromptFileError`. The edit reader (`omni_rl.data.edit_prompts`) uses it too.
+    `value` is raw bytes, a base64 string or `data:` URI, a file path (relative to `folder`,
+    the data file's folder, and inside it unless it allows otherwise) or a {"bytes", "path"}
+    struct; `where` ("file: row N: field") prefixes every `PromptFileError`. Images over
+    `omni_rl.data.image_decode.MAX_IMAGE_PIXELS` are refused. The edit reader
+    (`omni_rl.data.edit_prompts`) uses it too.
     """
-    data, source = _image_bytes(value, where, base_dir)
-    try:
-        with Image.open(io.BytesIO(data)) as image:
-            image.load()
-            return _to_rgb(image)
-    except (UnidentifiedImageError, OSError, ValueError, SyntaxError, Image.DecompressionBombError) as err:
-        raise PromptFileError(
-            f"{where}: {source} is not a readable image ({type(err).__name__}: {err}); replace or "
-            f"re-encode it (PNG, JPEG, WebP, ...)"
-        ) from None
+    data, source = _image_bytes(value, where, folder)
+    return decode_image(data, where, source)
 
 
-def _image_bytes(value: Any, where: str, base_dir: Path) -> tuple[bytes, str]:
-    """The encoded image and a description of where it came from (for errors)."""
+def _image_bytes(value: Any, where: str, folder: DatasetFolder) -> tuple[bytes | Path, str]:
+    """The encoded image (bytes, or the file holding them) and a description of where it came
+    from (for errors)."""
     if isinstance(value, (bytes, bytearray, memoryview)):
         return bytes(value), f"the image bytes ({len(value)} bytes)"
     if isinstance(value, dict):
@@ -254,20 +257,19 @@ def _image_bytes(value: Any, where: str, base_dir: Path) -> tuple[bytes, str]:
                 return bytes(data), f"the image bytes ({len(data)} bytes)"
             raise PromptFileError(f"{where}: 'bytes' has type {type(data).__name__}; expected bytes or base64")
         if isinstance(value.get("path"), str):
-            return _read_path(value["path"], where, base_dir), f"file {value['path']!r}"
+            return folder.file(value["path"], where), f"file {value['path']!r}"
         raise PromptFileError(f"{where}: an image object needs 'bytes' or 'path', got keys {sorted(value)}")
     if isinstance(value, str):
+        # What the string is, decided before the filesystem is touched (a long base64 string
+        # passed to open() fails with "File name too long").
         if _DATA_URI_RE.match(value):
             return _decode_base64(value[_DATA_URI_RE.match(value).end():], where), "the base64 data URI"
-        file = _resolve(value, base_dir)
-        if file is not None and file.is_file():
-            return file.read_bytes(), f"file {value!r}"
-        if len(value) >= 64 and _BASE64_RE.fullmatch(value):
+        if is_base64(value):
             return _decode_base64(value, where), "the base64 string"
-        raise PromptFileError(
-            f"{where}: image path {value!r} does not exist (looked for {file}); paths are relative "
-            f"to the data file's folder. Base64 images must be longer strings or data: URIs"
-        )
+        return folder.file(value, where, "image path"), f"file {value!r}"
+    if value is None:
+        raise PromptFileError(f"{where} is null; expected image bytes, a base64 string, a file path, or a "
+                              f"{{bytes, path}} object")
     raise PromptFileError(
         f"{where} has type {type(value).__name__}; expected image bytes, a base64 string, a file "
         f"path, or a {{bytes, path}} object"
@@ -281,24 +283,14 @@ def _decode_base64(text: str, where: str) -> bytes:
         raise PromptFileError(f"{where}: not valid base64 ({err})") from None
 
 
-def _to_rgb(image: Image.Image) -> Image.Image:
-    if image.mode == "P" and "transparency" in image.info:
-        image = image.convert("RGBA")
-    if image.mode in ("RGBA", "LA", "RGBa", "La", "PA"):
-        rgba = image.convert("RGBA")
-        background = Image.new("RGBA", rgba.size, (255, 255, 255, 255))
-        return Image.alpha_composite(background, rgba).convert("RGB")
-    return image.convert("RGB") if image.mode != "RGB" else image.copy()
-
-
 # ------------------------------------------------------------------------------------------
 # Audio
 # ------------------------------------------------------------------------------------------
 
 
-def _load_audio(value: Any, where: str, base_dir: Path) -> tuple[np.ndarray, int]:
+def _load_audio(value: Any, where: str, folder: DatasetFolder) -> tuple[np.ndarray, int]:
     if isinstance(value, str):
-        return read_wav(_read_path(value, where, base_dir), f"{where}: file {value!r}")
+        return read_wav(_read_path(value, where, folder), f"{where}: file {value!r}")
     if isinstance(value, dict):
         if value.get("array") is not None:
             return _array_clip(value, where)
@@ -310,7 +302,7 @@ def _load_audio(value: Any, where: str, base_dir: Path) -> tuple[np.ndarray, int
                 raise PromptFileError(f"{where}: 'bytes' has type {type(data).__name__}; expected WAV bytes")
             return read_wav(bytes(data), f"{where}: the WAV bytes")
         if isinstance(value.get("path"), str):
-            return read_wav(_read_path(value["path"], where, base_dir), f"{where}: file {value['path']!r}")
+            return read_wav(_read_path(value["path"], where, folder), f"{where}: file {value['path']!r}")
     raise PromptFileError(
         f"{where} is {_short(value)}; expected a .wav path or {{\"array\": [...], \"sample_rate\": N}}"
     )
@@ -369,22 +361,8 @@ def read_wav(data: bytes, where: str) -> tuple[np.ndarray, int]:
 # ------------------------------------------------------------------------------------------
 
 
-def _resolve(path: str, base_dir: Path) -> Optional[Path]:
-    try:
-        file = Path(path).expanduser()
-        return file if file.is_absolute() else base_dir / file
-    except (ValueError, OSError):  # e.g. an embedded NUL byte
-        return None
-
-
-def _read_path(path: str, where: str, base_dir: Path) -> bytes:
-    file = _resolve(path, base_dir)
-    if file is None or not file.is_file():
-        raise PromptFileError(
-            f"{where}: file {path!r} does not exist (looked for {file}); paths are relative to the "
-            f"data file's folder"
-        )
-    return file.read_bytes()
+def _read_path(path: str, where: str, folder: DatasetFolder) -> bytes:
+    return folder.file(path, where).read_bytes()
 
 
 def _short(value: Any, limit: int = 60) -> str:

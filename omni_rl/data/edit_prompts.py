@@ -50,6 +50,7 @@ from typing import Any
 from PIL import Image
 
 from omni_rl.data.chat_prompts import load_image, read_rows
+from omni_rl.data.dataset_folder import DatasetFolder
 from omni_rl.data.prompt_item import PromptFileError, PromptItem
 
 __all__ = [
@@ -90,19 +91,26 @@ def is_edit_parquet(file: str | Path) -> bool:
         return False
 
 
-def load_edit_items(path: str | Path) -> list[PromptItem]:
-    """Read an edit prompt file (`.jsonl` or `.parquet`); see the module docstring for the rows."""
+def load_edit_items(path: str | Path, allow_outside: bool = False) -> list[PromptItem]:
+    """Read an edit prompt file (`.jsonl` or `.parquet`); see the module docstring for the rows.
+    Image paths stay inside the file's folder unless `allow_outside` (`data.allow_paths_outside`)."""
     file, rows = read_rows(path, "edit")
-    return [edit_item(row, f"{path}: {where}", file.parent) for where, row in rows]
+    folder = DatasetFolder(file.parent, allow_outside)
+    return [edit_item(row, f"{path}: {where}", folder) for where, row in rows]
 
 
-def edit_item(row: Any, where: str, base_dir: Path) -> PromptItem:
+def edit_item(row: Any, where: str, folder: DatasetFolder) -> PromptItem:
     """One row -> PromptItem; `where` ("file: row N") prefixes every error."""
     if not isinstance(row, dict):
         raise PromptFileError(
             f"{where}: expected an object with 'instruction' and 'source_image', got {type(row).__name__}"
         )
     instruction = _instruction(row, where)
+    if SOURCE_IMAGE in row and row[SOURCE_IMAGE] is None:
+        raise PromptFileError(
+            f"{where}: 'source_image' is null; an edit row needs the image to edit: a file path, image "
+            f"bytes, a base64 string or a {{bytes, path}} object"
+        )
     if row.get(SOURCE_IMAGE) is None:
         raise PromptFileError(
             f"{where}: missing 'source_image' (keys: {sorted(row)}); an edit row needs the image to "
@@ -130,10 +138,10 @@ def edit_item(row: Any, where: str, base_dir: Path) -> PromptItem:
                 f"(a caption), or leave it out"
             )
         metadata[key] = value
-    source = load_image(row[SOURCE_IMAGE], f"{where}: {SOURCE_IMAGE}", base_dir)
+    source = load_image(row[SOURCE_IMAGE], f"{where}: {SOURCE_IMAGE}", folder)
     metadata[SOURCE_IMAGE] = source
     if row.get(REFERENCE_IMAGE) is not None:
-        metadata[REFERENCE_IMAGE] = load_image(row[REFERENCE_IMAGE], f"{where}: {REFERENCE_IMAGE}", base_dir)
+        metadata[REFERENCE_IMAGE] = load_image(row[REFERENCE_IMAGE], f"{where}: {REFERENCE_IMAGE}", folder)
     return PromptItem(instruction, metadata, media={"images": [source]})
 
 

@@ -141,7 +141,7 @@ def last_user_text(item: PromptItem) -> str:
     if not item.messages:
         return item.prompt
     message = item.messages[_last_user(item)]
-    return _text_of(message["content"])
+    return text_of(message["content"])
 
 
 def keep_last_chars(item: PromptItem, keep: int) -> PromptItem:
@@ -157,7 +157,7 @@ def keep_last_chars(item: PromptItem, keep: int) -> PromptItem:
     else:
         # Joined text parts are separated by "\n" (as `prompt` is built): the separators count
         # as characters to cut, so dropping a whole part removes its newline too.
-        drop = max(0, len(_text_of(content)) - keep)
+        drop = max(0, len(text_of(content)) - keep)
         new_content = []
         for part in content:
             if part.get("type") != "text" or drop <= 0:
@@ -170,7 +170,7 @@ def keep_last_chars(item: PromptItem, keep: int) -> PromptItem:
     messages = list(item.messages)
     messages[index] = {**message, "content": new_content}
     new = replace(item, messages=tuple(messages))
-    return replace(new, prompt=_text_of(new_content))
+    return replace(new, prompt=text_of(new_content))
 
 
 def _last_user(item: PromptItem) -> int:
@@ -180,7 +180,8 @@ def _last_user(item: PromptItem) -> int:
     raise ValueError(f"prompt {shown(item)} has no user message to truncate")
 
 
-def _text_of(content: Any) -> str:
+def text_of(content: Any) -> str:
+    """A message content's text: the string, or its text parts joined by a newline."""
     if isinstance(content, str):
         return content
     return "\n".join(part["text"] for part in content if part.get("type") == "text")

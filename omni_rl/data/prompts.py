@@ -28,24 +28,27 @@ from typing import Optional
 from omni_rl.data.chat_prompts import is_chat_row, load_chat_items
 from omni_rl.data.edit_prompts import is_edit_parquet, is_edit_row, load_edit_items
 from omni_rl.data.preference_file import load_preference_file, preference_prompts
+from omni_rl.data.prompt_chars import bound_prompt_chars
 from omni_rl.data.prompt_item import PromptFileError, PromptItem
 
 __all__ = ["PromptFileError", "PromptItem", "PromptSampler", "load_prompt_items", "read_prompt_file",
-           "training_prompt_items"]
+           "training_prompt_items", "validation_prompt_items"]
 
 
 # The config key of the file behind each inline-prompt key, for messages.
 _FILE_KEYS = {"data.prompts": "data.prompt_file", "data.val_prompts": "data.val_prompt_file"}
 
 
-def load_prompt_items(prompts: Optional[list[str]], prompt_file: Optional[str], what: str = "data.prompts") -> list[PromptItem]:
-    """Inline prompts win; otherwise read `prompt_file`."""
+def load_prompt_items(prompts: Optional[list[str]], prompt_file: Optional[str], what: str = "data.prompts",
+                      allow_outside: bool = False) -> list[PromptItem]:
+    """Inline prompts win; otherwise read `prompt_file` (its media paths inside its folder unless
+    `allow_outside`, `data.allow_paths_outside`)."""
     if prompts is not None:
         items = [PromptItem(str(p)) for p in prompts]
         where = what
     elif prompt_file is not None:
         key = _FILE_KEYS.get(what, f"{what} file")
-        items = read_prompt_file(prompt_file, key)
+        items = read_prompt_file(prompt_file, key, allow_outside)
         where = f"{key}={prompt_file!r}"
         if not items:
             raise PromptFileError(
@@ -64,10 +67,24 @@ def load_prompt_items(prompts: Optional[list[str]], prompt_file: Optional[str], 
 
 def training_prompt_items(data) -> list[PromptItem]:
     """The training prompts of a `DataConfig`: `data.prompts` or `data.prompt_file`, or with
-    `data.preference_file` (offline pairs) the pairs' distinct prompts, every row checked."""
+    `data.preference_file` (offline pairs) the pairs' distinct prompts, every row checked; each
+    prompt's characters bounded before any tokenizer sees it (`omni_rl.data.prompt_chars`)."""
     if data.preference_file is not None:
-        return preference_prompts(load_preference_file(data.preference_file))
-    return load_prompt_items(data.prompts, data.prompt_file)
+        return preference_prompts(load_preference_file(data.preference_file, data.allow_paths_outside,
+                                                       data.max_prompt_tokens))
+    items = load_prompt_items(data.prompts, data.prompt_file, allow_outside=data.allow_paths_outside)
+    return bound_prompt_chars(items, data.max_prompt_tokens, data.overlong_prompts,
+                              _where(data.prompts, data.prompt_file, "data.prompts"))
+
+
+def validation_prompt_items(data) -> Optional[list[PromptItem]]:
+    """The validation prompts of a `DataConfig` (`data.val_prompts` or `data.val_prompt_file`),
+    characters bounded as the training prompts' are; None when neither is set."""
+    if data.val_prompts is None and data.val_prompt_file is None:
+        return None
+    items = load_prompt_items(data.val_prompts, data.val_prompt_file, "data.val_prompts", data.allow_paths_outside)
+    return bound_prompt_chars(items, data.max_prompt_tokens, data.overlong_prompts,
+                              _where(data.val_prompts, data.val_prompt_file, "data.val_prompts"))
 
 
 def check_prompt_sources(data) -> list[tuple[str, list[PromptItem]]]:
@@ -78,9 +95,9 @@ def check_prompt_sources(data) -> list[tuple[str, list[PromptItem]]]:
     where = (f"data.preference_file={data.preference_file!r}" if data.preference_file is not None
              else _where(data.prompts, data.prompt_file, "data.prompts"))
     sources = [(where, training_prompt_items(data))]
-    if data.val_prompts is not None or data.val_prompt_file is not None:
-        items = load_prompt_items(data.val_prompts, data.val_prompt_file, "data.val_prompts")
-        sources.append((_where(data.val_prompts, data.val_prompt_file, "data.val_prompts"), items))
+    val_items = validation_prompt_items(data)
+    if val_items is not None:
+        sources.append((_where(data.val_prompts, data.val_prompt_file, "data.val_prompts"), val_items))
     return sources
 
 
@@ -98,8 +115,9 @@ def _locate(path: str) -> Path:
     return file
 
 
-def read_prompt_file(path: str, key: Optional[str] = None) -> list[PromptItem]:
-    """The prompts in file `path`; `key` (e.g. "data.prompt_file") names it in errors."""
+def read_prompt_file(path: str, key: Optional[str] = None, allow_outside: bool = False) -> list[PromptItem]:
+    """The prompts in file `path`; `key` (e.g. "data.prompt_file") names it in errors. The media
+    paths of its rows stay inside its folder unless `allow_outside` (`omni_rl.data.dataset_folder`)."""
     label = f"{key}={path!r}" if key else f"prompt file {path!r}"
     file = _locate(path)
     if file.is_dir():
@@ -110,13 +128,13 @@ def read_prompt_file(path: str, key: Optional[str] = None) -> list[PromptItem]:
         raise PromptFileError(f"{label}: expected a .txt, .jsonl or .parquet file")
     items: list[PromptItem] = []
     if file.suffix == ".parquet":
-        return load_edit_items(file) if is_edit_parquet(file) else load_chat_items(file)
+        return load_edit_items(file, allow_outside) if is_edit_parquet(file) else load_chat_items(file, allow_outside)
     lines = _read_text_lines(file, label)
     kind = _jsonl_kind(lines) if file.suffix == ".jsonl" else None
     if kind == "edit":
-        return load_edit_items(file)
+        return load_edit_items(file, allow_outside)
     if kind == "chat":
-        return load_chat_items(file)
+        return load_chat_items(file, allow_outside)
     if file.suffix == ".jsonl":
         for n, line in enumerate(lines, start=1):
             if not line.strip():

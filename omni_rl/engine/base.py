@@ -12,12 +12,16 @@ refuses the update (the gradients are dropped, the weights stay as they were) wh
 """
 from __future__ import annotations
 
+import logging
 from abc import ABC, abstractmethod
 from typing import Any, Callable, Optional
 
 import torch
 
 from omni_rl.errors import OmniRunError
+from omni_rl.config.schema import OptimConfig
+
+log = logging.getLogger(__name__)
 
 LossFn = Callable[[Any], tuple[torch.Tensor, dict[str, torch.Tensor]]]
 # A metric as an engine returns it: a detached 0-dim tensor on the device (read on the host once
@@ -59,3 +63,23 @@ class TrainingEngine(ABC):
     @abstractmethod
     def load_state_dict(self, state: dict[str, Any]) -> None:
         ...
+
+
+def apply_optim_config(optimizer: torch.optim.Optimizer, cfg: OptimConfig, say: bool = True) -> list[str]:
+    """Set every param group's lr, betas, weight decay and eps to `cfg`'s, after the optimizer's
+    state was restored from a checkpoint (whose param_groups hold the values it was saved with):
+    a resumed run trains with the values it is given, its moments and step counts kept. Logs one
+    line naming each value that changed (unless not `say`) and returns them
+    ("optim.lr: 0.001 -> 0.0003")."""
+    wanted = {"lr": cfg.lr, "betas": tuple(cfg.betas), "weight_decay": cfg.weight_decay, "eps": cfg.eps}
+    changes = []
+    for key, value in wanted.items():
+        saved = sorted({repr(tuple(g[key]) if isinstance(g[key], list) else g[key]) for g in optimizer.param_groups})
+        if saved != [repr(value)]:
+            changes.append(f"optim.{key}: {', '.join(saved)} -> {value!r}")
+        for group in optimizer.param_groups:
+            group[key] = value
+    if changes and say:
+        log.warning("resuming: the optimizer trains with this run's %s, not the checkpoint's values (its moments and "
+                    "step counts are kept)", "; ".join(changes))
+    return changes

@@ -48,7 +48,7 @@ from torch.distributed.fsdp import (
 from torch.distributed.tensor import DTensor
 
 from omni_rl.config.schema import OptimConfig
-from omni_rl.engine.base import LossFn, Metric, TrainingEngine, all_finite
+from omni_rl.engine.base import LossFn, Metric, TrainingEngine, all_finite, apply_optim_config
 from omni_rl.engine.local import detached, refuse_if_not_finite
 from omni_rl.models.base import OmniModelBase
 from omni_rl.utils.tensor_buckets import named_buckets
@@ -172,6 +172,8 @@ class FSDP2Engine(TrainingEngine):
             self.module, self.optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"],
             options=_LOAD_OPTIONS,
         )
+        # The config's lr, not the checkpoint's: every rank sets it, rank 0 says so.
+        apply_optim_config(self.optimizer, self.cfg, say=dist.get_rank() == 0)
 
     def save_sharded(self, folder: str) -> None:
         """Every rank writes its shards into `folder` (a path all ranks see)."""

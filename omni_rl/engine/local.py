@@ -6,7 +6,7 @@ from typing import Any, Optional
 import torch
 
 from omni_rl.config.schema import OptimConfig
-from omni_rl.engine.base import LossFn, Metric, NonFiniteLossError, TrainingEngine, all_finite, on_host
+from omni_rl.engine.base import LossFn, Metric, NonFiniteLossError, TrainingEngine, all_finite, apply_optim_config, on_host
 from omni_rl.models.base import OmniModelBase
 
 
@@ -66,3 +66,4 @@ class LocalEngine(TrainingEngine):
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.model.load_named_tensors(state["trainable"])
         self.optimizer.load_state_dict(state["optimizer"])
+        apply_optim_config(self.optimizer, self.cfg)  # the config's lr, not the checkpoint's

@@ -36,7 +36,8 @@ class OfflinePairs:
                 f"can (StableDiffusion3Pipeline) or online pairs (no data.preference_file)"
             )
         self.cfg, self.model = cfg, model
-        self.rows = load_preference_file(cfg.data.preference_file)
+        self.rows = load_preference_file(cfg.data.preference_file, cfg.data.allow_paths_outside,
+                                         cfg.data.max_prompt_tokens)
         t = cfg.trainer
         self.sampler = PromptSampler(self.rows, t.prompts_per_step, t.seed, cfg.data.shuffle)
 

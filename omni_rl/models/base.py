@@ -21,6 +21,7 @@ from torch import nn
 from omni_rl.config.options import NoOptions, bind_options
 from omni_rl.config.schema import ModelConfig
 from omni_rl.device import is_weightless
+from omni_rl.errors import OmniConfigError
 from omni_rl.models.registry import adapter_key
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -118,6 +119,7 @@ class OmniModelBase(ABC):
             if lora.enabled:
                 from peft import LoraConfig
 
+                check_lora_targets(module, self.lora_targets(), self.default_lora_targets)
                 module = self.add_lora(
                     module,
                     LoraConfig(
@@ -219,3 +221,26 @@ class OmniModelBase(ABC):
             self.save_lora(folder)
         else:
             self.save_full(folder)
+
+
+class LoraTargetError(OmniConfigError):
+    """`model.lora.target_modules` names modules the model does not have."""
+
+
+def check_lora_targets(module: nn.Module, targets, defaults) -> None:
+    """Refuse, in one line, target names that match no module of `module` as PEFT matches them
+    (a module's full name, or its name ending in "." + target), before PEFT raises its own long
+    traceback. A string target is PEFT's regular expression: left to PEFT."""
+    if isinstance(targets, str):
+        return
+    names = [name for name, _ in module.named_modules() if name]
+    missing = [t for t in targets if not any(name == t or name.endswith(f".{t}") for name in names)]
+    if missing:
+        linear = sorted({name.rsplit(".", 1)[-1] for name, m in module.named_modules() if isinstance(m, nn.Linear)}
+                        - {str(i) for i in range(10_000)})  # a Sequential's indices name nothing
+        raise LoraTargetError(
+            f"model.lora.target_modules={list(targets)}: {missing} match no module of the trained "
+            f"{type(module).__name__} (its linear layers are named {', '.join(linear[:12])}"
+            f"{', ...' if len(linear) > 12 else ''}); name some of those, or null for the adapter's default "
+            f"{list(defaults)}"
+        )

@@ -39,6 +39,7 @@ import torch
 from omni_rl.config.options import option
 from omni_rl.models.base import OmniModelBase
 from omni_rl.models.conditioning import Conditioning
+from omni_rl.models.limits import check_sample_memory
 
 
 def nearest_multiples(value: int, factor: int) -> str:
@@ -148,6 +149,14 @@ class DiffusionModelBase(OmniModelBase):
         if cls.size_multiple is not None:
             check_multiple("rollout.height", r.height, cls.size_multiple, f"what {cfg.model.adapter} takes")
             check_multiple("rollout.width", r.width, cls.size_multiple, f"what {cfg.model.adapter} takes")
+        check_sample_memory(r.height, r.width, r.num_frames)
+
+    @classmethod
+    def check_model_limits(cls, cfg, configs) -> None:
+        """Refuse, with `ValueError` naming the key, the limit and the largest valid value, a
+        geometry past what the model's position encoding covers, read from its component
+        configs (`configs.get("transformer")`: a config.json as a dict, or None). Run before the
+        model loads when it is on disk (`omni_rl.models.limits`); none by default."""
 
     def sigmas(self, num_steps: int, height: int | None = None, width: int | None = None,
                num_frames: int = 1) -> torch.Tensor:

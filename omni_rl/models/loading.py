@@ -206,12 +206,26 @@ def _read_json(file: Path, path: str) -> dict[str, Any]:
     raise ModelFolderError(f"model.path={path!r}: {file} {problem}; re-download the model or fix the file")
 
 
+def tiny_model_folder(name: str) -> Path:
+    """Where the tiny model `name` is (or will be) built in the cache; builds nothing."""
+    from omni_rl.plugins import load_plugins
+
+    load_plugins()  # the builders live in the adapter / reward plugins
+    return cache_root() / "tiny" / f"{name}-{TINY_FORMAT_VERSION}-{builder_digest(TINY_MODELS.get(name))}"
+
+
+def cached_snapshot(repo_id: str, revision: str | None) -> Optional[Path]:
+    """The hub snapshot of `repo_id` in the Hugging Face cache (configs at least), None when
+    there is none; downloads nothing."""
+    return _cached_snapshot(repo_id, revision, weights=False)
+
+
 def build_tiny_model(name: str) -> Path:
     from omni_rl.plugins import load_plugins
 
     load_plugins()  # the builders live in the adapter / reward plugins
+    target = tiny_model_folder(name)
     builder = TINY_MODELS.get(name)
-    target = cache_root() / "tiny" / f"{name}-{TINY_FORMAT_VERSION}-{builder_digest(builder)}"
     if (target / ".complete").exists():
         return target
     target.parent.mkdir(parents=True, exist_ok=True)

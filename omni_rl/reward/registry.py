@@ -68,6 +68,15 @@ DEFAULT_MODALITIES = frozenset({"image", "text"})
 Modalities = Union[Iterable[str], Callable[..., Iterable[str]]]
 
 
+# What a reward can check of the prompts it will score, at load: (prompts, metadata) -> None.
+PromptCheck = Callable[[Sequence[str], Sequence[dict]], None]
+
+
+def reward_prompt_check(name: str) -> PromptCheck | None:
+    """The registered reward `name`'s load-time check of its prompts, if it declared one."""
+    return reward_declaration(name).check_prompts
+
+
 class RewardConfigError(OmniConfigError, TypeError):
     """A reward is configured wrongly: unknown option, bad weight, duplicate name, ...
 
@@ -84,25 +93,31 @@ class RewardDeclaration:
                    when that depends on its options; None = the default {"image", "text"}.
     check_options: `(**options) -> None`, raising ValueError naming a bad option value, run at
                    config load (after the factory's signature check); None = the signature only.
+    check_prompts: `(prompts, metadata) -> None`, raising `RewardInputError` naming the prompt
+                   for one the reward cannot score (an edit instruction with no direction): called
+                   on the run's prompts when they load (`reward_prompt_check`), so a bad row stops
+                   the run before any model loads, not at step 1.
     """
 
     modalities: Modalities | None = None
     check_options: Callable[..., None] | None = None
+    check_prompts: PromptCheck | None = None
 
 
 NO_DECLARATION = RewardDeclaration()
 
 
 def register_reward(
-    name: str, modalities: Modalities | None = None, *, check_options: Callable[..., None] | None = None
+    name: str, modalities: Modalities | None = None, *, check_options: Callable[..., None] | None = None,
+    check_prompts: PromptCheck | None = None,
 ) -> Callable[[RewardFactory], RewardFactory]:
     """Decorator: register a scorer factory under `name` (a duplicate name raises), with its
-    `RewardDeclaration` (see there for `modalities` and `check_options`)."""
+    `RewardDeclaration` (see there for `modalities`, `check_options` and `check_prompts`)."""
     if modalities is not None and not callable(modalities):
         modalities = _check_modalities(name, modalities)
     if check_options is not None and not callable(check_options):
         raise RewardConfigError(f"reward {name!r}: check_options={check_options!r}; expected a callable (**options) -> None")
-    declaration = RewardDeclaration(modalities, check_options)
+    declaration = RewardDeclaration(modalities, check_options, check_prompts)
     return REWARDS.register(name, spec=None if declaration == NO_DECLARATION else declaration)
 
 

@@ -38,9 +38,11 @@ import hashlib
 import io
 import json
 import logging
+import os
 import pickle
 import random
 import re
+import secrets
 import shutil
 from pathlib import Path, PurePosixPath
 from typing import Any, Callable, Optional
@@ -75,6 +77,10 @@ _MARKERS = (MANIFEST_FILE, STATE_FILE, LEGACY_STATE_FILE)
 _HASH_CHUNK = 1 << 20
 # What decoding a malformed state can raise (json, int(), the generators' setstate, numpy's uint32).
 _DECODE_ERRORS = (ValueError, KeyError, TypeError, AttributeError, RuntimeError, OverflowError)
+
+
+# The fall-backs already said in this process (see `_resolve`).
+_SAID_FALLBACKS: set[tuple] = set()
 
 
 class CheckpointError(OmniConfigError, FileNotFoundError):
@@ -125,13 +131,15 @@ def checkpoint_dir(output_dir: Path, step: int) -> Path:
 
 
 def write_checkpoint(output_dir: Path, step: int, model, config_yaml: str, keep_last: int,
-                     write_weights: Callable[[Path], dict[str, Any]], pipeline=None) -> Path:
+                     write_weights: Callable[[Path], dict[str, Any]], pipeline=None,
+                     protect: Optional[Path] = None) -> Path:
     """The one way a checkpoint folder is made, for every backend.
 
     `write_weights(folder)` writes the trainable state and the export into the (temporary)
     folder and returns what `trainer_state.json` records about them (its backend's keys); this
     adds the step, RNG states, tensor names and shapes, the config, the rollout producer's
-    in-flight units (`pipeline`: a `PipelineState`, or None) and the manifest last.
+    in-flight units (`pipeline`: a `PipelineState`, or None) and the manifest last. Pruning
+    then never removes `protect` (the checkpoint the run resumed from).
     """
     rng = rng_state()
     target = checkpoint_dir(output_dir, step)
@@ -151,12 +159,13 @@ def write_checkpoint(output_dir: Path, step: int, model, config_yaml: str, keep_
         atomic_write_json(tmp / STATE_FILE, state)
         atomic_write_text(tmp / CONFIG_FILE, config_yaml)
         write_manifest(tmp)
-    prune_checkpoints(output_dir, keep_last, newest=target)
+    prune_checkpoints(output_dir, keep_last, newest=target, protect=protect)
     return target
 
 
 def save_checkpoint(output_dir: Path, step: int, state: dict[str, Any], model, config_yaml: str, keep_last: int,
-                    pipeline=None, family_tensors: Optional[dict[str, torch.Tensor]] = None) -> Path:
+                    pipeline=None, family_tensors: Optional[dict[str, torch.Tensor]] = None,
+                    protect: Optional[Path] = None) -> Path:
     """A one-process checkpoint: `state` is `LocalEngine.state_dict()` (trainable tensors, optimizer);
     `family_tensors` the model family's own state (`ModelFamily.state_tensors`), if any."""
 
@@ -170,7 +179,7 @@ def save_checkpoint(output_dir: Path, step: int, state: dict[str, Any], model, c
             written["family_tensors"] = sorted(family_tensors)
         return written
 
-    return write_checkpoint(output_dir, step, model, config_yaml, keep_last, write_weights, pipeline)
+    return write_checkpoint(output_dir, step, model, config_yaml, keep_last, write_weights, pipeline, protect)
 
 
 def _split_engine_state(state: dict[str, Any]) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
@@ -224,24 +233,52 @@ def _sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
-def prune_checkpoints(output_dir: Path, keep_last: int, newest: Optional[Path] = None) -> None:
+def prune_checkpoints(output_dir: Path, keep_last: int, newest: Optional[Path] = None,
+                      protect: Optional[Path] = None) -> None:
     """Keep `newest` (the checkpoint just written) and the `keep_last - 1` before it; 0 keeps all.
 
     Called only after the new checkpoint is in place, so a failed save never costs the previous
     one. Checkpoints of a higher step than `newest` are not this run's to remove (those of an
     earlier run in the folder, or the steps after the one this run resumed from): they stay.
-    Without `newest`, the newest `keep_last` of all are kept.
+    Without `newest`, the newest `keep_last` of all are kept. Of those to go, a damaged one (a
+    file its manifest lists missing or of another size; sizes only, no hashing) goes first, so
+    a good checkpoint is never removed to keep a broken one; `protect` (the checkpoint the run
+    resumed from, perhaps a fall-back past a broken newer one) is never removed. A folder is
+    renamed to a temporary name before it is deleted, so a kill mid-delete leaves a temporary
+    that the next run removes (`leftovers.remove_leftovers`), not a checkpoint without tensors.
     """
     if keep_last <= 0:
         return
     found = list_checkpoints(output_dir)
-    if newest is None:
-        doomed = found[:-keep_last]
-    else:
-        older = [p for p in found if _step_of(p) < _step_of(Path(newest))]
-        doomed = older[: max(len(older) - (keep_last - 1), 0)]
+    candidates = found if newest is None else [p for p in found if _step_of(p) < _step_of(Path(newest))]
+    keep = keep_last if newest is None else keep_last - 1
+    excess = max(len(candidates) - keep, 0)
+    # Damaged first, then oldest first.
+    ranked = sorted(candidates, key=lambda p: (not is_damaged(p), _step_of(p)))
+    kept = protect.resolve() if protect is not None else None
+    doomed = [p for p in ranked[:excess] if p.resolve() != kept]
     for old in doomed:
-        shutil.rmtree(old, ignore_errors=True)
+        doomed_name = old.with_name(f".{old.name}.{secrets.token_hex(4)}.tmp")  # a name leftovers removes
+        try:
+            os.replace(old, doomed_name)
+        except OSError:
+            continue
+        shutil.rmtree(doomed_name, ignore_errors=True)
+
+
+def is_damaged(folder: Path) -> bool:
+    """Whether a checkpoint folder is certainly unusable, checked cheaply: its manifest is
+    missing (and it is no old-format checkpoint) or unreadable, or a file it lists is missing
+    or has another size. Hashes are not read (`verify_checkpoint` does that)."""
+    manifest = Path(folder) / MANIFEST_FILE
+    if not manifest.is_file():
+        return not (Path(folder) / LEGACY_STATE_FILE).is_file()
+    try:
+        files = json.loads(manifest.read_text())["files"]
+        return any(not (folder / rel).is_file() or (folder / rel).stat().st_size != int(e["size"])
+                   for rel, e in files.items())
+    except (OSError, *_DECODE_ERRORS):
+        return True
 
 
 def export_folder(model) -> str:
@@ -297,6 +334,12 @@ def _resolve(path: str, setting: str) -> dict[str, Any]:
                 f"(its newest checkpoint that verifies)"
             ) from err
     found = list_checkpoints(p)
+    if not found and _is_run_output(p):
+        raise CheckpointError(
+            f"{setting}={path!r}: no checkpoint yet: the run there stopped before its first save "
+            f"(trainer.save_every), so there is nothing to resume; start again with trainer.overwrite=true and "
+            f"without {setting} (its outputs are moved aside, not deleted)"
+        )
     if not found:
         raise CheckpointError(
             f"{setting}={path!r}: no checkpoint there (expected a folder with {MANIFEST_FILE}, "
@@ -307,10 +350,14 @@ def _resolve(path: str, setting: str) -> dict[str, Any]:
         try:
             state = read_checkpoint(folder)
         except CheckpointError as err:
-            log.warning("%s=%s: skipping %s, which fails verification: %s", setting, path, folder.name, err)
             failures.append((folder, err))
             continue
-        if failures:
+        # Said once a process: the CLI's check, the run folder and the trainer each resolve it.
+        said = (setting, str(path), str(folder), tuple(str(f) for f, _ in failures))
+        if failures and said not in _SAID_FALLBACKS:
+            _SAID_FALLBACKS.add(said)
+            for bad, err in failures:
+                log.warning("%s=%s: skipping %s, which fails verification: %s", setting, path, bad.name, err)
             log.warning("%s=%s: falling back to %s (step %d), the newest checkpoint there that verifies",
                         setting, path, folder, state["step"])
         return state
@@ -318,6 +365,11 @@ def _resolve(path: str, setting: str) -> dict[str, Any]:
     raise CheckpointError(
         f"{setting}={path!r}: none of its {len(found)} checkpoints verifies; the latest, {newest.name}: {err}"
     )
+
+
+def _is_run_output(folder: Path) -> bool:
+    """Whether `folder` is a run's output folder (what a run writes at its start or first step)."""
+    return any((folder / name).exists() for name in (CONFIG_FILE, "metrics.jsonl", ".omni_rl.lock"))
 
 
 def read_checkpoint(folder: Path) -> dict[str, Any]:

@@ -5,7 +5,8 @@ Ctrl-C (SIGINT). Inside `StopOnSignal` the first of either only sets a flag: the
 after each step, saves a checkpoint of that step and raises `TrainingInterrupted`, which the
 command line prints as one `error:` line and turns into exit code 128 + the signal number (143
 for SIGTERM, 130 for SIGINT), as a shell reports a process the signal ended. A second signal
-ends the process at once (the default action of that signal): whoever sends it means now.
+ends the process at once (the default action of that signal): whoever sends it means now; one
+`error:` line says that no checkpoint was saved for the step in progress.
 
 The current step is finished, not abandoned. Its update changes weights and optimizer state
 in place, and the RNG states a checkpoint records are those at the moment of saving; stopping
@@ -75,7 +76,10 @@ class StopOnSignal:
 
     def _handle(self, signum: int, frame) -> None:
         if self.signum is not None:
-            # The second signal: the default action, now (for both signals: end the process).
+            # The second signal: the default action, now (for both signals: end the process),
+            # said first, as the first signal's notice promised a checkpoint.
+            os.write(2, f"error: received {signal.Signals(signum).name} again: stopped at once; no checkpoint was "
+                        f"saved for the step in progress (resume from the last saved one, if any)\n".encode())
             signal.signal(signum, signal.SIG_DFL)
             os.kill(os.getpid(), signum)
             return

@@ -2,8 +2,11 @@
 
 A process killed mid-save leaves the temporaries of `omni_rl.utils.atomic` (`.step_000004.*.tmp`,
 `.lora.*.tmp`, `.config.yaml.*.tmp`), and a save written before checkpoints were atomic may
-have left a `step_000003/` without its training state. None of them is a result: a temporary
-is never complete, and a step folder without its state cannot be resumed. `remove_leftovers`
+have left a `step_000003/` without its training state, and a kill while an older version
+pruned a checkpoint left a `step_000003/` some of whose files (its tensors) are gone, though
+its manifest lists them (pruning now renames a folder to a temporary before deleting it). None
+of them is a result: a temporary is never complete, and a step folder without its state or
+tensors cannot be resumed. `remove_leftovers`
 runs at start, after the run holds its output folder (`run_dir.hold`), so no live run can be
 writing them.
 
@@ -21,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import json
 import logging
 import os
 import re
@@ -28,7 +32,7 @@ import shutil
 import time
 from pathlib import Path
 
-from omni_rl.trainer.checkpoint import list_checkpoints
+from omni_rl.trainer.checkpoint import MANIFEST_FILE, list_checkpoints
 from omni_rl.utils.atomic import leftover_of
 
 log = logging.getLogger(__name__)
@@ -52,12 +56,28 @@ def remove_leftovers(output_dir: Path) -> list[str]:
     if checkpoints.is_dir():
         complete = {p.name for p in list_checkpoints(output_dir)}
         for entry in sorted(checkpoints.iterdir()):
-            if _STEP_DIR.match(entry.name) and entry.is_dir() and not entry.is_symlink() and entry.name not in complete:
+            if not _STEP_DIR.match(entry.name) or not entry.is_dir() or entry.is_symlink():
+                continue
+            if entry.name not in complete:
                 shutil.rmtree(entry)
                 done.append(f"removed {entry.relative_to(output_dir)}/ (incomplete: no training state)")
+            elif missing := _missing_files(entry):
+                shutil.rmtree(entry)
+                done.append(f"removed {entry.relative_to(output_dir)}/ (partly deleted: {missing} of the files its "
+                            f"{MANIFEST_FILE} lists are gone, as a kill while pruning it leaves it)")
     if done:
         log.info("cleaned up after a killed run in %s: %s", output_dir, "; ".join(done))
     return done
+
+
+def _missing_files(folder: Path) -> int:
+    """How many of the files `folder`'s manifest lists are gone (0 without a readable manifest:
+    a damaged checkpoint is left for the resume's verification to name)."""
+    try:
+        listed = json.loads((folder / MANIFEST_FILE).read_text())["files"]
+        return sum(not (folder / rel).is_file() for rel in listed)
+    except (OSError, ValueError, KeyError, TypeError):
+        return 0
 
 
 def _tidy_temporaries(folder: Path, ours, output_dir: Path) -> list[str]:

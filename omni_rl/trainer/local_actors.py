@@ -40,6 +40,7 @@ class LocalActorGroup(ActorGroup):
 
     def __init__(self, cfg: OmniConfig):
         self.cfg = cfg
+        self.resumed_from = None  # the checkpoint `load` read: never pruned
         self.model = build_model(cfg.model, pick_device(cfg.trainer.device), tuple(cfg.plugins))
         self.family = build_family(cfg, self.model)
         self.engine = build_engine(self.model, cfg)
@@ -78,7 +79,7 @@ class LocalActorGroup(ActorGroup):
     def save(self, output_dir: Path, step: int, config_yaml: str, pipeline=None) -> Path:
         return save_checkpoint(
             output_dir, step, self.engine.state_dict(), self.model, config_yaml, self.cfg.trainer.keep_last_checkpoints,
-            pipeline, family_tensors=self.family.state_tensors(),
+            pipeline, family_tensors=self.family.state_tensors(), protect=self.resumed_from,
         )
 
     def load(self, state: dict[str, Any]) -> None:
@@ -89,6 +90,7 @@ class LocalActorGroup(ActorGroup):
                 f"(trainer.backend=ray); resume it with trainer.backend=ray trainer.engine=fsdp2, or export its "
                 f"weights with omni_rl.trainer.sharded_export.export_sharded_checkpoint"
             )
+        self.resumed_from = Path(state["folder"])
         try:
             self.engine.load_state_dict(state)
         except (KeyError, ValueError, RuntimeError) as err:  # the optimizer's layout differs

@@ -157,6 +157,13 @@ class _Unit(NamedTuple):
     reward_futures: list
 
 
+# The most weight versions a sample may lag the weights it trains (max_staleness). The async
+# producer keeps that many steps of rollouts ready or queued (and, past total_steps, their tickets
+# for a resumed run): the bound keeps that small, and samples more updates old than this are far
+# off-policy (published async RL runs use 1 to 8).
+MAX_STALENESS = 64
+
+
 @dataclass
 class StalenessOptions:
     """The staleness bound of a pipeline that samples ahead, and what happens beyond it."""
@@ -168,6 +175,10 @@ class StalenessOptions:
         if not self.max_staleness >= 0:
             raise ValueError(f"max_staleness={self.max_staleness!r}: expected an integer >= 0 (weight versions a "
                              f"sample may lag the weights it trains; 0 = on-policy)")
+        if self.max_staleness > MAX_STALENESS:
+            raise ValueError(f"max_staleness={self.max_staleness!r}: expected at most {MAX_STALENESS} (the async "
+                             f"producer keeps that many steps of rollouts ready or queued, and samples that many "
+                             f"updates old are far off-policy; runs use 1 to 8)")
         if self.stale_policy not in ("drop", "reroll"):
             raise ValueError(f"stale_policy={self.stale_policy!r}: expected one of drop (leave stale groups out), "
                              f"reroll (sample them again with the current weights)")

@@ -34,11 +34,13 @@ from omni_rl.algos.rollout_correction import rollout_is_weights
 from omni_rl.config.loader import to_yaml
 from omni_rl.config.options import bind_options
 from omni_rl.config.schema import OmniConfig
-from omni_rl.data.prompts import PromptSampler, load_prompt_items, training_prompt_items
+from omni_rl.data.prompts import PromptSampler, training_prompt_items, validation_prompt_items
 from omni_rl.families import build_family
 from omni_rl.families.base import BehaviourPolicy
 from omni_rl.families.offline_pairs import OfflinePairs
 from omni_rl.families.update import FIRST_GAP_MAX_KEY, FIRST_GAP_MEAN_KEY
+from omni_rl.models.diffusion import DiffusionModelBase
+from omni_rl.models.limits import check_built_model
 from omni_rl.logging import MetricLogger, ProgressBar, attach_run_log, build_sinks, plot_reward_curve
 from omni_rl.reward.async_scorer import AsyncRewardScorer
 from omni_rl.reward.manager import RewardManager, RewardSpec
@@ -83,6 +85,8 @@ class PPOTrainer:
             torch.manual_seed(t.seed)
             self.actors = ACTOR_GROUPS.get(t.backend)(cfg)
             self.model = self.actors.model  # the driver's view: what building requests needs
+            if isinstance(self.model, DiffusionModelBase):  # a geometry it cannot take: one line, before sampling
+                check_built_model(self.model, cfg)
             # The rollout half only: the actor half (the loss, an EMA) lives where the weights are trained.
             self.family = build_family(cfg, self.model, trains=False)
             self.rollout_engine = self.actors.rollout_engine
@@ -98,13 +102,8 @@ class PPOTrainer:
                 "data.prompts",
             )
             self.sampler = PromptSampler(items, t.prompts_per_step, t.seed, cfg.data.shuffle)
-            val_items = (
-                self.family.fit_prompts(
-                    load_prompt_items(cfg.data.val_prompts, cfg.data.val_prompt_file, "data.val_prompts"), "data.val_prompts"
-                )
-                if cfg.data.val_prompts is not None or cfg.data.val_prompt_file is not None
-                else items
-            )
+            val_given = validation_prompt_items(cfg.data)
+            val_items = self.family.fit_prompts(val_given, "data.val_prompts") if val_given is not None else items
             self.val_items = val_items[: t.val_num_prompts]
             self.start_step = 0
             saved = self._resume(t.resume) if t.resume else None

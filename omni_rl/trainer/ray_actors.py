@@ -118,6 +118,7 @@ class RayActorGroup(ActorGroup):
         self.cfg = cfg
         self.options = options = self.bind_options(cfg)
         self.group = None
+        self.resumed_from = None  # the checkpoint `load` read: never pruned
         # The driver's view: tokenizer, processor, shapes; no weights (meta device).
         self.model = build_model(cfg.model, weightless_device(), tuple(cfg.plugins))
         self.started_ray = connect_ray(cfg, options.ray_address, options.world_size)
@@ -173,7 +174,8 @@ class RayActorGroup(ActorGroup):
             return {"sharded": SHARDED_DIR, "world_size": self.group.world_size}
 
         return write_checkpoint(
-            output_dir, step, self.model, config_yaml, self.cfg.trainer.keep_last_checkpoints, write_weights, pipeline
+            output_dir, step, self.model, config_yaml, self.cfg.trainer.keep_last_checkpoints, write_weights, pipeline,
+            protect=self.resumed_from,
         )
 
     def load(self, state: dict[str, Any]) -> None:
@@ -184,6 +186,7 @@ class RayActorGroup(ActorGroup):
                 f"trainer.resume: {state['folder']} was written by trainer.backend=local (no {SHARDED_DIR}/ folder); "
                 f"resume it with trainer.backend=local"
             )
+        self.resumed_from = Path(state["folder"])
         folder = str(Path(state["folder"]) / SHARDED_DIR)
         step = int(state["step"])
         self.group.run("checkpoint load", programs.load_shards, [(folder,)] * self.group.world_size, step=step)

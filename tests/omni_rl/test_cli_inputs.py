@@ -171,3 +171,56 @@ def test_a_size_the_vae_cannot_take(capsys, out, key, value, expected):
     code, err = main_error(capsys, "recipe=tiny_qwen_image_edit_flowgrpo", f"{key}={value}", out)
     assert code == 2
     assert_one_error_line(err, expected, "32 or 48")
+
+
+# --- issue 29 item 15: rollout.python is checked before the model loads ------------------------
+@pytest.mark.parametrize("case, expected", [
+    ("missing", "no such file"), ("folder", "is a folder, not a file"), ("not_executable", "is not executable"),
+    ("no_interpreter", "cannot run (No such file or directory"), ("bare_name", "no such file on PATH"),
+])
+def test_a_rollout_python_that_cannot_run_is_one_line_before_loading(tmp_path, capsys, out, case, expected):
+    script = tmp_path / "python"
+    if case == "folder":
+        script.mkdir()
+    elif case in ("not_executable", "no_interpreter"):
+        script.write_text(f"#!{tmp_path / 'gone' / 'sh'}\nexit 3\n")
+        script.chmod(0o755 if case == "no_interpreter" else 0o644)
+    path = "no-such-python-3.99" if case == "bare_name" else str(script)
+    code, err = main_error(capsys, "rollout.backend=server", f"rollout.python={path}", out)
+    assert code == 2
+    assert_one_error_line(err, f"rollout.python='{path}'", expected)
+    assert not (tmp_path / "out" / "metrics.jsonl").exists()
+
+
+def test_a_rollout_python_that_runs_passes_the_check():
+    from omni_rl.rollout.server.interpreter import check_python
+
+    check_python(sys.executable)
+    check_python(None)
+
+
+@pytest.mark.parametrize("recipe, stage, expected", [
+    ("tiny_sd3_flowgrpo", "thinker", "model.adapter=StableDiffusion3Pipeline has no such stage (it has no stages"),
+    ("tiny_bagel_flowgrpo", "talker", "model.adapter=BagelForConditionalGeneration has no such stage (its stages: edit, think, or null)"),
+])
+def test_a_stage_the_adapter_has_not_says_so(capsys, out, recipe, stage, expected):
+    code, err = main_error(capsys, f"recipe={recipe}", f"model.stage={stage}", out)
+    assert code == 2
+    assert_one_error_line(err, f"model.stage='{stage}'", expected)
+
+
+@pytest.mark.parametrize("row, expected", [
+    ({"instruction": "make it brighter", "metadata": {"brightness_direction": "up"}},
+     "edit_brightness: metadata[1]['brightness_direction'] is 'up'; expected +1 (brighter) or -1 (darker)"),
+    ({"instruction": "make it blue"}, "edit_brightness: prompt 1 ('make it blue') says neither"),
+])
+def test_edit_rows_the_reward_cannot_score_are_refused_at_load(tmp_path, capsys, out, row, expected):
+    import json
+
+    (tmp_path / "navy.png").write_bytes((REPO_ROOT / "recipes/prompts/tiny_edit/navy.png").read_bytes())
+    rows = tmp_path / "edits.jsonl"
+    good = {"instruction": "make it darker", "source_image": "navy.png"}
+    rows.write_text(json.dumps(good) + "\n" + json.dumps({**row, "source_image": "navy.png"}) + "\n")
+    code, err = main_error(capsys, "recipe=tiny_qwen_image_edit_flowgrpo", f"data.prompt_file={rows}", out)
+    assert code == 2
+    assert_one_error_line(err, f"data.prompt_file='{rows}'", expected)

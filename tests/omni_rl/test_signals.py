@@ -115,3 +115,18 @@ def test_a_second_signal_stops_at_once(tmp_path):
     # Ended by the signal itself (not exit 143 after finishing the step), long before the reward is done.
     assert proc.wait(timeout=120) == -signal.SIGTERM
     assert list_checkpoints(out) == [] and metrics_lines(out) == 0
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_a_second_signal_says_no_checkpoint_was_saved(sig):
+    script = ("import os, signal, time\n"
+              "from omni_rl.trainer.interrupt import StopOnSignal\n"
+              "with StopOnSignal():\n"
+              f"    os.kill(os.getpid(), {int(sig)})\n"
+              f"    os.kill(os.getpid(), {int(sig)})\n"
+              "    time.sleep(60)\n")
+    done = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=TIMEOUT_S)
+    assert done.returncode == -sig
+    lines = [line for line in done.stderr.splitlines() if line.startswith("error: ")]
+    assert lines == [f"error: received {sig.name} again: stopped at once; no checkpoint was saved for the step in "
+                     f"progress (resume from the last saved one, if any)"], done.stderr

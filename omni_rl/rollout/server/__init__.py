@@ -5,7 +5,8 @@
 - `serve.py`: `python -m omni_rl.rollout.server --config run.yaml` builds the run's model and
   engine and serves them;
 - `client.py`: `ServerRolloutEngine`, the contract over HTTP (`rollout.backend=server`), and
-  `start_server_engine`, which starts the server for a run.
+  `start_server_engine`, which starts the server for a run;
+- `interpreter.py`: `check_python`, `rollout.python` checked before any model loads.
 
 `docs/rollout_protocol.md` is the protocol for someone writing a server elsewhere.
 """

@@ -64,7 +64,7 @@ def test_image_forms_path_absolute_base64_data_uri_structs_and_alpha(folder):
         {"instruction": "d", "source_image": {"bytes": _b64(128, mode="L"), "path": None}},
         {"instruction": "e", "source_image": {"bytes": None, "path": "../clear.png"}},  # relative to sub/
     ]
-    items = load_edit_items(_jsonl(folder / "sub" / "d.jsonl", *rows))
+    items = load_edit_items(_jsonl(folder / "sub" / "d.jsonl", *rows), allow_outside=True)
     pixels = [item.metadata["source_image"].getpixel((0, 0)) for item in items]
     # grey -> RGB; transparent pixels become white, not the black stored under alpha 0
     assert pixels == [(0, 255, 0), (255, 0, 0), (0, 0, 255), (128, 128, 128), (255, 255, 255)]

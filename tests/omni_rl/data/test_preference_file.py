@@ -44,18 +44,17 @@ def test_rows_load_with_paths_relative_to_the_file(tmp_path):
     ({"prompt": "a", "chosen": "w.png", "rejected": "gone.png"}, "row 2: field 'rejected': .*gone.png is not a file"),
 ])
 def test_bad_rows_name_the_file_row_and_field(tmp_path, row, message):
-    w = image(tmp_path / "w.png", 1)
-    path = write_rows(tmp_path, [{"prompt": "ok", "chosen": w, "rejected": w}, row])
+    w, l = image(tmp_path / "w.png", 1), image(tmp_path / "l.png", 2)
+    path = write_rows(tmp_path, [{"prompt": "ok", "chosen": w, "rejected": l}, row])
     with pytest.raises(PreferenceFileError, match=f"pairs.jsonl, {message}"):
         load_preference_file(path)
 
 
-def test_an_unreadable_image_is_named_when_read(tmp_path):
+def test_an_unreadable_image_is_named_when_loaded(tmp_path):
     (tmp_path / "broken.png").write_bytes(b"not a png")
     w = image(tmp_path / "w.png", 1)
-    rows = load_preference_file(write_rows(tmp_path, [{"prompt": "a", "chosen": w, "rejected": "broken.png"}]))
     with pytest.raises(PreferenceFileError, match="row 1: field 'rejected': .*broken.png is not a readable image"):
-        read_pair_images(rows[0], 32, 32)
+        load_preference_file(write_rows(tmp_path, [{"prompt": "a", "chosen": w, "rejected": "broken.png"}]))
 
 
 def test_missing_and_empty_files(tmp_path):

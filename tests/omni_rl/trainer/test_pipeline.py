@@ -196,3 +196,30 @@ def test_every_backend_that_can_sample_beside_the_trainer_loads():
                       ["recipe=tiny_qwen3_grpo", "trainer.pipeline=async", "rollout.backend=vllm",
                        "rollout.options.python=/opt/vllm-omni/bin/python"]):
         assert load_config(overrides).trainer.pipeline in ("async", "one_step_off")
+
+
+def test_max_staleness_is_bounded_at_load():
+    from omni_rl.config.validate import ConfigError
+    from omni_rl.trainer.pipeline import MAX_STALENESS
+
+    load_config(["trainer.pipeline=async", f"trainer.pipeline_options.max_staleness={MAX_STALENESS}"])
+    with pytest.raises(ConfigError, match=rf"trainer.pipeline_options.max_staleness=1000000000: expected at most {MAX_STALENESS} "):
+        load_config(["trainer.pipeline=async", "trainer.pipeline_options.max_staleness=1000000000"])
+
+
+def test_async_at_the_bound_samples_nothing_past_total_steps_and_holds_at_most_the_bound():
+    from omni_rl.trainer.pipeline import MAX_STALENESS
+
+    actors = FakeActors()
+    calls = []
+    rollout = fake_rollout(actors)
+    p = producer("async", actors, lambda i: (calls.append(i), rollout(i))[1], max_staleness=MAX_STALENESS,
+                 total_steps=2)
+    try:
+        train(p, actors, 2)
+        time.sleep(0.1)
+        state = p.state()
+    finally:
+        p.close()
+    assert sorted(calls) == [1, 2]
+    assert len(state.meta["units"]) <= MAX_STALENESS and all(i > 2 for i, _ in state.meta["units"])

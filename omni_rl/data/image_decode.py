@@ -1,0 +1,77 @@
+"""Decoding a dataset's images, with a cap on their pixels.
+
+`decode_image(data, where, source)` opens encoded image bytes (or a file), checks the size its
+header states against `MAX_IMAGE_PIXELS` before decoding a pixel, then decodes it fully and
+returns an RGB PIL image (transparency composited onto white, what a viewer shows). Every
+failure is one `PromptFileError` line naming `where` and `source`: an unreadable or truncated
+file, and an image over the cap, including one PIL itself calls a decompression bomb (a small
+file whose header claims billions of pixels, which would take the machine's memory).
+
+`pixel_digest(image)` is a digest of an image's decoded pixels, mode and size: two files that
+decode to the same picture have the same digest (what offline DPO's identical-pair check uses).
+
+Not here: where the bytes come from (`omni_rl.data.chat_prompts`, `omni_rl.data.preference_file`).
+"""
+from __future__ import annotations
+
+import hashlib
+import io
+import warnings
+from pathlib import Path
+
+from PIL import Image, UnidentifiedImageError
+
+from omni_rl.data.prompt_item import PromptFileError
+
+# 8192 x 8192: larger than any model here generates or edits, and 200 MB decoded as RGB.
+MAX_IMAGE_PIXELS = 8192 * 8192
+
+
+def decode_image(data: bytes | Path, where: str, source: str) -> Image.Image:
+    """`data` (encoded bytes, or a file to read) -> a fully decoded RGB image; see the docstring."""
+    try:
+        with warnings.catch_warnings():
+            # PIL warns (then raises) on its own, larger bound; ours is checked first, below.
+            warnings.simplefilter("error", Image.DecompressionBombWarning)
+            with Image.open(io.BytesIO(data) if isinstance(data, bytes) else data) as image:
+                width, height = image.size
+                if width * height > MAX_IMAGE_PIXELS:
+                    raise _over_cap(where, source, width, height)
+                image.load()
+                return _to_rgb(image)
+    except PromptFileError:
+        raise
+    except (Image.DecompressionBombError, Image.DecompressionBombWarning) as err:
+        raise PromptFileError(
+            f"{where}: {source} states more pixels than the cap of {MAX_IMAGE_PIXELS:,} ({err}); downscale it "
+            f"(at most 8192 x 8192)"
+        ) from None
+    except (UnidentifiedImageError, OSError, ValueError, SyntaxError) as err:
+        raise PromptFileError(
+            f"{where}: {source} is not a readable image ({type(err).__name__}: {err}); replace or "
+            f"re-encode it (PNG, JPEG, WebP, ...)"
+        ) from None
+
+
+def pixel_digest(image: Image.Image) -> str:
+    """A digest of `image`'s mode, size and decoded pixels."""
+    digest = hashlib.sha256(f"{image.mode} {image.size}".encode())
+    digest.update(image.tobytes())
+    return digest.hexdigest()
+
+
+def _over_cap(where: str, source: str, width: int, height: int) -> PromptFileError:
+    return PromptFileError(
+        f"{where}: {source} is {width} x {height} = {width * height:,} pixels, over the cap of "
+        f"{MAX_IMAGE_PIXELS:,} (8192 x 8192); downscale it"
+    )
+
+
+def _to_rgb(image: Image.Image) -> Image.Image:
+    if image.mode == "P" and "transparency" in image.info:
+        image = image.convert("RGBA")
+    if image.mode in ("RGBA", "LA", "RGBa", "La", "PA"):
+        rgba = image.convert("RGBA")
+        background = Image.new("RGBA", rgba.size, (255, 255, 255, 255))
+        return Image.alpha_composite(background, rgba).convert("RGB")
+    return image.convert("RGB") if image.mode != "RGB" else image.copy()
