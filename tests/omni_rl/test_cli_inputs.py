@@ -186,9 +186,9 @@ def test_a_rollout_python_that_cannot_run_is_one_line_before_loading(tmp_path, c
         script.write_text(f"#!{tmp_path / 'gone' / 'sh'}\nexit 3\n")
         script.chmod(0o755 if case == "no_interpreter" else 0o644)
     path = "no-such-python-3.99" if case == "bare_name" else str(script)
-    code, err = main_error(capsys, "rollout.backend=server", f"rollout.python={path}", out)
+    code, err = main_error(capsys, "rollout.backend=server", f"rollout.options.python={path}", out)
     assert code == 2
-    assert_one_error_line(err, f"rollout.python='{path}'", expected)
+    assert_one_error_line(err, f"rollout.options.python='{path}'", expected)
     assert not (tmp_path / "out" / "metrics.jsonl").exists()
 
 
