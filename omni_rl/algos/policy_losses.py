@@ -15,7 +15,7 @@ mean Gaussian log-density of `flow_sde` (so log-ratios are ~1e-4 and clip ranges
 knows no algorithm. `old_log_prob`, `advantages`, `old_mean`, `std` and `dt` are constants: they
 are detached here. The gradient flows through `log_prob` and, for the losses that use it, `mean`.
 
-Metrics (keys without a namespace; the trainer files them under `actor/`):
+Metrics (keys without a namespace; the update logs them as `loss/<key>`):
 
 | key               | meaning                                                                        |
 |-------------------|--------------------------------------------------------------------------------|
