@@ -87,6 +87,13 @@ def _is_finite(value) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
+# The longest prompt (or negative prompt) a request may carry, in characters: a 10 MB prompt held a
+# rollout server's tokenizer for over a minute. Above the trainer's own default bound
+# (`omni_rl.data.prompt_chars`: 200,000 characters), so the server never refuses what a run's
+# prompt check accepted unless data.max_prompt_tokens allows prompts of over 3,900 tokens.
+MAX_REQUEST_PROMPT_CHARS = 1_000_000
+
+
 def check_request(model: DiffusionModelBase, req: DiffusionRequest) -> None:
     """Raise `ValueError` naming the request for a field it cannot have: a kernel, seed, noise
     level, guidance, size, conditioning, geometry, noise or window (engines call it at
@@ -110,6 +117,12 @@ def check_request(model: DiffusionModelBase, req: DiffusionRequest) -> None:
         raise ValueError(f"request {rid}: fps={req.fps!r}; expected a finite number > 0")
     if not isinstance(req.prompt, str) or not isinstance(req.negative_prompt, str):
         raise ValueError(f"request {rid}: prompt and negative_prompt must be strings")
+    for name in ("prompt", "negative_prompt"):
+        chars = len(getattr(req, name))
+        if chars > MAX_REQUEST_PROMPT_CHARS:
+            raise ValueError(f"request {rid}: {name} has {chars:,} characters; expected at most "
+                             f"{MAX_REQUEST_PROMPT_CHARS:,} (tokenizers are not safe on unbounded text; the "
+                             f"trainer bounds its prompts by data.max_prompt_tokens when they load)")
     if req.images is not None:
         if not model.takes_source_image:
             raise ValueError(f"request {rid}: carries condition images, but {type(model).__name__} is a "

@@ -141,6 +141,7 @@ BAD_REQUESTS = {
     "guidance NaN": (dict(guidance_scale=math.nan), "guidance_scale=nan"),
     "images on text-to-image": (dict(images=(torch.zeros(32, 32, 3, dtype=torch.uint8),)), "text-to-image"),
     "size past the position embedding": (dict(height=1024, width=32), "position embedding"),
+    "a 2 MB prompt": (dict(prompt="a" * 2_000_000), "prompt has 2,000,000 characters; expected at most 1,000,000"),
 }
 
 
