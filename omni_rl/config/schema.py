@@ -111,24 +111,6 @@ class RolloutConfig:
 
 
 @dataclass
-class RolloutCorrectionConfig:
-    """Rollout correction (truncated importance sampling, TIS; Yao et al. 2025): each action's policy
-    loss is multiplied by w = min(exp(old_logp - rollout_logp), cap), the gap between the trainer's
-    old log-probs and the rollout engine's (other kernels and precision: vLLM, a rollout server,
-    Ray workers' copies). It needs the trainer's own old log-probs (algo.old_logprob_mode auto or
-    recompute); where they are the rollout's (auto, the native in-process engine) w is exactly 1
-    and nothing is computed. Metrics: rollout_corr/is_weight_mean, _max, is_clipped_fraction."""
-
-    # "none" = off; text: "token" (per token) or "sequence" (the response's product of ratios);
-    # diffusion: "step" (per denoising step) or "sequence" (over the sample's trained steps).
-    level: str = "none"
-    # C, >= 1 (Yao et al.: 2).
-    cap: float = 2.0
-    # "truncate" clamps w at C; "mask" sets w to 0 where it exceeds C (the action leaves the loss).
-    mode: str = "truncate"
-
-
-@dataclass
 class AlgoConfig:
     """Advantage estimator, policy loss, and what every run's update reads. The estimator's,
     the loss's and the model family's own knobs are theirs, set in their blocks and checked at
@@ -158,8 +140,10 @@ class AlgoConfig:
     # log-probs are used, and rollout_corr/* covers every sample; 0 = never (the update still
     # measures the gap on its first mini-batch: loss/first_minibatch_logprob_abs_diff_*).
     logprob_check_every: int = 10
-    # Rollout correction (truncated importance sampling): `RolloutCorrectionConfig`.
-    rollout_correction: RolloutCorrectionConfig = field(default_factory=RolloutCorrectionConfig)
+    # Rollout correction (truncated importance sampling, TIS; Yao et al. 2025): each action's policy
+    # loss weighed by min(exp(old_logp - rollout_logp), cap); its options
+    # (`algos.rollout_correction.RolloutCorrectionOptions`: level, cap, mode), checked at load.
+    rollout_correction: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass

@@ -95,7 +95,6 @@ def validate_config(cfg: OmniConfig) -> None:
 
     _require(a.old_logprob_mode in ("auto", "recompute", "bypass"), "algo.old_logprob_mode", a.old_logprob_mode,
              "one of auto, recompute, bypass")
-    _validate_rollout_is(a)
     _validate_preference_file(cfg)
     _require(a.logprob_check_every >= 0, "algo.logprob_check_every", a.logprob_check_every, "an integer >= 0 (0 = never)")
     _require(a.kl_coef >= 0, "algo.kl_coef", a.kl_coef, ">= 0")
@@ -178,21 +177,3 @@ def _validate_preference_file(cfg: OmniConfig) -> None:
                  "null with data.preference_file (the pairs' prompts are the training prompts); set it to null")
     _require(t.samples_per_prompt == 1, "trainer.samples_per_prompt", t.samples_per_prompt,
              "1 with data.preference_file (each step trains trainer.prompts_per_step pairs of the file)")
-
-
-def _validate_rollout_is(a) -> None:
-    """The rollout correction's values. Which levels a model takes (token/sequence for text,
-    step/sequence for diffusion) depends on its adapter's family, checked by `omni_rl.compose`."""
-    levels = ("none", "token", "sequence", "step")
-    rc = a.rollout_correction
-    _require(rc.level in levels, "algo.rollout_correction.level", rc.level,
-             f"one of {', '.join(levels)} (token or sequence for text models, step or sequence for diffusion)")
-    _require(rc.mode in ("truncate", "mask"), "algo.rollout_correction.mode", rc.mode,
-             "one of truncate (clamp the weight at algo.rollout_correction.cap), mask (drop the action above it)")
-    _require(math.isfinite(rc.cap) and rc.cap >= 1, "algo.rollout_correction.cap", rc.cap,
-             "a finite value >= 1 (identical log-probs give weight 1; Yao et al. use 2)")
-    _require(rc.level == "none" or a.old_logprob_mode != "bypass", "algo.old_logprob_mode", a.old_logprob_mode,
-             f"auto or recompute with algo.rollout_correction.level={rc.level} (the correction weighs the "
-             f"trainer's recomputed old log-probs against the rollout's; bypass uses the rollout's as the old ones, "
-             f"so every weight would be 1): set algo.old_logprob_mode=auto or algo.rollout_correction.level=none")
-

@@ -39,7 +39,7 @@ from omni_rl.config.schema import OmniConfig
 from omni_rl.config.validate import ConfigError
 from omni_rl.data.diffusion_batch import DiffusionBatch
 from omni_rl.data.prompts import PromptFileError, PromptItem
-from omni_rl.families.base import MODEL_FAMILIES, BehaviourPolicy, ModelFamily, register_family
+from omni_rl.families.base import MODEL_FAMILIES, BehaviourPolicy, ModelFamily, bind_rollout_correction, register_family
 from omni_rl.families.forward_draws import TIMESTEP_SAMPLINGS
 from omni_rl.families.scored_rollout import scored_rollout
 from omni_rl.families.update import GAP_MAX_KEY, GAP_MEAN_KEY
@@ -124,8 +124,9 @@ class DiffusionFamily(ModelFamily):
             raise ConfigError(
                 f"algo.kl_coef={a.kl_coef!r}: expected 0 with algo.policy_loss={a.policy_loss} (a forward-process loss "
                 f"has no per-step KL term; a reference-regularised one reads the reference itself): remove algo.kl_coef")
-        if a.rollout_correction.level != "none":
-            raise ConfigError(f"algo.rollout_correction.level={a.rollout_correction.level!r}: expected none with "
+        level = bind_rollout_correction(cfg).level
+        if level != "none":
+            raise ConfigError(f"algo.rollout_correction.level={level!r}: expected none with "
                               f"algo.policy_loss={a.policy_loss} (it reads no log-probs, so there is nothing to correct)")
         if "ref_velocity" in loss.reads and not cfg.model.lora.enabled:
             raise ConfigError(f"model.lora.enabled={cfg.model.lora.enabled!r}: expected true with algo.policy_loss="

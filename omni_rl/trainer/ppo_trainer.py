@@ -36,7 +36,7 @@ from omni_rl.config.options import bind_options
 from omni_rl.config.schema import OmniConfig
 from omni_rl.data.prompts import PromptSampler, load_prompt_items, training_prompt_items
 from omni_rl.families import build_family
-from omni_rl.families.base import BehaviourPolicy
+from omni_rl.families.base import BehaviourPolicy, bind_rollout_correction
 from omni_rl.families.offline_pairs import OfflinePairs
 from omni_rl.families.update import FIRST_GAP_MAX_KEY, FIRST_GAP_MEAN_KEY
 from omni_rl.logging import MetricLogger, ProgressBar, attach_run_log, build_sinks, plot_reward_curve
@@ -89,6 +89,7 @@ class PPOTrainer:
             self._build_rewards()
             self.advantage_fn = get_advantage_estimator(cfg.algo.advantage)
             self.advantage_options = bind_advantage_options(cfg)
+            self.rollout_correction = bind_rollout_correction(cfg)
             # Offline Diffusion-DPO: each step's pairs come from data.preference_file, not a rollout.
             self.offline_pairs = OfflinePairs(cfg, self.model) if cfg.data.preference_file is not None else None
             # Every prompt measured once against the model's context (data.overlong_prompts).
@@ -109,7 +110,7 @@ class PPOTrainer:
             self.start_step = 0
             saved = self._resume(t.resume) if t.resume else None
             self.producer = PIPELINES.get(t.pipeline)(cfg, self.actors, self._rollout_unit, self.start_step, saved)
-            uncorrected = cfg.algo.rollout_correction.level == "none" and cfg.algo.old_logprob_mode != "bypass"
+            uncorrected = self.rollout_correction.level == "none" and cfg.algo.old_logprob_mode != "bypass"
             if t.pipeline != "on_policy" and uncorrected:
                 log.warning(
                     "trainer.pipeline=%s with algo.rollout_correction.level=none: stale samples are not reweighted "
@@ -300,7 +301,8 @@ class PPOTrainer:
         use_rollout = algo.old_logprob_mode == "bypass" or (
             algo.old_logprob_mode == "auto" and fresh and self.actors.rollout_is_behaviour_policy
         )
-        unit = {} if algo.rollout_correction.level == "none" else {
+        correction = self.rollout_correction
+        unit = {} if correction.level == "none" else {
             "rollout_corr/is_weight_mean": 1.0, "rollout_corr/is_weight_max": 1.0, "rollout_corr/is_clipped_fraction": 0.0,
         }
         check = algo.logprob_check_every > 0 and (step - 1) % algo.logprob_check_every == 0
@@ -315,10 +317,9 @@ class PPOTrainer:
         if use_rollout:
             return OldPolicy(batch.rollout_log_probs, scored.means, None, {**metrics, **unit})
         weights = None
-        if algo.rollout_correction.level != "none":
+        if correction.level != "none":
             weights, is_metrics = rollout_is_weights(
-                scored.log_probs, rollout_log_probs, scored.mask, algo.rollout_correction.level,
-                algo.rollout_correction.cap, algo.rollout_correction.mode,
+                scored.log_probs, rollout_log_probs, scored.mask, correction.level, correction.cap, correction.mode,
             )
             metrics.update({f"rollout_corr/{k}": float(v) for k, v in is_metrics.items()})
         return OldPolicy(scored.log_probs, scored.means, weights, metrics)

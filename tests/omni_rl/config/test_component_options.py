@@ -8,7 +8,7 @@ import dataclasses
 import pytest
 
 from omni_rl.algos import DIFFUSION_LOSSES, FORWARD_LOSSES, TOKEN_LOSSES
-from omni_rl.config.schema import RolloutCorrectionConfig
+from omni_rl.algos.rollout_correction import RolloutCorrectionOptions as RolloutCorrectionConfig
 from omni_rl.families import MODEL_FAMILIES
 from omni_rl.compose import loss_options_class, OPTION_BLOCKS, load_config
 from omni_rl.config.loader import MOVED_KEYS
