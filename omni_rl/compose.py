@@ -39,6 +39,7 @@ from omni_rl.models.registry import ADAPTERS, adapter_key
 from omni_rl.plugins import PluginError, load_plugins
 from omni_rl.reward.registry import REWARDS, RewardConfigError, check_reward_options, reward_modalities
 from omni_rl.rollout.backends import ROLLOUT_BACKENDS, beside_trainer_problem
+from omni_rl.rollout.sde_window import SdeWindowOptions, bind_sde_window_options
 from omni_rl.trainer import ACTOR_GROUPS  # the package registers the built-in backends
 from omni_rl.trainer.pipeline import PIPELINES
 from omni_rl.trainer.ppo_trainer import bind_advantage_options
@@ -117,6 +118,7 @@ def check_components(cfg: OmniConfig) -> None:
     family = MODEL_FAMILIES.get(ADAPTERS.get(adapter_key(cfg.model.adapter, cfg.model.stage)).family)
     bind_advantage_options(cfg)
     bind_rollout_correction(cfg)
+    bind_sde_window_options(cfg)
     family.bind_family_options(cfg)
     # The family's own rules first: they name what its losses cannot be, and why.
     family.check_config(cfg)

@@ -84,6 +84,7 @@ _SERVER = "an option of rollout backends server, vllm, vllm_omni"
 _VLLM = "an option of rollout backends vllm, vllm_omni"
 _RAY = "trainer backend ray's option"
 _FSDP2 = "training engine fsdp2's option"
+_WINDOW = "the SDE window schedules' option"
 _BUFFERED = "an option of pipelines one_step_off, async"
 # Keys that left the flat schema: old key -> (where it is set now, whose option it is). One table
 # for every section; a component that takes over a flat key adds its row here.
@@ -104,6 +105,9 @@ MOVED_KEYS: dict[str, tuple[str, str]] = {
     "model.image_guidance_scale": ("model.options.image_guidance_scale", _BAGEL),
     "model.freeze_vision_tower": ("model.options.freeze_vision_tower", "Qwen3OmniMoeForConditionalGeneration/thinker's option"),
     "model.freeze_audio_tower": ("model.options.freeze_audio_tower", "Qwen3OmniMoeForConditionalGeneration/thinker's option"),
+    "rollout.sde_window_shift": ("rollout.sde_window_options.shift", _WINDOW),
+    "rollout.sde_window_tau": ("rollout.sde_window_options.tau", _WINDOW),
+    "rollout.sde_window_min_size": ("rollout.sde_window_options.min_size", _WINDOW),
     "rollout.max_wait_ms": ("rollout.options.max_wait_ms", "an option of rollout backends native, server, vllm_omni"),
     "rollout.python": ("rollout.options.python", _SERVER),
     "rollout.server_timeout_s": ("rollout.options.server_timeout_s", _SERVER),

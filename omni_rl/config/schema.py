@@ -79,15 +79,13 @@ class RolloutConfig:
     sde_window_range: Optional[list[int]] = None
     # How the window moves over training (`omni_rl/rollout/sde_window.py`; MixGRPO): "fixed"
     # (each sample draws its start from its seed, in sde_window_range), "progressive" (one
-    # window per training step, sliding from lo by sde_window_shift steps every sde_window_tau
-    # training steps up to hi - size), "random" (one window per training step, drawn from
-    # (trainer.seed, step)), "decay" (one per step at lo, its size shrinking by one every
-    # sde_window_tau training steps down to sde_window_min_size). Needs sde_window_size > 0
-    # unless fixed.
+    # window per training step, sliding from lo by `shift` steps every `tau` training steps up to
+    # hi - size), "random" (one window per training step, drawn from (trainer.seed, step)),
+    # "decay" (one per step at lo, its size shrinking by one every `tau` training steps down to
+    # `min_size`). Needs sde_window_size > 0 unless fixed.
     sde_window_schedule: str = "fixed"
-    sde_window_shift: int = 1  # progressive only
-    sde_window_tau: int = 1  # progressive and decay
-    sde_window_min_size: int = 1  # decay only
+    # The schedules' options (`rollout.sde_window.SdeWindowOptions`: shift, tau, min_size), checked at load.
+    sde_window_options: dict[str, Any] = field(default_factory=dict)
     # Share the initial noise within a prompt's group (DanceGRPO).
     same_noise_in_group: bool = False
     # Request-level batching: at most this many samples per transformer forward.

@@ -143,24 +143,14 @@ def validate_config(cfg: OmniConfig) -> None:
 
 
 def _validate_window_schedule(r) -> None:
-    """`rollout.sde_window_schedule` and the options only its schedules read (a value other
-    than the default under a schedule that ignores it is refused, not silently dropped)."""
+    """`rollout.sde_window_schedule` names a schedule that has a window to move (the options
+    its schedules read, `rollout.sde_window_options`, `omni_rl.rollout.sde_window` checks)."""
     schedules = ("fixed", "progressive", "random", "decay")  # omni_rl/rollout/sde_window.py
     schedule = r.sde_window_schedule
     _require(schedule in schedules, "rollout.sde_window_schedule", schedule, f"one of {', '.join(schedules)}")
     _require(schedule == "fixed" or r.sde_window_size > 0, "rollout.sde_window_schedule", schedule,
              "fixed with rollout.sde_window_size=0 (every step is stochastic: there is no window to move); "
              "set rollout.sde_window_size, e.g. 2")
-    readers = {"sde_window_shift": ("progressive",), "sde_window_tau": ("progressive", "decay"),
-               "sde_window_min_size": ("decay",)}
-    for key, used_by in readers.items():
-        value = getattr(r, key)
-        _require(isinstance(value, int) and value >= 1, f"rollout.{key}", value, "an integer >= 1")
-        _require(value == 1 or schedule in used_by, f"rollout.{key}", value,
-                 f"1 (its default) with rollout.sde_window_schedule={schedule}: only {' and '.join(used_by)} "
-                 f"read it; remove it or set the schedule")
-    _require(r.sde_window_min_size <= max(r.sde_window_size, 1), "rollout.sde_window_min_size", r.sde_window_min_size,
-             f"at most rollout.sde_window_size = {r.sde_window_size}")
 
 
 def _validate_preference_file(cfg: OmniConfig) -> None:

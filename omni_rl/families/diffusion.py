@@ -48,7 +48,7 @@ from omni_rl.logging.sample_media import write_video_samples
 from omni_rl.logging.val_records import write_val_records
 from omni_rl.models.diffusion import DiffusionModelBase
 from omni_rl.reward.media import MediaSamples
-from omni_rl.rollout.sde_window import scheduled_sde_window
+from omni_rl.rollout.sde_window import bind_sde_window_options, scheduled_sde_window
 from omni_rl.rollout.types import DiffusionRequest
 from omni_rl.algos import latent_streams as ls
 from omni_rl.utils.atomic import atomic_save_image
@@ -164,9 +164,10 @@ class DiffusionFamily(ModelFamily):
         window (`rollout.sde_window_schedule`) as a range exactly its size."""
         r = self.cfg.rollout
         window_range = tuple(r.sde_window_range) if r.sde_window_range else None
+        options = bind_sde_window_options(self.cfg)
         window = scheduled_sde_window(
             r.sde_window_schedule, step, self.cfg.trainer.seed, r.num_steps, r.sde_window_size, window_range,
-            r.sde_window_shift, r.sde_window_tau, r.sde_window_min_size,
+            options.shift, options.tau, options.min_size,
         )
         if window is None:
             return dict(sde_window_size=r.sde_window_size, sde_window_range=window_range)
