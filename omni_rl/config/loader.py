@@ -109,6 +109,7 @@ MOVED_KEYS: dict[str, tuple[str, str]] = {
     "rollout.sde_window_tau": ("rollout.sde_window_options.tau", _WINDOW),
     "rollout.sde_window_min_size": ("rollout.sde_window_options.min_size", _WINDOW),
     "rollout.max_wait_ms": ("rollout.options.max_wait_ms", "an option of rollout backends native, server, vllm_omni"),
+    "rollout.trajectory_device": ("rollout.options.trajectory_device", "an option of rollout backends native, server, vllm_omni"),
     "rollout.python": ("rollout.options.python", _SERVER),
     "rollout.server_timeout_s": ("rollout.options.server_timeout_s", _SERVER),
     "rollout.server_startup_timeout_s": ("rollout.options.server_startup_timeout_s", _SERVER),

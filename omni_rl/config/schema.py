@@ -92,11 +92,7 @@ class RolloutConfig:
     max_num_seqs: int = 32
     # A rollout that takes longer than this fails the step instead of hanging.
     timeout_s: float = 1800.0
-    # Where finished diffusion trajectories (latents, log-probs, schedule, conditioning) live:
-    # "device" (the rollout model's; no copy) or "cpu" (pinned host memory, non-blocking copies:
-    # for video, where a step's trajectories are gigabytes). Each moves once, when it finishes.
-    trajectory_device: str = "device"
-    # The backend's own options (native's max_wait_ms, server's python and timeouts, vLLM's
+    # The backend's own options (native's max_wait_ms and trajectory_device, server's python and timeouts, vLLM's
     # gpu_memory_utilization, ...), checked at load; `--options rollout.backend=NAME` lists them.
     options: dict[str, Any] = field(default_factory=dict)
     # --- text / omni models (autoregressive) ---

@@ -90,8 +90,6 @@ def validate_config(cfg: OmniConfig) -> None:
     _require(r.guidance_scale >= 1.0, "rollout.guidance_scale", r.guidance_scale, ">= 1.0 (1.0 disables CFG)")
     _require(r.fps > 0 and math.isfinite(r.fps), "rollout.fps", r.fps, "a frame rate > 0, e.g. 16 (Wan2.2) or 24 (LTX-2)")
     _require(r.timeout_s > 0, "rollout.timeout_s", r.timeout_s, "> 0 seconds")
-    _require(r.trajectory_device in ("device", "cpu"), "rollout.trajectory_device", r.trajectory_device,
-             "device (the rollout model's) or cpu (pinned host memory)")
 
     _require(a.old_logprob_mode in ("auto", "recompute", "bypass"), "algo.old_logprob_mode", a.old_logprob_mode,
              "one of auto, recompute, bypass")

@@ -311,7 +311,7 @@ class PPOTrainer:
             return OldPolicy(batch.rollout_log_probs, None, None, {"rollout_corr/checked_fraction": first, **unit})
         scored = self.actors.behaviour_policy(batch)
         # The trainer's scores come back on the host; the rollout's may live on the device
-        # (rollout.trajectory_device): compared on the host.
+        # (rollout.options.trajectory_device): compared on the host.
         rollout_log_probs = batch.rollout_log_probs.to(scored.log_probs.device)
         metrics = rollout_gap(rollout_log_probs, scored)
         if use_rollout:
