@@ -98,6 +98,7 @@ MOVED_KEYS: dict[str, tuple[str, str]] = {
     "model.stg_blocks": ("model.options.stg_blocks", _LTX2),
     "model.modality_scale": ("model.options.modality_scale", _LTX2),
     "model.audio_modality_scale": ("model.options.audio_modality_scale", _LTX2),
+    "model.max_sequence_length": ("model.options.max_sequence_length", "an option of the diffusion adapters with a prompt encoder (models.diffusion.PromptLengthOptions)"),
     "model.condition_image_size": ("model.options.condition_image_size", _EDITING),
     "model.timestep_shift": ("model.options.timestep_shift", _BAGEL),
     "model.cfg_interval": ("model.options.cfg_interval", _BAGEL),

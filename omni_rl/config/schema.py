@@ -43,9 +43,6 @@ class ModelConfig:
     revision: Optional[str] = None
     # Weights' dtype for the forward passes; the SDE step maths always runs in float32.
     dtype: str = "float32"
-    # Text tokens from the T5 encoder (SD3 family; diffusers' `max_sequence_length`). Without a
-    # T5 encoder these are zero padding, so tiny models use a short one.
-    max_sequence_length: int = 256
     gradient_checkpointing: bool = False
     # The adapter's own options (its `options_class`: LTX-2's guidance terms, BAGEL's
     # cfg_interval, an editing model's condition_image_size, ...), checked at load;

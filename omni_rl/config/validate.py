@@ -38,7 +38,6 @@ def validate_config(cfg: OmniConfig) -> None:
         ("rollout.num_frames", r.num_frames),
         ("algo.ppo_epochs", a.ppo_epochs),
         ("model.lora.rank", cfg.model.lora.rank),
-        ("model.max_sequence_length", cfg.model.max_sequence_length),
     ]:
         _require(value >= 1, key, value, "an integer >= 1")
     for key, value in [

@@ -75,7 +75,7 @@ def test_every_moved_key_points_at_an_option_a_registered_component_declares():
                                          "its options: audio_guidance_rescale"),
     ([LTX2, "model.options.stg_scale=big"], "model.options.stg_scale='big': expected float (model adapter LTX2Pipeline)"),
     (["model.options.stg_scale=1"], "model.options.stg_scale=1: model adapter StableDiffusion3Pipeline has no option "
-                                    "'stg_scale'; its options: none"),
+                                    "'stg_scale'; its options: max_sequence_length"),
     (["recipe=tiny_wan22_flowgrpo", "model.options.guidance_scale_2=0.5"], "model.options.guidance_scale_2=0.5: expected"),
     (["rollout.options.max_wait_ms=-1"], "rollout.options.max_wait_ms=-1.0: expected >= 0"),
     (["rollout.options.python=/usr/bin/python3"], "rollout.options.python='/usr/bin/python3': rollout backend native "
