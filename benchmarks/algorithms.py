@@ -122,7 +122,7 @@ def run_one(name: str, seed: int, args) -> dict:
     cmd = [sys.executable, str(REPO / "main_omni.py"), f"recipe={args.recipe}", *overrides_of(name, args),
            f"trainer.seed={seed}", f"trainer.total_steps={args.steps}", f"trainer.val_every={args.val_every}",
            f"trainer.save_every={args.steps}", f"trainer.output_dir={folder}", "trainer.overwrite=true",
-           "trainer.progress_bar=false", "trainer.loggers=[jsonl]", *args.override]
+           "trainer.logger_options.progress_bar=false", "trainer.loggers=[jsonl]", *args.override]
     env = dict(os.environ)
     if args.threads:
         env["OMP_NUM_THREADS"] = str(args.threads)

@@ -34,7 +34,7 @@ from omni_rl.engine.registry import TRAINING_ENGINES
 from omni_rl.registry import Registry, RegistryUnion
 from omni_rl.families import MODEL_FAMILIES
 from omni_rl.families.base import bind_rollout_correction
-from omni_rl.logging import SINK_NAMES
+from omni_rl.logging import SINK_NAMES, bind_logger_options
 from omni_rl.models.registry import ADAPTERS, adapter_key
 from omni_rl.plugins import PluginError, load_plugins
 from omni_rl.reward.registry import REWARDS, RewardConfigError, check_reward_options, reward_modalities
@@ -119,6 +119,7 @@ def check_components(cfg: OmniConfig) -> None:
     bind_advantage_options(cfg)
     bind_rollout_correction(cfg)
     bind_sde_window_options(cfg)
+    bind_logger_options(cfg)
     family.bind_family_options(cfg)
     # The family's own rules first: they name what its losses cannot be, and why.
     family.check_config(cfg)

@@ -127,6 +127,8 @@ MOVED_KEYS: dict[str, tuple[str, str]] = {
     "reward.num_workers": ("reward.workers.num_workers", "the reward workers' option"),
     "reward.worker_num_cpus": ("reward.workers.num_cpus", "the reward workers' option"),
     "reward.worker_num_gpus": ("reward.workers.num_gpus", "the reward workers' option"),
+    "trainer.progress_bar": ("trainer.logger_options.progress_bar", "the metric sinks' option"),
+    "trainer.wandb_project": ("trainer.logger_options.wandb_project", "the metric sinks' option"),
     "trainer.max_staleness": ("trainer.pipeline_options.max_staleness", _BUFFERED),
     "trainer.stale_policy": ("trainer.pipeline_options.stale_policy", _BUFFERED),
     **MOVED_ALGO_KEYS,

@@ -240,7 +240,9 @@ class TrainerConfig:
     weight_sync_bucket_mb: int = 512
     loggers: list[str] = field(default_factory=lambda: ["console", "jsonl", "tensorboard"])
     log_every: int = 1
-    progress_bar: bool = True
+    # The sinks' and the progress bar's options (`logging.sinks.LoggerOptions`: progress_bar,
+    # wandb_project), checked at load.
+    logger_options: dict[str, Any] = field(default_factory=dict)
     # Validation: deterministic sampling (noise 0) with more steps, a PNG grid each time.
     val_every: int = 10
     val_num_steps: int = 12
@@ -260,7 +262,6 @@ class TrainerConfig:
     # The pipeline's own options (one_step_off / async: max_staleness, stale_policy), checked at
     # load; `--options trainer.pipeline=NAME` lists them.
     pipeline_options: dict[str, Any] = field(default_factory=dict)
-    wandb_project: str = "omni-rl"
 
 
 @dataclass

@@ -39,7 +39,7 @@ from omni_rl.families import build_family
 from omni_rl.families.base import BehaviourPolicy, bind_rollout_correction
 from omni_rl.families.offline_pairs import OfflinePairs
 from omni_rl.families.update import FIRST_GAP_MAX_KEY, FIRST_GAP_MEAN_KEY
-from omni_rl.logging import MetricLogger, ProgressBar, attach_run_log, build_sinks, plot_reward_curve
+from omni_rl.logging import MetricLogger, ProgressBar, attach_run_log, bind_logger_options, build_sinks, plot_reward_curve
 from omni_rl.reward.async_scorer import AsyncRewardScorer
 from omni_rl.reward.manager import RewardManager, RewardSpec
 from omni_rl.trainer.actor_group import ACTOR_GROUPS
@@ -90,6 +90,7 @@ class PPOTrainer:
             self.advantage_fn = get_advantage_estimator(cfg.algo.advantage)
             self.advantage_options = bind_advantage_options(cfg)
             self.rollout_correction = bind_rollout_correction(cfg)
+            self.logger_options = bind_logger_options(cfg)
             # Offline Diffusion-DPO: each step's pairs come from data.preference_file, not a rollout.
             self.offline_pairs = OfflinePairs(cfg, self.model) if cfg.data.preference_file is not None else None
             # Every prompt measured once against the model's context (data.overlong_prompts).
@@ -122,7 +123,7 @@ class PPOTrainer:
                 atomic_write_text(self.output_dir / "config.yaml", to_yaml(cfg))
             self.logger = MetricLogger(
                 build_sinks(
-                    t.loggers, self.output_dir, project=t.wandb_project, config=None,
+                    t.loggers, self.output_dir, project=self.logger_options.wandb_project, config=None,
                     console_every=t.log_every, resume_from_step=self.start_step if t.resume else None,
                 )
             )
@@ -160,7 +161,7 @@ class PPOTrainer:
         `TrainingInterrupted` raised (see `omni_rl.trainer.interrupt` for why the step is
         finished rather than abandoned). A failed write raises `OutputWriteError`."""
         t = self.cfg.trainer
-        bar = ProgressBar(total=t.total_steps, initial=self.start_step, disable=not t.progress_bar)
+        bar = ProgressBar(total=t.total_steps, initial=self.start_step, disable=not self.logger_options.progress_bar)
         metrics: dict[str, float] = {}
         try:
             with StopOnSignal() as stop, self._writing(f"the outputs in {self.output_dir}", disk_full_only=True):

@@ -8,6 +8,7 @@ import dataclasses
 import pytest
 
 from omni_rl.algos import DIFFUSION_LOSSES, FORWARD_LOSSES, TOKEN_LOSSES
+from omni_rl.logging import LoggerOptions
 from omni_rl.rollout.sde_window import SdeWindowOptions
 from omni_rl.algos.rollout_correction import RolloutCorrectionOptions as RolloutCorrectionConfig
 from omni_rl.families import MODEL_FAMILIES
@@ -60,6 +61,7 @@ def test_every_moved_key_points_at_an_option_a_registered_component_declares():
         f.name for loss in TOKEN_LOSSES.names() for f in dataclasses.fields(TOKEN_LOSSES.get(loss).Options)}
     declared["algo.rollout_correction"] = {f.name for f in dataclasses.fields(RolloutCorrectionConfig)}
     declared["rollout.sde_window_options"] = {f.name for f in dataclasses.fields(SdeWindowOptions)}
+    declared["trainer.logger_options"] = {f.name for f in dataclasses.fields(LoggerOptions)}
     losses = set(DIFFUSION_LOSSES.names()) | set(TOKEN_LOSSES.names()) | set(FORWARD_LOSSES.names())
     for old, (new, _) in MOVED_KEYS.items():
         block, option = new.rsplit(".", 1)
