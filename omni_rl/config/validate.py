@@ -84,8 +84,6 @@ def validate_config(cfg: OmniConfig) -> None:
         )
     _validate_window_schedule(r)
     _require(r.noise_level >= 0 and math.isfinite(r.noise_level), "rollout.noise_level", r.noise_level, "a finite value >= 0")
-    _require(r.kernel == "ode" or r.noise_level > 0, "rollout.noise_level", r.noise_level,
-             "> 0 for a stochastic kernel (training needs log-probs); use rollout.kernel=ode only for evaluation")
     _require(r.guidance_scale >= 1.0, "rollout.guidance_scale", r.guidance_scale, ">= 1.0 (1.0 disables CFG)")
     _require(r.fps > 0 and math.isfinite(r.fps), "rollout.fps", r.fps, "a frame rate > 0, e.g. 16 (Wan2.2) or 24 (LTX-2)")
     _require(r.timeout_s > 0, "rollout.timeout_s", r.timeout_s, "> 0 seconds")
@@ -153,7 +151,7 @@ def _validate_window_schedule(r) -> None:
 def _validate_preference_file(cfg: OmniConfig) -> None:
     """Offline pairs (`data.preference_file`): the file's pairs replace the rollout, so the step
     trains pairs in this process, and nothing else names the training prompts. Which loss trains
-    them (a pairwise one) the diffusion family checks (`check_config`)."""
+    them (a pairwise one) the model family checks (`check_config`)."""
     d, t = cfg.data, cfg.trainer
     if d.preference_file is None:
         return

@@ -86,8 +86,14 @@ class DiffusionOptions:
 
 
 def check_kernel(cfg: OmniConfig) -> None:
-    """An ODE rollout has no log-prob: only a forward-process loss trains on its samples."""
+    """An ODE rollout has no log-prob: only a forward-process loss trains on its samples; a
+    stochastic kernel needs noise (rollout.noise_level > 0) to have one."""
     a, r = cfg.algo, cfg.rollout
+    if r.kernel != "ode" and not r.noise_level > 0:
+        raise ConfigError(
+            f"rollout.noise_level={r.noise_level!r}: expected > 0 for a stochastic kernel (training needs log-probs); "
+            f"use rollout.kernel=ode only for evaluation"
+        )
     if r.kernel == "ode" and a.policy_loss not in FORWARD_LOSSES:
         raise ConfigError(
             f"rollout.kernel={r.kernel!r}: expected a stochastic kernel for training with algo.policy_loss="
