@@ -14,7 +14,7 @@ un-normalise before the VAEs, as the pipeline does after its loop.
 
 The pieces, all loaded with `self.load_pretrained`: the Gemma text encoder (every hidden layer,
 stacked, as the pipeline feeds it to the connectors), `LTX2TextConnectors` (one embedding per
-stream, padded by the tokenizer to `model.max_sequence_length` exactly as the pipeline pads
+stream, padded by the tokenizer to `model.options.max_sequence_length` exactly as the pipeline pads
 it; with learnable registers the padding is replaced inside the connector, so the embeddings
 have a fixed length and no mask travels with them), the transformer (trained, LoRA on its
 attention projections), the video VAE, the audio VAE (latent -> mel spectrogram) and the
@@ -55,14 +55,14 @@ from omni_rl.algos.latent_streams import LatentStreams
 from omni_rl.config.options import option
 from omni_rl.config.schema import ModelConfig
 from omni_rl.models import Conditioning, DiffusionModelBase, register_adapter, register_tiny_model
-from omni_rl.models.diffusion import check_frame_count, check_multiple, linspace_to_one_over_n
+from omni_rl.models.diffusion import PromptLengthOptions, check_frame_count, check_multiple, linspace_to_one_over_n
 
 # The prompt conditioning: per stream, positive and negative (fixed length, see the module doc).
 _EMBEDS = ("prompt_embeds", "audio_prompt_embeds", "prompt_mask")
 
 
 @dataclass
-class LTX2Options:
+class LTX2Options(PromptLengthOptions):
     """LTX-2's guidance terms (`model.options`), each one more transformer forward per step and
     all off by default (plain CFG). Rollout and training apply the same."""
 
@@ -76,6 +76,7 @@ class LTX2Options:
     audio_modality_scale: Optional[float] = option(None, "Modality-isolation scale of the audio stream; null = modality_scale.")
 
     def check(self) -> None:
+        super().check()
         for name, low, off in [("guidance_rescale", 0.0, "0 = off"), ("audio_guidance_rescale", 0.0, "0 = off"),
                                ("stg_scale", 0.0, "0 = off"), ("audio_stg_scale", 0.0, "0 = off"),
                                ("modality_scale", 1.0, "1 = off"), ("audio_modality_scale", 1.0, "1 = off")]:
@@ -212,10 +213,10 @@ class LTX2Adapter(DiffusionModelBase):
     @torch.no_grad()
     def encode_prompts(self, prompts: list[str], negative_prompt: str = "") -> Conditioning:
         """Gemma's stacked hidden states of each prompt (padded on the left to
-        `model.max_sequence_length` tokens) through the connectors: one embedding per stream."""
+        `model.options.max_sequence_length` tokens) through the connectors: one embedding per stream."""
         pos, pos_mask, neg, neg_mask = self.pipeline.encode_prompt(
             prompt=list(prompts), negative_prompt=[negative_prompt] * len(prompts), do_classifier_free_guidance=True,
-            max_sequence_length=self.cfg.max_sequence_length, device=self.device,
+            max_sequence_length=self.options.max_sequence_length, device=self.device,
         )
         side = getattr(self.pipeline.tokenizer, "padding_side", "left")
         tensors = {}

@@ -41,7 +41,7 @@ from torch import nn
 
 from omni_rl.config.schema import ModelConfig
 from omni_rl.models import Conditioning, DiffusionModelBase, register_adapter, register_tiny_model
-from omni_rl.models.diffusion import check_image_only, check_multiple, linspace_to_one_over_n
+from omni_rl.models.diffusion import PromptLengthOptions, check_image_only, check_multiple, linspace_to_one_over_n
 from omni_rl.models.tiny_vocab import bpe_files, byte_chars
 
 from adapters.tiny_decoders import make_causal_vae_decoder_responsive, qwen_image_blocks
@@ -99,6 +99,7 @@ def true_cfg_with_norm(cond: torch.Tensor, uncond: torch.Tensor, scale: float) -
 
 @register_adapter("QwenImagePipeline")
 class QwenImageAdapter(DiffusionModelBase):
+    options_class = PromptLengthOptions
     # VAE factor 8 x patch size 2 (every Qwen-Image checkpoint; `latent_shape` checks the loaded one).
     size_multiple = 16
     # Attention projections of the joint attention in every block: image stream (to_*) and
@@ -113,8 +114,9 @@ class QwenImageAdapter(DiffusionModelBase):
         from transformers import AutoTokenizer, Qwen2_5_VLForConditionalGeneration
 
         super().__init__(cfg, path, device)
-        if cfg.max_sequence_length > MAX_TEXT_TOKENS:
-            raise ValueError(f"model.max_sequence_length={cfg.max_sequence_length}: Qwen-Image takes at most {MAX_TEXT_TOKENS}")
+        if self.options.max_sequence_length > MAX_TEXT_TOKENS:
+            raise ValueError(f"model.options.max_sequence_length={self.options.max_sequence_length}: Qwen-Image takes at "
+                             f"most {MAX_TEXT_TOKENS}")
 
         def load(cls, sub):
             return self.load_pretrained(cls, sub).to(device)
@@ -192,7 +194,7 @@ class QwenImageAdapter(DiffusionModelBase):
         tensors = {}
         for name, texts in (("prompt_embeds", list(prompts)), ("negative_prompt_embeds", [negative_prompt])):
             embeds, mask = self.pipeline.encode_prompt(
-                prompt=texts, device=self.device, max_sequence_length=self.cfg.max_sequence_length,
+                prompt=texts, device=self.device, max_sequence_length=self.options.max_sequence_length,
             )
             if mask is None:  # the pipeline drops an all-ones mask
                 mask = torch.ones(embeds.shape[:2], dtype=torch.long, device=embeds.device)

@@ -21,13 +21,14 @@ import torch
 
 from omni_rl.config.schema import ModelConfig
 from omni_rl.models import Conditioning, DiffusionModelBase, register_adapter, register_tiny_model
-from omni_rl.models.diffusion import check_image_only, check_multiple
+from omni_rl.models.diffusion import PromptLengthOptions, check_image_only, check_multiple
 from omni_rl.models.limits import check_positions
 from omni_rl.models.tiny_vocab import bpe_files, clip_byte_vocab, with_whole_words
 
 
 @register_adapter("StableDiffusion3Pipeline")
 class StableDiffusion3Adapter(DiffusionModelBase):
+    options_class = PromptLengthOptions
     # Attention projections of the joint (image + text) attention in every MMDiT block.
     default_lora_targets = (
         "attn.to_q", "attn.to_k", "attn.to_v", "attn.to_out.0",
@@ -102,7 +103,7 @@ class StableDiffusion3Adapter(DiffusionModelBase):
             negative_prompt=[negative_prompt] * len(prompts),
             do_classifier_free_guidance=True,
             device=self.device,
-            max_sequence_length=self.cfg.max_sequence_length,
+            max_sequence_length=self.options.max_sequence_length,
         )
         return Conditioning(
             {"prompt_embeds": pos, "pooled": pooled, "negative_prompt_embeds": neg, "negative_pooled": neg_pooled}

@@ -3,7 +3,7 @@
 Loads the pipeline's components with diffusers' and transformers' `from_pretrained`: one or two
 `WanTransformer3DModel` experts (trained, LoRA on the attention projections), the
 `AutoencoderKLWan` video VAE and the UMT5 text encoder. Prompt encoding is the pipeline's own
-`encode_prompt`, so embeddings (zero-padded to `model.max_sequence_length`) match diffusers.
+`encode_prompt`, so embeddings (zero-padded to `model.options.max_sequence_length`) match diffusers.
 
 Wan2.2 A14B has two experts: `transformer` denoises the high-noise steps (timestep >=
 `boundary_ratio * num_train_timesteps`) and `transformer_2` the low-noise ones, each with its
@@ -34,6 +34,7 @@ from torch import nn
 from omni_rl.config.options import option
 from omni_rl.config.schema import ModelConfig
 from omni_rl.models import Conditioning, DiffusionModelBase, register_adapter, register_tiny_model
+from omni_rl.models.diffusion import PromptLengthOptions
 from omni_rl.models.limits import check_positions
 from omni_rl.models.tiny_vocab import t5_char_vocab
 
@@ -45,12 +46,13 @@ LORA_2_WEIGHT_NAME = "pytorch_lora_weights_transformer_2.safetensors"
 
 
 @dataclass
-class WanOptions:
+class WanOptions(PromptLengthOptions):
     """Wan2.2's options (`model.options`)."""
 
     guidance_scale_2: Optional[float] = option(None, "A14B: the CFG scale of the low-noise expert (diffusers' guidance_scale_2); null = rollout.guidance_scale. Rollout and training apply the same.")
 
     def check(self) -> None:
+        super().check()
         value = self.guidance_scale_2
         if value is not None and not (math.isfinite(value) and value >= 1.0):
             raise ValueError(f"guidance_scale_2={value!r}: expected a finite CFG scale >= 1 (1 disables CFG), "
@@ -188,7 +190,7 @@ class WanAdapter(DiffusionModelBase):
             prompt=list(prompts),
             negative_prompt=[negative_prompt] * len(prompts),
             do_classifier_free_guidance=True,
-            max_sequence_length=self.cfg.max_sequence_length,
+            max_sequence_length=self.options.max_sequence_length,
             device=self.device,
         )
         return Conditioning({"prompt_embeds": pos, "negative_prompt_embeds": neg})

@@ -55,7 +55,7 @@ ALGORITHMS: dict[str, list[str]] = {
     "flow_grpo_window": [],  # Flow-GRPO-Fast style: a 3-step window per sample
     "dance_grpo": WHOLE_SCHEDULE + ["rollout.kernel=dance_sde", "rollout.noise_level=0.3",
                                     "rollout.same_noise_in_group=true", "algo.family_options.timestep_fraction=0.6"],
-    "mix_grpo": ["rollout.sde_window_schedule=progressive"],  # sde_window_tau set from --steps
+    "mix_grpo": ["rollout.sde_window_schedule=progressive"],  # sde_window_options.tau set from --steps
     "flow_dppo": ["algo.policy_loss=flow_dppo"],
     "grpo_guard": ["algo.policy_loss=grpo_guard"],
     # The forward-process losses train on the same (SDE-window) rollouts' clean latents; they read
@@ -84,7 +84,7 @@ def parse_args(argv=None) -> argparse.Namespace:
 def overrides_of(name: str, args) -> list[str]:
     extra = list(ALGORITHMS[name])
     if name == "mix_grpo":  # slide the window over [0, 8) once in the run: 6 positions
-        extra.append(f"rollout.sde_window_tau={max(1, args.steps // 6)}")
+        extra.append(f"rollout.sde_window_options.tau={max(1, args.steps // 6)}")
     return extra
 
 
@@ -122,7 +122,7 @@ def run_one(name: str, seed: int, args) -> dict:
     cmd = [sys.executable, str(REPO / "main_omni.py"), f"recipe={args.recipe}", *overrides_of(name, args),
            f"trainer.seed={seed}", f"trainer.total_steps={args.steps}", f"trainer.val_every={args.val_every}",
            f"trainer.save_every={args.steps}", f"trainer.output_dir={folder}", "trainer.overwrite=true",
-           "trainer.progress_bar=false", "trainer.loggers=[jsonl]", *args.override]
+           "trainer.logger_options.progress_bar=false", "trainer.loggers=[jsonl]", *args.override]
     env = dict(os.environ)
     if args.threads:
         env["OMP_NUM_THREADS"] = str(args.threads)

@@ -161,7 +161,7 @@ def recipes(args, device: str, tmp: Path) -> dict:
     for name in names:
         run_dir = tmp / name
         cmd = [sys.executable, "main_omni.py", f"recipe={name}", f"trainer.total_steps={steps}", f"model.dtype={dtype}",
-               f"trainer.device={device}", "trainer.val_every=0", "trainer.save_every=0", "trainer.progress_bar=false",
+               f"trainer.device={device}", "trainer.val_every=0", "trainer.save_every=0", "trainer.logger_options.progress_bar=false",
                "trainer.loggers=[jsonl]", f"trainer.output_dir={run_dir}"]
         started = time.monotonic()
         try:

@@ -64,7 +64,7 @@ def run_mode(args, mode: str, folder: Path) -> dict:
     command = [
         sys.executable, str(REPO / "main_omni.py"), f"recipe={args.recipe}", f"trainer.pipeline={mode}",
         *staleness, "rollout.backend=server", f"algo.rollout_correction.level={level}",
-        f"trainer.total_steps={args.steps}", "trainer.val_every=0", "trainer.save_every=0", "trainer.progress_bar=false",
+        f"trainer.total_steps={args.steps}", "trainer.val_every=0", "trainer.save_every=0", "trainer.logger_options.progress_bar=false",
         "trainer.loggers=[jsonl]", f"trainer.output_dir={folder}", *args.override,
     ]
     env = {**os.environ, "OMP_NUM_THREADS": str(args.threads), "PYTHONPATH": str(REPO)}

@@ -91,7 +91,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--max-num-seqs", type=int, nargs="+", default=[1, 8, 32],
                    help="engine arms; the bare loop batches like the largest")
     p.add_argument("--max-sequence-length", type=int, default=16,
-                   help="model.max_sequence_length (T5 text tokens; 16 as in the tiny demo recipe)")
+                   help="model.options.max_sequence_length (T5 text tokens; 16 as in the tiny demo recipe)")
     p.add_argument("--device", default="cpu", help="cpu, cuda[:N], npu[:N] or auto")
     p.add_argument("--threads", type=int, default=None, help="torch intra-op threads (default: torch's own)")
     p.add_argument("--backend", choices=("native", "vllm_omni"), default="native",
@@ -212,7 +212,7 @@ def vllm_omni_main(args, model, adapter: str, device: torch.device) -> dict:
     arms: dict[str, dict] = {}
     for n in args.max_num_seqs:
         cfg = OmniConfig()
-        cfg.model = ModelConfig(adapter=adapter, path=args.model_path, max_sequence_length=args.max_sequence_length)
+        cfg.model = ModelConfig(adapter=adapter, path=args.model_path, options={"max_sequence_length": args.max_sequence_length})
         cfg.trainer.device = str(device)
         cfg.rollout.backend, cfg.rollout.max_num_seqs = "vllm_omni", n
         engines = {"vllm_omni": build_rollout_engine(cfg, model), "native": NativeDiffusionEngine(model, max_num_seqs=n)}
@@ -264,7 +264,7 @@ def main(argv=None) -> dict:
     device = pick_device(args.device)
     adapter = adapter_of(args)
     model = build_model(
-        ModelConfig(adapter=adapter, path=args.model_path, max_sequence_length=args.max_sequence_length), device
+        ModelConfig(adapter=adapter, path=args.model_path, options={"max_sequence_length": args.max_sequence_length}), device
     )
     if args.fps is None:
         args.fps = float(getattr(model, "frame_rate", 16.0))

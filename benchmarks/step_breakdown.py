@@ -80,7 +80,7 @@ def run_once(args, path: Path, threads: int, out: Path, extra: list[str]) -> dic
     env = {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
     cmd = [
         sys.executable, "main_omni.py", f"recipe={args.recipe}", f"trainer.total_steps={args.steps}",
-        "trainer.val_every=0", "trainer.save_every=0", "trainer.progress_bar=false", "trainer.loggers=[jsonl]",
+        "trainer.val_every=0", "trainer.save_every=0", "trainer.logger_options.progress_bar=false", "trainer.loggers=[jsonl]",
         f"trainer.output_dir={out}", *args.override, *extra,
     ]
     proc = subprocess.run(cmd, cwd=path, env=env, capture_output=True, text=True, timeout=args.timeout_s)

@@ -33,11 +33,13 @@ from omni_rl.config.validate import ConfigError
 from omni_rl.engine.registry import TRAINING_ENGINES
 from omni_rl.registry import Registry, RegistryUnion
 from omni_rl.families import MODEL_FAMILIES
-from omni_rl.logging import SINK_NAMES
+from omni_rl.families.base import bind_rollout_correction
+from omni_rl.logging import SINK_NAMES, bind_logger_options
 from omni_rl.models.registry import ADAPTERS, adapter_key
 from omni_rl.plugins import PluginError, load_plugins
 from omni_rl.reward.registry import REWARDS, RewardConfigError, check_reward_options, reward_modalities
 from omni_rl.rollout.backends import ROLLOUT_BACKENDS, beside_trainer_problem
+from omni_rl.rollout.sde_window import SdeWindowOptions, bind_sde_window_options
 from omni_rl.trainer import ACTOR_GROUPS  # the package registers the built-in backends
 from omni_rl.trainer.pipeline import PIPELINES
 from omni_rl.trainer.ppo_trainer import bind_advantage_options
@@ -130,6 +132,9 @@ def check_components(cfg: OmniConfig) -> None:
             raise ConfigError(f"{key}={value!r}: unknown {registry.kind}; registered: {', '.join(registry.names())}")
     family = MODEL_FAMILIES.get(ADAPTERS.get(adapter_key(cfg.model.adapter, cfg.model.stage)).family)
     bind_advantage_options(cfg)
+    bind_rollout_correction(cfg)
+    bind_sde_window_options(cfg)
+    bind_logger_options(cfg)
     family.bind_family_options(cfg)
     # The family's own rules first: they name what its losses cannot be, and why.
     family.check_config(cfg)
@@ -235,7 +240,7 @@ def _check_reward_media(cfg: OmniConfig) -> None:
 def _check_rollout_is(cfg: OmniConfig) -> None:
     """`algo.rollout_correction.level` is a level of this model's actions: token or sequence for a text model,
     step or sequence for a diffusion model (its family's `rollout_is_levels`)."""
-    level = cfg.algo.rollout_correction.level
+    level = bind_rollout_correction(cfg).level
     if level == "none":
         return
     architecture = adapter_key(cfg.model.adapter, cfg.model.stage)

@@ -24,7 +24,7 @@ ROOT = Path(__file__).resolve().parents[1]
 def test_default_demo_learns(tmp_path):
     out = tmp_path / "demo"
     proc = subprocess.run(
-        [sys.executable, "main_omni.py", f"trainer.output_dir={out}", "trainer.progress_bar=false"],
+        [sys.executable, "main_omni.py", f"trainer.output_dir={out}", "trainer.logger_options.progress_bar=false"],
         cwd=ROOT, capture_output=True, text=True, timeout=3600,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]

@@ -7,7 +7,7 @@ A test adds its own overrides after these; a later `key=value` wins over an earl
 """
 
 # No validation, no progress bar, metrics only to metrics.jsonl.
-QUIET = ["trainer.val_every=0", "trainer.progress_bar=false", "trainer.loggers=[jsonl]"]
+QUIET = ["trainer.val_every=0", "trainer.logger_options.progress_bar=false", "trainer.loggers=[jsonl]"]
 
 # The default recipe (tiny_sd3_flowgrpo: FlowGRPO LoRA on the random tiny SD3) cut down:
 # 2 prompts x 4 samples a step, 4 denoising steps of which 2 in [0, 3] are trained,

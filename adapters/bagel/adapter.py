@@ -13,7 +13,7 @@ because both go through `predict_velocity`:
   `generate_image` makes `num_timesteps - 1` steps of `num_timesteps` points; the network is
   conditioned on t itself (the time embedder reads sigma in [0, 1]);
 - **prompt**: `<|im_start|> tokens(prompt) <|im_end|>` (the official `prepare_prompts`), at most
-  `model.max_sequence_length` prompt tokens, carried as ids with a mask; the text runs through the
+  `model.options.max_sequence_length` prompt tokens, carried as ids with a mask; the text runs through the
   understanding expert inside every forward (it is frozen, and cheap next to the image block);
 - **text CFG**: the unconditional branch is the empty context (the official `cfg_text_precontext`
   for text-to-image; a non-empty `rollout.negative_prompt` becomes that context instead);
@@ -46,7 +46,7 @@ from torch import nn
 from omni_rl.config.options import option
 from omni_rl.config.schema import ModelConfig
 from omni_rl.models import Conditioning, DiffusionModelBase, register_adapter
-from omni_rl.models.diffusion import check_image_only, check_multiple
+from omni_rl.models.diffusion import PromptLengthOptions, check_image_only, check_multiple
 
 from adapters.bagel.checkpoint import LLM_CONFIG, VIT_CONFIG, WEIGHTS, load_vae, read_network, require_file, write_network
 from adapters.bagel.network import (
@@ -141,7 +141,7 @@ def grid_side(folder: Path, key: str, config_key: str, default: int) -> int:
 
 
 @dataclass
-class BagelOptions:
+class BagelOptions(PromptLengthOptions):
     """BAGEL's options (`model.options`), those of the official inferencer."""
 
     timestep_shift: float = option(3.0, "The shift s of the schedule t' = s t / (1 + (s - 1) t) (the official inferencer's 3.0).")
@@ -150,6 +150,7 @@ class BagelOptions:
     image_guidance_scale: float = option(1.0, "Image CFG of editing (model.stage=edit; BAGEL's cfg_img_scale); 1 = off. Text-to-image refuses > 1.")
 
     def check(self) -> None:
+        super().check()
         if not (math.isfinite(self.timestep_shift) and self.timestep_shift > 0):
             raise ValueError(f"timestep_shift={self.timestep_shift}: expected a positive number (BAGEL uses 3.0)")
         interval = self.cfg_interval
@@ -265,7 +266,7 @@ class BagelAdapter(DiffusionModelBase):
         return [self.token_ids[BOS], *(ids if limit is None else ids[:limit]), self.token_ids[EOS]]
 
     def _ids(self, texts: list[str]) -> tuple[torch.Tensor, torch.Tensor]:
-        rows = [self.piece(text, self.cfg.max_sequence_length) for text in texts]
+        rows = [self.piece(text, self.options.max_sequence_length) for text in texts]
         return padded(rows, max(len(r) for r in rows))
 
     @torch.no_grad()

@@ -24,7 +24,7 @@ the official think mode of `InterleaveInferencer.interleave_inference` does for 
    schedule, CFG interval and renorm, exports).
 
 Widths are fixed, so a plan's log-probs and an image's velocity never depend on their batch-
-mates' lengths: the plan's context is padded to the system prompt plus `model.max_sequence_length`
+mates' lengths: the plan's context is padded to the system prompt plus `model.options.max_sequence_length`
 prompt tokens, plans to `rollout.max_new_tokens`.
 
 **What trains.** With LoRA (the default targets `default_lora_targets`): adapters on both experts'
@@ -85,11 +85,11 @@ class BagelThinkAdapter(BagelAdapter, ThinkDrawModelBase):
 
     def context_width(self) -> int:
         """The plan context's fixed width: system prompt, longest prompt piece, `<|im_start|>`."""
-        return len(self.system_ids) + self.cfg.max_sequence_length + 2 + 1
+        return len(self.system_ids) + self.options.max_sequence_length + 2 + 1
 
     def plan_context(self, prompts: list[str]) -> tuple[torch.Tensor, torch.Tensor]:
         """(ids, mask) [B, context_width] of `system, prompt, <|im_start|>` (module docstring, 1)."""
-        rows = [self.system_ids + self.piece(p, self.cfg.max_sequence_length) + [self.token_ids[BOS]] for p in prompts]
+        rows = [self.system_ids + self.piece(p, self.options.max_sequence_length) + [self.token_ids[BOS]] for p in prompts]
         return padded(rows, self.context_width())
 
     def decode_plan(self, ids: list[int]) -> str:
@@ -143,11 +143,11 @@ class BagelThinkAdapter(BagelAdapter, ThinkDrawModelBase):
         rows = []
         for prompt, row, m in zip(prompts, plan_ids, plan_mask):
             plan = [i for i in row[m.bool()].tolist() if i != eos]
-            rows.append(self.system_ids + self.piece(prompt, self.cfg.max_sequence_length)
+            rows.append(self.system_ids + self.piece(prompt, self.options.max_sequence_length)
                         + [self.token_ids[BOS], *plan, eos])
         width = self.context_width() + plan_ids.shape[1] + 1
         ids, mask = padded(rows, width)
-        negative = self.system_ids + (self.piece(negative_prompt, self.cfg.max_sequence_length) if negative_prompt else [])
+        negative = self.system_ids + (self.piece(negative_prompt, self.options.max_sequence_length) if negative_prompt else [])
         neg, neg_mask = padded([negative] * len(rows), width)
         tensors = {"input_ids": ids, "text_mask": mask, "negative_input_ids": neg, "negative_text_mask": neg_mask}
         return Conditioning({k: v.to(self.device) for k, v in tensors.items()}, dict(TEXT_MASKS))

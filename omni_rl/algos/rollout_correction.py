@@ -51,20 +51,53 @@ units (valid tokens or steps; for `sequence`, the rows with a valid action):
 | is_weight_max       | max of exp(old - rollout) before truncation (fp64; inf if huge)  |
 | is_clipped_fraction | fraction whose weight exceeded C (truncated, or masked out)      |
 
+Options (`RolloutCorrectionOptions`: level, cap, mode) are the recipe's `algo.rollout_correction`
+block, bound at load (`omni_rl.families.base.bind_rollout_correction`); which levels a model
+takes its family says, checked by `omni_rl.compose`.
+
 Not here: deciding whether the weights are needed (the trainer skips them when the old
 log-probs are the rollout's own: every weight would be exactly 1), and multiplying the loss
 (each policy loss, through `PolicyLossInput.rollout_is_weight`).
 """
 from __future__ import annotations
 
+import math
+from dataclasses import dataclass, field
+
 import torch
 from torch import Tensor
 
-__all__ = ["ROLLOUT_IS_LEVELS", "ROLLOUT_IS_MODES", "rollout_is_weights"]
+__all__ = ["ROLLOUT_IS_LEVELS", "ROLLOUT_IS_MODES", "RolloutCorrectionOptions", "rollout_is_weights"]
 
 # "none" turns the correction off; which of the others a model takes, its family says.
 ROLLOUT_IS_LEVELS = ("none", "token", "sequence", "step")
 ROLLOUT_IS_MODES = ("truncate", "mask")
+
+
+@dataclass
+class RolloutCorrectionOptions:
+    """The rollout correction's options (`algo.rollout_correction`). It needs the trainer's own
+    old log-probs (algo.old_logprob_mode auto or recompute); where they are the rollout's (auto,
+    the native in-process engine) every weight is exactly 1 and nothing is computed. Metrics:
+    rollout_corr/is_weight_mean, _max, is_clipped_fraction."""
+
+    level: str = field(default="none", metadata={
+        "doc": "none = off; text: token (per token) or sequence (the response's product of ratios); "
+               "diffusion: step (per denoising step) or sequence (over the sample's trained steps)."})
+    cap: float = field(default=2.0, metadata={"doc": "C, >= 1 (Yao et al.: 2)."})
+    mode: str = field(default="truncate", metadata={
+        "doc": "truncate clamps w at C; mask sets w to 0 where it exceeds C (the action leaves the loss)."})
+
+    def check(self) -> None:
+        if self.level not in ROLLOUT_IS_LEVELS:
+            raise ValueError(f"level={self.level!r}: expected one of {', '.join(ROLLOUT_IS_LEVELS)} (token or "
+                             f"sequence for text models, step or sequence for diffusion)")
+        if self.mode not in ROLLOUT_IS_MODES:
+            raise ValueError(f"mode={self.mode!r}: expected one of truncate (clamp the weight at "
+                             f"algo.rollout_correction.cap), mask (drop the action above it)")
+        if not (math.isfinite(self.cap) and self.cap >= 1):
+            raise ValueError(f"cap={self.cap!r}: expected a finite value >= 1 (identical log-probs give weight 1; "
+                             f"Yao et al. use 2)")
 
 
 def rollout_is_weights(

@@ -84,6 +84,7 @@ _SERVER = "an option of rollout backends server, vllm, vllm_omni"
 _VLLM = "an option of rollout backends vllm, vllm_omni"
 _RAY = "trainer backend ray's option"
 _FSDP2 = "training engine fsdp2's option"
+_WINDOW = "the SDE window schedules' option"
 _BUFFERED = "an option of pipelines one_step_off, async"
 # Keys that left the flat schema: old key -> (where it is set now, whose option it is). One table
 # for every section; a component that takes over a flat key adds its row here.
@@ -97,6 +98,7 @@ MOVED_KEYS: dict[str, tuple[str, str]] = {
     "model.stg_blocks": ("model.options.stg_blocks", _LTX2),
     "model.modality_scale": ("model.options.modality_scale", _LTX2),
     "model.audio_modality_scale": ("model.options.audio_modality_scale", _LTX2),
+    "model.max_sequence_length": ("model.options.max_sequence_length", "an option of the diffusion adapters with a prompt encoder (models.diffusion.PromptLengthOptions)"),
     "model.condition_image_size": ("model.options.condition_image_size", _EDITING),
     "model.timestep_shift": ("model.options.timestep_shift", _BAGEL),
     "model.cfg_interval": ("model.options.cfg_interval", _BAGEL),
@@ -104,7 +106,11 @@ MOVED_KEYS: dict[str, tuple[str, str]] = {
     "model.image_guidance_scale": ("model.options.image_guidance_scale", _BAGEL),
     "model.freeze_vision_tower": ("model.options.freeze_vision_tower", "Qwen3OmniMoeForConditionalGeneration/thinker's option"),
     "model.freeze_audio_tower": ("model.options.freeze_audio_tower", "Qwen3OmniMoeForConditionalGeneration/thinker's option"),
+    "rollout.sde_window_shift": ("rollout.sde_window_options.shift", _WINDOW),
+    "rollout.sde_window_tau": ("rollout.sde_window_options.tau", _WINDOW),
+    "rollout.sde_window_min_size": ("rollout.sde_window_options.min_size", _WINDOW),
     "rollout.max_wait_ms": ("rollout.options.max_wait_ms", "an option of rollout backends native, server, vllm_omni"),
+    "rollout.trajectory_device": ("rollout.options.trajectory_device", "an option of rollout backends native, server, vllm_omni"),
     "rollout.python": ("rollout.options.python", _SERVER),
     "rollout.server_timeout_s": ("rollout.options.server_timeout_s", _SERVER),
     "rollout.server_startup_timeout_s": ("rollout.options.server_startup_timeout_s", _SERVER),
@@ -121,6 +127,8 @@ MOVED_KEYS: dict[str, tuple[str, str]] = {
     "reward.num_workers": ("reward.workers.num_workers", "the reward workers' option"),
     "reward.worker_num_cpus": ("reward.workers.num_cpus", "the reward workers' option"),
     "reward.worker_num_gpus": ("reward.workers.num_gpus", "the reward workers' option"),
+    "trainer.progress_bar": ("trainer.logger_options.progress_bar", "the metric sinks' option"),
+    "trainer.wandb_project": ("trainer.logger_options.wandb_project", "the metric sinks' option"),
     "trainer.max_staleness": ("trainer.pipeline_options.max_staleness", _BUFFERED),
     "trainer.stale_policy": ("trainer.pipeline_options.stale_policy", _BUFFERED),
     **MOVED_ALGO_KEYS,

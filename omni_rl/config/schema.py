@@ -43,9 +43,6 @@ class ModelConfig:
     revision: Optional[str] = None
     # Weights' dtype for the forward passes; the SDE step maths always runs in float32.
     dtype: str = "float32"
-    # Text tokens from the T5 encoder (SD3 family; diffusers' `max_sequence_length`). Without a
-    # T5 encoder these are zero padding, so tiny models use a short one.
-    max_sequence_length: int = 256
     gradient_checkpointing: bool = False
     # The adapter's own options (its `options_class`: LTX-2's guidance terms, BAGEL's
     # cfg_interval, an editing model's condition_image_size, ...), checked at load;
@@ -79,26 +76,20 @@ class RolloutConfig:
     sde_window_range: Optional[list[int]] = None
     # How the window moves over training (`omni_rl/rollout/sde_window.py`; MixGRPO): "fixed"
     # (each sample draws its start from its seed, in sde_window_range), "progressive" (one
-    # window per training step, sliding from lo by sde_window_shift steps every sde_window_tau
-    # training steps up to hi - size), "random" (one window per training step, drawn from
-    # (trainer.seed, step)), "decay" (one per step at lo, its size shrinking by one every
-    # sde_window_tau training steps down to sde_window_min_size). Needs sde_window_size > 0
-    # unless fixed.
+    # window per training step, sliding from lo by `shift` steps every `tau` training steps up to
+    # hi - size), "random" (one window per training step, drawn from (trainer.seed, step)),
+    # "decay" (one per step at lo, its size shrinking by one every `tau` training steps down to
+    # `min_size`). Needs sde_window_size > 0 unless fixed.
     sde_window_schedule: str = "fixed"
-    sde_window_shift: int = 1  # progressive only
-    sde_window_tau: int = 1  # progressive and decay
-    sde_window_min_size: int = 1  # decay only
+    # The schedules' options (`rollout.sde_window.SdeWindowOptions`: shift, tau, min_size), checked at load.
+    sde_window_options: dict[str, Any] = field(default_factory=dict)
     # Share the initial noise within a prompt's group (DanceGRPO).
     same_noise_in_group: bool = False
     # Request-level batching: at most this many samples per transformer forward.
     max_num_seqs: int = 32
     # A rollout that takes longer than this fails the step instead of hanging.
     timeout_s: float = 1800.0
-    # Where finished diffusion trajectories (latents, log-probs, schedule, conditioning) live:
-    # "device" (the rollout model's; no copy) or "cpu" (pinned host memory, non-blocking copies:
-    # for video, where a step's trajectories are gigabytes). Each moves once, when it finishes.
-    trajectory_device: str = "device"
-    # The backend's own options (native's max_wait_ms, server's python and timeouts, vLLM's
+    # The backend's own options (native's max_wait_ms and trajectory_device, server's python and timeouts, vLLM's
     # gpu_memory_utilization, ...), checked at load; `--options rollout.backend=NAME` lists them.
     options: dict[str, Any] = field(default_factory=dict)
     # --- text / omni models (autoregressive) ---
@@ -108,24 +99,6 @@ class RolloutConfig:
     max_new_tokens: int = 256
     # Extra stop tokens besides the tokenizer's end-of-turn token(s).
     stop_token_ids: list[int] = field(default_factory=list)
-
-
-@dataclass
-class RolloutCorrectionConfig:
-    """Rollout correction (truncated importance sampling, TIS; Yao et al. 2025): each action's policy
-    loss is multiplied by w = min(exp(old_logp - rollout_logp), cap), the gap between the trainer's
-    old log-probs and the rollout engine's (other kernels and precision: vLLM, a rollout server,
-    Ray workers' copies). It needs the trainer's own old log-probs (algo.old_logprob_mode auto or
-    recompute); where they are the rollout's (auto, the native in-process engine) w is exactly 1
-    and nothing is computed. Metrics: rollout_corr/is_weight_mean, _max, is_clipped_fraction."""
-
-    # "none" = off; text: "token" (per token) or "sequence" (the response's product of ratios);
-    # diffusion: "step" (per denoising step) or "sequence" (over the sample's trained steps).
-    level: str = "none"
-    # C, >= 1 (Yao et al.: 2).
-    cap: float = 2.0
-    # "truncate" clamps w at C; "mask" sets w to 0 where it exceeds C (the action leaves the loss).
-    mode: str = "truncate"
 
 
 @dataclass
@@ -158,8 +131,10 @@ class AlgoConfig:
     # log-probs are used, and rollout_corr/* covers every sample; 0 = never (the update still
     # measures the gap on its first mini-batch: loss/first_minibatch_logprob_abs_diff_*).
     logprob_check_every: int = 10
-    # Rollout correction (truncated importance sampling): `RolloutCorrectionConfig`.
-    rollout_correction: RolloutCorrectionConfig = field(default_factory=RolloutCorrectionConfig)
+    # Rollout correction (truncated importance sampling, TIS; Yao et al. 2025): each action's policy
+    # loss weighed by min(exp(old_logp - rollout_logp), cap); its options
+    # (`algos.rollout_correction.RolloutCorrectionOptions`: level, cap, mode), checked at load.
+    rollout_correction: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -272,7 +247,9 @@ class TrainerConfig:
     weight_sync_bucket_mb: int = 512
     loggers: list[str] = field(default_factory=lambda: ["console", "jsonl", "tensorboard"])
     log_every: int = 1
-    progress_bar: bool = True
+    # The sinks' and the progress bar's options (`logging.sinks.LoggerOptions`: progress_bar,
+    # wandb_project), checked at load.
+    logger_options: dict[str, Any] = field(default_factory=dict)
     # Validation: deterministic sampling (noise 0) with more steps, a PNG grid each time.
     val_every: int = 10
     val_num_steps: int = 12
@@ -292,7 +269,6 @@ class TrainerConfig:
     # The pipeline's own options (one_step_off / async: max_staleness, stale_policy), checked at
     # load; `--options trainer.pipeline=NAME` lists them.
     pipeline_options: dict[str, Any] = field(default_factory=dict)
-    wandb_project: str = "omni-rl"
 
 
 @dataclass

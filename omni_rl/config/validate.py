@@ -38,7 +38,6 @@ def validate_config(cfg: OmniConfig) -> None:
         ("rollout.num_frames", r.num_frames),
         ("algo.ppo_epochs", a.ppo_epochs),
         ("model.lora.rank", cfg.model.lora.rank),
-        ("model.max_sequence_length", cfg.model.max_sequence_length),
     ]:
         _require(value >= 1, key, value, "an integer >= 1")
     for key, value in [
@@ -85,17 +84,12 @@ def validate_config(cfg: OmniConfig) -> None:
         )
     _validate_window_schedule(r)
     _require(r.noise_level >= 0 and math.isfinite(r.noise_level), "rollout.noise_level", r.noise_level, "a finite value >= 0")
-    _require(r.kernel == "ode" or r.noise_level > 0, "rollout.noise_level", r.noise_level,
-             "> 0 for a stochastic kernel (training needs log-probs); use rollout.kernel=ode only for evaluation")
     _require(r.guidance_scale >= 1.0, "rollout.guidance_scale", r.guidance_scale, ">= 1.0 (1.0 disables CFG)")
     _require(r.fps > 0 and math.isfinite(r.fps), "rollout.fps", r.fps, "a frame rate > 0, e.g. 16 (Wan2.2) or 24 (LTX-2)")
     _require(r.timeout_s > 0, "rollout.timeout_s", r.timeout_s, "> 0 seconds")
-    _require(r.trajectory_device in ("device", "cpu"), "rollout.trajectory_device", r.trajectory_device,
-             "device (the rollout model's) or cpu (pinned host memory)")
 
     _require(a.old_logprob_mode in ("auto", "recompute", "bypass"), "algo.old_logprob_mode", a.old_logprob_mode,
              "one of auto, recompute, bypass")
-    _validate_rollout_is(a)
     _validate_preference_file(cfg)
     _require(a.logprob_check_every >= 0, "algo.logprob_check_every", a.logprob_check_every, "an integer >= 0 (0 = never)")
     _require(a.kl_coef >= 0, "algo.kl_coef", a.kl_coef, ">= 0")
@@ -144,30 +138,20 @@ def validate_config(cfg: OmniConfig) -> None:
 
 
 def _validate_window_schedule(r) -> None:
-    """`rollout.sde_window_schedule` and the options only its schedules read (a value other
-    than the default under a schedule that ignores it is refused, not silently dropped)."""
+    """`rollout.sde_window_schedule` names a schedule that has a window to move (the options
+    its schedules read, `rollout.sde_window_options`, `omni_rl.rollout.sde_window` checks)."""
     schedules = ("fixed", "progressive", "random", "decay")  # omni_rl/rollout/sde_window.py
     schedule = r.sde_window_schedule
     _require(schedule in schedules, "rollout.sde_window_schedule", schedule, f"one of {', '.join(schedules)}")
     _require(schedule == "fixed" or r.sde_window_size > 0, "rollout.sde_window_schedule", schedule,
              "fixed with rollout.sde_window_size=0 (every step is stochastic: there is no window to move); "
              "set rollout.sde_window_size, e.g. 2")
-    readers = {"sde_window_shift": ("progressive",), "sde_window_tau": ("progressive", "decay"),
-               "sde_window_min_size": ("decay",)}
-    for key, used_by in readers.items():
-        value = getattr(r, key)
-        _require(isinstance(value, int) and value >= 1, f"rollout.{key}", value, "an integer >= 1")
-        _require(value == 1 or schedule in used_by, f"rollout.{key}", value,
-                 f"1 (its default) with rollout.sde_window_schedule={schedule}: only {' and '.join(used_by)} "
-                 f"read it; remove it or set the schedule")
-    _require(r.sde_window_min_size <= max(r.sde_window_size, 1), "rollout.sde_window_min_size", r.sde_window_min_size,
-             f"at most rollout.sde_window_size = {r.sde_window_size}")
 
 
 def _validate_preference_file(cfg: OmniConfig) -> None:
     """Offline pairs (`data.preference_file`): the file's pairs replace the rollout, so the step
     trains pairs in this process, and nothing else names the training prompts. Which loss trains
-    them (a pairwise one) the diffusion family checks (`check_config`)."""
+    them (a pairwise one) the model family checks (`check_config`)."""
     d, t = cfg.data, cfg.trainer
     if d.preference_file is None:
         return
@@ -178,21 +162,3 @@ def _validate_preference_file(cfg: OmniConfig) -> None:
                  "null with data.preference_file (the pairs' prompts are the training prompts); set it to null")
     _require(t.samples_per_prompt == 1, "trainer.samples_per_prompt", t.samples_per_prompt,
              "1 with data.preference_file (each step trains trainer.prompts_per_step pairs of the file)")
-
-
-def _validate_rollout_is(a) -> None:
-    """The rollout correction's values. Which levels a model takes (token/sequence for text,
-    step/sequence for diffusion) depends on its adapter's family, checked by `omni_rl.compose`."""
-    levels = ("none", "token", "sequence", "step")
-    rc = a.rollout_correction
-    _require(rc.level in levels, "algo.rollout_correction.level", rc.level,
-             f"one of {', '.join(levels)} (token or sequence for text models, step or sequence for diffusion)")
-    _require(rc.mode in ("truncate", "mask"), "algo.rollout_correction.mode", rc.mode,
-             "one of truncate (clamp the weight at algo.rollout_correction.cap), mask (drop the action above it)")
-    _require(math.isfinite(rc.cap) and rc.cap >= 1, "algo.rollout_correction.cap", rc.cap,
-             "a finite value >= 1 (identical log-probs give weight 1; Yao et al. use 2)")
-    _require(rc.level == "none" or a.old_logprob_mode != "bypass", "algo.old_logprob_mode", a.old_logprob_mode,
-             f"auto or recompute with algo.rollout_correction.level={rc.level} (the correction weighs the "
-             f"trainer's recomputed old log-probs against the rollout's; bypass uses the rollout's as the old ones, "
-             f"so every weight would be 1): set algo.old_logprob_mode=auto or algo.rollout_correction.level=none")
-

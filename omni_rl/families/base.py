@@ -32,6 +32,7 @@ from typing import Any, Callable, ClassVar, Mapping, Optional
 import torch
 
 from omni_rl.algos.policy_losses import PolicyLoss
+from omni_rl.algos.rollout_correction import RolloutCorrectionOptions
 from omni_rl.config.options import NoOptions, bind_options
 from omni_rl.config.schema import OmniConfig
 from omni_rl.config.validate import ConfigError
@@ -193,3 +194,18 @@ def register_family(name: str):
 def build_family(cfg: OmniConfig, model, trains: bool = True) -> ModelFamily:
     """The family of `model`; `trains=False` builds the rollout half only (the driver's)."""
     return MODEL_FAMILIES.get(model.family).variant(cfg)(cfg, model, trains=trains)
+
+
+def bind_rollout_correction(cfg: OmniConfig) -> RolloutCorrectionOptions:
+    """`algo.rollout_correction` bound to the rollout correction's options (or a one-line
+    ConfigError); a level other than none needs the trainer's own old log-probs."""
+    options = bind_options(RolloutCorrectionOptions, cfg.algo.rollout_correction, "algo.rollout_correction",
+                           "the rollout correction")
+    mode = cfg.algo.old_logprob_mode
+    if options.level != "none" and mode == "bypass":
+        raise ConfigError(
+            f"algo.old_logprob_mode={mode!r}: expected auto or recompute with algo.rollout_correction.level="
+            f"{options.level} (the correction weighs the trainer's recomputed old log-probs against the rollout's; "
+            f"bypass uses the rollout's as the old ones, so every weight would be 1): set algo.old_logprob_mode=auto "
+            f"or algo.rollout_correction.level=none")
+    return options

@@ -54,7 +54,7 @@ from omni_rl.config.validate import ConfigError
 from omni_rl.data.prompts import PromptItem
 from omni_rl.data.think_draw_batch import ThinkDrawBatch
 from omni_rl.families.autoregressive import build_token_loss, token_gap_metrics
-from omni_rl.families.base import BehaviourPolicy, ModelFamily, register_family
+from omni_rl.families.base import BehaviourPolicy, ModelFamily, bind_rollout_correction, register_family
 from omni_rl.families.diffusion import DiffusionFamily, DiffusionOptions, check_kernel
 from omni_rl.models.think_draw import ThinkDrawModelBase
 from omni_rl.utils.seeding import derive_seed
@@ -126,8 +126,9 @@ class ThinkDrawFamily(ModelFamily):
                 f"token loss: {', '.join(TOKEN_LOSSES.names())}"
             )
         bind_plan_loss_options(options)
-        if a.rollout_correction.level != "none":
-            raise ConfigError(f"algo.rollout_correction.level={a.rollout_correction.level!r}: expected none for a "
+        level = bind_rollout_correction(cfg).level
+        if level != "none":
+            raise ConfigError(f"algo.rollout_correction.level={level!r}: expected none for a "
                               f"think-draw model (a plan token and a denoising step have no common correction level)")
         if t.backend != "local":
             raise ConfigError(f"trainer.backend={t.backend!r}: expected local for a think-draw model (its plans are "

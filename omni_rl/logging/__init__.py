@@ -2,7 +2,8 @@
 
 - `sinks`: `MetricLogger` fans `log(metrics, step)` out to `ConsoleSink`, `JsonlSink`,
   `TensorBoardSink`, `WandbSink`; `build_sinks(names, output_dir)` builds them by name;
-  `ProgressBar` is the training-step bar. Metric names live in `METRIC_NAMESPACES`.
+  `ProgressBar` is the training-step bar; `LoggerOptions` (`trainer.logger_options`:
+  progress_bar, wandb_project), bound by `bind_logger_options(cfg)`. Metric names live in `METRIC_NAMESPACES`.
 - `console`: `setup_console_logging()` (log records through the progress bar, known
   third-party noise left out, transformers' bars off) and `attach_run_log(output_dir)`
   (`OUTPUT/train.log`: every record at INFO and above, and the per-step lines).
@@ -23,12 +24,14 @@ from omni_rl.logging.sinks import (
     METRIC_NAMESPACES,
     SINK_NAMES,
     ConsoleSink,
+    LoggerOptions,
     JsonlSink,
     MetricLogger,
     ProgressBar,
     Sink,
     TensorBoardSink,
     WandbSink,
+    bind_logger_options,
     build_sinks,
     check_metric_name,
     read_jsonl,
@@ -48,6 +51,8 @@ __all__ = [
     "TensorBoardSink",
     "WandbSink",
     "attach_run_log",
+    "LoggerOptions",
+    "bind_logger_options",
     "build_sinks",
     "check_metric_name",
     "contact_sheet",

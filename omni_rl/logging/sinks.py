@@ -30,11 +30,14 @@ import math
 import numbers
 import os
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Protocol, Sequence, runtime_checkable
 
 from tqdm import tqdm
 
+from omni_rl.config.options import bind_options, option
+from omni_rl.config.schema import OmniConfig
 from omni_rl.logging.console import metrics_logger
 from omni_rl.logging.video import _check_fps, _check_sample_rate, _frames_array, _waveform_array, gif_bytes
 from omni_rl.utils.atomic import atomic_write_text
@@ -381,6 +384,19 @@ class MetricLogger:
 
 
 SINK_NAMES = ("console", "jsonl", "tensorboard", "wandb")
+
+
+@dataclass
+class LoggerOptions:
+    """The sinks' and the progress bar's options (`trainer.logger_options`)."""
+
+    progress_bar: bool = option(True, "Show the training-step bar on the console (off for logs written to files).")
+    wandb_project: str = option("omni-rl", "The wandb project of the `wandb` sink's runs.")
+
+
+def bind_logger_options(cfg: OmniConfig) -> LoggerOptions:
+    """`trainer.logger_options` bound to `LoggerOptions` (or a one-line ConfigError)."""
+    return bind_options(LoggerOptions, cfg.trainer.logger_options, "trainer.logger_options", "the metric sinks")
 
 
 def build_sinks(

@@ -49,13 +49,26 @@ def nearest_multiples(value: int, factor: int) -> str:
 
 
 @dataclass
-class EditingOptions:
+class PromptLengthOptions:
+    """The option every adapter with a fixed-length prompt encoding shares (`model.options`); an
+    adapter's own options class derives from it, and its `check()` calls this one's."""
+
+    max_sequence_length: int = option(256, "Prompt tokens of the text encoder (diffusers' max_sequence_length): prompts are padded or cut to it. Without a T5 encoder (SD3) these are zero padding, so tiny models use a short one.")
+
+    def check(self) -> None:
+        if not (isinstance(self.max_sequence_length, int) and self.max_sequence_length >= 1):
+            raise ValueError(f"max_sequence_length={self.max_sequence_length!r}: expected an integer >= 1")
+
+
+@dataclass
+class EditingOptions(PromptLengthOptions):
     """The option editing adapters share (`model.options`); an adapter's own options class
     derives from it to add its knobs."""
 
     condition_image_size: Optional[list[int]] = option(None, "[height, width] in px the source image is resized to and encoded at (through the VAE and the vision-language encoder); null = the output's size (rollout.height, rollout.width). Rollout and training see the same encoding.")
 
     def check(self) -> None:
+        super().check()
         size = self.condition_image_size
         if size is not None and not (len(size) == 2 and all(v > 0 for v in size)):
             raise ValueError(f"condition_image_size={list(size)!r}: expected [height, width] in px (two positive "

@@ -32,6 +32,7 @@ from omni_rl.models.autoregressive import AutoregressiveModelBase
 from omni_rl.models.diffusion import DiffusionModelBase
 from omni_rl.registry import Registry
 from omni_rl.rollout.base import RolloutEngine, weight_kind
+from omni_rl.rollout.diffusion_sampling import TRAJECTORY_DEVICES
 from omni_rl.rollout.native import NativeDiffusionEngine
 from omni_rl.rollout.server.client import start_server_engine
 from omni_rl.rollout.text_native import NativeTextEngine
@@ -41,10 +42,14 @@ class NativeOptions:
     """The in-process engine's options (`rollout.options`)."""
 
     max_wait_ms: float = option(5.0, "How long an idle diffusion engine waits for more requests before it starts a batch (request-level batching).")
+    trajectory_device: str = option("device", "Where finished diffusion trajectories live: device (the rollout model's; no copy) or cpu (pinned host memory, non-blocking copies: for video, where a step's trajectories are gigabytes). Each moves once, when it finishes.")
 
     def check(self) -> None:
         if not self.max_wait_ms >= 0:
             raise ValueError(f"max_wait_ms={self.max_wait_ms!r}: expected >= 0")
+        if self.trajectory_device not in TRAJECTORY_DEVICES:
+            raise ValueError(f"trajectory_device={self.trajectory_device!r}: expected device (the rollout model's) or cpu "
+                             f"(pinned host memory)")
 
 
 @dataclass
@@ -164,7 +169,8 @@ def _own_process_only(cfg: OmniConfig) -> Optional[str]:
 def native_engine(cfg: OmniConfig, model) -> RolloutEngine:
     r = cfg.rollout
     if isinstance(model, DiffusionModelBase):
-        return NativeDiffusionEngine(model, r.max_num_seqs, backend_options(cfg).max_wait_ms, r.trajectory_device)
+        options = backend_options(cfg)
+        return NativeDiffusionEngine(model, r.max_num_seqs, options.max_wait_ms, options.trajectory_device)
     if isinstance(model, AutoregressiveModelBase):
         return NativeTextEngine(model, r.max_num_seqs)
     raise TypeError(

@@ -21,7 +21,7 @@ Where tensors live: a sample's state (latent, generator, sigmas, per-step noise 
 it records) sits on the model's device from `start_sample` on, so a denoising iteration makes no
 host round trip: it stacks device tensors, steps them and keeps each sample's slice there (no
 `.item()`, no `.cpu()`, no copy from the host; tests/omni_rl/rollout/test_host_syncs.py counts).
-A trajectory moves once, in `finish_samples`, to `trajectory_device` (`rollout.trajectory_device`):
+A trajectory moves once, in `finish_samples`, to `trajectory_device` (`rollout.options.trajectory_device`):
 "device" keeps it where it is; "cpu" copies it into pinned host memory with non-blocking copies
 and waits once for the lot. The conditioning of a forward is concatenated once per batch of
 samples (`BatchConditioning`) and reused while the batch stays the same.
@@ -245,7 +245,7 @@ def advance(model: DiffusionModelBase, running: Sequence[SampleState], max_num_s
 
 def check_trajectory_device(where: str) -> str:
     if where not in TRAJECTORY_DEVICES:
-        raise ValueError(f"rollout.trajectory_device={where!r}: expected one of {', '.join(TRAJECTORY_DEVICES)}")
+        raise ValueError(f"rollout.options.trajectory_device={where!r}: expected one of {', '.join(TRAJECTORY_DEVICES)}")
     return where
 
 

@@ -15,7 +15,7 @@ reduction order (~1e-7). The per-request maths (seeds, noise, windows, the step,
 adds the scheduler: queue, admission between iterations, futures, failure and weight sync.
 
 Tensors stay on the model's device while samples run; each finished trajectory moves once, to
-`trajectory_device` (`rollout.trajectory_device`; `diffusion_sampling` says how).
+`trajectory_device` (`rollout.options.trajectory_device`; `diffusion_sampling` says how).
 
 Failure never hangs a caller: an exception in the loop fails every pending request's future with
 that error, and the engine refuses new work after it. Callers wait with a timeout.

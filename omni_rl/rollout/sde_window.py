@@ -13,6 +13,11 @@ follows `rollout.sde_window_schedule`:
 | random      | one for the step: its start drawn from (seed, s) in lo .. hi - w                     |
 | decay       | one for the step: start lo, size max(min_size, w - floor((s - 1) / tau))             |
 
+`shift`, `tau` and `min_size` are the schedules' options (`SdeWindowOptions`), the recipe's
+`rollout.sde_window_options` block, bound and checked against the schedule at load
+(`bind_sde_window_options`): a value other than 1 under a schedule that does not read it is
+refused, not silently dropped.
+
 `choose_sde_window` is the per-sample draw (also how a request's window is resolved: a global
 window reaches the engine as a range exactly its size). `scheduled_sde_window` gives a global
 schedule's window for a training step, or None for `fixed`. Both depend only on their
@@ -22,9 +27,52 @@ draws the windows an uninterrupted one would.
 from __future__ import annotations
 
 import random
+from dataclasses import dataclass
 from typing import Optional
 
+from omni_rl.config.options import bind_options, option
+from omni_rl.config.schema import OmniConfig
+from omni_rl.config.validate import ConfigError
+
 SDE_WINDOW_SCHEDULES = ("fixed", "progressive", "random", "decay")
+
+
+@dataclass
+class SdeWindowOptions:
+    """The window schedules' options (`rollout.sde_window_options`); each is read by the
+    schedules of `READERS` only."""
+
+    shift: int = option(1, "progressive: steps the window slides by every tau training steps (>= 1).")
+    tau: int = option(1, "progressive and decay: training steps between two moves of the window (>= 1).")
+    min_size: int = option(1, "decay: the smallest window the size shrinks to (1 .. rollout.sde_window_size).")
+
+    def check(self) -> None:
+        for name in ("shift", "tau", "min_size"):
+            value = getattr(self, name)
+            if value < 1:
+                raise ValueError(f"{name}={value!r}: expected an integer >= 1")
+
+
+# Option -> the schedules that read it.
+READERS = {"shift": ("progressive",), "tau": ("progressive", "decay"), "min_size": ("decay",)}
+
+
+def bind_sde_window_options(cfg: OmniConfig) -> SdeWindowOptions:
+    """`rollout.sde_window_options` bound to `SdeWindowOptions` and checked against
+    `rollout.sde_window_schedule` and `rollout.sde_window_size` (or a one-line ConfigError)."""
+    r = cfg.rollout
+    key = "rollout.sde_window_options"
+    options = bind_options(SdeWindowOptions, r.sde_window_options, key, "the SDE window schedules")
+    for name, used_by in READERS.items():
+        value = getattr(options, name)
+        if value != 1 and r.sde_window_schedule not in used_by:
+            raise ConfigError(
+                f"{key}.{name}={value!r}: expected 1 (its default) with rollout.sde_window_schedule="
+                f"{r.sde_window_schedule}: only {' and '.join(used_by)} read it; remove it or set the schedule")
+    if options.min_size > max(r.sde_window_size, 1):
+        raise ConfigError(f"{key}.min_size={options.min_size!r}: expected at most rollout.sde_window_size = "
+                          f"{r.sde_window_size}")
+    return options
 
 
 def choose_sde_window(seed: int, num_steps: int, size: int, window_range: tuple[int, int] | None) -> tuple[int, int]:

@@ -36,12 +36,12 @@ from omni_rl.config.options import bind_options
 from omni_rl.config.schema import OmniConfig
 from omni_rl.data.prompts import PromptSampler, training_prompt_items, validation_prompt_items
 from omni_rl.families import build_family
-from omni_rl.families.base import BehaviourPolicy
+from omni_rl.families.base import BehaviourPolicy, bind_rollout_correction
 from omni_rl.families.offline_pairs import OfflinePairs
 from omni_rl.families.update import FIRST_GAP_MAX_KEY, FIRST_GAP_MEAN_KEY
 from omni_rl.models.diffusion import DiffusionModelBase
 from omni_rl.models.limits import check_built_model
-from omni_rl.logging import MetricLogger, ProgressBar, attach_run_log, build_sinks, plot_reward_curve
+from omni_rl.logging import MetricLogger, ProgressBar, attach_run_log, bind_logger_options, build_sinks, plot_reward_curve
 from omni_rl.reward.async_scorer import AsyncRewardScorer
 from omni_rl.reward.manager import RewardManager, RewardSpec
 from omni_rl.trainer.actor_group import ACTOR_GROUPS
@@ -93,6 +93,8 @@ class PPOTrainer:
             self._build_rewards()
             self.advantage_fn = get_advantage_estimator(cfg.algo.advantage)
             self.advantage_options = bind_advantage_options(cfg)
+            self.rollout_correction = bind_rollout_correction(cfg)
+            self.logger_options = bind_logger_options(cfg)
             # Offline Diffusion-DPO: each step's pairs come from data.preference_file, not a rollout.
             self.offline_pairs = OfflinePairs(cfg, self.model) if cfg.data.preference_file is not None else None
             # Every prompt measured once against the model's context (data.overlong_prompts).
@@ -108,7 +110,7 @@ class PPOTrainer:
             self.start_step = 0
             saved = self._resume(t.resume) if t.resume else None
             self.producer = PIPELINES.get(t.pipeline)(cfg, self.actors, self._rollout_unit, self.start_step, saved)
-            uncorrected = cfg.algo.rollout_correction.level == "none" and cfg.algo.old_logprob_mode != "bypass"
+            uncorrected = self.rollout_correction.level == "none" and cfg.algo.old_logprob_mode != "bypass"
             if t.pipeline != "on_policy" and uncorrected:
                 log.warning(
                     "trainer.pipeline=%s with algo.rollout_correction.level=none: stale samples are not reweighted "
@@ -120,7 +122,7 @@ class PPOTrainer:
                 atomic_write_text(self.output_dir / "config.yaml", to_yaml(cfg))
             self.logger = MetricLogger(
                 build_sinks(
-                    t.loggers, self.output_dir, project=t.wandb_project, config=None,
+                    t.loggers, self.output_dir, project=self.logger_options.wandb_project, config=None,
                     console_every=t.log_every, resume_from_step=self.start_step if t.resume else None,
                 )
             )
@@ -158,7 +160,7 @@ class PPOTrainer:
         `TrainingInterrupted` raised (see `omni_rl.trainer.interrupt` for why the step is
         finished rather than abandoned). A failed write raises `OutputWriteError`."""
         t = self.cfg.trainer
-        bar = ProgressBar(total=t.total_steps, initial=self.start_step, disable=not t.progress_bar)
+        bar = ProgressBar(total=t.total_steps, initial=self.start_step, disable=not self.logger_options.progress_bar)
         metrics: dict[str, float] = {}
         try:
             with StopOnSignal() as stop, self._writing(f"the outputs in {self.output_dir}", disk_full_only=True):
@@ -299,7 +301,8 @@ class PPOTrainer:
         use_rollout = algo.old_logprob_mode == "bypass" or (
             algo.old_logprob_mode == "auto" and fresh and self.actors.rollout_is_behaviour_policy
         )
-        unit = {} if algo.rollout_correction.level == "none" else {
+        correction = self.rollout_correction
+        unit = {} if correction.level == "none" else {
             "rollout_corr/is_weight_mean": 1.0, "rollout_corr/is_weight_max": 1.0, "rollout_corr/is_clipped_fraction": 0.0,
         }
         check = algo.logprob_check_every > 0 and (step - 1) % algo.logprob_check_every == 0
@@ -308,16 +311,15 @@ class PPOTrainer:
             return OldPolicy(batch.rollout_log_probs, None, None, {"rollout_corr/checked_fraction": first, **unit})
         scored = self.actors.behaviour_policy(batch)
         # The trainer's scores come back on the host; the rollout's may live on the device
-        # (rollout.trajectory_device): compared on the host.
+        # (rollout.options.trajectory_device): compared on the host.
         rollout_log_probs = batch.rollout_log_probs.to(scored.log_probs.device)
         metrics = rollout_gap(rollout_log_probs, scored)
         if use_rollout:
             return OldPolicy(batch.rollout_log_probs, scored.means, None, {**metrics, **unit})
         weights = None
-        if algo.rollout_correction.level != "none":
+        if correction.level != "none":
             weights, is_metrics = rollout_is_weights(
-                scored.log_probs, rollout_log_probs, scored.mask, algo.rollout_correction.level,
-                algo.rollout_correction.cap, algo.rollout_correction.mode,
+                scored.log_probs, rollout_log_probs, scored.mask, correction.level, correction.cap, correction.mode,
             )
             metrics.update({f"rollout_corr/{k}": float(v) for k, v in is_metrics.items()})
         return OldPolicy(scored.log_probs, scored.means, weights, metrics)

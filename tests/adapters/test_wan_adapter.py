@@ -17,7 +17,7 @@ FRAMES = 5
 
 
 def load(name: str, device: str = "cpu", **changes):
-    cfg = ModelConfig(adapter=ADAPTER, path=f"tiny:{name}", max_sequence_length=SEQ, **changes)
+    cfg = ModelConfig(adapter=ADAPTER, path=f"tiny:{name}", options={"max_sequence_length": SEQ}, **changes)
     return build_model(cfg, torch.device(device))
 
 
@@ -239,7 +239,7 @@ def test_weightless_build_reports_the_same_shapes(name, wan22, ti2v, tmp_path):
     shutil.copytree(model.path, folder)
     for f in [*folder.rglob("*.safetensors"), *folder.rglob("*.bin")]:
         f.unlink()
-    cfg = ModelConfig(adapter=ADAPTER, path=str(folder), max_sequence_length=SEQ)
+    cfg = ModelConfig(adapter=ADAPTER, path=str(folder), options={"max_sequence_length": SEQ})
     meta = build_model(cfg, weightless_device())
     assert meta.weightless
     assert meta.latent_shape(HEIGHT, WIDTH, FRAMES) == model.latent_shape(HEIGHT, WIDTH, FRAMES)

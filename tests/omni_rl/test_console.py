@@ -34,7 +34,7 @@ LONG = "y" * 1500  # over the tiny Qwen3's 496-token prompt limit: truncated, wi
 def command(out: Path, steps: int) -> list[str]:
     return [
         sys.executable, "-c", LAUNCHER, str(out), "recipe=tiny_qwen3_grpo", f"trainer.total_steps={steps}",
-        f"trainer.output_dir={out}", "trainer.progress_bar=true", "trainer.prompts_per_step=2",
+        f"trainer.output_dir={out}", "trainer.logger_options.progress_bar=true", "trainer.prompts_per_step=2",
         f"data.prompts=[Say something.,{LONG}]", "data.overlong_prompts=truncate",
     ]
 

@@ -22,7 +22,7 @@ def run_recipe(out: Path, recipe: str, *overrides: str) -> list[dict]:
     """The run's training-step records, without the log-prob checks (for the forward-process
     losses, which have no log-probs)."""
     proc = subprocess.run(
-        [sys.executable, "main_omni.py", f"recipe={recipe}", f"trainer.output_dir={out}", "trainer.progress_bar=false",
+        [sys.executable, "main_omni.py", f"recipe={recipe}", f"trainer.output_dir={out}", "trainer.logger_options.progress_bar=false",
          *overrides],
         cwd=ROOT, capture_output=True, text=True, timeout=1800,
     )

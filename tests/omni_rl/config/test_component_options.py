@@ -8,7 +8,9 @@ import dataclasses
 import pytest
 
 from omni_rl.algos import DIFFUSION_LOSSES, FORWARD_LOSSES, TOKEN_LOSSES
-from omni_rl.config.schema import RolloutCorrectionConfig
+from omni_rl.logging import LoggerOptions
+from omni_rl.rollout.sde_window import SdeWindowOptions
+from omni_rl.algos.rollout_correction import RolloutCorrectionOptions as RolloutCorrectionConfig
 from omni_rl.families import MODEL_FAMILIES
 from omni_rl.compose import loss_options_class, OPTION_BLOCKS, load_config
 from omni_rl.config.loader import MOVED_KEYS
@@ -58,6 +60,8 @@ def test_every_moved_key_points_at_an_option_a_registered_component_declares():
     declared["algo.family_options.plan_loss_options"] = {
         f.name for loss in TOKEN_LOSSES.names() for f in dataclasses.fields(TOKEN_LOSSES.get(loss).Options)}
     declared["algo.rollout_correction"] = {f.name for f in dataclasses.fields(RolloutCorrectionConfig)}
+    declared["rollout.sde_window_options"] = {f.name for f in dataclasses.fields(SdeWindowOptions)}
+    declared["trainer.logger_options"] = {f.name for f in dataclasses.fields(LoggerOptions)}
     losses = set(DIFFUSION_LOSSES.names()) | set(TOKEN_LOSSES.names()) | set(FORWARD_LOSSES.names())
     for old, (new, _) in MOVED_KEYS.items():
         block, option = new.rsplit(".", 1)
@@ -73,7 +77,7 @@ def test_every_moved_key_points_at_an_option_a_registered_component_declares():
                                          "its options: audio_guidance_rescale"),
     ([LTX2, "model.options.stg_scale=big"], "model.options.stg_scale='big': expected float (model adapter LTX2Pipeline)"),
     (["model.options.stg_scale=1"], "model.options.stg_scale=1: model adapter StableDiffusion3Pipeline has no option "
-                                    "'stg_scale'; its options: none"),
+                                    "'stg_scale'; its options: max_sequence_length"),
     (["recipe=tiny_wan22_flowgrpo", "model.options.guidance_scale_2=0.5"], "model.options.guidance_scale_2=0.5: expected"),
     (["rollout.options.max_wait_ms=-1"], "rollout.options.max_wait_ms=-1.0: expected >= 0"),
     (["rollout.options.python=/usr/bin/python3"], "rollout.options.python='/usr/bin/python3': rollout backend native "

@@ -1,10 +1,11 @@
-"""The rollout correction's keys (algo.rollout_correction: level, cap, mode): values checked by validate.py,
+"""The rollout correction's keys (algo.rollout_correction: level, cap, mode): values checked by their options class,
 the level against the model's family by omni_rl.compose, at config load."""
 import pytest
 
 from omni_rl.algos.rollout_correction import ROLLOUT_IS_LEVELS, ROLLOUT_IS_MODES
 from omni_rl.compose import load_config
 from omni_rl.config import ConfigError
+from omni_rl.families.base import bind_rollout_correction
 
 TEXT = ["recipe=tiny_qwen3_grpo"]
 
@@ -18,7 +19,7 @@ def load_error(*overrides) -> str:
 
 
 def test_the_default_is_off_and_the_family_levels_load():
-    assert load_config([]).algo.rollout_correction.level == "none"
+    assert bind_rollout_correction(load_config([])).level == "none"
     for overrides in (["algo.rollout_correction.level=step"], ["algo.rollout_correction.level=sequence"],
                       [*TEXT, "algo.rollout_correction.level=token"], [*TEXT, "algo.rollout_correction.level=sequence", "algo.rollout_correction.mode=mask"]):
         load_config(overrides)

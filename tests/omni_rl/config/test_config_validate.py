@@ -144,7 +144,6 @@ def test_good_dtypes(dtype):
     ("optim", "betas", [0.9]),
     ("optim", "betas", [0.9, 1.0]),
     ("rollout", "height", 30),
-    ("rollout", "noise_level", 0.0),
     ("rollout", "guidance_scale", 0.5),
     ("model.lora", "init", "xavier"),
 ])
@@ -161,6 +160,7 @@ def test_bad_values_name_the_key(section, key, value):
     ("algo.advantage_options.std_mode=batch", "algo.advantage_options.std_mode="),
     ("algo.loss_options.flow_grpo.clip_range=0.0", "algo.loss_options.flow_grpo.clip_range="),
     ("rollout.kernel=ode", "rollout.kernel="),
+    ("rollout.noise_level=0.0", "rollout.noise_level="),  # the diffusion family's kernel rule
 ])
 def test_bad_component_values_name_the_key_at_load(override, key):
     """The rules that moved from the schema's validation to the components that own them (the

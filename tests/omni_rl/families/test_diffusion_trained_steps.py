@@ -16,7 +16,7 @@ DANCE = [
     "trainer.prompts_per_step=2", "trainer.samples_per_prompt=4", "trainer.mini_batch_size=8",
     "trainer.micro_batch_size=4", "rollout.num_steps=6", "rollout.sde_window_size=0", "rollout.kernel=dance_sde",
     "rollout.noise_level=0.3", "rollout.sde_window_range=null", "rollout.same_noise_in_group=true", "algo.family_options.timestep_fraction=0.6",
-    "trainer.val_every=0", "trainer.progress_bar=false", "trainer.loggers=[jsonl]", "trainer.total_steps=2",
+    "trainer.val_every=0", "trainer.logger_options.progress_bar=false", "trainer.loggers=[jsonl]", "trainer.total_steps=2",
 ]
 
 
@@ -59,7 +59,7 @@ def test_a_resumed_two_expert_dance_run_trains_what_the_straight_one_did(tmp_pat
     2 more equals 4 straight, since the trained-step subsets are drawn from the samples' seeds."""
     wan = ["recipe=tiny_wan22_dancegrpo", "trainer.prompts_per_step=2", "trainer.samples_per_prompt=4",
            "trainer.mini_batch_size=4", "trainer.micro_batch_size=4", "rollout.num_steps=4",
-           "trainer.val_every=0", "trainer.progress_bar=false", "trainer.loggers=[jsonl]"]
+           "trainer.val_every=0", "trainer.logger_options.progress_bar=false", "trainer.loggers=[jsonl]"]
 
     def run(name, *overrides):
         trainer = PPOTrainer(load_config([*wan, f"trainer.output_dir={tmp_path / name}", *overrides]))

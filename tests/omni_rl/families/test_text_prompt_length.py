@@ -16,7 +16,7 @@ from omni_rl.trainer import PPOTrainer
 QUESTION = " What colour is the sky?"
 LONG = "Once upon a time " + "x" * 2000 + QUESTION  # ~2,040 tokens with the byte-level tokenizer
 ONE_STEP = [
-    "recipe=tiny_qwen3_grpo", "trainer.progress_bar=false", "trainer.loggers=[jsonl]", "trainer.val_every=0",
+    "recipe=tiny_qwen3_grpo", "trainer.logger_options.progress_bar=false", "trainer.loggers=[jsonl]", "trainer.val_every=0",
     "trainer.total_steps=1", "trainer.prompts_per_step=2", "trainer.samples_per_prompt=2",
     "trainer.mini_batch_size=4", "trainer.micro_batch_size=4", "data.prompts=null", "data.shuffle=false",
 ]

@@ -9,7 +9,7 @@ tensor into a Python number and, on an accelerator, waits for the device):
 - the running batch's conditioning is concatenated once per batch, not once per iteration;
 - a group's shared initial noise travels as a seed (no tensor in the request) and gives the bits
   the explicit tensor gave;
-- `rollout.trajectory_device`: "device" leaves a result's tensors where the model is, an unknown
+- `rollout.options.trajectory_device`: "device" leaves a result's tensors where the model is, an unknown
   value is refused at load; on a GPU (`gpu` marker) "cpu" gives pinned host tensors, and the same
   loop runs under `torch.cuda.set_sync_debug_mode("error")`.
 """
@@ -134,7 +134,7 @@ def test_the_family_sends_a_groups_noise_as_one_seed(tmp_path):
 
     cfg = load_config(["rollout.same_noise_in_group=true", "trainer.prompts_per_step=2", "trainer.samples_per_prompt=3",
                        "trainer.mini_batch_size=6", "trainer.micro_batch_size=3", "trainer.val_every=0",
-                       "trainer.progress_bar=false", "trainer.loggers=[jsonl]", f"trainer.output_dir={tmp_path / 'run'}"])
+                       "trainer.logger_options.progress_bar=false", "trainer.loggers=[jsonl]", f"trainer.output_dir={tmp_path / 'run'}"])
     trainer = PPOTrainer(cfg)
     try:
         requests, _, groups = trainer.family.rollout_requests(trainer.sampler.prompts_for_step(0), step=1)
@@ -149,14 +149,14 @@ def test_trajectories_stay_where_the_model_is_by_default(make_sd3):
     model = make_sd3()
     results, _, _ = run_counting(model, [sd3_request(1)], max_num_seqs=1)
     assert results[0].latents.device == model.device and results[0].log_probs.device == model.device
-    with pytest.raises(ValueError, match="rollout.trajectory_device='gpu': expected one of device, cpu"):
+    with pytest.raises(ValueError, match="rollout.options.trajectory_device='gpu': expected one of device, cpu"):
         check_trajectory_device("gpu")
 
 
 def test_an_unknown_trajectory_device_is_one_error_line(capsys):
-    assert main(["--cfg", "rollout.trajectory_device=host"]) == 2
+    assert main(["--cfg", "rollout.options.trajectory_device=host"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and err[0].startswith("error: rollout.trajectory_device='host': expected device"), err
+    assert len(err) == 1 and err[0].startswith("error: rollout.options.trajectory_device='host': expected device"), err
 
 
 @pytest.mark.gpu

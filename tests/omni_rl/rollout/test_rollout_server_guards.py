@@ -269,7 +269,7 @@ def test_a_run_is_unaffected_by_a_local_process_without_its_token(tmp_path):
         "trainer.prompts_per_step=2", "trainer.samples_per_prompt=2", "trainer.mini_batch_size=4",
         "trainer.micro_batch_size=2", "rollout.num_steps=4", "rollout.sde_window_size=2", "rollout.sde_window_range=[0,3]",
         "trainer.val_every=0",
-        "trainer.progress_bar=false", "trainer.loggers=[jsonl]", "trainer.save_every=0",
+        "trainer.logger_options.progress_bar=false", "trainer.loggers=[jsonl]", "trainer.save_every=0",
         f"trainer.output_dir={tmp_path / 'run'}",
     ]))
     url = trainer.rollout_engine.url

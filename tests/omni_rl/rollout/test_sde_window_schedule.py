@@ -62,13 +62,13 @@ def test_the_family_places_the_steps_window(schedule, expected):
      "one of fixed, progressive, random, decay"),
     (["rollout.sde_window_schedule=progressive", "rollout.sde_window_size=0", "rollout.sde_window_range=null"],
      "rollout.sde_window_schedule='progressive'", "sde_window_size=0"),
-    (["rollout.sde_window_size=2", "rollout.sde_window_shift=2"], "rollout.sde_window_shift=2", "only progressive"),
-    (["rollout.sde_window_size=2", "rollout.sde_window_schedule=random", "rollout.sde_window_tau=3"],
-     "rollout.sde_window_tau=3", "only progressive and decay"),
-    (["rollout.sde_window_size=2", "rollout.sde_window_schedule=decay", "rollout.sde_window_min_size=3"],
-     "rollout.sde_window_min_size=3", "at most rollout.sde_window_size = 2"),
-    (["rollout.sde_window_size=2", "rollout.sde_window_schedule=progressive", "rollout.sde_window_tau=0"],
-     "rollout.sde_window_tau=0", "an integer >= 1"),
+    (["rollout.sde_window_size=2", "rollout.sde_window_options.shift=2"], "rollout.sde_window_options.shift=2", "only progressive"),
+    (["rollout.sde_window_size=2", "rollout.sde_window_schedule=random", "rollout.sde_window_options.tau=3"],
+     "rollout.sde_window_options.tau=3", "only progressive and decay"),
+    (["rollout.sde_window_size=2", "rollout.sde_window_schedule=decay", "rollout.sde_window_options.min_size=3"],
+     "rollout.sde_window_options.min_size=3", "at most rollout.sde_window_size = 2"),
+    (["rollout.sde_window_size=2", "rollout.sde_window_schedule=progressive", "rollout.sde_window_options.tau=0"],
+     "rollout.sde_window_options.tau=0", "an integer >= 1"),
 ])
 def test_bad_schedules_fail_at_load_naming_the_key(overrides, key, expected):
     with pytest.raises(ConfigError) as info:
@@ -80,5 +80,5 @@ def test_good_schedules_load():
     for schedule in ("progressive", "random", "decay"):
         cfg = load_config(["rollout.sde_window_size=2", f"rollout.sde_window_schedule={schedule}"])
         assert cfg.rollout.sde_window_schedule == schedule
-    load_config(["rollout.sde_window_size=3", "rollout.sde_window_schedule=decay", "rollout.sde_window_min_size=2",
-                 "rollout.sde_window_tau=5"])
+    load_config(["rollout.sde_window_size=3", "rollout.sde_window_schedule=decay", "rollout.sde_window_options.min_size=2",
+                 "rollout.sde_window_options.tau=5"])

@@ -15,7 +15,7 @@ SMALL = [
     "trainer.micro_batch_size=2",
     "rollout.num_steps=4",
     "trainer.val_every=0",
-    "trainer.progress_bar=false",
+    "trainer.logger_options.progress_bar=false",
     "trainer.loggers=[jsonl]",
 ]
 

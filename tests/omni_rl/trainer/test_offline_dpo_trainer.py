@@ -26,7 +26,7 @@ OFFLINE = [
     "trainer.micro_batch_size=1",
     "algo.family_options.forward_num_timesteps=1",
     "trainer.val_every=0",
-    "trainer.progress_bar=false",
+    "trainer.logger_options.progress_bar=false",
     "trainer.loggers=[jsonl]",
 ]
 

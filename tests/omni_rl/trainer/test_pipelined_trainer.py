@@ -10,7 +10,7 @@ from omni_rl.trainer import PPOTrainer
 from omni_rl.trainer.local_actors import LocalActorGroup
 from tests.tiny_runs import TINY_SD3
 
-QWEN = ["recipe=tiny_qwen3_grpo", "trainer.progress_bar=false", "trainer.loggers=[jsonl]", "trainer.val_every=0",
+QWEN = ["recipe=tiny_qwen3_grpo", "trainer.logger_options.progress_bar=false", "trainer.loggers=[jsonl]", "trainer.val_every=0",
         "trainer.prompts_per_step=2", "trainer.samples_per_prompt=4", "trainer.mini_batch_size=4",
         "trainer.micro_batch_size=4", "rollout.max_new_tokens=8"]
 

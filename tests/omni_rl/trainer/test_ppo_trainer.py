@@ -124,7 +124,7 @@ def test_a_nan_reward_is_an_error(tmp_path):
 def test_real_ocr_reward_end_to_end(tmp_path):
     pytest.importorskip("rapidocr_onnxruntime")
     cfg = load_config(["recipe=tiny_sd3_flowgrpo_ocr", f"trainer.output_dir={tmp_path / 'ocr'}", "trainer.total_steps=1",
-                       "trainer.val_every=0", "trainer.progress_bar=false", "trainer.loggers=[jsonl]"])
+                       "trainer.val_every=0", "trainer.logger_options.progress_bar=false", "trainer.loggers=[jsonl]"])
     PPOTrainer(cfg).fit()
     rec = json.loads((tmp_path / "ocr" / "metrics.jsonl").read_text().splitlines()[-1])
     # A random generator writes nothing legible: OCR accuracy is a real number in [0, 1], near 0.

@@ -66,7 +66,7 @@ def test_responses_over_the_limit_are_truncated_and_counted(tmp_path):
 def test_tiny_omni_recipe_trains_on_image_prompts(tmp_path):
     out = tmp_path / "omni"
     PPOTrainer(load_config(["recipe=tiny_qwen3_omni_gspo", f"trainer.output_dir={out}", "trainer.total_steps=2",
-                            "trainer.val_every=0", "trainer.progress_bar=false", "trainer.loggers=[jsonl]"])).fit()
+                            "trainer.val_every=0", "trainer.logger_options.progress_bar=false", "trainer.loggers=[jsonl]"])).fit()
     records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     for rec in records:
         assert rec["actor/first_minibatch_ratio_max_abs_dev"] <= 1e-6

@@ -13,7 +13,7 @@ from omni_rl.trainer import PPOTrainer
 
 pytestmark = pytest.mark.gpu
 
-COMMON = ["trainer.progress_bar=false", "trainer.loggers=[jsonl]", "trainer.val_every=0", "trainer.total_steps=3"]
+COMMON = ["trainer.logger_options.progress_bar=false", "trainer.loggers=[jsonl]", "trainer.val_every=0", "trainer.total_steps=3"]
 SD3 = ["recipe=tiny_sd3_flowgrpo", "trainer.prompts_per_step=2", "trainer.samples_per_prompt=4",
        "trainer.mini_batch_size=8", "trainer.micro_batch_size=4"]
 QWEN3 = ["recipe=tiny_qwen3_grpo", "trainer.micro_batch_size=8", "rollout.max_new_tokens=8"]

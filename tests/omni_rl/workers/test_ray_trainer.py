@@ -18,7 +18,7 @@ from omni_rl.trainer.checkpoint import CheckpointError
 from omni_rl.trainer.sharded_export import export_sharded_checkpoint
 
 BASE = [
-    "recipe=tiny_qwen3_grpo", "trainer.progress_bar=false", "trainer.loggers=[jsonl]", "trainer.val_every=0",
+    "recipe=tiny_qwen3_grpo", "trainer.logger_options.progress_bar=false", "trainer.loggers=[jsonl]", "trainer.val_every=0",
     "trainer.micro_batch_size=8", "rollout.max_new_tokens=8",
 ]
 RAY = ["trainer.backend=ray", "trainer.engine=fsdp2", "trainer.backend_options.devices_per_node=2"]
@@ -85,7 +85,7 @@ def test_diffusion_on_two_workers_matches_one_process(tmp_path, ray_local):
     the workers do, so the rollouts are the same to the bit; what remains is the order of the
     gradient sums (one process vs two ranks averaged by FSDP)."""
     resolve_model_path("tiny:sd3")
-    sd3 = ["recipe=tiny_sd3_flowgrpo", "trainer.progress_bar=false", "trainer.loggers=[jsonl]", "trainer.val_every=0",
+    sd3 = ["recipe=tiny_sd3_flowgrpo", "trainer.logger_options.progress_bar=false", "trainer.loggers=[jsonl]", "trainer.val_every=0",
            "trainer.total_steps=3", "trainer.prompts_per_step=2", "trainer.samples_per_prompt=4",
            "trainer.mini_batch_size=8", "trainer.micro_batch_size=4", "rollout.max_num_seqs=1"]
     threads = torch.get_num_threads()
@@ -115,7 +115,7 @@ def test_diffusion_on_two_workers_matches_one_process(tmp_path, ray_local):
 def test_diffusion_sharded_checkpoint_resumes_and_exports_diffusers_lora(tmp_path, ray_local):
     from diffusers import StableDiffusion3Pipeline
 
-    sd3 = ["recipe=tiny_sd3_flowgrpo", "trainer.progress_bar=false", "trainer.loggers=[jsonl]", "trainer.val_every=0",
+    sd3 = ["recipe=tiny_sd3_flowgrpo", "trainer.logger_options.progress_bar=false", "trainer.loggers=[jsonl]", "trainer.val_every=0",
            "trainer.total_steps=4", "trainer.save_every=2", "trainer.prompts_per_step=2", "trainer.samples_per_prompt=4",
            "trainer.mini_batch_size=8", "trainer.micro_batch_size=4", *RAY]
     out = tmp_path / "sd3"

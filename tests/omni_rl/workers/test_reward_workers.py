@@ -74,7 +74,7 @@ def test_trainer_with_reward_workers(tmp_path, ray_local):
         init_local_ray(2)
     out = tmp_path / "run"
     cfg = load_config(["recipe=tiny_qwen3_grpo", f"trainer.output_dir={out}", "trainer.total_steps=2",
-                       "trainer.val_every=0", "trainer.progress_bar=false", "trainer.loggers=[jsonl]",
+                       "trainer.val_every=0", "trainer.logger_options.progress_bar=false", "trainer.loggers=[jsonl]",
                        "reward.workers.num_workers=1", "reward.workers.num_cpus=0.5"])
     PPOTrainer(cfg).fit()
     records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]

@@ -10,7 +10,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[3]
 
 
-COMMON = ["trainer.progress_bar=false", "trainer.loggers=[jsonl]", "trainer.val_every=0", "trainer.total_steps=3",
+COMMON = ["trainer.logger_options.progress_bar=false", "trainer.loggers=[jsonl]", "trainer.val_every=0", "trainer.total_steps=3",
           "trainer.backend=ray", "trainer.engine=fsdp2", "trainer.backend_options.devices_per_node=2", "trainer.backend_options.worker_timeout_s=50"]
 TEXT = ["recipe=tiny_qwen3_grpo", "trainer.micro_batch_size=8", "rollout.max_new_tokens=8"]
 # Two chunks of 2 requests per worker: rank 1 dies in its first chunk while rank 0's are streaming back.
