@@ -25,7 +25,7 @@ from omni_rl.trainer.leftovers import remove_leftovers
 SMALL = [
     "trainer.prompts_per_step=2", "trainer.samples_per_prompt=4", "trainer.mini_batch_size=4",
     "trainer.micro_batch_size=2", "rollout.num_steps=4", "rollout.sde_window_size=2",
-    "rollout.sde_window_range=[0,3]", "trainer.val_every=0", "trainer.progress_bar=false",
+    "rollout.sde_window_range=[0,3]", "trainer.val_every=0", "trainer.logger_options.progress_bar=false",
     "trainer.loggers=[jsonl]",
 ]
 
