@@ -45,7 +45,7 @@ def test_the_counter_sees_every_dataclass_of_the_schema():
     assert set(field_counts()) == declared
 
 
-@pytest.mark.xfail(strict=False, reason="the non-algo part is at 96 fields: the text sampling knobs "
+@pytest.mark.xfail(strict=False, reason="the non-algo part is at 97 fields: the text sampling knobs "
                    "(rollout.temperature, top_p, max_new_tokens, stop_token_ids, data.max_prompt_tokens, overlong_prompts) "
                    "still need the autoregressive family as their owner")
 def test_the_schema_outside_algo_keeps_its_budget():
@@ -54,7 +54,7 @@ def test_the_schema_outside_algo_keeps_its_budget():
     assert outside <= NON_ALGO_BUDGET, counts
 
 
-@pytest.mark.xfail(strict=False, reason="the schema has 106 fields: the six text sampling knobs still need an owner")
+@pytest.mark.xfail(strict=False, reason="the schema has 107 fields: the six text sampling knobs still need an owner")
 def test_the_whole_schema_keeps_its_budget():
     counts = field_counts()
     assert sum(counts.values()) <= TOTAL_BUDGET, counts
