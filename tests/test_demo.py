@@ -2,7 +2,7 @@
 
 This runs the real default recipe (`tiny_sd3_shapes_counting`: FlowGRPO LoRA on the pretrained
 `tiny:sd3_shapes`, trained on the `geneval_shapes` reward's partial credit) end to end in a
-subprocess, then judges it the way the README does: GenEval accuracy of deterministic ODE
+subprocess, then judges it the way docs/demo.md does: GenEval accuracy of deterministic ODE
 validation samples (fixed seeds, success only) rises between the first and the last validation
 by more than 3 standard errors of the paired change (`val_rise`), with at least one task type up
 by 10 points or more; the first mini-batch's ratio is 1 and the rollout's log-probs are the
