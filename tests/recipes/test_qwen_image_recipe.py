@@ -6,8 +6,8 @@ runs it: the mean reward of the last 20% of steps
 beats the first 20% by more than 3 standard errors, with the rollout's and the trainer's
 log-probs the same function (ratio 1 on the first mini-batch); it leaves the LoRA in diffusers'
 format and validation grids whose rows start with the source image. The text-to-image recipe
-shares the adapter's code and runs 3 steps here (its whole run is not measured here;
-the edit recipe's is in docs/benchmarks.md). The edit recipe's reward is shown to read the source image: shuffling the
+shares the adapter's code and runs 3 steps here (its whole run's rise has not been measured),
+and the edit recipe's reward is shown to read the source image: shuffling the
 sources among a batch changes the scores.
 """
 import random
