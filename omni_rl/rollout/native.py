@@ -1,11 +1,22 @@
 """The native diffusion rollout engine: in-process, with request-level (continuous) batching.
 
-Each sample is a request (`DiffusionRequest`) with its own seed. A scheduler thread keeps a set
-of running samples and, at every iteration, packs up to `max_num_seqs` running samples that share
+Each sample is a request (`DiffusionRequest`) with its own seed. The scheduler keeps a set of
+running samples and, at every iteration, packs up to `max_num_seqs` running samples that share
 a batch key (resolution, step count, guidance, kernel) into one transformer forward, even when
 they are at different denoising steps: sigma is per sample. A request that arrives while others
 run joins at the next iteration. An idle engine waits up to `max_wait_ms` for a batch to fill
 before it starts.
+
+Who iterates (`driver`):
+- `thread`: a scheduler thread of the engine's own iterates while requests are pending, so
+  samples progress whether or not anyone waits, and a deadline interrupts even a stuck forward.
+  This is for runs that overlap on purpose (a producer thread beside the update, a server).
+- `caller`: no thread; whoever `wait`s iterates, in its own thread, until its futures are done
+  (several waiting threads take turns, one iteration at a time). A one-process on-policy run
+  then has one computing thread: an idle thread that has used torch's intra-op pool keeps an
+  OpenMP team of its own, and with more OpenMP threads than cores every parallel region of the
+  working team pays wake-up latency. Deadlines are checked between iterations. A future from
+  `submit_many` completes only while some thread waits.
 
 Why a sample's result does not depend on its batch-mates: its initial noise, its SDE window and
 every step's noise come from its own generator, and the step kernel treats samples
@@ -17,7 +28,7 @@ adds the scheduler: queue, admission between iterations, futures, failure and we
 Tensors stay on the model's device while samples run; each finished trajectory moves once, to
 `trajectory_device` (`rollout.options.trajectory_device`; `diffusion_sampling` says how).
 
-Failure never hangs a caller: an exception in the loop fails every pending request's future with
+Failure never hangs a caller: an exception in an iteration fails every pending request's future with
 that error, and the engine refuses new work after it. Callers wait with a timeout.
 
 Weight sync: when the trainer's model *is* this engine's model (colocated, one process), the
@@ -52,15 +63,19 @@ from omni_rl.utils.tensor_buckets import NamedTensors, named_buckets
 
 
 _BUCKET_BYTES = 512 << 20  # tensors handed over at once; a stream of them is consumed bucket by bucket
+DRIVERS = ("thread", "caller")
 
 
 class NativeDiffusionEngine(RolloutEngine):
     """Request-batched sampler around a `DiffusionModelBase` adapter."""
 
     def __init__(self, model: DiffusionModelBase, max_num_seqs: int = 32, max_wait_ms: float = 5.0,
-                 trajectory_device: str = "device"):
+                 trajectory_device: str = "device", driver: str = "thread"):
         if max_num_seqs < 1:
             raise ValueError(f"max_num_seqs={max_num_seqs}: expected >= 1")
+        if driver not in DRIVERS:
+            raise ValueError(f"driver={driver!r}: expected one of {list(DRIVERS)}")
+        self.driver = driver
         self.model = model
         self.max_num_seqs = max_num_seqs
         self.trajectory_device = check_trajectory_device(trajectory_device)
@@ -75,8 +90,10 @@ class NativeDiffusionEngine(RolloutEngine):
         self._compute_lock = threading.Lock()
         self._error: Optional[BaseException] = None
         self._closed = False
-        self._thread = threading.Thread(target=self._loop, name="omni-rl-rollout", daemon=True)
-        self._thread.start()
+        self._thread: Optional[threading.Thread] = None
+        if driver == "thread":
+            self._thread = threading.Thread(target=self._loop, name="omni-rl-rollout", daemon=True)
+            self._thread.start()
 
     # --- public API ----------------------------------------------------------------------
     def submit(self, request: DiffusionRequest) -> Future:
@@ -104,6 +121,10 @@ class NativeDiffusionEngine(RolloutEngine):
     def wait(self, requests: Sequence[DiffusionRequest], futures: Sequence[Future], timeout_s: float) -> list[DiffusionResult]:
         """Results of submitted requests, in order; a failure or a timeout raises
         `RolloutEngineError` naming the request."""
+        if self.driver == "caller":
+            deadline = time.monotonic() + timeout_s
+            self._drive(futures, deadline)
+            timeout_s = max(0.0, deadline - time.monotonic())
         return wait_results(requests, futures, timeout_s)
 
     def check_request(self, req: DiffusionRequest) -> None:
@@ -131,7 +152,10 @@ class NativeDiffusionEngine(RolloutEngine):
         with self._cv:
             self._closed = True
             self._cv.notify_all()
-        self._thread.join(timeout=10)
+            if self._thread is None:
+                self._fail_all(RolloutEngineError("rollout engine closed with requests pending"))
+        if self._thread is not None:
+            self._thread.join(timeout=10)
 
     # --- scheduler loop ------------------------------------------------------------------
     def _check_alive(self) -> None:
@@ -141,6 +165,7 @@ class NativeDiffusionEngine(RolloutEngine):
             raise RolloutEngineError("rollout engine is closed")
 
     def _loop(self) -> None:
+        """The scheduler thread (`driver="thread"`)."""
         while True:
             with self._cv:
                 while not self._closed and not self._queue and not self._running:
@@ -157,19 +182,48 @@ class NativeDiffusionEngine(RolloutEngine):
                             break
                         self._cv.wait(timeout=left)
                 admitted = self._pop_admissible()
-            # Compute outside the queue lock, so callers can submit while a forward runs.
-            try:
-                with self._compute_lock:
-                    self._admit(admitted)
-                    self._iterate()
-            except BaseException as err:  # noqa: BLE001 (every failure must reach the callers)
-                with self._cv:
-                    for req, fut in admitted:
-                        if not fut.done():
-                            fut.set_exception(err)
-                    self._error = err
-                    self._fail_all(err)
+            if not self._step(admitted):
                 return
+
+    def _drive(self, futures: Sequence[Future], deadline: float) -> None:
+        """Iterate in the caller's thread until `futures` are done, the deadline passes or the
+        engine fails (`driver="caller"`; `wait_results` then reports which)."""
+        while not all(f.done() for f in futures) and time.monotonic() < deadline:
+            with self._cv:
+                if self._error is not None or self._closed:
+                    return
+                # The caller submitted its requests before waiting, so there is no burst to wait
+                # for: another thread's requests join at the next iteration.
+                admitted = self._pop_admissible()
+            if not admitted and not self._running:
+                # Another waiting thread holds the samples this caller needs: let it iterate.
+                with self._cv:
+                    self._cv.wait(timeout=min(0.05, max(0.0, deadline - time.monotonic())))
+                continue
+            if not self._step(admitted):
+                return
+
+    def _step(self, admitted: list[tuple[DiffusionRequest, Future]]) -> bool:
+        """Admit, then one iteration; False (and every pending future failed) after an error."""
+        # Compute outside the queue lock, so callers can submit while a forward runs.
+        try:
+            with self._compute_lock:
+                self._admit(admitted)
+                self._iterate()
+        except BaseException as err:  # noqa: BLE001 (every failure must reach the callers)
+            with self._cv:
+                for req, fut in admitted:
+                    if not fut.done():
+                        fut.set_exception(err)
+                self._error = err
+                self._fail_all(err)
+                self._cv.notify_all()
+            if self._thread is None and not isinstance(err, Exception):
+                raise  # an interrupt in the caller's own thread stays an interrupt
+            return False
+        with self._cv:
+            self._cv.notify_all()  # (callers that wait for another thread's iterations)
+        return True
 
     def _pop_admissible(self) -> list[tuple[DiffusionRequest, Future]]:
         room = self.max_num_seqs - len(self._running)
