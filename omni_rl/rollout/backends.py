@@ -42,15 +42,15 @@ class NativeOptions:
     """The in-process engine's options (`rollout.options`)."""
 
     max_wait_ms: float = option(5.0, "How long an idle diffusion engine waits for more requests before it starts a batch (request-level batching).")
-    driver: str = option("auto", "Who iterates the diffusion engine: caller (the thread that waits for the rollout, so a one-process on-policy run has one computing thread), thread (a scheduler thread of the engine's own, for runs that sample beside the update on purpose), or auto (caller under trainer.pipeline=on_policy, else thread).")
+    driver: str = option("thread", "Who iterates the diffusion engine: thread (a scheduler thread of the engine's own) or caller (the thread that waits for the rollout, so a one-process on-policy run has one computing thread; see docs/rollout.md for when each is faster).")
     trajectory_device: str = option("device", "Where finished diffusion trajectories live: device (the rollout model's; no copy) or cpu (pinned host memory, non-blocking copies: for video, where a step's trajectories are gigabytes). Each moves once, when it finishes.")
 
     def check(self) -> None:
         if not self.max_wait_ms >= 0:
             raise ValueError(f"max_wait_ms={self.max_wait_ms!r}: expected >= 0")
-        if self.driver not in ("auto", *DRIVERS):
-            raise ValueError(f"driver={self.driver!r}: expected auto, caller (the waiting thread iterates) or thread "
-                             f"(a scheduler thread of the engine's own)")
+        if self.driver not in DRIVERS:
+            raise ValueError(f"driver={self.driver!r}: expected thread (a scheduler thread of the engine's own) or "
+                             f"caller (the waiting thread iterates)")
         if self.trajectory_device not in TRAJECTORY_DEVICES:
             raise ValueError(f"trajectory_device={self.trajectory_device!r}: expected device (the rollout model's) or cpu "
                              f"(pinned host memory)")
@@ -168,15 +168,6 @@ def _own_process_only(cfg: OmniConfig) -> Optional[str]:
             f"/opt/vllm-omni/bin/python) to run it in a process of its own")
 
 
-def native_driver(cfg: OmniConfig, options: NativeOptions) -> str:
-    """The native diffusion engine's driver: `auto` iterates in the waiting thread where the
-    trainer waits for every rollout (on-policy), and in a scheduler thread where a producer
-    samples beside the update on purpose."""
-    if options.driver != "auto":
-        return options.driver
-    return "caller" if cfg.trainer.pipeline == "on_policy" else "thread"
-
-
 # The native engine samples with the model it is given; beside the trainer that is a copy.
 @register_rollout_backend("native", NativeOptions, beside_trainer=_always, shares_model=True)
 def native_engine(cfg: OmniConfig, model) -> RolloutEngine:
@@ -184,7 +175,7 @@ def native_engine(cfg: OmniConfig, model) -> RolloutEngine:
     if isinstance(model, DiffusionModelBase):
         options = backend_options(cfg)
         return NativeDiffusionEngine(model, r.max_num_seqs, options.max_wait_ms, options.trajectory_device,
-                                     driver=native_driver(cfg, options))
+                                     driver=options.driver)
     if isinstance(model, AutoregressiveModelBase):
         return NativeTextEngine(model, r.max_num_seqs)
     raise TypeError(

@@ -11,7 +11,7 @@ import pytest
 
 from omni_rl.cli import main
 from omni_rl.compose import load_config
-from omni_rl.rollout.backends import NativeOptions, native_driver
+from omni_rl.rollout.backends import build_rollout_engine
 from omni_rl.rollout.base import RolloutEngineError
 from omni_rl.rollout.native import NativeDiffusionEngine
 from tests.omni_rl.rollout.test_native_engine import TIMEOUT_S, SpyModel, assert_same_result, engine_for, request
@@ -107,16 +107,18 @@ def test_close_fails_what_is_still_queued(tiny_sd3):
         NativeDiffusionEngine(tiny_sd3, driver="fiber")
 
 
-@pytest.mark.parametrize("pipeline,driver,expected", [
-    ("on_policy", "auto", "caller"), ("one_step_off", "auto", "thread"), ("async", "auto", "thread"),
-    ("on_policy", "thread", "thread"), ("async", "caller", "caller"),
-])
-def test_auto_iterates_in_the_caller_only_where_the_trainer_waits(pipeline, driver, expected):
-    cfg = load_config(["recipe=tiny_sd3_flowgrpo", f"trainer.pipeline={pipeline}", f"rollout.options.driver={driver}"])
-    assert native_driver(cfg, NativeOptions(driver=driver)) == expected
+@pytest.mark.parametrize("driver", ["thread", "caller"])
+def test_the_recipe_picks_the_driver(driver, tiny_sd3):
+    cfg = load_config(["recipe=tiny_sd3_flowgrpo", f"rollout.options.driver={driver}"])
+    engine = build_rollout_engine(cfg, tiny_sd3)
+    try:
+        assert engine.driver == driver and (engine._thread is not None) == (driver == "thread")
+    finally:
+        engine.close()
+    assert load_config(["recipe=tiny_sd3_flowgrpo"]).rollout.options.get("driver", "thread") == "thread"
 
 
 def test_an_unknown_driver_is_one_error_line(capsys):
     assert main(["--cfg", "rollout.options.driver=fiber"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and err[0].startswith("error: rollout.options.driver='fiber': expected auto, caller"), err
+    assert len(err) == 1 and err[0].startswith("error: rollout.options.driver='fiber': expected thread"), err
