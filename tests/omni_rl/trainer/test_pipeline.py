@@ -178,7 +178,7 @@ def test_a_failed_rollout_fails_next_instead_of_hanging():
     (["trainer.pipeline=async", "trainer.pipeline_options.max_staleness=-1"], "trainer.pipeline_options.max_staleness=-1: expected an integer >= 0"),
     (["trainer.pipeline=one_step_off", "trainer.pipeline_options.max_staleness=0"], "trainer.pipeline_options.max_staleness=0: expected >= 1 with trainer.pipeline=one_step_off"),
     (["trainer.pipeline=async", "trainer.pipeline_options.stale_policy=skip"], "trainer.pipeline_options.stale_policy='skip': expected one of drop"),
-    (["trainer.pipeline=offpolicy"], "trainer.pipeline='offpolicy': unknown pipeline; registered: async, on_policy, one_step_off"),
+    (["trainer.pipeline=offpolicy"], "trainer.pipeline='offpolicy': unknown pipeline; registered: async, offline_pairs, on_policy, one_step_off"),
     (["trainer.pipeline=async", "trainer.backend=ray"], "trainer.pipeline='async': expected on_policy with trainer.backend=ray"),
     (["recipe=tiny_qwen3_grpo", "trainer.pipeline=async", "rollout.backend=vllm"],
      "trainer.pipeline='async': expected on_policy with rollout.backend='vllm', which cannot sample beside the trainer"),
