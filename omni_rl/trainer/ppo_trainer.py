@@ -8,6 +8,9 @@
              -> PPO update (epochs x mini-batches, replaying the stored steps)
              -> weight sync (through the producer) -> log / validate / checkpoint
 
+    (offline_pairs yields preference pairs whose preferences are given: no reward, advantage or
+    old log-prob is computed for them, the rest of the step is the same)
+
 This module wires the parts together and owns the run's outputs. It talks to an `ActorGroup`
 (where the weights live: this process or Ray workers, chosen by `trainer.backend`), to the
 rollout engine the group samples with, to the model's `ModelFamily` (requests, batches, reward
@@ -243,7 +246,7 @@ class PPOTrainer:
             **produced.metrics, **timer.metrics(len(batch)), **scored.actor,
         }
 
-    def score(self, batch, produced: Produced, step: int, timer: StepTimer) -> "Scored":
+    def score(self, batch, produced: Produced, step: int, timer: StepTimer) -> Scored:
         """A sampled batch made ready for the update: its rewards, advantages and old log-probs
         (and rollout-correction weights) set on it. Returns the step's metrics of each."""
         scorer = self.reward_scorer
