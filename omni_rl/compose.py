@@ -300,13 +300,18 @@ def _check_groups(cfg: OmniConfig) -> None:
 
 
 def _check_pipeline(cfg: OmniConfig) -> None:
-    """A pipelined run samples while the trainer updates: its rollout backend must be able to."""
+    """Offline pairs come from their producer, and it trains nothing else; a pipelined run
+    samples while the trainer updates: its rollout backend must be able to."""
     t, r = cfg.trainer, cfg.rollout
-    if t.pipeline == "on_policy":
+    offline = t.pipeline == "offline_pairs"
+    if offline and cfg.data.preference_file is None:
+        raise ConfigError(f"trainer.pipeline={t.pipeline!r}: expected a data.preference_file (the preference pairs this "
+                          f"producer trains on); set it, or pick a pipeline that samples (on_policy)")
+    if cfg.data.preference_file is not None and not offline:
+        raise ConfigError(f"trainer.pipeline={t.pipeline!r}: expected offline_pairs with data.preference_file (the pairs "
+                          f"replace the rollout: there is none to run); set trainer.pipeline=offline_pairs")
+    if not PIPELINES.get(t.pipeline).samples_ahead:
         return
-    if cfg.data.preference_file is not None:
-        raise ConfigError(f"trainer.pipeline={t.pipeline!r}: expected on_policy with data.preference_file (there is "
-                          f"no rollout to run ahead)")
     problem = beside_trainer_problem(cfg)
     if problem is not None:
         raise ConfigError(

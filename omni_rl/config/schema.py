@@ -183,7 +183,7 @@ class DataConfig:
     # Offline Diffusion-DPO: a JSONL file of preference pairs, one a row: {"prompt", "chosen",
     # "rejected"} with image paths relative to the file (omni_rl/data/preference_file.py). Each
     # step then trains trainer.prompts_per_step of its pairs (trainer.samples_per_prompt 1) instead
-    # of a rollout; needs algo.policy_loss=diffusion_dpo, and data.prompts / prompt_file null
+    # of a rollout; needs trainer.pipeline=offline_pairs, algo.policy_loss=diffusion_dpo, and data.prompts / prompt_file null
     # (the pairs' prompts are the training prompts, and validation's unless data.val_* is set).
     preference_file: Optional[str] = None
     # Image and audio paths inside prompt and preference files stay inside the file's folder
@@ -264,7 +264,7 @@ class TrainerConfig:
     # How rollouts overlap updates (`omni_rl/trainer/pipeline.py`): "on_policy" (each step samples
     # with the weights it then updates), "one_step_off" (step t+1's rollout runs while step t
     # updates), "async" (a background producer keeps up to max_staleness steps of groups ready;
-    # each update takes the oldest).
+    # each update takes the oldest), "offline_pairs" (no rollout: data.preference_file's pairs).
     pipeline: str = "on_policy"
     # The pipeline's own options (one_step_off / async: max_staleness, stale_policy), checked at
     # load; `--options trainer.pipeline=NAME` lists them.

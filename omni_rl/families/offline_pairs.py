@@ -1,6 +1,7 @@
 """Offline Diffusion-DPO: each training step's preference pairs, read from a file instead of sampled.
 
-With `data.preference_file` the trainer runs no rollout: step s trains `trainer.prompts_per_step`
+With `data.preference_file` the trainer runs no rollout (its producer is
+`omni_rl.trainer.pipeline.OfflinePairsProducer`, `trainer.pipeline=offline_pairs`): step s trains `trainer.prompts_per_step`
 pairs of the file, walked through in epochs reshuffled by `trainer.seed` (`PromptSampler`, as
 prompts are), so a step's pairs are the same whatever came before and a resumed run repeats the
 uninterrupted one. Each pair's chosen and rejected images are read at the rollout's size,

@@ -31,7 +31,7 @@ from omni_rl.rollout.backends import build_rollout_engine, shares_model
 from omni_rl.rollout.base import weight_kind
 from omni_rl.trainer.actor_group import ActorGroup, register_backend
 from omni_rl.trainer.checkpoint import CheckpointError, save_checkpoint
-from omni_rl.trainer.pipeline import WeightSnapshot
+from omni_rl.trainer.pipeline import PIPELINES, WeightSnapshot
 
 
 @register_backend("local")
@@ -53,7 +53,7 @@ class LocalActorGroup(ActorGroup):
     def _rollout_model(self):
         """The model the rollout engine is built on: the trained one, or, pipelined with an engine
         that samples with the model it is given, a copy (the RNG untouched: the run stays the same)."""
-        if self.cfg.trainer.pipeline == "on_policy" or not shares_model(self.cfg):
+        if not PIPELINES.get(self.cfg.trainer.pipeline).samples_ahead or not shares_model(self.cfg):
             return self.model
         with torch.random.fork_rng(devices=[]):
             return build_model(self.cfg.model, self.model.device, tuple(self.cfg.plugins))

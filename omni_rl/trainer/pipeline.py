@@ -9,6 +9,7 @@ with each checkpoint (`state()`). The loop reads the same in every mode: the ove
 | on_policy        | made in next(t), with the weights step t trains (today's loop) | 0         |
 | one_step_off     | started when next(t-1) took its batch, on the producer's thread, so it runs while step t-1 updates | 1 (0 at step 1) |
 | async            | the producer's thread keeps `max_staleness` steps of groups ready or in flight; next(t) takes the oldest | <= max_staleness |
+| offline_pairs    | no rollout: next(t) reads and encodes step t's preference pairs of `data.preference_file` (`OfflinePairsProducer`) | none (no samples) |
 
 Versions: the weights after step t's update are version t, so step t trains version t - 1 and a
 sample rolled out with version v is (t - 1) - v versions stale. A unit is one step's groups, with
@@ -33,9 +34,15 @@ live ones while a rollout still runs; the producer loads a unit's copy into the 
 
 Resume: `state()` lists the units ready or in flight as (step, version) with the tensors of each
 version they use; a producer built from it samples them again, from their seeds, with those
-weights, so a resumed run trains on the very samples the uninterrupted one did.
+weights, so a resumed run trains on the very samples the uninterrupted one did. No unit, nor a
+ticket for one, is made for a step past `trainer.total_steps`: a place freed there keeps only the
+weights its unit would get, and `state()` lists it as the (step, version) the uninterrupted run
+would sample, so a run resumed with more steps makes exactly those units. The sampling thread
+starts with the first `next`, once the loop's prompts exist.
 
 Not here: the rollout itself (the family's), rewards, advantages and old log-probs (the loop).
+The loop asks no producer which it is: a producer declares what the loop needs to know
+(`samples_ahead`, `phase`, `prompt_items`, and `Produced.preferences_given` on its batches).
 """
 from __future__ import annotations
 
@@ -50,6 +57,9 @@ import torch
 
 from omni_rl.config.options import NoOptions, bind_options, option
 from omni_rl.config.schema import OmniConfig
+from omni_rl.data.prompt_item import PromptItem
+from omni_rl.data.prompts import training_prompt_items
+from omni_rl.families.offline_pairs import OfflinePairs
 from omni_rl.registry import Registry
 from omni_rl.rollout.base import RolloutEngineError
 
@@ -69,7 +79,10 @@ class WeightSnapshot:
 class Produced(NamedTuple):
     batch: Any
     reward_futures: list
-    metrics: dict[str, float]  # rollout_corr/staleness_mean, _max, dropped_fraction
+    metrics: dict[str, float]  # rollout_corr/staleness_mean, _max, dropped_fraction (actor/dpo_pairs: offline pairs)
+    # The batch's preferences are given (a `PairBatch` of offline pairs: which image wins is the
+    # file's): the loop scores nothing and computes no advantage or old log-prob for it.
+    preferences_given: bool = False
 
 
 class PipelineState(NamedTuple):
@@ -86,6 +99,11 @@ class RolloutProducer(ABC):
     # The pipeline's options (`trainer.pipeline_options`), bound when it is built and checked
     # at config load (`omni_rl.compose`).
     options_class: ClassVar[type] = NoOptions
+    # Samples while the trainer updates (one_step_off, async): the rollout engine must be able to
+    # (`omni_rl.compose`), and its samples may be stale.
+    samples_ahead: ClassVar[bool] = False
+    # The `timing/*` name of the loop's wait in `next` (what a step spends getting its batch).
+    phase: ClassVar[str] = "rollout"
 
     def __init__(self, cfg: OmniConfig, actors, rollout: RolloutFn, start_step: int,
                  saved: Optional[PipelineState] = None):
@@ -107,6 +125,11 @@ class RolloutProducer(ABC):
     def exclusive(self, fn: Callable[[Any], Any]) -> Any:
         """`fn(engine)` with the newest published weights and no unit sampling meanwhile."""
         return fn(self.engine)
+
+    def prompt_items(self) -> list[PromptItem]:
+        """The run's training prompts (validation's too, unless the data names its own), before
+        the loop fits them to the model: the data's prompts, or the pairs' (offline pairs)."""
+        return training_prompt_items(self.cfg.data)
 
     def state(self) -> Optional[PipelineState]:
         return None
@@ -146,6 +169,31 @@ class OnPolicy(RolloutProducer):
         self.actors.sync_rollout(version)
 
 
+@register_pipeline("offline_pairs")
+class OfflinePairsProducer(RolloutProducer):
+    """Offline Diffusion-DPO: step t's batch is the `PairBatch` of its pairs of `data.preference_file`
+    (`omni_rl.families.offline_pairs`), read and encoded in the loop's thread. Nothing is sampled,
+    so nothing is scored: the batch comes with its preferences given. Which pairs a step trains
+    follows from (trainer.seed, step) alone, so the producer keeps no state for a checkpoint."""
+
+    phase = "encode_pairs"
+
+    def __init__(self, cfg: OmniConfig, actors, rollout: RolloutFn, start_step: int,
+                 saved: Optional[PipelineState] = None):
+        super().__init__(cfg, actors, rollout, start_step, saved)
+        self.pairs = OfflinePairs(cfg, actors.model)  # the file read once, here
+
+    def prompt_items(self) -> list[PromptItem]:
+        return self.pairs.prompt_items()
+
+    def next(self, step: int) -> Produced:
+        pairs = self.pairs.batch(step)
+        return Produced(pairs, [], {"actor/dpo_pairs": float(len(pairs))}, preferences_given=True)
+
+    def publish(self, version: int) -> None:
+        self.actors.sync_rollout(version)  # validation samples with the trained weights
+
+
 class _Ticket(NamedTuple):
     index: int                 # the step whose prompts and seeds the unit has
     weights: WeightSnapshot    # the version it is sampled with
@@ -158,8 +206,8 @@ class _Unit(NamedTuple):
 
 
 # The most weight versions a sample may lag the weights it trains (max_staleness). The async
-# producer keeps that many steps of rollouts ready or queued (and, past total_steps, their tickets
-# for a resumed run): the bound keeps that small, and samples more updates old than this are far
+# producer keeps that many steps of rollouts ready or queued (and, past total_steps, the weights
+# each would get, for a resumed run): the bound keeps that small, and samples more updates old than this are far
 # off-policy (published async RL runs use 1 to 8).
 MAX_STALENESS = 64
 
@@ -198,6 +246,7 @@ class BufferedProducer(RolloutProducer):
     """Units sampled on a thread of the producer's own, at most `capacity` ahead (module doc)."""
 
     options_class = StalenessOptions
+    samples_ahead = True
 
     def capacity(self) -> int:
         raise NotImplementedError
@@ -212,24 +261,32 @@ class BufferedProducer(RolloutProducer):
         self.engine_lock = threading.Lock()  # a unit's sampling, or `exclusive`
         self.cv = threading.Condition()
         self.tickets: deque[_Ticket] = deque()
-        self.beyond: list[_Ticket] = []  # tickets past total_steps (see _fill)
+        # Places freed past total_steps: no unit is made for them, but a run resumed with more
+        # steps gives the unit of step `next_index + k` the weights `ahead[k]`, as the
+        # uninterrupted run would have (see _fill).
+        self.ahead: list[WeightSnapshot] = []
         self.ready: deque[_Unit] = deque()
         self.running: Optional[_Ticket] = None
         self.next_index = start_step + 1
         self.error: Optional[BaseException] = None
         self.closed = False
-        for ticket in restore_tickets(saved):  # sampled again, with the weights they had
-            (self.tickets if ticket.index <= self.total_steps else self.beyond).append(ticket)
-            self.next_index = max(self.next_index, ticket.index + 1)
+        for ticket in restore_tickets(saved):  # in step order; sampled again, with the weights they had
+            if ticket.index <= self.total_steps:
+                self.tickets.append(ticket)
+                self.next_index = max(self.next_index, ticket.index + 1)
+            else:
+                self.ahead.append(ticket.weights)
         self.thread = threading.Thread(target=self._work, name="omni-rl-rollout-producer", daemon=True)
         with self.cv:
             self._fill(demand=False)
-        self.thread.start()
 
     # --- the loop's side -----------------------------------------------------------------
     def next(self, step: int) -> Produced:
         current, dropped = step - 1, 0
         deadline = time.monotonic() + self.timeout_s
+        if self.thread.ident is None:
+            # Started by the first step, not when built: the loop's prompts (`rollout`) exist by then.
+            self.thread.start()
         with self.cv:
             while True:
                 while not self.ready:
@@ -266,32 +323,37 @@ class BufferedProducer(RolloutProducer):
 
     def state(self) -> Optional[PipelineState]:
         with self.cv:
-            held = [u.ticket for u in self.ready] + ([self.running] if self.running else []) + list(self.tickets)
-            held += self.beyond
-        held.sort(key=lambda ticket: ticket.index)
-        tensors = {f"{t.weights.version}/{name}": value for t in held for name, value in t.weights.tensors.items()}
-        kinds = {str(t.weights.version): t.weights.kind for t in held}
-        return PipelineState({"units": [[t.index, t.weights.version] for t in held], "kinds": kinds}, tensors)
+            held = [(u.ticket.index, u.ticket.weights) for u in self.ready] + list(self.tickets)
+            held += [(self.running.index, self.running.weights)] if self.running else []
+            held += [(self.next_index + k, weights) for k, weights in enumerate(self.ahead)]
+        held.sort(key=lambda unit: unit[0])
+        tensors = {f"{w.version}/{name}": value for _, w in held for name, value in w.tensors.items()}
+        kinds = {str(w.version): w.kind for _, w in held}
+        return PipelineState({"units": [[index, w.version] for index, w in held], "kinds": kinds}, tensors)
 
     def close(self) -> None:
         with self.cv:
             self.closed = True
             self.cv.notify_all()
-        self.thread.join(timeout=5)  # a unit still sampling fails once the engine closes
+        if self.thread.ident is not None:
+            self.thread.join(timeout=5)  # a unit still sampling fails once the engine closes
 
     # --- helpers (called with self.cv held, except on the producer's thread) ------------------
     def _fill(self, demand: bool) -> None:
         """Start units while places are free; with `demand` (the loop waits on an empty buffer),
         one even at capacity 0. The weights are the newest published ones, fixed now."""
-        held = len(self.ready) + len(self.tickets) + len(self.beyond) + (self.running is not None)
+        held = len(self.ready) + len(self.tickets) + len(self.ahead) + (self.running is not None)
         while held < self.capacity() or (demand and held == 0):
-            ticket = _Ticket(self.next_index, self.latest)
-            # Past trainer.total_steps a unit is not sampled, only kept for the checkpoint: a run
-            # resumed with more steps samples it as the uninterrupted run would have.
-            (self.tickets if ticket.index <= self.total_steps else self.beyond).append(ticket)
-            self.next_index += 1
+            if self.next_index <= self.total_steps:
+                self.tickets.append(_Ticket(self.next_index, self.latest))
+                self.next_index += 1
+                self.cv.notify_all()
+            else:
+                # Past trainer.total_steps no unit is made, not even a ticket: the place only
+                # remembers the weights its unit would get, for a run resumed with more steps
+                # (`state`), and stays taken so the places fill in the uninterrupted run's order.
+                self.ahead.append(self.latest)
             held += 1
-            self.cv.notify_all()
 
     def _versions(self, unit: _Unit) -> torch.Tensor:
         versions = unit.batch.weight_versions

@@ -1,12 +1,15 @@
 """The PPO trainer: one loop, read top to bottom.
 
-    rollout producer (trainer.pipeline: on_policy, one_step_off, async) -> the step's batch,
+    rollout producer (trainer.pipeline: on_policy, one_step_off, async, offline_pairs) -> the step's batch,
              each sample with the weight version it was sampled with, none staler than
              trainer.pipeline_options.max_staleness (request-batched, fp32 trajectories) -> rewards -> advantages
              -> old log-probs (the rollout's where they are the actor's own, else recomputed)
                 and, with algo.rollout_correction.level, the rollout-correction weights between the two
              -> PPO update (epochs x mini-batches, replaying the stored steps)
              -> weight sync (through the producer) -> log / validate / checkpoint
+
+    (offline_pairs yields preference pairs whose preferences are given: no reward, advantage or
+    old log-prob is computed for them, the rest of the step is the same)
 
 This module wires the parts together and owns the run's outputs. It talks to an `ActorGroup`
 (where the weights live: this process or Ray workers, chosen by `trainer.backend`), to the
@@ -34,10 +37,9 @@ from omni_rl.algos.rollout_correction import rollout_is_weights
 from omni_rl.config.loader import to_yaml
 from omni_rl.config.options import bind_options
 from omni_rl.config.schema import OmniConfig
-from omni_rl.data.prompts import PromptSampler, training_prompt_items, validation_prompt_items
+from omni_rl.data.prompts import PromptSampler, validation_prompt_items
 from omni_rl.families import build_family
 from omni_rl.families.base import BehaviourPolicy, bind_rollout_correction
-from omni_rl.families.offline_pairs import OfflinePairs
 from omni_rl.families.update import FIRST_GAP_MAX_KEY, FIRST_GAP_MEAN_KEY
 from omni_rl.models.diffusion import DiffusionModelBase
 from omni_rl.models.limits import check_built_model
@@ -48,7 +50,7 @@ from omni_rl.trainer.actor_group import ACTOR_GROUPS
 from omni_rl.trainer.checkpoint import check_compatible, export_folder, list_checkpoints, load_checkpoint, set_rng_state
 from omni_rl.trainer.interrupt import StopOnSignal, TrainingInterrupted
 from omni_rl.trainer.leftovers import remove_stale_tiny_builds
-from omni_rl.trainer.pipeline import PIPELINES, PipelineState
+from omni_rl.trainer.pipeline import PIPELINES, PipelineState, Produced
 from omni_rl.trainer.run_dir import DISK_FULL, OutputWriteError, open_run_dir, write_failure
 from omni_rl.trainer.timer import StepTimer
 from omni_rl.utils.atomic import atomic_directory, atomic_write_text
@@ -64,6 +66,18 @@ class OldPolicy(NamedTuple):
     means: Optional[torch.Tensor]                # old transition means, for losses that read them
     rollout_is_weights: Optional[torch.Tensor]   # [N, E], None when algo.rollout_correction.level is off or a no-op
     metrics: dict[str, float]                    # rollout_corr/*
+
+
+class Scored(NamedTuple):
+    """The metrics of a batch's scoring (`PPOTrainer.score`), before the update."""
+
+    reward: dict[str, float]        # reward/*, and the family's rollout metrics
+    rollout_corr: dict[str, float]  # the old-policy pass's rollout_corr/*
+    actor: dict[str, float]         # actor/advantage_abs_mean
+
+
+# A batch whose preferences are given (offline pairs) is not scored: no reward, advantage or old log-prob.
+NOT_SCORED = Scored({}, {}, {})
 
 
 class PPOTrainer:
@@ -95,23 +109,19 @@ class PPOTrainer:
             self.advantage_options = bind_advantage_options(cfg)
             self.rollout_correction = bind_rollout_correction(cfg)
             self.logger_options = bind_logger_options(cfg)
-            # Offline Diffusion-DPO: each step's pairs come from data.preference_file, not a rollout.
-            self.offline_pairs = OfflinePairs(cfg, self.model) if cfg.data.preference_file is not None else None
-            # Every prompt measured once against the model's context (data.overlong_prompts).
-            # (The offline pairs' file is read once, by OfflinePairs, not again for its prompts.)
-            items = self.family.fit_prompts(
-                self.offline_pairs.prompt_items() if self.offline_pairs is not None else training_prompt_items(cfg.data),
-                "data.prompts",
-            )
+            self.start_step = 0
+            saved = self._resume(t.resume) if t.resume else None
+            # Where each step's batch comes from (its first unit is made by the first step).
+            self.producer = PIPELINES.get(t.pipeline)(cfg, self.actors, self._rollout_unit, self.start_step, saved)
+            # Every prompt measured once against the model's context (data.overlong_prompts). The
+            # producer names them: the data's prompts, or the pairs' (read once, by the producer).
+            items = self.family.fit_prompts(self.producer.prompt_items(), "data.prompts")
             self.sampler = PromptSampler(items, t.prompts_per_step, t.seed, cfg.data.shuffle)
             val_given = validation_prompt_items(cfg.data)
             val_items = self.family.fit_prompts(val_given, "data.val_prompts") if val_given is not None else items
             self.val_items = val_items[: t.val_num_prompts]
-            self.start_step = 0
-            saved = self._resume(t.resume) if t.resume else None
-            self.producer = PIPELINES.get(t.pipeline)(cfg, self.actors, self._rollout_unit, self.start_step, saved)
             uncorrected = self.rollout_correction.level == "none" and cfg.algo.old_logprob_mode != "bypass"
-            if t.pipeline != "on_policy" and uncorrected:
+            if self.producer.samples_ahead and uncorrected:
                 log.warning(
                     "trainer.pipeline=%s with algo.rollout_correction.level=none: stale samples are not reweighted "
                     "towards the current policy; set algo.rollout_correction.level (step or sequence for diffusion, "
@@ -219,19 +229,31 @@ class PPOTrainer:
             raise OutputWriteError(f"{reason} while writing {what}; {last}") from err
 
     def train_step(self, step: int) -> dict[str, float]:
-        if self.offline_pairs is not None:
-            return self.offline_step(step)
         timer = StepTimer()
         self.actors.set_step(step)
-        scorer = self.reward_scorer
-        with timer("rollout"):
-            # Sampled now (on_policy) or ahead of time; each sample says its weight version.
+        with timer(self.producer.phase):
+            # Sampled now (on_policy) or ahead of time, each sample saying its weight version; or
+            # pairs whose preferences are given (offline_pairs).
             produced = self.producer.next(step)
-            batch, reward_futures = produced.batch, produced.reward_futures
+            batch = produced.batch
+        scored = NOT_SCORED if produced.preferences_given else self.score(batch, produced, step, timer)
+        with timer("update"):
+            update = self.actors.update(batch, step)
+        with timer("weight_sync"):
+            self.producer.publish(step)
+        return {
+            **scored.reward, **update, **rollout_corr_metrics(scored.rollout_corr, update),
+            **produced.metrics, **timer.metrics(len(batch)), **scored.actor,
+        }
+
+    def score(self, batch, produced: Produced, step: int, timer: StepTimer) -> Scored:
+        """A sampled batch made ready for the update: its rewards, advantages and old log-probs
+        (and rollout-correction weights) set on it. Returns the step's metrics of each."""
+        scorer = self.reward_scorer
         with timer("reward"):
             # With overlap the samples were being scored during the rollout; this waits for the rest.
             if scorer is not None:
-                reward = scorer.gather(reward_futures, self.cfg.reward.timeout_s)
+                reward = scorer.gather(produced.reward_futures, self.cfg.reward.timeout_s)
             else:
                 reward = self.rewards.score(*self.family.reward_inputs(batch))
             batch.rewards = reward.total
@@ -241,29 +263,10 @@ class PPOTrainer:
         with timer("old_log_prob"):
             old = self.old_policy(batch, step, fresh=produced.metrics["rollout_corr/staleness_max"] == 0)
             batch.old_log_probs, batch.old_means, batch.rollout_is_weights = old.log_probs, old.means, old.rollout_is_weights
-        with timer("update"):
-            update = self.actors.update(batch, step)
-        with timer("weight_sync"):
-            self.producer.publish(step)
-        return {
-            **reward.metrics, **self.family.rollout_metrics(batch), **update,
-            **rollout_corr_metrics(old.metrics, update), **produced.metrics,
-            **timer.metrics(len(batch)),
-            "actor/advantage_abs_mean": float(batch.advantages.abs().mean()),
-        }
-
-    def offline_step(self, step: int) -> dict[str, float]:
-        """A step of offline Diffusion-DPO: the step's pairs from `data.preference_file`, encoded,
-        then the update; no rollout, reward or advantage (the file says which image is preferred)."""
-        timer = StepTimer()
-        self.actors.set_step(step)
-        with timer("encode_pairs"):
-            pairs = self.offline_pairs.batch(step)
-        with timer("update"):
-            update = self.actors.update(pairs, step)
-        with timer("weight_sync"):
-            self.producer.publish(step)  # validation samples with the trained weights
-        return {**update, **timer.metrics(len(pairs)), "actor/dpo_pairs": float(len(pairs))}
+        return Scored(
+            {**reward.metrics, **self.family.rollout_metrics(batch)}, old.metrics,
+            {"actor/advantage_abs_mean": float(batch.advantages.abs().mean())},
+        )
 
     # --- parts ---------------------------------------------------------------------------
     def _rollout_unit(self, index: int):
@@ -350,8 +353,9 @@ class PPOTrainer:
             )
         if "pipeline" not in state:
             return None
-        if self.cfg.trainer.pipeline == "on_policy":
-            log.info("%s holds rollouts sampled ahead (a pipelined run); on_policy samples afresh", state["folder"])
+        if not PIPELINES.get(self.cfg.trainer.pipeline).samples_ahead:
+            log.info("%s holds rollouts sampled ahead (a pipelined run); %s samples afresh", state["folder"],
+                     self.cfg.trainer.pipeline)
             return None
         return PipelineState(state["pipeline"], state["pipeline_tensors"])
 

@@ -49,6 +49,7 @@ from omni_rl.families.update import summarize
 from omni_rl.models.factory import build_model
 from omni_rl.trainer.actor_group import ActorGroup, register_backend
 from omni_rl.trainer.checkpoint import SHARDED_DIR, CheckpointError, export_folder, write_checkpoint
+from omni_rl.trainer.pipeline import PIPELINES
 from omni_rl.workers import ResourcePool, WorkerGroup, programs
 from omni_rl.workers.ray_cluster import connect_ray
 from omni_rl.workers.ray_rollout import RayRolloutEngine
@@ -89,7 +90,7 @@ class RayActorGroup(ActorGroup):
     @classmethod
     def check_config(cls, cfg: OmniConfig) -> None:
         t = cfg.trainer
-        if t.pipeline != "on_policy":
+        if PIPELINES.get(t.pipeline).samples_ahead:
             raise ConfigError(
                 f"trainer.pipeline={t.pipeline!r}: expected on_policy with trainer.backend=ray (its rollout "
                 f"copies live on the training workers, which run one call at a time, so a rollout cannot run "

@@ -20,6 +20,7 @@ from omni_rl.trainer import PPOTrainer
 OFFLINE = [
     "recipe=tiny_sd3_diffusion_dpo",
     "data.prompts=null",
+    "trainer.pipeline=offline_pairs",
     "trainer.prompts_per_step=4",
     "trainer.samples_per_prompt=1",
     "trainer.mini_batch_size=2",
@@ -94,11 +95,17 @@ def test_a_step_trains_the_same_pairs_whatever_came_before(tmp_path):
     ("algo.policy_loss=diffusion_nft", "algo.policy_loss='diffusion_nft': expected diffusion_dpo with data.preference_file"),
     ("data.prompts=[a cat]", "data.prompts=['a cat']: expected null with data.preference_file"),
     ("trainer.samples_per_prompt=2", "trainer.samples_per_prompt=2: expected 1 with data.preference_file"),
-    ("trainer.pipeline=one_step_off", "trainer.pipeline='one_step_off': expected on_policy"),
+    ("trainer.pipeline=one_step_off", "trainer.pipeline='one_step_off': expected offline_pairs with data.preference_file"),
+    ("trainer.pipeline=on_policy", "trainer.pipeline='on_policy': expected offline_pairs with data.preference_file"),
 ])
 def test_inconsistent_offline_configs_fail_at_load(tmp_path, override, message):
     with pytest.raises(ConfigError, match=message.replace("[", r"\[").replace("]", r"\]")):
         load_config([*OFFLINE, f"data.preference_file={pairs_file(tmp_path)}", override])
+
+
+def test_offline_pairs_without_a_preference_file_fail_at_load():
+    with pytest.raises(ConfigError, match=r"trainer.pipeline='offline_pairs': expected a data.preference_file"):
+        load_config(["recipe=tiny_sd3_diffusion_dpo", "trainer.pipeline=offline_pairs"])
 
 
 def test_a_bad_row_stops_the_command_before_any_model_loads(tmp_path, capsys):

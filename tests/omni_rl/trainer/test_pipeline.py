@@ -5,6 +5,7 @@ under a second (timeouts are sized for a machine many times slower).
 """
 import threading
 import time
+from collections import deque
 from dataclasses import dataclass, field, replace
 
 import pytest
@@ -178,7 +179,7 @@ def test_a_failed_rollout_fails_next_instead_of_hanging():
     (["trainer.pipeline=async", "trainer.pipeline_options.max_staleness=-1"], "trainer.pipeline_options.max_staleness=-1: expected an integer >= 0"),
     (["trainer.pipeline=one_step_off", "trainer.pipeline_options.max_staleness=0"], "trainer.pipeline_options.max_staleness=0: expected >= 1 with trainer.pipeline=one_step_off"),
     (["trainer.pipeline=async", "trainer.pipeline_options.stale_policy=skip"], "trainer.pipeline_options.stale_policy='skip': expected one of drop"),
-    (["trainer.pipeline=offpolicy"], "trainer.pipeline='offpolicy': unknown pipeline; registered: async, on_policy, one_step_off"),
+    (["trainer.pipeline=offpolicy"], "trainer.pipeline='offpolicy': unknown pipeline; registered: async, offline_pairs, on_policy, one_step_off"),
     (["trainer.pipeline=async", "trainer.backend=ray"], "trainer.pipeline='async': expected on_policy with trainer.backend=ray"),
     (["recipe=tiny_qwen3_grpo", "trainer.pipeline=async", "rollout.backend=vllm"],
      "trainer.pipeline='async': expected on_policy with rollout.backend='vllm', which cannot sample beside the trainer"),
@@ -223,3 +224,50 @@ def test_async_at_the_bound_samples_nothing_past_total_steps_and_holds_at_most_t
         p.close()
     assert sorted(calls) == [1, 2]
     assert len(state.meta["units"]) <= MAX_STALENESS and all(i > 2 for i, _ in state.meta["units"])
+
+
+def tickets_made(p):
+    """Every step the producer holds a ticket or a unit for, wherever it keeps them (a ticket
+    held directly, or in a list or deque, or a unit's ticket)."""
+    from omni_rl.trainer.pipeline import _Ticket, _Unit
+
+    found = set()
+    for value in vars(p).values():
+        for item in value if isinstance(value, (list, deque)) else [value]:
+            ticket = item.ticket if isinstance(item, _Unit) else item
+            if isinstance(ticket, _Ticket):
+                found.add(ticket.index)
+    return found
+
+
+@pytest.mark.parametrize("name, bound", [("one_step_off", 1), ("async", 3)])
+def test_no_ticket_or_unit_is_made_past_total_steps_and_a_longer_resume_repeats_the_straight_run(name, bound):
+    """N = 4 steps: the producer never holds a ticket or samples a unit for step 5 or later, yet a
+    run resumed from step 4 with 8 steps takes, step by step, the units (prompts, seeds and weight
+    versions) of a straight 8-step run."""
+    def run(total_steps, start=0, saved=None):
+        actors, calls = FakeActors(), []
+        actors.weights = torch.tensor(float(start))
+        rollout = fake_rollout(actors)
+        p = producer(name, actors, lambda i: (calls.append(i), rollout(i))[1], start_step=start, saved=saved,
+                     max_staleness=bound, total_steps=total_steps)
+        seen, taken = set(), []
+        try:
+            for step in range(start + 1, total_steps + 1):
+                taken += train(p, actors, 1, start=step)
+                seen |= tickets_made(p)
+            time.sleep(0.1)  # the producer's thread, had it work left, would take it now
+            seen |= tickets_made(p)
+            state = p.state()
+        finally:
+            p.close()
+        return [(t.batch.index, t.batch.weight_versions.tolist()) for t in taken], seen, calls, state, actors
+
+    straight, _, _, _, straight_actors = run(8)
+    first, seen, calls, state, _ = run(4)
+    assert max(seen) <= 4 and max(calls) <= 4
+    # The checkpoint still names the units steps 5.. get in the straight run, with their weights.
+    assert [i for i, _ in state.meta["units"]] == list(range(5, 5 + bound))
+    resumed, _, _, _, resumed_actors = run(8, start=4, saved=state)
+    assert first + resumed == straight
+    assert resumed_actors.rollout_engine.loads == straight_actors.rollout_engine.loads[-len(resumed_actors.rollout_engine.loads):]

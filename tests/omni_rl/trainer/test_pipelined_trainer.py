@@ -73,3 +73,23 @@ def test_tiny_sd3_one_step_off_samples_on_a_copy_and_corrects_with_step_weights(
     # Step 2's samples are one version old: the weights between current and behaviour policy are not all 1.
     assert records[1]["rollout_corr/is_weight_max"] != 1.0
     assert (tmp_path / "sd3" / "samples" / "val_step_000002.png").is_file()
+
+
+def test_async_makes_no_work_past_total_steps_and_a_longer_resume_repeats_the_straight_rewards(tmp_path):
+    """async with max_staleness 2: the 2-step run holds no ticket or unit for step 3 or 4, yet
+    resumed with 4 steps it samples what the straight 4-step run did (the same rewards, step by
+    step, and the same weights at the end)."""
+    from tests.omni_rl.trainer.test_pipeline import tickets_made
+
+    pipelined = ["trainer.pipeline=async", "trainer.pipeline_options.max_staleness=2",
+                 "algo.rollout_correction.level=token"]
+    straight, records = run(tmp_path, "straight", "trainer.total_steps=4", *pipelined)
+    short, first = run(tmp_path, "split", "trainer.total_steps=2", *pipelined)
+    assert tickets_made(short.producer) <= {1, 2}
+    state = json.loads((tmp_path / "split" / "checkpoints" / "step_000002" / "trainer_state.json").read_text())
+    assert [index for index, _ in state["pipeline"]["units"]] == [3, 4]
+    resumed, split = run(tmp_path, "split", "trainer.total_steps=4", f"trainer.resume={tmp_path / 'split'}", *pipelined)
+    rest = [r for r in split if r["step"] > 2]  # the resumed run appends to the first part's metrics
+    assert [r["reward/total/mean"] for r in first + rest] == [r["reward/total/mean"] for r in records]
+    assert [r["rollout_corr/staleness_max"] for r in rest] == [r["rollout_corr/staleness_max"] for r in records[2:]]
+    assert_same_weights(straight, resumed)
