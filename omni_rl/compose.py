@@ -88,6 +88,11 @@ OPTION_BLOCKS: tuple[OptionBlock, ...] = (
                 bound_here=False),
     OptionBlock("algo.advantage", "algo.advantage_options", ADVANTAGE_ESTIMATORS, lambda c: c.algo.advantage,
                 lambda c: c.algo.advantage_options, options_class=lambda estimator: AdvantageOptions, bound_here=False),
+    # The family is the adapter's (`OmniModelBase.family`), not a key of its own: `--options
+    # model.family=autoregressive` lists what `algo.family_options` takes for its models.
+    OptionBlock("model.family", "algo.family_options", MODEL_FAMILIES,
+                lambda c: ADAPTERS.get(adapter_key(c.model.adapter, c.model.stage)).family,
+                lambda c: c.algo.family_options, options_class=lambda family: family.Options, bound_here=False),
 )
 
 

@@ -36,7 +36,7 @@ from omni_rl.config.options import bind_options
 from omni_rl.config.schema import OmniConfig
 from omni_rl.data.prompts import PromptSampler, training_prompt_items, validation_prompt_items
 from omni_rl.families import build_family
-from omni_rl.families.base import BehaviourPolicy, bind_rollout_correction
+from omni_rl.families.base import BehaviourPolicy, bind_rollout_correction, prompt_limits
 from omni_rl.families.offline_pairs import OfflinePairs
 from omni_rl.families.update import FIRST_GAP_MAX_KEY, FIRST_GAP_MEAN_KEY
 from omni_rl.models.diffusion import DiffusionModelBase
@@ -97,14 +97,15 @@ class PPOTrainer:
             self.logger_options = bind_logger_options(cfg)
             # Offline Diffusion-DPO: each step's pairs come from data.preference_file, not a rollout.
             self.offline_pairs = OfflinePairs(cfg, self.model) if cfg.data.preference_file is not None else None
-            # Every prompt measured once against the model's context (data.overlong_prompts).
+            # Every prompt measured once against the model's context (algo.family_options.overlong_prompts).
             # (The offline pairs' file is read once, by OfflinePairs, not again for its prompts.)
+            limits = prompt_limits(cfg)
             items = self.family.fit_prompts(
-                self.offline_pairs.prompt_items() if self.offline_pairs is not None else training_prompt_items(cfg.data),
+                self.offline_pairs.prompt_items() if self.offline_pairs is not None else training_prompt_items(cfg.data, limits),
                 "data.prompts",
             )
             self.sampler = PromptSampler(items, t.prompts_per_step, t.seed, cfg.data.shuffle)
-            val_given = validation_prompt_items(cfg.data)
+            val_given = validation_prompt_items(cfg.data, limits)
             val_items = self.family.fit_prompts(val_given, "data.val_prompts") if val_given is not None else items
             self.val_items = val_items[: t.val_num_prompts]
             self.start_step = 0
