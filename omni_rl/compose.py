@@ -50,8 +50,9 @@ _DEVICE = re.compile(r"^(auto|cpu|cuda(:\d+)?|npu(:\d+)?)$")
 
 @dataclass(frozen=True)
 class OptionBlock:
-    """A config key that names a registered component, and the block that holds its options.
-    A new kind of component with options is one more row of `OPTION_BLOCKS`."""
+    """A config key that names a registered component (for the model family, which the adapter
+    names, its attribute `model.family`), and the block that holds its options. A new kind of
+    component with options is one more row of `OPTION_BLOCKS`."""
 
     selector: str                                # the key naming the component: "model.adapter"
     block: str                                   # where its options live: "model.options"
