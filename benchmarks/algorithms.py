@@ -54,7 +54,7 @@ ALGORITHMS: dict[str, list[str]] = {
     "flow_grpo": WHOLE_SCHEDULE,  # Flow-GRPO as published: every step stochastic and trained
     "flow_grpo_window": [],  # Flow-GRPO-Fast style: a 3-step window per sample
     "dance_grpo": WHOLE_SCHEDULE + ["rollout.kernel=dance_sde", "rollout.noise_level=0.3",
-                                    "rollout.same_noise_in_group=true", "algo.family_options.timestep_fraction=0.6"],
+                                    "algo.family_options.same_noise_in_group=true", "algo.family_options.timestep_fraction=0.6"],
     "mix_grpo": ["rollout.sde_window_schedule=progressive"],  # sde_window_options.tau set from --steps
     "flow_dppo": ["algo.policy_loss=flow_dppo"],
     "grpo_guard": ["algo.policy_loss=grpo_guard"],

@@ -141,13 +141,14 @@ def check_inputs(cfg) -> None:
     is a checkpoint, model.path holds a model or can be fetched, rollout.options.python (where the backend takes one) runs."""
     from omni_rl.data.prompts import check_prompt_sources
     from omni_rl.device import check_trainer_device
+    from omni_rl.families.base import prompt_limits
     from omni_rl.models.loading import check_model_source
     from omni_rl.rollout.backends import backend_options
     from omni_rl.rollout.server.interpreter import check_python
 
     check_trainer_device(cfg.trainer.device, cfg.trainer.backend)
     check_python(getattr(backend_options(cfg), "python", None), "rollout.options.python")
-    sources = check_prompt_sources(cfg.data)
+    sources = check_prompt_sources(cfg.data, prompt_limits(cfg))
     check_prompt_kind(cfg, sources)
     check_reward_prompts(cfg, sources)
     check_resume(cfg.trainer.resume)

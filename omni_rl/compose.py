@@ -50,8 +50,9 @@ _DEVICE = re.compile(r"^(auto|cpu|cuda(:\d+)?|npu(:\d+)?)$")
 
 @dataclass(frozen=True)
 class OptionBlock:
-    """A config key that names a registered component, and the block that holds its options.
-    A new kind of component with options is one more row of `OPTION_BLOCKS`."""
+    """A config key that names a registered component (for the model family, which the adapter
+    names, its attribute `model.family`), and the block that holds its options. A new kind of
+    component with options is one more row of `OPTION_BLOCKS`."""
 
     selector: str                                # the key naming the component: "model.adapter"
     block: str                                   # where its options live: "model.options"
@@ -88,6 +89,11 @@ OPTION_BLOCKS: tuple[OptionBlock, ...] = (
                 bound_here=False),
     OptionBlock("algo.advantage", "algo.advantage_options", ADVANTAGE_ESTIMATORS, lambda c: c.algo.advantage,
                 lambda c: c.algo.advantage_options, options_class=lambda estimator: AdvantageOptions, bound_here=False),
+    # The family is the adapter's (`OmniModelBase.family`), not a key of its own: `--options
+    # model.family=autoregressive` lists what `algo.family_options` takes for its models.
+    OptionBlock("model.family", "algo.family_options", MODEL_FAMILIES,
+                lambda c: ADAPTERS.get(adapter_key(c.model.adapter, c.model.stage)).family,
+                lambda c: c.algo.family_options, options_class=lambda family: family.Options, bound_here=False),
 )
 
 

@@ -8,8 +8,8 @@ the official think mode of `InterleaveInferencer.interleave_inference` does for 
    prompt, each a `<|im_start|> ... <|im_end|>` piece (the official `prepare_prompts`), then
    `<|im_start|>`: the official `prepare_start_tokens`, after which the plan is sampled.
 2. **The plan** is sampled token by token from the understanding expert, its final `norm` and
-   `lm_head` (the official `generate_text`), at `rollout.temperature` (0: greedy), each sample
-   from a generator of its own seed, until `<|im_end|>` or `rollout.max_new_tokens` tokens. The
+   `lm_head` (the official `generate_text`), at `algo.family_options.temperature` (0: greedy), each sample
+   from a generator of its own seed, until `<|im_end|>` or `algo.family_options.max_new_tokens` tokens. The
    sampled `<|im_end|>` is an action like any other token. Sampling recomputes the whole
    sequence for each token, with the plan padded to its full width from the first token (so
    sampling and training forwards have one shape): right for the tiny model; a KV cache is left
@@ -25,7 +25,7 @@ the official think mode of `InterleaveInferencer.interleave_inference` does for 
 
 Widths are fixed, so a plan's log-probs and an image's velocity never depend on their batch-
 mates' lengths: the plan's context is padded to the system prompt plus `model.options.max_sequence_length`
-prompt tokens, plans to `rollout.max_new_tokens`.
+prompt tokens, plans to `algo.family_options.max_new_tokens`.
 
 **What trains.** With LoRA (the default targets `default_lora_targets`): adapters on both experts'
 attention and MLP projections, the generation expert's (`*_moe_gen`, as text-to-image) and the

@@ -86,6 +86,8 @@ _RAY = "trainer backend ray's option"
 _FSDP2 = "training engine fsdp2's option"
 _WINDOW = "the SDE window schedules' option"
 _BUFFERED = "an option of pipelines one_step_off, async"
+_TEXT = "the autoregressive family's option"
+_SAMPLING = "the autoregressive and think_draw families' option"
 # Keys that left the flat schema: old key -> (where it is set now, whose option it is). One table
 # for every section; a component that takes over a flat key adds its row here.
 MOVED_KEYS: dict[str, tuple[str, str]] = {
@@ -131,6 +133,14 @@ MOVED_KEYS: dict[str, tuple[str, str]] = {
     "trainer.wandb_project": ("trainer.logger_options.wandb_project", "the metric sinks' option"),
     "trainer.max_staleness": ("trainer.pipeline_options.max_staleness", _BUFFERED),
     "trainer.stale_policy": ("trainer.pipeline_options.stale_policy", _BUFFERED),
+    "rollout.temperature": ("algo.family_options.temperature", _SAMPLING),
+    "rollout.max_new_tokens": ("algo.family_options.max_new_tokens", _SAMPLING),
+    "rollout.top_p": ("algo.family_options.top_p", _TEXT),
+    "rollout.stop_token_ids": ("algo.family_options.stop_token_ids", _TEXT),
+    "data.max_prompt_tokens": ("algo.family_options.max_prompt_tokens", _TEXT),
+    "data.overlong_prompts": ("algo.family_options.overlong_prompts", _TEXT),
+    "rollout.same_noise_in_group": ("algo.family_options.same_noise_in_group", _FAMILY),
+    "trainer.val_num_steps": ("algo.family_options.val_num_steps", _FAMILY),
     **MOVED_ALGO_KEYS,
 }
 

@@ -83,8 +83,6 @@ class RolloutConfig:
     sde_window_schedule: str = "fixed"
     # The schedules' options (`rollout.sde_window.SdeWindowOptions`: shift, tau, min_size), checked at load.
     sde_window_options: dict[str, Any] = field(default_factory=dict)
-    # Share the initial noise within a prompt's group (DanceGRPO).
-    same_noise_in_group: bool = False
     # Request-level batching: at most this many samples per transformer forward.
     max_num_seqs: int = 32
     # A rollout that takes longer than this fails the step instead of hanging.
@@ -92,13 +90,6 @@ class RolloutConfig:
     # The backend's own options (native's max_wait_ms and trajectory_device, server's python and timeouts, vLLM's
     # gpu_memory_utilization, ...), checked at load; `--options rollout.backend=NAME` lists them.
     options: dict[str, Any] = field(default_factory=dict)
-    # --- text / omni models (autoregressive) ---
-    temperature: float = 1.0
-    top_p: float = 1.0
-    # Longer responses are truncated and counted in response/clip_ratio.
-    max_new_tokens: int = 256
-    # Extra stop tokens besides the tokenizer's end-of-turn token(s).
-    stop_token_ids: list[int] = field(default_factory=list)
 
 
 @dataclass
@@ -114,8 +105,10 @@ class AlgoConfig:
     # The loss's options (its `Options` dataclass: clip ranges, adv_clip_max, flow_dppo's
     # kl_threshold, the token losses' loss_agg_mode / kl_estimator / ..., DiffusionNFT's beta).
     loss_options: dict[str, Any] = field(default_factory=dict)
-    # The model family's options (its `Options`: diffusion's timestep_fraction, kl_form and
-    # forward-process draws; think_draw's plan_policy_loss, plan_loss_options, plan_loss_weight).
+    # The model family's options (its `Options`: diffusion's timestep_fraction, kl_form,
+    # same_noise_in_group, val_num_steps and forward-process draws; think_draw's plan_policy_loss,
+    # plan_loss_options, plan_loss_weight, temperature, max_new_tokens; autoregressive's
+    # temperature, top_p, max_new_tokens, stop_token_ids, max_prompt_tokens, overlong_prompts).
     family_options: dict[str, Any] = field(default_factory=dict)
     # KL to the reference policy (the base model: LoRA disabled); 0 skips the reference forward.
     kl_coef: float = 0.0
@@ -191,17 +184,6 @@ class DataConfig:
     # true reads them anywhere, said once at load (omni_rl/data/dataset_folder.py).
     allow_paths_outside: bool = False
     shuffle: bool = True
-    # Text models: the longest prompt in tokens, chat template included. null = the model's
-    # context (its config's max_position_embeddings, else the tokenizer's model_max_length) less
-    # rollout.max_new_tokens; no check when the model states neither. Every model: a prompt's
-    # characters are bounded before any tokenizer sees it, by 256 x this, or 200,000 characters
-    # when null (omni_rl/data/prompt_chars.py).
-    max_prompt_tokens: Optional[int] = None
-    # A prompt over that limit (or the character bound), found when the prompts load: "error"
-    # stops the run naming it; "truncate" cuts the start of its last user message (its end and
-    # the template stay); "drop" leaves it out. Truncated and dropped prompts are counted in one
-    # warning line.
-    overlong_prompts: str = "error"
 
 
 @dataclass
@@ -250,9 +232,9 @@ class TrainerConfig:
     # The sinks' and the progress bar's options (`logging.sinks.LoggerOptions`: progress_bar,
     # wandb_project), checked at load.
     logger_options: dict[str, Any] = field(default_factory=dict)
-    # Validation: deterministic sampling (noise 0) with more steps, a PNG grid each time.
+    # Validation: deterministic samples (a diffusion model's: ODE, noise 0, the diffusion family's
+    # `val_num_steps`), a PNG grid each time.
     val_every: int = 10
-    val_num_steps: int = 12
     val_num_prompts: int = 4
     val_samples_per_prompt: int = 2
     val_seed: int = 1234

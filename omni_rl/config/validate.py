@@ -32,7 +32,6 @@ def validate_config(cfg: OmniConfig) -> None:
         ("trainer.mini_batch_size", t.mini_batch_size),
         ("trainer.micro_batch_size", t.micro_batch_size),
         ("trainer.log_every", t.log_every),
-        ("trainer.val_num_steps", t.val_num_steps),
         ("rollout.num_steps", r.num_steps),
         ("rollout.max_num_seqs", r.max_num_seqs),
         ("rollout.num_frames", r.num_frames),
@@ -97,9 +96,6 @@ def validate_config(cfg: OmniConfig) -> None:
         a.kl_coef == 0 or cfg.model.lora.enabled, "algo.kl_coef", a.kl_coef,
         "0 when model.lora.enabled=false (the reference policy is the base model with LoRA disabled)",
     )
-    _require(r.temperature > 0, "rollout.temperature", r.temperature, "> 0")
-    _require(0 < r.top_p <= 1, "rollout.top_p", r.top_p, "in (0, 1]")
-    _require(r.max_new_tokens >= 1, "rollout.max_new_tokens", r.max_new_tokens, ">= 1")
     _require(o.lr > 0, "optim.lr", o.lr, "> 0")
     _require(len(o.betas) == 2 and all(0 <= b < 1 for b in o.betas), "optim.betas", list(o.betas), "two values in [0, 1)")
     _require(o.max_grad_norm > 0, "optim.max_grad_norm", o.max_grad_norm, "> 0")
@@ -128,10 +124,6 @@ def validate_config(cfg: OmniConfig) -> None:
         "data.prompts", None, "a list of prompts, or data.prompt_file (or data.preference_file for offline DPO)",
     )
     _require(cfg.data.prompts is None or len(cfg.data.prompts) > 0, "data.prompts", [], "at least one prompt")
-    _require(cfg.data.max_prompt_tokens is None or cfg.data.max_prompt_tokens >= 1, "data.max_prompt_tokens",
-             cfg.data.max_prompt_tokens, "an integer >= 1, or null for the model's context less rollout.max_new_tokens")
-    _require(cfg.data.overlong_prompts in ("error", "truncate", "drop"), "data.overlong_prompts",
-             cfg.data.overlong_prompts, "one of error, truncate, drop")
     _require(cfg.model.lora.alpha > 0, "model.lora.alpha", cfg.model.lora.alpha, "> 0")
     _require(o.eps > 0, "optim.eps", o.eps, "> 0")
     _require(o.weight_decay >= 0, "optim.weight_decay", o.weight_decay, ">= 0")

@@ -6,13 +6,14 @@ tokenizers (the process dies, no error line), and the text family's own token co
 and every text part of its chat messages; an edit row's instruction is its prompt) is counted
 in characters first, against
 
-- `data.max_prompt_tokens` x `CHARS_PER_TOKEN` when the token limit is set: no token of a
+- `algo.family_options.max_prompt_tokens` x `CHARS_PER_TOKEN` when the token limit is set: no token of a
   tokenizer in use covers more than that many characters, so a prompt over this bound is
   certainly over the token limit, and one under it is left to the token count;
 - else `DEFAULT_MAX_PROMPT_CHARS`, far more than a diffusion text encoder reads (SD3's T5
-  reads 256 tokens); a text model whose prompts are longer sets `data.max_prompt_tokens`.
+  reads 256 tokens); a text model whose prompts are longer sets `algo.family_options.max_prompt_tokens`.
+  A diffusion model's family has no such options: its prompts get this default bound, in mode error.
 
-A prompt over the bound is handled by `data.overlong_prompts`, as over-long token counts are:
+A prompt over the bound is handled by `algo.family_options.overlong_prompts`, as over-long token counts are:
 `error` refuses it in one line naming it, `truncate` keeps the last `bound` characters of its
 last user message (the end, where the question sits; the token count may cut it further), and
 `drop` leaves it out; truncated and dropped prompts are said in one warning line.
@@ -34,17 +35,18 @@ log = logging.getLogger(__name__)
 # More characters than the longest token of the BPE vocabularies in use covers (their longest
 # tokens are runs of spaces or punctuation, of at most a few dozen to a hundred-odd characters).
 CHARS_PER_TOKEN = 256
-# With no data.max_prompt_tokens: about 50k tokens of English, tokenized in well under a second.
+# With no algo.family_options.max_prompt_tokens: about 50k tokens of English, tokenized in well under a second.
 DEFAULT_MAX_PROMPT_CHARS = 200_000
 
 
 def prompt_char_limit(max_prompt_tokens: Optional[int]) -> tuple[int, str]:
     """(the bound in characters, where it comes from, for messages)."""
     if max_prompt_tokens is None:
-        return DEFAULT_MAX_PROMPT_CHARS, (f"{DEFAULT_MAX_PROMPT_CHARS:,} characters with data.max_prompt_tokens=null; "
-                                          f"set it to allow {CHARS_PER_TOKEN} characters a token")
+        return DEFAULT_MAX_PROMPT_CHARS, (f"{DEFAULT_MAX_PROMPT_CHARS:,} characters with max_prompt_tokens=null; a text "
+                                          f"model sets algo.family_options.max_prompt_tokens to allow "
+                                          f"{CHARS_PER_TOKEN} characters a token")
     bound = max_prompt_tokens * CHARS_PER_TOKEN
-    return bound, f"data.max_prompt_tokens={max_prompt_tokens} x {CHARS_PER_TOKEN} characters a token at most"
+    return bound, f"algo.family_options.max_prompt_tokens={max_prompt_tokens} x {CHARS_PER_TOKEN} characters a token at most"
 
 
 def prompt_chars(item: PromptItem) -> int:
@@ -58,9 +60,10 @@ def prompt_chars(item: PromptItem) -> int:
 def bound_prompt_chars(items: Sequence[PromptItem], max_prompt_tokens: Optional[int], mode: str,
                        where: str) -> list[PromptItem]:
     """`items` with those over the character bound refused, truncated or dropped by `mode`
-    (`data.overlong_prompts`); `where` names their source in messages. Raises `PromptLengthError`."""
+    (the family's `PromptLimitOptions`: a text model's `algo.family_options`, else the defaults);
+    `where` names their source in messages. Raises `PromptLengthError`."""
     if mode not in OVERLONG_MODES:
-        raise ValueError(f"data.overlong_prompts={mode!r}: expected one of {', '.join(OVERLONG_MODES)}")
+        raise ValueError(f"overlong_prompts={mode!r}: expected one of {', '.join(OVERLONG_MODES)}")
     bound, bound_text = prompt_char_limit(max_prompt_tokens)
     kept, truncated, dropped = [], 0, 0
     for i, item in enumerate(items):
@@ -76,15 +79,16 @@ def bound_prompt_chars(items: Sequence[PromptItem], max_prompt_tokens: Optional[
         if mode == "error" or rest >= bound:
             raise PromptLengthError(
                 f"{where}: prompt {i} ({shown(item)}) is {n:,} characters, over the bound of {bound:,} "
-                f"({bound_text}) checked before tokenizing; shorten it, or set data.overlong_prompts=truncate "
-                f"(keep its last characters) or data.overlong_prompts=drop (leave it out)"
+                f"({bound_text}) checked before tokenizing; shorten it, or (a text model) set "
+                f"algo.family_options.overlong_prompts=truncate (keep its last characters) or drop (leave it out)"
             )
         kept.append(keep_last_chars(item, bound - rest))
         truncated += 1
     if not kept:
         raise PromptLengthError(
             f"{where}: all {len(items)} prompts are over the bound of {bound:,} characters ({bound_text}) and "
-            f"data.overlong_prompts=drop left none; use shorter prompts or raise data.max_prompt_tokens"
+            f"algo.family_options.overlong_prompts=drop left none; use shorter prompts or raise "
+            f"algo.family_options.max_prompt_tokens"
         )
     if truncated or dropped:
         log.warning("%s: %d prompts truncated to their last %s characters and %d dropped, over the character "

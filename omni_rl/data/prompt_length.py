@@ -1,5 +1,9 @@
 """Prompts longer than the model can take: found when the prompts load, and refused, truncated
-or dropped by `data.overlong_prompts`, never silently.
+or dropped by `overlong_prompts`, never silently.
+
+`PromptLimitOptions` holds the two knobs (`max_prompt_tokens`, `overlong_prompts`); the text
+family's options extend it, so a text model sets them in `algo.family_options`. Models whose
+family has no such options (diffusion) load their prompts with its defaults.
 
 A prompt is measured as the model sees it: the token ids of its chat (template, generation
 prompt and media placeholders included), counted by a function the text family passes in, so
@@ -25,6 +29,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Optional, Sequence
 
+from omni_rl.config.options import option
 from omni_rl.data.prompt_item import PromptFileError, PromptItem
 
 OVERLONG_MODES = ("error", "truncate", "drop")
@@ -32,8 +37,29 @@ OVERLONG_MODES = ("error", "truncate", "drop")
 SHOWN_CHARS = 40
 
 
+@dataclass
+class PromptLimitOptions:
+    """How long a prompt may be, and what happens to one that is longer (the text family's
+    options, `algo.family_options`, extend this)."""
+
+    max_prompt_tokens: Optional[int] = option(
+        None, "The longest prompt in tokens, chat template included; null = the model's context (max_position_embeddings, "
+              "else the tokenizer's model_max_length) less max_new_tokens. A prompt's characters are bounded before any "
+              "tokenizer sees it, by 256 x this, or 200,000 characters when null.")
+    overlong_prompts: str = option(
+        "error", "A prompt over that limit (or the character bound), found when the prompts load: error stops the run "
+                 "naming it; truncate cuts the start of its last user message; drop leaves it out.")
+
+    def check(self) -> None:
+        if self.max_prompt_tokens is not None and self.max_prompt_tokens < 1:
+            raise ValueError(f"max_prompt_tokens={self.max_prompt_tokens!r}: expected an integer >= 1, or null for the "
+                             f"model's context less max_new_tokens")
+        if self.overlong_prompts not in OVERLONG_MODES:
+            raise ValueError(f"overlong_prompts={self.overlong_prompts!r}: expected one of {', '.join(OVERLONG_MODES)}")
+
+
 class PromptLengthError(PromptFileError):
-    """A prompt longer than the model's limit (with `data.overlong_prompts=error`), or a limit
+    """A prompt longer than the model's limit (with `algo.family_options.overlong_prompts=error`), or a limit
     that leaves no room for a prompt; the message names the prompt or keys and what to do."""
 
 
@@ -69,11 +95,11 @@ def fit_prompt_lengths(
 
     `where` names the prompts' source in messages ("data.prompts", "data.prompt_file='x.jsonl'")
     and `limit_text` says where the limit comes from ("the model's 512 positions less
-    rollout.max_new_tokens=16"). Raises `PromptLengthError` at the first over-long prompt in
+    algo.family_options.max_new_tokens=16"). Raises `PromptLengthError` at the first over-long prompt in
     `error` mode, and in `truncate` mode for a prompt that cannot be cut to fit.
     """
     if mode not in OVERLONG_MODES:
-        raise ValueError(f"data.overlong_prompts={mode!r}: expected one of {', '.join(OVERLONG_MODES)}")
+        raise ValueError(f"algo.family_options.overlong_prompts={mode!r}: expected one of {', '.join(OVERLONG_MODES)}")
     report = FitReport(items=[])
     for i, item in enumerate(items):
         n = count_tokens(item)
@@ -82,8 +108,8 @@ def fit_prompt_lengths(
         elif mode == "error":
             raise PromptLengthError(
                 f"{where}: prompt {i} ({shown(item)}) is {n} tokens with the chat template, over the "
-                f"{limit}-token limit ({limit_text}); shorten it, or set data.overlong_prompts=truncate "
-                f"(keep its last tokens) or data.overlong_prompts=drop (leave it out)"
+                f"{limit}-token limit ({limit_text}); shorten it, or set algo.family_options.overlong_prompts=truncate "
+                f"(keep its last tokens) or algo.family_options.overlong_prompts=drop (leave it out)"
             )
         elif mode == "drop":
             report.dropped.append((i, n))
@@ -94,14 +120,14 @@ def fit_prompt_lengths(
                     f"{where}: prompt {i} ({shown(item)}) is {n} tokens, over the {limit}-token limit "
                     f"({limit_text}), and cannot be cut to fit: its other messages, media and the chat "
                     f"template leave no room for its last user message; shorten them, or set "
-                    f"data.overlong_prompts=drop"
+                    f"algo.family_options.overlong_prompts=drop"
                 )
             report.items.append(cut)
             report.truncated.append((i, n, count_tokens(cut)))
     if not report.items:
         raise PromptLengthError(
             f"{where}: all {len(items)} prompts are over the {limit}-token limit ({limit_text}) and "
-            f"data.overlong_prompts=drop left none; use shorter prompts or raise the limit"
+            f"algo.family_options.overlong_prompts=drop left none; use shorter prompts or raise the limit"
         )
     return report
 

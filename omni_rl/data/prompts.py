@@ -29,6 +29,7 @@ from omni_rl.data.chat_prompts import is_chat_row, load_chat_items
 from omni_rl.data.edit_prompts import is_edit_parquet, is_edit_row, load_edit_items
 from omni_rl.data.preference_file import load_preference_file, preference_prompts
 from omni_rl.data.prompt_chars import bound_prompt_chars
+from omni_rl.data.prompt_length import PromptLimitOptions
 from omni_rl.data.prompt_item import PromptFileError, PromptItem
 
 __all__ = ["PromptFileError", "PromptItem", "PromptSampler", "load_prompt_items", "read_prompt_file",
@@ -65,37 +66,40 @@ def load_prompt_items(prompts: Optional[list[str]], prompt_file: Optional[str], 
     return items
 
 
-def training_prompt_items(data) -> list[PromptItem]:
+def training_prompt_items(data, limits: Optional[PromptLimitOptions] = None) -> list[PromptItem]:
     """The training prompts of a `DataConfig`: `data.prompts` or `data.prompt_file`, or with
     `data.preference_file` (offline pairs) the pairs' distinct prompts, every row checked; each
-    prompt's characters bounded before any tokenizer sees it (`omni_rl.data.prompt_chars`)."""
+    prompt's characters bounded before any tokenizer sees it (`omni_rl.data.prompt_chars`) by
+    `limits`, the model family's prompt limits (`families.base.prompt_limits`; None: the defaults)."""
+    limits = limits if limits is not None else PromptLimitOptions()
     if data.preference_file is not None:
         return preference_prompts(load_preference_file(data.preference_file, data.allow_paths_outside,
-                                                       data.max_prompt_tokens))
+                                                       limits.max_prompt_tokens))
     items = load_prompt_items(data.prompts, data.prompt_file, allow_outside=data.allow_paths_outside)
-    return bound_prompt_chars(items, data.max_prompt_tokens, data.overlong_prompts,
+    return bound_prompt_chars(items, limits.max_prompt_tokens, limits.overlong_prompts,
                               _where(data.prompts, data.prompt_file, "data.prompts"))
 
 
-def validation_prompt_items(data) -> Optional[list[PromptItem]]:
+def validation_prompt_items(data, limits: Optional[PromptLimitOptions] = None) -> Optional[list[PromptItem]]:
     """The validation prompts of a `DataConfig` (`data.val_prompts` or `data.val_prompt_file`),
     characters bounded as the training prompts' are; None when neither is set."""
     if data.val_prompts is None and data.val_prompt_file is None:
         return None
+    limits = limits if limits is not None else PromptLimitOptions()
     items = load_prompt_items(data.val_prompts, data.val_prompt_file, "data.val_prompts", data.allow_paths_outside)
-    return bound_prompt_chars(items, data.max_prompt_tokens, data.overlong_prompts,
+    return bound_prompt_chars(items, limits.max_prompt_tokens, limits.overlong_prompts,
                               _where(data.val_prompts, data.val_prompt_file, "data.val_prompts"))
 
 
-def check_prompt_sources(data) -> list[tuple[str, list[PromptItem]]]:
+def check_prompt_sources(data, limits: Optional[PromptLimitOptions] = None) -> list[tuple[str, list[PromptItem]]]:
     """Read `data.prompt_file` (or `data.preference_file`) and `data.val_prompt_file` (a
-    `DataConfig`) as the trainer will, so that a bad file stops the run before any model loads;
-    raises `PromptFileError`. Returns (where, items) for each source, `where` naming it for
-    messages (e.g. "data.prompt_file='x.jsonl'")."""
+    `DataConfig`) as the trainer will (with the family's prompt `limits`), so that a bad file
+    stops the run before any model loads; raises `PromptFileError`. Returns (where, items) for
+    each source, `where` naming it for messages (e.g. "data.prompt_file='x.jsonl'")."""
     where = (f"data.preference_file={data.preference_file!r}" if data.preference_file is not None
              else _where(data.prompts, data.prompt_file, "data.prompts"))
-    sources = [(where, training_prompt_items(data))]
-    val_items = validation_prompt_items(data)
+    sources = [(where, training_prompt_items(data, limits))]
+    val_items = validation_prompt_items(data, limits)
     if val_items is not None:
         sources.append((_where(data.val_prompts, data.val_prompt_file, "data.val_prompts"), val_items))
     return sources

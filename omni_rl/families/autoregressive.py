@@ -5,10 +5,15 @@ chat template; the engine samples `samples_per_prompt` responses per prompt, eac
 seed; the rewards score the decoded response texts; validation writes the responses with their
 rewards to `samples/val_step_NNNNNN.jsonl`.
 
+Options (`TextOptions`, set in `algo.family_options`, checked at load): how responses are
+sampled (`temperature`, `top_p`, `max_new_tokens`, `stop_token_ids`; `TokenSamplingOptions` holds
+the two the think-draw family's plans share) and how long a prompt may be (`max_prompt_tokens`,
+`overlong_prompts`: `omni_rl.data.prompt_length.PromptLimitOptions`).
+
 Prompt length: `fit_prompts(items, what)` measures every prompt once, as the model sees it
-(chat template included), when the prompts load, and applies `data.overlong_prompts` to those
-over the limit (`data.max_prompt_tokens`, by default the model's context less
-`rollout.max_new_tokens`): "error" stops the run at once naming the prompt, "truncate" keeps
+(chat template included), when the prompts load, and applies `overlong_prompts` to those
+over the limit (`max_prompt_tokens`, by default the model's context less
+`max_new_tokens`): "error" stops the run at once naming the prompt, "truncate" keeps
 its end (`omni_rl.data.prompt_length` says how and why), "drop" leaves it out; truncated and
 dropped prompts are counted in one warning line, and `response/prompt_truncated_ratio` is the
 share of a step's samples whose prompt was truncated. Every encoding is checked as well, so a
@@ -30,20 +35,24 @@ import dataclasses
 import functools
 import json
 import logging
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
 import torch
 
 from omni_rl.algos.token_losses import SUM_NORM_MODE, TOKEN_LOSSES, TokenLoss, TokenLossInput
+from omni_rl.config.options import option
 from omni_rl.config.schema import OmniConfig
-from omni_rl.data.prompt_length import PromptLengthError, fit_prompt_lengths, shown, truncate_to_limit
+from omni_rl.config.validate import ConfigError
+from omni_rl.data.prompt_length import PromptLengthError, PromptLimitOptions, fit_prompt_lengths, shown, truncate_to_limit
 from omni_rl.data.prompts import PromptItem
 from omni_rl.data.text_batch import TextBatch
 from omni_rl.families.base import BehaviourPolicy, ModelFamily, register_family
 from omni_rl.families.update import GAP_MAX_KEY, GAP_MEAN_KEY
 from omni_rl.families.scored_rollout import scored_rollout
 from omni_rl.models.autoregressive import AutoregressiveModelBase, PromptInputs
+from omni_rl.rollout.backends import ROLLOUT_BACKENDS
 from omni_rl.rollout.text_native import collate_media
 from omni_rl.rollout.text_types import TextRequest
 from omni_rl.utils.atomic import atomic_write_text
@@ -56,6 +65,38 @@ _FILE_KEYS = {"data.prompts": "prompt_file", "data.val_prompts": "val_prompt_fil
 _LISTED = 3
 
 
+@dataclass
+class TokenSamplingOptions:
+    """How tokens are sampled from a language head: the text family's responses, the think-draw
+    family's plans."""
+
+    temperature: float = option(1.0, "Sampling temperature of the response tokens (> 0); the log-probs are of "
+                                     "the tempered distribution.")
+    max_new_tokens: int = option(256, "The longest response in tokens; longer ones are cut and counted in "
+                                      "response/clip_ratio.")
+
+    def check(self) -> None:
+        if not self.temperature > 0:
+            raise ValueError(f"temperature={self.temperature!r}: expected > 0")
+        if self.max_new_tokens < 1:
+            raise ValueError(f"max_new_tokens={self.max_new_tokens!r}: expected >= 1")
+
+
+@dataclass
+class TextOptions(TokenSamplingOptions, PromptLimitOptions):
+    """The autoregressive family's options (`algo.family_options`): how responses are sampled
+    and how long a prompt may be."""
+
+    top_p: float = option(1.0, "Nucleus sampling: keep the smallest set of tokens of mass >= top_p (1 = all).")
+    stop_token_ids: list[int] = option([], "Extra stop tokens besides the tokenizer's end-of-turn token(s).")
+
+    def check(self) -> None:
+        TokenSamplingOptions.check(self)
+        if not 0 < self.top_p <= 1:
+            raise ValueError(f"top_p={self.top_p!r}: expected in (0, 1]")
+        PromptLimitOptions.check(self)
+
+
 def messages_of(item: PromptItem) -> list[dict]:
     messages = getattr(item, "messages", None)
     return list(messages) if messages else [{"role": "user", "content": item.prompt}]
@@ -66,6 +107,16 @@ class TextFamily(ModelFamily):
     batch_type = TextBatch
     rollout_is_levels = ("token", "sequence")  # a response token; the whole response
     losses = TOKEN_LOSSES
+    Options = TextOptions
+
+    @classmethod
+    def check_config(cls, cfg: OmniConfig) -> None:
+        options = cls.bind_family_options(cfg)
+        if options.top_p != 1.0 and not ROLLOUT_BACKENDS.get(cfg.rollout.backend).takes_top_p:
+            raise ConfigError(
+                f"algo.family_options.top_p={options.top_p!r}: expected 1.0 with rollout.backend={cfg.rollout.backend} "
+                f"(its log-probs renormalise over the top-p nucleus, the trainer's do not); use rollout.backend=native "
+                f"for top_p < 1")
 
     def __init__(self, cfg: OmniConfig, model: AutoregressiveModelBase, options=None, trains: bool = True):
         super().__init__(cfg, model, options, trains)
@@ -73,7 +124,7 @@ class TextFamily(ModelFamily):
         self._truncated: set[int] = set()  # ids of the items whose prompt was cut to fit
 
     def build_policy_loss(self) -> TokenLoss:
-        return build_token_loss(self.loss_class, self.bind_loss_options(self.cfg), self.cfg, self.cfg.algo.kl_coef)
+        return build_token_loss(self.loss_class, self.bind_loss_options(self.cfg), self.options, self.cfg.algo.kl_coef)
 
     # --- prompt length --------------------------------------------------------------------
     @functools.cached_property
@@ -86,38 +137,38 @@ class TextFamily(ModelFamily):
     def _prompt_limit(self) -> tuple[Optional[int], str]:
         """(limit, where it comes from in words); raises if the keys leave no room for a prompt."""
         context = self.model.context_length()
-        max_new = self.cfg.rollout.max_new_tokens
-        given = self.cfg.data.max_prompt_tokens
+        max_new = self.options.max_new_tokens
+        given = self.options.max_prompt_tokens
         if given is not None:
             if context is not None and given + max_new > context:
                 raise PromptLengthError(
-                    f"data.max_prompt_tokens={given} plus rollout.max_new_tokens={max_new} is "
+                    f"algo.family_options.max_prompt_tokens={given} plus algo.family_options.max_new_tokens={max_new} is "
                     f"{given + max_new} tokens, over the model's {context} positions; lower one of them "
-                    f"(or set data.max_prompt_tokens=null for {context} - {max_new} = {context - max_new})"
+                    f"(or set algo.family_options.max_prompt_tokens=null for {context} - {max_new} = {context - max_new})"
                 )
-            return given, f"data.max_prompt_tokens={given}"
+            return given, f"algo.family_options.max_prompt_tokens={given}"
         if context is None:
             log.warning(
                 "the model states no context length (no max_position_embeddings in its config, no "
                 "model_max_length on its tokenizer), so prompt lengths are not checked; set "
-                "data.max_prompt_tokens to check them"
+                "algo.family_options.max_prompt_tokens to check them"
             )
             return None, "no limit"
         if context - max_new < 1:
             raise PromptLengthError(
-                f"rollout.max_new_tokens={max_new} leaves no room for a prompt in the model's {context} "
+                f"algo.family_options.max_new_tokens={max_new} leaves no room for a prompt in the model's {context} "
                 f"positions; set it below {context}"
             )
-        return context - max_new, f"the model's {context} positions less rollout.max_new_tokens={max_new}"
+        return context - max_new, f"the model's {context} positions less algo.family_options.max_new_tokens={max_new}"
 
     def fit_prompts(self, items: list[PromptItem], what: str = "data.prompts") -> list[PromptItem]:
         """The prompts of `items` to run, every one measured now: those over `prompt_token_limit`
-        raise, are truncated or are dropped by `data.overlong_prompts` (one warning line says how
+        raise, are truncated or are dropped by `algo.family_options.overlong_prompts` (one warning line says how
         many). `what` is the config key the items come from ("data.prompts", "data.val_prompts")."""
         limit, limit_text = self._prompt_limit
         if limit is None:
             return list(items)
-        mode = self.cfg.data.overlong_prompts
+        mode = self.options.overlong_prompts
         where = self._source(what)
         given = {id(item) for item in items}
 
@@ -136,7 +187,7 @@ class TextFamily(ModelFamily):
             more = f" and {len(report.truncated) - _LISTED} more" if len(report.truncated) > _LISTED else ""
             log.warning(
                 "%s: %d of %d prompts are over the %d-token limit (%s) and were truncated to their last "
-                "tokens (data.overlong_prompts=truncate): %s%s", where, len(report.truncated), len(items),
+                "tokens (algo.family_options.overlong_prompts=truncate): %s%s", where, len(report.truncated), len(items),
                 limit, limit_text, listed, more,
             )
         if report.dropped:
@@ -144,7 +195,7 @@ class TextFamily(ModelFamily):
             more = f" and {len(report.dropped) - _LISTED} more" if len(report.dropped) > _LISTED else ""
             log.warning(
                 "%s: %d of %d prompts are over the %d-token limit (%s) and were dropped "
-                "(data.overlong_prompts=drop): %s%s; %d prompts remain", where, len(report.dropped),
+                "(algo.family_options.overlong_prompts=drop): %s%s; %d prompts remain", where, len(report.dropped),
                 len(items), limit, limit_text, listed, more, len(report.items),
             )
         return report.items
@@ -177,7 +228,7 @@ class TextFamily(ModelFamily):
         if limit is None or len(encoded.input_ids) <= limit:
             return encoded
         n = len(encoded.input_ids)
-        mode = self.cfg.data.overlong_prompts
+        mode = self.options.overlong_prompts
         if mode == "truncate":
             cut = truncate_to_limit(item, self._count_uncached, limit)
             if cut is not None:
@@ -185,14 +236,14 @@ class TextFamily(ModelFamily):
                 self._truncated.add(id(item))
                 log.warning(
                     "prompt %s is %d tokens, over the %d-token limit (%s); truncated to its last %d tokens "
-                    "(data.overlong_prompts=truncate)", shown(item), n, limit, limit_text, len(encoded.input_ids),
+                    "(algo.family_options.overlong_prompts=truncate)", shown(item), n, limit, limit_text, len(encoded.input_ids),
                 )
                 return encoded
         hint = (
-            "shorten it, or set data.overlong_prompts=truncate (keep its last tokens) or drop (leave it out)"
+            "shorten it, or set algo.family_options.overlong_prompts=truncate (keep its last tokens) or drop (leave it out)"
             if mode == "error" else
-            "data.overlong_prompts=drop leaves prompts out when they load (TextFamily.fit_prompts), which "
-            "this one did not go through; shorten it or use data.overlong_prompts=truncate"
+            "algo.family_options.overlong_prompts=drop leaves prompts out when they load (TextFamily.fit_prompts), which "
+            "this one did not go through; shorten it or use algo.family_options.overlong_prompts=truncate"
             if mode == "drop" else "it cannot be cut to fit; shorten it"
         )
         raise PromptLengthError(
@@ -201,10 +252,10 @@ class TextFamily(ModelFamily):
         )
 
     def request(self, item: PromptItem, seed: int, **changes) -> TextRequest:
-        r = self.cfg.rollout
+        o = self.options
         fields = dict(
-            prompt=self._encode(item), seed=seed, max_new_tokens=r.max_new_tokens, temperature=r.temperature,
-            top_p=r.top_p, stop_token_ids=tuple(r.stop_token_ids),
+            prompt=self._encode(item), seed=seed, max_new_tokens=o.max_new_tokens, temperature=o.temperature,
+            top_p=o.top_p, stop_token_ids=tuple(o.stop_token_ids),
         )
         fields.update(changes)
         return TextRequest(**fields)
@@ -225,7 +276,7 @@ class TextFamily(ModelFamily):
             engine, requests, texts, metadata, score, self._reward_input, self.cfg.rollout.timeout_s
         )
         batch = TextBatch.from_results(results, texts, metadata, groups, self.model.pad_token_id)
-        if self.cfg.data.overlong_prompts == "truncate":
+        if self.options.overlong_prompts == "truncate":
             batch.extras["prompt_truncated_ratio"] = sum(id(item) in self._truncated for item in prompts) / len(prompts)
         return batch, reward_futures
 
@@ -241,9 +292,9 @@ class TextFamily(ModelFamily):
         return {
             "response/length_mean": float(lengths.mean()),
             "response/length_max": float(lengths.max()),
-            # Responses cut at rollout.max_new_tokens without a stop token.
+            # Responses cut at algo.family_options.max_new_tokens without a stop token.
             "response/clip_ratio": sum(f == "length" for f in batch.finish_reasons) / len(batch),
-            # data.overlong_prompts=truncate: the share of samples whose prompt was cut to fit.
+            # algo.family_options.overlong_prompts=truncate: the share of samples whose prompt was cut to fit.
             **({"response/prompt_truncated_ratio": batch.extras["prompt_truncated_ratio"]}
                if "prompt_truncated_ratio" in batch.extras else {}),
         }
@@ -309,12 +360,12 @@ class TextFamily(ModelFamily):
         return loss, metrics
 
 
-def build_token_loss(loss_cls: type[TokenLoss], options, cfg: OmniConfig, kl_coef: float) -> TokenLoss:
+def build_token_loss(loss_cls: type[TokenLoss], options, sampling: TokenSamplingOptions, kl_coef: float) -> TokenLoss:
     """A token loss from its bound options (the text family's response loss, the think-draw
     family's plan loss). seq-mean-token-sum-norm's constant left null is Dr.GRPO's response
-    length budget, `rollout.max_new_tokens`."""
+    length budget, the family's `sampling.max_new_tokens` (`algo.family_options.max_new_tokens`)."""
     if getattr(options, "loss_agg_mode", None) == SUM_NORM_MODE and options.loss_scale_factor is None:
-        options = dataclasses.replace(options, loss_scale_factor=float(cfg.rollout.max_new_tokens))
+        options = dataclasses.replace(options, loss_scale_factor=float(sampling.max_new_tokens))
     return loss_cls(options, kl_coef=kl_coef)
 
 

@@ -36,6 +36,8 @@ from omni_rl.algos.rollout_correction import RolloutCorrectionOptions
 from omni_rl.config.options import NoOptions, bind_options
 from omni_rl.config.schema import OmniConfig
 from omni_rl.config.validate import ConfigError
+from omni_rl.data.prompt_length import PromptLimitOptions
+from omni_rl.models.registry import ADAPTERS, adapter_key
 from omni_rl.registry import Registry
 
 # score(sample, prompt, metadata, future): hands one finished sample to the reward scorer.
@@ -129,7 +131,7 @@ class ModelFamily(ABC):
     # --- the rollout half -----------------------------------------------------------------
     def fit_prompts(self, items: list, what: str = "data.prompts") -> list:
         """The prompt items of `what` this family can run (all of them, unless the family has a
-        length limit to enforce: the text family's `data.overlong_prompts`)."""
+        length limit to enforce: the text family's `overlong_prompts` option)."""
         return list(items)
 
     @abstractmethod
@@ -194,6 +196,15 @@ def register_family(name: str):
 def build_family(cfg: OmniConfig, model, trains: bool = True) -> ModelFamily:
     """The family of `model`; `trains=False` builds the rollout half only (the driver's)."""
     return MODEL_FAMILIES.get(model.family).variant(cfg)(cfg, model, trains=trains)
+
+
+def prompt_limits(cfg: OmniConfig) -> PromptLimitOptions:
+    """How long the run's prompts may be: the model family's own limits where its options hold
+    them (the text family's `max_prompt_tokens`, `overlong_prompts`), else the defaults (a
+    diffusion model's prompts get the character bound only)."""
+    family = MODEL_FAMILIES.get(ADAPTERS.get(adapter_key(cfg.model.adapter, cfg.model.stage)).family).variant(cfg)
+    options = family.bind_family_options(cfg)
+    return options if isinstance(options, PromptLimitOptions) else PromptLimitOptions()
 
 
 def bind_rollout_correction(cfg: OmniConfig) -> RolloutCorrectionOptions:

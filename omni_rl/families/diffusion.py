@@ -1,7 +1,7 @@
 """The diffusion family: requests, batches, reward inputs, validation, and the replay of a trajectory.
 
 Rollout half: each prompt of a step becomes `samples_per_prompt` requests, each with its own
-seed (shared initial noise within a group when `rollout.same_noise_in_group`); the rewards score
+seed (shared initial noise within a group when `algo.family_options.same_noise_in_group`); the rewards score
 the decoded images (and see the clean latent in their metadata, for latent reward models);
 validation renders deterministic samples (ODE, more steps) into a PNG grid.
 
@@ -70,11 +70,16 @@ class DiffusionOptions:
     forward_timestep_sampling: str = option(
         "uniform", "Forward-process losses: how t is drawn, uniform in (0, 1) or logit_normal (SD3's training "
                    "distribution); both kept in [1e-3, 1 - 1e-3].")
+    same_noise_in_group: bool = option(False, "Share the initial noise within a prompt's group (DanceGRPO).")
+    val_num_steps: int = option(12, "Denoising steps of a validation sample (deterministic: ODE, noise 0); "
+                                    "usually more than rollout.num_steps.")
 
     def check(self) -> None:
         if not (math.isfinite(self.timestep_fraction) and 0 < self.timestep_fraction <= 1):
             raise ValueError(f"timestep_fraction={self.timestep_fraction!r}: expected in (0, 1]: the share of a "
                              f"sample's stochastic steps it trains (DanceGRPO: 0.6)")
+        if not (isinstance(self.val_num_steps, int) and self.val_num_steps >= 1):
+            raise ValueError(f"val_num_steps={self.val_num_steps!r}: expected an integer >= 1")
         if self.kl_form not in DIFFUSION_KL:
             raise ValueError(f"kl_form={self.kl_form!r}: expected one of {', '.join(DIFFUSION_KL.names())}")
         if not (isinstance(self.forward_num_timesteps, int) and self.forward_num_timesteps >= 1):
@@ -203,12 +208,12 @@ class DiffusionFamily(ModelFamily):
     def rollout_requests(self, prompts: list[PromptItem], step: int) -> tuple[list[DiffusionRequest], list[dict], list[int]]:
         """The step's requests (`samples_per_prompt` per prompt, each with its own seed), each
         sample's metadata and its group."""
-        cfg, n, r = self.cfg, self.cfg.trainer.samples_per_prompt, self.cfg.rollout
+        cfg, n = self.cfg, self.cfg.trainer.samples_per_prompt
         requests, metadata, groups = [], [], []
         window = self.sde_window(step)
         for g, item in enumerate(prompts):
             # A group's shared initial noise travels as its seed; the engine draws it on its device.
-            noise_seed = derive_seed(cfg.trainer.seed, "group-noise", step, g) if r.same_noise_in_group else None
+            noise_seed = derive_seed(cfg.trainer.seed, "group-noise", step, g) if self.options.same_noise_in_group else None
             images = self.condition_images(item)  # resized once for the group
             for k in range(n):
                 seed = derive_seed(cfg.trainer.seed, "train", step, g * n + k)
@@ -277,13 +282,13 @@ class DiffusionFamily(ModelFamily):
         return self.render_validation(engine, requests, shown, step, rewards, output_dir, logger)
 
     def val_requests(self, items: list[PromptItem]) -> tuple[list[DiffusionRequest], list[PromptItem]]:
-        """Validation's requests (ODE, noise 0, `trainer.val_num_steps`) and the item of each."""
+        """Validation's requests (ODE, noise 0, the option `val_num_steps`) and the item of each."""
         t = self.cfg.trainer
         requests, shown = [], []
         for g, item in enumerate(items):
             for k in range(t.val_samples_per_prompt):
                 requests.append(
-                    self.request(item, derive_seed(t.val_seed, "val", g, k), num_steps=t.val_num_steps,
+                    self.request(item, derive_seed(t.val_seed, "val", g, k), num_steps=self.options.val_num_steps,
                                  kernel="ode", noise_level=0.0, sde_window_size=0, sde_window_range=None)
                 )
                 shown.append(item)

@@ -23,6 +23,7 @@ from omni_rl.data.preference_file import (
     PreferenceFileError, PreferenceRow, load_preference_file, preference_prompts, read_pair_images,
 )
 from omni_rl.data.prompts import PromptItem, PromptSampler
+from omni_rl.families.base import prompt_limits
 from omni_rl.families.preference_pairs import PairBatch
 from omni_rl.models.diffusion import DiffusionModelBase
 from omni_rl.utils.seeding import derive_seed
@@ -38,7 +39,7 @@ class OfflinePairs:
             )
         self.cfg, self.model = cfg, model
         self.rows = load_preference_file(cfg.data.preference_file, cfg.data.allow_paths_outside,
-                                         cfg.data.max_prompt_tokens)
+                                         prompt_limits(cfg).max_prompt_tokens)
         t = cfg.trainer
         self.sampler = PromptSampler(self.rows, t.prompts_per_step, t.seed, cfg.data.shuffle)
 

@@ -33,8 +33,10 @@ Not here (refused at config load, `check_config`): losses that read the old tran
 process (no trajectory), a correction level (`algo.rollout_correction.level`: the plan tokens and the steps
 have no common unit), Ray workers and pipelined rollouts (the plans are sampled with the
 driver's own model, which must be the one being trained), a rollout engine other than the
-in-process `native` one (untested with a precomputed conditioning) and `rollout.top_p` < 1 (the
-plans' log-probs are of the whole distribution). `algo.kl_coef` applies to the image steps only.
+in-process `native` one (untested with a precomputed conditioning). Plans are sampled from the
+whole temperature-scaled distribution, which `plan_log_probs` scores: the family's sampling options
+(`temperature`, `max_new_tokens`, shared with the text family) have no top_p. `algo.kl_coef`
+applies to the image steps only.
 """
 from __future__ import annotations
 
@@ -53,7 +55,7 @@ from omni_rl.config.schema import OmniConfig
 from omni_rl.config.validate import ConfigError
 from omni_rl.data.prompts import PromptItem
 from omni_rl.data.think_draw_batch import ThinkDrawBatch
-from omni_rl.families.autoregressive import build_token_loss, token_gap_metrics
+from omni_rl.families.autoregressive import TokenSamplingOptions, build_token_loss, token_gap_metrics
 from omni_rl.families.base import BehaviourPolicy, ModelFamily, bind_rollout_correction, register_family
 from omni_rl.families.diffusion import DiffusionFamily, DiffusionOptions, check_kernel
 from omni_rl.models.think_draw import ThinkDrawModelBase
@@ -65,9 +67,10 @@ SHARED_METRICS = ("ratio_max_abs_dev",)
 
 
 @dataclass
-class ThinkDrawOptions(DiffusionOptions):
+class ThinkDrawOptions(DiffusionOptions, TokenSamplingOptions):
     """The think-draw family's options (`algo.family_options`): the image half's (the diffusion
-    family's) and the plan's."""
+    family's), how the plan is sampled (the text family's temperature and max_new_tokens) and how
+    it is trained."""
 
     plan_policy_loss: str = option("ppo_clip", "The token loss of the plan's tokens (a TOKEN_LOSSES name); "
                                                "algo.policy_loss trains the image's denoising steps.")
@@ -77,7 +80,8 @@ class ThinkDrawOptions(DiffusionOptions):
                                           "image-step chunks (0 leaves the plan untrained).")
 
     def check(self) -> None:
-        super().check()
+        DiffusionOptions.check(self)
+        TokenSamplingOptions.check(self)
         if not (math.isfinite(self.plan_loss_weight) and self.plan_loss_weight >= 0):
             raise ValueError(f"plan_loss_weight={self.plan_loss_weight!r}: expected a finite value >= 0 "
                              f"(0 leaves the plan untrained)")
@@ -102,7 +106,8 @@ class ThinkDrawFamily(ModelFamily):
         self.image = DiffusionFamily(cfg, model, self.options, trains)
         # No KL term on the plan: algo.kl_coef applies to the image steps.
         self.plan_loss = build_token_loss(TOKEN_LOSSES.get(self.options.plan_policy_loss),
-                                          bind_plan_loss_options(self.options), cfg, kl_coef=0.0) if trains else None
+                                          bind_plan_loss_options(self.options), self.options,
+                                          kl_coef=0.0) if trains else None
 
     @classmethod
     def check_config(cls, cfg: OmniConfig) -> None:
@@ -137,9 +142,6 @@ class ThinkDrawFamily(ModelFamily):
         if r.backend != "native":
             raise ConfigError(f"rollout.backend={r.backend!r}: expected native for a think-draw model (the engine is "
                               f"handed each request's prompt+plan conditioning in this process; other engines are untested)")
-        if r.top_p != 1.0:
-            raise ConfigError(f"rollout.top_p={r.top_p!r}: expected 1.0 for a think-draw model (plans are sampled from "
-                              f"the whole temperature-scaled distribution, which plan_log_probs scores)")
         if t.pipeline != "on_policy":
             raise ConfigError(f"trainer.pipeline={t.pipeline!r}: expected on_policy for a think-draw model (the plans "
                               f"are sampled with the trained weights, never ahead of the update)")
@@ -155,11 +157,10 @@ class ThinkDrawFamily(ModelFamily):
     def with_plans(self, requests: list, temperature: float):
         """Sample each request's plan and put its prompt + plan encoding into the request.
         Returns (plan_ids, plan_mask, plans as text)."""
-        r = self.cfg.rollout
         prompts = [req.prompt for req in requests]
         ids, mask = self.model.sample_plans(prompts, [self.plan_seed(req.seed) for req in requests],
-                                            r.max_new_tokens, temperature)
-        conditioning = self.model.encode_prompts_with_plans(prompts, ids, mask, r.negative_prompt)
+                                            self.options.max_new_tokens, temperature)
+        conditioning = self.model.encode_prompts_with_plans(prompts, ids, mask, self.cfg.rollout.negative_prompt)
         for i, req in enumerate(requests):
             req.conditioning = conditioning.select([i])
         plans = [self.model.decode_plan(row[m.bool()].tolist()) for row, m in zip(ids, mask)]
@@ -167,7 +168,7 @@ class ThinkDrawFamily(ModelFamily):
 
     def rollout(self, engine, prompts: list[PromptItem], step: int, score=None) -> tuple[ThinkDrawBatch, list]:
         requests, metadata, groups = self.image.rollout_requests(prompts, step)
-        temperature = self.cfg.rollout.temperature
+        temperature = self.options.temperature
         ids, mask, plans = self.with_plans(requests, temperature)
         with torch.no_grad():  # the very function the trainer scores the plans with
             log_probs = self.model.plan_log_probs([req.prompt for req in requests], ids, mask, temperature).float().cpu()
@@ -184,7 +185,7 @@ class ThinkDrawFamily(ModelFamily):
         lengths = batch.plan_mask.sum(1)
         return {
             "response/plan_length_mean": float(lengths.mean()),
-            # Plans cut at rollout.max_new_tokens before their end token.
+            # Plans cut at algo.family_options.max_new_tokens before their end token.
             "response/plan_clip_ratio": float((lengths == batch.plan_width).float().mean()),
         }
 

@@ -13,7 +13,7 @@ method, so the rollout's log-probs and the trainer's agree to float precision:
 4. `strip_for_training()`: drop modules the trained policy never uses (an omni model's talker
    and speech decoder) before wrapping and sharding;
 5. `context_length()`: the positions the model attends over (config, else tokenizer), which
-   bounds prompt plus response (`data.max_prompt_tokens`).
+   bounds prompt plus response (`algo.family_options.max_prompt_tokens`).
 
 Position ids are derived from the attention mask (`cumsum(mask) - 1`), so left padding never
 shifts a sequence's positions; models with their own position scheme (multimodal rotary ids)

@@ -115,6 +115,10 @@ class RolloutBackend:
     beside_trainer: Optional[Callable[[OmniConfig], Optional[str]]] = None
     shares_model: bool = False
     loads_own_weights: bool = False
+    # Whether its text engine's log-probs under a top-p nucleus are the trainer's (of the whole
+    # tempered distribution); False (vLLM's renormalise over the nucleus): the text family
+    # refuses algo.family_options.top_p < 1 at load.
+    takes_top_p: bool = True
     # The backend's rules on the rest of the config (`ValueError` naming the key), run at load.
     check_config: Optional[Callable[[OmniConfig], None]] = None
 
@@ -123,11 +127,12 @@ ROLLOUT_BACKENDS: Registry[RolloutBackend] = Registry("rollout backend")
 
 
 def register_rollout_backend(name: str, options_class: type = NativeOptions, beside_trainer=None,
-                             shares_model: bool = False, loads_own_weights: bool = False, check_config=None):
+                             shares_model: bool = False, loads_own_weights: bool = False, check_config=None,
+                             takes_top_p: bool = True):
     """Decorator: register `build(cfg, model) -> RolloutEngine` as backend `name` with its spec."""
     def decorator(build):
         ROLLOUT_BACKENDS.register(name, RolloutBackend(build, options_class, beside_trainer, shares_model,
-                                                       loads_own_weights, check_config))
+                                                       loads_own_weights, takes_top_p, check_config))
         return build
 
     return decorator
@@ -223,14 +228,9 @@ def vllm_omni_engine(cfg: OmniConfig, model) -> RolloutEngine:
 
 
 def _check_vllm_text(cfg: OmniConfig) -> None:
-    """What vLLM's text engine cannot take: a top-p nucleus (its log-probs renormalise over it),
-    LoRA in float32 (its LoRA kernels take fp16 / bf16 only) and a rank above its largest
+    """What vLLM's text engine cannot take besides a top-p nucleus (`takes_top_p=False`: the text
+    family refuses that at load): LoRA in float32 (its LoRA kernels take fp16 / bf16 only) and a rank above its largest
     `max_lora_rank` (smaller ranks are rounded up to one it accepts)."""
-    if cfg.rollout.top_p != 1.0:
-        raise ValueError(
-            f"rollout.top_p={cfg.rollout.top_p!r}: expected 1.0 with rollout.backend=vllm (vLLM's log-probs renormalise "
-            f"over the top-p nucleus, the trainer's do not); use rollout.backend=native for top_p < 1"
-        )
     lora = cfg.model.lora
     if lora.enabled and cfg.model.dtype not in ("bfloat16", "float16"):
         raise ValueError(
@@ -244,7 +244,7 @@ def _check_vllm_text(cfg: OmniConfig) -> None:
 
 
 @register_rollout_backend("vllm", VllmOptions, beside_trainer=_own_process_only, loads_own_weights=True,
-                          check_config=_check_vllm_text)
+                          check_config=_check_vllm_text, takes_top_p=False)
 def vllm_engine(cfg: OmniConfig, model) -> RolloutEngine:
     _check_family("vllm", model, AutoregressiveModelBase, "it samples text models: use rollout.backend=vllm_omni for diffusion")
     options = backend_options(cfg)

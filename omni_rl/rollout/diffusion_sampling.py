@@ -90,7 +90,7 @@ def _is_finite(value) -> bool:
 # The longest prompt (or negative prompt) a request may carry, in characters: a 10 MB prompt held a
 # rollout server's tokenizer for over a minute. Above the trainer's own default bound
 # (`omni_rl.data.prompt_chars`: 200,000 characters), so the server never refuses what a run's
-# prompt check accepted unless data.max_prompt_tokens allows prompts of over 3,900 tokens.
+# prompt check accepted unless algo.family_options.max_prompt_tokens allows prompts of over 3,900 tokens.
 MAX_REQUEST_PROMPT_CHARS = 1_000_000
 
 
@@ -122,7 +122,7 @@ def check_request(model: DiffusionModelBase, req: DiffusionRequest) -> None:
         if chars > MAX_REQUEST_PROMPT_CHARS:
             raise ValueError(f"request {rid}: {name} has {chars:,} characters; expected at most "
                              f"{MAX_REQUEST_PROMPT_CHARS:,} (tokenizers are not safe on unbounded text; the "
-                             f"trainer bounds its prompts by data.max_prompt_tokens when they load)")
+                             f"trainer bounds its prompts by algo.family_options.max_prompt_tokens when they load)")
     if req.images is not None:
         if not model.takes_source_image:
             raise ValueError(f"request {rid}: carries condition images, but {type(model).__name__} is a "

@@ -59,6 +59,7 @@ from omni_rl.config.options import NoOptions, bind_options, option
 from omni_rl.config.schema import OmniConfig
 from omni_rl.data.prompt_item import PromptItem
 from omni_rl.data.prompts import training_prompt_items
+from omni_rl.families.base import prompt_limits
 from omni_rl.families.offline_pairs import OfflinePairs
 from omni_rl.registry import Registry
 from omni_rl.rollout.base import RolloutEngineError
@@ -129,7 +130,7 @@ class RolloutProducer(ABC):
     def prompt_items(self) -> list[PromptItem]:
         """The run's training prompts (validation's too, unless the data names its own), before
         the loop fits them to the model: the data's prompts, or the pairs' (offline pairs)."""
-        return training_prompt_items(self.cfg.data)
+        return training_prompt_items(self.cfg.data, prompt_limits(self.cfg))
 
     def state(self) -> Optional[PipelineState]:
         return None

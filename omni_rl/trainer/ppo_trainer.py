@@ -39,7 +39,7 @@ from omni_rl.config.options import bind_options
 from omni_rl.config.schema import OmniConfig
 from omni_rl.data.prompts import PromptSampler, validation_prompt_items
 from omni_rl.families import build_family
-from omni_rl.families.base import BehaviourPolicy, bind_rollout_correction
+from omni_rl.families.base import BehaviourPolicy, bind_rollout_correction, prompt_limits
 from omni_rl.families.update import FIRST_GAP_MAX_KEY, FIRST_GAP_MEAN_KEY
 from omni_rl.models.diffusion import DiffusionModelBase
 from omni_rl.models.limits import check_built_model
@@ -113,11 +113,12 @@ class PPOTrainer:
             saved = self._resume(t.resume) if t.resume else None
             # Where each step's batch comes from (its first unit is made by the first step).
             self.producer = PIPELINES.get(t.pipeline)(cfg, self.actors, self._rollout_unit, self.start_step, saved)
-            # Every prompt measured once against the model's context (data.overlong_prompts). The
+            # Every prompt measured once against the model's context (algo.family_options.overlong_prompts). The
             # producer names them: the data's prompts, or the pairs' (read once, by the producer).
             items = self.family.fit_prompts(self.producer.prompt_items(), "data.prompts")
+            limits = prompt_limits(cfg)
             self.sampler = PromptSampler(items, t.prompts_per_step, t.seed, cfg.data.shuffle)
-            val_given = validation_prompt_items(cfg.data)
+            val_given = validation_prompt_items(cfg.data, limits)
             val_items = self.family.fit_prompts(val_given, "data.val_prompts") if val_given is not None else items
             self.val_items = val_items[: t.val_num_prompts]
             uncorrected = self.rollout_correction.level == "none" and cfg.algo.old_logprob_mode != "bypass"

@@ -35,7 +35,7 @@ def command(out: Path, steps: int) -> list[str]:
     return [
         sys.executable, "-c", LAUNCHER, str(out), "recipe=tiny_qwen3_grpo", f"trainer.total_steps={steps}",
         f"trainer.output_dir={out}", "trainer.logger_options.progress_bar=true", "trainer.prompts_per_step=2",
-        f"data.prompts=[Say something.,{LONG}]", "data.overlong_prompts=truncate",
+        f"data.prompts=[Say something.,{LONG}]", "algo.family_options.overlong_prompts=truncate",
     ]
 
 

@@ -57,8 +57,9 @@ def test_the_text_family_fills_dr_grpo_constant_from_the_response_budget():
     cfg = load_config(["recipe=tiny_qwen3_grpo", "algo.loss_options.ppo_clip.loss_agg_mode=seq-mean-token-sum-norm"])
     assert TextFamily.bind_loss_options(cfg).loss_scale_factor is None  # null in the recipe's block ...
     from omni_rl.families.autoregressive import build_token_loss
-    loss = build_token_loss(TextFamily.losses.get("ppo_clip"), TextFamily.bind_loss_options(cfg), cfg, 0.0)
-    assert loss.options.loss_scale_factor == cfg.rollout.max_new_tokens  # ... the budget in the built loss
+    loss = build_token_loss(TextFamily.losses.get("ppo_clip"), TextFamily.bind_loss_options(cfg),
+                            TextFamily.bind_family_options(cfg), 0.0)
+    assert loss.options.loss_scale_factor == TextFamily.bind_family_options(cfg).max_new_tokens  # ... the budget in the built loss
 
 
 @pytest.mark.parametrize("name, options", [("flow_dppo", FlowDPPOOptions), ("sapo", SAPOOptions),

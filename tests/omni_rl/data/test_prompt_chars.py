@@ -13,6 +13,7 @@ from omni_rl.data.prompt_chars import CHARS_PER_TOKEN, DEFAULT_MAX_PROMPT_CHARS,
 from omni_rl.data.prompt_item import PromptItem
 from omni_rl.data.prompt_length import PromptLengthError
 from omni_rl.data.prompts import check_prompt_sources, training_prompt_items
+from omni_rl.families.base import prompt_limits
 
 HUGE = DEFAULT_MAX_PROMPT_CHARS + 1
 
@@ -34,17 +35,20 @@ def test_a_huge_prompt_line_is_refused_in_one_line_before_tokenizing(tmp_path):
 def test_the_bound_derives_from_max_prompt_tokens(tmp_path):
     limit = 4
     cfg = _cfg(tmp_path, ["y" * (limit * CHARS_PER_TOKEN), "z" * (limit * CHARS_PER_TOKEN + 1)],
-               f"data.max_prompt_tokens={limit}", recipe="tiny_qwen3_grpo")
+               f"algo.family_options.max_prompt_tokens={limit}", recipe="tiny_qwen3_grpo")
     with pytest.raises(PromptLengthError, match=rf"prompt 1 .* over the bound of {limit * CHARS_PER_TOKEN:,} "
-                                                 rf"\(data.max_prompt_tokens={limit} x {CHARS_PER_TOKEN}"):
-        training_prompt_items(cfg.data)
+                                                 rf"\(algo.family_options.max_prompt_tokens={limit} x {CHARS_PER_TOKEN}"):
+        training_prompt_items(cfg.data, prompt_limits(cfg))
 
 
 def test_truncate_keeps_the_end_and_drop_leaves_it_out_with_one_warning(tmp_path, caplog):
     lines = ["a cat", "x" * HUGE + " What is it?"]
     with caplog.at_level(logging.WARNING, logger="omni_rl.data.prompt_chars"):
-        kept = training_prompt_items(_cfg(tmp_path, lines, "data.overlong_prompts=truncate").data)
-        dropped = training_prompt_items(_cfg(tmp_path, lines, "data.overlong_prompts=drop").data)
+        # The mode is a text model's option (algo.family_options); a diffusion model's is error.
+        kept_cfg = _cfg(tmp_path, lines, "algo.family_options.overlong_prompts=truncate", recipe="tiny_qwen3_grpo")
+        dropped_cfg = _cfg(tmp_path, lines, "algo.family_options.overlong_prompts=drop", recipe="tiny_qwen3_grpo")
+        kept = training_prompt_items(kept_cfg.data, prompt_limits(kept_cfg))
+        dropped = training_prompt_items(dropped_cfg.data, prompt_limits(dropped_cfg))
     assert kept[0].prompt == "a cat" and len(kept[1].prompt) == DEFAULT_MAX_PROMPT_CHARS
     assert kept[1].prompt.endswith("x What is it?")
     assert [item.prompt for item in dropped] == ["a cat"]

@@ -42,7 +42,7 @@ def test_error_names_the_prompt_its_count_and_the_limit():
     message = str(err.value)
     assert "data.prompts: prompt 1 ('Once upon a time Once upon a time Once u...')" in message
     assert "178 tokens" in message and "48-token limit (the model's 64 positions less 16)" in message
-    assert "data.overlong_prompts=truncate" in message and "data.overlong_prompts=drop" in message
+    assert "algo.family_options.overlong_prompts=truncate" in message and "algo.family_options.overlong_prompts=drop" in message
     assert isinstance(err.value, PromptFileError)  # the CLI's exit 2, one line
 
 
@@ -95,8 +95,8 @@ def test_keep_last_chars_of_a_plain_prompt():
 
 
 @pytest.mark.parametrize("override, expected", [
-    ("data.overlong_prompts=cut", "data.overlong_prompts='cut': expected one of error, truncate, drop"),
-    ("data.max_prompt_tokens=0", "data.max_prompt_tokens=0: expected an integer >= 1, or null"),
+    ("algo.family_options.overlong_prompts=cut", "algo.family_options.overlong_prompts='cut': expected one of error, truncate, drop"),
+    ("algo.family_options.max_prompt_tokens=0", "algo.family_options.max_prompt_tokens=0: expected an integer >= 1, or null"),
 ])
 def test_bad_values_fail_at_load(override, expected):
     from omni_rl.compose import load_config

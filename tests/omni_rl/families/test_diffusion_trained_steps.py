@@ -15,7 +15,7 @@ from omni_rl.trainer import PPOTrainer
 DANCE = [
     "trainer.prompts_per_step=2", "trainer.samples_per_prompt=4", "trainer.mini_batch_size=8",
     "trainer.micro_batch_size=4", "rollout.num_steps=6", "rollout.sde_window_size=0", "rollout.kernel=dance_sde",
-    "rollout.noise_level=0.3", "rollout.sde_window_range=null", "rollout.same_noise_in_group=true", "algo.family_options.timestep_fraction=0.6",
+    "rollout.noise_level=0.3", "rollout.sde_window_range=null", "algo.family_options.same_noise_in_group=true", "algo.family_options.timestep_fraction=0.6",
     "trainer.val_every=0", "trainer.logger_options.progress_bar=false", "trainer.loggers=[jsonl]", "trainer.total_steps=2",
 ]
 

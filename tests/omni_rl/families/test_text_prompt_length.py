@@ -1,5 +1,5 @@
 """Prompts longer than the tiny Qwen3's context (512 positions, adapters/qwen3.py): refused at
-once, truncated or dropped by `data.overlong_prompts`, and a run goes on in the last two."""
+once, truncated or dropped by `algo.family_options.overlong_prompts`, and a run goes on in the last two."""
 import json
 
 import pytest
@@ -30,7 +30,7 @@ def prompt_file(tmp_path):
 
 
 def overrides(tmp_path, prompt_file, mode, *more):
-    return [*ONE_STEP, f"data.prompt_file={prompt_file}", f"data.overlong_prompts={mode}",
+    return [*ONE_STEP, f"data.prompt_file={prompt_file}", f"algo.family_options.overlong_prompts={mode}",
             f"trainer.output_dir={tmp_path / mode}", *more]
 
 
@@ -46,11 +46,11 @@ def records(out):
 def test_the_limit_is_the_context_less_the_response_budget(tmp_path, prompt_file):
     family = family_of(load_config(overrides(tmp_path, prompt_file, "error")))
     assert family.model.context_length() == 512
-    assert family.prompt_token_limit == 512 - 16  # rollout.max_new_tokens=16 in the recipe
-    family = family_of(load_config(overrides(tmp_path, prompt_file, "error", "data.max_prompt_tokens=100")))
+    assert family.prompt_token_limit == 512 - 16  # algo.family_options.max_new_tokens=16 in the recipe
+    family = family_of(load_config(overrides(tmp_path, prompt_file, "error", "algo.family_options.max_prompt_tokens=100")))
     assert family.prompt_token_limit == 100
-    family = family_of(load_config(overrides(tmp_path, prompt_file, "error", "data.max_prompt_tokens=500")))
-    with pytest.raises(PromptLengthError, match=r"data.max_prompt_tokens=500 plus rollout.max_new_tokens=16 is 516"):
+    family = family_of(load_config(overrides(tmp_path, prompt_file, "error", "algo.family_options.max_prompt_tokens=500")))
+    with pytest.raises(PromptLengthError, match=r"algo.family_options.max_prompt_tokens=500 plus algo.family_options.max_new_tokens=16 is 516"):
         family.prompt_token_limit
 
 
@@ -63,8 +63,8 @@ def test_error_mode_names_the_prompt_when_the_prompts_load(tmp_path, prompt_file
     message = str(err.value)
     assert f"data.prompt_file={str(prompt_file)!r}: prompt 1 ('Once upon a time xxx" in message
     assert "tokens with the chat template, over the 496-token limit (the model's 512 positions less " \
-           "rollout.max_new_tokens=16)" in message
-    assert "data.overlong_prompts=truncate" in message
+           "algo.family_options.max_new_tokens=16)" in message
+    assert "algo.family_options.overlong_prompts=truncate" in message
 
 
 def test_error_mode_stops_the_run_before_its_first_step_with_one_line(tmp_path, prompt_file, capsys):

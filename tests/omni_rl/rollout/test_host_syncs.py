@@ -132,7 +132,7 @@ def test_the_family_sends_a_groups_noise_as_one_seed(tmp_path):
     from omni_rl.compose import load_config
     from omni_rl.trainer import PPOTrainer
 
-    cfg = load_config(["rollout.same_noise_in_group=true", "trainer.prompts_per_step=2", "trainer.samples_per_prompt=3",
+    cfg = load_config(["algo.family_options.same_noise_in_group=true", "trainer.prompts_per_step=2", "trainer.samples_per_prompt=3",
                        "trainer.mini_batch_size=6", "trainer.micro_batch_size=3", "trainer.val_every=0",
                        "trainer.logger_options.progress_bar=false", "trainer.loggers=[jsonl]", f"trainer.output_dir={tmp_path / 'run'}"])
     trainer = PPOTrainer(cfg)

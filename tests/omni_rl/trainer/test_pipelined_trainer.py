@@ -12,7 +12,7 @@ from tests.tiny_runs import TINY_SD3
 
 QWEN = ["recipe=tiny_qwen3_grpo", "trainer.logger_options.progress_bar=false", "trainer.loggers=[jsonl]", "trainer.val_every=0",
         "trainer.prompts_per_step=2", "trainer.samples_per_prompt=4", "trainer.mini_batch_size=4",
-        "trainer.micro_batch_size=4", "rollout.max_new_tokens=8"]
+        "trainer.micro_batch_size=4", "algo.family_options.max_new_tokens=8"]
 
 
 def run(tmp_path, name, *overrides, base=QWEN):
@@ -65,7 +65,7 @@ def test_nothing_staler_than_the_bound_reaches_the_loss_under_a_slow_update(tmp_
 
 
 def test_tiny_sd3_one_step_off_samples_on_a_copy_and_corrects_with_step_weights(tmp_path):
-    sd3 = [*TINY_SD3, "trainer.val_every=2", "trainer.val_num_steps=4"]
+    sd3 = [*TINY_SD3, "trainer.val_every=2", "algo.family_options.val_num_steps=4"]
     trainer, records = run(tmp_path, "sd3", "trainer.total_steps=2", "trainer.pipeline=one_step_off",
                            "algo.rollout_correction.level=step", base=sd3)
     assert trainer.rollout_engine.model is not trainer.model  # the update never changes the sampler's weights

@@ -50,7 +50,7 @@ def test_resume_is_exact(tmp_path):
 
 
 def test_outputs_a_user_expects(tmp_path):
-    run_tiny(tmp_path, "out", "trainer.total_steps=2", "trainer.val_every=1", "trainer.val_num_steps=4",
+    run_tiny(tmp_path, "out", "trainer.total_steps=2", "trainer.val_every=1", "algo.family_options.val_num_steps=4",
              "trainer.loggers=[jsonl,tensorboard]")
     out = tmp_path / "out"
     assert (out / "samples" / "val_step_000000.png").is_file()
@@ -67,7 +67,7 @@ def test_outputs_a_user_expects(tmp_path):
 
 
 def test_validation_scores_with_its_own_rewards_when_given(tmp_path):
-    run_tiny(tmp_path, "val", "trainer.total_steps=1", "trainer.val_every=1", "trainer.val_num_steps=4",
+    run_tiny(tmp_path, "val", "trainer.total_steps=1", "trainer.val_every=1", "algo.family_options.val_num_steps=4",
              "reward.rewards=[{name: brightness}]", "reward.val_rewards=[{name: jpeg_compressibility}]")
     for name in ("val_step_000000.jsonl", "val_step_000001.jsonl"):
         rows = [json.loads(line) for line in (tmp_path / "val" / "samples" / name).read_text().splitlines()]
