@@ -88,3 +88,11 @@ def test_tiny_bagel_think_flowgrpo_trains(tmp_path):
     records = [json.loads(line) for line in (out / "samples" / "val_step_000002.jsonl").read_text().splitlines()]
     assert len(records) == 16 and all(isinstance(r["plan"], str) for r in records)
     assert (out / "samples" / "val_step_000002.png").is_file()
+
+
+def test_tiny_bagel_think_with_cfg_toward_the_plan_trains_on_policy(tmp_path):
+    """The official think mode's default second guidance (plan_guidance_scale 1.5): its plan-free
+    context travels with each sample, so the trainer replays the rollout's velocity exactly."""
+    steps = run(tmp_path / "bagel_think_cfg", "tiny_bagel_think_flowgrpo", "model.options.plan_guidance_scale=1.5",
+                "trainer.total_steps=2", "trainer.val_every=2", "trainer.save_every=2")
+    assert len(steps) == 2
