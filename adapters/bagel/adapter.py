@@ -17,13 +17,22 @@ because both go through `predict_velocity`:
   understanding expert inside every forward (it is frozen, and cheap next to the image block);
 - **text CFG**: the unconditional branch is the empty context (the official `cfg_text_precontext`
   for text-to-image; a non-empty `rollout.negative_prompt` becomes that context instead);
-  `v = u + g (c - u)`, rescaled per sample by `clamp(|c| / |v|, model.options.cfg_renorm_min, 1)` over
-  all of that sample's numbers (the official "global" renorm, which the official code computes
-  over a batch of one); applied only to samples whose sigma is in `model.options.cfg_interval` (lo, hi],
-  the others take c. Conditional and unconditional rows go through one forward.
-- Image CFG needs a source image: `model.options.image_guidance_scale` other than 1 is refused here (the
-  edit adapter, adapters/bagel/edit.py, takes it; it reuses this adapter's forward through
-  `image_cfg_rows` and `source_image`).
+  `v = u + g (c - u)`, rescaled by `clamp(|c| / |v|, model.options.cfg_renorm_min, 1)`, the norms
+  taken as `model.options.cfg_renorm_type` says (`guided_velocity`: the official "global", over all
+  of one sample's numbers, which the official code computes over a batch of one; "channel" and
+  "text_channel", per token); applied only to samples whose sigma is in `model.options.cfg_interval`
+  (lo, hi], the others take c. Conditional and unconditional rows go through one forward.
+- **a second guidance** (the official `cfg_img_scale`) toward what the conditional context holds
+  beyond a second unconditional one: the source image when editing (adapters/bagel/edit.py,
+  `model.options.image_guidance_scale`), the plan in think mode (adapters/bagel/think.py,
+  `model.options.plan_guidance_scale`); the subclasses supply it through `image_cfg_rows`,
+  `image_cfg_scale`, `image_cfg_text` and `source_image`. Text-to-image has neither and refuses
+  both. The official inferencer (`InterleaveInferencer.gen_image`, default `cfg_img_scale` 1.5)
+  applies it in text-to-image too, where its second context is the prompt itself: then
+  `ui = c` and `ui + s (u + g (c - u) - ui) = u + (1 + s (g - 1)) (c - u)`, text CFG at scale
+  `1 + s (g - 1)` (4 with 1.5 is 5.5; exact under the "global" and "channel" renorms, which
+  rescale after both): set `rollout.guidance_scale` so. The official notebook's
+  (`inference.ipynb`) and GenEval script's text-to-image pass `cfg_img_scale` 1.
 
 What trains: with LoRA, adapters on the generation expert's projections (verl-omni's targets);
 without, the generation expert whole (every `*_moe_gen` tensor, the time embedder, `vae2llm`,
@@ -105,18 +114,37 @@ def padded(rows: list[list[int]], width: int) -> tuple[torch.Tensor, torch.Tenso
     return ids, mask
 
 
+RENORM_TYPES = ("global", "channel", "text_channel")
+
+
 def guided_velocity(cond: torch.Tensor, uncond: torch.Tensor, scale: float, renorm_min: float,
-                    image_uncond: torch.Tensor | None = None, image_scale: float = 1.0) -> torch.Tensor:
-    """BAGEL's CFG (the official `_forward_flow`), each sample (dim 0) on its own: text CFG
-    `v = u + g (c - u)`; with the image-unconditional velocity `ui` (editing), then image CFG
-    `v = ui + g_img (v - ui)`; v rescaled by `clamp(|c| / |v|, renorm_min, 1)`, the norms over all
-    of that sample's numbers (BAGEL's "global" renorm, per sample, never across the batch)."""
+                    image_uncond: torch.Tensor | None = None, image_scale: float = 1.0,
+                    renorm_type: str = "global") -> torch.Tensor:
+    """BAGEL's CFG (the official `_forward_flow`) on velocity tokens [B, L, D] (D: one token's
+    numbers), each sample (dim 0) on its own. Text CFG `t = u + g (c - u)`; with the second
+    unconditional velocity `ui` (editing's image-free one, think's plan-free one) `v = ui +
+    g_img (t - ui)`. A rescale `r(x) = x clamp(|c| / |x|, renorm_min, 1)`:
+
+    - "global": `r(v)`, the norms over all of a sample's numbers (the official code takes them
+      over the whole packed batch, which it runs with one sample);
+    - "channel": `r(v)`, the norms per token (over D);
+    - "text_channel": `ui + g_img (r(t) - ui)`, the norms per token: the text-guided velocity is
+      rescaled before the second guidance, which is not rescaled (the official edit demo's and
+      GEdit / ImgEdit / KRIS evaluations' choice)."""
+    if renorm_type not in RENORM_TYPES:
+        raise ValueError(f"renorm_type={renorm_type!r}: expected one of {list(RENORM_TYPES)}")
+
+    def rescale(x: torch.Tensor, dims) -> torch.Tensor:
+        ratio = cond.norm(dim=dims, keepdim=True) / (x.norm(dim=dims, keepdim=True) + 1e-8)
+        return x * ratio.clamp(min=renorm_min, max=1.0)
+
     guided = uncond + scale * (cond - uncond)
+    if renorm_type == "text_channel":
+        guided = rescale(guided, -1)
+        return guided if image_uncond is None else image_uncond + image_scale * (guided - image_uncond)
     if image_uncond is not None:
         guided = image_uncond + image_scale * (guided - image_uncond)
-    dims = tuple(range(1, cond.ndim))
-    ratio = cond.norm(dim=dims, keepdim=True) / (guided.norm(dim=dims, keepdim=True) + 1e-8)
-    return guided * ratio.clamp(min=renorm_min, max=1.0)
+    return rescale(guided, tuple(range(1, cond.ndim)) if renorm_type == "global" else -1)
 
 
 def grid_side(folder: Path, key: str, config_key: str, default: int) -> int:
@@ -146,8 +174,10 @@ class BagelOptions(PromptLengthOptions):
 
     timestep_shift: float = option(3.0, "The shift s of the schedule t' = s t / (1 + (s - 1) t) (the official inferencer's 3.0).")
     cfg_interval: Optional[list[float]] = option(None, "Text CFG applies to the samples whose sigma lies in (lo, hi]; the others take the conditional velocity (the official cfg_interval, [0.4, 1.0] there); null = every step.")
-    cfg_renorm_min: float = option(0.0, "The guided velocity is rescaled per sample to the conditional one's norm, the scale clamped to [cfg_renorm_min, 1] (the official global renorm; 1.0 turns it off).")
+    cfg_renorm_min: float = option(0.0, "The guided velocity is rescaled toward the conditional one's norm, the scale clamped to [cfg_renorm_min, 1] (the official cfg_renorm_min; 1.0 turns it off).")
+    cfg_renorm_type: str = option("global", "Where the renorm takes its norms (the official cfg_renorm_type): global (all of a sample's numbers, after both guidances; the official default), channel (per token, after both), text_channel (per token, after text CFG only; the official editing's).")
     image_guidance_scale: float = option(1.0, "Image CFG of editing (model.stage=edit; BAGEL's cfg_img_scale); 1 = off. Text-to-image refuses > 1.")
+    plan_guidance_scale: float = option(1.0, "Think mode's CFG toward the plan (model.stage=think; the official cfg_img_scale there, whose unconditional branch is the system prompt and the prompt); 1 = off. The other stages refuse > 1.")
 
     def check(self) -> None:
         super().check()
@@ -159,6 +189,12 @@ class BagelOptions(PromptLengthOptions):
                              f"e.g. BAGEL's [0.4, 1.0], or null for every step")
         if not 0.0 <= self.cfg_renorm_min <= 1.0:
             raise ValueError(f"cfg_renorm_min={self.cfg_renorm_min}: expected a value in [0, 1] (1 turns the renorm off)")
+        if self.cfg_renorm_type not in RENORM_TYPES:
+            raise ValueError(f"cfg_renorm_type={self.cfg_renorm_type!r}: expected one of {list(RENORM_TYPES)} "
+                             f"(BAGEL's text-to-image uses global, its editing text_channel)")
+        if not (math.isfinite(self.plan_guidance_scale) and self.plan_guidance_scale >= 1.0):
+            raise ValueError(f"plan_guidance_scale={self.plan_guidance_scale}: expected a number >= 1 (1 = off; "
+                             f"BAGEL's think mode defaults to 1.5)")
 
 
 @register_adapter(ARCHITECTURE)
@@ -210,6 +246,17 @@ class BagelAdapter(DiffusionModelBase):
     def check_config(cls, cfg) -> None:
         super().check_config(cfg)
         cls.check_image_guidance(cfg)
+        cls.check_plan_guidance(cfg)
+
+    @classmethod
+    def check_plan_guidance(cls, cfg) -> None:
+        """Only think mode writes a plan: `model.options.plan_guidance_scale` must be 1 elsewhere."""
+        scale = cls.bind_options(cfg.model).plan_guidance_scale
+        if scale != 1.0:
+            raise ValueError(
+                f"model.options.plan_guidance_scale={scale}: CFG toward the plan needs a plan, and {cfg.model.adapter} "
+                f"with model.stage={cfg.model.stage!r} writes none; set it to 1.0, or use model.stage=think"
+            )
 
     @classmethod
     def check_image_guidance(cls, cfg) -> None:
@@ -218,7 +265,9 @@ class BagelAdapter(DiffusionModelBase):
         if scale != 1.0:
             raise ValueError(
                 f"model.options.image_guidance_scale={scale}: image CFG needs a source image, and {cfg.model.adapter} "
-                f"here makes images from text; set it to 1.0, or edit images with model.stage=edit"
+                f"here makes images from text; set it to 1.0, or edit images with model.stage=edit (the official "
+                f"inferencer's cfg_img_scale s without an image is text CFG at 1 + s (g - 1): set rollout.guidance_scale "
+                f"so; in think mode it is model.options.plan_guidance_scale)"
             )
 
     # --- what trains ---------------------------------------------------------------------
@@ -293,9 +342,18 @@ class BagelAdapter(DiffusionModelBase):
         return on.nonzero().flatten()
 
     def image_cfg_rows(self, rows: torch.Tensor) -> torch.Tensor:
-        """Indices of the samples that also take image CFG: none without a source image (the edit
-        adapter: `rows` when `model.options.image_guidance_scale` > 1)."""
+        """Indices of the samples that also take the second guidance (module docstring): none in
+        text-to-image (editing and think: `rows` when their scale is > 1)."""
         return rows[:0]
+
+    def image_cfg_scale(self) -> float:
+        """The second guidance's scale (editing: image_guidance_scale; think: plan_guidance_scale)."""
+        return 1.0
+
+    def image_cfg_text(self, cond: Conditioning) -> Conditioning:
+        """The text ("e", mask "m") of the second unconditional rows: the conditional text itself
+        (editing, whose second branch drops the source image; think overrides it)."""
+        return Conditioning({"e": cond["input_ids"], "m": cond["text_mask"]}, {"e": "m"})
 
     def source_image(self, cond: Conditioning, branch: torch.Tensor, present: torch.Tensor) -> SourceImage | None:
         """What each forward row sees of its sample's source image (`branch`: the sample of each
@@ -306,8 +364,8 @@ class BagelAdapter(DiffusionModelBase):
         """Velocity (fp32, [B, 16, h, w]) at per-sample sigma [B], CFG inside (module docstring).
 
         One forward takes every branch, each a row: the samples' conditional rows, the text-
-        unconditional rows of the samples in `cfg_rows`, then (editing) their image-unconditional
-        rows, which see the instruction but not the source image."""
+        unconditional rows of the samples in `cfg_rows`, then (editing, think) their second
+        unconditional rows: the instruction without the source image, or the prompt without the plan."""
         b, _, hh, ww = latents.shape
         sigma = sigma.to(torch.float32).reshape(-1).to(self.device)
         if sigma.shape[0] != b:
@@ -318,8 +376,8 @@ class BagelAdapter(DiffusionModelBase):
         image_rows = self.image_cfg_rows(rows)
         instruction = Conditioning({"e": cond["input_ids"], "m": cond["text_mask"]}, {"e": "m"})
         negative = Conditioning({"e": cond["negative_input_ids"], "m": cond["negative_text_mask"]}, {"e": "m"})
-        parts = [instruction, negative.select(rows), instruction.select(image_rows)]
-        text = Conditioning.cat([part for part in parts if len(part)])  # an empty part would widen the padding
+        parts = [instruction, negative.select(rows), self.image_cfg_text(cond).select(image_rows) if image_rows.numel() else None]
+        text = Conditioning.cat([part for part in parts if part is not None and len(part)])  # an empty part would widen the padding
         branch = torch.cat([torch.arange(b, device=self.device), rows, image_rows])
         present = torch.arange(branch.shape[0], device=self.device) < b + rows.numel()
         grid = (hh // LATENT_PATCH, ww // LATENT_PATCH)
@@ -330,7 +388,7 @@ class BagelAdapter(DiffusionModelBase):
             r = rows.numel()
             image_uncond = out[b + r :] if image_rows.numel() else None
             guided = guided_velocity(v[rows], out[b : b + r], guidance_scale, self.options.cfg_renorm_min,
-                                     image_uncond, self.options.image_guidance_scale)
+                                     image_uncond, self.image_cfg_scale(), self.options.cfg_renorm_type)
             v = v.index_copy(0, rows, guided)
         return unpatchify(v, *grid)
 

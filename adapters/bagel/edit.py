@@ -28,15 +28,18 @@ side >= 512, multiples of 16) and generates at that size: the two agree for a so
 size that rule keeps. The official VAE encoder samples its posterior; here it is the posterior's
 mean, a condition that replays exactly (FLUX's posterior is narrow).
 
-**CFG** (the official `_forward_flow`, renorm "global" as in its GEdit evaluation), three
-branches in one forward: the conditional c (image + instruction); for the samples whose sigma
-lies in `model.options.cfg_interval`, the text-unconditional u (the image alone: the official
-`cfg_text_precontext`; with `rollout.negative_prompt` the image and that text) and, when
-`model.options.image_guidance_scale` > 1, the image-unconditional ui (the instruction alone: the
-official `cfg_img_precontext`). `v = u + g (c - u)`, then `v = ui + g_img (v - ui)`, then
-`v * clamp(|c| / |v|, model.options.cfg_renorm_min, 1)` per sample (`guided_velocity`). As in the
-official code image CFG applies only together with text CFG, so image_guidance_scale > 1 with
-`rollout.guidance_scale` <= 1 is refused. The official demo's "text_channel" renorm is not offered.
+**CFG** (the official `_forward_flow`), three branches in one forward: the conditional c (image
++ instruction); for the samples whose sigma lies in `model.options.cfg_interval`, the
+text-unconditional u (the image alone: the official `cfg_text_precontext`; with
+`rollout.negative_prompt` the image and that text) and, when `model.options.image_guidance_scale`
+> 1, the image-unconditional ui (the instruction alone: the official `cfg_img_precontext`).
+`t = u + g (c - u)`, `v = ui + g_img (t - ui)`, rescaled toward |c| (clamped to
+[`model.options.cfg_renorm_min`, 1]) as `model.options.cfg_renorm_type` says (`guided_velocity`):
+the official edit demo (app.py's `edit_image`, inference.ipynb's editing cells) and its GEdit,
+ImgEdit and KRIS evaluations use "text_channel" (per token, t rescaled before image CFG); the
+option's default stays the inferencer's "global", so an editing recipe names its renorm. As in
+the official code image CFG applies only together with text CFG, so image_guidance_scale > 1
+with `rollout.guidance_scale` <= 1 is refused.
 
 What trains is what text-to-image trains (the generation expert, or its LoRA); the SigLIP tower
 is a frozen module like the VAE, and `connector` / `vit_pos_embed` stay frozen in the network.
@@ -186,6 +189,9 @@ class BagelEditAdapter(BagelAdapter):
     # --- forward (BagelAdapter.predict_velocity's hooks) ----------------------------------------
     def image_cfg_rows(self, rows: torch.Tensor) -> torch.Tensor:
         return rows if self.options.image_guidance_scale > 1.0 else rows[:0]
+
+    def image_cfg_scale(self) -> float:
+        return self.options.image_guidance_scale
 
     def source_image(self, cond: Conditioning, branch: torch.Tensor, present: torch.Tensor) -> SourceImage:
         missing = [k for k in IMAGE_KEYS if k not in cond.tensors]

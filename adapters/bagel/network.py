@@ -49,6 +49,19 @@ LATENT_PATCH = 2
 TIME_FREQUENCIES = 256
 
 
+def plain_rope(scaling) -> bool:
+    """Whether a Qwen2 config's `rope_scaling` leaves RoPE plain: absent, null, empty, or
+    transformers' "default" type (`rope_type`, or the older `type`) without a factor other
+    than 1, as newer transformers releases write the field for an unscaled model. The official
+    code would apply any other type (its `ROPE_INIT_FUNCTIONS`); this network does not."""
+    if not scaling:
+        return True
+    if not isinstance(scaling, dict):
+        return False
+    kind = scaling.get("rope_type", scaling.get("type", "default"))
+    return kind == "default" and float(scaling.get("factor", 1.0)) == 1.0
+
+
 @dataclass(frozen=True)
 class LLMConfig:
     """What the network needs from the checkpoint's `llm_config.json` (a Qwen2 config)."""
@@ -69,8 +82,9 @@ class LLMConfig:
                                "num_attention_heads", "num_key_value_heads") if k not in raw]
         if missing:
             raise ValueError(f"{file}: missing {missing}; expected a Qwen2 config (BAGEL's llm_config.json)")
-        if raw.get("rope_scaling"):
-            raise ValueError(f"{file}: rope_scaling={raw['rope_scaling']!r}; BAGEL uses plain RoPE (null)")
+        if not plain_rope(raw.get("rope_scaling")):
+            raise ValueError(f"{file}: rope_scaling={raw['rope_scaling']!r}; this network implements plain RoPE only "
+                             f"(null, or rope_type 'default' with factor 1), as BAGEL-7B-MoT's decoder runs it")
         fields = {k: raw[k] for k in cls.__dataclass_fields__ if k in raw}
         return cls(**fields)
 

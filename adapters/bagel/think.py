@@ -19,9 +19,16 @@ the official think mode of `InterleaveInferencer.interleave_inference` does for 
    own; here as the sampled ids, which the official code gets back by decoding and encoding
    again). Text CFG's unconditional context is the system prompt alone (the official
    `cfg_text_context`, taken before the prompt), or the system prompt and
-   `rollout.negative_prompt` when one is given. Image CFG needs a source image: refused, as in
-   text-to-image. Everything else of text-to-image holds (adapters/bagel/adapter.py: latents,
-   schedule, CFG interval and renorm, exports).
+   `rollout.negative_prompt` when one is given.
+4. **CFG toward the plan** (`model.options.plan_guidance_scale` > 1): the official think mode's
+   `cfg_img_scale` (`interleave_inference` defaults it to 1.5) guides by a third context, its
+   `cfg_img_context`: the system prompt and the prompt, without the plan (and without the
+   negative prompt). With `ui` that branch's velocity, `v = ui + s (t - ui)` after text CFG `t`
+   (adapters/bagel/adapter.py's `guided_velocity`, the renorm as `model.options.cfg_renorm_type`
+   says). The official notebook's think cell (`inference.ipynb`) passes `cfg_img_scale` 1: off.
+   As in the official code it applies only together with text CFG. Image CFG needs a source
+   image: refused, as in text-to-image. Everything else of text-to-image holds
+   (adapters/bagel/adapter.py: latents, schedule, CFG interval and renorm, exports).
 
 Widths are fixed, so a plan's log-probs and an image's velocity never depend on their batch-
 mates' lengths: the plan's context is padded to the system prompt plus `model.options.max_sequence_length`
@@ -74,6 +81,31 @@ class BagelThinkAdapter(BagelAdapter, ThinkDrawModelBase):
             for name, p in self.network.named_parameters():
                 trains = is_generation_parameter(name) or is_understanding_decoder_parameter(name)
                 p.requires_grad_(trains and "pos_embed" not in name)
+
+    @classmethod
+    def check_plan_guidance(cls, cfg) -> None:
+        """CFG toward the plan applies only together with text CFG, as in the official code."""
+        scale = cls.bind_options(cfg.model).plan_guidance_scale
+        if scale > 1.0 and cfg.rollout.guidance_scale <= 1.0:
+            raise ValueError(
+                f"model.options.plan_guidance_scale={scale} with rollout.guidance_scale={cfg.rollout.guidance_scale}: "
+                f"BAGEL applies its second guidance only together with text CFG; set rollout.guidance_scale > 1 "
+                f"(BAGEL: 4), or model.options.plan_guidance_scale=1"
+            )
+
+    # --- the forward's second guidance (BagelAdapter.predict_velocity's hooks) ----------------
+    def image_cfg_rows(self, rows: torch.Tensor) -> torch.Tensor:
+        return rows if self.options.plan_guidance_scale > 1.0 else rows[:0]
+
+    def image_cfg_scale(self) -> float:
+        return self.options.plan_guidance_scale
+
+    def image_cfg_text(self, cond: Conditioning) -> Conditioning:
+        """The plan-free context, system prompt and prompt (module docstring, 4)."""
+        if "plan_free_input_ids" not in cond.tensors:
+            raise ValueError("model.options.plan_guidance_scale > 1 needs the plan-free context: encode the prompts "
+                             "with encode_prompts_with_plans under that setting")
+        return Conditioning({"e": cond["plan_free_input_ids"], "m": cond["plan_free_text_mask"]}, {"e": "m"})
 
     # --- tokens --------------------------------------------------------------------------
     @property
@@ -138,16 +170,21 @@ class BagelThinkAdapter(BagelAdapter, ThinkDrawModelBase):
     @torch.no_grad()
     def encode_prompts_with_plans(self, prompts, plan_ids, plan_mask, negative_prompt: str = "") -> Conditioning:
         """`input_ids`: system, prompt, `<|im_start|> plan <|im_end|>`; `negative_input_ids`: the
-        system prompt (and the negative prompt); both at one fixed width (module docstring, 3)."""
+        system prompt (and the negative prompt); with `model.options.plan_guidance_scale` > 1 also
+        `plan_free_input_ids`: system and prompt; all at one fixed width (module docstring, 3, 4)."""
         eos = self.token_ids[EOS]
-        rows = []
+        rows, plan_free = [], []
         for prompt, row, m in zip(prompts, plan_ids, plan_mask):
             plan = [i for i in row[m.bool()].tolist() if i != eos]
-            rows.append(self.system_ids + self.piece(prompt, self.options.max_sequence_length)
-                        + [self.token_ids[BOS], *plan, eos])
+            plan_free.append(self.system_ids + self.piece(prompt, self.options.max_sequence_length))
+            rows.append(plan_free[-1] + [self.token_ids[BOS], *plan, eos])
         width = self.context_width() + plan_ids.shape[1] + 1
         ids, mask = padded(rows, width)
         negative = self.system_ids + (self.piece(negative_prompt, self.options.max_sequence_length) if negative_prompt else [])
         neg, neg_mask = padded([negative] * len(rows), width)
         tensors = {"input_ids": ids, "text_mask": mask, "negative_input_ids": neg, "negative_text_mask": neg_mask}
-        return Conditioning({k: v.to(self.device) for k, v in tensors.items()}, dict(TEXT_MASKS))
+        masks = dict(TEXT_MASKS)
+        if self.options.plan_guidance_scale > 1.0:
+            tensors["plan_free_input_ids"], tensors["plan_free_text_mask"] = padded(plan_free, width)
+            masks["plan_free_input_ids"] = "plan_free_text_mask"
+        return Conditioning({k: v.to(self.device) for k, v in tensors.items()}, masks)

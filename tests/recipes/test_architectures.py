@@ -116,6 +116,47 @@ def test_bagel_llm_config_passes_the_loaders_checks():
     assert (config.hidden_size, config.num_hidden_layers) == (3584, 28)
 
 
+BAGEL_FOLDER = ARCHITECTURES / "ByteDance-Seed--BAGEL-7B-MoT"
+
+
+def test_bagel_folder_passes_the_model_folder_check_a_snapshot_passes():
+    """The shipped folder against the check a downloaded snapshot meets before loading (a
+    config.json, every JSON readable), and the grid sides the adapter reads from it."""
+    from adapters.bagel.adapter import DEFAULT_MAX_LATENT_SIZE, DEFAULT_VIT_SIDE, grid_side
+    from omni_rl.models.loading import check_model_folder
+
+    check_model_folder(BAGEL_FOLDER, "ByteDance-Seed/BAGEL-7B-MoT", weights=False)
+    assert grid_side(BAGEL_FOLDER, "latent_pos_embed.pos_embed", "max_latent_size", 0) == DEFAULT_MAX_LATENT_SIZE == 64
+    assert grid_side(BAGEL_FOLDER, "vit_pos_embed.pos_embed", "vit_max_num_patch_per_side", 0) == DEFAULT_VIT_SIDE == 70
+
+
+@pytest.mark.parametrize("scaling, plain", [
+    (None, True), ({}, True), ({"rope_type": "default"}, True), ({"type": "default", "factor": 1.0}, True),
+    ({"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32768}, False),
+    ({"type": "linear", "factor": 2.0}, False), ({"rope_type": "default", "factor": 2.0}, False),
+])
+def test_bagel_llm_config_variants_a_real_file_may_carry(tmp_path, scaling, plain):
+    """Qwen2 configs as transformers releases write them: extra keys the network does not read,
+    and `rope_scaling` null, absent, or "default"; a scaling the network does not implement is
+    refused in one line naming the value."""
+    from adapters.bagel.network import LLMConfig
+
+    raw = json.loads((BAGEL_FOLDER / "llm_config.json").read_text())
+    raw.update(torch_dtype="bfloat16", transformers_version="4.43.1", sliding_window=131072, qk_norm=True,
+               layer_module="Qwen2MoTDecoderLayer", rope_scaling=scaling)
+    file = tmp_path / "llm_config.json"
+    file.write_text(json.dumps(raw))
+    if plain:
+        assert LLMConfig.from_json(file).hidden_size == 3584
+        del raw["rope_scaling"]
+        file.write_text(json.dumps(raw))
+        assert LLMConfig.from_json(file).rope_theta == 1e6
+    else:
+        with pytest.raises(ValueError, match=r"rope_scaling=.*; this network implements plain RoPE only") as err:
+            LLMConfig.from_json(file)
+        assert "\n" not in str(err.value)
+
+
 # --- parameter counts at the published sizes --------------------------------------------------
 
 

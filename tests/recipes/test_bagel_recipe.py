@@ -12,8 +12,38 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
+from omni_rl.compose import load_config
+from omni_rl.config.loader import PROJECT_ROOT
 from omni_rl.logging import rise_report
+from omni_rl.models.registry import ADAPTERS, adapter_key
 from tests.recipes.recipe_runs import train
+
+# The official paths a BAGEL recipe cites (ByteDance-Seed/Bagel), as they call the sampler:
+# inference.ipynb's image generation and think cells pass cfg_text_scale 4.0, cfg_img_scale 1.0,
+# cfg_interval [0.4, 1.0], timestep_shift 3.0, cfg_renorm_min 0.0, cfg_renorm_type "global";
+# eval/gen/gedit/gen_images_gedit.py calls it with 4.0, 1.5, [0.4, 1.0], 3.0, 0.0, "text_channel".
+NOTEBOOK = dict(guidance_scale=4.0, cfg_interval=[0.4, 1.0], timestep_shift=3.0, cfg_renorm_min=0.0,
+                cfg_renorm_type="global", image_guidance_scale=1.0, plan_guidance_scale=1.0)
+GEDIT = dict(guidance_scale=4.0, cfg_interval=[0.4, 1.0], timestep_shift=3.0, cfg_renorm_min=0.0,
+             cfg_renorm_type="text_channel", image_guidance_scale=1.5, plan_guidance_scale=1.0)
+CITED = {  # recipe: (the words its comment cites the path by, the path's settings)
+    "bagel_flowgrpo_ocr_pickscore_lora": ("inference notebook", NOTEBOOK),
+    "bagel_flowgrpo_ocr_pickscore_full": ("inference notebook", NOTEBOOK),
+    "tiny_bagel_flowgrpo": ("inference notebook", NOTEBOOK),
+    "tiny_bagel_think_flowgrpo": ("inference notebook's think", NOTEBOOK),
+    "tiny_bagel_edit_flowgrpo": ("GEdit evaluation", GEDIT),
+}
+
+
+@pytest.mark.parametrize("recipe", sorted(CITED))
+def test_each_bagel_recipe_samples_as_the_official_path_it_cites(recipe):
+    words, official = CITED[recipe]
+    assert words in (PROJECT_ROOT / "recipes" / f"{recipe}.yaml").read_text().replace("\n#", "")
+    cfg = load_config([f"recipe={recipe}"])
+    options = ADAPTERS.get(adapter_key(cfg.model.adapter, cfg.model.stage)).bind_options(cfg.model)
+    have = {k: getattr(options, k) for k in official if k != "guidance_scale"}
+    have["cfg_interval"] = list(have["cfg_interval"])
+    assert {**have, "guidance_scale": cfg.rollout.guidance_scale} == official
 
 
 def run(out: Path, recipe: str, *overrides: str) -> list[dict]:
@@ -58,3 +88,11 @@ def test_tiny_bagel_think_flowgrpo_trains(tmp_path):
     records = [json.loads(line) for line in (out / "samples" / "val_step_000002.jsonl").read_text().splitlines()]
     assert len(records) == 16 and all(isinstance(r["plan"], str) for r in records)
     assert (out / "samples" / "val_step_000002.png").is_file()
+
+
+def test_tiny_bagel_think_with_cfg_toward_the_plan_trains_on_policy(tmp_path):
+    """The official think mode's default second guidance (plan_guidance_scale 1.5): its plan-free
+    context travels with each sample, so the trainer replays the rollout's velocity exactly."""
+    steps = run(tmp_path / "bagel_think_cfg", "tiny_bagel_think_flowgrpo", "model.options.plan_guidance_scale=1.5",
+                "trainer.total_steps=2", "trainer.val_every=2", "trainer.save_every=2")
+    assert len(steps) == 2
