@@ -1,4 +1,5 @@
-"""Session-wide test settings: tiny models are built into a temporary cache, never the home folder."""
+"""Session-wide test settings: tiny models are built into a temporary cache, never the home folder;
+the summary names the CPU the suite ran on (results differ by CPU model: BLAS and FFT kernels)."""
 import contextlib
 import os
 import socket
@@ -20,6 +21,24 @@ def _tiny_model_cache(tmp_path_factory):
         os.environ.pop("OMNI_RL_CACHE", None)
     else:
         os.environ["OMNI_RL_CACHE"] = old
+
+
+def cpu_model() -> str:
+    """The CPU's model name as the kernel reports it, or the platform's processor string."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    import platform
+
+    return platform.processor() or platform.machine()
+
+
+def pytest_terminal_summary(terminalreporter):
+    terminalreporter.write_line(f"ran on: {cpu_model()}, {os.cpu_count()} logical CPUs")
 
 
 # Tests marked `gpu` run on this device: cuda by default, npu on an Ascend machine, or cpu to
