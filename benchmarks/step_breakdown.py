@@ -15,6 +15,10 @@ machine load, is how a change's effect on step time is measured:
     python benchmarks/step_breakdown.py --arm before=/tmp/before --arm after=. --rounds 2
     python benchmarks/step_breakdown.py --arm a=. --arm b=. --arm-override b=rollout.max_num_seqs=8
 
+`--bare` adds the floor as one more arm, alternated with the others: `benchmarks/bare_loop.py`,
+the same recipe's work as a plain torch loop (only `tiny_sd3_flowgrpo`'s is written), and the
+summary then gives every arm's phase times as ratios to it.
+
 The summary gives each arm's median step time per thread count (median over rounds of the
 per-run medians), its ratio to the first arm, and whether each arm's reward sequence equals the
 first arm's at the same thread count. Writes JSON (atomically) to --out and prints a table.
@@ -50,6 +54,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--override", action="append", default=[], help="extra key=value for every run")
     p.add_argument("--arm-override", action="append", default=[],
                    help="NAME=key=value: an extra override for one arm (two arms may share a checkout)")
+    p.add_argument("--bare", action="store_true", help="add the plain torch loop (benchmarks/bare_loop.py) as arm 'bare'")
     p.add_argument("--timeout-s", type=float, default=3600.0, help="per run")
     p.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "step_breakdown.json"))
     args = p.parse_args(argv)
@@ -61,8 +66,12 @@ def parse_args(argv=None) -> argparse.Namespace:
         if not sep or not name or not (Path(path) / "main_omni.py").is_file():
             p.error(f"--arm {spec!r}: expected NAME=PATH of a checkout with main_omni.py")
         arms[name] = Path(path).resolve()
+    if args.bare:
+        if "bare" in arms:
+            p.error("--bare adds an arm named 'bare'; name the other arms differently")
+        arms["bare"] = ROOT
     args.arms = arms
-    args.arm_overrides = {name: [] for name in arms}
+    args.arm_overrides = {name: [] for name in arms if name != "bare" or not args.bare}
     for spec in args.arm_override:
         name, sep, override = spec.partition("=")
         if not sep or name not in arms or "=" not in override:
@@ -76,13 +85,17 @@ def commit_of(path: Path) -> str:
     return out.stdout.strip() or "?"
 
 
-def run_once(args, path: Path, threads: int, out: Path, extra: list[str]) -> dict:
+def run_once(args, path: Path, threads: int, out: Path, extra: list[str], bare: bool = False) -> dict:
     env = {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
-    cmd = [
+    if bare:
+        cmd = [sys.executable, "benchmarks/bare_loop.py", f"--recipe={args.recipe}", f"--steps={args.steps}", f"--out={out}"]
+        env["PYTHONPATH"] = str(path)
+    else:
+        cmd = [
         sys.executable, "main_omni.py", f"recipe={args.recipe}", f"trainer.total_steps={args.steps}",
         "trainer.val_every=0", "trainer.save_every=0", "trainer.logger_options.progress_bar=false", "trainer.loggers=[jsonl]",
         f"trainer.output_dir={out}", *args.override, *extra,
-    ]
+        ]
     proc = subprocess.run(cmd, cwd=path, env=env, capture_output=True, text=True, timeout=args.timeout_s)
     if proc.returncode != 0:
         raise SystemExit(f"run failed in {path} (exit {proc.returncode}): {proc.stderr[-2000:]}")
@@ -110,6 +123,12 @@ def summarize(args, runs: list[dict]) -> dict:
                 f"step_ratio_to_{first}": step / ref_step,
                 f"rewards_equal_{first}": all(r["rewards"] == ref[0]["rewards"] for r in mine),
             }
+            bare = [r for r in runs if r["arm"] == "bare" and r["threads"] == threads] if args.bare else []
+            if bare and name != "bare":
+                floor = {p: statistics.median(r["median_s"][p] for r in bare) for p in bare[0]["median_s"]}
+                out[name][str(threads)]["ratio_to_bare"] = {
+                    p: out[name][str(threads)]["phases_s"][p] / floor[p] for p in floor
+                    if p in out[name][str(threads)]["phases_s"] and floor[p] > 0}
     return out
 
 
@@ -120,7 +139,9 @@ def main(argv=None) -> None:
         for rnd in range(args.rounds):
             for threads in args.threads:
                 for name, path in args.arms.items():
-                    res = run_once(args, path, threads, Path(tmp) / f"{name}_{threads}_{rnd}", args.arm_overrides[name])
+                    bare = args.bare and name == "bare"
+                    res = run_once(args, path, threads, Path(tmp) / f"{name}_{threads}_{rnd}",
+                                   args.arm_overrides.get(name, []), bare=bare)
                     runs.append({"arm": name, "threads": threads, "round": rnd, **res})
                     print(f"round {rnd} {name:>8} threads={threads}: step {res['median_s']['step']:.3f} s "
                           + " ".join(f"{p}={v:.3f}" for p, v in res["median_s"].items() if p != "step"), flush=True)
@@ -130,7 +151,7 @@ def main(argv=None) -> None:
         "machine": {"platform": platform.platform(), "cpus": os.cpu_count(), "python": platform.python_version()},
         "recipe": args.recipe, "steps": args.steps, "warmup": args.warmup, "rounds": args.rounds,
         "overrides": args.override,
-        "arms": {name: {"commit": commit_of(path), "overrides": args.arm_overrides[name]}
+        "arms": {name: {"commit": commit_of(path), "overrides": args.arm_overrides.get(name, [])}
                  for name, path in args.arms.items()},
         "summary": summarize(args, runs),
         "runs": runs,
