@@ -34,11 +34,10 @@ from tests.recipes.recipe_runs import run_recipe
 
 VLLM_PYTHON_ENV = "OMNI_RL_VLLM_PYTHON"
 VLLM_PYTHON = os.environ.get(VLLM_PYTHON_ENV)
-pytestmark = [
-    pytest.mark.vllm_cpu,
-    pytest.mark.skipif(not VLLM_PYTHON, reason=f"{VLLM_PYTHON_ENV} names no python with vLLM's CPU build "
-                                               f"(.ci/vllm_cpu_env.sh makes one)"),
-]
+if not VLLM_PYTHON:  # one line for the whole file
+    pytest.skip(f"{VLLM_PYTHON_ENV} names no python with vLLM's CPU build (.ci/vllm_cpu_env.sh makes one)",
+                allow_module_level=True)
+pytestmark = pytest.mark.vllm_cpu
 TEMPERATURE = 0.7
 MODEL = "tiny:qwen3_hd32"
 # vLLM on a CPU takes its KV cache from this many GiB of host memory (its default is larger).
