@@ -21,7 +21,7 @@ Contract:
 `old_log_prob`, `rollout_log_prob`, `mask`: `[N, E]`, one row per sample, one column per action
 (a response token; a trained denoising step), `mask` 1 where the action counts. `weights` has
 the same shape, 0 where `mask` is 0; the caller multiplies each action's policy loss by it
-(`PolicyLossInput.rollout_is_weight`). Levels:
+(`StepLossInput.rollout_is_weight`, `TokenLossInput.rollout_is_weight`). Levels:
 
 | level    | log w of an action                                                        |
 |----------|---------------------------------------------------------------------------|
@@ -57,7 +57,7 @@ takes its family says, checked by `omni_rl.compose`.
 
 Not here: deciding whether the weights are needed (the trainer skips them when the old
 log-probs are the rollout's own: every weight would be exactly 1), and multiplying the loss
-(each policy loss, through `PolicyLossInput.rollout_is_weight`).
+(each policy loss, through its input's `rollout_is_weight`).
 """
 from __future__ import annotations
 
