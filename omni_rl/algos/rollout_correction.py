@@ -30,13 +30,10 @@ the same shape, 0 where `mask` is 0; the caller multiplies each action's policy 
 | sequence | sum over the row's valid actions of (old - rollout), the same for each    |
 
 `sequence` is the product of the per-action ratios, exp(sum of log-ratios): the likelihood
-ratio of the whole response (or of a sample's trained steps), the weight that makes a
-sequence-level estimator unbiased before truncation. Not the geometric mean exp(mean ...):
-that is length-normalised (GSPO's choice for its PPO ratio) but is no importance weight; its
-bias grows with the gap instead of being bounded by C. The product's variance grows with
-length, which the cap bounds. For diffusion a step's log-prob is the per-dimension mean of the
-Gaussian density (`flow_sde`), so a sample's weight is the product of those per-step
-quantities, not the density ratio over all latent dimensions.
+ratio of the whole response (or of a sample's trained steps), whose variance the cap bounds;
+not the geometric mean, which is length-normalised but no importance weight. For diffusion a
+step's log-prob is the per-dimension mean of `flow_sde`, so a sample's weight is the product of
+those per-step quantities, not the density ratio over all latent dimensions.
 
 Modes: `truncate` clamps w at C (TIS); `mask` sets w to 0 where it exceeds C and keeps it
 elsewhere (the action leaves the loss but, as with flow_dppo's drops, still counts in the
