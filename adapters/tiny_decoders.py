@@ -15,8 +15,8 @@ decoder's weights by a construction whose brightness follows the latent:
 
 So each pixel is a smooth increasing function of the mean latent at its position (8x8 pixel
 blocks of one value): latent 0 decodes to mid-grey, +1 to ~0.94 brightness. The adapters' tests
-measure it (tests/adapters/test_wan_adapter.py, test_qwen_image_adapter.py). The weights no
-longer depend on the seed; the tiny images are grey.
+measure it (tests/adapters/test_wan_adapter.py, test_qwen_image_adapter.py). The weights do
+not depend on the seed; the tiny images are grey.
 """
 from __future__ import annotations
 

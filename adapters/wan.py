@@ -7,9 +7,9 @@ Loads the pipeline's components with diffusers' and transformers' `from_pretrain
 
 Wan2.2 A14B has two experts: `transformer` denoises the high-noise steps (timestep >=
 `boundary_ratio * num_train_timesteps`) and `transformer_2` the low-noise ones, each with its
-own guidance scale. `predict_velocity` routes every sample by its own sigma, so a packed batch
-whose samples sit on both sides of the boundary is split, run through both experts and put
-back in order. TI2V-5B has one transformer and per-token timesteps (`expand_timesteps`).
+own guidance scale (`model.options.guidance_scale_2` for the low-noise one). `predict_velocity`
+routes every sample by its own sigma, so a packed batch whose samples sit on both sides of the
+boundary is split, run through both experts and put back in order. TI2V-5B has one transformer and per-token timesteps (`expand_timesteps`).
 
 Wan checkpoints ship a UniPC scheduler; the step kernels assume Euler sigmas, so the adapter
 builds `FlowMatchEulerDiscreteScheduler(shift=flow_shift)` from the checkpoint's `flow_shift`.

@@ -5,13 +5,15 @@ the value rules) and then checks every component it names against the registries
 above the config: a typo in `algo.policy_loss`, a reward, a backend or an engine fails before
 minutes of model loading, with the registered names in the message. Each named component's
 options block (`OPTION_BLOCKS`: `model.options` for the adapter, `rollout.options` for the
-rollout backend, `trainer.*_options` for the trainer's backend, engine and pipeline) is bound to
-the options dataclass it declares, so an unknown key, a wrong type or a bad value fails here with
-one line; the component binds the same block again when it is built (so does `reward.workers`,
-the Ray reward workers' block). `options_help_for` gives `python main_omni.py --options
-KEY=NAME`. It also fills what the config leaves to a component (`trainer.engine: null` becomes
-the backend's default), runs the rules a backend keeps for itself (`ActorGroup.check_config`, a
-rollout backend's `check_config`), and checks that every reward scores what the model makes
+rollout backend, `trainer.*_options` for the trainer's backend, engine and pipeline,
+`algo.loss_options.<loss>`, `algo.advantage_options` and `algo.family_options`) is bound to the
+options dataclass it declares, so an unknown key, a wrong type or a bad value fails here with
+one line; the component binds the same block again when it is built. The blocks that belong to
+no registry entry (`algo.rollout_correction`, `rollout.sde_window_options`,
+`trainer.logger_options`, and `reward.workers`, the Ray reward workers' block) are bound here too.
+`options_help_for` gives `python main_omni.py --options KEY=NAME`. It also fills what the config
+leaves to a component (`trainer.engine: null` becomes the backend's default), runs the rules a
+backend keeps for itself (`ActorGroup.check_config`, a rollout backend's `check_config`), and checks that every reward scores what the model makes
 (images, video frames via `video_frames`, audio). Plugins (the `omni_rl.plugins` entry points
 and `cfg.plugins`) load first, so a user's own rewards, adapters and backends count.
 

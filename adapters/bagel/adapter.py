@@ -27,12 +27,9 @@ because both go through `predict_velocity`:
   `model.options.image_guidance_scale`), the plan in think mode (adapters/bagel/think.py,
   `model.options.plan_guidance_scale`); the subclasses supply it through `image_cfg_rows`,
   `image_cfg_scale`, `image_cfg_text` and `source_image`. Text-to-image has neither and refuses
-  both. The official inferencer (`InterleaveInferencer.gen_image`, default `cfg_img_scale` 1.5)
-  applies it in text-to-image too, where its second context is the prompt itself: then
-  `ui = c` and `ui + s (u + g (c - u) - ui) = u + (1 + s (g - 1)) (c - u)`, text CFG at scale
-  `1 + s (g - 1)` (4 with 1.5 is 5.5; exact under the "global" and "channel" renorms, which
-  rescale after both): set `rollout.guidance_scale` so. The official notebook's
-  (`inference.ipynb`) and GenEval script's text-to-image pass `cfg_img_scale` 1.
+  both. Where the official inferencer applies `cfg_img_scale` s in text-to-image (its second
+  context is then the prompt itself), the result is text CFG at scale `1 + s (g - 1)`: set
+  `rollout.guidance_scale` so.
 
 What trains: with LoRA, adapters on the generation expert's projections (verl-omni's targets);
 without, the generation expert whole (every `*_moe_gen` tensor, the time embedder, `vae2llm`,

@@ -17,7 +17,8 @@ with one call signature, looked up by name from the config:
 - `DIFFUSION_KL` (`flow_grpo_code`, `exact`): per-step KL to the reference policy.
 - `FORWARD_LOSSES` (`diffusion_nft`, `diffusion_dpo`, in `forward_losses`): loss classes on
   clean latents noised again (no log-probs), called with a `ForwardLossInput`; the diffusion
-  family takes its `algo.policy_loss` from `DIFFUSION_LOSSES` or from this registry.
+  family accepts an `algo.policy_loss` of either registry and hands a forward-process loss to
+  its variant, the `forward_process` family.
 
 What a loss reads beyond the common tensors is a declared class attribute: `StepLoss.reads_old_mean`,
 `ForwardLoss.reads` and `ForwardLoss.pairwise`.

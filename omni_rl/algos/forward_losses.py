@@ -5,9 +5,11 @@ latents, sampled with any solver, ODE included; or a preference file's images) n
 
     x_t = (1 - t) x0 + t eps,      the flow target u = eps - x0,      v = v_theta(x_t, t),
 
-and compare the model's velocity with u. Contract (every loss, registered in `FORWARD_LOSSES`):
+and compare the model's velocity with u. Contract (every loss, a `ForwardLoss` class registered in
+`FORWARD_LOSSES`, built once from its options, the recipe's `algo.loss_options.<loss>`):
 
-    fn(inp: ForwardLossInput) -> (loss: 0-d tensor, metrics: dict[str, 0-d detached tensor])
+    loss_fn = DiffusionNFTLoss(beta=1.0)
+    loss_fn(inp: ForwardLossInput) -> (loss: 0-d tensor, metrics: dict[str, 0-d detached tensor])
 
 One entry is one (sample, t, eps) draw; the caller makes the draws (seeded per sample) and the
 forwards. Errors are per-dimension MEANS over the non-batch dims (like the log-probs of
@@ -16,8 +18,8 @@ but `velocity` is a constant (detached here).
 
 - `diffusion_nft` (Zheng et al. 2025, arXiv 2509.16117). Optimality r = clamp(A / (2 adv_clip_max)
   + 0.5, 0, 1) from the sample's advantage A. Implicit positive and negative policies
-  v+ = b v + (1 - b) v_old, v- = (1 + b) v_old - b v (b = nft_beta, v_old the old policy's
-  velocity), and loss = mean_i [ r_i e+_i + (1 - r_i) e-_i ] with, per `nft_weighting`,
+  v+ = b v + (1 - b) v_old, v- = (1 + b) v_old - b v (b = the option `beta`, v_old the old policy's
+  velocity), and loss = mean_i [ r_i e+_i + (1 - r_i) e-_i ] with, per the option `weighting`,
     "velocity":    e+- = mean_d (v+- - u)^2;
     "adaptive_x0": the x0-space error of x0_hat+- = x_t - t v+- against x0, divided by a
                    per-sample scale that carries no gradient, mean_d |x_t - t v - x0| (the
@@ -28,9 +30,9 @@ but `velocity` is a constant (detached here).
   pairs: the first half of the batch are the winners, the second half the losers, row i of one
   paired with row i of the other, each pair sharing t and eps. With err = mean_d (v - u)^2 and
   ref = the same for the reference policy's velocity,
-    z = -dpo_beta / 2 * [(err_w - ref_w) - (err_l - ref_l)],   loss = mean over pairs of -log sigmoid(z).
+    z = -beta / 2 * [(err_w - ref_w) - (err_l - ref_l)],   loss = mean over pairs of -log sigmoid(z).
 
-Metrics (keys without a namespace; the diffusion family files them under `loss/`):
+Metrics (keys without a namespace; the forward-process family files them under `loss/`):
 
 | key              | loss | meaning                                                          |
 |------------------|------|------------------------------------------------------------------|
@@ -44,8 +46,9 @@ Metrics (keys without a namespace; the diffusion family files them under `loss/`
 | dpo_err_winner   | dpo  | mean err_w;  dpo_err_loser: mean err_l                           |
 | dpo_pairs        | dpo  | pairs in this call                                               |
 
-Each loss says which inputs beyond the common ones it reads and whether its rows are pairs
-(`@reads`: `fn.reads`, `fn.pairwise`), so its caller needs no branch on its name.
+Each loss declares which inputs beyond the common ones it reads and whether its rows are pairs
+(the class attributes `ForwardLoss.reads`, `ForwardLoss.pairwise`), so its caller needs no branch
+on its name.
 
 Not here: drawing t and eps, the EMA of the old policy, choosing pairs (`omni_rl.families`).
 """

@@ -49,8 +49,8 @@ take a `TokenLossInput` and live in a registry of their own, `token_losses.TOKEN
 family names the registry its losses come from (`ModelFamily.losses`), so a loss of the other kind
 in `algo.policy_loss` is a config error at load, not a shape error after a rollout.
 
-Not here: adding the diffusion KL to the loss with its
-coefficient (the diffusion actor), the choice of trained steps.
+Not here: adding the diffusion KL to the loss with its coefficient (the diffusion family,
+`omni_rl.families.diffusion`), the choice of trained steps.
 """
 from __future__ import annotations
 

@@ -21,7 +21,7 @@ Contract:
 `old_log_prob`, `rollout_log_prob`, `mask`: `[N, E]`, one row per sample, one column per action
 (a response token; a trained denoising step), `mask` 1 where the action counts. `weights` has
 the same shape, 0 where `mask` is 0; the caller multiplies each action's policy loss by it
-(`PolicyLossInput.rollout_is_weight`). Levels:
+(`StepLossInput.rollout_is_weight`, `TokenLossInput.rollout_is_weight`). Levels:
 
 | level    | log w of an action                                                        |
 |----------|---------------------------------------------------------------------------|
@@ -30,13 +30,10 @@ the same shape, 0 where `mask` is 0; the caller multiplies each action's policy 
 | sequence | sum over the row's valid actions of (old - rollout), the same for each    |
 
 `sequence` is the product of the per-action ratios, exp(sum of log-ratios): the likelihood
-ratio of the whole response (or of a sample's trained steps), the weight that makes a
-sequence-level estimator unbiased before truncation. Not the geometric mean exp(mean ...):
-that is length-normalised (GSPO's choice for its PPO ratio) but is no importance weight; its
-bias grows with the gap instead of being bounded by C. The product's variance grows with
-length, which the cap bounds. For diffusion a step's log-prob is the per-dimension mean of the
-Gaussian density (`flow_sde`), so a sample's weight is the product of those per-step
-quantities, not the density ratio over all latent dimensions.
+ratio of the whole response (or of a sample's trained steps), whose variance the cap bounds;
+not the geometric mean, which is length-normalised but no importance weight. For diffusion a
+step's log-prob is the per-dimension mean of `flow_sde`, so a sample's weight is the product of
+those per-step quantities, not the density ratio over all latent dimensions.
 
 Modes: `truncate` clamps w at C (TIS); `mask` sets w to 0 where it exceeds C and keeps it
 elsewhere (the action leaves the loss but, as with flow_dppo's drops, still counts in the
@@ -57,7 +54,7 @@ takes its family says, checked by `omni_rl.compose`.
 
 Not here: deciding whether the weights are needed (the trainer skips them when the old
 log-probs are the rollout's own: every weight would be exactly 1), and multiplying the loss
-(each policy loss, through `PolicyLossInput.rollout_is_weight`).
+(each policy loss, through its input's `rollout_is_weight`).
 """
 from __future__ import annotations
 

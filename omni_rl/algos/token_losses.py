@@ -30,10 +30,8 @@ Aggregation (`aggregate(values, mask, mode, scale)`, chosen by the option `loss_
 | seq-mean-token-sum-norm | seq-mean-token-sum / C, C = `loss_scale_factor` (Dr.GRPO)           |
 
 seq-mean-token-sum-norm is Dr.GRPO's (arXiv 2503.20783) length-unbiased aggregation: every
-token weighs the same, 1 / (B C), with B the number of sequences and C a constant, the
-response length budget (Dr.GRPO's MAX_TOKENS; the config's default is algo.family_options.max_new_tokens),
-so neither the response's own length (seq-mean-token-mean) nor the batch's token count
-(token-mean) rescales a sequence's gradient. C has no default here: the mode raises without it.
+token weighs 1 / (B C), B the number of sequences and C the response length budget (the
+option's default is `algo.family_options.max_new_tokens`; `aggregate` itself raises without C).
 
 In the seq-* modes a sequence without a valid token is left out of the sequence mean (and of
 B); an all-masked batch gives 0. `ppo_clip`, `cispo` and `sapo` have the option. `dapo`

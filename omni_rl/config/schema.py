@@ -1,7 +1,9 @@
 """The configuration schema: typed dataclasses that hold every default.
 
 YAML recipes and command-line overrides only change these values; no code elsewhere keeps a
-default of its own (`cfg.get("x", default)` is not used). Batch sizes name their unit:
+default of its own for these keys (`cfg.get("x", default)` is not used). A component's own knobs
+are not here: they and their defaults are its options dataclass (`omni_rl.config.options`), set
+in its block (`model.options`, `algo.loss_options.<loss>`, ...). Batch sizes name their unit:
 `prompts_per_step` prompts, each sampled `samples_per_prompt` times, trained in mini-batches
 of `mini_batch_size` samples (one optimizer step each) made of forwards of
 `micro_batch_size` samples.
@@ -122,7 +124,7 @@ class AlgoConfig:
     old_logprob_mode: str = "auto"
     # Every this many steps (from step 1) the actor scores the whole batch even when the rollout's
     # log-probs are used, and rollout_corr/* covers every sample; 0 = never (the update still
-    # measures the gap on its first mini-batch: loss/first_minibatch_logprob_abs_diff_*).
+    # measures the gap on its first mini-batch: actor/first_minibatch_logprob_abs_diff_*).
     logprob_check_every: int = 10
     # Rollout correction (truncated importance sampling, TIS; Yao et al. 2025): each action's policy
     # loss weighed by min(exp(old_logp - rollout_logp), cap); its options

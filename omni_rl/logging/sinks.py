@@ -10,8 +10,8 @@ A sink has two methods: `log(metrics: dict[str, float], step: int)` and `close()
 | `WandbSink(project, run_name, config)` | `wandb.log(metrics, step=step)` | `pip install omni-rl[wandb]` |
 
 Metric names live in a fixed namespace (the first path component): `reward/*`, `loss/*`,
-`actor/*`, `rollout_corr/*`, `perf/*`, `timing/*`, `val/*`. `MetricLogger` rejects any other
-name, so a typo cannot quietly start a new curve on a dashboard.
+`actor/*`, `rollout_corr/*`, `response/*`, `perf/*`, `timing/*`, `val/*` (`METRIC_NAMESPACES`).
+`MetricLogger` rejects any other name, so a typo cannot quietly start a new curve on a dashboard.
 
 Values are scalars: Python ints/floats, numpy scalars and 0-d (or one-element) tensors, all
 turned into Python numbers. JSON has no NaN or infinity, so `JsonlSink` writes a non-finite

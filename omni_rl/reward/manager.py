@@ -7,19 +7,16 @@
     out.per_reward     # {name: float32 tensor [B]} raw, unweighted scores
     out.metrics        # {"reward/<name>/mean": ..., "reward/total/std": ..., ...}
 
-The rules, each one there because its absence has hidden bugs in other RL stacks:
+The rules (a failing or absurd score stops the run naming its reward, never a silent 0):
 
 - A *required* reward that raises, or returns a wrong number of scores, or a NaN/inf score,
   fails the whole call with `RewardError` naming the reward (and the sample index for a
   non-finite score). A failing scorer never turns into a silent 0 reward.
 - Scores must also be small enough to train on (`MAX_ABS_REWARD` = 1e15): a raw score beyond
-  float32's range (~3.4e38) is non-finite as above; a reward with a non-zero weight w whose
-  |w * score| exceeds 1e15 fails the same way (optional: left out), naming the reward, the
-  sample and the value; and a weighted total beyond +-1e15 at some sample fails the call,
-  naming the sample and each reward's share of it. The advantage is computed in float32 from
-  the totals (group sums, squared deviations from the mean): with |total| <= 1e15 each square
-  is at most 4e30, so their sums stay finite for up to ~8e7 samples per group or batch, whereas
-  scores like 3e38 overflow to inf and reach the trainer only as a NaN loss naming no reward.
+  float32's range is non-finite as above; a weighted score |w * score| > 1e15 fails the same
+  way (optional: left out), and so does a weighted total beyond +-1e15 at some sample, naming
+  the sample and each reward's share. The bound keeps the float32 advantage maths (sums of
+  squared deviations) finite, where a score near 3e38 would surface only as a NaN loss.
 - An *optional* reward (`required=False`) that fails in any of those ways is logged as a
   warning and left out of this batch's total. The weights of the rewards that did succeed are
   rescaled by `sum_all |w| / sum_ok |w|`, so the total keeps its scale (with positive weights

@@ -33,8 +33,9 @@ Every error is a JSON object `{"error": "<sentence>", "protocol": 1}` with a sta
 `docs/reward_protocol.md` is the same contract written for someone implementing a server in
 another language.
 
-Left out on purpose: compression, streaming, authentication (servers bind loopback by default)
-and per-request options; a new field or endpoint that changes meaning bumps the version.
+Left out on purpose: compression, streaming, authentication beyond an optional bearer token
+(`Authorization: Bearer <token>`, else 401; servers bind loopback by default) and per-request
+options; a new field or endpoint that changes meaning bumps the version.
 """
 from __future__ import annotations
 

@@ -40,6 +40,9 @@ with `reward_declaration(name)`), given to `register_reward`:
       @register_reward("clap", modalities={"audio"})
       @register_reward("imagebind", modalities=lambda *, mode="text_video", **_: MODES[mode])
 
+- `check_prompts(prompts, metadata)`: refuses, with a `RewardInputError` naming the prompt,
+  one the reward cannot score; run on the run's prompts when they load (`reward_prompt_check`).
+
 `reward_modalities(name, options)` answers for a configured reward. A reward that declares
 nothing scores what every reward scored before video and audio: images or texts (the default
 {"image", "text"}). The `RewardManager` hands a `MediaSamples` (`omni_rl.reward.media`) to a

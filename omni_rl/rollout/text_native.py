@@ -11,7 +11,7 @@ sampled; the recorded log-prob is of the full tempered distribution, as the trai
 
 With a key/value cache (`supports_kv_cache`) each step feeds only the new tokens; otherwise the
 whole prefix is recomputed each step (exact, quadratic in length: fine for tiny models, and the
-vLLM-Omni backend is the fast path on GPUs).
+`vllm` backend is the fast path on GPUs).
 """
 from __future__ import annotations
 

@@ -22,7 +22,7 @@ A checkpoint is a folder `OUTPUT/checkpoints/step_000020/` holding
 
 The folder is built under a temporary name and renamed into place only when complete, so a crash
 or a bad value mid-save never leaves a checkpoint that looks whole. Older checkpoints of the run
-beyond `keep_last` are removed only after the new one is in place.
+beyond `trainer.keep_last_checkpoints` are removed only after the new one is in place.
 
 Loading runs no code from the checkpoint: the manifest is checked first (a truncated, edited or
 bit-flipped file is refused, naming it), then only JSON, YAML (safe loader) and safetensors are

@@ -1,13 +1,10 @@
 """What killed runs leave behind, cleaned up when the next run takes their folder.
 
 A process killed mid-save leaves the temporaries of `omni_rl.utils.atomic` (`.step_000004.*.tmp`,
-`.lora.*.tmp`, `.config.yaml.*.tmp`), and a save written before checkpoints were atomic may
-have left a `step_000003/` without its training state, and a kill while an older version
-pruned a checkpoint left a `step_000003/` some of whose files (its tensors) are gone, though
-its manifest lists them (pruning now renames a folder to a temporary before deleting it). None
-of them is a result: a temporary is never complete, and a step folder without its state or
-tensors cannot be resumed. `remove_leftovers`
-runs at start, after the run holds its output folder (`run_dir.hold`), so no live run can be
+`.lora.*.tmp`, `.config.yaml.*.tmp`); older versions of the trainer could also leave a
+`step_000003/` without its training state, or with tensors its manifest lists but that are gone.
+None of them is a result: a temporary is never complete, and a step folder without its state or
+tensors cannot be resumed. `remove_leftovers` runs at start, after the run holds its output folder (`run_dir.hold`), so no live run can be
 writing them.
 
 It is deliberately narrow: only names the trainer itself writes, only in the run's own output

@@ -10,8 +10,8 @@ Pipelined (`trainer.pipeline` one_step_off / async), the rollout samples while t
 the weights, so it cannot sample with the trained model: an engine that would
 (`rollout.backend=native`) is built on a copy of the model of its own, built like the first and
 given the actor's trainable tensors (version 0), then whatever version the producer loads. The
-cost is one more model in memory; a GPU run would rather use `rollout.backend=server` (or vLLM
-behind it) on devices of its own.
+cost is one more model in memory; a GPU run would rather use `rollout.backend=server`,
+`vllm_omni` or `vllm` on devices of its own.
 """
 from __future__ import annotations
 
