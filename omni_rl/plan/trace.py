@@ -50,6 +50,10 @@ def materialize(module: nn.Module, fake: bool) -> None:
                         new = nn.Parameter(new, requires_grad=t.requires_grad)
                     done[id(t)] = new
                 table[name] = done[id(t)]
+        # Plain tensor attributes (RoPE tables some diffusers models keep outside their buffers).
+        for name, t in list(vars(sub).items()):
+            if isinstance(t, torch.Tensor) and not isinstance(t, nn.Parameter) and (t.is_meta or fake):
+                setattr(sub, name, torch.empty(t.shape, dtype=t.dtype, device="cpu"))
 
 
 def fake_mode():
