@@ -20,7 +20,6 @@ one device: FSDP2's all-gathered blocks and communication buffers are not in the
 from __future__ import annotations
 
 import contextlib
-import weakref
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -63,19 +62,28 @@ def fake_mode():
 
 
 class LiveBytes(TorchDispatchMode):
-    """Peak bytes of the tensors alive during a pass that the pass itself created: every op's
-    output storages are counted once from their creation until their last reference goes
-    (a weak reference's callback). torch's `MemTracker` does the same but, in torch 2.14, hooks
-    every parameter for gradients and so refuses a module with frozen parameters (LoRA)."""
+    """Peak bytes of the storages a pass creates and holds at once.
 
-    def __init__(self):
+    Every op's output storages are kept (a strong reference: fake storages own no memory, and
+    the real-tensor check runs tiny models) with their size; after each op, a storage whose use
+    count (`torch._C._storage_Use_Count`) has fallen to our one reference is dead and dropped,
+    and the rest are summed. Use counts see every holder (autograd's saved tensors, views), which
+    a weak reference to the Python storage object does not. torch's `MemTracker` (2.14) cannot
+    be used: it hooks every parameter for gradients and refuses frozen ones (LoRA)."""
+
+    def __init__(self, module: nn.Module | None = None):
         super().__init__()
         self.live = self.peak = 0
-        self._seen: dict[int, Any] = {}
+        self._held: dict[int, tuple[Any, int]] = {}
+        # The module's own tensors exist before the pass: an op that returns a view of one
+        # (`weight.t()`, `detach`) allocates nothing.
+        self._skip = {t.untyped_storage()._cdata for t in (*module.parameters(), *module.buffers())} if module is not None else set()
 
-    def _drop(self, key: int, size: int) -> None:
-        self._seen.pop(key, None)
-        self.live -= size
+    def not_activation(self, tensor: torch.Tensor) -> None:
+        """Stop counting `tensor`'s storage (a parameter's gradient: planned per rank apart)."""
+        key = tensor.untyped_storage()._cdata
+        self._skip.add(key)
+        self._held.pop(key, None)
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))
@@ -83,33 +91,41 @@ class LiveBytes(TorchDispatchMode):
             if isinstance(t, torch.Tensor):
                 st = t.untyped_storage()
                 key = st._cdata
-                if key in self._seen:
-                    continue
-                size = st.nbytes()
-                self._seen[key] = weakref.ref(st, lambda _, k=key, n=size: self._drop(k, n))
-                self.live += size
-                self.peak = max(self.peak, self.live)
+                if key not in self._held and key not in self._skip:
+                    self._held[key] = (st, st.nbytes())
+        use_count = torch._C._storage_Use_Count
+        dead = [k for k, (st, _) in self._held.items() if use_count(st._cdata) <= 1]
+        for k in dead:
+            del self._held[k]
+        self.live = sum(size for _, size in self._held.values())
+        self.peak = max(self.peak, self.live)
         return out
 
 
 def trace(module: nn.Module, make_inputs: Callable[[], dict[str, Any]], backward: bool) -> Trace:
     """FLOPs and peak activation bytes of `module(**make_inputs())` (+ backward of its first
-    output's mean when `backward`); call inside the mode `materialize` ran in. Gradients of the
-    trainable parameters count in the peak at the moment they exist; they are removed after."""
+    output's mean when `backward`); call inside the mode `materialize` ran in. The trainable
+    parameters' gradients are not activations (`memory.py` plans them per rank): each leaves the
+    count as it is accumulated."""
     from torch.utils.flop_counter import FlopCounterMode
 
     grad = contextlib.nullcontext() if backward else torch.no_grad()
-    live = LiveBytes()
-    with FlopCounterMode(display=False) as flops, grad:
-        with live:
-            out = module(**make_inputs())
-            first = out[0] if isinstance(out, (tuple, list)) else getattr(out, "logits", None)
-            if first is None:
-                first = out.sample if hasattr(out, "sample") else out
-            if backward:
-                first.float().mean().backward()
-            del out, first
-    grads = sum(p.grad.untyped_storage().nbytes() for p in module.parameters() if p.grad is not None)
+    live = LiveBytes(module)
+    hooks = [p.register_post_accumulate_grad_hook(lambda p: live.not_activation(p.grad))
+             for p in module.parameters() if p.requires_grad]
+    try:
+        with FlopCounterMode(display=False) as flops, grad:
+            with live:
+                out = module(**make_inputs())
+                first = out[0] if isinstance(out, (tuple, list)) else getattr(out, "logits", None)
+                if first is None:
+                    first = out.sample if hasattr(out, "sample") else out
+                if backward:
+                    first.float().mean().backward()
+                del out, first
+    finally:
+        for hook in hooks:
+            hook.remove()
     for p in module.parameters():
         p.grad = None
-    return Trace(int(flops.get_total_flops()), int(live.peak - grads))
+    return Trace(int(flops.get_total_flops()), int(live.peak))
