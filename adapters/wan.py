@@ -22,6 +22,7 @@ timesteps, a residual VAE with pixel patches) are random-weight models for tests
 """
 from __future__ import annotations
 
+import inspect
 import json
 import math
 from dataclasses import dataclass
@@ -384,7 +385,10 @@ def _plan_load_trained(adapter) -> None:
     adapter.transformer = adapter.load_pretrained(WanTransformer3DModel, "transformer")
     two = isinstance(index.get("transformer_2"), list) and all(index["transformer_2"]) and (root / "transformer_2").is_dir()
     adapter.transformer_2 = adapter.load_pretrained(WanTransformer3DModel, "transformer_2") if two else None
-    adapter.plan_vae = AutoencoderKLWan.load_config(str(root), subfolder="vae")
+    # The config as the class reads it: a key the file omits (Wan2.1's VAE has no scale factors)
+    # takes the class's default.
+    defaults = {k: v.default for k, v in inspect.signature(AutoencoderKLWan.__init__).parameters.items()}
+    adapter.plan_vae = {**defaults, **AutoencoderKLWan.load_config(str(root), subfolder="vae")}
     adapter.expand_timesteps = bool(index.get("expand_timesteps", False))
 
 

@@ -83,7 +83,8 @@ class LiveBytes(TorchDispatchMode):
         """Stop counting `tensor`'s storage (a parameter's gradient: planned per rank apart)."""
         key = tensor.untyped_storage()._cdata
         self._skip.add(key)
-        self._held.pop(key, None)
+        if key in self._held:
+            self.live -= self._held.pop(key)[1]
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))
@@ -93,12 +94,15 @@ class LiveBytes(TorchDispatchMode):
                 key = st._cdata
                 if key not in self._held and key not in self._skip:
                     self._held[key] = (st, st.nbytes())
-        use_count = torch._C._storage_Use_Count
-        dead = [k for k, (st, _) in self._held.items() if use_count(st._cdata) <= 1]
-        for k in dead:
-            del self._held[k]
-        self.live = sum(size for _, size in self._held.values())
-        self.peak = max(self.peak, self.live)
+                    self.live += st.nbytes()
+        # `live` only grows between scans, so it bounds the true figure from above: a scan for
+        # the dead is needed only when that bound passes the peak (the peak stays exact).
+        if self.live > self.peak:
+            use_count = torch._C._storage_Use_Count
+            dead = [k for k, (st, _) in self._held.items() if use_count(st._cdata) <= 1]
+            for k in dead:
+                self.live -= self._held.pop(k)[1]
+            self.peak = max(self.peak, self.live)
         return out
 
 
