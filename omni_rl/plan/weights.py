@@ -11,8 +11,9 @@ every parameter as the recipe's engine holds it:
   (`frozen_modules()`) are whole on every rank;
 - `trainer.engine=local` is one process: nothing sharded, dtypes as the adapter leaves them.
 
-`run_plan(cfg)` prints the table and writes `plan.json` (atomically) in `trainer.output_dir`.
-A folder that lacks a file the adapter's build reads is a `PlanBuildError` naming it (exit 2).
+When the folder lacks a file the full build reads, the adapter's `PlanSpec` builds its trained
+network(s) alone and the plan says what it did not count; an adapter without a spec is a
+`PlanBuildError` naming the failure (exit 2). `omni_rl.plan.planner` adds the trace and verdict.
 """
 from __future__ import annotations
 
@@ -187,13 +188,3 @@ def format_table(plan: dict[str, Any]) -> str:
         "  not counted: " + "; ".join(plan["not_counted"]),
     ]
     return "\n".join(lines)
-
-
-def run_plan(cfg: OmniConfig) -> Path:
-    """Plan `cfg`'s weights, print the table, write plan.json; returns its path."""
-    from omni_rl.utils.atomic import atomic_write_json
-
-    plan = plan_weights(cfg)
-    print(format_table(plan))
-    return atomic_write_json(Path(cfg.trainer.output_dir) / "plan.json", plan)
-
