@@ -60,12 +60,7 @@ def _core(cfg: OmniConfig, cache: dict) -> dict[str, Any]:
         plan["peaks"] = {"training": device, "rollout": device, "trajectories": 0}
         return plan
     r, t = cfg.rollout, cfg.trainer
-    trace_key = (build_key, r.max_num_seqs, t.micro_batch_size, r.height, r.width, r.num_frames, r.guidance_scale > 1)
-    if trace_key not in cache:
-        model = build_weightless(cfg, folder).model if cache.get("traced") == build_key else built.model
-        cache["traced"] = build_key
-        cache[trace_key] = trace_step(model, spec, cfg)
-    step = cache[trace_key]
+    step = trace_step(built.model, spec, cfg, cache=cache.setdefault("traces", {}))
     latent = _latent_numel(spec, built.model, cfg)
     samples = t.prompts_per_step * t.samples_per_prompt
     trajectories = -(-samples // plan["devices"]["world_size"]) * (r.num_steps + 1) * latent * 4

@@ -41,23 +41,40 @@ def cfg_copies(cfg) -> int:
     return 2 if cfg.rollout.guidance_scale > 1.0 else 1
 
 
-def trace_step(model, spec, cfg, fake: bool = True) -> StepTrace:
-    """Trace the rollout forward and the training micro-batch of `model`'s trained network(s)."""
+def trace_step(model, spec, cfg, fake: bool = True, cache: dict | None = None) -> StepTrace:
+    """Trace the rollout forward and the training micro-batch of `model`'s trained network(s);
+    each trace is kept in `cache` under what it depends on, so a re-plan that changes one knob
+    traces only what that knob changes."""
+    cache = {} if cache is None else cache
     copies = cfg_copies(cfg)
     rollout_batch, train_batch = cfg.rollout.max_num_seqs * copies, cfg.trainer.micro_batch_size * copies
-    modules = model.trainable_modules()
-    mode = fake_mode() if fake else None
-    roll, train = [], []
-    with (mode if mode is not None else _null()):
-        for module in modules.values():
-            materialize(module, fake)
-        for name, module in modules.items():
-            roll.append(trace(module, lambda: spec.forward_inputs(model, cfg, rollout_batch)[name], backward=False))
-            module.train(cfg.model.gradient_checkpointing)  # diffusers checkpoints only in training mode
-            train.append(trace(module, lambda: spec.forward_inputs(model, cfg, train_batch)[name], backward=True))
+    r = cfg.rollout
+    shape = (id(model), r.height, r.width, r.num_frames, fake)
+    roll_key, train_key = ("rollout", rollout_batch, *shape), ("train", train_batch, *shape)
+    mode_key = ("mode", id(model), fake)
+    if mode_key not in cache:  # one mode per model: its tensors are made once, in that mode
+        cache[mode_key] = mode = fake_mode() if fake else _null()
+        with mode:
+            for module in model.trainable_modules().values():
+                materialize(module, fake)
+    mode = cache[mode_key]
+    if roll_key not in cache:
+        cache[roll_key] = _trace_all(model, spec, cfg, rollout_batch, False, mode)
+    if train_key not in cache:
+        cache[train_key] = _trace_all(model, spec, cfg, train_batch, True, mode)
+    return StepTrace(cache[roll_key], cache[train_key], rollout_batch, train_batch)
+
+
+def _trace_all(model, spec, cfg, batch: int, backward: bool, mode) -> Trace:
+    """The larger trace over the trained modules (one runs at a time)."""
+    traces = []
+    with mode:
+        for name, module in model.trainable_modules().items():
+            # diffusers checkpoints only in training mode; the update runs it so when checkpointing.
+            module.train(backward and cfg.model.gradient_checkpointing)
+            traces.append(trace(module, lambda: spec.forward_inputs(model, cfg, batch)[name], backward=backward))
             module.eval()
-    best = lambda traces: max(traces, key=lambda t: (t.activation_bytes, t.flops))  # noqa: E731
-    return StepTrace(best(roll), best(train), rollout_batch, train_batch)
+    return max(traces, key=lambda t: (t.activation_bytes, t.flops))
 
 
 class _null:

@@ -41,7 +41,7 @@ def materialize(module: nn.Module, fake: bool) -> None:
     for sub in module.modules():
         for table in (sub._parameters, sub._buffers):
             for name, t in list(table.items()):
-                if t is None or (not t.is_meta and not fake):
+                if t is None or not t.is_meta:
                     continue
                 if id(t) not in done:
                     new = torch.empty(t.shape, dtype=t.dtype, device="cpu")
@@ -51,7 +51,7 @@ def materialize(module: nn.Module, fake: bool) -> None:
                 table[name] = done[id(t)]
         # Plain tensor attributes (RoPE tables some diffusers models keep outside their buffers).
         for name, t in list(vars(sub).items()):
-            if isinstance(t, torch.Tensor) and not isinstance(t, nn.Parameter) and (t.is_meta or fake):
+            if isinstance(t, torch.Tensor) and not isinstance(t, nn.Parameter) and t.is_meta:
                 setattr(sub, name, torch.empty(t.shape, dtype=t.dtype, device="cpu"))
 
 
