@@ -126,8 +126,9 @@ def make_plan(cfg: OmniConfig, kind_name: str = DEFAULT_DEVICE_KIND, memory_gb: 
     if "flops_per_step" in plan:
         plan["best_case_step_seconds"] = best_case_seconds(plan["flops_per_step"]["total"], world, kind.bf16_tflops)
     peak = max(plan["peaks"]["training"], plan["peaks"]["rollout"])
+    # Without a trace the peaks are the weights alone: "fits" then means only that they do.
     verdict: dict[str, Any] = {"device_kind": kind.name, "device_memory_bytes": limit, "peak_bytes": peak,
-                               "fits": peak <= limit, "knobs": []}
+                               "fits": peak <= limit, "weights_only": plan["trace"] is None, "knobs": []}
     if not verdict["fits"]:
         for label, change in _knobs(cfg, world):
             other = _core(_with(cfg, change), cache)
@@ -157,8 +158,9 @@ def format_plan(plan: dict[str, Any]) -> str:
         lines.append(f"  FLOPs per step: {f['total']:.3e} (rollout {f['rollout']:.3e}, update {f['update']:.3e}); "
                      f"best case on {v['device_kind']}: {plan['best_case_step_seconds']:.1f} s/step")
     lines.append(f"  per-device peak: training {_size(peaks['training'])}, rollout {_size(peaks['rollout'])}")
-    lines.append(f"  verdict: {'fits' if v['fits'] else 'does not fit'} on {v['device_kind']} "
-                 f"({v['device_memory_bytes'] / 1e9:.0f} GB)")
+    what = "the weights alone (activations not traced) " if v["weights_only"] else ""
+    lines.append(f"  verdict: {what}{'fit' if v['fits'] else 'do not fit' if what else 'does not fit'}"
+                 f"{'s' if v['fits'] and not what else ''} on {v['device_kind']} ({v['device_memory_bytes'] / 1e9:.0f} GB)")
     for k in v["knobs"]:
         lines.append(f"    {k['knob']}: peak {_size(k['peak_bytes'])} (saves {_size(max(0, k['saves_bytes']))})"
                      f"{', fits' if k['fits'] else ''}")
