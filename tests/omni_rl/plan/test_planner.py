@@ -71,7 +71,7 @@ def test_a_recipe_without_an_architecture_folder_is_one_line(tmp_path, capsys):
     assert code == 2 and err.startswith("error: model.path='nobody/nothing'") and err.count("\n") == 1
 
 
-@pytest.mark.slow
+# About 150 s for all twelve on a 2-core CI machine (the trained networks traced at full size).
 @pytest.mark.parametrize("recipe", real_recipes())
 def test_every_real_recipe_plans_without_weights(recipe, tmp_path, monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
