@@ -55,6 +55,7 @@ from omni_rl.algos.latent_streams import LatentStreams
 from omni_rl.config.options import option
 from omni_rl.config.schema import ModelConfig
 from omni_rl.models import Conditioning, DiffusionModelBase, register_adapter, register_tiny_model
+from omni_rl.plan.spec import PlanSpec, register_plan_spec
 from omni_rl.models.diffusion import PromptLengthOptions, check_frame_count, check_multiple, linspace_to_one_over_n
 
 # The prompt conditioning: per stream, positive and negative (fixed length, see the module doc).
@@ -636,3 +637,14 @@ def build_tiny_ltx2(folder: Path) -> None:
         connectors=connectors, transformer=transformer, vocoder=vocoder,
     )
     pipe.save_pretrained(Path(folder))
+
+
+# --- the planner's view (omni_rl.plan.spec) ---------------------------------------------------
+def _plan_load_trained(adapter) -> None:
+    from diffusers import LTX2VideoTransformer3DModel
+
+    adapter.transformer = adapter.load_pretrained(LTX2VideoTransformer3DModel, "transformer")
+
+
+# Weights only: the audio-video forward (two latent streams, the connectors' text) is not traced yet.
+register_plan_spec("LTX2Pipeline", PlanSpec(_plan_load_trained))

@@ -81,6 +81,8 @@ from omni_rl.config.schema import ModelConfig
 from omni_rl.models import register_adapter, register_tiny_model
 from omni_rl.models.autoregressive import AutoregressiveModelBase, PromptInputs, positions_from_mask
 from omni_rl.models.tiny_vocab import bpe_files
+from omni_rl.models.registry import adapter_key
+from omni_rl.plan.spec import PlanSpec, register_plan_spec
 from omni_rl.utils.audio import resample
 
 MEDIA_KEYS = ("pixel_values", "image_grid_thw", "audio_features", "audio_feature_lengths")
@@ -536,3 +538,22 @@ def build_tiny_qwen3_omni(folder: Path) -> None:
         model.thinker.lm_head.weight.normal_(0.0, 0.5)
     model.save_pretrained(folder)
     processor.save_pretrained(folder)
+
+
+# --- the planner's view (omni_rl.plan.spec) ---------------------------------------------------
+def _plan_load_trained(adapter) -> None:
+    """The thinker alone from the checkpoint's `thinker_config` (what `strip_for_training`
+    keeps): the full model's build needs talker keys a config-only folder may lack."""
+    from transformers import AutoConfig
+    from transformers.models.qwen3_omni_moe.modeling_qwen3_omni_moe import Qwen3OmniMoeThinkerForConditionalGeneration
+
+    from omni_rl.device import weightless_device
+
+    config = AutoConfig.from_pretrained(adapter.path).thinker_config
+    with weightless_device():
+        thinker = Qwen3OmniMoeThinkerForConditionalGeneration(config)
+    adapter.thinker = adapter.model = thinker.to(adapter.dtype)
+
+
+# Weights only: the MoE decoder's forward routes tokens by value, which fake tensors cannot follow.
+register_plan_spec(adapter_key("Qwen3OmniMoeForConditionalGeneration", "thinker"), PlanSpec(_plan_load_trained, modality="text"))

@@ -43,6 +43,7 @@ from omni_rl.config.schema import ModelConfig
 from omni_rl.models import Conditioning, DiffusionModelBase, register_adapter, register_tiny_model
 from omni_rl.models.diffusion import PromptLengthOptions, check_image_only, check_multiple, linspace_to_one_over_n
 from omni_rl.models.tiny_vocab import bpe_files, byte_chars
+from omni_rl.plan.spec import PlanSpec, register_plan_spec
 
 from adapters.tiny_decoders import make_causal_vae_decoder_responsive, qwen_image_blocks
 
@@ -346,3 +347,33 @@ def build_tiny_qwen_image(folder: Path) -> None:
     from diffusers import QwenImagePipeline
 
     QwenImagePipeline(**build_tiny_qwen_image_components()).save_pretrained(Path(folder))
+
+
+# --- the planner's view (omni_rl.plan.spec) ---------------------------------------------------
+def _plan_load_trained(adapter) -> None:
+    from diffusers import QwenImageTransformer2DModel
+
+    adapter.transformer = adapter.load_pretrained(QwenImageTransformer2DModel, "transformer")
+    adapter.patch = adapter.transformer.config.patch_size
+    adapter.vae_scale = 8  # Qwen-Image's VAE (Wan2.1's): 8x spatially, 16 latent channels
+
+
+def _plan_forward_inputs(adapter, cfg, batch: int) -> dict:
+    """The packed forward `predict_velocity` runs; the prompt at `max_sequence_length` tokens
+    (the longest the pipeline lets through, the prefix dropped)."""
+    from omni_rl.plan.spec import prompt_tokens
+
+    c, p = adapter.transformer.config, adapter.patch
+    h, w = cfg.rollout.height // adapter.vae_scale, cfg.rollout.width // adapter.vae_scale
+    tokens = prompt_tokens(cfg)
+    return {"transformer": dict(
+        hidden_states=torch.empty(batch, (h // p) * (w // p), c.in_channels, dtype=adapter.dtype),
+        timestep=torch.empty(batch, dtype=adapter.dtype),
+        encoder_hidden_states=torch.empty(batch, tokens, c.joint_attention_dim, dtype=adapter.dtype),
+        encoder_hidden_states_mask=torch.ones(batch, tokens, dtype=torch.long),
+        img_shapes=[[(1, h // p, w // p)]] * batch,
+        return_dict=False,
+    )}
+
+
+register_plan_spec("QwenImagePipeline", PlanSpec(_plan_load_trained, _plan_forward_inputs))

@@ -47,10 +47,11 @@ import numpy as np
 import torch
 
 from omni_rl.models import Conditioning, register_adapter, register_tiny_model
+from omni_rl.plan.spec import PlanSpec, register_plan_spec
 from omni_rl.models.diffusion import EditingOptions, check_multiple
 
 from adapters.qwen_image import (
-    QwenImageAdapter, build_tiny_qwen_image_components, pack_latents, prompt_prefix_length, true_cfg_with_norm,
+    QwenImageAdapter, _plan_load_trained as _plan_load_qwen_image, build_tiny_qwen_image_components, pack_latents, prompt_prefix_length, true_cfg_with_norm,
     unpack_latents,
 )
 
@@ -292,3 +293,9 @@ def build_tiny_qwen_image_edit_plus(folder: Path) -> None:
 
     components = build_tiny_qwen_image_components(zero_cond_t=True)
     QwenImageEditPlusPipeline(**components, processor=tiny_processor(components["tokenizer"])).save_pretrained(Path(folder))
+
+
+# The planner builds the edit models' transformer as Qwen-Image's; no forward is traced yet
+# (the condition image's tokens and its vision-language prompt are not modelled).
+register_plan_spec("QwenImageEditPipeline", PlanSpec(_plan_load_qwen_image))
+register_plan_spec("QwenImageEditPlusPipeline", PlanSpec(_plan_load_qwen_image))

@@ -30,8 +30,11 @@ USAGE = """usage: python main_omni.py [recipe=NAME] [key=value ...] [--cfg] [--p
   recipe=NAME   a YAML file in recipes/ (default: tiny_sd3_shapes_counting, the CPU demo)
   key=value     override any config key, e.g. trainer.total_steps=10 rollout.num_steps=8
   --cfg         print the composed config and exit (`--cfg job` too, as in Hydra)
-  --plan        build the recipe's model without weights, print each device's weight memory
-                and write plan.json in trainer.output_dir (omni_rl/plan); no training
+  --plan        build the recipe's model without weights, trace a rollout forward and a training
+                micro-batch on fake tensors, print each device's memory, FLOPs per step and
+                whether it fits; writes plan.json in trainer.output_dir (omni_rl/plan); no training
+  --device-kind NAME   with --plan: H800 (default), H100, H200 or Ascend910B
+  --device-memory GB   with --plan: judge against this memory instead of the kind's
   --options     print a component's options (set under its block) with their defaults and docs,
                 e.g. --options model.adapter=LTX2Pipeline, rollout.backend=server, trainer.engine=fsdp2
 """
@@ -69,6 +72,11 @@ def _main(argv: Sequence[str] | None) -> int:
         if at + 1 < len(args) and args[at + 1] in CFG_WORDS:
             del args[at + 1]
     show_plan = "--plan" in args
+    try:
+        args, plan_kind, plan_memory = _plan_options(args, show_plan)
+    except OmniConfigError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
     args = [a for a in args if a not in ("--cfg", "--plan")]
     bad = [a for a in args if a.startswith("-")]
     if bad:
@@ -87,9 +95,9 @@ def _main(argv: Sequence[str] | None) -> int:
             print(to_yaml(cfg))
             return 0
         if show_plan:
-            from omni_rl.plan.weights import run_plan
+            from omni_rl.plan.planner import run_plan
 
-            print(f"plan: written to {run_plan(cfg)}")
+            print(f"plan: written to {run_plan(cfg, plan_kind, plan_memory)}")
             return 0
         check_inputs(cfg)
         from omni_rl.trainer import run
@@ -227,3 +235,38 @@ def check_resume(path: str | None) -> None:
     if not folder.is_dir():
         raise CheckpointError(f"trainer.resume={path!r} is a file; expected {expected}")
     find_checkpoint(path)
+
+
+def _plan_options(args: list[str], show_plan: bool) -> tuple[list[str], str, float | None]:
+    """`--device-kind NAME` / `--device-memory GB` (also `--opt=VALUE`), taken out of `args`;
+    each checked here so bad input is one line before any recipe loads."""
+    from omni_rl.plan.devices import DEFAULT_DEVICE_KIND, device_kind
+
+    values: dict[str, str] = {}
+    rest, i = [], 0
+    while i < len(args):
+        a = args[i]
+        name, eq, value = a.partition("=")
+        if name in ("--device-kind", "--device-memory"):
+            if not eq:
+                if i + 1 >= len(args):
+                    raise OmniConfigError(f"{name}: expected a value after it")
+                value, i = args[i + 1], i + 1
+            values[name] = value
+        else:
+            rest.append(a)
+        i += 1
+    if values and not show_plan:
+        raise OmniConfigError(f"{next(iter(values))}: only with --plan")
+    kind = values.get("--device-kind", DEFAULT_DEVICE_KIND)
+    device_kind(kind)
+    memory = values.get("--device-memory")
+    if memory is None:
+        return rest, kind, None
+    try:
+        gb = float(memory)
+    except ValueError:
+        raise OmniConfigError(f"--device-memory={memory!r}: expected a positive number of GB (e.g. 80)") from None
+    if not gb > 0:
+        raise OmniConfigError(f"--device-memory={memory!r}: expected a positive number of GB (e.g. 80)")
+    return rest, kind, gb

@@ -113,6 +113,13 @@ class OmniModelBase(ABC):
         """Freeze everything, then add LoRA to each trained module (or unfreeze them whole)."""
         for part in self.frozen_modules():
             part.requires_grad_(False)
+        self.setup_trained_modules()
+        self.set_eval_mode()
+
+    def setup_trained_modules(self) -> None:
+        """`setup_trainable` on the trained modules alone: LoRA (or the whole module), gradient
+        checkpointing, eval mode. The planner calls it on an adapter holding only those
+        (`omni_rl.plan.spec`)."""
         lora = self.cfg.lora
         for module in self.trainable_modules().values():
             module.requires_grad_(False)
@@ -138,7 +145,7 @@ class OmniModelBase(ABC):
                 module.requires_grad_(True)
             if self.cfg.gradient_checkpointing:
                 self.enable_checkpointing(module)
-        self.set_eval_mode()
+            module.eval()
 
     def enable_checkpointing(self, module: nn.Module) -> None:
         """Recompute activations in the backward pass (diffusers' spelling; families override)."""

@@ -2,16 +2,21 @@
 
 The recipe's networks are built on the meta device from configuration files alone (the shipped
 `recipes/architectures/<org>--<name>/` of a hub id, a user's local snapshot, or a tiny model's
-folder), through the adapter's own weightless build with the recipe's LoRA applied, and their
-parameters are counted as the training engine will hold them on `trainer.backend_options.nnodes x
-devices_per_node` ranks.
-
-This first part covers the weights: parameters (frozen and trainable), gradients and AdamW state
-per device, on the device and on the host (`memory.py`). Still to come (issue 26): the
-fake-tensor trace of a rollout forward and a training micro-batch (activations, FLOPs), the
-trajectories a step stores, reward models, and the verdict against a device kind.
+folder), through the adapter's own weightless build with the recipe's LoRA applied, or, where the
+folder lacks what that build reads (tokenizers, encoder configs), the adapter's trained network(s)
+alone through its `PlanSpec`. Their parameters are counted as the training engine will hold them
+on `trainer.backend_options.nnodes x devices_per_node` ranks, one rollout forward and one
+training micro-batch are traced on fake tensors, and the peaks are judged against a device kind.
 
 - `architecture.py`: model.path -> the folder the plan builds from (or a one-line error);
+- `spec.py`: what an adapter tells the planner (`PlanSpec`, the `PLAN_SPECS` registry);
 - `memory.py`: per-rank bytes of weights, gradients and optimizer state;
-- `weights.py`: the weightless build and the plan of its weights, as a table and `plan.json`.
+- `weights.py`: the weightless build and the plan of its weights;
+- `trace.py`: a forward (+ backward) on fake tensors: FLOPs and peak live bytes;
+- `steps.py`: the rollout and training traces of a recipe and a step's FLOPs;
+- `devices.py`: device kinds (memory, peak bf16 throughput, with sources);
+- `planner.py`: the whole plan, the verdict and the knobs re-planned, the table and plan.json.
+
+Not counted anywhere: reward models, the driver process, FSDP2's all-gathered blocks and
+communication buffers, allocator fragmentation, the CUDA/NPU context.
 """

@@ -11,12 +11,14 @@ every parameter as the recipe's engine holds it:
   (`frozen_modules()`) are whole on every rank;
 - `trainer.engine=local` is one process: nothing sharded, dtypes as the adapter leaves them.
 
-`run_plan(cfg)` prints the table and writes `plan.json` (atomically) in `trainer.output_dir`.
-A folder that lacks a file the adapter's build reads is a `PlanBuildError` naming it (exit 2).
+When the folder lacks a file the full build reads, the adapter's `PlanSpec` builds its trained
+network(s) alone and the plan says what it did not count; an adapter without a spec is a
+`PlanBuildError` naming the failure (exit 2). `omni_rl.plan.planner` adds the trace and verdict.
 """
 from __future__ import annotations
 
 import dataclasses
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -40,20 +42,56 @@ class PlanBuildError(ConfigError):
     """The architecture folder lacks something the adapter's weightless build reads."""
 
 
-def build_weightless(cfg: OmniConfig, folder: Path) -> OmniModelBase:
-    """The recipe's adapter built on the meta device from `folder`'s configuration files."""
+@dataclass
+class Built:
+    """The recipe's adapter, weightless, and the frozen modules it holds (`complete`: the adapter's
+    own full build ran; else only its trained network(s), through its `PlanSpec`)."""
+
+    model: OmniModelBase
+    frozen: list[torch.nn.Module]
+    complete: bool
+    missing: str = ""
+
+
+def build_weightless(cfg: OmniConfig, folder: Path) -> Built:
+    """The recipe's adapter built on the meta device from `folder`'s configuration files; when the
+    folder lacks what the full build reads (a shipped architecture folder has no tokenizers and
+    not every encoder's config), its trained network(s) alone (`omni_rl.plan.spec`)."""
     from omni_rl.models.factory import build_model
     from omni_rl.models.loading import ModelFolderError
 
     model_cfg = dataclasses.replace(cfg.model, path=str(folder))
     try:
-        return build_model(model_cfg, weightless_device(), tuple(cfg.plugins))
-    except (OSError, ValueError, KeyError, ModelFolderError) as err:
+        model = build_model(model_cfg, weightless_device(), tuple(cfg.plugins))
+        return Built(model, list(model.frozen_modules()), True)
+    except (OSError, ValueError, KeyError, AttributeError, ModelFolderError) as err:
         first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        why = f"{type(err).__name__}: {first[:300]}"
+    return _build_trained_only(cfg, model_cfg, folder, why)
+
+
+def _build_trained_only(cfg: OmniConfig, model_cfg, folder: Path, why: str) -> Built:
+    from omni_rl.models.registry import ADAPTERS, adapter_key
+    from omni_rl.plan.spec import PLAN_SPECS
+
+    key = adapter_key(model_cfg.adapter, model_cfg.stage)
+    if key not in PLAN_SPECS:
         raise PlanBuildError(
-            f"model.path={cfg.model.path!r}: the weightless build of {cfg.model.adapter} from {folder} failed "
-            f"({type(err).__name__}: {first}); the folder needs every config file the adapter reads"
+            f"model.path={cfg.model.path!r}: the weightless build of {key} from {folder} failed ({why}) and the "
+            f"adapter registers no plan spec to build its trained network alone; the folder needs every config file "
+            f"the adapter reads"
+        )
+    adapter = ADAPTERS.get(key).__new__(ADAPTERS.get(key))
+    OmniModelBase.__init__(adapter, model_cfg, str(folder), weightless_device())
+    try:
+        PLAN_SPECS.get(key).load_trained(adapter)
+    except (OSError, ValueError, KeyError) as err:
+        raise PlanBuildError(
+            f"model.path={cfg.model.path!r}: building {key}'s trained network from {folder} failed "
+            f"({type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}); the folder needs its config"
         ) from err
+    adapter.setup_trained_modules()
+    return Built(adapter, [], False, why)
 
 
 def world_size(cfg: OmniConfig) -> int:
@@ -73,13 +111,13 @@ def offloads(cfg: OmniConfig) -> tuple[bool, bool]:
     return getattr(options, "param_offload", False), getattr(options, "optimizer_offload", False)
 
 
-def engine_tensors(model: OmniModelBase, engine: str) -> Iterator[TensorSpec]:
+def engine_tensors(model: OmniModelBase, engine: str, frozen: list[torch.nn.Module]) -> Iterator[TensorSpec]:
     """Every parameter of the adapter, each once, as `engine` holds it (module docstring)."""
     root = model.trainable_root()
     in_root = {id(p) for p in root.parameters()}
     upcast = engine == "fsdp2" and model.dtype != torch.float32
     seen: set[int] = set()
-    for module in (root, *model.frozen_modules()):
+    for module in (root, *frozen):
         for name, p in module.named_parameters():
             if id(p) in seen:
                 continue
@@ -91,9 +129,13 @@ def engine_tensors(model: OmniModelBase, engine: str) -> Iterator[TensorSpec]:
 def plan_weights(cfg: OmniConfig) -> dict[str, Any]:
     """The weights plan of `cfg` as a JSON-able dict (module docstring)."""
     folder = architecture_folder(cfg.model.path)
-    model = build_weightless(cfg, folder)
+    return weights_of(cfg, folder, build_weightless(cfg, folder))
+
+
+def weights_of(cfg: OmniConfig, folder: Path, built: Built) -> dict[str, Any]:
+    """The weights plan of `cfg` for an already built model."""
     t = cfg.trainer
-    tensors = list(engine_tensors(model, t.engine))
+    tensors = list(engine_tensors(built.model, t.engine, built.frozen))
     param_offload, optimizer_offload = offloads(cfg)
     memory = weight_memory(tensors, world_size(cfg), param_offload, optimizer_offload)
     count = sum(torch.Size(s.shape).numel() for s in tensors)
@@ -107,7 +149,10 @@ def plan_weights(cfg: OmniConfig) -> dict[str, Any]:
                     "param_offload": param_offload, "optimizer_offload": optimizer_offload},
         "parameters": {"total": count, "trainable": trainable, "frozen": count - trainable},
         "per_device_bytes": memory.to_dict(),
-        "not_counted": list(NOT_COUNTED),
+        "built": "the adapter's full weightless build" if built.complete else
+                 f"the trained network(s) only (the full build needs files the folder lacks: {built.missing})",
+        "not_counted": list(NOT_COUNTED) + ([] if built.complete else
+                       ["frozen encoders and decoders (text encoders, VAE): their configs are not in the folder"]),
     }
 
 
@@ -143,13 +188,3 @@ def format_table(plan: dict[str, Any]) -> str:
         "  not counted: " + "; ".join(plan["not_counted"]),
     ]
     return "\n".join(lines)
-
-
-def run_plan(cfg: OmniConfig) -> Path:
-    """Plan `cfg`'s weights, print the table, write plan.json; returns its path."""
-    from omni_rl.utils.atomic import atomic_write_json
-
-    plan = plan_weights(cfg)
-    print(format_table(plan))
-    return atomic_write_json(Path(cfg.trainer.output_dir) / "plan.json", plan)
-

@@ -403,6 +403,16 @@ def _check_docker(args: list[str]) -> list[str]:
 def check_main_omni(args: list[str], static: bool) -> list[str]:
     if "--help" in args or "-h" in args or "--options" in args:
         return _run_cli(args)
+    # `--plan`'s device options are checked as the CLI checks them, then dropped with their values.
+    if "--plan" in args:
+        from omni_rl.cli import _plan_options
+        from omni_rl.errors import OmniConfigError
+
+        try:
+            args = _plan_options(args, True)[0]
+        except OmniConfigError as err:
+            return [f"python main_omni.py: {err}"]
+        args = [a for a in args if a != "--plan"]
     # A usage line (`recipe=NAME key=value ...`) names no recipe or key: its placeholders drop out.
     overrides = [a for a in args if a != "--cfg" and a not in ("job", "all", "hydra", "...", "key=value")
                  and not (a.startswith("recipe=") and _placeholder(a))]

@@ -1,0 +1,179 @@
+"""`--plan`: the whole plan of a recipe, its verdict against a device, and the console table.
+
+`make_plan(cfg, kind, memory_gb)` builds the model weightless (`weights.build_weightless`), plans
+its weights per rank (`weights.weights_of`), traces one rollout forward and one training
+micro-batch on fake tensors (`steps`), and puts them together per device:
+
+- training peak = weights, gradients and optimizer state on the device + the micro-batch's peak
+  activations + the step's stored trajectories;
+- rollout peak = the same resident weights and state + the rollout forward's peak + trajectories;
+- trajectories: every sample's latent at each of the `num_steps + 1` points, fp32, the rank's
+  share of the step's samples, assumed held on the device.
+
+When a peak exceeds the device's memory, each knob is re-planned with only it changed
+(`KNOBS`: micro_batch_size 1, gradient checkpointing on, param and optimizer offload, max_num_seqs
+halved, frames to the fewest the model takes, twice the devices) and the plan lists the new
+peaks: what a knob saves is computed, not estimated.
+"""
+from __future__ import annotations
+
+import copy
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+from omni_rl.config.schema import OmniConfig
+from omni_rl.plan.architecture import architecture_folder
+from omni_rl.plan.devices import DEFAULT_DEVICE_KIND, device_kind, device_memory_bytes
+from omni_rl.plan.steps import as_dict, best_case_seconds, step_flops, trace_step
+from omni_rl.plan.weights import _count, _size, build_weightless, weights_of, world_size
+
+NOT_COUNTED = (
+    "FSDP2's all-gathered blocks and communication buffers during a forward",
+    "text encoders' and VAE's activations (prompt encoding, decoding)",
+    "reward models and the driver process",
+    "allocator fragmentation, the CUDA/NPU context",
+)
+
+
+def _spec(cfg: OmniConfig):
+    from omni_rl.models.registry import adapter_key
+    from omni_rl.plan.spec import PLAN_SPECS
+
+    key = adapter_key(cfg.model.adapter, cfg.model.stage)
+    return PLAN_SPECS.get(key) if key in PLAN_SPECS else None
+
+
+def _core(cfg: OmniConfig, cache: dict) -> dict[str, Any]:
+    """Weights, traces and per-device peaks of `cfg` (builds and traces memoised in `cache`)."""
+    folder = architecture_folder(cfg.model.path)
+    build_key = (cfg.model.lora.enabled, cfg.model.gradient_checkpointing)
+    if build_key not in cache:
+        cache[build_key] = build_weightless(cfg, folder)
+    built = cache[build_key]
+    plan = weights_of(cfg, folder, built)
+    spec = _spec(cfg)
+    device = plan["per_device_bytes"]["device_total"]
+    if spec is None or spec.forward_inputs is None:
+        plan["trace"] = None
+        plan["not_counted"].append("activations and FLOPs: the adapter registers no forward for the planner")
+        plan["peaks"] = {"training": device, "rollout": device, "trajectories": 0}
+        return plan
+    r, t = cfg.rollout, cfg.trainer
+    step = trace_step(built.model, spec, cfg, cache=cache.setdefault("traces", {}))
+    latent = _latent_numel(spec, built.model, cfg)
+    samples = t.prompts_per_step * t.samples_per_prompt
+    trajectories = -(-samples // plan["devices"]["world_size"]) * (r.num_steps + 1) * latent * 4
+    plan["trace"] = as_dict(step)
+    plan["flops_per_step"] = step_flops(cfg, step)
+    plan["peaks"] = {"training": device + step.train.activation_bytes + trajectories,
+                     "rollout": device + step.rollout.activation_bytes + trajectories,
+                     "trajectories": trajectories}
+    return plan
+
+
+def _latent_numel(spec, model, cfg) -> int:
+    """Elements of one sample's latent: the first tensor argument of a one-row forward."""
+    import torch
+
+    from omni_rl.plan.trace import fake_mode
+
+    with fake_mode():
+        inputs = next(iter(spec.forward_inputs(model, cfg, 1).values()))
+    first = next(v for v in inputs.values() if isinstance(v, torch.Tensor))
+    return first.numel()
+
+
+def _with(cfg: OmniConfig, change: Callable[[OmniConfig], None]) -> OmniConfig:
+    new = copy.deepcopy(cfg)
+    change(new)
+    return new
+
+
+def _knobs(cfg: OmniConfig, world: int) -> list[tuple[str, Callable[[OmniConfig], None]]]:
+    knobs = []
+    if cfg.trainer.micro_batch_size > 1:
+        knobs.append(("trainer.micro_batch_size=1", lambda c: setattr(c.trainer, "micro_batch_size", 1)))
+    if not cfg.model.gradient_checkpointing:
+        knobs.append(("model.gradient_checkpointing=true", lambda c: setattr(c.model, "gradient_checkpointing", True)))
+    if cfg.trainer.engine == "fsdp2":
+        knobs.append(("trainer.engine_options.param_offload=true",
+                      lambda c: c.trainer.engine_options.update(param_offload=True)))
+        knobs.append(("trainer.engine_options.optimizer_offload=true",
+                      lambda c: c.trainer.engine_options.update(optimizer_offload=True)))
+        per_node = cfg.trainer.backend_options.get("devices_per_node")
+        if per_node:
+            knobs.append((f"trainer.backend_options.nnodes={2 * cfg.trainer.backend_options.get('nnodes', 1)}",
+                          lambda c: c.trainer.backend_options.update(nnodes=2 * c.trainer.backend_options.get("nnodes", 1))))
+    if cfg.rollout.max_num_seqs > 1:
+        half = max(1, cfg.rollout.max_num_seqs // 2)
+        knobs.append((f"rollout.max_num_seqs={half}", lambda c: setattr(c.rollout, "max_num_seqs", half)))
+    if cfg.rollout.num_frames > 1:
+        knobs.append(("rollout.num_frames=1 (fewest)", lambda c: setattr(c.rollout, "num_frames", 1)))
+    return knobs
+
+
+def make_plan(cfg: OmniConfig, kind_name: str = DEFAULT_DEVICE_KIND, memory_gb: float | None = None) -> dict[str, Any]:
+    """The full plan of `cfg` as a JSON-able dict (module docstring)."""
+    kind = device_kind(kind_name)
+    limit = device_memory_bytes(kind, memory_gb)
+    started = time.monotonic()
+    cache: dict = {}
+    plan = _core(cfg, cache)
+    plan["not_counted"] = [n for n in plan["not_counted"] if "not yet" not in n and "fragmentation" not in n]
+    plan["not_counted"].extend(NOT_COUNTED)
+    world = plan["devices"]["world_size"]
+    if "flops_per_step" in plan:
+        plan["best_case_step_seconds"] = best_case_seconds(plan["flops_per_step"]["total"], world, kind.bf16_tflops)
+    peak = max(plan["peaks"]["training"], plan["peaks"]["rollout"])
+    # Without a trace the peaks are the weights alone: "fits" then means only that they do.
+    verdict: dict[str, Any] = {"device_kind": kind.name, "device_memory_bytes": limit, "peak_bytes": peak,
+                               "fits": peak <= limit, "weights_only": plan["trace"] is None, "knobs": []}
+    if not verdict["fits"]:
+        for label, change in _knobs(cfg, world):
+            other = _core(_with(cfg, change), cache)
+            new_peak = max(other["peaks"]["training"], other["peaks"]["rollout"])
+            verdict["knobs"].append({"knob": label, "peak_bytes": new_peak, "saves_bytes": peak - new_peak,
+                                     "fits": new_peak <= limit})
+    plan["verdict"] = verdict
+    plan["plan_seconds"] = round(time.monotonic() - started, 1)
+    return plan
+
+
+def format_plan(plan: dict[str, Any]) -> str:
+    """The plan as console lines."""
+    from omni_rl.plan.weights import format_table
+
+    lines = [format_table(plan)]
+    peaks, v = plan["peaks"], plan["verdict"]
+    if plan.get("trace"):
+        tr = plan["trace"]
+        lines += [
+            f"  traced (fake tensors): rollout forward of {tr['rollout_forward']['batch']} rows, peak "
+            f"{_size(tr['rollout_forward']['activation_bytes'])}; training micro-batch of "
+            f"{tr['train_micro_batch']['batch']} rows, peak {_size(tr['train_micro_batch']['activation_bytes'])}",
+            f"  stored trajectories per device: {_size(peaks['trajectories'])}",
+        ]
+        f = plan["flops_per_step"]
+        lines.append(f"  FLOPs per step: {f['total']:.3e} (rollout {f['rollout']:.3e}, update {f['update']:.3e}); "
+                     f"best case on {v['device_kind']}: {plan['best_case_step_seconds']:.1f} s/step")
+    lines.append(f"  per-device peak: training {_size(peaks['training'])}, rollout {_size(peaks['rollout'])}")
+    what = "the weights alone (activations not traced) " if v["weights_only"] else ""
+    lines.append(f"  verdict: {what}{'fit' if v['fits'] else 'do not fit' if what else 'does not fit'}"
+                 f"{'s' if v['fits'] and not what else ''} on {v['device_kind']} ({v['device_memory_bytes'] / 1e9:.0f} GB)")
+    for k in v["knobs"]:
+        lines.append(f"    {k['knob']}: peak {_size(k['peak_bytes'])} (saves {_size(max(0, k['saves_bytes']))})"
+                     f"{', fits' if k['fits'] else ''}")
+    return "\n".join(lines)
+
+
+def run_plan(cfg: OmniConfig, kind_name: str = DEFAULT_DEVICE_KIND, memory_gb: float | None = None) -> Path:
+    """Plan `cfg`, print the table, write plan.json atomically; returns its path."""
+    from omni_rl.utils.atomic import atomic_write_json
+
+    plan = make_plan(cfg, kind_name, memory_gb)
+    print(format_plan(plan))
+    return atomic_write_json(Path(cfg.trainer.output_dir) / "plan.json", plan)
+
+
+__all__ = ["make_plan", "format_plan", "run_plan", "_count", "world_size"]

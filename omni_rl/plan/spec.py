@@ -1,0 +1,49 @@
+"""What an adapter tells the planner: `PlanSpec`, registered per adapter in `PLAN_SPECS`.
+
+The planner builds a recipe's model through the adapter's own weightless build when the
+architecture folder holds every file that build reads (a tiny model, a user's snapshot). A
+shipped `recipes/architectures/` folder holds only the configs that could be sourced (no
+tokenizer vocabularies, not every encoder), so an adapter also says how to build its trained
+network(s) alone (`load_trained`), and how to feed them one forward at the recipe's shapes
+(`forward_inputs`): that is all a trace needs, and neither step reads a tokenizer (prompt
+lengths come from the recipe's options, not from tokenising text).
+
+- `load_trained(adapter)`: set the adapter's trained module attributes (weightless, from
+  `adapter.path`) on an adapter whose `__init__` did not run, so that its own
+  `trainable_modules()` and `setup_trained_modules()` (LoRA, trainable selection, gradient
+  checkpointing) apply to them exactly as in training;
+- `forward_inputs(adapter, cfg, batch)`: {trained module name: keyword arguments} for one forward
+  of `batch` rows (CFG doubling is the caller's: it passes twice the samples), tensors made in the
+  current (fake) tensor mode;
+- `modality`: "diffusion" (a denoiser) or "text" (a decoder, traced with a KV-cache step too).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from omni_rl.registry import Registry
+
+
+@dataclass(frozen=True)
+class PlanSpec:
+    load_trained: Callable[[Any], None]
+    # None: the network is built and its weights planned, but no forward is traced (the plan says so).
+    forward_inputs: Callable[[Any, Any, int], dict[str, dict[str, Any]]] | None = None
+    modality: str = "diffusion"
+
+
+PLAN_SPECS: Registry[PlanSpec] = Registry("plan spec")
+
+
+def register_plan_spec(adapter: str, spec: PlanSpec) -> PlanSpec:
+    return PLAN_SPECS.register(adapter, spec)
+
+
+def prompt_tokens(cfg) -> int:
+    """The prompt length the plan traces at: the adapter's `max_sequence_length` option (a
+    fixed-length text encoding). One function so the option's home can move in one place."""
+    from omni_rl.models.registry import ADAPTERS, adapter_key
+
+    options = ADAPTERS.get(adapter_key(cfg.model.adapter, cfg.model.stage)).bind_options(cfg.model)
+    return int(options.max_sequence_length)

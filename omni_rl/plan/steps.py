@@ -1,0 +1,118 @@
+"""The traced part of a plan: one rollout forward and one training micro-batch, and a step's FLOPs.
+
+For a denoiser (`PlanSpec.modality == "diffusion"`), on the trained network the recipe builds:
+
+- rollout: one forward without gradients of `rollout.max_num_seqs` samples, doubled when
+  `rollout.guidance_scale > 1` (CFG runs [uncond; cond] as one batch in every adapter);
+- training: one forward and backward of `trainer.micro_batch_size` samples (doubled likewise: the
+  update runs the adapter's same `predict_velocity`), with the recipe's gradient checkpointing.
+
+Each trained module of an adapter with several (Wan2.2 A14B's two experts) is traced and the
+larger figure kept (one runs at a time). FLOPs of a step scale those traces by the step's sizes:
+
+- rollout: `samples / max_num_seqs` batches x `rollout.num_steps` forwards;
+- update: `ppo_epochs x samples x num_steps / micro_batch_size` forward+backward passes (every
+  denoising step trained: an upper bound where a family trains a fraction of them), plus one
+  reference forward per pass when `algo.kl_coef > 0` (the KL's base-model prediction).
+
+Not traced: prompt encoding and decoding (text encoders, VAE), rewards; their FLOPs are small
+beside `num_steps` transformer passes, and they are listed as not counted.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from omni_rl.plan.trace import Trace, fake_mode, materialize, trace
+
+
+@dataclass(frozen=True)
+class StepTrace:
+    rollout: Trace
+    train: Trace
+    rollout_batch: int
+    train_batch: int
+
+
+def cfg_copies(cfg) -> int:
+    return 2 if cfg.rollout.guidance_scale > 1.0 else 1
+
+
+def trace_step(model, spec, cfg, fake: bool = True, cache: dict | None = None) -> StepTrace:
+    """Trace the rollout forward and the training micro-batch of `model`'s trained network(s);
+    each trace is kept in `cache` under what it depends on, so a re-plan that changes one knob
+    traces only what that knob changes."""
+    cache = {} if cache is None else cache
+    copies = cfg_copies(cfg)
+    rollout_batch, train_batch = cfg.rollout.max_num_seqs * copies, cfg.trainer.micro_batch_size * copies
+    r = cfg.rollout
+    shape = (id(model), r.height, r.width, r.num_frames, fake)
+    roll_key, train_key = ("rollout", rollout_batch, *shape), ("train", train_batch, *shape)
+    mode_key = ("mode", id(model), fake)
+    if mode_key not in cache:  # one mode per model: its tensors are made once, in that mode
+        cache[mode_key] = mode = fake_mode() if fake else _null()
+        with mode:
+            for module in model.trainable_modules().values():
+                materialize(module, fake)
+    mode = cache[mode_key]
+    if roll_key not in cache:
+        cache[roll_key] = _trace_all(model, spec, cfg, rollout_batch, False, mode)
+    if train_key not in cache:
+        cache[train_key] = _trace_all(model, spec, cfg, train_batch, True, mode)
+    return StepTrace(cache[roll_key], cache[train_key], rollout_batch, train_batch)
+
+
+def _trace_all(model, spec, cfg, batch: int, backward: bool, mode) -> Trace:
+    """The larger trace over the trained modules (one runs at a time)."""
+    traces = []
+    with mode:
+        for name, module in model.trainable_modules().items():
+            # diffusers checkpoints only in training mode; the update runs it so when checkpointing.
+            module.train(backward and cfg.model.gradient_checkpointing)
+            traces.append(trace(module, lambda: spec.forward_inputs(model, cfg, batch)[name], backward=backward))
+            module.eval()
+    return max(traces, key=lambda t: (t.activation_bytes, t.flops))
+
+
+class _null:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+def step_flops(cfg, step: StepTrace) -> dict[str, float]:
+    """FLOPs of one training step (module docstring)."""
+    t, r = cfg.trainer, cfg.rollout
+    samples = t.prompts_per_step * t.samples_per_prompt
+    rollout = samples / r.max_num_seqs * r.num_steps * step.rollout.flops
+    passes = cfg.algo.ppo_epochs * samples * r.num_steps / t.micro_batch_size
+    # A reference forward on a micro-batch: the rollout forward's FLOPs scaled to its batch.
+    reference = step.rollout.flops * step.train_batch / step.rollout_batch if cfg.algo.kl_coef > 0 else 0.0
+    update = passes * (step.train.flops + reference)
+    return {"rollout": rollout, "update": update, "total": rollout + update}
+
+
+def best_case_seconds(flops: float, world_size: int, tflops: float) -> float:
+    """Seconds at the device kind's peak on every rank at once (no communication, 100% use)."""
+    return flops / (world_size * tflops * 1e12)
+
+
+def ceil_div(a: int, b: int) -> int:
+    return math.ceil(a / b)
+
+
+def as_dict(step: StepTrace) -> dict[str, Any]:
+    return {
+        "rollout_forward": {"batch": step.rollout_batch, "flops": step.rollout.flops,
+                            "activation_bytes": step.rollout.activation_bytes},
+        "train_micro_batch": {"batch": step.train_batch, "flops": step.train.flops,
+                              "activation_bytes": step.train.activation_bytes},
+    }
+
+
+__all__ = ["StepTrace", "trace_step", "step_flops", "best_case_seconds", "as_dict", "torch"]
