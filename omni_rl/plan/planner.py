@@ -26,7 +26,7 @@ from omni_rl.config.schema import OmniConfig
 from omni_rl.plan.architecture import architecture_folder
 from omni_rl.plan.devices import DEFAULT_DEVICE_KIND, device_kind, device_memory_bytes
 from omni_rl.plan.steps import as_dict, best_case_seconds, step_flops, trace_step
-from omni_rl.plan.weights import _count, _size, build_weightless, weights_of, world_size
+from omni_rl.plan.weights import _size, build_weightless, weights_of
 
 NOT_COUNTED = (
     "FSDP2's all-gathered blocks and communication buffers during a forward",
@@ -90,7 +90,7 @@ def _with(cfg: OmniConfig, change: Callable[[OmniConfig], None]) -> OmniConfig:
     return new
 
 
-def _knobs(cfg: OmniConfig, world: int) -> list[tuple[str, Callable[[OmniConfig], None]]]:
+def _knobs(cfg: OmniConfig) -> list[tuple[str, Callable[[OmniConfig], None]]]:
     knobs = []
     if cfg.trainer.micro_batch_size > 1:
         knobs.append(("trainer.micro_batch_size=1", lambda c: setattr(c.trainer, "micro_batch_size", 1)))
@@ -120,7 +120,6 @@ def make_plan(cfg: OmniConfig, kind_name: str = DEFAULT_DEVICE_KIND, memory_gb: 
     started = time.monotonic()
     cache: dict = {}
     plan = _core(cfg, cache)
-    plan["not_counted"] = [n for n in plan["not_counted"] if "not yet" not in n and "fragmentation" not in n]
     plan["not_counted"].extend(NOT_COUNTED)
     world = plan["devices"]["world_size"]
     if "flops_per_step" in plan:
@@ -130,7 +129,7 @@ def make_plan(cfg: OmniConfig, kind_name: str = DEFAULT_DEVICE_KIND, memory_gb: 
     verdict: dict[str, Any] = {"device_kind": kind.name, "device_memory_bytes": limit, "peak_bytes": peak,
                                "fits": peak <= limit, "weights_only": plan["trace"] is None, "knobs": []}
     if not verdict["fits"]:
-        for label, change in _knobs(cfg, world):
+        for label, change in _knobs(cfg):
             other = _core(_with(cfg, change), cache)
             new_peak = max(other["peaks"]["training"], other["peaks"]["rollout"])
             verdict["knobs"].append({"knob": label, "peak_bytes": new_peak, "saves_bytes": peak - new_peak,
@@ -176,4 +175,4 @@ def run_plan(cfg: OmniConfig, kind_name: str = DEFAULT_DEVICE_KIND, memory_gb: f
     return atomic_write_json(Path(cfg.trainer.output_dir) / "plan.json", plan)
 
 
-__all__ = ["make_plan", "format_plan", "run_plan", "_count", "world_size"]
+__all__ = ["make_plan", "format_plan", "run_plan"]

@@ -31,7 +31,9 @@ from omni_rl.models.base import OmniModelBase
 from omni_rl.plan.architecture import architecture_folder
 from omni_rl.plan.memory import TensorSpec, weight_memory
 
-NOT_COUNTED = (
+# What a weights-only plan (`plan_weights`) leaves out; `omni_rl.plan.planner` traces the first
+# two and says what it leaves out itself.
+WEIGHTS_ONLY_NOT_COUNTED = (
     "activations and the all-gathered blocks of a forward (the trace: not yet)",
     "rollout tensors, stored trajectories, reward models (not yet)",
     "allocator fragmentation, the CUDA/NPU context, communication buffers",
@@ -129,11 +131,14 @@ def engine_tensors(model: OmniModelBase, engine: str, frozen: list[torch.nn.Modu
 def plan_weights(cfg: OmniConfig) -> dict[str, Any]:
     """The weights plan of `cfg` as a JSON-able dict (module docstring)."""
     folder = architecture_folder(cfg.model.path)
-    return weights_of(cfg, folder, build_weightless(cfg, folder))
+    plan = weights_of(cfg, folder, build_weightless(cfg, folder))
+    plan["not_counted"][:0] = WEIGHTS_ONLY_NOT_COUNTED
+    return plan
 
 
 def weights_of(cfg: OmniConfig, folder: Path, built: Built) -> dict[str, Any]:
-    """The weights plan of `cfg` for an already built model."""
+    """The weights plan of `cfg` for an already built model (its `not_counted` names only what the
+    build left out)."""
     t = cfg.trainer
     tensors = list(engine_tensors(built.model, t.engine, built.frozen))
     param_offload, optimizer_offload = offloads(cfg)
@@ -151,8 +156,9 @@ def weights_of(cfg: OmniConfig, folder: Path, built: Built) -> dict[str, Any]:
         "per_device_bytes": memory.to_dict(),
         "built": "the adapter's full weightless build" if built.complete else
                  f"the trained network(s) only (the full build needs files the folder lacks: {built.missing})",
-        "not_counted": list(NOT_COUNTED) + ([] if built.complete else
-                       ["frozen encoders and decoders (text encoders, VAE): their configs are not in the folder"]),
+        # What this build leaves out; the caller adds what its own part of the plan leaves out.
+        "not_counted": [] if built.complete else
+                       ["frozen encoders and decoders (text encoders, VAE): their configs are not in the folder"],
     }
 
 
