@@ -221,8 +221,9 @@ class NativeDiffusionEngine(RolloutEngine):
             if self._thread is None and not isinstance(err, Exception):
                 raise  # an interrupt in the caller's own thread stays an interrupt
             return False
-        with self._cv:
-            self._cv.notify_all()  # (callers that wait for another thread's iterations)
+        if self._thread is None:
+            with self._cv:
+                self._cv.notify_all()  # callers waiting while another caller's thread iterates
         return True
 
     def _pop_admissible(self) -> list[tuple[DiffusionRequest, Future]]:
