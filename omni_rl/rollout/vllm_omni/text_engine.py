@@ -72,14 +72,13 @@ def sleep_mode_for(requested: bool, available: bool, platform: str) -> bool:
     return requested
 
 
-def full_weight_blobs(tensors: NamedTensors, prefix: str, bucket_bytes: int) -> list[bytes]:
-    """The trainer's full weights as safetensors files' bytes, one per bucket, named as the
+def weight_blob(bucket: dict[str, torch.Tensor], prefix: str) -> bytes:
+    """One bucket of the trainer's full weights as a safetensors file's bytes, named as the
     checkpoint names them (`prefix` + name): the form vLLM's `collective_rpc` carries."""
     from safetensors.torch import save
 
     # A copy of each tensor: safetensors refuses tensors that share memory (a tied head).
-    return [save({prefix + name: t.detach().to("cpu", copy=True).contiguous() for name, t in bucket.items()})
-            for bucket in named_buckets(tensors, bucket_bytes)]
+    return save({prefix + name: t.detach().to("cpu", copy=True).contiguous() for name, t in bucket.items()})
 
 
 def check_text_request(req: TextRequest) -> None:
@@ -179,9 +178,10 @@ class VllmTextEngine(SynchronousRolloutEngine):
         if kind == "lora":
             self._load_lora(dict(tensors), version)
         else:
-            blobs = full_weight_blobs(tensors, self.prefix, self.cfg.trainer.weight_sync_bucket_mb << 20)
-            for i, blob in enumerate(blobs):
-                self.llm.collective_rpc("omni_rl_load_weights", args=(blob, i == len(blobs) - 1))
+            # Each bucket is serialized as it is sent, so this side holds one bucket's bytes at a time.
+            buckets = list(named_buckets(tensors, self.cfg.trainer.weight_sync_bucket_mb << 20))
+            for i, bucket in enumerate(buckets):
+                self.llm.collective_rpc("omni_rl_load_weights", args=(weight_blob(bucket, self.prefix), i == len(buckets) - 1))
         self.weight_version = version
         self.stats["weight_updates"] += 1
 

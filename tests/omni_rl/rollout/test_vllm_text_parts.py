@@ -23,8 +23,9 @@ from pathlib import Path
 import torch
 from safetensors.torch import load
 
-from omni_rl.rollout.vllm_omni.text_engine import full_weight_blobs, sleep_mode_for
+from omni_rl.rollout.vllm_omni.text_engine import sleep_mode_for, weight_blob
 from omni_rl.rollout.vllm_omni.vllm_worker import retie_lm_head
+from omni_rl.utils.tensor_buckets import named_buckets
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
 # What vLLM's environment may lack: the trainer's stack and the project's heavier imports.
@@ -66,7 +67,7 @@ def test_full_weights_travel_as_safetensors_bytes_a_tied_pair_included():
     embed = torch.randn(40, 8)
     tensors = {"model.embed_tokens.weight": embed, "lm_head.weight": embed,  # one memory, as tied
                "model.norm.weight": torch.randn(8), "model.layers.0.mlp.up_proj.weight": torch.randn(16, 8)}
-    blobs = full_weight_blobs(tensors.items(), "thinker.", bucket_bytes=40 * 8 * 4)
+    blobs = [weight_blob(bucket, "thinker.") for bucket in named_buckets(tensors.items(), bucket_bytes=40 * 8 * 4)]
     assert len(blobs) > 1 and all(isinstance(b, bytes) for b in blobs)
     pickle.dumps(blobs)  # what an RPC carries
     back = {}
