@@ -295,7 +295,31 @@ def build_tiny_qwen_image_edit_plus(folder: Path) -> None:
     QwenImageEditPlusPipeline(**components, processor=tiny_processor(components["tokenizer"])).save_pretrained(Path(folder))
 
 
-# The planner builds the edit models' transformer as Qwen-Image's; no forward is traced yet
-# (the condition image's tokens and its vision-language prompt are not modelled).
-register_plan_spec("QwenImageEditPipeline", PlanSpec(_plan_load_qwen_image))
-register_plan_spec("QwenImageEditPlusPipeline", PlanSpec(_plan_load_qwen_image))
+# --- the planner's view (omni_rl.plan.spec) ---------------------------------------------------
+def _plan_forward_inputs(adapter, cfg, batch: int) -> dict:
+    """The forward `predict_velocity` runs, with one source image: the noise tokens, then the
+    source's VAE tokens at `model.options.condition_image_size` (default the output's size), and
+    the prompt at `max_sequence_length` tokens (the longest the pipeline lets through; the
+    source's vision tokens are part of it). An Edit-Plus prompt with three sources has two more
+    condition grids than planned here."""
+    from omni_rl.plan.spec import prompt_tokens
+
+    c, p, f = adapter.transformer.config, adapter.patch, adapter.vae_scale
+    h, w = cfg.rollout.height // f, cfg.rollout.width // f
+    size = type(adapter).bind_options(cfg.model).condition_image_size
+    ch, cw = (size[0] // f, size[1] // f) if size is not None else (h, w)
+    image_tokens = (h // p) * (w // p) + (ch // p) * (cw // p)
+    tokens = prompt_tokens(cfg)
+    return {"transformer": dict(
+        hidden_states=torch.empty(batch, image_tokens, c.in_channels, dtype=adapter.dtype),
+        timestep=torch.empty(batch, dtype=adapter.dtype),
+        encoder_hidden_states=torch.empty(batch, tokens, c.joint_attention_dim, dtype=adapter.dtype),
+        encoder_hidden_states_mask=torch.ones(batch, tokens, dtype=torch.long),
+        img_shapes=[[(1, h // p, w // p), (1, ch // p, cw // p)]] * batch,
+        return_dict=False,
+    )}
+
+
+# The edit models' transformer is Qwen-Image's; the forward adds the source image's tokens.
+register_plan_spec("QwenImageEditPipeline", PlanSpec(_plan_load_qwen_image, _plan_forward_inputs))
+register_plan_spec("QwenImageEditPlusPipeline", PlanSpec(_plan_load_qwen_image, _plan_forward_inputs))
