@@ -320,6 +320,12 @@ def _plan_forward_inputs(adapter, cfg, batch: int) -> dict:
     )}
 
 
+def _plan_latent_numel(adapter, cfg) -> int:
+    """The noise latent alone: the source's tokens are conditioning, stored once per sample."""
+    c, f = adapter.transformer.config, adapter.vae_scale
+    return (c.in_channels // adapter.patch ** 2) * (cfg.rollout.height // f) * (cfg.rollout.width // f)
+
+
 # The edit models' transformer is Qwen-Image's; the forward adds the source image's tokens.
-register_plan_spec("QwenImageEditPipeline", PlanSpec(_plan_load_qwen_image, _plan_forward_inputs))
-register_plan_spec("QwenImageEditPlusPipeline", PlanSpec(_plan_load_qwen_image, _plan_forward_inputs))
+for _name in ("QwenImageEditPipeline", "QwenImageEditPlusPipeline"):
+    register_plan_spec(_name, PlanSpec(_plan_load_qwen_image, _plan_forward_inputs, latent_numel=_plan_latent_numel))

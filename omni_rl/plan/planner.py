@@ -73,11 +73,14 @@ def _core(cfg: OmniConfig, cache: dict) -> dict[str, Any]:
 
 
 def _latent_numel(spec, model, cfg) -> int:
-    """Elements of one sample's latent: the first tensor argument of a one-row forward."""
+    """Elements of one sample's latent: the spec's `latent_numel`, else the first tensor argument
+    of a one-row forward."""
     import torch
 
     from omni_rl.plan.trace import fake_mode
 
+    if spec.latent_numel is not None:
+        return int(spec.latent_numel(model, cfg))
     with fake_mode():
         inputs = next(iter(spec.forward_inputs(model, cfg, 1).values()))
     first = next(v for v in inputs.values() if isinstance(v, torch.Tensor))

@@ -15,7 +15,10 @@ lengths come from the recipe's options, not from tokenising text).
 - `forward_inputs(adapter, cfg, batch)`: {trained module name: keyword arguments} for one forward
   of `batch` rows (CFG doubling is the caller's: it passes twice the samples), tensors made in the
   current (fake) tensor mode;
-- `modality`: "diffusion" (a denoiser) or "text" (a decoder, traced with a KV-cache step too).
+- `modality`: "diffusion" (a denoiser) or "text" (a decoder, traced with a KV-cache step too);
+- `latent_numel(adapter, cfg)`: elements of one sample's latent, what a trajectory stores per
+  denoising point; without it, the first tensor of a one-row forward (right where that tensor is
+  the latent alone: not with condition tokens appended, or with two latent streams).
 """
 from __future__ import annotations
 
@@ -31,6 +34,7 @@ class PlanSpec:
     # None: the network is built and its weights planned, but no forward is traced (the plan says so).
     forward_inputs: Callable[[Any, Any, int], dict[str, dict[str, Any]]] | None = None
     modality: str = "diffusion"
+    latent_numel: Callable[[Any, Any], int] | None = None
 
 
 PLAN_SPECS: Registry[PlanSpec] = Registry("plan spec")
