@@ -19,6 +19,7 @@ import torch
 
 from omni_rl.config.schema import ModelConfig
 from omni_rl.models import register_adapter, register_tiny_model
+from omni_rl.plan.spec import PlanSpec, register_plan_spec
 from omni_rl.models.autoregressive import AutoregressiveModelBase, PromptInputs
 from omni_rl.models.tiny_vocab import bpe_files, byte_chars
 
@@ -63,8 +64,17 @@ class CausalLMAdapter(AutoregressiveModelBase):
         return PromptInputs(input_ids=torch.tensor(ids, dtype=torch.long))
 
 
+def _plan_load_trained(adapter) -> None:
+    """The decoder alone from the folder's config.json (a snapshot's tokenizer is not needed)."""
+    from transformers import AutoModelForCausalLM
+
+    adapter.model = adapter.load_pretrained(AutoModelForCausalLM)
+
+
 for _architecture in ("Qwen3ForCausalLM", "Qwen2ForCausalLM", "LlamaForCausalLM", "MistralForCausalLM", "AutoModelForCausalLM"):
     register_adapter(_architecture)(CausalLMAdapter)
+    # Traced through forward_logits (omni_rl/plan/text_steps.py); positions come from the mask.
+    register_plan_spec(_architecture, PlanSpec(_plan_load_trained, modality="text"))
 
 
 def byte_level_vocab() -> dict[str, int]:

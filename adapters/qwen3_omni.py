@@ -414,6 +414,9 @@ class Qwen3OmniThinkerAdapter(AutoregressiveModelBase):
                     "2-D position_ids are text positions; Qwen3-Omni needs multimodal ones: pass None (computed "
                     "from the mask and media) or [3, B, T] positions"
                 )
+        elif cache is not None and not decoding:
+            # A prefill at given positions: the offsets that later text positions need, from them.
+            cache.rope_deltas = position_ids[0, :, -1].to(self.device).long() + 1 - attention_mask.long().sum(-1)
         out = self.trainable_module()(
             input_ids=input_ids,
             attention_mask=attention_mask,
@@ -553,7 +556,17 @@ def _plan_load_trained(adapter) -> None:
     with weightless_device():
         thinker = Qwen3OmniMoeThinkerForConditionalGeneration(config)
     adapter.thinker = adapter.model = thinker.to(adapter.dtype)
+    # What forward_logits reads beside the network (set from the same config in __init__).
+    adapter.placeholder_token_ids = [config.image_token_id, config.video_token_id, config.audio_token_id]
 
 
-# Weights only: the MoE decoder's forward routes tokens by value, which fake tensors cannot follow.
-register_plan_spec(adapter_key("Qwen3OmniMoeForConditionalGeneration", "thinker"), PlanSpec(_plan_load_trained, modality="text"))
+def _plan_text_positions(batch: int, length: int) -> torch.Tensor:
+    """A text-only batch's multimodal positions: all three axes count the tokens (what
+    `rope_positions` gives text, without its data-dependent search for image runs)."""
+    return torch.arange(length).expand(3, batch, length)
+
+
+# Traced with fake tensors: transformers' grouped experts route tokens with shapes that do not
+# depend on the routing (the default `experts_implementation`; its fake kernel needs bf16).
+register_plan_spec(adapter_key("Qwen3OmniMoeForConditionalGeneration", "thinker"),
+                   PlanSpec(_plan_load_trained, modality="text", text_positions=_plan_text_positions))

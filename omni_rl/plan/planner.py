@@ -7,8 +7,9 @@ micro-batch on fake tensors (`steps`), and puts them together per device:
 - training peak = weights, gradients and optimizer state on the device + the micro-batch's peak
   activations + the step's stored trajectories;
 - rollout peak = the same resident weights and state + the rollout forward's peak + trajectories;
-- trajectories: every sample's latent at each of the `num_steps + 1` points, fp32, the rank's
-  share of the step's samples, assumed held on the device.
+- trajectories: every sample's latent at each of the `num_steps + 1` points, fp32 (a text
+  sample: its tokens, masks and log-probs), the rank's share of the step's samples, assumed held
+  on the device.
 
 When a peak exceeds the device's memory, each knob is re-planned with only it changed
 (`KNOBS`: micro_batch_size 1, gradient checkpointing on, param and optimizer offload, max_num_seqs
@@ -26,6 +27,7 @@ from omni_rl.config.schema import OmniConfig
 from omni_rl.plan.architecture import architecture_folder
 from omni_rl.plan.devices import DEFAULT_DEVICE_KIND, device_kind, device_memory_bytes
 from omni_rl.plan.steps import as_dict, best_case_seconds, step_flops, trace_step
+from omni_rl.plan.text_steps import text_trajectory_bytes, trace_text_step
 from omni_rl.plan.weights import _size, build_weightless, weights_of
 
 NOT_COUNTED = (
@@ -54,16 +56,21 @@ def _core(cfg: OmniConfig, cache: dict) -> dict[str, Any]:
     plan = weights_of(cfg, folder, built)
     spec = _spec(cfg)
     device = plan["per_device_bytes"]["device_total"]
-    if spec is None or spec.forward_inputs is None:
+    text = spec is not None and spec.modality == "text"
+    if spec is None or (spec.forward_inputs is None and not text):
         plan["trace"] = None
         plan["not_counted"].append("activations and FLOPs: the adapter registers no forward for the planner")
         plan["peaks"] = {"training": device, "rollout": device, "trajectories": 0}
         return plan
     r, t = cfg.rollout, cfg.trainer
-    step = trace_step(built.model, spec, cfg, cache=cache.setdefault("traces", {}))
-    latent = _latent_numel(spec, built.model, cfg)
     samples = t.prompts_per_step * t.samples_per_prompt
-    trajectories = -(-samples // plan["devices"]["world_size"]) * (r.num_steps + 1) * latent * 4
+    per_rank = -(-samples // plan["devices"]["world_size"])
+    if text:
+        step = trace_text_step(built.model, spec, cfg, cache=cache.setdefault("traces", {}))
+        trajectories = per_rank * text_trajectory_bytes(cfg)
+    else:
+        step = trace_step(built.model, spec, cfg, cache=cache.setdefault("traces", {}))
+        trajectories = per_rank * (r.num_steps + 1) * _latent_numel(spec, built.model, cfg) * 4
     plan["trace"] = as_dict(step)
     plan["flops_per_step"] = step_flops(cfg, step)
     plan["peaks"] = {"training": device + step.train.activation_bytes + trajectories,

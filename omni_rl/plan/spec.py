@@ -5,7 +5,7 @@ architecture folder holds every file that build reads (a tiny model, a user's sn
 shipped `recipes/architectures/` folder holds only the configs that could be sourced (no
 tokenizer vocabularies, not every encoder), so an adapter also says how to build its trained
 network(s) alone (`load_trained`), and how to feed them one forward at the recipe's shapes
-(`forward_inputs`): that is all a trace needs, and neither step reads a tokenizer (prompt
+(`forward_inputs`; a text model is traced through its own `forward_logits` instead): that is all a trace needs, and neither step reads a tokenizer (prompt
 lengths come from the recipe's options, not from tokenising text).
 
 - `load_trained(adapter)`: set the adapter's trained module attributes (weightless, from
@@ -16,6 +16,9 @@ lengths come from the recipe's options, not from tokenising text).
   of `batch` rows (CFG doubling is the caller's: it passes twice the samples), tensors made in the
   current (fake) tensor mode;
 - `modality`: "diffusion" (a denoiser) or "text" (a decoder, traced with a KV-cache step too);
+- `text_positions(batch, length)`: for a text model, the `position_ids` its `forward_logits` takes
+  for a plain text batch, where computing them from the tokens needs data-dependent shapes
+  (multimodal rotary positions); None: the adapter computes them from the mask;
 - `latent_numel(adapter, cfg)`: elements of one sample's latent, what a trajectory stores per
   denoising point; without it, the first tensor of a one-row forward (right where that tensor is
   the latent alone: not with condition tokens appended, or with two latent streams).
@@ -35,6 +38,7 @@ class PlanSpec:
     forward_inputs: Callable[[Any, Any, int], dict[str, dict[str, Any]]] | None = None
     modality: str = "diffusion"
     latent_numel: Callable[[Any, Any], int] | None = None
+    text_positions: Callable[[int, int], Any] | None = None
 
 
 PLAN_SPECS: Registry[PlanSpec] = Registry("plan spec")

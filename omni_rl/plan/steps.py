@@ -1,4 +1,5 @@
-"""The traced part of a plan: one rollout forward and one training micro-batch, and a step's FLOPs.
+"""The traced part of a plan: one rollout forward and one training micro-batch, and a step's FLOPs
+(a text model's decoding and micro-batch: `text_steps.py`).
 
 For a denoiser (`PlanSpec.modality == "diffusion"`), on the trained network the recipe builds:
 
@@ -35,6 +36,9 @@ class StepTrace:
     train: Trace
     rollout_batch: int
     train_batch: int
+    # Passes per sample the traces stand for: a denoiser's `rollout.num_steps` (None: read from the
+    # recipe); a text model's traces already cover a whole sequence (1).
+    steps_per_sample: int | None = None
 
 
 def cfg_copies(cfg) -> int:
@@ -88,9 +92,10 @@ class _null:
 def step_flops(cfg, step: StepTrace) -> dict[str, float]:
     """FLOPs of one training step (module docstring)."""
     t, r = cfg.trainer, cfg.rollout
+    steps = r.num_steps if step.steps_per_sample is None else step.steps_per_sample
     samples = t.prompts_per_step * t.samples_per_prompt
-    rollout = samples / r.max_num_seqs * r.num_steps * step.rollout.flops
-    passes = cfg.algo.ppo_epochs * samples * r.num_steps / t.micro_batch_size
+    rollout = samples / r.max_num_seqs * steps * step.rollout.flops
+    passes = cfg.algo.ppo_epochs * samples * steps / t.micro_batch_size
     # A reference forward on a micro-batch: the rollout forward's FLOPs scaled to its batch.
     reference = step.rollout.flops * step.train_batch / step.rollout_batch if cfg.algo.kl_coef > 0 else 0.0
     update = passes * (step.train.flops + reference)

@@ -7,7 +7,8 @@ ones without: the real-tensor check of the planner runs the same code). `trace(m
 backward)` then runs the module under `LiveBytes`, one dispatch mode that returns:
 
 - `flops`: each op counted by torch's own FLOP formulas (`torch.utils.flop_counter.flop_registry`:
-  matmuls and attention; elementwise ops count 0, as in torch);
+  matmuls and attention; elementwise ops count 0, as in torch), and `_grouped_mm` (MoE experts),
+  which torch has no formula for, by `EXTRA_FLOPS`;
 - `activation_bytes`: the peak bytes of tensors the pass created and held at once (saved
   activations, temporaries, the inputs), less the trainable parameters' gradients (planned per
   rank by `memory.py`); the parameters themselves exist before the pass and are not in it.
@@ -37,6 +38,19 @@ from torch.utils.flop_counter import flop_registry
 class Trace:
     flops: int
     activation_bytes: int
+
+
+def _grouped_mm_flops(a, b, *args, out_val=None, **kwargs) -> int:
+    """`aten._grouped_mm` (a MoE's experts, each token through its own expert): 2 x the
+    multiply-adds. Two 2-D operands contract over their shared ragged dimension (the weight
+    gradient: [K, M] x [M, N] -> [G, K, N]); otherwise each output element sums over `a`'s last."""
+    if a.dim() == 2 and b.dim() == 2:
+        return 2 * a.shape[0] * a.shape[1] * b.shape[1]
+    return 2 * out_val.numel() * a.shape[-1]
+
+
+# Ops torch's `flop_registry` (2.14) has no formula for.
+EXTRA_FLOPS = {torch.ops.aten._grouped_mm: _grouped_mm_flops}
 
 
 def materialize(module: nn.Module, fake: bool) -> None:
@@ -95,7 +109,7 @@ class LiveBytes(TorchDispatchMode):
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         out = func(*args, **kwargs)
-        count = flop_registry.get(func._overloadpacket)
+        count = flop_registry.get(func._overloadpacket) or EXTRA_FLOPS.get(func._overloadpacket)
         if count is not None:
             self.flops += count(*args, **kwargs, out_val=out)
         for t in torch.utils._pytree.tree_leaves(out):

@@ -81,3 +81,45 @@ def test_every_real_recipe_plans_without_weights(recipe, tmp_path, monkeypatch):
     plan = json.loads((tmp_path / "plan.json").read_text())
     assert plan["parameters"]["total"] > 1e9 and plan["parameters"]["trainable"] > 0
     assert plan["peaks"]["training"] >= plan["per_device_bytes"]["device_total"]
+
+
+# Text recipes, traced through the adapter's forward_logits with the KV cache (text_steps.py); the
+# Qwen3-Omni thinker in bf16, because the fake kernel of its grouped MoE experts takes bf16 only.
+TRACED_TEXT = [("tiny_qwen3_grpo", []), ("tiny_qwen3_omni_gspo", ["model.dtype=bfloat16"])]
+
+
+@pytest.mark.parametrize("recipe, extra", TRACED_TEXT)
+def test_the_text_fake_trace_equals_the_real_tensor_trace(recipe, extra, tmp_path):
+    from omni_rl.plan.text_steps import trace_text_step
+
+    cfg = load_config([f"recipe={recipe}", f"trainer.output_dir={tmp_path}", "algo.family_options.max_prompt_tokens=24",
+                       "algo.family_options.max_new_tokens=8", "rollout.max_num_seqs=4", "trainer.micro_batch_size=2", *extra])
+    folder = architecture_folder(cfg.model.path)
+    fake = trace_text_step(build_weightless(cfg, folder).model, _spec(cfg), cfg, fake=True)
+    real = trace_text_step(build_weightless(cfg, folder).model, _spec(cfg), cfg, fake=False)
+    assert fake.rollout.flops == real.rollout.flops > 0
+    assert fake.train.flops == real.train.flops > 0
+    for f, r in ((fake.rollout, real.rollout), (fake.train, real.train)):
+        assert r.activation_bytes > 0
+        assert abs(f.activation_bytes - r.activation_bytes) <= 0.05 * r.activation_bytes, (f, r)
+
+
+def test_the_rollout_trace_holds_the_whole_cache_at_the_last_step(tmp_path):
+    """A longer response grows the decoding peak by its cache: the last step holds P + R tokens."""
+    from omni_rl.plan.text_steps import trace_text_step
+
+    peaks = []
+    for response in (8, 64):
+        cfg = load_config(["recipe=tiny_qwen3_grpo", f"trainer.output_dir={tmp_path}", "algo.family_options.max_prompt_tokens=4",
+                           f"algo.family_options.max_new_tokens={response}", "rollout.max_num_seqs=4"])
+        step = trace_text_step(build_weightless(cfg, architecture_folder(cfg.model.path)).model, _spec(cfg), cfg)
+        peaks.append(step.rollout.activation_bytes)
+    assert peaks[1] > peaks[0]
+
+
+def test_a_text_plan_without_a_prompt_budget_is_refused(tmp_path):
+    from omni_rl.plan.text_steps import text_lengths
+
+    cfg = load_config(["recipe=tiny_qwen3_grpo", f"trainer.output_dir={tmp_path}", "algo.family_options.max_prompt_tokens=null"])
+    with pytest.raises(ValueError, match="max_prompt_tokens=None"):
+        text_lengths(cfg)
