@@ -200,18 +200,26 @@ def check_model_geometry(cfg) -> None:
 
 
 def check_reward_prompts(cfg, sources) -> None:
-    """The prompts are ones the rewards can score (`register_reward(check_prompts=...)`): the
-    training rewards check the training prompts, and the validation rewards (or the training
-    ones) the validation prompts (the training ones when none are given)."""
+    """The prompts are ones the rewards can score (`register_reward(check_prompts=...)`), and
+    every metadata key a reward needs (`register_reward(needs_metadata=...)`: the text a speech
+    sample was asked to say) is one the model adds to its samples (`sample_metadata_keys` of its
+    adapter) or in every prompt's metadata. The training rewards check the training prompts, and
+    the validation rewards (or the training ones) the validation prompts (the training ones when
+    none are given)."""
     from omni_rl.data.prompts import PromptFileError
+    from omni_rl.models.registry import ADAPTERS, adapter_key
     from omni_rl.reward.inputs import RewardInputError
     from omni_rl.reward.registry import reward_prompt_check
 
+    architecture = adapter_key(cfg.model.adapter, cfg.model.stage)
+    adapter_class = ADAPTERS.get(architecture)
     (train_where, train_items), *val = sources
     val_where, val_items = val[0] if val else (train_where, train_items)
-    for rewards, where, items in ((cfg.reward.rewards, train_where, train_items),
-                                  (cfg.reward.val_rewards or cfg.reward.rewards, val_where, val_items)):
-        for item in rewards:
+    val_key = "reward.val_rewards" if cfg.reward.val_rewards else "reward.rewards"
+    for rewards, list_key, where, items in ((cfg.reward.rewards, "reward.rewards", train_where, train_items),
+                                            (cfg.reward.val_rewards or cfg.reward.rewards, val_key, val_where, val_items)):
+        for index, item in enumerate(rewards):
+            _check_metadata_needs(f"{list_key}[{index}]", item, architecture, adapter_class, where, items)
             check = reward_prompt_check(item.name)
             if check is None:
                 continue
@@ -219,6 +227,30 @@ def check_reward_prompts(cfg, sources) -> None:
                 check([i.prompt for i in items], [i.metadata for i in items])
             except RewardInputError as err:
                 raise PromptFileError(f"{where}: {err}") from None
+
+
+def _check_metadata_needs(key: str, item, architecture: str, adapter_class, where: str, items) -> None:
+    """Each metadata key the reward `item` needs is added by the model or carried by every prompt."""
+    from omni_rl.config import ConfigError
+    from omni_rl.data.prompts import PromptFileError
+    from omni_rl.reward.registry import RewardConfigError, reward_metadata_needs
+
+    try:
+        needs = reward_metadata_needs(item.name, dict(item.kwargs))
+    except RewardConfigError as err:
+        raise ConfigError(f"{key}.kwargs: {err}") from None
+    added = frozenset(getattr(adapter_class, "sample_metadata_keys", ()))
+    for name in sorted(needs - added):
+        lacking = next((n for n, i in enumerate(items) if name not in i.metadata), None)
+        if lacking is None:
+            continue
+        adds = ", ".join(sorted(added)) or "nothing"
+        raise PromptFileError(
+            f"{where}: {key}: reward {item.name!r} needs metadata[{name!r}] on every sample, but "
+            f"model.adapter={architecture!r} ({adapter_class.__name__}) does not add it (it adds: {adds}) and "
+            f"prompt {lacking} ({items[lacking].prompt[:40]!r}) does not carry it; give every prompt a "
+            f"metadata.{name} (a .jsonl prompt file), or use a model stage that adds it (a talker: spoken_text)"
+        )
 
 
 def check_resume(path: str | None) -> None:

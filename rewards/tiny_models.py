@@ -8,12 +8,15 @@ model, in the real format, so the reward's ordinary loading code reads it back:
     build_tiny_clap(folder)        ClapModel + ClapProcessor (`save_pretrained`)   -> clap
     build_tiny_open_clip(folder)   an open_clip model config JSON + an HPS-style checkpoint -> hpsv2
     build_tiny_imagebind(folder)   an ImageBind state dict + a CLIP tokenizer + the sizes -> imagebind
+    build_tiny_whisper(folder)     WhisperForConditionalGeneration + WhisperProcessor (`save_pretrained`) -> asr_wer
+    build_tiny_wavlm_sv(folder)    WavLMForXVector + its feature extractor (`save_pretrained`) -> speaker_similarity
 
 Tokenizers use a byte-level vocabulary without merges (every byte is a token), so any prompt
 tokenises without unknowns and nothing has to be downloaded. Weights are seeded: a builder
 writes the same model every time.
 
-`tiny:clip-reward` and `tiny:clap-reward` are registered as tiny models, so
+`tiny:clip-reward`, `tiny:clap-reward`, `tiny:whisper-reward` and `tiny:wavlm-sv-reward` are
+registered as tiny models, so
 `build_reward("pickscore", model="tiny:clip-reward", processor="tiny:clip-reward")` runs a
 demo without any download.
 """
@@ -174,6 +177,83 @@ def build_tiny_imagebind(folder: Path) -> dict[str, Any]:
     return dict(TINY_IMAGEBIND_CONFIG)
 
 
+# Whisper's special tokens, in the order of the real vocabulary (after the text tokens), with a
+# few of its language tokens: enough for `generate(language=..., task="transcribe")`.
+WHISPER_LANGUAGES = ("en", "zh", "ja")
+WHISPER_SPECIALS = ("<|endoftext|>", "<|startoftranscript|>", *(f"<|{lang}|>" for lang in WHISPER_LANGUAGES),
+                    "<|translate|>", "<|transcribe|>", "<|startoflm|>", "<|startofprev|>", "<|nospeech|>",
+                    "<|notimestamps|>")
+# The English normaliser's spelling map (the real checkpoints ship ~1700 British -> American pairs
+# in normalizer.json); a few, so that `normalizer: whisper_english` runs on the tiny model.
+TINY_ENGLISH_SPELLINGS = {"colour": "color", "favourite": "favorite", "grey": "gray"}
+
+
+def build_tiny_whisper(folder: Path, *, window_s: int = 1) -> None:
+    """A Whisper with one encoder and one decoder layer (width 16) over 80 mel bins and a
+    `window_s`-second window (the real one is 30 s), a byte-level `WhisperTokenizer` with
+    Whisper's special tokens and a spelling map, and a generation config that knows its language
+    and task tokens; saved with `save_pretrained` as a real checkpoint is."""
+    from transformers import (
+        GenerationConfig, WhisperConfig, WhisperFeatureExtractor, WhisperForConditionalGeneration, WhisperProcessor,
+        WhisperTokenizer,
+    )
+
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    torch.manual_seed(0)
+    # normalizer.json sits beside the tokenizer, as in the real checkpoints (save_pretrained
+    # writes tokenizer.json only; from_pretrained reads this file back).
+    spellings = folder / "normalizer.json"
+    spellings.write_text(json.dumps(TINY_ENGLISH_SPELLINGS))
+    with bpe_files({c: i for i, c in enumerate(byte_chars())}) as (vocab, merges):
+        tokenizer = WhisperTokenizer(
+            str(vocab), str(merges), normalizer_file=str(spellings), unk_token="<|endoftext|>",
+            bos_token="<|endoftext|>", eos_token="<|endoftext|>", pad_token="<|endoftext|>",
+        )
+    tokenizer.add_special_tokens({"additional_special_tokens": list(WHISPER_SPECIALS[1:])})
+    ids = {token: tokenizer.convert_tokens_to_ids(token) for token in WHISPER_SPECIALS}
+    end, start = ids["<|endoftext|>"], ids["<|startoftranscript|>"]
+    frames = window_s * 100  # 10 ms hops
+    config = WhisperConfig(
+        vocab_size=len(tokenizer), num_mel_bins=80, d_model=16, encoder_layers=1, decoder_layers=1,
+        encoder_attention_heads=2, decoder_attention_heads=2, encoder_ffn_dim=32, decoder_ffn_dim=32,
+        max_source_positions=frames // 2, max_target_positions=448, pad_token_id=end, bos_token_id=end,
+        eos_token_id=end, decoder_start_token_id=start,
+    )
+    model = WhisperForConditionalGeneration(config).eval()
+    model.generation_config = GenerationConfig(
+        decoder_start_token_id=start, bos_token_id=end, eos_token_id=end, pad_token_id=end, max_length=448,
+        is_multilingual=True, no_timestamps_token_id=ids["<|notimestamps|>"],
+        lang_to_id={f"<|{lang}|>": ids[f"<|{lang}|>"] for lang in WHISPER_LANGUAGES},
+        task_to_id={"transcribe": ids["<|transcribe|>"], "translate": ids["<|translate|>"]},
+    )
+    model.save_pretrained(folder)
+    extractor = WhisperFeatureExtractor(
+        feature_size=80, sampling_rate=16000, hop_length=160, chunk_length=window_s, n_fft=400,
+    )
+    WhisperProcessor(feature_extractor=extractor, tokenizer=tokenizer).save_pretrained(folder)
+
+
+def build_tiny_wavlm_sv(folder: Path) -> None:
+    """A `WavLMForXVector` with one transformer layer (width 32), WavLM's real 7-layer
+    convolutional front end (16 channels; 20 ms frames) and x-vector TDNN (kernels 5, 3, 3, 1, 1,
+    dilations 1, 2, 3, 1, 1), 16-dim embeddings, + a 16 kHz feature extractor; `save_pretrained`."""
+    from transformers import Wav2Vec2FeatureExtractor, WavLMConfig, WavLMForXVector
+
+    folder = Path(folder)
+    torch.manual_seed(0)
+    config = WavLMConfig(
+        hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64, conv_dim=(16,) * 7,
+        num_conv_pos_embeddings=16, num_conv_pos_embedding_groups=2, num_buckets=32, max_bucket_distance=64,
+        tdnn_dim=(32, 32, 32, 32, 64), tdnn_kernel=(5, 3, 3, 1, 1), tdnn_dilation=(1, 2, 3, 1, 1),
+        xvector_output_dim=16, num_labels=2,
+    )
+    WavLMForXVector(config).eval().save_pretrained(folder)
+    Wav2Vec2FeatureExtractor(
+        feature_size=1, sampling_rate=16000, padding_value=0.0, do_normalize=True, return_attention_mask=True,
+    ).save_pretrained(folder)
+
+
 @register_tiny_model("clip-reward")
 def _tiny_clip_reward(folder: Path) -> None:
     build_tiny_clip(folder)
@@ -182,3 +262,13 @@ def _tiny_clip_reward(folder: Path) -> None:
 @register_tiny_model("clap-reward")
 def _tiny_clap_reward(folder: Path) -> None:
     build_tiny_clap(folder)
+
+
+@register_tiny_model("whisper-reward")
+def _tiny_whisper_reward(folder: Path) -> None:
+    build_tiny_whisper(folder)
+
+
+@register_tiny_model("wavlm-sv-reward")
+def _tiny_wavlm_sv_reward(folder: Path) -> None:
+    build_tiny_wavlm_sv(folder)

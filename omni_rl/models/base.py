@@ -44,6 +44,11 @@ class OmniModelBase(ABC):
     # fields, with an optional `check()`. Bound here when the adapter is built (`self.options`);
     # `omni_rl.compose` binds it at load too, so a bad key or value fails before any weights.
     options_class: ClassVar[type] = NoOptions
+    # The keys this model adds to each sample's reward metadata beyond the prompt row's (a talker
+    # stage: "spoken_text", the text it was asked to say). A reward that needs a key
+    # (`register_reward(needs_metadata=...)`) is refused at load when neither the model adds it
+    # nor every prompt row carries it (`omni_rl.cli.check_reward_prompts`).
+    sample_metadata_keys: ClassVar[frozenset[str]] = frozenset()
 
     def __init__(self, cfg: ModelConfig, path: str, device: torch.device):
         self.cfg = cfg

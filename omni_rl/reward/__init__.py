@@ -7,7 +7,8 @@
   of PIL images or uint8 [B, H, W, C]) or generated texts (a list of str).
 - `MediaSamples(video=, fps=, audio=, sample_rate=)`: the typed batch of a video or
   audio(-video) generator (`omni_rl.reward.media`); `register_reward(name, modalities=...)`
-  declares what a reward scores, `reward_modalities(name, options)` answers it.
+  declares what a reward scores, `reward_modalities(name, options)` answers it;
+  `reward_metadata_needs(name, options)` the metadata keys each sample must carry for it.
 - `RewardScores(scores, groups)`: what a scorer returns to break its scores down by a group per
   sample, reported as `reward/<group>` means (`omni_rl.reward.scores`).
 - `AsyncRewardScorer`: micro-batched scoring of samples as a rollout finishes them
@@ -42,6 +43,7 @@ from omni_rl.reward.registry import (
     build_reward,
     register_reward,
     reward_declaration,
+    reward_metadata_needs,
     reward_modalities,
 )
 
@@ -67,6 +69,7 @@ __all__ = [
     "ground_truths",
     "register_reward",
     "reward_declaration",
+    "reward_metadata_needs",
     "reward_modalities",
     "sample_kind",
     "to_pil_list",

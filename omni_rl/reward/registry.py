@@ -43,6 +43,14 @@ with `reward_declaration(name)`), given to `register_reward`:
 - `check_prompts(prompts, metadata)`: refuses, with a `RewardInputError` naming the prompt,
   one the reward cannot score; run on the run's prompts when they load (`reward_prompt_check`).
 
+- `needs_metadata`: the metadata keys every sample must carry for the reward to score it (the
+  text a speech sample was asked to say), a set or a callable `(**options) -> set` when an option
+  names the key; read with `reward_metadata_needs(name, options)`. At load each key must be one
+  the model adds to its samples (`OmniModelBase.sample_metadata_keys`) or in every prompt row's
+  metadata (`omni_rl.cli.check_reward_prompts`):
+
+      @register_reward("asr_wer", modalities={"audio"}, needs_metadata=lambda *, text_key="spoken_text", **_: {text_key})
+
 `reward_modalities(name, options)` answers for a configured reward. A reward that declares
 nothing scores what every reward scored before video and audio: images or texts (the default
 {"image", "text"}). The `RewardManager` hands a `MediaSamples` (`omni_rl.reward.media`) to a
@@ -100,11 +108,14 @@ class RewardDeclaration:
                    for one the reward cannot score (an edit instruction with no direction): called
                    on the run's prompts when they load (`reward_prompt_check`), so a bad row stops
                    the run before any model loads, not at step 1.
+    needs_metadata: the metadata keys each sample must carry, a set of str or a callable
+                   `(**options) -> set` when an option names them; None = none.
     """
 
     modalities: Modalities | None = None
     check_options: Callable[..., None] | None = None
     check_prompts: PromptCheck | None = None
+    needs_metadata: Iterable[str] | Callable[..., Iterable[str]] | None = None
 
 
 NO_DECLARATION = RewardDeclaration()
@@ -112,15 +123,18 @@ NO_DECLARATION = RewardDeclaration()
 
 def register_reward(
     name: str, modalities: Modalities | None = None, *, check_options: Callable[..., None] | None = None,
-    check_prompts: PromptCheck | None = None,
+    check_prompts: PromptCheck | None = None, needs_metadata: Iterable[str] | Callable[..., Iterable[str]] | None = None,
 ) -> Callable[[RewardFactory], RewardFactory]:
     """Decorator: register a scorer factory under `name` (a duplicate name raises), with its
-    `RewardDeclaration` (see there for `modalities`, `check_options` and `check_prompts`)."""
+    `RewardDeclaration` (see there for `modalities`, `check_options`, `check_prompts` and
+    `needs_metadata`)."""
     if modalities is not None and not callable(modalities):
         modalities = _check_modalities(name, modalities)
     if check_options is not None and not callable(check_options):
         raise RewardConfigError(f"reward {name!r}: check_options={check_options!r}; expected a callable (**options) -> None")
-    declaration = RewardDeclaration(modalities, check_options, check_prompts)
+    if needs_metadata is not None and not callable(needs_metadata):
+        needs_metadata = _check_keys(name, needs_metadata)
+    declaration = RewardDeclaration(modalities, check_options, check_prompts, needs_metadata)
     return REWARDS.register(name, spec=None if declaration == NO_DECLARATION else declaration)
 
 
@@ -141,6 +155,29 @@ def reward_modalities(name: str, options: dict[str, Any] | None = None) -> froze
         except (TypeError, ValueError) as err:
             raise RewardConfigError(f"reward {name!r}: {err}") from None
     return _check_modalities(name, declared)
+
+
+def reward_metadata_needs(name: str, options: dict[str, Any] | None = None) -> frozenset[str]:
+    """The metadata keys every sample must carry for the reward registered as `name`, built with
+    `options`, to score it (empty when it declared none). A callable declaration that rejects the
+    options raises RewardConfigError."""
+    declared = reward_declaration(name).needs_metadata
+    if declared is None:
+        return frozenset()
+    if callable(declared):
+        try:
+            declared = declared(**dict(options or {}))
+        except (TypeError, ValueError) as err:
+            raise RewardConfigError(f"reward {name!r}: {err}") from None
+    return _check_keys(name, declared)
+
+
+def _check_keys(name: str, keys: Any) -> frozenset[str]:
+    if isinstance(keys, str) or not isinstance(keys, Iterable) or not all(isinstance(k, str) and k for k in keys):
+        raise RewardConfigError(
+            f"reward {name!r}: needs_metadata={keys!r}; expected a set of metadata keys (non-empty str), e.g. {{'spoken_text'}}"
+        )
+    return frozenset(keys)
 
 
 def _check_modalities(name: str, modalities: Any) -> frozenset[str]:

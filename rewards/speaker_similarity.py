@@ -1,0 +1,124 @@
+"""Speaker similarity reward: how much the speech sounds like a reference voice, by a speaker
+verification model (transformers' `WavLMForXVector` and its feature extractor).
+
+    speaker_similarity = cos(xvector(sample), xvector(reference))          in [-1, 1]
+
+`reference_audio` is a WAV file of the voice to match (integer PCM, any rate, channels averaged;
+read with `omni_rl.data.chat_prompts.read_wav`), read and embedded once when the reward is built.
+A missing file or one that is not such a WAV fails at load, when the options are checked, with
+one line naming it.
+
+Audio input (`samples`): the contract of `rewards.audio_inputs` (a `MediaSamples` with audio, or
+mono clips with their rates), mixed down to mono and resampled to the feature extractor's rate
+(16 kHz) with `omni_rl.utils.audio.resample` (windowed sinc). Each clip is embedded on its own
+(a batch of one): zero padding would reach the convolutional front end and the x-vector's
+statistics pooling, and a sample's score would depend on what it was batched with. A clip too
+short for the model (0.325 s for wavlm-base-plus-sv: two x-vector frames through the
+convolutions and the TDNN's context) is zero-padded at its end to that length. fp32, eval mode,
+no gradients.
+
+The number is the cosine of the transformers x-vector model's embeddings. It is *not* the SIM of
+Seed-TTS-eval, which uses WavLM-large fine-tuned with an ECAPA-TDNN head (UniSpeech), a model
+transformers does not ship; compare runs with each other, not with that table.
+
+Options:
+    reference_audio    path to the reference voice's WAV file (required).
+    model              a `WavLMForXVector` (default `microsoft/wavlm-base-plus-sv`): hub id, local
+                       folder, or `tiny:wavlm-sv-reward`.
+    feature_extractor  where to load its feature extractor from (default: `model`).
+    sample_rate        the rate of clips whose metadata has no `sample_rate` (default None).
+    device             `auto` or a device name (`omni_rl.device.pick_device`).
+
+Left out: voice cloning (the talker cannot take a reference voice: Qwen3-Omni's audio tokenizer
+is not released), several reference voices per run, and per-prompt references.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Sequence
+
+import torch
+
+from omni_rl.device import pick_device
+from omni_rl.errors import OmniConfigError
+from omni_rl.reward import register_reward
+from omni_rl.utils.audio import resample
+from rewards.audio_inputs import audio_clips, check_sample_rate
+from rewards.pretrained import load_pretrained
+
+DEFAULT_MODEL = "microsoft/wavlm-base-plus-sv"
+
+
+def read_reference(path: Any) -> tuple[torch.Tensor, int]:
+    """The reference voice: (float32 mono clip in [-1, 1], sample rate). A missing file, or one
+    that is not an integer-PCM WAV, raises `OmniConfigError` naming `reference_audio`."""
+    from omni_rl.data.chat_prompts import read_wav
+
+    expected = "expected a WAV file (integer PCM) of the voice the samples should sound like"
+    if not isinstance(path, (str, Path)) or not str(path):
+        raise OmniConfigError(f"reference_audio={path!r}; {expected}")
+    file = Path(path).expanduser()
+    if not file.is_file():
+        what = "is a folder" if file.is_dir() else "no such file"
+        raise OmniConfigError(f"reference_audio={str(path)!r}: {what}; {expected}")
+    samples, rate = read_wav(file.read_bytes(), f"reference_audio={str(path)!r}")
+    return torch.from_numpy(samples.copy()), int(rate)
+
+
+def min_input_samples(config: Any) -> int:
+    """The shortest waveform `WavLMForXVector` embeds: its convolutional feature encoder must
+    yield the frames the TDNN layers' kernels and dilations span, plus one."""
+    # Two frames out of the TDNN: its statistics pooling takes an unbiased std over them.
+    length = 2 + sum((k - 1) * d for k, d in zip(config.tdnn_kernel, config.tdnn_dilation))
+    for kernel, stride in zip(reversed(config.conv_kernel), reversed(config.conv_stride)):
+        length = (length - 1) * stride + kernel  # the shortest input giving `length` outputs
+    return length
+
+
+class SpeakerSimilarityScorer:
+    def __init__(self, reference_audio: str, model: str, feature_extractor: str | None, sample_rate: int | None,
+                 device: str):
+        from transformers import AutoFeatureExtractor, WavLMForXVector
+
+        check_sample_rate("speaker_similarity", sample_rate)
+        reference = read_reference(reference_audio)
+        self.sample_rate = sample_rate
+        self.device = pick_device(device)
+        self.model = load_pretrained(WavLMForXVector, model, "model", "speaker_similarity").to(self.device).eval()
+        self.extractor = load_pretrained(
+            AutoFeatureExtractor, feature_extractor or model, "feature_extractor", "speaker_similarity",
+        )
+        self.rate = int(self.extractor.sampling_rate)
+        self.min_samples = min_input_samples(self.model.config)
+        self.reference = self.embed(*reference)
+
+    @torch.no_grad()
+    def embed(self, clip: torch.Tensor, rate: int) -> torch.Tensor:
+        """The unit-length x-vector [D] of one mono clip at `rate`."""
+        wave = resample(clip, rate, self.rate)
+        if wave.numel() < self.min_samples:
+            wave = torch.nn.functional.pad(wave, (0, self.min_samples - wave.numel()))
+        features = self.extractor(wave.numpy(), sampling_rate=self.rate, return_tensors="pt")
+        # One unpadded clip: no attention mask (it would be all ones).
+        embedding = self.model(features["input_values"].to(self.device, torch.float32)).embeddings[0].float()
+        return torch.nn.functional.normalize(embedding, dim=-1)
+
+    def __call__(self, samples: Any, prompts: Sequence[str], metadata: Sequence[dict[str, Any]]) -> list[float]:
+        clips = audio_clips("speaker_similarity", samples, prompts, metadata, self.sample_rate)
+        embeddings = torch.stack([self.embed(clip, rate) for clip, rate in clips])
+        return (embeddings @ self.reference).clamp(-1.0, 1.0).cpu().tolist()
+
+
+def _check_options(*, reference_audio: Any = None, sample_rate: int | None = None, **_: Any) -> None:
+    """At load: the reference voice reads (a missing or non-WAV file is one line now)."""
+    read_reference(reference_audio)
+    check_sample_rate("speaker_similarity", sample_rate)
+
+
+@register_reward("speaker_similarity", modalities={"audio"}, check_options=_check_options)
+def speaker_similarity(
+    *, reference_audio: str, model: str = DEFAULT_MODEL, feature_extractor: str | None = None,
+    sample_rate: int | None = None, device: str = "auto",
+) -> SpeakerSimilarityScorer:
+    """Cosine similarity in [-1, 1] of each clip's WavLM x-vector with the reference voice's."""
+    return SpeakerSimilarityScorer(reference_audio, model, feature_extractor, sample_rate, device)
