@@ -54,13 +54,17 @@ from typing import ClassVar
 
 import torch
 
-from adapters.qwen3_omni import BLOCKED_LOGIT, Qwen3OmniOptions, Qwen3OmniThinkerAdapter, build_tiny_omni
+from adapters.qwen3_omni import (
+    BLOCKED_LOGIT, Qwen3OmniOptions, Qwen3OmniThinkerAdapter, _plan_load_trained as _plan_load_thinker, build_tiny_omni,
+)
 from omni_rl.config.options import option
 from omni_rl.config.schema import ModelConfig
 from omni_rl.errors import OmniConfigError
 from omni_rl.models import register_adapter, register_tiny_model
 from omni_rl.models.autoregressive import PromptInputs, positions_from_mask
+from omni_rl.models.registry import adapter_key
 from omni_rl.models.speech import SpeechModelBase, SpeechSample
+from omni_rl.plan.spec import PlanSpec, register_plan_spec
 
 TRAINABLE = ("talker", "code_predictor", "both")
 # transformers' `_get_talker_assistant_parts`: 4 tts_pad between the header and tts_bos.
@@ -475,3 +479,35 @@ def build_tiny_qwen3_omni_talker(folder: Path) -> None:
         tts_tokens={"tts_bos_token_id": "<|audio_start|>", "tts_eos_token_id": "<|audio_end|>"},
         finish=_tiny_voice,
     )
+
+
+# --- the planner's view (omni_rl.plan.spec) ---------------------------------------------------
+def _plan_load_talker(adapter) -> None:
+    """The talker (with its code predictor) alone from the checkpoint's `talker_config`: the
+    trained module of `model.stage=talker` (the frozen thinker and code2wav are not planned)."""
+    from transformers import AutoConfig
+    from transformers.models.qwen3_omni_moe.modeling_qwen3_omni_moe import Qwen3OmniMoeTalkerForConditionalGeneration
+
+    from omni_rl.device import weightless_device
+
+    config = AutoConfig.from_pretrained(adapter.path).talker_config
+    config.spatial_merge_size = getattr(config, "spatial_merge_size", 2)
+    with weightless_device():
+        talker = Qwen3OmniMoeTalkerForConditionalGeneration(config)
+    adapter.talker = adapter.model = talker.to(adapter.dtype)
+    adapter.options = adapter.bind_options(adapter.cfg)
+
+
+# Weights only, as the thinker's: the MoE decoder routes tokens by value, which fake tensors cannot follow.
+register_plan_spec(adapter_key("Qwen3OmniMoeForConditionalGeneration", "talker"), PlanSpec(_plan_load_talker, modality="text"))
+
+
+def _plan_load_thinker_talker(adapter) -> None:
+    """Both trained modules of `model.stage=thinker_talker`: the thinker (from `thinker_config`) and the talker."""
+    _plan_load_thinker(adapter)
+    adapter.thinker_trained = adapter.thinker
+    _plan_load_talker(adapter)
+
+
+register_plan_spec(adapter_key("Qwen3OmniMoeForConditionalGeneration", "thinker_talker"),
+                   PlanSpec(_plan_load_thinker_talker, modality="text"))
