@@ -88,14 +88,10 @@ class SpeechBatch:
         return self.text.prompts
 
     def prompt_ids(self) -> list[torch.Tensor]:
-        """Each sample's prompt tokens (its left padding removed)."""
-        width = self.text.prompt_width
-        return [row[:width][mask[:width].bool()] for row, mask in zip(self.text.sequences, self.text.attention_mask)]
+        return prompt_ids_of(self.text)
 
     def answer_ids(self) -> list[torch.Tensor]:
-        """Each sample's answer tokens (the sampled ones)."""
-        width = self.text.prompt_width
-        return [row[width:][mask.bool()] for row, mask in zip(self.text.sequences, self.text.response_mask)]
+        return answer_ids_of(self.text)
 
     def select(self, index: Sequence[int] | torch.Tensor) -> "SpeechBatch":
         idx = torch.as_tensor(index, dtype=torch.long)
@@ -108,3 +104,15 @@ class SpeechBatch:
             advantages=pick(self.advantages), old_log_probs=pick(self.old_log_probs), old_means=None,
             rollout_is_weights=pick(self.rollout_is_weights),
         )
+
+
+def prompt_ids_of(text: TextBatch) -> list[torch.Tensor]:
+    """Each sample's prompt tokens (its left padding removed)."""
+    width = text.prompt_width
+    return [row[:width][mask[:width].bool()] for row, mask in zip(text.sequences, text.attention_mask)]
+
+
+def answer_ids_of(text: TextBatch) -> list[torch.Tensor]:
+    """Each sample's answer tokens (the sampled ones)."""
+    width = text.prompt_width
+    return [row[width:][mask.bool()] for row, mask in zip(text.sequences, text.response_mask)]

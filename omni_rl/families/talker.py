@@ -47,6 +47,7 @@ from __future__ import annotations
 
 import json
 import math
+from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -57,9 +58,9 @@ from omni_rl.config.options import option
 from omni_rl.config.schema import OmniConfig
 from omni_rl.config.validate import ConfigError
 from omni_rl.data.prompts import PromptItem
-from omni_rl.data.speech_batch import SpeechBatch
+from omni_rl.data.speech_batch import SpeechBatch, answer_ids_of, prompt_ids_of
 from omni_rl.data.text_batch import TextBatch
-from omni_rl.families.autoregressive import TextFamily, TextOptions, build_token_loss, messages_of, token_gap_metrics
+from omni_rl.families.autoregressive import TextFamily, TextOptions, build_token_loss, token_gap_metrics
 from omni_rl.families.base import BehaviourPolicy, ModelFamily, bind_rollout_correction, register_family
 from omni_rl.models.speech import SpeechModelBase
 from omni_rl.reward.media import MediaSamples
@@ -67,7 +68,7 @@ from omni_rl.utils.atomic import atomic_write_bytes, atomic_write_text
 from omni_rl.utils.audio import wav_bytes
 from omni_rl.utils.seeding import derive_seed
 
-__all__ = ["TalkerFamily", "TalkerOptions", "messages_of"]
+__all__ = ["TalkerFamily", "TalkerOptions"]
 
 
 @dataclass
@@ -138,21 +139,18 @@ class TalkerFamily(ModelFamily):
         results = engine.generate(requests)
         return TextBatch.from_results(results, prompts, metadata, groups, self.model.pad_token_id)
 
-    def _speak(self, text: TextBatch, seeds: list[int], temperature: float):
-        batch = SpeechBatch(text=text, codes=torch.zeros(len(text), 1, 1, dtype=torch.long),
-                            frame_mask=torch.zeros(len(text), 1), speech_rollout_log_probs=torch.zeros(len(text), 1),
-                            speech_temperature=temperature, audio=[torch.zeros(1)] * len(text),
-                            sample_rate=self.model.sample_rate, speech_finish_reasons=[""] * len(text),
-                            trains_thinker=self.model.trains_thinker)
-        speech = self.model.sample_speech(batch.prompt_ids(), batch.answer_ids(), seeds, self.options.max_frames,
+    def _speak(self, text: TextBatch, seeds: list[int], temperature: float) -> SpeechBatch:
+        """The batch of `text`'s answers spoken (and decoded); each sample's metadata gains the
+        text it was asked to speak, `spoken_text`."""
+        speech = self.model.sample_speech(prompt_ids_of(text), answer_ids_of(text), seeds, self.options.max_frames,
                                           temperature)
-        audio = self.model.decode_speech(speech.codes, speech.frame_mask)
-        metadata = [{**m, "spoken_text": t} for m, t in zip(text.metadata, text.texts)]
-        text.metadata = metadata
-        batch.codes, batch.frame_mask, batch.speech_rollout_log_probs = speech.codes, speech.frame_mask, speech.log_probs
-        batch.audio, batch.speech_finish_reasons, batch.prefix_width = audio, speech.finish_reasons, speech.prefix_width
-        batch.__post_init__()
-        return batch
+        text.metadata = [{**m, "spoken_text": t} for m, t in zip(text.metadata, text.texts)]
+        return SpeechBatch(
+            text=text, codes=speech.codes, frame_mask=speech.frame_mask, speech_rollout_log_probs=speech.log_probs,
+            speech_temperature=temperature, audio=self.model.decode_speech(speech.codes, speech.frame_mask),
+            sample_rate=self.model.sample_rate, speech_finish_reasons=speech.finish_reasons,
+            trains_thinker=self.model.trains_thinker, prefix_width=speech.prefix_width,
+        )
 
     def rollout(self, engine, prompts: list[PromptItem], step: int, score=None) -> tuple[SpeechBatch, list]:
         n = self.cfg.trainer.samples_per_prompt
@@ -167,8 +165,6 @@ class TalkerFamily(ModelFamily):
         batch = self._speak(text, [self.speech_seed(r.seed) for r in requests], self.options.speech_temperature)
         futures = []
         if score is not None:  # every utterance is done now: hand each to the scorer
-            from concurrent.futures import Future
-
             for i in range(len(batch)):
                 futures.append(Future())
                 score(MediaSamples(audio=[batch.audio[i]], sample_rate=batch.sample_rate), batch.prompts[i],
