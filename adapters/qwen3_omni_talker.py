@@ -39,8 +39,9 @@ which is not released; the voice is one of the checkpoint's speakers (`model.opt
 code predictor, K = 4 codebooks of 56 codes, and a code2wav (8 samples a frame) whose weights are
 redrawn with a variance-preserving scale (std 1 / sqrt(fan-in); transformers' std 0.02 leaves its
 output at ~1e-6, silence). Each code's embedding then points the decoder a different way, so
-the waveform's loudness follows the codes: a clip of one repeated code has RMS from 0.25 to 0.77
-by code, random codes ~0.66 +- 0.04 (tests/adapters/test_qwen3_omni_talker.py measures it). The
+the waveform's loudness follows the codes: a clip of one repeated code has RMS from 0.08 to 0.69
+by code, 12 frames of random codes 0.48 +- 0.04 (tests/adapters/test_qwen3_omni_talker.py checks
+the spread). The
 talker's and the code predictor's output heads are drawn wider (std 0.5) so the random policy
 has preferences to shift, as the thinker's lm_head is.
 """
