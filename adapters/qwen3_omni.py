@@ -167,6 +167,11 @@ class Qwen3OmniThinkerAdapter(AutoregressiveModelBase):
     def trainable_module(self):
         return self.model
 
+    def thinker_module(self):
+        """The thinker as `forward_logits` runs it: the trained module (with its LoRA) here; the
+        talker stage, which trains the talker, returns its frozen thinker."""
+        return self.model
+
     def towers(self) -> dict[str, torch.nn.Module]:
         return {"visual": self.thinker.model.visual, "audio_tower": self.thinker.model.audio_tower}
 
@@ -417,7 +422,7 @@ class Qwen3OmniThinkerAdapter(AutoregressiveModelBase):
         elif cache is not None and not decoding:
             # A prefill at given positions: the offsets that later text positions need, from them.
             cache.rope_deltas = position_ids[0, :, -1].to(self.device).long() + 1 - attention_mask.long().sum(-1)
-        out = self.trainable_module()(
+        out = self.thinker_module()(
             input_ids=input_ids,
             attention_mask=attention_mask,
             position_ids=position_ids.to(self.device),
@@ -453,6 +458,17 @@ TINY_MEDIA_TOKENS = {
 
 @register_tiny_model("qwen3_omni")
 def build_tiny_qwen3_omni(folder: Path) -> None:
+    build_tiny_omni(folder)
+
+
+def build_tiny_omni(folder: Path, talker_changes: dict | None = None, code2wav_changes: dict | None = None,
+                    tts_tokens: dict | None = None, finish=None) -> None:
+    """Write a tiny random Qwen3-Omni into `folder`: the thinker of `tiny:qwen3_omni`, its talker
+    and code2wav configs updated with `*_changes` (top-level keys replaced), the tts_* token ids
+    of `tts_tokens` ({"tts_bos_token_id": "<|audio_start|>", ...}: tokens of the tiny tokenizer;
+    default: the pad token for all three), and `finish(model)` run on the built model before it
+    is saved (after the thinker's wider output layer is drawn). With no changes it is
+    `tiny:qwen3_omni`, draw for draw."""
     from transformers import (
         Qwen2Tokenizer, Qwen2VLImageProcessor, Qwen2VLVideoProcessor, Qwen3OmniMoeConfig,
         Qwen3OmniMoeForConditionalGeneration, Qwen3OmniMoeProcessor, WhisperFeatureExtractor,
@@ -526,11 +542,14 @@ def build_tiny_qwen3_omni(folder: Path) -> None:
         intermediate_size=32, num_quantizers=2, upsample_rates=[2, 2], upsampling_ratios=[2], decoder_dim=16,
         sliding_window=8, max_position_embeddings=64,
     )
+    talker.update(talker_changes or {})
+    code2wav.update(code2wav_changes or {})
     im_start = tokenizer.convert_tokens_to_ids("<|im_start|>")
+    tts = dict.fromkeys(("tts_pad_token_id", "tts_bos_token_id", "tts_eos_token_id"), tokenizer.pad_token_id)
+    tts.update({key: tokenizer.convert_tokens_to_ids(token) for key, token in (tts_tokens or {}).items()})
     config = Qwen3OmniMoeConfig(
         thinker_config=thinker, talker_config=talker, code2wav_config=code2wav, enable_audio_output=True,
-        im_start_token_id=im_start, im_end_token_id=tokenizer.eos_token_id, tts_pad_token_id=tokenizer.pad_token_id,
-        tts_bos_token_id=tokenizer.pad_token_id, tts_eos_token_id=tokenizer.pad_token_id,
+        im_start_token_id=im_start, im_end_token_id=tokenizer.eos_token_id, **tts,
         architectures=["Qwen3OmniMoeForConditionalGeneration"],
     )
     model = Qwen3OmniMoeForConditionalGeneration(config)
@@ -539,6 +558,8 @@ def build_tiny_qwen3_omni(folder: Path) -> None:
     # tiny policy preferences for RL to shift, as a trained model has.
     with torch.no_grad():
         model.thinker.lm_head.weight.normal_(0.0, 0.5)
+    if finish is not None:
+        finish(model)
     model.save_pretrained(folder)
     processor.save_pretrained(folder)
 

@@ -19,6 +19,8 @@ one its numbers were made with. Equal rates return `waveform` itself with either
 torchaudio has no build for this project's torch, and plain interpolation is not band-limited
 (it aliases everything above the new Nyquist).
 
+`wav_bytes(waveform, sample_rate)` writes a mono clip as a 16-bit PCM WAV file (validation samples).
+
 Left out: channel mixing (pass mono clips, or stack them in the leading dimensions).
 """
 from __future__ import annotations
@@ -108,3 +110,21 @@ def resample(
     if method == "fft":
         return _resample_fft(waveform, int(orig_sr), int(new_sr))
     return _resample_sinc(waveform, int(orig_sr), int(new_sr), zero_crossings, rolloff, beta)
+
+
+def wav_bytes(waveform: torch.Tensor, sample_rate: int) -> bytes:
+    """A mono float waveform [S] (values in [-1, 1]; clipped there) as a 16-bit PCM WAV file's bytes
+    (the standard `wave` module's format, which any player and `wave.open` read back)."""
+    import io
+    import wave
+
+    if waveform.dim() != 1:
+        raise ValueError(f"wav_bytes: waveform of shape {tuple(waveform.shape)}; expected a mono [S] waveform")
+    pcm = (waveform.detach().float().cpu().clamp(-1.0, 1.0) * 32767.0).round().to(torch.int16)
+    out = io.BytesIO()
+    with wave.open(out, "wb") as wav:
+        wav.setnchannels(1)
+        wav.setsampwidth(2)
+        wav.setframerate(int(sample_rate))
+        wav.writeframes(pcm.numpy().astype("<i2").tobytes())
+    return out.getvalue()

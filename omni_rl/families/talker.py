@@ -1,0 +1,249 @@
+"""The talker family: an omni model's spoken answer, trained as a trajectory of speech frames.
+
+A sample is the thinker's answer to a prompt, then the F frames the talker speaks it in
+(`SpeechModelBase`). The action is a frame: its first-codebook token (the talker's) and its
+K - 1 residual-codebook tokens (the code predictor's), with ONE log-prob, the sum of the K
+tokens' log-probs. With `model.stage=thinker_talker` the answer's tokens are actions of the same
+trajectory, before the frames: [tokens..., frames...], one reward, one advantage, one update.
+
+Why a family of its own, not the autoregressive one: that family's actions are the tokens its
+text engine samples and `token_log_probs` scores, one column per token. A frame is K tokens
+from two networks, conditioned on the answer, and a per-token column layout would make GSPO's
+sequence ratio and the token-mean denominators count K entries per frame, and would let a
+ratio clip act on a residual token alone while its frame's other tokens move. Carrying one
+column per frame (log-prob = the sum) keeps every token loss of `TOKEN_LOSSES` unchanged: each
+applies to the [N, F] (or [N, R + F]) trajectory exactly as to a response's tokens, with its
+own aggregation (`ppo_clip` / `cispo`: `loss_agg_mode`, token-mean by default, a frame being
+the unit; `dapo`: frame-mean; `gspo`: the sequence mean of each utterance's frame-mean log-ratio).
+The thinker half is the text family's, composed: its requests, prompt limits and the text
+rollout engine (which samples the answer with the model's `forward_logits`: the frozen thinker,
+or the trained one for thinker_talker), unchanged.
+
+Rollout half (in the driver, which holds the weights: `trainer.backend=local`, on-policy, the
+`native` rollout backend): the text engine writes every answer (request-level batching, each with
+its own seed); the adapter then speaks all answers of the step in one padded batch
+(`sample_speech`, each utterance from a seed of its own, derived from its request's seed) and
+decodes them (`decode_speech`). The rewards hear `MediaSamples(audio=[S_i] clips, sample_rate)`
+and read the text each sample was asked to speak in `metadata["spoken_text"]`. Validation:
+greedy frames after the configured answer sampling; each sample's WAV, its spoken text and its
+rewards under `samples/val_step_NNNNNN/`, and the audio in TensorBoard.
+
+Actor half: `num_chunks` is 1. The loss is the configured token loss (`algo.policy_loss`,
+`algo.loss_options`) on the trajectory's log-probs, teacher forced with the function that scored
+the samples (`speech_log_probs`; the answer's `token_log_probs` too for thinker_talker), plus
+the gap between the stored old log-probs and this forward's (`update.GAP_*_KEY`).
+
+Options (`algo.family_options`): the text family's, for the answer (`temperature`, `top_p`,
+`max_new_tokens`, `stop_token_ids`, prompt limits), and the speech's own: `speech_temperature`
+(the talker's and the code predictor's), `max_frames` (an utterance is cut there).
+
+Not here (refused at load, `check_config`): Ray workers and pipelined rollouts (the talker
+samples with the driver's model), other rollout engines, a KL term (`algo.kl_coef`), and a
+rollout-correction level. The talker samples the whole tempered distribution: no top-k, top-p or
+repetition penalty (Qwen3-Omni's own `generate` uses top-k 50 and a 1.05 repetition penalty),
+since the trainer scores the whole tempered distribution.
+"""
+from __future__ import annotations
+
+import json
+import math
+from concurrent.futures import Future
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from omni_rl.algos.token_losses import TOKEN_LOSSES, TokenLossInput
+from omni_rl.config.options import option
+from omni_rl.config.schema import OmniConfig
+from omni_rl.config.validate import ConfigError
+from omni_rl.data.prompts import PromptItem
+from omni_rl.data.speech_batch import SpeechBatch, answer_ids_of, prompt_ids_of
+from omni_rl.data.text_batch import TextBatch
+from omni_rl.families.autoregressive import TextFamily, TextOptions, build_token_loss, token_gap_metrics
+from omni_rl.families.base import BehaviourPolicy, ModelFamily, bind_rollout_correction, register_family
+from omni_rl.models.speech import SpeechModelBase
+from omni_rl.reward.media import MediaSamples
+from omni_rl.utils.atomic import atomic_write_bytes, atomic_write_text
+from omni_rl.utils.audio import wav_bytes
+from omni_rl.utils.seeding import derive_seed
+
+__all__ = ["TalkerFamily", "TalkerOptions"]
+
+
+@dataclass
+class TalkerOptions(TextOptions):
+    """The talker family's options (`algo.family_options`): how the thinker's answer is sampled (the
+    text family's) and how it is spoken."""
+
+    speech_temperature: float = option(1.0, "Sampling temperature of the talker's and the code predictor's codec "
+                                            "tokens (> 0); a frame's log-prob is of the tempered distributions.")
+    max_frames: int = option(64, "The longest utterance in frames; longer ones are cut and counted in "
+                                 "response/speech_clip_ratio (Qwen3-Omni: 12.5 frames a second).")
+
+    def check(self) -> None:
+        TextOptions.check(self)
+        if not (math.isfinite(self.speech_temperature) and self.speech_temperature > 0):
+            raise ValueError(f"speech_temperature={self.speech_temperature!r}: expected > 0")
+        if self.max_frames < 1:
+            raise ValueError(f"max_frames={self.max_frames!r}: expected >= 1")
+
+
+@register_family("talker")
+class TalkerFamily(ModelFamily):
+    batch_type = SpeechBatch
+    rollout_is_levels = ()
+    losses = TOKEN_LOSSES
+    Options = TalkerOptions
+
+    def __init__(self, cfg: OmniConfig, model: SpeechModelBase, options=None, trains: bool = True):
+        super().__init__(cfg, model, options, trains)
+        self.answer = TextFamily(cfg, model, self.options, trains=False)
+
+    def build_policy_loss(self):
+        # seq-mean-token-sum-norm's constant defaults to the trajectory's budget of actions.
+        budget = self.options.max_frames + (self.options.max_new_tokens if self.model.trains_thinker else 0)
+        sampling = TextOptions(max_new_tokens=budget)
+        return build_token_loss(self.loss_class, self.bind_loss_options(self.cfg), sampling, self.cfg.algo.kl_coef)
+
+    @classmethod
+    def check_config(cls, cfg: OmniConfig) -> None:
+        cls.bind_family_options(cfg)
+        t, r = cfg.trainer, cfg.rollout
+        why = "the talker speaks with the driver's model, which must be the trained one"
+        if t.backend != "local":
+            raise ConfigError(f"trainer.backend={t.backend!r}: expected local for a talker stage ({why})")
+        if t.pipeline != "on_policy":
+            raise ConfigError(f"trainer.pipeline={t.pipeline!r}: expected on_policy for a talker stage ({why}, "
+                              f"never ahead of the update)")
+        if r.backend != "native":
+            raise ConfigError(f"rollout.backend={r.backend!r}: expected native for a talker stage ({why}; the "
+                              f"answer's text engine runs in this process too)")
+        if cfg.algo.kl_coef != 0:
+            raise ConfigError(f"algo.kl_coef={cfg.algo.kl_coef!r}: expected 0 for a talker stage (no KL term to a "
+                              f"reference talker yet)")
+        level = bind_rollout_correction(cfg).level
+        if level != "none":
+            raise ConfigError(f"algo.rollout_correction.level={level!r}: expected none for a talker stage (its "
+                              f"engine is the trainer's own model, so there is nothing to correct)")
+
+    # --- the rollout half -----------------------------------------------------------------
+    def fit_prompts(self, items: list, what: str = "data.prompts") -> list:
+        return self.answer.fit_prompts(items, what)
+
+    def speech_seed(self, request_seed: int) -> int:
+        """An utterance's sampling seed: drawn from its answer's request seed alone."""
+        return derive_seed(request_seed >> 32, "speech", request_seed)
+
+    def _answers(self, engine, requests, prompts, metadata, groups) -> TextBatch:
+        results = engine.generate(requests)
+        return TextBatch.from_results(results, prompts, metadata, groups, self.model.pad_token_id)
+
+    def _speak(self, text: TextBatch, seeds: list[int], temperature: float) -> SpeechBatch:
+        """The batch of `text`'s answers spoken (and decoded); each sample's metadata gains the
+        text it was asked to speak, `spoken_text`."""
+        speech = self.model.sample_speech(prompt_ids_of(text), answer_ids_of(text), seeds, self.options.max_frames,
+                                          temperature)
+        text.metadata = [{**m, "spoken_text": t} for m, t in zip(text.metadata, text.texts)]
+        return SpeechBatch(
+            text=text, codes=speech.codes, frame_mask=speech.frame_mask, speech_rollout_log_probs=speech.log_probs,
+            speech_temperature=temperature, audio=self.model.decode_speech(speech.codes, speech.frame_mask),
+            sample_rate=self.model.sample_rate, speech_finish_reasons=speech.finish_reasons,
+            trains_thinker=self.model.trains_thinker, prefix_width=speech.prefix_width,
+        )
+
+    def rollout(self, engine, prompts: list[PromptItem], step: int, score=None) -> tuple[SpeechBatch, list]:
+        n = self.cfg.trainer.samples_per_prompt
+        requests, texts, metadata, groups = [], [], [], []
+        for g, item in enumerate(prompts):
+            for k in range(n):
+                requests.append(self.answer.request(item, derive_seed(self.cfg.trainer.seed, "train", step, g * n + k)))
+                texts.append(item.prompt)
+                metadata.append(item.metadata)
+                groups.append(g)
+        text = self._answers(engine, requests, texts, metadata, groups)
+        batch = self._speak(text, [self.speech_seed(r.seed) for r in requests], self.options.speech_temperature)
+        futures = []
+        if score is not None:  # every utterance is done now: hand each to the scorer
+            for i in range(len(batch)):
+                futures.append(Future())
+                score(MediaSamples(audio=[batch.audio[i]], sample_rate=batch.sample_rate), batch.prompts[i],
+                      batch.metadata[i], futures[-1])
+        return batch, futures
+
+    def reward_inputs(self, batch: SpeechBatch):
+        return MediaSamples(audio=list(batch.audio), sample_rate=batch.sample_rate), batch.prompts, batch.metadata
+
+    def rollout_metrics(self, batch: SpeechBatch) -> dict[str, float]:
+        frames = batch.frame_mask.sum(1)
+        return {
+            **self.answer.rollout_metrics(batch.text),
+            "response/speech_frames_mean": float(frames.mean()),
+            "response/speech_seconds_mean": sum(len(a) for a in batch.audio) / len(batch) / batch.sample_rate,
+            # Utterances cut at algo.family_options.max_frames before the end-of-speech token.
+            "response/speech_clip_ratio": sum(f == "length" for f in batch.speech_finish_reasons) / len(batch),
+        }
+
+    @torch.no_grad()
+    def validate(self, engine, items: list[PromptItem], step: int, rewards, output_dir: Path, logger) -> dict[str, float]:
+        """Answers sampled as configured from fixed seeds, spoken greedily (temperature 0); each
+        sample's WAV, spoken text and rewards written under samples/val_step_NNNNNN/."""
+        t = self.cfg.trainer
+        requests, texts, metadata, groups = [], [], [], []
+        for g, item in enumerate(items):
+            for k in range(t.val_samples_per_prompt):
+                requests.append(self.answer.request(item, derive_seed(t.val_seed, "val", g, k)))
+                texts.append(item.prompt)
+                metadata.append(item.metadata)
+                groups.append(g)
+        if not requests:
+            return {}
+        text = self._answers(engine, requests, texts, metadata, groups)
+        batch = self._speak(text, [self.speech_seed(r.seed) for r in requests], 0.0)
+        reward = rewards.score(*self.reward_inputs(batch))
+        folder = output_dir / "samples" / f"val_step_{step:06d}"
+        lines = []
+        for i, (clip, score) in enumerate(zip(batch.audio, reward.total.tolist())):
+            name = f"{i:03d}.wav"
+            atomic_write_bytes(folder / name, wav_bytes(clip, batch.sample_rate))
+            lines.append(json.dumps({"wav": name, "prompt": batch.prompts[i], "spoken_text": batch.text.texts[i],
+                                     "frames": int(batch.frame_mask[i].sum()), "reward": score}, ensure_ascii=False))
+            if logger is not None:
+                logger.log_audio(f"val/audio/{i}", clip[None], batch.sample_rate, step)
+        atomic_write_text(folder / "samples.jsonl", "\n".join(lines) + "\n")
+        return {f"val/{k}": v for k, v in reward.metrics.items()}
+
+    # --- the actor half -------------------------------------------------------------------
+    def num_chunks(self, batch: SpeechBatch) -> int:
+        return 1  # one backward per micro-batch: the whole trajectory at once
+
+    def log_probs(self, batch: SpeechBatch) -> torch.Tensor:
+        """[N, F] (or [N, R + F] with the answer's tokens first) under the current weights."""
+        speech = self.model.speech_log_probs(batch.prompt_ids(), batch.answer_ids(), batch.codes, batch.frame_mask,
+                                             batch.speech_temperature, batch.prefix_width)
+        if not batch.trains_thinker:
+            return speech
+        answer = self.answer.log_probs(batch.text)
+        return torch.cat([answer, speech.to(answer.device)], dim=1)
+
+    @torch.no_grad()
+    def behaviour_policy(self, batch: SpeechBatch, micro_batch_size: int) -> BehaviourPolicy:
+        parts = []
+        for start in range(0, len(batch), micro_batch_size):
+            micro = batch.select(range(start, min(start + micro_batch_size, len(batch))))
+            parts.append(self.log_probs(micro).float().cpu())
+        return BehaviourPolicy(torch.cat(parts), batch.action_mask())
+
+    def loss(self, micro: SpeechBatch, chunk: int) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        log_prob = self.log_probs(micro).float()
+        device = log_prob.device
+        old_log_prob = micro.old_log_probs.to(device)
+        mask = micro.action_mask().to(device)
+        loss, metrics = self.policy_loss(
+            TokenLossInput(log_prob=log_prob, old_log_prob=old_log_prob, advantages=micro.advantages.to(device)[:, None],
+                           mask=mask)
+        )
+        metrics = {("loss/policy" if k == "policy_loss" else f"loss/{k}"): v for k, v in metrics.items()}
+        metrics.update(token_gap_metrics(log_prob, old_log_prob, mask))
+        metrics["loss/total"] = loss.detach()
+        return loss, metrics

@@ -1,0 +1,82 @@
+"""`SpeechModelBase`: the contract of omni models that answer in text, then speak the answer.
+
+A sample is the thinker's answer (tokens, sampled by the text rollout engine through
+`forward_logits`, as for any `AutoregressiveModelBase`), then F speech frames. A frame is K
+codec tokens: its first-codebook token, sampled from the talker after the prompt, the answer
+and the earlier frames, then its K - 1 residual-codebook tokens, sampled one after another from
+the code predictor. One frame is one action; its log-prob is the sum of its tokens' log-probs,
+each `log_softmax(logits / temperature)[token]` in fp32. A frame whose first token is the
+talker's end-of-speech token ends the speech and has no residual tokens (its log-prob is that
+token's alone).
+
+1. `sample_speech(prompts, answers, seeds, max_frames, temperature)` -> `SpeechSample`:
+   one utterance per (prompt ids, answer ids) pair, each from a generator seeded by its own
+   seed alone; temperature 0 is greedy (validation). Frames are padded to `max_frames`.
+2. `speech_log_probs(prompts, answers, codes, frame_mask, temperature, prefix_width)` -> [B, F]
+   fp32, teacher forced: the function that scored the samples, so on-policy their ratio is 1.
+   Entries where `frame_mask` is 0 are meaningless (the caller masks them). Carries the graph
+   when grad is on. `prefix_width`: pad the talker's prefix to at least this many columns (the
+   sampling batch's, `SpeechSample.prefix_width`).
+3. `decode_speech(codes, frame_mask)` -> B mono float waveforms [S_i] in [-1, 1], at
+   `sample_rate` Hz (the codec decoder, frozen).
+4. `trains_thinker`: whether the thinker trains too (one trajectory of its tokens then the
+   frames) or only writes the answer, frozen.
+
+`prompts` are prompt token ids (1-D long each, as `encode_prompt` gives them), `answers` the
+answer's token ids (its end-of-turn token included when it was sampled).
+"""
+from __future__ import annotations
+
+from abc import abstractmethod
+from dataclasses import dataclass
+from typing import ClassVar
+
+import torch
+
+from omni_rl.models.autoregressive import AutoregressiveModelBase
+
+
+@dataclass
+class SpeechSample:
+    """Sampled speech of B answers, frames right-padded to F = max_frames.
+
+    codes:      [B, F, K] long   each frame's K codec tokens (0 on padding and after an end frame's first)
+    frame_mask: [B, F] float     1 on every sampled frame, the end-of-speech frame included
+    log_probs:  [B, F] fp32      the frames' log-probs at sampling time (0 where the mask is 0)
+    finish_reasons: "stop" (the end-of-speech token) or "length" (cut at max_frames), per row
+    prefix_width: the columns of the talker's padded prefix in this batch; `speech_log_probs`
+                  pads to at least as many, so that every micro-batch of the step replays the
+                  same shapes (as a text batch keeps its step's width) and a frame's log-prob does
+                  not depend on its batch-mates
+    """
+
+    codes: torch.Tensor
+    frame_mask: torch.Tensor
+    log_probs: torch.Tensor
+    finish_reasons: list[str]
+    prefix_width: int = 0
+
+
+class SpeechModelBase(AutoregressiveModelBase):
+    family: ClassVar[str] = "talker"
+    makes_audio: ClassVar[bool] = True
+    trains_thinker: ClassVar[bool] = False
+
+    @property
+    @abstractmethod
+    def sample_rate(self) -> int:
+        """Hz of `decode_speech`'s waveforms."""
+
+    @abstractmethod
+    def sample_speech(self, prompts: list[torch.Tensor], answers: list[torch.Tensor], seeds: list[int],
+                      max_frames: int, temperature: float) -> SpeechSample:
+        """Speak each answer; see the module docstring."""
+
+    @abstractmethod
+    def speech_log_probs(self, prompts: list[torch.Tensor], answers: list[torch.Tensor], codes: torch.Tensor,
+                         frame_mask: torch.Tensor, temperature: float, prefix_width: int | None = None) -> torch.Tensor:
+        """[B, F] fp32 log-probs of the given frames (teacher forced)."""
+
+    @abstractmethod
+    def decode_speech(self, codes: torch.Tensor, frame_mask: torch.Tensor) -> list[torch.Tensor]:
+        """B mono waveforms [S_i] (float32, on the CPU)."""
