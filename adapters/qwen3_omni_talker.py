@@ -499,8 +499,9 @@ def _plan_load_talker(adapter) -> None:
     adapter.options = adapter.bind_options(adapter.cfg)
 
 
-# Weights only, as the thinker's: the MoE decoder routes tokens by value, which fake tensors cannot follow.
-register_plan_spec(adapter_key("Qwen3OmniMoeForConditionalGeneration", "talker"), PlanSpec(_plan_load_talker, modality="text"))
+# Weights only: the frame-by-frame speech decoding (talker, then the code predictor's residual
+# codebooks) has no traced forward yet; the planner traces modality "text" through forward_logits.
+register_plan_spec(adapter_key("Qwen3OmniMoeForConditionalGeneration", "talker"), PlanSpec(_plan_load_talker, modality="speech"))
 
 
 def _plan_load_thinker_talker(adapter) -> None:
@@ -511,4 +512,4 @@ def _plan_load_thinker_talker(adapter) -> None:
 
 
 register_plan_spec(adapter_key("Qwen3OmniMoeForConditionalGeneration", "thinker_talker"),
-                   PlanSpec(_plan_load_thinker_talker, modality="text"))
+                   PlanSpec(_plan_load_thinker_talker, modality="speech"))

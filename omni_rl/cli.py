@@ -205,7 +205,7 @@ def check_reward_prompts(cfg, sources) -> None:
     sample was asked to say) is one the model adds to its samples (`sample_metadata_keys` of its
     adapter) or in every prompt's metadata. The training rewards check the training prompts, and
     the validation rewards (or the training ones) the validation prompts (the training ones when
-    none are given)."""
+    none are given). The files a reward's options name (a reference voice) are read here too."""
     from omni_rl.data.prompts import PromptFileError
     from omni_rl.models.registry import ADAPTERS, adapter_key
     from omni_rl.reward.inputs import RewardInputError
@@ -220,6 +220,7 @@ def check_reward_prompts(cfg, sources) -> None:
                                             (cfg.reward.val_rewards or cfg.reward.rewards, val_key, val_where, val_items)):
         for index, item in enumerate(rewards):
             _check_metadata_needs(f"{list_key}[{index}]", item, architecture, adapter_class, where, items)
+            _check_reward_files(f"{list_key}[{index}]", item)
             check = reward_prompt_check(item.name)
             if check is None:
                 continue
@@ -227,6 +228,17 @@ def check_reward_prompts(cfg, sources) -> None:
                 check([i.prompt for i in items], [i.metadata for i in items])
             except RewardInputError as err:
                 raise PromptFileError(f"{where}: {err}") from None
+
+
+def _check_reward_files(key: str, item) -> None:
+    """The files a reward's options name read (`register_reward(check_files=...)`)."""
+    from omni_rl.config import ConfigError
+    from omni_rl.reward.registry import RewardConfigError, check_reward_files
+
+    try:
+        check_reward_files(item.name, dict(item.kwargs))
+    except RewardConfigError as err:
+        raise ConfigError(f"{key}.kwargs: {err}") from None
 
 
 def _check_metadata_needs(key: str, item, architecture: str, adapter_class, where: str, items) -> None:

@@ -110,12 +110,20 @@ class SpeakerSimilarityScorer:
 
 
 def _check_options(*, reference_audio: Any = None, sample_rate: int | None = None, **_: Any) -> None:
-    """At load: the reference voice reads (a missing or non-WAV file is one line now)."""
-    read_reference(reference_audio)
+    """At config load: a reference voice is named (the file is read when a run starts)."""
+    if not isinstance(reference_audio, str) or not reference_audio:
+        raise ValueError(f"reference_audio={reference_audio!r}: expected the path of a WAV file (integer PCM) of the "
+                         f"voice the samples should sound like")
     check_sample_rate("speaker_similarity", sample_rate)
 
 
-@register_reward("speaker_similarity", modalities={"audio"}, check_options=_check_options)
+def _check_files(*, reference_audio: Any = None, **_: Any) -> None:
+    """When a run starts, before any model loads: the reference voice reads (a missing or
+    non-WAV file is one line)."""
+    read_reference(reference_audio)
+
+
+@register_reward("speaker_similarity", modalities={"audio"}, check_options=_check_options, check_files=_check_files)
 def speaker_similarity(
     *, reference_audio: str, model: str = DEFAULT_MODEL, feature_extractor: str | None = None,
     sample_rate: int | None = None, device: str = "auto",

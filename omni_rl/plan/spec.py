@@ -15,7 +15,8 @@ lengths come from the recipe's options, not from tokenising text).
 - `forward_inputs(adapter, cfg, batch)`: {trained module name: keyword arguments} for one forward
   of `batch` rows (CFG doubling is the caller's: it passes twice the samples), tensors made in the
   current (fake) tensor mode;
-- `modality`: "diffusion" (a denoiser) or "text" (a decoder, traced with a KV-cache step too);
+- `modality`: "diffusion" (a denoiser), "text" (a decoder, traced through its `forward_logits`
+  with a KV-cache step too) or another name (weights only without `forward_inputs`: speech);
 - `text_positions(batch, length)`: for a text model, the `position_ids` its `forward_logits` takes
   for a plain text batch, where computing them from the tokens needs data-dependent shapes
   (multimodal rotary positions); None: the adapter computes them from the mask;

@@ -110,12 +110,18 @@ class RewardDeclaration:
                    the run before any model loads, not at step 1.
     needs_metadata: the metadata keys each sample must carry, a set of str or a callable
                    `(**options) -> set` when an option names them; None = none.
+    check_files:   `(**options) -> None`, raising ValueError naming an option whose file is
+                   missing or unreadable (a reference voice): run when a training run starts,
+                   with the prompt files and before any model loads, not at config load, so a
+                   recipe that names files the user supplies still loads, plans and prints
+                   (as its prompt files need not exist until it runs).
     """
 
     modalities: Modalities | None = None
     check_options: Callable[..., None] | None = None
     check_prompts: PromptCheck | None = None
     needs_metadata: Iterable[str] | Callable[..., Iterable[str]] | None = None
+    check_files: Callable[..., None] | None = None
 
 
 NO_DECLARATION = RewardDeclaration()
@@ -124,17 +130,20 @@ NO_DECLARATION = RewardDeclaration()
 def register_reward(
     name: str, modalities: Modalities | None = None, *, check_options: Callable[..., None] | None = None,
     check_prompts: PromptCheck | None = None, needs_metadata: Iterable[str] | Callable[..., Iterable[str]] | None = None,
+    check_files: Callable[..., None] | None = None,
 ) -> Callable[[RewardFactory], RewardFactory]:
     """Decorator: register a scorer factory under `name` (a duplicate name raises), with its
     `RewardDeclaration` (see there for `modalities`, `check_options`, `check_prompts` and
-    `needs_metadata`)."""
+    `needs_metadata`, `check_files`)."""
     if modalities is not None and not callable(modalities):
         modalities = _check_modalities(name, modalities)
     if check_options is not None and not callable(check_options):
         raise RewardConfigError(f"reward {name!r}: check_options={check_options!r}; expected a callable (**options) -> None")
     if needs_metadata is not None and not callable(needs_metadata):
         needs_metadata = _check_keys(name, needs_metadata)
-    declaration = RewardDeclaration(modalities, check_options, check_prompts, needs_metadata)
+    if check_files is not None and not callable(check_files):
+        raise RewardConfigError(f"reward {name!r}: check_files={check_files!r}; expected a callable (**options) -> None")
+    declaration = RewardDeclaration(modalities, check_options, check_prompts, needs_metadata, check_files)
     return REWARDS.register(name, spec=None if declaration == NO_DECLARATION else declaration)
 
 
@@ -211,6 +220,7 @@ def build_reward(name: str, /, **kwargs: Any) -> Scorer:
     factory = REWARDS.get(name)
     _check_kwargs(name, factory, kwargs)
     _check_values(name, kwargs)
+    check_reward_files(name, kwargs)
     try:
         scorer = factory(**kwargs)
     except Exception as err:
@@ -231,6 +241,18 @@ def check_reward_options(name: str, kwargs: dict[str, Any]) -> None:
     factory = REWARDS.get(name)
     _check_kwargs(name, factory, kwargs)
     _check_values(name, kwargs)
+
+
+def check_reward_files(name: str, kwargs: dict[str, Any]) -> None:
+    """The files the reward's options name read (its declared `check_files`); raise
+    RewardConfigError naming the reward. Run when a run starts and when the reward is built."""
+    check = reward_declaration(name).check_files
+    if check is None:
+        return
+    try:
+        check(**kwargs)
+    except (TypeError, ValueError) as err:
+        raise RewardConfigError(f"reward {name!r}: {err}") from None
 
 
 def _check_values(name: str, kwargs: dict[str, Any]) -> None:

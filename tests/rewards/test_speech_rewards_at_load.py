@@ -4,7 +4,7 @@
 - a reward that compares with the text a sample was asked to say (asr_wer, speech_rate) when
   neither the model adds it to its samples' metadata (`sample_metadata_keys`) nor every prompt
   carries it (omni_rl/cli.py check_reward_prompts);
-- a reference voice file that is missing or not audio (speaker_similarity's option check).
+- a reference voice file that is missing or not audio (speaker_similarity's check_files, run when a run starts).
 """
 import json
 import math
