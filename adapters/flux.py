@@ -225,8 +225,9 @@ class FluxAdapter(DiffusionModelBase):
         return torch.full((batch,), float(self.options.guidance), device=self.device, dtype=torch.float32)
 
     def _transformer_velocity(self, tokens: torch.Tensor, sigma: torch.Tensor, embeds: torch.Tensor,
-                              pooled: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
-        """One transformer forward over packed tokens [B, S, D] at sigma [B]; fp32 [B, S, D]."""
+                              pooled: torch.Tensor, ids: torch.Tensor, keep: int) -> torch.Tensor:
+        """One transformer forward over packed tokens [B, S, D] at sigma [B]; fp32 [B, keep, D],
+        the output of the first `keep` tokens (the noise tokens: Kontext appends its source's)."""
         txt_ids = torch.zeros(embeds.shape[1], 3, device=self.device, dtype=self.dtype)
         return self.transformer(
             hidden_states=tokens.to(self.dtype),
@@ -237,18 +238,19 @@ class FluxAdapter(DiffusionModelBase):
             txt_ids=txt_ids,
             img_ids=ids.to(self.device, self.dtype),
             return_dict=False,
-        )[0].to(torch.float32)
+        )[0][:, :keep].to(torch.float32)
 
-    def _guided(self, tokens, sigma, cond, ids, guidance_scale: float) -> torch.Tensor:
-        """The velocity of `tokens` [B, S, D] with each sample's guidance (module docstring):
-        true CFG for the samples with a negative prompt when `guidance_scale` > 1."""
+    def _guided(self, tokens, sigma, cond, ids, guidance_scale: float, keep: int) -> torch.Tensor:
+        """The velocity of the first `keep` of `tokens` [B, S, D] with each sample's guidance
+        (module docstring): true CFG for the samples with a negative prompt when
+        `guidance_scale` > 1."""
         has_negative = cond["has_negative"].to(torch.bool)
         if not (guidance_scale > 1.0 and bool(has_negative.any())):
-            return self._transformer_velocity(tokens, sigma, cond["prompt_embeds"], cond["pooled_prompt_embeds"], ids)
+            return self._transformer_velocity(tokens, sigma, cond["prompt_embeds"], cond["pooled_prompt_embeds"], ids, keep)
         out = self._transformer_velocity(
             torch.cat([tokens, tokens]), torch.cat([sigma, sigma]),
             torch.cat([cond["negative_prompt_embeds"], cond["prompt_embeds"]]),
-            torch.cat([cond["negative_pooled_prompt_embeds"], cond["pooled_prompt_embeds"]]), ids,
+            torch.cat([cond["negative_pooled_prompt_embeds"], cond["pooled_prompt_embeds"]]), ids, keep,
         )
         neg, pos = out.chunk(2)
         return torch.where(has_negative[:, None, None], neg + guidance_scale * (pos - neg), pos)
@@ -261,7 +263,7 @@ class FluxAdapter(DiffusionModelBase):
         if sigma.shape[0] != b:
             raise ValueError(f"sigma has {sigma.shape[0]} values for a batch of {b} latents")
         tokens = pack_latents(latents.to(self.device, torch.float32))
-        out = self._guided(tokens, sigma, conditioning.to(self.device), image_ids(h, w), guidance_scale)
+        out = self._guided(tokens, sigma, conditioning.to(self.device), image_ids(h, w), guidance_scale, tokens.shape[1])
         return unpack_latents(out, h, w)
 
     # --- decoding ------------------------------------------------------------------------
