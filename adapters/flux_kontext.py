@@ -32,20 +32,26 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Optional
 
 import numpy as np
 import torch
 
+from omni_rl.config.options import option
 from omni_rl.models import Conditioning, register_adapter, register_tiny_model
 from omni_rl.models.diffusion import EditingOptions, check_multiple
 from omni_rl.plan.spec import PlanSpec, register_plan_spec
 
-from adapters.flux import PACK, FluxAdapter, FluxOptions, _plan_load_trained, build_tiny_flux_components, image_ids, pack_latents, unpack_latents
+from adapters.flux import (
+    PACK, FluxAdapter, FluxOptions, _plan_load_trained, build_tiny_flux_components, image_ids, pack_latents, unpack_latents,
+)
 
 
 @dataclass
 class FluxKontextOptions(FluxOptions, EditingOptions):
     """FLUX.1's knobs (`max_sequence_length`, `guidance`) and the editing models' `condition_image_size`."""
+
+    condition_image_size: Optional[list[int]] = option(None, "[height, width] in px the source image is resized to and encoded at (through the VAE: its tokens follow the noise tokens); null = the output's size (rollout.height, rollout.width). Rollout and training see the same encoding.")
 
 
 @register_adapter("FluxKontextPipeline")

@@ -1,11 +1,12 @@
 """The tiny FLUX.1 and FLUX.1-Kontext recipes train end to end, and their whole runs learn.
 
 `tiny_flux_flowgrpo`'s and `tiny_flux_kontext_flowgrpo`'s whole learning runs (marked `long`: left
-out of the default run, with a 2-step run of each in it instead) are judged like the demo, in a subprocess as a user runs it: the mean
-reward of the last 20% of steps beats the first 20% by more than 3 standard errors, with the
-rollout's and the trainer's log-probs the same function (ratio 1 on the first mini-batch, gap
-<= 1e-5: `recipe_runs.train` checks both on every step); each leaves the LoRA in diffusers'
-format, and the edit recipe's validation grid has rows that start with the source image.
+out of the default run, with a 2-step run of each in it instead) are judged like the demo, in a
+subprocess as a user runs it: the mean reward of the last 20% of steps beats the first 20% by
+more than 3 standard errors, with the rollout's and the trainer's log-probs the same function
+(ratio 1 on the first mini-batch, gap <= 1e-5: `recipe_runs.train` checks both on every step);
+each leaves the LoRA in diffusers' format, and the edit recipe's validation grid has rows of a
+source image and its edits.
 """
 from pathlib import Path
 
