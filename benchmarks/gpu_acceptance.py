@@ -3,9 +3,9 @@
 On one CUDA GPU it runs, each part in a process of its own and each with its own time limit:
 
 1. `gpu_tests`: the `gpu`-marked tests (`pytest -m gpu`, on the GPU);
-2. `rollout_batching`: native against `vllm_omni` at max_num_seqs 1, 8 and 32 on the tiny SD3
-   and the tiny Qwen-Image (`benchmarks/rollout_batching.py --backend vllm_omni`: samples/s of
-   each and the largest |final latent| difference);
+2. `rollout_batching`: native against `vllm_omni` at max_num_seqs 1, 8 and 32 on the tiny SD3,
+   the tiny Qwen-Image and the tiny FLUX.1 (`benchmarks/rollout_batching.py --backend vllm_omni`:
+   samples/s of each and the largest |final latent| difference);
 3. `recipes`: 5 steps of every tiny recipe in bf16, with the rollout-vs-trainer log-prob gap
    (`rollout_corr/logprob_abs_diff_mean`/`_max` of step 1) and the first mini-batch's ratio
    (`actor/first_minibatch_ratio_max_abs_dev`, max over the steps);
@@ -55,7 +55,8 @@ from omni_rl.utils.atomic import atomic_write_json  # noqa: E402
 PACKAGES = ("omni-rl", "torch", "torchvision", "diffusers", "transformers", "peft", "accelerate", "ray",
             "vllm", "vllm-omni")
 BATCHING_MODELS = {"tiny_sd3": ["--model-path", "tiny:sd3"],
-                   "tiny_qwen_image": ["--model-path", "tiny:qwen_image", "--adapter", "QwenImagePipeline"]}
+                   "tiny_qwen_image": ["--model-path", "tiny:qwen_image", "--adapter", "QwenImagePipeline"],
+                   "tiny_flux": ["--model-path", "tiny:flux", "--adapter", "FluxPipeline"]}
 DRY_RUN_RECIPES = ("tiny_sd3_flowgrpo", "tiny_qwen3_grpo")
 GAP_KEYS = ("rollout_corr/logprob_abs_diff_mean", "rollout_corr/logprob_abs_diff_max")
 RATIO_KEY = "actor/first_minibatch_ratio_max_abs_dev"

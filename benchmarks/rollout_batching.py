@@ -1,8 +1,8 @@
 """How much request-level batching buys the native rollout engine, and what the engine costs.
 
 Measures, on a tiny model (default the tiny SD3, `tiny:sd3`; `--model-path tiny:wan22
---num-frames 5` for video, `tiny:ltx2 --num-frames 9` for audio-video), after a warm-up that is
-not timed:
+--num-frames 5` for video, `tiny:ltx2 --num-frames 9` for audio-video, `tiny:flux --adapter FluxPipeline`
+for FLUX.1), after a warm-up that is not timed:
 
 1. samples/s (images, or videos) of `NativeDiffusionEngine.generate` at each `--max-num-seqs`
    (default 1, 8 and 32) on the very same requests (one prompt set, distinct seeds, the `sde`

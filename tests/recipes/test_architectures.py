@@ -224,6 +224,10 @@ SIZES = [
      "30.5B", "Qwen3-30B-A3B model card (30.5B in total), the thinker's MoE decoder (Qwen3-Omni report, arXiv 2509.17765)"),
     ("qwen3-omni-thinker-moe-active", lambda: _qwen3_omni_thinker_language_model()[1],
      "3.3B", "Qwen3-30B-A3B model card (3.3B activated): 8 of 128 experts per token"),
+    ("flux1-dev-mmdit", lambda: stored_tensor_count(_diffusers("FluxTransformer2DModel", "black-forest-labs--FLUX.1-dev", "transformer")),
+     "12B", "black-forest-labs/FLUX.1-dev model card: a 12 billion parameter rectified flow transformer"),
+    ("flux1-kontext-dev-mmdit", lambda: stored_tensor_count(_diffusers("FluxTransformer2DModel", "black-forest-labs--FLUX.1-Kontext-dev", "transformer")),
+     "12B", "black-forest-labs/FLUX.1-Kontext-dev model card: a 12 billion parameter rectified flow transformer"),
 ]
 
 
