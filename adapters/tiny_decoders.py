@@ -17,6 +17,9 @@ So each pixel is a smooth increasing function of the mean latent at its position
 blocks of one value): latent 0 decodes to mid-grey, +1 to ~0.94 brightness. The adapters' tests
 measure it (tests/adapters/test_wan_adapter.py, test_qwen_image_adapter.py). The weights do
 not depend on the seed; the tiny images are grey.
+
+`make_kl_vae_decoder_responsive(vae)` does the same for a 2-D `AutoencoderKL` (FLUX.1's), whose
+last norm is a GroupNorm (its docstring says how the construction allows for that).
 """
 from __future__ import annotations
 
@@ -99,3 +102,54 @@ def make_causal_vae_decoder_responsive(vae: nn.Module, blocks: CausalVaeBlocks, 
     conv_out.weight.zero_()
     conv_out.bias.zero_()
     conv_out.weight[:, 0, -1, 1, 1] = gain
+
+
+@torch.no_grad()
+def make_kl_vae_decoder_responsive(vae: nn.Module, gain: float = 0.5) -> None:
+    """The same construction for a 2-D `AutoencoderKL` decoder (FLUX.1's VAE layout: ResNet
+    blocks, a mid-block attention, nearest upsamplers, a final GroupNorm), whose latents are
+    normalised as `(z - shift_factor) * scaling_factor`.
+
+    The final norm is a GroupNorm over its group's channels *and* the image's positions, so
+    feature 0 (u) shares its group with the constant feature 1 and the group's zero channels
+    (C_g of them): for a uniform latent u it gives (u - (u + 1) / C_g) / sqrt((u^2 + 1) / C_g -
+    ((u + 1) / C_g)^2), increasing in u; its affine bias adds 1 / sqrt(C_g - 1), the value's
+    negation at u = 0, so latent 0 decodes to mid-grey as in the causal construction."""
+    from diffusers.models.attention_processor import Attention
+    from diffusers.models.resnet import ResnetBlock2D
+    from diffusers.models.upsampling import Upsample2D
+
+    decoder = vae.decoder
+    for module in decoder.modules():
+        if isinstance(module, ResnetBlock2D):
+            module.conv2.weight.zero_()
+            module.conv2.bias.zero_()
+            if module.conv_shortcut is not None:
+                pass_through(module.conv_shortcut)
+        elif isinstance(module, Attention):
+            module.to_out[0].weight.zero_()
+            module.to_out[0].bias.zero_()
+        elif isinstance(module, Upsample2D) and module.conv is not None:
+            pass_through(module.conv)
+    if getattr(vae, "post_quant_conv", None) is not None:
+        pass_through(vae.post_quant_conv)
+    config = vae.config
+    scale, shift = float(config.scaling_factor), float(config.shift_factor or 0.0)
+    conv_in = decoder.conv_in
+    conv_in.weight.zero_()
+    conv_in.bias.zero_()
+    conv_in.weight[0, :, 1, 1] = scale / config.latent_channels
+    conv_in.bias[0] = -scale * shift
+    conv_in.bias[1] = 1.0
+    norm = decoder.conv_norm_out
+    group = norm.num_channels // norm.num_groups
+    if group < 2:
+        raise ValueError(f"the decoder's last GroupNorm has {group} channel(s) a group: the construction needs >= 2 "
+                         f"(features 0 and 1 in one group)")
+    norm.weight.fill_(1.0)
+    norm.bias.zero_()
+    norm.bias[0] = 1.0 / (group - 1) ** 0.5
+    conv_out = decoder.conv_out
+    conv_out.weight.zero_()
+    conv_out.bias.zero_()
+    conv_out.weight[:, 0, 1, 1] = gain
