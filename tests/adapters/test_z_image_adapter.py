@@ -211,16 +211,16 @@ def out(tmp_path):
 @pytest.mark.parametrize("override, expected", [
     ("rollout.width=40", ("rollout.width=40: expected a multiple of 16", "32 or 48")),
     ("rollout.num_frames=5", ("rollout.num_frames=5", "expected 1")),
-    ("+model.options.guidance_scale_2=3.0", ("model.options.guidance_scale_2=3.0", "has no option 'guidance_scale_2'",
+    ("model.options.guidance_scale_2=3.0", ("model.options.guidance_scale_2=3.0", "has no option 'guidance_scale_2'",
                                              "cfg_normalization, cfg_truncation, max_sequence_length")),
-    ("+model.options.cfg_normalization=1.0", ("model.options.cfg_normalization=1.0: refines CFG",
+    ("model.options.cfg_normalization=1.0", ("model.options.cfg_normalization=1.0: refines CFG",
                                               "rollout.guidance_scale=1.0 runs none")),
-    ("+model.options.cfg_truncation=1.5", ("cfg_truncation=1.5: expected a value in [0, 1]",)),
-    ("data.prompt_file=recipes/prompts/tiny_edit.jsonl", ("prompt 1", "carries a source image",
+    ("model.options.cfg_truncation=1.5", ("cfg_truncation=1.5: expected a value in [0, 1]",)),
+    ("data.prompts=null data.prompt_file=recipes/prompts/tiny_edit.jsonl", ("prompt 1", "carries a source image",
                                                           "model.adapter=ZImagePipeline")),
 ])
 def test_bad_input_is_one_error_line_at_load(capsys, out, override, expected):
-    code, err = main_error(capsys, "recipe=tiny_z_image_flowgrpo", override, out)
+    code, err = main_error(capsys, "recipe=tiny_z_image_flowgrpo", *override.split(), out)
     assert code == 2
     assert_one_error_line(err, *expected)
 

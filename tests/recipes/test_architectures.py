@@ -224,6 +224,8 @@ SIZES = [
      "30.5B", "Qwen3-30B-A3B model card (30.5B in total), the thinker's MoE decoder (Qwen3-Omni report, arXiv 2509.17765)"),
     ("qwen3-omni-thinker-moe-active", lambda: _qwen3_omni_thinker_language_model()[1],
      "3.3B", "Qwen3-30B-A3B model card (3.3B activated): 8 of 128 experts per token"),
+    ("z-image-turbo-dit", lambda: stored_tensor_count(_diffusers("ZImageTransformer2DModel", "Tongyi-MAI--Z-Image-Turbo", "transformer")),
+     "6B", "Z-Image report (Z-Image: An Efficient Image Generation Foundation Model with Single-Stream Diffusion Transformer) and model card: a 6B-parameter single-stream DiT"),
 ]
 
 
