@@ -94,6 +94,7 @@ def guided(pos: torch.Tensor, neg: torch.Tensor, scale: float, normalization: fl
 
 
 def padded_caption_length(tokens: int) -> int:
+    """Positions a caption of `tokens` takes in the transformer (padded to `SEQ_MULTIPLE`)."""
     return tokens + (-tokens) % SEQ_MULTIPLE
 
 
