@@ -132,7 +132,7 @@ class LiveBytes(TorchDispatchMode):
 
 def trace(module: nn.Module, make_inputs: Callable[[], dict[str, Any]], backward: bool) -> Trace:
     """FLOPs and peak activation bytes of `module(**make_inputs())` (+ backward of its first
-    output's mean when `backward`); call inside the mode `materialize` ran in. The trainable
+    output's mean, or of the sum of their means for a list of per-sample outputs, when `backward`); call inside the mode `materialize` ran in. The trainable
     parameters' gradients are not activations (`memory.py` plans them per rank): each leaves the
     count as it is accumulated."""
     grad = contextlib.nullcontext() if backward else torch.no_grad()
@@ -146,7 +146,9 @@ def trace(module: nn.Module, make_inputs: Callable[[], dict[str, Any]], backward
             if first is None:
                 first = out.sample if hasattr(out, "sample") else out
             if backward:
-                first.float().mean().backward()
+                # A list of per-sample outputs (Z-Image's transformer returns one tensor a sample).
+                parts = first if isinstance(first, (list, tuple)) else [first]
+                sum(part.float().mean() for part in parts).backward()
             del out, first
     finally:
         for hook in hooks:

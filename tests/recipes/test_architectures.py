@@ -228,6 +228,8 @@ SIZES = [
      "12B", "black-forest-labs/FLUX.1-dev model card: a 12 billion parameter rectified flow transformer"),
     ("flux1-kontext-dev-mmdit", lambda: stored_tensor_count(_diffusers("FluxTransformer2DModel", "black-forest-labs--FLUX.1-Kontext-dev", "transformer")),
      "12B", "black-forest-labs/FLUX.1-Kontext-dev model card: a 12 billion parameter rectified flow transformer"),
+    ("z-image-turbo-dit", lambda: stored_tensor_count(_diffusers("ZImageTransformer2DModel", "Tongyi-MAI--Z-Image-Turbo", "transformer")),
+     "6B", "Z-Image report (Z-Image: An Efficient Image Generation Foundation Model with Single-Stream Diffusion Transformer) and model card: a 6B-parameter single-stream DiT"),
 ]
 
 
