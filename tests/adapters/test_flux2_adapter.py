@@ -13,6 +13,7 @@ import torch
 from diffusers import Flux2KleinPipeline
 
 from adapters.flux2 import image_ids, patchify, text_ids, unpatchify
+from omni_rl.cli import check_inputs, main
 from omni_rl.compose import load_config
 from omni_rl.config.validate import ConfigError
 from omni_rl.models.loading import resolve_model_path
@@ -129,14 +130,18 @@ def test_a_distilled_checkpoint_ignores_the_scale_as_the_pipeline_does(model, di
     assert not build(CASE, path=str(distilled_folder), is_distilled=False).is_distilled
 
 
-def test_a_guidance_scale_on_a_distilled_checkpoint_is_refused_at_load(distilled_folder):
+def test_a_guidance_scale_on_a_distilled_checkpoint_is_one_error_line_before_loading(distilled_folder, tmp_path,
+                                                                                     capsys):
+    """Read from model_index.json (the command line's `check_inputs`, before any weights)."""
     base = ["model.adapter=Flux2KleinPipeline", f"model.path={distilled_folder}", "rollout.height=32",
-            "rollout.width=32"]
-    with pytest.raises(ConfigError, match=r"rollout.guidance_scale=4: Flux2KleinPipeline on a step-distilled "
-                                          r"checkpoint \(is_distilled\) takes no guidance; set rollout.guidance_scale=1"):
-        load_config([*base, "rollout.guidance_scale=4.0"])
-    load_config([*base, "rollout.guidance_scale=1.0"])
-    load_config([*base, "rollout.guidance_scale=4.0", "model.options.is_distilled=false"])
+            "rollout.width=32", f"trainer.output_dir={tmp_path / 'out'}"]
+    assert main([*base, "rollout.guidance_scale=4.0"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["error: rollout.guidance_scale=4: Flux2KleinPipeline on a step-distilled checkpoint (is_distilled) "
+                   "takes no guidance; set rollout.guidance_scale=1, or use a -base checkpoint for CFG"]
+    check_inputs(load_config([*base, "rollout.guidance_scale=1.0"]))
+    check_inputs(load_config([*base, "rollout.guidance_scale=4.0", "model.options.is_distilled=false"]))
+    assert not (tmp_path / "out").exists()
 
 
 def test_an_option_flux2_klein_does_not_have_is_refused_at_load():
