@@ -224,6 +224,8 @@ SIZES = [
      "30.5B", "Qwen3-30B-A3B model card (30.5B in total), the thinker's MoE decoder (Qwen3-Omni report, arXiv 2509.17765)"),
     ("qwen3-omni-thinker-moe-active", lambda: _qwen3_omni_thinker_language_model()[1],
      "3.3B", "Qwen3-30B-A3B model card (3.3B activated): 8 of 128 experts per token"),
+    ("flux2-klein-9b-transformer", lambda: stored_tensor_count(_diffusers("Flux2Transformer2DModel", "black-forest-labs--FLUX.2-klein-9B", "transformer")),
+     "9B", "black-forest-labs/FLUX.2-klein-9B model card: a 9 billion parameter rectified flow transformer"),
 ]
 
 
