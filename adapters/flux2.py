@@ -1,4 +1,4 @@
-"""FLUX.2 [klein] text-to-image (`Flux2KleinPipeline`): the adapter and its tiny model.
+"""FLUX.2 text-to-image (`Flux2KleinPipeline`, and `Flux2Pipeline` for [dev]): the adapters and their tiny models.
 
 Loads the pipeline's components with diffusers' and transformers' `from_pretrained` (through
 `self.load_pretrained`): the `Flux2Transformer2DModel` (trained; LoRA on the attention
@@ -33,11 +33,15 @@ through this one file, are the pipeline's (diffusers 0.42.1, `pipeline_flux2_kle
 multiples of 16 (VAE factor 8 x the 2x2 patch); another raises `ValueError` with the nearest
 valid values (the pipeline would silently round them down).
 
-FLUX.2 [dev] (`Flux2Pipeline`) shares the transformer, VAE, latents and schedule but encodes with
-Mistral-3 (Pixtral processor, a system prompt, layers 10/20/30) and has a guidance embedding
-instead of CFG; it is not served here (see docs/models.md).
+FLUX.2 [dev] (`Flux2Pipeline`, `Flux2DevAdapter`) is the same adapter: the two pipelines share
+the transformer class, VAE, latent layout, position ids and schedule line for line, and differ
+only where the adapter delegates to the pipeline or reads the transformer's config: the text
+encoder (Mistral-3 through its Pixtral processor's chat template over the pipeline's system
+message, hidden states 10/20/30; `_build_pipeline`) and the guidance (dev's transformer has a
+guidance embedding, which takes `rollout.guidance_scale` in the one forward a step; no CFG).
 
-`tiny:flux2` builds a seeded random-weight FLUX.2 [klein] for tests and the CPU demo.
+`tiny:flux2` builds a seeded random-weight FLUX.2 [klein] base and `tiny:flux2_dev` a FLUX.2
+[dev], for tests and the CPU demo.
 """
 from __future__ import annotations
 
@@ -73,10 +77,13 @@ class Flux2KleinOptions(PromptLengthOptions):
 
     def check(self) -> None:
         super().check()
-        layers = self.text_encoder_out_layers
-        if not layers or not all(isinstance(i, int) and i >= 0 for i in layers):
-            raise ValueError(f"text_encoder_out_layers={list(layers)!r}: expected hidden-state indices (integers >= 0), "
-                             f"e.g. the pipeline's [9, 18, 27]")
+        check_layers(self.text_encoder_out_layers, "[9, 18, 27]")
+
+
+def check_layers(layers, default: str) -> None:
+    if not layers or not all(isinstance(i, int) and i >= 0 for i in layers):
+        raise ValueError(f"text_encoder_out_layers={list(layers)!r}: expected hidden-state indices (integers >= 0), "
+                         f"e.g. the pipeline's {default}")
 
 
 def read_is_distilled(folder: Path) -> bool:
@@ -143,34 +150,38 @@ class Flux2KleinAdapter(DiffusionModelBase):
         check_guidance(cfg.model.adapter, distilled, cfg.rollout.guidance_scale)
 
     def __init__(self, cfg: ModelConfig, path: str, device: torch.device):
-        from diffusers import AutoencoderKLFlux2, FlowMatchEulerDiscreteScheduler, Flux2KleinPipeline, Flux2Transformer2DModel
-        from transformers import AutoTokenizer, Qwen3ForCausalLM
+        from diffusers import AutoencoderKLFlux2, FlowMatchEulerDiscreteScheduler, Flux2Transformer2DModel
 
         super().__init__(cfg, path, device)
-
-        def load(cls, sub):
-            return self.load_pretrained(cls, sub).to(device)
-
-        self.transformer = load(Flux2Transformer2DModel, "transformer")
-        self.vae = load(AutoencoderKLFlux2, "vae")
-        self.text_encoder = load(Qwen3ForCausalLM, "text_encoder")
+        self.transformer = self.load_pretrained(Flux2Transformer2DModel, "transformer").to(device)
+        self.vae = self.load_pretrained(AutoencoderKLFlux2, "vae").to(device)
         self.scheduler = FlowMatchEulerDiscreteScheduler.from_pretrained(path, subfolder="scheduler")
-        self.is_distilled = self.options.is_distilled
-        if self.is_distilled is None:
-            self.is_distilled = read_is_distilled(Path(path))
-        self.pipeline = Flux2KleinPipeline(
-            scheduler=self.scheduler, vae=self.vae, text_encoder=self.text_encoder,
-            tokenizer=AutoTokenizer.from_pretrained(path, subfolder="tokenizer"), transformer=self.transformer,
-            is_distilled=self.is_distilled,
-        )
+        self._build_pipeline(path)
         self.pipeline.set_progress_bar_config(disable=True)
         self.vae_scale = self.pipeline.vae_scale_factor
         self._check_text_width()
         self.setup_trainable()
 
+    def _build_pipeline(self, path: str) -> None:
+        """`self.text_encoder`, `self.pipeline` (what encodes prompts) and `self.true_cfg`
+        (whether guidance is CFG over a negative prompt); FLUX.2 [dev] builds its own."""
+        from diffusers import Flux2KleinPipeline
+        from transformers import AutoTokenizer, Qwen3ForCausalLM
+
+        self.text_encoder = self.load_pretrained(Qwen3ForCausalLM, "text_encoder").to(self.device)
+        self.is_distilled = self.options.is_distilled
+        if self.is_distilled is None:
+            self.is_distilled = read_is_distilled(Path(path))
+        self.true_cfg = not self.is_distilled
+        self.pipeline = Flux2KleinPipeline(
+            scheduler=self.scheduler, vae=self.vae, text_encoder=self.text_encoder,
+            tokenizer=AutoTokenizer.from_pretrained(path, subfolder="tokenizer"), transformer=self.transformer,
+            is_distilled=self.is_distilled,
+        )
+
     def _check_text_width(self) -> None:
         layers = list(self.options.text_encoder_out_layers)
-        config = self.text_encoder.config
+        config = getattr(self.text_encoder.config, "text_config", self.text_encoder.config)  # Mistral3: its LM's
         if max(layers) > config.num_hidden_layers:
             raise ValueError(f"model.options.text_encoder_out_layers={layers}: the text encoder has hidden states 0.."
                              f"{config.num_hidden_layers}")
@@ -253,7 +264,7 @@ class Flux2KleinAdapter(DiffusionModelBase):
             return embeds
 
         tensors = {"prompt_embeds": encode(list(prompts))}
-        if not self.is_distilled:
+        if self.true_cfg:
             tensors["negative_prompt_embeds"] = encode([negative_prompt]).expand(len(prompts), -1, -1).contiguous()
         return Conditioning(tensors)
 
@@ -267,7 +278,7 @@ class Flux2KleinAdapter(DiffusionModelBase):
             raise ValueError(f"sigma has {sigma.shape[0]} values for a batch of {b} latents")
         tokens = latents.to(self.device, torch.float32).reshape(b, c, h * w).permute(0, 2, 1).to(self.dtype)
         cond = conditioning.to(self.device)
-        guided = guidance_scale > 1.0 and not self.is_distilled
+        guided = guidance_scale > 1.0 and self.true_cfg
         parts = ("negative_prompt_embeds", "prompt_embeds") if guided else ("prompt_embeds",)
         text = torch.cat([cond[name] for name in parts]).to(self.dtype)
         copies = len(parts)
@@ -320,13 +331,55 @@ class Flux2KleinAdapter(DiffusionModelBase):
     # --- saving --------------------------------------------------------------------------
     def save_lora(self, folder: str) -> None:
         """diffusers' LoRA format with the adapter config (rank, alpha, targets) in the file's
-        metadata: `Flux2KleinPipeline.load_lora_weights(folder)` loads it at the trained scale."""
-        from diffusers import Flux2KleinPipeline
+        metadata: the pipeline's `load_lora_weights(folder)` (`Flux2LoraLoaderMixin`, both FLUX.2
+        pipelines) loads it at the trained scale."""
         from peft.utils import get_peft_model_state_dict
 
-        Flux2KleinPipeline.save_lora_weights(
+        type(self.pipeline).save_lora_weights(
             folder, transformer_lora_layers=get_peft_model_state_dict(self.transformer),
             transformer_lora_adapter_metadata=self.transformer.peft_config["default"].to_dict(),
+        )
+
+
+@dataclass
+class Flux2DevOptions(PromptLengthOptions):
+    """FLUX.2 [dev]'s knobs (`model.options`), defaulting to the pipeline's."""
+
+    max_sequence_length: int = option(512, "Text tokens (system prompt and chat template included) the prompt is padded or cut to; the transformer attends to all of them (the pipeline's max_sequence_length, 512).")
+    text_encoder_out_layers: list[int] = option([10, 20, 30], "Mistral-3 hidden-state indices stacked per token into the prompt embedding (the pipeline's text_encoder_out_layers); their count x the encoder's hidden size must be the transformer's joint_attention_dim.")
+
+    def check(self) -> None:
+        super().check()
+        check_layers(self.text_encoder_out_layers, "[10, 20, 30]")
+
+
+@register_adapter("Flux2Pipeline")
+class Flux2DevAdapter(Flux2KleinAdapter):
+    """FLUX.2 [dev] (`Flux2Pipeline`): the klein adapter's transformer, latents, positions,
+    schedule and decoding, with the pipeline's Mistral-3 encoding (its processor's chat template
+    over the pipeline's system message and the prompt, hidden states 10/20/30) and its guidance:
+    `rollout.guidance_scale` goes into the transformer's guidance embedding (the pipeline's
+    default 4.0), one forward a step, no CFG and no negative prompt."""
+
+    options_class = Flux2DevOptions
+
+    @classmethod
+    def check_model_limits(cls, cfg, configs) -> None:
+        """Any guidance scale: it is an input of the guidance embedding."""
+
+    def _build_pipeline(self, path: str) -> None:
+        from diffusers import Flux2Pipeline
+        from transformers import AutoProcessor, Mistral3ForConditionalGeneration
+
+        # Before the text encoder: a klein folder's Qwen3 config would build a default-sized Mistral-3.
+        if not self.transformer.config.guidance_embeds:
+            raise ValueError(f"{path}: Flux2Pipeline's transformer has no guidance embedding (guidance_embeds: false); "
+                             f"a klein checkpoint loads with model.adapter=Flux2KleinPipeline")
+        self.text_encoder = self.load_pretrained(Mistral3ForConditionalGeneration, "text_encoder").to(self.device)
+        self.true_cfg = False
+        self.pipeline = Flux2Pipeline(
+            scheduler=self.scheduler, vae=self.vae, text_encoder=self.text_encoder,
+            tokenizer=AutoProcessor.from_pretrained(path, subfolder="tokenizer"), transformer=self.transformer,
         )
 
 
@@ -368,7 +421,6 @@ def build_tiny_flux2_components() -> dict:
     latents (`adapters/tiny_decoders.py`). 32x32 px give a [128, 2, 2] latent, 4 tokens.
 
     The scheduler is the klein checkpoints' (dynamic shifting; the pipeline passes mu)."""
-    from diffusers import AutoencoderKLFlux2, FlowMatchEulerDiscreteScheduler, Flux2Transformer2DModel
     from transformers import Qwen3Config, Qwen3ForCausalLM
 
     torch.manual_seed(0)
@@ -378,10 +430,19 @@ def build_tiny_flux2_components() -> dict:
         num_attention_heads=2, num_key_value_heads=1, head_dim=8, max_position_embeddings=1024,
         tie_word_embeddings=True, eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id,
     ))
+    transformer, vae, scheduler = _tiny_transformer_vae_scheduler(guidance_embeds=False)
+    return dict(scheduler=scheduler, vae=vae, text_encoder=text_encoder, tokenizer=tokenizer, transformer=transformer)
+
+
+def _tiny_transformer_vae_scheduler(guidance_embeds: bool) -> tuple:
+    """The tiny FLUX.2 transformer, responsive VAE and scheduler both tiny models share (drawn
+    from torch's global generator after the text encoder; the VAE's statistics from their own)."""
+    from diffusers import AutoencoderKLFlux2, FlowMatchEulerDiscreteScheduler, Flux2Transformer2DModel
+
     transformer = Flux2Transformer2DModel(
         patch_size=1, in_channels=128, num_layers=1, num_single_layers=1, attention_head_dim=16,
         num_attention_heads=2, joint_attention_dim=3 * 16, timestep_guidance_channels=32,
-        axes_dims_rope=(4, 4, 4, 4), guidance_embeds=False,
+        axes_dims_rope=(4, 4, 4, 4), guidance_embeds=guidance_embeds,
     )
     vae = AutoencoderKLFlux2(
         block_out_channels=(16, 16, 16, 16), layers_per_block=1, norm_num_groups=4, latent_channels=32,
@@ -393,7 +454,7 @@ def build_tiny_flux2_components() -> dict:
     vae.bn.running_var.copy_((std**2).repeat_interleave(PATCH * PATCH) - vae.config.batch_norm_eps)
     make_kl_vae_decoder_responsive(vae, mean, std, gain=1.0)
     scheduler = FlowMatchEulerDiscreteScheduler(num_train_timesteps=1000, shift=3.0, use_dynamic_shifting=True)
-    return dict(scheduler=scheduler, vae=vae, text_encoder=text_encoder, tokenizer=tokenizer, transformer=transformer)
+    return transformer, vae, scheduler
 
 
 @register_tiny_model("flux2")
@@ -403,6 +464,53 @@ def build_tiny_flux2(folder: Path) -> None:
     from diffusers import Flux2KleinPipeline
 
     Flux2KleinPipeline(**build_tiny_flux2_components(), is_distilled=False).save_pretrained(Path(folder))
+
+
+# Mistral-3's chat template as the pipeline's messages need it (a system turn and a user turn,
+# each a list of text parts): [SYSTEM_PROMPT]...[/SYSTEM_PROMPT][INST]...[/INST].
+MISTRAL3_TEMPLATE = (
+    "{%- for m in messages %}{%- if m['content'] is string %}{%- set text = m['content'] %}{%- else %}"
+    "{%- set text = m['content'] | selectattr('type', 'equalto', 'text') | map(attribute='text') | join('') %}"
+    "{%- endif %}{%- if m['role'] == 'system' %}[SYSTEM_PROMPT]{{ text }}[/SYSTEM_PROMPT]"
+    "{%- elif m['role'] == 'user' %}[INST]{{ text }}[/INST]{%- endif %}{%- endfor %}"
+)
+# Hidden states the tiny Mistral has (0..TINY_DEV_LAYERS): enough for the pipeline's (10, 20, 30).
+TINY_DEV_LAYERS = 30
+
+
+def build_tiny_flux2_dev_components() -> dict:
+    """The seeded components of `tiny:flux2_dev`: a 30-layer Mistral-3 (hidden 16; a one-layer
+    Pixtral vision tower the text path never runs) with a Pixtral processor around a byte-level
+    tokenizer and the template above, and `tiny:flux2`'s transformer (with a guidance embedding),
+    VAE and scheduler."""
+    from transformers import Mistral3Config, Mistral3ForConditionalGeneration, PixtralImageProcessor, PixtralProcessor
+
+    from adapters.qwen3 import build_byte_tokenizer
+
+    torch.manual_seed(0)
+    tokenizer = build_byte_tokenizer()
+    tokenizer.add_special_tokens({"additional_special_tokens": ["<|im_start|>", "[IMG]", "[IMG_BREAK]", "[IMG_END]"]})
+    processor = PixtralProcessor(image_processor=PixtralImageProcessor(), tokenizer=tokenizer,
+                                 chat_template=MISTRAL3_TEMPLATE)
+    text_encoder = Mistral3ForConditionalGeneration(Mistral3Config(
+        text_config=dict(model_type="mistral", vocab_size=len(tokenizer), hidden_size=16, intermediate_size=32,
+                         num_hidden_layers=TINY_DEV_LAYERS, num_attention_heads=2, num_key_value_heads=1, head_dim=8,
+                         max_position_embeddings=1024, pad_token_id=tokenizer.pad_token_id),
+        vision_config=dict(model_type="pixtral", hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                           num_attention_heads=2, head_dim=8, patch_size=14, image_size=56),
+        image_token_index=tokenizer.convert_tokens_to_ids("[IMG]"), spatial_merge_size=1,
+    ))
+    transformer, vae, scheduler = _tiny_transformer_vae_scheduler(guidance_embeds=True)
+    return dict(scheduler=scheduler, vae=vae, text_encoder=text_encoder, tokenizer=processor, transformer=transformer)
+
+
+@register_tiny_model("flux2_dev")
+def build_tiny_flux2_dev(folder: Path) -> None:
+    """A tiny seeded random-weight FLUX.2 [dev] (`build_tiny_flux2_dev_components`), saved as a
+    `Flux2Pipeline`."""
+    from diffusers import Flux2Pipeline
+
+    Flux2Pipeline(**build_tiny_flux2_dev_components()).save_pretrained(Path(folder))
 
 
 # --- the planner's view (omni_rl.plan.spec) ---------------------------------------------------
@@ -432,3 +540,4 @@ def _plan_forward_inputs(adapter, cfg, batch: int) -> dict:
 
 
 register_plan_spec("Flux2KleinPipeline", PlanSpec(_plan_load_trained, _plan_forward_inputs))
+register_plan_spec("Flux2Pipeline", PlanSpec(_plan_load_trained, _plan_forward_inputs))

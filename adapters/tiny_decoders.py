@@ -17,6 +17,9 @@ So each pixel is a smooth increasing function of the mean latent at its position
 blocks of one value): latent 0 decodes to mid-grey, +1 to ~0.94 brightness. The adapters' tests
 measure it (tests/adapters/test_wan_adapter.py, test_qwen_image_adapter.py). The weights do
 not depend on the seed; the tiny images are grey.
+
+`make_kl_vae_decoder_responsive` does the same for the 2D KL decoder of AutoencoderKL and
+AutoencoderKLFlux2, whose GroupNorms need a constant feature beside the signal (its docstring).
 """
 from __future__ import annotations
 

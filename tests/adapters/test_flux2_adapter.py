@@ -1,8 +1,10 @@
-"""The FLUX.2 [klein] adapter (`Flux2KleinPipeline`) on `tiny:flux2`: the shared diffusion adapter
-suite (tests/adapters/diffusion_suite.py) with CFG (the tiny model is a base, not distilled,
-checkpoint), then what is particular to it: the stacked Qwen3 hidden states of the chat
-template, the patchified batch-norm latent, position ids, the empirical-mu schedule, the
-distilled checkpoints' refusal of guidance, size errors and the responsive decoder."""
+"""The FLUX.2 adapters on their tiny models: `Flux2KleinPipeline` on `tiny:flux2` and
+`Flux2Pipeline` (FLUX.2 [dev]) on `tiny:flux2_dev`, each through the shared diffusion adapter
+suite (tests/adapters/diffusion_suite.py; klein with CFG, the tiny model being a base
+checkpoint, dev with its guidance embedding), then what is particular to them: the stacked
+hidden states of each text encoder's template, the patchified batch-norm latent, position ids,
+the empirical-mu schedule, the distilled checkpoints' refusal of guidance, dev's guidance
+embedding, size errors and the responsive decoder."""
 import copy
 import json
 import shutil
@@ -24,19 +26,24 @@ HEIGHT = WIDTH = 32
 
 
 def pipeline(model, fresh: bool):
+    cls = type(model.pipeline)
     if fresh:
-        return fresh_pipeline(Flux2KleinPipeline, model)
-    pipe = Flux2KleinPipeline(**{**model.pipeline.components, "scheduler": copy.deepcopy(model.scheduler)},
-                              is_distilled=model.is_distilled)
+        return fresh_pipeline(cls, model)
+    extra = {"is_distilled": model.is_distilled} if cls is Flux2KleinPipeline else {}
+    pipe = cls(**{**model.pipeline.components, "scheduler": copy.deepcopy(model.scheduler)}, **extra)
     pipe.set_progress_bar_config(disable=True)
     return pipe
 
 
 def pipeline_latents(pipe, prompt, latents, steps, guidance, case):
     """The pipeline's own loop from the adapter's latent [1, 128, h, w] (the pipeline's noise
-    layout); its "latent" output is the VAE's [1, 32, 2h, 2w], normalised back for comparison."""
+    layout). Its "latent" output is, for klein, the VAE's [1, 32, 2h, 2w] (normalised back here
+    for comparison), for dev the denoised tokens [1, h w, 128] (unpacked here)."""
     out = pipe(prompt=prompt, guidance_scale=guidance, height=case.height, width=case.width,
-               num_inference_steps=steps, latents=latents, max_sequence_length=SEQ, output_type="latent").images
+               num_inference_steps=steps, latents=latents, max_sequence_length=case.model_options["max_sequence_length"],
+               output_type="latent").images
+    if out.ndim == 3:
+        return out.transpose(1, 2).reshape(latents.shape)
     bn = pipe.vae.bn
     x = patchify(out)
     return (x - bn.running_mean.view(1, -1, 1, 1)) / torch.sqrt(bn.running_var.view(1, -1, 1, 1)
@@ -56,6 +63,19 @@ CASE = AdapterCase(
 
 class TestFlux2Klein(DiffusionAdapterSuite):
     case = CASE
+
+
+# The dev pipeline's system message is ~210 byte tokens of the tiny tokenizer before the prompt.
+DEV_SEQ = 288
+DEV_CASE = AdapterCase(
+    adapter="Flux2Pipeline", tiny="flux2_dev", height=HEIGHT, width=WIDTH, steps=4, guidance=4.0,
+    model_options={"max_sequence_length": DEV_SEQ}, pipeline=pipeline, pipeline_latents=pipeline_latents,
+    load_lora=load_lora,
+)
+
+
+class TestFlux2Dev(DiffusionAdapterSuite):
+    case = DEV_CASE
 
 
 @pytest.fixture(scope="module")
@@ -228,3 +248,49 @@ def test_the_decoder_responds_to_the_latents(model):
     z[..., :1, :1] = 1.0
     image = model.decode(z)[0].float() / 255
     assert image[:16, :16].mean() > image[16:, 16:].mean() + 0.1
+
+
+# --- FLUX.2 [dev] -----------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def dev_model():
+    return build(DEV_CASE)
+
+
+def test_dev_embeddings_stack_mistral_hidden_states_of_the_system_prompt_template(dev_model):
+    from diffusers.pipelines.flux2.pipeline_flux2 import format_input
+
+    processor = dev_model.pipeline.tokenizer
+    inputs = processor.apply_chat_template(format_input(["fog"], dev_model.pipeline.system_message), tokenize=True,
+                                           return_dict=True, return_tensors="pt", padding="max_length",
+                                           truncation=True, max_length=DEV_SEQ)
+    text = processor.tokenizer.decode(inputs["input_ids"][0][inputs["attention_mask"][0].bool()])
+    assert text.startswith("[SYSTEM_PROMPT]You are an AI that reasons") and text.endswith("[INST]fog[/INST]")
+    with torch.no_grad():
+        hidden = dev_model.text_encoder(input_ids=inputs["input_ids"], attention_mask=inputs["attention_mask"],
+                                        output_hidden_states=True).hidden_states
+    expected = torch.cat([hidden[10][0], hidden[20][0], hidden[30][0]], dim=-1)
+    cond = dev_model.encode_prompts(["fog"], negative_prompt="blurry")
+    assert set(cond.tensors) == {"prompt_embeds"}  # no CFG, so no negative prompt
+    torch.testing.assert_close(cond["prompt_embeds"][0], expected, atol=1e-6, rtol=0)
+
+
+@torch.no_grad()
+def test_dev_guidance_goes_into_the_embedding_in_one_forward(dev_model):
+    cond = dev_model.encode_prompts(["a red cube", "fog"])
+    x = torch.randn(2, *dev_model.latent_shape(HEIGHT, WIDTH), generator=torch.Generator().manual_seed(0))
+    sigma = torch.tensor([0.9, 0.4])
+    direct = dev_model.transformer(
+        hidden_states=x.flatten(2).transpose(1, 2), encoder_hidden_states=cond["prompt_embeds"], timestep=sigma,
+        img_ids=image_ids(2, 2), txt_ids=text_ids(DEV_SEQ), guidance=torch.full((2,), 2.5), return_dict=False,
+    )[0]
+    torch.testing.assert_close(dev_model.predict_velocity(x, sigma, cond, 2.5), direct.transpose(1, 2).reshape(x.shape),
+                               atol=1e-6, rtol=0)
+    assert (dev_model.predict_velocity(x, sigma, cond, 4.0) - dev_model.predict_velocity(x, sigma, cond, 1.0)).abs().max() > 1e-3
+
+
+def test_dev_refuses_the_klein_only_option_and_a_klein_checkpoint():
+    with pytest.raises(ConfigError, match="model.options.is_distilled"):
+        load_config(["model.adapter=Flux2Pipeline", "model.path=tiny:flux2_dev", "model.options.is_distilled=true"])
+    with pytest.raises(ValueError, match=r"no guidance embedding \(guidance_embeds: false\); a klein checkpoint "
+                                         r"loads with model.adapter=Flux2KleinPipeline"):
+        build(DEV_CASE, path=resolve_model_path("tiny:flux2"))
