@@ -19,7 +19,9 @@ measure it (tests/adapters/test_wan_adapter.py, test_qwen_image_adapter.py). The
 not depend on the seed; the tiny images are grey.
 
 `make_kl_vae_decoder_responsive(vae)` does the same for a 2-D `AutoencoderKL` (FLUX.1's), whose
-last norm is a GroupNorm (its docstring says how the construction allows for that).
+last norm is a GroupNorm (its docstring says how the construction allows for that);
+`make_kl_vae_decoder_responsive_by_stats(vae, latents_mean, latents_std)` for one whose latents
+are normalised per channel by mean and std (FLUX.2's `AutoencoderKLFlux2`).
 """
 from __future__ import annotations
 
@@ -149,6 +151,67 @@ def make_kl_vae_decoder_responsive(vae: nn.Module, gain: float = 0.5) -> None:
     norm.weight.fill_(1.0)
     norm.bias.zero_()
     norm.bias[0] = 1.0 / (group - 1) ** 0.5
+    conv_out = decoder.conv_out
+    conv_out.weight.zero_()
+    conv_out.bias.zero_()
+    conv_out.weight[:, 0, 1, 1] = gain
+
+
+# --- the 2D KL decoder (diffusers' `vae.Decoder`: AutoencoderKL, AutoencoderKLFlux2) -----------
+@torch.no_grad()
+def make_kl_vae_decoder_responsive_by_stats(vae: nn.Module, latents_mean, latents_std, gain: float = 0.5,
+                                   level: float = 1000.0) -> None:
+    """Set the decoder (and post-quant conv) of a 2D KL VAE so that each pixel's brightness
+    follows the mean normalised latent at its position, as `make_causal_vae_decoder_responsive`
+    does for the causal video VAEs; `latents_mean` / `latents_std` are per latent channel (the
+    normalisation the pipeline undoes before decoding).
+
+    This decoder normalises with GroupNorms over channels *and* positions, which would remove a
+    brightness shared by the whole image. So `conv_in` writes u = mean_c((z_c - mean_c) / std_c)
+    into feature 0 and a constant `level` (>> u) into feature 1; every residual branch and
+    attention output is zero and every upsampling convolution passes its channels through. The
+    final GroupNorm's first group (n >= 3 channels: u, the constant and zeros; two channels
+    alone would normalise to +-1 whatever u is) then has mean ~ level / n and std ~ sigma0 =
+    level sqrt(n - 1) / n, both dominated by the constant, and its affine (weight sigma0, bias
+    level / n) turns feature 0 into ~ u - mean(u) / n to first order in u / level: increasing in
+    u at each position and in a shift of the whole image. `conv_out` sets every output channel
+    to `gain * silu(feature 0)`: latent 0 decodes to mid-grey."""
+    from diffusers.models.attention_processor import Attention
+    from diffusers.models.resnet import ResnetBlock2D
+    from diffusers.models.upsampling import Upsample2D
+
+    decoder = vae.decoder
+    for module in decoder.modules():
+        if isinstance(module, ResnetBlock2D):
+            module.conv2.weight.zero_()
+            module.conv2.bias.zero_()
+            if module.conv_shortcut is not None:
+                pass_through(module.conv_shortcut)
+        elif isinstance(module, Attention):
+            module.to_out[0].weight.zero_()
+            module.to_out[0].bias.zero_()
+        elif isinstance(module, Upsample2D) and module.conv is not None:
+            pass_through(module.conv)
+    if getattr(vae, "post_quant_conv", None) is not None:
+        pass_through(vae.post_quant_conv)
+    mean = torch.as_tensor(latents_mean, dtype=torch.float32)
+    std = torch.as_tensor(latents_std, dtype=torch.float32)
+    channels = mean.numel()
+    conv_in = decoder.conv_in
+    conv_in.weight.zero_()
+    conv_in.bias.zero_()
+    conv_in.weight[0, :, 1, 1] = 1.0 / (std * channels)
+    conv_in.bias[0] = -(mean / std).sum() / channels
+    conv_in.bias[1] = level
+    norm = decoder.conv_norm_out
+    n = norm.num_channels // norm.num_groups
+    if n < 3:
+        raise ValueError(f"the decoder's last GroupNorm has {n} channels a group: expected at least 3 (feature 0, the "
+                         f"constant and a zero share a group); build the tiny VAE with fewer norm groups")
+    norm.weight.zero_()
+    norm.bias.zero_()
+    norm.weight[0] = level * (n - 1) ** 0.5 / n
+    norm.bias[0] = level / n
     conv_out = decoder.conv_out
     conv_out.weight.zero_()
     conv_out.bias.zero_()

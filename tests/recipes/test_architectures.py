@@ -230,6 +230,8 @@ SIZES = [
      "12B", "black-forest-labs/FLUX.1-Kontext-dev model card: a 12 billion parameter rectified flow transformer"),
     ("z-image-turbo-dit", lambda: stored_tensor_count(_diffusers("ZImageTransformer2DModel", "Tongyi-MAI--Z-Image-Turbo", "transformer")),
      "6B", "Z-Image report (Z-Image: An Efficient Image Generation Foundation Model with Single-Stream Diffusion Transformer) and model card: a 6B-parameter single-stream DiT"),
+    ("flux2-klein-9b-transformer", lambda: stored_tensor_count(_diffusers("Flux2Transformer2DModel", "black-forest-labs--FLUX.2-klein-9B", "transformer")),
+     "9B", "black-forest-labs/FLUX.2-klein-9B model card: a 9 billion parameter rectified flow transformer"),
 ]
 
 

@@ -1,0 +1,543 @@
+"""FLUX.2 text-to-image (`Flux2KleinPipeline`, and `Flux2Pipeline` for [dev]): the adapters and their tiny models.
+
+Loads the pipeline's components with diffusers' and transformers' `from_pretrained` (through
+`self.load_pretrained`): the `Flux2Transformer2DModel` (trained; LoRA on the attention
+projections of the double-stream blocks and the fused projection of the single-stream ones),
+the `AutoencoderKLFlux2` VAE (32 channels, 8 px per latent, a batch norm over 2x2 patches) and
+the Qwen3 text encoder. The conventions, the same at rollout and in training because both go
+through this one file, are the pipeline's (diffusers 0.42.1, `pipeline_flux2_klein.py`):
+
+- **latents**: what the pipeline denoises, the VAE latent patchified 2x2 (channels outermost:
+  [32, h, w] -> [128, h/2, w/2]) and normalised by the VAE's batch-norm running statistics;
+  the engine carries it as [128, H/16, W/16], so a standard-normal draw is the pipeline's
+  initial noise. `predict_velocity` flattens it into the transformer's tokens [B, HW, 128]
+  (patch size 1) with 4-axis position ids (t, h, w, l) = (0, row, column, 0); the text tokens'
+  ids are (0, 0, 0, index);
+- **timestep**: sigma itself (the pipeline's `t / 1000`);
+- **schedule**: `linspace(1, 1/N, N)` sigmas, shifted by the pipeline's `compute_empirical_mu`
+  of the image token count *and the step count* (a fit BFL made; not diffusers' linear
+  `calculate_shift`), so `sigmas` computes mu itself;
+- **prompt embeddings**: the Qwen3 chat template (user turn, generation prompt, thinking off)
+  padded to `max_sequence_length` tokens, and the hidden states of `text_encoder_out_layers`
+  (9, 18, 27) stacked per token ([B, L, 3 x hidden]); the transformer attends to every one of
+  the L tokens, padding included (the pipeline passes no mask), so every prompt has the same
+  length and no mask travels;
+- **guidance**: the distilled klein checkpoints (model_index.json `is_distilled: true`) take
+  none: `rollout.guidance_scale` must be 1 (the pipeline ignores it with a warning; a recipe
+  that sets it is refused at load). The base checkpoints run CFG with the empty negative
+  prompt when guidance_scale > 1: `neg + s (cond - neg)`, one batched forward over
+  [uncond; cond]. `model.options.is_distilled` overrides the checkpoint's flag as the
+  pipeline's own `is_distilled` argument does.
+
+`decode` un-normalises, unpatchifies, runs the VAE and returns uint8 [B, H, W, 3]. Sizes must be
+multiples of 16 (VAE factor 8 x the 2x2 patch); another raises `ValueError` with the nearest
+valid values (the pipeline would silently round them down).
+
+FLUX.2 [dev] (`Flux2Pipeline`, `Flux2DevAdapter`) is the same adapter: the two pipelines share
+the transformer class, VAE, latent layout, position ids and schedule line for line, and differ
+only where the adapter delegates to the pipeline or reads the transformer's config: the text
+encoder (Mistral-3 through its Pixtral processor's chat template over the pipeline's system
+message, hidden states 10/20/30; `_build_pipeline`) and the guidance (dev's transformer has a
+guidance embedding, which takes `rollout.guidance_scale` in the one forward a step; no CFG).
+
+`tiny:flux2` builds a seeded random-weight FLUX.2 [klein] base and `tiny:flux2_dev` a FLUX.2
+[dev], for tests and the CPU demo.
+"""
+from __future__ import annotations
+
+import copy
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional
+
+import torch
+from torch import nn
+
+from omni_rl.config.options import option
+from omni_rl.config.schema import ModelConfig
+from omni_rl.models import Conditioning, DiffusionModelBase, register_adapter, register_tiny_model
+from omni_rl.models.diffusion import PromptLengthOptions, check_image_only, check_multiple, linspace_to_one_over_n
+from omni_rl.plan.spec import PlanSpec, register_plan_spec
+
+from adapters.tiny_decoders import make_kl_vae_decoder_responsive_by_stats
+
+_EMBEDS = ("prompt_embeds", "negative_prompt_embeds")
+# The 2x2 patch the pipeline folds into the channels before packing (`_patchify_latents`).
+PATCH = 2
+
+
+@dataclass
+class Flux2KleinOptions(PromptLengthOptions):
+    """FLUX.2 [klein]'s knobs (`model.options`), defaulting to the pipeline's."""
+
+    max_sequence_length: int = option(512, "Text tokens (chat template included) the prompt is padded or cut to; the transformer attends to all of them (the pipeline's max_sequence_length, 512).")
+    text_encoder_out_layers: list[int] = option([9, 18, 27], "Qwen3 hidden-state indices stacked per token into the prompt embedding (the pipeline's text_encoder_out_layers); their count x the encoder's hidden size must be the transformer's joint_attention_dim.")
+    is_distilled: Optional[bool] = option(None, "The step-distilled checkpoints take no CFG (rollout.guidance_scale must be 1); the base ones run CFG with the empty negative prompt when rollout.guidance_scale > 1. null = the checkpoint's model_index.json is_distilled, as the pipeline reads it.")
+
+    def check(self) -> None:
+        super().check()
+        check_layers(self.text_encoder_out_layers, "[9, 18, 27]")
+
+
+def check_layers(layers, default: str) -> None:
+    if not layers or not all(isinstance(i, int) and i >= 0 for i in layers):
+        raise ValueError(f"text_encoder_out_layers={list(layers)!r}: expected hidden-state indices (integers >= 0), "
+                         f"e.g. the pipeline's {default}")
+
+
+def read_is_distilled(folder: Path) -> bool:
+    """The checkpoint's `is_distilled` (model_index.json; the pipeline's default False when absent)."""
+    try:
+        index = json.loads((Path(folder) / "model_index.json").read_text())
+    except (OSError, ValueError):
+        return False
+    return bool(index.get("is_distilled", False))
+
+
+def image_ids(h: int, w: int) -> torch.Tensor:
+    """[h w, 4] position ids (0, row, column, 0): the pipeline's `_prepare_latent_ids`."""
+    return torch.cartesian_prod(torch.arange(1), torch.arange(h), torch.arange(w), torch.arange(1))
+
+
+def text_ids(length: int) -> torch.Tensor:
+    """[L, 4] position ids (0, 0, 0, index): the pipeline's `_prepare_text_ids`."""
+    return torch.cartesian_prod(torch.arange(1), torch.arange(1), torch.arange(1), torch.arange(length))
+
+
+def patchify(z: torch.Tensor) -> torch.Tensor:
+    """VAE latent [B, C, h, w] -> [B, 4C, h/2, w/2], channel c's 2x2 patch at 4c..4c+3 (the
+    pipeline's `_patchify_latents`)."""
+    b, c, h, w = z.shape
+    return z.view(b, c, h // PATCH, PATCH, w // PATCH, PATCH).permute(0, 1, 3, 5, 2, 4).reshape(
+        b, c * PATCH * PATCH, h // PATCH, w // PATCH)
+
+
+def unpatchify(x: torch.Tensor) -> torch.Tensor:
+    """The inverse of `patchify` (the pipeline's `_unpatchify_latents`)."""
+    b, c4, h, w = x.shape
+    c = c4 // (PATCH * PATCH)
+    return x.reshape(b, c, PATCH, PATCH, h, w).permute(0, 1, 4, 2, 5, 3).reshape(b, c, h * PATCH, w * PATCH)
+
+
+def compute_mu(image_tokens: int, num_steps: int) -> float:
+    from diffusers.pipelines.flux2.pipeline_flux2_klein import compute_empirical_mu
+
+    return float(compute_empirical_mu(image_seq_len=image_tokens, num_steps=num_steps))
+
+
+@register_adapter("Flux2KleinPipeline")
+class Flux2KleinAdapter(DiffusionModelBase):
+    options_class = Flux2KleinOptions
+    # VAE factor 8 x the 2x2 patch (every FLUX.2 checkpoint; `latent_shape` checks the loaded one).
+    size_multiple = 16
+    # The attention projections of the double-stream blocks (image: to_*, text: add_*_proj,
+    # to_add_out) and the single-stream blocks' fused qkv+MLP input projection (PEFT matches
+    # name suffixes; the single blocks' `attn.to_out` is not a suffix-matchable Linear name).
+    default_lora_targets = (
+        "attn.to_q", "attn.to_k", "attn.to_v", "attn.to_out.0",
+        "attn.add_q_proj", "attn.add_k_proj", "attn.add_v_proj", "attn.to_add_out",
+        "attn.to_qkv_mlp_proj",
+    )
+
+    @classmethod
+    def check_model_limits(cls, cfg, configs) -> None:
+        """A guidance scale the distilled checkpoint does not take, read from its
+        model_index.json before any weights load."""
+        distilled = cls.bind_options(cfg.model).is_distilled
+        if distilled is None:
+            distilled = read_is_distilled(configs.folder)
+        check_guidance(cfg.model.adapter, distilled, cfg.rollout.guidance_scale)
+
+    def __init__(self, cfg: ModelConfig, path: str, device: torch.device):
+        from diffusers import AutoencoderKLFlux2, FlowMatchEulerDiscreteScheduler, Flux2Transformer2DModel
+
+        super().__init__(cfg, path, device)
+        self.transformer = self.load_pretrained(Flux2Transformer2DModel, "transformer").to(device)
+        self.vae = self.load_pretrained(AutoencoderKLFlux2, "vae").to(device)
+        self.scheduler = FlowMatchEulerDiscreteScheduler.from_pretrained(path, subfolder="scheduler")
+        self._build_pipeline(path)
+        self.pipeline.set_progress_bar_config(disable=True)
+        self.vae_scale = self.pipeline.vae_scale_factor
+        self._check_text_width()
+        self.setup_trainable()
+
+    def _build_pipeline(self, path: str) -> None:
+        """`self.text_encoder`, `self.pipeline` (what encodes prompts) and `self.true_cfg`
+        (whether guidance is CFG over a negative prompt); FLUX.2 [dev] builds its own."""
+        from diffusers import Flux2KleinPipeline
+        from transformers import AutoTokenizer, Qwen3ForCausalLM
+
+        self.text_encoder = self.load_pretrained(Qwen3ForCausalLM, "text_encoder").to(self.device)
+        self.is_distilled = self.options.is_distilled
+        if self.is_distilled is None:
+            self.is_distilled = read_is_distilled(Path(path))
+        self.true_cfg = not self.is_distilled
+        self.pipeline = Flux2KleinPipeline(
+            scheduler=self.scheduler, vae=self.vae, text_encoder=self.text_encoder,
+            tokenizer=AutoTokenizer.from_pretrained(path, subfolder="tokenizer"), transformer=self.transformer,
+            is_distilled=self.is_distilled,
+        )
+
+    def _check_text_width(self) -> None:
+        layers = list(self.options.text_encoder_out_layers)
+        config = getattr(self.text_encoder.config, "text_config", self.text_encoder.config)  # Mistral3: its LM's
+        if max(layers) > config.num_hidden_layers:
+            raise ValueError(f"model.options.text_encoder_out_layers={layers}: the text encoder has hidden states 0.."
+                             f"{config.num_hidden_layers}")
+        width, joint = len(layers) * config.hidden_size, self.transformer.config.joint_attention_dim
+        if width != joint:
+            raise ValueError(f"model.options.text_encoder_out_layers={layers}: {len(layers)} layers x hidden size "
+                             f"{config.hidden_size} = {width}, but the transformer takes {joint}; use "
+                             f"{joint // config.hidden_size} layers")
+
+    # --- what trains ---------------------------------------------------------------------
+    def trainable_module(self) -> nn.Module:
+        return self.transformer
+
+    def frozen_modules(self) -> list[nn.Module]:
+        return [self.vae, self.text_encoder]
+
+    def fsdp_wrap_classes(self):
+        from diffusers.models.transformers.transformer_flux2 import Flux2SingleTransformerBlock, Flux2TransformerBlock
+
+        return (Flux2TransformerBlock, Flux2SingleTransformerBlock)
+
+    # --- shapes and schedule -------------------------------------------------------------
+    def _grid(self, height: int, width: int, num_frames: int) -> tuple[int, int]:
+        """(rows, columns) of the patchified latent."""
+        check_image_only("Flux2KleinPipeline", num_frames)
+        factor = self.vae_scale * PATCH
+        why = f"VAE factor {self.vae_scale} x the 2x2 patch"
+        check_multiple("rollout.height", height, factor, why)
+        check_multiple("rollout.width", width, factor, why)
+        return height // factor, width // factor
+
+    def latent_shape(self, height: int, width: int, num_frames: int = 1) -> tuple[int, ...]:
+        """[4 x latent channels, H/16, W/16]: the patchified, normalised latent of one image."""
+        h, w = self._grid(height, width, num_frames)
+        return (self.transformer.config.in_channels, h, w)
+
+    def schedule_mu(self, height: int, width: int, num_frames: int = 1, num_steps: int | None = None) -> float:
+        """The pipeline's `compute_empirical_mu` of the image token count and the step count."""
+        if num_steps is None:
+            raise ValueError("FLUX.2's shift depends on the step count too: pass num_steps to schedule_mu()")
+        h, w = self._grid(height, width, num_frames)
+        return compute_mu(h * w, num_steps)
+
+    def base_sigmas(self, num_steps: int) -> list[float] | None:
+        if self.scheduler.config.get("use_flow_sigmas", False):  # the pipeline then leaves the spacing to it
+            return None
+        return linspace_to_one_over_n(num_steps)
+
+    def sigmas(self, num_steps: int, height: int | None = None, width: int | None = None,
+               num_frames: int = 1) -> torch.Tensor:
+        """The pipeline's schedule, [num_steps + 1] fp32 ending in 0: `base_sigmas` shifted by
+        mu of this geometry *and step count* (the base class's `sigmas` knows mu of the
+        geometry alone), on a copy of the scheduler."""
+        if height is None or width is None:
+            raise ValueError("FLUX.2's schedule shifts with the output's token count: pass height and width to sigmas()")
+        mu = self.schedule_mu(height, width, num_frames, num_steps)
+        cache = self.__dict__.setdefault("_sigma_cache", {})
+        key = (num_steps, mu)
+        if key not in cache:
+            scheduler = copy.deepcopy(self.scheduler)
+            spacing = self.base_sigmas(num_steps)
+            if spacing is None:
+                scheduler.set_timesteps(num_steps, device="cpu", mu=mu)
+            else:
+                scheduler.set_timesteps(sigmas=[float(s) for s in spacing], device="cpu", mu=mu)
+            cache[key] = scheduler.sigmas.detach().to(torch.float32).cpu()
+        return cache[key]
+
+    # --- conditioning --------------------------------------------------------------------
+    @torch.no_grad()
+    def encode_prompts(self, prompts: list[str], negative_prompt: str = "") -> Conditioning:
+        """Each prompt's embeddings [B, L, D] (L = max_sequence_length) through the pipeline's
+        `encode_prompt`, and, for CFG on a base checkpoint, the negative prompt's (the pipeline
+        always uses ""; `rollout.negative_prompt` replaces it)."""
+        def encode(texts):
+            embeds, _ = self.pipeline.encode_prompt(
+                prompt=texts, device=self.device, max_sequence_length=self.options.max_sequence_length,
+                text_encoder_out_layers=tuple(self.options.text_encoder_out_layers),
+            )
+            return embeds
+
+        tensors = {"prompt_embeds": encode(list(prompts))}
+        if self.true_cfg:
+            tensors["negative_prompt_embeds"] = encode([negative_prompt]).expand(len(prompts), -1, -1).contiguous()
+        return Conditioning(tensors)
+
+    # --- forward -------------------------------------------------------------------------
+    def predict_velocity(self, latents, sigma, conditioning, guidance_scale):
+        """Velocity (fp32, [B, C, h, w]) at per-sample sigma [B], with CFG when the checkpoint
+        is not distilled and `guidance_scale` > 1 (module docstring)."""
+        b, c, h, w = latents.shape
+        sigma = sigma.to(torch.float32).reshape(-1).to(self.device)
+        if sigma.shape[0] != b:
+            raise ValueError(f"sigma has {sigma.shape[0]} values for a batch of {b} latents")
+        tokens = latents.to(self.device, torch.float32).reshape(b, c, h * w).permute(0, 2, 1).to(self.dtype)
+        cond = conditioning.to(self.device)
+        guided = guidance_scale > 1.0 and self.true_cfg
+        parts = ("negative_prompt_embeds", "prompt_embeds") if guided else ("prompt_embeds",)
+        text = torch.cat([cond[name] for name in parts]).to(self.dtype)
+        copies = len(parts)
+        guidance = None
+        if self.transformer.config.guidance_embeds:  # a guidance-distilled transformer reads the scale
+            guidance = torch.full((b * copies,), float(guidance_scale), device=self.device, dtype=self.dtype)
+        out = self.transformer(
+            hidden_states=torch.cat([tokens] * copies),
+            encoder_hidden_states=text,
+            timestep=torch.cat([sigma] * copies).to(self.dtype),
+            img_ids=image_ids(h, w).to(self.device),
+            txt_ids=text_ids(text.shape[1]).to(self.device),
+            guidance=guidance,
+            return_dict=False,
+        )[0].to(torch.float32)
+        if guided:
+            uncond, cond_v = out.chunk(2)
+            out = uncond + guidance_scale * (cond_v - uncond)
+        return out.permute(0, 2, 1).reshape(b, c, h, w)
+
+    # --- decoding ------------------------------------------------------------------------
+    def _bn_stats(self, like: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        bn = self.vae.bn
+        mean = bn.running_mean.view(1, -1, 1, 1).to(like.device, like.dtype)
+        std = torch.sqrt(bn.running_var.view(1, -1, 1, 1) + self.vae.config.batch_norm_eps).to(like.device, like.dtype)
+        return mean, std
+
+    def raw_latents(self, latents: torch.Tensor) -> torch.Tensor:
+        """The normalised patchified latent -> the VAE's [B, 32, h, w] (the pipeline's last step
+        before `vae.decode`)."""
+        x = latents.to(self.device, self.vae.dtype)
+        mean, std = self._bn_stats(x)
+        return unpatchify(x * std + mean)
+
+    def normalised_latents(self, z: torch.Tensor) -> torch.Tensor:
+        """The inverse of `raw_latents` (the pipeline's `_encode_vae_image` after the encoder)."""
+        x = patchify(z.to(self.device, self.vae.dtype))
+        mean, std = self._bn_stats(x)
+        return (x - mean) / std
+
+    @torch.no_grad()
+    def decode(self, latents: torch.Tensor) -> torch.Tensor:
+        """Latents [B, 128, h, w] -> uint8 images [B, 16h, 16w, 3]."""
+        if latents.ndim != 4:
+            raise ValueError(f"FLUX.2 latents are [B, C, h, w], got shape {tuple(latents.shape)}")
+        image = self.vae.decode(self.raw_latents(latents), return_dict=False)[0]
+        image = (image.float() / 2 + 0.5).clamp(0, 1)
+        return (image * 255).round().to(torch.uint8).permute(0, 2, 3, 1).cpu()
+
+    # --- saving --------------------------------------------------------------------------
+    def save_lora(self, folder: str) -> None:
+        """diffusers' LoRA format with the adapter config (rank, alpha, targets) in the file's
+        metadata: the pipeline's `load_lora_weights(folder)` (`Flux2LoraLoaderMixin`, both FLUX.2
+        pipelines) loads it at the trained scale."""
+        from peft.utils import get_peft_model_state_dict
+
+        type(self.pipeline).save_lora_weights(
+            folder, transformer_lora_layers=get_peft_model_state_dict(self.transformer),
+            transformer_lora_adapter_metadata=self.transformer.peft_config["default"].to_dict(),
+        )
+
+
+@dataclass
+class Flux2DevOptions(PromptLengthOptions):
+    """FLUX.2 [dev]'s knobs (`model.options`), defaulting to the pipeline's."""
+
+    max_sequence_length: int = option(512, "Text tokens (system prompt and chat template included) the prompt is padded or cut to; the transformer attends to all of them (the pipeline's max_sequence_length, 512).")
+    text_encoder_out_layers: list[int] = option([10, 20, 30], "Mistral-3 hidden-state indices stacked per token into the prompt embedding (the pipeline's text_encoder_out_layers); their count x the encoder's hidden size must be the transformer's joint_attention_dim.")
+
+    def check(self) -> None:
+        super().check()
+        check_layers(self.text_encoder_out_layers, "[10, 20, 30]")
+
+
+@register_adapter("Flux2Pipeline")
+class Flux2DevAdapter(Flux2KleinAdapter):
+    """FLUX.2 [dev] (`Flux2Pipeline`): the klein adapter's transformer, latents, positions,
+    schedule and decoding, with the pipeline's Mistral-3 encoding (its processor's chat template
+    over the pipeline's system message and the prompt, hidden states 10/20/30) and its guidance:
+    `rollout.guidance_scale` goes into the transformer's guidance embedding (the pipeline's
+    default 4.0), one forward a step, no CFG and no negative prompt."""
+
+    options_class = Flux2DevOptions
+
+    @classmethod
+    def check_model_limits(cls, cfg, configs) -> None:
+        """Any guidance scale: it is an input of the guidance embedding."""
+
+    def _build_pipeline(self, path: str) -> None:
+        from diffusers import Flux2Pipeline
+        from transformers import AutoProcessor, Mistral3ForConditionalGeneration
+
+        # Before the text encoder: a klein folder's Qwen3 config would build a default-sized Mistral-3.
+        if not self.transformer.config.guidance_embeds:
+            raise ValueError(f"{path}: Flux2Pipeline's transformer has no guidance embedding (guidance_embeds: false); "
+                             f"a klein checkpoint loads with model.adapter=Flux2KleinPipeline")
+        self.text_encoder = self.load_pretrained(Mistral3ForConditionalGeneration, "text_encoder").to(self.device)
+        self.true_cfg = False
+        self.pipeline = Flux2Pipeline(
+            scheduler=self.scheduler, vae=self.vae, text_encoder=self.text_encoder,
+            tokenizer=AutoProcessor.from_pretrained(path, subfolder="tokenizer"), transformer=self.transformer,
+        )
+
+
+def check_guidance(adapter: str, distilled: bool, guidance_scale: float) -> None:
+    """ValueError for a guidance scale a distilled checkpoint does not take."""
+    if distilled and guidance_scale != 1.0:
+        raise ValueError(
+            f"rollout.guidance_scale={guidance_scale:g}: {adapter} on a step-distilled checkpoint (is_distilled) takes "
+            f"no guidance; set rollout.guidance_scale=1, or use a -base checkpoint for CFG"
+        )
+
+
+# --- the tiny model -----------------------------------------------------------------------
+# Qwen3's chat template as the pipeline calls it (one user turn, the generation prompt, and with
+# enable_thinking=False the empty think block Qwen3's own template writes).
+QWEN3_TEMPLATE = (
+    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n"
+    "{% if enable_thinking is defined and enable_thinking is false %}<think>\n\n</think>\n\n{% endif %}{% endif %}"
+)
+# Hidden states the tiny encoder has (0..TINY_LAYERS): enough for the pipeline's default (9, 18, 27).
+TINY_LAYERS = 27
+
+
+def _tiny_tokenizer():
+    from adapters.qwen3 import build_byte_tokenizer
+
+    tokenizer = build_byte_tokenizer()
+    tokenizer.chat_template = QWEN3_TEMPLATE
+    return tokenizer
+
+
+def build_tiny_flux2_components() -> dict:
+    """The seeded components of `tiny:flux2`: a 27-layer Qwen3 (hidden 16, so the pipeline's
+    layers 9/18/27 give 48-wide embeddings) with a byte-level tokenizer, a transformer of one
+    double- and one single-stream block (2 heads of 16, 128-channel tokens) and a 32-channel
+    `AutoencoderKLFlux2` with the real factors (8 px, 2x2 batch-norm patches; seeded running
+    statistics, the same for a channel's four patch positions) whose decoder responds to its
+    latents (`adapters/tiny_decoders.py`). 32x32 px give a [128, 2, 2] latent, 4 tokens.
+
+    The scheduler is the klein checkpoints' (dynamic shifting; the pipeline passes mu)."""
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    torch.manual_seed(0)
+    tokenizer = _tiny_tokenizer()
+    text_encoder = Qwen3ForCausalLM(Qwen3Config(
+        vocab_size=len(tokenizer), hidden_size=16, intermediate_size=32, num_hidden_layers=TINY_LAYERS,
+        num_attention_heads=2, num_key_value_heads=1, head_dim=8, max_position_embeddings=1024,
+        tie_word_embeddings=True, eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id,
+    ))
+    transformer, vae, scheduler = _tiny_transformer_vae_scheduler(guidance_embeds=False)
+    return dict(scheduler=scheduler, vae=vae, text_encoder=text_encoder, tokenizer=tokenizer, transformer=transformer)
+
+
+def _tiny_transformer_vae_scheduler(guidance_embeds: bool) -> tuple:
+    """The tiny FLUX.2 transformer, responsive VAE and scheduler both tiny models share (drawn
+    from torch's global generator after the text encoder; the VAE's statistics from their own)."""
+    from diffusers import AutoencoderKLFlux2, FlowMatchEulerDiscreteScheduler, Flux2Transformer2DModel
+
+    transformer = Flux2Transformer2DModel(
+        patch_size=1, in_channels=128, num_layers=1, num_single_layers=1, attention_head_dim=16,
+        num_attention_heads=2, joint_attention_dim=3 * 16, timestep_guidance_channels=32,
+        axes_dims_rope=(4, 4, 4, 4), guidance_embeds=guidance_embeds,
+    )
+    vae = AutoencoderKLFlux2(
+        block_out_channels=(16, 16, 16, 16), layers_per_block=1, norm_num_groups=4, latent_channels=32,
+    )
+    gen = torch.Generator().manual_seed(1)
+    mean = torch.randn(32, generator=gen) * 0.5
+    std = 0.5 + torch.rand(32, generator=gen)
+    vae.bn.running_mean.copy_(mean.repeat_interleave(PATCH * PATCH))
+    vae.bn.running_var.copy_((std**2).repeat_interleave(PATCH * PATCH) - vae.config.batch_norm_eps)
+    make_kl_vae_decoder_responsive_by_stats(vae, mean, std, gain=1.0)
+    scheduler = FlowMatchEulerDiscreteScheduler(num_train_timesteps=1000, shift=3.0, use_dynamic_shifting=True)
+    return transformer, vae, scheduler
+
+
+@register_tiny_model("flux2")
+def build_tiny_flux2(folder: Path) -> None:
+    """A tiny seeded random-weight FLUX.2 [klein] base (`build_tiny_flux2_components`; not
+    distilled, so CFG is exercised), saved as a `Flux2KleinPipeline`."""
+    from diffusers import Flux2KleinPipeline
+
+    Flux2KleinPipeline(**build_tiny_flux2_components(), is_distilled=False).save_pretrained(Path(folder))
+
+
+# Mistral-3's chat template as the pipeline's messages need it (a system turn and a user turn,
+# each a list of text parts): [SYSTEM_PROMPT]...[/SYSTEM_PROMPT][INST]...[/INST].
+MISTRAL3_TEMPLATE = (
+    "{%- for m in messages %}{%- if m['content'] is string %}{%- set text = m['content'] %}{%- else %}"
+    "{%- set text = m['content'] | selectattr('type', 'equalto', 'text') | map(attribute='text') | join('') %}"
+    "{%- endif %}{%- if m['role'] == 'system' %}[SYSTEM_PROMPT]{{ text }}[/SYSTEM_PROMPT]"
+    "{%- elif m['role'] == 'user' %}[INST]{{ text }}[/INST]{%- endif %}{%- endfor %}"
+)
+# Hidden states the tiny Mistral has (0..TINY_DEV_LAYERS): enough for the pipeline's (10, 20, 30).
+TINY_DEV_LAYERS = 30
+
+
+def build_tiny_flux2_dev_components() -> dict:
+    """The seeded components of `tiny:flux2_dev`: a 30-layer Mistral-3 (hidden 16; a one-layer
+    Pixtral vision tower the text path never runs) with a Pixtral processor around a byte-level
+    tokenizer and the template above, and `tiny:flux2`'s transformer (with a guidance embedding),
+    VAE and scheduler."""
+    from transformers import Mistral3Config, Mistral3ForConditionalGeneration, PixtralImageProcessor, PixtralProcessor
+
+    from adapters.qwen3 import build_byte_tokenizer
+
+    torch.manual_seed(0)
+    tokenizer = build_byte_tokenizer()
+    tokenizer.add_special_tokens({"additional_special_tokens": ["<|im_start|>", "[IMG]", "[IMG_BREAK]", "[IMG_END]"]})
+    processor = PixtralProcessor(image_processor=PixtralImageProcessor(), tokenizer=tokenizer,
+                                 chat_template=MISTRAL3_TEMPLATE)
+    text_encoder = Mistral3ForConditionalGeneration(Mistral3Config(
+        text_config=dict(model_type="mistral", vocab_size=len(tokenizer), hidden_size=16, intermediate_size=32,
+                         num_hidden_layers=TINY_DEV_LAYERS, num_attention_heads=2, num_key_value_heads=1, head_dim=8,
+                         max_position_embeddings=1024, pad_token_id=tokenizer.pad_token_id),
+        vision_config=dict(model_type="pixtral", hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                           num_attention_heads=2, head_dim=8, patch_size=14, image_size=56),
+        image_token_index=tokenizer.convert_tokens_to_ids("[IMG]"), spatial_merge_size=1,
+    ))
+    transformer, vae, scheduler = _tiny_transformer_vae_scheduler(guidance_embeds=True)
+    return dict(scheduler=scheduler, vae=vae, text_encoder=text_encoder, tokenizer=processor, transformer=transformer)
+
+
+@register_tiny_model("flux2_dev")
+def build_tiny_flux2_dev(folder: Path) -> None:
+    """A tiny seeded random-weight FLUX.2 [dev] (`build_tiny_flux2_dev_components`), saved as a
+    `Flux2Pipeline`."""
+    from diffusers import Flux2Pipeline
+
+    Flux2Pipeline(**build_tiny_flux2_dev_components()).save_pretrained(Path(folder))
+
+
+# --- the planner's view (omni_rl.plan.spec) ---------------------------------------------------
+def _plan_load_trained(adapter) -> None:
+    from diffusers import Flux2Transformer2DModel
+
+    adapter.transformer = adapter.load_pretrained(Flux2Transformer2DModel, "transformer")
+    adapter.vae_scale = 8  # AutoencoderKLFlux2: 8x spatially (four blocks), 32 latent channels
+
+
+def _plan_forward_inputs(adapter, cfg, batch: int) -> dict:
+    """The forward `predict_velocity` runs: the prompt at `max_sequence_length` tokens (all of
+    them attended to, as in the pipeline)."""
+    from omni_rl.plan.spec import prompt_tokens
+
+    c = adapter.transformer.config
+    h, w = cfg.rollout.height // (adapter.vae_scale * PATCH), cfg.rollout.width // (adapter.vae_scale * PATCH)
+    tokens = prompt_tokens(cfg)
+    guidance = torch.empty(batch, dtype=adapter.dtype) if c.guidance_embeds else None
+    return {"transformer": dict(
+        hidden_states=torch.empty(batch, h * w, c.in_channels, dtype=adapter.dtype),
+        encoder_hidden_states=torch.empty(batch, tokens, c.joint_attention_dim, dtype=adapter.dtype),
+        timestep=torch.empty(batch, dtype=adapter.dtype),
+        img_ids=image_ids(h, w), txt_ids=text_ids(tokens), guidance=guidance,
+        return_dict=False,
+    )}
+
+
+register_plan_spec("Flux2KleinPipeline", PlanSpec(_plan_load_trained, _plan_forward_inputs))
+register_plan_spec("Flux2Pipeline", PlanSpec(_plan_load_trained, _plan_forward_inputs))
