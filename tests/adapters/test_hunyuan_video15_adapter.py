@@ -182,15 +182,23 @@ def test_decoder_responds_to_the_latents(model):
 
 
 # --- one `error:` line at load, before any model loads -------------------------------------
-@pytest.mark.parametrize("override, expected", [
-    ("rollout.num_frames=6", ["rollout.num_frames=6", "4k+1", "5 or 9"]),
-    ("rollout.width=40", ["rollout.width=40", "multiple of 16", "32 or 48"]),
-    ("+model.options.guidance_scale_2=2.0", ["guidance_scale_2"]),
-    ("model.options.shift=-1", ["shift=-1"]),
-    ("data.prompt_file=recipes/prompts/tiny_edit.jsonl", ["carries a source image", "HunyuanVideo15Pipeline"]),
+EDIT_DATA = ("recipe=tiny_qwen_image_edit_flowgrpo", "model.adapter=HunyuanVideo15Pipeline", "model.path=tiny:hunyuan_video15")
+
+
+@pytest.mark.parametrize("overrides, expected", [
+    (["rollout.num_frames=6"], ["rollout.num_frames=6", "4k+1", "5 or 9"]),
+    (["rollout.width=40"], ["rollout.width=40", "multiple of 16", "32 or 48"]),
+    (["+model.options.guidance_scale_2=2.0"], ["guidance_scale_2"]),
+    (["model.options.shift=-1"], ["shift=-1"]),
+    (list(EDIT_DATA), ["carries a source image", "model.adapter=HunyuanVideo15Pipeline"]),
 ])
-def test_bad_input_is_one_error_line_at_load(capsys, tmp_path, override, expected):
-    code = main(["recipe=tiny_hunyuan_video15_flowgrpo", override, f"trainer.output_dir={tmp_path / 'out'}"])
+def test_bad_input_is_one_error_line_at_load(capsys, tmp_path, overrides, expected):
+    if overrides[0].startswith("recipe="):
+        args = overrides
+    else:
+        args = ["recipe=tiny_hunyuan_video15_flowgrpo", *overrides]
+    # trainer.total_steps=1: were a check missing, the run would end after one step.
+    code = main([*args, "trainer.total_steps=1", f"trainer.output_dir={tmp_path / 'out'}"])
     err = capsys.readouterr().err
     assert code == 2, err
     lines = err.strip().splitlines()
