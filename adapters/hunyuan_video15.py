@@ -387,35 +387,12 @@ def build_tiny_hunyuan_video15(folder: Path) -> None:
 
 # --- the planner's view (omni_rl.plan.spec) ---------------------------------------------------
 def _plan_load_trained(adapter) -> None:
-    from diffusers import AutoencoderKLHunyuanVideo15, HunyuanVideo15Transformer3DModel
+    from diffusers import HunyuanVideo15Transformer3DModel
 
     adapter.transformer = adapter.load_pretrained(HunyuanVideo15Transformer3DModel, "transformer")
-    adapter.plan_vae = {**AutoencoderKLHunyuanVideo15.extract_init_dict(
-        AutoencoderKLHunyuanVideo15.load_config(adapter.path, subfolder="vae"))[0]}
 
 
-def _plan_forward_inputs(adapter, cfg, batch: int) -> dict:
-    """The forward `predict_velocity` runs: the t2v input channels, the Qwen text at
-    `max_sequence_length` tokens and the glyph text at `glyph_max_sequence_length` (the longest
-    the pipeline lets through), no image tokens."""
-    from omni_rl.models.registry import ADAPTERS, adapter_key
-
-    options = ADAPTERS.get(adapter_key(cfg.model.adapter, cfg.model.stage)).bind_options(cfg.model)
-    c = adapter.transformer.config
-    r = cfg.rollout
-    channels, frames, h, w = hunyuan_latent_shape(adapter.plan_vae, c.patch_size, c.patch_size_t, r.height, r.width,
-                                                  r.num_frames)
-    text, glyph = int(options.max_sequence_length), int(options.glyph_max_sequence_length)
-    return {"transformer": dict(
-        hidden_states=torch.empty(batch, c.in_channels, frames, h, w, dtype=adapter.dtype),
-        timestep=torch.empty(batch, dtype=adapter.dtype),
-        encoder_hidden_states=torch.empty(batch, text, c.text_embed_dim, dtype=adapter.dtype),
-        encoder_attention_mask=torch.ones(batch, text, dtype=adapter.dtype),
-        encoder_hidden_states_2=torch.empty(batch, glyph, c.text_embed_2_dim, dtype=adapter.dtype),
-        encoder_attention_mask_2=torch.ones(batch, glyph, dtype=adapter.dtype),
-        image_embeds=torch.zeros(batch, 0, c.image_embed_dim, dtype=adapter.dtype),
-        return_dict=False,
-    )}
-
-
-register_plan_spec("HunyuanVideo15Pipeline", PlanSpec(_plan_load_trained, _plan_forward_inputs))
+# No forward is traced: the transformer gathers each sample's valid text tokens with boolean masks
+# and branches on `all(image_embeds == 0)`, values a fake-tensor trace does not have. The plan
+# counts the transformer's weights, gradients and optimizer state, and says it traced nothing.
+register_plan_spec("HunyuanVideo15Pipeline", PlanSpec(_plan_load_trained, None))
