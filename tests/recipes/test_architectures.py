@@ -224,6 +224,8 @@ SIZES = [
      "30.5B", "Qwen3-30B-A3B model card (30.5B in total), the thinker's MoE decoder (Qwen3-Omni report, arXiv 2509.17765)"),
     ("qwen3-omni-thinker-moe-active", lambda: _qwen3_omni_thinker_language_model()[1],
      "3.3B", "Qwen3-30B-A3B model card (3.3B activated): 8 of 128 experts per token"),
+    ("hunyuan-video15-480p-t2v-transformer", lambda: stored_tensor_count(_diffusers("HunyuanVideo15Transformer3DModel", "hunyuanvideo-community--HunyuanVideo-1.5-Diffusers-480p_t2v", "transformer")),
+     "8.3B", "HunyuanVideo-1.5 README (Tencent-Hunyuan/HunyuanVideo-1.5): a video generation model with only 8.3B parameters"),
 ]
 
 
