@@ -3,3 +3,4 @@ from adapters import bagel, bagel_plan, ltx2, qwen3, qwen3_omni, qwen3_omni_talk
 from adapters import flux, flux_kontext  # noqa: F401
 from adapters import z_image  # noqa: F401
 from adapters import flux2  # noqa: F401
+from adapters import hunyuan_video15  # noqa: F401

@@ -21,7 +21,9 @@ not depend on the seed; the tiny images are grey.
 `make_kl_vae_decoder_responsive(vae)` does the same for a 2-D `AutoencoderKL` (FLUX.1's), whose
 last norm is a GroupNorm (its docstring says how the construction allows for that);
 `make_kl_vae_decoder_responsive_by_stats(vae, latents_mean, latents_std)` for one whose latents
-are normalised per channel by mean and std (FLUX.2's `AutoencoderKLFlux2`).
+are normalised per channel by mean and std (FLUX.2's `AutoencoderKLFlux2`);
+`make_hunyuan_video15_decoder_responsive(vae)` for HunyuanVideo-1.5's video VAE, whose shortcuts
+spread channels (its docstring).
 """
 from __future__ import annotations
 
@@ -216,3 +218,67 @@ def make_kl_vae_decoder_responsive_by_stats(vae: nn.Module, latents_mean, latent
     conv_out.weight.zero_()
     conv_out.bias.zero_()
     conv_out.weight[:, 0, 1, 1] = gain
+# --- HunyuanVideo-1.5's VAE (DC-AE-style shortcuts) -------------------------------------------
+def make_hunyuan_video15_decoder_responsive(vae: nn.Module, gain: float = 1.0) -> None:
+    """Set the decoder of an `AutoencoderKLHunyuanVideo15` so that each pixel's brightness is a
+    smooth increasing function of the mean normalised latent u at its position (the latent the
+    pipeline denoises; the VAE decodes it divided by `scaling_factor`).
+    This VAE has no per-channel norms to route one feature through: its `conv_in` adds the latent
+    repeated over channels, and every upsampler adds a shortcut that repeats channels and shuffles
+    them into sub-pixels (`_dcae_upsample_rearrange`), so a single "feature 0" would be scattered.
+    A value carried by *every* channel survives all of them unchanged, so:
+    1. `conv_in` writes u into every feature (its weight cancels the repeated-latent shortcut);
+    2. every residual branch and attention output is zero (each block is its shortcut), a 1x1
+       channel-changing shortcut averages its inputs, and every upsampler's convolution is zero
+       (its output is its shortcut: u everywhere, at every sub-pixel and frame);
+    3. the last upsampler's convolution sets output channel 1 to the constant 1 (minus its
+       shortcut's u) at every sub-pixel and frame phase: packed channel p lands on output
+       channel p % c_out (the first frame keeps the even blocks, a subset of them);
+    4. the RMS norm over the C final channels then gives feature 0 = sqrt(C) u / sqrt((C-1) u^2 + 1),
+       increasing in u, and `conv_out` sets every output channel to `gain * silu(feature 0)`.
+    Latent 0 decodes to mid-grey. The weights do not depend on the seed."""
+    from diffusers.models.autoencoders.autoencoder_kl_hunyuanvideo15 import (
+        HunyuanVideo15AttnBlock, HunyuanVideo15ResnetBlock, HunyuanVideo15Upsample,
+    )
+    latent = decoder.in_channels
+    # Execution order (the decoder registers `up_blocks` before `mid_block`, so modules() is not it).
+    blocks = [*decoder.mid_block.resnets, *(a for a in decoder.mid_block.attentions if a is not None)]
+    for up in decoder.up_blocks:
+        blocks += [*up.resnets, *(up.upsamplers or [])]
+    upsamplers = [b for b in blocks if isinstance(b, HunyuanVideo15Upsample)]
+    if not upsamplers:
+        raise ValueError("make_hunyuan_video15_decoder_responsive needs a decoder with at least one upsampler")
+    after_last = False
+    for block in blocks:
+        if isinstance(block, HunyuanVideo15ResnetBlock):
+            block.conv2.conv.weight.zero_()
+            block.conv2.conv.bias.zero_()
+            if block.conv_shortcut is not None:
+                shortcut = block.conv_shortcut
+                shortcut.bias.zero_()
+                if after_last:  # past the constant channel: keep channels apart
+                    pass_through(shortcut)
+                else:  # u in every channel stays u in every channel
+                    shortcut.weight.fill_(1.0 / shortcut.weight.shape[1])
+        elif isinstance(block, HunyuanVideo15AttnBlock):
+            block.proj_out.weight.zero_()
+            block.proj_out.bias.zero_()
+        elif isinstance(block, HunyuanVideo15Upsample):
+            conv = block.conv.conv
+            conv.weight.zero_()
+            conv.bias.zero_()
+            if block is upsamplers[-1]:
+                factor = 8 if block.add_temporal_upsample else 4
+                c_out, c_in = conv.out_channels // factor, conv.in_channels
+                for p in range(1, conv.out_channels, c_out):  # every packed channel landing on channel 1
+                    conv.weight[p, :, -1, 1, 1] = -1.0 / c_in
+                    conv.bias[p] = 1.0
+                after_last = True
+    scale = float(vae.config.scaling_factor)
+    conv_in = decoder.conv_in.conv
+    conv_in.weight[:, :, -1, 1, 1] = scale / latent  # u = mean of scaling_factor * z
+    for k in range(conv_in.out_channels):
+        conv_in.weight[k, k // decoder.repeat, -1, 1, 1] -= 1.0  # cancels the repeated-latent shortcut
+    decoder.norm_out.gamma.fill_(1.0)
+    conv_out = decoder.conv_out.conv
+    conv_out.weight[:, 0, -1, 1, 1] = gain
