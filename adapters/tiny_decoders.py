@@ -218,15 +218,19 @@ def make_kl_vae_decoder_responsive_by_stats(vae: nn.Module, latents_mean, latent
     conv_out.weight.zero_()
     conv_out.bias.zero_()
     conv_out.weight[:, 0, 1, 1] = gain
-# --- HunyuanVideo-1.5's VAE (DC-AE-style shortcuts) -------------------------------------------
+
+
+@torch.no_grad()
 def make_hunyuan_video15_decoder_responsive(vae: nn.Module, gain: float = 1.0) -> None:
     """Set the decoder of an `AutoencoderKLHunyuanVideo15` so that each pixel's brightness is a
     smooth increasing function of the mean normalised latent u at its position (the latent the
     pipeline denoises; the VAE decodes it divided by `scaling_factor`).
+
     This VAE has no per-channel norms to route one feature through: its `conv_in` adds the latent
     repeated over channels, and every upsampler adds a shortcut that repeats channels and shuffles
     them into sub-pixels (`_dcae_upsample_rearrange`), so a single "feature 0" would be scattered.
     A value carried by *every* channel survives all of them unchanged, so:
+
     1. `conv_in` writes u into every feature (its weight cancels the repeated-latent shortcut);
     2. every residual branch and attention output is zero (each block is its shortcut), a 1x1
        channel-changing shortcut averages its inputs, and every upsampler's convolution is zero
@@ -236,10 +240,13 @@ def make_hunyuan_video15_decoder_responsive(vae: nn.Module, gain: float = 1.0) -
        channel p % c_out (the first frame keeps the even blocks, a subset of them);
     4. the RMS norm over the C final channels then gives feature 0 = sqrt(C) u / sqrt((C-1) u^2 + 1),
        increasing in u, and `conv_out` sets every output channel to `gain * silu(feature 0)`.
+
     Latent 0 decodes to mid-grey. The weights do not depend on the seed."""
     from diffusers.models.autoencoders.autoencoder_kl_hunyuanvideo15 import (
         HunyuanVideo15AttnBlock, HunyuanVideo15ResnetBlock, HunyuanVideo15Upsample,
     )
+
+    decoder = vae.decoder
     latent = decoder.in_channels
     # Execution order (the decoder registers `up_blocks` before `mid_block`, so modules() is not it).
     blocks = [*decoder.mid_block.resnets, *(a for a in decoder.mid_block.attentions if a is not None)]
@@ -276,9 +283,13 @@ def make_hunyuan_video15_decoder_responsive(vae: nn.Module, gain: float = 1.0) -
                 after_last = True
     scale = float(vae.config.scaling_factor)
     conv_in = decoder.conv_in.conv
+    conv_in.weight.zero_()
+    conv_in.bias.zero_()
     conv_in.weight[:, :, -1, 1, 1] = scale / latent  # u = mean of scaling_factor * z
     for k in range(conv_in.out_channels):
         conv_in.weight[k, k // decoder.repeat, -1, 1, 1] -= 1.0  # cancels the repeated-latent shortcut
     decoder.norm_out.gamma.fill_(1.0)
     conv_out = decoder.conv_out.conv
+    conv_out.weight.zero_()
+    conv_out.bias.zero_()
     conv_out.weight[:, 0, -1, 1, 1] = gain
