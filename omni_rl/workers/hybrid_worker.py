@@ -51,16 +51,20 @@ class HybridWorker:
 
         return ray.util.get_node_ip_address(), free_port()
 
-    def init_process_group(self, addr: str, port: int, timeout_s: float) -> None:
+    def init_process_group(self, addr: str, port: int, timeout_s: float, startup_timeout_s: float) -> None:
         import torch.distributed as dist
 
         from omni_rl.device import bind_device, dist_backend
 
         bind_device(self.device)
-        # A collective waiting on a dead peer gives up after timeout_s; the driver notices first.
+        # The rendezvous waits for every rank as long as the start-up may take (a rank on a busy
+        # machine reaches it seconds after the others); a collective waiting on a dead peer gives
+        # up after timeout_s, and the driver notices first.
+        store = dist.TCPStore(addr, port, self.world_size, is_master=self.rank == 0,
+                              timeout=timedelta(seconds=startup_timeout_s))
         dist.init_process_group(
-            backend=dist_backend(self.device), init_method=f"tcp://{addr}:{port}", rank=self.rank,
-            world_size=self.world_size, timeout=timedelta(seconds=timeout_s),
+            backend=dist_backend(self.device), store=store, rank=self.rank, world_size=self.world_size,
+            timeout=timedelta(seconds=timeout_s),
         )
 
     def call(self, step: int, fn: Callable[..., Any], *args: Any) -> Any:

@@ -70,7 +70,8 @@ class WorkerGroup:
         self.infos = self._gather([w.node_info.remote() for w in self.workers], "start", deadline=up)
         addr, port = self._gather([self.workers[0].master_address.remote()], "start", deadline=up)[0]
         self._gather(
-            [w.init_process_group.remote(addr, port, timeout_s) for w in self.workers], "init_process_group",
+            [w.init_process_group.remote(addr, port, timeout_s, startup_timeout_s) for w in self.workers],
+            "init_process_group",
             deadline=up,
         )
         log.info("worker group up: %s (process group at %s:%d)", self.describe(), addr, port)
