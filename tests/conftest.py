@@ -9,13 +9,32 @@ import time
 import pytest
 
 
+def pytest_configure(config):
+    """Under pytest-xdist each worker process gets its share of the cores as torch threads, so
+    the workers together use the machine once over instead of each spinning a full OpenMP team
+    against the others (the README's test command runs `-n auto`: one worker per core)."""
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "0"))
+    if workers > 0:
+        threads = max(1, (os.cpu_count() or 1) // workers)
+        os.environ["OMP_NUM_THREADS"] = str(threads)  # subprocesses a test starts inherit it
+        import torch
+
+        torch.set_num_threads(threads)
+
+
 @pytest.fixture(scope="session", autouse=True)
 def _tiny_model_cache(tmp_path_factory):
     if "OMNI_RL_CACHE" in os.environ and os.environ.get("OMNI_RL_TEST_KEEP_CACHE"):
         yield
         return
     old = os.environ.get("OMNI_RL_CACHE")
-    os.environ["OMNI_RL_CACHE"] = str(tmp_path_factory.mktemp("omni_rl_cache"))
+    # One cache for the whole run: xdist workers share the base folder's parent (the tiny cache
+    # builds each model once under a lock, whichever worker asks first).
+    base = tmp_path_factory.getbasetemp()
+    root = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+    cache = root / "omni_rl_cache"
+    cache.mkdir(exist_ok=True)
+    os.environ["OMNI_RL_CACHE"] = str(cache)
     yield
     if old is None:
         os.environ.pop("OMNI_RL_CACHE", None)
@@ -50,9 +69,26 @@ def accel_test_device() -> str:
     return os.environ.get(ACCEL_DEVICE_ENV, "cuda")
 
 
-@pytest.hookimpl(tryfirst=True)  # before `-m` deselects: the budget's `long` marks must count
+# The modules that take longest (whole learning runs, real-size plans, Ray and subprocess runs)
+# are collected first. pytest-xdist (`--dist loadfile`) hands out modules in collection order, so
+# both workers start on the long ones and end together on short ones, instead of one worker
+# running a two-minute module alone at the end.
+LONGEST_FIRST = (
+    "tests/test_demo.py", "tests/recipes/", "tests/omni_rl/plan/", "tests/benchmarks/", "tests/omni_rl/workers/",
+    "tests/omni_rl/rollout/", "tests/adapters/",
+)
+
+
+def longest_first(items) -> None:
+    def rank(item) -> int:
+        path = item.nodeid.split("::")[0]
+        return next((i for i, prefix in enumerate(LONGEST_FIRST) if path.startswith(prefix)), len(LONGEST_FIRST))
+
+    items.sort(key=rank)  # stable: each module keeps its own order
+
+
 def pytest_collection_modifyitems(config, items):
-    mark_budget_long(items)
+    longest_first(items)
     from omni_rl.device import pick_device
 
     device = accel_test_device()
@@ -112,30 +148,3 @@ def trickling_server():
     """`with trickling_server(interval_s, max_s) as (url, accepted):` a server that never finishes
     its answer (the HTTP client's deadline tests)."""
     return contextlib.contextmanager(_trickling_server)
-
-
-# The default run's time budget (CI: 30 minutes on a loaded 2-core machine). These tests are
-# marked `long` at collection (so `python -m pytest -m long` still runs them):
-# - the newest adapters' test modules, except the checks that pin them to their pipeline (noise-0
-#   equals the pipeline, the trainer replays the rollout's log-probs) and their refusals, which
-#   stay in the default run with each model's few-step recipe run;
-# - real recipes whose plan traces the same network at the same shapes as another real recipe in
-#   the default run (only the rewards differ).
-BUDGET_LONG_MODULES = (
-    "tests/adapters/test_flux_adapter.py", "tests/adapters/test_flux_kontext_adapter.py",
-    "tests/adapters/test_z_image_adapter.py", "tests/adapters/test_flux2_adapter.py",
-    "tests/adapters/test_hunyuan_video15_adapter.py",
-)
-BUDGET_KEEP = ("noise_zero", "replays", "error", "refuse", "bad_", "nearest", "invalid")
-BUDGET_LONG_PLANS = ("sd35_medium_flowgrpo_ocr_lora", "sd35_medium_flowgrpo_pickscore_lora", "qwen_image_flow_dppo_lora",
-                     "flux1_dev_dancegrpo_hps_lora")
-
-
-def mark_budget_long(items) -> None:
-    for item in items:
-        path = item.nodeid.split("::")[0]
-        name = item.nodeid.split("::")[-1].lower()
-        if path in BUDGET_LONG_MODULES and not any(k in name for k in BUDGET_KEEP):
-            item.add_marker(pytest.mark.long)
-        if "test_every_real_recipe_plans_without_weights" in name and any(f"[{r}]" in name for r in BUDGET_LONG_PLANS):
-            item.add_marker(pytest.mark.long)
