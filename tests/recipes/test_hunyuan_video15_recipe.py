@@ -1,11 +1,11 @@
 """The tiny HunyuanVideo-1.5 recipe trains end to end and its reward rises.
 
-The whole learning run (slow, long) is judged like the demo: the mean video brightness of the
+The whole learning run (the HunyuanVideo family's one in the default run) is judged like the demo: the mean video brightness of the
 last 20% of steps beats the first 20% by more than 3 standard errors, with the rollout's and
 the trainer's log-probs the same function (`train` checks the gap and the first mini-batch's
 ratio); the LoRA it trained loads into diffusers' HunyuanVideo15Pipeline through the
 transformer's own loader (the pipeline has no `load_lora_weights`) and brightens the pipeline's
-videos as it brightened the adapter's. The default run trains 2 steps.
+videos as it brightened the adapter's.
 """
 import pytest
 import torch
@@ -46,22 +46,13 @@ def pipeline_brightness(lora_folder=None) -> float:
 
 
 @pytest.mark.slow
-@pytest.mark.long
 def test_tiny_hunyuan_video15_flowgrpo_learns(tmp_path):
     out = tmp_path / "hunyuan"
     steps = train(out, RECIPE)
     assert len(steps) == 20
+    assert all(r["loss/log_prob_mean"] != 0 for r in steps)
     report = rise_report(out / "metrics.jsonl")
     assert report["rose"], report
     assert played_streams(out / "samples" / "val_step_000020" / "00.mp4") == ["video"]
     base, trained = pipeline_brightness(), pipeline_brightness(out / "lora")
     assert trained > base + 0.05, (base, trained)
-
-
-def test_tiny_hunyuan_video15_flowgrpo_trains(tmp_path):
-    out = tmp_path / "hunyuan_short"
-    steps = train(out, RECIPE, "trainer.total_steps=2", "trainer.val_every=2", "trainer.save_every=2")
-    assert len(steps) == 2
-    assert all(r["loss/log_prob_mean"] != 0 for r in steps)
-    assert played_streams(out / "samples" / "val_step_000002" / "00.mp4") == ["video"]
-    assert (out / "lora" / "pytorch_lora_weights.safetensors").is_file()
