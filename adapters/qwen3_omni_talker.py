@@ -202,8 +202,13 @@ class Qwen3OmniTalkerAdapter(SpeechModelBase, Qwen3OmniThinkerAdapter):
 
     # --- the talker's inputs ----------------------------------------------------------------
     def _project(self, ids: torch.Tensor) -> torch.Tensor:
-        """The talker's view of thinker tokens: text_projection of their (frozen) input embeddings."""
-        embed = self.thinker.get_input_embeddings()(ids.to(self.device))
+        """The talker's view of thinker tokens: text_projection of their input embeddings, read
+        without gradient. With `thinker_talker` and full weights the thinker's embedding table
+        trains, and this keeps the frames' loss out of it: the thinker is trained by its answer's
+        tokens alone and the talker by its frames alone, each half as its own stage would be
+        (tests/omni_rl/families/test_talker.py)."""
+        with torch.no_grad():
+            embed = self.thinker.get_input_embeddings()(ids.to(self.device))
         return self.talker.text_projection(embed.to(self.talker.dtype))
 
     def _split_prompt(self, ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

@@ -14,6 +14,12 @@ and metadata are ignored. Lengths count Python characters (Unicode code points),
 Both are well defined for every string, the empty one included, and move smoothly with small
 changes of the response, which is what lets a tiny policy climb them in a few dozen steps.
 They say nothing about quality: a policy maximising `char_match` learns to write "aaaa".
+
+Option `text_key` (both; default none): score `metadata[text_key]` instead of the sample, for
+samples that are not text but carry one. A talker stage's speech carries the answer it was asked
+to speak as `spoken_text`, so `char_match` with `text_key: spoken_text` scores what the thinker
+wrote, beside a reward on how it sounds (`tiny_qwen3_omni_thinker_talker_grpo`). With a key the
+reward scores samples of any modality, and the key is checked at load like the speech rewards'.
 """
 from __future__ import annotations
 
@@ -22,19 +28,34 @@ from typing import Any, Sequence
 
 from omni_rl.reward import register_reward
 from omni_rl.reward.inputs import check_batch, to_text_list
+from omni_rl.reward.registry import DEFAULT_MODALITIES, MODALITIES
+from rewards.transcripts import reference_texts
+
+
+def scored_texts(reward: str, samples, prompts: Sequence[str], metadata: Sequence[dict[str, Any]],
+                 text_key: str | None) -> list[str]:
+    """The texts a text rule scores: the samples, or each sample's `metadata[text_key]`."""
+    if text_key is None:
+        check_batch(samples, prompts, metadata)
+        return to_text_list(samples)
+    if len(prompts) != len(metadata):
+        raise ValueError(f"{reward}: {len(prompts)} prompts but {len(metadata)} metadata dicts; expected one each")
+    return reference_texts(reward, metadata, text_key)
 
 
 class ResponseLengthScorer:
     """Scores each response -|len - target| / target (characters)."""
 
-    def __init__(self, target: int):
+    def __init__(self, target: int, text_key: str | None = None):
         if isinstance(target, bool) or not isinstance(target, numbers.Integral) or target < 1:
             raise ValueError(f"response_length: target={target!r}; expected an int >= 1 (characters)")
+        _check_text_key(text_key)
         self.target = int(target)
+        self.text_key = text_key
 
-    def __call__(self, samples: Sequence[str], prompts: Sequence[str], metadata: Sequence[dict[str, Any]]) -> list[float]:
-        check_batch(samples, prompts, metadata)
-        return [-abs(len(text) - self.target) / self.target for text in to_text_list(samples)]
+    def __call__(self, samples, prompts: Sequence[str], metadata: Sequence[dict[str, Any]]) -> list[float]:
+        texts = scored_texts("response_length", samples, prompts, metadata, self.text_key)
+        return [-abs(len(text) - self.target) / self.target for text in texts]
 
     def __repr__(self) -> str:
         return f"ResponseLengthScorer(target={self.target})"
@@ -43,26 +64,47 @@ class ResponseLengthScorer:
 class CharMatchScorer:
     """Scores each response by the fraction of its characters that are in `chars`."""
 
-    def __init__(self, chars: str):
+    def __init__(self, chars: str, text_key: str | None = None):
         if not isinstance(chars, str) or not chars:
             raise ValueError(f"char_match: chars={chars!r}; expected a non-empty string, e.g. 'a' or 'aeiou'")
+        _check_text_key(text_key)
         self.chars = frozenset(chars)
+        self.text_key = text_key
 
-    def __call__(self, samples: Sequence[str], prompts: Sequence[str], metadata: Sequence[dict[str, Any]]) -> list[float]:
-        check_batch(samples, prompts, metadata)
-        return [sum(c in self.chars for c in text) / len(text) if text else 0.0 for text in to_text_list(samples)]
+    def __call__(self, samples, prompts: Sequence[str], metadata: Sequence[dict[str, Any]]) -> list[float]:
+        texts = scored_texts("char_match", samples, prompts, metadata, self.text_key)
+        return [sum(c in self.chars for c in text) / len(text) if text else 0.0 for text in texts]
 
     def __repr__(self) -> str:
         return f"CharMatchScorer(chars={''.join(sorted(self.chars))!r})"
 
 
-@register_reward("response_length")
-def response_length(*, target: int) -> ResponseLengthScorer:
+def _check_text_key(text_key: str | None) -> None:
+    if text_key is not None and (not isinstance(text_key, str) or not text_key):
+        raise ValueError(f"text_key={text_key!r}; expected the metadata key of the text to score (e.g. spoken_text) "
+                         f"or null to score the samples")
+
+
+def _check_options(*, text_key: str | None = None, **_: Any) -> None:
+    _check_text_key(text_key)
+
+
+def _modalities(*, text_key: str | None = None, **_: Any) -> frozenset[str]:
+    # With a key the sample itself is not read: speech, images or video carrying a text all score.
+    return MODALITIES if text_key is not None else DEFAULT_MODALITIES
+
+
+def _needs_metadata(*, text_key: str | None = None, **_: Any) -> set[str]:
+    return set() if text_key is None else {text_key}
+
+
+@register_reward("response_length", modalities=_modalities, check_options=_check_options, needs_metadata=_needs_metadata)
+def response_length(*, target: int, text_key: str | None = None) -> ResponseLengthScorer:
     """-|len(response) - target| / target, on characters."""
-    return ResponseLengthScorer(target)
+    return ResponseLengthScorer(target, text_key)
 
 
-@register_reward("char_match")
-def char_match(*, chars: str = "a") -> CharMatchScorer:
-    """Fraction of the response's characters that are in `chars`."""
-    return CharMatchScorer(chars)
+@register_reward("char_match", modalities=_modalities, check_options=_check_options, needs_metadata=_needs_metadata)
+def char_match(*, chars: str = "a", text_key: str | None = None) -> CharMatchScorer:
+    """Fraction of the response's (or metadata[text_key]'s) characters that are in `chars`."""
+    return CharMatchScorer(chars, text_key)

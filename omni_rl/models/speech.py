@@ -61,6 +61,9 @@ class SpeechModelBase(AutoregressiveModelBase):
     family: ClassVar[str] = "talker"
     makes_audio: ClassVar[bool] = True
     trains_thinker: ClassVar[bool] = False
+    # The talker family puts the answer each sample was asked to speak in its metadata, for the
+    # rewards that compare with it (asr_wer, speech_rate; checked at load against this).
+    sample_metadata_keys: ClassVar[frozenset[str]] = frozenset({"spoken_text"})
 
     @property
     @abstractmethod

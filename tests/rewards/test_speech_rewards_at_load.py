@@ -139,3 +139,12 @@ def test_a_reference_voice_that_is_missing_or_not_audio(capsys, tmp_path, make, 
     line = one_error_line(capsys, LTX2, reward, f"trainer.output_dir={tmp_path / 'out'}")
     assert line.startswith("error: reward.rewards[0].kwargs: reward 'speaker_similarity': reference_audio=")
     assert expected in line
+
+
+@pytest.mark.parametrize("stage", ["talker", "thinker_talker"])
+def test_a_talker_stage_adds_the_text_its_samples_were_asked_to_say(stage):
+    """The real talker adapter (not a stand-in) declares `spoken_text`, so the speech rewards that
+    compare with it load on text prompts that carry none."""
+    reward = "reward.rewards=[{name: asr_wer, kwargs: {model: never/loaded}}, {name: speech_rate}]"
+    cfg = load_config(["recipe=tiny_qwen3_omni_talker_grpo", f"model.stage={stage}", reward])
+    check_reward_prompts(cfg, sources_of(cfg))
