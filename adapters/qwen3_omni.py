@@ -66,6 +66,7 @@ is drawn wider than transformers' init (std 0.5) so the random policy has prefer
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import numbers
 import re
@@ -388,8 +389,10 @@ class Qwen3OmniThinkerAdapter(AutoregressiveModelBase):
         media: dict[str, torch.Tensor] | None = None,
         cache: Any = None,
         position_ids: torch.Tensor | None = None,
+        logits_to_keep: int = 0,
     ) -> tuple[torch.Tensor, Any]:
-        """Logits [B, T, V] (fp32, placeholders blocked) and the cache.
+        """Logits [B, T, V] (fp32, placeholders blocked; the last `logits_to_keep` positions only
+        when > 0) and the cache.
 
         Positions: None -> computed from the mask and media (the whole sequence, or, after a
         cached prefill, the new tokens' mask positions plus the cache's offsets); [B, T] text
@@ -422,18 +425,38 @@ class Qwen3OmniThinkerAdapter(AutoregressiveModelBase):
         elif cache is not None and not decoding:
             # A prefill at given positions: the offsets that later text positions need, from them.
             cache.rope_deltas = position_ids[0, :, -1].to(self.device).long() + 1 - attention_mask.long().sum(-1)
-        out = self.thinker_module()(
-            input_ids=input_ids,
-            attention_mask=attention_mask,
-            position_ids=position_ids.to(self.device),
-            cache=None if cache is None else cache.kv,
-            use_cache=cache is not None,
-            **inputs,
-        )
+        module = self.thinker_module()
+        with _lm_head_on_last(module, logits_to_keep):
+            out = module(
+                input_ids=input_ids,
+                attention_mask=attention_mask,
+                position_ids=position_ids.to(self.device),
+                cache=None if cache is None else cache.kv,
+                use_cache=cache is not None,
+                **inputs,
+            )
         if cache is not None:
             cache.kv = out.cache
         blocked = torch.tensor(self.placeholder_token_ids, device=out.logits.device)
         return out.logits.float().index_fill(-1, blocked, BLOCKED_LOGIT), cache
+
+
+@contextlib.contextmanager
+def _lm_head_on_last(module, keep: int):
+    """Within the block, the thinker's `lm_head` sees only the last `keep` positions (all when 0).
+
+    Qwen3-Omni's thinker has no `logits_to_keep`; a forward pre-hook on its head (PyTorch's hook
+    API, removed on exit) cuts the hidden states it is given, inside the thinker's own forward, so
+    an FSDP2 root's gathering of the head still runs as in training."""
+    if keep <= 0:
+        yield
+        return
+    base = module.get_base_model() if hasattr(module, "get_base_model") else module
+    handle = base.lm_head.register_forward_pre_hook(lambda _, args: (args[0][:, -keep:], *args[1:]))
+    try:
+        yield
+    finally:
+        handle.remove()
 
 
 # ------------------------------------------------------------------------------------------

@@ -7,8 +7,12 @@ method, so the rollout's log-probs and the trainer's agree to float precision:
 
 1. `encode_prompt(messages, media)`: a chat (list of {"role", "content"} dicts) and optional
    media (images, audio, video) -> `PromptInputs` (token ids and the processor's tensors);
-2. `forward_logits(input_ids, attention_mask, media, cache)`: logits [B, T, V] (fp32) for a
-   left-padded batch, with the model's cache for incremental decoding when it supports one;
+2. `forward_logits(input_ids, attention_mask, media, cache, logits_to_keep)`: logits [B, T, V]
+   (fp32) for a left-padded batch, with the model's cache for incremental decoding when it
+   supports one; with `logits_to_keep=k > 0` only the last k positions' [B, k, V]. A prefill
+   needs the last position's alone and the trainer the response's: at a real vocabulary (~152k)
+   the whole prompt's fp32 logits are the largest tensor of the pass (1024 prompt tokens x 32
+   sequences: 20 GB), so the engine and `token_log_probs` ask only for what they read;
 3. `token_log_probs(...)`: per-token log-probs of given responses after given prompts;
 4. `strip_for_training()`: drop modules the trained policy never uses (an omni model's talker
    and speech decoder) before wrapping and sharding;
@@ -98,8 +102,10 @@ class AutoregressiveModelBase(OmniModelBase):
         media: Optional[dict[str, torch.Tensor]] = None,
         cache: Any = None,
         position_ids: Optional[torch.Tensor] = None,
+        logits_to_keep: int = 0,
     ) -> tuple[torch.Tensor, Any]:
-        """Logits [B, T, V] in fp32 and the updated cache."""
+        """Logits [B, T, V] in fp32 (the last `logits_to_keep` positions only when > 0) and the
+        updated cache."""
         module = self.trainable_module()
         if position_ids is None:
             position_ids = positions_from_mask(attention_mask)[:, -input_ids.shape[1]:]
@@ -109,6 +115,7 @@ class AutoregressiveModelBase(OmniModelBase):
             position_ids=position_ids.to(self.device),
             cache=cache,
             use_cache=cache is not None,
+            logits_to_keep=logits_to_keep,  # transformers' causal LMs: 0 keeps every position
             **(media or {}),
         )
         return out.logits.float(), getattr(out, "cache", None)
@@ -131,8 +138,11 @@ class AutoregressiveModelBase(OmniModelBase):
         `sequences` [B, T] are left-padded prompts (all ending at column `response_start`)
         followed by right-padded responses; masked positions give meaningless values that the
         caller masks out."""
-        logits, _ = self.forward_logits(sequences, attention_mask, media)
-        logits = logits[:, response_start - 1 : -1] / temperature
+        # Only the positions that predict a response token (and the last, dropped): a long
+        # prompt's logits are never materialised.
+        keep = sequences.shape[1] - response_start + 1
+        logits, _ = self.forward_logits(sequences, attention_mask, media, logits_to_keep=keep)
+        logits = logits[:, :-1] / temperature
         targets = sequences[:, response_start:].to(logits.device)
         return torch.log_softmax(logits, dim=-1).gather(-1, targets.unsqueeze(-1)).squeeze(-1)
 

@@ -3,18 +3,20 @@ cache and one training micro-batch, through the adapter's own `forward_logits`.
 
 A text adapter's rollout and trainer both call `forward_logits` (fp32 logits over the whole
 vocabulary), so the plan traces that method rather than the bare network: its logits are often
-the largest tensor of a pass. Lengths come from the recipe: P = `algo.family_options.max_prompt_tokens`
+the largest tensor of a pass. It is traced as they call it: the prefill keeps the last
+position's logits (`logits_to_keep=1`), the trainer the response's. Lengths come from the recipe: P = `algo.family_options.max_prompt_tokens`
 (null: the model's context less the response), R = `max_new_tokens`.
 
 - rollout, one batch of `rollout.max_num_seqs` rows, the peak of two traced moments:
-  - the prefill: P prompt tokens into an empty cache (the engine's first forward: its logits
-    cover every prompt position);
+  - the prefill: P prompt tokens into an empty cache (the engine's first forward: logits of the
+    last position only);
   - the last decoding step: one token into a cache of P + R - 1 tokens (the cache is filled
     untraced first; what the step holds at its end, the whole cache included, is its peak);
   FLOPs: the prefill's + R x the last step's (the last step attends over the longest cache: an
   upper bound of each step's);
-- training: `trainer.micro_batch_size` rows of P + R tokens through `forward_logits`, the token
-  log-probs the trainer takes from them (log-softmax at the temperature, gathered), and backward
+- training: `trainer.micro_batch_size` rows of P + R tokens through `forward_logits` (logits
+  of the R + 1 last positions, as `token_log_probs` asks), the token log-probs the trainer takes
+  from them (log-softmax at the temperature, gathered), and backward
   of their mean, with the recipe's gradient checkpointing.
 
 Media (images, audio) are planned as tokens of the prompt: their encoders' activations are not
@@ -94,13 +96,15 @@ def trace_rollout(model, spec, batch: int, prompt: int, response: int) -> Trace:
         live = LiveBytes(model.trainable_module())
         with live:
             ids, mask = _ids(batch, prompt)
-            logits, _ = model.forward_logits(ids, mask, None, cache=model.new_cache(), position_ids=positions(batch, prompt))
+            logits, _ = model.forward_logits(ids, mask, None, cache=model.new_cache(), position_ids=positions(batch, prompt),
+                                             logits_to_keep=1)
             del logits
         prefill = live
         # The cache at its longest, filled outside the count.
         full = prompt + response - 1
         ids, mask = _ids(batch, full)
-        logits, cache = model.forward_logits(ids, mask, None, cache=model.new_cache(), position_ids=positions(batch, full))
+        logits, cache = model.forward_logits(ids, mask, None, cache=model.new_cache(), position_ids=positions(batch, full),
+                                             logits_to_keep=1)
         del logits
         live = LiveBytes(model.trainable_module())
         with live:
@@ -124,8 +128,9 @@ def trace_train(model, spec, batch: int, prompt: int, response: int, temperature
     try:
         with live:
             ids, mask = _ids(batch, prompt + response)
-            logits, _ = model.forward_logits(ids, mask, None, position_ids=positions(batch, prompt + response))
-            logits = logits[:, prompt - 1 : -1] / temperature
+            logits, _ = model.forward_logits(ids, mask, None, position_ids=positions(batch, prompt + response),
+                                             logits_to_keep=response + 1)
+            logits = logits[:, :-1] / temperature
             log_probs = torch.log_softmax(logits, dim=-1).gather(-1, ids[:, prompt:].unsqueeze(-1))
             log_probs.mean().backward()
             del logits, log_probs

@@ -113,7 +113,8 @@ class NativeTextEngine(SynchronousRolloutEngine):
 
         use_cache = model.supports_kv_cache
         cache = model.new_cache() if use_cache else None
-        logits, cache = model.forward_logits(ids, mask, media, cache=cache)
+        # Only the last position's logits are sampled from: a prefill never holds the prompt's.
+        logits, cache = model.forward_logits(ids, mask, media, cache=cache, logits_to_keep=1)
         self.stats["forwards"] += 1
         last = logits[:, -1]
         for _ in range(max_new):
@@ -139,7 +140,7 @@ class NativeTextEngine(SynchronousRolloutEngine):
                     new, mask, media=None, cache=cache, position_ids=positions_from_mask(mask)[:, -1:]
                 )
             else:
-                logits, _ = model.forward_logits(ids, mask, media)
+                logits, _ = model.forward_logits(ids, mask, media, logits_to_keep=1)
             self.stats["forwards"] += 1
             last = logits[:, -1]
         self.stats["samples"] += n

@@ -70,3 +70,18 @@ def test_gradient_checkpointing_gives_the_same_gradients():
     assert grads[0].keys() == grads[1].keys()
     for name in grads[0]:
         torch.testing.assert_close(grads[0][name], grads[1][name], atol=1e-6, rtol=1e-5, msg=name)
+
+
+def test_logits_to_keep_gives_the_last_positions_alone():
+    """A prefill asks for the last position only and the trainer for the response's: the same
+    logits as the whole pass's tail (within float rounding: the head runs at another shape)."""
+    model = build_model(ModelConfig(adapter="Qwen3ForCausalLM", path="tiny:qwen3"), torch.device("cpu"))
+    ids = model.encode_prompt([{"role": "user", "content": "hello there"}]).input_ids[None].repeat(2, 1)
+    mask = torch.ones_like(ids)
+    mask[1, :3] = 0  # left padding
+    with torch.no_grad():
+        whole = model.forward_logits(ids, mask)[0]
+        for keep in (1, 4):
+            tail = model.forward_logits(ids, mask, logits_to_keep=keep)[0]
+            assert tail.shape == (2, keep, whole.shape[-1])
+            torch.testing.assert_close(tail, whole[:, -keep:], atol=1e-5, rtol=0)

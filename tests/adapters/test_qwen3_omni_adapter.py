@@ -145,6 +145,21 @@ def test_lora_saves_in_peft_format_and_loads_back(tmp_path):
     assert (reference - ours).abs().max() > 1e-4
 
 
+def test_logits_to_keep_cuts_the_head_inside_the_thinkers_forward(model):
+    """The thinker has no `logits_to_keep` of its own: the adapter cuts the head's input for the
+    call, so an image prompt's last positions come out alone, equal to the whole pass's tail, and
+    the head is whole again afterwards."""
+    prompt = image_prompt(model)
+    ids = prompt.input_ids[None]
+    mask = torch.ones_like(ids)
+    with torch.no_grad():
+        whole = model.forward_logits(ids, mask, prompt.media)[0]
+        tail = model.forward_logits(ids, mask, prompt.media, logits_to_keep=3)[0]
+        again = model.forward_logits(ids, mask, prompt.media)[0]
+    assert tail.shape == (1, 3, whole.shape[-1]) and again.shape == whole.shape
+    torch.testing.assert_close(tail, whole[:, -3:], atol=1e-5, rtol=0)
+
+
 def test_native_engine_log_probs_match_recompute(model):
     from omni_rl.data.text_batch import TextBatch
 

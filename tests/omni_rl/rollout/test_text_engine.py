@@ -70,3 +70,19 @@ def test_top_p_limits_what_is_sampled(qwen3):
 def test_bad_sampling_settings_raise(qwen3):
     with pytest.raises(ValueError, match="temperature"):
         NativeTextEngine(qwen3).generate(requests(qwen3, 1, temperature=0.0))
+
+
+def test_no_forward_holds_more_than_the_last_positions_logits(qwen3, monkeypatch):
+    """The prefill (and every decoding step) returns the last position's logits only: a long
+    prompt's full-vocabulary logits are never materialised (the largest tensor of a real prefill)."""
+    widths = []
+    forward = qwen3.forward_logits
+
+    def recording(*args, **kwargs):
+        logits, cache = forward(*args, **kwargs)
+        widths.append(logits.shape[1])
+        return logits, cache
+
+    monkeypatch.setattr(qwen3, "forward_logits", recording)  # the instance's attribute: a recorder around it
+    results = NativeTextEngine(qwen3).generate(requests(qwen3, 3, max_new_tokens=4))
+    assert results and widths and set(widths) == {1}
