@@ -16,19 +16,12 @@ import argparse
 import io
 import json
 import sys
-import wave
 from pathlib import Path
 
 import numpy as np
 
-
-def read_wav(path: Path) -> tuple[np.ndarray, int]:
-    """A 16-bit mono WAV as floats in [-1, 1], and its sample rate."""
-    with wave.open(str(path), "rb") as f:
-        if f.getsampwidth() != 2 or f.getnchannels() != 1:
-            raise SystemExit(f"error: {path} is not 16-bit mono (what validation writes)")
-        pcm = np.frombuffer(f.readframes(f.getnframes()), dtype="<i2")
-        return pcm.astype(np.float32) / 32767.0, f.getframerate()
+from omni_rl.data.chat_prompts import read_wav
+from omni_rl.errors import OmniConfigError
 
 
 def validation_steps(run: Path) -> list[Path]:
@@ -42,7 +35,11 @@ def validation_steps(run: Path) -> list[Path]:
 def load_samples(folder: Path) -> list[dict]:
     rows = [json.loads(line) for line in (folder / "samples.jsonl").read_text().splitlines() if line.strip()]
     for row in rows:
-        row["audio"], row["rate"] = read_wav(folder / row["wav"])
+        path = folder / row["wav"]
+        try:
+            row["audio"], row["rate"] = read_wav(path.read_bytes(), str(path))
+        except OmniConfigError as err:
+            raise SystemExit(f"error: {err}") from None
     return rows
 
 

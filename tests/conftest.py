@@ -12,7 +12,7 @@ import pytest
 def pytest_configure(config):
     """Under pytest-xdist each worker process gets its share of the cores as torch threads, so
     the workers together use the machine once over instead of each spinning a full OpenMP team
-    against the others (the README's test command runs `-n auto`: one worker per core)."""
+    against the others (`addopts` runs `-n logical`: one worker per logical CPU, up to 4)."""
     workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "0"))
     if workers > 0:
         threads = max(1, (os.cpu_count() or 1) // workers)

@@ -4,8 +4,9 @@ cache and one training micro-batch, through the adapter's own `forward_logits`.
 A text adapter's rollout and trainer both call `forward_logits` (fp32 logits over the whole
 vocabulary), so the plan traces that method rather than the bare network: its logits are often
 the largest tensor of a pass. It is traced as they call it: the prefill keeps the last
-position's logits (`logits_to_keep=1`), the trainer the response's. Lengths come from the recipe: P = `algo.family_options.max_prompt_tokens`
-(null: the model's context less the response), R = `max_new_tokens`.
+position's logits (`logits_to_keep=1`), the trainer the response's. Lengths come from the recipe:
+P = `algo.family_options.max_prompt_tokens` (null: the model's context less the response),
+R = `max_new_tokens`.
 
 - rollout, one batch of `rollout.max_num_seqs` rows, the peak of two traced moments:
   - the prefill: P prompt tokens into an empty cache (the engine's first forward: logits of the

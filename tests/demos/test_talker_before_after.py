@@ -6,7 +6,7 @@ import pytest
 import torch
 from PIL import Image
 
-from demos.talker_before_after import main, read_wav
+from demos.talker_before_after import load_samples, main
 from omni_rl.utils.audio import wav_bytes
 
 
@@ -29,8 +29,8 @@ def test_draws_each_sample_before_and_after(tmp_path):
     assert main(["--run", str(tmp_path), "--out", str(out)]) == 0
     with Image.open(out) as image:
         assert image.height > 100 and image.width > image.height  # 2 rows of (before, after)
-    audio, rate = read_wav(tmp_path / "samples" / "val_step_000010" / "000.wav")
-    assert rate == 24000 and abs(float(abs(audio).max()) - 0.9) < 0.01
+    rows = load_samples(tmp_path / "samples" / "val_step_000010")
+    assert rows[0]["rate"] == 24000 and abs(float(abs(rows[0]["audio"]).max()) - 0.9) < 0.01
 
 
 def test_a_run_with_one_validation_is_refused(tmp_path):

@@ -10,11 +10,9 @@ loads and which changes the pipeline's images as it changed the adapter's (brigh
 from pathlib import Path
 
 import pytest
-import torch
 
 from omni_rl.logging import rise_report
-from omni_rl.models.loading import resolve_model_path
-from tests.recipes.recipe_runs import train
+from tests.recipes.recipe_runs import brightness_before_and_after_lora, train
 
 
 def run(out: Path, *overrides: str) -> list[dict]:
@@ -34,17 +32,9 @@ def test_tiny_flux2_flowgrpo_learns_and_its_lora_brightens_the_pipeline(tmp_path
     report = rise_report(out / "metrics.jsonl")
     assert report["rose"], report
 
-    pipe = Flux2KleinPipeline.from_pretrained(resolve_model_path("tiny:flux2"))
-    pipe.set_progress_bar_config(disable=True)
-
-    def brightness() -> float:
-        images = pipe(prompt=["a cat", "a fox"], height=32, width=32, num_inference_steps=6, guidance_scale=4.0,
-                      max_sequence_length=64, generator=torch.Generator().manual_seed(0), output_type="pt").images
-        return float(images.mean())
-
-    before = brightness()
-    pipe.load_lora_weights(str(out / "lora"))
-    assert brightness() > before
+    before, after = brightness_before_and_after_lora(Flux2KleinPipeline, "flux2", out / "lora", height=32, width=32,
+                                                     num_inference_steps=6, guidance_scale=4.0, max_sequence_length=64)
+    assert after > before
 
 
 def test_tiny_flux2_flowgrpo_trains(tmp_path):

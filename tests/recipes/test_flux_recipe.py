@@ -1,9 +1,9 @@
 """The tiny FLUX.1 and FLUX.1-Kontext recipes train end to end, and their whole runs learn.
 
-`tiny_flux_flowgrpo`'s whole learning run is the FLUX family's in the default run (issue budget:
-one whole learning run per family); `tiny_flux_kontext_flowgrpo`'s is marked `long`, with a 2-step
-run in the default run instead. Both are judged like the demo, in a subprocess as a user runs it: the mean reward of the last 20% of steps beats the first 20% by
-more than 3 standard errors, with the rollout's and the trainer's log-probs the same function
+`tiny_flux_flowgrpo`'s whole learning run is the FLUX family's in the default run (one whole
+learning run per family); `tiny_flux_kontext_flowgrpo`'s is marked `long`, with a 2-step run in
+the default run instead. Both are judged like the demo, in a subprocess as a user runs it: the
+mean reward of the last 20% of steps beats the first 20% by more than 3 standard errors, with the rollout's and the trainer's log-probs the same function
 (ratio 1 on the first mini-batch, gap <= 1e-5: `recipe_runs.train` checks both on every step);
 each leaves the LoRA in diffusers' format (FLUX.1's, loaded by `FluxPipeline.load_lora_weights`,
 brightens the pipeline's images as it brightened the adapter's), and the edit recipe's validation
@@ -18,7 +18,7 @@ from PIL import Image
 
 from omni_rl.logging import rise_report
 from omni_rl.models.loading import resolve_model_path
-from tests.recipes.recipe_runs import train
+from tests.recipes.recipe_runs import ROOT, brightness_before_and_after_lora, train
 
 
 def run(recipe: str, out: Path, *overrides: str) -> list[dict]:
@@ -38,17 +38,10 @@ def test_tiny_flux_flowgrpo_learns(tmp_path):
 
     from diffusers import FluxPipeline
 
-    pipe = FluxPipeline.from_pretrained(resolve_model_path("tiny:flux"))
-    pipe.set_progress_bar_config(disable=True)
-
-    def brightness() -> float:  # the recipe's validation: 12 steps, guidance embedding 3.5, no CFG
-        images = pipe(prompt=["a cat", "a fox"], height=32, width=32, num_inference_steps=12, guidance_scale=3.5,
-                      max_sequence_length=32, generator=torch.Generator().manual_seed(0), output_type="pt").images
-        return float(images.mean())
-
-    before = brightness()
-    pipe.load_lora_weights(str(out / "lora"))
-    assert brightness() > before
+    # The recipe's validation: 12 steps, guidance embedding 3.5, no CFG.
+    before, after = brightness_before_and_after_lora(FluxPipeline, "flux", out / "lora", height=32, width=32,
+                                                     num_inference_steps=12, guidance_scale=3.5, max_sequence_length=32)
+    assert after > before
 
 
 @pytest.mark.slow
@@ -67,7 +60,7 @@ def test_tiny_flux_kontext_flowgrpo_learns(tmp_path):
 
     pipe = FluxKontextPipeline.from_pretrained(resolve_model_path("tiny:flux_kontext"))
     pipe.set_progress_bar_config(disable=True)
-    prompts = Path(__file__).resolve().parents[2] / "recipes" / "prompts"
+    prompts = ROOT / "recipes" / "prompts"
     edits = [("make it brighter", "dark_red.png", 1), ("make it darker", "light_blue.png", -1)]
 
     def followed() -> float:
@@ -77,8 +70,8 @@ def test_tiny_flux_kontext_flowgrpo_learns(tmp_path):
             edit = pipe(image=source, prompt=instruction, height=32, width=32, num_inference_steps=12,
                         guidance_scale=2.5, max_sequence_length=32, _auto_resize=False,
                         generator=torch.Generator().manual_seed(0), output_type="pt").images
-            before = torch.from_numpy(np.asarray(source, dtype=np.float32) / 255.0).mean()
-            total += direction * float(edit.mean() - before)
+            before = float(np.asarray(source, dtype=np.float32).mean()) / 255.0
+            total += direction * (float(edit.mean()) - before)
         return total / len(edits)
 
     base = followed()

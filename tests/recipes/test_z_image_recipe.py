@@ -8,11 +8,9 @@ standard errors (`rise_report`), and the LoRA it trained, loaded by
 `ZImagePipeline.load_lora_weights`, brightens the pipeline's images as it brightened the
 adapter's."""
 import pytest
-import torch
 
 from omni_rl.logging import rise_report
-from omni_rl.models.loading import resolve_model_path
-from tests.recipes.recipe_runs import train
+from tests.recipes.recipe_runs import brightness_before_and_after_lora, train
 
 
 def run(out, *overrides: str) -> list[dict]:
@@ -32,14 +30,7 @@ def test_tiny_z_image_flowgrpo_learns(tmp_path):
 
     from diffusers import ZImagePipeline
 
-    pipe = ZImagePipeline.from_pretrained(resolve_model_path("tiny:z_image"))
-    pipe.set_progress_bar_config(disable=True)
-
-    def brightness() -> float:  # the recipe's validation: 12 steps, no CFG (the pipeline's scale is ours - 1)
-        images = pipe(prompt=["a cat", "a fox"], height=32, width=32, num_inference_steps=12, guidance_scale=0.0,
-                      max_sequence_length=64, generator=torch.Generator().manual_seed(0), output_type="pt").images
-        return float(images.mean())
-
-    before = brightness()
-    pipe.load_lora_weights(str(out / "lora"))
-    assert brightness() > before
+    # The recipe's validation: 12 steps, no CFG (the pipeline's scale is ours - 1).
+    before, after = brightness_before_and_after_lora(ZImagePipeline, "z_image", out / "lora", height=32, width=32,
+                                                     num_inference_steps=12, guidance_scale=0.0, max_sequence_length=64)
+    assert after > before
