@@ -9,7 +9,9 @@ check that (the mapping is `omni_rl.plan.architecture.shipped_folder`):
   every file it ships in its SOURCE.md, and no folder holds a weight or a tokenizer vocabulary;
 - each trained network, built on the meta device from those files through the same loading code
   the adapters use (`omni_rl.models.pretrained.load_pretrained` with `weights=False`; BAGEL's
-  own `BagelNetwork` from `llm_config.json`), has the checkpoint's published size.
+  own `BagelNetwork` from `llm_config.json`), has the checkpoint's published size;
+- the reward models' folders (`recipes/architectures/rewards/<org>--<name>/`) meet the same
+  folder rules, and those with a published size build at it (transformers' class on meta).
 
 What "published size" is compared: the count of the tensors a checkpoint stores (parameters and
 persistent buffers: SD3.5's positional table is a buffer in diffusers and a tensor in the
@@ -90,8 +92,14 @@ def test_every_real_recipe_has_its_architecture(name):
     assert configs, f"{folder} holds no config file"
 
 
+REWARD_ARCHITECTURES = ARCHITECTURES / "rewards"
+
+
 def architecture_folders() -> list[Path]:
-    return sorted(p for p in ARCHITECTURES.iterdir() if p.is_dir())
+    """Every checkpoint folder: the policies' at the top, the reward models' under `rewards/`."""
+    top = [p for p in ARCHITECTURES.iterdir() if p.is_dir() and p != REWARD_ARCHITECTURES]
+    rewards = [p for p in REWARD_ARCHITECTURES.iterdir() if p.is_dir()] if REWARD_ARCHITECTURES.is_dir() else []
+    return sorted(top + rewards)
 
 
 @pytest.mark.parametrize("folder", architecture_folders(), ids=lambda p: p.name)
@@ -234,6 +242,31 @@ SIZES = [
      "9B", "black-forest-labs/FLUX.2-klein-9B model card: a 9 billion parameter rectified flow transformer"),
     ("hunyuan-video15-480p-t2v-transformer", lambda: stored_tensor_count(_diffusers("HunyuanVideo15Transformer3DModel", "hunyuanvideo-community--HunyuanVideo-1.5-Diffusers-480p_t2v", "transformer")),
      "8.3B", "HunyuanVideo-1.5 README (Tencent-Hunyuan/HunyuanVideo-1.5): a video generation model with only 8.3B parameters"),
+]
+
+
+def _reward(folder: str, part: str | None = None) -> int:
+    """Stored tensors of a reward model built on the meta device from its shipped config.json
+    with the transformers class the config names (or of one submodule of it)."""
+    import transformers
+
+    config = transformers.AutoConfig.from_pretrained(str(REWARD_ARCHITECTURES / folder))
+    with torch.device("meta"):
+        model = getattr(transformers, config.architectures[0])(config)
+    return stored_tensor_count(model.get_submodule(part) if part else model)
+
+
+# Reward models (recipes/architectures/rewards/); the two CLAP checkpoints have no published
+# total to compare (their SOURCE.md says so).
+SIZES += [
+    ("reward-clip-vit-large-patch14", lambda: _reward("openai--clip-vit-large-patch14"),
+     "0.42762B", "open_clip docs/model_profile.csv: ViT-L-14, 427.62M parameters (OpenAI's CLIP ViT-L/14)"),
+    ("reward-pickscore-v1-clip-vit-h-14", lambda: _reward("yuvalkirstain--PickScore_v1"),
+     "0.98611B", "open_clip docs/model_profile.csv: ViT-H-14, 986.11M parameters (PickScore_v1 fine-tunes laion's ViT-H/14)"),
+    ("reward-whisper-large-v3", lambda: _reward("openai--whisper-large-v3"),
+     "1.55B", "openai/whisper README size table and the large-v3 model card: large, 1550 M parameters"),
+    ("reward-wavlm-base-plus-sv-backbone", lambda: _reward("microsoft--wavlm-base-plus-sv", "wavlm"),
+     "0.0947B", "WavLM paper (arXiv 2110.13900) model table: WavLM Base / Base+, 94.70M parameters"),
 ]
 
 
