@@ -32,6 +32,7 @@ from torch import nn
 
 from omni_rl.reward import Images, check_batch, register_reward
 from rewards.clip_embedder import DEFAULT_CLIP, ClipEmbedder
+from rewards.pretrained import device_network
 
 
 class AestheticHead(nn.Module):
@@ -106,7 +107,15 @@ class AestheticScorer:
         return self.head(self.clip.images(images)).cpu().tolist()
 
 
-@register_reward("aesthetic")
+def _device_networks(**options: Any) -> list[tuple[str, nn.Module]]:
+    """The CLIP and the head (the released head's 768-d input, in float32 as loaded)."""
+    networks = device_network("CLIPModel", "model", DEFAULT_CLIP, "aesthetic")(**options)
+    with torch.device("meta"):
+        networks.append(("aesthetic head", AestheticHead()))
+    return networks
+
+
+@register_reward("aesthetic", device_networks=_device_networks)
 def aesthetic(
     *, head: str | None = None, model: str = DEFAULT_CLIP, processor: str | None = None, device: str = "auto",
 ) -> AestheticScorer:

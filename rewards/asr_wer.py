@@ -55,7 +55,7 @@ from omni_rl.device import pick_device
 from omni_rl.reward import register_reward
 from omni_rl.utils.audio import resample
 from rewards.audio_inputs import audio_clips, check_sample_rate
-from rewards.pretrained import load_pretrained
+from rewards.pretrained import device_network, load_pretrained
 from rewards.transcripts import error_rate, reference_texts
 
 DEFAULT_MODEL = "openai/whisper-large-v3"
@@ -150,7 +150,8 @@ def _text_key(*, text_key: str = "spoken_text", **_: Any) -> set[str]:
     return {text_key}
 
 
-@register_reward("asr_wer", modalities={"audio"}, check_options=_check_options, needs_metadata=_text_key)
+@register_reward("asr_wer", modalities={"audio"}, check_options=_check_options, needs_metadata=_text_key,
+                 device_networks=device_network("WhisperForConditionalGeneration", "model", DEFAULT_MODEL, "asr_wer"))
 def asr_wer(
     *, model: str = DEFAULT_MODEL, processor: str | None = None, language: str | None = "en",
     metric: str | None = None, text_key: str = "spoken_text", normalizer: str = "basic",

@@ -39,7 +39,7 @@ from omni_rl.device import pick_device
 from omni_rl.reward import register_reward
 from omni_rl.utils.audio import resample
 from rewards.audio_inputs import audio_clips, check_sample_rate
-from rewards.pretrained import load_pretrained
+from rewards.pretrained import device_network, load_pretrained
 
 DEFAULT_MODEL = "laion/clap-htsat-unfused"
 
@@ -82,7 +82,7 @@ class ClapScorer:
         return (self.audio_embeddings(clips) * self.text_embeddings(prompts)).sum(dim=-1).cpu().tolist()
 
 
-@register_reward("clap", modalities={"audio"})
+@register_reward("clap", modalities={"audio"}, device_networks=device_network("ClapModel", "model", DEFAULT_MODEL, "clap"))
 def clap(
     *, model: str = DEFAULT_MODEL, processor: str | None = None, sample_rate: int | None = None, device: str = "auto",
 ) -> ClapScorer:

@@ -30,6 +30,7 @@ from typing import Any, Sequence
 
 from omni_rl.reward import Images, check_batch, register_reward
 from rewards.clip_embedder import DEFAULT_CLIP, ClipEmbedder, check_scale
+from rewards.pretrained import device_network
 
 
 class ClipScorer:
@@ -45,7 +46,7 @@ class ClipScorer:
         return (self.scale * cosine).cpu().tolist()
 
 
-@register_reward("clip_score")
+@register_reward("clip_score", device_networks=device_network("CLIPModel", "model", DEFAULT_CLIP, "clip_score"))
 def clip_score(
     *, model: str = DEFAULT_CLIP, processor: str | None = None, scale: float = 1.0, device: str = "auto",
 ) -> ClipScorer:

@@ -130,7 +130,22 @@ class HpsScorer:
         return (image * text).sum(dim=-1).cpu().tolist()
 
 
-@register_reward("hpsv2")
+def _device_networks(*, architecture: str = "ViT-H-14", **_: Any) -> list[tuple[str, torch.nn.Module]]:
+    """The open_clip model as the scorer builds it (no pretrained weights), on the meta device;
+    fp32, as the HPS weights are loaded."""
+    open_clip = _import_open_clip()
+    name = _model_name(open_clip, architecture)
+    quiet = _DropMessage("No pretrained weights loaded")
+    logging.getLogger().addFilter(quiet)
+    try:
+        with torch.device("meta"):
+            model = open_clip.create_model(name, pretrained=None, device="meta")
+    finally:
+        logging.getLogger().removeFilter(quiet)
+    return [(f"open_clip {name}", model)]
+
+
+@register_reward("hpsv2", device_networks=_device_networks)
 def hpsv2(*, checkpoint: str | None = None, architecture: str = "ViT-H-14", device: str = "auto") -> HpsScorer:
     """HPS v2.1: cosine of open_clip image and prompt features after HPS fine-tuning."""
     return HpsScorer(checkpoint, architecture, device)

@@ -26,6 +26,7 @@ from typing import Any, Sequence
 
 from omni_rl.reward import Images, check_batch, register_reward
 from rewards.clip_embedder import ClipEmbedder, check_scale
+from rewards.pretrained import device_network
 
 DEFAULT_MODEL = "yuvalkirstain/PickScore_v1"
 DEFAULT_PROCESSOR = "laion/CLIP-ViT-H-14-laion2B-s32B-b79K"
@@ -43,7 +44,7 @@ class PickScoreScorer:
         return (self.scale * self.logit_scale * cosine).cpu().tolist()
 
 
-@register_reward("pickscore")
+@register_reward("pickscore", device_networks=device_network("CLIPModel", "model", DEFAULT_MODEL, "pickscore"))
 def pickscore(
     *, model: str = DEFAULT_MODEL, processor: str = DEFAULT_PROCESSOR, scale: float = 1.0 / 26.0, device: str = "auto",
 ) -> PickScoreScorer:

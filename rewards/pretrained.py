@@ -13,6 +13,11 @@ error is raised again, chained, with a message that names the reward and its opt
 and says how to fetch the weights to a folder. Used by the CLIP-based rewards, CLAP and
 ImageBind (its tokenizer).
 
+`weightless_network(cls, source, what, reward)` is the same network built on the meta device from
+its configuration file alone, for `--plan` (`RewardDeclaration.device_networks`): a hub id reads
+the shipped `recipes/architectures/rewards/<org>--<name>/config.json` (no network), and the dtype is the
+one `from_pretrained`'s default (`dtype="auto"`) would give it, the config's own.
+
 Not to be confused with `omni_rl.models.pretrained.load_pretrained`, which loads an adapter's
 networks (with a dtype, or as a weightless skeleton).
 """
@@ -44,3 +49,55 @@ def load_pretrained(cls: Any, source: str, what: str, reward: str) -> Any:
             f"`hf download {source} --local-dir /models/{source.split('/')[-1]}` and set "
             f"{what}=/models/{source.split('/')[-1]}"
         ) from err
+
+
+def config_folder(source: str, what: str, reward: str) -> str:
+    """The folder whose `config.json` describes `source`: a tiny model's, a local folder, or the
+    shipped `recipes/architectures/rewards/<org>--<name>/` of a hub id (no network)."""
+    from pathlib import Path
+
+    from omni_rl.config.validate import ConfigError
+    from omni_rl.plan.architecture import PROJECT_ROOT, REWARD_ARCHITECTURES, shipped_folder
+
+    resolved = resolve_source(source, what)
+    if Path(resolved).expanduser().is_dir():
+        return str(Path(resolved).expanduser())
+    try:
+        folder = shipped_folder(source, REWARD_ARCHITECTURES)
+    except ConfigError:
+        folder = None
+    if folder is None or not (folder / "config.json").is_file():
+        where = f" (no {folder.relative_to(PROJECT_ROOT)}/config.json)" if folder is not None else ""
+        raise ConfigError(
+            f"reward {reward}: {what}={source!r} is neither a local folder nor a hub id with a shipped "
+            f"architecture{where}; point {what} at a folder holding the checkpoint's config.json (no weights needed)"
+        )
+    return str(folder)
+
+
+def weightless_network(cls: Any, source: str, what: str, reward: str) -> Any:
+    """`cls` built on the meta device from `source`'s config.json, in the config's dtype (what
+    `from_pretrained`'s default `dtype="auto"` gives; float32 when it names none)."""
+    import torch
+    from transformers import AutoConfig
+
+    config = AutoConfig.from_pretrained(config_folder(source, what, reward))
+    dtype = getattr(config, "dtype", None) or torch.float32
+    if isinstance(dtype, str):
+        dtype = getattr(torch, dtype)
+    with torch.device("meta"):
+        model = cls(config)
+    return model.to(dtype)
+
+
+def device_network(cls_name: str, what: str, default: str, reward: str) -> Any:
+    """A `device_networks` declaration for a reward that loads one transformers `cls_name` from
+    its option `what` (default `default`): `(**options) -> [(source, weightless network)]`."""
+
+    def networks(**options: Any) -> list[tuple[str, Any]]:
+        import transformers
+
+        source = options.get(what) or default
+        return [(source, weightless_network(getattr(transformers, cls_name), source, what, reward))]
+
+    return networks

@@ -44,7 +44,7 @@ from omni_rl.errors import OmniConfigError
 from omni_rl.reward import register_reward
 from omni_rl.utils.audio import resample
 from rewards.audio_inputs import audio_clips, check_sample_rate
-from rewards.pretrained import load_pretrained
+from rewards.pretrained import device_network, load_pretrained
 
 DEFAULT_MODEL = "microsoft/wavlm-base-plus-sv"
 
@@ -123,7 +123,8 @@ def _check_files(*, reference_audio: Any = None, **_: Any) -> None:
     read_reference(reference_audio)
 
 
-@register_reward("speaker_similarity", modalities={"audio"}, check_options=_check_options, check_files=_check_files)
+@register_reward("speaker_similarity", modalities={"audio"}, check_options=_check_options, check_files=_check_files,
+                 device_networks=device_network("WavLMForXVector", "model", DEFAULT_MODEL, "speaker_similarity"))
 def speaker_similarity(
     *, reference_audio: str, model: str = DEFAULT_MODEL, feature_extractor: str | None = None,
     sample_rate: int | None = None, device: str = "auto",

@@ -3,8 +3,8 @@
 - `tiny:NAME`: the tiny model's folder (built once into the cache, as a run does);
 - a local folder: used as it is (a user planning a custom checkpoint needs only its config files);
 - a hub id `org/name`: the shipped `recipes/architectures/org--name/` (the hub id with "/" written
-  "--", as Hugging Face's cache names it). No network: a hub id without a shipped folder is a
-  one-line `ConfigError`.
+  "--", as Hugging Face's cache names it; a reward model's under `recipes/architectures/rewards/`).
+  No network: a hub id without a shipped folder is a one-line `ConfigError`.
 """
 from __future__ import annotations
 
@@ -14,17 +14,19 @@ from omni_rl.config.loader import PROJECT_ROOT
 from omni_rl.config.validate import ConfigError
 
 ARCHITECTURES = PROJECT_ROOT / "recipes" / "architectures"
+# The reward models' configs (`omni_rl.plan.rewards`), kept apart from the policies'.
+REWARD_ARCHITECTURES = ARCHITECTURES / "rewards"
 TINY_PREFIX = "tiny:"
 
 
-def shipped_folder(hub_id: str) -> Path:
-    """recipes/architectures/org--name for the hub id `org/name`."""
+def shipped_folder(hub_id: str, root: Path = ARCHITECTURES) -> Path:
+    """recipes/architectures/org--name (under `root`) for the hub id `org/name`."""
     org, sep, name = hub_id.partition("/")
     if not sep or not org or not name or "/" in name:
         raise ConfigError(
             f"model.path={hub_id!r}: expected a hub id 'org/name', a local folder or tiny:NAME to plan from"
         )
-    return ARCHITECTURES / f"{org}--{name}"
+    return root / f"{org}--{name}"
 
 
 def architecture_folder(model_path: str) -> Path:

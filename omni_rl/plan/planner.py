@@ -9,7 +9,9 @@ micro-batch on fake tensors (`steps`), and puts them together per device:
 - rollout peak = the same resident weights and state + the rollout forward's peak + trajectories;
 - trajectories: every sample's latent at each of the `num_steps + 1` points, fp32 (a text
   sample: its tokens, masks and log-probs), the rank's share of the step's samples, assumed held
-  on the device.
+  on the device;
+- reward models (`rewards.plan_rewards`): the networks of the rewards scored on an accelerator
+  of the training devices, added to both peaks (a device shared with the scorer is the worst).
 
 When a peak exceeds the device's memory, each knob is re-planned with only it changed
 (`KNOBS`: micro_batch_size 1, gradient checkpointing on, param and optimizer offload, max_num_seqs
@@ -26,6 +28,7 @@ from typing import Any, Callable
 from omni_rl.config.schema import OmniConfig
 from omni_rl.plan.architecture import architecture_folder
 from omni_rl.plan.devices import DEFAULT_DEVICE_KIND, device_kind, device_memory_bytes
+from omni_rl.plan.rewards import plan_rewards
 from omni_rl.plan.steps import as_dict, best_case_seconds, step_flops, trace_step
 from omni_rl.plan.text_steps import text_trajectory_bytes, trace_text_step
 from omni_rl.plan.weights import _size, build_weightless, weights_of
@@ -33,7 +36,7 @@ from omni_rl.plan.weights import _size, build_weightless, weights_of
 NOT_COUNTED = (
     "FSDP2's all-gathered blocks and communication buffers during a forward",
     "text encoders' and VAE's activations (prompt encoding, decoding)",
-    "reward models and the driver process",
+    "reward models' activations while they score",
     "allocator fragmentation, the CUDA/NPU context",
 )
 
@@ -54,8 +57,11 @@ def _core(cfg: OmniConfig, cache: dict) -> dict[str, Any]:
         cache[build_key] = build_weightless(cfg, folder)
     built = cache[build_key]
     plan = weights_of(cfg, folder, built)
+    if "rewards" not in cache:
+        cache["rewards"] = plan_rewards(cfg)  # no knob changes the rewards
+    plan["reward_models"] = cache["rewards"]
     spec = _spec(cfg)
-    device = plan["per_device_bytes"]["device_total"]
+    device = plan["per_device_bytes"]["device_total"] + plan["reward_models"]["device_bytes"]
     text = spec is not None and spec.modality == "text"
     if spec is None or (spec.forward_inputs is None and not text):
         plan["trace"] = None
@@ -155,6 +161,7 @@ def format_plan(plan: dict[str, Any]) -> str:
 
     lines = [format_table(plan)]
     peaks, v = plan["peaks"], plan["verdict"]
+    lines += _reward_lines(plan["reward_models"])
     if plan.get("trace"):
         tr = plan["trace"]
         lines += [
@@ -174,6 +181,17 @@ def format_plan(plan: dict[str, Any]) -> str:
         lines.append(f"    {k['knob']}: peak {_size(k['peak_bytes'])} (saves {_size(max(0, k['saves_bytes']))})"
                      f"{', fits' if k['fits'] else ''}")
     return "\n".join(lines)
+
+
+def _reward_lines(rewards: dict[str, Any]) -> list[str]:
+    held = [m for m in rewards["models"] if m["network"] is not None]
+    if not held:
+        return ["  reward models: none on a device"]
+    lines = [f"  reward models on a training device: {_size(rewards['device_bytes'])} (in both peaks)"]
+    for m in held:
+        lines.append(f"    {m['reward']} ({m['use']}): {m['network']}, {m['parameters'] / 1e6:.1f}M parameters "
+                     f"{m['dtype']}, {_size(m['bytes'])}, on {m['where']}")
+    return lines
 
 
 def run_plan(cfg: OmniConfig, kind_name: str = DEFAULT_DEVICE_KIND, memory_gb: float | None = None) -> Path:

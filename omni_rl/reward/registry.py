@@ -115,6 +115,11 @@ class RewardDeclaration:
                    with the prompt files and before any model loads, not at config load, so a
                    recipe that names files the user supplies still loads, plans and prints
                    (as its prompt files need not exist until it runs).
+    device_networks: `(**options) -> [(label, module)]`: the networks the reward holds where it
+                   scores, each built on the meta device from configuration files only (no
+                   weights, no network), in the dtype its loading would give them, for `--plan`
+                   to count (`omni_rl.plan.rewards`); None = it holds none on a device (a rule,
+                   or an engine that runs on the CPU only, as OCR's).
     """
 
     modalities: Modalities | None = None
@@ -122,6 +127,7 @@ class RewardDeclaration:
     check_prompts: PromptCheck | None = None
     needs_metadata: Iterable[str] | Callable[..., Iterable[str]] | None = None
     check_files: Callable[..., None] | None = None
+    device_networks: Callable[..., list[tuple[str, Any]]] | None = None
 
 
 NO_DECLARATION = RewardDeclaration()
@@ -130,11 +136,11 @@ NO_DECLARATION = RewardDeclaration()
 def register_reward(
     name: str, modalities: Modalities | None = None, *, check_options: Callable[..., None] | None = None,
     check_prompts: PromptCheck | None = None, needs_metadata: Iterable[str] | Callable[..., Iterable[str]] | None = None,
-    check_files: Callable[..., None] | None = None,
+    check_files: Callable[..., None] | None = None, device_networks: Callable[..., list[tuple[str, Any]]] | None = None,
 ) -> Callable[[RewardFactory], RewardFactory]:
     """Decorator: register a scorer factory under `name` (a duplicate name raises), with its
     `RewardDeclaration` (see there for `modalities`, `check_options`, `check_prompts` and
-    `needs_metadata`, `check_files`)."""
+    `needs_metadata`, `check_files`, `device_networks`)."""
     if modalities is not None and not callable(modalities):
         modalities = _check_modalities(name, modalities)
     if check_options is not None and not callable(check_options):
@@ -143,7 +149,11 @@ def register_reward(
         needs_metadata = _check_keys(name, needs_metadata)
     if check_files is not None and not callable(check_files):
         raise RewardConfigError(f"reward {name!r}: check_files={check_files!r}; expected a callable (**options) -> None")
-    declaration = RewardDeclaration(modalities, check_options, check_prompts, needs_metadata, check_files)
+    if device_networks is not None and not callable(device_networks):
+        raise RewardConfigError(
+            f"reward {name!r}: device_networks={device_networks!r}; expected a callable (**options) -> [(label, module)]"
+        )
+    declaration = RewardDeclaration(modalities, check_options, check_prompts, needs_metadata, check_files, device_networks)
     return REWARDS.register(name, spec=None if declaration == NO_DECLARATION else declaration)
 
 

@@ -59,7 +59,7 @@ from rewards.audio_inputs import audio_clips as parse_audio
 from rewards.audio_inputs import check_sample_rate
 from rewards.pretrained import load_pretrained
 from rewards.imagebind.data import AUDIO_RATE, audio_features, tokenize, video_features
-from rewards.imagebind.model import ImageBindConfig, build_model, read_state_dict
+from rewards.imagebind.model import ImageBindConfig, ImageBindModel, build_model, read_state_dict
 
 MODES = {
     "text_audio": ("text", "audio"),
@@ -246,7 +246,14 @@ def _check_options(*, mode: str = "text_video", **_: Any) -> None:
     modalities_for(mode=mode)
 
 
-@register_reward("imagebind", modalities=modalities_for, check_options=_check_options)
+def _device_networks(*, config: dict[str, Any] | None = None, **_: Any) -> list[tuple[str, torch.nn.Module]]:
+    """The network the scorer builds (every modality it keeps, whatever the mode), fp32."""
+    sizes = ImageBindConfig.from_dict(dict(config) if config is not None else None)
+    with torch.device("meta"):
+        return [("imagebind" + ("_huge" if config is None else ""), ImageBindModel(sizes))]
+
+
+@register_reward("imagebind", modalities=modalities_for, check_options=_check_options, device_networks=_device_networks)
 def imagebind(
     *, checkpoint: str | None = None, mode: str = "text_video", config: dict[str, Any] | None = None,
     tokenizer: str = DEFAULT_TOKENIZER, sample_rate: int | None = None, fps: float | None = None,
