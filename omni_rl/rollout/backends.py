@@ -42,15 +42,15 @@ class NativeOptions:
     """The in-process engine's options (`rollout.options`)."""
 
     max_wait_ms: float = option(5.0, "How long an idle diffusion engine waits for more requests before it starts a batch (request-level batching).")
-    driver: str = option("thread", "Who iterates the diffusion engine: thread (a scheduler thread of the engine's own) or caller (the thread that waits for the rollout, so a one-process on-policy run has one computing thread; see docs/rollout.md for when each is faster).")
+    driver: str = option("auto", "Who iterates the diffusion engine: caller (the thread that waits for the rollout: a one-process run then has one computing thread), thread (a scheduler thread of the engine's own, for runs that overlap rollouts with updates on purpose) or auto (caller under trainer.pipeline=on_policy, else thread; a rollout server's engine uses its thread). See docs/rollout.md.")
     trajectory_device: str = option("device", "Where finished diffusion trajectories live: device (the rollout model's; no copy) or cpu (pinned host memory, non-blocking copies: for video, where a step's trajectories are gigabytes). Each moves once, when it finishes.")
 
     def check(self) -> None:
         if not self.max_wait_ms >= 0:
             raise ValueError(f"max_wait_ms={self.max_wait_ms!r}: expected >= 0")
-        if self.driver not in DRIVERS:
-            raise ValueError(f"driver={self.driver!r}: expected thread (a scheduler thread of the engine's own) or "
-                             f"caller (the waiting thread iterates)")
+        if self.driver not in ("auto", *DRIVERS):
+            raise ValueError(f"driver={self.driver!r}: expected auto (caller on-policy, else thread), thread (a "
+                             f"scheduler thread of the engine's own) or caller (the waiting thread iterates)")
         if self.trajectory_device not in TRAJECTORY_DEVICES:
             raise ValueError(f"trajectory_device={self.trajectory_device!r}: expected device (the rollout model's) or cpu "
                              f"(pinned host memory)")
@@ -173,6 +173,16 @@ def _own_process_only(cfg: OmniConfig) -> Optional[str]:
             f"/opt/vllm-omni/bin/python) to run it in a process of its own")
 
 
+def native_driver(cfg: OmniConfig, driver: str) -> str:
+    """`auto` -> `caller` where the trainer waits for each rollout (`trainer.pipeline=on_policy`):
+    an idle thread that has used torch's intra-op pool keeps an OpenMP team of its own, which
+    slows every parallel region of the team that computes (docs/rollout.md); `thread` where
+    rollouts overlap updates on purpose. Any other value is kept."""
+    if driver != "auto":
+        return driver
+    return "caller" if cfg.trainer.pipeline == "on_policy" else "thread"
+
+
 # The native engine samples with the model it is given; beside the trainer that is a copy.
 @register_rollout_backend("native", NativeOptions, beside_trainer=_always, shares_model=True)
 def native_engine(cfg: OmniConfig, model) -> RolloutEngine:
@@ -180,7 +190,7 @@ def native_engine(cfg: OmniConfig, model) -> RolloutEngine:
     if isinstance(model, DiffusionModelBase):
         options = backend_options(cfg)
         return NativeDiffusionEngine(model, r.max_num_seqs, options.max_wait_ms, options.trajectory_device,
-                                     driver=options.driver)
+                                     driver=native_driver(cfg, options.driver))
     if isinstance(model, AutoregressiveModelBase):
         return NativeTextEngine(model, r.max_num_seqs)
     raise TypeError(

@@ -59,6 +59,10 @@ def build_server(cfg: OmniConfig, backend: str = "native", host: str = "127.0.0.
     options = {key: value for key, value in cfg.rollout.options.items() if key in takes}
     if "python" in takes:
         options["python"] = None
+    if options.get("driver", "auto") == "auto" and "driver" in takes:
+        # Its callers are HTTP handler threads that compute nothing, and an engine thread of its
+        # own keeps sampling whether or not a handler waits, and a deadline stops a stuck forward.
+        options["driver"] = "thread"
     cfg = dataclasses.replace(cfg, rollout=dataclasses.replace(cfg.rollout, backend=backend, options=options))
     torch.manual_seed(cfg.trainer.seed)  # the trainer's initial weights (see the module docstring)
     # An engine that loads the checkpoint itself needs the model's configs and tokenizers only.

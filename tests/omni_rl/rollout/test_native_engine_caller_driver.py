@@ -115,10 +115,31 @@ def test_the_recipe_picks_the_driver(driver, tiny_sd3):
         assert engine.driver == driver and (engine._thread is not None) == (driver == "thread")
     finally:
         engine.close()
-    assert load_config(["recipe=tiny_sd3_flowgrpo"]).rollout.options.get("driver", "thread") == "thread"
+
+
+@pytest.mark.parametrize(("pipeline", "driver"), [("on_policy", "caller"), ("one_step_off", "thread"), ("async", "thread")])
+def test_auto_picks_the_caller_on_policy_and_the_thread_where_rollouts_overlap_updates(pipeline, driver, tiny_sd3):
+    cfg = load_config(["recipe=tiny_sd3_flowgrpo", f"trainer.pipeline={pipeline}"])
+    assert cfg.rollout.options.get("driver", "auto") == "auto"  # the default
+    engine = build_rollout_engine(cfg, tiny_sd3)
+    try:
+        assert engine.driver == driver and (engine._thread is not None) == (driver == "thread")
+    finally:
+        engine.close()
+
+
+def test_a_rollout_servers_engine_keeps_its_own_thread_under_auto():
+    from omni_rl.rollout.server.serve import build_server
+
+    server = build_server(load_config(["recipe=tiny_sd3_flowgrpo"]))
+    try:
+        assert server.engine.driver == "thread" and server.engine._thread is not None
+    finally:
+        server.server_close()
+        server.engine.close()
 
 
 def test_an_unknown_driver_is_one_error_line(capsys):
     assert main(["--cfg", "rollout.options.driver=fiber"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and err[0].startswith("error: rollout.options.driver='fiber': expected thread"), err
+    assert len(err) == 1 and err[0].startswith("error: rollout.options.driver='fiber': expected auto"), err
