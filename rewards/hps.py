@@ -27,9 +27,10 @@ an error that says so.
 """
 from __future__ import annotations
 
+import contextlib
 import logging
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Iterator, Sequence
 
 import torch
 
@@ -94,20 +95,27 @@ class _DropMessage(logging.Filter):
         return not str(record.msg).startswith(self.prefix)
 
 
+@contextlib.contextmanager
+def _without_random_init_message() -> Iterator[None]:
+    """open_clip logs "No pretrained weights loaded ... initialized randomly" on the root logger
+    when it builds a model: true at that moment, misleading here, where the weights are loaded
+    next (the scorer) or never (the plan's weightless build)."""
+    quiet = _DropMessage("No pretrained weights loaded")
+    logging.getLogger().addFilter(quiet)
+    try:
+        yield
+    finally:
+        logging.getLogger().removeFilter(quiet)
+
+
 class HpsScorer:
     def __init__(self, checkpoint: str | None, architecture: str, device: str):
         open_clip = _import_open_clip()
         name = _model_name(open_clip, architecture)
         path = _checkpoint_path(checkpoint)
         self.device = pick_device(device)
-        # open_clip logs "No pretrained weights loaded ... initialized randomly" on the root logger;
-        # true at that moment, misleading here: the HPS weights are loaded next.
-        quiet = _DropMessage("No pretrained weights loaded")
-        logging.getLogger().addFilter(quiet)
-        try:
+        with _without_random_init_message():  # the HPS weights are loaded next
             model, _, self.preprocess = open_clip.create_model_and_transforms(name, pretrained=None)
-        finally:
-            logging.getLogger().removeFilter(quiet)
         state = torch.load(path, map_location="cpu", weights_only=True)
         if isinstance(state, dict) and isinstance(state.get("state_dict"), dict):
             state = state["state_dict"]
@@ -135,13 +143,10 @@ def _device_networks(*, architecture: str = "ViT-H-14", **_: Any) -> list[tuple[
     fp32, as the HPS weights are loaded."""
     open_clip = _import_open_clip()
     name = _model_name(open_clip, architecture)
-    quiet = _DropMessage("No pretrained weights loaded")
-    logging.getLogger().addFilter(quiet)
-    try:
-        with torch.device("meta"):
-            model = open_clip.create_model(name, pretrained=None, device="meta")
-    finally:
-        logging.getLogger().removeFilter(quiet)
+    # Built under the meta device so that nothing is allocated, and named `device="meta"` so that
+    # open_clip's final move goes nowhere (from meta it cannot copy to the CPU).
+    with _without_random_init_message(), torch.device("meta"):
+        model = open_clip.create_model(name, pretrained=None, device="meta")
     return [(f"open_clip {name}", model)]
 
 
