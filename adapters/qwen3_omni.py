@@ -191,8 +191,10 @@ class Qwen3OmniThinkerAdapter(AutoregressiveModelBase):
             patterns.append(rf"(?:.*\.)?model\.{scope}\.(?:.*\.)?{re.escape(suffix)}")
         return "|".join(f"(?:{p})" for p in patterns)
 
-    def setup_trainable(self) -> None:
-        super().setup_trainable()
+    def setup_trained_modules(self) -> None:
+        super().setup_trained_modules()
+        if not getattr(self, "trains_thinker", True):
+            return  # the talker stage: the thinker is frozen whole (and absent from a plan's build)
         frozen = {"visual": self.options.freeze_vision_tower, "audio_tower": self.options.freeze_audio_tower}
         for name, tower in self.towers().items():
             if frozen[name]:

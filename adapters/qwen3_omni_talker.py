@@ -170,8 +170,8 @@ class Qwen3OmniTalkerAdapter(SpeechModelBase, Qwen3OmniThinkerAdapter):
     def lora_targets(self) -> str:
         return self.talker_lora_pattern()
 
-    def setup_trainable(self) -> None:
-        super().setup_trainable()
+    def setup_trained_modules(self) -> None:
+        super().setup_trained_modules()
         if not self.cfg.lora.enabled:  # full weights: only the named part
             trainable = self.options.trainable
             if trainable == "talker":
@@ -419,8 +419,8 @@ class Qwen3OmniThinkerTalkerAdapter(Qwen3OmniTalkerAdapter):
         raise NotImplementedError("model.stage=thinker_talker has no reference policy (the talker family refuses "
                                   "algo.kl_coef > 0)")
 
-    def setup_trainable(self) -> None:
-        super().setup_trainable()
+    def setup_trained_modules(self) -> None:
+        super().setup_trained_modules()
         if not self.cfg.lora.enabled:
             for name, tower in self.towers().items():
                 tower.requires_grad_(not getattr(self.options, f"freeze_{'vision' if name == 'visual' else 'audio'}_tower"))

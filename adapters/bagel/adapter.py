@@ -277,9 +277,9 @@ class BagelAdapter(DiffusionModelBase):
     def fsdp_wrap_classes(self):
         return (MoTDecoderLayer,)
 
-    def setup_trainable(self) -> None:
+    def setup_trained_modules(self) -> None:
         """The base's freeze / LoRA; without LoRA only the generation side trains (module docstring)."""
-        super().setup_trainable()
+        super().setup_trained_modules()
         if not self.cfg.lora.enabled:
             for name, p in self.network.named_parameters():
                 p.requires_grad_(is_generation_parameter(name) and "pos_embed" not in name)

@@ -33,23 +33,31 @@ class Segment:
     embeds [B, n, D]; valid [B, n] bool (real tokens); causal: text (True) or an image block;
     offsets [n] long: each token's RoPE position after the segment's start (arange for text,
     zeros for an image block); advance [B] long: how far the next segment's start moves;
-    generation [n] bool: the tokens the generation expert takes."""
+    generation (start, stop): the positions in the segment the generation expert takes, a
+    half-open range ((0, 0): none). Plain integers, not a mask: which expert takes a token
+    follows from the layout alone, so routing needs no data-dependent op (`nonzero`) and the
+    planner can trace a forward on fake tensors."""
 
     embeds: torch.Tensor
     valid: torch.Tensor
     causal: bool
     offsets: torch.Tensor
     advance: torch.Tensor
-    generation: torch.Tensor
+    generation: tuple[int, int]
 
 
 class Routing:
     """Which sequence positions each expert takes, and how to put its outputs back in order."""
 
-    def __init__(self, generation: torch.Tensor):
-        self.und = (~generation).nonzero().flatten()
-        self.gen = generation.nonzero().flatten()
-        self.inverse = torch.argsort(torch.cat([self.und, self.gen]))
+    def __init__(self, generation: list[bool], device: torch.device):
+        und = [i for i, g in enumerate(generation) if not g]
+        gen = [i for i, g in enumerate(generation) if g]
+        inverse = [0] * len(generation)
+        for slot, position in enumerate(und + gen):
+            inverse[position] = slot
+        self.und = torch.tensor(und, dtype=torch.long, device=device)
+        self.gen = torch.tensor(gen, dtype=torch.long, device=device)
+        self.inverse = torch.tensor(inverse, dtype=torch.long, device=device)
 
     def __call__(self, x: torch.Tensor, und_fn, gen_fn) -> torch.Tensor:
         """`und_fn` on the understanding tokens, `gen_fn` on the generation tokens of x [B, S, ...],
@@ -82,8 +90,12 @@ def pack(segments: list[Segment]) -> Packed:
     valid = torch.cat([s.valid.to(device).bool() for s in segments], dim=1)
     mask = (earlier | within)[None] & valid[:, None, :]
     mask = mask | torch.eye(ids.shape[0], dtype=torch.bool, device=device)[None]
-    generation = torch.cat([s.generation.to(device) for s in segments])
-    return Packed(torch.cat([s.embeds for s in segments], dim=1), mask, torch.cat(positions, dim=1), Routing(generation))
+    generation = []
+    for s in segments:
+        start, stop = s.generation
+        generation += [start <= i < stop for i in range(s.embeds.shape[1])]
+    return Packed(torch.cat([s.embeds for s in segments], dim=1), mask, torch.cat(positions, dim=1),
+                  Routing(generation, device))
 
 
 def image_block(inner: torch.Tensor, markers: torch.Tensor, present: torch.Tensor, generation: bool = True) -> Segment:
@@ -92,7 +104,6 @@ def image_block(inner: torch.Tensor, markers: torch.Tensor, present: torch.Tenso
     present [B] bool (False: the row has no such image; the block is padding)."""
     b, n, _ = inner.shape
     device = inner.device
-    flags = torch.zeros(n + 2, dtype=torch.bool, device=device)
-    flags[1:-1] = generation
     return Segment(torch.cat([markers[:, :1], inner, markers[:, 1:]], dim=1), present[:, None].expand(b, n + 2),
-                   False, torch.zeros(n + 2, dtype=torch.long, device=device), present.long(), flags)
+                   False, torch.zeros(n + 2, dtype=torch.long, device=device), present.long(),
+                   (1, n + 1) if generation else (0, 0))

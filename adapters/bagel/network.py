@@ -344,8 +344,7 @@ class BagelNetwork(nn.Module):
         segments = [] if source is None else self.source_segments(source, markers)
         text_mask = text_mask.to(device).bool()
         length = text.shape[1]
-        segments.append(Segment(text, text_mask, True, torch.arange(length, device=device), text_mask.sum(1),
-                                torch.zeros(length, dtype=torch.bool, device=device)))
+        segments.append(Segment(text, text_mask, True, torch.arange(length, device=device), text_mask.sum(1), (0, 0)))
         image = self.embed_latents(latent_tokens, timesteps, grid)
         segments.append(image_block(image.to(text.dtype), markers, torch.ones(b, dtype=torch.bool, device=device)))
         x = self.decode_packed(pack(segments))
@@ -376,7 +375,7 @@ class BagelNetwork(nn.Module):
             mask = mask.to(device).bool()
             length = ids.shape[1]
             segments.append(Segment(lm.embed_tokens(ids.to(device)), mask, True, torch.arange(length, device=device),
-                                    mask.sum(1), torch.zeros(length, dtype=torch.bool, device=device)))
+                                    mask.sum(1), (0, 0)))
         x = self.decode_packed(pack(segments))
         return self.language_model.lm_head(lm.norm(x)).float()
 

@@ -74,9 +74,9 @@ def is_understanding_decoder_parameter(name: str) -> bool:
 class BagelThinkAdapter(BagelAdapter, ThinkDrawModelBase):
     default_lora_targets = BagelAdapter.default_lora_targets + UNDERSTANDING_LORA_TARGETS
 
-    def setup_trainable(self) -> None:
+    def setup_trained_modules(self) -> None:
         """The base's freeze / LoRA; without LoRA both experts' decoders train (module docstring)."""
-        super().setup_trainable()
+        super().setup_trained_modules()
         if not self.cfg.lora.enabled:
             for name, p in self.network.named_parameters():
                 trains = is_generation_parameter(name) or is_understanding_decoder_parameter(name)

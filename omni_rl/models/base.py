@@ -124,7 +124,9 @@ class OmniModelBase(ABC):
     def setup_trained_modules(self) -> None:
         """`setup_trainable` on the trained modules alone: LoRA (or the whole module), gradient
         checkpointing, eval mode. The planner calls it on an adapter holding only those
-        (`omni_rl.plan.spec`)."""
+        (`omni_rl.plan.spec`), so an adapter that trains part of a module (BAGEL's generation
+        expert, Qwen3-Omni's towers frozen) overrides this, not `setup_trainable`: the plan then
+        counts the parameters training trains."""
         lora = self.cfg.lora
         for module in self.trainable_modules().values():
             module.requires_grad_(False)

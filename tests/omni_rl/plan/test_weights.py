@@ -1,5 +1,6 @@
 """`--plan`'s weights: the weightless build counted as the engine holds it, checked against the
 same model built with its weights (local engine) and sharded by the real FSDP2 engine."""
+import dataclasses
 import json
 
 import pytest
@@ -102,3 +103,30 @@ def test_cli_plan_of_a_hub_id_without_a_folder_exits_2(tmp_path, capsys):
     assert code == 2
     assert err.startswith("error: model.path='nobody/nothing'") and err.count("\n") == 1
     assert not (tmp_path / "plan.json").exists()
+
+
+# Recipes whose adapters train part of a trained module: BAGEL's generation expert alone (full
+# weights), Qwen3-Omni's thinker with its towers' LoRA frozen, and the talker without its code
+# predictor.
+PARTIAL = [("tiny_bagel_flowgrpo", ["model.lora.enabled=false"]), ("tiny_qwen3_omni_gspo", []),
+           ("tiny_qwen3_omni_talker_grpo", ["model.lora.enabled=false", "model.options.trainable=talker"])]
+
+
+@pytest.mark.parametrize("recipe,extra", PARTIAL)
+def test_the_trained_only_build_trains_what_training_trains(recipe, extra):
+    """A shipped folder is planned through the plan spec's build of the trained networks alone:
+    it must select the same parameters as the adapter's full build does for training."""
+    from omni_rl.plan.weights import _build_trained_only
+
+    cfg = load_config([f"recipe={recipe}", *extra])
+    model = build_model(cfg.model, torch.device("cpu"), tuple(cfg.plugins))
+    folder = architecture_folder(cfg.model.path)
+    alone = _build_trained_only(cfg, dataclasses.replace(cfg.model, path=str(folder)), folder, "test").model
+
+    def trained(m):
+        return sorted((name, p.numel()) for module_name, module in m.trainable_modules().items()
+                      for name, p in module.named_parameters(prefix=module_name) if p.requires_grad)
+
+    expected = trained(model)
+    assert expected and trained(alone) == expected
+    assert len(expected) < sum(1 for module in model.trainable_modules().values() for _ in module.parameters())
