@@ -490,7 +490,7 @@ def build_tiny_qwen3_omni_talker(folder: Path) -> None:
 # --- the planner's view (omni_rl.plan.spec) ---------------------------------------------------
 def _plan_load_talker(adapter) -> None:
     """The talker (with its code predictor) alone from the checkpoint's `talker_config`: the
-    trained module of `model.stage=talker` (the frozen thinker and code2wav are not planned)."""
+    trained module of `model.stage=talker` (the frozen thinker and code2wav: `_plan_frozen_talker`)."""
     from transformers import AutoConfig
     from transformers.models.qwen3_omni_moe.modeling_qwen3_omni_moe import Qwen3OmniMoeTalkerForConditionalGeneration
 
@@ -504,9 +504,30 @@ def _plan_load_talker(adapter) -> None:
     adapter.options = adapter.bind_options(adapter.cfg)
 
 
+def _plan_code2wav(adapter):
+    from transformers import AutoConfig
+    from transformers.models.qwen3_omni_moe.modeling_qwen3_omni_moe import Qwen3OmniMoeCode2Wav
+
+    from omni_rl.device import weightless_device
+
+    with weightless_device():
+        code2wav = Qwen3OmniMoeCode2Wav(AutoConfig.from_pretrained(adapter.path).code2wav_config)
+    return code2wav.to(adapter.dtype)
+
+
+def _plan_frozen_talker(adapter) -> list:
+    """The talker stage's frozen networks: the whole thinker (it writes the answer the talker
+    speaks) and code2wav, as `frozen_modules()` lists them."""
+    talker = adapter.model
+    _plan_load_thinker(adapter)  # sets adapter.model too: the trained module stays the talker
+    adapter.model = talker
+    return [adapter.thinker, _plan_code2wav(adapter)]
+
+
 # Weights only: the frame-by-frame speech decoding (talker, then the code predictor's residual
 # codebooks) has no traced forward yet; the planner traces modality "text" through forward_logits.
-register_plan_spec(adapter_key("Qwen3OmniMoeForConditionalGeneration", "talker"), PlanSpec(_plan_load_talker, modality="speech"))
+register_plan_spec(adapter_key("Qwen3OmniMoeForConditionalGeneration", "talker"),
+                   PlanSpec(_plan_load_talker, modality="speech", load_frozen=_plan_frozen_talker))
 
 
 def _plan_load_thinker_talker(adapter) -> None:
@@ -517,4 +538,4 @@ def _plan_load_thinker_talker(adapter) -> None:
 
 
 register_plan_spec(adapter_key("Qwen3OmniMoeForConditionalGeneration", "thinker_talker"),
-                   PlanSpec(_plan_load_thinker_talker, modality="speech"))
+                   PlanSpec(_plan_load_thinker_talker, modality="speech", load_frozen=lambda adapter: [_plan_code2wav(adapter)]))

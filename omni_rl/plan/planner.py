@@ -8,8 +8,12 @@ micro-batch on fake tensors (`steps`), and puts them together per device:
   activations + the step's stored trajectories;
 - rollout peak = the same resident weights and state + the rollout forward's peak + trajectories;
 - trajectories: every sample's latent at each of the `num_steps + 1` points, fp32 (a text
-  sample: its tokens, masks and log-probs), the rank's share of the step's samples, assumed held
-  on the device;
+  sample: its tokens, masks and log-probs; an upper bound where an SDE window records fewer
+  steps), the rank's share of the step's samples, on the device unless
+  `rollout.options.trajectory_device=cpu` puts them in host memory;
+- the driver process (`host.plan_driver`): the weights its build materialised (none, in a Ray
+  run's weightless build), the step's decoded samples, and in a Ray run (or with trajectories on
+  the host) the whole step's trajectories, on the host;
 - reward models (`rewards.plan_rewards`): the networks of the rewards scored on an accelerator
   of the training devices, added to both peaks (a device shared with the scorer is the worst).
 
@@ -28,6 +32,7 @@ from typing import Any, Callable
 from omni_rl.config.schema import OmniConfig
 from omni_rl.plan.architecture import architecture_folder
 from omni_rl.plan.devices import DEFAULT_DEVICE_KIND, device_kind, device_memory_bytes
+from omni_rl.plan.host import materialised_bytes, plan_driver, trajectories_on_host
 from omni_rl.plan.rewards import plan_rewards
 from omni_rl.plan.steps import as_dict, best_case_seconds, step_flops, trace_step
 from omni_rl.plan.text_steps import text_trajectory_bytes, trace_text_step
@@ -35,6 +40,7 @@ from omni_rl.plan.weights import _size, build_weightless, weights_of
 
 NOT_COUNTED = (
     "FSDP2's all-gathered blocks and communication buffers during a forward",
+    "each sample's conditioning (prompt embeddings) kept with its trajectory",
     "text encoders' and VAE's activations (prompt encoding, decoding)",
     "reward models' activations while they score",
     "allocator fragmentation, the CUDA/NPU context",
@@ -55,7 +61,11 @@ def _core(cfg: OmniConfig, cache: dict) -> dict[str, Any]:
     build_key = (cfg.model.lora.enabled, cfg.model.gradient_checkpointing)
     if build_key not in cache:
         cache[build_key] = build_weightless(cfg, folder)
+        # Before any trace: a trace gives the trained modules (fake) tensors off the meta device.
+        built = cache[build_key]
+        cache[("materialised", build_key)] = materialised_bytes([*built.model.trainable_modules().values(), *built.frozen])
     built = cache[build_key]
+    materialised = cache[("materialised", build_key)]
     plan = weights_of(cfg, folder, built)
     if "rewards" not in cache:
         cache["rewards"] = plan_rewards(cfg)  # no knob changes the rewards
@@ -63,20 +73,25 @@ def _core(cfg: OmniConfig, cache: dict) -> dict[str, Any]:
     spec = _spec(cfg)
     device = plan["per_device_bytes"]["device_total"] + plan["reward_models"]["device_bytes"]
     text = spec is not None and spec.modality == "text"
+    pixels = spec is not None and spec.modality == "diffusion"
+    r, t = cfg.rollout, cfg.trainer
+    samples = t.prompts_per_step * t.samples_per_prompt
     if spec is None or (spec.forward_inputs is None and not text):
         plan["trace"] = None
         plan["not_counted"].append("activations and FLOPs: the adapter registers no forward for the planner")
+        plan["not_counted"].append("stored trajectories (on the device, and on the driver in a Ray run)")
         plan["peaks"] = {"training": device, "rollout": device, "trajectories": 0}
+        plan["driver"] = plan_driver(cfg, materialised, samples, 0, pixels, plan["reward_models"])
         return plan
-    r, t = cfg.rollout, cfg.trainer
-    samples = t.prompts_per_step * t.samples_per_prompt
     per_rank = -(-samples // plan["devices"]["world_size"])
     if text:
         step = trace_text_step(built.model, spec, cfg, cache=cache.setdefault("traces", {}))
-        trajectories = per_rank * text_trajectory_bytes(cfg)
+        per_sample = text_trajectory_bytes(cfg)
     else:
         step = trace_step(built.model, spec, cfg, cache=cache.setdefault("traces", {}))
-        trajectories = per_rank * (r.num_steps + 1) * _latent_numel(spec, built.model, cfg) * 4
+        per_sample = (r.num_steps + 1) * _latent_numel(spec, built.model, cfg) * 4
+    trajectories = 0 if trajectories_on_host(cfg) else per_rank * per_sample
+    plan["driver"] = plan_driver(cfg, materialised, samples, per_sample, pixels, plan["reward_models"])
     plan["trace"] = as_dict(step)
     plan["flops_per_step"] = step_flops(cfg, step)
     plan["peaks"] = {"training": device + step.train.activation_bytes + trajectories,
@@ -174,6 +189,7 @@ def format_plan(plan: dict[str, Any]) -> str:
         lines.append(f"  FLOPs per step: {f['total']:.3e} (rollout {f['rollout']:.3e}, update {f['update']:.3e}); "
                      f"best case on {v['device_kind']}: {plan['best_case_step_seconds']:.1f} s/step")
     lines.append(f"  per-device peak: training {_size(peaks['training'])}, rollout {_size(peaks['rollout'])}")
+    lines += _driver_lines(plan["driver"])
     what = "the weights alone (activations not traced) " if v["weights_only"] else ""
     lines.append(f"  verdict: {what}{'fit' if v['fits'] else 'do not fit' if what else 'does not fit'}"
                  f"{'s' if v['fits'] and not what else ''} on {v['device_kind']} ({v['device_memory_bytes'] / 1e9:.0f} GB)")
@@ -181,6 +197,16 @@ def format_plan(plan: dict[str, Any]) -> str:
         lines.append(f"    {k['knob']}: peak {_size(k['peak_bytes'])} (saves {_size(max(0, k['saves_bytes']))})"
                      f"{', fits' if k['fits'] else ''}")
     return "\n".join(lines)
+
+
+def _driver_lines(driver: dict[str, Any]) -> list[str]:
+    b = driver["bytes"]
+    weights = (f"policy weights {_size(b['policy_weights'])} (the weightless build)" if driver["weightless_build"]
+               else "policy weights on the device (it is the rank)")
+    trajectories = (f"the whole step's trajectories {_size(b['trajectories'])}" if driver["trajectories_on_host"]
+                    else "trajectories on the device")
+    return [f"  driver process, host: {_size(driver['total'])}: {weights}; {trajectories}; decoded samples "
+            f"{_size(b['decoded_samples'])}; reward models on the host {_size(b['reward_models'])}"]
 
 
 def _reward_lines(rewards: dict[str, Any]) -> list[str]:

@@ -20,6 +20,9 @@ lengths come from the recipe's options, not from tokenising text).
 - `text_positions(batch, length)`: for a text model, the `position_ids` its `forward_logits` takes
   for a plain text batch, where computing them from the tokens needs data-dependent shapes
   (multimodal rotary positions); None: the adapter computes them from the mask;
+- `load_frozen(adapter)`: the frozen networks the stage holds beside what trains, built weightless
+  from the folder's configs, where they can be (the Qwen3-Omni talker stage's thinker and
+  code2wav); None: the plan lists the frozen encoders and decoders as not counted;
 - `latent_numel(adapter, cfg)`: elements of one sample's latent, what a trajectory stores per
   denoising point; without it, the first tensor of a one-row forward (right where that tensor is
   the latent alone: not with condition tokens appended, or with two latent streams).
@@ -40,6 +43,7 @@ class PlanSpec:
     modality: str = "diffusion"
     latent_numel: Callable[[Any, Any], int] | None = None
     text_positions: Callable[[int, int], Any] | None = None
+    load_frozen: Callable[[Any], list] | None = None
 
 
 PLAN_SPECS: Registry[PlanSpec] = Registry("plan spec")

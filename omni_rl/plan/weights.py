@@ -47,12 +47,14 @@ class PlanBuildError(ConfigError):
 @dataclass
 class Built:
     """The recipe's adapter, weightless, and the frozen modules it holds (`complete`: the adapter's
-    own full build ran; else only its trained network(s), through its `PlanSpec`)."""
+    own full build ran; else only its trained network(s), through its `PlanSpec`, and the frozen
+    ones its `load_frozen` builds)."""
 
     model: OmniModelBase
     frozen: list[torch.nn.Module]
     complete: bool
     missing: str = ""
+    frozen_planned: bool = True  # False: the frozen encoders and decoders are not counted
 
 
 def build_weightless(cfg: OmniConfig, folder: Path) -> Built:
@@ -85,15 +87,19 @@ def _build_trained_only(cfg: OmniConfig, model_cfg, folder: Path, why: str) -> B
         )
     adapter = ADAPTERS.get(key).__new__(ADAPTERS.get(key))
     OmniModelBase.__init__(adapter, model_cfg, str(folder), weightless_device())
+    spec = PLAN_SPECS.get(key)
     try:
-        PLAN_SPECS.get(key).load_trained(adapter)
+        spec.load_trained(adapter)
+        frozen = spec.load_frozen(adapter) if spec.load_frozen is not None else []
     except (OSError, ValueError, KeyError) as err:
         raise PlanBuildError(
             f"model.path={cfg.model.path!r}: building {key}'s trained network from {folder} failed "
             f"({type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}); the folder needs its config"
         ) from err
     adapter.setup_trained_modules()
-    return Built(adapter, [], False, why)
+    for module in frozen:
+        module.requires_grad_(False)
+    return Built(adapter, frozen, False, why, frozen_planned=spec.load_frozen is not None)
 
 
 def world_size(cfg: OmniConfig) -> int:
@@ -157,7 +163,7 @@ def weights_of(cfg: OmniConfig, folder: Path, built: Built) -> dict[str, Any]:
         "built": "the adapter's full weightless build" if built.complete else
                  f"the trained network(s) only (the full build needs files the folder lacks: {built.missing})",
         # What this build leaves out; the caller adds what its own part of the plan leaves out.
-        "not_counted": [] if built.complete else
+        "not_counted": [] if built.complete or built.frozen_planned else
                        ["frozen encoders and decoders (text encoders, VAE): their configs are not in the folder"],
     }
 

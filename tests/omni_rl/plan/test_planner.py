@@ -82,6 +82,8 @@ def test_every_real_recipe_plans_without_weights(recipe, tmp_path, monkeypatch):
     plan = json.loads((tmp_path / "plan.json").read_text())
     assert plan["parameters"]["total"] > 1e9 and plan["parameters"]["trainable"] > 0
     assert plan["peaks"]["training"] >= plan["per_device_bytes"]["device_total"]
+    # The driver's build is weightless: it materialised nothing (a Ray driver holds no weights).
+    assert plan["driver"]["bytes"]["policy_weights"] == 0
 
 
 # Text recipes, traced through the adapter's forward_logits with the KV cache (text_steps.py); the

@@ -130,3 +130,21 @@ def test_the_trained_only_build_trains_what_training_trains(recipe, extra):
     expected = trained(model)
     assert expected and trained(alone) == expected
     assert len(expected) < sum(1 for module in model.trainable_modules().values() for _ in module.parameters())
+
+
+@pytest.mark.parametrize("recipe", ["tiny_qwen3_omni_talker_grpo", "tiny_qwen3_omni_thinker_talker_grpo"])
+def test_the_trained_only_build_counts_the_frozen_networks_its_spec_builds(recipe):
+    """The talker stages' specs build their frozen thinker and code2wav too (`load_frozen`): the
+    plan of a config-only folder then counts what the adapter's full build holds."""
+    from omni_rl.plan.weights import _build_trained_only, build_weightless, weights_of
+
+    cfg = load_config([f"recipe={recipe}"])
+    folder = architecture_folder(cfg.model.path)
+    full = build_weightless(cfg, folder)
+    assert full.complete
+    alone = _build_trained_only(cfg, dataclasses.replace(cfg.model, path=str(folder)), folder, "test")
+    assert alone.frozen and alone.frozen_planned
+    full_plan, alone_plan = weights_of(cfg, folder, full), weights_of(cfg, folder, alone)
+    assert alone_plan["per_device_bytes"] == full_plan["per_device_bytes"]
+    assert alone_plan["parameters"] == full_plan["parameters"]
+    assert not any("frozen encoders" in line for line in alone_plan["not_counted"])

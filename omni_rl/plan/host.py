@@ -1,0 +1,79 @@
+"""The driver process in a plan: `plan_driver(...)`, what the process `main_omni.py` runs holds.
+
+- **Its policy weights.** In a Ray run (`trainer.backend=ray`) the driver builds the model on the
+  meta device (`omni_rl.trainer.ray_actors`): tokenizer, processor and shapes, no weights. The
+  plan's build is that same weightless build, so the plan counts every tensor it materialised
+  anyway (parameters, buffers, plain tensor attributes off the meta device): the figure that
+  shows the driver holding no weights, which a build that allocated a table would break. In a
+  local run the driver is the one rank: its weights are the device's (and, offloaded, the
+  host-per-rank figures), so none are added here.
+- **The step's samples.** Every sample's decoded pixels are uint8 on the host (each adapter's
+  `decode` returns them on the CPU for the rewards): frames x H x W x 3 bytes a sample. In a Ray
+  run every result comes back to the driver through Ray, so the whole step's trajectories are in
+  its host memory too between the rollout and the update; in a local run they are there only with
+  `rollout.options.trajectory_device=cpu` (pinned), and otherwise on the device (the device peaks
+  count the rank's share).
+- **Reward models scored on the host** (`device: cpu`) without reward workers.
+
+Not counted: a speech model's decoded waveforms, the dataset, Python and the libraries, a rollout server's own process, Ray's object
+store copies (a result sent to a worker for the update is serialised again).
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from omni_rl.config.schema import OmniConfig
+
+
+def materialised_bytes(modules) -> int:
+    """Bytes of every tensor of `modules` not on the meta device, each storage once."""
+    seen: set[int] = set()
+    total = 0
+    for root in modules:
+        for sub in root.modules():
+            tensors = [*sub._parameters.values(), *sub._buffers.values(),
+                       *(v for v in vars(sub).values() if isinstance(v, torch.Tensor))]
+            for t in tensors:
+                if t is None or t.is_meta or id(t) in seen:
+                    continue
+                seen.add(id(t))
+                total += t.numel() * t.element_size()
+    return total
+
+
+def trajectories_on_host(cfg: OmniConfig) -> bool:
+    """Whether the rollout engine puts finished trajectories in host memory
+    (`rollout.options.trajectory_device=cpu`; a backend without the option keeps them on the device)."""
+    from omni_rl.rollout.backends import backend_options
+
+    return getattr(backend_options(cfg), "trajectory_device", "device") == "cpu"
+
+
+def media_bytes_per_sample(cfg: OmniConfig, pixels: bool) -> int:
+    """A decoded image or video's uint8 pixels (frames x H x W x 3); 0 for a model that makes
+    none (text; speech, whose waveforms are not counted)."""
+    if not pixels:
+        return 0
+    r = cfg.rollout
+    return max(1, r.num_frames) * r.height * r.width * 3
+
+
+def plan_driver(cfg: OmniConfig, materialised: int, samples: int, trajectory_per_sample: int, pixels: bool,
+                rewards: dict[str, Any]) -> dict[str, Any]:
+    """The driver's host memory (module docstring) as a JSON-able dict; `materialised` is
+    `materialised_bytes` of the weightless build, taken before any trace."""
+    ray = cfg.trainer.backend == "ray"
+    on_host = ray or trajectories_on_host(cfg)
+    parts = {
+        "policy_weights": materialised if ray else 0,
+        "trajectories": samples * trajectory_per_sample if on_host else 0,
+        "decoded_samples": samples * media_bytes_per_sample(cfg, pixels),
+        "reward_models": sum(m["bytes"] for m in rewards["models"] if m["where"] == "host"),
+    }
+    return {"backend": cfg.trainer.backend, "weightless_build": ray, "trajectories_on_host": on_host,
+            "bytes": parts, "total": sum(parts.values())}
+
+
+__all__ = ["plan_driver", "materialised_bytes", "trajectories_on_host"]
