@@ -32,6 +32,7 @@ from omni_rl.models.base import OmniModelBase
 from omni_rl.models.factory import build_model
 from omni_rl.rollout.backends import build_rollout_engine
 from omni_rl.rollout.base import RolloutEngine
+from omni_rl.workers.transfer import to_host
 
 
 @dataclass
@@ -71,7 +72,8 @@ def sync_rollout(worker, version: int) -> None:
 def generate(worker, requests: Sequence[Any], timeout_s: float) -> list[Any]:
     if not requests:
         return []
-    return worker.state.rollout.generate(list(requests), timeout_s=timeout_s)
+    # Through Ray to the driver: on the host, or a CUDA tensor would load onto the driver's GPU (transfer.py).
+    return to_host(worker.state.rollout.generate(list(requests), timeout_s=timeout_s))
 
 
 def behaviour_policy(worker, batch, lo: int, hi: int) -> BehaviourPolicy:
