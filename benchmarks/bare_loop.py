@@ -2,7 +2,7 @@
 
 The same model (the recipe's tiny SD3 with its LoRA, built by the adapter), the same requests
 (prompts x samples, 6 steps, CFG 4.5, a 3-step SDE window per sample at noise level 0.7), the
-same step kernel (`sde_step`), reward (brightness), advantages (GRPO, global std), loss (the
+same step kernel (`sde_step`), reward (brightness, or what `--override reward.*` sets), advantages (GRPO, global std), loss (the
 clipped ratio of FlowGRPO) and optimizer (AdamW, the recipe's `optim.*`, gradient clipping), with
 no trainer, engine, family, pipeline or reward scorer around them: one thread, one function.
 
@@ -29,7 +29,8 @@ from omni_rl.algos.flow_sde import sde_step
 from omni_rl.compose import load_config
 from omni_rl.models import build_model
 from omni_rl.rollout.sde_window import choose_sde_window
-from rewards.image_stats import brightness
+from omni_rl.plugins import load_plugins
+from omni_rl.reward.registry import build_reward
 
 RECIPE = "tiny_sd3_flowgrpo"
 
@@ -40,7 +41,14 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--steps", type=int, default=16)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", required=True, help="folder for metrics.jsonl")
+    p.add_argument("--override", action="append", default=[],
+                   help="reward.KEY=VALUE (repeatable): score with the recipe's reward changed as the trainer's arms "
+                        "are, e.g. a reward model; only reward.* keys (the loop's other work is fixed)")
     args = p.parse_args(argv)
+    for item in args.override:
+        if not item.startswith("reward."):
+            p.error(f"--override {item!r}: the bare loop takes only reward.* overrides; its other work is "
+                    f"{RECIPE}'s as written")
     if args.recipe != RECIPE:
         p.error(f"--recipe={args.recipe!r}: the bare loop is written for {RECIPE} only")
     if args.steps < 1:
@@ -102,16 +110,32 @@ def update(model, optimizer, cfg, batch: dict, advantages: torch.Tensor, counts:
         optimizer.zero_grad(set_to_none=True)
 
 
+def the_reward(cfg):
+    """The recipe's one reward (brightness, unless `--override` names another), built by the
+    registry as the trainer builds it; weighted as the recipe weights it."""
+    items = cfg.reward.rewards
+    if len(items) != 1:
+        raise SystemExit(f"reward.rewards has {len(items)} items: the bare loop scores with exactly one")
+    load_plugins(cfg.plugins)
+    item = items[0]
+    scorer = build_reward(item.name, **(item.kwargs or {}))
+
+    def score(images, prompts, metas):
+        return [item.weight * float(v) for v in scorer(images, prompts, metas)]
+
+    return score
+
+
 def main(argv=None) -> None:
     args = parse_args(argv)
-    cfg = load_config([f"recipe={args.recipe}"])
+    cfg = load_config([f"recipe={args.recipe}", *args.override])
     t, r = cfg.trainer, cfg.rollout
     torch.manual_seed(args.seed)
     model = build_model(cfg.model, torch.device("cpu"))
     params = model.trainable_parameters()
     o = cfg.optim
     optimizer = torch.optim.AdamW(params, lr=o.lr, betas=tuple(o.betas), weight_decay=o.weight_decay, eps=o.eps)
-    score = brightness()
+    score = the_reward(cfg)
     n = t.prompts_per_step * t.samples_per_prompt
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

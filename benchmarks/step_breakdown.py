@@ -69,6 +69,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     if args.bare:
         if "bare" in arms:
             p.error("--bare adds an arm named 'bare'; name the other arms differently")
+        other = [item for item in args.override if not item.startswith("reward.")]
+        if other:
+            p.error(f"--override {other[0]!r} with --bare: the bare loop takes only reward.* overrides (its other "
+                    f"work is the recipe's as written); pass it with --arm-override to the arms it is for")
         arms["bare"] = ROOT
     args.arms = arms
     args.arm_overrides = {name: [] for name in arms if name != "bare" or not args.bare}
@@ -88,7 +92,8 @@ def commit_of(path: Path) -> str:
 def run_once(args, path: Path, threads: int, out: Path, extra: list[str], bare: bool = False) -> dict:
     env = {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
     if bare:
-        cmd = [sys.executable, "benchmarks/bare_loop.py", f"--recipe={args.recipe}", f"--steps={args.steps}", f"--out={out}"]
+        cmd = [sys.executable, "benchmarks/bare_loop.py", f"--recipe={args.recipe}", f"--steps={args.steps}", f"--out={out}",
+               *(f"--override={item}" for item in args.override)]
         env["PYTHONPATH"] = str(path)
     else:
         cmd = [

@@ -154,8 +154,11 @@ class RewardConfig:
     # reward judged by the metric it stands for: train on partial credit, validate on success.
     # Scored in the trainer process (never on reward workers).
     val_rewards: Optional[list[RewardItemConfig]] = None
-    # Score samples in micro-batches while the rollout engine is still producing the rest.
-    overlap_rollout: bool = True
+    # Score samples in micro-batches while the rollout engine is still producing the rest (true),
+    # or each batch after its rollout, in the thread that waited for it (false). null: false in a
+    # one-process on-policy CPU run with the native engine (one computing thread), else true
+    # (omni_rl/trainer/reward_overlap.py says why).
+    overlap_rollout: Optional[bool] = None
     # Micro-batches: at most this many samples per reward call ...
     max_batch_size: int = 32
     # ... and how long a partial micro-batch waits for more samples.

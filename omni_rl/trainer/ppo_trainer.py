@@ -54,6 +54,7 @@ from omni_rl.trainer.pipeline import PIPELINES, PipelineState, Produced
 from omni_rl.trainer.run_dir import DISK_FULL, OutputWriteError, open_run_dir, write_failure
 from omni_rl.trainer.timer import StepTimer
 from omni_rl.utils.atomic import atomic_directory, atomic_write_text
+from omni_rl.trainer.reward_overlap import rewards_overlap_rollout
 from omni_rl.workers.reward_worker import RayRewardManager, reward_worker_options
 
 log = logging.getLogger(__name__)
@@ -158,7 +159,7 @@ class PPOTrainer:
         self.val_rewards = self.rewards
         if rc.val_rewards is not None:
             self.val_rewards = RewardManager(reward_specs(rc.val_rewards), plugins=self.cfg.plugins)
-        if rc.overlap_rollout:
+        if rewards_overlap_rollout(self.cfg):
             self.reward_scorer = AsyncRewardScorer(
                 self.rewards, rc.max_batch_size, rc.max_wait_ms, num_threads=max(1, workers.num_workers)
             )

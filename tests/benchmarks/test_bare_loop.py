@@ -30,3 +30,9 @@ def test_the_bare_loop_does_the_trainers_work(tmp_path):
 def test_another_recipe_is_refused():
     proc = run("--recipe", "tiny_qwen3_grpo", "--out", "unused")
     assert proc.returncode == 2 and "written for tiny_sd3_flowgrpo only" in proc.stderr
+
+
+def test_only_reward_overrides_are_taken():
+    proc = run("--override", "rollout.num_steps=3", "--out", "unused")
+    assert proc.returncode == 2 and "takes only reward.* overrides" in proc.stderr
+
