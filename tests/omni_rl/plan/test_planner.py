@@ -14,9 +14,11 @@ from omni_rl.plan.planner import _spec, make_plan
 from omni_rl.plan.steps import trace_step
 from omni_rl.plan.weights import build_weightless, weights_of
 
-# Tiny recipes whose adapters register a traced forward (SD3, Qwen-Image, Qwen-Image-Edit, Wan, LTX-2, Z-Image, FLUX.2, BAGEL).
+# Tiny recipes whose adapters register a traced forward (SD3, Qwen-Image, Qwen-Image-Edit, Wan, LTX-2, Z-Image,
+# FLUX.1, FLUX.1-Kontext, FLUX.2, BAGEL).
 TRACED_TINY = ["tiny_sd3_flowgrpo", "tiny_qwen_image_flowgrpo", "tiny_qwen_image_edit_flowgrpo", "tiny_wan22_flowgrpo",
-               "tiny_ltx2_flowgrpo_av", "tiny_z_image_flowgrpo", "tiny_flux2_flowgrpo", "tiny_bagel_flowgrpo"]
+               "tiny_ltx2_flowgrpo_av", "tiny_z_image_flowgrpo", "tiny_flux_flowgrpo", "tiny_flux_kontext_flowgrpo",
+               "tiny_flux2_flowgrpo", "tiny_bagel_flowgrpo"]
 
 
 def real_recipes() -> list[str]:
