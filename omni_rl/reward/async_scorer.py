@@ -26,19 +26,20 @@ import numpy as np
 import torch
 
 from omni_rl.reward.manager import RewardError, RewardManager, RewardOutput
-from omni_rl.reward.scores import group_means
+from omni_rl.reward.scores import detail_pairs, group_means
 from omni_rl.reward.media import MediaSamples
 
 
 @dataclass
 class SampleReward:
     """One sample's rewards: the weighted total, each successful reward's raw score, and the
-    group of the sample under each reward that reports groups (`omni_rl.reward.scores`)."""
+    group and details of the sample under each reward that reports them (`omni_rl.reward.scores`)."""
 
     total: float
     per_reward: dict[str, float]
     failed: tuple[str, ...]
     groups: dict[str, str] = field(default_factory=dict)
+    details: dict[str, dict] = field(default_factory=dict)
 
 
 def _stack(samples: list[Any]) -> Any:
@@ -118,6 +119,7 @@ class AsyncRewardScorer:
                     per_reward={name: float(v[i]) for name, v in out.per_reward.items()},
                     failed=tuple(out.failed),
                     groups={name: keys[i] for name, keys in out.groups.items() if keys[i] is not None},
+                    details={name: d[i] for name, d in out.details.items()},
                 )
             )
 
@@ -169,10 +171,16 @@ def combine(manager: RewardManager, results: Sequence[SampleReward]) -> RewardOu
     metrics["reward/total/mean"] = float(total.mean())
     metrics["reward/total/std"] = float(total.std())
     groups: dict[str, list] = {}
+    details: dict[str, list] = {}
     for spec in manager.specs:  # per-group means over the whole step (`reward/<group>`)
         if any(spec.name in r.groups for r in results):
             groups[spec.name] = [r.groups.get(spec.name) for r in results]
+        if all(spec.name in r.details for r in results):
+            details[spec.name] = [r.details[spec.name] for r in results]
         metrics.update(group_means([(r.groups[spec.name], r.per_reward[spec.name]) for r in results
                                     if spec.name in r.groups and spec.name in r.per_reward]))
+        metrics.update(group_means(detail_pairs(
+            [r.groups.get(spec.name) for r in results if spec.name in r.details],
+            [r.details[spec.name] for r in results if spec.name in r.details])))
     return RewardOutput(total=torch.from_numpy(total.astype(np.float32)), per_reward=per_reward, metrics=metrics,
-                        failed=failed, groups=groups)
+                        failed=failed, groups=groups, details=details)

@@ -76,7 +76,7 @@ from omni_rl.plugins import load_plugins
 from omni_rl.reward.inputs import RewardInputError, Samples, batch_size, check_batch, check_prompts_metadata, sample_kind
 from omni_rl.reward.media import AUDIO, VIDEO, MediaSamples
 from omni_rl.reward.registry import RewardConfigError, Scorer, build_reward, reward_modalities
-from omni_rl.reward.scores import RewardScores, check_groups, group_means
+from omni_rl.reward.scores import RewardScores, check_details, check_groups, detail_pairs, group_means
 
 logger = logging.getLogger(__name__)
 
@@ -154,6 +154,8 @@ class RewardOutput:
     failed:     names of the optional rewards that failed on this batch.
     groups:     name -> [B] group key or None of each sample, for the rewards whose scorer
                 returned a `RewardScores` (`omni_rl.reward.scores`).
+    details:    name -> [B] dict of what the scorer saw of each sample, for the rewards whose
+                `RewardScores` carried details.
     """
 
     total: torch.Tensor
@@ -161,6 +163,7 @@ class RewardOutput:
     metrics: dict[str, float]
     failed: list[str] = field(default_factory=list)
     groups: dict[str, list[Optional[str]]] = field(default_factory=dict)
+    details: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
 
 
 class RewardManager:
@@ -259,6 +262,7 @@ class RewardManager:
 
         raw: dict[str, np.ndarray] = {}
         groups: dict[str, list[Optional[str]]] = {}
+        details: dict[str, list[dict[str, Any]]] = {}
         errors: dict[str, RewardError] = {}
         frames: dict[int, Any] = {}  # k -> frames(k), shared by the rewards with the same k
         for spec in self.specs:
@@ -269,17 +273,22 @@ class RewardManager:
                         frames[k] = samples.frames(k)
                     repeated_prompts = [p for p in prompts for _ in range(k)]
                     repeated_metadata = [m for m in metadata for _ in range(k)]
-                    per_frame, frame_groups = self._run(
+                    per_frame, frame_groups, frame_details = self._run(
                         spec.name, frames[k], repeated_prompts, repeated_metadata, n * k, "frames"
                     )
                     scores = per_frame.reshape(n, k).mean(axis=1)
                     sample_groups = None if frame_groups is None else list(frame_groups[::k])
+                    # A video's details are its frames' ({"frames": [...]}): no field is averaged for it.
+                    sample_details = (None if frame_details is None else
+                                      [{"frames": frame_details[i * k:(i + 1) * k]} for i in range(n)])
                 else:
-                    scores, sample_groups = self._run(spec.name, samples, prompts, metadata, n, noun)
+                    scores, sample_groups, sample_details = self._run(spec.name, samples, prompts, metadata, n, noun)
                 _check_weighted(spec.name, spec.weight, scores)
                 raw[spec.name] = scores
                 if sample_groups is not None:
                     groups[spec.name] = sample_groups
+                if sample_details is not None:
+                    details[spec.name] = sample_details
             except RewardError as err:
                 if spec.required:
                     raise
@@ -316,6 +325,8 @@ class RewardManager:
         metrics[f"reward/{_TOTAL}/std"] = float(total.std())
         for name, keys in groups.items():
             metrics.update(group_means([(key, float(v)) for key, v in zip(keys, raw[name]) if key is not None]))
+            if name in details:
+                metrics.update(group_means(detail_pairs(keys, details[name])))
 
         return RewardOutput(
             total=torch.from_numpy(total.astype(np.float32)),
@@ -323,6 +334,7 @@ class RewardManager:
             metrics=metrics,
             failed=list(errors),
             groups=groups,
+            details=details,
         )
 
     def _media_plan(self, index: int, spec: RewardSpec, samples: MediaSamples) -> int | None:
@@ -354,8 +366,8 @@ class RewardManager:
 
     def _run(
         self, name: str, samples: Samples, prompts: Sequence[str], metadata: Sequence[dict], n: int, noun: str
-    ) -> tuple[np.ndarray, Optional[list[Optional[str]]]]:
-        """The reward's n scores, and its samples' groups when it returned a `RewardScores`."""
+    ) -> tuple[np.ndarray, Optional[list[Optional[str]]], Optional[list[dict[str, Any]]]]:
+        """The reward's n scores, and its samples' groups and details when it returned a `RewardScores`."""
         thread = threading.get_ident()
         with self._running_lock:
             self._running[thread] = (name, time.monotonic())
@@ -367,11 +379,12 @@ class RewardManager:
             with self._running_lock:
                 self._running.pop(thread, None)
         if not isinstance(out, RewardScores):
-            return _to_scores(name, out, n, noun), None
-        problem = check_groups(out.groups, n, set(self.names) | {_TOTAL})
+            return _to_scores(name, out, n, noun), None, None
+        problem = check_groups(out.groups, n, set(self.names) | {_TOTAL}) or check_details(out.details, n)
         if problem:
             raise RewardError(f"reward {name!r}: {problem}")
-        return _to_scores(name, out.scores, n, noun), list(out.groups)
+        sample_details = None if out.details is None else [dict(d) for d in out.details]
+        return _to_scores(name, out.scores, n, noun), list(out.groups), sample_details
 
 
 def _names(modalities: frozenset[str]) -> str:

@@ -11,6 +11,12 @@ and `reward/geneval/position` = 0.0; a sample whose group is None is in none). A
 from a batch has no metric on that step. `AsyncRewardScorer` keeps each sample's group, so the
 step's metric is the mean over the whole step, not over a micro-batch.
 
+A scorer may also return `details`: one dict per sample of what it saw beside its score
+(GenEval's verdict: `{"correct": True, "strict_correct": False, "reason": "..."}`). They reach
+`RewardOutput.details` (the evaluation job writes them with each sample), and each numeric field
+(a bool, int or float) of a sample in a group is logged as `reward/<group>/<field>`, its mean
+over the group's samples (`reward/geneval/counting/strict_correct`).
+
 A group key is a path of at least two parts ("geneval/counting"); its first part may not be
 "total" or the name of a configured reward, whose `reward/<name>/...` metrics it would shadow.
 A scorer that breaks these rules fails like one that returns a wrong number of scores. Two
@@ -20,7 +26,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Any, Optional, Sequence
+from typing import Any, Mapping, Optional, Sequence
 
 import numpy as np
 
@@ -34,6 +40,7 @@ class RewardScores:
 
     scores: Any
     groups: Sequence[Optional[str]]
+    details: Optional[Sequence[Mapping[str, Any]]] = None
 
 
 def check_groups(groups: Any, n: int, reserved: set[str]) -> Optional[str]:
@@ -57,3 +64,22 @@ def group_means(pairs: Sequence[tuple[str, float]]) -> dict[str, float]:
     for key, score in pairs:
         by_group.setdefault(key, []).append(score)
     return {f"reward/{key}": float(np.mean(values)) for key, values in sorted(by_group.items())}
+
+
+def check_details(details: Any, n: int) -> Optional[str]:
+    """Why `details` is not one mapping of named values per sample of n (None when it is)."""
+    if details is None:
+        return None
+    if isinstance(details, (str, Mapping)) or not isinstance(details, Sequence) or len(details) != n:
+        return f"RewardScores.details must be a list of {n} dicts, one per sample; got {details!r:.80}"
+    for i, d in enumerate(details):
+        if not isinstance(d, Mapping) or not all(isinstance(k, str) and _KEY.match(f"x/{k}") for k in d):
+            return f"details of sample {i} must be a dict with metric-name keys like 'strict_correct'; got {d!r:.80}"
+    return None
+
+
+def detail_pairs(groups: Sequence[Optional[str]], details: Sequence[Mapping[str, Any]]) -> list[tuple[str, float]]:
+    """("<group>/<field>", value) for each numeric field of each grouped sample's details, the
+    input of `group_means` for the `reward/<group>/<field>` metrics."""
+    return [(f"{key}/{name}", float(value)) for key, d in zip(groups, details) if key is not None
+            for name, value in d.items() if isinstance(value, (bool, int, float))]
