@@ -24,8 +24,9 @@ from omni_rl.errors import OmniConfigError, OmniRunError
 # own default, for `load_config` in code and tests, is the faster random-weight tiny_sd3_flowgrpo.)
 DEMO_RECIPE = "tiny_sd3_shapes_counting"
 
-USAGE = """usage: python main_omni.py [recipe=NAME] [key=value ...] [--cfg] [--plan]
+USAGE = """usage: python main_omni.py [recipe=NAME] [key=value ...] [--cfg] [--plan] [--eval NAME ...]
        python main_omni.py --options KEY=NAME
+       python main_omni.py --compare A B
 
   recipe=NAME   a YAML file in recipes/ (default: tiny_sd3_shapes_counting, the CPU demo)
   key=value     override any config key, e.g. trainer.total_steps=10 rollout.num_steps=8
@@ -37,6 +38,7 @@ USAGE = """usage: python main_omni.py [recipe=NAME] [key=value ...] [--cfg] [--p
   --device-memory GB   with --plan: judge against this memory instead of the kind's
   --options     print a component's options (set under its block) with their defaults and docs,
                 e.g. --options model.adapter=LTX2Pipeline, rollout.backend=server, trainer.engine=fsdp2
+{eval_usage}
 """
 
 
@@ -60,8 +62,10 @@ def _main(argv: Sequence[str] | None) -> int:
     from omni_rl.compose import load_config
     from omni_rl.config import available_recipes, to_yaml
 
+    from omni_rl.eval.cli_args import USAGE as EVAL_USAGE, take_eval_args
+
     if "-h" in args or "--help" in args:
-        print(USAGE + "\nrecipes: " + ", ".join(available_recipes()))
+        print(USAGE.format(eval_usage=EVAL_USAGE) + "\nrecipes: " + ", ".join(available_recipes()))
         return 0
     if "--options" in args:
         return _print_options([a for a in args if a != "--options"])
@@ -74,13 +78,19 @@ def _main(argv: Sequence[str] | None) -> int:
     show_plan = "--plan" in args
     try:
         args, plan_kind, plan_memory = _plan_options(args, show_plan)
+        args, eval_request, compare_paths = take_eval_args(args)
+        if compare_paths is not None:
+            from omni_rl.eval.compare import compare
+
+            compare(*compare_paths)
+            return 0
     except OmniConfigError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
     args = [a for a in args if a not in ("--cfg", "--plan")]
     bad = [a for a in args if a.startswith("-")]
     if bad:
-        print(f"error: unknown option {bad[0]!r}\n{USAGE}", file=sys.stderr)
+        print(f"error: unknown option {bad[0]!r}\n{USAGE.format(eval_usage=EVAL_USAGE)}", file=sys.stderr)
         return 2
     loose = [a for a in args if "=" not in a]
     if loose:
@@ -98,6 +108,11 @@ def _main(argv: Sequence[str] | None) -> int:
             from omni_rl.plan.planner import run_plan
 
             print(f"plan: written to {run_plan(cfg, plan_kind, plan_memory)}")
+            return 0
+        if eval_request is not None:
+            from omni_rl.eval.job import run_eval
+
+            run_eval(cfg, eval_request)
             return 0
         check_inputs(cfg)
         from omni_rl.trainer import run

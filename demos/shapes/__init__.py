@@ -1,9 +1,9 @@
 """The GenEval-style shape demo in one package: scenes, captions, the detector reward, the
 pretrained model and the scripts that made and measure it.
 
-A plugin: it imports `omni_rl`, never the reverse. Importing it registers its two components,
+A plugin: it imports `omni_rl`, never the reverse. Importing it registers its components,
 which the `omni_rl.plugins` entry point `shapes = demos.shapes` (pyproject.toml) does for every run:
-the reward `geneval_shapes` (`reward`) and the packaged model `tiny:sd3_shapes` (`model`: the
+the reward `geneval_shapes` (`reward`), the benchmarks `geneval_shapes` and `shapes_counting` (`benchmark`) and the packaged model `tiny:sd3_shapes` (`model`: the
 shipped `weights/` with their `SHA256SUMS`, loaded through the SD3 adapter).
 
 | module             | what                                                                   |
@@ -15,6 +15,7 @@ shipped `weights/` with their `SHA256SUMS`, loaded through the SD3 adapter).
 | `model`            | `tiny:sd3_shapes` and the text length every user of it gives            |
 | `pretrain`         | `python -m demos.shapes.pretrain --out DIR`: the model from nothing      |
 | `evaluate`         | `python -m demos.shapes.evaluate`: its accuracy per task before RL       |
+| `benchmark`        | the `--eval` benchmarks `geneval_shapes` and `shapes_counting`          |
 | `before_after`     | `python -m demos.shapes.before_after`: the README's before/after picture |
 | `preference_pairs` | `python -m demos.shapes.preference_pairs`: right scenes over near misses |
 | `prompt_files`     | `python -m demos.shapes.prompt_files`: writes `recipes/prompts/geneval_shapes_*.jsonl` |
@@ -22,7 +23,7 @@ shipped `weights/` with their `SHA256SUMS`, loaded through the SD3 adapter).
 The recipes (`recipes/tiny_sd3_shapes_*.yaml`) and the files they read (the prompt sets in
 `recipes/prompts/`, the pairs in `recipes/preference_pairs/shapes_counting/`) stay in `recipes/`.
 """
-from demos.shapes import model, reward  # noqa: F401  (imported to register)
+from demos.shapes import benchmark, model, reward  # noqa: F401  (imported to register)
 from demos.shapes.grammar import (
     RELATIONS,
     TASKS,

@@ -65,3 +65,51 @@ def test_micro_batches_give_the_whole_steps_group_means():
     assert scorer.batches_scored == 4
     assert {k: v for k, v in out.metrics.items() if "bench" in k} == {"reward/bench/counting": 0.5, "reward/bench/position": 1.0}
     assert out.groups == whole.groups
+
+
+def detailed_reward(details):
+    """A reward returning groups and `details` (one dict per sample, by prompt order)."""
+    name = f"tests.scores.detailed_{uuid.uuid4().hex[:8]}"
+    groups = ["bench/counting", "bench/counting", "bench/position", None]
+
+    @register_reward(name)
+    def factory():
+        def score(samples, prompts, metadata):
+            index = [PROMPTS.index(p) for p in prompts]
+            return RewardScores([1.0] * len(prompts), [groups[i] for i in index],
+                                details if not isinstance(details, list) else [details[i] for i in index])
+
+        return score
+
+    return name
+
+
+DETAILS = [{"strict": True, "reason": ""}, {"strict": False, "reason": "2 of 3"}, {"strict": 0, "reason": "x"},
+           {"strict": 1, "reason": ""}]
+
+
+def test_details_reach_the_output_and_their_numbers_are_logged_per_group_in_one_call_and_over_micro_batches():
+    name = detailed_reward(DETAILS)
+    manager = RewardManager([RewardSpec(name)])
+    out = manager.score(IMAGES, PROMPTS)
+    assert out.details == {name: DETAILS}
+    # counting: strict (True + False) / 2 = 0.5; position: 0; the ungrouped sample in none; the
+    # string field is no metric.
+    assert out.metrics["reward/bench/counting/strict"] == 0.5 and out.metrics["reward/bench/position/strict"] == 0.0
+    assert not any("reason" in k for k in out.metrics)
+    scorer = AsyncRewardScorer(manager, max_batch_size=1, max_wait_ms=0)
+    try:
+        step = scorer.gather([scorer.submit(IMAGES[i], PROMPTS[i], {}) for i in range(4)], timeout_s=30)
+    finally:
+        scorer.close()
+    assert step.details == out.details
+    assert {k: v for k, v in step.metrics.items() if k.endswith("/strict")} == \
+        {"reward/bench/counting/strict": 0.5, "reward/bench/position/strict": 0.0}
+
+
+@pytest.mark.parametrize("details, message", [
+    (({},) * 3, "a list of 4 dicts"), ("x", "a list of 4 dicts"), ([{"a b": 1}] * 4, "metric-name keys"),
+])
+def test_bad_details_fail_the_reward(details, message):
+    with pytest.raises(RewardError, match=message):
+        RewardManager([RewardSpec(detailed_reward(details))]).score(IMAGES, PROMPTS)

@@ -1,0 +1,62 @@
+"""The built-in benchmarks: `geneval`, `ocr` and `pickscore` (text-to-image), each as its source defines it.
+
+Protocols follow Flow-GRPO's evaluation of SD3.5-M (its `config/grpo.py`: 40 steps, CFG 4.5,
+512 x 512, deterministic sampling), where the paper reports GenEval 0.63 -> 0.95, OCR 0.59 ->
+0.92 and PickScore 21.72 -> 23.31. GenEval draws 4 images per prompt of its 553 (its own
+generation script); Flow-GRPO's `test_metadata.jsonl` lists each prompt 4 times instead, so with
+that file pass `--protocol samples_per_prompt=1` (the same 2,212 images; the result records it).
+The prompt files are public but not shipped: each benchmark says where to get its file.
+"""
+from __future__ import annotations
+
+from omni_rl.eval.benchmark import Benchmark, Metric, PromptSource, register_benchmark
+from omni_rl.eval.protocol import Protocol, ScorerSpec
+
+GENEVAL_TASKS = ("single_object", "two_object", "counting", "colors", "position", "color_attr")
+
+# Flow-GRPO's evaluation sampler for SD3.5-M.
+_T2I = dict(num_steps=40, guidance_scale=4.5, height=512, width=512)
+
+register_benchmark(Benchmark(
+    name="geneval",
+    family="diffusion",
+    description="GenEval (Ghosh et al. 2023): object, count, colour and position rules checked by a COCO "
+                "instance detector and a CLIP colour classifier; the score is the mean of the six task accuracies.",
+    prompts=PromptSource(
+        format="jsonl rows {tag, include, exclude, prompt} (GenEval's metadata)",
+        get="djghosh13/geneval prompts/evaluation_metadata.jsonl (553 prompts), or Flow-GRPO's "
+            "dataset/geneval/test_metadata.jsonl (the same prompts, 4 rows each: add --protocol samples_per_prompt=1)",
+    ),
+    protocol=Protocol(samples_per_prompt=4, seed=0, **_T2I, scorers=(ScorerSpec("geneval", (("score", "correct"),)),)),
+    metrics=(
+        Metric("accuracy", "geneval", detail="correct", binary=True),
+        Metric("strict_accuracy", "geneval", detail="strict_correct", binary=True),
+        Metric("partial_score", "geneval", detail="score"),
+    ),
+    headline="accuracy",
+    task_of=lambda meta: meta.get("tag"),
+    tasks=GENEVAL_TASKS,
+))
+
+register_benchmark(Benchmark(
+    name="ocr",
+    family="diffusion",
+    description="Text rendering (Flow-GRPO's OCR task): the target is the prompt's first quoted span, scored "
+                "by the `ocr` reward (1 - normalised edit distance of the recognised text).",
+    prompts=PromptSource(format="txt, one prompt a line, the target text in its first pair of double quotes",
+                         get="Flow-GRPO's dataset/ocr/test.txt (1,018 prompts)"),
+    protocol=Protocol(samples_per_prompt=1, seed=0, **_T2I, scorers=(ScorerSpec("ocr"),)),
+    metrics=(Metric("ocr_score", "ocr"), Metric("exact_match", "ocr", at_least=1.0, binary=True)),
+    headline="ocr_score",
+))
+
+register_benchmark(Benchmark(
+    name="pickscore",
+    family="diffusion",
+    description="PickScore (Kirstain et al. 2023) on Pick-a-Pic captions, the raw score (exp(logit_scale) x "
+                "cosine, the paper's 21.72 -> 23.31 scale; training divides it by 26).",
+    prompts=PromptSource(format="txt, one caption a line", get="Flow-GRPO's dataset/pickscore/test.txt (2,048 captions)"),
+    protocol=Protocol(samples_per_prompt=1, seed=0, **_T2I, scorers=(ScorerSpec("pickscore", (("scale", 1.0),)),)),
+    metrics=(Metric("pickscore", "pickscore"),),
+    headline="pickscore",
+))

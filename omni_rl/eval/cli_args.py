@@ -1,0 +1,72 @@
+"""The evaluation flags of `python main_omni.py`, taken out of the argument list before the config is composed.
+
+    --eval BENCHMARK        evaluate the recipe's model on BENCHMARK (omni_rl.eval.job)
+    --eval-model PATH       a checkpoint folder, a run's output folder, or a LoRA (default: the base)
+    --eval-prompts PATH     the benchmark's prompt file (where it ships none)
+    --eval-out DIR          where samples and results go (default outputs/eval/<run>/<model>/<benchmark>)
+    --shard i/n             rows i, i + n, ... of the prompt file
+    --protocol KEY=VALUE    change a protocol field (repeatable); the result records it
+    --compare A B           compare two results (results.json or their folders); no recipe needed
+
+A flag without its value, or `--eval-*` without `--eval`, is one error naming it.
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+from omni_rl.errors import OmniConfigError
+
+_VALUED = ("--eval", "--eval-model", "--eval-prompts", "--eval-out", "--shard", "--protocol")
+USAGE = """  --eval NAME   evaluate the recipe's model on benchmark NAME (geneval, ocr, pickscore, geneval_shapes,
+                shapes_counting, ...): --eval-model PATH (checkpoint or LoRA; default the base), --eval-prompts PATH,
+                --eval-out DIR, --shard i/n, --protocol KEY=VALUE; writes results.json (docs/evaluation.md)
+  --compare A B compare two evaluation results: per-task deltas with 95% paired-bootstrap intervals"""
+
+
+class EvalArgumentError(OmniConfigError):
+    """An evaluation flag without its value, or one that needs `--eval`."""
+
+
+def take_eval_args(args: list[str]):
+    """(the other arguments, an `EvalRequest` or None, the two `--compare` paths or None)."""
+    from omni_rl.eval.job import EvalRequest, parse_shard
+
+    rest: list[str] = []
+    values: dict[str, list[str]] = {}
+    compare: Optional[tuple[str, str]] = None
+    i = 0
+    while i < len(args):
+        arg = args[i]
+        if arg == "--compare":
+            if len(args) - i < 3:
+                raise EvalArgumentError("--compare takes two results (results.json files or their folders): --compare A B")
+            compare = (args[i + 1], args[i + 2])
+            i += 3
+            continue
+        if arg in _VALUED:
+            if i + 1 >= len(args) or args[i + 1].startswith("--"):
+                raise EvalArgumentError(f"{arg} takes a value, e.g. {arg} {_EXAMPLES[arg]}")
+            values.setdefault(arg, []).append(args[i + 1])
+            i += 2
+            continue
+        rest.append(arg)
+        i += 1
+    for flag, given in values.items():
+        if flag != "--protocol" and len(given) > 1:
+            raise EvalArgumentError(f"{flag} given {len(given)} times ({', '.join(given)}); give it once")
+    if "--eval" not in values:
+        extra = sorted(values)
+        if extra:
+            raise EvalArgumentError(f"{extra[0]} needs --eval BENCHMARK (it sets how an evaluation runs)")
+        return rest, None, compare
+    one = {k: v[0] for k, v in values.items() if k != "--protocol"}
+    request = EvalRequest(
+        benchmark=one["--eval"], prompts=one.get("--eval-prompts"), model=one.get("--eval-model"),
+        shard=parse_shard(one["--shard"]) if "--shard" in one else (0, 1), out=one.get("--eval-out"),
+        protocol=tuple(values.get("--protocol", ())),
+    )
+    return rest, request, compare
+
+
+_EXAMPLES = {"--eval": "geneval", "--eval-model": "outputs/RUN/checkpoints/step_000030", "--eval-prompts": "FILE.jsonl",
+             "--eval-out": "DIR", "--shard": "0/2", "--protocol": "num_steps=40"}
