@@ -195,7 +195,7 @@ def imports_of_demos(graph: Graph) -> list[str]:
 # The core's layers, top first; a package may import its own layer and those below it.
 LAYERS = (
     ("omni_rl.compose", "omni_rl.cli"),
-    ("omni_rl.trainer", "omni_rl.plan"),
+    ("omni_rl.trainer", "omni_rl.plan", "omni_rl.eval"),
     ("omni_rl.workers",),
     ("omni_rl.families",),
     ("omni_rl.data", "omni_rl.rollout", "omni_rl.engine", "omni_rl.reward", "omni_rl.logging"),
