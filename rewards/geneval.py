@@ -39,10 +39,12 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Sequence
 
-from omni_rl.eval.geneval_rules import GenEvalProtocol, Verdict, kept_objects, needs_colour, parse_row, verdict
+from omni_rl.eval.geneval_rules import (
+    COCO_CLASSES, GenEvalProtocol, Verdict, kept_objects, needs_colour, parse_row, verdict,
+)
 from omni_rl.reward import Images, RewardInputError, RewardScores, check_batch, register_reward, to_pil_list
 from rewards.clip_embedder import DEFAULT_CLIP, ClipEmbedder
-from rewards.geneval_detector import COCO_CLASSES, DEFAULT_DETECTOR, ColourClassifier, Mask2FormerDetector
+from rewards.geneval_detector import DEFAULT_DETECTOR, ColourClassifier, Mask2FormerDetector
 
 SCORES = ("partial", "strict", "correct")
 GROUP = "geneval_task"

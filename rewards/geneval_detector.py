@@ -9,8 +9,8 @@ through `rewards.pretrained`) and turns images into `DetectedObject`s:
    num_queries (class, query) pairs, score = class probability x mean mask probability inside the
    mask, as mmdet's Mask2Former scores them; pairs scored below `min_score` (the lowest threshold
    the rules use) or with empty masks are dropped;
-3. per instance: its class (label i is `COCO_CLASSES[i]`, COCO's 80 things in their order, named
-   as GenEval names them), score, bool mask [H, W] and the mask's box
+3. per instance: its class (label i is `COCO_CLASSES[i]` of `omni_rl.eval.geneval_rules`, COCO's 80
+   things in their order, named as GenEval names them), score, bool mask [H, W] and the mask's box
    (min x, min y, max x + 1, max y + 1): mmdet's boxes of Mask2Former, which are its masks' boxes.
 
 `ColourClassifier(clip)` is GenEval's zero-shot colour classifier on a `ClipEmbedder`: a class's
@@ -28,25 +28,13 @@ import torch
 from PIL import Image
 
 from omni_rl.device import pick_device
-from omni_rl.eval.geneval_rules import COLOURS, DetectedObject
+from omni_rl.eval.geneval_rules import COCO_CLASSES, COLOURS, DetectedObject
 from rewards.clip_embedder import ClipEmbedder
 from rewards.pretrained import load_pretrained
 
 DEFAULT_DETECTOR = "facebook/mask2former-swin-small-coco-instance"
 BACKGROUND = "#999999"  # GenEval's flat background behind a masked object
 TEMPLATES = ("a photo of a {c} {name}", "a photo of a {c}-colored {name}", "a photo of a {c} object")
-# COCO's 80 instance classes in their label order, as GenEval's object_names.txt names them.
-COCO_CLASSES = (
-    "person", "bicycle", "car", "motorcycle", "airplane", "bus", "train", "truck", "boat", "traffic light",
-    "fire hydrant", "stop sign", "parking meter", "bench", "bird", "cat", "dog", "horse", "sheep", "cow",
-    "elephant", "bear", "zebra", "giraffe", "backpack", "umbrella", "handbag", "tie", "suitcase", "frisbee",
-    "skis", "snowboard", "sports ball", "kite", "baseball bat", "baseball glove", "skateboard", "surfboard",
-    "tennis racket", "bottle", "wine glass", "cup", "fork", "knife", "spoon", "bowl", "banana", "apple",
-    "sandwich", "orange", "broccoli", "carrot", "hot dog", "pizza", "donut", "cake", "chair", "couch",
-    "potted plant", "bed", "dining table", "toilet", "tv", "laptop", "computer mouse", "tv remote",
-    "computer keyboard", "cell phone", "microwave", "oven", "toaster", "sink", "refrigerator", "book", "clock",
-    "vase", "scissors", "teddy bear", "hair drier", "toothbrush",
-)
 
 
 def mask_box(mask: np.ndarray) -> tuple[float, float, float, float]:

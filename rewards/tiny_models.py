@@ -263,7 +263,7 @@ def build_tiny_mask2former(folder: Path, *, image_size: int = 64) -> None:
     `Mask2FormerImageProcessor` resizing to `image_size` squared."""
     from transformers import Mask2FormerConfig, Mask2FormerForUniversalSegmentation, Mask2FormerImageProcessor, SwinConfig
 
-    from rewards.geneval_detector import COCO_CLASSES
+    from omni_rl.eval.geneval_rules import COCO_CLASSES
 
     folder = Path(folder)
     torch.manual_seed(0)

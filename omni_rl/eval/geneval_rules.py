@@ -57,6 +57,20 @@ import numpy as np
 COLOURS = ("red", "orange", "yellow", "green", "blue", "purple", "pink", "brown", "black", "white")
 GENEVAL_TASKS = ("single_object", "two_object", "counting", "colors", "position", "color_attr")
 RELATIONS = ("left of", "right of", "above", "below")
+# GenEval's objects: COCO's 80 instance classes in their label order, named as GenEval names them
+# (a COCO detector's label i is COCO_CLASSES[i]).
+COCO_CLASSES = (
+    "person", "bicycle", "car", "motorcycle", "airplane", "bus", "train", "truck", "boat", "traffic light",
+    "fire hydrant", "stop sign", "parking meter", "bench", "bird", "cat", "dog", "horse", "sheep", "cow",
+    "elephant", "bear", "zebra", "giraffe", "backpack", "umbrella", "handbag", "tie", "suitcase", "frisbee",
+    "skis", "snowboard", "sports ball", "kite", "baseball bat", "baseball glove", "skateboard", "surfboard",
+    "tennis racket", "bottle", "wine glass", "cup", "fork", "knife", "spoon", "bowl", "banana", "apple",
+    "sandwich", "orange", "broccoli", "carrot", "hot dog", "pizza", "donut", "cake", "chair", "couch",
+    "potted plant", "bed", "dining table", "toilet", "tv", "laptop", "computer mouse", "tv remote",
+    "computer keyboard", "cell phone", "microwave", "oven", "toaster", "sink", "refrigerator", "book", "clock",
+    "vase", "scissors", "teddy bear", "hair drier", "toothbrush",
+)
+
 _CLAUSE_KEYS = {"include": {"class", "count", "color", "position"}, "exclude": {"class", "count"}}
 
 

@@ -14,7 +14,8 @@ from PIL import Image
 from omni_rl.eval.geneval_rules import COLOURS, DetectedObject, kept_objects, needs_colour
 from omni_rl.reward import RewardInputError, RewardScores, build_reward
 from omni_rl.reward.registry import check_reward_options
-from rewards.geneval_detector import COCO_CLASSES, colour_crop, mask_box
+from omni_rl.eval.geneval_rules import COCO_CLASSES
+from rewards.geneval_detector import colour_crop, mask_box
 
 TINY = dict(model="tiny:mask2former-coco", clip_model="tiny:clip-reward", device="cpu")
 ROWS = [

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from omni_rl.eval.geneval_rules import (
+    COCO_CLASSES,
     COLOURS,
     GENEVAL_TASKS,
     DetectedObject,
@@ -228,8 +229,9 @@ def test_summary_scores_mean_over_tasks_and_prompts():
 def test_every_real_row_parses_and_fails_on_no_detections(relative, rows):
     lines = shared_dataset(relative).read_text().splitlines()
     assert len(lines) == rows
-    names = set(shared_dataset("geneval/object_names.txt").read_text().split("\n")) - {""}
-    assert len(names) == 80
+    names = shared_dataset("geneval/object_names.txt").read_text().splitlines()
+    # The detector's label list is GenEval's object list, in COCO's order.
+    assert tuple(names) == COCO_CLASSES
     tags = set()
     for i, line in enumerate(lines):
         row = json.loads(line)
