@@ -10,13 +10,15 @@ model, in the real format, so the reward's ordinary loading code reads it back:
     build_tiny_imagebind(folder)   an ImageBind state dict + a CLIP tokenizer + the sizes -> imagebind
     build_tiny_whisper(folder)     WhisperForConditionalGeneration + WhisperProcessor (`save_pretrained`) -> asr_wer
     build_tiny_wavlm_sv(folder)    WavLMForXVector + its feature extractor (`save_pretrained`) -> speaker_similarity
+    build_tiny_mask2former(folder) Mask2FormerForUniversalSegmentation (tiny Swin, COCO's 80 labels)
+                                   + its image processor (`save_pretrained`)  -> geneval
 
 Tokenizers use a byte-level vocabulary without merges (every byte is a token), so any prompt
 tokenises without unknowns and nothing has to be downloaded. Weights are seeded: a builder
 writes the same model every time.
 
-`tiny:clip-reward`, `tiny:clap-reward`, `tiny:whisper-reward` and `tiny:wavlm-sv-reward` are
-registered as tiny models, so
+`tiny:clip-reward`, `tiny:clap-reward`, `tiny:whisper-reward`, `tiny:wavlm-sv-reward` and
+`tiny:mask2former-coco` are registered as tiny models, so
 `build_reward("pickscore", model="tiny:clip-reward", processor="tiny:clip-reward")` runs a
 demo without any download.
 """
@@ -254,6 +256,31 @@ def build_tiny_wavlm_sv(folder: Path) -> None:
     ).save_pretrained(folder)
 
 
+def build_tiny_mask2former(folder: Path, *, image_size: int = 64) -> None:
+    """A Mask2Former for COCO instance segmentation: a one-block-per-stage Swin (width 16, 4x4
+    windows) as the backbone, a one-layer pixel decoder and a two-layer transformer decoder of
+    width 32 with 10 queries, COCO's 80 classes as id2label (GenEval's names), + a
+    `Mask2FormerImageProcessor` resizing to `image_size` squared."""
+    from transformers import Mask2FormerConfig, Mask2FormerForUniversalSegmentation, Mask2FormerImageProcessor, SwinConfig
+
+    from omni_rl.eval.geneval_rules import COCO_CLASSES
+
+    folder = Path(folder)
+    torch.manual_seed(0)
+    backbone = SwinConfig(
+        image_size=image_size, patch_size=4, embed_dim=16, depths=[1, 1, 1, 1], num_heads=[1, 1, 2, 2], window_size=4,
+        out_features=["stage1", "stage2", "stage3", "stage4"],
+    )
+    config = Mask2FormerConfig(
+        backbone_config=backbone, use_pretrained_backbone=False, num_labels=len(COCO_CLASSES),
+        id2label=dict(enumerate(COCO_CLASSES)), label2id={name: i for i, name in enumerate(COCO_CLASSES)},
+        hidden_dim=32, mask_feature_size=32, feature_size=32, encoder_layers=1, decoder_layers=2,
+        num_attention_heads=2, encoder_feedforward_dim=64, dim_feedforward=64, num_queries=10, common_stride=4,
+    )
+    Mask2FormerForUniversalSegmentation(config).eval().save_pretrained(folder)
+    Mask2FormerImageProcessor(size={"height": image_size, "width": image_size}).save_pretrained(folder)
+
+
 @register_tiny_model("clip-reward")
 def _tiny_clip_reward(folder: Path) -> None:
     build_tiny_clip(folder)
@@ -272,3 +299,8 @@ def _tiny_whisper_reward(folder: Path) -> None:
 @register_tiny_model("wavlm-sv-reward")
 def _tiny_wavlm_sv_reward(folder: Path) -> None:
     build_tiny_wavlm_sv(folder)
+
+
+@register_tiny_model("mask2former-coco")
+def _tiny_mask2former_coco(folder: Path) -> None:
+    build_tiny_mask2former(folder)

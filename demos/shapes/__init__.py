@@ -12,6 +12,7 @@ shipped `weights/` with their `SHA256SUMS`, loaded through the SD3 adapter).
 | `grammar`          | GenEval's six task types as captions: `parse_caption`, `caption_of`, `SceneSpec` |
 | `sampling`         | matching (caption, scene) pairs from a seed, the train / held-out caption splits |
 | `reward`           | `geneval_shapes`: a detector without weights checks an image against its caption |
+| `geneval`          | the same detector feeding GenEval's own rules: `geneval_row(spec)`, `shape_verdict(image, spec)` |
 | `model`            | `tiny:sd3_shapes` and the text length every user of it gives            |
 | `pretrain`         | `python -m demos.shapes.pretrain --out DIR`: the model from nothing      |
 | `evaluate`         | `python -m demos.shapes.evaluate`: its accuracy per task before RL       |

@@ -32,6 +32,25 @@ those of its colour (all of them when the caption names none):
 The reward is 1 when every check is 1, else 0; `partial_credit=True` gives the mean of the
 checks instead (hand-checked values in the tests).
 
+GenEval's own rules on these detections (`demos.shapes.geneval`: each shape a class, score 1.0,
+its pixel box and detected colour; `shape_verdict(image, spec)`) agree with `checks` on what a
+right scene is for counting, single objects and two objects, and differ where flat shapes need
+their own rules, which stay the training reward:
+- colour: GenEval reads the colour of the first `count` objects of a class in score order. This
+  detector has no scores (all 1.0), so "first" would be the palette order of its search, and "a
+  red circle" beside a blue circle would pass or fail by that order; `checks` asks that `count`
+  of the shape have the colour, whichever they are.
+- position: GenEval compares box centres with a margin of 0.1 of the two boxes' dimensions and
+  asks the relation's axis to dominate the direction (|revised offset| / |offset| > 0.5), for
+  every pair of the objects read; `checks` asks for some matched pair whose centroids are apart by
+  `position_margin` along the axis. On the demo's 3x3 grid a relation between diagonal cells (one
+  column over, two rows down) is "left of" by the caption and by `checks`, not by GenEval.
+- counting: `checks` gives the count's partial credit clipped at 0 and, with a colour, asks every
+  shape found to have it; GenEval's verdict counts "at least n" with the exclude clause "fewer
+  than n + 1" (together: exactly n) and reads the colour of the first n.
+The trained model's recorded accuracies were measured with `checks`, and its dense,
+order-free values give the small demo a signal; `shape_verdict` gives the benchmark's reading.
+
 Per-task scores: each sample falls in the group `geneval/<task>` (`omni_rl.reward.scores`), so
 the manager logs `reward/geneval/single_object`, `.../two_object`, `.../counting`,
 `.../colors`, `.../position`, `.../color_attr` beside `reward/geneval_shapes/mean`.
@@ -55,7 +74,8 @@ _MIN_IOU = 0.75  # the least overlap of a component with its best-fitting shape
 @dataclass(frozen=True)
 class Detection:
     """One component: its shape (None: no known shape), colour, centroid (cx, cy) in units of the
-    image side, area in pixels and the IoU of its best-fitting shape."""
+    image side, area in pixels, the IoU of its best-fitting shape, and its bounding box in pixels
+    (x0, y0, x1, y1; x1 and y1 exclusive: the box of the component's pixels, for GenEval's rules)."""
 
     shape: Optional[str]
     colour: str
@@ -63,6 +83,7 @@ class Detection:
     cy: float
     area: int
     iou: float
+    box: Optional[tuple[int, int, int, int]] = None
 
 
 def _components(mask: np.ndarray) -> np.ndarray:
@@ -124,8 +145,9 @@ def detect(image: np.ndarray, colour_threshold: float = 80.0, min_area: float = 
             component = labels == label
             shape, iou = _fit_shape(component)
             ys, xs = np.nonzero(component)
+            box = (int(xs.min()), int(ys.min()), int(xs.max()) + 1, int(ys.max()) + 1)
             found.append(Detection(shape, name, float(xs.mean() + 0.5) / width, float(ys.mean() + 0.5) / height,
-                                   int(area), iou))
+                                   int(area), iou, box))
     return found
 
 
