@@ -194,10 +194,13 @@ def imports_of_demos(graph: Graph) -> list[str]:
 
 # The core's layers, top first; a package may import its own layer and those below it.
 LAYERS = (
-    ("omni_rl.compose", "omni_rl.cli"),
-    ("omni_rl.trainer", "omni_rl.plan", "omni_rl.eval"),
+    # The evaluation job sits with the command line (it builds models and reads checkpoints); the
+    # benchmarks, rules, figures and the held-out alarm beside the families, where the trainer reads them.
+    ("omni_rl.compose", "omni_rl.cli", "omni_rl.eval.job", "omni_rl.eval.compare", "omni_rl.eval.cli_args",
+     "omni_rl.eval.model_source"),
+    ("omni_rl.trainer", "omni_rl.plan"),
     ("omni_rl.workers",),
-    ("omni_rl.families",),
+    ("omni_rl.families", "omni_rl.eval"),
     ("omni_rl.data", "omni_rl.rollout", "omni_rl.engine", "omni_rl.reward", "omni_rl.logging"),
     ("omni_rl.models",),
     ("omni_rl.algos", "omni_rl.device", "omni_rl.plugins"),

@@ -38,6 +38,7 @@ from omni_rl.config.loader import to_yaml
 from omni_rl.config.options import bind_options
 from omni_rl.config.schema import OmniConfig
 from omni_rl.data.prompts import PromptSampler, validation_prompt_items
+from omni_rl.eval.alarm import HeldoutAlarm, RewardHackingAlarm, bind_alarm_options
 from omni_rl.families import build_family
 from omni_rl.families.base import BehaviourPolicy, bind_rollout_correction, prompt_limits
 from omni_rl.families.update import FIRST_GAP_MAX_KEY, FIRST_GAP_MEAN_KEY
@@ -110,6 +111,7 @@ class PPOTrainer:
             self.advantage_options = bind_advantage_options(cfg)
             self.rollout_correction = bind_rollout_correction(cfg)
             self.logger_options = bind_logger_options(cfg)
+            self.alarm = HeldoutAlarm(bind_alarm_options(cfg))
             self.start_step = 0
             saved = self._resume(t.resume) if t.resume else None
             # Where each step's batch comes from (its first unit is made by the first step).
@@ -177,19 +179,28 @@ class PPOTrainer:
         try:
             with StopOnSignal() as stop, self._writing(f"the outputs in {self.output_dir}", disk_full_only=True):
                 if t.val_every and self.start_step == 0:
-                    self.logger.log(self.validate(0), 0)
+                    first = self.validate(0)
+                    self._check_alarm(0, first)
+                    self.logger.log(first, 0)
                 self._stop_if_asked(stop, self.start_step, None)
                 for step in range(self.start_step + 1, t.total_steps + 1):
                     metrics = self.train_step(step)
+                    self.alarm.observe_train(metrics)
+                    alarmed = None
                     if t.val_every and (step % t.val_every == 0 or step == t.total_steps):
                         metrics.update(self.validate(step))
+                        alarmed = self._check_alarm(step, metrics)
                     if step % t.log_every == 0 or step == t.total_steps:
                         self.logger.log(metrics, step)
                     bar.update(step, metrics)
                     saved = None
-                    if (t.save_every and step % t.save_every == 0) or step == t.total_steps or stop.requested:
+                    if (t.save_every and step % t.save_every == 0) or step == t.total_steps or stop.requested \
+                            or alarmed:
                         saved = self._save(step)
                     self._stop_if_asked(stop, step, saved)
+                    if alarmed:
+                        raise RewardHackingAlarm(f"{alarmed}; stopped at step {step} as trainer.alarm_options."
+                                                 f"stop_on_alarm asks (its checkpoint: {saved})")
             with self._writing(f"the exported weights in {self.output_dir / export_folder(self.model)}"):
                 self.export(self.output_dir / export_folder(self.model))
             self._plot_rewards()  # before _close lets another run take the folder
@@ -201,6 +212,16 @@ class PPOTrainer:
                 log.warning("closing the metric logs: %s", err)
             self._close()
         return metrics
+
+    def _check_alarm(self, step: int, metrics: dict[str, float]) -> Optional[str]:
+        """Add this validation's alarm/* metrics; the warning, when it fired and the run must stop."""
+        t = self.cfg.trainer
+        alarm_metrics, warning = self.alarm.update(step, metrics, len(self.val_items) * t.val_samples_per_prompt)
+        metrics.update(alarm_metrics)
+        if warning is None:
+            return None
+        log.warning("held-out alarm: %s", warning)
+        return warning if self.alarm.options.stop_on_alarm else None
 
     def _stop_if_asked(self, stop: StopOnSignal, step: int, saved: Optional[Path]) -> None:
         if stop.requested:
