@@ -50,12 +50,14 @@ def _assert_sampled_with(kind: str, model, requests, results) -> None:
         finally:
             engine.close()
         for a, b in zip(results, want, strict=True):
-            torch.testing.assert_close(a.final_latent, b.final_latent, atol=1e-4, rtol=0)
-            torch.testing.assert_close(a.log_probs, b.log_probs, atol=1e-4, rtol=0)
+            # One update moves these final latents by ~10 (measured): a stale version cannot pass,
+            # and a GPU engine's kernels have room.
+            torch.testing.assert_close(a.final_latent, b.final_latent, atol=1e-2, rtol=0)
         return
     for result in results:
-        # The engine decodes token by token, the trainer in one forward: close, not equal.
-        torch.testing.assert_close(result.log_probs, trainer_log_probs(model, result), atol=1e-4, rtol=0)
+        # The engine decodes token by token, the trainer in one forward: close, not equal (one
+        # update moves these log-probs by order 1).
+        torch.testing.assert_close(result.log_probs, trainer_log_probs(model, result), atol=1e-2, rtol=0)
 
 
 def _sample_signature(kind: str, results) -> torch.Tensor:
