@@ -20,8 +20,9 @@ A group whose rewards are all equal gets advantage exactly 0.0 from every estima
 its size, reward values or eps (see `_group_stats` for why that needs care in float32).
 
 Groups: each estimator declares at registration (`register_advantage_estimator(name,
-needs_group=...)`) whether it needs groups of >= 2 samples; `needs_group(name)` reads it, and
-the config rejects `trainer.samples_per_prompt=1` for an estimator that does.
+needs_group=...)`, the entry's `AdvantageSpec`) whether it needs groups of >= 2 samples;
+`needs_group(name)` reads it, and the config rejects `trainer.samples_per_prompt=1` for an
+estimator that does.
 
 Moving from verl (`verl/trainer/ppo/core_algos.py`), the conventions that differ:
 
@@ -52,6 +53,7 @@ __all__ = [
     "AdvantageOptions",
     "AdvantageInput",
     "AdvantageEstimator",
+    "AdvantageSpec",
     "ADVANTAGE_ESTIMATORS",
     "STD_MODES",
     "get_advantage_estimator",
@@ -134,6 +136,13 @@ class AdvantageInput:
 
 AdvantageEstimator = Callable[[AdvantageInput], Tensor]
 
+
+@dataclass(frozen=True)
+class AdvantageSpec:
+    """What an estimator declares at registration (its registry entry's spec)."""
+
+    needs_group: bool  # a group-relative baseline: a group of one gets A = 0
+
 ADVANTAGE_ESTIMATORS: Registry[AdvantageEstimator] = Registry("advantage estimator")
 
 
@@ -153,12 +162,7 @@ def register_advantage_estimator(
     baseline does not come from the group (a batch mean, a learned value), so groups of one work.
     """
 
-    def decorator(fn: AdvantageEstimator) -> AdvantageEstimator:
-        fn.needs_group = needs_group  # type: ignore[attr-defined]
-        ADVANTAGE_ESTIMATORS.register(name, fn)
-        return fn
-
-    return decorator
+    return ADVANTAGE_ESTIMATORS.register(name, spec=AdvantageSpec(needs_group=needs_group))
 
 
 def needs_group(name: str) -> bool:
@@ -167,7 +171,8 @@ def needs_group(name: str) -> bool:
     An estimator registered with `ADVANTAGE_ESTIMATORS.register` directly declared nothing; this
     module's contract is group-relative, so it counts as needing a group.
     """
-    return bool(getattr(get_advantage_estimator(name), "needs_group", True))
+    spec = ADVANTAGE_ESTIMATORS.spec(name)
+    return True if spec is None else spec.needs_group
 
 
 def _group_stats(inp: AdvantageInput) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:

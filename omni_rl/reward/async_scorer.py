@@ -135,15 +135,14 @@ class AsyncRewardScorer:
         return combine(self.manager, results)
 
     def _timeout_message(self, index: int, timeout_s: float) -> str:
-        """Which rewards the step waited for: those running now if the manager says
-        (`RewardManager.running`), else every configured one."""
-        running = getattr(self.manager, "running", None)
-        now = running() if callable(running) else []
+        """Which rewards the step waited for: those the manager says are running now
+        (`running()`), else every configured one (`describe(name)`)."""
+        now = self.manager.running()
         if now:
             waiting = "still running: " + ", ".join(f"reward {what} for {secs:.0f} s" for what, secs in now)
         else:
-            describe = getattr(self.manager, "describe", repr)
-            waiting = "waiting for reward(s) " + ", ".join(describe(spec.name) for spec in self.manager.specs)
+            names = [self.manager.describe(spec.name) for spec in self.manager.specs]
+            waiting = "waiting for reward(s) " + ", ".join(names)
         return (
             f"scoring sample {index} took longer than {timeout_s:g} s (reward.timeout_s); {waiting}. "
             f"Raise reward.timeout_s if the reward is only slow, or give a remote reward a shorter "

@@ -229,6 +229,9 @@ class RewardManager:
             items = list(self._running.values())
         return [(self.describe(name), now - start) for name, start in items]
 
+    def close(self) -> None:
+        """Nothing to stop: its rewards live in this process (`RayRewardManager` stops workers)."""
+
     def __repr__(self) -> str:
         parts = ", ".join(
             f"{s.name}(w={s.weight:g}{'' if s.required else ', optional'})" for s in self.specs

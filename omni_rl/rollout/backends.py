@@ -16,7 +16,8 @@ name): its options dataclass (`rollout.options`, bound with `backend_options(cfg
 `loads_own_weights` (its engine loads the checkpoint itself, so the server builds the model
 weightless: configs, tokenizers, shapes, not a second copy of the weights); `shares_model` (it
 samples with the very model object it is given, so a pipelined trainer gives it a copy of its
-own, `LocalActorGroup`); and `beside_trainer(cfg) -> None | reason`, whether it can sample while
+own, `LocalActorGroup`; its engine's `shares_model_with(that model)`, which `sync_weights` asks,
+says the same); and `beside_trainer(cfg) -> None | reason`, whether it can sample while
 the trainer updates (`trainer.pipeline` one_step_off / async; None: it cannot).
 Register another with `register_rollout_backend("name", options_class=...)` in a plugin module.
 """

@@ -10,9 +10,14 @@
   and records `version` in `weight_version`. `kind` is "lora" (LoRA tensors only: the fast
   path) or "full" (the trainable module's full weights). Tensors, never a model object: the
   engine may live in another process or Python (`rollout.backend=server`).
-- `sync_weights(source_model, version)` is the trainer's helper over it: when the engine samples
-  with `source_model` itself (the in-process native engine) the weights are already current and
-  only the version is recorded; otherwise it sends `source_model.named_trainable_tensors()`.
+- `shares_model_with(model)`: whether the engine samples with `model` itself, the very object
+  (the native engines built on it say True; every other engine, one in another process or one
+  that keeps the trainer's adapter for its own bookkeeping, says False, the default). Each engine
+  declares it; nothing infers it from an attribute's name. The backend spec's `shares_model`
+  says the same of the model an engine is built on.
+- `sync_weights(source_model, version)` is the trainer's helper over it: when the engine
+  `shares_model_with(source_model)`, the weights are already current and only the version is
+  recorded; otherwise it sends `source_model.named_trainable_tensors()` to `update_weights`.
 - `sleep()` / `wake()`: free the accelerator memory the engine holds (weights, caches) while
   the trainer uses the device, and take it back. A colocated accelerator backend implements
   them; the native engines hold nothing of their own (they share the trainer's model) and treat
@@ -109,9 +114,15 @@ class RolloutEngine(ABC):
     def update_weights(self, tensors: NamedTensors, version: int, kind: str) -> None:
         ...
 
+    def shares_model_with(self, model) -> bool:
+        """Whether this engine samples with `model` itself (the same object), so that a change to
+        `model`'s weights is already the engine's. An engine with a copy of its own, in this
+        process or another, says False: its weights change only through `update_weights`."""
+        return False
+
     def sync_weights(self, source_model, version: int) -> None:
         """Make the engine sample from `source_model`'s current weights."""
-        if source_model is getattr(self, "model", None):
+        if self.shares_model_with(source_model):
             self.weight_version = version  # the trainer's model itself: already current
             return
         self.update_weights(source_model.named_trainable_tensors(), version, weight_kind(source_model))

@@ -31,8 +31,9 @@ Tensors stay on the model's device while samples run; each finished trajectory m
 Failure never hangs a caller: an exception in an iteration fails every pending request's future with
 that error, and the engine refuses new work after it. Callers wait with a timeout.
 
-Weight sync: when the trainer's model *is* this engine's model (colocated, one process), the
-weights are already current and `sync_weights` only records the version; otherwise
+Weight sync: the engine samples with the adapter it was built on (`shares_model_with`); when
+that is the trainer's model (colocated, one process), the weights are already current and
+`sync_weights` only records the version; otherwise
 `update_weights` copies the named trainable tensors (LoRA only, when LoRA is on) in between two
 iterations. Every result records the weight version it was sampled with.
 """
@@ -134,6 +135,9 @@ class NativeDiffusionEngine(RolloutEngine):
         if self._error is not None:
             return f"it stopped after an error: {self._error!r}"
         return "it is closed" if self._closed else None
+
+    def shares_model_with(self, model) -> bool:
+        return model is self.model  # it samples with the adapter it was built on
 
     def same_log_probs_as(self, model) -> bool:
         # The trainer's model itself, in fp32: the trainer's replay calls the same

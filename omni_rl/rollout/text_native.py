@@ -82,6 +82,9 @@ class NativeTextEngine(SynchronousRolloutEngine):
         return [results[req.request_id] for req in requests]
 
 
+    def shares_model_with(self, model) -> bool:
+        return model is self.model  # it samples with the adapter it was built on
+
     def same_log_probs_as(self, model) -> bool:
         # Decoding token by token with a KV cache sums in another order than the trainer's
         # whole-sequence forward: close, not equal, so the trainer recomputes the old log-probs.

@@ -393,9 +393,8 @@ class PPOTrainer:
                 self.producer.close()
             if self.reward_scorer is not None:
                 self.reward_scorer.close()
-            close_rewards = getattr(self.rewards, "close", None)  # reward workers on Ray
-            if close_rewards is not None:
-                close_rewards()
+            if self.rewards is not None:
+                self.rewards.close()  # reward workers on Ray; in-process, nothing to stop
             if self.actors is not None:
                 self.actors.close()
             if self.owns_ray:

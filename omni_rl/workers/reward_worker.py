@@ -1,7 +1,8 @@
 """Reward workers on Ray: reward models run in their own processes (and devices), apart from the
 trainer.
 
-`RayRewardManager` has the `RewardManager` interface the trainer uses (`score`, `specs`, `names`)
+`RayRewardManager` has the `RewardManager` interface the trainer uses (`score`, `specs`, `names`,
+`describe`, `running`, `close`)
 and forwards each call to one of `num_workers` `RewardWorker` actors, round robin, so several
 micro-batches (from `AsyncRewardScorer` with several threads) are scored at once. Each worker
 builds the same `RewardManager` from the same specs, so the rules are unchanged: a required
@@ -104,6 +105,15 @@ class RayRewardManager:
         metadata = [{} for _ in prompts] if metadata is None else list(metadata)
         # RewardError raised inside the worker comes back as its own type (Ray subclasses it).
         return self._get(self.workers[i].score.remote(samples, list(prompts), metadata), "score", i)
+
+    def describe(self, name: str) -> str:
+        """`'name'`: where a remote reward went is known inside the workers only."""
+        return repr(name)
+
+    def running(self) -> list[tuple[str, float]]:
+        """Always empty: what each worker's manager is scoring is not asked across Ray, so a
+        timed-out step names every configured reward."""
+        return []
 
     def close(self) -> None:
         import ray

@@ -81,7 +81,9 @@ def _check_rpc(answers: Any, what: str) -> None:
 class VllmOmniDiffusionEngine(RolloutEngine):
     def __init__(self, cfg: OmniConfig, model, path: str, options):
         require("vllm_omni")
-        self.model = model  # the trainer-side adapter: request checks only (it may be weightless)
+        # The trainer-side adapter, for request checks only (it may be weightless); vLLM-Omni
+        # samples with a copy of its own, so this engine never shares the model (`shares_model_with`).
+        self.trainer_adapter = model
         self.cfg = cfg
         self.options = options  # rollout.options (VllmOmniOptions)
         self.bucket_bytes = cfg.trainer.weight_sync_bucket_mb << 20
@@ -118,7 +120,7 @@ class VllmOmniDiffusionEngine(RolloutEngine):
         return wait_results(requests, futures, timeout_s)
 
     def check_request(self, req: DiffusionRequest) -> None:
-        check_request(self.model, req)
+        check_request(self.trainer_adapter, req)
 
     async def _generate_one(self, req: DiffusionRequest) -> DiffusionResult:
         from vllm_omni.inputs.data import OmniDiffusionSamplingParams

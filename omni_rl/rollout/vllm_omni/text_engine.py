@@ -131,7 +131,9 @@ class VllmTextEngine(SynchronousRolloutEngine):
         from vllm import LLM
         from vllm.platforms import current_platform
 
-        self.model = model  # the trainer-side adapter: tokenizer, stop tokens, LoRA targets
+        # The trainer-side adapter, for its tokenizer, stop tokens and LoRA targets only: vLLM samples
+        # with a copy of its own, so this engine never shares the model (`shares_model_with`).
+        self.trainer_adapter = model
         self.cfg = cfg
         self.options = options  # rollout.options (VllmOptions)
         r, lora = cfg.rollout, cfg.model.lora
@@ -154,7 +156,7 @@ class VllmTextEngine(SynchronousRolloutEngine):
 
         for req in requests:
             check_text_request(req)
-        eos = list(self.model.eos_token_ids)
+        eos = list(self.trainer_adapter.eos_token_ids)
         params = [
             SamplingParams(n=1, temperature=req.temperature, top_p=1.0, seed=req.seed, max_tokens=req.max_new_tokens,
                            stop_token_ids=sorted(set(eos) | set(req.stop_token_ids)), logprobs=0)
@@ -168,7 +170,7 @@ class VllmTextEngine(SynchronousRolloutEngine):
             done = out.outputs[0]
             tokens = list(done.token_ids)
             results.append(result_from_completion(req, tokens, done.logprobs or [], done.finish_reason,
-                                                  self.model.decode_tokens(tokens), self.weight_version))
+                                                  self.trainer_adapter.decode_tokens(tokens), self.weight_version))
         self.stats["samples"] += len(results)
         return results
 
@@ -190,7 +192,7 @@ class VllmTextEngine(SynchronousRolloutEngine):
         from vllm.lora.request import LoRARequest
 
         lora = self.cfg.model.lora
-        state, config = peft_lora_files(tensors, lora.rank, lora.alpha, self.model.lora_targets(), self.prefix)
+        state, config = peft_lora_files(tensors, lora.rank, lora.alpha, self.trainer_adapter.lora_targets(), self.prefix)
         folder = Path(tempfile.mkdtemp(prefix=f"omni-rl-lora-v{version}-"))
         save_file(state, str(folder / "adapter_model.safetensors"))
         (folder / "adapter_config.json").write_text(json.dumps(config))

@@ -194,6 +194,7 @@ def test_needs_group_is_declared_at_registration(monkeypatch):
 
     # Registered into the real registry, restored afterwards.
     monkeypatch.setattr(ADVANTAGE_ESTIMATORS, "_entries", dict(ADVANTAGE_ESTIMATORS._entries))
+    monkeypatch.setattr(ADVANTAGE_ESTIMATORS, "_specs", dict(ADVANTAGE_ESTIMATORS._specs))
     register_advantage_estimator("test_batch_baseline", needs_group=False)(batch_baseline)
     ADVANTAGE_ESTIMATORS.register("test_undeclared", undeclared)
     assert needs_group("test_batch_baseline") is False

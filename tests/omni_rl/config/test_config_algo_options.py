@@ -40,6 +40,7 @@ def test_two_samples_per_prompt_load():
 def test_an_estimator_that_needs_no_group_allows_one_sample(monkeypatch):
     # Registered into the real registry for this test only.
     monkeypatch.setattr(ADVANTAGE_ESTIMATORS, "_entries", dict(ADVANTAGE_ESTIMATORS._entries))
+    monkeypatch.setattr(ADVANTAGE_ESTIMATORS, "_specs", dict(ADVANTAGE_ESTIMATORS._specs))
 
     def batch_baseline(inp):
         rewards = inp.rewards.to(torch.float32)
