@@ -42,7 +42,7 @@ from omni_rl.data.prompt_length import PromptLimitOptions
 from omni_rl.data.prompt_item import PromptFileError, PromptItem
 from omni_rl.data.row_metadata import row_metadata
 
-__all__ = ["PromptFileError", "PromptItem", "PromptSampler", "load_prompt_items", "read_prompt_file",
+__all__ = ["PromptFileError", "PromptItem", "PromptSampler", "absent_prompt_files", "load_prompt_items", "read_prompt_file",
            "training_prompt_items", "validation_prompt_items"]
 
 
@@ -113,6 +113,16 @@ def check_prompt_sources(data, limits: Optional[PromptLimitOptions] = None) -> l
     if val_items is not None:
         sources.append((_where(data.val_prompts, data.val_prompt_file, "data.val_prompts"), val_items))
     return sources
+
+
+def absent_prompt_files(data) -> list[str]:
+    """The files a `DataConfig` names that a run would read and that are not here, each as
+    "key='path'" (empty when every one is, or the prompts are inline): `--plan` reads the data
+    when it is here and says which files it could not read otherwise."""
+    named = (("data.preference_file", data.preference_file),
+             ("data.prompt_file", data.prompt_file if data.prompts is None else None),
+             ("data.val_prompt_file", data.val_prompt_file if data.val_prompts is None else None))
+    return [f"{key}={path!r}" for key, path in named if path is not None and not _locate(path).exists()]
 
 
 def _where(prompts, prompt_file, what: str) -> str:
