@@ -313,3 +313,12 @@ def test_a_reward_model_answer_that_contradicts_ground_truth_is_refused(tmp_path
     rows = _jsonl(tmp_path / "e.jsonl", {"prompt": "1+1", "reward_model": "2"})
     with pytest.raises(PromptFileError, match=r"row 1: 'reward_model' has type str; expected verl's object"):
         read_prompt_file(str(rows))
+
+
+def test_mmk12_answers_reach_math_answer(tmp_path):
+    from omni_rl.reward import build_reward
+
+    items = read_prompt_file(str(_mmk12_parquet(tmp_path / "test.parquet", [("What is the area?", "12"), ("Which?", "B")])))
+    scorer = build_reward("math_answer")
+    responses = ["The area is \\boxed{12}.", "\\boxed{A}"]  # right, then wrong
+    assert scorer(responses, [i.prompt for i in items], [i.metadata for i in items]) == [1.0, 0.0]

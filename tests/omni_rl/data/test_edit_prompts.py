@@ -269,3 +269,16 @@ def test_flow_factory_prompt_image_rows_are_edit_rows(tmp_path):
     both = _jsonl(tmp_path / "both.jsonl", {"prompt": "p", "image": "here.png", "source_image": "here.png"})
     with pytest.raises(PromptFileError, match=r"row 1: both 'source_image' and 'image' are given"):
         read_prompt_file(str(both))
+
+
+def test_verl_omni_edit_rows_reach_the_edit_rewards(tmp_path):
+    import numpy as np
+
+    from omni_rl.reward import build_reward
+
+    items = read_prompt_file(str(_verl_edit_parquet(tmp_path / "train.parquet", ["make it brighter"])))
+    # The edit is the source itself (a 4 x 3 black picture): nothing changed, nothing brighter.
+    edit = np.zeros((1, 3, 4, 3), np.uint8)
+    prompts, metadata = [items[0].prompt], [items[0].metadata]
+    assert build_reward("source_consistency")(edit, prompts, metadata) == [1.0]
+    assert build_reward("edit_brightness")(edit, prompts, metadata) == [0.0]
