@@ -9,7 +9,9 @@ The code is the error's own (`omni_rl.errors`): every error reported here derive
 this module catches.
 
 `check_inputs` looks at what the config points to (device, prompt files, resume checkpoint,
-model folder or hub id) before anything loads, so those mistakes cost seconds, not a model load.
+model folder or hub id) before anything loads, so those mistakes cost seconds, not a model load;
+the prompts are checked row by row against what each reward declares it needs (`check_item`).
+`--plan` reads the data too when its files are here (`check_plan_data`).
 """
 from __future__ import annotations
 
@@ -107,6 +109,7 @@ def _main(argv: Sequence[str] | None) -> int:
         if show_plan:
             from omni_rl.plan.planner import run_plan
 
+            check_plan_data(cfg)
             print(f"plan: written to {run_plan(cfg, plan_kind, plan_memory)}")
             return 0
         if eval_request is not None:
@@ -180,6 +183,24 @@ def check_inputs(cfg) -> None:
     check_model_geometry(cfg)
 
 
+def check_plan_data(cfg) -> None:
+    """`--plan` reads the data as a run does (its rows, their kind, what the rewards need of each:
+    `check_prompt_kind`, `check_reward_prompts` without the rewards' own files) when the files
+    it names are here; a recipe whose data the user supplies still plans, and a warning names
+    the files that were not read."""
+    from omni_rl.data.prompts import absent_prompt_files, check_prompt_sources
+    from omni_rl.families.base import prompt_limits
+
+    absent = absent_prompt_files(cfg.data)
+    if absent:
+        logging.getLogger(__name__).warning(
+            "plan: %s not here, so the data was not read; its rows are checked when the run starts", ", ".join(absent))
+        return
+    sources = check_prompt_sources(cfg.data, prompt_limits(cfg))
+    check_prompt_kind(cfg, sources)
+    check_reward_prompts(cfg, sources, read_files=False)
+
+
 def check_prompt_kind(cfg, sources) -> None:
     """The prompts are the kind the diffusion adapter takes (source images for an editing model,
     none for text-to-image): `DiffusionModelBase.check_prompt_items`, as the trainer does later."""
@@ -214,17 +235,18 @@ def check_model_geometry(cfg) -> None:
             raise ConfigError(str(err)) from None
 
 
-def check_reward_prompts(cfg, sources) -> None:
+def check_reward_prompts(cfg, sources, read_files: bool = True) -> None:
     """The prompts are ones the rewards can score (`register_reward(check_prompts=...)`), and
     every metadata key a reward needs (`register_reward(needs_metadata=...)`: the text a speech
     sample was asked to say) is one the model adds to its samples (`sample_metadata_keys` of its
     adapter) or in every prompt's metadata. The training rewards check the training prompts, and
     the validation rewards (or the training ones) the validation prompts (the training ones when
-    none are given). The files a reward's options name (a reference voice) are read here too."""
+    none are given); each reward's `check_item` runs on every prompt. The files a reward's options
+    name (a reference voice) are read here too, unless not `read_files` (`--plan`)."""
     from omni_rl.data.prompts import PromptFileError
     from omni_rl.models.registry import ADAPTERS, adapter_key
     from omni_rl.reward.inputs import RewardInputError
-    from omni_rl.reward.registry import reward_prompt_check
+    from omni_rl.reward.registry import reward_declaration, reward_prompt_check
 
     architecture = adapter_key(cfg.model.adapter, cfg.model.stage)
     adapter_class = ADAPTERS.get(architecture)
@@ -235,7 +257,9 @@ def check_reward_prompts(cfg, sources) -> None:
                                             (cfg.reward.val_rewards or cfg.reward.rewards, val_key, val_where, val_items)):
         for index, item in enumerate(rewards):
             _check_metadata_needs(f"{list_key}[{index}]", item, architecture, adapter_class, where, items)
-            _check_reward_files(f"{list_key}[{index}]", item)
+            if read_files:
+                _check_reward_files(f"{list_key}[{index}]", item)
+            _check_items(f"{list_key}[{index}]", item.name, reward_declaration(item.name).check_item, where, items)
             check = reward_prompt_check(item.name)
             if check is None:
                 continue
@@ -243,6 +267,20 @@ def check_reward_prompts(cfg, sources) -> None:
                 check([i.prompt for i in items], [i.metadata for i in items])
             except RewardInputError as err:
                 raise PromptFileError(f"{where}: {err}") from None
+
+
+def _check_items(key: str, name: str, check, where: str, items) -> None:
+    """Every prompt is one the reward can score (`register_reward(check_item=...)`); the first that
+    is not fails, naming its file, its line or row and the reason."""
+    from omni_rl.data.prompts import PromptFileError
+
+    if check is None:
+        return
+    for n, item in enumerate(items):
+        reason = check(item.prompt, item.metadata)
+        if reason is not None:
+            at = item.origin or f"prompt {n + 1}"
+            raise PromptFileError(f"{where}: {at}: {key}: reward {name!r} cannot score this prompt: it {reason}")
 
 
 def _check_reward_files(key: str, item) -> None:
@@ -272,10 +310,11 @@ def _check_metadata_needs(key: str, item, architecture: str, adapter_class, wher
         if lacking is None:
             continue
         adds = ", ".join(sorted(added)) or "nothing"
+        at = f" at {items[lacking].origin}" if items[lacking].origin else ""
         raise PromptFileError(
             f"{where}: {key}: reward {item.name!r} needs metadata[{name!r}] on every sample, but "
             f"model.adapter={architecture!r} ({adapter_class.__name__}) does not add it (it adds: {adds}) and "
-            f"prompt {lacking} ({items[lacking].prompt[:40]!r}) does not carry it; give every prompt a "
+            f"prompt {lacking} ({items[lacking].prompt[:40]!r}){at} does not carry it; give every prompt a "
             f"metadata.{name} (a .jsonl prompt file), or use a model stage that adds it (a talker: spoken_text)"
         )
 

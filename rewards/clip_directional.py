@@ -39,7 +39,7 @@ import torch
 from omni_rl.reward import Images, RewardInputError, check_batch, register_reward, to_pil_list
 from rewards.clip_embedder import DEFAULT_CLIP, ClipEmbedder, check_scale
 from rewards.pretrained import device_network
-from rewards.edit_inputs import source_images
+from rewards.edit_inputs import check_source_image, source_images
 
 NAME = "clip_directional"
 
@@ -120,7 +120,7 @@ def _check_options(*, model: str = DEFAULT_CLIP, processor: str | None = None, s
         raise ValueError(f"require_captions={require_captions!r}; expected true or false")
 
 
-@register_reward(NAME, modalities={"image"}, check_options=_check_options,
+@register_reward(NAME, modalities={"image"}, check_options=_check_options, check_item=check_source_image,
                  device_networks=device_network("CLIPModel", "model", DEFAULT_CLIP, NAME))
 def clip_directional(
     *, model: str = DEFAULT_CLIP, processor: str | None = None, scale: float = 1.0, device: str = "auto",

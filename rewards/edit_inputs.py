@@ -12,7 +12,9 @@ A source is a PIL image, or the PNG data URI the reward protocol turns it into
 (`omni_rl.reward.protocol.image_to_wire`), so the same rewards also run behind the reference
 server (`python -m omni_rl.reward.server --scorer reward:source_consistency`). A sample without
 one raises `RewardInputError` saying the reward needs an edit dataset: an edit reward that cannot
-see the source must not turn into a score.
+see the source must not turn into a score. The edit rewards declare `check_source_image` as their
+`check_item`, so a prompt file without source images (a chat file whose images sit only in
+`media`) stops the run before any model loads, naming its first such row.
 """
 from __future__ import annotations
 
@@ -40,6 +42,15 @@ def source_images(metadata: Sequence[dict[str, Any]], reward: str) -> list[Image
         )
     return [_rgb(meta[SOURCE_IMAGE], f"reward {reward!r}: metadata[{i}][{SOURCE_IMAGE!r}]")
             for i, meta in enumerate(metadata)]
+
+
+def check_source_image(prompt: str, metadata: dict[str, Any]) -> str | None:
+    """Why this prompt cannot be scored by an edit reward (no source image in its metadata), or None."""
+    if metadata.get(SOURCE_IMAGE) is not None:
+        return None
+    return (f"has no source image: its metadata has no {SOURCE_IMAGE!r} (keys: {sorted(metadata)}); the edit rewards "
+            f"score an edit against its source, so they need an edit dataset: rows with 'source_image' (or the "
+            f"peers' 'image', or verl-omni's image_edit rows; see omni_rl/data/edit_prompts.py)")
 
 
 def _rgb(value: Any, where: str) -> Image.Image:

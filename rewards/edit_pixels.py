@@ -29,7 +29,7 @@ import numpy as np
 from PIL import Image
 
 from omni_rl.reward import Images, RewardInputError, check_batch, register_reward, to_uint8_numpy
-from rewards.edit_inputs import source_images
+from rewards.edit_inputs import check_source_image, source_images
 from rewards.image_stats import mean_luma
 
 DIRECTION_KEY = "brightness_direction"
@@ -91,13 +91,13 @@ def _check_directions(prompts: Sequence[str], metadata: Sequence[dict[str, Any]]
         brightness_direction(prompt, meta, i)
 
 
-@register_reward("edit_brightness", modalities={"image"}, check_prompts=_check_directions)
+@register_reward("edit_brightness", modalities={"image"}, check_prompts=_check_directions, check_item=check_source_image)
 def edit_brightness():
     """direction * (mean luma(edit) - mean luma(source)), in [-1, 1]."""
     return _edit_brightness
 
 
-@register_reward("source_consistency", modalities={"image"})
+@register_reward("source_consistency", modalities={"image"}, check_item=check_source_image)
 def source_consistency():
     """1 - mean |edit - source (resized to the edit)| / 255, in [0, 1]."""
     return _source_consistency

@@ -1,7 +1,8 @@
 """`math_answer`: 1.0 when the response's final answer equals the reference answer, else 0.0.
 
 For text samples (one generated response per sample; see `omni_rl.reward.inputs`). The
-reference is `metadata[i]["ground_truth"]`; a missing one raises naming the sample index.
+reference is `metadata[i]["ground_truth"]`; a missing one raises naming the sample index, and
+every prompt is checked for one before any model loads (`check_math_item`).
 
 Which answer is read from a response (`extract_final_answer`), first rule that applies:
 
@@ -516,7 +517,20 @@ def _math_verify_checker() -> Callable[[str, str], bool]:
     return check
 
 
-@register_reward("math_answer")
+def check_math_item(prompt: str, metadata: dict[str, Any]) -> Optional[str]:
+    """Why this prompt has no reference answer the reward can read, or None: run on every prompt
+    before any model loads (`register_reward(check_item=...)`)."""
+    if metadata.get("ground_truth") is None:
+        return (f"has no reference answer: its metadata has no 'ground_truth' (keys: {sorted(metadata)}); give "
+                f"every row a 'ground_truth' (or verl's reward_model.ground_truth) in a chat .jsonl or .parquet file")
+    try:
+        reference_answers(metadata["ground_truth"], 0)
+    except RewardInputError as err:
+        return "has an unusable reference answer: " + str(err).replace("reward 'math_answer': metadata[0]", "metadata")
+    return None
+
+
+@register_reward("math_answer", check_item=check_math_item)
 def math_answer(*, percent: bool = True, symbolic: bool = False) -> MathAnswerScorer:
     """1.0 when the last \\boxed{} (else <answer>) answer equals metadata["ground_truth"], else 0.0."""
     return MathAnswerScorer(percent, symbolic)

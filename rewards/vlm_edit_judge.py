@@ -51,7 +51,7 @@ from PIL import Image
 from omni_rl.reward import check_batch, register_reward, to_pil_list, to_uint8_numpy
 from omni_rl.reward.http_client import ScoreClient, check_client_options
 from omni_rl.reward.protocol import IMAGES, metadata_for_wire
-from rewards.edit_inputs import source_images
+from rewards.edit_inputs import check_source_image, source_images
 
 NAME = "vlm_edit_judge"
 
@@ -109,7 +109,7 @@ def _check_options(*, url: str, batch_size: int = 8, timeout_s: float = 120.0, r
         raise ValueError(f"batch_size={batch_size!r}; expected an int >= 1 (samples per request)")
 
 
-@register_reward(NAME, modalities={"image"}, check_options=_check_options)
+@register_reward(NAME, modalities={"image"}, check_options=_check_options, check_item=check_source_image)
 def vlm_edit_judge(*, url: str, batch_size: int = 8, timeout_s: float = 120.0, retries: int = 3,
                    backoff_s: float = 0.5) -> VlmEditJudge:
     """Edits + instructions + source images -> a remote judge at `url` (see the module docstring)."""

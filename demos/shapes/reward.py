@@ -4,7 +4,8 @@ The images are those of `demos.shapes.scene` (circles, squares and triangles in 
 blue and yellow on a plain background) or a generator's attempt at them; the prompts are
 captions of its grammar (`demos.shapes.grammar`). What to check is read from the
 sample's `metadata["geneval"]` (a `SceneSpec` or its `to_dict()`) when given, else parsed from
-the prompt; a prompt outside the grammar fails the batch with an error naming it.
+the prompt; a prompt outside the grammar fails the batch with an error naming it, and every
+prompt is checked before any model loads (`check_spec_item`, the registry's `check_item`).
 
 Detection (`detect`), for uint8 RGB [H, W, 3]:
 1. the background colour is the per-channel median of the border pixels;
@@ -198,7 +199,17 @@ def _check_options(*, partial_credit: bool = False, colour_threshold: float = 80
         raise ValueError(f"position_margin={position_margin!r}; expected a fraction of the side in [0, 0.5) (default 0.05)")
 
 
-@register_reward("geneval_shapes", modalities={"image"}, check_options=_check_options)
+def check_spec_item(prompt: str, metadata: dict) -> Optional[str]:
+    """Why this prompt has no scene to check (`spec_of` fails), or None: run on every prompt
+    before any model loads (`register_reward(check_item=...)`)."""
+    try:
+        spec_of(prompt, metadata)
+    except CaptionError as err:
+        return f"has no scene to check: {err}"
+    return None
+
+
+@register_reward("geneval_shapes", modalities={"image"}, check_options=_check_options, check_item=check_spec_item)
 def geneval_shapes(*, partial_credit: bool = False, colour_threshold: float = 80.0, min_area: float = 0.004,
                    position_margin: float = 0.05):
     """1 when the image shows what the caption asks, else 0 (or the mean of the checks with

@@ -12,6 +12,10 @@ A key that left the flat schema for a component's options block (`MOVED_KEYS`) f
 recipe or an override, with one line naming its new place, before the schema would call it
 unknown.
 
+A prompt file given on the command line (`data.prompt_file=...`, `data.val_prompt_file=...`)
+replaces the recipe's inline list (`data.prompts`, `data.val_prompts`, which would otherwise win
+in `omni_rl.data.prompts.load_prompt_items`); both given on the command line is one error.
+
 Recipes are found in the project's `recipes/` folder and in the folders listed in the
 `OMNI_RL_RECIPE_PATH` environment variable (`:`-separated); `recipe=path/to/file.yaml` also
 works.
@@ -264,9 +268,34 @@ def _register(recipe_name: str, recipe_path: Path) -> None:
     )
 
 
+# A prompt file's key -> the inline list it replaces (`load_prompt_items` reads the list when both are set).
+_FILE_OVER_LIST = {"data.prompt_file": "data.prompts", "data.val_prompt_file": "data.val_prompts"}
+
+
+def _file_over_list(overrides: list[str]) -> list[str]:
+    """A prompt file named on the command line wins over the recipe's inline list: the list is
+    set to null with it. Both given on the command line is one error."""
+    given = {item.split("=", 1)[0]: item.split("=", 1)[1] for item in overrides if "=" in item}
+    extra = []
+    for file_key, list_key in _FILE_OVER_LIST.items():
+        if given.get(file_key, "null").strip() in ("null", "None", "~", ""):
+            continue
+        if given.get(list_key, "null").strip() not in ("null", "None", "~", ""):
+            raise ConfigError(
+                f"{file_key}={given[file_key]} and {list_key}={given[list_key]} are both given on the command "
+                f"line; the prompts come from one of them: drop one"
+            )
+        if list_key not in given:
+            extra.append(f"{list_key}=null")
+    return overrides + extra
+
+
 def compose_config(overrides: Sequence[str] = ()) -> OmniConfig:
-    """Compose schema + recipe + overrides into a validated `OmniConfig` (or raise ConfigError)."""
+    """Compose schema + recipe + overrides into a validated `OmniConfig` (or raise ConfigError).
+    A `data.prompt_file` (`data.val_prompt_file`) override replaces the recipe's inline
+    `data.prompts` (`data.val_prompts`), as the command line means it to."""
     recipe, rest = _split_recipe(overrides)
+    rest = _file_over_list(rest)
     recipe_name, recipe_path = _resolve_recipe(recipe)
     _register(recipe_name, recipe_path)
     GlobalHydra.instance().clear()

@@ -14,12 +14,26 @@
                   {"array": [floats], "sample_rate": N}, or a {"bytes": <wav>, "path": ...} struct.
     ground_truth  optional: any JSON value; stored as metadata["ground_truth"], where the
                   text rewards (math_answer, multiple_choice) read it.
+    reward_model  optional: verl's {"ground_truth": ..., "style": "rule"} struct (verl-omni's MMK12
+                  and geometry converters write it); its ground_truth is stored as
+                  metadata["ground_truth"] too (refused when it differs from a top-level one).
     metadata      optional: an object, merged into the item's metadata.
 
-Other keys (ids, subjects, ...) are ignored. A null optional field counts as absent.
+Every other field (ids, subjects, verl's data_source, ability, extra_info, and reward_model
+itself) reaches the item's metadata under its own name (`omni_rl.data.row_metadata`, which
+refuses a key given both at the top level and in `metadata` with different values). A null
+optional field counts as absent.
+
+Image placeholders. verl's converters write the image's position as a literal `<image>` in a
+message's text ("<image>\nWhat is the area?"). In a row with images, each `<image>` in a string
+content or a text part becomes an image part {"type": "image"} at that place (the text around
+it kept as text parts, a part left empty by the split dropped), so the chat template puts the
+image there and the placeholder is not left as text. The placeholders and image parts of a row
+must then number its images; a row that has placeholders and no images is refused too.
 
 Each row becomes `PromptItem(prompt, metadata, messages, media)`:
-- `prompt`: the plain text of the LAST user message (text parts joined with a newline);
+- `prompt`: the plain text of the LAST user message (text parts joined with a newline; no
+  placeholder left in it);
 - `messages`: a tuple of the message dicts (a string prompt becomes one user message);
 - `media`: None without images or audio, else a dict with `"images"`, a list of RGB PIL images,
   and/or `"audio"`, a list of (float32 mono numpy array in [-1, 1], sample_rate) pairs.
@@ -59,9 +73,13 @@ from PIL import Image
 from omni_rl.data.dataset_folder import DatasetFolder, is_base64
 from omni_rl.data.image_decode import decode_image
 from omni_rl.data.prompt_item import PromptFileError, PromptItem
+from omni_rl.data.row_metadata import row_metadata
 
 ROLES = ("system", "user", "assistant", "tool")
 MEDIA_KEYS = ("images", "audio")
+# verl's reward struct, {"ground_truth": ..., "style": "rule"}, and its image placeholder.
+REWARD_MODEL = "reward_model"
+IMAGE_PLACEHOLDER = "<image>"
 _DATA_URI_RE = re.compile(r"data:[\w/+.-]*;base64,", re.IGNORECASE)
 
 
@@ -117,9 +135,9 @@ def read_parquet_rows(file: Path) -> list[tuple[str, Any]]:
 
 
 def is_chat_row(row: Any) -> bool:
-    """Whether a .jsonl row needs the chat reader: a list prompt, media, or a ground_truth."""
+    """Whether a .jsonl row needs the chat reader: a list prompt, media, or a reference answer."""
     return isinstance(row, dict) and (
-        isinstance(row.get("prompt"), list) or any(key in row for key in (*MEDIA_KEYS, "ground_truth"))
+        isinstance(row.get("prompt"), list) or any(key in row for key in (*MEDIA_KEYS, "ground_truth", REWARD_MODEL))
     )
 
 
@@ -132,31 +150,84 @@ def chat_item(row: Any, where: str, folder: DatasetFolder) -> PromptItem:
             f"{where}: missing 'prompt' (keys: {sorted(row)}); every row needs a 'prompt', a string "
             f"or a list of {{role, content}} messages"
         )
-    messages = _messages(row["prompt"], where)
-    prompt = _last_user_text(messages, where)
+    images = _list_field(row, "images", where)
+    messages = place_image_parts(chat_messages(row["prompt"], where), len(images), where)
+    prompt = chat_last_user_text(messages, where)
 
-    metadata = row.get("metadata")
-    if metadata is None:
-        metadata = {}
-    if not isinstance(metadata, dict):
-        raise PromptFileError(f"{where}: 'metadata' must be an object, got {type(metadata).__name__}")
-    metadata = dict(metadata)
-    if row.get("ground_truth") is not None:
-        if "ground_truth" in metadata and metadata["ground_truth"] != row["ground_truth"]:
+    metadata = row_metadata(row, ("prompt", *MEDIA_KEYS), where)
+    verl_answer = _reward_model_answer(row.get(REWARD_MODEL), where)
+    if verl_answer is not None:
+        if metadata.get("ground_truth", verl_answer) != verl_answer:
             raise PromptFileError(
-                f"{where}: 'ground_truth' is {row['ground_truth']!r} but metadata.ground_truth is "
+                f"{where}: reward_model.ground_truth is {verl_answer!r} but ground_truth is "
                 f"{metadata['ground_truth']!r}; give the reference answer once"
             )
-        metadata["ground_truth"] = row["ground_truth"]
+        metadata["ground_truth"] = verl_answer
 
     media: dict[str, list] = {}
-    images = _list_field(row, "images", where)
     if images:
         media["images"] = [load_image(image, f"{where}: images[{k}]", folder) for k, image in enumerate(images)]
     audio = _list_field(row, "audio", where)
     if audio:
         media["audio"] = [_load_audio(clip, f"{where}: audio[{k}]", folder) for k, clip in enumerate(audio)]
-    return PromptItem(prompt, metadata, messages=messages, media=media or None)
+    return PromptItem(prompt, metadata, messages=messages, media=media or None, origin=where_in_file(where))
+
+
+def where_in_file(where: str) -> str:
+    """The row part of a reader's `where` ("path: row 3 (line 5)" -> "row 3 (line 5)")."""
+    return where.rsplit(": ", 1)[-1]
+
+
+def _reward_model_answer(value: Any, where: str) -> Any:
+    """verl's `reward_model.ground_truth`, or None when the row has none."""
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        raise PromptFileError(
+            f"{where}: 'reward_model' has type {type(value).__name__}; expected verl's object "
+            f'{{"ground_truth": ..., "style": "rule"}}'
+        )
+    return value.get("ground_truth")
+
+
+def place_image_parts(messages: tuple[dict[str, Any], ...], n_images: int, where: str) -> tuple[dict[str, Any], ...]:
+    """`messages` with each literal `<image>` of their text turned into an image part (rules in
+    the module docstring); unchanged when there is none."""
+    placeholders = sum(_text_of(message).count(IMAGE_PLACEHOLDER) for message in messages)
+    if placeholders == 0:
+        return messages
+    parts = sum(1 for m in messages if isinstance(m["content"], list) for part in m["content"] if part["type"] == "image")
+    if placeholders + parts != n_images:
+        raise PromptFileError(
+            f"{where}: the prompt marks {placeholders} {IMAGE_PLACEHOLDER!r} placeholder(s)"
+            + (f" and {parts} image part(s)" if parts else "")
+            + f" but the row has {n_images} image(s) in 'images'; give one image per placeholder, in order"
+        )
+    return tuple({**message, "content": _split_placeholders(message["content"])} if IMAGE_PLACEHOLDER in _text_of(message)
+                 else message for message in messages)
+
+
+def _text_of(message: dict[str, Any]) -> str:
+    content = message["content"]
+    if isinstance(content, str):
+        return content
+    return "\n".join(part["text"] for part in content if part["type"] == "text")
+
+
+def _split_placeholders(content: str | list[dict[str, Any]]) -> list[dict[str, Any]]:
+    parts = [{"type": "text", "text": content}] if isinstance(content, str) else content
+    out: list[dict[str, Any]] = []
+    for part in parts:
+        if part["type"] != "text" or IMAGE_PLACEHOLDER not in part["text"]:
+            out.append(part)
+            continue
+        pieces = part["text"].split(IMAGE_PLACEHOLDER)
+        for k, piece in enumerate(pieces):
+            if k:
+                out.append({"type": "image"})
+            if piece.strip():
+                out.append({**part, "text": piece})
+    return out
 
 
 # ------------------------------------------------------------------------------------------
@@ -164,7 +235,10 @@ def chat_item(row: Any, where: str, folder: DatasetFolder) -> PromptItem:
 # ------------------------------------------------------------------------------------------
 
 
-def _messages(prompt: Any, where: str) -> tuple[dict[str, Any], ...]:
+
+def chat_messages(prompt: Any, where: str) -> tuple[dict[str, Any], ...]:
+    """A row's `prompt` (a string or a list of messages), checked, as a tuple of messages (the
+    edit reader reads verl-omni's message prompts with it too)."""
     if isinstance(prompt, str):
         return ({"role": "user", "content": prompt},)
     if not isinstance(prompt, (list, tuple)) or not prompt:
@@ -201,7 +275,8 @@ def _messages(prompt: Any, where: str) -> tuple[dict[str, Any], ...]:
     return tuple(out)
 
 
-def _last_user_text(messages: tuple[dict[str, Any], ...], where: str) -> str:
+def chat_last_user_text(messages: tuple[dict[str, Any], ...], where: str) -> str:
+    """The plain text of the last user message (text parts joined with a newline)."""
     for message in reversed(messages):
         if message["role"] == "user":
             content = message["content"]

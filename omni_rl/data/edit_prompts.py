@@ -15,8 +15,23 @@
                      {"brightness_direction": 1} for the `edit_brightness` reward).
 
 Other keys are ignored; a null optional field counts as absent. `read_prompt_file` sends a
-`.jsonl` file here when any of its rows has a `source_image` key, and a `.parquet` file when it
-has a `source_image` column (other Parquet files are chat files, `omni_rl.data.chat_prompts`).
+`.jsonl` file here when any of its rows is an edit row (`is_edit_row`), and a `.parquet` file
+when it has a `source_image` column or an `ability` column that reads "image_edit" on every row
+(`is_edit_parquet`; other Parquet files are chat files, `omni_rl.data.chat_prompts`).
+
+Two peers' layouts are read as they ship, the source image taken from another field:
+
+- Flow-Factory's and verl-omni's `{"prompt", "image"}` rows: `image` is the source image, a
+  path relative to the data file's folder or, where it is not there, to its `images/` subfolder
+  (where both peers keep them), or any of the forms above. A row with both `image` and
+  `source_image` is refused.
+- verl-omni's Qwen-Image-Edit Parquet (`examples/flowgrpo_trainer/qwen_image_edit/prepare_data.py`,
+  `data_process/qwenimageedit_*.py`): `ability` "image_edit", `prompt` a list of chat messages,
+  `images` a list of one {"bytes"} struct (the source). The instruction is the text of the last
+  user message with the `<image>` placeholder and a "Picture N:" label before it removed (the
+  Qwen-Image-Edit adapter adds its own "Picture 1:" template); the system message is not used
+  (the edit adapters take no system prompt). `negative_prompt`, `reward_model` and
+  `extra_info` are ignored like other keys.
 
 Each row becomes
 
@@ -44,13 +59,14 @@ decoding (a whole file's images are held in memory).
 """
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
 from PIL import Image
 
-from omni_rl.data.chat_prompts import load_image, read_rows
-from omni_rl.data.dataset_folder import DatasetFolder
+from omni_rl.data.chat_prompts import IMAGE_PLACEHOLDER, chat_last_user_text, chat_messages, load_image, read_rows, where_in_file
+from omni_rl.data.dataset_folder import DatasetFolder, MissingFileError, is_base64
 from omni_rl.data.prompt_item import PromptFileError, PromptItem
 
 __all__ = [
@@ -63,6 +79,10 @@ __all__ = [
 
 SOURCE_IMAGE = "source_image"
 REFERENCE_IMAGE = "reference_image"
+# The peers' names: Flow-Factory's / verl-omni's `image` field, verl-omni's edit rows' `ability`.
+IMAGE = "image"
+ABILITY, IMAGE_EDIT = "ability", "image_edit"
+_PICTURE_LABEL = re.compile(r"Picture\s+\d+\s*:\s*$")
 TEXT_FIELDS = ("target_text", "source_text")
 # Keys a row sets itself; its `metadata` object may not hold them too.
 ROW_KEYS = (SOURCE_IMAGE, REFERENCE_IMAGE, *TEXT_FIELDS)
@@ -76,17 +96,25 @@ def item_has_source_image(item: PromptItem) -> bool:
 
 
 def is_edit_row(row: Any) -> bool:
-    """Whether a `.jsonl` row belongs to an edit file: an object with a `source_image` key."""
-    return isinstance(row, dict) and SOURCE_IMAGE in row
+    """Whether a `.jsonl` row belongs to an edit file: an object with a `source_image` or `image`
+    key, or verl-omni's `ability` "image_edit"."""
+    return isinstance(row, dict) and (SOURCE_IMAGE in row or IMAGE in row or row.get(ABILITY) == IMAGE_EDIT)
 
 
 def is_edit_parquet(file: str | Path) -> bool:
-    """Whether a `.parquet` file has a `source_image` column. Reads only the schema; False when
-    pyarrow is missing or the file is unreadable (the chat reader then reports that)."""
+    """Whether a `.parquet` file has a `source_image` column, or an `ability` column of
+    "image_edit" on every row (verl-omni's edit files). Reads the schema and that one column;
+    False when pyarrow is missing or the file is unreadable (the chat reader then reports that)."""
     try:
         import pyarrow.parquet as pq
 
-        return SOURCE_IMAGE in pq.read_schema(file).names
+        names = pq.read_schema(file).names
+        if SOURCE_IMAGE in names:
+            return True
+        if ABILITY not in names:
+            return False
+        abilities = pq.read_table(file, columns=[ABILITY]).column(ABILITY).to_pylist()
+        return bool(abilities) and all(value == IMAGE_EDIT for value in abilities)
     except Exception:  # ImportError, ArrowInvalid, OSError: left to the reader that reports them
         return False
 
@@ -106,12 +134,13 @@ def edit_item(row: Any, where: str, folder: DatasetFolder) -> PromptItem:
             f"{where}: expected an object with 'instruction' and 'source_image', got {type(row).__name__}"
         )
     instruction = _instruction(row, where)
-    if SOURCE_IMAGE in row and row[SOURCE_IMAGE] is None:
+    source_key = _source_key(row, where)
+    if source_key in row and row[source_key] is None:
         raise PromptFileError(
-            f"{where}: 'source_image' is null; an edit row needs the image to edit: a file path, image "
+            f"{where}: {source_key!r} is null; an edit row needs the image to edit: a file path, image "
             f"bytes, a base64 string or a {{bytes, path}} object"
         )
-    if row.get(SOURCE_IMAGE) is None:
+    if row.get(source_key) is None:
         raise PromptFileError(
             f"{where}: missing 'source_image' (keys: {sorted(row)}); an edit row needs the image to "
             f"edit: a file path, image bytes, a base64 string or a {{bytes, path}} object"
@@ -138,15 +167,58 @@ def edit_item(row: Any, where: str, folder: DatasetFolder) -> PromptItem:
                 f"(a caption), or leave it out"
             )
         metadata[key] = value
-    source = load_image(row[SOURCE_IMAGE], f"{where}: {SOURCE_IMAGE}", folder)
+    source = _source(row, source_key, where, folder)
     metadata[SOURCE_IMAGE] = source
     if row.get(REFERENCE_IMAGE) is not None:
         metadata[REFERENCE_IMAGE] = load_image(row[REFERENCE_IMAGE], f"{where}: {REFERENCE_IMAGE}", folder)
-    return PromptItem(instruction, metadata, media={"images": [source]})
+    return PromptItem(instruction, metadata, media={"images": [source]}, origin=where_in_file(where))
+
+
+def _source_key(row: dict[str, Any], where: str) -> str:
+    """The field holding the source image: `source_image`, Flow-Factory's `image`, or verl-omni's
+    `images` (in a row of `ability` "image_edit")."""
+    if SOURCE_IMAGE in row and IMAGE in row:
+        raise PromptFileError(
+            f"{where}: both 'source_image' and 'image' are given; 'image' is only the peers' name for the "
+            f"source image, so give it once"
+        )
+    if IMAGE in row:
+        return IMAGE
+    if SOURCE_IMAGE not in row and row.get(ABILITY) == IMAGE_EDIT and row.get("images") is not None:
+        return "images"
+    return SOURCE_IMAGE
+
+
+def _source(row: dict[str, Any], key: str, where: str, folder: DatasetFolder) -> Image.Image:
+    value = row[key]
+    at = f"{where}: {key}"
+    if key == "images":
+        if not isinstance(value, (list, tuple)) or len(value) != 1:
+            count = len(value) if isinstance(value, (list, tuple)) else type(value).__name__
+            raise PromptFileError(
+                f"{at}: expected a list of one image (the source of the edit), got {count}; several source "
+                f"images per row are not supported"
+            )
+        return load_image(value[0], f"{at}[0]", folder)
+    if key == IMAGE and isinstance(value, str) and not is_base64(value):
+        try:
+            return load_image(value, at, folder)
+        except MissingFileError:
+            # Flow-Factory and verl-omni keep a dataset's images in its images/ folder.
+            try:
+                return load_image(value, at, DatasetFolder(folder.root / "images", folder.allow_outside))
+            except MissingFileError:
+                raise MissingFileError(
+                    f"{at}: image path {value!r} does not exist (looked in {folder.root} and its images/ "
+                    f"folder); paths are relative to the data file's folder"
+                ) from None
+    return load_image(value, at, folder)
 
 
 def _instruction(row: dict[str, Any], where: str) -> str:
     instruction, prompt = row.get("instruction"), row.get("prompt")
+    if isinstance(prompt, (list, tuple)) and instruction is None:
+        prompt = _message_instruction(prompt, where)
     if instruction is None and prompt is None:
         raise PromptFileError(
             f"{where}: missing 'instruction' (keys: {sorted(row)}); an edit row needs the edit as a "
@@ -166,6 +238,15 @@ def _instruction(row: dict[str, Any], where: str) -> str:
     if not value.strip():
         raise PromptFileError(f"{where}: '{key}' is empty; expected the edit to make, e.g. \"make it brighter\"")
     return value
+
+
+def _message_instruction(messages: Any, where: str) -> str:
+    """verl-omni's edit prompt, chat messages, -> the instruction: the last user message's text
+    with its `<image>` placeholders and the "Picture N:" label before each removed."""
+    user_text = chat_last_user_text(chat_messages(messages, where), where)
+    pieces = user_text.split(IMAGE_PLACEHOLDER)
+    kept = [_PICTURE_LABEL.sub("", piece) if k < len(pieces) - 1 else piece for k, piece in enumerate(pieces)]
+    return " ".join(piece.strip() for piece in kept if piece.strip())
 
 
 def _short(value: Any, limit: int = 60) -> str:

@@ -32,9 +32,13 @@ class PromptItem:
               text path then sends `prompt` as one user message).
     media:    None, or {"images": [RGB PIL images], "audio": [(float32 mono array, sample_rate)]}
               with either key absent when the prompt has none of that kind.
+    origin:   where the prompt came from, for messages: "line 12" of a text or plain .jsonl file,
+              "row 3" (or "row 3 (line 5)") of a chat or edit file, None for an inline prompt.
+              Not part of the item's value: two items that differ only in it are equal.
     """
 
     prompt: str
     metadata: dict[str, Any] = field(default_factory=dict)
     messages: Optional[tuple] = None
     media: Optional[dict[str, Any]] = None
+    origin: Optional[str] = field(default=None, compare=False)

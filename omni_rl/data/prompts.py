@@ -1,15 +1,24 @@
 """Prompt datasets for generation RL: inline lists or files, sampled deterministically per step.
 
 A prompt file is `.txt` (one prompt per line; blank lines and `#` comments skipped), `.jsonl`
-(one object per line with a `prompt` string and optional `metadata` object, e.g. the target text
-of an OCR reward) or `.parquet`. Two richer row formats have readers of their own, which state
-them:
-- an image-editing file, a `.jsonl` file any row of which has a `source_image` key or a
-  `.parquet` file with a `source_image` column: `omni_rl.data.edit_prompts.load_edit_items`
-  (rows of `instruction` + `source_image`, decoded into the items' metadata and `media`);
+(one object per line with a `prompt` string; every other field of the row reaches the rewards'
+metadata: a `metadata` object's keys and the row's other top-level fields, merged by
+`omni_rl.data.row_metadata`, which refuses a key given both ways with different values; so
+GenEval's `{"tag", "include", "exclude", "prompt"}` rows keep their clauses) or `.parquet`. Two
+richer row formats have readers of their own, which state them:
+- an image-editing file, a `.jsonl` file any row of which has a `source_image` or `image` key
+  or an `ability` of "image_edit", or a `.parquet` file with a `source_image` column or an
+  `ability` column of "image_edit" (verl-omni's Qwen-Image-Edit converters):
+  `omni_rl.data.edit_prompts.load_edit_items` (the source image decoded into the items'
+  metadata and `media`). So Flow-Factory's and verl-omni's `{"prompt", "image"}` rows are
+  image-conditioned prompts, which a text-to-image model refuses at load
+  (`DiffusionModelBase.check_prompt_items`), never plain prompts with the image dropped;
 - a chat file, every other `.parquet` file and a `.jsonl` file any row of which has a list of
-  chat messages as its `prompt` or an `images`, `audio` or `ground_truth` key:
+  chat messages as its `prompt` or an `images`, `audio`, `ground_truth` or `reward_model` key:
   `omni_rl.data.chat_prompts.load_chat_items`, which also fills the items' `messages` and `media`.
+
+Every item records where it came from (`PromptItem.origin`: "line N", "row N"), which the
+load-time checks name.
 
 `prompts_for_step(step)` returns the same prompts for the same step whatever happened before
 (epoch-wise shuffles keyed by the seed), which is what makes resume exact.
@@ -31,8 +40,9 @@ from omni_rl.data.preference_file import load_preference_file, preference_prompt
 from omni_rl.data.prompt_chars import bound_prompt_chars
 from omni_rl.data.prompt_length import PromptLimitOptions
 from omni_rl.data.prompt_item import PromptFileError, PromptItem
+from omni_rl.data.row_metadata import row_metadata
 
-__all__ = ["PromptFileError", "PromptItem", "PromptSampler", "load_prompt_items", "read_prompt_file",
+__all__ = ["PromptFileError", "PromptItem", "PromptSampler", "absent_prompt_files", "load_prompt_items", "read_prompt_file",
            "training_prompt_items", "validation_prompt_items"]
 
 
@@ -105,6 +115,16 @@ def check_prompt_sources(data, limits: Optional[PromptLimitOptions] = None) -> l
     return sources
 
 
+def absent_prompt_files(data) -> list[str]:
+    """The files a `DataConfig` names that a run would read and that are not here, each as
+    "key='path'" (empty when every one is, or the prompts are inline): `--plan` reads the data
+    when it is here and says which files it could not read otherwise."""
+    named = (("data.preference_file", data.preference_file),
+             ("data.prompt_file", data.prompt_file if data.prompts is None else None),
+             ("data.val_prompt_file", data.val_prompt_file if data.val_prompts is None else None))
+    return [f"{key}={path!r}" for key, path in named if path is not None and not _locate(path).exists()]
+
+
 def _where(prompts, prompt_file, what: str) -> str:
     return what if prompts is not None else f"{_FILE_KEYS[what]}={prompt_file!r}"
 
@@ -149,12 +169,10 @@ def read_prompt_file(path: str, key: Optional[str] = None, allow_outside: bool =
                 raise PromptFileError(f"{path}:{n}: not valid JSON ({err.msg})") from None
             if not isinstance(row, dict) or not isinstance(row.get("prompt"), str):
                 raise PromptFileError(f"{path}:{n}: expected an object with a string 'prompt'")
-            meta = row.get("metadata", {})
-            if not isinstance(meta, dict):
-                raise PromptFileError(f"{path}:{n}: 'metadata' must be an object, got {type(meta).__name__}")
-            items.append(PromptItem(row["prompt"], meta))
+            items.append(PromptItem(row["prompt"], row_metadata(row, ("prompt",), f"{path}:{n}"), origin=f"line {n}"))
     else:  # .txt
-        items = [PromptItem(line.strip()) for line in lines if line.strip() and not line.lstrip().startswith("#")]
+        items = [PromptItem(line.strip(), origin=f"line {n}") for n, line in enumerate(lines, start=1)
+                 if line.strip() and not line.lstrip().startswith("#")]
     return items
 
 

@@ -40,8 +40,17 @@ with `reward_declaration(name)`), given to `register_reward`:
       @register_reward("clap", modalities={"audio"})
       @register_reward("imagebind", modalities=lambda *, mode="text_video", **_: MODES[mode])
 
-- `check_prompts(prompts, metadata)`: refuses, with a `RewardInputError` naming the prompt,
-  one the reward cannot score; run on the run's prompts when they load (`reward_prompt_check`).
+- `check_item(prompt, metadata) -> None | reason`: what the reward needs of one prompt and its
+  metadata (a quoted OCR target, a reference answer, a parseable caption): None when it can
+  score the prompt, else the reason in a few words. The pre-load check
+  (`omni_rl.cli.check_reward_prompts`, also under `--plan`) runs it on every prompt and fails
+  with one line naming the file, the line or row, the reward and the reason:
+
+      @register_reward("ocr", check_item=check_ocr_item)   # "has no target text: ..."
+
+- `check_prompts(prompts, metadata)`: the same over the whole list at once, raising a
+  `RewardInputError` naming the prompt; run on the run's prompts when they load
+  (`reward_prompt_check`). Prefer `check_item`, whose failures name the line.
 
 - `needs_metadata`: the metadata keys every sample must carry for the reward to score it (the
   text a speech sample was asked to say), a set or a callable `(**options) -> set` when an option
@@ -81,6 +90,8 @@ Modalities = Union[Iterable[str], Callable[..., Iterable[str]]]
 
 # What a reward can check of the prompts it will score, at load: (prompts, metadata) -> None.
 PromptCheck = Callable[[Sequence[str], Sequence[dict]], None]
+# What it needs of one prompt and its metadata: (prompt, metadata) -> None, or the reason it cannot score it.
+ItemCheck = Callable[[str, dict], Union[str, None]]
 
 
 def reward_prompt_check(name: str) -> PromptCheck | None:
@@ -110,6 +121,9 @@ class RewardDeclaration:
                    the run before any model loads, not at step 1.
     needs_metadata: the metadata keys each sample must carry, a set of str or a callable
                    `(**options) -> set` when an option names them; None = none.
+    check_item:    `(prompt, metadata) -> None | reason`: None when the reward can score the prompt,
+                   else why not (a few words: "has no target text: ..."); run on every prompt
+                   before any model loads, the failure naming the file and the line or row.
     check_files:   `(**options) -> None`, raising ValueError naming an option whose file is
                    missing or unreadable (a reference voice): run when a training run starts,
                    with the prompt files and before any model loads, not at config load, so a
@@ -128,6 +142,7 @@ class RewardDeclaration:
     needs_metadata: Iterable[str] | Callable[..., Iterable[str]] | None = None
     check_files: Callable[..., None] | None = None
     device_networks: Callable[..., list[tuple[str, Any]]] | None = None
+    check_item: ItemCheck | None = None
 
 
 NO_DECLARATION = RewardDeclaration()
@@ -137,10 +152,11 @@ def register_reward(
     name: str, modalities: Modalities | None = None, *, check_options: Callable[..., None] | None = None,
     check_prompts: PromptCheck | None = None, needs_metadata: Iterable[str] | Callable[..., Iterable[str]] | None = None,
     check_files: Callable[..., None] | None = None, device_networks: Callable[..., list[tuple[str, Any]]] | None = None,
+    check_item: ItemCheck | None = None,
 ) -> Callable[[RewardFactory], RewardFactory]:
     """Decorator: register a scorer factory under `name` (a duplicate name raises), with its
     `RewardDeclaration` (see there for `modalities`, `check_options`, `check_prompts` and
-    `needs_metadata`, `check_files`, `device_networks`)."""
+    `needs_metadata`, `check_files`, `device_networks`, `check_item`)."""
     if modalities is not None and not callable(modalities):
         modalities = _check_modalities(name, modalities)
     if check_options is not None and not callable(check_options):
@@ -153,7 +169,10 @@ def register_reward(
         raise RewardConfigError(
             f"reward {name!r}: device_networks={device_networks!r}; expected a callable (**options) -> [(label, module)]"
         )
-    declaration = RewardDeclaration(modalities, check_options, check_prompts, needs_metadata, check_files, device_networks)
+    if check_item is not None and not callable(check_item):
+        raise RewardConfigError(f"reward {name!r}: check_item={check_item!r}; expected a callable (prompt, metadata) -> None | str")
+    declaration = RewardDeclaration(modalities, check_options, check_prompts, needs_metadata, check_files, device_networks,
+                                    check_item)
     return REWARDS.register(name, spec=None if declaration == NO_DECLARATION else declaration)
 
 

@@ -224,3 +224,97 @@ def test_edit_rows_the_reward_cannot_score_are_refused_at_load(tmp_path, capsys,
     code, err = main_error(capsys, "recipe=tiny_qwen_image_edit_flowgrpo", f"data.prompt_file={rows}", out)
     assert code == 2
     assert_one_error_line(err, f"data.prompt_file='{rows}'", expected)
+
+
+# --- issue 38, part 3: real data as the peers ship it, checked before any model loads ------------
+def test_a_caption_file_on_the_ocr_recipe_names_its_first_line_without_a_target(capsys, out):
+    from tests.shared_data import shared_dataset
+
+    # Flow-GRPO's PickScore captions hold no quoted text for the ocr reward to read.
+    captions = shared_dataset("flow_grpo/pickscore/test.txt")
+    code, err = main_error(capsys, "recipe=tiny_sd3_flowgrpo_ocr", f"data.prompt_file={captions}", out)
+    assert code == 2
+    assert_one_error_line(err, f"data.prompt_file='{captions}': line 1: reward.rewards[0]: reward 'ocr' cannot "
+                          f"score this prompt: it has no target text", "contains no quoted text")
+
+
+def test_flow_grpo_ocr_prompts_pass_the_ocr_check():
+    from omni_rl.cli import _check_items
+    from omni_rl.data.prompts import read_prompt_file
+    from rewards.ocr import check_ocr_item
+    from tests.shared_data import shared_dataset
+
+    items = read_prompt_file(str(shared_dataset("flow_grpo/ocr/test.txt")))
+    assert len(items) == 1018
+    _check_items("reward.rewards[0]", "ocr", check_ocr_item, "data.prompt_file", items)  # every one has a quoted target
+
+
+def test_math_answer_rows_without_an_answer_name_their_row(tmp_path, capsys, out):
+    rows = tmp_path / "q.jsonl"
+    rows.write_text('{"prompt": "1+1?", "ground_truth": "2"}\n{"prompt": "2+2?", "reward_model": {"style": "rule"}}\n')
+    code, err = main_error(capsys, "recipe=tiny_qwen3_omni_gspo", f"data.prompt_file={rows}",
+                           "reward.rewards=[{name: math_answer}]", out)
+    assert code == 2
+    assert_one_error_line(err, f"data.prompt_file='{rows}': row 2: reward.rewards[0]: reward 'math_answer' cannot "
+                          f"score this prompt: it has no reference answer: its metadata has no 'ground_truth'")
+
+
+def test_a_caption_outside_the_shape_grammar_names_its_line(tmp_path, capsys, out):
+    rows = tmp_path / "shapes.jsonl"
+    rows.write_text('{"prompt": "a photo of a red circle"}\n{"prompt": "a photo of a bench"}\n')
+    code, err = main_error(capsys, "recipe=tiny_sd3_shapes_geneval", f"data.prompt_file={rows}", out)
+    assert code == 2
+    assert_one_error_line(err, f"data.prompt_file='{rows}': line 2: reward.rewards[0]: reward 'geneval_shapes' "
+                          f"cannot score this prompt: it has no scene to check: caption 'a photo of a bench'")
+
+
+def test_prompt_image_rows_on_a_text_to_image_recipe_are_refused(tmp_path, capsys, out):
+    # Flow-Factory's / verl-omni's {"prompt", "image"} rows are image-conditioned, not captions.
+    (tmp_path / "images").mkdir()
+    (tmp_path / "images" / "navy.png").write_bytes((REPO_ROOT / "recipes/prompts/tiny_edit/navy.png").read_bytes())
+    rows = tmp_path / "train.jsonl"
+    rows.write_text('{"prompt": "make it brighter", "image": "navy.png"}\n')
+    code, err = main_error(capsys, "recipe=tiny_qwen_image_flowgrpo", f"data.prompt_file={rows}", out)
+    assert code == 2
+    assert_one_error_line(err, f"data.prompt_file='{rows}': prompt 1 ('make it brighter') carries a source image",
+                          "model.adapter=QwenImagePipeline makes images from text")
+
+
+def test_a_chat_file_with_images_on_an_edit_recipe_is_refused_before_the_edit_rewards(tmp_path, capsys, out):
+    import base64
+
+    png = base64.b64encode((REPO_ROOT / "recipes/prompts/tiny_edit/navy.png").read_bytes()).decode()
+    rows = tmp_path / "chat.jsonl"
+    rows.write_text('{"prompt": "make it brighter", "images": ["%s"]}\n' % png)
+    code, err = main_error(capsys, "recipe=tiny_qwen_image_edit_flowgrpo", f"data.prompt_file={rows}", out)
+    assert code == 2
+    assert_one_error_line(err, f"data.prompt_file='{rows}': row 1: reward.rewards[0]: reward 'edit_brightness' "
+                          f"cannot score this prompt: it has no source image")
+
+
+@pytest.mark.parametrize("recipe, file_key, list_key", [("tiny_sd3_flowgrpo", "data.prompt_file", "data.prompts"),
+                                                        ("tiny_sd3_shapes_counting", "data.val_prompt_file", "data.val_prompts")])
+def test_a_prompt_file_on_the_command_line_replaces_the_recipes_inline_list(tmp_path, capsys, recipe, file_key, list_key):
+    from omni_rl.compose import load_config
+    from omni_rl.data.prompts import training_prompt_items, validation_prompt_items
+
+    prompts = tmp_path / "mine.txt"
+    prompts.write_text("two red circles\na blue square\n")
+    assert getattr(load_config([f"recipe={recipe}"]).data, list_key.split(".")[1]) is not None  # listed inline
+    cfg = load_config([f"recipe={recipe}", f"{file_key}={prompts}"])
+    read = training_prompt_items if file_key == "data.prompt_file" else validation_prompt_items
+    assert [item.prompt for item in read(cfg.data)] == ["two red circles", "a blue square"]
+    # Both on the command line: one error line, exit 2, before anything loads.
+    code, err = main_error(capsys, f"recipe={recipe}", f"{file_key}={prompts}", f"{list_key}=[a cat]")
+    assert code == 2
+    assert_one_error_line(err, f"{file_key}={prompts} and {list_key}=[a cat] are both given on the command line")
+
+
+def test_plan_reads_the_data_when_it_is_here(tmp_path, capsys):
+    rows = tmp_path / "captions.txt"
+    rows.write_text("a photo of a cat\n")
+    code, err = main_error(capsys, "recipe=tiny_sd3_flowgrpo_ocr", f"data.prompt_file={rows}",
+                           f"trainer.output_dir={tmp_path / 'out'}", "--plan")
+    assert code == 2
+    assert_one_error_line(err, f"data.prompt_file='{rows}': line 1: reward.rewards[0]: reward 'ocr' cannot score")
+    assert not (tmp_path / "out" / "plan.json").exists()

@@ -260,3 +260,14 @@ def test_symbolic_needs_math_verify():
     else:
         scorer = build_reward("math_answer", symbolic=True)
         assert scorer([r"\boxed{(x+1)^2}"], ["q"], [{"ground_truth": "x^2+2x+1"}]) == [1.0]
+
+
+def test_check_item_wants_a_usable_reference_answer():
+    from rewards.math_answer import check_math_item
+
+    assert check_math_item("1+1?", {"ground_truth": "2"}) is None
+    assert check_math_item("1+1?", {"ground_truth": [2, "2.0"]}) is None
+    assert check_math_item("1+1?", {"reward_model": {"style": "rule"}}).startswith(
+        "has no reference answer: its metadata has no 'ground_truth' (keys: ['reward_model'])")
+    assert check_math_item("1+1?", {"ground_truth": []}).startswith("has an unusable reference answer: metadata['ground_truth'] is an empty list")
+    assert "is True (bool)" in check_math_item("1+1?", {"ground_truth": True})

@@ -163,3 +163,15 @@ def test_every_sampled_caption_is_one_the_reward_reads():
     for seed in range(60):
         pair = sample_pair(seed)
         assert parse_caption(pair.caption) == pair.spec
+
+
+def test_check_item_wants_a_caption_of_the_grammar_or_its_spec():
+    from demos.shapes.reward import check_spec_item
+
+    assert check_spec_item("a photo of a red circle", {}) is None
+    # With a spec in the metadata the spec is read, not the prompt; a bad spec is the reason.
+    spec = {"task": "colors", "objects": [{"shape": "circle", "count": 1, "colour": "red"}], "relation": None}
+    assert check_spec_item("anything", {"geneval": spec}) is None
+    assert check_spec_item("a photo of a red circle", {"geneval": {"objects": 3}}).startswith("has no scene to check: geneval spec")
+    reason = check_spec_item("a photo of a bench", {})
+    assert reason.startswith("has no scene to check: caption 'a photo of a bench'")

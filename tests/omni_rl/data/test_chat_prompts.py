@@ -37,7 +37,9 @@ def _wav_bytes(frames: np.ndarray, rate=16000, width=2):
 
 def test_string_prompt_with_ground_truth(tmp_path):
     items = load_chat_items(_jsonl(tmp_path / "d.jsonl", {"prompt": "What is 1+1?", "ground_truth": "2", "id": 7}))
-    assert items == [PromptItem("What is 1+1?", {"ground_truth": "2"}, ({"role": "user", "content": "What is 1+1?"},), None)]
+    # Every field beside the prompt reaches the metadata, the id too (issue 38, part 3.1).
+    assert items == [PromptItem("What is 1+1?", {"ground_truth": "2", "id": 7}, ({"role": "user", "content": "What is 1+1?"},), None)]
+    assert items[0].origin == "row 1"
 
 
 def test_message_list_prompt_is_the_last_user_text(tmp_path):
@@ -160,7 +162,7 @@ def test_prompt_item_stays_backward_compatible():
         ({"prompt": [{"role": "user", "content": 3}]}, r"prompt\[0\]: content has type int"),
         ({"prompt": [{"role": "user", "content": [{"type": "text"}]}]}, r"content\[0\] is a text part without a string 'text'"),
         ({"prompt": "x", "metadata": [1]}, "row 2: 'metadata' must be an object, got list"),
-        ({"prompt": "x", "metadata": {"ground_truth": 1}, "ground_truth": 2}, "row 2: 'ground_truth' is 2 but metadata.ground_truth is 1"),
+        ({"prompt": "x", "metadata": {"ground_truth": 1}, "ground_truth": 2}, "row 2: field 'ground_truth' is 2 but metadata.ground_truth is 1"),
         ({"prompt": "x", "images": "a.png"}, r"row 2: 'images' has type str; expected a list \(use \[x\] for one item\)"),
         ({"prompt": "x", "images": ["missing.png"]}, r"row 2: images\[0\]: image path 'missing.png' does not exist \(looked for .*missing.png\)"),
         ({"prompt": "x", "images": ["corrupt.png"]}, r"row 2: images\[0\]: file 'corrupt.png' is not a readable image"),
@@ -230,10 +232,13 @@ def test_parquet_rows(tmp_path):
     pq.write_table(table, tmp_path / "d.parquet")
     for items in (load_chat_items(tmp_path / "d.parquet"), read_prompt_file(str(tmp_path / "d.parquet"))):
         first, second = items
-        assert first.prompt == "<image> area?" and first.metadata == {"ground_truth": "12"}
+        # The `<image>` placeholder becomes the image's place in the message; the other columns
+        # reach the metadata (issue 38, part 3.1 and 3.3).
+        assert first.prompt == " area?" and first.metadata == {"ground_truth": "12", "subject": "geometry"}
+        assert first.messages[1]["content"] == [{"type": "image"}, {"type": "text", "text": " area?"}]
         assert first.messages[0] == {"role": "system", "content": "Solve."}
         assert first.media["images"][0].getpixel((0, 0)) == (9, 8, 7)
-        assert second.prompt == "plain" and second.metadata == {"ground_truth": "B"}
+        assert second.prompt == "plain" and second.metadata == {"ground_truth": "B", "subject": "misc"}
         samples, rate = second.media["audio"][0]
         np.testing.assert_allclose(samples, [0.0, 0.5]) and rate == 16000
 
@@ -245,3 +250,75 @@ def test_parquet_rows(tmp_path):
     (tmp_path / "broken.parquet").write_bytes(b"not parquet")
     with pytest.raises(PromptFileError, match="broken.parquet: not a readable Parquet file"):
         load_chat_items(tmp_path / "broken.parquet")
+
+
+# verl-omni's MMK12 rows, in the schema its converter writes (verl-project/verl-omni,
+# examples/gspo_trainer/data_process/mmk12.py: data_source, prompt = [system, user "<image>\n{question}"],
+# images = [{"bytes"}], ability, reward_model = {"style": "rule", "ground_truth"}, extra_info).
+MMK12_SYSTEM = "Solve the question. The final answer must be wrapped using the \\boxed{} command."
+
+
+def _mmk12_parquet(path, questions_answers, images_per_row=1):
+    pa = pytest.importorskip("pyarrow")
+    pq = pytest.importorskip("pyarrow.parquet")
+    n = len(questions_answers)
+    table = pa.table({
+        "data_source": ["mmk12"] * n,
+        "prompt": [[{"role": "system", "content": MMK12_SYSTEM}, {"role": "user", "content": f"<image>\n{q}"}]
+                   for q, _ in questions_answers],
+        "images": [[{"bytes": _png_bytes((10 * k, 0, 0))}] * images_per_row for k in range(n)],
+        "ability": ["math_vl"] * n,
+        "reward_model": [{"style": "rule", "ground_truth": a} for _, a in questions_answers],
+        "extra_info": [{"split": "test", "index": k, "subject": "math"} for k in range(n)],
+    })
+    pq.write_table(table, path)
+    return path
+
+
+def test_mmk12_parquet_rows_keep_their_answers_and_place_their_image(tmp_path):
+    path = _mmk12_parquet(tmp_path / "test.parquet", [("What is the area?", "12"), ("Which is larger?", "B")])
+    first, second = read_prompt_file(str(path))
+    # reward_model.ground_truth is where math_answer reads the reference (metadata["ground_truth"]).
+    assert first.metadata["ground_truth"] == "12" and second.metadata["ground_truth"] == "B"
+    assert first.metadata["data_source"] == "mmk12" and first.metadata["extra_info"]["index"] == 0
+    # The placeholder is the image's place in the user message, not text.
+    assert first.messages[0] == {"role": "system", "content": MMK12_SYSTEM}
+    assert first.messages[1] == {"role": "user", "content": [{"type": "image"}, {"type": "text", "text": "\nWhat is the area?"}]}
+    assert "<image>" not in first.prompt and first.prompt.strip() == "What is the area?"
+    assert first.media["images"][0].getpixel((0, 0)) == (0, 0, 0)
+    assert second.media["images"][0].getpixel((0, 0)) == (10, 0, 0)
+    assert second.origin == "row 2"
+
+
+def test_placeholders_must_number_the_images(tmp_path):
+    path = _mmk12_parquet(tmp_path / "two.parquet", [("q", "1")], images_per_row=2)
+    with pytest.raises(PromptFileError, match=r"two.parquet: row 1: the prompt marks 1 '<image>' placeholder\(s\) but "
+                                              r"the row has 2 image\(s\) in 'images'"):
+        read_prompt_file(str(path))
+    lone = _jsonl(tmp_path / "lone.jsonl", {"prompt": "<image> what?", "ground_truth": "1"})
+    with pytest.raises(PromptFileError, match=r"row 1: the prompt marks 1 '<image>' placeholder\(s\) but the row has 0"):
+        read_prompt_file(str(lone))
+    # Two placeholders in one message, each an image part in its place.
+    two = _jsonl(tmp_path / "ok.jsonl", {"prompt": "<image> vs <image>: same?",
+                                          "images": [base64.b64encode(_png_bytes()).decode()] * 2})
+    (item,) = read_prompt_file(str(two))
+    assert item.messages[0]["content"] == [{"type": "image"}, {"type": "text", "text": " vs "}, {"type": "image"},
+                                           {"type": "text", "text": ": same?"}]
+
+
+def test_a_reward_model_answer_that_contradicts_ground_truth_is_refused(tmp_path):
+    rows = _jsonl(tmp_path / "d.jsonl", {"prompt": "1+1", "ground_truth": "2", "reward_model": {"ground_truth": "3"}})
+    with pytest.raises(PromptFileError, match=r"row 1: reward_model.ground_truth is '3' but ground_truth is '2'"):
+        read_prompt_file(str(rows))
+    rows = _jsonl(tmp_path / "e.jsonl", {"prompt": "1+1", "reward_model": "2"})
+    with pytest.raises(PromptFileError, match=r"row 1: 'reward_model' has type str; expected verl's object"):
+        read_prompt_file(str(rows))
+
+
+def test_mmk12_answers_reach_math_answer(tmp_path):
+    from omni_rl.reward import build_reward
+
+    items = read_prompt_file(str(_mmk12_parquet(tmp_path / "test.parquet", [("What is the area?", "12"), ("Which?", "B")])))
+    scorer = build_reward("math_answer")
+    responses = ["The area is \\boxed{12}.", "\\boxed{A}"]  # right, then wrong
+    assert scorer(responses, [i.prompt for i in items], [i.metadata for i in items]) == [1.0, 0.0]

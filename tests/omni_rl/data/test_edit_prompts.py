@@ -148,7 +148,8 @@ BAD_ROWS = [
     ({"instruction": 3, "source_image": "img/green.png"},
      r"row 2: 'instruction' is 3 \(int\); expected a string, the edit to make"),
     ({"prompt": ["make", "it"], "source_image": "img/green.png"},
-     r"row 2: 'prompt' is \['make', 'it'\] \(list\); expected a string"),
+     # A list prompt is read as chat messages (verl-omni's edit rows), which these are not.
+     r"row 2: prompt\[0\] is 'make'; expected an object with 'role' and 'content'"),
     ({"instruction": "  ", "source_image": "img/green.png"},
      r"row 2: 'instruction' is empty; expected the edit to make"),
     ({"source_image": "img/green.png"},
@@ -213,3 +214,71 @@ def test_the_tiny_edit_dataset_loads_with_directions_and_captions():
     spec.loader.exec_module(script)
     for (stem, rgb, *_), item in zip(script.ROWS, items):
         assert item.metadata["source_image"].tobytes() == Image.fromarray(script.source_pixels(rgb)).tobytes()
+
+
+# verl-omni's Qwen-Image-Edit Parquet, in the schema its converters write (verl-project/verl-omni,
+# examples/flowgrpo_trainer/qwen_image_edit/prepare_data.py and data_process/qwenimageedit_image.py):
+# data_source, prompt = [system, user "Picture 1: <image>{instruction}"], negative_prompt,
+# ability "image_edit", images = [{"bytes": PNG}], reward_model {"style": "model", "ground_truth"},
+# extra_info.
+def _verl_edit_parquet(path, instructions):
+    pa = pytest.importorskip("pyarrow")
+    pq = pytest.importorskip("pyarrow.parquet")
+    system = "Describe the key features of the input image, then explain how the instruction alters it."
+    n = len(instructions)
+    pq.write_table(pa.table({
+        "data_source": ["image_edit"] * n,
+        "prompt": [[{"role": "system", "content": system}, {"role": "user", "content": f"Picture 1: <image>{text}"}]
+                   for text in instructions],
+        "negative_prompt": [[{"role": "system", "content": system}, {"role": "user", "content": "Picture 1: <image> "}]] * n,
+        "ability": ["image_edit"] * n,
+        "images": [[{"bytes": _png_bytes((0, 20 * k, 0))}] for k in range(n)],
+        "reward_model": [{"style": "model", "ground_truth": text} for text in instructions],
+        "extra_info": [{"split": "train", "index": k, "instruction": text, "image": f"{k}.png"}
+                       for k, text in enumerate(instructions)],
+    }), path)
+    return path
+
+
+def test_verl_omni_edit_parquet_rows_carry_their_source_image_to_the_rewards(tmp_path):
+    path = _verl_edit_parquet(tmp_path / "train.parquet", ["make it brighter", "make it darker"])
+    first, second = read_prompt_file(str(path))
+    # The edit rewards read metadata["source_image"]; the edit adapters media["images"][0].
+    assert item_has_source_image(first) and item_has_source_image(second)
+    assert first.metadata["source_image"].getpixel((0, 0)) == (0, 0, 0)
+    assert second.metadata["source_image"].getpixel((0, 0)) == (0, 20, 0)
+    assert second.media["images"] == [second.metadata["source_image"]]
+    # The instruction without the placeholder and its "Picture 1:" label.
+    assert [first.prompt, second.prompt] == ["make it brighter", "make it darker"]
+    assert second.origin == "row 2"
+
+
+def test_flow_factory_prompt_image_rows_are_edit_rows(tmp_path):
+    # Flow-Factory's and verl-omni's {"prompt", "image"} rows, the image in the dataset's images/ folder.
+    (tmp_path / "images").mkdir()
+    Image.new("RGB", (4, 3), (0, 0, 255)).save(tmp_path / "images" / "blue.png")
+    Image.new("RGB", (4, 3), (9, 9, 9)).save(tmp_path / "here.png")
+    rows = _jsonl(tmp_path / "train.jsonl", {"prompt": "make it brighter", "image": "blue.png"},
+                  {"prompt": "make it darker", "image": "here.png"})
+    first, second = read_prompt_file(str(rows))
+    assert first.metadata["source_image"].getpixel((0, 0)) == (0, 0, 255) and first.prompt == "make it brighter"
+    assert second.media["images"][0].getpixel((0, 0)) == (9, 9, 9)
+    missing = _jsonl(tmp_path / "missing.jsonl", {"prompt": "p", "image": "nope.png"})
+    with pytest.raises(PromptFileError, match=r"row 1: image: image path 'nope.png' does not exist \(looked in .* and its images/ folder\)"):
+        read_prompt_file(str(missing))
+    both = _jsonl(tmp_path / "both.jsonl", {"prompt": "p", "image": "here.png", "source_image": "here.png"})
+    with pytest.raises(PromptFileError, match=r"row 1: both 'source_image' and 'image' are given"):
+        read_prompt_file(str(both))
+
+
+def test_verl_omni_edit_rows_reach_the_edit_rewards(tmp_path):
+    import numpy as np
+
+    from omni_rl.reward import build_reward
+
+    items = read_prompt_file(str(_verl_edit_parquet(tmp_path / "train.parquet", ["make it brighter"])))
+    # The edit is the source itself (a 4 x 3 black picture): nothing changed, nothing brighter.
+    edit = np.zeros((1, 3, 4, 3), np.uint8)
+    prompts, metadata = [items[0].prompt], [items[0].metadata]
+    assert build_reward("source_consistency")(edit, prompts, metadata) == [1.0]
+    assert build_reward("edit_brightness")(edit, prompts, metadata) == [0.0]

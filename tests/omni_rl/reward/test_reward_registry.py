@@ -111,3 +111,21 @@ def test_what_a_reward_declares_is_its_registry_entrys_spec_not_an_attribute():
     assert reward_declaration("tests.registry.attribute_only") == RewardDeclaration()
     with pytest.raises(RewardConfigError, match=r"check_options=3; expected a callable"):
         register_reward("tests.registry.bad_check", check_options=3)
+
+
+def test_what_a_reward_needs_of_each_prompt_is_its_declared_check_item():
+    from omni_rl.reward.registry import reward_declaration
+
+    def needs_a_colour(prompt, metadata):
+        return None if "red" in prompt or "colour" in metadata else "names no colour"
+
+    register_reward("tests.registry.item_checked", check_item=needs_a_colour)(lambda: (lambda i, p, m: [0.0] * len(p)))
+    check = reward_declaration("tests.registry.item_checked").check_item
+    assert check is needs_a_colour
+    assert check("a red cube", {}) is None and check("a cube", {"colour": "blue"}) is None
+    assert check("a cube", {}) == "names no colour"
+    # The rewards that read a prompt's data declare one (issue 38, part 3.6).
+    assert all(reward_declaration(name).check_item is not None
+               for name in ("ocr", "math_answer", "geneval_shapes", "edit_brightness", "source_consistency"))
+    with pytest.raises(RewardConfigError, match=r"check_item='x'; expected a callable \(prompt, metadata\)"):
+        register_reward("tests.registry.bad_item_check", check_item="x")
