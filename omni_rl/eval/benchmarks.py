@@ -42,10 +42,11 @@ register_benchmark(Benchmark(
     name="ocr",
     family="diffusion",
     description="Text rendering (Flow-GRPO's OCR task): the target is the prompt's first quoted span, scored "
-                "by the `ocr` reward (1 - normalised edit distance of the recognised text).",
+                "by the `ocr` reward under Flow-GRPO's rule (1 where the target appears in the recognised text, "
+                "else 1 - its edit distance over the target's length).",
     prompts=PromptSource(format="txt, one prompt a line, the target text in its first pair of double quotes",
                          get="Flow-GRPO's dataset/ocr/test.txt (1,018 prompts)"),
-    protocol=Protocol(samples_per_prompt=1, seed=0, **_T2I, scorers=(ScorerSpec("ocr"),)),
+    protocol=Protocol(samples_per_prompt=1, seed=0, **_T2I, scorers=(ScorerSpec("ocr", (("rule", "flow_grpo"),)),)),
     metrics=(Metric("ocr_score", "ocr"), Metric("exact_match", "ocr", at_least=1.0, binary=True)),
     headline="ocr_score",
 ))
