@@ -32,6 +32,8 @@ import torch
 
 from omni_rl.errors import OmniConfigError
 from omni_rl.eval import benchmarks as _builtin  # noqa: F401  (registers geneval, ocr, pickscore)
+from omni_rl.eval import media_benchmarks as _media  # noqa: F401  (registers speech_wer_similarity, video_clip_consistency)
+from omni_rl.eval import mmk12 as _text  # noqa: F401  (registers mmk12_greedy, mmk12_sampled)
 from omni_rl.eval.aggregate import figures
 from omni_rl.eval.benchmark import BENCHMARKS, Benchmark
 from omni_rl.eval.grids import write_grids
@@ -116,14 +118,17 @@ def prepare(cfg, request: EvalRequest) -> Prepared:
 
 
 def _check_scorers(protocol: Protocol) -> None:
-    from omni_rl.reward.registry import REWARDS, check_reward_options
+    """Each scorer's options, and the files they name (a reference voice, a head's weights)."""
+    from omni_rl.reward.registry import REWARDS, check_reward_files, check_reward_options
 
     for scorer in protocol.scorers:
         REWARDS.get(scorer.reward)  # an unknown scorer names the registered ones
         try:
             check_reward_options(scorer.reward, dict(scorer.kwargs))
+            check_reward_files(scorer.reward, dict(scorer.kwargs))
         except (TypeError, ValueError) as err:
-            raise EvalInputError(f"scorer {scorer.reward!r} of the protocol: {err}") from None
+            raise EvalInputError(f"scorer {scorer.reward!r} of the protocol: {err} (set a scorer's option with "
+                                 f"--protocol {scorer.reward}.OPTION=VALUE)") from None
 
 
 def _prompt_path(benchmark: Benchmark, given: Optional[str]) -> str:

@@ -101,7 +101,7 @@ class Protocol:
     @classmethod
     def from_dict(cls, raw: dict[str, Any]) -> "Protocol":
         raw = dict(raw)
-        scorers = tuple(ScorerSpec(s["reward"], tuple(sorted(s.get("kwargs", {}).items())))
+        scorers = tuple(ScorerSpec(s["reward"], tuple(sorted(s.get("kwargs", {}).items())), s.get("video_frames"))
                         for s in raw.pop("scorers", []))
         return cls(**raw, scorers=scorers)
 
