@@ -104,6 +104,7 @@ def prepare(cfg, request: EvalRequest) -> Prepared:
         raise EvalInputError(f"--eval {benchmark.name}: protocol field(s) {', '.join(unread)} are not read when "
                              f"sampling {benchmark.family} models (it reads {', '.join(sampler.fields)}); drop them")
     protocol = protocol.filled(sampler.recipe_values(cfg))
+    _check_scored(benchmark, protocol, sampler.makes(protocol))
     path = _prompt_path(benchmark, request.prompts)
     _check_scorers(protocol)
     items, prompt_file = _read_prompts(benchmark, path, protocol)
@@ -115,6 +116,21 @@ def prepare(cfg, request: EvalRequest) -> Prepared:
     run = {"benchmark": benchmark.name, "protocol": protocol.to_dict(), "model": ident, "prompt_file": prompt_file}
     open_folder(out, run)
     return Prepared(benchmark, protocol, items, rows, source, out, run)
+
+
+def _check_scored(benchmark: Benchmark, protocol: Protocol, makes: frozenset[str]) -> None:
+    """Each scorer scores what the samples are (an image scorer scores video through `video_frames`)."""
+    from omni_rl.reward.registry import REWARDS, reward_modalities
+
+    for scorer in protocol.scorers:
+        REWARDS.get(scorer.reward)  # an unknown scorer names the registered ones
+        scores = reward_modalities(scorer.reward, dict(scorer.kwargs))
+        if scores & makes or ("image" in scores and "video" in makes and scorer.video_frames):
+            continue
+        raise EvalInputError(
+            f"--eval {benchmark.name}: its scorer {scorer.reward!r} scores {' or '.join(sorted(scores))}, and the "
+            f"recipe's model makes {' and '.join(sorted(makes))} under this protocol"
+            + ("" if "image" not in makes else f" (num_frames={protocol.num_frames}: pick a video model's recipe)"))
 
 
 def _check_scorers(protocol: Protocol) -> None:

@@ -6,7 +6,10 @@ checks against the recipe adapter's family) and declares, besides its class:
   by the job before the model loads (a text benchmark's `num_steps` would be ignored, and the
   result would still claim it);
 - `recipe_values(cfg)`: the recipe's value of each field it reads, which fills those the
-  benchmark leaves open (None) and is recorded with the result.
+  benchmark leaves open (None) and is recorded with the result;
+- `makes(protocol)`: what its samples are (`image`, `video`, `audio`, `text`, as rewards
+  declare what they score), so that a scorer of something else is refused before the model
+  loads (a video benchmark on an image model).
 
 Built as `cls(cfg, model, protocol)` once the model is loaded (with the family's rollout half
 and the native engine of the model's kind), `draw(rows, out)` turns (row, sample index, prompt
@@ -71,6 +74,11 @@ class Sampler(ABC):
     def recipe_values(cls, cfg) -> dict[str, Any]:
         """The recipe's value of each field of `fields` (read before any model loads)."""
 
+    @classmethod
+    @abstractmethod
+    def makes(cls, protocol: Protocol) -> frozenset[str]:
+        """What the samples drawn under the (filled) `protocol` are."""
+
     def __init__(self, cfg, model, protocol: Protocol):
         from omni_rl.families.base import build_family
         from omni_rl.rollout.backends import ROLLOUT_BACKENDS
@@ -105,6 +113,11 @@ class DiffusionSampler(Sampler):
         # Frames and fps belong to a video model's protocol only; an image result names neither.
         video = dict(num_frames=r.num_frames, fps=r.fps) if r.num_frames > 1 else {}
         return dict(num_steps=r.num_steps, guidance_scale=r.guidance_scale, height=r.height, width=r.width, **video)
+
+    @classmethod
+    def makes(cls, protocol: Protocol) -> frozenset[str]:
+        # Whether a video model also makes sound is the adapter's; a video may carry it.
+        return frozenset({"video", "audio"}) if (protocol.num_frames or 1) > 1 else frozenset({"image"})
 
     def draw(self, rows: Sequence[Row], out: Path) -> Drawn:
         from PIL import Image
@@ -154,6 +167,10 @@ class TextSampler(Sampler):
         o = _text_options(cfg)
         return dict(temperature=o.temperature, top_p=o.top_p, max_new_tokens=o.max_new_tokens)
 
+    @classmethod
+    def makes(cls, protocol: Protocol) -> frozenset[str]:
+        return frozenset({"text"})
+
     def text_family(self):
         """The family whose requests write the answer."""
         return self.family
@@ -181,6 +198,10 @@ class SpeechSampler(TextSampler):
     def recipe_values(cls, cfg) -> dict[str, Any]:
         o = _text_options(cfg)
         return dict(TextSampler.recipe_values(cfg), speech_temperature=o.speech_temperature, max_frames=o.max_frames)
+
+    @classmethod
+    def makes(cls, protocol: Protocol) -> frozenset[str]:
+        return frozenset({"audio"})
 
     def __init__(self, cfg, model, protocol: Protocol):
         super().__init__(cfg, model, protocol)

@@ -90,3 +90,14 @@ def test_video_keeps_an_mp4_and_scores_clip_aesthetic_and_frame_consistency(tmp_
                            ("frame_consistency", "clip_frame_consistency")):
         assert results["figures"][metric]["mean"] == pytest.approx(sum(s["scores"][reward] for s in kept) / 2)
     assert (out / "grids" / "all.png").is_file()  # the posters
+
+
+def test_a_video_benchmark_on_an_image_model_is_refused_before_it_loads(tmp_path):
+    prompts = tmp_path / "captions.txt"
+    prompts.write_text("a cat\n")
+    head = tmp_path / "head.safetensors"
+    write_aesthetic_head(head, 16)
+    with pytest.raises(Exception, match="scorer 'clip_frame_consistency' scores video, and the recipe's model makes image"):
+        evaluate(["recipe=tiny_sd3_shapes_counting"], "video_clip_consistency", prompts, tmp_path / "out",
+                 [f"aesthetic.head={head}"])
+    assert not (tmp_path / "out").exists()
