@@ -1,7 +1,8 @@
 """`run_eval`: one benchmark on one model, resumable and sharded; `python main_omni.py recipe=NAME --eval B`.
 
 1. Everything the input allows is checked before the model loads: the benchmark (registered,
-   of the recipe's model family), the protocol overrides, the prompt file (read whole, every row
+   of the recipe's model family), the protocol overrides (only fields the family's sampler
+   reads; scorers of what its samples are), the prompt file (read whole, every row
    checked by the scorers' own prompt checks), the scorers' options, `--eval-model` (a
    checkpoint or a LoRA file on disk) and the output folder (`omni_rl.eval.store`).
 2. The rows of this shard (`--shard i/n`: rows i, i + n, ...) not yet recorded are drawn in
