@@ -18,6 +18,6 @@ for the speech rewards). Audio resampling is in the core,
 from rewards import edit_pixels, image_stats, jpeg, video_stats  # noqa: F401  (imported to register)
 from rewards import http_scorer, latent_http, vlm_edit_judge  # noqa: F401  (remote scorers over HTTP)
 from rewards import latent_scorers  # noqa: F401  (what the reward server serves by name: latent_stats, ...)
-from rewards import aesthetic, clap, clip_directional, clip_score, geneval, hps, imagebind, ocr, pickscore, tiny_models  # noqa: F401  (model-based scorers: heavy imports inside factories)
+from rewards import aesthetic, clap, clip_consistency, clip_directional, clip_score, geneval, hps, imagebind, ocr, pickscore, tiny_models  # noqa: F401  (model-based scorers: heavy imports inside factories)
 from rewards import format, math_answer, multiple_choice, text_rules  # noqa: F401  (text rewards: answers, structure, CPU-demo rules)
 from rewards import asr_wer, speaker_similarity, speech_rate  # noqa: F401  (speech: what was said, by whom, how fast)

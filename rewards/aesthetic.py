@@ -71,14 +71,25 @@ def load_state_dict_file(path: Path, what: str) -> dict[str, torch.Tensor]:
     return state
 
 
+def _head_given(head: str | None) -> Path:
+    if head is None:
+        raise ValueError(
+            "aesthetic: no head given; pass head=/path/to/sac+logos+ava1-l14-linearMSE.pth (the LAION "
+            "aesthetic predictor v2 weights, from github.com/christophschuhmann/improved-aesthetic-predictor)"
+        )
+    return Path(head).expanduser()
+
+
+def _check_files(*, head: str | None = None, **_: Any) -> None:
+    """When a run starts, before any model loads: the head is given and is a file."""
+    if not _head_given(head).is_file():
+        raise ValueError(f"aesthetic: head={str(head)!r}: no such file; expected the aesthetic MLP's weights "
+                         f"(.pth or .safetensors)")
+
+
 class AestheticScorer:
     def __init__(self, head: str | None, model: str, processor: str | None, device: str):
-        if head is None:
-            raise ValueError(
-                "aesthetic: no head given; pass head=/path/to/sac+logos+ava1-l14-linearMSE.pth (the LAION "
-                "aesthetic predictor v2 weights, from github.com/christophschuhmann/improved-aesthetic-predictor)"
-            )
-        state = load_state_dict_file(Path(head).expanduser(), "aesthetic: head")
+        state = load_state_dict_file(_head_given(head), "aesthetic: head")
         if "layers.0.weight" not in state:
             raise ValueError(
                 f"aesthetic: head={head!r} has no 'layers.0.weight' (its keys start {sorted(state)[:4]}); "
@@ -115,7 +126,7 @@ def _device_networks(**options: Any) -> list[tuple[str, nn.Module]]:
     return networks
 
 
-@register_reward("aesthetic", device_networks=_device_networks)
+@register_reward("aesthetic", check_files=_check_files, device_networks=_device_networks)
 def aesthetic(
     *, head: str | None = None, model: str = DEFAULT_CLIP, processor: str | None = None, device: str = "auto",
 ) -> AestheticScorer:

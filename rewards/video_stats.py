@@ -25,7 +25,7 @@ from omni_rl.reward import MediaSamples, RewardInputError, register_reward
 from omni_rl.reward.inputs import check_prompts_metadata
 
 
-def _media(reward: str, samples: Any, prompts: Sequence[str], metadata: Sequence[dict[str, Any]], stream: str) -> MediaSamples:
+def media_of(reward: str, samples: Any, prompts: Sequence[str], metadata: Sequence[dict[str, Any]], stream: str) -> MediaSamples:
     if not isinstance(samples, MediaSamples) or getattr(samples, stream) is None:
         got = f"a MediaSamples without {stream}" if isinstance(samples, MediaSamples) else f"a {type(samples).__name__}"
         raise RewardInputError(
@@ -37,7 +37,7 @@ def _media(reward: str, samples: Any, prompts: Sequence[str], metadata: Sequence
 
 
 def _temporal_smoothness(samples: Any, prompts: Sequence[str], metadata: Sequence[dict[str, Any]]) -> list[float]:
-    video = _media("temporal_smoothness", samples, prompts, metadata, "video").video
+    video = media_of("temporal_smoothness", samples, prompts, metadata, "video").video
     if video.shape[1] == 1:
         return [1.0] * video.shape[0]
     # int16 holds the differences (-255..255); float64 sums keep large videos exact enough.
@@ -46,12 +46,12 @@ def _temporal_smoothness(samples: Any, prompts: Sequence[str], metadata: Sequenc
 
 
 def _video_brightness(samples: Any, prompts: Sequence[str], metadata: Sequence[dict[str, Any]]) -> list[float]:
-    video = _media("video_brightness", samples, prompts, metadata, "video").video
+    video = media_of("video_brightness", samples, prompts, metadata, "video").video
     return (video.flatten(1).double().mean(dim=1) / 255.0).tolist()
 
 
 def _audio_loudness(samples: Any, prompts: Sequence[str], metadata: Sequence[dict[str, Any]]) -> list[float]:
-    audio = _media("audio_loudness", samples, prompts, metadata, "audio").audio
+    audio = media_of("audio_loudness", samples, prompts, metadata, "audio").audio
     clips = audio if isinstance(audio, list) else list(audio)
     return [float(clip.detach().double().pow(2).mean().sqrt()) for clip in clips]
 

@@ -1,7 +1,8 @@
 """`BENCHMARKS`: `--eval NAME` names a `Benchmark`, the spec of one benchmark's pinned protocol.
 
 A benchmark declares, and nothing else decides:
-- `family`: the kind of model it evaluates (`diffusion`, `autoregressive`), checked at load;
+- `family`: the kind of model it evaluates, a model family with a sampler (`diffusion`,
+  `autoregressive`, `talker`: `omni_rl.eval.sampling.SAMPLERS`), checked at load;
 - `prompts`: its prompt file's format, where to get it, and a default path (None where the file
   is not distributable with the project: the user passes `--eval-prompts PATH`);
 - `protocol`: the pinned sampling, samples per prompt, seeds and scorers (`omni_rl.eval.protocol`);
@@ -25,9 +26,8 @@ from dataclasses import dataclass, field
 from typing import Callable, Optional
 
 from omni_rl.eval.protocol import Protocol
+from omni_rl.eval.sampling import SAMPLERS
 from omni_rl.registry import Registry
-
-FAMILIES = ("diffusion", "autoregressive")
 
 
 @dataclass(frozen=True)
@@ -75,8 +75,9 @@ class Benchmark:
     def __post_init__(self) -> None:
         if self.pair_unit not in ("prompt", "sample"):
             raise ValueError(f"benchmark {self.name!r}: pair_unit={self.pair_unit!r}, expected prompt or sample")
-        if self.family not in FAMILIES:
-            raise ValueError(f"benchmark {self.name!r}: family={self.family!r}, expected one of {FAMILIES}")
+        if self.family not in SAMPLERS:
+            raise ValueError(f"benchmark {self.name!r}: family={self.family!r}, expected a family with an evaluation "
+                             f"sampler ({', '.join(SAMPLERS.names())})")
         names = [m.name for m in self.metrics]
         if self.headline not in names:
             raise ValueError(f"benchmark {self.name!r}: headline={self.headline!r} is none of its metrics {names}")

@@ -6,6 +6,8 @@ Protocols follow Flow-GRPO's evaluation of SD3.5-M (its `config/grpo.py`: 40 ste
 generation script); Flow-GRPO's `test_metadata.jsonl` lists each prompt 4 times instead, so with
 that file pass `--protocol samples_per_prompt=1` (the same 2,212 images; the result records it).
 The prompt files are public but not shipped: each benchmark says where to get its file.
+The text benchmarks are in `omni_rl.eval.mmk12`, the speech and video ones in
+`omni_rl.eval.media_benchmarks`.
 """
 from __future__ import annotations
 

@@ -17,8 +17,8 @@ from typing import Optional
 from omni_rl.errors import OmniConfigError
 
 _VALUED = ("--eval", "--eval-model", "--eval-prompts", "--eval-out", "--shard", "--protocol")
-USAGE = """  --eval NAME   evaluate the recipe's model on benchmark NAME (geneval, ocr, pickscore, geneval_shapes,
-                shapes_counting, ...): --eval-model PATH (checkpoint or LoRA; default the base), --eval-prompts PATH,
+USAGE = """  --eval NAME   evaluate the recipe's model on benchmark NAME (geneval, ocr, pickscore, mmk12_greedy,
+                mmk12_sampled, speech_wer_similarity, video_clip_consistency, geneval_shapes, ...): --eval-model PATH (checkpoint or LoRA; default the base), --eval-prompts PATH,
                 --eval-out DIR, --shard i/n, --protocol KEY=VALUE; writes results.json (docs/evaluation.md)
   --compare A B compare two evaluation results: per-task deltas with 95% paired-bootstrap intervals"""
 

@@ -1,6 +1,7 @@
 """A grid of samples per task of a finished evaluation: `grids/<task>.png` (`grids/all.png` without tasks).
 
-Up to `per_task` samples of each task in row order, captioned with the prompt and the headline
+Samples with a picture only (an image, or a video's first frame, its `poster`); a benchmark of
+texts or speech has no grid. Up to `per_task` samples of each task in row order, captioned with the prompt and the headline
 metric's value; where the headline metric is 0/1 (a verdict) each tile is framed green (pass) or
 red (fail), as the validation grids are.
 """
@@ -24,14 +25,22 @@ def write_grids(out: Path, benchmark: Benchmark, records: Sequence[dict], per_ta
         task = (benchmark.task_of(record["metadata"]) if benchmark.task_of else None) or "all"
         shown = by_task.setdefault(task, [])
         for sample in record["samples"]:
-            if len(shown) < per_task:
+            if len(shown) < per_task and _picture(sample) is not None:
                 shown.append((record, sample))
     written = []
     for task, shown in by_task.items():
-        images = [Image.open(out / s["file"]).convert("RGB") for _, s in shown]
+        if not shown:
+            continue
+        images = [Image.open(out / _picture(s)).convert("RGB") for _, s in shown]
         values = [s["metrics"][headline.name] for _, s in shown]
         captions = [f"{r['prompt'][:40]} | {v:.3g}" for (r, _), v in zip(shown, values)]
         marks = [v >= 0.5 for v in values] if headline.binary else None
         grid = make_grid(images, nrow=min(8, len(images)), captions=captions, marks=marks)
         written.append(atomic_save_image(grid, out / "grids" / f"{task}.png"))
     return written
+
+
+def _picture(sample: dict) -> str | None:
+    """The sample's image file (relative to the evaluation folder), or None."""
+    file = sample.get("poster") or sample.get("file")
+    return file if file and file.endswith(".png") else None

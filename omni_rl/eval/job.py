@@ -1,21 +1,23 @@
 """`run_eval`: one benchmark on one model, resumable and sharded; `python main_omni.py recipe=NAME --eval B`.
 
 1. Everything the input allows is checked before the model loads: the benchmark (registered,
-   of the recipe's model family), the protocol overrides, the prompt file (read whole, every row
+   of the recipe's model family), the protocol overrides (only fields the family's sampler
+   reads; scorers of what its samples are), the prompt file (read whole, every row
    checked by the scorers' own prompt checks), the scorers' options, `--eval-model` (a
    checkpoint or a LoRA file on disk) and the output folder (`omni_rl.eval.store`).
 2. The rows of this shard (`--shard i/n`: rows i, i + n, ...) not yet recorded are drawn in
-   chunks of about `rollout.max_num_seqs` samples by the native engine, under the protocol
-   (deterministic ODE sampling, noise 0, the protocol's steps, guidance and size; sample k of
-   row r from `protocol.sample_seed(r, k)`), scored by the protocol's scorers, and each row's
-   record and images are written as soon as its chunk is scored. A progress bar counts rows.
+   chunks of about `rollout.max_num_seqs` samples by the sampler of the benchmark's family
+   (`omni_rl.eval.sampling`: the native engine under the protocol, sample k of row r from
+   `protocol.sample_seed(r, k)`; images, videos, texts or speech), scored by the protocol's
+   scorers, and each row's record (with its samples' files or texts) is written as soon as its
+   chunk is scored. A progress bar counts rows.
 3. When every row of the file is recorded (by this job or by other shards), the figures are
    computed (`omni_rl.eval.aggregate`) and written to results.json with the protocol, the model's
    identity, the prompt file's checksum, omni-rl's version and the counts, with a grid of
    samples per task. Otherwise the job says how many rows other shards still owe.
 
 Not here: the rollout server and vLLM backends (the job samples in its own process with the
-native engine), Ray, and text / speech benchmarks.
+native engine), and Ray.
 """
 from __future__ import annotations
 
@@ -31,12 +33,15 @@ import torch
 
 from omni_rl.errors import OmniConfigError
 from omni_rl.eval import benchmarks as _builtin  # noqa: F401  (registers geneval, ocr, pickscore)
+from omni_rl.eval import media_benchmarks as _media  # noqa: F401  (registers speech_wer_similarity, video_clip_consistency)
+from omni_rl.eval import mmk12 as _text  # noqa: F401  (registers mmk12_greedy, mmk12_sampled)
 from omni_rl.eval.aggregate import figures
 from omni_rl.eval.benchmark import BENCHMARKS, Benchmark
 from omni_rl.eval.grids import write_grids
 from omni_rl.eval.model_source import ModelSource, identity, load_source, model_config_for, resolve_source
-from omni_rl.eval.protocol import Protocol
-from omni_rl.eval.store import done_rows, open_folder, read_records, sample_path, write_record, write_results
+from omni_rl.eval.protocol import SAMPLING_FIELDS, Protocol
+from omni_rl.eval.sampling import SAMPLERS, Sampler
+from omni_rl.eval.store import done_rows, open_folder, read_records, write_record, write_results
 
 log = logging.getLogger(__name__)
 
@@ -93,9 +98,14 @@ def prepare(cfg, request: EvalRequest) -> Prepared:
         raise EvalInputError(f"--eval {benchmark.name}: it evaluates {benchmark.family} models, and recipe model "
                              f"{cfg.model.adapter} is a {family} model; pick a benchmark of its family "
                              f"({', '.join(n for n in BENCHMARKS.names() if BENCHMARKS.get(n).family == family)})")
-    r = cfg.rollout
-    protocol = benchmark.protocol.with_overrides(request.protocol).filled(
-        dict(num_steps=r.num_steps, guidance_scale=r.guidance_scale, height=r.height, width=r.width))
+    sampler = SAMPLERS.get(benchmark.family)
+    protocol = benchmark.protocol.with_overrides(request.protocol)
+    unread = [f for f in SAMPLING_FIELDS if getattr(protocol, f) is not None and f not in sampler.fields]
+    if unread:
+        raise EvalInputError(f"--eval {benchmark.name}: protocol field(s) {', '.join(unread)} are not read when "
+                             f"sampling {benchmark.family} models (it reads {', '.join(sampler.fields)}); drop them")
+    protocol = protocol.filled(sampler.recipe_values(cfg))
+    _check_scored(benchmark, protocol, sampler.makes(protocol))
     path = _prompt_path(benchmark, request.prompts)
     _check_scorers(protocol)
     items, prompt_file = _read_prompts(benchmark, path, protocol)
@@ -109,15 +119,33 @@ def prepare(cfg, request: EvalRequest) -> Prepared:
     return Prepared(benchmark, protocol, items, rows, source, out, run)
 
 
+def _check_scored(benchmark: Benchmark, protocol: Protocol, makes: frozenset[str]) -> None:
+    """Each scorer scores what the samples are (an image scorer scores video through `video_frames`)."""
+    from omni_rl.reward.registry import REWARDS, reward_modalities
+
+    for scorer in protocol.scorers:
+        REWARDS.get(scorer.reward)  # an unknown scorer names the registered ones
+        scores = reward_modalities(scorer.reward, dict(scorer.kwargs))
+        if scores & makes or ("image" in scores and "video" in makes and scorer.video_frames):
+            continue
+        raise EvalInputError(
+            f"--eval {benchmark.name}: its scorer {scorer.reward!r} scores {' or '.join(sorted(scores))}, and the "
+            f"recipe's model makes {' and '.join(sorted(makes))} under this protocol"
+            + ("" if "image" not in makes else f" (num_frames={protocol.num_frames}: pick a video model's recipe)"))
+
+
 def _check_scorers(protocol: Protocol) -> None:
-    from omni_rl.reward.registry import REWARDS, check_reward_options
+    """Each scorer's options, and the files they name (a reference voice, a head's weights)."""
+    from omni_rl.reward.registry import REWARDS, check_reward_files, check_reward_options
 
     for scorer in protocol.scorers:
         REWARDS.get(scorer.reward)  # an unknown scorer names the registered ones
         try:
             check_reward_options(scorer.reward, dict(scorer.kwargs))
+            check_reward_files(scorer.reward, dict(scorer.kwargs))
         except (TypeError, ValueError) as err:
-            raise EvalInputError(f"scorer {scorer.reward!r} of the protocol: {err}") from None
+            raise EvalInputError(f"scorer {scorer.reward!r} of the protocol: {err} (set a scorer's option with "
+                                 f"--protocol {scorer.reward}.OPTION=VALUE)") from None
 
 
 def _prompt_path(benchmark: Benchmark, given: Optional[str]) -> str:
@@ -179,63 +207,41 @@ def run_eval(cfg, request: EvalRequest, progress: bool = True) -> Optional[dict[
 
 def _sample_and_score(cfg, job: Prepared, pending: list[int], progress: bool) -> None:
     from omni_rl.device import pick_device
-    from omni_rl.families.base import build_family
     from omni_rl.models.factory import build_model
     from omni_rl.reward.manager import RewardManager
-    from omni_rl.rollout.backends import ROLLOUT_BACKENDS
 
     torch.manual_seed(cfg.trainer.seed)
     model = build_model(model_config_for(job.source, cfg), pick_device(cfg.trainer.device), tuple(cfg.plugins))
     load_source(job.source, model, cfg)
     model.set_eval_mode()
-    family = build_family(cfg, model, trains=False)
-    engine = ROLLOUT_BACKENDS.get("native").build(cfg, model)
+    sampler = SAMPLERS.get(job.benchmark.family)(cfg, model, job.protocol)
     scorers = RewardManager([s.as_reward_spec() for s in job.protocol.scorers], plugins=tuple(cfg.plugins))
     per_chunk = max(1, cfg.rollout.max_num_seqs // job.protocol.samples_per_prompt)
     bar = _progress(len(pending), job.benchmark.name, progress)
     try:
         for start in range(0, len(pending), per_chunk):
             rows = pending[start:start + per_chunk]
-            _chunk(cfg, job, family, engine, scorers, rows)
+            _chunk(job, sampler, scorers, rows)
             bar.update(len(rows))
     finally:
         bar.close()
-        engine.close()
+        sampler.close()
 
 
-def _chunk(cfg, job: Prepared, family, engine, scorers, rows: list[int]) -> None:
-    from omni_rl.utils.atomic import atomic_save_image
-    from PIL import Image
-
-    p, k_count = job.protocol, job.protocol.samples_per_prompt
-    requests, shown, where = [], [], []
-    for row in rows:
-        item = job.items[row]
-        for k in range(k_count):
-            requests.append(family.request(
-                item, p.sample_seed(row, k), num_steps=p.num_steps, guidance_scale=p.guidance_scale,
-                height=p.height, width=p.width, kernel="ode", noise_level=0.0, sde_window_size=0,
-                sde_window_range=None))
-            shown.append(item)
-            where.append((row, k))
-    results = engine.generate(requests, timeout_s=cfg.rollout.timeout_s)
-    images = torch.stack([res.image for res in results])
-    audio = torch.stack([res.audio for res in results]) if results[0].audio is not None else None
-    samples = family.reward_samples(images, results[0].fps, audio, results[0].sample_rate)
-    scored = scorers.score(samples, [i.prompt for i in shown], [dict(i.metadata) for i in shown])
+def _chunk(job: Prepared, sampler: Sampler, scorers, rows: list[int]) -> None:
+    """Draw, score and record `rows` (each with the protocol's samples per prompt)."""
+    drawn = sampler.draw([(row, k, job.items[row]) for row in rows for k in range(job.protocol.samples_per_prompt)],
+                         job.out)
+    scored = scorers.score(drawn.samples, drawn.prompts, drawn.metadata)
+    where = [(row, k) for row in rows for k in range(job.protocol.samples_per_prompt)]
     records: dict[int, dict] = {}
-    for n, ((row, k), req) in enumerate(zip(where, requests)):
-        file = sample_path(job.out, row, k)
-        if images.ndim == 4:  # an image; a video's frames are scored but only its first is kept
-            atomic_save_image(Image.fromarray(images[n].numpy()), file)
-        else:
-            atomic_save_image(Image.fromarray(images[n, 0].numpy()), file)
+    for n, (row, k) in enumerate(where):
         values = {name: float(v[n]) for name, v in scored.per_reward.items()}
         details = {name: d[n] for name, d in scored.details.items()}
         record = records.setdefault(row, {"index": row, "prompt": job.items[row].prompt,
                                           "metadata": _jsonable(job.items[row].metadata), "samples": []})
         record["samples"].append({
-            "sample": k, "seed": req.seed, "file": str(file.relative_to(job.out)), "scores": values,
+            "sample": k, "seed": drawn.seeds[n], **_jsonable(drawn.keep[n]), "scores": values,
             "details": _jsonable(details), "metrics": {m.name: m.value(values, details) for m in job.benchmark.metrics}})
     for record in records.values():
         write_record(job.out, record)

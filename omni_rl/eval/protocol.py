@@ -4,13 +4,17 @@ A benchmark's number moves with the sampler (one SD3.5-M checkpoint scores 7.94 
 GenEval2 across steps, guidance and resolution), so the protocol is part of every result and two
 results are compared only when their protocols are equal (`differences`).
 
-- Sampling: `num_steps`, `guidance_scale`, `height`, `width` (diffusion; deterministic ODE
-  sampling, noise 0), or `temperature`, `top_p`, `max_new_tokens` (text); None where the
-  benchmark leaves it to the recipe, which then records the recipe's value.
+- Sampling: `num_steps`, `guidance_scale`, `height`, `width` and, for video, `num_frames`, `fps`
+  (diffusion; deterministic ODE sampling, noise 0), or `temperature` (0: greedy), `top_p`,
+  `max_new_tokens` (text, and a talker's answer) and `speech_temperature` (0: greedy),
+  `max_frames` (a talker's speech); None where the benchmark leaves it to the recipe, which then
+  records the recipe's value. Which fields a model family reads is its sampler's
+  (`omni_rl.eval.sampling`); a field the family does not read is refused, never ignored.
 - `samples_per_prompt` and `seed`: sample k of prompt i (its row in the prompt file, whatever the
   shard) is drawn from `sample_seed(i, k)`, so every model compared sees the same noise.
 - `scorers`: the rewards that score the samples, with their options (a different detector or
-  rule is a different protocol).
+  rule is a different protocol), and for an image reward on video the frames it scores
+  (`video_frames`: that many evenly spaced frames of each video, their scores averaged).
 
 `with_overrides(["num_steps=4", "geneval.detector=tiny:x"])` changes fields (or a scorer's
 option) for a run; the result then says which fields differ from the benchmark's own protocol.
@@ -27,7 +31,8 @@ import yaml
 from omni_rl.errors import OmniConfigError
 from omni_rl.utils.seeding import derive_seed
 
-_SAMPLING = ("num_steps", "guidance_scale", "height", "width", "temperature", "top_p", "max_new_tokens")
+_SAMPLING = ("num_steps", "guidance_scale", "height", "width", "num_frames", "fps", "temperature", "top_p",
+             "max_new_tokens", "speech_temperature", "max_frames")
 
 
 class ProtocolError(OmniConfigError):
@@ -40,9 +45,17 @@ class ScorerSpec:
 
     reward: str
     kwargs: tuple[tuple[str, Any], ...] = ()
+    video_frames: Optional[int] = None
 
     def as_reward_spec(self) -> dict[str, Any]:
-        return {"name": self.reward, "weight": 1.0, "kwargs": dict(self.kwargs)}
+        return {"name": self.reward, "weight": 1.0, "kwargs": dict(self.kwargs), "video_frames": self.video_frames}
+
+    def to_dict(self) -> dict[str, Any]:
+        # video_frames only where set, so results of image benchmarks read as they always have.
+        out: dict[str, Any] = {"reward": self.reward, "kwargs": dict(self.kwargs)}
+        if self.video_frames is not None:
+            out["video_frames"] = self.video_frames
+        return out
 
 
 @dataclass(frozen=True)
@@ -56,17 +69,21 @@ class Protocol:
     temperature: Optional[float] = None
     top_p: Optional[float] = None
     max_new_tokens: Optional[int] = None
+    num_frames: Optional[int] = None
+    fps: Optional[float] = None
+    speech_temperature: Optional[float] = None
+    max_frames: Optional[int] = None
     scorers: tuple[ScorerSpec, ...] = field(default_factory=tuple)
 
     def __post_init__(self) -> None:
         if isinstance(self.samples_per_prompt, bool) or not isinstance(self.samples_per_prompt, int) \
                 or self.samples_per_prompt < 1:
             raise ProtocolError(f"samples_per_prompt={self.samples_per_prompt!r}: expected an int >= 1")
-        for name in ("num_steps", "height", "width", "max_new_tokens"):
+        for name in ("num_steps", "height", "width", "max_new_tokens", "num_frames", "max_frames"):
             value = getattr(self, name)
             if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
                 raise ProtocolError(f"{name}={value!r}: expected an int >= 1 (or null: the recipe's)")
-        for name in ("guidance_scale", "temperature", "top_p"):
+        for name in ("guidance_scale", "temperature", "top_p", "fps", "speech_temperature"):
             value = getattr(self, name)
             if value is not None and not (isinstance(value, (int, float)) and not isinstance(value, bool)
                                           and 0 <= value < float("inf")):
@@ -78,13 +95,13 @@ class Protocol:
 
     def to_dict(self) -> dict[str, Any]:
         out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "scorers"}
-        out["scorers"] = [{"reward": s.reward, "kwargs": dict(s.kwargs)} for s in self.scorers]
+        out["scorers"] = [s.to_dict() for s in self.scorers]
         return out
 
     @classmethod
     def from_dict(cls, raw: dict[str, Any]) -> "Protocol":
         raw = dict(raw)
-        scorers = tuple(ScorerSpec(s["reward"], tuple(sorted(s.get("kwargs", {}).items())))
+        scorers = tuple(ScorerSpec(s["reward"], tuple(sorted(s.get("kwargs", {}).items())), s.get("video_frames"))
                         for s in raw.pop("scorers", []))
         return cls(**raw, scorers=scorers)
 
@@ -112,7 +129,8 @@ class Protocol:
                 raise ProtocolError(
                     f"--protocol {item!r}: {key!r} is no protocol field; expected one of {sorted(fields_)} or "
                     f"<scorer>.<option> for a scorer of this benchmark ({', '.join(sorted(scorers)) or 'none'})")
-        changes["scorers"] = tuple(ScorerSpec(name, tuple(sorted(kw.items()))) for name, kw in scorers.items())
+        frames = {s.reward: s.video_frames for s in self.scorers}
+        changes["scorers"] = tuple(ScorerSpec(name, tuple(sorted(kw.items())), frames[name]) for name, kw in scorers.items())
         return dataclasses.replace(self, **changes)
 
 

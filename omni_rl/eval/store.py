@@ -2,8 +2,11 @@
 
     <out>/run.json              the benchmark, protocol, model identity and prompt file (sha256)
     <out>/prompts/000012.json   row 12's record: prompt, metadata, and per sample its seed,
-                                image file, scores, the scorers' details and the metric values
-    <out>/samples/000012_0.png  sample 0 of row 12
+                                what its sampler keeps (its file, a video's poster, a response's
+                                text: `omni_rl.eval.sampling`), scores, the scorers' details and
+                                the metric values
+    <out>/samples/000012_0.png  sample 0 of row 12 (.png image; .mp4 video with its .png first
+                                frame; .wav speech; a text benchmark writes none)
     <out>/results.json          the figures, once every row is done (`omni_rl.eval.aggregate`)
     <out>/grids/<task>.png      samples per task, framed green / red where a 0/1 metric decides
 

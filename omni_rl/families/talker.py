@@ -152,6 +152,13 @@ class TalkerFamily(ModelFamily):
             trains_thinker=self.model.trains_thinker, prefix_width=speech.prefix_width,
         )
 
+    def answer_and_speak(self, engine, requests, prompts: list[str], metadata: list[dict], groups: list[int],
+                         temperature: float) -> SpeechBatch:
+        """The answers to `requests` (the text engine's), spoken at `temperature` (0: greedy), each
+        utterance from its request's speech seed; what rollout, validation and evaluation draw."""
+        text = self._answers(engine, requests, prompts, metadata, groups)
+        return self._speak(text, [self.speech_seed(r.seed) for r in requests], temperature)
+
     def rollout(self, engine, prompts: list[PromptItem], step: int, score=None) -> tuple[SpeechBatch, list]:
         n = self.cfg.trainer.samples_per_prompt
         requests, texts, metadata, groups = [], [], [], []
@@ -161,8 +168,7 @@ class TalkerFamily(ModelFamily):
                 texts.append(item.prompt)
                 metadata.append(item.metadata)
                 groups.append(g)
-        text = self._answers(engine, requests, texts, metadata, groups)
-        batch = self._speak(text, [self.speech_seed(r.seed) for r in requests], self.options.speech_temperature)
+        batch = self.answer_and_speak(engine, requests, texts, metadata, groups, self.options.speech_temperature)
         futures = []
         if score is not None:  # every utterance is done now: hand each to the scorer
             for i in range(len(batch)):
@@ -198,8 +204,7 @@ class TalkerFamily(ModelFamily):
                 groups.append(g)
         if not requests:
             return {}
-        text = self._answers(engine, requests, texts, metadata, groups)
-        batch = self._speak(text, [self.speech_seed(r.seed) for r in requests], 0.0)
+        batch = self.answer_and_speak(engine, requests, texts, metadata, groups, 0.0)
         reward = rewards.score(*self.reward_inputs(batch))
         folder = output_dir / "samples" / f"val_step_{step:06d}"
         lines = []

@@ -8,6 +8,9 @@ Each row samples with its own temperature, top-p and generator, stops at its own
 The recorded log-prob of a token is `log_softmax(logits / temperature)` in fp32: the function
 the trainer evaluates (`AutoregressiveModelBase.token_log_probs`). Top-p only narrows what is
 sampled; the recorded log-prob is of the full tempered distribution, as the trainer's is.
+Temperature 0 is greedy decoding (the evaluation job's): the most likely token, whatever the
+seed, its log-prob recorded under the untempered distribution (`log_softmax(logits)`, as the
+talker's greedy frames record theirs); training never samples so (its options refuse 0).
 
 With a key/value cache (`supports_kv_cache`) each step feeds only the new tokens; otherwise the
 whole prefix is recomputed each step (exact, quadratic in length: fine for tiny models, and the
@@ -66,10 +69,10 @@ class NativeTextEngine(SynchronousRolloutEngine):
     def generate(self, requests: Sequence[TextRequest], timeout_s: float | None = None) -> list[TextResult]:
         """Sample every request; results in request order."""
         for req in requests:
-            if req.max_new_tokens < 1 or req.temperature <= 0 or not 0 < req.top_p <= 1:
+            if req.max_new_tokens < 1 or not req.temperature >= 0 or not 0 < req.top_p <= 1:
                 raise ValueError(
                     f"request {req.request_id}: max_new_tokens={req.max_new_tokens}, temperature={req.temperature}, "
-                    f"top_p={req.top_p}; expected max_new_tokens >= 1, temperature > 0, 0 < top_p <= 1"
+                    f"top_p={req.top_p}; expected max_new_tokens >= 1, temperature >= 0 (0: greedy), 0 < top_p <= 1"
                 )
         results: dict[int, TextResult] = {}
         groups: dict[tuple, list[TextRequest]] = {}
@@ -126,8 +129,12 @@ class NativeTextEngine(SynchronousRolloutEngine):
             for i, req in enumerate(batch):
                 if done[i]:
                     continue
-                tempered = last[i].float() / req.temperature
-                token = _sample(tempered, req.top_p, generators[i])
+                if req.temperature == 0:
+                    tempered = last[i].float()
+                    token = int(tempered.argmax())
+                else:
+                    tempered = last[i].float() / req.temperature
+                    token = _sample(tempered, req.top_p, generators[i])
                 tokens[i].append(token)
                 log_probs[i].append(float(torch.log_softmax(tempered, dim=-1)[token]))
                 new[i, 0], new_mask[i, 0] = token, 1

@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 import torch
 
-from omni_rl.reward import build_reward
+from omni_rl.reward import RewardConfigError, build_reward
 from rewards.aesthetic import AestheticHead
 from rewards.tiny_models import build_tiny_clip, write_aesthetic_head
 
@@ -56,7 +56,9 @@ def test_score_is_the_head_on_normalised_clip_features(tmp_path, clip_dir, suffi
 def test_head_errors(tmp_path, clip_dir):
     with pytest.raises(ValueError, match="no head given"):
         build_reward("aesthetic", model=clip_dir)
-    with pytest.raises(FileNotFoundError, match="no such file"):
+    # A missing head is found when the options' files are checked (a run's start, before any
+    # model loads), as the reference voice of speaker_similarity is.
+    with pytest.raises(RewardConfigError, match="reward 'aesthetic': aesthetic: head=.*missing.pth': no such file"):
         build_reward("aesthetic", head=str(tmp_path / "missing.pth"), model=clip_dir)
     state = AestheticHead(16).state_dict()
     state["layers.9.weight"] = state.pop("layers.7.weight")

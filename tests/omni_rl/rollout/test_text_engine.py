@@ -69,7 +69,21 @@ def test_top_p_limits_what_is_sampled(qwen3):
 
 def test_bad_sampling_settings_raise(qwen3):
     with pytest.raises(ValueError, match="temperature"):
-        NativeTextEngine(qwen3).generate(requests(qwen3, 1, temperature=0.0))
+        NativeTextEngine(qwen3).generate(requests(qwen3, 1, temperature=-0.5))
+
+
+def test_temperature_zero_is_greedy_whatever_the_seed(qwen3):
+    reqs = requests(qwen3, 4, max_new_tokens=4, temperature=0.0)
+    results = NativeTextEngine(qwen3).generate(reqs)
+    for r in results:
+        seq = r.prompt.input_ids[None]
+        logits, _ = qwen3.forward_logits(seq, torch.ones_like(seq))
+        # The first token is the argmax after the prompt; its log-prob is of the untempered distribution.
+        assert r.response_ids[0].item() == int(logits[0, -1].argmax())
+        assert r.log_probs[0].item() == pytest.approx(torch.log_softmax(logits[0, -1].float(), -1).max().item(), abs=1e-4)
+    other_seeds = [TextRequest(prompt=r.prompt, seed=r.seed + 1000, max_new_tokens=4, temperature=0.0) for r in reqs]
+    again = NativeTextEngine(qwen3).generate(other_seeds)
+    assert [a.response_ids.tolist() for a in again] == [r.response_ids.tolist() for r in results]
 
 
 def test_no_forward_holds_more_than_the_last_positions_logits(qwen3, monkeypatch):

@@ -1,0 +1,52 @@
+"""`mmk12_greedy` and `mmk12_sampled`: MMK12-style answer accuracy of a text or omni model.
+
+Each row of a chat prompt file (Parquet or jsonl, `omni_rl.data.chat_prompts`: `prompt`,
+optional `images`, `ground_truth`) is answered by the recipe's model through the text family's
+chat requests, and the `math_answer` reward scores the response's last `\\boxed{}` (else
+`<answer>`) against the row's `ground_truth` (exact rational equivalence; its docstring).
+
+- `mmk12_greedy`: one greedy answer per question (temperature 0, so the seed does not matter
+  and a rerun gives the same answers); `accuracy` is the share answered right.
+- `mmk12_sampled`: k = 8 answers per question at temperature 1, top-p 1, each from its own seed.
+  `accuracy`'s `mean` is pass@1 averaged over the k samples (the mean over questions of
+  correct / k), and its `prompts_any` is pass@k (the share of questions with at least one
+  correct answer among the k). `--protocol samples_per_prompt=N` changes k, recorded.
+
+The response length is the recipe's (`algo.family_options.max_new_tokens`: 2048 in the
+Qwen3-Omni thinker recipe), recorded in the result's protocol. The file is the MMK12 test split
+converted as recipes/qwen3_omni_thinker_gspo_lora_mmk12.yaml shows; not shipped.
+"""
+from __future__ import annotations
+
+from omni_rl.eval.benchmark import Benchmark, Metric, PromptSource, register_benchmark
+from omni_rl.eval.protocol import Protocol, ScorerSpec
+
+_PROMPTS = PromptSource(
+    format="chat rows {prompt, images (optional), ground_truth} in .parquet or .jsonl (omni_rl/data/chat_prompts.py)",
+    get="MMK12's test split (FanqingM/MMK12 on the Hugging Face hub), converted to chat rows as "
+        "recipes/qwen3_omni_thinker_gspo_lora_mmk12.yaml shows",
+)
+_SCORERS = (ScorerSpec("math_answer"),)
+_ACCURACY = (Metric("accuracy", "math_answer", binary=True),)
+
+register_benchmark(Benchmark(
+    name="mmk12_greedy",
+    family="autoregressive",
+    description="MMK12-style accuracy: one greedy answer per question, its last \\boxed{} checked against "
+                "ground_truth by math_answer.",
+    prompts=_PROMPTS,
+    protocol=Protocol(samples_per_prompt=1, seed=0, temperature=0.0, top_p=1.0, scorers=_SCORERS),
+    metrics=_ACCURACY,
+    headline="accuracy",
+))
+
+register_benchmark(Benchmark(
+    name="mmk12_sampled",
+    family="autoregressive",
+    description="MMK12-style accuracy over 8 sampled answers per question (temperature 1): accuracy.mean is "
+                "pass@1 averaged over the samples, accuracy.prompts_any is pass@8.",
+    prompts=_PROMPTS,
+    protocol=Protocol(samples_per_prompt=8, seed=0, temperature=1.0, top_p=1.0, scorers=_SCORERS),
+    metrics=_ACCURACY,
+    headline="accuracy",
+))

@@ -1,0 +1,232 @@
+"""`SAMPLERS`: how the evaluation job draws a benchmark's samples, one sampler per model family.
+
+A sampler is registered under the model family it draws (`Benchmark.family`, which the job
+checks against the recipe adapter's family) and declares, besides its class:
+- `fields`: the protocol fields it reads; any other sampling field a protocol sets is refused
+  by the job before the model loads (a text benchmark's `num_steps` would be ignored, and the
+  result would still claim it);
+- `recipe_values(cfg)`: the recipe's value of each field it reads, which fills those the
+  benchmark leaves open (None) and is recorded with the result;
+- `makes(protocol)`: what its samples are (`image`, `video`, `audio`, `text`, as rewards
+  declare what they score), so that a scorer of something else is refused before the model
+  loads (a video benchmark on an image model).
+
+Built as `cls(cfg, model, protocol)` once the model is loaded (with the family's rollout half
+and the native engine of the model's kind), `draw(rows, out)` turns (row, sample index, prompt
+item) triples into requests under the protocol, each from `protocol.sample_seed(row, k)`,
+generates them, writes each sample's file under `out/samples/` and returns a `Drawn`: what the
+scorers score and what each sample's record keeps beside its scores.
+
+- `diffusion`: deterministic ODE sampling (noise 0) at the protocol's steps, guidance, size (and
+  frames and fps for video); an image is kept as a PNG, a video as an mp4 with its sound where
+  the model makes audio, plus its first frame as a PNG (the grid's tile, `poster`).
+- `autoregressive`: the text family's chat requests at the protocol's temperature (0: greedy),
+  top-p and response length; the response text is kept in the record.
+- `talker`: the answer as the text family writes it (the same three fields), then spoken at
+  `speech_temperature` (0: greedy) in at most `max_frames` frames; each utterance is kept as a
+  WAV, with the text it was asked to speak (`spoken_text`, which the speech scorers read).
+
+Not here: which samples are drawn (the job's rows and chunks), scoring, records (`store`).
+"""
+from __future__ import annotations
+
+import dataclasses
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, ClassVar, Sequence
+
+import torch
+
+from omni_rl.eval.protocol import Protocol
+from omni_rl.eval.store import sample_path
+from omni_rl.registry import Registry
+
+# (row of the prompt file, sample index, its prompt item)
+Row = tuple[int, int, Any]
+
+
+@dataclass
+class Drawn:
+    """One chunk's samples, in the order of the rows given.
+
+    samples:  what the scorers score: uint8 images [N, H, W, C], a `MediaSamples` (video and/or
+              audio), or N response texts
+    prompts:  per sample, the prompt text the scorers get
+    metadata: per sample, the metadata the scorers get (the row's, plus what sampling adds)
+    seeds:    per sample, the request's seed
+    keep:     per sample, what its record stores beside the scores: "file" (relative to the
+              evaluation folder) of the image, video or WAV written, "poster", "text", ...
+    """
+
+    samples: Any
+    prompts: list[str]
+    metadata: list[dict]
+    seeds: list[int]
+    keep: list[dict[str, Any]]
+
+
+class Sampler(ABC):
+    fields: ClassVar[tuple[str, ...]]
+
+    @classmethod
+    @abstractmethod
+    def recipe_values(cls, cfg) -> dict[str, Any]:
+        """The recipe's value of each field of `fields` (read before any model loads)."""
+
+    @classmethod
+    @abstractmethod
+    def makes(cls, protocol: Protocol) -> frozenset[str]:
+        """What the samples drawn under the (filled) `protocol` are."""
+
+    def __init__(self, cfg, model, protocol: Protocol):
+        from omni_rl.families.base import build_family
+        from omni_rl.rollout.backends import ROLLOUT_BACKENDS
+
+        self.cfg, self.model, self.protocol = cfg, model, protocol
+        self.family = build_family(cfg, model, trains=False)
+        # The job samples in its own process: the native engine of the model's kind.
+        self.engine = ROLLOUT_BACKENDS.get("native").build(cfg, model)
+
+    @abstractmethod
+    def draw(self, rows: Sequence[Row], out: Path) -> Drawn:
+        """Generate rows' samples, write their files under `out`, and return them."""
+
+    def close(self) -> None:
+        self.engine.close()
+
+
+SAMPLERS: Registry[type[Sampler]] = Registry("evaluation sampler")
+
+
+def _relative(path: Path, out: Path) -> str:
+    return str(path.relative_to(out))
+
+
+@SAMPLERS.register("diffusion")
+class DiffusionSampler(Sampler):
+    fields = ("num_steps", "guidance_scale", "height", "width", "num_frames", "fps")
+
+    @classmethod
+    def recipe_values(cls, cfg) -> dict[str, Any]:
+        r = cfg.rollout
+        # Frames and fps belong to a video model's protocol only; an image result names neither.
+        video = dict(num_frames=r.num_frames, fps=r.fps) if r.num_frames > 1 else {}
+        return dict(num_steps=r.num_steps, guidance_scale=r.guidance_scale, height=r.height, width=r.width, **video)
+
+    @classmethod
+    def makes(cls, protocol: Protocol) -> frozenset[str]:
+        # Whether a video model also makes sound is the adapter's; a video may carry it.
+        return frozenset({"video", "audio"}) if (protocol.num_frames or 1) > 1 else frozenset({"image"})
+
+    def draw(self, rows: Sequence[Row], out: Path) -> Drawn:
+        from PIL import Image
+
+        from omni_rl.logging.video import save_video
+        from omni_rl.utils.atomic import atomic_save_image
+
+        p = self.protocol
+        video = {k: getattr(p, k) for k in ("num_frames", "fps") if getattr(p, k) is not None}
+        requests = [self.family.request(
+            item, p.sample_seed(row, k), num_steps=p.num_steps, guidance_scale=p.guidance_scale, height=p.height,
+            width=p.width, kernel="ode", noise_level=0.0, sde_window_size=0, sde_window_range=None, **video)
+            for row, k, item in rows]
+        results = self.engine.generate(requests, timeout_s=self.cfg.rollout.timeout_s)
+        images = torch.stack([res.image for res in results])
+        audio = torch.stack([res.audio for res in results]) if results[0].audio is not None else None
+        samples = self.family.reward_samples(images, results[0].fps, audio, results[0].sample_rate)
+        keep = []
+        for n, (row, k, _item) in enumerate(rows):
+            png = sample_path(out, row, k)
+            if images.ndim == 4:
+                atomic_save_image(Image.fromarray(images[n].numpy()), png)
+                keep.append({"file": _relative(png, out)})
+                continue
+            mp4 = save_video(images[n], sample_path(out, row, k, ".mp4"), results[n].fps,
+                             audio=None if audio is None else audio[n].clamp(-1, 1), sample_rate=results[n].sample_rate)
+            atomic_save_image(Image.fromarray(images[n, 0].numpy()), png)
+            keep.append({"file": _relative(mp4, out), "poster": _relative(png, out)})
+        return Drawn(samples, [item.prompt for _, _, item in rows], [dict(item.metadata) for _, _, item in rows],
+                     [req.seed for req in requests], keep)
+
+
+def _text_options(cfg):
+    from omni_rl.families.base import MODEL_FAMILIES
+    from omni_rl.models.registry import ADAPTERS, adapter_key
+
+    family = ADAPTERS.get(adapter_key(cfg.model.adapter, cfg.model.stage)).family
+    return MODEL_FAMILIES.get(family).variant(cfg).bind_family_options(cfg)
+
+
+@SAMPLERS.register("autoregressive")
+class TextSampler(Sampler):
+    fields = ("temperature", "top_p", "max_new_tokens")
+
+    @classmethod
+    def recipe_values(cls, cfg) -> dict[str, Any]:
+        o = _text_options(cfg)
+        return dict(temperature=o.temperature, top_p=o.top_p, max_new_tokens=o.max_new_tokens)
+
+    @classmethod
+    def makes(cls, protocol: Protocol) -> frozenset[str]:
+        return frozenset({"text"})
+
+    def text_family(self):
+        """The family whose requests write the answer."""
+        return self.family
+
+    def answer_request(self, item, seed: int):
+        p = self.protocol
+        return self.text_family().request(item, seed, temperature=p.temperature, top_p=p.top_p,
+                                          max_new_tokens=p.max_new_tokens)
+
+    def draw(self, rows: Sequence[Row], out: Path) -> Drawn:
+        requests = [self.answer_request(item, self.protocol.sample_seed(row, k)) for row, k, item in rows]
+        results = self.engine.generate(requests, timeout_s=self.cfg.rollout.timeout_s)
+        texts = [res.text for res in results]
+        keep = [{"text": res.text, "tokens": len(res.response_ids), "finish_reason": res.finish_reason}
+                for res in results]
+        return Drawn(texts, [item.prompt for _, _, item in rows], [dict(item.metadata) for _, _, item in rows],
+                     [req.seed for req in requests], keep)
+
+
+@SAMPLERS.register("talker")
+class SpeechSampler(TextSampler):
+    fields = TextSampler.fields + ("speech_temperature", "max_frames")
+
+    @classmethod
+    def recipe_values(cls, cfg) -> dict[str, Any]:
+        o = _text_options(cfg)
+        return dict(TextSampler.recipe_values(cfg), speech_temperature=o.speech_temperature, max_frames=o.max_frames)
+
+    @classmethod
+    def makes(cls, protocol: Protocol) -> frozenset[str]:
+        return frozenset({"audio"})
+
+    def __init__(self, cfg, model, protocol: Protocol):
+        super().__init__(cfg, model, protocol)
+        from omni_rl.families.talker import TalkerFamily
+
+        # The protocol's utterance length, where the family reads it: its options.
+        options = dataclasses.replace(self.family.options, max_frames=protocol.max_frames)
+        self.family = TalkerFamily(cfg, model, options, trains=False)
+
+    def text_family(self):
+        return self.family.answer  # the talker's answer is written by the text family it composes
+
+    def draw(self, rows: Sequence[Row], out: Path) -> Drawn:
+        from omni_rl.reward.media import MediaSamples
+        from omni_rl.utils.atomic import atomic_write_bytes
+        from omni_rl.utils.audio import wav_bytes
+
+        requests = [self.answer_request(item, self.protocol.sample_seed(row, k)) for row, k, item in rows]
+        batch = self.family.answer_and_speak(
+            self.engine, requests, [item.prompt for _, _, item in rows], [dict(item.metadata) for _, _, item in rows],
+            list(range(len(rows))), self.protocol.speech_temperature)
+        keep = []
+        for n, (row, k, _item) in enumerate(rows):
+            wav = atomic_write_bytes(sample_path(out, row, k, ".wav"), wav_bytes(batch.audio[n], batch.sample_rate))
+            keep.append({"file": _relative(wav, out), "spoken_text": batch.text.texts[n],
+                         "frames": int(batch.frame_mask[n].sum())})
+        samples = MediaSamples(audio=list(batch.audio), sample_rate=batch.sample_rate)
+        return Drawn(samples, list(batch.prompts), list(batch.metadata), [req.seed for req in requests], keep)
