@@ -6,7 +6,9 @@ subprocess, then judges it the way docs/demo.md does: GenEval accuracy of determ
 validation samples (fixed seeds, success only) rises between the first and the last validation
 by more than 3 standard errors of the paired change (`val_rise`), with at least one task type up
 by 10 points or more; the first mini-batch's ratio is 1 and the rollout's log-probs are the
-trainer's.
+trainer's. Then `--eval shapes_counting` measures the base and the trained LoRA, and `--compare`
+shows the rise with its 95% paired-bootstrap interval above zero (docs/evaluation.md's worked
+example).
 """
 import json
 import subprocess
@@ -39,3 +41,16 @@ def test_default_demo_learns(tmp_path):
     assert (out / "reward_curve.png").is_file()
     assert (out / "lora" / "pytorch_lora_weights.safetensors").is_file()
     assert (out / "samples" / rise["last_file"]).with_suffix(".png").is_file()
+
+    before, after = tmp_path / "eval_base", tmp_path / "eval_trained"
+    for folder, model in ((before, []), (after, ["--eval-model", str(out / "lora")])):
+        done = subprocess.run([sys.executable, "main_omni.py", "--eval", "shapes_counting", *model, "--eval-out",
+                               str(folder)], cwd=ROOT, capture_output=True, text=True, timeout=3600)
+        assert done.returncode == 0, done.stderr[-3000:]
+    table = subprocess.run([sys.executable, "main_omni.py", "--compare", str(before), str(after)],
+                           cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert table.returncode == 0, table.stderr
+    row = next(line for line in table.stdout.splitlines() if line.startswith("accuracy/overall")).split()
+    a, b, delta = float(row[1]), float(row[2]), float(row[3])
+    low = float(row[4].strip("[,"))
+    assert b > a and delta == pytest.approx(b - a, abs=1e-4) and low > 0, table.stdout
