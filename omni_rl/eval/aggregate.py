@@ -120,8 +120,10 @@ def figures(benchmark: Benchmark, records: Sequence[dict]) -> dict[str, dict]:
 
 def paired_bootstrap(benchmark: Benchmark, a: Sequence[dict], b: Sequence[dict], draws: int = 2000,
                      seed: int = 0) -> dict[str, dict[str, float]]:
-    """name -> {"a", "b", "delta", "low", "high"} for every figure (95% percentile interval of
-    B - A over `draws` resamples of the prompts both results hold)."""
+    """name -> {"a", "b", "delta", "low", "high", "units"} for every figure (95% percentile
+    interval of B - A over `draws` resamples of the units both results hold). A figure resting
+    on fewer than 2 units (a task with one prompt) has no interval: low and high are NaN, since
+    resampling one unit cannot show how much it varies."""
     ta, tb = build_table(benchmark, a), build_table(benchmark, b)
     if ta.keys != tb.keys:
         only = sorted(set(ta.keys) ^ set(tb.keys))
@@ -131,13 +133,16 @@ def paired_bootstrap(benchmark: Benchmark, a: Sequence[dict], b: Sequence[dict],
     n = len(ta.keys)
     w = np.vstack([np.ones(n), rng.multinomial(n, np.full(n, 1.0 / n), size=draws)]).astype(np.float64)
     fa, fb = _figures_weighted(benchmark, ta, w), _figures_weighted(benchmark, tb, w)
+    units_per_task = (ta.counts > 0).sum(axis=0)
     out = {}
     for key in fa:
+        task = key.split("/tasks/", 1)[1] if "/tasks/" in key else None
+        units = int(units_per_task[ta.tasks.index(task)]) if task is not None else n
         delta = fb[key][1:] - fa[key][1:]
         ok = delta[np.isfinite(delta)]
-        low, high = (np.percentile(ok, [2.5, 97.5]) if len(ok) else (math.nan, math.nan))
+        low, high = (np.percentile(ok, [2.5, 97.5]) if len(ok) and units >= 2 else (math.nan, math.nan))
         out[key] = {"a": float(fa[key][0]), "b": float(fb[key][0]), "delta": float(fb[key][0] - fa[key][0]),
-                    "low": float(low), "high": float(high)}
+                    "low": float(low), "high": float(high), "units": units}
     return out
 
 

@@ -7,7 +7,7 @@ generation script); Flow-GRPO's `test_metadata.jsonl` lists each prompt 4 times 
 that file pass `--protocol samples_per_prompt=1` (the same 2,212 images; the result records it).
 The prompt files are public but not shipped: each benchmark says where to get its file.
 The text benchmarks are in `omni_rl.eval.mmk12`, the speech and video ones in
-`omni_rl.eval.media_benchmarks`.
+`omni_rl.eval.media_benchmarks`; importing this module registers them all.
 """
 from __future__ import annotations
 
@@ -63,3 +63,6 @@ register_benchmark(Benchmark(
     metrics=(Metric("pickscore", "pickscore"),),
     headline="pickscore",
 ))
+
+# The other families' built-ins register in modules of their own; importing this one registers all.
+from omni_rl.eval import media_benchmarks, mmk12  # noqa: E402,F401

@@ -10,6 +10,7 @@ result (nothing of either is changed) only when `out` is given.
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Any, Optional
 
@@ -72,7 +73,9 @@ def format_table(result: dict[str, Any]) -> str:
              f"B: {result['b']['path']} ({result['b']['model'].get('weights')})",
              f"{'figure':<34} {'A':>8} {'B':>8} {'B - A':>8}  95% interval"]
     for key, f in result["figures"].items():
-        lines.append(f"{key:<34} {f['a']:>8.4f} {f['b']:>8.4f} {f['delta']:>+8.4f}  [{f['low']:+.4f}, {f['high']:+.4f}]")
+        interval = (f"[{f['low']:+.4f}, {f['high']:+.4f}]" if math.isfinite(f["low"])
+                    else f"n/a ({f['units']} unit: too few to resample)")
+        lines.append(f"{key:<34} {f['a']:>8.4f} {f['b']:>8.4f} {f['delta']:>+8.4f}  {interval}")
     p = result["protocol"]
     lines.append("protocol: " + ", ".join(f"{k}={v}" for k, v in p.items() if k != "scorers" and v is not None))
     return "\n".join(lines)

@@ -32,9 +32,7 @@ from typing import Any, Optional, Sequence
 import torch
 
 from omni_rl.errors import OmniConfigError
-from omni_rl.eval import benchmarks as _builtin  # noqa: F401  (registers geneval, ocr, pickscore)
-from omni_rl.eval import media_benchmarks as _media  # noqa: F401  (registers speech_wer_similarity, video_clip_consistency)
-from omni_rl.eval import mmk12 as _text  # noqa: F401  (registers mmk12_greedy, mmk12_sampled)
+from omni_rl.eval import benchmarks as _builtin  # noqa: F401  (registers every built-in benchmark)
 from omni_rl.eval.aggregate import figures
 from omni_rl.eval.benchmark import BENCHMARKS, Benchmark
 from omni_rl.eval.grids import write_grids

@@ -413,6 +413,10 @@ def check_main_omni(args: list[str], static: bool) -> list[str]:
         except OmniConfigError as err:
             return [f"python main_omni.py: {err}"]
         args = [a for a in args if a != "--plan"]
+    # The evaluation flags are parsed as the CLI parses them; a named benchmark must be registered.
+    args, problems = _eval_flags(args)
+    if problems is not None:
+        return problems
     # A usage line (`recipe=NAME key=value ...`) names no recipe or key: its placeholders drop out.
     overrides = [a for a in args if a != "--cfg" and a not in ("job", "all", "hydra", "...", "key=value")
                  and not (a.startswith("recipe=") and _placeholder(a))]
@@ -432,6 +436,31 @@ def check_main_omni(args: list[str], static: bool) -> list[str]:
     except ConfigError as err:
         return [f"python main_omni.py {' '.join(args)}: {err}"]
     return []
+
+
+def _eval_flags(args: list[str]) -> tuple[list[str], list[str] | None]:
+    """(the arguments left, None) when the evaluation flags are fine so far, else (_, problems):
+    a bad flag or an unknown benchmark; `--compare` has nothing more to check ([])."""
+    from omni_rl.errors import OmniConfigError
+    from omni_rl.eval.cli_args import take_eval_args
+
+    try:
+        rest, request, compare = take_eval_args(args)
+    except OmniConfigError as err:
+        return args, [f"python main_omni.py: {err}"]
+    if compare is not None:
+        return args, []
+    if request is not None:
+        from omni_rl.eval import benchmarks  # noqa: F401  (the built-in benchmarks)
+        from omni_rl.eval.benchmark import BENCHMARKS
+        from omni_rl.plugins import load_plugins
+
+        load_plugins(())
+        try:
+            BENCHMARKS.get(request.benchmark)
+        except OmniConfigError as err:
+            return args, [f"python main_omni.py --eval {request.benchmark}: {err}"]
+    return rest, None
 
 
 def _run_cli(args: list[str]) -> list[str]:

@@ -64,3 +64,13 @@ def test_paired_bootstrap_interval_holds_the_delta_and_is_zero_width_for_equal_r
 def test_bootstrap_refuses_results_of_other_prompts():
     with pytest.raises(ValueError, match="different prompts"):
         paired_bootstrap(BENCH, [record(0, "a", [1, 0])], [record(0, "a", [1, 0], prompt="other")], draws=10)
+
+
+def test_a_task_of_one_prompt_has_no_interval():
+    # Task b has one prompt: resampling it gives its own value or nothing, never its spread.
+    a = [record(0, "a", [1, 0]), record(1, "a", [0, 0]), record(2, "b", [0, 0])]
+    b = [record(0, "a", [1, 1]), record(1, "a", [1, 0]), record(2, "b", [1, 1])]
+    out = paired_bootstrap(BENCH, a, b, draws=200)
+    assert out["acc/tasks/b"]["delta"] == 1.0 and math.isnan(out["acc/tasks/b"]["low"])
+    assert out["acc/tasks/b"]["units"] == 1 and out["acc/tasks/a"]["units"] == 2
+    assert math.isfinite(out["acc/tasks/a"]["low"]) and math.isfinite(out["acc/overall"]["low"])
