@@ -125,6 +125,13 @@ def absent_prompt_files(data) -> list[str]:
     return [f"{key}={path!r}" for key, path in named if path is not None and not _locate(path).exists()]
 
 
+# A real recipe whose data is not shipped names, in its header, the public file, its format,
+# where to get it and the override that points at it.
+_MISSING_HINT = ("check the path, or get the file: a recipe that does not ship its data says in its header "
+                 "(recipes/NAME.yaml, under 'Data:') which public file it reads, its format and where to get it; "
+                 "then set {key}=PATH")
+
+
 def _where(prompts, prompt_file, what: str) -> str:
     return what if prompts is not None else f"{_FILE_KEYS[what]}={prompt_file!r}"
 
@@ -147,7 +154,7 @@ def read_prompt_file(path: str, key: Optional[str] = None, allow_outside: bool =
     if file.is_dir():
         raise PromptFileError(f"{label} is a folder, expected a .txt, .jsonl or .parquet file")
     if not file.is_file():
-        raise PromptFileError(f"{label} does not exist (looked for {file}); check the path")
+        raise PromptFileError(f"{label} does not exist (looked for {file}); {_MISSING_HINT.format(key=key or 'data.prompt_file')}")
     if file.suffix not in (".txt", ".jsonl", ".parquet"):
         raise PromptFileError(f"{label}: expected a .txt, .jsonl or .parquet file")
     items: list[PromptItem] = []

@@ -92,3 +92,38 @@ class TestRecipe:
             assert item.name in REWARDS, REWARDS.names()
             # bind, not call: building a real reward may load a model
             inspect.signature(REWARDS.get(item.name)).bind(**item.kwargs)
+
+
+REAL_RECIPES = sorted(name for name in PROJECT_RECIPES
+                      if not str(OmegaConf.load(PROJECT_RECIPES[name]).model.path).startswith("tiny:"))
+
+
+@pytest.mark.parametrize("name", REAL_RECIPES)
+def test_a_real_recipe_names_its_data_and_holds_some_out(name):
+    # Issue 38, 3.7: the header says which public file the recipe reads, its format and the
+    # override ("Data"), and validation runs on prompts the run does not train on.
+    header = PROJECT_RECIPES[name].read_text().split("\nmodel:")[0]
+    assert "\n# Data" in header and "data.prompt_file=" in header, f"{name}: no 'Data:' paragraph with its override"
+    cfg = load_config([f"recipe={name}"])
+    assert cfg.data.val_prompt_file is not None, f"{name}: no held-out data.val_prompt_file"
+    assert cfg.data.val_prompt_file != cfg.data.prompt_file
+
+
+def test_a_real_recipe_without_its_data_says_where_to_get_it(capsys):
+    from omni_rl.cli import main
+
+    assert main(["recipe=sd35_medium_flowgrpo_geneval_lora"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert err.startswith("error: data.prompt_file='data/flow_grpo/geneval/train_metadata.jsonl' does not exist")
+    assert err.endswith("(recipes/NAME.yaml, under 'Data:') which public file it reads, its format and where to get "
+                        "it; then set data.prompt_file=PATH")
+
+
+def test_the_geneval_recipe_trains_on_partial_credit_and_validates_on_the_verdict():
+    cfg = load_config(["recipe=sd35_medium_flowgrpo_geneval_lora"])
+    assert [(r.name, r.kwargs["score"]) for r in cfg.reward.rewards] == [("geneval", "partial")]
+    assert [(r.name, r.kwargs["score"]) for r in cfg.reward.val_rewards] == [("geneval", "correct")]
+    # Flow-GRPO's geneval_sd3: 10 steps, 40 to evaluate, CFG 4.5, 512 px, 48 prompts x 24, KL 0.04.
+    assert (cfg.rollout.num_steps, cfg.algo.family_options["val_num_steps"], cfg.rollout.guidance_scale) == (10, 40, 4.5)
+    assert (cfg.rollout.height, cfg.trainer.prompts_per_step, cfg.trainer.samples_per_prompt) == (512, 48, 24)
+    assert (cfg.trainer.mini_batch_size, cfg.algo.kl_coef, cfg.model.options["max_sequence_length"]) == (576, 0.04, 128)

@@ -44,6 +44,18 @@ def test_a_folder_is_called_a_folder(tmp_path):
         load_prompt_items(None, str(tmp_path / "nope.txt"))
 
 
+def test_a_missing_file_says_where_a_recipe_tells_how_to_get_it(tmp_path):
+    # Not "check the path" alone: the real recipes that do not ship their data name the public
+    # file in their header, and the message ends with the override to point at it.
+    missing = str(tmp_path / "test.txt")
+    with pytest.raises(PromptFileError) as err:
+        load_prompt_items(None, missing, "data.val_prompts")
+    assert str(err.value) == (
+        f"data.val_prompt_file={missing!r} does not exist (looked for {missing}); check the path, or get the "
+        f"file: a recipe that does not ship its data says in its header (recipes/NAME.yaml, under 'Data:') which "
+        f"public file it reads, its format and where to get it; then set data.val_prompt_file=PATH")
+
+
 def test_an_empty_prompt_in_a_file_names_the_file(tmp_path):
     path = tmp_path / "p.jsonl"
     path.write_text('{"prompt": "a"}\n{"prompt": " "}\n')
