@@ -113,9 +113,14 @@ def _main(argv: Sequence[str] | None) -> int:
             print(f"plan: written to {run_plan(cfg, plan_kind, plan_memory)}")
             return 0
         if eval_request is not None:
-            from omni_rl.eval.job import run_eval
+            if eval_request.workers is not None:
+                from omni_rl.eval.ray_shards import run_on_ray
 
-            run_eval(cfg, eval_request)
+                run_on_ray(cfg, eval_request, eval_request.workers)
+            else:
+                from omni_rl.eval.job import run_eval
+
+                run_eval(cfg, eval_request)
             return 0
         check_inputs(cfg)
         from omni_rl.trainer import run

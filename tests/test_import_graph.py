@@ -197,7 +197,7 @@ LAYERS = (
     # The evaluation job sits with the command line (it builds models and reads checkpoints); the
     # benchmarks, rules, figures and the held-out alarm beside the families, where the trainer reads them.
     ("omni_rl.compose", "omni_rl.cli", "omni_rl.eval.job", "omni_rl.eval.compare", "omni_rl.eval.cli_args",
-     "omni_rl.eval.model_source"),
+     "omni_rl.eval.model_source", "omni_rl.eval.ray_shards"),
     ("omni_rl.trainer", "omni_rl.plan"),
     ("omni_rl.workers",),
     ("omni_rl.families", "omni_rl.eval"),

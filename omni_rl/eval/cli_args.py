@@ -5,6 +5,7 @@
     --eval-prompts PATH     the benchmark's prompt file (where it ships none)
     --eval-out DIR          where samples and results go (default outputs/eval/<run>/<model>/<benchmark>)
     --shard i/n             rows i, i + n, ... of the prompt file
+    --eval-workers N        spread the rows over N Ray workers (omni_rl.eval.ray_shards)
     --protocol KEY=VALUE    change a protocol field (repeatable); the result records it
     --compare A B           compare two results (results.json or their folders); no recipe needed
 
@@ -16,10 +17,11 @@ from typing import Optional
 
 from omni_rl.errors import OmniConfigError
 
-_VALUED = ("--eval", "--eval-model", "--eval-prompts", "--eval-out", "--shard", "--protocol")
+_VALUED = ("--eval", "--eval-model", "--eval-prompts", "--eval-out", "--shard", "--protocol", "--eval-workers")
 USAGE = """  --eval NAME   evaluate the recipe's model on benchmark NAME (geneval, ocr, pickscore, mmk12_greedy,
                 mmk12_sampled, speech_wer_similarity, video_clip_consistency, geneval_shapes, ...): --eval-model PATH (checkpoint or LoRA; default the base), --eval-prompts PATH,
-                --eval-out DIR, --shard i/n, --protocol KEY=VALUE; writes results.json (docs/evaluation.md)
+                --eval-out DIR, --shard i/n, --eval-workers N (Ray), --protocol KEY=VALUE; writes results.json
+                (docs/evaluation.md)
   --compare A B compare two evaluation results: per-task deltas with 95% paired-bootstrap intervals"""
 
 
@@ -63,10 +65,18 @@ def take_eval_args(args: list[str]):
     request = EvalRequest(
         benchmark=one["--eval"], prompts=one.get("--eval-prompts"), model=one.get("--eval-model"),
         shard=parse_shard(one["--shard"]) if "--shard" in one else (0, 1), out=one.get("--eval-out"),
-        protocol=tuple(values.get("--protocol", ())),
+        protocol=tuple(values.get("--protocol", ())), workers=_workers(one.get("--eval-workers")),
     )
     return rest, request, compare
 
 
-_EXAMPLES = {"--eval": "geneval", "--eval-model": "outputs/RUN/checkpoints/step_000030", "--eval-prompts": "FILE.jsonl",
+def _workers(text: Optional[str]) -> Optional[int]:
+    if text is None:
+        return None
+    if not text.isdigit() or int(text) < 1:
+        raise EvalArgumentError(f"--eval-workers {text!r}: expected an int >= 1 (Ray workers, one shard of the rows each)")
+    return int(text)
+
+
+_EXAMPLES = {"--eval-workers": "2", "--eval": "geneval", "--eval-model": "outputs/RUN/checkpoints/step_000030", "--eval-prompts": "FILE.jsonl",
              "--eval-out": "DIR", "--shard": "0/2", "--protocol": "num_steps=40"}

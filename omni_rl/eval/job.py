@@ -17,7 +17,7 @@
    samples per task. Otherwise the job says how many rows other shards still owe.
 
 Not here: the rollout server and vLLM backends (the job samples in its own process with the
-native engine), and Ray.
+native engine); Ray spreads the shards over workers in `omni_rl.eval.ray_shards`.
 """
 from __future__ import annotations
 
@@ -58,6 +58,7 @@ class EvalRequest:
     shard: tuple[int, int] = (0, 1)
     out: Optional[str] = None
     protocol: tuple[str, ...] = ()
+    workers: Optional[int] = None  # Ray workers (`omni_rl.eval.ray_shards`); None: this process
 
 
 def parse_shard(text: str) -> tuple[int, int]:

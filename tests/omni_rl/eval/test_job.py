@@ -103,3 +103,13 @@ def test_bad_input_is_one_error_line_before_any_model_loads(args, message, tmp_p
 def test_a_text_model_is_refused_for_an_image_benchmark(tmp_path):
     done = run_cli("recipe=tiny_qwen3_grpo", "--eval", "geneval_shapes", "--eval-out", str(tmp_path))
     assert done.returncode == 2 and "evaluates diffusion models" in done.stderr, done.stderr
+
+
+def test_ray_workers_give_the_whole_result(whole, tmp_path):
+    from omni_rl.eval.ray_shards import run_on_ray
+
+    _, results = whole
+    cfg = load_config(RECIPE)
+    spread = run_on_ray(cfg, EvalRequest("geneval_shapes", out=str(tmp_path), protocol=FAST), workers=2, progress=False)
+    assert spread["figures"] == results["figures"]
+    assert done_rows(tmp_path) == set(range(43))
