@@ -2,6 +2,9 @@
 
     ema <- decay * ema + (1 - decay) * theta        after each optimizer step (`update`)
 
+`update(decay)` takes another decay for that one step (a warm-up ramp: the run-wide EMA's,
+`omni_rl.trainer.weight_ema`); the default is the one it was built with.
+
 `swapped_in()` is a context manager inside which the parameters hold the EMA values (the
 parameter objects stay the same: the optimizer's state and the autograd leaves are untouched);
 on leaving, normally or by an exception, every parameter gets its own tensor back, the very
@@ -12,7 +15,8 @@ The EMA tensors are fp32 copies on the parameters' device, named like
 `OmniModelBase.named_trainable_tensors()`; `state_dict` / `load_state_dict` carry them through a
 checkpoint.
 
-Not here: when to update (the family's `after_optimizer_step`), sharded (FSDP2) parameters.
+Not here: when to update (the family's `after_optimizer_step`, the actor group's run-wide EMA),
+sharded (FSDP2) parameters.
 """
 from __future__ import annotations
 
@@ -35,12 +39,15 @@ class ParameterEMA:
         self._swapped = False
 
     @torch.no_grad()
-    def update(self) -> None:
-        """One EMA step towards the parameters' current values."""
+    def update(self, decay: float | None = None) -> None:
+        """One EMA step towards the parameters' current values, with `decay` (default: the EMA's own)."""
         if self._swapped:
             raise RuntimeError("ParameterEMA.update inside swapped_in(): the parameters hold the EMA itself")
+        decay = self.decay if decay is None else float(decay)
+        if not 0 <= decay < 1:
+            raise ValueError(f"EMA update with decay={decay!r}; expected in [0, 1)")
         for name, p in self.params.items():
-            self.shadow[name].mul_(self.decay).add_(p.detach().to(torch.float32), alpha=1 - self.decay)
+            self.shadow[name].mul_(decay).add_(p.detach().to(torch.float32), alpha=1 - decay)
 
     @contextlib.contextmanager
     def swapped_in(self) -> Iterator[None]:

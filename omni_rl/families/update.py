@@ -19,11 +19,12 @@ rollout-vs-trainer gap on those samples, for free.
 
 The family may train something other than the samples (`ModelFamily.train_items`: the
 preference pairs of `diffusion_dpo`), and hears of every optimizer step
-(`after_optimizer_step`: the EMA of `diffusion_nft`).
+(`after_optimizer_step`: the EMA of `diffusion_nft`), as does the caller's `after_optimizer_step`
+(the one-process actor group's EMA of the weights, `omni_rl.trainer.weight_ema`).
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable, Optional
 
 import torch
 
@@ -40,7 +41,8 @@ FIRST_GAP_MAX_KEY = "actor/first_minibatch_logprob_abs_diff_max"
 FIRST_GAP_MEAN_KEY = "actor/first_minibatch_logprob_abs_diff_mean"
 
 
-def run_update(engine, family, batch, cfg, step: int, rank: int = 0, world: int = 1) -> dict[str, Any]:
+def run_update(engine, family, batch, cfg, step: int, rank: int = 0, world: int = 1,
+               after_optimizer_step: Optional[Callable[[], None]] = None) -> dict[str, Any]:
     t = cfg.trainer
     share = t.mini_batch_size // world
     num_chunks = family.num_chunks(batch)
@@ -89,6 +91,8 @@ def run_update(engine, family, batch, cfg, step: int, rank: int = 0, world: int 
                         keep_max(FIRST_MINIBATCH_KEY, dev)
             record(engine.optimizer_step())
             family.after_optimizer_step()
+            if after_optimizer_step is not None:
+                after_optimizer_step()
             num_updates += 1
     sums, maxima = on_host(sums), on_host(maxima)
     return {"sums": sums, "counts": counts, "maxima": maxima, "num_updates": num_updates}

@@ -12,6 +12,7 @@
   `video_grid` picture videos as rows of frames; `gif_bytes` for TensorBoard.
 - `curves`: `plot_reward_curve` draws a run's reward; `rise_report` decides whether it rose.
 - `val_records`: per-sample validation rows; `val_rise` pairs the first and last validation.
+- `renamed`: `Renamed(logger, "val", "val_ema")`, a logger seen through another namespace.
 
 TensorBoard, wandb, matplotlib and PyAV are imported only when used, so importing this package
 is cheap.

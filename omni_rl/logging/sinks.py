@@ -10,7 +10,9 @@ A sink has two methods: `log(metrics: dict[str, float], step: int)` and `close()
 | `WandbSink(project, run_name, config)` | `wandb.log(metrics, step=step)` | `pip install omni-rl[wandb]` |
 
 Metric names live in a fixed namespace (the first path component): `reward/*`, `loss/*`,
-`actor/*`, `rollout_corr/*`, `response/*`, `perf/*`, `timing/*`, `val/*`, `alarm/*` (the held-out alarm: `omni_rl.eval.alarm`) (`METRIC_NAMESPACES`).
+`actor/*`, `rollout_corr/*`, `response/*`, `perf/*`, `timing/*`, `val/*`, `val_ema/*` (validation
+with the EMA of the weights: `renamed.Renamed`), `alarm/*` (the held-out alarm: `omni_rl.eval.alarm`)
+(`METRIC_NAMESPACES`).
 `MetricLogger` rejects any other name, so a typo cannot quietly start a new curve on a dashboard.
 
 Values are scalars: Python ints/floats, numpy scalars and 0-d (or one-element) tensors, all
@@ -42,7 +44,7 @@ from omni_rl.logging.console import metrics_logger
 from omni_rl.logging.video import _check_fps, _check_sample_rate, _frames_array, _waveform_array, gif_bytes
 from omni_rl.utils.atomic import atomic_write_text
 
-METRIC_NAMESPACES = ("reward", "loss", "actor", "rollout_corr", "response", "perf", "timing", "val", "alarm")
+METRIC_NAMESPACES = ("reward", "loss", "actor", "rollout_corr", "response", "perf", "timing", "val", "val_ema", "alarm")
 
 
 @runtime_checkable

@@ -20,6 +20,10 @@ actor with LoRA disabled) and the rollout engine that samples with the actor's w
 | `save(dir, step, yaml, pipeline)` | a checkpoint folder (atomic), with the producer's in-flight  |
 |                              | units (`PipelineState`); `load(state)` resumes from one           |
 | `export(folder)`             | the trained weights (LoRA or full) in the model library's format  |
+|                              | (and, with an EMA of them, the EMA's in `folder/ema/`)             |
+| `validation_weights()`       | which weights validation samples with: ("trained",), ("ema",) or   |
+|                              | both, in that order (an EMA only where the backend keeps one)      |
+| `sampling_with(which, engine)` | a context inside which `engine` samples with those weights      |
 | `set_step(step)`, `close()`  | the step a failure is reported at; release everything             |
 
 Backends register their group class in `ACTOR_GROUPS` under the name `trainer.backend` takes
@@ -31,9 +35,10 @@ pool, say) is one registered class: no file of the loop changes.
 """
 from __future__ import annotations
 
+import contextlib
 from abc import ABC, abstractmethod
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, ContextManager
 
 from omni_rl.config.options import NoOptions, bind_options
 from omni_rl.config.schema import OmniConfig
@@ -93,6 +98,17 @@ class ActorGroup(ABC):
     @abstractmethod
     def export(self, folder: Path) -> None:
         ...
+
+    def validation_weights(self) -> tuple[str, ...]:
+        """The weights validation samples with, each once, in order ("trained", "ema")."""
+        return ("trained",)
+
+    def sampling_with(self, which: str, engine) -> ContextManager[None]:
+        """Inside, `engine` (the group's rollout engine) samples with the `which` weights of
+        `validation_weights()`; after, with the weights it had."""
+        if which != "trained":
+            raise ValueError(f"{type(self).__name__} keeps only the trained weights, not {which!r}")
+        return contextlib.nullcontext()
 
     def set_step(self, step: int) -> None:
         pass

@@ -7,8 +7,11 @@ A checkpoint is a folder `OUTPUT/checkpoints/step_000020/` holding
   param_groups and non-tensor state;
 - `trainer_state.safetensors` (trainer.backend=local): the trainable tensors (`trainable/NAME`),
   the optimizer's tensor state (`optimizer/PARAM_INDEX/KEY`: AdamW's step, exp_avg,
-  exp_avg_sq) and the model family's own state (`family/KEY`, `ModelFamily.state_tensors`:
-  DiffusionNFT's EMA of the weights; trainer_state.json's `family_tensors` lists the keys);
+  exp_avg_sq), the model family's own state (`family/KEY`, `ModelFamily.state_tensors`:
+  DiffusionNFT's EMA of the weights; trainer_state.json's `family_tensors` lists the keys) and,
+  with `trainer.backend_options.ema_decay`, the run's EMA of the trained weights (`ema/NAME`,
+  named as the trainable tensors; trainer_state.json's `ema` holds its settings, its
+  optimizer-step count and the names; `checkpoint_ema_tensors` reads it back);
 - `sharded/` (trainer.backend=ray): the trainable tensors and optimizer state, one
   torch.distributed.checkpoint (DCP) shard per rank;
 - `lora/` (LoRA runs) or `model/` (full fine-tuning): the trained weights in the model
@@ -69,6 +72,7 @@ PIPELINE_FILE = "pipeline.safetensors"
 MANIFEST_FILE = "manifest.json"
 CONFIG_FILE = "config.yaml"
 FAMILY_PREFIX = "family/"
+EMA_PREFIX = "ema/"
 # The pickle earlier versions wrote; recognised only to refuse it.
 LEGACY_STATE_FILE = "trainer_state.pt"
 # Sharded runs (trainer.backend=ray) keep the optimizer and trainable tensors here, one DCP shard per rank.
@@ -165,18 +169,23 @@ def write_checkpoint(output_dir: Path, step: int, model, config_yaml: str, keep_
 
 def save_checkpoint(output_dir: Path, step: int, state: dict[str, Any], model, config_yaml: str, keep_last: int,
                     pipeline=None, family_tensors: Optional[dict[str, torch.Tensor]] = None,
-                    protect: Optional[Path] = None) -> Path:
+                    protect: Optional[Path] = None, ema_tensors: Optional[dict[str, torch.Tensor]] = None,
+                    ema_meta: Optional[dict[str, Any]] = None) -> Path:
     """A one-process checkpoint: `state` is `LocalEngine.state_dict()` (trainable tensors, optimizer);
-    `family_tensors` the model family's own state (`ModelFamily.state_tensors`), if any."""
+    `family_tensors` the model family's own state (`ModelFamily.state_tensors`), if any;
+    `ema_tensors` and `ema_meta` the run's EMA of the weights (`WeightEMA`), if it keeps one."""
 
     def write_weights(folder: Path) -> dict[str, Any]:
         tensors, optimizer = _split_engine_state(state)
         extra = {f"{FAMILY_PREFIX}{k}": v.detach().cpu().contiguous() for k, v in (family_tensors or {}).items()}
-        atomic_save_safetensors({**tensors, **extra}, folder / TENSORS_FILE)
+        ema = {f"{EMA_PREFIX}{k}": v.detach().cpu().contiguous() for k, v in (ema_tensors or {}).items()}
+        atomic_save_safetensors({**tensors, **extra, **ema}, folder / TENSORS_FILE)
         model.save_trained(str(folder / export_folder(model)))
         written = {"optimizer": optimizer}
         if extra:
             written["family_tensors"] = sorted(family_tensors)
+        if ema_tensors is not None:
+            written["ema"] = {**(ema_meta or {}), "tensors": sorted(ema_tensors)}
         return written
 
     return write_checkpoint(output_dir, step, model, config_yaml, keep_last, write_weights, pipeline, protect)
@@ -316,7 +325,9 @@ def load_checkpoint(path: str) -> dict[str, Any]:
     checkpoint: if that one fails verification, a warning names it and why, and the newest one
     that verifies is used. Returns `trainer_state.json`'s entries (with `rng` as the states
     `set_rng_state` takes), `folder`, `config` (the saved config.yaml) and, for a one-process
-    checkpoint, `trainable` and `optimizer` as `LocalEngine.load_state_dict` takes them.
+    checkpoint, `trainable` and `optimizer` as `LocalEngine.load_state_dict` takes them, `family`
+    (the family's tensors) and, where the run kept an EMA of its weights, `ema_tensors`
+    (`checkpoint_ema_tensors`).
     """
     return _resolve(path, "trainer.resume")
 
@@ -442,9 +453,27 @@ def _read_tensors(path: Path, raw: dict[str, Any], state_path: Path) -> dict[str
         listed = sorted(str(k) for k in raw.get("family_tensors", []))
         if sorted(family) != listed:
             raise ValueError(f"{len(family)} family tensors, but {STATE_FILE} lists {len(listed)}")
-        return {**state, "family": family}
+        state["family"] = family
+        ema = {k.removeprefix(EMA_PREFIX): v for k, v in tensors.items() if k.startswith(EMA_PREFIX)}
+        if "ema" in raw:
+            listed = sorted(str(k) for k in raw["ema"]["tensors"])
+            if sorted(ema) != listed:
+                raise ValueError(f"{len(ema)} EMA tensors, but {STATE_FILE} lists {len(listed)}")
+            int(raw["ema"]["optimizer_steps"])  # a bad count fails here, not at resume
+            state["ema_tensors"] = ema
+        elif ema:
+            raise ValueError(f"{len(ema)} EMA tensors, but {STATE_FILE} has no ema entry")
+        return state
     except _DECODE_ERRORS as err:
         raise CheckpointError(f"{state_path} and {path} do not agree ({_describe(err)})") from err
+
+
+def checkpoint_ema_tensors(state: dict[str, Any]) -> Optional[dict[str, torch.Tensor]]:
+    """The EMA of the trained weights in a checkpoint `load_checkpoint` returned, named like
+    `OmniModelBase.named_trainable_tensors()` (so `model.load_named_tensors` takes it; fp32 on
+    the CPU), or None where the run kept none (`trainer.backend_options.ema_decay` unset, or a
+    sharded checkpoint). DiffusionNFT's old-policy EMA (`state["family"]`) is not this one."""
+    return state.get("ema_tensors")
 
 
 def _read_config(path: Path) -> dict[str, Any]:

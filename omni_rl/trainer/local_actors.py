@@ -12,11 +12,19 @@ the weights, so it cannot sample with the trained model: an engine that would
 given the actor's trainable tensors (version 0), then whatever version the producer loads. The
 cost is one more model in memory; a GPU run would rather use `rollout.backend=server`,
 `vllm_omni` or `vllm` on devices of its own.
+
+With `trainer.backend_options.ema_decay` the group keeps an EMA of the trained weights
+(`weight_ema.WeightEMA`, updated after every optimizer step of the update): it goes into each
+checkpoint, into the export's `ema/` folder and, with `val_weights` ema or both, into the rollout
+engine for validation: swapped into the shared model's parameters, or sent to an engine with a
+model of its own (`update_weights` under the same version) and the trained tensors sent back after.
 """
 from __future__ import annotations
 
+import contextlib
+import logging
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import torch
 
@@ -32,20 +40,28 @@ from omni_rl.rollout.base import weight_kind
 from omni_rl.trainer.actor_group import ActorGroup, register_backend
 from omni_rl.trainer.checkpoint import CheckpointError, save_checkpoint
 from omni_rl.trainer.pipeline import PIPELINES, WeightSnapshot
+from omni_rl.trainer.weight_ema import EXPORT_SUBFOLDER, EMAOptions, WeightEMA
+
+log = logging.getLogger(__name__)
 
 
 @register_backend("local")
 class LocalActorGroup(ActorGroup):
     engines = ("local",)
+    options_class = EMAOptions
 
     def __init__(self, cfg: OmniConfig):
         self.cfg = cfg
+        self.options = self.bind_options(cfg)
         self.resumed_from = None  # the checkpoint `load` read: never pruned
         self.model = build_model(cfg.model, pick_device(cfg.trainer.device), tuple(cfg.plugins))
         self.family = build_family(cfg, self.model)
         self.engine = build_engine(self.model, cfg)
+        self.ema = WeightEMA(self.model, self.options) if self.options.keeps_ema else None
         rollout_model = self._rollout_model()
         self.rollout_engine = build_rollout_engine(cfg, rollout_model)
+        # Whether the engine samples with the trained parameters themselves (then an EMA swap reaches it).
+        self.rollout_shares_parameters = rollout_model is self.model and shares_model(cfg)
         if rollout_model is not self.model:  # the copy starts from the actor's weights
             self.rollout_engine.update_weights(self.model.named_trainable_tensors(), 0, weight_kind(self.model))
         self.version = 0
@@ -66,7 +82,8 @@ class LocalActorGroup(ActorGroup):
         return self.family.behaviour_policy(batch, self.cfg.trainer.micro_batch_size)
 
     def update(self, batch, step: int) -> dict[str, float]:
-        return summarize([run_update(self.engine, self.family, batch, self.cfg, step)])
+        after = self.ema.after_optimizer_step if self.ema is not None else None
+        return summarize([run_update(self.engine, self.family, batch, self.cfg, step, after_optimizer_step=after)])
 
     def sync_rollout(self, version: int) -> None:
         self.version = version
@@ -80,6 +97,8 @@ class LocalActorGroup(ActorGroup):
         return save_checkpoint(
             output_dir, step, self.engine.state_dict(), self.model, config_yaml, self.cfg.trainer.keep_last_checkpoints,
             pipeline, family_tensors=self.family.state_tensors(), protect=self.resumed_from,
+            ema_tensors=self.ema.tensors if self.ema is not None else None,
+            ema_meta=self.ema.meta() if self.ema is not None else None,
         )
 
     def load(self, state: dict[str, Any]) -> None:
@@ -100,11 +119,53 @@ class LocalActorGroup(ActorGroup):
             ) from err
         try:
             self.family.load_state_tensors(state.get("family", {}))
+            self._load_ema(state)
         except ValueError as err:
             raise CheckpointError(f"trainer.resume={self.cfg.trainer.resume!r}: {state['folder']}: {err}") from err
 
+    def _load_ema(self, state: dict[str, Any]) -> None:
+        saved = state.get("ema_tensors")
+        if self.ema is None:
+            if saved is not None:
+                log.info("%s holds an EMA of the weights; this run keeps none (trainer.backend_options.ema_decay "
+                         "unset), so it is not carried on", state["folder"])
+            return
+        if saved is None:
+            log.warning("%s holds no EMA of the weights (its run kept none): the EMA starts from the resumed "
+                        "weights", state["folder"])
+            self.ema = WeightEMA(self.model, self.options)
+            return
+        self.ema.load(saved, state["ema"])
+
     def export(self, folder: Path) -> None:
+        """The trained weights into `folder`; with an EMA, the EMA's, in the same format, into `folder/ema`."""
         self.model.save_trained(str(folder))
+        if self.ema is not None:
+            with self.ema.swapped_in():
+                self.model.save_trained(str(Path(folder) / EXPORT_SUBFOLDER))
+
+    def validation_weights(self) -> tuple[str, ...]:
+        return self.options.validation_weights()
+
+    @contextlib.contextmanager
+    def sampling_with(self, which: str, engine) -> Iterator[None]:
+        if which == "trained":
+            yield
+            return
+        if which != "ema" or self.ema is None:
+            raise ValueError(f"sampling_with({which!r}): this run keeps {self.validation_weights()}")
+        if engine is self.rollout_engine and self.rollout_shares_parameters:
+            with self.ema.swapped_in():
+                yield
+            return
+        # An engine with a model of its own holds the trained weights now (validation runs
+        # after the step's publish): it gets the EMA under its version, then those weights back.
+        version, kind = engine.weight_version, weight_kind(self.model)
+        engine.update_weights(self.ema.tensors, version, kind)
+        try:
+            yield
+        finally:
+            engine.update_weights(self.model.named_trainable_tensors(), version, kind)
 
     def close(self) -> None:
         self.rollout_engine.close()

@@ -45,6 +45,7 @@ from omni_rl.families.update import FIRST_GAP_MAX_KEY, FIRST_GAP_MEAN_KEY
 from omni_rl.models.diffusion import DiffusionModelBase
 from omni_rl.models.limits import check_built_model
 from omni_rl.logging import MetricLogger, ProgressBar, attach_run_log, bind_logger_options, build_sinks, plot_reward_curve
+from omni_rl.logging.renamed import Renamed, rename
 from omni_rl.reward.async_scorer import AsyncRewardScorer
 from omni_rl.reward.manager import RewardManager, RewardSpec
 from omni_rl.trainer.actor_group import ACTOR_GROUPS
@@ -54,6 +55,7 @@ from omni_rl.trainer.leftovers import remove_stale_tiny_builds
 from omni_rl.trainer.pipeline import PIPELINES, PipelineState, Produced
 from omni_rl.trainer.run_dir import DISK_FULL, OutputWriteError, open_run_dir, write_failure
 from omni_rl.trainer.timer import StepTimer
+from omni_rl.trainer.weight_ema import VAL_FOLDER, VAL_NAMESPACE
 from omni_rl.utils.atomic import atomic_directory, atomic_write_text
 from omni_rl.trainer.reward_overlap import rewards_overlap_rollout
 from omni_rl.workers.reward_worker import RayRewardManager, reward_worker_options
@@ -123,6 +125,11 @@ class PPOTrainer:
             self.sampler = PromptSampler(items, t.prompts_per_step, t.seed, cfg.data.shuffle)
             val_given = validation_prompt_items(cfg.data, limits)
             val_items = self.family.fit_prompts(val_given, "data.val_prompts") if val_given is not None else items
+            if val_given is None and t.val_every:
+                log.warning(
+                    "validation reuses the training prompts (data.val_prompts and data.val_prompt_file are unset), so "
+                    "val/* is no held-out number; set data.val_prompt_file to a file of held-out prompts"
+                )
             self.val_items = val_items[: t.val_num_prompts]
             uncorrected = self.rollout_correction.level == "none" and cfg.algo.old_logprob_mode != "bypass"
             if self.producer.samples_ahead and uncorrected:
@@ -351,9 +358,19 @@ class PPOTrainer:
         return OldPolicy(scored.log_probs, scored.means, weights, metrics)
 
     def validate(self, step: int) -> dict[str, float]:
-        return self.producer.exclusive(
-            lambda engine: self.family.validate(engine, self.val_items, step, self.val_rewards, self.output_dir, self.logger)
-        )
+        """`val/*` with the trained weights and/or `val_ema/*` with their EMA (`ActorGroup.validation_weights`)."""
+        metrics: dict[str, float] = {}
+        for which in self.actors.validation_weights():
+            metrics.update(self.producer.exclusive(lambda engine, which=which: self._validate_with(engine, which, step)))
+        return metrics
+
+    def _validate_with(self, engine, which: str, step: int) -> dict[str, float]:
+        # The same validation for either weights: the EMA's is written under its own namespace and folder.
+        space, folder = VAL_NAMESPACE[which], self.output_dir / VAL_FOLDER[which]
+        logger = self.logger if space == "val" else Renamed(self.logger, "val", space)
+        with self.actors.sampling_with(which, engine):
+            metrics = self.family.validate(engine, self.val_items, step, self.val_rewards, folder, logger)
+        return rename(metrics, "val", space)
 
     # --- outputs -------------------------------------------------------------------------
     def save(self, step: int) -> Path:
@@ -383,7 +400,8 @@ class PPOTrainer:
         return PipelineState(state["pipeline"], state["pipeline_tensors"])
 
     def export(self, folder: Path) -> None:
-        """The trained weights (LoRA or full) into `folder`, atomically."""
+        """The trained weights (LoRA or full) into `folder`, atomically (with an EMA of them, its
+        weights in `folder/ema/`, `LocalActorGroup.export`)."""
         with atomic_directory(folder) as tmp:
             self.actors.export(tmp)
 

@@ -50,6 +50,7 @@ from omni_rl.models.factory import build_model
 from omni_rl.trainer.actor_group import ActorGroup, register_backend
 from omni_rl.trainer.checkpoint import SHARDED_DIR, CheckpointError, export_folder, write_checkpoint
 from omni_rl.trainer.pipeline import PIPELINES
+from omni_rl.trainer.weight_ema import EMA_OPTION_NAMES
 from omni_rl.workers import ResourcePool, WorkerGroup, programs
 from omni_rl.workers.ray_cluster import connect_ray
 from omni_rl.workers.ray_rollout import RayRolloutEngine
@@ -95,6 +96,13 @@ class RayActorGroup(ActorGroup):
                 f"trainer.pipeline={t.pipeline!r}: expected on_policy with trainer.backend=ray (its rollout "
                 f"copies live on the training workers, which run one call at a time, so a rollout cannot run "
                 f"beside an update); use trainer.backend=local with rollout.backend=server for a pipelined run"
+            )
+        ema = [k for k in EMA_OPTION_NAMES if k in t.backend_options]
+        if ema:
+            raise ConfigError(
+                f"trainer.backend_options.{ema[0]}={t.backend_options[ema[0]]!r}: the EMA of the trained weights is "
+                f"kept with trainer.backend=local only (not for FSDP2's sharded parameters on Ray workers yet); use "
+                f"trainer.backend=local, or drop the ema_* and val_weights options"
             )
         if cfg.algo.policy_loss in FORWARD_LOSSES:
             raise ConfigError(

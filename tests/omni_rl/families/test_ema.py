@@ -1,5 +1,6 @@
-"""Tests for omni_rl.families.ema: the EMA step by hand, the swap (the EMA inside, the very same
-weights after, also after an exception), the state round trip and its checks."""
+"""Tests for omni_rl.families.ema: the EMA step by hand (with its own decay and one given for a
+step), the swap (the EMA inside, the very same weights after, also after an exception), the
+state round trip and its checks."""
 import pytest
 import torch
 from torch import nn
@@ -28,6 +29,21 @@ def test_update_by_hand():
     torch.testing.assert_close(ema.shadow["weight"], start + 0.29)
     torch.testing.assert_close(ema.shadow["bias"], layer.bias.detach())  # never moved
 
+
+def test_update_with_a_decay_of_its_own():
+    layer = linear()
+    ema = ParameterEMA(dict(layer.named_parameters()), decay=0.9)
+    start = layer.weight.detach().clone()
+    with torch.no_grad():
+        layer.weight.add_(1.0)
+    ema.update(0.25)
+    # 0.25 * w0 + 0.75 * (w0 + 1) = w0 + 0.75: this step's decay, not the EMA's 0.9
+    torch.testing.assert_close(ema.shadow["weight"], start + 0.75)
+    ema.update()
+    # 0.9 * (w0 + 0.75) + 0.1 * (w0 + 1) = w0 + 0.775: the EMA's own decay again
+    torch.testing.assert_close(ema.shadow["weight"], start + 0.775)
+    with pytest.raises(ValueError, match=r"decay=1.0; expected in \[0, 1\)"):
+        ema.update(1.0)
 
 def test_swap_uses_the_ema_and_restores_the_same_tensors():
     layer = linear()
