@@ -10,7 +10,7 @@ rollout backend, `trainer.*_options` for the trainer's backend, engine and pipel
 options dataclass it declares, so an unknown key, a wrong type or a bad value fails here with
 one line; the component binds the same block again when it is built. The blocks that belong to
 no registry entry (`algo.rollout_correction`, `rollout.sde_window_options`,
-`trainer.logger_options`, `trainer.alarm_options`, and `reward.workers`, the Ray reward workers' block) are bound here too.
+`trainer.logger_options`, and `reward.workers`, the Ray reward workers' block) are bound here too.
 `options_help_for` gives `python main_omni.py --options KEY=NAME`. It also fills what the config
 leaves to a component (`trainer.engine: null` becomes the backend's default), runs the rules a
 backend keeps for itself (`ActorGroup.check_config`, a rollout backend's `check_config`), and checks that every reward scores what the model makes
@@ -33,7 +33,6 @@ from omni_rl.config.options import NoOptions, bind_options, options_help
 from omni_rl.config.schema import OmniConfig
 from omni_rl.config.validate import ConfigError
 from omni_rl.engine.registry import TRAINING_ENGINES
-from omni_rl.eval.alarm import bind_alarm_options
 from omni_rl.registry import Registry, RegistryUnion
 from omni_rl.families import MODEL_FAMILIES
 from omni_rl.families.base import bind_rollout_correction
@@ -144,7 +143,6 @@ def check_components(cfg: OmniConfig) -> None:
     bind_rollout_correction(cfg)
     bind_sde_window_options(cfg)
     bind_logger_options(cfg)
-    bind_alarm_options(cfg)
     family.bind_family_options(cfg)
     # The family's own rules first: they name what its losses cannot be, and why.
     family.check_config(cfg)

@@ -234,12 +234,9 @@ class TrainerConfig:
     weight_sync_bucket_mb: int = 512
     loggers: list[str] = field(default_factory=lambda: ["console", "jsonl", "tensorboard"])
     log_every: int = 1
-    # The sinks' and the progress bar's options (`logging.sinks.LoggerOptions`: progress_bar,
-    # wandb_project), checked at load.
+    # The sinks', the progress bar's and the held-out alarm's options (`logging.sinks.LoggerOptions`:
+    # progress_bar, wandb_project, alarm_*), checked at load.
     logger_options: dict[str, Any] = field(default_factory=dict)
-    # The held-out alarm's options (`eval.alarm.AlarmOptions`: which validation figure, how many
-    # standard errors, whether to stop), checked at load.
-    alarm_options: dict[str, Any] = field(default_factory=dict)
     # Validation: deterministic samples (a diffusion model's: ODE, noise 0, the diffusion family's
     # `val_num_steps`), a PNG grid each time.
     val_every: int = 10

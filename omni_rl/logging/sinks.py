@@ -11,7 +11,7 @@ A sink has two methods: `log(metrics: dict[str, float], step: int)` and `close()
 
 Metric names live in a fixed namespace (the first path component): `reward/*`, `loss/*`,
 `actor/*`, `rollout_corr/*`, `response/*`, `perf/*`, `timing/*`, `val/*`, `val_ema/*` (validation
-with the EMA of the weights: `renamed.Renamed`), `alarm/*` (the held-out alarm: `omni_rl.eval.alarm`)
+with the EMA of the weights: `renamed.Renamed`), `alarm/*` (the held-out alarm: `heldout_alarm`)
 (`METRIC_NAMESPACES`).
 `MetricLogger` rejects any other name, so a typo cannot quietly start a new curve on a dashboard.
 
@@ -38,6 +38,7 @@ from typing import Any, Iterable, Mapping, Protocol, Sequence, runtime_checkable
 
 from tqdm import tqdm
 
+from omni_rl.logging.heldout_alarm import AlarmOptions
 from omni_rl.config.options import bind_options, option
 from omni_rl.config.schema import OmniConfig
 from omni_rl.logging.console import metrics_logger
@@ -389,8 +390,8 @@ SINK_NAMES = ("console", "jsonl", "tensorboard", "wandb")
 
 
 @dataclass
-class LoggerOptions:
-    """The sinks' and the progress bar's options (`trainer.logger_options`)."""
+class LoggerOptions(AlarmOptions):
+    """The sinks', the progress bar's and the held-out alarm's options (`trainer.logger_options`)."""
 
     progress_bar: bool = option(True, "Show the training-step bar on the console (off for logs written to files).")
     wandb_project: str = option("omni-rl", "The wandb project of the `wandb` sink's runs.")

@@ -38,12 +38,12 @@ from omni_rl.config.loader import to_yaml
 from omni_rl.config.options import bind_options
 from omni_rl.config.schema import OmniConfig
 from omni_rl.data.prompts import PromptSampler, validation_prompt_items
-from omni_rl.eval.alarm import HeldoutAlarm, RewardHackingAlarm, bind_alarm_options
 from omni_rl.families import build_family
 from omni_rl.families.base import BehaviourPolicy, bind_rollout_correction, prompt_limits
 from omni_rl.families.update import FIRST_GAP_MAX_KEY, FIRST_GAP_MEAN_KEY
 from omni_rl.models.diffusion import DiffusionModelBase
 from omni_rl.models.limits import check_built_model
+from omni_rl.logging.heldout_alarm import HeldoutAlarm, RewardHackingAlarm
 from omni_rl.logging import MetricLogger, ProgressBar, attach_run_log, bind_logger_options, build_sinks, plot_reward_curve
 from omni_rl.logging.renamed import Renamed, rename
 from omni_rl.reward.async_scorer import AsyncRewardScorer
@@ -113,7 +113,7 @@ class PPOTrainer:
             self.advantage_options = bind_advantage_options(cfg)
             self.rollout_correction = bind_rollout_correction(cfg)
             self.logger_options = bind_logger_options(cfg)
-            self.alarm = HeldoutAlarm(bind_alarm_options(cfg))
+            self.alarm = HeldoutAlarm(self.logger_options)
             self.start_step = 0
             saved = self._resume(t.resume) if t.resume else None
             # Where each step's batch comes from (its first unit is made by the first step).
@@ -206,8 +206,8 @@ class PPOTrainer:
                         saved = self._save(step)
                     self._stop_if_asked(stop, step, saved)
                     if alarmed:
-                        raise RewardHackingAlarm(f"{alarmed}; stopped at step {step} as trainer.alarm_options."
-                                                 f"stop_on_alarm asks (its checkpoint: {saved})")
+                        raise RewardHackingAlarm(f"{alarmed}; stopped at step {step} as trainer.logger_options."
+                                                 f"alarm_stop asks (its checkpoint: {saved})")
             with self._writing(f"the exported weights in {self.output_dir / export_folder(self.model)}"):
                 self.export(self.output_dir / export_folder(self.model))
             self._plot_rewards()  # before _close lets another run take the folder
@@ -228,7 +228,7 @@ class PPOTrainer:
         if warning is None:
             return None
         log.warning("held-out alarm: %s", warning)
-        return warning if self.alarm.options.stop_on_alarm else None
+        return warning if self.alarm.options.alarm_stop else None
 
     def _stop_if_asked(self, stop: StopOnSignal, step: int, saved: Optional[Path]) -> None:
         if stop.requested:

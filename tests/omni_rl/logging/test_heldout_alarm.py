@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from omni_rl.eval.alarm import AlarmOptions, HeldoutAlarm
+from omni_rl.logging.heldout_alarm import AlarmOptions, HeldoutAlarm
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -17,7 +17,7 @@ def val(mean, std):
 
 
 def test_it_fires_when_the_heldout_falls_past_the_bound_while_the_training_reward_rises():
-    alarm = HeldoutAlarm(AlarmOptions(sigmas=2.0))
+    alarm = HeldoutAlarm(AlarmOptions(alarm_sigmas=2.0))
     for r in (0.1, 0.2):
         alarm.observe_train({"reward/total/mean": r})
     # First validation: the best so far (training mean over its window 0.15).
@@ -50,10 +50,10 @@ def test_a_fall_with_a_falling_training_reward_is_no_alarm_and_a_new_best_resets
 
 
 def test_bad_options_are_refused():
-    with pytest.raises(ValueError, match="sigmas"):
-        AlarmOptions(sigmas=float("inf")).check()
-    with pytest.raises(ValueError, match="heldout_metric"):
-        AlarmOptions(heldout_metric="val/reward/total/std").check()
+    with pytest.raises(ValueError, match="alarm_sigmas"):
+        AlarmOptions(alarm_sigmas=float("inf")).check()
+    with pytest.raises(ValueError, match="alarm_heldout_metric"):
+        AlarmOptions(alarm_heldout_metric="val/reward/total/std").check()
 
 
 HACKED = ["recipe=tiny_sd3_flowgrpo", "trainer.total_steps=8", "trainer.val_every=2", "trainer.save_every=0",
@@ -67,10 +67,10 @@ HACKED = ["recipe=tiny_sd3_flowgrpo", "trainer.total_steps=8", "trainer.val_ever
 def test_a_run_that_hacks_its_proxy_raises_the_alarm_and_stops_only_when_asked(tmp_path):
     out = tmp_path / "run"
     done = subprocess.run([sys.executable, "main_omni.py", *HACKED, f"trainer.output_dir={out}",
-                           "trainer.alarm_options.stop_on_alarm=true"],
+                           "trainer.logger_options.alarm_stop=true"],
                           cwd=ROOT, capture_output=True, text=True, timeout=1800)
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     hacked = [r for r in rows if r.get("alarm/reward_hacking") == 1.0]
     assert hacked, f"no alarm in {[(r.get('step'), r.get('val/reward/total/mean'), r.get('reward/total/mean')) for r in rows]}"
     assert done.returncode == 1 and "held-out val/reward/total/mean fell from" in done.stderr, done.stderr[-2000:]
-    assert "stop_on_alarm" in done.stderr and (out / "checkpoints").is_dir()
+    assert "alarm_stop" in done.stderr and (out / "checkpoints").is_dir()

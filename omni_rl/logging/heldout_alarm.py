@@ -4,19 +4,22 @@ Reward hacking looks like this: the proxy reward the policy is trained on goes u
 held-out measure of what the proxy stands for goes down (verl-omni #563: ImageBind and CLAP
 validation rewards dipping at step 50 and dropping at step 60 of a MiniMax-H3 run). At each
 validation `HeldoutAlarm.update` compares:
-- the held-out metric (`heldout_metric`, a validation figure such as `val/reward/total/mean`,
+- the held-out metric (`alarm_heldout_metric`, a validation figure such as `val/reward/total/mean`,
   with `val/reward/.../std` beside it: its standard error is std / sqrt(n) over the n validation
   samples) with its best so far: `drop_se` = (best - now) / sqrt(se_best^2 + se_now^2), the
   fall in standard errors of the difference (conservative: the two validations draw the same
   seeds, so the paired difference is less noisy than this assumes);
-- the training metric (`train_metric`, `reward/total/mean`), averaged over the steps since the
+- the training metric (`alarm_train_metric`, `reward/total/mean`), averaged over the steps since the
   previous validation, with its value in the window of the best held-out score (for a best at
   the step-0 validation, the first training window).
-It fires when `drop_se > sigmas` and the training mean is above its value at the best held-out
+It fires when `drop_se > alarm_sigmas` and the training mean is above its value at the best held-out
 step. Every validation logs `alarm/heldout_best`, `alarm/heldout_drop_se`,
 `alarm/train_rise_since_best` and `alarm/reward_hacking` (1 when it fires), and a firing logs a
-warning naming both curves. The run goes on unless `stop_on_alarm`, which stops it after the
+warning naming both curves. The run goes on unless `alarm_stop`, which stops it after the
 step's checkpoint with an error (exit 1).
+
+Its options are fields of the monitoring's options (`trainer.logger_options.alarm_*`,
+`omni_rl.logging.sinks.LoggerOptions`, which inherits `AlarmOptions`).
 """
 from __future__ import annotations
 
@@ -24,34 +27,30 @@ import math
 from dataclasses import dataclass
 from typing import Optional
 
-from omni_rl.config.options import bind_options, option
+from omni_rl.config.options import option
 from omni_rl.errors import OmniRunError
 
 
 @dataclass
 class AlarmOptions:
-    """The held-out alarm's options (`trainer.alarm_options`)."""
+    """The held-out alarm's options (`trainer.logger_options.alarm_*`)."""
 
-    enabled: bool = option(True, "Log the alarm/* metrics at each validation after the first, and warn when the held-out metric falls while the training reward rises.")
-    heldout_metric: str = option("val/reward/total/mean", "The validation figure watched (a .../mean metric; its .../std gives the standard error). Point data.val_prompt_file at a benchmark's held-out prompts and reward.val_rewards at its scorers to make it a held-out benchmark score.")
-    train_metric: str = option("reward/total/mean", "The training metric whose rise, with a held-out fall, fires the alarm.")
-    sigmas: float = option(2.0, "How many standard errors below its best the held-out metric must fall.")
-    stop_on_alarm: bool = option(False, "Stop the run (after the step's checkpoint, exit 1) when the alarm fires; by default it only warns.")
+    alarm: bool = option(True, "Log the held-out alarm's alarm/* metrics at each validation after the first, and warn when the held-out metric falls while the training reward rises.")
+    alarm_heldout_metric: str = option("val/reward/total/mean", "The validation figure the alarm watches (a .../mean metric; its .../std gives the standard error). Point data.val_prompt_file at a benchmark's held-out prompts and reward.val_rewards at its scorers to make it a held-out benchmark score.")
+    alarm_train_metric: str = option("reward/total/mean", "The training metric whose rise, with a held-out fall, fires the alarm.")
+    alarm_sigmas: float = option(2.0, "How many standard errors below its best the held-out metric must fall for the alarm.")
+    alarm_stop: bool = option(False, "Stop the run (after the step's checkpoint, exit 1) when the alarm fires; by default it only warns.")
 
     def check(self) -> None:
-        if not (math.isfinite(self.sigmas) and self.sigmas > 0):
-            raise ValueError(f"sigmas={self.sigmas!r}: expected a finite number > 0 of standard errors")
-        if not self.heldout_metric.endswith("/mean"):
-            raise ValueError(f"heldout_metric={self.heldout_metric!r}: expected a validation .../mean figure "
-                             f"(e.g. val/reward/total/mean), whose .../std gives its standard error")
-
-
-def bind_alarm_options(cfg) -> AlarmOptions:
-    return bind_options(AlarmOptions, cfg.trainer.alarm_options, "trainer.alarm_options", "the held-out alarm")
+        if not (math.isfinite(self.alarm_sigmas) and self.alarm_sigmas > 0):
+            raise ValueError(f"alarm_sigmas={self.alarm_sigmas!r}: expected a finite number > 0 of standard errors")
+        if not self.alarm_heldout_metric.endswith("/mean"):
+            raise ValueError(f"alarm_heldout_metric={self.alarm_heldout_metric!r}: expected a validation .../mean "
+                             f"figure (e.g. val/reward/total/mean), whose .../std gives its standard error")
 
 
 class RewardHackingAlarm(OmniRunError):
-    """The alarm fired with `stop_on_alarm`."""
+    """The alarm fired with `alarm_stop`."""
 
 
 @dataclass
@@ -70,17 +69,17 @@ class HeldoutAlarm:
 
     def observe_train(self, metrics: dict[str, float]) -> None:
         """Record one training step's metrics (its `train_metric`, where present)."""
-        value = metrics.get(self.options.train_metric)
+        value = metrics.get(self.options.alarm_train_metric)
         if value is not None and math.isfinite(value):
             self._window.append(float(value))
 
     def update(self, step: int, val_metrics: dict[str, float], num_samples: int) -> tuple[dict[str, float], Optional[str]]:
         """The alarm/* metrics of this validation and, when it fires, the warning's text."""
         o = self.options
-        value = val_metrics.get(o.heldout_metric)
-        if not o.enabled or value is None or not math.isfinite(value):
+        value = val_metrics.get(o.alarm_heldout_metric)
+        if not o.alarm or value is None or not math.isfinite(value):
             return {}, None
-        std = val_metrics.get(o.heldout_metric[: -len("/mean")] + "/std", 0.0)
+        std = val_metrics.get(o.alarm_heldout_metric[: -len("/mean")] + "/std", 0.0)
         now = _Point(step, float(value), float(std) / math.sqrt(max(num_samples, 1)),
                      sum(self._window) / len(self._window) if self._window else None)
         self._window = []
@@ -95,13 +94,13 @@ class HeldoutAlarm:
         spread = math.hypot(best.se, now.se)
         drop_se = (best.value - now.value) / spread if spread > 0 else math.inf
         rise = (now.train - best.train) if (now.train is not None and best.train is not None) else math.nan
-        fired = drop_se > o.sigmas and rise > 0
+        fired = drop_se > o.alarm_sigmas and rise > 0
         metrics = {"alarm/heldout_best": best.value, "alarm/heldout_drop_se": min(drop_se, 1e6),
                    "alarm/train_rise_since_best": rise, "alarm/reward_hacking": float(fired)}
         if not fired:
             return metrics, None
         return metrics, (
-            f"held-out {o.heldout_metric} fell from {best.value:.4g} (step {best.step}) to {now.value:.4g} (step {step}), "
-            f"{drop_se:.1f} standard errors, while the training {o.train_metric} rose from {best.train:.4g} to "
+            f"held-out {o.alarm_heldout_metric} fell from {best.value:.4g} (step {best.step}) to {now.value:.4g} (step {step}), "
+            f"{drop_se:.1f} standard errors, while the training {o.alarm_train_metric} rose from {best.train:.4g} to "
             f"{now.train:.4g}: the policy may be exploiting the proxy reward; look at the samples of both steps "
-            f"(trainer.alarm_options.stop_on_alarm=true stops such a run)")
+            f"(trainer.logger_options.alarm_stop=true stops such a run)")
