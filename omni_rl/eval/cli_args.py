@@ -2,6 +2,7 @@
 
     --eval BENCHMARK        evaluate the recipe's model on BENCHMARK (omni_rl.eval.job)
     --eval-model PATH       a checkpoint folder, a run's output folder, or a LoRA (default: the base)
+    --eval-weights W        trained (default) or ema: a checkpoint's moving average of its weights
     --eval-prompts PATH     the benchmark's prompt file (where it ships none)
     --eval-out DIR          where samples and results go (default outputs/eval/<run>/<model>/<benchmark>)
     --shard i/n             rows i, i + n, ... of the prompt file
@@ -17,7 +18,8 @@ from typing import Optional
 
 from omni_rl.errors import OmniConfigError
 
-_VALUED = ("--eval", "--eval-model", "--eval-prompts", "--eval-out", "--shard", "--protocol", "--eval-workers")
+_VALUED = ("--eval", "--eval-model", "--eval-prompts", "--eval-out", "--shard", "--protocol", "--eval-workers",
+           "--eval-weights")
 USAGE = """  --eval NAME   evaluate the recipe's model on benchmark NAME (geneval, ocr, pickscore, mmk12_greedy,
                 mmk12_sampled, speech_wer_similarity, video_clip_consistency, geneval_shapes, ...): --eval-model PATH (checkpoint or LoRA; default the base), --eval-prompts PATH,
                 --eval-out DIR, --shard i/n, --eval-workers N (Ray), --protocol KEY=VALUE; writes results.json
@@ -64,6 +66,7 @@ def take_eval_args(args: list[str]):
     one = {k: v[0] for k, v in values.items() if k != "--protocol"}
     request = EvalRequest(
         benchmark=one["--eval"], prompts=one.get("--eval-prompts"), model=one.get("--eval-model"),
+        weights=one.get("--eval-weights", "trained"),
         shard=parse_shard(one["--shard"]) if "--shard" in one else (0, 1), out=one.get("--eval-out"),
         protocol=tuple(values.get("--protocol", ())), workers=_workers(one.get("--eval-workers")),
     )
@@ -78,5 +81,5 @@ def _workers(text: Optional[str]) -> Optional[int]:
     return int(text)
 
 
-_EXAMPLES = {"--eval-workers": "2", "--eval": "geneval", "--eval-model": "outputs/RUN/checkpoints/step_000030", "--eval-prompts": "FILE.jsonl",
+_EXAMPLES = {"--eval-workers": "2", "--eval-weights": "ema", "--eval": "geneval", "--eval-model": "outputs/RUN/checkpoints/step_000030", "--eval-prompts": "FILE.jsonl",
              "--eval-out": "DIR", "--shard": "0/2", "--protocol": "num_steps=40"}

@@ -55,6 +55,7 @@ class EvalRequest:
     benchmark: str
     prompts: Optional[str] = None
     model: Optional[str] = None
+    weights: str = "trained"  # a checkpoint's trained tensors, or their EMA
     shard: tuple[int, int] = (0, 1)
     out: Optional[str] = None
     protocol: tuple[str, ...] = ()
@@ -108,7 +109,7 @@ def prepare(cfg, request: EvalRequest) -> Prepared:
     path = _prompt_path(benchmark, request.prompts)
     _check_scorers(protocol)
     items, prompt_file = _read_prompts(benchmark, path, protocol)
-    source = resolve_source(request.model)
+    source = resolve_source(request.model, request.weights)
     shard_index, shard_count = request.shard
     rows = list(range(shard_index, len(items), shard_count))
     ident = identity(source, cfg)
@@ -184,7 +185,7 @@ def _default_out(cfg, benchmark: Benchmark, source: ModelSource, ident: dict) ->
     if source.path is not None:
         first = next(iter(ident["sha256"].values()), "")
         owner = source.path.parent if source.path.is_file() else source.path
-        label = f"{owner.name}-{first[:8]}"
+        label = f"{owner.name}-{first[:8]}" + ("-ema" if source.weights == "ema" else "")
     return run_dir.parent / "eval" / run_dir.name / label / benchmark.name
 
 

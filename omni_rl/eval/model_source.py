@@ -2,7 +2,9 @@
 
 - nothing: the recipe's model as it is (the base);
 - a checkpoint folder of a run (or a run's output folder: its latest verified checkpoint): the
-  trained tensors, loaded as `trainer.resume` loads them, with the recipe's LoRA settings;
+  trained tensors, loaded as `trainer.resume` loads them, with the recipe's LoRA settings; or,
+  with `--eval-weights ema`, the exponential moving average of them that the run kept
+  (`trainer.backend_options.ema_decay`);
 - a LoRA in diffusers / PEFT format: a folder holding `pytorch_lora_weights.safetensors`
   (diffusers, what omni-rl exports) or `adapter_model.safetensors` (PEFT), or that file itself,
   whichever framework trained it. It is loaded by the model's own library (diffusers'
@@ -36,10 +38,28 @@ class ModelSource:
     kind: str                       # "base", "checkpoint" or "lora"
     path: Optional[Path] = None     # the checkpoint folder, or the LoRA file
     files: tuple[Path, ...] = ()    # the weight files the identity hashes
+    weights: str = "trained"        # a checkpoint's "trained" tensors or their "ema"
 
 
-def resolve_source(arg: Optional[str]) -> ModelSource:
-    """The `ModelSource` an `--eval-model` value names (checked on disk; nothing is loaded)."""
+WEIGHTS = ("trained", "ema")
+
+
+def resolve_source(arg: Optional[str], weights: str = "trained") -> ModelSource:
+    """The `ModelSource` an `--eval-model` value names (checked on disk; nothing is loaded), with
+    `--eval-weights` (`trained`, or a checkpoint's `ema`)."""
+    if weights not in WEIGHTS:
+        raise EvalModelError(f"--eval-weights {weights!r}: expected trained or ema (a checkpoint's moving average)")
+    if weights == "ema" and arg is None:
+        raise EvalModelError("--eval-weights ema needs --eval-model naming a checkpoint of a run that kept an EMA "
+                             "(trainer.backend_options.ema_decay)")
+    source = _resolve(arg)
+    if weights == "ema" and source.kind != "checkpoint":
+        raise EvalModelError(f"--eval-weights ema reads a checkpoint's EMA, and --eval-model {arg!r} is a {source.kind}; "
+                             f"name the checkpoint (an exported EMA LoRA is its own --eval-model: OUTPUT/lora/ema)")
+    return dataclasses.replace(source, weights=weights)
+
+
+def _resolve(arg: Optional[str]) -> ModelSource:
     if arg is None:
         return ModelSource("base")
     path = Path(arg).expanduser()
@@ -76,6 +96,8 @@ def identity(source: ModelSource, cfg) -> dict[str, Any]:
     """What was evaluated: the recipe's model and adapter, and the weights on top (kind, path, sha256)."""
     out: dict[str, Any] = {"model.path": cfg.model.path, "model.adapter": cfg.model.adapter,
                            "model.stage": cfg.model.stage, "weights": source.kind}
+    if source.weights != "trained":
+        out["tensors"] = source.weights
     if source.path is not None:
         out["path"] = str(source.path)
         out["sha256"] = {str(p.relative_to(source.path) if p != source.path else p.name): _sha256(p)
@@ -100,15 +122,21 @@ def load_source(source: ModelSource, model, cfg) -> None:
 
 
 def _load_checkpoint(source: ModelSource, model, cfg) -> None:
-    from omni_rl.trainer.checkpoint import CheckpointError, check_compatible, load_checkpoint
+    from omni_rl.trainer.checkpoint import CheckpointError, check_compatible, checkpoint_ema_tensors, load_checkpoint
 
     state = load_checkpoint(str(source.path))
     if "sharded" in state:
         raise EvalModelError(f"--eval-model {str(source.path)!r} is a sharded (Ray) checkpoint; export its weights "
                              f"with omni_rl.trainer.sharded_export.export_sharded_checkpoint and evaluate that LoRA")
+    tensors = state["trainable"]
+    if source.weights == "ema":
+        tensors = checkpoint_ema_tensors(state)
+        if tensors is None:
+            raise EvalModelError(f"--eval-weights ema: checkpoint {str(source.path)!r} holds no EMA (its run had no "
+                                 f"trainer.backend_options.ema_decay); evaluate its trained weights (drop --eval-weights)")
     try:
         check_compatible(state, cfg, model)
-        model.load_named_tensors(state["trainable"])
+        model.load_named_tensors(tensors)
     except (CheckpointError, KeyError, RuntimeError, ValueError) as err:
         raise EvalModelError(f"--eval-model {str(source.path)!r} does not fit recipe model {cfg.model.path!r}: {err}; "
                              f"evaluate it with the recipe it was trained with") from None

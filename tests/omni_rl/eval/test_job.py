@@ -91,6 +91,9 @@ def run_cli(*args):
     (["--eval", "geneval_shapes", "--shard", "2/2"], "--shard '2/2'"),
     (["--eval", "geneval_shapes", "--protocol", "steps=3"], "'steps' is no protocol field"),
     (["--eval-model", "x"], "--eval-model needs --eval"),
+    (["--eval", "geneval", "--eval-prompts", "recipes/prompts/simple_animals.txt"], "is not a geneval prompt file"),
+    (["--eval", "geneval_shapes", "--eval-weights", "ema"], "--eval-weights ema needs --eval-model"),
+    (["--eval", "geneval_shapes", "--eval-weights", "best"], "--eval-weights 'best'"),
 ])
 def test_bad_input_is_one_error_line_before_any_model_loads(args, message, tmp_path):
     done = run_cli(*RECIPE, *args, "--eval-out", str(tmp_path / "out"))
@@ -113,3 +116,13 @@ def test_ray_workers_give_the_whole_result(whole, tmp_path):
     spread = run_on_ray(cfg, EvalRequest("geneval_shapes", out=str(tmp_path), protocol=FAST), workers=2, progress=False)
     assert spread["figures"] == results["figures"]
     assert done_rows(tmp_path) == set(range(43))
+
+
+def test_comparing_results_of_other_protocols_is_one_error_line(whole, tmp_path):
+    out, _ = whole
+    other = tmp_path / "other"
+    evaluate(other, protocol=("samples_per_prompt=1", "num_steps=6"), )
+    done = run_cli("--compare", str(out), str(other))
+    assert done.returncode == 2, done.stderr
+    lines = [line for line in done.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and "the protocols differ (num_steps: 12 vs 6)" in lines[0], done.stderr
