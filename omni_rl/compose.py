@@ -211,11 +211,16 @@ def reward_items(cfg: OmniConfig) -> list[tuple[str, Any]]:
 def _check_reward_media(cfg: OmniConfig) -> None:
     """Every reward scores what the model makes: an image reward on video is given frames
     (`video_frames`), an audio reward needs an adapter that makes audio (its class attribute
-    `makes_audio`), and `video_frames` goes only on rewards that score images, not video."""
+    `makes_audio`), a reward scores something the model's family hands its rewards (its
+    `sample_modalities`: a talker's audio), and `video_frames` goes only on rewards that score
+    images, not video."""
     architecture = adapter_key(cfg.model.adapter, cfg.model.stage)
     adapter_class = ADAPTERS.get(architecture)
     makes_video = cfg.rollout.num_frames > 1
     makes_audio = getattr(adapter_class, "makes_audio", False)
+    # What the family hands its rewards, where the config does not decide it (a talker: audio).
+    family = MODEL_FAMILIES.get(adapter_class.family) if adapter_class.family in MODEL_FAMILIES else None
+    handed = family.variant(cfg).sample_modalities if family is not None else None
     for key, item in reward_items(cfg):
         try:
             modalities = reward_modalities(item.name, dict(item.kwargs))
@@ -242,6 +247,13 @@ def _check_reward_media(cfg: OmniConfig) -> None:
             raise ConfigError(
                 f"{key}: reward {item.name!r} scores {scored}, but model.adapter={architecture!r} "
                 f"({adapter_class.__name__}) makes no audio; drop the reward or use an audio model's adapter"
+            )
+        if handed is not None and not modalities & handed:
+            raise ConfigError(
+                f"{key}: reward {item.name!r} scores {scored}, but model.adapter={architecture!r} (family "
+                f"{adapter_class.family}) hands its rewards {', '.join(sorted(handed))} only; drop the reward or pick "
+                f"one that scores {' or '.join(sorted(handed))} (a text rule scores a sample's text with "
+                f"kwargs.text_key, e.g. spoken_text)"
             )
 
 

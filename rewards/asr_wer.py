@@ -78,9 +78,6 @@ class AsrWerScorer:
         self.processor = load_pretrained(WhisperProcessor, processor or model, "processor", "asr_wer")
         extractor = self.processor.feature_extractor
         self.rate, self.window = int(extractor.sampling_rate), int(extractor.n_samples)
-        # The length limit is max_new_tokens alone (transformers warns on every call when the
-        # checkpoint's max_length is set too).
-        self.model.generation_config.max_length = None
         positions = int(self.model.config.max_target_positions)
         if max_new_tokens > positions - 4:  # the prompt takes 4: start, language, task, no-timestamps
             raise ValueError(
@@ -107,7 +104,11 @@ class AsrWerScorer:
         tokens = self.model.generate(
             features["input_features"].to(self.device, torch.float32),
             attention_mask=features["attention_mask"].to(self.device),
-            language=self.language, task="transcribe", max_new_tokens=self.max_new_tokens,
+            # `max_length` as Whisper's generate reads it: new tokens, to which it adds its prompt
+            # (start, language, task, no-timestamps). The same limit as `max_new_tokens`, which
+            # transformers pairs with the checkpoint's default max_length of 20 and warns about on
+            # every call.
+            language=self.language, task="transcribe", max_length=self.max_new_tokens,
             do_sample=False, num_beams=1,
         )
         return self.processor.batch_decode(tokens, skip_special_tokens=True)
@@ -130,11 +131,24 @@ def default_metric(language: str | None) -> str:
     return "cer" if language is not None and language.lower() in CHARACTER_LANGUAGES else "wer"
 
 
+def is_whisper_language(language: Any) -> bool:
+    """Whether Whisper's generate takes `language`: a code (en), a name (english) or a token (<|en|>)."""
+    from transformers.models.whisper.tokenization_whisper import LANGUAGES, TO_LANGUAGE_CODE
+
+    if not isinstance(language, str):
+        return False
+    key = language.lower()
+    if key.startswith("<|") and key.endswith("|>"):
+        key = key[2:-2]
+    return key in LANGUAGES or key in TO_LANGUAGE_CODE
+
+
 def _check_options(*, language: str | None = "en", metric: str | None = None, text_key: str = "spoken_text",
                    normalizer: str = "basic", max_new_tokens: int = 224, sample_rate: int | None = None,
                    **_: Any) -> None:
-    if language is not None and (not isinstance(language, str) or not language):
-        raise ValueError(f"language={language!r}; expected a Whisper language code or name (e.g. en, zh), or None")
+    if language is not None and not is_whisper_language(language):
+        raise ValueError(f"language={language!r}; expected a Whisper language code or name (e.g. en, zh, english: "
+                         f"one of the 100 of transformers' WhisperTokenizer), or null to detect it per clip")
     if metric is not None and metric not in METRICS:
         raise ValueError(f"metric={metric!r}; expected wer, cer, or None (cer for zh, yue and ja, else wer)")
     if not isinstance(text_key, str) or not text_key:

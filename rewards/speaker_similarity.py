@@ -4,9 +4,19 @@ verification model (transformers' `WavLMForXVector` and its feature extractor).
     speaker_similarity = cos(xvector(sample), xvector(reference))          in [-1, 1]
 
 `reference_audio` is a WAV file of the voice to match (integer PCM, any rate, channels averaged;
-read with `omni_rl.data.chat_prompts.read_wav`), read and embedded once when the reward is built.
-A missing file or one that is not such a WAV fails at load, when the options are checked, with
-one line naming it.
+read with `omni_rl.data.wav.read_wav`), read and embedded once when the reward is built. It is
+checked when a run starts, before any model loads (`check_files`), each failure one line naming
+the file: a missing file, one that is not such a WAV (or is damaged or truncated), and a voice
+that cannot be a voice print:
+- shorter than `MIN_REFERENCE_SECONDS` (0.5 s): too little speech to hold a voice (the model's
+  own shortest input, 0.325 s, would be mostly zero padding);
+- silent: RMS below `SILENCE_RMS` (1e-3 of full scale, -60 dBFS; 16-bit dither is ~-90 dBFS,
+  quiet speech ~-40): a muted microphone or a wrong channel, whose x-vector is the voice print
+  of silence;
+- longer than `MAX_REFERENCE_SECONDS` (60 s): the reference is embedded in one forward, whose
+  attention grows with the square of its length (10 minutes took over 20 GB); a longer file is
+  refused rather than cut, so the user picks the part that is the voice. A file over
+  `MAX_REFERENCE_BYTES` is refused before it is read.
 
 Audio input (`samples`): the contract of `rewards.audio_inputs` (a `MediaSamples` with audio, or
 mono clips with their rates), mixed down to mono and resampled to the feature extractor's rate
@@ -37,6 +47,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Sequence
 
+import numpy as np
 import torch
 
 from omni_rl.device import pick_device
@@ -47,12 +58,19 @@ from rewards.audio_inputs import audio_clips, check_sample_rate
 from rewards.pretrained import device_network, load_pretrained
 
 DEFAULT_MODEL = "microsoft/wavlm-base-plus-sv"
+# The bounds of a reference voice (see the module docstring for why each).
+MIN_REFERENCE_SECONDS = 0.5
+MAX_REFERENCE_SECONDS = 60.0
+SILENCE_RMS = 1e-3
+# 60 s at 96 kHz, 32-bit, 2 channels is 46 MB: a larger file cannot be a reference within the bound.
+MAX_REFERENCE_BYTES = 64 * 2 ** 20
 
 
 def read_reference(path: Any) -> tuple[torch.Tensor, int]:
-    """The reference voice: (float32 mono clip in [-1, 1], sample rate). A missing file, or one
-    that is not an integer-PCM WAV, raises `OmniConfigError` naming `reference_audio`."""
-    from omni_rl.data.chat_prompts import read_wav
+    """The reference voice: (float32 mono clip in [-1, 1], sample rate). A missing file, one that
+    is not an integer-PCM WAV, and a voice too short, silent or too long (the module docstring's
+    bounds) raise `OmniConfigError` naming `reference_audio`."""
+    from omni_rl.data.wav import read_wav
 
     expected = "expected a WAV file (integer PCM) of the voice the samples should sound like"
     if not isinstance(path, (str, Path)) or not str(path):
@@ -61,7 +79,34 @@ def read_reference(path: Any) -> tuple[torch.Tensor, int]:
     if not file.is_file():
         what = "is a folder" if file.is_dir() else "no such file"
         raise OmniConfigError(f"reference_audio={str(path)!r}: {what}; {expected}")
-    samples, rate = read_wav(file.read_bytes(), f"reference_audio={str(path)!r}")
+    where = f"reference_audio={str(path)!r}"
+    size = file.stat().st_size
+    if size > MAX_REFERENCE_BYTES:
+        raise OmniConfigError(
+            f"{where}: the file is {size / 2 ** 20:.0f} MiB, more than a reference voice of at most "
+            f"{MAX_REFERENCE_SECONDS:.0f} s can be ({MAX_REFERENCE_BYTES // 2 ** 20} MiB); cut a few seconds of the "
+            f"voice (5-20 s of clean speech) into a file of its own"
+        )
+    samples, rate = read_wav(file.read_bytes(), where)
+    seconds = samples.size / rate
+    if seconds < MIN_REFERENCE_SECONDS:
+        raise OmniConfigError(
+            f"{where}: {seconds:.3f} s of audio ({samples.size} samples at {rate} Hz); a reference voice is at least "
+            f"{MIN_REFERENCE_SECONDS} s of speech: use a longer recording (5-20 s of clean speech)"
+        )
+    if seconds > MAX_REFERENCE_SECONDS:
+        raise OmniConfigError(
+            f"{where}: {seconds:.1f} s of audio; a reference voice is at most {MAX_REFERENCE_SECONDS:.0f} s (it is "
+            f"embedded in one forward, whose memory grows with the square of its length): cut 5-20 s of clean "
+            f"speech into a file of its own"
+        )
+    rms = float(np.sqrt(np.mean(np.square(samples, dtype=np.float64))))
+    if rms < SILENCE_RMS:
+        level = f"{20 * np.log10(rms):.0f} dBFS" if rms > 0 else "all zeros"
+        raise OmniConfigError(
+            f"{where}: the audio is silent (RMS {rms:.2e} of full scale, {level}; a voice is above {SILENCE_RMS:g}, "
+            f"-60 dBFS): a muted microphone or a wrong channel? Record or pick the file again"
+        )
     return torch.from_numpy(samples.copy()), int(rate)
 
 
@@ -118,8 +163,8 @@ def _check_options(*, reference_audio: Any = None, sample_rate: int | None = Non
 
 
 def _check_files(*, reference_audio: Any = None, **_: Any) -> None:
-    """When a run starts, before any model loads: the reference voice reads (a missing or
-    non-WAV file is one line)."""
+    """When a run starts, before any model loads: the reference voice reads and is a voice (a
+    missing, non-WAV, too short, silent or too long file is one line)."""
     read_reference(reference_audio)
 
 

@@ -47,8 +47,7 @@ class ResponseLengthScorer:
     """Scores each response -|len - target| / target (characters)."""
 
     def __init__(self, target: int, text_key: str | None = None):
-        if isinstance(target, bool) or not isinstance(target, numbers.Integral) or target < 1:
-            raise ValueError(f"response_length: target={target!r}; expected an int >= 1 (characters)")
+        _check_target(target)
         _check_text_key(text_key)
         self.target = int(target)
         self.text_key = text_key
@@ -65,8 +64,7 @@ class CharMatchScorer:
     """Scores each response by the fraction of its characters that are in `chars`."""
 
     def __init__(self, chars: str, text_key: str | None = None):
-        if not isinstance(chars, str) or not chars:
-            raise ValueError(f"char_match: chars={chars!r}; expected a non-empty string, e.g. 'a' or 'aeiou'")
+        _check_chars(chars)
         _check_text_key(text_key)
         self.chars = frozenset(chars)
         self.text_key = text_key
@@ -85,8 +83,24 @@ def _check_text_key(text_key: str | None) -> None:
                          f"or null to score the samples")
 
 
-def _check_options(*, text_key: str | None = None, **_: Any) -> None:
+def _check_options(*, text_key: str | None = None, **options: Any) -> None:
+    """At config load, before any model loads: what the scorers' constructors check too."""
     _check_text_key(text_key)
+    # The registry's message names the reward already: no prefix here.
+    if "chars" in options:
+        _check_chars(options["chars"], "")
+    if "target" in options:
+        _check_target(options["target"], "")
+
+
+def _check_chars(chars: Any, prefix: str = "char_match: ") -> None:
+    if not isinstance(chars, str) or not chars:
+        raise ValueError(f"{prefix}chars={chars!r}; expected a non-empty string, e.g. 'a' or 'aeiou'")
+
+
+def _check_target(target: Any, prefix: str = "response_length: ") -> None:
+    if isinstance(target, bool) or not isinstance(target, numbers.Integral) or target < 1:
+        raise ValueError(f"{prefix}target={target!r}; expected an int >= 1 (characters)")
 
 
 def _modalities(*, text_key: str | None = None, **_: Any) -> frozenset[str]:

@@ -70,17 +70,23 @@ STD_MODES = ("group", "global", "none")
 @dataclass
 class AdvantageOptions:
     """The estimators' options (`algo.advantage_options`); an estimator that never divides by a
-    std (dr_grpo, rloo) reads neither."""
+    std (dr_grpo, rloo) reads neither `std_mode` nor `eps`. `max_uniform_steps` is the trainer's
+    (`omni_rl.trainer.no_signal`): how long every advantage may be zero."""
 
     std_mode: str = field(default="global", metadata={
         "doc": "grpo's normaliser: group (per-prompt std), global (batch std; Flow-GRPO) or none."})
     eps: float = field(default=1e-4, metadata={"doc": "Added to the std before dividing (> 0; Flow-GRPO: 1e-4)."})
+    max_uniform_steps: int = field(default=10, metadata={
+        "doc": "Steps in a row in which every group's samples score the same (every advantage 0: no signal) before the "
+               "run stops with an error naming the rewards; each such step warns; 0 = never stop."})
 
     def check(self) -> None:
         if self.std_mode not in STD_MODES:
             raise ValueError(f"std_mode={self.std_mode!r}: expected one of {', '.join(STD_MODES)}")
         if not (math.isfinite(self.eps) and self.eps > 0):
             raise ValueError(f"eps={self.eps!r}: expected a finite value > 0 (Flow-GRPO uses 1e-4)")
+        if self.max_uniform_steps < 0:
+            raise ValueError(f"max_uniform_steps={self.max_uniform_steps!r}: expected >= 1 steps, or 0 to never stop")
 
 
 @dataclass

@@ -92,10 +92,11 @@ __all__ = [
 Metrics = dict[str, Tensor]
 
 
-def option(default, doc: str):
+def option(default, doc: str, *, infinite: bool = False):
     """A loss option: a dataclass field with its default and one line of documentation (what
-    `--options` prints; `omni_rl.config.options` reads it the same way)."""
-    return field(default=default, metadata={"doc": doc})
+    `--options` prints; `omni_rl.config.options` reads it the same way, and refuses +-inf unless
+    `infinite`)."""
+    return field(default=default, metadata={"doc": doc, "infinite": infinite})
 
 
 @dataclass

@@ -151,7 +151,8 @@ class TokenLossOptions(AdvantageClipOptions):
     clip_range: float = option(0.2, "Lower ratio clip: [1 - clip_range, ...] (PPO: 0.2).")
     clip_range_high: Optional[float] = option(None, "Upper ratio clip; null = clip_range (DAPO's clip-higher: 0.28).")
     kl_estimator: str = option("k3", "Per-token KL estimate to the reference: k1 (log-ratio) or k3 (Schulman's, >= 0).")
-    kl_clamp: Optional[float] = option(None, "Clamp each token's KL estimate to [-kl_clamp, kl_clamp]; null = none (verl: 10).")
+    kl_clamp: Optional[float] = option(None, "Clamp each token's KL estimate to [-kl_clamp, kl_clamp]; null (or inf) = none "
+                                             "(verl: 10).", infinite=True)
 
     @property
     def clip_low(self) -> float:

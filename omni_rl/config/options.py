@@ -19,28 +19,42 @@ expected: an unknown key lists the component's options, a wrong type names the t
 `check()` failure is prefixed with the block's key. Types are checked for the annotation kinds
 options use: bool, int, float, str, Optional[...], list[...] and dict.
 
+A float option (and each float of a list) is finite: NaN never is a setting, and infinity passes
+most range checks (`> 0`) while meaning nothing (a temperature of inf samples uniformly, a scale
+of inf overflows), so both are refused here, for every component at once, before its `check()`
+runs. An option for which infinity is a limit with a meaning (a clamp at inf is no clamp)
+declares it: `option(None, "...", infinite=True)`.
+
 It imports nothing above `omni_rl.config`.
 """
 from __future__ import annotations
 
 import dataclasses
+import math
 import typing
 from dataclasses import MISSING, dataclass, field, fields
 from typing import Any, Mapping, Optional, TypeVar
 
 from omni_rl.config.validate import ConfigError
 
-__all__ = ["option", "bind_options", "describe_options", "options_help", "NoOptions", "OptionDoc"]
+__all__ = ["option", "allows_infinity", "bind_options", "describe_options", "options_help", "NoOptions", "OptionDoc"]
 
 T = TypeVar("T")
 
 
-def option(default: Any, doc: str) -> Any:
+def option(default: Any, doc: str, *, infinite: bool = False) -> Any:
     """A dataclass field with a default and one line of documentation (`--options` prints it).
-    A list or dict default is copied per instance."""
+    A list or dict default is copied per instance. `infinite`: a float option that may be set to
+    +-inf (NaN is refused always)."""
+    metadata = {"doc": doc, "infinite": infinite}
     if isinstance(default, (list, dict)):
-        return field(default_factory=lambda: type(default)(default), metadata={"doc": doc})
-    return field(default=default, metadata={"doc": doc})
+        return field(default_factory=lambda: type(default)(default), metadata=metadata)
+    return field(default=default, metadata=metadata)
+
+
+def allows_infinity(options_class: type, name: str) -> bool:
+    """Whether the option `name` of `options_class` declares that it may be +-inf."""
+    return bool(next(f for f in fields(options_class) if f.name == name).metadata.get("infinite", False))
 
 
 @dataclass
@@ -123,6 +137,7 @@ def bind_options(options_class: type[T], values: Optional[Mapping[str, Any]], ke
         if not _matches(value, tp):
             raise ConfigError(f"{key}.{name}={value!r}: expected {_type_name(tp)} ({owner})")
         values[name] = _coerce(value, tp)
+        _check_finite(f"{key}.{name}", values[name], known[name], owner)
     instance = options_class(**values)
     check = getattr(instance, "check", None)
     if check is not None:
@@ -131,6 +146,22 @@ def bind_options(options_class: type[T], values: Optional[Mapping[str, Any]], ke
         except ValueError as err:
             raise ConfigError(f"{key}.{err}" if not str(err).startswith(key) else str(err)) from None
     return instance
+
+
+def _check_finite(key: str, value: Any, spec: dataclasses.Field, owner: str) -> None:
+    """A float (or a list's float) that is NaN, or infinite where the option does not declare
+    `infinite`, raises `ConfigError`."""
+    floats = value if isinstance(value, list) else [value]
+    for number in floats:
+        if not isinstance(number, float) or math.isfinite(number):
+            continue
+        if math.isinf(number) and spec.metadata.get("infinite", False):
+            continue
+        raise ConfigError(
+            f"{key}={value!r}: expected a finite number ({owner}); "
+            f"{'NaN is no setting' if math.isnan(number) else 'infinity is not a value this option takes'}: set a "
+            f"finite value"
+        )
 
 
 def describe_options(options_class: type) -> list[OptionDoc]:

@@ -45,9 +45,9 @@ made of the base64 alphabet alone, 64 characters or longer, is base64, never a p
 Decoding rules. Images are fully decoded at load, so a corrupt file fails now, naming its row,
 not in the middle of a run; an image over 8192 x 8192 pixels is refused
 (`omni_rl.data.image_decode`). Images with transparency are composited onto white (what a viewer
-shows) before the RGB conversion. WAV files are read with the standard `wave` module: integer
+shows) before the RGB conversion. WAV files are read by `omni_rl.data.wav.read_wav`: integer
 PCM only (8-bit unsigned, 16/24/32-bit signed), scaled to [-1, 1] and averaged over channels;
-a float or compressed WAV is refused with a hint to convert it.
+a float or compressed WAV, a damaged header and a truncated data chunk are refused.
 
 Every bad row raises `PromptFileError` naming the file, the 1-based row number, the field
 and what was expected. Parquet needs `pyarrow` (`pip install pyarrow`).
@@ -59,11 +59,9 @@ from __future__ import annotations
 
 import base64
 import binascii
-import io
 import json
 import numbers
 import re
-import wave
 from pathlib import Path
 from typing import Any, Optional
 
@@ -74,6 +72,7 @@ from omni_rl.data.dataset_folder import DatasetFolder, is_base64
 from omni_rl.data.image_decode import decode_image
 from omni_rl.data.prompt_item import PromptFileError, PromptItem
 from omni_rl.data.row_metadata import row_metadata
+from omni_rl.data.wav import read_wav
 
 ROLES = ("system", "user", "assistant", "tool")
 MEDIA_KEYS = ("images", "audio")
@@ -399,36 +398,6 @@ def _array_clip(value: dict[str, Any], where: str) -> tuple[np.ndarray, int]:
     if not np.isfinite(array).all():
         raise PromptFileError(f"{where}: 'array' holds NaN or infinite samples")
     return array, int(rate)
-
-
-def read_wav(data: bytes, where: str) -> tuple[np.ndarray, int]:
-    """Integer-PCM WAV bytes -> (float32 mono samples in [-1, 1], sample_rate)."""
-    try:
-        with wave.open(io.BytesIO(data), "rb") as wav:
-            channels, width, rate = wav.getnchannels(), wav.getsampwidth(), wav.getframerate()
-            frames = wav.readframes(wav.getnframes())
-    except (wave.Error, EOFError) as err:
-        raise PromptFileError(
-            f"{where}: not a readable WAV file ({err}); only integer PCM WAV is read (convert with e.g. "
-            f"ffmpeg -i in -acodec pcm_s16le out.wav)"
-        ) from None
-    if width == 1:
-        samples = (np.frombuffer(frames, dtype=np.uint8).astype(np.float32) - 128.0) / 128.0
-    elif width == 2:
-        samples = np.frombuffer(frames, dtype="<i2").astype(np.float32) / 32768.0
-    elif width == 3:
-        raw = np.frombuffer(frames, dtype=np.uint8).reshape(-1, 3).astype(np.int32)
-        value = raw[:, 0] | (raw[:, 1] << 8) | (raw[:, 2] << 16)
-        value = np.where(value >= 1 << 23, value - (1 << 24), value)
-        samples = value.astype(np.float32) / float(1 << 23)
-    elif width == 4:
-        samples = (np.frombuffer(frames, dtype="<i4").astype(np.float64) / float(1 << 31)).astype(np.float32)
-    else:
-        raise PromptFileError(f"{where}: WAV sample width {width} bytes is not supported; expected 1..4")
-    if samples.size == 0:
-        raise PromptFileError(f"{where}: the WAV file holds no samples")
-    samples = samples[: samples.size - samples.size % channels].reshape(-1, channels)
-    return samples.mean(axis=1, dtype=np.float32), rate
 
 
 # ------------------------------------------------------------------------------------------

@@ -105,6 +105,7 @@ def messages_of(item: PromptItem) -> list[dict]:
 @register_family("autoregressive")
 class TextFamily(ModelFamily):
     batch_type = TextBatch
+    sample_modalities = frozenset({"text"})  # the responses
     rollout_is_levels = ("token", "sequence")  # a response token; the whole response
     losses = TOKEN_LOSSES
     Options = TextOptions

@@ -69,6 +69,10 @@ class ModelFamily(ABC):
     losses: ClassVar[Registry[type[PolicyLoss]]]
     # The family's own options (a dataclass), set in `algo.family_options` and checked at load.
     Options: ClassVar[type] = NoOptions
+    # What its rewards are handed (`reward_inputs`), a subset of the reward registry's modalities:
+    # a reward that scores none of them is refused at load. None: it depends on the config (a
+    # diffusion model's images or video, and audio), checked by the composition root's own rules.
+    sample_modalities: ClassVar[Optional[frozenset[str]]] = None
 
     @classmethod
     def variant(cls, cfg: OmniConfig) -> type["ModelFamily"]:

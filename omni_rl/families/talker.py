@@ -92,6 +92,7 @@ class TalkerOptions(TextOptions):
 @register_family("talker")
 class TalkerFamily(ModelFamily):
     batch_type = SpeechBatch
+    sample_modalities = frozenset({"audio"})  # a MediaSamples of the spoken answers
     rollout_is_levels = ()
     losses = TOKEN_LOSSES
     Options = TalkerOptions

@@ -96,6 +96,7 @@ def bind_plan_loss_options(options: ThinkDrawOptions):
 @register_family("think_draw")
 class ThinkDrawFamily(ModelFamily):
     batch_type = ThinkDrawBatch
+    sample_modalities = frozenset({"image"})  # the images (the plans are not scored)
     rollout_is_levels = ()  # refused: a plan token and a denoising step share no unit
     losses = DIFFUSION_LOSSES  # algo.policy_loss; the plan's is the option plan_policy_loss
     Options = ThinkDrawOptions

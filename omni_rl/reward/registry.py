@@ -28,7 +28,8 @@ What a reward declares about itself is its registry entry's spec (`RewardDeclara
 with `reward_declaration(name)`), given to `register_reward`:
 
 - `check_options(**options)` checks option *values* without building anything (a URL's
-  scheme, a range) and raises ValueError naming the option. `check_reward_options`, which the
+  scheme, a range) and raises ValueError naming the option (an option annotated float that
+  is NaN or infinite is refused for every reward before it runs). `check_reward_options`, which the
   config runs at load time, calls it after the signature check, so such a mistake stops the
   run before any model is loaded:
 
@@ -69,6 +70,8 @@ option `video_frames` (see `omni_rl.reward.manager`).
 from __future__ import annotations
 
 import inspect
+import math
+import typing
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Sequence, Union
 
@@ -285,6 +288,12 @@ def check_reward_files(name: str, kwargs: dict[str, Any]) -> None:
 
 
 def _check_values(name: str, kwargs: dict[str, Any]) -> None:
+    # No option a reward declares a float (a scale, a threshold, a timeout) is one for which NaN
+    # or infinity means something: refused for every reward here, before its own check.
+    floats = _float_parameters(REWARDS.get(name))
+    for key, value in kwargs.items():
+        if key in floats and isinstance(value, float) and not math.isfinite(value):
+            raise RewardConfigError(f"reward {name!r}: {key}={value!r}; expected a finite number: set a finite value")
     check = reward_declaration(name).check_options
     if check is None:
         return
@@ -292,6 +301,17 @@ def _check_values(name: str, kwargs: dict[str, Any]) -> None:
         check(**kwargs)
     except (TypeError, ValueError) as err:
         raise RewardConfigError(f"reward {name!r}: {err}") from None
+
+
+def _float_parameters(factory: RewardFactory) -> frozenset[str]:
+    """The factory's parameters annotated `float` or `float | None` (a string annotation under
+    `from __future__ import annotations`, read as written)."""
+    try:
+        params = inspect.signature(factory).parameters.values()
+    except (TypeError, ValueError):
+        return frozenset()
+    written = {float, "float", "float | None", "None | float", "Optional[float]", typing.Optional[float]}
+    return frozenset(p.name for p in params if p.annotation in written)
 
 
 def _check_kwargs(name: str, factory: RewardFactory, kwargs: dict[str, Any]) -> None:

@@ -609,21 +609,36 @@ def check_compatible(state: dict[str, Any], cfg, model) -> None:
     if missing or extra or other:
         parts = []
         if missing:
-            parts.append(f"{len(missing)} of this model's are not in it (e.g. {missing[0]!r})")
+            parts.append(f"{len(missing)} of this model's trainable tensors are not in the checkpoint (e.g. "
+                         f"{missing[0]!r})")
         if extra:
-            parts.append(f"{len(extra)} of its are not in this model (e.g. {extra[0]!r})")
+            parts.append(f"{len(extra)} of the checkpoint's trainable tensors are not in this model (e.g. {extra[0]!r})")
         if other:
             parts.append(f"{len(other)} differ in shape (e.g. {other[0]!r}: {saved_shapes[other[0]]} saved, "
                          f"{shapes[other[0]]} here)")
-        if undecided:
-            parts.append("; ".join(undecided))
+        # What decides which tensors train besides the keys above: the adapter's options
+        # (model.options.trainable on the talker).
+        changed = _changed_options(saved_model, current)
+        if undecided or changed:
+            parts.append("; ".join(undecided + [f"model.options.{k}={_show(a)} there, {_show(b)} here"
+                                                for k, a, b in changed]))
+        settings = ", ".join(f"model.options.{k}={_show(a)}" for k, a, _ in changed)
         raise CheckpointError(
             f"trainer.resume: the trainable tensors of {folder} do not fit this model: {'; '.join(parts)}; "
-            f"resume with the model settings of {Path(folder) / CONFIG_FILE}"
+            f"resume with the model settings of {Path(folder) / CONFIG_FILE}" + (f" ({settings})" if settings else "")
         )
 
 
 _ABSENT = object()
+
+
+def _changed_options(saved_model: Any, current: dict[str, Any]) -> list[tuple[str, Any, Any]]:
+    """(key, saved, now) of each `model.options` entry set differently there and here."""
+    saved = saved_model.get("options") if isinstance(saved_model, dict) else None
+    now = current.get("options") or {}
+    if not isinstance(saved, dict):
+        return []
+    return [(k, saved.get(k), now.get(k)) for k in sorted(set(saved) | set(now)) if saved.get(k) != now.get(k)]
 
 
 def _lookup(tree: dict[str, Any], dotted: str) -> Any:

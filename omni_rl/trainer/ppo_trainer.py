@@ -52,6 +52,7 @@ from omni_rl.trainer.actor_group import ACTOR_GROUPS
 from omni_rl.trainer.checkpoint import check_compatible, export_folder, list_checkpoints, load_checkpoint, set_rng_state
 from omni_rl.trainer.interrupt import StopOnSignal, TrainingInterrupted
 from omni_rl.trainer.leftovers import remove_stale_tiny_builds
+from omni_rl.trainer.no_signal import NoSignalWatch
 from omni_rl.trainer.pipeline import PIPELINES, PipelineState, Produced
 from omni_rl.trainer.run_dir import DISK_FULL, OutputWriteError, open_run_dir, write_failure
 from omni_rl.trainer.timer import StepTimer
@@ -111,6 +112,7 @@ class PPOTrainer:
             self._build_rewards()
             self.advantage_fn = get_advantage_estimator(cfg.algo.advantage)
             self.advantage_options = bind_advantage_options(cfg)
+            self.no_signal = NoSignalWatch(self.advantage_options.max_uniform_steps)
             self.rollout_correction = bind_rollout_correction(cfg)
             self.logger_options = bind_logger_options(cfg)
             self.alarm = HeldoutAlarm(self.logger_options)
@@ -287,6 +289,8 @@ class PPOTrainer:
             else:
                 reward = self.rewards.score(*self.family.reward_inputs(batch))
             batch.rewards = reward.total
+            # Before the update: a run of steps with no signal stops here, not after training on it.
+            self.no_signal.observe(step, reward.total, batch.group_index, reward.per_reward)
             batch.advantages = self.advantage_fn(
                 AdvantageInput(reward.total, batch.group_index, self.advantage_options.std_mode, self.advantage_options.eps)
             )

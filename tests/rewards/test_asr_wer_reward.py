@@ -144,3 +144,48 @@ def test_bad_options_fail_before_any_model_loads(options, expected):
 def test_max_new_tokens_within_the_decoder(whisper_dir):
     with pytest.raises(ValueError, match=r"max_new_tokens=446; expected at most 444"):
         build_reward("asr_wer", model=whisper_dir, max_new_tokens=446)
+
+
+def test_a_language_whisper_does_not_know_is_one_line_at_load(capsys, tmp_path):
+    """Issue 45, L2: `language: klingon` failed at step 1, after the model loaded."""
+    from omni_rl.cli import main
+
+    reward = "reward.rewards=[{name: asr_wer, kwargs: {model: tiny:whisper-reward, language: klingon}}]"
+    assert main(["recipe=tiny_qwen3_omni_talker_grpo", reward, "trainer.val_every=0",
+                 f"trainer.output_dir={tmp_path / 'out'}"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: ") and "\n" not in err and not (tmp_path / "out").exists()
+    assert "reward 'asr_wer': language='klingon'; expected a Whisper language code or name (e.g. en, zh, english: " \
+           "one of the 100 of transformers' WhisperTokenizer), or null to detect it per clip" in err
+    from omni_rl.reward.registry import check_reward_options
+
+    for known in ("en", "English", "<|de|>", "cantonese", None):
+        check_reward_options("asr_wer", {"language": known})
+
+
+def test_transcribing_logs_no_transformers_warning_after_the_first_call(scorer, clips):
+    """Issue 45, L8: every step printed "Both `max_new_tokens` and `max_length` seem to have been set".
+    The limit goes as the `max_length` Whisper's generate reads (new tokens), so the tokens are
+    the ones `max_new_tokens` gives. Whisper's own generate passes its suppress tokens beside its
+    generation config, which transformers warns about once per process (warning_once): the first
+    call may print that, never anything after it."""
+    import logging
+
+    from transformers.utils import logging as hf_logging
+
+    waves = [(clips["voice"], RATE), (clips["tone"], RATE)]
+    scorer.transcribe(waves)
+    records = []
+    handler = logging.Handler()
+    handler.emit = records.append
+    hf_logging.get_logger().addHandler(handler)
+    try:
+        transcripts = scorer.transcribe(waves)
+    finally:
+        hf_logging.get_logger().removeHandler(handler)
+    assert [r.getMessage() for r in records if r.levelno >= logging.WARNING] == []
+    features = scorer.processor.feature_extractor([c[: scorer.window].numpy() for c, _ in waves], sampling_rate=RATE,
+                                                  return_tensors="pt", return_attention_mask=True)
+    tokens = scorer.model.generate(features["input_features"], attention_mask=features["attention_mask"],
+                                   language="en", task="transcribe", max_new_tokens=8, do_sample=False, num_beams=1)
+    assert transcripts == scorer.processor.batch_decode(tokens, skip_special_tokens=True)

@@ -148,3 +148,32 @@ def test_a_talker_stage_adds_the_text_its_samples_were_asked_to_say(stage):
     reward = "reward.rewards=[{name: asr_wer, kwargs: {model: never/loaded}}, {name: speech_rate}]"
     cfg = load_config(["recipe=tiny_qwen3_omni_talker_grpo", f"model.stage={stage}", reward])
     check_reward_prompts(cfg, sources_of(cfg))
+
+
+@pytest.mark.parametrize("reward, expected", [
+    # Issue 45, L2: an image reward on the talker trained until step 1 said the samples hold only audio.
+    ("{name: brightness}", "reward.rewards[0]: reward 'brightness' scores image, text, but model.adapter="
+                           "'Qwen3OmniMoeForConditionalGeneration/talker' (family talker) hands its rewards audio only; "
+                           "drop the reward or pick one that scores audio"),
+    ("{name: char_match}", "reward.rewards[0]: reward 'char_match' scores image, text, but model.adapter="),
+    # ...and char_match with an empty set of characters, refused by its constructor after the load.
+    ("{name: char_match, kwargs: {chars: '', text_key: spoken_text}}",
+     "reward.rewards[0].kwargs: reward 'char_match': chars=''; expected a non-empty string, e.g. 'a' or 'aeiou'"),
+])
+def test_a_reward_the_talker_cannot_feed_is_one_line_at_load(capsys, tmp_path, reward, expected):
+    line = one_error_line(capsys, "recipe=tiny_qwen3_omni_talker_grpo", f"reward.rewards=[{reward}]",
+                          f"trainer.output_dir={tmp_path / 'out'}")
+    assert line.startswith(f"error: {expected}")
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_text_rule_with_a_text_key_scores_the_talker():
+    cfg = load_config(["recipe=tiny_qwen3_omni_talker_grpo",
+                       "reward.rewards=[{name: char_match, kwargs: {chars: ab, text_key: spoken_text}}]"])
+    check_reward_prompts(cfg, sources_of(cfg))
+
+
+def test_an_image_reward_on_a_text_model_is_refused():
+    with pytest.raises(ConfigError, match=r"reward 'edit_brightness' scores image, but model.adapter='Qwen3ForCausalLM' "
+                                          r"\(family autoregressive\) hands its rewards text only"):
+        load_config(["recipe=tiny_qwen3_grpo", "reward.rewards=[{name: edit_brightness}]"])

@@ -218,7 +218,7 @@ def test_resume_through_the_trainer_uses_the_fallback_and_continues_from_it(run_
     ("model.lora.alpha=64", "model.lora.alpha=16.0, this run has model.lora.alpha=64.0"),
     ("model.lora.enabled=false", "model.lora.enabled=true, this run has model.lora.enabled=false"),
     # null is the adapter's default; here the tensor names show the difference.
-    ("model.lora.target_modules=[to_q]", "do not fit this model: 26 of its are not in this model (e.g. "
+    ("model.lora.target_modules=[to_q]", "do not fit this model: 26 of the checkpoint's trainable tensors are not in this model (e.g. "
                                          "'transformer_blocks.0.attn.add_k_proj.lora_A.default.weight'); "
                                          "model.lora.target_modules=null there, [to_q] here"),
 ])
@@ -252,8 +252,25 @@ def test_trainable_tensors_of_another_shape_are_refused(run_dir):
     with pytest.raises(CheckpointError, match="do not fit this model") as err:
         check_compatible(state, cfg, SimpleNamespace(named_trainable_tensors=lambda: tensors))
     text = one_line(err)
-    assert "1 of this model's are not in it (e.g. 'extra.lora_A.weight')" in text
+    assert "1 of this model's trainable tensors are not in the checkpoint (e.g. 'extra.lora_A.weight')" in text
     assert f"1 differ in shape (e.g. {name!r}" in text
+
+
+def test_a_changed_option_is_named_with_the_tensors_it_changed(run_dir):
+    """Issue 45, L8: a talker resumed with another model.options.trainable said "18 of its are not
+    in this model", naming neither the setting nor the noun."""
+    state = load_checkpoint(str(run_dir))
+    state["config"]["model"]["options"] = {**state["config"]["model"].get("options", {}), "trainable": "both"}
+    tensors = dict(state["trainable"])
+    dropped = sorted(tensors)[:3]
+    for name in dropped:
+        del tensors[name]
+    with pytest.raises(CheckpointError) as err:
+        check_compatible(state, config(run_dir), SimpleNamespace(named_trainable_tensors=lambda: tensors))
+    text = one_line(err)
+    assert f"do not fit this model: 3 of the checkpoint's trainable tensors are not in this model (e.g. {dropped[0]!r}); " \
+           f"model.options.trainable=both there, null here; resume with the model settings of " in text
+    assert text.endswith("config.yaml (model.options.trainable=both)")
 
 
 # --- point 8: nothing to train -----------------------------------------------------------------
