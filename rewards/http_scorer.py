@@ -1,6 +1,6 @@
 """`http_scorer`: score images (or video frames) on a remote scorer over HTTP.
 
-    RewardSpec("http_scorer", kwargs={"url": "http://10.0.0.5:8000", "timeout_s": 60,
+    RewardSpec("http_scorer", kwargs={"url": "https://10.0.0.5:8443", "timeout_s": 60,
                                       "retries": 3, "backoff_s": 0.5})
 
 For a reward model that lives in another process or on another machine (a big VLM judge, a
@@ -16,9 +16,12 @@ and PIL images (an edit's `source_image`) as PNG data URIs (`protocol.metadata_f
 Options: `url` (required; the server's base URL), `timeout_s` (the deadline of one whole
 attempt: connect, send, read the reply; default 60), `retries` (extra attempts on connection
 errors, timeouts, 408, 429 and 5xx, default 3), `backoff_s` (first backoff sleep, doubled per
-retry, with jitter, default 0.5).
-The token of a server started with one (`--token`) is read from the environment variable
-`OMNI_RL_REWARD_TOKEN` (a secret stays out of the recipe, which is saved with the run).
+retry, with jitter, default 0.5), `token_file` (the server's token file, mode 0600, naming its
+URL: the server's `--token-file`), `allow_insecure_remote` (default false: a plain http:// URL
+outside loopback is refused at load), `max_reply_bytes` (the largest answer read, default 16 MiB).
+Without `token_file` the token is `OMNI_RL_REWARD_TOKEN`'s, sent only when
+`OMNI_RL_REWARD_TOKEN_URL` names this server (`omni_rl.reward.http_client`; a secret stays out
+of the recipe, which is saved with the run).
 The scorer is the `RemoteScorer` that `http_scorer` and `latent_http` share
 (`omni_rl.reward.http_client`); this module supplies its batch check.
 After the retries the call raises `RewardServerError` naming the URL, the status/cause and the
@@ -33,7 +36,13 @@ import numpy as np
 import torch
 
 from omni_rl.reward import RewardInputError, check_batch, register_reward, to_uint8_numpy
-from omni_rl.reward.http_client import RemoteScorer, ScoreClient, check_client_options
+from omni_rl.reward.http_client import (
+    MAX_REPLY_BYTES,
+    RemoteScorer,
+    ScoreClient,
+    check_client_files,
+    check_client_options,
+)
 from omni_rl.reward.protocol import IMAGES
 
 
@@ -52,8 +61,12 @@ def images_for_wire(samples: Any, prompts: Sequence[str], metadata: Sequence[dic
     return torch.from_numpy(np.ascontiguousarray(to_uint8_numpy(samples)))
 
 
-@register_reward("http_scorer", check_options=check_client_options)
-def http_scorer(*, url: str, timeout_s: float = 60.0, retries: int = 3, backoff_s: float = 0.5) -> RemoteScorer:
+@register_reward("http_scorer", check_options=check_client_options, check_files=check_client_files)
+def http_scorer(
+    *, url: str, timeout_s: float = 60.0, retries: int = 3, backoff_s: float = 0.5, token_file: str | None = None,
+    allow_insecure_remote: bool = False, max_reply_bytes: int = MAX_REPLY_BYTES,
+) -> RemoteScorer:
     """uint8 images/video -> a remote scorer at `url` (see the module docstring)."""
-    client = ScoreClient(url, timeout_s=timeout_s, retries=retries, backoff_s=backoff_s)
+    client = ScoreClient(url, timeout_s=timeout_s, retries=retries, backoff_s=backoff_s, token_file=token_file,
+                         allow_insecure_remote=allow_insecure_remote, max_reply_bytes=max_reply_bytes)
     return RemoteScorer("http_scorer", client, IMAGES, images_for_wire)

@@ -24,9 +24,12 @@ Prompts are sent as they are; metadata is sent as JSON with its tensor/array val
 Options: `url` (required; the server's base URL), `timeout_s` (the deadline of one whole
 attempt: connect, send, read the reply; default 60), `retries` (extra attempts on connection
 errors, timeouts, 408, 429 and 5xx, default 3), `backoff_s` (first backoff sleep, doubled per
-retry, with jitter, default 0.5).
-The token of a server started with one (`--token`) is read from the environment variable
-`OMNI_RL_REWARD_TOKEN` (a secret stays out of the recipe, which is saved with the run).
+retry, with jitter, default 0.5), `token_file` (the server's token file, mode 0600, naming its
+URL: the server's `--token-file`), `allow_insecure_remote` (default false: a plain http:// URL
+outside loopback is refused at load), `max_reply_bytes` (the largest answer read, default 16 MiB).
+Without `token_file` the token is `OMNI_RL_REWARD_TOKEN`'s, sent only when
+`OMNI_RL_REWARD_TOKEN_URL` names this server (`omni_rl.reward.http_client`; a secret stays out
+of the recipe, which is saved with the run).
 The scorer is the `RemoteScorer` that `http_scorer` and `latent_http` share
 (`omni_rl.reward.http_client`); this module supplies its batch check.
 After the retries the call raises `RewardServerError` naming the URL, the status/cause and the
@@ -42,7 +45,13 @@ import torch
 
 from omni_rl.reward import RewardInputError, check_batch, register_reward
 from omni_rl.reward.inputs import check_prompts_metadata
-from omni_rl.reward.http_client import RemoteScorer, ScoreClient, check_client_options
+from omni_rl.reward.http_client import (
+    MAX_REPLY_BYTES,
+    RemoteScorer,
+    ScoreClient,
+    check_client_files,
+    check_client_options,
+)
 from omni_rl.reward.protocol import LATENTS
 
 LATENT_KEY = "latent"
@@ -90,8 +99,12 @@ def collect_latents(samples: Any, prompts: Sequence[str], metadata: Sequence[dic
     return torch.stack(latents).contiguous()
 
 
-@register_reward("latent_http", check_options=check_client_options)
-def latent_http(*, url: str, timeout_s: float = 60.0, retries: int = 3, backoff_s: float = 0.5) -> RemoteScorer:
+@register_reward("latent_http", check_options=check_client_options, check_files=check_client_files)
+def latent_http(
+    *, url: str, timeout_s: float = 60.0, retries: int = 3, backoff_s: float = 0.5, token_file: str | None = None,
+    allow_insecure_remote: bool = False, max_reply_bytes: int = MAX_REPLY_BYTES,
+) -> RemoteScorer:
     """Clean latents -> a remote latent scorer at `url` (see the module docstring)."""
-    client = ScoreClient(url, timeout_s=timeout_s, retries=retries, backoff_s=backoff_s)
+    client = ScoreClient(url, timeout_s=timeout_s, retries=retries, backoff_s=backoff_s, token_file=token_file,
+                         allow_insecure_remote=allow_insecure_remote, max_reply_bytes=max_reply_bytes)
     return RemoteScorer("latent_http", client, LATENTS, collect_latents)

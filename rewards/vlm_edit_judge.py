@@ -1,6 +1,6 @@
 """`vlm_edit_judge`: how well an image edit follows its instruction, judged by a VLM served elsewhere.
 
-    RewardSpec("vlm_edit_judge", kwargs={"url": "http://10.0.0.5:8000", "batch_size": 8})
+    RewardSpec("vlm_edit_judge", kwargs={"url": "https://10.0.0.5:8443", "batch_size": 8})
 
 The judge (a large VLM, on its own GPUs and with its own dependencies) runs behind the
 remote-scorer protocol (`docs/reward_protocol.md`); this reward is its client, the same
@@ -35,7 +35,9 @@ Options: `url` (required; the server's base URL), `batch_size` (samples per requ
 every sample carries its source image as ~1.4x its PNG size of JSON, and safetensors takes at
 most 100 MB of header), `timeout_s` (the deadline of one whole attempt, default 120: a VLM is
 slow), `retries` (extra attempts on connection errors, timeouts, 408, 429 and 5xx, default 3),
-`backoff_s` (first backoff sleep, doubled per retry, with jitter, default 0.5). A failure after
+`backoff_s` (first backoff sleep, doubled per retry, with jitter, default 0.5), `token_file`,
+`allow_insecure_remote` and `max_reply_bytes` (as `http_scorer`'s: the token goes only to the
+server it is for, and plain http:// outside loopback is refused unless allowed). A failure after
 the retries raises `RewardServerError` naming the URL, the status or cause and the attempts.
 """
 from __future__ import annotations
@@ -49,7 +51,7 @@ import torch
 from PIL import Image
 
 from omni_rl.reward import check_batch, register_reward, to_pil_list, to_uint8_numpy
-from omni_rl.reward.http_client import ScoreClient, check_client_options
+from omni_rl.reward.http_client import MAX_REPLY_BYTES, ScoreClient, check_client_files, check_client_options
 from omni_rl.reward.protocol import IMAGES, metadata_for_wire
 from rewards.edit_inputs import check_source_image, source_images
 
@@ -103,16 +105,22 @@ class VlmEditJudge:
 
 
 def _check_options(*, url: str, batch_size: int = 8, timeout_s: float = 120.0, retries: int = 3,
-                   backoff_s: float = 0.5) -> None:
-    check_client_options(url, timeout_s=timeout_s, retries=retries, backoff_s=backoff_s)
+                   backoff_s: float = 0.5, token_file: str | None = None, allow_insecure_remote: bool = False,
+                   max_reply_bytes: int = MAX_REPLY_BYTES) -> None:
+    check_client_options(url, timeout_s=timeout_s, retries=retries, backoff_s=backoff_s, token_file=token_file,
+                         allow_insecure_remote=allow_insecure_remote, max_reply_bytes=max_reply_bytes)
     if isinstance(batch_size, bool) or not isinstance(batch_size, numbers.Integral) or batch_size < 1:
         raise ValueError(f"batch_size={batch_size!r}; expected an int >= 1 (samples per request)")
 
 
-@register_reward(NAME, modalities={"image"}, check_options=_check_options, check_item=check_source_image)
+@register_reward(NAME, modalities={"image"}, check_options=_check_options, check_files=check_client_files,
+                 check_item=check_source_image)
 def vlm_edit_judge(*, url: str, batch_size: int = 8, timeout_s: float = 120.0, retries: int = 3,
-                   backoff_s: float = 0.5) -> VlmEditJudge:
+                   backoff_s: float = 0.5, token_file: str | None = None, allow_insecure_remote: bool = False,
+                   max_reply_bytes: int = MAX_REPLY_BYTES) -> VlmEditJudge:
     """Edits + instructions + source images -> a remote judge at `url` (see the module docstring)."""
-    _check_options(url=url, batch_size=batch_size, timeout_s=timeout_s, retries=retries, backoff_s=backoff_s)
-    client = ScoreClient(url, timeout_s=timeout_s, retries=retries, backoff_s=backoff_s)
+    _check_options(url=url, batch_size=batch_size, timeout_s=timeout_s, retries=retries, backoff_s=backoff_s,
+                   token_file=token_file, allow_insecure_remote=allow_insecure_remote, max_reply_bytes=max_reply_bytes)
+    client = ScoreClient(url, timeout_s=timeout_s, retries=retries, backoff_s=backoff_s, token_file=token_file,
+                         allow_insecure_remote=allow_insecure_remote, max_reply_bytes=max_reply_bytes)
     return VlmEditJudge(client, int(batch_size))

@@ -18,8 +18,19 @@ What is retried, and how:
   fails at once: resending the same bytes cannot fix it;
 - a 200 whose body is not `{"scores": [B finite numbers], "protocol": 1}` fails at once too:
   a wrong number of scores, or a NaN/inf, is a server bug, never a reward of 0.
+- an answer larger than `max_reply_bytes` fails at once too, naming that limit: a scorer's
+  answer is a few kB, and resending brings the same answer.
 Every failure raises `RewardServerError` naming the URL, the status or cause, and the number
 of attempts made.
+
+Where a token goes (`docs/reward_protocol.md`, Security): a token is sent to the one server it
+was issued for, never to whatever URL a recipe names. It comes from a token file (`token_file`,
+mode 0600, naming its server's URL: `omni_rl.utils.token_files`; a file for another server is
+refused at load) or from `OMNI_RL_REWARD_TOKEN` together with `OMNI_RL_REWARD_TOKEN_URL`, the
+base URL it is for (a client whose URL is another server's sends no token; the token without
+the URL is refused at load). Nothing is sent over plain http:// to a host outside loopback
+unless the reward says `allow_insecure_remote: true`: checked from the URL's text, before any
+connection (a host name other than "localhost" is not resolved, so it counts as remote).
 
 `timeout_s` is a deadline for each attempt as a whole: connecting, sending the body and
 reading the whole reply must be done within it, however the server paces its bytes (a server
@@ -54,6 +65,7 @@ from omni_rl.reward.protocol import (
     HEALTH_PATH,
     SCORE_PATH,
     TOKEN_ENV,
+    TOKEN_URL_ENV,
     ProtocolError,
     decode_response,
     encode_request,
@@ -62,7 +74,8 @@ from omni_rl.reward.protocol import (
     request_headers,
 )
 
-from omni_rl.utils.http_transport import TransportError, auth_headers, request
+from omni_rl.utils.http_transport import ReplyTooLarge, TransportError, auth_headers, is_loopback, request
+from omni_rl.utils.token_files import TokenFileError, read_token_file, same_origin
 
 # Scores of even a large batch are a few kB; an answer past this is not a scorer's.
 MAX_REPLY_BYTES = 16 << 20
@@ -101,10 +114,11 @@ class ScoreClient:
     backoff_s:     the first backoff sleep before jitter, doubled for each further retry (>= 0).
     max_backoff_s: the cap on one backoff sleep (>= 0).
     sleep, rand:   injected for tests (time.sleep and random.random by default).
-    token:         the server's secret, sent as `Authorization: Bearer <token>`; default: the
-                   environment variable OMNI_RL_REWARD_TOKEN when set, else none.
-    max_reply_bytes: the largest answer read (a larger one fails the attempt, not retried as
-                   a different answer would be: it is a transient failure like a reset).
+    token:         the server's secret, sent as `Authorization: Bearer <token>` (the caller
+                   vouches that it is this server's); default: `client_token(url, token_file)`.
+    token_file:    a token file of this server (mode 0600, naming this URL).
+    allow_insecure_remote: send over plain http:// to a host outside loopback (else refused).
+    max_reply_bytes: the largest answer read (a larger one fails at once, naming this limit).
     """
 
     def __init__(
@@ -118,10 +132,13 @@ class ScoreClient:
         sleep: Callable[[float], None] = time.sleep,
         rand: Callable[[], float] = random.random,
         token: str | None = None,
+        token_file: str | None = None,
+        allow_insecure_remote: bool = False,
         max_reply_bytes: int = MAX_REPLY_BYTES,
     ):
         parts = check_client_options(
-            url, timeout_s=timeout_s, retries=retries, backoff_s=backoff_s, max_backoff_s=max_backoff_s
+            url, timeout_s=timeout_s, retries=retries, backoff_s=backoff_s, max_backoff_s=max_backoff_s,
+            token_file=token_file, allow_insecure_remote=allow_insecure_remote, max_reply_bytes=max_reply_bytes,
         )
         self._parts = parts
         base = parts.path.rstrip("/")
@@ -136,9 +153,9 @@ class ScoreClient:
         self.max_backoff_s = float(max_backoff_s)
         self._sleep = sleep
         self._rand = rand
-        # The server's token: given, or read from $OMNI_RL_REWARD_TOKEN (never from the recipe,
-        # which is written to the run's config.yaml).
-        self.token = token if token is not None else os.environ.get(TOKEN_ENV) or None
+        # The server's token: given, or this server's from a token file or the environment
+        # (never from the recipe, which is written to the run's config.yaml).
+        self.token = token if token is not None else client_token(url, token_file)
         self.max_reply_bytes = int(max_reply_bytes)
 
     def __repr__(self) -> str:
@@ -174,6 +191,9 @@ class ScoreClient:
                             url=url, status=status, attempts=attempts,
                         ) from None
                 cause = f"HTTP {status}: {error_message(reply)}"
+                if status == 401 and self.token is None:
+                    cause += (f"; this client sent no token: give the reward token_file: PATH (the server's "
+                              f"--token-file), or set {TOKEN_URL_ENV}={self._origin_url()} with {TOKEN_ENV}")
                 if status not in RETRYABLE_STATUSES:
                     raise RewardServerError(
                         f"reward server {url} refused the request ({cause}) after {attempts} "
@@ -220,12 +240,23 @@ class ScoreClient:
             )
         return payload
 
+    def _origin_url(self) -> str:
+        return urllib.parse.urlunsplit((self._parts.scheme, self._parts.netloc, "", "", ""))
+
     def _request(self, method: str, path: str, body: bytes | None, headers: dict[str, str]) -> tuple[int, bytes]:
         """One attempt within `timeout_s` (the shared transport's `request`); returns
-        (status, body) or raises _Transient."""
+        (status, body) or raises _Transient (or RewardServerError, for what no retry can fix)."""
         try:
             status, _, reply = request(self._parts, method, path or "/", body, {**headers, **auth_headers(self.token)},
                                        timeout_s=self.timeout_s, max_reply_bytes=self.max_reply_bytes)
+        except ReplyTooLarge as err:  # the same request brings the same answer
+            url = urllib.parse.urlunsplit((self._parts.scheme, self._parts.netloc, path, "", ""))
+            raise RewardServerError(
+                f"reward server {url}: {err.cause} (max_reply_bytes); not retried. A scorer's answer is a few kB: "
+                f"check that the url names a reward server, or raise the reward's max_reply_bytes "
+                f"(now {err.max_bytes}) if its answers really are this large",
+                url=url, status=None, attempts=1,
+            ) from None
         except TransportError as err:
             if err.timed_out:
                 raise _Transient(f"timed out after {self.timeout_s:g} s (timeout_s: no complete reply within it)",
@@ -264,13 +295,16 @@ SCHEMES = ("http", "https")
 
 
 def check_client_options(
-    url: Any, *, timeout_s: Any = 60.0, retries: Any = 3, backoff_s: Any = 0.5, max_backoff_s: Any = 30.0
+    url: Any, *, timeout_s: Any = 60.0, retries: Any = 3, backoff_s: Any = 0.5, max_backoff_s: Any = 30.0,
+    token_file: Any = None, allow_insecure_remote: Any = False, max_reply_bytes: Any = MAX_REPLY_BYTES,
 ) -> urllib.parse.SplitResult:
-    """Check a `ScoreClient`'s options without building one; return the split URL.
+    """Check a `ScoreClient`'s options without building one or connecting; return the split URL.
 
     Raises ValueError naming the option, the bad value and what is accepted. The remote rewards
-    hand it to the registry as their `check_options`, so a config with `url: ftp://...` fails
-    when it is loaded, not at the first training step.
+    hand it to the registry as their `check_options`, so a config with `url: ftp://...`, or a
+    plain http:// URL outside loopback without `allow_insecure_remote: true`, fails when it is
+    loaded, not at the first training step. The token file itself is read by
+    `check_client_files` (when the run starts: its server may write it after the config loads).
     """
     if not isinstance(url, str):
         raise ValueError(f"url={url!r}; expected a string such as 'http://127.0.0.1:8000'")
@@ -292,7 +326,61 @@ def check_client_options(
         raise ValueError(f"retries={retries!r}; expected an int >= 0 (extra attempts after the first)")
     _check_number("backoff_s", backoff_s, minimum=0.0)
     _check_number("max_backoff_s", max_backoff_s, minimum=0.0)
+    if not isinstance(allow_insecure_remote, bool):
+        raise ValueError(f"allow_insecure_remote={allow_insecure_remote!r}; expected true or false")
+    if isinstance(max_reply_bytes, bool) or not isinstance(max_reply_bytes, numbers.Integral) or max_reply_bytes < 1:
+        raise ValueError(f"max_reply_bytes={max_reply_bytes!r}; expected a whole number of bytes >= 1")
+    if token_file is not None and (not isinstance(token_file, str) or not token_file):
+        raise ValueError(f"token_file={token_file!r}; expected the path of the server's token file")
+    if parts.scheme == "http" and not is_loopback(parts.hostname) and not allow_insecure_remote:
+        raise ValueError(
+            f"url={url!r} is plain HTTP to {parts.hostname!r}, a host outside loopback: the batch (and a token) "
+            f"would cross the network unencrypted. Use an https:// URL (a TLS proxy in front of the server) or a "
+            f"loopback URL through a tunnel, or set allow_insecure_remote: true on this reward to send it anyway"
+        )
+    if token_file is None:
+        _env_token(url)  # a token without the URL it is for is refused here, at load
     return parts
+
+
+def check_client_files(*, url: str, token_file: str | None = None, **_options: Any) -> None:
+    """Read the reward's token file and check it is for `url` (the remote rewards' `check_files`,
+    run when a run starts, before any model loads); raise ValueError naming what is wrong."""
+    if token_file is not None:
+        client_token(url, token_file)
+
+
+def client_token(url: str, token_file: str | None = None) -> str | None:
+    """The token to send to the server at `url`: the token file's, or the environment's when
+    `OMNI_RL_REWARD_TOKEN_URL` names this server; None when this server has none of them.
+    A token file of another server, or readable by others, raises ValueError (nothing is sent)."""
+    if token_file is None:
+        return _env_token(url)
+    try:
+        found = read_token_file(token_file)
+    except TokenFileError as err:
+        raise ValueError(f"token_file: {err}") from None
+    if found.url is None or not same_origin(found.url, url):
+        raise ValueError(
+            f"token_file {token_file!r} is for {found.url or '(no url)'}, not for url={url!r}: a token is sent only "
+            f"to the server it was issued for. Name that server's token file (its --token-file), or this reward's "
+            f"url"
+        )
+    return found.token
+
+
+def _env_token(url: str) -> str | None:
+    token = os.environ.get(TOKEN_ENV) or None
+    if token is None:
+        return None
+    bound = os.environ.get(TOKEN_URL_ENV) or None
+    if bound is None:
+        raise ValueError(
+            f"{TOKEN_ENV} is set but {TOKEN_URL_ENV} is not: a token is sent only to the server it was issued for. "
+            f"Set {TOKEN_URL_ENV} to that server's base URL (e.g. http://127.0.0.1:8000), or give the reward "
+            f"token_file: PATH instead"
+        )
+    return token if same_origin(bound, url) else None
 
 
 def _check_number(name: str, value: Any, *, minimum: float, strict: bool = False) -> None:

@@ -60,8 +60,11 @@ PROTOCOL_HEADER = "X-Omni-RL-Protocol"
 CONTENT_TYPE = "application/x-safetensors"
 SCORE_PATH = "/score"
 HEALTH_PATH = "/health"
-# The environment variable a client reads its server's token from (and the server, without --token).
+# The environment variables of a token: the server reads TOKEN_ENV (without --token-file); a
+# client sends it only to the server whose base URL TOKEN_URL_ENV names (a token is bound to
+# its server: a recipe that names another URL never receives it).
 TOKEN_ENV = "OMNI_RL_REWARD_TOKEN"
+TOKEN_URL_ENV = "OMNI_RL_REWARD_TOKEN_URL"
 
 LATENTS = "latents"
 IMAGES = "images"

@@ -24,14 +24,22 @@ is `omni_rl.utils.http_transport`'s, shared with the rollout server.
 of `rewards/latent_scorers.py`, or a plugin's `@register_served_scorer`), `module:factory`
 (the factory is called with `--kwargs` as keyword arguments and returns the scorer) or
 `reward:NAME` (a registered omni-rl reward built with `--kwargs`). The server binds
-127.0.0.1 and refuses any other address unless `--host` is given explicitly. `--token SECRET`
-(or the environment variable `OMNI_RL_REWARD_TOKEN`) makes every request show
-`Authorization: Bearer SECRET`, else 401 and nothing scored; the clients (`http_scorer`,
-`latent_http`, `vlm_edit_judge`) send that variable's value when it is set. Without one the
-server serves anyone who can reach it, and says so. `--port 0` picks a free port; the first
-line printed says the URL.
+127.0.0.1 and refuses any other address unless `--host` is given explicitly.
+
+A token makes every request show `Authorization: Bearer TOKEN`, else 401 and nothing scored. It
+comes from the environment variable `OMNI_RL_REWARD_TOKEN` (removed from this process's
+environment once read) or from `--token-file PATH`, a token file of mode 0600
+(`omni_rl.utils.token_files`; one readable by others is refused, naming its mode); a PATH that
+does not exist is written with a fresh token and this server's URL, for the clients to read
+(`token_file:` on the reward). `--token` is refused: a command line is every local user's to
+read. The first line printed says where the token is, never the token. Without one the server
+serves anyone who can reach it, and says so. `--port 0` picks a free port; the first line
+printed says the URL. `--header-deadline-s` and `--max-connections` are the transport's
+connection bounds (a connection that has not sent its headers in time is closed; one past the
+cap is answered 503).
 A command line that cannot start a server prints one `error: ...` line and exits 2 for bad
-input (an unknown scorer or reward, --kwargs the factory does not take, --port outside 0..65535)
+input (an unknown scorer or reward, --kwargs the factory does not take, --port outside 0..65535,
+--token, a token file readable by others)
 or 1 for a run-time failure (the port is in use, the factory itself failed).
 
 In tests, `serve_in_thread(scorer) -> (server, url)` runs it in a background thread;
@@ -45,7 +53,6 @@ import contextlib
 import errno
 import importlib
 import inspect
-import ipaddress
 import json
 import logging
 import os
@@ -75,7 +82,18 @@ from omni_rl.reward.protocol import (
     encode_response,
 )
 from omni_rl.reward.scores import RewardScores
-from omni_rl.utils.http_transport import GuardedHandler, GuardedServer, HttpRefusal, bind_error
+from omni_rl.utils.http_transport import (
+    DEFAULT_HEADER_DEADLINE_S,
+    DEFAULT_MAX_CONNECTIONS,
+    GuardedHandler,
+    GuardedServer,
+    HttpRefusal,
+    bind_error,
+    check_server_limits,
+    is_loopback,
+    new_token,
+)
+from omni_rl.utils.token_files import MIN_TOKEN_CHARS, TokenFileError, read_token_file, write_token_file
 
 logger = logging.getLogger(__name__)
 
@@ -105,16 +123,6 @@ class HttpStatusError(Exception):
         self.message = message
 
 
-def is_loopback(host: str) -> bool:
-    """True for "localhost" and loopback IP literals (127.0.0.0/8, ::1)."""
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
 class ScoreServer(GuardedServer):
     """Answers POST /score and GET /health with one scorer, on the shared transport
     (`omni_rl.utils.http_transport`: token, body bound, timeouts).
@@ -124,14 +132,19 @@ class ScoreServer(GuardedServer):
 
     def __init__(
         self, address: tuple[str, int], scorer: ServedScorer, *, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
-        token: str | None = None,
+        token: str | None = None, header_deadline_s: float = DEFAULT_HEADER_DEADLINE_S,
+        max_connections: int = DEFAULT_MAX_CONNECTIONS,
     ):
         self.scorer = scorer
         self.accepts = getattr(scorer, "accepts", None)
         if self.accepts not in (None, *KINDS):
             raise ValueError(f"scorer.accepts={self.accepts!r}; expected None, 'latents' or 'images'")
         self.scorer_lock = threading.Lock()
-        super().__init__(address, _Handler, token=token, max_body_bytes=max_body_bytes)
+        super().__init__(address, _Handler, token=token, max_body_bytes=max_body_bytes,
+                         header_deadline_s=header_deadline_s, max_connections=max_connections)
+
+    def error_document(self, message: str) -> bytes:
+        return encode_error(message)
 
 
 def make_server(
@@ -142,9 +155,12 @@ def make_server(
     allow_remote: bool = False,
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
     token: str | None = None,
+    header_deadline_s: float = DEFAULT_HEADER_DEADLINE_S,
+    max_connections: int = DEFAULT_MAX_CONNECTIONS,
 ) -> ScoreServer:
     """Bind a ScoreServer (not yet serving). A non-loopback `host` needs `allow_remote=True`;
-    with a `token`, every request must carry `Authorization: Bearer <token>` (else 401)."""
+    with a `token`, every request must carry `Authorization: Bearer <token>` (else 401).
+    `header_deadline_s` and `max_connections` are the transport's connection bounds."""
     if not callable(scorer):
         raise TypeError(
             f"scorer is a {type(scorer).__name__}; expected a callable (tensor, prompts, metadata) -> scores"
@@ -155,7 +171,8 @@ def make_server(
             f"the server binds 127.0.0.1 unless told otherwise. Pass allow_remote=True (or --host on "
             f"the command line) to bind {host!r} on purpose"
         )
-    return ScoreServer((host, port), scorer, max_body_bytes=max_body_bytes, token=token)
+    return ScoreServer((host, port), scorer, max_body_bytes=max_body_bytes, token=token,
+                       header_deadline_s=header_deadline_s, max_connections=max_connections)
 
 
 def serve_in_thread(
@@ -381,13 +398,39 @@ def _positive_int(text: str) -> int:
 _BAD_INPUT_ERRORS = (ValueError, TypeError, LookupError, ImportError, OSError)
 
 
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+        check_server_limits(value, 1)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}; expected a finite number of seconds > 0") from None
+    return value
+
+
+def _connections(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}; expected a whole number of connections >= 1")
+    return value
+
+
+# Where a token goes instead of the command line (which every local user reads: ps, /proc/PID/cmdline).
+TOKEN_ADVICE = (f"put it in the environment variable {TOKEN_ENV}, or give --token-file PATH (a file of mode "
+                f"0600; a PATH that does not exist is written with a fresh token and this server's URL)")
+
+
 def server_from_args(argv: Sequence[str] | None = None) -> ScoreServer:
     """Parse the command line, build the scorer and bind the server (not yet serving).
 
     Raises `CommandLineError` (a SystemExit) with a one-line message for anything that stops
-    the server from starting; see the class for the exit codes.
+    the server from starting; see the class for the exit codes. `server.token_source` says
+    where its token is (never the token itself), None without one.
     """
-    parser = _Parser(prog="python -m omni_rl.reward.server", description=__doc__.split("\n\n")[0])
+    parser = _Parser(prog="python -m omni_rl.reward.server", description=__doc__.split("\n\n")[0],
+                     allow_abbrev=False)  # no prefix of --token-file stands for it
     parser.add_argument(
         "--scorer", required=True, help="latent_stats | latent_reward_model | module:factory | reward:NAME"
     )
@@ -399,15 +442,23 @@ def server_from_args(argv: Sequence[str] | None = None) -> ScoreServer:
     parser.add_argument("--port", type=_port, default=0, help="port to bind (0 = a free one, printed at start)")
     parser.add_argument("--max-body-bytes", type=_positive_int, default=DEFAULT_MAX_BODY_BYTES)
     parser.add_argument(
-        "--token", default=None,
-        help=f"a secret every request must carry as 'Authorization: Bearer TOKEN' (else 401); default: "
-             f"${TOKEN_ENV} when set. Clients send it from the same variable",
+        "--token-file", default=None, metavar="PATH",
+        help=f"the token every request must carry as 'Authorization: Bearer TOKEN' (else 401), in a JSON file "
+             f"{{\"url\": ..., \"token\": ...}} of mode 0600; a PATH that does not exist is written with a fresh "
+             f"token. Default: ${TOKEN_ENV} when set, else no token",
     )
+    parser.add_argument("--token", nargs="?", const="", default=None, metavar="(refused)",
+                        help=f"refused: a token on the command line is visible to every local user; {TOKEN_ADVICE}")
+    parser.add_argument("--header-deadline-s", type=_seconds, default=DEFAULT_HEADER_DEADLINE_S,
+                        help="seconds a connection has to send its request headers, then it is closed")
+    parser.add_argument("--max-connections", type=_connections, default=DEFAULT_MAX_CONNECTIONS,
+                        help="connections served at once that have not shown the token (more are answered 503)")
     args = parser.parse_args(argv)
-    token = args.token if args.token is not None else os.environ.get(TOKEN_ENV) or None
-    if token is not None and len(token) < 16:
-        parser.error(f"--token is {len(token)} characters; expected a secret of at least 16 (e.g. "
-                     f"python -c 'import secrets; print(secrets.token_urlsafe(32))')")
+    if args.token is not None:  # its value is never repeated: it may be the secret
+        parser.error(f"--token puts the secret on the command line, where every local user can read it (ps, "
+                     f"/proc/PID/cmdline); {TOKEN_ADVICE}")
+    host = DEFAULT_HOST if args.host is None else args.host
+    token, token_source, write_to = _token_from(parser, args, host)
     try:
         kwargs = json.loads(args.kwargs)
     except ValueError as err:
@@ -426,16 +477,58 @@ def server_from_args(argv: Sequence[str] | None = None) -> ScoreServer:
         raise CommandLineError(message, 2) from err
     except Exception as err:  # the factory failed on its own (out of memory, a bug): run time
         raise CommandLineError(f"{where}: building the scorer failed: {type(err).__name__}: {err}", 1) from err
-    host = DEFAULT_HOST if args.host is None else args.host
     # Only an explicit --host may bind a non-loopback address: the protocol has no encryption.
     try:
-        return make_server(
+        server = make_server(
             scorer, host, args.port, allow_remote=args.host is not None, max_body_bytes=args.max_body_bytes,
-            token=token,
+            token=token, header_deadline_s=args.header_deadline_s, max_connections=args.max_connections,
         )
     except OSError as err:
         code = 1 if err.errno == errno.EADDRINUSE else 2  # taken now (run time), or not an address to bind
         raise CommandLineError(bind_error(host, args.port, err), code) from err
+    if write_to is not None:  # the URL is known once bound (--port 0)
+        try:
+            write_token_file(write_to, token, server.url)
+        except OSError as err:
+            server.server_close()
+            raise CommandLineError(f"--token-file {write_to!r}: cannot write it ({err.strerror or err}); give a "
+                                   f"path in a folder of your own", 2) from None
+    if server is not None:
+        server.token_source = token_source
+    return server
+
+
+def _token_from(parser: _Parser, args: argparse.Namespace, host: str) -> tuple[str | None, str | None, str | None]:
+    """(token, where it is for the user, the path to write it to) from --token-file or the
+    environment; checked before the scorer loads. The variable is removed from this process's
+    environment, so that nothing the scorer starts inherits it."""
+    from_env = os.environ.pop(TOKEN_ENV, None) or None
+    if args.token_file is None:
+        if from_env is not None and len(from_env) < MIN_TOKEN_CHARS:
+            parser.error(f"${TOKEN_ENV} is {len(from_env)} characters; expected a secret of at least "
+                         f"{MIN_TOKEN_CHARS} (e.g. python -c 'import secrets; print(secrets.token_urlsafe(32))')")
+        return from_env, (f"the environment variable {TOKEN_ENV}" if from_env else None), None
+    if from_env is not None:
+        parser.error(f"both ${TOKEN_ENV} and --token-file are given; give the token one way (unset {TOKEN_ENV}, "
+                     f"or leave out --token-file)")
+    path = os.path.expanduser(args.token_file)
+    if not os.path.lexists(path):
+        folder = os.path.dirname(os.path.abspath(path))
+        if not os.path.isdir(folder):
+            parser.error(f"--token-file {path!r}: the folder {folder!r} does not exist; give a path in a folder of "
+                         f"your own (the server writes a fresh token there)")
+        return new_token(), f"{path} (written now, mode 0600)", path
+    try:
+        found = read_token_file(path)
+    except TokenFileError as err:
+        parser.error(f"--token-file: {err}")
+    if found.url is not None:
+        bound = urllib.parse.urlsplit(found.url)
+        if bound.hostname != host or bound.port != args.port:
+            parser.error(f"--token-file {path!r} is for {found.url}, and this server would listen on {host}:"
+                         f"{args.port or '(a free port)'}; start it with --host/--port of that URL, or delete the "
+                         f"file to have a fresh token written for this address")
+    return found.token, f"{path} (mode 0600)", None
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -445,13 +538,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     except CommandLineError as err:
         print(f"error: {err}", file=sys.stderr)
         return int(err.code)
+    where = f"; token: {server.token_source}" if server.token_source else ""
     print(
-        f"omni-rl reward server: {_describe(server.scorer)} at {server.url} (protocol {PROTOCOL_VERSION})",
+        f"omni-rl reward server: {_describe(server.scorer)} at {server.url} (protocol {PROTOCOL_VERSION}){where}",
         flush=True,
     )
     if server.token is None:
         logger.warning("serving without a token: any local process can score with this server "
-                       "(give --token or set %s)", TOKEN_ENV)
+                       "(set %s or give --token-file PATH)", TOKEN_ENV)
     try:
         server.serve_forever()
     except KeyboardInterrupt:

@@ -6,17 +6,25 @@ two omni-rl processes. What they share lives here, once:
 Server side (`GuardedServer` + `GuardedHandler`, on the standard library's ThreadingHTTPServer):
 - **authentication**: a server given a `token` answers 401, and does nothing else, to any
   request whose `Authorization` header is not `Bearer <token>` (compared in constant time);
-- **bounds**: a body needs a Content-Length (411) of at most `max_body_bytes` (413), and is
-  read within `body_deadline_s` however the client paces it (408); a connection that sends
-  nothing for `timeout` seconds is closed; a request answered before its body was read is
-  followed by reading and dropping that body, so the client sees the answer, not a reset;
+- **bounds**: a body needs a Content-Length of decimal digits (411 without one, 400 for a
+  negative or non-numeric one) of at most `max_body_bytes` (413), and is read within
+  `body_deadline_s` however the client paces it (408); a connection that sends nothing for
+  `timeout` seconds is closed; a request answered before its body was read is followed by
+  reading and dropping that body, so the client sees the answer, not a reset;
+- **resources**: a connection whose request headers are not all in within `header_deadline_s`
+  is closed (one reaper thread watches them all, so a silent connection costs its handler
+  thread for that long only), and at most `max_connections` connections that have not shown
+  the token are served at once (all connections, on a server without a token); one past that
+  is answered 503 and closed at once, without a thread. A connection that showed the token
+  no longer counts, so the run's own long calls (a generate, a weight bucket) never fill it;
 - JSON answers, one thread per connection, no reverse DNS, routine disconnects logged at debug.
 What each protocol serves (paths, messages, locks) stays in its own server module.
 
 Client side (`request`): one attempt of one request within a deadline for the whole exchange
 (a watchdog shuts the socket at `timeout_s`: a server that trickles bytes cannot hold it), the
 body sent in chunks that stop as soon as an early answer (413) is waiting, and an answer of at
-most `max_reply_bytes`. Failures raise `TransportError`; retries and messages are the caller's.
+most `max_reply_bytes` (a larger one is `ReplyTooLarge`, which resending cannot fix). Failures
+raise `TransportError`; retries and messages are the caller's.
 
 `safe_preview` is how either side quotes bytes it did not expect: escaped and cut, never raw.
 `check_json_depth` refuses a JSON document nested deeper than a bound before `json.loads`
@@ -28,6 +36,9 @@ import contextlib
 import errno
 import hmac
 import http.client
+import ipaddress
+import json
+import math
 import logging
 import re
 import secrets
@@ -44,6 +55,19 @@ logger = logging.getLogger(__name__)
 
 AUTH_HEADER = "Authorization"
 MAX_JSON_DEPTH = 64
+DEFAULT_HEADER_DEADLINE_S = 10.0
+DEFAULT_MAX_CONNECTIONS = 64
+_DIGITS = re.compile(r"[0-9]+")
+
+
+def is_loopback(host: str) -> bool:
+    """True for "localhost" and loopback IP literals (127.0.0.0/8, ::1); no name is resolved."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 def new_token() -> str:
@@ -119,19 +143,34 @@ class GuardedServer(ThreadingHTTPServer):
     token:          None serves anyone who can reach the address (in-process tests, a server
                     started by hand without one); a string makes every request show it.
     max_body_bytes: the largest request body read (a larger one is a 413).
+    header_deadline_s: seconds a connection has to send a request's headers (each request's,
+                    counted from when the server starts waiting for it); then it is closed.
+    max_connections: connections served at once that have not shown the token (every one, on a
+                    server without a token); one more is answered 503 and closed.
     """
 
     daemon_threads = True
 
     def __init__(self, address: tuple[str, int], handler: type["GuardedHandler"], *, token: Optional[str] = None,
-                 max_body_bytes: int = 1 << 30):
+                 max_body_bytes: int = 1 << 30, header_deadline_s: float = DEFAULT_HEADER_DEADLINE_S,
+                 max_connections: int = DEFAULT_MAX_CONNECTIONS):
         if ":" in address[0]:
             self.address_family = socket.AF_INET6
         if token is not None and (not isinstance(token, str) or len(token) < 16):
             raise ValueError("token: expected a secret of at least 16 characters (omni_rl.utils.http_transport.new_token())")
+        check_server_limits(header_deadline_s, max_connections)
         self.token = token
         self.max_body_bytes = int(max_body_bytes)
+        self.header_deadline_s = float(header_deadline_s)
+        self.max_connections = int(max_connections)
         self.thread: Optional[threading.Thread] = None
+        # Connections that count against max_connections, and those waiting for their headers
+        # (socket -> deadline), under one condition the reaper thread waits on.
+        self._watch = threading.Condition()
+        self._counted: set[socket.socket] = set()
+        self._header_deadlines: dict[socket.socket, float] = {}
+        self._reaper: Optional[threading.Thread] = None
+        self._closing = False
         super().__init__(address, handler)
 
     def server_bind(self) -> None:
@@ -146,9 +185,99 @@ class GuardedServer(ThreadingHTTPServer):
         host = f"[{host}]" if ":" in host else host
         return f"http://{host}:{port}"
 
+    def error_document(self, message: str) -> bytes:
+        """The JSON error body of this protocol (a subclass adds its fields)."""
+        return json.dumps({"error": message}).encode()
+
+    # --- connection bounds -------------------------------------------------------------------
+    def process_request(self, request: Any, client_address: Any) -> None:
+        with self._watch:
+            full = len(self._counted) >= self.max_connections
+            if not full:
+                self._counted.add(request)
+                self._start_reaper()
+        if full:  # answered here, in the serving thread: a refused connection costs no thread
+            self._refuse_busy(request)
+            return
+        try:
+            super().process_request(request, client_address)
+        except BaseException:
+            self._forget(request)
+            raise
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self._forget(request)
+
+    def connections_counted(self) -> int:
+        """How many connections count against `max_connections` now."""
+        with self._watch:
+            return len(self._counted)
+
+    def waiting_for_headers(self, connection: socket.socket) -> None:
+        with self._watch:
+            self._header_deadlines[connection] = time.monotonic() + self.header_deadline_s
+            self._watch.notify()
+
+    def headers_received(self, connection: socket.socket) -> None:
+        with self._watch:
+            self._header_deadlines.pop(connection, None)
+
+    def token_shown(self, connection: socket.socket) -> None:
+        """The connection showed the token: the run's own client, no longer counted."""
+        with self._watch:
+            self._counted.discard(connection)
+
+    def _forget(self, connection: socket.socket) -> None:
+        with self._watch:
+            self._counted.discard(connection)
+            self._header_deadlines.pop(connection, None)
+
+    def _refuse_busy(self, request: socket.socket) -> None:
+        message = (f"this server is serving its limit of {self.max_connections} connections that have not shown "
+                   f"its token; try again later")
+        body = self.error_document(message)
+        head = (f"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
+                f"Content-Length: {len(body)}\r\nRetry-After: 1\r\nConnection: close\r\n\r\n").encode()
+        with contextlib.suppress(OSError):
+            request.setblocking(False)  # a peer that reads nothing cannot block the serving thread
+            request.send(head + body)
+        self.shutdown_request(request)
+
+    def _start_reaper(self) -> None:  # called with self._watch held
+        if self._reaper is None and not self._closing:
+            self._reaper = threading.Thread(target=self._reap, name=f"{type(self).__name__}-header-deadline",
+                                            daemon=True)
+            self._reaper.start()
+
+    def _reap(self) -> None:
+        """Shut down every connection past its header deadline; its handler then sees
+        end-of-stream and ends, freeing the thread."""
+        with self._watch:
+            while not self._closing:
+                now = time.monotonic()
+                for connection, deadline in list(self._header_deadlines.items()):
+                    if deadline <= now:
+                        del self._header_deadlines[connection]
+                        with contextlib.suppress(OSError):
+                            connection.shutdown(socket.SHUT_RDWR)
+                soonest = min(self._header_deadlines.values(), default=now + 60.0)
+                self._watch.wait(timeout=max(0.01, soonest - now))
+
     def handle_error(self, request: Any, client_address: Any) -> None:
         # A client that hung up (timeout, shutdown) is routine here, not a traceback on stderr.
         logger.debug("%s: error while handling a request from %s", type(self).__name__, client_address, exc_info=True)
+
+    def server_close(self) -> None:
+        with self._watch:
+            self._closing = True
+            self._watch.notify()
+            reaper, self._reaper = self._reaper, None
+        if reaper is not None:
+            reaper.join(timeout=10)
+        super().server_close()
 
     def stop(self) -> None:
         """Stop serving, close the socket and join the serving thread (if one was started)."""
@@ -157,6 +286,15 @@ class GuardedServer(ThreadingHTTPServer):
             self.thread.join(timeout=10)
             self.thread = None
         self.server_close()
+
+
+def check_server_limits(header_deadline_s: Any, max_connections: Any) -> None:
+    """Raise ValueError naming a header deadline or connection cap a server cannot use."""
+    if isinstance(header_deadline_s, bool) or not isinstance(header_deadline_s, (int, float)) \
+            or not math.isfinite(header_deadline_s) or header_deadline_s <= 0:
+        raise ValueError(f"header_deadline_s={header_deadline_s!r}; expected a finite number of seconds > 0")
+    if isinstance(max_connections, bool) or not isinstance(max_connections, int) or max_connections < 1:
+        raise ValueError(f"max_connections={max_connections!r}; expected a whole number >= 1")
 
 
 class GuardedHandler(BaseHTTPRequestHandler):
@@ -175,11 +313,29 @@ class GuardedHandler(BaseHTTPRequestHandler):
     def error_body(self, message: str) -> bytes:  # the protocol's JSON error document
         raise NotImplementedError
 
+    def handle_one_request(self) -> None:
+        # Each request's headers are due within the server's header deadline (parse_request
+        # below says when they are in); the reaper closes a connection that misses it.
+        self.server.waiting_for_headers(self.connection)
+        try:
+            super().handle_one_request()
+        finally:
+            self.server.headers_received(self.connection)
+
+    def parse_request(self) -> bool:
+        try:
+            return super().parse_request()  # reads the headers
+        finally:
+            self.server.headers_received(self.connection)
+
     def authorized(self) -> bool:
         """True when the server has no token or the request shows it; else answers 401."""
         self._unread = _declared_length(self.headers.get("Content-Length")) if self.command == "POST" else 0
         token = self.server.token
-        if token is None or token_matches(token, self.headers.get(AUTH_HEADER)):
+        if token is None:
+            return True
+        if token_matches(token, self.headers.get(AUTH_HEADER)):
+            self.server.token_shown(self.connection)
             return True
         self.send_error_json(401, "missing or wrong Authorization header: this server serves its own run only "
                                   "(send 'Authorization: Bearer <the run's token>')")
@@ -190,11 +346,11 @@ class GuardedHandler(BaseHTTPRequestHandler):
         text = self.headers.get("Content-Length")
         if text is None:
             raise HttpRefusal(411, "the request has no Content-Length; send the body's size in bytes")
-        try:
-            length = int(text)
-        except ValueError:
-            raise HttpRefusal(400, f"Content-Length is {safe_preview(text, 40)}; expected an integer") from None
-        if length < 0 or length > self.server.max_body_bytes:
+        if not _DIGITS.fullmatch(text.strip()):  # int() also takes "-5", "+5", "1_0" and other scripts' digits
+            raise HttpRefusal(400, f"Content-Length is {safe_preview(text, 40)}; expected the body's size in bytes, "
+                                   f"a whole number >= 0")
+        length = int(text)
+        if length > self.server.max_body_bytes:
             raise HttpRefusal(413, f"the body is {length} bytes; this server takes at most "
                                    f"{self.server.max_body_bytes} (send smaller batches)")
         deadline = time.monotonic() + self.body_deadline_s
@@ -257,10 +413,7 @@ class GuardedHandler(BaseHTTPRequestHandler):
 
 def _declared_length(text: Optional[str]) -> int:
     """The Content-Length as an int >= 0, or 0 when missing or malformed (then none is read)."""
-    try:
-        return max(0, int(text)) if text is not None else 0
-    except ValueError:
-        return 0
+    return int(text) if text is not None and _DIGITS.fullmatch(text.strip()) else 0
 
 
 # --- the client side ---------------------------------------------------------------------------
@@ -272,6 +425,14 @@ class TransportError(Exception):
         super().__init__(cause)
         self.cause = cause
         self.timed_out = timed_out
+
+
+class ReplyTooLarge(TransportError):
+    """The answer is larger than the client reads (`max_bytes`): resending cannot change that."""
+
+    def __init__(self, cause: str, max_bytes: int):
+        super().__init__(cause, timed_out=False)
+        self.max_bytes = max_bytes
 
 
 _SEND_CHUNK = 1 << 20
@@ -336,12 +497,12 @@ def request(parts: urllib.parse.SplitResult, method: str, path: str, body: Optio
 def _read_capped(response: http.client.HTTPResponse, max_reply_bytes: int) -> bytes:
     declared = response.getheader("Content-Length")
     if declared is not None and declared.isdigit() and int(declared) > max_reply_bytes:
-        raise TransportError(f"the answer is {int(declared)} bytes; this client reads at most {max_reply_bytes}",
-                             timed_out=False)
+        raise ReplyTooLarge(f"the answer is {int(declared)} bytes; this client reads at most {max_reply_bytes}",
+                            max_reply_bytes)
     data = response.read(max_reply_bytes + 1)
     if len(data) > max_reply_bytes:
-        raise TransportError(f"the answer is larger than {max_reply_bytes} bytes; this client reads at most that",
-                             timed_out=False)
+        raise ReplyTooLarge(f"the answer is larger than {max_reply_bytes} bytes; this client reads at most that",
+                            max_reply_bytes)
     return data
 
 

@@ -12,7 +12,10 @@ The transport is `omni_rl.utils.http_transport`'s (shared with the reward server
 `token` (the command line always has one: the trainer's per-run secret) every request must
 carry `Authorization: Bearer <token>`, else 401 and nothing changes; a body needs a
 Content-Length of at most `max_body_bytes` (413) and must arrive within the handler's
-deadline; an idle connection is closed.
+deadline; a connection that has not sent its headers within `header_deadline_s` is closed, and
+at most `max_connections` connections that have not shown the token are served at once (503
+past that; a call that showed the token stops counting, so the run's own long calls never
+fill it, and the client keeps its own connections few: `client.MAX_GENERATE_CALLS`).
 
 Every request and answer also carries `X-Omni-RL-Rollout-Protocol`; a request without it or
 with another version is a 400 naming both versions. Errors are JSON `{"error": ..., "protocol": 1}`:
@@ -46,7 +49,13 @@ from omni_rl.rollout.server.protocol import (
     encode_message,
     version_mismatch,
 )
-from omni_rl.utils.http_transport import GuardedHandler, GuardedServer, HttpRefusal
+from omni_rl.utils.http_transport import (
+    DEFAULT_HEADER_DEADLINE_S,
+    DEFAULT_MAX_CONNECTIONS,
+    GuardedHandler,
+    GuardedServer,
+    HttpRefusal,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -60,14 +69,19 @@ HttpError = HttpRefusal  # the name this module's callers know
 
 class RolloutServer(GuardedServer):
     def __init__(self, engine: RolloutEngine, host: str = "127.0.0.1", port: int = 0, *,
-                 token: Optional[str] = None, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES):
+                 token: Optional[str] = None, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+                 header_deadline_s: float = DEFAULT_HEADER_DEADLINE_S, max_connections: int = DEFAULT_MAX_CONNECTIONS):
         self.engine = engine
         self.protocol_version = PROTOCOL_VERSION  # a test may change it to see the mismatch refused
         self.engine_lock = threading.Lock()
         self.weight_kind: str | None = None
         self.counters = {"generate_calls": 0, "weight_updates": 0, "weight_buckets": 0, "weight_tensors": 0,
                          "asleep": False, "refused_requests": 0}
-        super().__init__((host, port), _Handler, token=token, max_body_bytes=max_body_bytes)
+        super().__init__((host, port), _Handler, token=token, max_body_bytes=max_body_bytes,
+                         header_deadline_s=header_deadline_s, max_connections=max_connections)
+
+    def error_document(self, message: str) -> bytes:
+        return json.dumps({"error": message, "protocol": self.protocol_version}).encode()
 
     def stats(self) -> dict[str, Any]:
         return {
@@ -118,7 +132,7 @@ class _Handler(GuardedHandler):
     protocol_version = "HTTP/1.1"
 
     def error_body(self, message: str) -> bytes:
-        return json.dumps({"error": message, "protocol": self.server.protocol_version}).encode()
+        return self.server.error_document(message)
 
     def do_GET(self) -> None:  # noqa: N802  (http.server's naming)
         self._answer({"/health": self._health, "/stats": self.server.stats})

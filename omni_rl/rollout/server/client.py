@@ -8,8 +8,9 @@ BACKEND` (the in-process engine it serves: `native` for rollout.backend=server, 
 sends the trainer's trainable tensors as version 0, so both sides start from the same weights.
 
 Requests go in chunks of `rollout.max_num_seqs` (one engine batch), each chunk one POST
-/generate on a thread of its own, whose futures complete as soon as it is back (the reward
-scorer overlaps the rest). While `wait` waits, it checks that the process lives and, every few
+/generate on a thread of its own (at most `MAX_GENERATE_CALLS` of them open at once: the server
+runs one at a time), whose futures complete as soon as it is back (the reward scorer overlaps
+the rest). While `wait` waits, it checks that the process lives and, every few
 seconds, that /health answers: a server that exits or stops answering fails the call within
 `rollout.options.server_timeout_s` with a `RolloutEngineError` naming its address, pid and the call.
 
@@ -64,6 +65,10 @@ from omni_rl.utils.tensor_buckets import NamedTensors, named_buckets
 
 # Results of one chunk of requests: latents and images of up to max_num_seqs samples.
 MAX_REPLY_BYTES = 64 << 30
+# POST /generate calls open at once. The server runs one at a time (its engine lock), so more
+# would only wait there, and each counts against the server's max_connections until its
+# headers are in: a large step must not crowd itself out with 503s.
+MAX_GENERATE_CALLS = 8
 
 
 class ServerRolloutEngine(RolloutEngine):
@@ -87,6 +92,7 @@ class ServerRolloutEngine(RolloutEngine):
         self.weight_version = 0
         self.pid = pid if pid is not None else (process.pid if process is not None else None)
         self._closed = False
+        self._generate_slots = threading.BoundedSemaphore(MAX_GENERATE_CALLS)
         if self.pid is None:
             self.pid = self._json("GET", "/health", what="checking its health")["pid"]
 
@@ -186,8 +192,10 @@ class ServerRolloutEngine(RolloutEngine):
         try:
             # The chunk's own deadline is the rollout's (the server applies it to its engine too);
             # a server that stops answering meanwhile is caught by wait's health checks.
-            body = self._call("POST", "/generate", encode_message({"requests": chunk, "timeout_s": self.rollout_timeout_s}),
-                              CONTENT_TYPE, what=what, timeout_s=self.rollout_timeout_s + self.timeout_s)
+            with self._generate_slots:
+                body = self._call("POST", "/generate",
+                                  encode_message({"requests": chunk, "timeout_s": self.rollout_timeout_s}),
+                                  CONTENT_TYPE, what=what, timeout_s=self.rollout_timeout_s + self.timeout_s)
             results = decode_message(body)["results"]
             if len(results) != len(chunk):
                 raise RolloutEngineError(f"{self._where()} answered {len(results)} results for {len(chunk)} requests")

@@ -13,18 +13,24 @@ once the server answers; logs go to stderr. With `--parent-pid` the server stops
 process is gone, so a trainer that was killed leaves no server behind.
 
 Every request must carry the run's secret (`Authorization: Bearer <token>`, else 401): the
-trainer hands it over in the environment variable `OMNI_RL_ROLLOUT_TOKEN`; a server started by
-hand without it makes one and adds it to its first line (`"token": ...`). A command line that
-cannot start (no --config, a config that is no file, the port in use) is one `error:` line:
-exit 2 for bad input, 1 for a port in use.
+trainer hands it over in the environment variable `OMNI_RL_ROLLOUT_TOKEN`. A server started by
+hand without it reads `--token-file PATH` (a token file of mode 0600, `omni_rl.utils.token_files`)
+or, when there is none, makes a token and writes it to a new file of mode 0600 (PATH, or a fresh
+name in the temporary directory), removed when the server stops; its first line then says
+where (`"token_file": ...`), never the token itself: stdout is often a log that others can read.
+`--header-deadline-s` and `--max-connections` are the transport's connection bounds. A command
+line that cannot start (no --config, a config that is no file, a token file readable by others,
+the port in use) is one `error:` line: exit 2 for bad input, 1 for a port in use.
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import json
 import logging
 import os
+import signal
 import sys
 import threading
 import time
@@ -40,7 +46,14 @@ from omni_rl.models.factory import build_model
 from omni_rl.rollout.backends import ROLLOUT_BACKENDS
 from omni_rl.rollout.server.app import DEFAULT_MAX_BODY_BYTES, RolloutServer
 from omni_rl.rollout.server.protocol import PROTOCOL_VERSION, TOKEN_ENV
-from omni_rl.utils.http_transport import bind_error, new_token
+from omni_rl.utils.http_transport import (
+    DEFAULT_HEADER_DEADLINE_S,
+    DEFAULT_MAX_CONNECTIONS,
+    bind_error,
+    check_server_limits,
+    new_token,
+)
+from omni_rl.utils.token_files import TokenFileError, read_token_file, write_token_file
 
 
 def load_run_config(path: str) -> OmniConfig:
@@ -49,7 +62,9 @@ def load_run_config(path: str) -> OmniConfig:
 
 
 def build_server(cfg: OmniConfig, backend: str = "native", host: str = "127.0.0.1", port: int = 0,
-                 token: Optional[str] = None, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES) -> RolloutServer:
+                 token: Optional[str] = None, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+                 header_deadline_s: float = DEFAULT_HEADER_DEADLINE_S,
+                 max_connections: int = DEFAULT_MAX_CONNECTIONS) -> RolloutServer:
     if backend == "server":
         raise ValueError("--backend server would start a server from the server; name an in-process backend "
                          "(native, vllm_omni, vllm)")
@@ -70,7 +85,8 @@ def build_server(cfg: OmniConfig, backend: str = "native", host: str = "127.0.0.
     model = build_model(cfg.model, device, tuple(cfg.plugins))
     engine = spec.build(cfg, model)
     try:
-        return RolloutServer(engine, host, port, token=token, max_body_bytes=max_body_bytes)
+        return RolloutServer(engine, host, port, token=token, max_body_bytes=max_body_bytes,
+                             header_deadline_s=header_deadline_s, max_connections=max_connections)
     except BaseException:
         engine.close()
         raise
@@ -83,6 +99,25 @@ def _positive_int(text: str) -> int:
         value = 0
     if value < 1:
         raise argparse.ArgumentTypeError(f"{text!r}; expected a whole number of bytes >= 1")
+    return value
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+        check_server_limits(value, 1)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}; expected a finite number of seconds > 0") from None
+    return value
+
+
+def _connections(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}; expected a whole number of connections >= 1")
     return value
 
 
@@ -113,13 +148,28 @@ def _serve(argv: Sequence[str] | None) -> int:
     parser.add_argument("--parent-pid", type=int, default=None, help="stop serving when this process is gone")
     parser.add_argument("--max-body-bytes", type=_positive_int, default=DEFAULT_MAX_BODY_BYTES,
                         help="the largest request body read (a larger one is answered 413)")
+    parser.add_argument("--token-file", default=None, metavar="PATH",
+                        help=f"started by hand (no ${TOKEN_ENV}): the token file to read (mode 0600), or to write "
+                             f"a fresh token to when PATH does not exist (default: a new file in the temp folder)")
+    parser.add_argument("--header-deadline-s", type=_seconds, default=DEFAULT_HEADER_DEADLINE_S,
+                        help="seconds a connection has to send its request headers, then it is closed")
+    parser.add_argument("--max-connections", type=_connections, default=DEFAULT_MAX_CONNECTIONS,
+                        help="connections served at once that have not shown the token (more are answered 503)")
     args = parser.parse_args(argv)
+    if args.token_file is not None:
+        args.token_file = os.path.expanduser(args.token_file)
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr, format="rollout server: %(levelname)s %(message)s")
     # The run's secret, from the trainer through the environment; removed from it so that
-    # nothing this process starts inherits it. Started by hand: a fresh one, printed below.
+    # nothing this process starts inherits it. Started by hand: from or into a token file.
     token = os.environ.pop(TOKEN_ENV, None) or None
-    made_here = token is None
-    if made_here:
+    by_hand = token is None
+    if by_hand and args.token_file is not None and os.path.lexists(args.token_file):
+        try:
+            token = read_token_file(args.token_file).token
+        except TokenFileError as err:
+            raise _StartError(f"--token-file: {err}", 2) from None
+    write_to = args.token_file if by_hand and token is None else None
+    if by_hand and token is None:
         token = new_token()
     try:
         cfg = load_run_config(args.config)
@@ -129,22 +179,45 @@ def _serve(argv: Sequence[str] | None) -> int:
     except (OSError, ValueError, OmegaConfBaseException) as err:
         raise _StartError(f"--config {args.config!r} is not a run's config: {' '.join(str(err).split())}", 2) from None
     try:
-        server = build_server(cfg, args.backend, "127.0.0.1", args.port, token, args.max_body_bytes)
+        server = build_server(cfg, args.backend, "127.0.0.1", args.port, token, args.max_body_bytes,
+                              args.header_deadline_s, args.max_connections)
     except OSError as err:
         if err.errno is None:
             raise
         raise _StartError(bind_error("127.0.0.1", args.port, err), 1) from None
+    ready = {"url": server.url, "pid": os.getpid(), "protocol": PROTOCOL_VERSION}
+    written = None
+    if by_hand:  # say where the token is, never the token: stdout is often a log others can read
+        if write_to is None and args.token_file is not None:
+            ready["token_file"] = args.token_file
+        else:
+            try:
+                written = write_token_file(write_to, token, server.url, prefix="omni-rl-rollout-token-")
+            except OSError as err:
+                server.engine.close()
+                server.server_close()
+                raise _StartError(f"--token-file {write_to!r}: cannot write it ({err.strerror or err}); give a path "
+                                  f"in a folder of your own", 2) from None
+            ready["token_file"] = written
     if args.parent_pid is not None:
         threading.Thread(target=_stop_when_gone, args=(server, args.parent_pid), daemon=True).start()
-    ready = {"url": server.url, "pid": os.getpid(), "protocol": PROTOCOL_VERSION}
-    # Only a server started by hand says its token (to the one who started it, on its stdout).
-    print(json.dumps({**ready, "token": token} if made_here else ready), flush=True)
+    print(json.dumps(ready), flush=True)
+    if written is not None and threading.current_thread() is threading.main_thread():
+        # `kill PID` then ends serve_forever through the finally below, which removes the file.
+        signal.signal(signal.SIGTERM, _exit_on_sigterm)
     try:
         server.serve_forever(poll_interval=0.2)
     finally:
         server.engine.close()
         server.server_close()
+        if written is not None:  # its token dies with this server
+            with contextlib.suppress(OSError):
+                os.remove(written)
     return 0
+
+
+def _exit_on_sigterm(signum: int, frame: object) -> NoReturn:
+    raise SystemExit(0)
 
 
 def _stop_when_gone(server: RolloutServer, pid: int) -> None:

@@ -12,7 +12,7 @@ import torch
 
 from omni_rl.reward import server as server_module
 from omni_rl.reward.http_client import RewardServerError, ScoreClient
-from omni_rl.reward.protocol import TOKEN_ENV, decode_response, error_message
+from omni_rl.reward.protocol import TOKEN_ENV, TOKEN_URL_ENV, decode_response, error_message
 from omni_rl.reward.server import running_server
 from rewards.latent_scorers import latent_stats
 from omni_rl.utils.http_transport import check_json_depth, new_token, printable, safe_preview
@@ -46,22 +46,27 @@ def test_a_request_without_the_token_gets_401_and_is_not_scored(monkeypatch):
                 client.health()
         assert calls == []
         assert ScoreClient(url, token=token, **FAST).score(latents, ["a", "b"], [{}, {}], kind="latents") == [0.0, 0.0]
-        monkeypatch.setenv(TOKEN_ENV, token)  # how http_scorer / latent_http get it
+        monkeypatch.setenv(TOKEN_ENV, token)  # how http_scorer / latent_http get it,
+        monkeypatch.setenv(TOKEN_URL_ENV, url)  # bound to the server it is for (issue 45, M2)
         assert ScoreClient(url, **FAST).health()["status"] == "ok"
     assert calls == [2]
 
 
-def test_the_command_line_takes_a_token_and_refuses_a_short_one(monkeypatch, capsys):
+def test_the_command_line_refuses_a_token_and_takes_one_from_the_environment(monkeypatch, capsys):
+    # Issue 45, M2: --token (every local user reads a command line) is refused, whatever its
+    # length, without repeating it; the environment's token is checked for length instead.
     monkeypatch.delenv(TOKEN_ENV, raising=False)
-    assert server_module.main(["--scorer", "latent_stats", "--token", "short"]) == 2
-    (line,) = capsys.readouterr().err.strip().splitlines()
-    assert line.startswith("error: --token is 5 characters; expected a secret of at least 16")
     token = new_token()
-    server = server_module.server_from_args(["--scorer", "latent_stats", "--token", token])
-    try:
-        assert server.token == token
-    finally:
-        server.server_close()
+    for value in ("short", token):
+        assert server_module.main(["--scorer", "latent_stats", "--token", value]) == 2
+        (line,) = capsys.readouterr().err.strip().splitlines()
+        assert line.startswith("error: --token puts the secret on the command line, where every local user can "
+                               "read it"), line
+        assert f"environment variable {TOKEN_ENV}" in line and "--token-file PATH" in line and value not in line
+    monkeypatch.setenv(TOKEN_ENV, "short")
+    assert server_module.main(["--scorer", "latent_stats"]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith(f"error: ${TOKEN_ENV} is 5 characters; expected a secret of at least 16")
     monkeypatch.setenv(TOKEN_ENV, token)
     server = server_module.server_from_args(["--scorer", "latent_stats"])
     try:
@@ -142,3 +147,50 @@ def test_http_scorer_and_latent_http_are_one_client_class():
     assert type(images) is RemoteScorer and type(latents) is RemoteScorer
     assert (images.kind, latents.kind) == ("images", "latents")
     assert images.url == latents.url == "http://127.0.0.1:9/score"
+
+
+def test_an_oversized_answer_is_one_error_without_retries_naming_the_limit():
+    # Issue 45, N17: the same request brings the same answer, so retrying it only multiplies the
+    # wait, and "raise timeout_s/retries" was the wrong advice.
+    body = b'{"scores": [' + b"0.0, " * 2_000 + b'0.0], "protocol": 1}'
+    counted = []
+    listener = socket.create_server(("127.0.0.1", 0))
+    url = f"http://127.0.0.1:{listener.getsockname()[1]}"
+
+    def serve():
+        while True:
+            try:
+                conn, _ = listener.accept()
+            except OSError:
+                return
+            counted.append(1)
+            with conn:
+                conn.settimeout(5)
+                try:
+                    data = b""
+                    while b"\r\n\r\n" not in data:
+                        data += conn.recv(65536)
+                    conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % len(body) + body)
+                except OSError:
+                    pass
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    try:
+        client = ScoreClient(url, max_reply_bytes=1024, timeout_s=10, retries=3, backoff_s=0.0)
+        with pytest.raises(RewardServerError) as err:
+            client.score(torch.zeros(1, 4), ["p"], [{}], kind="latents")
+    finally:
+        listener.close()
+        thread.join(timeout=10)
+    message = str(err.value)
+    assert err.value.attempts == 1 and counted == [1], (err.value.attempts, counted)
+    assert f"the answer is {len(body)} bytes; this client reads at most 1024 (max_reply_bytes); not retried" in message
+    assert "raise the reward's max_reply_bytes (now 1024)" in message and "retries" not in message.replace("not retried", "")
+    from omni_rl.reward.registry import RewardConfigError, check_reward_options
+
+    with pytest.raises(RewardConfigError, match="max_reply_bytes=0; expected a whole number of bytes >= 1"):
+        check_reward_options("latent_http", {"url": url, "max_reply_bytes": 0})
+    from omni_rl.reward import build_reward
+
+    assert build_reward("http_scorer", url=url, max_reply_bytes=4096).client.max_reply_bytes == 4096

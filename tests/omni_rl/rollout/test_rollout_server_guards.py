@@ -306,3 +306,43 @@ def test_a_run_is_unaffected_by_a_local_process_without_its_token(tmp_path):
     assert [r["step"] for r in records] == [1, 2] and all(math.isfinite(r["reward/total/mean"]) for r in records)
     # The trainer's own /shutdown at the end stopped it (the attacker's never did: the run finished).
     assert trainer.rollout_engine.process.wait(timeout=30) == 0
+
+
+def test_a_hand_started_server_writes_its_token_0600_and_prints_where_never_what(tmp_path):
+    # Issue 45, L9: its stdout is often a log that others can read (umask 022), so the first line
+    # names the token's file, not the token; the file is the owner's only and goes with the server.
+    import os
+    import select
+    import stat
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from omni_rl.rollout.server.protocol import TOKEN_ENV
+
+    config = tmp_path / "run.yaml"
+    config.write_text(to_yaml(load_config(["recipe=tiny_sd3_flowgrpo", f"trainer.output_dir={tmp_path / 'r'}"])))
+    root = Path(__file__).resolve().parents[3]
+    env = {**os.environ, "PYTHONPATH": str(root)}
+    env.pop(TOKEN_ENV, None)
+    process = subprocess.Popen([sys.executable, "-m", "omni_rl.rollout.server", "--config", str(config)], cwd=tmp_path,
+                               env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, umask=0o022)
+    try:
+        ready, _, _ = select.select([process.stdout], [], [], 300)
+        assert ready, "the server printed nothing within 300 s"
+        first = json.loads(process.stdout.readline())
+        assert "token" not in first and set(first) == {"url", "pid", "protocol", "token_file"}, first
+        token_file = Path(first["token_file"])
+        assert stat.S_IMODE(token_file.stat().st_mode) == 0o600
+        written = json.loads(token_file.read_text())
+        token = written["token"]
+        assert written["url"] == first["url"]
+        client = ServerRolloutEngine(first["url"], timeout_s=30, token=token, pid=first["pid"])
+        assert client._json("GET", "/health", what="checking its health")["status"] == "ok"
+        assert _raw(first["url"], "GET", "/health")[0] == 401
+    finally:
+        process.terminate()  # SIGTERM: it stops and removes the file it wrote
+        out, err = process.communicate(timeout=120)
+    assert process.returncode == 0, err.decode()[-2000:]
+    assert token.encode() not in out + err
+    assert not token_file.exists()
