@@ -82,6 +82,7 @@ from omni_rl.reward.protocol import (
     encode_response,
 )
 from omni_rl.reward.scores import RewardScores
+from omni_rl.utils import server_args
 from omni_rl.utils.http_transport import (
     DEFAULT_HEADER_DEADLINE_S,
     DEFAULT_MAX_CONNECTIONS,
@@ -89,7 +90,6 @@ from omni_rl.utils.http_transport import (
     GuardedServer,
     HttpRefusal,
     bind_error,
-    check_server_limits,
     is_loopback,
     new_token,
 )
@@ -384,37 +384,14 @@ def _port(text: str) -> int:
     return port
 
 
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{text!r}; expected a whole number of bytes >= 1")
-    return value
 
 
 # Raised by a factory handed options it cannot use (a bad value, a missing file): bad input.
 _BAD_INPUT_ERRORS = (ValueError, TypeError, LookupError, ImportError, OSError)
 
 
-def _seconds(text: str) -> float:
-    try:
-        value = float(text)
-        check_server_limits(value, 1)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r}; expected a finite number of seconds > 0") from None
-    return value
 
 
-def _connections(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{text!r}; expected a whole number of connections >= 1")
-    return value
 
 
 # Where a token goes instead of the command line (which every local user reads: ps, /proc/PID/cmdline).
@@ -440,7 +417,7 @@ def server_from_args(argv: Sequence[str] | None = None) -> ScoreServer:
         help=f"address to bind (default {DEFAULT_HOST}; any other address only when given here)",
     )
     parser.add_argument("--port", type=_port, default=0, help="port to bind (0 = a free one, printed at start)")
-    parser.add_argument("--max-body-bytes", type=_positive_int, default=DEFAULT_MAX_BODY_BYTES)
+    parser.add_argument("--max-body-bytes", type=server_args.positive_bytes, default=DEFAULT_MAX_BODY_BYTES)
     parser.add_argument(
         "--token-file", default=None, metavar="PATH",
         help=f"the token every request must carry as 'Authorization: Bearer TOKEN' (else 401), in a JSON file "
@@ -449,9 +426,9 @@ def server_from_args(argv: Sequence[str] | None = None) -> ScoreServer:
     )
     parser.add_argument("--token", nargs="?", const="", default=None, metavar="(refused)",
                         help=f"refused: a token on the command line is visible to every local user; {TOKEN_ADVICE}")
-    parser.add_argument("--header-deadline-s", type=_seconds, default=DEFAULT_HEADER_DEADLINE_S,
+    parser.add_argument("--header-deadline-s", type=server_args.seconds, default=DEFAULT_HEADER_DEADLINE_S,
                         help="seconds a connection has to send its request headers, then it is closed")
-    parser.add_argument("--max-connections", type=_connections, default=DEFAULT_MAX_CONNECTIONS,
+    parser.add_argument("--max-connections", type=server_args.connections, default=DEFAULT_MAX_CONNECTIONS,
                         help="connections served at once that have not shown the token (more are answered 503)")
     args = parser.parse_args(argv)
     if args.token is not None:  # its value is never repeated: it may be the secret

@@ -46,11 +46,11 @@ from omni_rl.models.factory import build_model
 from omni_rl.rollout.backends import ROLLOUT_BACKENDS
 from omni_rl.rollout.server.app import DEFAULT_MAX_BODY_BYTES, RolloutServer
 from omni_rl.rollout.server.protocol import PROTOCOL_VERSION, TOKEN_ENV
+from omni_rl.utils import server_args
 from omni_rl.utils.http_transport import (
     DEFAULT_HEADER_DEADLINE_S,
     DEFAULT_MAX_CONNECTIONS,
     bind_error,
-    check_server_limits,
     new_token,
 )
 from omni_rl.utils.token_files import TokenFileError, read_token_file, write_token_file
@@ -92,33 +92,10 @@ def build_server(cfg: OmniConfig, backend: str = "native", host: str = "127.0.0.
         raise
 
 
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{text!r}; expected a whole number of bytes >= 1")
-    return value
 
 
-def _seconds(text: str) -> float:
-    try:
-        value = float(text)
-        check_server_limits(value, 1)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r}; expected a finite number of seconds > 0") from None
-    return value
 
 
-def _connections(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{text!r}; expected a whole number of connections >= 1")
-    return value
 
 
 class _Parser(argparse.ArgumentParser):
@@ -146,14 +123,14 @@ def _serve(argv: Sequence[str] | None) -> int:
     parser.add_argument("--backend", default="native", help="the in-process rollout backend to serve")
     parser.add_argument("--port", type=int, default=0, help="0 = a free port")
     parser.add_argument("--parent-pid", type=int, default=None, help="stop serving when this process is gone")
-    parser.add_argument("--max-body-bytes", type=_positive_int, default=DEFAULT_MAX_BODY_BYTES,
+    parser.add_argument("--max-body-bytes", type=server_args.positive_bytes, default=DEFAULT_MAX_BODY_BYTES,
                         help="the largest request body read (a larger one is answered 413)")
     parser.add_argument("--token-file", default=None, metavar="PATH",
                         help=f"started by hand (no ${TOKEN_ENV}): the token file to read (mode 0600), or to write "
                              f"a fresh token to when PATH does not exist (default: a new file in the temp folder)")
-    parser.add_argument("--header-deadline-s", type=_seconds, default=DEFAULT_HEADER_DEADLINE_S,
+    parser.add_argument("--header-deadline-s", type=server_args.seconds, default=DEFAULT_HEADER_DEADLINE_S,
                         help="seconds a connection has to send its request headers, then it is closed")
-    parser.add_argument("--max-connections", type=_connections, default=DEFAULT_MAX_CONNECTIONS,
+    parser.add_argument("--max-connections", type=server_args.connections, default=DEFAULT_MAX_CONNECTIONS,
                         help="connections served at once that have not shown the token (more are answered 503)")
     args = parser.parse_args(argv)
     if args.token_file is not None:
