@@ -169,16 +169,23 @@ def setup_logging() -> None:
 def check_inputs(cfg) -> None:
     """What the config points to, checked before any model loads (each raises the error the run
     would raise later): trainer.device is on this machine, the prompt files read, trainer.resume
-    is a checkpoint, model.path holds a model or can be fetched, rollout.options.python (where the backend takes one) runs."""
+    is a checkpoint, model.path holds a model or can be fetched, rollout.options.python (where the backend takes one) runs
+    and finds the packages the backend's engine needs (this Python does, where the engine runs here)."""
     from omni_rl.data.prompts import check_prompt_sources
     from omni_rl.device import check_trainer_device
     from omni_rl.families.base import prompt_limits
     from omni_rl.models.loading import check_model_source
-    from omni_rl.rollout.backends import backend_options
+    from omni_rl.rollout.backends import ROLLOUT_BACKENDS, backend_options
     from omni_rl.rollout.server.interpreter import check_python
+    from omni_rl.rollout.vllm_omni.availability import require
 
     check_trainer_device(cfg.trainer.device, cfg.trainer.backend)
-    check_python(getattr(backend_options(cfg), "python", None), "rollout.options.python")
+    packages = ROLLOUT_BACKENDS.get(cfg.rollout.backend).packages
+    python = getattr(backend_options(cfg), "python", None)
+    check_python(python, "rollout.options.python", packages, cfg.rollout.backend)
+    if python is None and packages and cfg.trainer.backend == "local":
+        # The engine runs in this process (Ray workers may run another Python: they check there).
+        require(cfg.rollout.backend, packages)
     sources = check_prompt_sources(cfg.data, prompt_limits(cfg))
     check_prompt_kind(cfg, sources)
     check_reward_prompts(cfg, sources)
