@@ -16,6 +16,7 @@ the prompts are checked row by row against what each reward declares it needs (`
 from __future__ import annotations
 
 import logging
+import math
 import sys
 from pathlib import Path
 from typing import Sequence
@@ -35,7 +36,8 @@ USAGE = """usage: python main_omni.py [recipe=NAME] [key=value ...] [--cfg] [--p
   --cfg         print the composed config and exit (`--cfg job` too, as in Hydra)
   --plan        build the recipe's model without weights, trace a rollout forward and a training
                 micro-batch on fake tensors, print each device's memory, FLOPs per step and
-                whether it fits; writes plan.json in trainer.output_dir (omni_rl/plan); no training
+                whether it fits; writes plan.json in trainer.output_dir, a folder holding no other
+                run (omni_rl/plan); no training; not with --cfg or --eval
   --device-kind NAME   with --plan: H800 (default), H100, H200 or Ascend910B
   --device-memory GB   with --plan: judge against this memory instead of the kind's
   --options     print a component's options (set under its block) with their defaults and docs,
@@ -81,6 +83,7 @@ def _main(argv: Sequence[str] | None) -> int:
     try:
         args, plan_kind, plan_memory = _plan_options(args, show_plan)
         args, eval_request, compare_paths = take_eval_args(args)
+        _one_mode(show_cfg, show_plan, eval_request is not None)
         if compare_paths is not None:
             from omni_rl.eval.compare import compare
 
@@ -347,6 +350,17 @@ def check_resume(path: str | None) -> None:
     find_checkpoint(path)
 
 
+def _one_mode(show_cfg: bool, show_plan: bool, evaluate: bool) -> None:
+    """`--cfg`, `--plan` and `--eval` each do something else with the config: two of them together
+    would silently drop one, so they are refused."""
+    given = [flag for flag, on in (("--cfg", show_cfg), ("--plan", show_plan), ("--eval", evaluate)) if on]
+    if len(given) > 1:
+        raise OmniConfigError(
+            f"{' and '.join(given)} do not combine (--cfg prints the config, --plan plans the run without "
+            f"weights, --eval evaluates a model); give one of them"
+        )
+
+
 def _plan_options(args: list[str], show_plan: bool) -> tuple[list[str], str, float | None]:
     """`--device-kind NAME` / `--device-memory GB` (also `--opt=VALUE`), taken out of `args`;
     each checked here so bad input is one line before any recipe loads."""
@@ -377,6 +391,6 @@ def _plan_options(args: list[str], show_plan: bool) -> tuple[list[str], str, flo
         gb = float(memory)
     except ValueError:
         raise OmniConfigError(f"--device-memory={memory!r}: expected a positive number of GB (e.g. 80)") from None
-    if not gb > 0:
-        raise OmniConfigError(f"--device-memory={memory!r}: expected a positive number of GB (e.g. 80)")
+    if not 0 < gb < math.inf:  # inf (or a figure past float's range) would overflow the plan's byte counts
+        raise OmniConfigError(f"--device-memory={memory!r}: expected a positive number of GB (finite, e.g. 80)")
     return rest, kind, gb

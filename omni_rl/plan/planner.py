@@ -221,12 +221,36 @@ def _reward_lines(rewards: dict[str, Any]) -> list[str]:
 
 
 def run_plan(cfg: OmniConfig, kind_name: str = DEFAULT_DEVICE_KIND, memory_gb: float | None = None) -> Path:
-    """Plan `cfg`, print the table, write plan.json atomically; returns its path."""
+    """Plan `cfg`, print the table, write plan.json atomically into `trainer.output_dir`; returns
+    its path. The folder is checked and held first (`hold_plan_folder`), before anything is built."""
     from omni_rl.utils.atomic import atomic_write_json
 
-    plan = make_plan(cfg, kind_name, memory_gb)
-    print(format_plan(plan))
-    return atomic_write_json(Path(cfg.trainer.output_dir) / "plan.json", plan)
+    folder = hold_plan_folder(cfg.trainer.output_dir)
+    try:
+        plan = make_plan(cfg, kind_name, memory_gb)
+        print(format_plan(plan))
+        return atomic_write_json(folder.path / "plan.json", plan)
+    finally:
+        folder.release()
+
+
+def hold_plan_folder(output_dir: str):
+    """`output_dir` as the trainer takes it (`omni_rl.trainer.run_dir`: a folder this process can
+    write, and its lock, so that a running run's folder is refused naming its holder), and one
+    that holds no run: a plan.json never lands among another run's metrics or checkpoints.
+    `RunDirError` otherwise; the caller releases the lock when plan.json is written."""
+    from omni_rl.trainer.run_dir import RunDirError, check_output_dir, hold, previous_run
+
+    folder = hold(check_output_dir(output_dir))
+    previous = previous_run(folder.path)
+    if previous:
+        folder.release()
+        raise RunDirError(
+            f"trainer.output_dir={output_dir!r} holds another run ({previous}); --plan writes plan.json only into "
+            f"a folder without a run, so as not to mix with that run's outputs: set trainer.output_dir to a new "
+            f"folder for the plan"
+        )
+    return folder
 
 
 __all__ = ["make_plan", "format_plan", "run_plan"]
