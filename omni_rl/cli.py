@@ -234,18 +234,25 @@ def check_prompt_kind(cfg, sources) -> None:
 
 def check_model_geometry(cfg) -> None:
     """The rollout size and frames within what the diffusion model's configs say it can take
-    (`DiffusionModelBase.check_model_limits`), when the model is already on disk; the trainer
+    (`DiffusionModelBase.check_model_limits`), and a step's memory with its latents
+    (`config_latent_numel`, `omni_rl.models.limits.check_step_memory`), when the model is already on disk; the trainer
     checks the built model the same way otherwise (`omni_rl.models.limits`)."""
     from omni_rl.config import ConfigError
     from omni_rl.models.diffusion import DiffusionModelBase
-    from omni_rl.models.limits import ComponentConfigs, model_folder_on_disk
+    from omni_rl.device import runs_on_cpu
+    from omni_rl.models.limits import ComponentConfigs, check_step_memory, model_folder_on_disk
     from omni_rl.models.registry import ADAPTERS, adapter_key
 
     adapter_class = ADAPTERS.get(adapter_key(cfg.model.adapter, cfg.model.stage))
     folder = model_folder_on_disk(cfg.model) if issubclass(adapter_class, DiffusionModelBase) else None
     if folder is not None:
+        configs = ComponentConfigs(folder)
         try:
-            adapter_class.check_model_limits(cfg, ComponentConfigs(folder))
+            adapter_class.check_model_limits(cfg, configs)
+            # The step's memory with its trajectories, where the configs give the latent's size.
+            latent_numel = adapter_class.config_latent_numel(cfg, configs)
+            if latent_numel is not None:
+                check_step_memory(cfg, latent_numel, on_cpu=runs_on_cpu(cfg.trainer.device))
         except ValueError as err:
             raise ConfigError(str(err)) from None
 

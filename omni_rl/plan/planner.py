@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from omni_rl.config.schema import OmniConfig
+from omni_rl.models.limits import trajectory_sample_bytes
 from omni_rl.plan.architecture import architecture_folder
 from omni_rl.plan.devices import DEFAULT_DEVICE_KIND, device_kind, device_memory_bytes
 from omni_rl.plan.host import materialised_bytes, plan_driver, trajectories_on_host
@@ -89,7 +90,7 @@ def _core(cfg: OmniConfig, cache: dict) -> dict[str, Any]:
         per_sample = text_trajectory_bytes(cfg)
     else:
         step = trace_step(built.model, spec, cfg, cache=cache.setdefault("traces", {}))
-        per_sample = (r.num_steps + 1) * _latent_numel(spec, built.model, cfg) * 4
+        per_sample = trajectory_sample_bytes(r.num_steps, _latent_numel(spec, built.model, cfg))
     trajectories = 0 if trajectories_on_host(cfg) else per_rank * per_sample
     plan["driver"] = plan_driver(cfg, materialised, samples, per_sample, pixels, plan["reward_models"])
     plan["trace"] = as_dict(step)
