@@ -176,6 +176,17 @@ class HunyuanVideo15Adapter(DiffusionModelBase):
         vae, c = self.vae.config, self.transformer.config
         return hunyuan_latent_shape(vae, c.patch_size, c.patch_size_t, height, width, num_frames)
 
+    @classmethod
+    def config_latent_numel(cls, cfg, configs) -> int | None:
+        vae, transformer = configs.get("vae"), configs.get("transformer")
+        r = cfg.rollout
+        try:
+            shape = hunyuan_latent_shape(vae, int(transformer["patch_size"]), int(transformer["patch_size_t"]),
+                                         r.height, r.width, r.num_frames)
+        except (KeyError, TypeError, ValueError):  # no or odd configs: the built model's latent_shape says
+            return None
+        return math.prod(shape)
+
     def base_sigmas(self, num_steps: int) -> list[float]:
         """The pipeline's unshifted sigmas, `linspace(1, 0, N + 1)[:-1]`."""
         if num_steps < 1:

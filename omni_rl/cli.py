@@ -16,6 +16,7 @@ the prompts are checked row by row against what each reward declares it needs (`
 from __future__ import annotations
 
 import logging
+import math
 import sys
 from pathlib import Path
 from typing import Sequence
@@ -35,7 +36,8 @@ USAGE = """usage: python main_omni.py [recipe=NAME] [key=value ...] [--cfg] [--p
   --cfg         print the composed config and exit (`--cfg job` too, as in Hydra)
   --plan        build the recipe's model without weights, trace a rollout forward and a training
                 micro-batch on fake tensors, print each device's memory, FLOPs per step and
-                whether it fits; writes plan.json in trainer.output_dir (omni_rl/plan); no training
+                whether it fits; writes plan.json in trainer.output_dir, a folder holding no other
+                run (omni_rl/plan); no training; not with --cfg or --eval
   --device-kind NAME   with --plan: H800 (default), H100, H200 or Ascend910B
   --device-memory GB   with --plan: judge against this memory instead of the kind's
   --options     print a component's options (set under its block) with their defaults and docs,
@@ -81,6 +83,7 @@ def _main(argv: Sequence[str] | None) -> int:
     try:
         args, plan_kind, plan_memory = _plan_options(args, show_plan)
         args, eval_request, compare_paths = take_eval_args(args)
+        _one_mode(show_cfg, show_plan, eval_request is not None)
         if compare_paths is not None:
             from omni_rl.eval.compare import compare
 
@@ -169,16 +172,23 @@ def setup_logging() -> None:
 def check_inputs(cfg) -> None:
     """What the config points to, checked before any model loads (each raises the error the run
     would raise later): trainer.device is on this machine, the prompt files read, trainer.resume
-    is a checkpoint, model.path holds a model or can be fetched, rollout.options.python (where the backend takes one) runs."""
+    is a checkpoint, model.path holds a model or can be fetched, rollout.options.python (where the backend takes one) runs
+    and finds the packages the backend's engine needs (this Python does, where the engine runs here)."""
     from omni_rl.data.prompts import check_prompt_sources
     from omni_rl.device import check_trainer_device
     from omni_rl.families.base import prompt_limits
     from omni_rl.models.loading import check_model_source
-    from omni_rl.rollout.backends import backend_options
+    from omni_rl.rollout.backends import ROLLOUT_BACKENDS, backend_options
     from omni_rl.rollout.server.interpreter import check_python
+    from omni_rl.rollout.vllm_omni.availability import require
 
     check_trainer_device(cfg.trainer.device, cfg.trainer.backend)
-    check_python(getattr(backend_options(cfg), "python", None), "rollout.options.python")
+    packages = ROLLOUT_BACKENDS.get(cfg.rollout.backend).packages
+    python = getattr(backend_options(cfg), "python", None)
+    check_python(python, "rollout.options.python", packages, cfg.rollout.backend)
+    if python is None and packages and cfg.trainer.backend == "local":
+        # The engine runs in this process (Ray workers may run another Python: they check there).
+        require(cfg.rollout.backend, packages)
     sources = check_prompt_sources(cfg.data, prompt_limits(cfg))
     check_prompt_kind(cfg, sources)
     check_reward_prompts(cfg, sources)
@@ -224,18 +234,25 @@ def check_prompt_kind(cfg, sources) -> None:
 
 def check_model_geometry(cfg) -> None:
     """The rollout size and frames within what the diffusion model's configs say it can take
-    (`DiffusionModelBase.check_model_limits`), when the model is already on disk; the trainer
+    (`DiffusionModelBase.check_model_limits`), and a step's memory with its latents
+    (`config_latent_numel`, `omni_rl.models.limits.check_step_memory`), when the model is already on disk; the trainer
     checks the built model the same way otherwise (`omni_rl.models.limits`)."""
     from omni_rl.config import ConfigError
     from omni_rl.models.diffusion import DiffusionModelBase
-    from omni_rl.models.limits import ComponentConfigs, model_folder_on_disk
+    from omni_rl.device import runs_on_cpu
+    from omni_rl.models.limits import ComponentConfigs, check_step_memory, model_folder_on_disk
     from omni_rl.models.registry import ADAPTERS, adapter_key
 
     adapter_class = ADAPTERS.get(adapter_key(cfg.model.adapter, cfg.model.stage))
     folder = model_folder_on_disk(cfg.model) if issubclass(adapter_class, DiffusionModelBase) else None
     if folder is not None:
+        configs = ComponentConfigs(folder)
         try:
-            adapter_class.check_model_limits(cfg, ComponentConfigs(folder))
+            adapter_class.check_model_limits(cfg, configs)
+            # The step's memory with its trajectories, where the configs give the latent's size.
+            latent_numel = adapter_class.config_latent_numel(cfg, configs)
+            if latent_numel is not None:
+                check_step_memory(cfg, latent_numel, on_cpu=runs_on_cpu(cfg.trainer.device))
         except ValueError as err:
             raise ConfigError(str(err)) from None
 
@@ -340,6 +357,17 @@ def check_resume(path: str | None) -> None:
     find_checkpoint(path)
 
 
+def _one_mode(show_cfg: bool, show_plan: bool, evaluate: bool) -> None:
+    """`--cfg`, `--plan` and `--eval` each do something else with the config: two of them together
+    would silently drop one, so they are refused."""
+    given = [flag for flag, on in (("--cfg", show_cfg), ("--plan", show_plan), ("--eval", evaluate)) if on]
+    if len(given) > 1:
+        raise OmniConfigError(
+            f"{' and '.join(given)} do not combine (--cfg prints the config, --plan plans the run without "
+            f"weights, --eval evaluates a model); give one of them"
+        )
+
+
 def _plan_options(args: list[str], show_plan: bool) -> tuple[list[str], str, float | None]:
     """`--device-kind NAME` / `--device-memory GB` (also `--opt=VALUE`), taken out of `args`;
     each checked here so bad input is one line before any recipe loads."""
@@ -370,6 +398,6 @@ def _plan_options(args: list[str], show_plan: bool) -> tuple[list[str], str, flo
         gb = float(memory)
     except ValueError:
         raise OmniConfigError(f"--device-memory={memory!r}: expected a positive number of GB (e.g. 80)") from None
-    if not gb > 0:
-        raise OmniConfigError(f"--device-memory={memory!r}: expected a positive number of GB (e.g. 80)")
+    if not 0 < gb < math.inf:  # inf (or a figure past float's range) would overflow the plan's byte counts
+        raise OmniConfigError(f"--device-memory={memory!r}: expected a positive number of GB (finite, e.g. 80)")
     return rest, kind, gb

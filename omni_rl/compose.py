@@ -40,7 +40,7 @@ from omni_rl.logging import SINK_NAMES, bind_logger_options
 from omni_rl.models.registry import ADAPTERS, adapter_key
 from omni_rl.plugins import PluginError, load_plugins
 from omni_rl.reward.registry import REWARDS, RewardConfigError, check_reward_options, reward_modalities
-from omni_rl.rollout.backends import ROLLOUT_BACKENDS, beside_trainer_problem
+from omni_rl.rollout.backends import ROLLOUT_BACKENDS, beside_trainer_problem, check_backend_fits
 from omni_rl.rollout.sde_window import SdeWindowOptions, bind_sde_window_options
 from omni_rl.trainer import ACTOR_GROUPS  # the package registers the built-in backends
 from omni_rl.trainer.pipeline import PIPELINES
@@ -139,6 +139,11 @@ def check_components(cfg: OmniConfig) -> None:
         if value not in registry:
             raise ConfigError(f"{key}={value!r}: unknown {registry.kind}; registered: {', '.join(registry.names())}")
     family = MODEL_FAMILIES.get(ADAPTERS.get(adapter_key(cfg.model.adapter, cfg.model.stage)).family)
+    try:
+        check_backend_fits(cfg.rollout.backend, ADAPTERS.get(adapter_key(cfg.model.adapter, cfg.model.stage)),
+                           cfg.model.adapter)
+    except ValueError as err:
+        raise ConfigError(str(err)) from None
     bind_advantage_options(cfg)
     bind_rollout_correction(cfg)
     bind_sde_window_options(cfg)

@@ -5,6 +5,7 @@ Everything else receives a `torch.device` from here and never spells a device ty
 from __future__ import annotations
 
 import importlib.util
+from typing import Optional
 
 import torch
 
@@ -69,6 +70,21 @@ def check_trainer_device(name: str, backend: str = "local") -> None:
     With Ray the workers use it, and the driver may be a CPU head node: nothing to check here."""
     if backend == "local":
         pick_device(name)
+
+
+def device_memory(device: torch.device) -> Optional[int]:
+    """The total memory of accelerator `device` in bytes; None for the CPU and the meta device."""
+    if device.type == "cuda":
+        return torch.cuda.get_device_properties(device).total_memory
+    if device.type == "npu":
+        return torch.npu.get_device_properties(device).total_memory
+    return None
+
+
+def runs_on_cpu(name: str) -> bool:
+    """Whether `trainer.device=name` puts the model on this machine's CPU (auto: no accelerator
+    here). Asks no accelerator more than whether there is one."""
+    return name.startswith("cpu") or (name == "auto" and pick_device("auto").type == "cpu")
 
 
 def weightless_device() -> torch.device:

@@ -71,6 +71,7 @@ from PIL import Image
 from omni_rl.data.dataset_folder import DatasetFolder, is_base64
 from omni_rl.data.image_decode import decode_image
 from omni_rl.data.prompt_item import PromptFileError, PromptItem
+from omni_rl.data.prompt_text import check_regular_file, is_blank, read_text_lines
 from omni_rl.data.row_metadata import row_metadata
 from omni_rl.data.wav import read_wav
 
@@ -94,8 +95,9 @@ def read_rows(path: str | Path, kind: str) -> tuple[Path, list[tuple[str, Any]]]
     """The file and its (where, row) pairs, for a `.jsonl` or `.parquet` prompt file of `kind`
     (named in errors: "chat", "edit")."""
     file = Path(path).expanduser()
-    if not file.is_file():
+    if not file.exists() or file.is_dir():
         raise PromptFileError(f"{kind} prompt file {str(path)!r} does not exist (looked for {file}); check the path")
+    check_regular_file(file, f"{kind} prompt file {str(path)!r}")
     if file.suffix == ".jsonl":
         return file, read_jsonl_rows(file)
     if file.suffix == ".parquet":
@@ -106,8 +108,8 @@ def read_rows(path: str | Path, kind: str) -> tuple[Path, list[tuple[str, Any]]]
 def read_jsonl_rows(file: Path) -> list[tuple[str, Any]]:
     """(where, row) for each non-blank line; `where` is "row N" (plus the line when they differ)."""
     rows = []
-    for line_no, line in enumerate(file.read_text(encoding="utf-8").splitlines(), start=1):
-        if not line.strip():
+    for line_no, line in enumerate(read_text_lines(file, str(file)), start=1):
+        if is_blank(line):
             continue
         n = len(rows) + 1
         where = f"row {n}" if n == line_no else f"row {n} (line {line_no})"

@@ -1,6 +1,7 @@
 """Prompt datasets for generation RL: inline lists or files, sampled deterministically per step.
 
-A prompt file is `.txt` (one prompt per line; blank lines and `#` comments skipped), `.jsonl`
+A prompt file is `.txt` (one prompt per line; blank lines, zero-width ones included, and `#`
+comments skipped), `.jsonl`
 (one object per line with a `prompt` string; every other field of the row reaches the rewards'
 metadata: a `metadata` object's keys and the row's other top-level fields, merged by
 `omni_rl.data.row_metadata`, which refuses a key given both ways with different values; so
@@ -16,6 +17,9 @@ richer row formats have readers of their own, which state them:
 - a chat file, every other `.parquet` file and a `.jsonl` file any row of which has a list of
   chat messages as its `prompt` or an `images`, `audio`, `ground_truth` or `reward_model` key:
   `omni_rl.data.chat_prompts.load_chat_items`, which also fills the items' `messages` and `media`.
+
+Every file is read as `omni_rl.data.prompt_text` says (a regular file, UTF-8 with or without a
+byte-order mark, no control characters but tab), and so is every prompt's text.
 
 Every item records where it came from (`PromptItem.origin`: "line N", "row N"), which the
 load-time checks name.
@@ -40,6 +44,7 @@ from omni_rl.data.preference_file import load_preference_file, preference_prompt
 from omni_rl.data.prompt_chars import bound_prompt_chars
 from omni_rl.data.prompt_length import PromptLimitOptions
 from omni_rl.data.prompt_item import PromptFileError, PromptItem
+from omni_rl.data.prompt_text import check_prompt_text, check_regular_file, is_blank, read_text_lines
 from omni_rl.data.row_metadata import row_metadata
 
 __all__ = ["PromptFileError", "PromptItem", "PromptSampler", "absent_prompt_files", "load_prompt_items", "read_prompt_file",
@@ -71,8 +76,9 @@ def load_prompt_items(prompts: Optional[list[str]], prompt_file: Optional[str], 
     if not items:
         raise PromptFileError(f"{what}: the prompt list is empty")
     for i, item in enumerate(items):
-        if not item.prompt.strip() and not item.media:  # an image alone can be the question
+        if is_blank(item.prompt) and not item.media:  # an image alone can be the question
             raise PromptFileError(f"{where}: prompt {i} is empty")
+    check_prompt_text(items, where)
     return items
 
 
@@ -153,14 +159,15 @@ def read_prompt_file(path: str, key: Optional[str] = None, allow_outside: bool =
     file = _locate(path)
     if file.is_dir():
         raise PromptFileError(f"{label} is a folder, expected a .txt, .jsonl or .parquet file")
-    if not file.is_file():
+    if not file.exists():
         raise PromptFileError(f"{label} does not exist (looked for {file}); {_MISSING_HINT.format(key=key or 'data.prompt_file')}")
+    check_regular_file(file, label)
     if file.suffix not in (".txt", ".jsonl", ".parquet"):
         raise PromptFileError(f"{label}: expected a .txt, .jsonl or .parquet file")
     items: list[PromptItem] = []
     if file.suffix == ".parquet":
         return load_edit_items(file, allow_outside) if is_edit_parquet(file) else load_chat_items(file, allow_outside)
-    lines = _read_text_lines(file, label)
+    lines = read_text_lines(file, label)
     kind = _jsonl_kind(lines) if file.suffix == ".jsonl" else None
     if kind == "edit":
         return load_edit_items(file, allow_outside)
@@ -168,7 +175,7 @@ def read_prompt_file(path: str, key: Optional[str] = None, allow_outside: bool =
         return load_chat_items(file, allow_outside)
     if file.suffix == ".jsonl":
         for n, line in enumerate(lines, start=1):
-            if not line.strip():
+            if is_blank(line):
                 continue
             try:
                 row = json.loads(line)
@@ -179,21 +186,8 @@ def read_prompt_file(path: str, key: Optional[str] = None, allow_outside: bool =
             items.append(PromptItem(row["prompt"], row_metadata(row, ("prompt",), f"{path}:{n}"), origin=f"line {n}"))
     else:  # .txt
         items = [PromptItem(line.strip(), origin=f"line {n}") for n, line in enumerate(lines, start=1)
-                 if line.strip() and not line.lstrip().startswith("#")]
+                 if not is_blank(line) and not line.lstrip().startswith("#")]
     return items
-
-
-def _read_text_lines(file: Path, label: str) -> list[str]:
-    data = file.read_bytes()
-    try:
-        return data.decode("utf-8").splitlines()
-    except UnicodeDecodeError as err:
-        line = data.count(b"\n", 0, err.start) + 1
-        raise PromptFileError(
-            f"{label}: {file} is not UTF-8 text (byte {err.start}, line {line}: "
-            f"{data[err.start:err.start + 4]!r}); expected a UTF-8 {file.suffix} file (convert text in "
-            f"another encoding, e.g. `iconv -f latin1 -t utf-8`; a Parquet file must be named .parquet)"
-        ) from None
 
 
 def _jsonl_kind(lines: list[str]) -> Optional[str]:

@@ -39,7 +39,8 @@ import torch
 from omni_rl.config.options import option
 from omni_rl.models.base import OmniModelBase
 from omni_rl.models.conditioning import Conditioning
-from omni_rl.models.limits import check_sample_memory
+from omni_rl.device import runs_on_cpu
+from omni_rl.models.limits import check_sample_memory, check_step_memory
 
 
 def nearest_multiples(value: int, factor: int) -> str:
@@ -163,6 +164,8 @@ class DiffusionModelBase(OmniModelBase):
             check_multiple("rollout.height", r.height, cls.size_multiple, f"what {cfg.model.adapter} takes")
             check_multiple("rollout.width", r.width, cls.size_multiple, f"what {cfg.model.adapter} takes")
         check_sample_memory(r.height, r.width, r.num_frames)
+        # The step's decoded samples here; their latents once the model's configs say how large.
+        check_step_memory(cfg, on_cpu=runs_on_cpu(cfg.trainer.device))
 
     @classmethod
     def check_model_limits(cls, cfg, configs) -> None:
@@ -170,6 +173,15 @@ class DiffusionModelBase(OmniModelBase):
         geometry past what the model's position encoding covers, read from its component
         configs (`configs.get("transformer")`: a config.json as a dict, or None). Run before the
         model loads when it is on disk (`omni_rl.models.limits`); none by default."""
+
+    @classmethod
+    def config_latent_numel(cls, cfg, configs) -> Optional[int]:
+        """Elements of one sample's latent at the rollout geometry, from the model's component
+        configs (`configs.get("vae")`: a config.json as a dict, or None), before the model loads,
+        so that the step's trajectories join its memory check (`omni_rl.models.limits`); None
+        where the configs do not say (the default: the built model's `latent_shape` is checked
+        as the trainer starts)."""
+        return None
 
     def sigmas(self, num_steps: int, height: int | None = None, width: int | None = None,
                num_frames: int = 1) -> torch.Tensor:

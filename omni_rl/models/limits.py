@@ -14,17 +14,35 @@ that fits:
   model's `latent_shape` as the trainer starts, for a model that was not on disk before;
 - a sample too large for the machine at all: `check_sample_memory` (from the config alone, in
   `DiffusionModelBase.check_config`) refuses a geometry one decoded sample of which (fp32 RGB,
-  H x W x frames) is larger than this machine's memory, before any tensor is allocated.
+  H x W x frames) is larger than this machine's memory, before any tensor is allocated;
+- a step too large for the machine: `check_step_memory` counts what a step holds at once
+  (`step_memory`), as `--plan` counts it (`omni_rl.plan` uses the same per-sample counts,
+  `decoded_sample_bytes`, `trajectory_sample_bytes`): every sample of the step decoded (uint8
+  RGB, kept for the rewards on the host), the samples decoded at once (`rollout.max_num_seqs`,
+  fp32 RGB while the VAE decodes them, where the rollout model runs), and every sample's
+  trajectory (its latent at each of the `num_steps + 1` points, fp32, where the rollout model
+  runs) once the latent's size is known: from the config alone (`DiffusionModelBase.check_config`)
+  the decoded part; before the load, with the model's configs on disk, its latents too
+  (`DiffusionModelBase.config_latent_numel`, the command line's `check_inputs`); and through
+  the built model's `latent_shape` as the trainer starts (`check_built_model`), before anything
+  is sampled. The host's share is checked against this machine's memory, the rollout device's
+  share against that device's (`omni_rl.device.device_memory`) once the model is on it (asking
+  earlier would start CUDA in the driver before anything needs it).
+  Not counted: activations, weights (`--plan` traces those), trajectories moved to the host by
+  `rollout.options.trajectory_device=cpu` (counted on the device).
 
 Not here: the multiples a VAE needs (`omni_rl.models.diffusion.check_multiple`).
 """
 from __future__ import annotations
 
 import json
+import math
 import os
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
+from omni_rl.device import device_memory
 from omni_rl.errors import OmniConfigError
 
 # Bytes of one decoded sample per pixel and frame: three fp32 channels.
@@ -58,6 +76,67 @@ def check_sample_memory(height: int, width: int, num_frames: int, memory_bytes: 
         )
 
 
+def decoded_sample_bytes(height: int, width: int, num_frames: int) -> int:
+    """A decoded image or video as the rewards get it: uint8 RGB, frames x H x W x 3 bytes."""
+    return max(1, num_frames) * height * width * 3
+
+
+def trajectory_sample_bytes(num_steps: int, latent_numel: int) -> int:
+    """One sample's stored trajectory: its latent at each of the `num_steps + 1` points, fp32 (an
+    upper bound where an SDE window records fewer steps)."""
+    return (num_steps + 1) * latent_numel * 4
+
+
+@dataclass(frozen=True)
+class StepMemory:
+    """Bytes a diffusion step holds at once (module docstring), by where they sit."""
+
+    samples: int
+    decoded: int  # every sample of the step, uint8 RGB, on the host
+    decoding: int  # the samples decoded at once, fp32 RGB, where the rollout model runs
+    trajectories: int  # every sample's trajectory, fp32, where the rollout model runs (0: size unknown)
+
+
+def step_memory(cfg, latent_numel: Optional[int] = None) -> StepMemory:
+    """What one step of `cfg` holds; `latent_numel` the elements of one sample's latent (None: unknown)."""
+    r, t = cfg.rollout, cfg.trainer
+    samples = t.prompts_per_step * t.samples_per_prompt
+    at_once = min(r.max_num_seqs, samples)
+    per_sample = decoded_sample_bytes(r.height, r.width, r.num_frames)
+    trajectories = 0 if latent_numel is None else samples * trajectory_sample_bytes(r.num_steps, latent_numel)
+    return StepMemory(samples, samples * per_sample, at_once * per_sample * 4, trajectories)
+
+
+def check_step_memory(cfg, latent_numel: Optional[int] = None, on_cpu: bool = True,
+                      host_bytes: Optional[int] = None, device_bytes: Optional[int] = None) -> None:
+    """ValueError, one line naming the geometry key, when a step of `cfg` (`step_memory`) does not
+    fit: all of it against `host_bytes` (this machine's memory when None) when the rollout model
+    runs `on_cpu`; else the decoded samples against `host_bytes`, and the rest against
+    `device_bytes` (the accelerator's memory; None: not checked)."""
+    need = step_memory(cfg, latent_numel)
+    on_device = need.decoding + need.trajectories
+    host_bytes = physical_memory() if host_bytes is None else host_bytes
+    checks = ([("this machine's", need.decoded + on_device, host_bytes)] if on_cpu else
+              [("this machine's", need.decoded, host_bytes), ("the rollout device's", on_device, device_bytes)])
+    for whose, held, limit in checks:
+        if limit is not None and held > limit:
+            raise ValueError(_step_refusal(cfg, need, whose, held, limit))
+
+
+def _step_refusal(cfg, need: StepMemory, whose: str, held: int, limit: int) -> str:
+    r, t = cfg.rollout, cfg.trainer
+    geometry = (f"rollout.num_frames={r.num_frames} (at rollout.height={r.height} x rollout.width={r.width})"
+                if r.num_frames > 1 else f"rollout.height={r.height} x rollout.width={r.width}")
+    parts = [f"{_size(need.decoded)} decoded (uint8 RGB, all {need.samples}, host)",
+             f"{_size(need.decoding)} decoding rollout.max_num_seqs={min(r.max_num_seqs, need.samples)} at once (fp32 RGB)"]
+    if need.trajectories:
+        parts.append(f"{_size(need.trajectories)} of trajectories (rollout.num_steps={r.num_steps} + 1 latents each, fp32)")
+    return (f"{geometry}: a step's {need.samples} samples (trainer.prompts_per_step={t.prompts_per_step} x "
+            f"trainer.samples_per_prompt={t.samples_per_prompt}) need {_size(held)} of {whose} {_size(limit)} of "
+            f"memory ({'; '.join(parts)}); use fewer frames, a smaller size, fewer samples a step or a smaller "
+            f"rollout.max_num_seqs (python main_omni.py ... --plan counts the rest)")
+
+
 def physical_memory() -> Optional[int]:
     try:
         return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
@@ -71,11 +150,16 @@ class ModelLimitError(OmniConfigError):
 
 def check_built_model(model, cfg) -> None:
     """The rollout geometry through a built diffusion model's `latent_shape` (its multiples and
-    position limits), as one `ModelLimitError` line: for a model that was not on disk when the
+    position limits) and the step's memory with its latents (`check_step_memory`), as one
+    `ModelLimitError` line: for a model that was not on disk when the
     config loaded (a tiny model built on first use), checked before anything is sampled."""
     r = cfg.rollout
     try:
-        model.latent_shape(r.height, r.width, r.num_frames)
+        shape = model.latent_shape(r.height, r.width, r.num_frames)
+        # One stream's shape, or {stream: shape} for a model with several (video and audio).
+        shapes = shape.values() if isinstance(shape, dict) else [shape]
+        check_step_memory(cfg, sum(math.prod(s) for s in shapes), model.device.type == "cpu",
+                          device_bytes=device_memory(model.device))
     except ValueError as err:
         raise ModelLimitError(str(err)) from None
 

@@ -14,6 +14,7 @@ them is a best case. Sources:
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from omni_rl.config.validate import ConfigError
@@ -43,9 +44,9 @@ def device_kind(name: str) -> DeviceKind:
 
 
 def device_memory_bytes(kind: DeviceKind, memory_gb: float | None) -> int:
-    """The memory a plan must fit: `--device-memory GB` when given (> 0), else the kind's."""
+    """The memory a plan must fit: `--device-memory GB` when given (> 0, finite), else the kind's."""
     if memory_gb is None:
         return int(kind.memory_gb * 1e9)
-    if not memory_gb > 0:
-        raise ConfigError(f"--device-memory={memory_gb!r}: expected a positive number of GB (e.g. 80)")
+    if not 0 < memory_gb < math.inf:
+        raise ConfigError(f"--device-memory={memory_gb!r}: expected a positive number of GB (finite, e.g. 80)")
     return int(memory_gb * 1e9)

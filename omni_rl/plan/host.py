@@ -25,6 +25,7 @@ from typing import Any
 import torch
 
 from omni_rl.config.schema import OmniConfig
+from omni_rl.models.limits import decoded_sample_bytes
 
 
 def materialised_bytes(modules) -> int:
@@ -57,7 +58,8 @@ def media_bytes_per_sample(cfg: OmniConfig, pixels: bool) -> int:
     if not pixels:
         return 0
     r = cfg.rollout
-    return max(1, r.num_frames) * r.height * r.width * 3
+    # The load-time step check counts the same bytes (`omni_rl.models.limits`).
+    return decoded_sample_bytes(r.height, r.width, r.num_frames)
 
 
 def plan_driver(cfg: OmniConfig, materialised: int, samples: int, trajectory_per_sample: int, pixels: bool,

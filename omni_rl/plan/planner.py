@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from omni_rl.config.schema import OmniConfig
+from omni_rl.models.limits import trajectory_sample_bytes
 from omni_rl.plan.architecture import architecture_folder
 from omni_rl.plan.devices import DEFAULT_DEVICE_KIND, device_kind, device_memory_bytes
 from omni_rl.plan.host import materialised_bytes, plan_driver, trajectories_on_host
@@ -89,7 +90,7 @@ def _core(cfg: OmniConfig, cache: dict) -> dict[str, Any]:
         per_sample = text_trajectory_bytes(cfg)
     else:
         step = trace_step(built.model, spec, cfg, cache=cache.setdefault("traces", {}))
-        per_sample = (r.num_steps + 1) * _latent_numel(spec, built.model, cfg) * 4
+        per_sample = trajectory_sample_bytes(r.num_steps, _latent_numel(spec, built.model, cfg))
     trajectories = 0 if trajectories_on_host(cfg) else per_rank * per_sample
     plan["driver"] = plan_driver(cfg, materialised, samples, per_sample, pixels, plan["reward_models"])
     plan["trace"] = as_dict(step)
@@ -221,12 +222,36 @@ def _reward_lines(rewards: dict[str, Any]) -> list[str]:
 
 
 def run_plan(cfg: OmniConfig, kind_name: str = DEFAULT_DEVICE_KIND, memory_gb: float | None = None) -> Path:
-    """Plan `cfg`, print the table, write plan.json atomically; returns its path."""
+    """Plan `cfg`, print the table, write plan.json atomically into `trainer.output_dir`; returns
+    its path. The folder is checked and held first (`hold_plan_folder`), before anything is built."""
     from omni_rl.utils.atomic import atomic_write_json
 
-    plan = make_plan(cfg, kind_name, memory_gb)
-    print(format_plan(plan))
-    return atomic_write_json(Path(cfg.trainer.output_dir) / "plan.json", plan)
+    folder = hold_plan_folder(cfg.trainer.output_dir)
+    try:
+        plan = make_plan(cfg, kind_name, memory_gb)
+        print(format_plan(plan))
+        return atomic_write_json(folder.path / "plan.json", plan)
+    finally:
+        folder.release()
+
+
+def hold_plan_folder(output_dir: str):
+    """`output_dir` as the trainer takes it (`omni_rl.trainer.run_dir`: a folder this process can
+    write, and its lock, so that a running run's folder is refused naming its holder), and one
+    that holds no run: a plan.json never lands among another run's metrics or checkpoints.
+    `RunDirError` otherwise; the caller releases the lock when plan.json is written."""
+    from omni_rl.trainer.run_dir import RunDirError, check_output_dir, hold, previous_run
+
+    folder = hold(check_output_dir(output_dir))
+    previous = previous_run(folder.path)
+    if previous:
+        folder.release()
+        raise RunDirError(
+            f"trainer.output_dir={output_dir!r} holds another run ({previous}); --plan writes plan.json only into "
+            f"a folder without a run, so as not to mix with that run's outputs: set trainer.output_dir to a new "
+            f"folder for the plan"
+        )
+    return folder
 
 
 __all__ = ["make_plan", "format_plan", "run_plan"]

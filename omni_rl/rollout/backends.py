@@ -18,7 +18,10 @@ weightless: configs, tokenizers, shapes, not a second copy of the weights); `sha
 samples with the very model object it is given, so a pipelined trainer gives it a copy of its
 own, `LocalActorGroup`; its engine's `shares_model_with(that model)`, which `sync_weights` asks,
 says the same); and `beside_trainer(cfg) -> None | reason`, whether it can sample while
-the trainer updates (`trainer.pipeline` one_step_off / async; None: it cannot).
+the trainer updates (`trainer.pipeline` one_step_off / async; None: it cannot); `samples`, the
+model base class its engine samples (None: any), checked at load against the adapter
+(`check_backend_fits`); `packages`, the (module, pip name) pairs its engine imports, which the
+Python it runs in must have (checked before the model loads, `omni_rl.cli.check_inputs`).
 Register another with `register_rollout_backend("name", options_class=...)` in a plugin module.
 """
 from __future__ import annotations
@@ -37,6 +40,7 @@ from omni_rl.rollout.diffusion_sampling import TRAJECTORY_DEVICES
 from omni_rl.rollout.native import DRIVERS, NativeDiffusionEngine
 from omni_rl.rollout.server.client import start_server_engine
 from omni_rl.rollout.text_native import NativeTextEngine
+from omni_rl.rollout.vllm_omni.availability import NEEDS
 
 @dataclass
 class NativeOptions:
@@ -122,6 +126,10 @@ class RolloutBackend:
     takes_top_p: bool = True
     # The backend's rules on the rest of the config (`ValueError` naming the key), run at load.
     check_config: Optional[Callable[[OmniConfig], None]] = None
+    # The model base class its engine samples (None: any adapter).
+    samples: Optional[type] = None
+    # (module, pip name) pairs its engine imports: the Python it runs in must have them.
+    packages: tuple[tuple[str, str], ...] = ()
 
 
 ROLLOUT_BACKENDS: Registry[RolloutBackend] = Registry("rollout backend")
@@ -129,14 +137,30 @@ ROLLOUT_BACKENDS: Registry[RolloutBackend] = Registry("rollout backend")
 
 def register_rollout_backend(name: str, options_class: type = NativeOptions, beside_trainer=None,
                              shares_model: bool = False, loads_own_weights: bool = False, check_config=None,
-                             takes_top_p: bool = True):
+                             takes_top_p: bool = True, samples: Optional[type] = None,
+                             packages: tuple[tuple[str, str], ...] = ()):
     """Decorator: register `build(cfg, model) -> RolloutEngine` as backend `name` with its spec."""
     def decorator(build):
         ROLLOUT_BACKENDS.register(name, RolloutBackend(build, options_class, beside_trainer, shares_model,
-                                                       loads_own_weights, takes_top_p, check_config))
+                                                       loads_own_weights, takes_top_p, check_config, samples,
+                                                       packages))
         return build
 
     return decorator
+
+
+def check_backend_fits(backend: str, adapter_class: type, adapter: str) -> None:
+    """ValueError naming `rollout.backend` unless its engine samples models of `adapter_class`'s kind
+    (`RolloutBackend.samples`), with the backends that do."""
+    wanted = ROLLOUT_BACKENDS.get(backend).samples
+    if wanted is None or issubclass(adapter_class, wanted):
+        return
+    fits = [n for n in ROLLOUT_BACKENDS.names()
+            if ROLLOUT_BACKENDS.get(n).samples is None or issubclass(adapter_class, ROLLOUT_BACKENDS.get(n).samples)]
+    raise ValueError(
+        f"rollout.backend={backend!r} samples {wanted.family} models ({wanted.__name__}), and model.adapter={adapter!r} is a "
+        f"{adapter_class.family} model ({adapter_class.__name__}); use one of the backends that sample it: {', '.join(fits)}"
+    )
 
 
 def backend_options(cfg: OmniConfig):
@@ -225,7 +249,8 @@ def _check_family(backend: str, model, family: type, hint: str) -> None:
         )
 
 
-@register_rollout_backend("vllm_omni", VllmOmniOptions, beside_trainer=_own_process_only, loads_own_weights=True)
+@register_rollout_backend("vllm_omni", VllmOmniOptions, beside_trainer=_own_process_only, loads_own_weights=True,
+                          samples=DiffusionModelBase, packages=NEEDS["vllm_omni"])
 def vllm_omni_engine(cfg: OmniConfig, model) -> RolloutEngine:
     _check_family("vllm_omni", model, DiffusionModelBase, "it samples diffusion models: use rollout.backend=vllm for text")
     options = backend_options(cfg)
@@ -255,7 +280,8 @@ def _check_vllm_text(cfg: OmniConfig) -> None:
 
 
 @register_rollout_backend("vllm", VllmOptions, beside_trainer=_own_process_only, loads_own_weights=True,
-                          check_config=_check_vllm_text, takes_top_p=False)
+                          check_config=_check_vllm_text, takes_top_p=False, samples=AutoregressiveModelBase,
+                          packages=NEEDS["vllm"])
 def vllm_engine(cfg: OmniConfig, model) -> RolloutEngine:
     _check_family("vllm", model, AutoregressiveModelBase, "it samples text models: use rollout.backend=vllm_omni for diffusion")
     options = backend_options(cfg)

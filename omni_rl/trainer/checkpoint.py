@@ -29,7 +29,8 @@ beyond `trainer.keep_last_checkpoints` are removed only after the new one is in 
 
 Loading runs no code from the checkpoint: the manifest is checked first (a truncated, edited or
 bit-flipped file is refused, naming it), then only JSON, YAML (safe loader) and safetensors are
-read, and DCP's `sharded/.metadata`, a pickle, only through an allow-list of the classes DCP
+read (every floating-point tensor of them finite, `check_finite`: a NaN is refused naming the
+file and the tensor, for every model family), and DCP's `sharded/.metadata`, a pickle, only through an allow-list of the classes DCP
 writes. Checkpoints of earlier versions (`trainer_state.pt`, a pickle) are refused, never
 unpickled. `check_compatible` compares a checkpoint with the run's model config and trainable
 tensors before anything loads.
@@ -430,6 +431,7 @@ def _read_pipeline(folder: Path, meta: Any, listed: set[str], state_path: Path) 
         tensors = load_file(folder / PIPELINE_FILE, device="cpu")
     except (SafetensorError, OSError, ValueError) as err:
         raise CheckpointError(f"{folder / PIPELINE_FILE}: not a readable safetensors file ({err})") from err
+    check_finite(tensors, folder / PIPELINE_FILE)
     try:
         versions = {str(int(version)) for _index, version in meta["units"]}
         if versions - set(meta["kinds"]) or versions - {k.split("/", 1)[0] for k in tensors}:
@@ -447,6 +449,7 @@ def _read_tensors(path: Path, raw: dict[str, Any], state_path: Path) -> dict[str
         tensors = load_file(path, device="cpu")
     except (SafetensorError, OSError, ValueError) as err:
         raise CheckpointError(f"{path}: not a readable safetensors file ({err})") from err
+    check_finite(tensors, path)
     try:
         state = _join_engine_state(tensors, raw["optimizer"], list(raw["trainable_tensors"]))
         family = {k.removeprefix(FAMILY_PREFIX): v for k, v in tensors.items() if k.startswith(FAMILY_PREFIX)}
@@ -474,6 +477,22 @@ def checkpoint_ema_tensors(state: dict[str, Any]) -> Optional[dict[str, torch.Te
     the CPU), or None where the run kept none (`trainer.backend_options.ema_decay` unset, or a
     sharded checkpoint). DiffusionNFT's old-policy EMA (`state["family"]`) is not this one."""
     return state.get("ema_tensors")
+
+
+def check_finite(tensors: dict[str, torch.Tensor], path: Path) -> None:
+    """CheckpointError naming `path` and the first floating-point tensor holding a NaN or an
+    infinity: weights or optimizer moments of a run that diverged (or a file edited and re-signed)
+    would resume into NaN losses or a sampler's failure steps later, whatever the model family."""
+    for name, tensor in tensors.items():
+        if not tensor.is_floating_point():
+            continue
+        finite = torch.isfinite(tensor)
+        if not bool(finite.all()):
+            bad = int(finite.numel() - finite.sum())
+            raise CheckpointError(
+                f"{path}: tensor {name!r} holds {bad} NaN or infinite value{'s' if bad > 1 else ''} (of "
+                f"{tensor.numel()}): the run that wrote it diverged, or the file was changed"
+            )
 
 
 def _read_config(path: Path) -> dict[str, Any]:

@@ -199,6 +199,47 @@ def test_a_rollout_python_that_runs_passes_the_check():
     check_python(None)
 
 
+# --- issue 45 L1: the vLLM paths, one line before the model loads -----------------------------
+HAS_VLLM = __import__("importlib.util").util.find_spec("vllm") is not None
+
+
+@pytest.mark.skipif(HAS_VLLM, reason="vllm is installed in this Python")
+def test_a_rollout_python_without_vllm_is_refused_before_the_load(capsys, out, tmp_path):
+    # This test's own interpreter has no vllm: the server would start in it and fail after the load.
+    code, err = main_error(capsys, "recipe=tiny_qwen3_grpo", "rollout.backend=vllm",
+                           f"rollout.options.python={sys.executable}", out)
+    assert code == 2
+    assert_one_error_line(err, f"rollout.options.python='{sys.executable}' cannot import 'vllm'",
+                          "rollout.backend='vllm'", "-m pip install vllm")
+    assert not (tmp_path / "out" / "metrics.jsonl").exists()
+
+
+@pytest.mark.skipif(HAS_VLLM, reason="vllm is installed in this Python")
+def test_vllm_in_this_process_without_vllm_is_refused_before_the_load(capsys, out):
+    code, err = main_error(capsys, "recipe=tiny_qwen3_grpo", "rollout.backend=vllm", out)
+    assert code == 2
+    assert_one_error_line(err, "rollout.backend='vllm' needs the 'vllm' package")
+
+
+def test_a_rollout_python_with_the_packages_passes_the_check():
+    from omni_rl.rollout.server.interpreter import check_python
+
+    check_python(sys.executable, packages=(("json", "json"), ("torch", "torch")), backend="vllm")
+
+
+@pytest.mark.parametrize("recipe, backend, expected", [
+    ("tiny_sd3_flowgrpo", "vllm", "rollout.backend='vllm' samples autoregressive models (AutoregressiveModelBase), "
+     "and model.adapter='StableDiffusion3Pipeline' is a diffusion model (StableDiffusion3Adapter); use one of the "
+     "backends that sample it: native, server, vllm_omni"),
+    ("tiny_qwen3_grpo", "vllm_omni", "rollout.backend='vllm_omni' samples diffusion models (DiffusionModelBase)"),
+])
+def test_a_backend_for_another_family_is_refused_at_load(capsys, out, recipe, backend, expected):
+    # Found when the config composes (--cfg too), not as a TypeError after the model load.
+    code, err = main_error(capsys, "--cfg", f"recipe={recipe}", f"rollout.backend={backend}", out)
+    assert code == 2
+    assert_one_error_line(err, expected)
+
+
 @pytest.mark.parametrize("recipe, stage, expected", [
     ("tiny_sd3_flowgrpo", "thinker", "model.adapter=StableDiffusion3Pipeline has no such stage (it has no stages"),
     ("tiny_bagel_flowgrpo", "talker", "model.adapter=BagelForConditionalGeneration has no such stage (its stages: edit, think, or null)"),

@@ -25,14 +25,16 @@ class BackendUnavailableError(OmniConfigError, RuntimeError):
     as a device it lacks is: exit 2)."""
 
 
-def missing_packages(backend: str) -> list[str]:
-    """The pip names of the packages `backend` needs that this Python cannot import."""
-    return [package for module, package in NEEDS[backend] if importlib.util.find_spec(module) is None]
+def missing_packages(backend: str, needs=None) -> list[str]:
+    """The pip names of the packages `backend` needs (`needs`, (module, pip name) pairs; None: its
+    `NEEDS`) that this Python cannot import."""
+    return [package for module, package in (NEEDS[backend] if needs is None else needs)
+            if importlib.util.find_spec(module) is None]
 
 
-def require(backend: str) -> None:
+def require(backend: str, needs=None) -> None:
     """Raise `BackendUnavailableError` naming `rollout.backend`, the missing packages and the fix."""
-    missing = missing_packages(backend)
+    missing = missing_packages(backend, needs)
     if not missing:
         return
     names = " and ".join(repr(p) for p in missing)

@@ -322,3 +322,4 @@ def test_mmk12_answers_reach_math_answer(tmp_path):
     scorer = build_reward("math_answer")
     responses = ["The area is \\boxed{12}.", "\\boxed{A}"]  # right, then wrong
     assert scorer(responses, [i.prompt for i in items], [i.metadata for i in items]) == [1.0, 0.0]
+

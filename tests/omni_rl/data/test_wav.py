@@ -63,3 +63,43 @@ def test_a_sample_rate_of_zero_is_refused():
 def test_not_a_wav_names_the_reason():
     with pytest.raises(PromptFileError, match=r"voice.wav: not a readable WAV file \(file does not start with RIFF id\)"):
         read_wav(b"hello, this is text" * 4, "voice.wav")
+
+
+# --- fuzz (issue 45, item 9): any bytes either read as a WAV or raise PromptFileError -------------
+from hypothesis import HealthCheck, given, settings, strategies as st  # noqa: E402
+
+
+def _riff(fmt: bytes, data: bytes, claimed: int | None = None) -> bytes:
+    """A RIFF/WAVE file of one fmt chunk and one data chunk (`claimed`: its size field, a lie if it differs)."""
+    size = len(data) if claimed is None else claimed
+    body = b"WAVE" + b"fmt " + len(fmt).to_bytes(4, "little") + fmt + b"data" + size.to_bytes(4, "little") + data
+    return b"RIFF" + (len(body) % (1 << 32)).to_bytes(4, "little") + body
+
+
+_fmt = st.builds(
+    lambda tag, channels, rate, width: (tag.to_bytes(2, "little") + channels.to_bytes(2, "little")
+                                        + rate.to_bytes(4, "little") + (rate * channels * width % (1 << 32)).to_bytes(4, "little")
+                                        + (channels * width % (1 << 16)).to_bytes(2, "little") + (8 * width).to_bytes(2, "little")),
+    # Mostly what the reader takes (PCM, 1-2 channels, 1-4 bytes a sample), so that the data's own faults are reached.
+    st.sampled_from([1, 1, 1, 3, 0xFFFE, 0]), st.sampled_from([1, 1, 2, 0, 7]), st.integers(0, (1 << 32) - 1),
+    st.sampled_from([1, 2, 3, 3, 4, 0, 5]),
+)
+_wavs = st.one_of(
+    st.binary(max_size=200),
+    st.builds(_riff, _fmt, st.binary(max_size=64), st.none() | st.integers(0, (1 << 32) - 1)),
+    st.builds(lambda whole, cut: whole[:cut], st.builds(_riff, _fmt, st.binary(max_size=64)), st.integers(0, 120)),
+)
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=_wavs)
+def test_any_bytes_read_as_a_wav_or_raise_a_prompt_file_error(data):
+    # It found a 24-bit WAV whose data chunk was cut inside a frame raising numpy's ValueError (before
+    # the reader refused a data chunk shorter than it claims).
+    try:
+        samples, rate = read_wav(data, "row 1: audio[0]")
+    except PromptFileError as err:
+        assert str(err).startswith("row 1: audio[0]: ")
+        return
+    assert samples.dtype == np.float32 and samples.ndim == 1 and isinstance(rate, int)
+

@@ -68,6 +68,74 @@ def test_bad_device_options_are_one_line(flag, message, tmp_path, capsys):
     assert not (tmp_path / "plan.json").exists()
 
 
+@pytest.mark.parametrize("flag", [["--device-memory", "inf"], ["--device-memory=1e400"], ["--device-memory", "-inf"]])
+def test_an_infinite_device_memory_is_one_line(flag, tmp_path, capsys):
+    # issue 45 L4: inf overflowed the byte count (a 20-line OverflowError).
+    assert main(["recipe=tiny_sd3_flowgrpo", f"trainer.output_dir={tmp_path}", "--plan", *flag]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: --device-memory=") and "expected a positive number of GB (finite" in err
+    assert err.count("\n") == 1
+    assert not (tmp_path / "plan.json").exists()
+
+
+@pytest.mark.parametrize("other", [["--cfg"], ["--eval", "shapes_counting"]])
+def test_plan_with_another_mode_is_one_line(other, tmp_path, capsys):
+    # issue 45 L4: --plan --cfg printed the config and dropped --plan without a word.
+    assert main(["recipe=tiny_sd3_flowgrpo", f"trainer.output_dir={tmp_path}", "--plan", *other]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err.startswith(f"error: {other[0]} and --plan do not combine") or \
+        captured.err.startswith(f"error: --plan and {other[0]} do not combine"), captured.err
+    assert captured.err.count("\n") == 1
+    assert not (tmp_path / "plan.json").exists()
+
+
+def test_a_file_as_the_plans_output_dir_is_one_line(tmp_path, capsys):
+    # issue 45 L4: 45 lines ending in FileExistsError.
+    file = tmp_path / "a_file"
+    file.write_text("not a folder")
+    assert main(["recipe=tiny_sd3_flowgrpo", f"trainer.output_dir={file}", "--plan"]) == 2
+    err = capsys.readouterr().err
+    assert err == f"error: trainer.output_dir='{file}' is a file; expected a folder (choose another trainer.output_dir or move the file)\n"
+    assert file.read_text() == "not a folder"
+
+
+def test_a_plan_into_another_runs_folder_is_refused(tmp_path, capsys):
+    # issue 45 L4: plan.json landed among another run's checkpoints, with no check and no lock.
+    run = tmp_path / "run"
+    (run / "checkpoints" / "step_000002").mkdir(parents=True)
+    (run / "metrics.jsonl").write_text('{"step": 1}\n')
+    assert main(["recipe=tiny_sd3_flowgrpo", f"trainer.output_dir={run}", "--plan"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: trainer.output_dir='{run}' holds another run (metrics.jsonl, checkpoints") and \
+        err.count("\n") == 1, err
+    assert "set trainer.output_dir to a new folder" in err
+    assert not (run / "plan.json").exists()
+
+
+def test_a_plan_into_a_folder_a_run_holds_is_refused(tmp_path, capsys):
+    from omni_rl.trainer.run_dir import check_output_dir, hold
+
+    held = hold(check_output_dir(str(tmp_path / "busy")))  # another run, running
+    try:
+        assert main(["recipe=tiny_sd3_flowgrpo", f"trainer.output_dir={held.path}", "--plan"]) == 2
+    finally:
+        held.release()
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: trainer.output_dir='{held.path}' is in use by another run (pid "), err
+    assert not (held.path / "plan.json").exists()
+
+
+def test_a_plan_writes_into_a_free_folder_and_lets_a_run_follow(tmp_path, capsys):
+    from omni_rl.trainer.run_dir import check_output_dir, hold, previous_run
+
+    assert main(["recipe=tiny_sd3_flowgrpo", f"trainer.output_dir={tmp_path}", "--plan"]) == 0
+    assert json.loads((tmp_path / "plan.json").read_text())["verdict"]["device_kind"] == "H800"
+    held = hold(check_output_dir(str(tmp_path)))  # the plan let go of the folder, and left no run in it
+    assert previous_run(tmp_path) is None
+    held.release()
+
+
 def test_a_recipe_without_an_architecture_folder_is_one_line(tmp_path, capsys):
     code = main(["recipe=sd35_medium_flowgrpo_lora", "model.path=nobody/nothing", f"trainer.output_dir={tmp_path}", "--plan"])
     err = capsys.readouterr().err

@@ -355,3 +355,48 @@ def test_pruning_keeps_the_newest_keep_last_counting_the_new_one(tmp_path):
     assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == ["step_000002", "step_000003", "step_000009"]
     prune_checkpoints(tmp_path, 1, newest=step_dir(tmp_path, 3))
     assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == ["step_000003", "step_000009"]
+
+
+# --- issue 45 L7: a NaN in a checkpoint, with its manifest re-signed -----------------------------
+def _plant_nan(folder: Path, prefix: str = "trainable/") -> str:
+    """Set one value of the first tensor named `prefix...` of the checkpoint to NaN and re-sign
+    its manifest, as someone editing the file would; returns the tensor's name."""
+    from safetensors.torch import load_file, save_file
+
+    tensors = load_file(folder / TENSORS_FILE)
+    name = sorted(k for k in tensors if k.startswith(prefix))[0]
+    tensors[name].view(-1)[0] = float("nan")
+    save_file(tensors, folder / TENSORS_FILE)
+    write_manifest(folder)
+    return name
+
+
+def test_a_nan_in_a_checkpoint_is_one_error_naming_the_file_and_the_tensor(run_dir):
+    folder = step_dir(run_dir, 2)
+    name = _plant_nan(folder, "optimizer/")  # an AdamW moment: not the weights, as bad
+    with pytest.raises(CheckpointError) as err:
+        load_checkpoint(str(folder))
+    assert one_line(err).startswith(f"trainer.resume='{folder}': {folder / TENSORS_FILE}: tensor {name!r} holds 1 "
+                                    f"NaN or infinite value (of ")
+    # From the output folder, the newest checkpoint without one.
+    assert load_checkpoint(str(run_dir))["step"] == 1
+
+
+def test_a_nan_in_a_talker_checkpoint_is_one_line_before_the_model_loads(tmp_path, capsys):
+    # The probe's case: a 45-line RuntimeError (probability tensor contains nan) after the resume.
+    from tests.tiny_runs import TINY_TALKER
+
+    out = tmp_path / "talker"
+    PPOTrainer(load_config([*TINY_TALKER, f"trainer.output_dir={out}", "trainer.total_steps=1",
+                            "trainer.save_every=1"])).fit()
+    folder = step_dir(out, 1)
+    name = _plant_nan(folder)
+    capsys.readouterr()  # the first run's own output
+    code = main([*TINY_TALKER, f"trainer.output_dir={out}", "trainer.total_steps=2", f"trainer.resume={folder}"])
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert code == 2 and len(lines) == 1 and "Traceback" not in err, err
+    assert lines[0] == (f"error: trainer.resume='{folder}': {folder / TENSORS_FILE}: tensor {name!r} holds 1 NaN or "
+                        f"infinite value (of 896): the run that wrote it diverged, or the file was changed; resume "
+                        f"from another checkpoint, or from the output folder (its newest checkpoint that verifies)")
+    assert not step_dir(out, 2).exists()
