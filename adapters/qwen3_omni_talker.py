@@ -132,6 +132,21 @@ class Qwen3OmniTalkerAdapter(SpeechModelBase, Qwen3OmniThinkerAdapter):
         cp_vocab = talker.code_predictor_config.vocab_size
         self._blocked_residual = torch.arange(self.codebook_size, cp_vocab, device=device)
 
+    @classmethod
+    def check_model_limits(cls, cfg, configs) -> None:
+        """`algo.family_options.max_frames` within the talker's positions: each frame is one
+        position of the talker's sequence after the prompt, so more frames than its
+        `max_position_embeddings` cannot be spoken."""
+        from omni_rl.families import MODEL_FAMILIES
+
+        talker = ((configs.get("") or {}).get("talker_config") or {}).get("text_config") or {}
+        limit = talker.get("max_position_embeddings")
+        max_frames = MODEL_FAMILIES.get(cls.family).bind_family_options(cfg).max_frames
+        if isinstance(limit, int) and max_frames > limit:
+            raise ValueError(f"algo.family_options.max_frames={max_frames}: the talker of {cfg.model.path!r} has "
+                             f"{limit} positions (talker_config.text_config.max_position_embeddings), each frame one "
+                             f"of them after the prompt; set at most {limit}")
+
     # --- modules --------------------------------------------------------------------------
     def strip_for_training(self) -> None:
         """Keep the talker (with its code predictor) and code2wav beside the thinker."""

@@ -233,8 +233,8 @@ def check_prompt_kind(cfg, sources) -> None:
 
 
 def check_model_geometry(cfg) -> None:
-    """The rollout size and frames within what the diffusion model's configs say it can take
-    (`DiffusionModelBase.check_model_limits`), and a step's memory with its latents
+    """The settings within what the model's configs say it can take (`check_model_limits`: a
+    diffusion model's size and frames, a talker's frames), and a diffusion step's memory with its latents
     (`config_latent_numel`, `omni_rl.models.limits.check_step_memory`), when the model is already on disk; the trainer
     checks the built model the same way otherwise (`omni_rl.models.limits`)."""
     from omni_rl.config import ConfigError
@@ -244,13 +244,14 @@ def check_model_geometry(cfg) -> None:
     from omni_rl.models.registry import ADAPTERS, adapter_key
 
     adapter_class = ADAPTERS.get(adapter_key(cfg.model.adapter, cfg.model.stage))
-    folder = model_folder_on_disk(cfg.model) if issubclass(adapter_class, DiffusionModelBase) else None
+    folder = model_folder_on_disk(cfg.model)
     if folder is not None:
         configs = ComponentConfigs(folder)
         try:
             adapter_class.check_model_limits(cfg, configs)
             # The step's memory with its trajectories, where the configs give the latent's size.
-            latent_numel = adapter_class.config_latent_numel(cfg, configs)
+            latent_numel = (adapter_class.config_latent_numel(cfg, configs)
+                            if issubclass(adapter_class, DiffusionModelBase) else None)
             if latent_numel is not None:
                 check_step_memory(cfg, latent_numel, on_cpu=runs_on_cpu(cfg.trainer.device))
         except ValueError as err:

@@ -68,6 +68,14 @@ class OmniModelBase(ABC):
         """Refuse, with `ValueError` naming the key and the valid values, what the config alone
         shows this architecture cannot take (run at config load, before any weights)."""
 
+    @classmethod
+    def check_model_limits(cls, cfg, configs) -> None:
+        """Refuse, with `ValueError` naming the key, the limit and the largest valid value, a
+        setting past what the model's own configs say it can take (a diffusion model's position
+        encoding; a talker's positions for its frames), read from them (`configs.get(component)`:
+        a config.json as a dict, or None; `get("")` the folder's own). Run before the model loads
+        when it is on disk (`omni_rl.cli.check_model_geometry`); none by default."""
+
     @property
     def weightless(self) -> bool:
         """Built on the meta device: the architecture without weights (see `load_pretrained`)."""

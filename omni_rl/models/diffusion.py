@@ -168,13 +168,6 @@ class DiffusionModelBase(OmniModelBase):
         check_step_memory(cfg, on_cpu=runs_on_cpu(cfg.trainer.device))
 
     @classmethod
-    def check_model_limits(cls, cfg, configs) -> None:
-        """Refuse, with `ValueError` naming the key, the limit and the largest valid value, a
-        geometry past what the model's position encoding covers, read from its component
-        configs (`configs.get("transformer")`: a config.json as a dict, or None). Run before the
-        model loads when it is on disk (`omni_rl.models.limits`); none by default."""
-
-    @classmethod
     def config_latent_numel(cls, cfg, configs) -> Optional[int]:
         """Elements of one sample's latent at the rollout geometry, from the model's component
         configs (`configs.get("vae")`: a config.json as a dict, or None), before the model loads,

@@ -164,6 +164,16 @@ def check_built_model(model, cfg) -> None:
         raise ModelLimitError(str(err)) from None
 
 
+def check_loaded_limits(model, cfg) -> None:
+    """`check_model_limits` on a loaded model's own folder, as one `ModelLimitError` line: for a
+    model that was not on disk when the config loaded (a tiny model built on first use), checked
+    before anything is sampled."""
+    try:
+        type(model).check_model_limits(cfg, ComponentConfigs(Path(model.path)))
+    except ValueError as err:
+        raise ModelLimitError(str(err)) from None
+
+
 class ComponentConfigs:
     """A model folder's component configs (`transformer/config.json`, ...), read on demand."""
 

@@ -42,7 +42,7 @@ from omni_rl.families import build_family
 from omni_rl.families.base import BehaviourPolicy, bind_rollout_correction, prompt_limits
 from omni_rl.families.update import FIRST_GAP_MAX_KEY, FIRST_GAP_MEAN_KEY
 from omni_rl.models.diffusion import DiffusionModelBase
-from omni_rl.models.limits import check_built_model
+from omni_rl.models.limits import check_built_model, check_loaded_limits
 from omni_rl.logging.heldout_alarm import HeldoutAlarm, RewardHackingAlarm
 from omni_rl.logging import MetricLogger, ProgressBar, attach_run_log, bind_logger_options, build_sinks, plot_reward_curve
 from omni_rl.logging.renamed import Renamed, rename
@@ -106,6 +106,7 @@ class PPOTrainer:
             self.model = self.actors.model  # the driver's view: what building requests needs
             if isinstance(self.model, DiffusionModelBase):  # a geometry it cannot take: one line, before sampling
                 check_built_model(self.model, cfg)
+            check_loaded_limits(self.model, cfg)  # what the configs were not on disk to show before the load
             # The rollout half only: the actor half (the loss, an EMA) lives where the weights are trained.
             self.family = build_family(cfg, self.model, trains=False)
             self.rollout_engine = self.actors.rollout_engine

@@ -359,3 +359,20 @@ def test_plan_reads_the_data_when_it_is_here(tmp_path, capsys):
     assert code == 2
     assert_one_error_line(err, f"data.prompt_file='{rows}': line 1: reward.rewards[0]: reward 'ocr' cannot score")
     assert not (tmp_path / "out" / "plan.json").exists()
+
+
+# --- issue 45 L2: the talker's frames within its positions -----------------------------------
+@pytest.mark.parametrize("built", [True, False], ids=["on-disk", "built-on-first-use"])
+def test_more_talker_frames_than_its_positions_is_one_line_before_sampling(out, tmp_path, built):
+    # The tiny talker's config gives its talker 32768 positions; a frame is one of them. On disk
+    # the check runs before the load; a tiny model built on first use is checked once built.
+    from omni_rl.models.loading import resolve_model_path
+
+    env = {} if built else {"OMNI_RL_CACHE": str(tmp_path / "fresh_cache")}
+    if built:
+        resolve_model_path("tiny:qwen3_omni_talker")
+    result = run_main_omni("recipe=tiny_qwen3_omni_talker_grpo", "algo.family_options.max_frames=100000000", out,
+                           env=env)
+    assert result.returncode == 2, result.stderr
+    assert_one_error_line(result.stderr, "algo.family_options.max_frames=100000000", "32768 positions",
+                          "max_position_embeddings", "set at most 32768")
