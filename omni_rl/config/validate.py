@@ -77,9 +77,12 @@ def validate_config(cfg: OmniConfig) -> None:
             len(rng) == 2 and 0 <= rng[0] < rng[1] <= r.num_steps,
             "rollout.sde_window_range", rng, f"[lo, hi) with 0 <= lo < hi <= rollout.num_steps = {r.num_steps}",
         )
+        # The width the window needs, as the user set it: 0 means every step, i.e. num_steps.
+        why = ("rollout.sde_window_size" if r.sde_window_size else
+               "rollout.num_steps, since rollout.sde_window_size=0 makes every step stochastic")
         _require(
             rng[1] - rng[0] >= window, "rollout.sde_window_range", rng,
-            f"a range at least sde_window_size = {window} steps wide",
+            f"a range at least {window} steps wide ({why}), or null for every step",
         )
     _validate_window_schedule(r)
     _require(r.noise_level >= 0 and math.isfinite(r.noise_level), "rollout.noise_level", r.noise_level, "a finite value >= 0")

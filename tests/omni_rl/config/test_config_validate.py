@@ -76,7 +76,12 @@ def test_sde_window_range_with_window_zero_must_cover_every_step():
     # sde_window_size=0 means every step, so the range must span all num_steps.
     cfg = valid()
     cfg.rollout.num_steps, cfg.rollout.sde_window_size, cfg.rollout.sde_window_range = 6, 0, [0, 5]
-    assert "rollout.sde_window_range" in validate_error(cfg)
+    message = validate_error(cfg)
+    assert "rollout.sde_window_range" in message
+    # It names the value the user set (0, every step) and the 6 it stands for, never
+    # "sde_window_size = 6" (issue 45, N15).
+    assert "sde_window_size = 6" not in message
+    assert "6 steps wide (rollout.num_steps, since rollout.sde_window_size=0 makes every step stochastic)" in message
 
 
 # --- batch sizes ----------------------------------------------------------------------------
