@@ -47,7 +47,8 @@ def run_on_ray(cfg, request: EvalRequest, workers: int, progress: bool = True) -
             init_local_ray(max(os.cpu_count() or 1, workers), log_to_driver=True)
     try:
         gpus = 1 if torch.cuda.is_available() or ray.cluster_resources().get("GPU", 0) >= workers else 0
-        task = ray.remote(num_cpus=1, num_gpus=gpus, max_retries=0)(_shard)
+        # A worker that dies (not one that raises) is started again: its shard skips the rows it recorded.
+        task = ray.remote(num_cpus=1, num_gpus=gpus, max_retries=2, retry_exceptions=False)(_shard)
         pending = [task.remote(cfg, dataclasses.replace(request, shard=(i, workers))) for i in range(workers)]
         rows = len(job.items)
         bar = tqdm(total=rows, initial=len(done_rows(job.out)), desc=f"eval {job.benchmark.name} on {workers} workers",
