@@ -4,7 +4,8 @@
    of the recipe's model family), the protocol overrides (only fields the family's sampler
    reads; scorers of what its samples are), the prompt file (read whole, every row
    checked by the scorers' own prompt checks), the scorers' options, `--eval-model` (a
-   checkpoint or a LoRA file on disk) and the output folder (`omni_rl.eval.store`).
+   checkpoint or a LoRA file on disk), `trainer.device`, `model.path` (it holds a model or can be
+   fetched) and the output folder (`omni_rl.eval.store`).
 2. The rows of this shard (`--shard i/n`: rows i, i + n, ...) not yet recorded are drawn in
    chunks of about `rollout.max_num_seqs` samples by the sampler of the benchmark's family
    (`omni_rl.eval.sampling`: the native engine under the protocol, sample k of row r from
@@ -91,6 +92,9 @@ def prepare(cfg, request: EvalRequest) -> Prepared:
     from omni_rl.models.registry import ADAPTERS, adapter_key
     from omni_rl.plugins import load_plugins
 
+    from omni_rl.device import check_trainer_device
+    from omni_rl.models.loading import check_model_source
+
     load_plugins(tuple(cfg.plugins))
     benchmark = BENCHMARKS.get(request.benchmark)
     family = ADAPTERS.get(adapter_key(cfg.model.adapter, cfg.model.stage)).family
@@ -110,6 +114,8 @@ def prepare(cfg, request: EvalRequest) -> Prepared:
     _check_scorers(protocol)
     items, prompt_file = _read_prompts(benchmark, path, protocol)
     source = resolve_source(request.model, request.weights)
+    check_trainer_device(cfg.trainer.device, "local")  # the job samples in this process
+    check_model_source(cfg.model)  # a model path that holds no model, before minutes of loading
     shard_index, shard_count = request.shard
     rows = list(range(shard_index, len(items), shard_count))
     ident = identity(source, cfg)

@@ -94,6 +94,8 @@ def run_cli(*args):
     (["--eval", "geneval", "--eval-prompts", "recipes/prompts/simple_animals.txt"], "is not a geneval prompt file"),
     (["--eval", "geneval_shapes", "--eval-weights", "ema"], "--eval-weights ema needs --eval-model"),
     (["--eval", "geneval_shapes", "--eval-weights", "best"], "--eval-weights 'best'"),
+    (["--eval", "geneval_shapes", "model.path=no/such/model"], "model.path='no/such/model'"),
+    (["--eval", "geneval_shapes", "trainer.device=cuda:7"], "trainer.device"),
 ])
 def test_bad_input_is_one_error_line_before_any_model_loads(args, message, tmp_path):
     done = run_cli(*RECIPE, *args, "--eval-out", str(tmp_path / "out"))
