@@ -137,14 +137,16 @@ def bind_options(options_class: type[T], values: Optional[Mapping[str, Any]], ke
         if not _matches(value, tp):
             raise ConfigError(f"{key}.{name}={value!r}: expected {_type_name(tp)} ({owner})")
         values[name] = _coerce(value, tp)
-        _check_finite(f"{key}.{name}", values[name], known[name], owner)
     instance = options_class(**values)
     check = getattr(instance, "check", None)
     if check is not None:
+        # The component's own rule first: its message says what the option is for.
         try:
             check()
-        except ValueError as err:
+        except (ValueError, OverflowError) as err:
             raise ConfigError(f"{key}.{err}" if not str(err).startswith(key) else str(err)) from None
+    for name, value in values.items():  # then what no rule of its own refused: NaN, and infinity
+        _check_finite(f"{key}.{name}", value, known[name], owner)
     return instance
 
 

@@ -84,7 +84,7 @@ class TalkerOptions(TextOptions):
     def check(self) -> None:
         TextOptions.check(self)
         if not (math.isfinite(self.speech_temperature) and self.speech_temperature > 0):
-            raise ValueError(f"speech_temperature={self.speech_temperature!r}: expected > 0")
+            raise ValueError(f"speech_temperature={self.speech_temperature!r}: expected a finite number > 0")
         if self.max_frames < 1:
             raise ValueError(f"max_frames={self.max_frames!r}: expected >= 1")
 

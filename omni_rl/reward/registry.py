@@ -293,7 +293,8 @@ def _check_values(name: str, kwargs: dict[str, Any]) -> None:
     floats = _float_parameters(REWARDS.get(name))
     for key, value in kwargs.items():
         if key in floats and isinstance(value, float) and not math.isfinite(value):
-            raise RewardConfigError(f"reward {name!r}: {key}={value!r}; expected a finite number: set a finite value")
+            # In the rewards' own style ("pickscore: scale=..."), as their factories word it.
+            raise RewardConfigError(f"{name}: {key}={value!r}; expected a finite number: set a finite value")
     check = reward_declaration(name).check_options
     if check is None:
         return
