@@ -299,22 +299,28 @@ def _geneval(kept: Mapping[str, Sequence[DetectedObject]], row: GenEvalRow, marg
                 seen = ", ".join(f"{colours.count(c)} {c}" for c in COLOURS if c in colours)
                 failures.append(f"{clause.name}: expected {clause.count} {clause.colour}, found {seen}")
         if holds and clause.position is not None:
-            relation, target = clause.position
-            if groups[target] is None:
+            failure = _position_failure(clause, found, groups, margin)
+            if failure is not None:
                 holds = False
-                failures.append(f"{clause.name}: no target for '{relation}' (clause {target} failed)")
-            else:
-                wrong = _pairs_fail(found, groups[target], relation, margin)
-                if wrong is not None:
-                    holds = False
-                    failures.append(f"{clause.name}: expected {relation} the target, found "
-                                    f"{' and '.join(sorted(wrong)) or 'no relation'}")
+                failures.append(failure)
         groups.append(found if holds else None)
     for clause in row.exclude:
         n = len(kept.get(clause.name, []))
         if n >= clause.count:
             failures.append(f"{clause.name}: expected fewer than {clause.count}, found {n}")
     return not failures, failures
+
+
+def _position_failure(clause, found: Sequence[DetectedObject], groups: list, margin: float) -> Optional[str]:
+    """Why `clause`'s position test fails on `found` against its target clause's objects (None
+    when it holds): the target clause failed, or some pair is not in the relation."""
+    relation, target = clause.position
+    if groups[target] is None:
+        return f"{clause.name}: no target for '{relation}' (clause {target} failed)"
+    wrong = _pairs_fail(found, groups[target], relation, margin)
+    if wrong is None:
+        return None
+    return f"{clause.name}: expected {relation} the target, found {' and '.join(sorted(wrong)) or 'no relation'}"
 
 
 def _flow_grpo(kept: Mapping[str, Sequence[DetectedObject]], row: GenEvalRow,
@@ -339,18 +345,12 @@ def _flow_grpo(kept: Mapping[str, Sequence[DetectedObject]], row: GenEvalRow,
                     holds = False
                     failures.append(f"{clause.name}: expected exactly {clause.count} {clause.colour}, found {coloured}")
             if clause.position is not None and holds:
-                relation, target = clause.position
-                if groups[target] is None:
+                failure = _position_failure(clause, found, groups, margin)
+                if failure is not None:
                     holds = False
-                    failures.append(f"{clause.name}: no target for '{relation}' (clause {target} failed)")
+                    failures.append(failure)
                     terms.append(0.0)
-                else:
-                    wrong = _pairs_fail(found, groups[target], relation, margin)
-                    if wrong is not None:
-                        holds = False
-                        failures.append(f"{clause.name}: expected {relation} the target, found "
-                                        f"{' and '.join(sorted(wrong)) or 'no relation'}")
-                        terms.append(0.0)
+                if groups[clause.position[1]] is not None:
                     terms.append(1.0)  # Flow-GRPO's term after the pair test, whichever way it went
         groups.append(found if holds else None)
     score = float(np.mean(terms)) if terms else 0.0

@@ -22,7 +22,6 @@ native engine); Ray spreads the shards over workers in `omni_rl.eval.ray_shards`
 """
 from __future__ import annotations
 
-import hashlib
 import logging
 import sys
 import time
@@ -37,6 +36,7 @@ from omni_rl.eval import benchmarks as _builtin  # noqa: F401  (registers every 
 from omni_rl.eval.aggregate import figures
 from omni_rl.eval.benchmark import BENCHMARKS, Benchmark
 from omni_rl.eval.grids import write_grids
+from omni_rl.models.checksums import sha256_of
 from omni_rl.eval.model_source import ModelSource, identity, load_source, model_config_for, resolve_source
 from omni_rl.eval.protocol import SAMPLING_FIELDS, Protocol
 from omni_rl.eval.sampling import SAMPLERS, Sampler
@@ -180,7 +180,7 @@ def _read_prompts(benchmark: Benchmark, path: str, protocol: Protocol) -> tuple[
             except RewardInputError as err:
                 raise EvalInputError(f"--eval-prompts {path!r} is not a {benchmark.name} prompt file "
                                      f"({benchmark.prompts.format}): {err}") from None
-    digest = hashlib.sha256(Path(path).read_bytes()).hexdigest()
+    digest = sha256_of(Path(path))
     return items, {"path": path, "sha256": digest, "rows": len(items)}
 
 

@@ -18,13 +18,13 @@ the wrong shapes, is one error naming a key, raised before any sample is drawn.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
 from omni_rl.errors import OmniConfigError
+from omni_rl.models.checksums import sha256_of
 
 LORA_FILES = ("pytorch_lora_weights.safetensors", "adapter_model.safetensors")
 
@@ -84,14 +84,6 @@ def _resolve(arg: Optional[str]) -> ModelSource:
     return ModelSource("checkpoint", folder, tuple(sorted(p for p in folder.rglob("*.safetensors"))))
 
 
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def identity(source: ModelSource, cfg) -> dict[str, Any]:
     """What was evaluated: the recipe's model and adapter, and the weights on top (kind, path, sha256)."""
     out: dict[str, Any] = {"model.path": cfg.model.path, "model.adapter": cfg.model.adapter,
@@ -100,7 +92,7 @@ def identity(source: ModelSource, cfg) -> dict[str, Any]:
         out["tensors"] = source.weights
     if source.path is not None:
         out["path"] = str(source.path)
-        out["sha256"] = {str(p.relative_to(source.path) if p != source.path else p.name): _sha256(p)
+        out["sha256"] = {str(p.relative_to(source.path) if p != source.path else p.name): sha256_of(p)
                          for p in source.files}
     return out
 

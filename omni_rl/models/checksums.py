@@ -26,7 +26,8 @@ class ChecksumError(OSError):
     """A file of a checksummed folder is missing, extra, or does not match its checksum."""
 
 
-def _sha256(file: Path) -> str:
+def sha256_of(file: Path) -> str:
+    """The file's sha256 as hex, read in 1 MiB blocks."""
     digest = hashlib.sha256()
     with open(file, "rb") as f:
         for block in iter(lambda: f.read(1 << 20), b""):
@@ -41,7 +42,7 @@ def _listed_files(folder: Path) -> list[Path]:
 def write_checksums(folder: str | Path) -> Path:
     """Write `folder/SHA256SUMS` over every other file in it; returns its path."""
     folder = Path(folder)
-    lines = [f"{_sha256(f)}  {f.relative_to(folder).as_posix()}" for f in _listed_files(folder)]
+    lines = [f"{sha256_of(f)}  {f.relative_to(folder).as_posix()}" for f in _listed_files(folder)]
     return atomic_write_text(folder / SUMS_FILE, "\n".join(lines) + "\n")
 
 
@@ -89,7 +90,7 @@ def _verify(folder: Path, fix: str) -> None:
         file = folder / name
         if name not in present:
             raise ChecksumError(f"{file} is missing: {folder / SUMS_FILE} lists it; {fix}")
-        actual = _sha256(file)
+        actual = sha256_of(file)
         if actual != expected:
             raise ChecksumError(
                 f"{file} fails its checksum: sha256 {actual}, expected {expected} (from {folder / SUMS_FILE}); "

@@ -38,8 +38,8 @@ def test_an_unchanged_verified_folder_is_not_hashed_again_and_a_changed_one_is(t
 
     folder = _folder(tmp_path)
     hashed = []
-    real = checksums._sha256
-    monkeypatch.setattr(checksums, "_sha256", lambda f: hashed.append(f.name) or real(f))
+    real = checksums.sha256_of
+    monkeypatch.setattr(checksums, "sha256_of", lambda f: hashed.append(f.name) or real(f))
     verify_checksums(folder, "fix it")
     assert sorted(hashed) == ["config.json", "model.safetensors", "w.safetensors"]
     hashed.clear()
