@@ -8,6 +8,10 @@ import time
 
 import pytest
 
+# The project's wait policy (omni_rl/__init__.py) for the test processes too: they import torch
+# before omni_rl, and OpenMP reads the policy once, when torch loads it.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
 
 def pytest_configure(config):
     """Under pytest-xdist each worker process gets its share of the cores as torch threads, so
