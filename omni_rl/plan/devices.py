@@ -1,4 +1,4 @@
-"""Device kinds a plan can be judged against: memory and peak dense bf16 throughput.
+"""Device kinds a plan can be judged against: memory, peak dense bf16 throughput and memory bandwidth.
 
 Peak figures are the vendors' dense (no sparsity) bf16 tensor-core numbers for the SXM/OAM
 parts; a real step reaches a fraction of them (model FLOPs utilisation), so a time computed from
@@ -11,6 +11,9 @@ them is a best case. Sources:
 - H200 SXM 141 GB: NVIDIA H200 datasheet, BF16 1,979 TFLOPS with sparsity, 989 dense;
 - Ascend 910B 64 GB: Huawei does not publish a bf16 datasheet figure for the 910B; 313 TFLOPS is
   the fp16 figure third-party listings give for the 910B3 (treat it as approximate).
+
+Memory bandwidth (HBM), the same datasheets: H100 SXM5 3.35 TB/s (HBM3); H800 SXM5 3.35 TB/s;
+H200 SXM 4.8 TB/s (HBM3e); Ascend 910B 1.6 TB/s (HBM2e; third-party listings, approximate).
 """
 from __future__ import annotations
 
@@ -25,13 +28,14 @@ class DeviceKind:
     name: str
     memory_gb: float  # GB = 1e9 bytes, as vendors state it
     bf16_tflops: float
+    memory_tbps: float  # TB/s = 1e12 bytes a second
 
 
 DEVICE_KINDS = {d.name: d for d in (
-    DeviceKind("H100", 80, 989.4),
-    DeviceKind("H800", 80, 989.4),
-    DeviceKind("H200", 141, 989.4),
-    DeviceKind("Ascend910B", 64, 313.0),
+    DeviceKind("H100", 80, 989.4, 3.35),
+    DeviceKind("H800", 80, 989.4, 3.35),
+    DeviceKind("H200", 141, 989.4, 4.8),
+    DeviceKind("Ascend910B", 64, 313.0, 1.6),
 )}
 DEFAULT_DEVICE_KIND = "H800"
 

@@ -35,7 +35,8 @@ from omni_rl.plan.architecture import architecture_folder
 from omni_rl.plan.devices import DEFAULT_DEVICE_KIND, device_kind, device_memory_bytes
 from omni_rl.plan.host import materialised_bytes, plan_driver, trajectories_on_host
 from omni_rl.plan.rewards import plan_rewards
-from omni_rl.plan.steps import as_dict, best_case_seconds, step_flops, trace_step
+from omni_rl.plan.roofline import roofline
+from omni_rl.plan.steps import as_dict, step_flops, trace_step
 from omni_rl.plan.text_steps import text_trajectory_bytes, trace_text_step
 from omni_rl.plan.weights import _size, build_weightless, weights_of
 
@@ -95,6 +96,7 @@ def _core(cfg: OmniConfig, cache: dict) -> dict[str, Any]:
     plan["driver"] = plan_driver(cfg, materialised, samples, per_sample, pixels, plan["reward_models"])
     plan["trace"] = as_dict(step)
     plan["flops_per_step"] = step_flops(cfg, step)
+    cache["step"] = (step, list(built.model.trainable_modules().values()))
     plan["peaks"] = {"training": device + step.train.activation_bytes + trajectories,
                      "rollout": device + step.rollout.activation_bytes + trajectories,
                      "trajectories": trajectories}
@@ -155,7 +157,9 @@ def make_plan(cfg: OmniConfig, kind_name: str = DEFAULT_DEVICE_KIND, memory_gb: 
     plan["not_counted"].extend(NOT_COUNTED)
     world = plan["devices"]["world_size"]
     if "flops_per_step" in plan:
-        plan["best_case_step_seconds"] = best_case_seconds(plan["flops_per_step"]["total"], world, kind.bf16_tflops)
+        step, modules = cache["step"]
+        plan["roofline"] = roofline(cfg, step, modules, world, kind)
+        plan["best_case_step_seconds"] = plan["roofline"]["best_case_step_seconds"]
     peak = max(plan["peaks"]["training"], plan["peaks"]["rollout"])
     # Without a trace the peaks are the weights alone: "fits" then means only that they do.
     verdict: dict[str, Any] = {"device_kind": kind.name, "device_memory_bytes": limit, "peak_bytes": peak,
@@ -186,9 +190,12 @@ def format_plan(plan: dict[str, Any]) -> str:
             f"{tr['train_micro_batch']['batch']} rows, peak {_size(tr['train_micro_batch']['activation_bytes'])}",
             f"  stored trajectories per device: {_size(peaks['trajectories'])}",
         ]
-        f = plan["flops_per_step"]
-        lines.append(f"  FLOPs per step: {f['total']:.3e} (rollout {f['rollout']:.3e}, update {f['update']:.3e}); "
-                     f"best case on {v['device_kind']}: {plan['best_case_step_seconds']:.1f} s/step")
+        f, roof = plan["flops_per_step"], plan["roofline"]
+        lines.append(f"  FLOPs per step: {f['total']:.3e} (rollout {f['rollout']:.3e}, update {f['update']:.3e})")
+        lines.append(f"  best case on {v['device_kind']} (roofline): {_secs(plan['best_case_step_seconds'])} s/step; "
+                     + "; ".join(f"{name} {_secs(p['seconds'])} s, {p['bound']}-bound (FLOPs {_secs(p['flop_seconds'])} s, "
+                                 f"memory {_secs(p['memory_seconds'])} s: {_size(int(p['bytes_read_per_device']))} read a device)"
+                                 for name, p in ((n, roof[n]) for n in ("rollout", "update"))))
     lines.append(f"  per-device peak: training {_size(peaks['training'])}, rollout {_size(peaks['rollout'])}")
     lines += _driver_lines(plan["driver"])
     what = "the weights alone (activations not traced) " if v["weights_only"] else ""
@@ -198,6 +205,10 @@ def format_plan(plan: dict[str, Any]) -> str:
         lines.append(f"    {k['knob']}: peak {_size(k['peak_bytes'])} (saves {_size(max(0, k['saves_bytes']))})"
                      f"{', fits' if k['fits'] else ''}")
     return "\n".join(lines)
+
+
+def _secs(s: float) -> str:
+    return f"{s:.1f}" if s >= 0.1 else f"{s:.2g}"
 
 
 def _driver_lines(driver: dict[str, Any]) -> list[str]:

@@ -102,11 +102,6 @@ def step_flops(cfg, step: StepTrace) -> dict[str, float]:
     return {"rollout": rollout, "update": update, "total": rollout + update}
 
 
-def best_case_seconds(flops: float, world_size: int, tflops: float) -> float:
-    """Seconds at the device kind's peak on every rank at once (no communication, 100% use)."""
-    return flops / (world_size * tflops * 1e12)
-
-
 def ceil_div(a: int, b: int) -> int:
     return math.ceil(a / b)
 
@@ -120,4 +115,4 @@ def as_dict(step: StepTrace) -> dict[str, Any]:
     }
 
 
-__all__ = ["StepTrace", "trace_step", "step_flops", "best_case_seconds", "as_dict", "torch"]
+__all__ = ["StepTrace", "trace_step", "step_flops", "as_dict", "torch"]

@@ -27,6 +27,7 @@ a MoE decoder's routing does (fake tensors route by shape: transformers' grouped
 from __future__ import annotations
 
 import contextlib
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -53,6 +54,19 @@ def text_lengths(cfg) -> tuple[int, int]:
             "model's whole context; set algo.family_options.max_prompt_tokens to the recipe's prompt budget"
         )
     return int(prompt), response
+
+
+@dataclass(frozen=True)
+class DecodeReads:
+    """What one batch's decoding reads (`roofline.py` makes its memory time of it): the prefill's
+    and one decoding step's parameter bytes as (dense, experts), and the KV cache at its longest."""
+
+    batch: int
+    prompt: int
+    response: int
+    prefill: tuple[int, int]
+    step: tuple[int, int]
+    cache_bytes: int  # P + R tokens a row, every layer's keys and values
 
 
 def _storages(obj: Any, seen: set[int] | None = None) -> dict[int, int]:
@@ -113,9 +127,14 @@ def trace_rollout(model, spec, batch: int, prompt: int, response: int) -> Trace:
             logits, cache = model.forward_logits(ids[:, -1:], mask, None, cache=cache)
             del logits
         # A cache updated in place was allocated before the count: add what the count did not see.
-        unseen = sum(n for key, n in _storages(cache).items() if key not in live._held)
+        held = _storages(cache)
+        unseen = sum(n for key, n in held.items() if key not in live._held)
         last = live.peak + unseen
-    return Trace(int(prefill.flops + response * live.flops), int(max(prefill.peak, last)))
+    reads = DecodeReads(batch, prompt, response, (prefill.weight_read, prefill.expert_read),
+                        (live.weight_read, live.expert_read), sum(held.values()))
+    return Trace(int(prefill.flops + response * live.flops), int(max(prefill.peak, last)),
+                 int(prefill.weight_read + response * live.weight_read),
+                 int(prefill.expert_read + response * live.expert_read), decode=reads)
 
 
 def trace_train(model, spec, batch: int, prompt: int, response: int, temperature: float, checkpointing: bool) -> Trace:
@@ -141,7 +160,7 @@ def trace_train(model, spec, batch: int, prompt: int, response: int, temperature
         module.eval()
     for p in module.parameters():
         p.grad = None
-    return Trace(int(live.flops), int(live.peak))
+    return Trace(int(live.flops), int(live.peak), int(live.weight_read), int(live.expert_read))
 
 
 def trace_text_step(model, spec, cfg, fake: bool = True, cache: dict | None = None):

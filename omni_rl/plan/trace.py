@@ -11,7 +11,11 @@ backward)` then runs the module under `LiveBytes`, one dispatch mode that return
   which torch has no formula for, by `EXTRA_FLOPS`;
 - `activation_bytes`: the peak bytes of tensors the pass created and held at once (saved
   activations, temporaries, the inputs), less the trainable parameters' gradients (planned per
-  rank by `memory.py`); the parameters themselves exist before the pass and are not in it.
+  rank by `memory.py`); the parameters themselves exist before the pass and are not in it;
+- `weight_read_bytes` and `expert_read_bytes`: the parameter bytes the pass's ops read, each
+  parameter once per op that takes it (a backward's second read of a weight counts; a view of one
+  reads nothing; an embedding lookup reads its rows), split into a MoE's expert parameters (a
+  module named `experts`: `roofline.py` keeps the share a batch's tokens route to) and the rest.
 
 Neither torch tool is used whole: `FlopCounterMode`'s module tracking keeps every module's output
 alive, which undoes gradient checkpointing in the count (a 6-layer SD3 on real tensors: 35 MiB
@@ -38,6 +42,10 @@ from torch.utils.flop_counter import flop_registry
 class Trace:
     flops: int
     activation_bytes: int
+    weight_read_bytes: int = 0
+    expert_read_bytes: int = 0
+    # A text rollout's decoding, step by step (`text_steps.DecodeReads`); None for one forward.
+    decode: Any = None
 
 
 def _grouped_mm_flops(a, b, *args, out_val=None, **kwargs) -> int:
@@ -98,6 +106,10 @@ class LiveBytes(TorchDispatchMode):
         # The module's own tensors exist before the pass: an op that returns a view of one
         # (`weight.t()`, `detach`) allocates nothing.
         self._skip = {t.untyped_storage()._cdata for t in (*module.parameters(), *module.buffers())} if module is not None else set()
+        # {storage key: (bytes, is an expert's)} of the module's parameters, for the bytes each op reads.
+        self._params = {p.untyped_storage()._cdata: (p.untyped_storage().nbytes(), "experts" in name.split("."))
+                        for name, p in module.named_parameters()} if module is not None else {}
+        self.weight_read = self.expert_read = 0
 
     def not_activation(self, tensor: torch.Tensor) -> None:
         """Stop counting `tensor`'s storage (a parameter's gradient: planned per rank apart)."""
@@ -109,6 +121,8 @@ class LiveBytes(TorchDispatchMode):
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         out = func(*args, **kwargs)
+        if self._params and not func.is_view and func.namespace != "prim":  # prim: metadata (device, strides)
+            self._count_reads(func, args, kwargs, out)
         count = flop_registry.get(func._overloadpacket) or EXTRA_FLOPS.get(func._overloadpacket)
         if count is not None:
             self.flops += count(*args, **kwargs, out_val=out)
@@ -128,6 +142,24 @@ class LiveBytes(TorchDispatchMode):
                 self.live -= self._held.pop(k)[1]
             self.peak = max(self.peak, self.live)
         return out
+
+
+    def _count_reads(self, func, args, kwargs, out) -> None:
+        seen = set()
+        for t in torch.utils._pytree.tree_leaves((args, kwargs)):
+            if not isinstance(t, torch.Tensor):
+                continue
+            key = t.untyped_storage()._cdata
+            if key in seen or key not in self._params:
+                continue
+            seen.add(key)
+            nbytes, expert = self._params[key]
+            if func is torch.ops.aten.embedding.default:
+                nbytes = out.numel() * out.element_size()  # the looked-up rows, not the table
+            if expert:
+                self.expert_read += nbytes
+            else:
+                self.weight_read += nbytes
 
 
 def trace(module: nn.Module, make_inputs: Callable[[], dict[str, Any]], backward: bool) -> Trace:
@@ -155,4 +187,4 @@ def trace(module: nn.Module, make_inputs: Callable[[], dict[str, Any]], backward
             hook.remove()
     for p in module.parameters():
         p.grad = None
-    return Trace(int(live.flops), int(live.peak))
+    return Trace(int(live.flops), int(live.peak), int(live.weight_read), int(live.expert_read))

@@ -154,6 +154,11 @@ def test_every_real_recipe_plans_without_weights(recipe, tmp_path, monkeypatch):
     assert plan["peaks"]["training"] >= plan["per_device_bytes"]["device_total"]
     # The driver's build is weightless: it materialised nothing (a Ray driver holds no weights).
     assert plan["driver"]["bytes"]["policy_weights"] == 0
+    if "roofline" in plan:  # a traced recipe: every phase names its bound
+        assert {plan["roofline"][p]["bound"] for p in ("rollout", "update")} <= {"compute", "memory"}
+        # Decoding reads the active experts' weights and the KV cache every token: memory-bound.
+        if recipe.startswith("qwen3_omni_thinker_gspo"):
+            assert plan["roofline"]["rollout"]["bound"] == "memory"
 
 
 # Text recipes, traced through the adapter's forward_logits with the KV cache (text_steps.py); the
