@@ -1,42 +1,14 @@
 """Group-relative advantage estimators: rewards of N samples -> one advantage per sample.
 
-Contract (every estimator, registered in `ADVANTAGE_ESTIMATORS`):
+Every estimator in `ADVANTAGE_ESTIMATORS` is `fn(inp: AdvantageInput) -> Tensor [N]` (float32):
+samples of one prompt share a `group_index`, and the baseline is formed inside each group
+(vectorised, deterministic). Stds are population stds; a group of one, or one whose rewards are
+all equal, gets advantage exactly 0. Each estimator declares whether it needs groups of >= 2
+(`needs_group`), which the config checks. The conventions that differ from verl are in
+docs/algorithms.md (Moving a verl recipe).
 
-    fn(inp: AdvantageInput) -> Tensor [N] float32
-
-Samples generated from one prompt share a `group_index` value; a baseline is formed inside each
-group, so no value network is needed. The estimators are vectorised (index_add over compacted
-group ids, no python loop over groups) and deterministic. A group of size 1 has no baseline
-to compare against: its advantage is 0 for every estimator.
-
-The advantage is one number per sample; the trainer broadcasts it over the sample's denoising
-steps (diffusion) or tokens (text). Clipping to +-adv_clip_max happens in the policy loss.
-
-Standard deviations are POPULATION stds (divide by n, `unbiased=False`), as numpy's default
-`np.std` that Flow-GRPO's per-prompt stat tracker uses; that keeps a group of two samples with
-rewards {0, 1} at advantages {-1, +1} (up to eps) rather than +-0.707.
-
-A group whose rewards are all equal gets advantage exactly 0.0 from every estimator, whatever
-its size, reward values or eps (see `_group_stats` for why that needs care in float32).
-
-Groups: each estimator declares at registration (`register_advantage_estimator(name,
-needs_group=...)`, the entry's `AdvantageSpec`) whether it needs groups of >= 2 samples;
-`needs_group(name)` reads it, and the config rejects `trainer.samples_per_prompt=1` for an
-estimator that does.
-
-Moving from verl (`verl/trainer/ppo/core_algos.py`), the conventions that differ:
-
-| here                                          | verl                                                 |
-|-----------------------------------------------|------------------------------------------------------|
-| population std (divide by n)                  | `torch.std`, unbiased (divide by n - 1)              |
-| eps 1e-4 (`algo.advantage_options.eps`)       | epsilon 1e-6                                         |
-| grpo std_mode "group" / "global" / "none"     | norm_adv_by_std_in_grpo true (group) / false (none); |
-|                                               | no batch-std mode                                    |
-| a group of one: advantage 0 (grpo, rloo)      | grpo: mean 0, std 1, so A = r / (1 + eps); rloo: r   |
-| an all-equal group: exactly 0                 | the float32 residue of the mean / (std + eps)        |
-
-Not here: reward weighting and aggregation (the reward manager), filtering of zero-variance
-groups (dynamic sampling belongs to the trainer), running statistics across steps.
+Not here: reward weighting (the reward manager), clipping (the policy loss), filtering
+zero-variance groups (the trainer), statistics across steps.
 """
 from __future__ import annotations
 
