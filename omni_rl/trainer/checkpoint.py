@@ -1,39 +1,14 @@
 """Full checkpoints: written atomically, verified before they load, never unpickled.
 
-A checkpoint is a folder `OUTPUT/checkpoints/step_000020/` holding
-
-- `trainer_state.json`: the format version, the step, the RNG states (python, numpy, torch), the
-  names and shapes of the trainable tensors, and, for trainer.backend=local, the optimizer's
-  param_groups and non-tensor state;
-- `trainer_state.safetensors` (trainer.backend=local): the trainable tensors (`trainable/NAME`),
-  the optimizer's tensor state (`optimizer/PARAM_INDEX/KEY`: AdamW's step, exp_avg,
-  exp_avg_sq), the model family's own state (`family/KEY`, `ModelFamily.state_tensors`:
-  DiffusionNFT's EMA of the weights; trainer_state.json's `family_tensors` lists the keys) and,
-  with `trainer.backend_options.ema_decay`, the run's EMA of the trained weights (`ema/NAME`,
-  named as the trainable tensors; trainer_state.json's `ema` holds its settings, its
-  optimizer-step count and the names; `checkpoint_ema_tensors` reads it back);
-- `sharded/` (trainer.backend=ray): the trainable tensors and optimizer state, one
-  torch.distributed.checkpoint (DCP) shard per rank;
-- `lora/` (LoRA runs) or `model/` (full fine-tuning): the trained weights in the model
-  library's own format (diffusers: `pipe.load_lora_weights(folder)`; PEFT / transformers:
-  `from_pretrained`), for use outside omni-rl;
-- `pipeline.safetensors` (a pipelined run, `trainer.pipeline`): the trainable tensors of each
-  weight version its in-flight rollouts were sampled with (`VERSION/NAME`); trainer_state.json's
-  `pipeline` lists those rollouts as [step, version], to be sampled again after resume;
-- `config.yaml`: the config of the run that wrote it;
-- `manifest.json`: the size and sha256 of every other file, written last.
-
-The folder is built under a temporary name and renamed into place only when complete, so a crash
-or a bad value mid-save never leaves a checkpoint that looks whole. Older checkpoints of the run
-beyond `trainer.keep_last_checkpoints` are removed only after the new one is in place.
-
-Loading runs no code from the checkpoint: the manifest is checked first (a truncated, edited or
-bit-flipped file is refused, naming it), then only JSON, YAML (safe loader) and safetensors are
-read (every floating-point tensor of them finite, `check_finite`: a NaN is refused naming the
-file and the tensor, for every model family), and DCP's `sharded/.metadata`, a pickle, only through an allow-list of the classes DCP
-writes. Checkpoints of earlier versions (`trainer_state.pt`, a pickle) are refused, never
-unpickled. `check_compatible` compares a checkpoint with the run's model config and trainable
-tensors before anything loads.
+A checkpoint folder (`OUTPUT/checkpoints/step_000020/`) holds `trainer_state.json` (step, RNG
+states, tensor names and shapes, optimizer settings), `trainer_state.safetensors` (local backend:
+trainable, optimizer, family and EMA tensors) or `sharded/` (Ray: DCP shards), the export
+(`lora/` or `model/`), `pipeline.safetensors` (a pipelined run's weight versions in flight),
+`config.yaml`, and `manifest.json` (size and sha256 of every file, written last). It is built
+under a temporary name and renamed when complete; old ones are pruned only after. Loading checks
+the manifest first, reads only JSON, YAML and safetensors (every float finite), DCP's metadata
+through an allow-list, and refuses pickled checkpoints of earlier versions. `check_compatible`
+compares a checkpoint with the run before anything loads.
 """
 from __future__ import annotations
 
