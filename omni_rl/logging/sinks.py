@@ -1,27 +1,10 @@
 """Metric sinks and the fan-out logger the trainer writes to.
 
-A sink has two methods: `log(metrics: dict[str, float], step: int)` and `close()`.
-
-| sink | writes | notes |
-|---|---|---|
-| `ConsoleSink(every=N)` | one compact line every N steps via `tqdm.write` | safe under a progress bar; copied to train.log |
-| `JsonlSink(path)` | one JSON object a line: `{"step": step, **metrics}` | flushed per line |
-| `TensorBoardSink(log_dir)` | `add_scalar` per metric; `add_image` / `add_video` / `add_audio` | GIF videos |
-| `WandbSink(project, run_name, config)` | `wandb.log(metrics, step=step)` | `pip install omni-rl[wandb]` |
-
-Metric names live in a fixed namespace (the first path component): `reward/*`, `loss/*`,
-`actor/*`, `rollout_corr/*`, `response/*`, `perf/*`, `timing/*`, `val/*`, `val_ema/*` (validation
-with the EMA of the weights: `renamed.Renamed`), `alarm/*` (the held-out alarm: `heldout_alarm`)
-(`METRIC_NAMESPACES`).
-`MetricLogger` rejects any other name, so a typo cannot quietly start a new curve on a dashboard.
-
-Values are scalars: Python ints/floats, numpy scalars and 0-d (or one-element) tensors, all
-turned into Python numbers. JSON has no NaN or infinity, so `JsonlSink` writes a non-finite
-value as `null`; readers treat `null` as "no value at this step". TensorBoard and wandb get
-the float as is.
-
-`ProgressBar` is the tqdm bar for training steps, with short postfix keys; it draws only on a
-terminal. Log records, the run log (`train.log`) and third-party noise: `omni_rl.logging.console`.
+A sink has `log(metrics, step)` and `close()`: `ConsoleSink` (a compact line every N steps),
+`JsonlSink` (a JSON object a line; a non-finite value is `null`), `TensorBoardSink` (scalars,
+images, GIF videos, audio) and `WandbSink`. `MetricLogger` fans out to them and rejects a name
+outside `METRIC_NAMESPACES` (`reward/*`, `loss/*`, `actor/*`, ...), so a typo cannot start a new
+curve; docs/metrics.md lists the names. `ProgressBar` is the step bar (on a terminal only).
 
 Left out on purpose: any distributed logic. Only the driver (rank 0) builds sinks.
 """

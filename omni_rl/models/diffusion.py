@@ -1,30 +1,14 @@
 """`DiffusionModelBase`: the contract of flow-matching generators (image, video, audio).
 
-The rollout engine and the trainer call the same four methods, so sampling and training use
-identical maths:
-
-1. `sigmas(num_steps, height, width, num_frames)`: the noise schedule, [num_steps + 1] fp32
-   ending in 0 (models whose schedule shifts with the sequence length say so in `schedule_mu`);
-2. `encode_prompts(prompts, negative_prompt)`: a `Conditioning` with the positive and (for
-   classifier-free guidance) negative embeddings of each prompt;
-3. `predict_velocity(latents, sigma, conditioning, guidance_scale)`: the transformer forward
-   with CFG applied, per-sample sigma [B], returning the velocity in fp32;
-4. `decode(latents)`: clean latents -> uint8 pixels [B, H, W, C] (video: [B, T, H, W, C]);
-   models that also make sound (`makes_audio`) add `decode_audio(latents)` -> (waveform, rate).
-
-Latents are a tensor, or `LatentStreams` (omni_rl.algos.latent_streams) for a model whose one
-forward denoises several (LTX-2: video and audio); `latent_shape` then returns {name: shape}.
-
-Editing models (`takes_source_image`) are conditioned on a source image as well: the family
-turns each prompt's source image into the request's condition images (`condition_images`:
-uint8 [H, W, 3] at the size the model encodes them), and the engine passes them to
-`encode_prompts(prompts, negative_prompt, images=...)`, whose `Conditioning` then carries what
-the image gives (its latents, and prompt embeddings that saw it). Text-to-image models take no
-images; `check_prompt_items` refuses a dataset of the wrong kind before any model loads.
-
-Latent shapes are whatever the model uses (`latent_shape(height, width, num_frames)`, which
-raises `ValueError` naming the nearest valid values for a geometry the model cannot take);
-nothing here assumes images. An image model takes `num_frames=1` only.
+The rollout engine and the trainer call the same methods, so sampling and training use
+identical maths: `sigmas(...)` (the schedule, `[num_steps + 1]` fp32 ending in 0),
+`encode_prompts(prompts, negative_prompt)` (a `Conditioning`), `predict_velocity(latents, sigma,
+conditioning, guidance_scale)` (the forward with guidance, per-sample sigma, fp32) and
+`decode(latents)` (uint8 pixels; `decode_audio` for models that `makes_audio`). Latents are a
+tensor or `LatentStreams`, shaped as `latent_shape(height, width, num_frames)` says (it raises
+naming the nearest valid values); nothing assumes images. Editing models (`takes_source_image`)
+also take condition images in `encode_prompts`, and `check_prompt_items` refuses a dataset of
+the wrong kind before any model loads. docs/extending/adapter.md walks through an adapter.
 """
 from __future__ import annotations
 
