@@ -1,27 +1,16 @@
 """The PPO trainer: one loop, read top to bottom.
 
-    rollout producer (trainer.pipeline: on_policy, one_step_off, async, offline_pairs) -> the step's batch,
-             each sample with the weight version it was sampled with, none staler than
-             trainer.pipeline_options.max_staleness (request-batched, fp32 trajectories) -> rewards -> advantages
+    rollout producer (trainer.pipeline) -> the step's batch -> rewards -> advantages
              -> old log-probs (the rollout's where they are the actor's own, else recomputed)
-                and, with algo.rollout_correction.level, the rollout-correction weights between the two
+                and, with algo.rollout_correction.level, the rollout-correction weights
              -> PPO update (epochs x mini-batches, replaying the stored steps)
              -> weight sync (through the producer) -> log / validate / checkpoint
 
-    (offline_pairs yields preference pairs whose preferences are given: no reward, advantage or
-    old log-prob is computed for them, the rest of the step is the same)
-
-This module wires the parts together and owns the run's outputs. It talks to an `ActorGroup`
-(where the weights live: this process or Ray workers, chosen by `trainer.backend`), to the
-rollout engine the group samples with, to the model's `ModelFamily` (requests, batches, reward
-inputs, validation) and to a `RolloutProducer` (`pipeline.py`), which makes each step's batch now
-or ahead of time; it never asks which backend, family or pipeline it has. The maths lives in
-`omni_rl.algos`. Everything random is seeded from (trainer.seed, step, sample), so a resumed
-run repeats the uninterrupted one exactly.
-
-The run's folder is checked, held and tidied before any model loads (`run_dir`); SIGTERM and
-SIGINT stop the loop after the current step with a checkpoint of it (`interrupt`); a write that
-fails (a full disk) stops the run with one line naming the last good checkpoint.
+It wires the parts together and owns the run's outputs, talking to an `ActorGroup`, its rollout
+engine, the model's `ModelFamily` and a `RolloutProducer` without asking which kind any is; the
+maths lives in `omni_rl.algos`. Everything random is seeded from (trainer.seed, step, sample), so
+a resumed run repeats the uninterrupted one. The run folder is held before any model loads
+(`run_dir`); SIGTERM / SIGINT stop after the step with a checkpoint (`interrupt`).
 """
 from __future__ import annotations
 

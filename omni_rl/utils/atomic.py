@@ -1,27 +1,15 @@
 """Atomic file and directory writes: a reader sees the old content or the new, never half.
 
-Every writer here follows one recipe: write into a temporary file in the *same* directory as
-the target (so the final rename never crosses a filesystem), flush and fsync it, then
-`os.replace` it onto the target, which POSIX and Windows both make atomic. If anything raises
-before the rename, the temporary file is removed and the target is left exactly as it was.
+Every writer writes a temporary file in the target's directory, fsyncs it and `os.replace`s it
+onto the target; if anything raises first, the temporary is removed and the target untouched.
+Files get the usual permissions (0o666 minus the umask), not `tempfile`'s 0o600, including those
+others write into an `atomic_directory`. `leftover_of(name)` tells a killed writer's temporary.
 
-- `atomic_write_bytes(path, data)`, `atomic_write_text(path, text)`,
-  `atomic_write_json(path, obj)` (indent 2, sorted keys, trailing newline)
-- `atomic_torch_save(obj, path)`: `torch.save` into the temporary file
-- `atomic_save_safetensors(tensors, path)`: a `{name: tensor}` dict as a safetensors file
-- `atomic_save_image(pil_image, path)`: the format comes from the file extension
-- `atomic_directory(path)`: a context manager yielding a temporary sibling directory, renamed
-  onto `path` only if the block succeeds (see its docstring for the one non-atomic moment)
-- `leftover_of(name)`: for a name these writers give their temporaries, what it was for; a
-  killed process leaves them behind, and a later run of the same program may clean them up
+    atomic_write_json(run_dir / "summary.json", {"step": 20})
+    with atomic_directory(checkpoint_dir) as tmp:   # renamed onto checkpoint_dir on success
+        ...
 
-Parent directories are created as needed. Files get the usual permissions
-(0o666 minus the umask), not the 0o600 that `tempfile` gives; so does every file written into
-an `atomic_directory`, whoever wrote it (safetensors' `save_file`, behind diffusers' and PEFT's
-LoRA exports, creates its files 0o600 too).
-
-Left out on purpose: locking. Two processes writing one path each win whole, in some order;
-the trainer writes from rank 0 only.
+Left out on purpose: locking (the trainer writes from rank 0 only).
 """
 from __future__ import annotations
 

@@ -1,25 +1,12 @@
 """Band-limited audio resampling, in the core so that rewards and adapters both may import it.
 
 `resample(waveform, orig_sr, new_sr, method=...)` resamples a float tensor [..., L] along its
-last dimension. Two methods, which give different outputs and are both kept on purpose:
-
-- `"sinc"` (the default; the CLAP and ImageBind rewards): windowed-sinc (Kaiser) polyphase
-  filtering with `conv1d`. The clip is zero outside [0, L), so its ends ring a little rather
-  than wrap round; the anti-aliasing low-pass passes up to `rolloff` (0.92) of the lower
-  Nyquist frequency and the Kaiser window (beta 8.6) puts the stop band ~85 dB down. Output
-  length ceil(L * new_sr / orig_sr). Applied in the waveform's dtype.
-- `"fft"` (Qwen3-Omni's audio input, `adapters/qwen3_omni.py`): the spectrum of the whole clip
-  is cut, or zero-padded, at the new Nyquist frequency and transformed back (the method of
-  `scipy.signal.resample`). Exactly band-limited, but it treats the clip as periodic: its end
-  leaks into its start. Output length max(1, round(L * new_sr / orig_sr)). Computed in
-  float64, returned in the waveform's dtype.
-
-Neither is a drop-in for the other (lengths and edge samples differ), so each caller names the
-one its numbers were made with. Equal rates return `waveform` itself with either method.
-torchaudio has no build for this project's torch, and plain interpolation is not band-limited
-(it aliases everything above the new Nyquist).
-
-`wav_bytes(waveform, sample_rate)` writes a mono clip as a 16-bit PCM WAV file (validation samples).
+last dimension with one of two methods that differ in lengths and edge samples, so each caller
+names the one its numbers were made with: `"sinc"` (default; CLAP, ImageBind), windowed-sinc
+(Kaiser) polyphase filtering, zero outside the clip; `"fft"` (Qwen3-Omni's audio input), the
+spectrum cut at the new Nyquist as `scipy.signal.resample` does, treating the clip as periodic.
+(torchaudio has no build for this torch, and interpolation aliases.) `wav_bytes` writes a mono
+clip as a 16-bit PCM WAV.
 
 Left out: channel mixing (pass mono clips, or stack them in the leading dimensions).
 """
