@@ -1,26 +1,14 @@
 """One forward (and backward) of a weightless network at full size, on fake tensors: FLOPs and
 peak memory without allocating or computing anything.
 
-`materialize(module, fake)` gives every meta parameter and buffer of a module a tensor of the
-same shape, dtype and `requires_grad` (fake ones under a `FakeTensorMode`, real uninitialised CPU
-ones without: the real-tensor check of the planner runs the same code). `trace(module, kwargs,
-backward)` then runs the module under `LiveBytes`, one dispatch mode that returns:
+`materialize(module, fake)` gives every meta parameter and buffer a (fake, or real uninitialised)
+tensor of its shape; `trace(module, kwargs, backward)` runs it under `LiveBytes`, one dispatch
+mode that counts `flops` (torch's `flop_registry`, plus `EXTRA_FLOPS` for MoE's `_grouped_mm`) and
+`activation_bytes` (the peak of tensors the pass held at once, less the parameters' gradients).
+torch's `FlopCounterMode` keeps every module's output alive (undoing gradient checkpointing in
+the count) and 2.14's `MemTracker` refuses frozen parameters, hence this mode of our own.
 
-- `flops`: each op counted by torch's own FLOP formulas (`torch.utils.flop_counter.flop_registry`:
-  matmuls and attention; elementwise ops count 0, as in torch), and `_grouped_mm` (MoE experts),
-  which torch has no formula for, by `EXTRA_FLOPS`;
-- `activation_bytes`: the peak bytes of tensors the pass created and held at once (saved
-  activations, temporaries, the inputs), less the trainable parameters' gradients (planned per
-  rank by `memory.py`); the parameters themselves exist before the pass and are not in it.
-
-Neither torch tool is used whole: `FlopCounterMode`'s module tracking keeps every module's output
-alive, which undoes gradient checkpointing in the count (a 6-layer SD3 on real tensors: 35 MiB
-without checkpointing, 40 MiB with it under the counter, 18 MiB without the counter), and
-torch 2.14's `MemTracker` hooks every parameter for gradients and refuses frozen ones (LoRA).
-
-Gradient checkpointing is whatever the module was set up with (the adapter's own
-`enable_checkpointing`), so its recomputation is traced as it runs. The model is traced whole, on
-one device: FSDP2's all-gathered blocks and communication buffers are not in these numbers.
+Not counted: FSDP2's gathered blocks and communication buffers (the model is traced whole).
 """
 from __future__ import annotations
 
