@@ -1,24 +1,13 @@
 """What a run shows on the console, and the full log it keeps in its output folder.
 
-- `setup_console_logging()` (the command line calls it): log records go to stderr through
-  `tqdm.write`, so a live progress bar is cleared and redrawn around each line instead of being
-  broken by it. Known-harmless third-party messages (`KNOWN_NOISE`, matched by logger name and
-  message) are left off the console. The progress bars of transformers and huggingface_hub are
-  turned off through `HF_HUB_DISABLE_PROGRESS_BARS=1`, set here unless the user set it;
-  transformers reads it when imported, and Ray workers get it through
-  `omni_rl.workers.worker_group.FORWARDED_ENV`. When transformers and diffusers are imported,
-  their own stderr handlers are removed and their records propagate to the root logger (their
-  public `disable_default_handler` / `enable_propagation`), so they pass through the same
-  handler, filter and run log. That happens at their import (a one-shot import hook), so a text
-  run never pays for importing diffusers. Python warnings are logged too (`py.warnings`).
-- `attach_run_log(output_dir)`: `OUTPUT/train.log` receives every record at INFO and above,
-  the silenced ones included, and the console's per-step metric lines (`METRICS_LOGGER`).
+`setup_console_logging()` sends log records to stderr through `tqdm.write` (so a progress bar is
+redrawn around them), leaves known-harmless third-party messages (`KNOWN_NOISE`) off the console,
+turns off the hub's progress bars, and routes transformers' and diffusers' records through the
+same handler once they are imported (an import hook, so a text run never imports diffusers).
+`attach_run_log(output_dir)` writes every record at INFO and above, the silenced ones included,
+to `OUTPUT/train.log`.
 
-The progress bar itself (`ProgressBar`) draws only on a terminal; in a pipe, a file or a CI
-log the per-step console lines are the progress.
-
-Left out on purpose: the logging of Ray workers' own processes (Ray forwards their output to
-the driver's console with a `(pid=...)` prefix; it is not in train.log).
+Left out on purpose: Ray workers' own logs (Ray forwards them to the console, not to train.log).
 """
 from __future__ import annotations
 

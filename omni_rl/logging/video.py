@@ -1,24 +1,12 @@
 """Sample videos: mp4 files (with an optional audio track), contact sheets and animated GIFs.
 
-- `save_video(frames, path, fps, audio=None, sample_rate=None)` writes an H.264 mp4 (yuv420p,
-  BT.709, so browsers play it and show its colours as meant), with the waveform as an AAC track
-  when given. Written atomically: the file is encoded in memory, then renamed into place.
-- `contact_sheet(frames, num_frames=8, caption=None)`: evenly spaced frames side by side in one
-  image, for a gallery or a report.
-- `video_grid(videos, nrow=1, captions=None)`: one contact sheet per sample, `nrow` to a row
-  (one per row by default), captioned: the picture of a validation step.
-- `gif_bytes(frames, fps)`: an animated GIF, which TensorBoard's image tab plays
-  (`TensorBoardSink.add_video`).
+`save_video(frames, path, fps, audio=None, sample_rate=None)` writes an H.264 mp4 (yuv420p,
+BT.709, so browsers show it as meant) with an AAC track, atomically; `contact_sheet`, `video_grid`
+and `gif_bytes` (for TensorBoard) make pictures of samples. Frames are uint8 `[T, H, W, 3]`;
+floats are rejected rather than guessed at. PyAV's wheels bring their own ffmpeg, imported when a
+video is saved.
 
-Frames are uint8 [T, H, W, 3] (RGB, channels last), a tensor or a numpy array; floats are
-rejected rather than guessed at: convert with `(x.clamp(0, 1) * 255).round().to(torch.uint8)`.
-A waveform is float [channels, samples] or [samples] (mono) in [-1, 1], 1 or 2 channels.
-
-The mp4 encoder is PyAV (the `av` package), whose wheels bring their own ffmpeg with libx264
-and AAC, so no system ffmpeg is needed. It is imported when a video is saved.
-
-Left out on purpose: reading videos, shrinking them for an mp4 or a GIF (pass smaller frames,
-e.g. `frames[:, ::2, ::2]`, for a lighter file), and audio resampling (`omni_rl.utils.audio`).
+Left out on purpose: reading videos, downscaling, audio resampling (`omni_rl.utils.audio`).
 """
 from __future__ import annotations
 
