@@ -90,9 +90,8 @@ class ConsoleLogHandler(logging.Handler):
 def setup_console_logging(level: int = logging.INFO) -> Optional[ConsoleLogHandler]:
     """The console of a run (see the module docstring); returns the handler it installed.
 
-    Like `logging.basicConfig`, it does nothing when the root logger has handlers already (an
-    application or a test harness that configured logging keeps its own; a run log does not
-    count), and returns None.
+    Like `logging.basicConfig`, it does nothing (and returns None) when the root logger has
+    handlers already.
     """
     root = logging.getLogger()
     if any(not isinstance(h, RunLogHandler) for h in root.handlers):
@@ -139,9 +138,8 @@ _run_log_lock = threading.Lock()
 def attach_run_log(output_dir: str | os.PathLike) -> RunLogHandler:
     """Append every log record at INFO and above to `output_dir/train.log`, from now on.
 
-    One run log per process: attaching another folder's closes the previous one; attaching the
-    same folder again returns the handler already attached. `handler.close()` detaches it. The
-    root logger is lowered to INFO if it was above, or INFO records would never be made.
+    One run log per process (attaching another folder's closes the previous one); `handler.close()`
+    detaches it.
     """
     global _run_log
     path = (Path(output_dir) / RUN_LOG_NAME).resolve()

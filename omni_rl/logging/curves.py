@@ -53,10 +53,8 @@ def plot_reward_curve(
     window: int | None = None,
     title: str | None = None,
 ) -> Path:
-    """Plot `keys` per step with a moving average, plus `val_key` points; write `out_png`.
+    """Plot `keys` per step with a moving average of `window` steps, plus `val_key` points; write `out_png`.
 
-    `window` is the moving-average length in logged steps (default: a tenth of the run, at
-    least 1). The title defaults to the name of the run directory holding the jsonl file.
     Raises if none of `keys` has a value in the file.
     """
     # Imported here so that `import omni_rl.logging` stays cheap for the trainer.
@@ -107,11 +105,10 @@ def rise_report(
     key: str = "reward/total/mean",
     frac: float = 0.2,
 ) -> dict[str, Any]:
-    """Compare the first and last `frac` of the logged steps of `key` (see the module docstring).
+    """Compare the first and last `frac` of the logged steps of `key` (docs/getting-started.md).
 
-    Returns a dict with `key`, `n_steps`, `window` (k), `first_mean`, `first_se`,
-    `last_mean`, `last_se`, `z` and `rose` (z > 3). When both windows are constant (both
-    standard errors 0), z is +inf / -inf for a rise / fall and 0 when equal.
+    Returns `key`, `n_steps`, `window`, `first_mean`, `first_se`, `last_mean`, `last_se`, `z` and
+    `rose` (z > 3); with both windows constant, z is +-inf for a change and 0 for none.
     """
     if not 0 < frac <= 0.5:
         raise ValueError(f"frac must be in (0, 0.5] so the first and last windows do not overlap, got {frac}")

@@ -124,10 +124,8 @@ def _read_lines(path: Path) -> list[tuple[str, dict[str, Any]]]:
 class JsonlSink:
     """Append `{"step": step, **metrics}` as one JSON line per `log` call, flushed each line.
 
-    `resume_from_step=k` rewrites the existing file (atomically) keeping only lines with
-    `step <= k`, so a run resumed from the checkpoint at step k does not log steps twice.
-    Without it, an existing file is appended to. In both cases a torn last line left by a
-    crash is dropped first, so the next line does not get glued onto it.
+    `resume_from_step=k` rewrites the file (atomically) keeping the lines with `step <= k`; without
+    it an existing file is appended to. A torn last line left by a crash is dropped first.
     """
 
     def __init__(self, path: str | os.PathLike, resume_from_step: int | None = None):
@@ -289,10 +287,8 @@ def _short_metrics(metrics: Mapping[str, Any], keys: Mapping[str, str]) -> dict[
 class ConsoleSink:
     """Print `step 10 | reward=0.512 loss=-0.0012 kl=0.003` every `every` steps.
 
-    `keys` maps a short label to a metric name (default `DEFAULT_CONSOLE_KEYS`); metrics
-    absent from a step are left out of its line. Written with `tqdm.write` so that a live
-    progress bar is redrawn below the line instead of being broken by it, flushed at once, and
-    copied to the run log (`omni_rl.logging.console.attach_run_log`) when one is attached.
+    `keys` maps a short label to a metric name (default `DEFAULT_CONSOLE_KEYS`). Written with
+    `tqdm.write` (a live bar is redrawn below it) and copied to the run log when one is attached.
     """
 
     def __init__(self, every: int = 1, keys: Mapping[str, str] | None = None, file: Any = None):
@@ -395,15 +391,11 @@ def build_sinks(
     console_every: int = 1,
     resume_from_step: int | None = None,
 ) -> list[Sink]:
-    """Build sinks by name. Files go under `output_dir`:
+    """Build sinks by name, their files under `output_dir`.
 
-    - `jsonl` -> `output_dir/metrics.jsonl`
-    - `tensorboard` -> `output_dir/tensorboard/`
-    - `wandb` -> project `project`, run `run_name` (default: the name of `output_dir`),
-      its local files under `output_dir`
-    - `console` -> every `console_every` steps
-
-    `resume_from_step` is passed to the file sinks so a resumed run does not repeat steps.
+    `jsonl` (metrics.jsonl), `tensorboard` (tensorboard/), `wandb` (project `project`, run
+    `run_name`, default the folder's name) and `console` (every `console_every` steps);
+    `resume_from_step` keeps a resumed run from repeating steps.
     """
     if isinstance(names, str):
         raise TypeError(
@@ -433,14 +425,11 @@ def build_sinks(
 
 
 class ProgressBar:
-    """A tqdm bar over training steps whose postfix shows a few metrics under short keys.
+    """A tqdm bar over training steps whose postfix shows `reward`, `loss` and `kl`.
 
-    `update(step, metrics)` moves the bar to `step` completed steps (pass the 1-based global
-    step just finished) and shows `reward` (`reward/total/mean`), `loss` (`loss/policy`) and
-    `kl` (`loss/kl`) when present. With `file=None` it draws on stderr only when stderr is a
-    terminal (tqdm's `disable=None`): in a pipe, a file or a CI log its carriage-return redraws
-    would be glued to the lines around them, and the per-step console lines are the progress
-    there. A `file` given is drawn on as it is; `disable=True` silences it.
+    `update(step, metrics)` moves it to `step` completed steps. With `file=None` it draws only when
+    stderr is a terminal (in a pipe or CI log its redraws would garble the lines; the console lines
+    are the progress there).
     """
 
     POSTFIX_KEYS = {"reward": "reward/total/mean", "loss": "loss/policy", "kl": "loss/kl"}

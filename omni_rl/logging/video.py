@@ -174,11 +174,8 @@ def save_video(
 ) -> Path:
     """Write uint8 frames [T, H, W, 3] as an H.264 mp4 at `fps`, atomically; returns the path.
 
-    The video is yuv420p (what browsers decode) in BT.709 colours at x264 CRF 18; an odd height
-    or width is padded to even by repeating the last row or column. With `audio` (float
-    [channels, samples] or [samples] in [-1, 1], 1 or 2 channels) and its `sample_rate`, the
-    file gets an AAC track; `sample_rate` without `audio` is ignored, so a caller may pass its
-    model's rate for video-only samples too. The two tracks keep their own lengths.
+    yuv420p in BT.709 at CRF 18 (odd sizes padded to even); with `audio` (float [channels, samples]
+    or [samples], 1 or 2 channels) and `sample_rate`, an AAC track of its own length.
     """
     return atomic_write_bytes(path, encode_mp4(frames, fps, audio, sample_rate))
 
@@ -213,12 +210,10 @@ def _sheet_tiles(array: np.ndarray, num_frames: int) -> list[Image.Image]:
 
 
 def contact_sheet(frames: Any, num_frames: int = 8, caption: str | None = None) -> Image.Image:
-    """`num_frames` evenly spaced frames of a video (first and last included; all frames when
-    the video has fewer) side by side in one RGB image, with `caption` underneath.
+    """`num_frames` evenly spaced frames of a video side by side in one RGB image, captioned.
 
-    Frames taller than 256 px are shrunk to 256 px high; small ones are enlarged as in
-    `make_grid`. Save it with `omni_rl.utils.atomic.atomic_save_image`, or pass
-    `numpy.asarray(sheet)` to `MetricLogger.log_image`."""
+    Frames taller than 256 px are shrunk to 256 px; small ones are enlarged as in `make_grid`.
+    """
     if isinstance(num_frames, bool) or not isinstance(num_frames, int) or num_frames < 1:
         raise ValueError(f"contact_sheet num_frames must be an int >= 1, got {num_frames!r}")
     tiles = _sheet_tiles(_frames_array(frames, "contact_sheet"), num_frames)
@@ -236,11 +231,10 @@ def video_grid(
     captions: Sequence[str] | None = None,
     num_frames: int = 8,
 ) -> Image.Image:
-    """One contact sheet per video, `nrow` sheets to a row (default 1: one sample per row,
-    stacked), each with its caption underneath: the picture of a validation step.
+    """One contact sheet per video, `nrow` to a row, each captioned: the picture of a validation step.
 
-    `videos` is uint8 [B, T, H, W, 3] or a list of [T, H, W, 3] videos of one size and at least
-    `num_frames` frames each (or all of one length), so that the sheets line up."""
+    `videos` is uint8 [B, T, H, W, 3] or a list of [T, H, W, 3] videos of one size.
+    """
     if isinstance(videos, (list, tuple)):
         arrays = [_frames_array(video, "video_grid") for video in videos]
     else:

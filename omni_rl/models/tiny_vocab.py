@@ -39,12 +39,10 @@ def clip_byte_vocab() -> dict[str, int]:
 def with_whole_words(vocab: dict[str, int], words: list[str]) -> tuple[dict[str, int], list[tuple[str, str]]]:
     """(vocab, merges) adding each of `words` as one end-of-word token.
 
-    The merges are learned as BPE learns them, on `words` as the corpus: split each word into
-    bytes (the last one with `</w>`), then repeatedly merge the most frequent adjacent pair
-    (ties: the first in sorted order, so the result is deterministic) until every word is one
-    token. Tokenising replays the merges in that order, so each of `words` comes out whole;
-    other text still tokenises, byte by byte where no merge applies. `ValueError` for a word
-    that is not lower-case ASCII letters."""
+    The merges are learned as BPE learns them on `words` (most frequent adjacent pair first, ties in
+    sorted order), so each word tokenises whole and other text byte by byte. `ValueError` for a word
+    that is not lower-case ASCII letters.
+    """
     for word in words:
         if not (word.isascii() and word.isalpha() and word.islower()):
             raise ValueError(f"word {word!r}: expected lower-case ASCII letters (a closed caption vocabulary)")

@@ -69,15 +69,12 @@ def fake_mode():
 
 
 class LiveBytes(TorchDispatchMode):
-    """Peak bytes of the storages a pass creates and holds at once.
+    """Peak bytes of the storages a pass creates and holds at once, and its FLOPs.
 
-    Every op's output storages are kept (a strong reference: fake storages own no memory, and
-    the real-tensor check runs tiny models) with their size; after each op, a storage whose use
-    count (`torch._C._storage_Use_Count`) has fallen to our one reference is dead and dropped,
-    and the rest are summed. Use counts see every holder (autograd's saved tensors, views), which
-    a weak reference to the Python storage object does not. torch's `MemTracker` (2.14) cannot
-    be used: it hooks every parameter for gradients and refuses frozen ones (LoRA). FLOPs are
-    counted here too, with torch's formulas (see the module docstring)."""
+    Every op's output storages are kept with their size; after each op, one whose use count
+    (`torch._C._storage_Use_Count`) has fallen to our reference is dead and dropped. Use counts see
+    every holder (autograd's saved tensors, views), which a weak reference would not.
+    """
 
     def __init__(self, module: nn.Module | None = None):
         super().__init__()

@@ -202,13 +202,10 @@ class RewardManager:
         prompts: Sequence[str],
         metadata: Sequence[dict[str, Any]] | None = None,
     ) -> RewardOutput:
-        """Score B samples (images, texts, or a `MediaSamples` of video and/or audio) with every
-        reward; see the module docstring for the failure rules and who gets what of a
-        `MediaSamples`.
+        """Score B samples (images, texts, or a `MediaSamples`) with every reward.
 
-        `metadata=None` means an empty dict per sample. Input errors (lengths, dtypes, a reward
-        that cannot score these samples) raise `RewardInputError` before any reward runs, since
-        they are the caller's or the config's, not a reward's.
+        `metadata=None` means an empty dict per sample. Input errors (lengths, dtypes, a reward that
+        cannot score these samples) raise `RewardInputError` before any reward runs.
         """
         media = isinstance(samples, MediaSamples)
         if metadata is None:

@@ -115,11 +115,9 @@ def write_checkpoint(output_dir: Path, step: int, model, config_yaml: str, keep_
                      protect: Optional[Path] = None) -> Path:
     """The one way a checkpoint folder is made, for every backend.
 
-    `write_weights(folder)` writes the trainable state and the export into the (temporary)
-    folder and returns what `trainer_state.json` records about them (its backend's keys); this
-    adds the step, RNG states, tensor names and shapes, the config, the rollout producer's
-    in-flight units (`pipeline`: a `PipelineState`, or None) and the manifest last. Pruning
-    then never removes `protect` (the checkpoint the run resumed from).
+    `write_weights(folder)` writes the backend's tensors and export and returns its
+    `trainer_state.json` keys; this adds the step, RNG states, tensor names, the config, the
+    producer's in-flight units and the manifest last, then prunes (never `protect`).
     """
     rng = rng_state()
     target = checkpoint_dir(output_dir, step)
@@ -222,15 +220,10 @@ def prune_checkpoints(output_dir: Path, keep_last: int, newest: Optional[Path] =
                       protect: Optional[Path] = None) -> None:
     """Keep `newest` (the checkpoint just written) and the `keep_last - 1` before it; 0 keeps all.
 
-    Called only after the new checkpoint is in place, so a failed save never costs the previous
-    one. Checkpoints of a higher step than `newest` are not this run's to remove (those of an
-    earlier run in the folder, or the steps after the one this run resumed from): they stay.
-    Without `newest`, the newest `keep_last` of all are kept. Of those to go, a damaged one (a
-    file its manifest lists missing or of another size; sizes only, no hashing) goes first, so
-    a good checkpoint is never removed to keep a broken one; `protect` (the checkpoint the run
-    resumed from, perhaps a fall-back past a broken newer one) is never removed. A folder is
-    renamed to a temporary name before it is deleted, so a kill mid-delete leaves a temporary
-    that the next run removes (`leftovers.remove_leftovers`), not a checkpoint without tensors.
+    Called only after the new checkpoint is in place. Checkpoints of a higher step than `newest`
+    are not this run's and stay; of those to go a damaged one goes first, and `protect` (the one the
+    run resumed from) never goes. A folder is renamed before it is deleted, so a kill mid-delete
+    leaves a temporary for `leftovers`, not a checkpoint without tensors.
     """
     if keep_last <= 0:
         return
@@ -297,13 +290,10 @@ def find_checkpoint(path: str, setting: str = "trainer.resume") -> Path:
 def load_checkpoint(path: str) -> dict[str, Any]:
     """The state of the checkpoint `path` names, verified against its manifest.
 
-    `path` is a checkpoint folder (which must verify) or an output folder, meaning its latest
-    checkpoint: if that one fails verification, a warning names it and why, and the newest one
-    that verifies is used. Returns `trainer_state.json`'s entries (with `rng` as the states
-    `set_rng_state` takes), `folder`, `config` (the saved config.yaml) and, for a one-process
-    checkpoint, `trainable` and `optimizer` as `LocalEngine.load_state_dict` takes them, `family`
-    (the family's tensors) and, where the run kept an EMA of its weights, `ema_tensors`
-    (`checkpoint_ema_tensors`).
+    `path` is a checkpoint folder (which must verify) or an output folder (its newest checkpoint
+    that verifies, with a warning naming any newer one that does not). Returns `trainer_state.json`'s
+    entries with `folder`, `config` and, for a one-process checkpoint, `trainable`, `optimizer`,
+    `family` and `ema_tensors`.
     """
     return _resolve(path, "trainer.resume")
 

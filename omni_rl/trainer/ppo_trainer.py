@@ -304,25 +304,12 @@ class PPOTrainer:
         """The ratio's old log-probs, the old transition means (None unless the loss reads them),
         the rollout-correction weights and how far the rollout's log-probs are from the trainer's.
 
-        The rollout's own log-probs serve as the old ones where they are the actor's
-        (`algo.old_logprob_mode=auto`, every sample `fresh` (sampled with the weights being
-        trained) and the actor group says so: the same model in this process, fp32, the current
-        weight version; bit for bit where the rollout's batch has the micro-batch's shape, else
-        within float32 rounding, as BLAS rounds by shape) or where the user says to (`bypass`);
-        otherwise the actor recomputes them (`recompute`, and `auto` anywhere else). The forward
-        also runs when the loss reads the old transition means, and every
-        `algo.logprob_check_every` steps, where it measures the gap on every sample. On the
-        other steps the update measures it on its first mini-batch, before the weights change.
-
-        With `algo.rollout_correction.level` set (which the config allows with `auto` and `recompute` only), the
-        weights are min(exp(old - rollout), C) of `rollout_correction`, computed once for the
-        step. With stale samples (trainer.pipeline) the rollout's log-probs are the behaviour
-        policy's, the version that sampled them, and the recomputed ones the current weights':
-        the weights are then the importance weights between the current and the behaviour
-        policy (decoupled PPO: the ratio's old policy is the current one, the weight corrects the
-        staleness), truncated or masked at token, step or sequence level. Where the rollout's
-        log-probs are the old ones every weight is exactly 1: the loss gets none, and the metrics
-        say 1 without computing anything.
+        The rollout's log-probs serve as the old ones where they are the actor's own (`auto`, every
+        sample fresh, the actor group says so) or with `bypass`; otherwise the actor recomputes them,
+        and also when the loss reads old means and every `algo.logprob_check_every` steps, measuring the
+        gap on every sample (docs/algorithms.md, Log-probs and the old policy). With stale samples the
+        rollout-correction weights correct the staleness (decoupled PPO); where the rollout's log-probs
+        are the old ones every weight is exactly 1 and none is computed.
         """
         algo = self.cfg.algo
         use_rollout = algo.old_logprob_mode == "bypass" or (

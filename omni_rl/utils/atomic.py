@@ -188,15 +188,10 @@ def _usual_modes(root: Path) -> None:
 def atomic_directory(path: str | os.PathLike) -> Iterator[Path]:
     """Yield a temporary sibling directory; on success, it becomes `path`.
 
-    Write a whole checkpoint (several files) into the yielded directory. When the block exits
-    normally, its files are fsynced and the directory is renamed onto `path`, replacing an
-    existing `path` directory. When the block raises, the temporary directory is deleted and
-    `path` is untouched.
-
-    Replacing an existing directory takes two renames (old -> backup, new -> `path`), because
-    `os.replace` cannot replace a non-empty directory. A crash exactly between them leaves
-    the old content in a hidden sibling `.NAME.*.old` and no `path`; the backup is deleted
-    only after the new directory is in place.
+    On a normal exit its files are fsynced and it is renamed onto `path`; on an exception it is
+    deleted and `path` untouched. Replacing an existing directory takes two renames (old -> backup,
+    new -> `path`): a crash between them leaves the old content in `.NAME.*.old`, which the next
+    run renames back.
     """
     path = Path(path)
     if path.exists() and not path.is_dir():
