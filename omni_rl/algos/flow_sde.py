@@ -1,18 +1,14 @@
 """Stochastic step kernels for flow-matching samplers: one denoising step as a Gaussian action.
 
-Every kernel in `STEP_KERNELS` has one signature and runs one maths for both uses: without
-`prev_sample` it samples the step (prev = mean + std * eps), with it it scores the stored one,
-so the rollout's log-prob and the trainer's recomputed one agree. Latents are `[B, ...]` (image,
-video, audio alike), sigma and noise_level a float or `[B]`, `generator` one or one per sample
-(a sample's noise does not depend on its batch), all in float32. log_prob `[B]` is the
-per-dimension MEAN of the Gaussian log-density (which keeps log-ratios ~1e-4 whatever the latent
-size); a deterministic step (std 0) has log_prob 0 and is no action. `step_latents` steps several
-latent streams (`LatentStreams`) as one action.
+Every kernel in `STEP_KERNELS` samples the step without `prev_sample` and scores the given one
+with it, through the same maths, so the rollout's log-prob and the trainer's agree. Latents are
+`[B, ...]` of any modality, per-sample sigmas and noise levels broadcast, one generator per sample
+allowed, all in float32. log_prob `[B]` is the per-dimension MEAN of the Gaussian log-density
+(log-ratios stay ~1e-4 whatever the latent size); a deterministic step has log_prob 0.
 
     out = sde_step(model_output=v, sigma=s, sigma_next=s_next, sample=x, noise_level=0.7)
-    out.prev_sample, out.log_prob, out.mean, out.std
 
-Not here: timestep schedules and SDE windows (the rollout), guidance (the adapter), any model call.
+Not here: schedules and SDE windows (the rollout), guidance (the adapter), any model call.
 """
 from __future__ import annotations
 

@@ -1,15 +1,11 @@
 """Forward-process diffusion losses: DiffusionNFT and Diffusion-DPO on flow-matching targets.
 
-They need no log-probs and no SDE: they train on clean latents x0 (a rollout's final latents,
-any solver; or a preference file's images) noised again, x_t = (1 - t) x0 + t eps, and compare
-the model's velocity with the flow target u = eps - x0. One entry is one (sample, t, eps) draw;
-errors are per-dimension means, all maths in fp32, everything but `velocity` detached. Each loss
-is a `ForwardLoss` class in `FORWARD_LOSSES` and declares what it reads (`reads`) and whether its
-rows are winner/loser pairs (`pairwise`). The maths is in each class; the metrics are in
-docs/algorithms.md (Loss metrics).
+No log-probs, no SDE: they noise clean latents x0 again, x_t = (1 - t) x0 + t eps, and compare the
+model's velocity with the flow target u = eps - x0 (per-dimension means, fp32, all but `velocity`
+detached). Each is a `ForwardLoss` in `FORWARD_LOSSES` declaring what it reads (`reads`) and
+whether its rows are pairs (`pairwise`); each class holds its maths, docs/algorithms.md its metrics.
 
-    loss_fn = DiffusionNFTLoss(beta=1.0)
-    loss, metrics = loss_fn(inp)      # inp: ForwardLossInput
+    loss, metrics = DiffusionNFTLoss(beta=1.0)(inp)      # inp: ForwardLossInput
 
 Not here: drawing t and eps, the EMA of the old policy, choosing pairs (`omni_rl.families`).
 """

@@ -1,19 +1,14 @@
 """Policy losses for diffusion RL, and the per-step KL forms to a reference policy.
 
-Each loss is a `StepLoss` class in `DIFFUSION_LOSSES`, built once from its `Options` dataclass
-(the recipe's `algo.loss_options`) and called with tensors only. An entry is one action, a
-(sample, denoising step) pair whose log-prob is `flow_sde`'s per-dimension mean (so clip ranges
-are ~1e-4); the loss is the masked mean over entries, advantages are clamped to +-adv_clip_max,
-and an optional `rollout_is_weight` multiplies each entry's policy term. A loss that reads the
-behaviour policy's transition means declares `reads_old_mean`. The KL forms (`DIFFUSION_KL`,
-`fn(mean, ref_mean, std, dt) -> [B]`) are per-dimension means, 0 where the std is 0. The metrics
-are listed in docs/algorithms.md (Loss metrics).
+Each loss is a `StepLoss` in `DIFFUSION_LOSSES`, built once from its `Options` (the recipe's
+`algo.loss_options`) and called with tensors only. An entry is a (sample, denoising step) pair
+whose log-prob is `flow_sde`'s per-dimension mean (so clip ranges are ~1e-4); the loss is the
+masked mean over entries, with advantages clamped and optional rollout-correction weights. The
+KL forms (`DIFFUSION_KL`) are per-dimension means. Metrics: docs/algorithms.md (Loss metrics).
 
-    loss_fn = FlowGRPOLoss(clip_range=1e-4)
-    loss, metrics = loss_fn(inp)      # inp: StepLossInput
+    loss, metrics = FlowGRPOLoss(clip_range=1e-4)(inp)      # inp: StepLossInput
 
-Not here: the token losses (`token_losses`), adding the KL with its coefficient (the diffusion
-family), the choice of trained steps.
+Not here: the token losses, adding the KL with its coefficient (the family), choosing steps.
 """
 from __future__ import annotations
 

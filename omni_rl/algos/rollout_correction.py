@@ -1,16 +1,13 @@
 """Rollout correction: truncated importance weights between the rollout engine and the trainer.
 
-An external engine (vLLM, a rollout server, bf16 copies) samples from a slightly different policy
-than the trainer's old one; TIS (Yao et al. 2025, verl's rollout correction) reweights each
-action's policy loss by w = min(exp(old_log_prob - rollout_log_prob), C), detached. Inputs are
-`[N, E]` (a row per sample, a column per token or trained step) with a mask; levels `token`,
-`step` (per action) and `sequence` (the product over a row's actions); mode `truncate` clamps at
-C, `mask` zeroes what exceeds it. Levels and metrics: docs/algorithms.md, docs/metrics.md.
+An engine with other kernels or precision samples from a slightly different policy than the
+trainer's old one; TIS (Yao et al. 2025) weighs each action's policy loss by
+w = min(exp(old_log_prob - rollout_log_prob), C), detached, per `token`, `step` or `sequence`,
+truncated or masked at C (docs/algorithms.md, Rollout correction).
 
-    weights, metrics = rollout_is_weights(old, rollout, mask, level="token", cap=2.0, mode="truncate")
+    weights, metrics = rollout_is_weights(old, rollout, mask, level="token", cap=2.0)
 
-Not here: deciding whether the weights are needed (the trainer skips them when the old log-probs
-are the rollout's own) and multiplying the loss (each loss, via its input's `rollout_is_weight`).
+Not here: deciding whether weights are needed (the trainer), applying them (each loss).
 """
 from __future__ import annotations
 

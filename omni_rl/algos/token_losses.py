@@ -1,18 +1,15 @@
 """Token-level policy losses for the autoregressive (text / omni) path: GRPO, DAPO, GSPO, CISPO, SAPO.
 
-Each loss is a class built once from its options and called on a `TokenLossInput` (entries are
-response tokens, `[B, T]` with a mask; advantages `[B, 1]` or `[B, T]`), registered in
-`TOKEN_LOSSES` (the diffusion losses have their own registry, so a loss of the wrong kind fails
-at load). Advantages are clamped to +-adv_clip_max; masked tokens change neither the loss nor
-its gradient; an optional KL to the reference and rollout-correction weights apply per token.
-Aggregation modes, the KL estimators, dual clip, the metrics and the conventions that differ
-from verl are in docs/algorithms.md (Token losses).
+Each loss is a class in `TOKEN_LOSSES`, built once from its options and called on a
+`TokenLossInput` (response tokens `[B, T]` with a mask). Advantages are clamped to
++-adv_clip_max, masked tokens change neither loss nor gradient, and a KL to the reference and
+rollout-correction weights apply per token. docs/algorithms.md (Token losses) gives the
+aggregation modes, KL estimators, dual clip, metrics and the conventions that differ from verl.
 
-    loss_fn = PPOClipLoss(clip_range=0.2, loss_agg_mode="token-mean", kl_coef=0.0)
-    loss, metrics = loss_fn(inp)      # 0-d tensor, dict of 0-d detached tensors
+    loss, metrics = PPOClipLoss(clip_range=0.2, loss_agg_mode="token-mean")(inp)
 
-Not here: advantage estimation, DAPO's dynamic sampling and overlong shaping (trainer / reward),
-and normalisation across micro-batches or ranks: every mean is over this one call's entries.
+Not here: advantages, DAPO's dynamic sampling and overlong shaping, and normalisation across
+micro-batches or ranks (every mean is over this one call's entries).
 """
 from __future__ import annotations
 

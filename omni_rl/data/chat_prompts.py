@@ -1,14 +1,10 @@
 """Chat prompt files for the text / omni path: `.jsonl` and `.parquet` rows -> `PromptItem`s.
 
-`load_chat_items(path)` reads rows of `prompt` (a string, or chat messages whose content may be
-a list of parts), optional `images` and `audio` (paths relative to the file, bytes, base64,
-`datasets` structs), `ground_truth` (or verl's `reward_model.ground_truth`) and `metadata`; every
-other field reaches the item's metadata under its own name. A literal `<image>` in a message
-becomes an image part at that place, and placeholders must number the row's images. Each row
-becomes `PromptItem(prompt=<last user message's text>, metadata, messages, media)`. Media are
-decoded at load (images RGB over white, at most 8192 x 8192; integer-PCM WAV only), paths may
-not leave the data folder, and every bad row raises `PromptFileError` naming the file, the
-1-based row, the field and what was expected.
+`load_chat_items(path)` reads rows of `prompt` (a string or chat messages), optional `images`,
+`audio`, `ground_truth` (or verl's `reward_model.ground_truth`) and `metadata`; other fields
+reach the metadata as they are, and a literal `<image>` becomes an image part in place. Media
+are decoded at load, paths may not leave the data folder, and a bad row raises
+`PromptFileError` naming the file, the 1-based row, the field and what was expected.
 
     {"prompt": "<image>\nWhat is the area?", "images": ["fig1.png"], "ground_truth": "12"}
 

@@ -1,13 +1,10 @@
 """Image-editing prompt files (Qwen-Image-Edit style RL): `.jsonl` / `.parquet` rows -> `PromptItem`s.
 
-`load_edit_items(path)` reads rows of `instruction` (or `prompt`) and `source_image` (a path
-relative to the file, bytes, base64, or a `datasets` Image struct), with optional `target_text`,
-`source_text`, `reference_image` and `metadata`; Flow-Factory's / verl-omni's `{"prompt", "image"}`
-rows and verl-omni's Qwen-Image-Edit Parquet (`ability` "image_edit", chat `prompt`, `images`)
-load as they ship. The source reaches the adapter as `media["images"][0]` and the rewards as
-`metadata["source_image"]`. Images are decoded at load, so every bad row raises
-`PromptFileError` naming the file, the 1-based row, the field and what was expected. The row
-format is in docs/recipes.md (Prompt files).
+`load_edit_items(path)` reads rows of `instruction` and `source_image` with optional captions,
+`reference_image` and `metadata`, and the peers' layouts as they ship (docs/recipes.md, Prompt
+files). The source reaches the adapter as `media["images"][0]` and the rewards as
+`metadata["source_image"]`; images are decoded at load, and a bad row raises `PromptFileError`
+naming the file, the 1-based row and the field.
 
     {"instruction": "make it brighter", "source_image": "dark_red.png", "metadata": {"brightness_direction": 1}}
 

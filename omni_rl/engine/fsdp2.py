@@ -1,16 +1,12 @@
 """`FSDP2Engine`: the sharded training engine (torch `fully_shard`), one per data-parallel rank.
 
-Same interface as `LocalEngine`, with the trainer's loss and scaling unchanged. The trainable
-module is sharded block by block (the adapter's `fsdp_wrap_classes()`), then at the root (so
-tied weights share one group); FSDP's reduce-scatter averages gradients, so equal shares of
-whole micro-batches give one process's mean. With bf16/fp16 models the trainable parameters
-keep an fp32 master copy (`MixedPrecisionPolicy` gathers in the model dtype, reduces in fp32);
-`param_offload` / `optimizer_offload` move state to the host; checkpoints are DCP shards that
-load on any number of ranks. Gradient checkpointing wraps every sharded block with torch's
-composable `checkpoint`, since transformers checkpoints only in train mode and the models stay
-in eval mode. It needs an initialised process group, which the worker owns.
+Same interface as `LocalEngine`. The trainable module is sharded block by block
+(`fsdp_wrap_classes()`) then at the root; gradients are averaged by reduce-scatter; a bf16/fp16
+model keeps fp32 master shards; `param_offload` / `optimizer_offload` move state to the host;
+checkpoints are DCP shards that load on any number of ranks; gradient checkpointing wraps each
+block with torch's composable `checkpoint` (transformers checkpoints in train mode only).
 
-Not here: tensor / sequence parallelism, hybrid sharding (HSDP) across nodes.
+Not here: tensor / sequence parallelism, HSDP across nodes.
 """
 from __future__ import annotations
 

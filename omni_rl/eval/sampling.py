@@ -1,13 +1,10 @@
 """`SAMPLERS`: how the evaluation job draws a benchmark's samples, one sampler per model family.
 
-A sampler is registered under the model family it draws and declares the protocol `fields` it
-reads (the job refuses any other sampling field a protocol sets), `recipe_values(cfg)` (the
-recipe's values for the fields a benchmark leaves open) and `makes(protocol)` (what its samples
-are, so a scorer of something else is refused before the model loads). Built as
-`cls(cfg, model, protocol)`, its `draw(rows, out)` makes each sample from
-`protocol.sample_seed(row, k)`, writes its file under `out/samples/` and returns a `Drawn`.
-`diffusion` samples with the ODE (PNG, or mp4 plus a poster frame); `autoregressive` writes
-chat responses; `talker` speaks them (WAV with its `spoken_text`).
+A sampler declares the protocol `fields` it reads (others are refused), `recipe_values(cfg)` for
+the fields a benchmark leaves open, and `makes(protocol)` (what its samples are). Its
+`draw(rows, out)` makes each sample from `protocol.sample_seed(row, k)`, writes its file and
+returns a `Drawn`: `diffusion` (ODE images or videos), `autoregressive` (responses), `talker`
+(spoken answers).
 
 Not here: which samples are drawn (the job), scoring, records (`store`).
 """

@@ -1,15 +1,12 @@
 """`ModelFamily`: everything the PPO loop does that depends on the kind of model, in one object.
 
-A family is registered under the name its adapters carry in `OmniModelBase.family` and built as
-`family_cls(cfg, model)`; its `Options` (`algo.family_options`) are bound and its `check_config`
-runs at load. The rollout half, on the driver, makes requests, batches, reward inputs, metrics
-and validation (`rollout`, `reward_inputs`, `rollout_metrics`, `validate`; the engine is passed
-in). The actor half, wherever the weights are, replays a stored batch teacher-forced
-(`behaviour_policy`, `loss`, `num_chunks`). Both call the adapter's own functions, the ones the
-rollout sampled with, so the rollout's log-probs and the trainer's are one function.
+A family is registered under the name its adapters carry in `OmniModelBase.family`; its `Options`
+(`algo.family_options`) and `check_config` run at load. Its rollout half (driver) makes requests,
+batches, reward inputs and validation; its actor half replays a stored batch teacher-forced
+(`behaviour_policy`, `loss`, `num_chunks`) with the adapter's own functions, so the rollout's
+log-probs and the trainer's are one function.
 
-Not here: the loop (`omni_rl.trainer`), where the weights live (`ActorGroup`), the optimizer
-(`omni_rl.engine`) and the maths (`omni_rl.algos`).
+Not here: the loop, where the weights live (`ActorGroup`), the optimizer, the maths.
 """
 from __future__ import annotations
 

@@ -1,16 +1,11 @@
 """The forward-process family: a diffusion model trained with `diffusion_nft` or `diffusion_dpo`.
 
-The diffusion family's variant for a loss of `algos.FORWARD_LOSSES`: the same rollout half, its
-own actor half. Nothing is replayed: chunk j of a micro-batch noises the clean latents with its
-own seeded (t, eps) (`forward_draws`) and compares the policy's velocity with the flow target,
-so `num_chunks` is `forward_num_timesteps` and the rollout's log-probs are never read (any kernel
-may sample). The losses get what they declare: `old_velocity` (DiffusionNFT: an EMA of the
-trainable weights, `ParameterEMA`, updated after every optimizer step and checkpointed),
-`ref_velocity` (Diffusion-DPO: LoRA off), and for pairwise losses a `PairBatch` of each group's
-best and worst, sharing t and eps.
-
-Unlike the paper, the rollout samples with the current weights, not the EMA, which serves only
-as v_old in the loss.
+The diffusion family's variant for `algos.FORWARD_LOSSES`: the same rollout half, and an actor
+half that replays nothing. Chunk j noises the clean latents with its own seeded (t, eps)
+(`forward_draws`), so the rollout's log-probs are never read and any kernel may sample. The
+losses get what they declare: the EMA's `old_velocity` (DiffusionNFT), the LoRA-off
+`ref_velocity` and a `PairBatch` (Diffusion-DPO). Unlike the paper, the rollout samples with the
+current weights; the EMA serves only as v_old.
 """
 from __future__ import annotations
 

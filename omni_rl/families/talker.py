@@ -1,19 +1,14 @@
 """The talker family: an omni model's spoken answer, trained as a trajectory of speech frames.
 
-A sample is the thinker's answer, then the F frames the talker speaks it in (`SpeechModelBase`).
-The action is a frame: its first-codebook token and its K - 1 residual tokens, with ONE log-prob,
-their sum, so every token loss applies to the `[N, F]` trajectory unchanged (docs/models.md says
-why this is a family of its own). With `model.stage=thinker_talker` the answer's tokens are
-actions of the same trajectory, before the frames. The thinker half is the text family's,
-composed. Rollout runs in the driver: the text engine writes the answers, the adapter speaks
-them in one padded batch (`sample_speech`, a seed per utterance) and decodes them; rewards hear
-`MediaSamples` audio and read `metadata["spoken_text"]`. The update teacher-forces the frames
-with the function that scored them (`speech_log_probs`). Options: the text family's, plus
-`speech_temperature` and `max_frames`.
+A sample is the thinker's answer, then the frames the talker speaks it in (`SpeechModelBase`);
+a frame of K codec tokens is one action whose log-prob is their sum, so every token loss applies
+unchanged (docs/models.md says why). With `model.stage=thinker_talker` the answer's tokens come
+first in the same trajectory. The driver samples the answers with the text engine, speaks them
+in one padded batch and decodes them for the rewards (`metadata["spoken_text"]`); the update
+teacher-forces the frames with `speech_log_probs`.
 
-Not here (refused at load, `check_config`): Ray workers, pipelined rollouts, other rollout
-engines, a KL term, rollout correction; and top-k, top-p or a repetition penalty (the trainer
-scores the whole tempered distribution).
+Not here (refused at load): Ray workers, pipelined rollouts, other engines, a KL term, rollout
+correction, top-k / top-p / repetition penalty.
 """
 from __future__ import annotations
 

@@ -1,17 +1,13 @@
 """The think-draw family: a written plan, then an image drawn from it, trained as one trajectory.
 
-A sample is the plan's R tokens (sampled from the language head after the prompt) then the K
-trained denoising steps of an image whose context holds the prompt and the plan
-(`ThinkDrawModelBase`). One reward scores the image; its advantage reaches both halves, and one
-update trains the plan with a token loss (`plan_policy_loss`, chunk 0, weighted by
-`plan_loss_weight`) and the steps with `algo.policy_loss` (chunks 1..K). The image half is the
-diffusion family's, composed. The trainer sees one `[N, R + K]` action row per sample, so its old
-log-probs, gaps and ratios need no branch; rewards see the plan in `metadata["plan"]`.
-docs/algorithms.md (Think, then draw) has the options and metrics.
+A sample is the plan's R tokens then the K trained denoising steps of an image conditioned on the
+prompt and the plan (`ThinkDrawModelBase`). One reward's advantage reaches both; the update trains
+the plan with a token loss (chunk 0, `plan_policy_loss`, weighted by `plan_loss_weight`) and the
+steps with `algo.policy_loss` (chunks 1..K), on one `[N, R + K]` action row per sample. The image
+half is the diffusion family's, composed. docs/algorithms.md (Think, then draw) has more.
 
-Not here (refused at load, `check_config`): losses that read old transition means or train the
-forward process, rollout correction, Ray workers, pipelined rollouts, rollout engines other than
-`native`, and top_p for plans. `algo.kl_coef` applies to the image steps only.
+Not here (refused at load): losses that read old means or train the forward process, rollout
+correction, Ray workers, pipelined rollouts, non-native engines, top_p for plans.
 """
 from __future__ import annotations
 

@@ -1,16 +1,11 @@
 """Sizes and frame counts past what a model can take, refused before it loads.
 
-Each refusal is one line naming the key, the limit and the largest value that fits:
-- position encodings (SD3's `pos_embed_max_size`, Wan's `rope_max_seq_len`): `check_positions`,
-  read from the model's config files on disk (`check_model_limits`) or the built model
-  (`check_built_model`);
-- one decoded sample larger than this machine's memory: `check_sample_memory`, from the config;
-- a step larger than the machine: `check_step_memory` counts what a step holds at once
-  (`step_memory`: decoded samples and trajectories, as `--plan` counts them), against host
-  memory and, once the model is on it, the rollout device's.
-Not counted: activations and weights (`--plan` traces those).
+Each refusal is one line naming the key, the limit and the largest value that fits: a position
+encoding's size (`check_positions`, from the configs on disk or the built model), one decoded
+sample larger than this machine (`check_sample_memory`), and a step larger than the machine
+(`check_step_memory`: decoded samples and trajectories, as `--plan` counts them).
 
-Not here: the multiples a VAE needs (`omni_rl.models.diffusion.check_multiple`).
+Not here: activations and weights (`--plan`), a VAE's multiples (`diffusion.check_multiple`).
 """
 from __future__ import annotations
 

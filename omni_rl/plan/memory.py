@@ -1,15 +1,10 @@
 """Per-device memory of a model's weights, gradients and optimizer state, as the engines hold them.
 
-Pure arithmetic on tensor shapes and dtypes: given every parameter (name, shape, dtype, trains,
-sharded), `weight_memory` says how many bytes one rank keeps on its device and on the host,
-following `omni_rl.engine.fsdp2` and `omni_rl.engine.local`: FSDP2 shards dim 0 padded to the
-world size (`fsdp2_local_numel`), the trained module only; fp32 master shards for trainable
-parameters of a bf16/fp16 model (`engine_dtypes`); one gradient and AdamW's two moments per
-trainable parameter, its `step` on the host; `param_offload` / `optimizer_offload` move state to
-the host.
+Pure arithmetic: `weight_memory` gives one rank's device and host bytes as `engine.fsdp2` and
+`engine.local` hold them (dim-0 shards padded to the world size, fp32 master shards, a gradient
+and AdamW's two moments per trainable parameter, offloads on the host).
 
-Not counted: activations, gathered FSDP blocks, rollout tensors, fragmentation, the CUDA
-context. Those belong to the trace.
+Not counted: activations, gathered blocks, rollout tensors, fragmentation, the device context.
 """
 from __future__ import annotations
 

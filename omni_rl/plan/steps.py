@@ -1,13 +1,10 @@
 """The traced part of a plan: one rollout forward and one training micro-batch, and a step's FLOPs
-(a text model's decoding and micro-batch: `text_steps.py`).
+(a text model's: `text_steps.py`).
 
-For a denoiser, on the trained network the recipe builds: one no-grad forward of
-`rollout.max_num_seqs` samples, and one forward and backward of `trainer.micro_batch_size`
-samples with the recipe's gradient checkpointing, both doubled under CFG (every adapter runs
-[uncond; cond] as one batch). With several trained modules (Wan2.2's experts) the larger figure
-is kept. A step's FLOPs scale these by the step's sizes: rollout batches x `num_steps`, and
-`ppo_epochs x samples x num_steps / micro_batch_size` passes for the update (an upper bound),
-plus a reference forward each with `algo.kl_coef > 0`.
+For a denoiser: one no-grad forward of `max_num_seqs` samples and one forward and backward of
+`micro_batch_size` samples, both doubled under CFG, the larger trained module kept. A step's
+FLOPs scale these by the step's sizes (every step trained: an upper bound), plus a reference
+forward with `algo.kl_coef > 0`.
 
 Not traced: text encoders, the VAE and rewards (listed as not counted).
 """

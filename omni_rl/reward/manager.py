@@ -2,17 +2,12 @@
 
     manager = RewardManager([RewardSpec("jpeg_compressibility", weight=1.0, kwargs={"scale": 0.002}),
                              RewardSpec("brightness", weight=0.5, required=False)])
-    out = manager.score(samples, prompts, metadata)   # images, texts, or a MediaSamples
-    out.total, out.per_reward, out.metrics            # [B] weighted sum, raw scores, reward/* metrics
+    out = manager.score(samples, prompts, metadata)   # out.total [B], out.per_reward, out.metrics
 
-A failing or absurd score stops the run naming its reward, never a silent 0: a required reward
-that raises, returns the wrong number of scores, a non-finite score or one beyond
-`MAX_ABS_REWARD` (which keeps the float32 advantage maths finite) raises `RewardError`; an
-optional one is left out of the batch with the other weights rescaled to keep the total's scale
-(`reward/<name>/failed` is 1). A reward that cannot be built fails at construction, even when
-optional. Video and audio reach a reward as it declares (`reward_modalities`): the
-`MediaSamples` itself, or, for an image reward with `video_frames: k`, k frames per video whose
-scores are averaged; any other pairing is refused before a reward runs.
+A failing or absurd score (an exception, a wrong count, a non-finite score or one past
+`MAX_ABS_REWARD`) stops the run naming its reward, never a silent 0; an optional reward is instead
+left out of the batch with the other weights rescaled (`reward/<name>/failed` is 1). Video and
+audio reach a reward as it declares: the `MediaSamples`, or `video_frames: k` frames per video.
 
 Left out on purpose: micro-batching, asynchronous or remote rewards, caching: they wrap a scorer.
 """

@@ -2,14 +2,12 @@
 
     MediaSamples(video=uint8 [B, T, H, W, C], fps=16.0)                          # Wan2.2
     MediaSamples(video=..., fps=24.0, audio=float [B, C, S], sample_rate=48000)  # LTX-2
-    MediaSamples(audio=[clip_0, clip_1, ...], sample_rate=16000)                  # different lengths
 
-Everything is checked when the container is built, and a mistake (a float video, channels-first
-frames, integer PCM, NaN audio, a rate without its stream, batch sizes that disagree) raises
-`RewardInputError` naming the field; nothing is converted silently. Helpers: `frames(k)` (k evenly
-spaced frames per video, for image rewards), `mono()`, `modalities`, `split()` / `cat()`.
+Everything is checked when it is built (a float video, channels-first frames, integer PCM, a rate
+without its stream: `RewardInputError` naming the field); nothing is converted silently.
+`frames(k)`, `mono()` and `split()` / `cat()` serve the rewards.
 
-Left out on purpose: per-sample fps or sample rates, and resampling (`omni_rl.utils.audio`).
+Left out on purpose: per-sample rates, resampling (`omni_rl.utils.audio`).
 """
 from __future__ import annotations
 

@@ -1,22 +1,16 @@
 """The reward registry: names -> scorer factories.
 
-A reward is registered as a factory taking keyword-only options and returning a scorer
-`scorer(images, prompts, metadata) -> list[float]` (one score per sample, higher is better; the
-`RewardManager` also takes an array, a tensor or a `RewardScores`). Expensive set-up and heavy
-imports belong in the factory, so `load_plugins()` stays cheap. What a reward declares about
-itself is its entry's `RewardDeclaration`: `check_options` (option values, checked at load),
-`modalities` (a subset of `MODALITIES`, or a callable of the options), `check_item` /
-`check_prompts` (what it needs of a prompt, checked before any model loads), `needs_metadata`
-(keys every sample must carry) and `device_networks` (for `--plan`). docs/extending/reward.md
-shows each.
+A reward is a factory taking keyword-only options and returning a scorer
+`scorer(images, prompts, metadata) -> list[float]` (one score per sample, higher is better).
+Expensive set-up and heavy imports belong in the factory. What a reward declares about itself
+(modalities, option and prompt checks, metadata it needs, networks for `--plan`) is its entry's
+`RewardDeclaration`; docs/extending/reward.md shows each.
 
     @register_reward("my_reward", modalities={"image"})
     def my_reward(*, threshold: float = 0.5) -> Scorer:
         def score(images, prompts, metadata):
             ...
         return score
-
-    scorer = build_reward("my_reward", threshold=0.3)
 """
 from __future__ import annotations
 

@@ -1,15 +1,10 @@
 """`RolloutEngine`: the contract every rollout engine implements, diffusion and text alike.
 
-`submit_many` queues requests and `wait` returns their results in order, raising (never
-hanging) on failure or timeout (`generate` is both); every result records its `weight_version`.
-`update_weights(tensors, version, kind)` loads named tensors ("lora" or "full"; tensors, never
-a model, since the engine may live in another process) and `sync_weights` is the trainer's helper
-over it. An engine declares `shares_model_with(model)` and `same_log_probs_as(model)` (so the
-trainer skips recomputing log-probs), checks a request before admitting it (`check_request`),
-says why it failed (`failure()`), frees and retakes accelerator memory (`sleep` / `wake`) and
-stops (`close`). docs/extending/rollout-backend.md shows an engine.
-
-Shared by every backend: `RolloutEngineError` (a run-time error, exit 1) and `wait_results`.
+`submit_many` / `wait` / `generate` sample requests (raising, never hanging, on failure or
+timeout); `update_weights` loads named tensors (never a model: the engine may live elsewhere);
+an engine declares `shares_model_with` and `same_log_probs_as`, checks requests
+(`check_request`), reports `failure()`, and implements `sleep` / `wake` / `close`.
+docs/extending/rollout-backend.md shows one. `RolloutEngineError` and `wait_results` are shared.
 """
 from __future__ import annotations
 

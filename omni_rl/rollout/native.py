@@ -1,16 +1,12 @@
 """The native diffusion rollout engine: in-process, with request-level (continuous) batching.
 
-Each sample is a request with its own seed. At every iteration the scheduler packs up to
-`max_num_seqs` running samples sharing a batch key (resolution, steps, guidance, kernel) into
-one forward, even at different denoising steps; new requests join at the next iteration. The
-`driver` says who iterates: `thread` (a scheduler thread of the engine's own) or `caller` (the
-waiting thread; one computing thread, docs/rollout.md says why that matters). The per-request
-maths is `diffusion_sampling`'s, so a sample's result does not depend on its batch-mates. A
-failure fails every pending future and the engine refuses new work; callers wait with a timeout.
-Weights: when the engine shares the trainer's model, `sync_weights` only records the version;
-otherwise `update_weights` copies the trainable tensors between iterations.
+Each iteration packs up to `max_num_seqs` running samples sharing a batch key into one forward,
+even at different denoising steps; new requests join at the next iteration. The `driver` says
+who iterates: a thread of the engine's own, or the waiting caller (docs/rollout.md says why that
+matters). The per-request maths is `diffusion_sampling`'s, so a sample's result does not depend
+on its batch-mates. A failure fails every pending future and the engine refuses new work.
 
-Not here: the per-sample maths (`diffusion_sampling`), text (`native_text`).
+Not here: the per-sample maths (`diffusion_sampling`), text (`text_native`).
 """
 from __future__ import annotations
 

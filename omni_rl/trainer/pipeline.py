@@ -1,19 +1,13 @@
 """Rollout producers: where a step's batch comes from, one class per `trainer.pipeline`.
 
-The loop asks its producer for each step's batch (`next(step)`), hands it the weights after each
-update (`publish(version)`), runs validation through it (`exclusive(fn)`) and saves what it holds
-with each checkpoint (`state()`), so the loop reads the same in every mode (`on_policy`,
-`one_step_off`, `async`, `offline_pairs`; table in docs/rollout.md, Pipelines). A unit is one
-step's groups, sampled with one weight version chosen in the loop's thread when its place frees
-(so the pipelines are deterministic); a buffered producer holds at most `capacity` units, and a
-unit found staler than the bound is dropped or rolled again (`stale_policy`). `publish` keeps a
-detached copy of the trainable tensors, since the next update changes the live ones mid-rollout;
-`state()` lists the units in flight with their versions' tensors, so a resumed run samples the
-very units the uninterrupted one did.
+The loop asks its producer for each step's batch (`next(step)`), hands it each update's weights
+(`publish(version)`), validates through it (`exclusive(fn)`) and checkpoints what it holds
+(`state()`), so the loop reads the same in every mode (docs/rollout.md, Pipelines). Each unit of
+groups is sampled with one weight version chosen in the loop's thread, so the pipelines are
+deterministic, a unit staler than the bound is dropped or rolled again, and a resumed run
+samples the very units the uninterrupted one did.
 
 Not here: the rollout itself (the family's), rewards, advantages and old log-probs (the loop).
-A producer declares what the loop needs (`samples_ahead`, `phase`, `prompt_items`,
-`Produced.preferences_given`); the loop asks none which it is.
 """
 from __future__ import annotations
 

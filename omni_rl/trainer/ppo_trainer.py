@@ -1,16 +1,13 @@
 """The PPO trainer: one loop, read top to bottom.
 
-    rollout producer (trainer.pipeline) -> the step's batch -> rewards -> advantages
+    rollout producer -> the step's batch -> rewards -> advantages
              -> old log-probs (the rollout's where they are the actor's own, else recomputed)
-                and, with algo.rollout_correction.level, the rollout-correction weights
-             -> PPO update (epochs x mini-batches, replaying the stored steps)
+                and the rollout-correction weights -> PPO update (epochs x mini-batches)
              -> weight sync (through the producer) -> log / validate / checkpoint
 
-It wires the parts together and owns the run's outputs, talking to an `ActorGroup`, its rollout
-engine, the model's `ModelFamily` and a `RolloutProducer` without asking which kind any is; the
-maths lives in `omni_rl.algos`. Everything random is seeded from (trainer.seed, step, sample), so
-a resumed run repeats the uninterrupted one. The run folder is held before any model loads
-(`run_dir`); SIGTERM / SIGINT stop after the step with a checkpoint (`interrupt`).
+It wires the parts together and owns the run's outputs, talking to an `ActorGroup`, the model's
+`ModelFamily` and a `RolloutProducer` without asking which kind any is. Everything random is
+seeded from (trainer.seed, step, sample), so a resumed run repeats the uninterrupted one.
 """
 from __future__ import annotations
 

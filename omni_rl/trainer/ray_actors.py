@@ -1,14 +1,10 @@
 """`RayActorGroup` (`trainer.backend=ray`): the actor group on Ray workers running FSDP2.
 
-It reserves `nnodes x devices_per_node` worker slots (`RayOptions`) and starts one
-`HybridWorker` per slot, rank r of N, each holding what `workers.programs.build_worker`
-installs (the sharded actor, its reference, a rollout copy). This class splits batches across
-ranks and gathers them back, so the loop sees whole batches: rank r samples and scores the r-th
-shard, and takes the r-th share of every mini-batch with its loss scaled so that the update
-equals one process's (`check_config` requires mini_batch_size % (workers * micro_batch_size)
-== 0). Checkpoints: DCP shards per rank in `sharded/` (a folder all ranks see), the export from
-rank 0's rollout copy. The driver holds no weights (a meta-device model), and the old log-probs
-are always recomputed, since the rollout samples with a copy.
+It starts one `HybridWorker` per slot of `nnodes x devices_per_node` (`RayOptions`), each holding
+a sharded actor, its reference and a rollout copy (`workers.programs.build_worker`), and splits
+each batch across ranks and gathers it back so the loop sees whole batches; each rank's loss is
+scaled so that the update equals one process's. The driver holds no weights (a meta-device
+model) and the old log-probs are always recomputed, since the rollout samples with a copy.
 
 Left out: separate (non-colocated) actor and rollout pools.
 """

@@ -1,11 +1,9 @@
 """Atomic file and directory writes: a reader sees the old content or the new, never half.
 
-Every writer writes a temporary file in the target's directory, fsyncs it and `os.replace`s it
-onto the target; if anything raises first, the temporary is removed and the target untouched.
-Files get the usual permissions (0o666 minus the umask), not `tempfile`'s 0o600, including those
-others write into an `atomic_directory`. `leftover_of(name)` tells a killed writer's temporary.
+Each writer writes a temporary beside the target, fsyncs it and `os.replace`s it onto the target;
+on an error the temporary goes and the target is untouched. Files get the usual permissions, not
+`tempfile`'s 0o600.
 
-    atomic_write_json(run_dir / "summary.json", {"step": 20})
     with atomic_directory(checkpoint_dir) as tmp:   # renamed onto checkpoint_dir on success
         ...
 

@@ -1,13 +1,10 @@
 """The one HTTP transport under the reward protocol and the rollout protocol.
 
-Server side (`GuardedServer`, `GuardedHandler`): bearer-token authentication (constant-time),
-bounded bodies (Content-Length required, `max_body_bytes`, `body_deadline_s`), header deadlines
-watched by one reaper thread, at most `max_connections` unauthenticated connections (one past
-that is answered 503 without a thread), JSON answers. What each protocol serves stays in its own
-server module. Client side (`request`): one attempt within one deadline for the whole exchange,
-a bounded reply (`ReplyTooLarge`), failures as `TransportError`; retries are the caller's.
-`safe_preview` quotes unexpected bytes escaped and cut; `check_json_depth` bounds nesting before
-`json.loads`. The status codes are tabled in docs/reward_protocol.md and docs/rollout_protocol.md.
+Server side (`GuardedServer`, `GuardedHandler`): bearer-token authentication, bounded bodies and
+deadlines, a cap on unauthenticated connections, JSON answers; what each protocol serves stays
+in its own module. Client side (`request`): one attempt within one deadline, a bounded reply,
+failures as `TransportError`. `safe_preview` quotes unexpected bytes; `check_json_depth` bounds
+nesting. The status codes are in docs/reward_protocol.md and docs/rollout_protocol.md.
 
 Left out: TLS on the server side, keep-alive pools, HTTP/2.
 """
