@@ -1,14 +1,11 @@
 """Group-relative advantage estimators: rewards of N samples -> one advantage per sample.
 
-Every estimator in `ADVANTAGE_ESTIMATORS` is `fn(inp: AdvantageInput) -> Tensor [N]` (float32):
-samples of one prompt share a `group_index`, and the baseline is formed inside each group
-(vectorised, deterministic). Stds are population stds; a group of one, or one whose rewards are
-all equal, gets advantage exactly 0. Each estimator declares whether it needs groups of >= 2
-(`needs_group`), which the config checks. The conventions that differ from verl are in
-docs/algorithms.md (Moving a verl recipe).
+Every estimator in `ADVANTAGE_ESTIMATORS` is `fn(inp: AdvantageInput) -> Tensor [N]`: samples of
+one prompt share a `group_index` and the baseline is formed inside each group. Stds are
+population stds; a group of one, or of equal rewards, gets exactly 0. Each declares whether it
+needs groups of >= 2 (`needs_group`). Conventions that differ from verl: docs/algorithms.md.
 
-Not here: reward weighting (the reward manager), clipping (the policy loss), filtering
-zero-variance groups (the trainer), statistics across steps.
+Not here: reward weighting, clipping (the loss), filtering groups (the trainer).
 """
 from __future__ import annotations
 

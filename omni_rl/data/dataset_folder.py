@@ -1,12 +1,9 @@
 """Where the files a dataset names may be, and what a string in an image field is.
 
-`DatasetFolder.file(value, where)` turns a path relative to the data file's folder into the file
-to read, refusing in one `PromptFileError` line an absolute path, a `..` or symlink leading out
-of the folder (rewards such as `http_scorer` send images to other machines, so a row must not
-read `~/.ssh/id_rsa` unless `data.allow_paths_outside=true`), a missing path, and anything not a
-regular file (`/dev/zero` would never end). `is_base64(text)` decides before the filesystem is
-touched: the base64 alphabet alone, at least `MIN_BASE64_CHARS` long, is base64; anything else is
-a path.
+`DatasetFolder.file(value, where)` resolves a path relative to the data file's folder, refusing
+in one `PromptFileError` line a path out of the folder (rewards may send images to other
+machines; `data.allow_paths_outside=true` allows it), a missing path, and anything not a regular
+file. `is_base64(text)`: the base64 alphabet alone, at least `MIN_BASE64_CHARS` long.
 
 Not here: reading or decoding the files, and URLs (never fetched).
 """

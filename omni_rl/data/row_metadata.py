@@ -1,15 +1,9 @@
 """A row's fields beside its prompt -> the rewards' metadata (the plain `.jsonl` and chat readers).
 
-Peers' prompt files keep a row's data at the top level (GenEval's `tag` / `include` / `exclude`,
-Flow-Factory's sudoku `puzzle` / `solution`, verl-omni's `data_source`, `reward_model`, ...), so
-every field reaches the rewards:
-
-    row_metadata(row, consumed, where)
-      = {**row["metadata"], **{key: row[key] for key in row if key not in consumed}}
-
-A null field counts as absent; a key given both at the top level and in `metadata` with two
-different values is refused (`PromptFileError` naming the row). Values are kept as the file
-gives them.
+Peers' files keep a row's data at the top level (GenEval's `tag` / `include` / `exclude`,
+verl-omni's `reward_model`, ...), so every field reaches the rewards:
+`row_metadata(row, consumed, where) = {**row["metadata"], **(the row's other fields)}`. A null
+field is absent; a key given at both levels with two values is refused (`PromptFileError`).
 """
 from __future__ import annotations
 

@@ -1,12 +1,9 @@
 """GenEval's rules (Ghosh et al. 2023): from one image's detections and its metadata row to a verdict.
 
-Pure functions over numpy that any detector feeds (`rewards.geneval`'s Mask2Former, the shape
-demo's detector): `kept_objects` (per-class confidence threshold, at most 16, optional NMS),
-`needs_colour` (which kept objects the verdict reads the colour of), `verdict` (GenEval's
-`correct`, and Flow-GRPO's `strict_correct` and partial-credit `score`), `relative_position`
-(the position test with its margin) and `summary_scores` (the protocol's aggregation). The
-choices the protocol leaves open (box convention, crop, ties) are listed in docs/evaluation.md
-(GenEval without a legacy environment).
+Pure functions over numpy that any detector feeds: `kept_objects`, `needs_colour`, `verdict`
+(GenEval's `correct`, and Flow-GRPO's `strict_correct` and partial-credit `score`),
+`relative_position` and `summary_scores`. The choices the protocol leaves open are listed in
+docs/evaluation.md (GenEval without a legacy environment).
 
 Not here: detection and colour classification (the detector's).
 """

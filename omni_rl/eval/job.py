@@ -1,14 +1,11 @@
 """`run_eval`: one benchmark on one model, resumable and sharded; `python main_omni.py recipe=NAME --eval B`.
 
-Everything the input allows is checked before the model loads (benchmark, protocol overrides,
-prompt file, scorers' options, `--eval-model`, device, model path, output folder). Then the rows
-of this shard (`--shard i/n`) not yet recorded are drawn in chunks by the family's sampler, each
-sample from `protocol.sample_seed(r, k)`, scored, and recorded as soon as their chunk is. When
-every row is recorded (by any shard), results.json is written with the figures, the protocol,
-the model's identity and the prompt file's checksum.
+Every input is checked before the model loads; then this shard's unrecorded rows are drawn in
+chunks by the family's sampler (sample k of row r from `protocol.sample_seed(r, k)`), scored and
+recorded as each chunk finishes. Once every row is recorded, results.json holds the figures, the
+protocol, the model's identity and the prompt file's checksum.
 
-Not here: other rollout backends (the job samples in-process with the native engine); Ray
-spreads the shards in `omni_rl.eval.ray_shards`.
+Not here: other rollout backends (native only), Ray shards (`ray_shards`).
 """
 from __future__ import annotations
 

@@ -1,14 +1,10 @@
 """The autoregressive (text / omni) family: chat requests, padded batches, and token replay.
 
-Rollout half: prompts become chat messages (plus media for omni models) through the adapter's
-chat template, the engine samples each response from its own seed, and the rewards score the
-decoded texts. Options (`TextOptions`, `algo.family_options`): sampling (`temperature`, `top_p`,
-`max_new_tokens`, `stop_token_ids`) and prompt limits (`max_prompt_tokens`, `overlong_prompts`:
-"error", "truncate" or "drop", applied by `fit_prompts` when the prompts load and to every
-encoding). Actor half: teacher forcing of the stored responses with
-`AutoregressiveModelBase.token_log_probs`, the function the engine recorded; the loss is the
-registered token loss on the masked response tokens (with rollout-correction weights when
-computed) plus, with `algo.kl_coef > 0`, the KL to the reference (LoRA off).
+Rollout half: prompts become chat messages (plus media) through the adapter's chat template and
+each response is sampled from its own seed (`TextOptions`: sampling and prompt limits, applied
+by `fit_prompts`). Actor half: teacher forcing of the stored responses with `token_log_probs`,
+the function the engine recorded; the loss is the token loss on the response tokens plus, with
+`algo.kl_coef > 0`, the KL to the reference (LoRA off).
 """
 from __future__ import annotations
 

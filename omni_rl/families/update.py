@@ -1,14 +1,10 @@
 """The PPO update loop, shared by the one-process actor group and every Ray rank.
 
-Each epoch shuffles the step's samples (seeded by (seed, step, epoch): every rank draws the same
-order) into mini-batches (one optimizer step each) and micro-batches (one forward each), with one
-backward per chunk. Rank r of `world` takes the r-th share of each mini-batch with its loss
-scaled so that the update equals one process's. `run_update` returns raw sums, counts and maxima
-kept on the device (read once at the end) that ranks add up; `summarize` makes the step's
-metrics. The log-prob gap a family's loss reports is kept for the first mini-batch only
-(`actor/first_minibatch_logprob_abs_diff_*`): before the first optimizer step it is the
-rollout-vs-trainer gap, for free. A family may train other items than the samples
-(`train_items`) and hears of every optimizer step (`after_optimizer_step`).
+Each epoch shuffles the samples (seeded by (seed, step, epoch), the same on every rank) into
+mini-batches (one optimizer step) and micro-batches (one forward), with one backward per chunk;
+rank r takes its share with the loss scaled to equal one process's update. `run_update` returns
+device sums that ranks add up and `summarize` turns into metrics; the first mini-batch's
+log-prob gap is kept as the rollout-vs-trainer gap (`actor/first_minibatch_logprob_abs_diff_*`).
 """
 from __future__ import annotations
 

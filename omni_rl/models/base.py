@@ -1,13 +1,9 @@
 """`OmniModelBase`: the contract every model adapter implements, whatever its family.
 
-An adapter owns a loaded model and answers the trainer's and the rollout engine's questions
-about it: which module trains, where LoRA goes, which blocks FSDP should wrap, which tensors a
-rollout engine needs after an update, and how the model is put in a state where the rollout and
-the trainer compute the same numbers (dropout off in both, since a log-prob ratio needs the same
-function on both sides).
-
-Families add what their kind of model needs: `DiffusionModelBase` (scheduler, prompt encoding,
-forward with CFG, decode) and, for text and omni models, `AutoregressiveModelBase`.
+An adapter owns a loaded model and says which module trains, where LoRA goes, which blocks FSDP
+wraps, which tensors a rollout engine needs after an update, and how the model computes the same
+numbers in rollout and training (dropout off in both). `DiffusionModelBase` and
+`AutoregressiveModelBase` add what their kind of model needs.
 """
 from __future__ import annotations
 

@@ -1,14 +1,11 @@
 """`DiffusionModelBase`: the contract of flow-matching generators (image, video, audio).
 
-The rollout engine and the trainer call the same methods, so sampling and training use
-identical maths: `sigmas(...)` (the schedule, `[num_steps + 1]` fp32 ending in 0),
-`encode_prompts(prompts, negative_prompt)` (a `Conditioning`), `predict_velocity(latents, sigma,
-conditioning, guidance_scale)` (the forward with guidance, per-sample sigma, fp32) and
-`decode(latents)` (uint8 pixels; `decode_audio` for models that `makes_audio`). Latents are a
-tensor or `LatentStreams`, shaped as `latent_shape(height, width, num_frames)` says (it raises
-naming the nearest valid values); nothing assumes images. Editing models (`takes_source_image`)
-also take condition images in `encode_prompts`, and `check_prompt_items` refuses a dataset of
-the wrong kind before any model loads. docs/extending/adapter.md walks through an adapter.
+Rollout and trainer call the same methods: `sigmas(...)`, `encode_prompts(...)` (a
+`Conditioning`; editing models, `takes_source_image`, also take condition images),
+`predict_velocity(latents, sigma, conditioning, guidance_scale)` (guidance included, fp32) and
+`decode(latents)` (`decode_audio` for models that `makes_audio`). Latents are shaped as
+`latent_shape(height, width, num_frames)` says; nothing assumes images. docs/extending/adapter.md
+walks through an adapter.
 """
 from __future__ import annotations
 

@@ -1,14 +1,10 @@
 """The traced part of a text model's plan: decoding with the KV cache and one training micro-batch.
 
-A text adapter's rollout and trainer both call `forward_logits` (fp32 logits over the whole
-vocabulary, often the largest tensor of a pass), so the plan traces that method as they call it:
-the rollout's peak is the larger of the prefill (P prompt tokens, last position's logits) and the
-last decoding step (one token into a cache of P + R - 1), its FLOPs the prefill plus R last
-steps (an upper bound); training is one micro-batch of P + R tokens, its token log-probs and
-backward. P and R come from the recipe (docs/plan.md).
-
-Not traced: media encoders (media are planned as prompt tokens). Prompts are token 0: a dense
-decoder's cost does not depend on the ids, a MoE's routing does (fake tensors route by shape).
+The plan traces `forward_logits`, as rollout and trainer call it (its fp32 logits are often a
+pass's largest tensor): the rollout's peak is the larger of the prefill and the last decoding
+step, its FLOPs the prefill plus R last steps (an upper bound); training is one micro-batch of
+P + R tokens with its backward (docs/plan.md). Media are planned as prompt tokens; prompts are
+token 0 (a MoE's routing would differ: fake tensors route by shape).
 """
 from __future__ import annotations
 

@@ -1,14 +1,11 @@
 """One forward (and backward) of a weightless network at full size, on fake tensors: FLOPs and
 peak memory without allocating or computing anything.
 
-`materialize(module, fake)` gives every meta parameter and buffer a (fake, or real uninitialised)
-tensor of its shape; `trace(module, kwargs, backward)` runs it under `LiveBytes`, one dispatch
-mode that counts `flops` (torch's `flop_registry`, plus `EXTRA_FLOPS` for MoE's `_grouped_mm`) and
-`activation_bytes` (the peak of tensors the pass held at once, less the parameters' gradients).
-torch's `FlopCounterMode` keeps every module's output alive (undoing gradient checkpointing in
-the count) and 2.14's `MemTracker` refuses frozen parameters, hence this mode of our own.
-
-Not counted: FSDP2's gathered blocks and communication buffers (the model is traced whole).
+`materialize(module, fake)` gives meta parameters and buffers (fake) tensors; `trace(module,
+kwargs, backward)` runs it under `LiveBytes`, which counts FLOPs (torch's `flop_registry`, plus
+`EXTRA_FLOPS` for MoE's `_grouped_mm`) and peak live activation bytes. torch's `FlopCounterMode`
+keeps module outputs alive (undoing gradient checkpointing) and its `MemTracker` refuses frozen
+parameters, hence this mode. Not counted: FSDP2's gathered blocks and buffers.
 """
 from __future__ import annotations
 

@@ -1,14 +1,10 @@
 """`RewardScores`: a scorer's scores with a per-sample breakdown into metric groups.
 
-A scorer that knows what kind of sample each was (GenEval's task) returns this instead of a list,
-and the `RewardManager` reports each group's mean raw score as `reward/<group>`, and the mean of
-each numeric field of the per-sample `details` as `reward/<group>/<field>`:
-
     return RewardScores(scores=[1.0, 0.0, 1.0], groups=["geneval/counting", "geneval/position", None])
 
-A group key has at least two parts, and its first may not be "total" or a configured reward's
-name (it would shadow `reward/<name>/...`); a scorer breaking that fails like one returning a
-wrong number of scores.
+The `RewardManager` logs each group's mean as `reward/<group>` and each numeric field of the
+per-sample `details` as `reward/<group>/<field>`. A group key has at least two parts, the first
+neither "total" nor a configured reward's name.
 """
 from __future__ import annotations
 

@@ -1,12 +1,9 @@
 """`ROLLOUT_BACKENDS`: `rollout.backend` names a `RolloutBackend`, the spec that builds a rollout engine.
 
-One signature, `spec.build(cfg, model) -> RolloutEngine`, called wherever a sampling model
-lives. `native` is the in-process engine of the model's kind, `server` runs it in a process (and
-Python) of its own, `vllm_omni` and `vllm` are the GPU engines (imported inside their builders
-only). Each spec declares what the project asks of a backend: its options class
-(`rollout.options`), `loads_own_weights`, `shares_model`, `beside_trainer(cfg)` (whether it can
-sample while the trainer updates), `samples` (the model base it takes, `check_backend_fits`) and
-`packages` (checked before the model loads).
+One signature, `spec.build(cfg, model) -> RolloutEngine`: `native`, `server`, `vllm_omni` and
+`vllm` (imported in their builders only). Each spec declares its options class,
+`loads_own_weights`, `shares_model`, `beside_trainer(cfg)`, the model base it `samples` and the
+`packages` it needs, all checked before the model loads.
 
     register_rollout_backend("name", options_class=MyOptions)   # in a plugin module
 """

@@ -1,14 +1,11 @@
 """The per-request maths of diffusion rollout, shared by every engine that samples with our adapters.
 
-One function per stage of a sample's life: `encode_conditionings` (batched prompt embeddings),
-`start_sample` (a request's generator, noise, SDE window and sigmas), `advance` (one forward and
-step over the running samples sharing a batch key), `finish_samples` (decode and assemble each
-`DiffusionResult`), and `sample_requests` (the four for a fixed set of requests: the vLLM-Omni
-pipeline's core). A sample's state stays on the model's device, so an iteration makes no host
-round trip; a trajectory moves once, in `finish_samples`, to `trajectory_device`. On CUDA the
-generators are CUDA generators: a seed gives other noise there than on a CPU.
+One function per stage of a sample's life: `encode_conditionings`, `start_sample`, `advance`
+(one forward and step over running samples sharing a batch key), `finish_samples`, and
+`sample_requests` (all four for a fixed set: the vLLM-Omni pipeline's core). A sample's state
+stays on the model's device; a trajectory moves once, in `finish_samples`, to `trajectory_device`.
 
-Left out: threads, futures and queues (the native engine's), request transport (the vLLM-Omni glue's).
+Left out: threads, futures and queues (the native engine's), transport (the vLLM-Omni glue's).
 """
 from __future__ import annotations
 

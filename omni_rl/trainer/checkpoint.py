@@ -1,14 +1,10 @@
 """Full checkpoints: written atomically, verified before they load, never unpickled.
 
-A checkpoint folder (`OUTPUT/checkpoints/step_000020/`) holds `trainer_state.json` (step, RNG
-states, tensor names and shapes, optimizer settings), `trainer_state.safetensors` (local backend:
-trainable, optimizer, family and EMA tensors) or `sharded/` (Ray: DCP shards), the export
-(`lora/` or `model/`), `pipeline.safetensors` (a pipelined run's weight versions in flight),
-`config.yaml`, and `manifest.json` (size and sha256 of every file, written last). It is built
-under a temporary name and renamed when complete; old ones are pruned only after. Loading checks
-the manifest first, reads only JSON, YAML and safetensors (every float finite), DCP's metadata
-through an allow-list, and refuses pickled checkpoints of earlier versions. `check_compatible`
-compares a checkpoint with the run before anything loads.
+A checkpoint folder holds `trainer_state.json`, the backend's tensors (`trainer_state.safetensors`
+or DCP `sharded/`), the export (`lora/` or `model/`), `pipeline.safetensors` for a pipelined run,
+`config.yaml` and `manifest.json` (size and sha256 of every file, written last). It is built under
+a temporary name; loading checks the manifest, reads only JSON, YAML and safetensors (every float
+finite) and DCP metadata through an allow-list. `check_compatible` compares it with the run first.
 """
 from __future__ import annotations
 

@@ -1,12 +1,9 @@
 """Band-limited audio resampling, in the core so that rewards and adapters both may import it.
 
-`resample(waveform, orig_sr, new_sr, method=...)` resamples a float tensor [..., L] along its
-last dimension with one of two methods that differ in lengths and edge samples, so each caller
-names the one its numbers were made with: `"sinc"` (default; CLAP, ImageBind), windowed-sinc
-(Kaiser) polyphase filtering, zero outside the clip; `"fft"` (Qwen3-Omni's audio input), the
-spectrum cut at the new Nyquist as `scipy.signal.resample` does, treating the clip as periodic.
-(torchaudio has no build for this torch, and interpolation aliases.) `wav_bytes` writes a mono
-clip as a 16-bit PCM WAV.
+`resample(waveform, orig_sr, new_sr, method=...)` along the last dimension: `"sinc"` (default;
+windowed-sinc polyphase, zero outside the clip) or `"fft"` (as `scipy.signal.resample`, the clip
+taken as periodic). Lengths and edges differ, so each caller names the one its numbers were made
+with. `wav_bytes` writes a mono clip as a 16-bit PCM WAV.
 
 Left out: channel mixing (pass mono clips, or stack them in the leading dimensions).
 """
