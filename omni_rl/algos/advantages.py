@@ -154,13 +154,9 @@ def _group_stats(inp: AdvantageInput) -> tuple[Tensor, Tensor, Tensor, Tensor, T
     """(rewards fp32 [N]; group id per sample [N] in 0..G-1; group sizes [G]; group sums [G];
     whether the sample's group is uniform, i.e. all its rewards are equal [N] bool).
 
-    A uniform group carries no signal and must get advantage exactly 0, but float32 statistics
-    do not give that: a float32 mean of n equal rewards is in general not that reward (sixteen
-    float32 0.9s, each 0.89999998, added one by one make 14.399998, whose 16th is 0.89999986), so
-    r - mean leaves ~1e-7, which dividing by a group std of the same size turns into an advantage
-    of up to 2e-3 at eps 1e-4 and 0.2 at eps 1e-6 (MMK12's 0.9 accuracy + 0.1 format reward gives
-    such groups, all 0.1 or all 0.9, whenever all samples agree). So the estimators zero uniform
-    groups explicitly (max == min is exact), and compute every other group exactly as before.
+    A uniform group must get advantage exactly 0, which float32 means do not give (docs/algorithms.md
+    works an example): the estimators zero uniform groups explicitly (max == min is exact) and
+    compute every other group as they would.
     """
     rewards = inp.rewards.to(torch.float32)
     # Compact arbitrary prompt ids to 0..G-1 so the per-group tensors have exactly G rows.

@@ -1,11 +1,17 @@
 """Forward-process diffusion losses: DiffusionNFT and Diffusion-DPO on flow-matching targets.
 
 No log-probs, no SDE: they noise clean latents x0 again, x_t = (1 - t) x0 + t eps, and compare the
-model's velocity with the flow target u = eps - x0 (per-dimension means, fp32, all but `velocity`
+model's velocity v with the flow target u = eps - x0 (per-dimension means, fp32, all but `velocity`
 detached). Each is a `ForwardLoss` in `FORWARD_LOSSES` declaring what it reads (`reads`) and
-whether its rows are pairs (`pairwise`); each class holds its maths, docs/algorithms.md its metrics.
+whether its rows are pairs (`pairwise`); docs/algorithms.md lists their metrics.
 
-    loss, metrics = DiffusionNFTLoss(beta=1.0)(inp)      # inp: ForwardLossInput
+- `diffusion_nft`: r = clamp(A / (2 adv_clip_max) + 0.5, 0, 1), v+ = b v + (1 - b) v_old,
+  v- = (1 + b) v_old - b v, loss = mean_i [r_i e+_i + (1 - r_i) e-_i] with, per `weighting`,
+  "velocity": e+- = mean_d (v+- - u)^2; "adaptive_x0": the x0-space error of x_t - t v+- against
+  x0 divided by sg(mean_d |x_t - t v - x0|) (floored), so that every t weighs alike.
+- `diffusion_dpo`: rows are winners then losers, pair i sharing t and eps; with err = mean_d
+  (v - u)^2 and ref the same for the reference, z = -beta / 2 [(err_w - ref_w) - (err_l - ref_l)],
+  loss = mean over pairs of -log sigmoid(z).
 
 Not here: drawing t and eps, the EMA of the old policy, choosing pairs (`omni_rl.families`).
 """

@@ -242,7 +242,7 @@ def _check_mode(mode: str) -> None:
 def aggregate(values: Tensor, mask: Optional[Tensor], mode: str, scale: Optional[float] = None) -> Tensor:
     """Reduce per-token `values` `[B, T]` to a 0-d tensor over the tokens where `mask` > 0.
 
-    `mask` None counts every token. See the module docstring for the four modes. `scale` is the
+    `mask` None counts every token. docs/algorithms.md tables the four modes. `scale` is the
     constant C of seq-mean-token-sum-norm (`loss_scale_factor`), required there and not read by
     the other modes.
     """
@@ -283,7 +283,7 @@ def aggregate(values: Tensor, mask: Optional[Tensor], mode: str, scale: Optional
 def token_kl(
     log_prob: Tensor, ref_log_prob: Tensor, estimator: str = "k3", clamp: Optional[float] = None
 ) -> Tensor:
-    """Per-token KL(pi || ref) estimate, same shape as `log_prob`: "k1" or "k3" (see the module doc).
+    """Per-token KL(pi || ref) estimate, same shape as `log_prob`: "k1" or "k3" (docs/algorithms.md).
 
     With `clamp` = c > 0 the estimate is clamped to [-c, c], in value and gradient like
     torch.clamp(kl, -c, c) (0 gradient where it binds).
@@ -430,11 +430,7 @@ class PPOClipLoss(TokenLoss):
         loss = agg_t(l_t)  [+ kl_coef * agg(kl)]
 
     agg is `loss_agg_mode`. On-policy r_t = 1 exactly and the gradient is the REINFORCE one,
-    agg_t(-A d log_prob_t).
-
-    verl's `vanilla` loss is this with clip_ratio_c = 3 always on, unclamped advantages (a large
-    adv_clip_max) and log r clamped to [-20, 20]; see the module docstring for the other
-    conventions. To reproduce a verl run set clip_ratio_c: 3.0 and adv_clip_max large.
+    agg_t(-A d log_prob_t). verl's `vanilla` loss differs in a few conventions (docs/algorithms.md).
     """
 
     Options = PPOClipOptions
@@ -476,12 +472,7 @@ class GSPOLoss(TokenLoss):
     Clip ranges are ~1e3 smaller than token PPO's (GSPO: 3e-4 / 4e-4, the defaults) because
     log s_i is a mean. ratio_* and clipfrac describe s_i over the sequences that hold a valid
     token; approx_kl is over tokens. A sequence without a valid token has s_i = 1 and takes no part.
-
-    verl's `gspo` loss: the same token form, with log s_{i,t} clamped to <= 10 (the same values
-    up to s = e^10) and no dual clip (there is no clip_ratio_c option here); its clipfrac counts
-    tokens where the clip changed the loss, ours sequences with s_i outside the range. verl
-    aggregates it with seq-mean-token-mean, in some versions by reading loss_agg_mode (its GSPO
-    scripts set that value); here it is fixed.
+    There is no dual clip. verl's `gspo` differs in its clamp and clipfrac (docs/algorithms.md).
     """
 
     Options = GSPOOptions

@@ -76,10 +76,9 @@ def fit_prompt_lengths(
 ) -> FitReport:
     """Apply `mode` to every prompt of `items` whose `count_tokens` is over `limit`.
 
-    `where` names the prompts' source in messages ("data.prompts", "data.prompt_file='x.jsonl'")
-    and `limit_text` says where the limit comes from ("the model's 512 positions less
-    algo.family_options.max_new_tokens=16"). Raises `PromptLengthError` at the first over-long prompt in
-    `error` mode, and in `truncate` mode for a prompt that cannot be cut to fit.
+    `where` and `limit_text` name the prompts' source and the limit's in messages. Raises
+    `PromptLengthError` at the first over-long prompt in `error` mode, and in `truncate` mode for a
+    prompt that cannot be cut to fit.
     """
     if mode not in OVERLONG_MODES:
         raise ValueError(f"algo.family_options.overlong_prompts={mode!r}: expected one of {', '.join(OVERLONG_MODES)}")
@@ -118,12 +117,10 @@ def fit_prompt_lengths(
 def truncate_to_limit(
     item: PromptItem, count_tokens: Callable[[PromptItem], int], limit: int
 ) -> Optional[PromptItem]:
-    """`item` with the start of its last user message cut so that it counts at most `limit`
-    tokens, keeping as much of the message's end as fits; None if not one character of it fits.
+    """`item` with the start of its last user message cut to fit `limit` tokens, or None if nothing fits.
 
-    Searches the number of characters kept: doubling from `limit` characters, then bisecting,
-    so a 100k-character prompt costs about a dozen encodings of at most a few times the kept
-    text, not of the whole prompt.
+    The kept length is found by doubling then bisection, so a long prompt costs about a dozen
+    encodings of the kept text, not of the whole prompt.
     """
     length = len(last_user_text(item))
     if count_tokens(keep_last_chars(item, 0)) > limit:

@@ -62,11 +62,10 @@ class TrainingEngine(ABC):
 
 
 def apply_optim_config(optimizer: torch.optim.Optimizer, cfg: OptimConfig, say: bool = True) -> list[str]:
-    """Set every param group's lr, betas, weight decay and eps to `cfg`'s, after the optimizer's
-    state was restored from a checkpoint (whose param_groups hold the values it was saved with):
-    a resumed run trains with the values it is given, its moments and step counts kept. Logs one
-    line naming each value that changed (unless not `say`) and returns them
-    ("optim.lr: 0.001 -> 0.0003")."""
+    """Set every param group's lr, betas, weight decay and eps to `cfg`'s after a restore (the
+    checkpoint's values would win otherwise), keeping moments and step counts; logs and returns the
+    values that changed ("optim.lr: 0.001 -> 0.0003").
+    """
     wanted = {"lr": cfg.lr, "betas": tuple(cfg.betas), "weight_decay": cfg.weight_decay, "eps": cfg.eps}
     changes = []
     for key, value in wanted.items():

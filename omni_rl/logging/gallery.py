@@ -82,9 +82,9 @@ def make_grid(
 ) -> Image.Image:
     """Tile `images` into one RGB image, `nrow` images to a row, optional caption under each.
 
-    Tiles smaller than `min_tile_size` on their short side are enlarged by an integer factor with
-    nearest-neighbour sampling (pixels stay sharp and exact), so a tiny model's 32 px samples and
-    their captions remain readable."""
+    Tiles under `min_tile_size` are enlarged by an integer factor (nearest neighbour), so tiny
+    samples and their captions stay readable.
+    """
     if isinstance(nrow, bool) or not isinstance(nrow, int) or nrow < 1:
         raise ValueError(f"nrow (images per row) must be an int >= 1, got {nrow!r}")
     if padding < 0:

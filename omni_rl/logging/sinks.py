@@ -199,9 +199,8 @@ class TensorBoardSink:
     def add_video(self, tag: str, frames: Any, fps: float, step: int) -> None:
         """Log uint8 frames [T, H, W, 3] as an animated GIF, which the image tab plays.
 
-        SummaryWriter.add_video would need moviepy to make the same GIF; PIL makes it here
-        (`omni_rl.logging.video.gif_bytes`: at most 50 fps, 256 colours a frame). Every frame
-        goes into the event file: pass a shorter or smaller clip for long or large videos."""
+        PIL makes the GIF (`video.gif_bytes`), where `SummaryWriter.add_video` would need moviepy.
+        """
         from tensorboard.compat.proto.summary_pb2 import Summary
 
         step = _check_step(step)

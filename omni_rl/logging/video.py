@@ -183,9 +183,9 @@ def save_video(
 def gif_bytes(frames: Any, fps: float) -> bytes:
     """An animated GIF of uint8 frames [T, H, W, 3] at `fps` that loops forever.
 
-    GIF delays are whole hundredths of a second, so the rate is rounded to one (12 fps plays
-    at 1000 / 80 = 12.5), and capped at 50 fps: browsers slow shorter delays to 100 ms. Each
-    frame gets its own 256-colour palette."""
+    GIF delays are whole hundredths of a second, so the rate is rounded, and capped at 50 fps
+    (browsers slow shorter delays); each frame gets its own 256-colour palette.
+    """
     array = _frames_array(frames, "gif_bytes")
     rate = _check_fps(fps, "gif_bytes")
     delay_ms = max(_GIF_MIN_DELAY_MS, 10 * round(100 / rate))

@@ -63,10 +63,9 @@ class AutoregressiveModelBase(OmniModelBase):
     def context_length(self) -> Optional[int]:
         """Positions the model attends over, or None when it does not say.
 
-        The config's `max_position_embeddings` (of the text model, for an omni model) is the
-        model's own limit and wins; the tokenizer's `model_max_length` is the fallback. A value
-        that is not a whole number in [1, 1e8] is unknown: transformers writes 1e30 into
-        `model_max_length` when a tokenizer names no limit."""
+        The config's `max_position_embeddings` wins; the tokenizer's `model_max_length` is the fallback,
+        unless it is not a whole number in [1, 1e8] (transformers writes 1e30 for no limit).
+        """
         config = getattr(self.trainable_module(), "config", None)
         text_config = config.get_text_config() if hasattr(config, "get_text_config") else config
         for value in (getattr(text_config, "max_position_embeddings", None),

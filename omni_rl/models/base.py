@@ -66,11 +66,10 @@ class OmniModelBase(ABC):
 
     @classmethod
     def check_model_limits(cls, cfg, configs) -> None:
-        """Refuse, with `ValueError` naming the key, the limit and the largest valid value, a
-        setting past what the model's own configs say it can take (a diffusion model's position
-        encoding; a talker's positions for its frames), read from them (`configs.get(component)`:
-        a config.json as a dict, or None; `get("")` the folder's own). Run before the model loads
-        when it is on disk (`omni_rl.cli.check_model_geometry`); none by default."""
+        """Refuse, with `ValueError` naming the key, the limit and the largest valid value, a setting
+        past what the model's configs say it can take (`configs.get(component)`: a config.json dict or
+        None); run before the model loads. None by default.
+        """
 
     @property
     def weightless(self) -> bool:
@@ -126,11 +125,10 @@ class OmniModelBase(ABC):
         self.set_eval_mode()
 
     def setup_trained_modules(self) -> None:
-        """`setup_trainable` on the trained modules alone: LoRA (or the whole module), gradient
-        checkpointing, eval mode. The planner calls it on an adapter holding only those
-        (`omni_rl.plan.spec`), so an adapter that trains part of a module (BAGEL's generation
-        expert, Qwen3-Omni's towers frozen) overrides this, not `setup_trainable`: the plan then
-        counts the parameters training trains."""
+        """`setup_trainable` on the trained modules alone (LoRA or the whole module, checkpointing, eval
+        mode). The planner calls it on an adapter holding only those, so an adapter that trains part of
+        a module overrides this, not `setup_trainable`.
+        """
         lora = self.cfg.lora
         for module in self.trainable_modules().values():
             module.requires_grad_(False)

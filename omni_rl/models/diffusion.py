@@ -150,11 +150,9 @@ class DiffusionModelBase(OmniModelBase):
 
     @classmethod
     def config_latent_numel(cls, cfg, configs) -> Optional[int]:
-        """Elements of one sample's latent at the rollout geometry, from the model's component
-        configs (`configs.get("vae")`: a config.json as a dict, or None), before the model loads,
-        so that the step's trajectories join its memory check (`omni_rl.models.limits`); None
-        where the configs do not say (the default: the built model's `latent_shape` is checked
-        as the trainer starts)."""
+        """Elements of one sample's latent at the rollout geometry, from the component configs, before
+        the model loads (for `omni_rl.models.limits`); None where the configs do not say.
+        """
         return None
 
     def sigmas(self, num_steps: int, height: int | None = None, width: int | None = None,

@@ -48,10 +48,8 @@ def reward_prompt_check(name: str) -> PromptCheck | None:
 
 
 class RewardConfigError(OmniConfigError, TypeError):
-    """A reward is configured wrongly: unknown option, bad weight, duplicate name, ...
-
-    It subclasses both TypeError (a bad keyword argument to a factory) and ValueError (a bad
-    value in the reward list), so callers can catch it as either.
+    """A reward is configured wrongly (unknown option, bad weight, duplicate name); both a TypeError
+    and a ValueError, so callers can catch it as either.
     """
 
 
@@ -189,9 +187,8 @@ def _check_modalities(name: str, modalities: Any) -> frozenset[str]:
 def build_reward(name: str, /, **kwargs: Any) -> Scorer:
     """Load the plugins, then return `factory(**kwargs)` for the reward registered as `name`.
 
-    An unknown name raises `RegistryError` listing the registered rewards; an option the
-    factory does not take raises `RewardConfigError` naming the reward, the option and the
-    accepted ones. Errors raised by the factory itself propagate with a note naming the reward.
+    An unknown name raises `RegistryError` listing the rewards; an option the factory does not take
+    raises `RewardConfigError` naming it and the accepted ones.
     """
     load_plugins()
     factory = REWARDS.get(name)

@@ -108,11 +108,9 @@ class RolloutEngine(ABC):
         return False
 
     def check_request(self, request: Any) -> None:
-        """Raise ValueError naming the field of a request this engine cannot sample (an unknown
-        kernel, a seed past 2**64, a non-finite noise level or guidance, condition images for a
-        text-to-image model, a size past the model's limits). Called at submission, before the
-        request reaches the engine, so a bad request fails its own caller and no one else's
-        (the rollout server answers it with 400). The default checks nothing."""
+        """Raise ValueError naming the field of a request this engine cannot sample, at submission, so a
+        bad request fails its own caller and no one else's. The default checks nothing.
+        """
 
     def failure(self) -> Optional[str]:
         """Why the engine can no longer sample (it stopped after an error, or was closed); None

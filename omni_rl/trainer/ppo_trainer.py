@@ -166,9 +166,9 @@ class PPOTrainer:
     def fit(self) -> dict[str, float]:
         """Train from `start_step` to `trainer.total_steps`, then export the weights.
 
-        A SIGTERM or SIGINT stops the loop after the step it arrives in: that step is saved and
-        `TrainingInterrupted` raised (see `omni_rl.trainer.interrupt` for why the step is
-        finished rather than abandoned). A failed write raises `OutputWriteError`."""
+        A SIGTERM or SIGINT stops after the current step, saved (`TrainingInterrupted`); a failed write
+        raises `OutputWriteError`.
+        """
         t = self.cfg.trainer
         bar = ProgressBar(total=t.total_steps, initial=self.start_step, disable=not self.logger_options.progress_bar)
         metrics: dict[str, float] = {}
@@ -427,11 +427,10 @@ def bind_advantage_options(cfg: OmniConfig) -> AdvantageOptions:
 
 
 def rollout_corr_metrics(old_metrics: dict[str, float], update: dict[str, float]) -> dict[str, float]:
-    """The step's `rollout_corr/*`, whose one producer is the trainer: the old-policy pass's metrics
-    and, where that pass scored no sample (the rollout's log-probs are the old ones and the step
-    is no check step; `rollout_corr/checked_fraction` < 1), the gap on the update's first
-    mini-batch (`actor/first_minibatch_logprob_abs_diff_*`), which is that very gap before the
-    first optimizer step."""
+    """The step's `rollout_corr/*`: the old-policy pass's metrics and, where that pass scored no
+    sample, the gap on the update's first mini-batch, which is that same gap before the first
+    optimizer step.
+    """
     out = dict(old_metrics)
     if GAP_KEYS[0] not in out and FIRST_GAP_MAX_KEY in update:
         out[GAP_KEYS[0]] = update[FIRST_GAP_MAX_KEY]

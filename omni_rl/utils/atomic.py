@@ -37,11 +37,10 @@ def _tmp_prefix(path: Path) -> str:
 
 
 def leftover_of(name: str) -> tuple[str, str] | None:
-    """`(target, kind)` when `name` is a temporary these writers make for the sibling `target`,
-    else None. kind "tmp": a file or directory still being written (a writer killed mid-write
-    leaves it; never a complete target). kind "old": the previous content of a directory that
-    `atomic_directory` was replacing; it is complete, and it is the only copy if the writer died
-    between the two renames (then `target` is absent)."""
+    """`(target, kind)` when `name` is one of these writers' temporaries for `target`, else None: kind
+    "tmp" (never complete) or "old" (the complete previous content of a directory being replaced,
+    the only copy if the writer died between its two renames).
+    """
     match = _LEFTOVER.match(name)
     if match is None:
         return None

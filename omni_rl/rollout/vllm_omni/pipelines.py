@@ -112,7 +112,7 @@ class OmniRLDiffusionPipeline(nn.Module):
                              f"config); start it through omni_rl's vllm_omni rollout backend")
         self.od_config = od_config
         self.weights_sources: list = []  # the adapter loads its own weights
-        # On the CPU: vLLM-Omni moves the pipeline itself (see the module docstring).
+        # On the CPU: vLLM-Omni moves the pipeline itself (docs/rollout.md says why).
         self.core = DiffusionPipelineCore.from_spec(dict(spec), torch.device("cpu"))
         architecture = type(self.core.model).__name__
         # Register the adapter's networks, so vLLM-Omni's `.to()`, `.eval()` and memory
