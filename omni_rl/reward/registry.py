@@ -55,31 +55,19 @@ class RewardConfigError(OmniConfigError, TypeError):
 
 @dataclass(frozen=True)
 class RewardDeclaration:
-    """What a reward declares about itself: the spec its registry entry carries.
+    """What a reward declares about itself: the spec its registry entry carries (None: not declared).
 
-    modalities:    what it scores: a subset of `MODALITIES`, or a callable `(**options) -> subset`
-                   when that depends on its options; None = the default {"image", "text"}.
-    check_options: `(**options) -> None`, raising ValueError naming a bad option value, run at
-                   config load (after the factory's signature check); None = the signature only.
-    check_prompts: `(prompts, metadata) -> None`, raising `RewardInputError` naming the prompt
-                   for one the reward cannot score (an edit instruction with no direction): called
-                   on the run's prompts when they load (`reward_prompt_check`), so a bad row stops
-                   the run before any model loads, not at step 1.
-    needs_metadata: the metadata keys each sample must carry, a set of str or a callable
-                   `(**options) -> set` when an option names them; None = none.
-    check_item:    `(prompt, metadata) -> None | reason`: None when the reward can score the prompt,
-                   else why not (a few words: "has no target text: ..."); run on every prompt
-                   before any model loads, the failure naming the file and the line or row.
-    check_files:   `(**options) -> None`, raising ValueError naming an option whose file is
-                   missing or unreadable (a reference voice): run when a training run starts,
-                   with the prompt files and before any model loads, not at config load, so a
-                   recipe that names files the user supplies still loads, plans and prints
-                   (as its prompt files need not exist until it runs).
-    device_networks: `(**options) -> [(label, module)]`: the networks the reward holds where it
-                   scores, each built on the meta device from configuration files only (no
-                   weights, no network), in the dtype its loading would give them, for `--plan`
-                   to count (`omni_rl.plan.rewards`); None = it holds none on a device (a rule,
-                   or an engine that runs on the CPU only, as OCR's).
+    modalities:    what it scores, a subset of `MODALITIES` or `(**options) -> subset`; default
+                   {"image", "text"}.
+    check_options: `(**options) -> None`, raising ValueError naming a bad option value (config load).
+    check_prompts: `(prompts, metadata) -> None`, raising `RewardInputError` naming a prompt it
+                   cannot score (when the prompts load, before any model).
+    needs_metadata: the metadata keys each sample must carry, a set or `(**options) -> set`.
+    check_item:    `(prompt, metadata) -> None | reason`, run on every prompt before any model loads.
+    check_files:   `(**options) -> None`, raising ValueError for an option's missing file; run when a
+                   training run starts, so a recipe naming the user's files still loads and plans.
+    device_networks: `(**options) -> [(label, module)]`, the networks it holds, built on the meta
+                   device from configs, for `--plan` to count.
     """
 
     modalities: Modalities | None = None
