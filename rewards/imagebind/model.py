@@ -6,7 +6,8 @@ by modality, which fixes the checkpoint key layout:
 
     modality_preprocessors.vision.rgbt_stem.proj.1.weight          Conv3d (2, 14, 14) patch stem, no bias
     modality_preprocessors.audio.rgbt_stem.{proj.weight, norm_layer.*}   Conv2d 16x16, stride 10
-    modality_preprocessors.M.{cls_token, pos_embedding_helper.pos_embed}; text.token_embedding
+    modality_preprocessors.{vision, audio}.{cls_token, pos_embedding_helper.pos_embed}
+    modality_preprocessors.text.{token_embedding.weight, pos_embed}
     modality_trunks.M.blocks.N.{attn.*, norm_1, norm_2, mlp.fc1, mlp.fc2}   pre-norm, eps 1e-6
     modality_trunks.audio.blocks.N.attn.{bias_k, bias_v}           learned k/v bias tokens
     modality_trunks.vision.pre_transformer_layer.0.{weight, bias}  LayerNorm before the blocks
