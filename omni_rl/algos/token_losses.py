@@ -3,8 +3,8 @@
 Each loss is a class in `TOKEN_LOSSES`, built once from its options and called on a
 `TokenLossInput` (response tokens `[B, T]` with a mask). Advantages are clamped to
 +-adv_clip_max, masked tokens change neither loss nor gradient, and a KL to the reference and
-rollout-correction weights apply per token. docs/algorithms.md (Token losses) gives the
-aggregation modes, KL estimators, dual clip, metrics and the conventions that differ from verl.
+rollout-correction weights apply per token. docs/algorithms.md gives the aggregation modes, KL
+estimators and dual clip (Token losses), the metrics, and the conventions that differ from verl.
 
     loss, metrics = PPOClipLoss(clip_range=0.2, loss_agg_mode="token-mean")(inp)
 
