@@ -1,16 +1,11 @@
 """The two error bases every failure the command line reports derives from.
 
-- `OmniConfigError` (a `ValueError`): bad input found before or while a run starts: a config
-  value, a recipe, a prompt or preference file, a model folder, a checkpoint to resume, a
-  device. The command line prints it as one `error:` line and exits 2.
-- `OmniRunError` (a `RuntimeError`): a run that started and failed: a reward, the rollout
-  engine, a worker, a non-finite loss, a full disk. One `error:` line, exit 1.
-
-Each module keeps its own subclass (so a caller can catch just a rollout failure), and the
-message of each names the bad value, what was expected and what to do. Each carries the exit
-code the command line returns for it (`exit_code`: 2 and 1; a subclass may set its own, as a
-run stopped by signal N does with 128 + N), so the command line catches these two bases and
-nothing else. This module imports nothing, so any layer may use it.
+`OmniConfigError` (a `ValueError`): bad input found before or while a run starts (a config value,
+a file, a model folder, a checkpoint, a device): one `error:` line, exit 2. `OmniRunError` (a
+`RuntimeError`): a run that started and failed (a reward, the engine, a worker, a full disk): one
+`error:` line, exit 1. Each module keeps its own subclass, whose message names the bad value,
+what was expected and what to do; `exit_code` says what the command line returns. This module
+imports nothing, so any layer may use it.
 """
 from __future__ import annotations
 

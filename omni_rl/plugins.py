@@ -1,12 +1,9 @@
 """Finds the extensions (model adapters, rewards) without the core importing them by path.
 
-Extensions register themselves when their module is imported. `load_plugins` imports:
-1. every module named by the `omni_rl.plugins` entry-point group (the project's own
-   `adapters` and `rewards` packages are declared there in pyproject.toml; a user's package
-   can declare its own), and
-2. any extra modules named in the config (`plugins: [my_pkg.my_rewards]`).
-A module that fails to import raises an error naming it: an extension that silently does not
-load would surface later as a confusing "unknown reward" error.
+`load_plugins` imports every module of the `omni_rl.plugins` entry-point group (the project's
+`adapters` and `rewards`, and users' packages) and those named in the config
+(`plugins: [my_pkg.my_rewards]`); one that fails to import raises naming it, rather than surfacing
+later as an "unknown reward".
 """
 from __future__ import annotations
 

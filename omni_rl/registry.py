@@ -1,14 +1,9 @@
 """One small name -> object registry, used by every extension point.
 
-Each registry holds one kind of thing with one call signature (an SDE kernel, an advantage
-estimator, a policy loss, a reward, a model adapter, a rollout backend). Registering a name
-twice raises; asking for an unknown name raises an error that lists the registered names, so a
-typo in a recipe is caught with the fix in the message.
-
-An entry may carry a *spec*: a small frozen dataclass of what the registered thing declares
-about itself (what a reward scores, how its options are checked). A registry of such things
-reads it with `spec(name)`; it is declared at registration, never set on the object afterwards
-and looked up by attribute name.
+Each registry holds one kind of thing with one call signature. Registering a name twice raises;
+an unknown name raises listing the registered ones, so a recipe's typo comes with its fix. An
+entry may carry a *spec*, a frozen dataclass of what the thing declares about itself, read with
+`spec(name)`: declared at registration, never looked up by attribute name.
 """
 from __future__ import annotations
 

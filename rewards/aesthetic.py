@@ -1,26 +1,12 @@
 """LAION aesthetic score (the "improved aesthetic predictor", v2): a small MLP head on CLIP
 ViT-L/14 image embeddings, trained to predict human 1..10 aesthetic ratings (used by DDPO).
 
-    features = image_embedding(image) / ||image_embedding(image)||        (CLIP, [B, 768])
-    score    = head(features)                                             (roughly 1..10)
-    head     = Linear(768, 1024) - Dropout(0.2) - Linear(1024, 128) - Dropout(0.2)
-               - Linear(128, 64) - Dropout(0.1) - Linear(64, 16) - Linear(16, 1)
+    score = head(image_embedding(image) / ||image_embedding(image)||)      (roughly 1..10)
 
-The head has no activations (the released predictor has none either); dropout is inactive in
-eval mode. Prompts and metadata are ignored.
-
-Options:
-    head       required: a local file with the head's weights, with the released file's keys
-               `layers.0.weight` ... `layers.7.bias` (e.g. `sac+logos+ava1-l14-linearMSE.pth`
-               from the improved-aesthetic-predictor repository). `.safetensors` files are read
-               with safetensors, anything else with `torch.load(weights_only=True)`. Keys must
-               match exactly.
-    model      the CLIP the head was trained on (default `openai/clip-vit-large-patch14`); its
-               projection width must equal the head's input width.
-    processor  where to load the `CLIPProcessor` from (default: `model`).
-    device     `auto` or a device name (see `omni_rl.device.pick_device`).
-
-The whole batch goes through CLIP and the head at once, fp32, eval mode, no gradients.
+The head is five Linear layers (768 -> 1024 -> 128 -> 64 -> 16 -> 1) with dropout and no
+activations, as released. Prompts are ignored. Options: `head` (required: the released file,
+e.g. `sac+logos+ava1-l14-linearMSE.pth`, keys `layers.0.weight` ... `layers.7.bias`), `model`
+(the CLIP it was trained on, `openai/clip-vit-large-patch14`), `processor`, `device`.
 """
 from __future__ import annotations
 

@@ -1,19 +1,11 @@
 """Reading the answer containers of a text response: `\\boxed{...}` / `\\fbox{...}` and
-`<answer>...</answer>`. Shared by the text rewards (`math_answer`, `multiple_choice`, `format`),
-which decide for themselves which container wins and what its content must look like.
+`<answer>...</answer>`, shared by `math_answer`, `multiple_choice` and `format`, which decide
+which container wins.
 
-- `boxed_contents(text)`: the content of every box, in order; None for one never closed.
-  Braces balance, `\\{` and `\\}` are literal (they neither open nor close), and
-  `\\boxed 5` without braces takes the next token (up to whitespace or `$`).
-- `extract_boxed(text)`: the content of the LAST box, or None (none, or the last is never
-  closed: a truncated response has no answer, an earlier box does not stand in for it).
-- `has_boxed(text)`: whether there is a box at all, closed or not.
-- `extract_answer_tag(text)`: the stripped content of the LAST `<answer>...</answer>` pair
-  (tags case-insensitive), or None.
-- `read_braced(text, start)`: the `{...}` group opening at `start`, for parsers of LaTeX.
-
-Each runs in time linear in the response, however degenerate (thousands of boxes, unclosed
-tags), because an untrained policy writes such responses.
+`boxed_contents` (every box; None for one never closed; braces balanced, `\\{` literal,
+`\\boxed 5` takes the next token), `extract_boxed` (the last box, None if it is not closed),
+`has_boxed`, `extract_answer_tag` (the last tag pair, case-insensitive) and `read_braced`. Each
+runs in linear time however degenerate the response, since an untrained policy writes such.
 """
 from __future__ import annotations
 

@@ -3,46 +3,15 @@ to say (transformers' `WhisperForConditionalGeneration` + `WhisperProcessor`).
 
     asr_wer = max(0, 1 - WER(reference, transcript))          in [0, 1], 1 = every word right
 
-WER (word error rate) is (substitutions + deletions + insertions) / reference words; with
-`metric: cer` (the default for `language` zh, yue and ja, written without spaces between words)
-it is counted over characters instead. Insertions can push the error rate past 1, hence the
-clamp. The reference is `metadata[text_key]` (default `spoken_text`, which a talker stage puts
-in each sample's metadata; or a field of the prompt rows). A reference with no words scores 1
-when the transcript is empty too, else 0. The maths and the text normalisation are
-`rewards.transcripts`: both sides NFKC, lowercase, punctuation and symbols stripped, whitespace
-collapsed. Whisper's English normaliser (numbers to digits, British to American spelling, "mr."
-to "mister"; `EnglishTextNormalizer` with the checkpoint's normalizer.json) is *not* used by
-default; `normalizer: whisper_english` applies it to both sides before that normalisation.
+The reference is `metadata[text_key]` (default `spoken_text`, which a talker stage adds; a run
+whose samples and prompts lack it is refused at load). CER replaces WER for zh, yue and ja;
+transcription is greedy and deterministic; docs/models.md (Reward details) says how clips and
+texts are normalised. Options: `model` (`openai/whisper-large-v3`), `processor`, `language`
+(`en`; None detects), `metric`, `text_key`, `normalizer` (`basic` or `whisper_english`),
+`max_new_tokens` (224), `sample_rate`, `device`.
 
-Audio input (`samples`): the contract of `rewards.audio_inputs` (a `MediaSamples` with audio, or
-mono clips with their rates); clips are mixed down to mono and resampled to the feature
-extractor's rate (16 kHz) with `omni_rl.utils.audio.resample` (windowed sinc). Whisper hears
-30-second windows: a longer clip is cut to its first window, so words spoken after 30 s count as
-deleted (keep speech under 30 s, e.g. with the talker's `rollout.max_new_tokens`). Decoding is
-greedy (one beam, no sampling, no temperature fallback), `task="transcribe"` in `language`
-(None: Whisper detects it per clip), so a clip's transcript does not depend on a random draw;
-the whole batch is transcribed at once in fp32, eval mode, no gradients.
-
-Options:
-    model           a `WhisperForConditionalGeneration` (default `openai/whisper-large-v3`): hub
-                    id, local folder, or `tiny:whisper-reward`.
-    processor       where to load the `WhisperProcessor` from (default: `model`).
-    language        the language spoken (default `en`; a Whisper language code or name; None =
-                    detected per clip).
-    metric          `wer` or `cer` (default None: `cer` for zh, yue and ja, else `wer`).
-    text_key        the metadata key holding the reference text (default `spoken_text`).
-    normalizer      `basic` (default) or `whisper_english` (see above).
-    max_new_tokens  the transcript's length limit in tokens (default 224; Whisper's decoder
-                    holds 448 positions).
-    sample_rate     the rate of clips whose metadata has no `sample_rate` (default None).
-    device          `auto` or a device name (`omni_rl.device.pick_device`).
-
-At load, a run whose model puts no `text_key` in its samples' metadata
-(`OmniModelBase.sample_metadata_keys`) and whose prompts do not carry it either is refused
-(`needs_metadata`, checked by `omni_rl.cli.check_reward_prompts`).
-
-Left out: long-form (> 30 s) transcription and timestamps. The transcripts are not returned with
-the scores; `AsrWerScorer.transcribe(clips)` gives them to whoever wants to show them.
+Left out: long-form (> 30 s) transcription and timestamps; `AsrWerScorer.transcribe(clips)`
+gives the transcripts.
 """
 from __future__ import annotations
 

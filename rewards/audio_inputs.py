@@ -1,21 +1,10 @@
-"""The audio input contract of the audio rewards (CLAP, ImageBind): what `samples` may hold and
-where each clip's sample rate comes from. `audio_clips(reward, samples, prompts, metadata,
-sample_rate)` checks one call's inputs and returns the clips as (1-D float32 CPU tensor, rate).
+"""The audio input contract of the audio rewards (CLAP, ImageBind).
 
-`samples`, one clip per prompt:
-- a `MediaSamples` (`omni_rl.reward.media`) with audio: its clips mixed down to mono
-  (`mono()`), all at its `sample_rate` (metadata and the option are not read), or, the older
-  forms,
-- a float tensor or numpy array [B, L] (all clips the same length), or
-- a list of B 1-D float tensors / numpy arrays (lengths may differ);
-mono, values roughly in [-1, 1]. The sample rate of clip i is `metadata[i]["sample_rate"]` when
-present, else the factory option `sample_rate`; with neither, the call raises. Multi-channel
-clips [B, C, L] and integer PCM are refused (mix down with `.mean(dim=1)`; divide int16 by
-32768) rather than guessed at. An empty batch, a clip with NaN or inf, and prompts or metadata
-of another length than the batch raise `RewardInputError` naming the reward and the clip.
-
-`check_sample_rate(reward, sample_rate)` checks the factory option (None, or a positive int),
-so a bad recipe fails when the reward is built, not at its first call.
+`audio_clips(reward, samples, prompts, metadata, sample_rate)` returns one (1-D float32 CPU clip,
+rate) per prompt from a `MediaSamples` (mixed to mono, at its rate), a float `[B, L]` tensor or
+array, or a list of 1-D clips, each at `metadata[i]["sample_rate"]` or the option. Multi-channel
+clips, integer PCM, NaN, a missing rate or mismatched lengths raise `RewardInputError` naming the
+reward and the clip; `check_sample_rate` checks the option when the reward is built.
 
 Left out on purpose: resampling (`omni_rl.utils.audio`) and decoding audio files.
 """

@@ -3,31 +3,12 @@ transformers' `ClapModel`).
 
     clap = cos(text_embedding(prompt), audio_embedding(resample(audio, 48 kHz)))      in [-1, 1]
 
-Audio input (`samples`): a `MediaSamples` with audio (scored at its `sample_rate`, channels
-averaged), or one mono float clip per prompt as a tensor [B, L] or a list of 1-D clips, at
-`metadata[i]["sample_rate"]` or the option `sample_rate`; the contract, shared with the
-ImageBind reward, is `rewards.audio_inputs`. The reward declares modality audio.
-
-Each clip is resampled to the processor's rate (48 kHz for LAION-CLAP) with
-`omni_rl.utils.audio.resample` (windowed sinc, its default method), then handed to
-`ClapProcessor`'s feature extractor (log-mel, 10 s windows, short clips repeated then
-zero-padded: "repeatpad"). A clip longer than the window is cut to its *first* window here,
-because the extractor would otherwise crop it at a random place (`rand_trunc`) or fuse random
-chunks (`fusion`) and the reward would not be a function of the sample. For fused
-checkpoints the extractor's random `is_longer` flag is also replaced by the truth (no clip is
-longer after the cut), for the same reason.
-
-Options:
-    model        a transformers `ClapModel` (default `laion/clap-htsat-unfused`; also e.g.
-                 `laion/larger_clap_general`); hub id, local folder, or `tiny:clap-reward`.
-    processor    where to load the `ClapProcessor` from (default: `model`).
-    sample_rate  the rate of clips whose metadata has no `sample_rate` (default None: required
-                 in the metadata).
-    device       `auto` or a device name (see `omni_rl.device.pick_device`).
-
-Prompts are padded to 77 tokens (and truncated there, as LAION-CLAP was trained) so a prompt's
-embedding does not depend on its batch; the whole batch runs through each tower at once, fp32,
-eval mode, no gradients.
+Audio comes as a `MediaSamples` or mono clips at their rates (`rewards.audio_inputs`), resampled
+to the processor's rate. A clip longer than the extractor's 10 s window is cut to its first
+window, and a fused checkpoint's random `is_longer` flag is set to the truth, so the reward is a
+function of the sample (the extractor would otherwise crop or fuse at random). Prompts are padded
+to 77 tokens, so a score does not depend on its batch. Options: `model`
+(`laion/clap-htsat-unfused`), `processor`, `sample_rate`, `device`.
 """
 from __future__ import annotations
 

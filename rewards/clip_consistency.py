@@ -2,24 +2,10 @@
 
     clip_frame_consistency = mean over t of cos(e[t], e[t + 1])          in [-1, 1]
 
-where e[t] is CLIP's unit-norm image embedding of frame t (`rewards.clip_embedder`, the one
-`clip_score` and `aesthetic` use). A video whose frames all embed alike scores 1; a one-frame
-video scores 1 (nothing changes). Unlike `temporal_smoothness` (rewards/video_stats.py), which
-averages pixel differences, this measures change in what CLIP sees, so a camera pan over one
-scene stays consistent while a subject that turns into another does not. It is the
-frame-to-frame half of the "subject consistency" idea of video benchmarks, on CLIP rather than
-DINO features, and is not VBench's metric. Prompts and metadata are ignored.
-
-Options:
-    model      a transformers `CLIPModel` (default `openai/clip-vit-large-patch14`);
-               `tiny:clip-reward` is a tiny random one.
-    processor  where to load the `CLIPProcessor` from (default: `model`).
-    frames     None (default): every frame; k >= 2: k evenly spaced frames
-               (`omni_rl.reward.media.frame_indices`), consecutive among those;
-               a video of fewer frames uses all of them.
-    device     `auto` or a device name (`omni_rl.device.pick_device`).
-
-All the batch's chosen frames go through CLIP at once, fp32, eval mode, no gradients.
+with e[t] CLIP's unit-norm embedding of frame t (a one-frame video scores 1). Unlike
+`temporal_smoothness`'s pixel differences it measures change in what CLIP sees, so a pan over
+one scene stays consistent; it is not VBench's subject consistency. Options: `model`
+(`openai/clip-vit-large-patch14`), `processor`, `frames` (None: all; k: k evenly spaced), `device`.
 """
 from __future__ import annotations
 

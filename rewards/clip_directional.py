@@ -3,31 +3,12 @@ the edit metric of InstructPix2Pix, Brooks et al. 2023).
 
     clip_directional = scale * cos(E_img(edit) - E_img(source), E_txt(target_text) - E_txt(source_text))
 
-with E the unit-norm CLIP embeddings (`rewards.clip_embedder`, shared with `clip_score`): the
-change in the picture should point the way the change in the caption does. It reads, per sample,
-
-- the source image: `metadata["source_image"]` (an edit prompt file puts it there,
-  `omni_rl.data.edit_prompts`); a sample without it raises, saying an edit dataset is needed;
-- `target_text`: `metadata["target_text"]`, or else the instruction itself (the prompt);
-- `source_text`: `metadata["source_text"]`, or else "" (the empty caption's embedding as the
-  origin, so the text direction is "towards the instruction").
-With `require_captions=True` a missing `target_text` or `source_text` raises instead of falling
-back. A sample whose target and source texts are equal has no text direction and raises; a
-sample whose edit embeds exactly like its source (an unchanged image) scores 0.
-
-Scores lie in [-scale, scale]. Options:
-    model             a transformers `CLIPModel`: hub id or local folder (default
-                      `openai/clip-vit-large-patch14`, the CLIP InstructPix2Pix reports with);
-                      `tiny:clip-reward` is a tiny random one.
-    processor         where to load the `CLIPProcessor` from; default: the same place as `model`.
-    scale             multiplies the cosine (default 1.0).
-    device            `auto` (cuda, else npu, else cpu) or a device name.
-    batch_size        images (and texts) per CLIP forward, default 32. The samples of one prompt
-                      share a source image and captions: each distinct one is embedded once.
-    require_captions  default False; True refuses samples without both captions.
-
-fp32, eval mode, no gradients (the `ClipEmbedder` rules: the processor resizes and crops each
-image, so source and edit may differ in size).
+with E the unit-norm CLIP embeddings (`rewards.clip_embedder`). Per sample it reads
+`metadata["source_image"]` (required: an edit dataset), `target_text` (else the instruction) and
+`source_text` (else ""); `require_captions=True` refuses the fallbacks, equal texts raise, and an
+unchanged image scores 0. Each distinct source and caption is embedded once. Options: `model`
+(`openai/clip-vit-large-patch14`), `processor`, `scale` (1.0), `device`, `batch_size` (32),
+`require_captions`.
 """
 from __future__ import annotations
 

@@ -1,20 +1,9 @@
 """The CLIP towers shared by the CLIP-based rewards (`clip_score`, `pickscore`, `aesthetic`).
 
-`ClipEmbedder(reward, model, processor, device)` loads a transformers `CLIPModel` and
-`CLIPProcessor` (hub id, local folder or `tiny:NAME`, through `rewards.pretrained`; the
-processor defaults to the model's place) and turns a batch into unit vectors:
-
-- `images(images)` -> float32 [B, D]: the processor's resize/crop, the vision tower, the
-  visual projection, L2-normalised;
-- `texts(prompts)` -> float32 [B, D]: prompts padded (and truncated) to the model's full text
-  context, so a prompt's embedding does not depend on its batch; the text tower and
-  projection, L2-normalised;
-- `logit_scale()`: exp of the model's learnt logit scale (PickScore multiplies by it);
-- `dim`: D, the projection width.
-
-fp32, eval mode, no gradients, one forward per tower per call. `check_scale(reward, scale)`
-checks a reward's `scale` option (a finite non-zero number), the multiplier the CLIP rewards
-put on their cosine.
+`ClipEmbedder(reward, model, processor, device)` loads a `CLIPModel` and `CLIPProcessor` and gives
+L2-normalised float32 embeddings: `images(images)` and `texts(prompts)` (padded to the full text
+context, so an embedding does not depend on its batch), with `logit_scale()` and `dim`; fp32,
+eval mode, no gradients. `check_scale` checks a reward's `scale` option.
 """
 from __future__ import annotations
 

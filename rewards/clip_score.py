@@ -2,27 +2,11 @@
 
     clip_score = scale * cos(text_embedding(prompt), image_embedding(image))
 
-`scale` defaults to 1, so scores lie in [-1, 1] (in practice ~0.15..0.40 for matching pairs).
-`scale=100` gives the numbers torchmetrics' `CLIPScore` reports, except that torchmetrics also
-clamps negative values to 0; no clamp is applied here, so a reward keeps its gradient of
-preference below 0. Hessel et al.'s CLIPScore is `2.5 * max(cos, 0)`.
-
-Options:
-    model      a transformers `CLIPModel`: hub id or local folder (default
-               `openai/clip-vit-large-patch14`); `tiny:clip-reward` is a tiny random one.
-    processor  where to load the `CLIPProcessor` (tokenizer + image processor) from; default:
-               the same place as `model`.
-    scale      multiplies the cosine (default 1.0).
-    device     `auto` (cuda, else npu, else cpu; see `omni_rl.device.pick_device`) or a name.
-
-The whole batch goes through the model at once (`rewards.clip_embedder`, shared with
-`pickscore` and `aesthetic`): images are resized and cropped by the processor, prompts are
-padded to the model's full context (77 tokens) so a prompt's embedding does not depend on the
-other prompts in its batch, and truncated there. The model runs in fp32, in eval mode, without
-gradients.
-
-Extra: transformers (a core dependency); the weights are downloaded from the hub on first use,
-or read from a local folder.
+With `scale` 1 (default) scores lie in [-1, 1], ~0.15..0.40 for matching pairs; `scale=100` gives
+torchmetrics' `CLIPScore` without its clamp at 0 (Hessel et al.'s is 2.5 max(cos, 0)). Prompts are
+padded to 77 tokens (`rewards.clip_embedder`), so a score does not depend on its batch. Options:
+`model` (`openai/clip-vit-large-patch14`; `tiny:clip-reward` for tests), `processor`, `scale`,
+`device`.
 """
 from __future__ import annotations
 

@@ -1,20 +1,12 @@
 """The input contract of the image-editing rewards: each sample's source image, from its metadata.
 
-The edit rewards (`edit_brightness` and `source_consistency` in `edit_pixels`,
-`clip_directional`, `vlm_edit_judge`) score an edited image against the image it was made
-from. An edit prompt file (`omni_rl.data.edit_prompts`) decodes that image into every prompt's
-`metadata["source_image"]`, and the trainer hands each sample its prompt's metadata, so the
-rewards read it there:
+An edit prompt file puts the source image in every prompt's `metadata["source_image"]` (a PIL
+image, or the PNG data URI the reward protocol makes of it, so the rewards also run behind the
+reference server); a sample without one raises `RewardInputError` saying the reward needs an
+edit dataset, and `check_source_image`, the edit rewards' `check_item`, stops such a prompt file
+before any model loads.
 
     sources = source_images(metadata, "edit_brightness")   # B RGB PIL images
-
-A source is a PIL image, or the PNG data URI the reward protocol turns it into
-(`omni_rl.reward.protocol.image_to_wire`), so the same rewards also run behind the reference
-server (`python -m omni_rl.reward.server --scorer reward:source_consistency`). A sample without
-one raises `RewardInputError` saying the reward needs an edit dataset: an edit reward that cannot
-see the source must not turn into a score. The edit rewards declare `check_source_image` as their
-`check_item`, so a prompt file without source images (a chat file whose images sit only in
-`media`) stops the run before any model loads, naming its first such row.
 """
 from __future__ import annotations
 

@@ -1,24 +1,11 @@
 """Cheap, weight-free image-editing rewards, for the CPU edit demo and smoke tests.
 
-Both compare each edited image with its source image (`metadata["source_image"]`, which an
-edit prompt file puts there, `omni_rl.data.edit_prompts`; without it they raise, saying they
-need an edit dataset). Neither takes options.
-
-    edit_brightness      direction * (mean luma(edit) - mean luma(source)), in [-1, 1].
-                         Luma is the `brightness` reward's (`rewards.image_stats.mean_luma`:
-                         BT.601 on the stored values / 255). `direction` is +1 or -1:
-                         `metadata["brightness_direction"]` when given, else read from the
-                         instruction (the prompt): the words "brighter", "lighter", "brighten"
-                         or "lighten" -> +1, "darker" or "darken" -> -1 (whole words, any case).
-                         An instruction with neither, or with both, raises naming the prompt,
-                         when the prompts load (the registry's `check_prompts`).
-    source_consistency   1 - mean |edit - source| / 255 over all pixels and channels, in [0, 1],
-                         after resizing the source to the edit's size (PIL bilinear; no resize
-                         when the sizes agree). 1 = the edit left the image as it was.
-
-Together they make a toy edit task whose optimum is not trivial: follow the instruction
-(`edit_brightness`) while changing the picture as little as possible (`source_consistency`).
-A policy maximising `edit_brightness` alone learns to paint white or black.
+Both compare each edit with its `metadata["source_image"]` (an edit dataset is required) and take
+no options. `edit_brightness` is direction x (mean luma(edit) - mean luma(source)) in [-1, 1], the
+direction `metadata["brightness_direction"]` or read from the instruction ("brighter", "lighten",
+... +1; "darker", "darken" -1; neither or both is refused when the prompts load).
+`source_consistency` is 1 - mean |edit - source| / 255. Together they make a toy task whose
+optimum is not trivial: `edit_brightness` alone learns to paint white or black.
 """
 from __future__ import annotations
 

@@ -1,21 +1,11 @@
 """`format`: 1.0 when a response has the expected structure, else 0.0 (correctness not checked).
 
-For text samples (one generated response per sample; see `omni_rl.reward.inputs`); prompts
-and metadata are ignored. The option `pattern` picks the structure:
+`pattern`: `boxed` (exactly one closed, non-blank `\\boxed{}`), `think_answer` (`<think>...</think>`
+then `<answer>...</answer>` and nothing else, one of each, non-blank: the R1 / verl template) or
+`think_boxed` (a leading think block, then one closed `\\boxed{}`: MMK12's format half). Tags
+are matched in lower case; an empty response scores 0.
 
-    boxed         exactly one `\\boxed{...}` (or `\\fbox{...}`), closed, with non-blank content;
-                  any text around it.
-    think_answer  `<think>...</think>` then `<answer>...</answer>` and nothing else but
-                  whitespace: one of each tag, no tag nested inside another, both contents
-                  non-blank (the DeepSeek-R1 / verl "think then answer" template).
-    think_boxed   `<think>...</think>` first (only whitespace before it, one pair, non-blank),
-                  then text holding one closed, non-blank `\\boxed{...}`: the format half of
-                  MMK12's `0.9 * accuracy + 0.1 * format` (see `rewards/math_answer.py`).
-
-Tags are matched as written (lower case). An empty response scores 0.0.
-
-Left out on purpose: responses whose opening `<think>` is in the prompt (chat templates that
-pre-fill it); a partial score for partly right structure.
+Left out on purpose: a `<think>` pre-filled by the chat template; partial scores.
 """
 from __future__ import annotations
 

@@ -1,38 +1,14 @@
 """`geneval`: GenEval's rules as a reward, on a COCO Mask2Former and a CLIP colour classifier.
 
-Each sample's metadata is its GenEval row: `tag`, `include` and (optionally) `exclude` at top level,
-as in GenEval's and Flow-GRPO's jsonl files. Per image:
-1. the detector (`rewards.geneval_detector.Mask2FormerDetector`) gives its COCO instances;
-2. `omni_rl.eval.geneval_rules.kept_objects` keeps those the protocol reads;
-3. the colour classifier (`ColourClassifier`, CLIP zero-shot over GenEval's ten colours on the
-   masked crop over #999) classifies the objects `needs_colour` names, and only those;
-4. `verdict` gives GenEval's `correct`, Flow-GRPO's `strict_correct` and partial-credit `score`.
-
-The reward is, by the option `score`: "partial" (Flow-GRPO's partial credit, its training reward,
-the default), "strict" (1.0 when Flow-GRPO's exact counts hold, else 0.0) or "correct" (GenEval's
-verdict as 1.0 / 0.0). Every sample falls in the group `geneval_task/<tag>` and carries the details
-{"correct", "strict_correct", "score", "reason", "strict_reason"}, so the manager logs
-`reward/geneval_task/<tag>` (the chosen score's mean) and `reward/geneval_task/<tag>/correct`,
-`.../strict_correct`, `.../score`: GenEval's lenient and Flow-GRPO's strict accuracy per task. (The
-groups cannot start with "geneval": a group may not shadow a configured reward's own metrics.)
-
-Options:
-    model, processor       the Mask2Former and its image processor (default
-                           facebook/mask2former-swin-small-coco-instance, the processor beside it);
-                           a hub id, a local folder, or `tiny:mask2former-coco` (random weights).
-    clip_model, clip_processor  the colour classifier's CLIP (default openai/clip-vit-large-patch14,
-                           GenEval's ViT-L/14), or `tiny:clip-reward`.
-    score                  "partial", "strict" or "correct" (above).
-    threshold, counting_threshold, max_objects, max_overlap, position_threshold
-                           the protocol's constants (`GenEvalProtocol`; defaults GenEval's 0.3,
-                           0.9, 16, 1.0, 0.1).
-    device                 `auto` or a device name.
-
-The weights are the original Mask2Former release ported to transformers, not the mmdet checkpoint
-GenEval scores with: detection scores, and so what the thresholds keep, can differ, and numbers
-are not directly comparable to mmdet-scored leaderboards without a calibration run (docs/models.md).
-A row missing its clauses, or naming a class the detector does not know, is an error naming the
-sample; `check_prompts` runs the same check on a run's prompts when they load.
+Each sample's metadata is its GenEval row (`tag`, `include`, `exclude`). The detector
+(`geneval_detector.Mask2FormerDetector`) finds the instances, `omni_rl.eval.geneval_rules` keeps
+them and asks for the colours it reads (CLIP zero-shot on masked crops), and `verdict` scores.
+`score`: "partial" (Flow-GRPO's partial credit, default), "strict" or "correct" (GenEval's); each
+sample falls in the group `geneval_task/<tag>` with its verdicts as details, so both accuracies
+are logged per task. Options: `model`, `processor`, `clip_model`, `clip_processor`, `score`, the
+protocol's constants (`threshold`, `counting_threshold`, `max_objects`, `max_overlap`,
+`position_threshold`), `device`. The detector's weights are not GenEval's mmdet checkpoint, so
+numbers are not directly comparable with mmdet-scored leaderboards (docs/evaluation.md).
 """
 from __future__ import annotations
 

@@ -1,23 +1,11 @@
 """GenEval's detector stage: COCO instances from Mask2Former, colours from CLIP, as the rules' objects.
 
-`Mask2FormerDetector(model, processor, device, reward, min_score)` loads a transformers
-`Mask2FormerForUniversalSegmentation` and its image processor (hub id, local folder or `tiny:NAME`,
-through `rewards.pretrained`) and turns images into `DetectedObject`s:
-1. the processor's resize and normalisation; one forward per group of same-sized images (the
-   processor pads a mixed batch, and its post-processing assumes no padding);
-2. `post_process_instance_segmentation` at the image's own size, with binary masks: the top
-   num_queries (class, query) pairs, score = class probability x mean mask probability inside the
-   mask, as mmdet's Mask2Former scores them; pairs scored below `min_score` (the lowest threshold
-   the rules use) or with empty masks are dropped;
-3. per instance: its class (label i is `COCO_CLASSES[i]` of `omni_rl.eval.geneval_rules`, COCO's 80
-   things in their order, named as GenEval names them), score, bool mask [H, W] and the mask's box
-   (min x, min y, max x + 1, max y + 1): mmdet's boxes of Mask2Former, which are its masks' boxes.
-
-`ColourClassifier(clip)` is GenEval's zero-shot colour classifier on a `ClipEmbedder`: a class's
-ten colour embeddings are, per colour c, the normalised mean of the normalised embeddings of
-"a photo of a {c} {class}", "a photo of a {c}-colored {class}" and "a photo of a {c} object"
-(cached per class); an object's colour is the one whose embedding is nearest its crop's
-(`colour_crop`: the image composited through the object's mask over flat #999, cropped to the box).
+`Mask2FormerDetector` runs transformers' Mask2Former (one forward per group of same-sized
+images: the post-processing assumes no padding) and turns its instances into `DetectedObject`s:
+class (COCO's 80 things as GenEval names them), score (class probability x mean mask probability,
+as mmdet scores them; below `min_score` dropped), mask and the mask's box. `ColourClassifier` is
+GenEval's zero-shot colour classifier: per colour, the mean embedding of its three templates for
+the class, nearest to the object's crop over flat #999 (`colour_crop`).
 """
 from __future__ import annotations
 

@@ -3,27 +3,12 @@ human preferences between generated images.
 
     hpsv2 = cos(text_embedding(prompt), image_embedding(image))        (typically 0.2..0.35)
 
-i.e. the diagonal of `image_features @ text_features.T` of the normalised open_clip features, as
-HPSv2's own scorer computes it.
+as HPSv2's own scorer computes it, with open_clip's validation preprocessing and its fixed
+77-token context, so batching does not change a score. Options: `checkpoint` (a local state
+dict, or None to download `HPS_v2.1_compressed.pt` from `xswu/HPSv2`; keys must match exactly),
+`architecture` (an open_clip name, default `ViT-H-14`, or a model-config JSON), `device`.
 
-Options:
-    checkpoint    the HPS weights: a local file (a `torch.save`d `{"state_dict": ...}` or a plain
-                  state dict, read with `weights_only=True`), or None (default) to download
-                  `HPS_v2.1_compressed.pt` from the hub repo `xswu/HPSv2` with huggingface_hub.
-                  Keys must match the architecture exactly.
-    architecture  the open_clip model the checkpoint belongs to: a built-in name (default
-                  `ViT-H-14`) or the path of an open_clip model-config JSON file (`embed_dim`,
-                  `vision_cfg`, `text_cfg`), registered under the file's stem. The model is built
-                  without pretrained weights; all weights come from `checkpoint`.
-    device        `auto` or a device name (see `omni_rl.device.pick_device`).
-
-Images go through open_clip's validation preprocessing for the architecture (resize the short
-side, centre crop, CLIP normalisation) and the batch through the model at once; prompts are
-tokenised to open_clip's fixed context (77), so batching does not change a score. fp32, eval
-mode, no gradients.
-
-Extra: `pip install open_clip_torch` (the `clip` extra); without it, building the reward raises
-an error that says so.
+Extra: `pip install open_clip_torch` (the `clip` extra).
 """
 from __future__ import annotations
 

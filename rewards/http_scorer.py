@@ -1,32 +1,15 @@
 """`http_scorer`: score images (or video frames) on a remote scorer over HTTP.
 
-    RewardSpec("http_scorer", kwargs={"url": "https://10.0.0.5:8443", "timeout_s": 60,
-                                      "retries": 3, "backoff_s": 0.5})
+    RewardSpec("http_scorer", kwargs={"url": "https://10.0.0.5:8443", "timeout_s": 60})
 
-For a reward model that lives in another process or on another machine (a big VLM judge, a
-model with conflicting dependencies). The batch is sent as the protocol's uint8 `images`
-tensor (`omni_rl.reward.protocol`):
-
-- images as every reward receives them (a list of PIL images or uint8 [B, H, W, C], see
-  `omni_rl.reward.inputs`) are sent as RGB uint8 [B, H, W, 3] (grey expanded, alpha refused);
-- a uint8 tensor [B, T, H, W, C] (video frames, channels last) is sent as it is.
-Prompts are sent as they are; metadata is sent as JSON with its tensor/array values left out
-and PIL images (an edit's `source_image`) as PNG data URIs (`protocol.metadata_for_wire`).
-
-Options: `url` (required; the server's base URL), `timeout_s` (the deadline of one whole
-attempt: connect, send, read the reply; default 60), `retries` (extra attempts on connection
-errors, timeouts, 408, 429 and 5xx, default 3), `backoff_s` (first backoff sleep, doubled per
-retry, with jitter, default 0.5), `token_file` (the server's token file, mode 0600, naming its
-URL: the server's `--token-file`), `allow_insecure_remote` (default false: a plain http:// URL
-outside loopback is refused at load), `max_reply_bytes` (the largest answer read, default 16 MiB).
-Without `token_file` the token is `OMNI_RL_REWARD_TOKEN`'s, sent only when
-`OMNI_RL_REWARD_TOKEN_URL` names this server (`omni_rl.reward.http_client`; a secret stays out
-of the recipe, which is saved with the run).
-The scorer is the `RemoteScorer` that `http_scorer` and `latent_http` share
-(`omni_rl.reward.http_client`); this module supplies its batch check.
-After the retries the call raises `RewardServerError` naming the URL, the status/cause and the
-attempts; a `RewardManager` turns it into a `RewardError` naming the reward. A call that
-fails takes at most about `(1 + retries) * timeout_s` plus the backoff sleeps.
+For a reward model in another process or on another machine. The batch goes as the protocol's
+uint8 `images` tensor (RGB `[B, H, W, 3]`, or video frames `[B, T, H, W, C]` as they are), the
+prompts as they are, and the metadata as JSON (PIL images as PNG data URIs). Options: `url`
+(required), `timeout_s` (one whole attempt, 60), `retries` (3, on connection errors, timeouts,
+408, 429, 5xx), `backoff_s` (0.5, doubled, jittered), `token_file` (else `OMNI_RL_REWARD_TOKEN`,
+sent only to `OMNI_RL_REWARD_TOKEN_URL`), `allow_insecure_remote` (plain http:// outside
+loopback refused unless set), `max_reply_bytes` (16 MiB). After the retries it raises
+`RewardServerError` naming the URL, the cause and the attempts.
 """
 from __future__ import annotations
 

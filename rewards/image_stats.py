@@ -1,17 +1,8 @@
 """Cheap, weight-free image statistics as rewards, for CPU demos and smoke tests.
 
-Each is vectorised over the batch (numpy on the uint8 [B, H, W, 3] RGB array), ignores the
-prompts and metadata, and takes no options:
-
-    brightness   mean luma in [0, 1]; luma Y' = 0.299 R + 0.587 G + 0.114 B (ITU-R BT.601)
-                 on the stored (gamma-encoded) values / 255. White = 1, black = 0.
-    saturation   mean HSV saturation in [0, 1]: (max - min) / max over R, G, B per pixel,
-                 0 where max = 0. Any grey = 0, a pure primary colour = 1.
-    contrast     RMS contrast in [0, 0.5]: the (population) standard deviation of the luma
-                 above over the pixels of an image. Flat = 0, half black / half white = 0.5.
-
-They are meant to show a training loop moving a number, not to judge image quality: a policy
-maximising brightness alone will learn to paint white.
+Vectorised over the uint8 RGB batch, prompts ignored, no options: `brightness` (mean BT.601 luma
+/ 255), `saturation` (mean HSV saturation), `contrast` (the luma's population std, at most 0.5).
+They show a loop moving a number, not image quality: maximising brightness alone paints white.
 """
 from __future__ import annotations
 

@@ -1,16 +1,10 @@
 """JPEG (in)compressibility rewards (DDPO, Black et al. 2023; also used by Flow-GRPO).
 
-Each image is encoded as a quality-95 JPEG in memory with PIL; its size in kilobytes
-(bytes / 1000) is the measure:
+    jpeg_compressibility   = -scale * size_kB    (of a quality-95 JPEG encoded in memory by PIL)
+    jpeg_incompressibility = +scale * size_kB
 
-    jpeg_compressibility   = -scale * size_kB    (higher = smaller file = simpler image)
-    jpeg_incompressibility = +scale * size_kB    (higher = larger file = more detail)
-
-`scale` defaults to 1.0, so scores are in kB as in DDPO; Flow-GRPO trains on size / 500, which
-is `scale=0.002`. `quality` (default 95) is the JPEG quality PIL encodes with. Images are
-encoded as RGB (see `omni_rl.reward.inputs`), so a PIL list and the equivalent uint8 tensor
-score the same. No weights, a few milliseconds per 512x512 image on a CPU; prompts and
-metadata are ignored.
+`scale` 1.0 gives DDPO's kB; Flow-GRPO trains on size / 500, `scale=0.002`. `quality` is the
+JPEG quality (95). Images are encoded as RGB, so a PIL list and the equal tensor score alike.
 """
 from __future__ import annotations
 

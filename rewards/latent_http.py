@@ -1,40 +1,13 @@
 """`latent_http`: score clean latents on a remote latent scorer (DiNa-LRM style, no VAE decode).
 
-    RewardSpec("latent_http", kwargs={"url": "http://127.0.0.1:8000", "timeout_s": 60,
-                                      "retries": 3, "backoff_s": 0.5})
+    RewardSpec("latent_http", kwargs={"url": "http://127.0.0.1:8000", "timeout_s": 60})
 
-The batch is sent as the protocol's float32 `latents` tensor [B, ...]
-(`omni_rl.reward.protocol`; `python -m omni_rl.reward.server --scorer latent_stats` serves one).
-Where the latents come from, in this order:
-
-1. `samples` is a floating-point tensor (torch, or a numpy array) [B, ...]: it *is* the batch of
-   clean latents (calling the scorer directly, outside a `RewardManager`);
-2. otherwise `samples` are what a `RewardManager` passes (decoded images, uint8 [B, H, W, C] or
-   PIL; they are checked, not sent) and every `metadata[i]["latent"]` holds sample i's clean
-   latent (a tensor or numpy array, any float dtype and device, e.g. [C, H, W]); they must
-   share one shape and are stacked to [B, ...].
-Anything else (no float samples and a missing `latent` in some sample) raises, naming the
-samples without one: a reward that cannot see its input must not turn into a score of 0.
-
-Latents are sent as float32 (bf16/fp16 are upcast; the server scores exactly what it gets).
-Prompts are sent as they are; metadata is sent as JSON with its tensor/array values left out
-(the `latent` travels as the tensor) and PIL images as PNG data URIs, see
-`protocol.metadata_for_wire`.
-
-Options: `url` (required; the server's base URL), `timeout_s` (the deadline of one whole
-attempt: connect, send, read the reply; default 60), `retries` (extra attempts on connection
-errors, timeouts, 408, 429 and 5xx, default 3), `backoff_s` (first backoff sleep, doubled per
-retry, with jitter, default 0.5), `token_file` (the server's token file, mode 0600, naming its
-URL: the server's `--token-file`), `allow_insecure_remote` (default false: a plain http:// URL
-outside loopback is refused at load), `max_reply_bytes` (the largest answer read, default 16 MiB).
-Without `token_file` the token is `OMNI_RL_REWARD_TOKEN`'s, sent only when
-`OMNI_RL_REWARD_TOKEN_URL` names this server (`omni_rl.reward.http_client`; a secret stays out
-of the recipe, which is saved with the run).
-The scorer is the `RemoteScorer` that `http_scorer` and `latent_http` share
-(`omni_rl.reward.http_client`); this module supplies its batch check.
-After the retries the call raises `RewardServerError` naming the URL, the status/cause and the
-attempts; a `RewardManager` turns it into a `RewardError` naming the reward. A call that
-fails takes at most about `(1 + retries) * timeout_s` plus the backoff sleeps.
+The batch is the protocol's float32 `latents` tensor `[B, ...]`: `samples` itself when it is a
+float tensor, else every `metadata[i]["latent"]` stacked (a sample without one raises, never
+scores 0). It shares `http_scorer`'s `RemoteScorer` (`omni_rl.reward.http_client`) and so its
+options (`url`, `timeout_s`, `retries`, `backoff_s`, `token_file`, `allow_insecure_remote`,
+`max_reply_bytes`) and its failure, `RewardServerError` after the retries;
+`python -m omni_rl.reward.server --scorer latent_stats` serves one.
 """
 from __future__ import annotations
 

@@ -2,17 +2,10 @@
 no VAE decode) as a demo of the remote-scorer protocol, and the scorers its tests use.
 
     python -m omni_rl.reward.server --scorer latent_stats --port 8000
-    python -m omni_rl.reward.server --scorer latent_reward_model --kwargs '{"path": "lrm.safetensors"}'
 
-- `latent_stats`: `-mean(latent**2)` over all non-batch dims (fp64), a cheap deterministic
-  score for demos and tests (it prefers latents near 0).
-- `latent_reward_model`: serves a `LatentRewardModel`, a tiny conv net on latents
-  [B, C, H, W] -> one score per sample, randomly initialised from a seed or loaded from a
-  safetensors file that stores its shape in the file's metadata. It shows the plumbing; it is
-  not a trained reward model.
-
-Both register with `register_served_scorer` (`omni_rl.reward.server`), which is how the server
-finds them by name without the core importing this package. The client side is `latent_http`.
+`latent_stats` scores -mean(latent**2) (fp64); `latent_reward_model` serves a tiny conv net
+(`LatentRewardModel`, seeded or loaded from safetensors): plumbing, not a trained model. Both
+register with `register_served_scorer`; the client side is `latent_http`.
 """
 from __future__ import annotations
 

@@ -1,66 +1,17 @@
 """`math_answer`: 1.0 when the response's final answer equals the reference answer, else 0.0.
 
-For text samples (one generated response per sample; see `omni_rl.reward.inputs`). The
-reference is `metadata[i]["ground_truth"]`; a missing one raises naming the sample index, and
-every prompt is checked for one before any model loads (`check_math_item`).
+For text samples. The answer is the last `\\boxed{}` (else `<answer>` tag) of the response; the
+reference is `metadata[i]["ground_truth"]` (checked on every prompt before any model loads by
+`check_math_item`), a value or a list of accepted values. Answers are compared after LaTeX
+normalisation, numbers with exact rational arithmetic (`0.75` == `3/4` == `\\frac{6}{8}`),
+percentages, tuples and a leading `x =` handled; `symbolic=True` adds a `math_verify` check.
+The full rules are in docs/models.md (Reward details). MMK12's `0.9 * accuracy + 0.1 * format`
+is two reward entries:
 
-Which answer is read from a response (`extract_final_answer`), first rule that applies:
+    - {name: math_answer, weight: 0.9}
+    - {name: format, weight: 0.1, kwargs: {pattern: think_boxed}}
 
-1. the content of the LAST `\\boxed{...}` (or `\\fbox{...}`), braces balanced (`\\{` and `\\}`
-   are literal braces and do not count); `\\boxed 5` without braces takes the next token.
-   If that last box is never closed (a truncated response) there is no answer: an earlier
-   box is not used in its place.
-2. otherwise the content of the LAST `<answer>...</answer>` pair (tags case-insensitive).
-3. otherwise there is no answer and the score is 0.0.
-
-(The boxes and tags are read by `rewards.answer_extraction`, shared with `multiple_choice` and
-`format`; the rule above, which container wins, is this reward's own.)
-
-The reference may be a string (a `\\boxed{}` inside it, or a GSM8K-style `#### 42` tail, is
-extracted the same way), an int or a float, or a list of such values: any of them counts as
-correct (a list is a set of accepted answers; write a tuple answer as the string "(1, 2)").
-
-How two answers are compared (`answers_equal`), after `normalize_answer` removes LaTeX noise
-(`$`, `\\(` `\\)`, `\\left` `\\right`, `\\big`..., spacing commands `\\! \\, \\; \\quad ~`,
-`\\displaystyle`, degree signs, `{,}` thousands separators, a trailing full stop, all
-whitespace; `\\dfrac`/`\\tfrac` become `\\frac`; `\\frac34` becomes `\\frac{3}{4}`; `\\text{...}`,
-`\\mbox{...}`, `\\mathrm{...}` groups at the end or start are dropped as units/labels when
-something else remains, and unwrapped otherwise; a lone leading `=` left by a dropped label,
-as in `\\text{Area} = 12`, goes too):
-
-- numbers are evaluated with exact rational arithmetic (`fractions.Fraction`): integers,
-  decimals, `1e-3`, `1,000` (commas in groups of three), signs, `3/4`, `\\frac{3}{4}`,
-  parentheses, `+ - * / \\times \\cdot \\div` and integer powers (`2^{10}`, `10^{-3}`).
-  So `0.75`, `3/4`, `\\dfrac34` and `\\frac{6}{8}` are all equal; `0.33` is not `1/3`.
-  No implicit multiplication: `2\\frac{1}{2}` (a mixed number, or 2 x 1/2?) is not
-  evaluated, and falls through to the string comparison below.
-- percentages: `50%` (or `50\\%`) equals `50` and, with `percent=True` (the default),
-  also `0.5` and `1/2`. Two percentages are compared as written (`50%` vs `0.5%` differ).
-- tuples and intervals: comma-separated numbers, optionally in `()` or `[]`: equal when the
-  brackets, the length and every element are equal (`(1, 2)` != `[1, 2]` != `1, 2`).
-- `x = 3` against `3`: a leading single-variable `x =` (also `\\theta =`, `x_1 =`) is dropped
-  when the rest is a number or a tuple; `x = 3` against `y = 3` stays different.
-- anything else: the normalised strings must be identical (case-sensitive). Answers over
-  2,000 characters are not normalised, only compared as written.
-- `symbolic=True` adds, for answers the rules above call different, a last check with
-  `math_verify` (sympy-based; `pip install math-verify`), which knows that `(x+1)^2` and
-  `x^2+2x+1` are equal. Off by default: the rules above are exact, fast and deterministic.
-
-MMK12 (and verl / EasyR1 geometry and math recipes) train on `0.9 * accuracy + 0.1 * format`,
-where format means "a `<think>...</think>` block, then a `\\boxed{}` answer". The reward
-manager already forms weighted sums, so a recipe lists two entries:
-
-    reward:
-      rewards:
-        - {name: math_answer, weight: 0.9}
-        - {name: format, weight: 0.1, kwargs: {pattern: think_boxed}}
-
-(`pattern: boxed` asks only for one `\\boxed{}`; `pattern: think_answer` for
-`<think>...</think><answer>...</answer>`, with which `math_answer` reads the answer tag.)
-The two scores are logged apart as `reward/math_answer/mean` and `reward/format/mean`.
-
-Left out on purpose: floating-point tolerances, units conversion, matrices, sets, symbolic
-algebra without `math_verify`, and reading an answer from free text without a box or tag.
+Left out on purpose: float tolerances, units, matrices, sets, and answers without a box or tag.
 """
 from __future__ import annotations
 

@@ -1,28 +1,13 @@
 """`multiple_choice`: 1.0 when the response picks the reference option letter, else 0.0.
 
-For text samples (one generated response per sample; see `omni_rl.reward.inputs`). The
-reference letter is `metadata[i]["ground_truth"]` ("B", "b", "(B)" all mean B); a missing one,
-or one that is not among the choices, raises naming the sample index.
+For text samples; the reference is `metadata[i]["ground_truth"]` ("B", "(B)"), one of `choices`
+(default "ABCDE"). The first rule that finds its pattern decides (explicit containers beat free
+text): the last `\\boxed{}`, then the last `<answer>` tag (each must hold one letter, optionally
+with the option's text), then the last answer phrase ("the answer is B", `**Answer:** (C)`; an
+unparenthesised letter must be upper-case and alone, so "the answer is a prime" picks nothing),
+then a response that is one letter. Case-insensitive; no match scores 0.
 
-`choices` (default "ABCDE") is the set of option letters. The chosen letter is read by the
-FIRST of these rules that finds its pattern in the response; that rule alone decides, so a
-response that boxes something which is not a letter has no answer even if it says
-"the answer is B" elsewhere (explicit answer containers beat free text):
-
-1. the LAST `\\boxed{...}` (or `\\fbox{}`): its content must be one option letter, optionally in
-   parentheses or `\\text{}` and optionally followed by the option text: `\\boxed{B}`,
-   `\\boxed{(b)}`, `\\boxed{B. 42}`;
-2. the LAST `<answer>...</answer>`: its content, read the same way;
-3. the LAST answer phrase: "answer" then optional "is", ":" or "**", optional "option" /
-   "choice", then the letter: `Answer: (B)`, `the answer is B`, `**Answer:** B`,
-   `the correct answer is option C`. Outside parentheses the letter must be upper-case and
-   stand alone, so "the answer is a prime" does not pick A; `(a)` is read as A;
-4. the whole response is one letter: `B`, `(B)`, `B.`.
-
-Matching is case-insensitive. No rule matching means no answer: 0.0.
-
-Left out on purpose: matching the option's text instead of its letter, several correct
-letters, and partial credit.
+Left out on purpose: matching the option's text, several correct letters, partial credit.
 """
 from __future__ import annotations
 

@@ -1,52 +1,12 @@
 """OCR reward: how closely the text an OCR engine reads in the image matches the target text.
 
-Two rules, chosen by the option `rule`:
-
-- `flow_grpo` (the default): Flow-GRPO's scorer (yifan123/flow_grpo, `flow_grpo/ocr.py`), the rule
-  behind its OCR numbers (0.59 -> 0.92 on SD3.5-M), which Flow-Factory keeps too. Both strings are
-  lower-cased and have their spaces (" ") removed; then
-
-      score = 1                                                   if target in recognised
-            = 1 - min(levenshtein(recognised, target), len(target)) / len(target)   otherwise
-
-  so a correctly drawn target beside other text ("SALE TODAY" read where "SALE" was asked)
-  scores 1. Every box the engine reads with a confidence above 0 counts (Flow-GRPO keeps
-  `score > 0`).
-- `edit_distance`: the rule this reward had before, without the substring match, so extra text
-  costs its edits; all whitespace (not only spaces) removed before comparing; boxes below 0.5
-  confidence (RapidOCR's own default) dropped.
-
-In both, the distance is capped at the target's length, so an image in which nothing is read
-scores 0, and so does one whose text is wholly wrong. Which rule a number was measured with is
-part of the number: docs/models.md says so beside the reward.
-
-The target of sample i is `metadata[i]["text"]` when present; otherwise it is the text inside
-the first pair of double quotes of the prompt (`a sign that says "Hello World"` -> `Hello World`;
-straight `"..."` or curly `\u201c...\u201d` quotes; Flow-GRPO takes the first straight-quoted
-span, the same target on its `dataset/ocr/` files). A sample with neither raises, naming it:
-scoring it 0 would silently teach the policy nothing. The same check runs on every prompt when
-the prompts load (the registry's `check_item`), so a caption file without quoted targets stops
-the run before any model loads.
-
-The recognised text is what RapidOCR (`rapidocr-onnxruntime`, the PP-OCRv4 detection and
-recognition models shipped inside the wheel; no download, CPU only, via onnxruntime) reads,
-its boxes concatenated in reading order (top to bottom, then left to right), as PaddleOCR's
-boxes are in Flow-GRPO. RapidOCR is PaddleOCR's models on onnxruntime, not PaddleOCR itself:
-its recognised text may differ from Flow-GRPO's on the same image.
-
-Options:
-    rule                 `flow_grpo` (default) or `edit_distance`, as above.
-    min_confidence       None (default: the rule's own, above 0 for flow_grpo, at least 0.5 for
-                         edit_distance), or a number in [0, 1]: boxes scored below it dropped.
-    det_limit_side_len   the detector resizes an image so that its longer side is this many
-                         pixels (default 960, PaddleOCR's default). RapidOCR's own default
-                         scales the *shorter* side up to 736, about 10x slower on wide images.
-    use_angle_cls        run the 0/180-degree text orientation classifier (default False, as in
-                         Flow-GRPO: generated text is upright).
-
-The engine reads one image at a time (detection is per image; the recognised lines of an image
-are batched inside RapidOCR), so a batch costs B engine calls, about 0.1 s each for a 512x512
-image on one CPU core. Scores do not depend on how samples are batched.
+The target is `metadata[i]["text"]` or the prompt's first quoted span (a prompt with neither is
+refused when the prompts load); the recognised text is RapidOCR's (PP-OCRv4 on onnxruntime, CPU,
+shipped in the wheel). `rule: flow_grpo` (default) is Flow-GRPO's scorer, 1 when the target is
+inside the recognised text, else 1 - capped Levenshtein / target length; `rule: edit_distance` is
+the rule before, without the substring match. Which rule a number was measured with is part of
+the number (docs/models.md, Reward details). Options: `rule`, `min_confidence` (None: the rule's
+own), `det_limit_side_len` (960), `use_angle_cls` (False).
 
 Extra: `pip install rapidocr-onnxruntime` (the `ocr` extra).
 """

@@ -1,24 +1,12 @@
 """PickScore (Kirstain et al. 2023, "Pick-a-Pic"): a CLIP ViT-H/14 fine-tuned on human
 preferences between generated images.
 
-    PickScore   = exp(logit_scale) * cos(text_embedding(prompt), image_embedding(image))
-    reward      = scale * PickScore,  scale = 1/26 by default (Flow-GRPO's normalisation)
+    reward = scale * exp(logit_scale) * cos(text_embedding(prompt), image_embedding(image))
 
-With the released model exp(logit_scale) is 100, so raw PickScores of SD-class images lie
-around 18..24 (Flow-GRPO reports 21.72 -> 23.31 on SD3.5-M) and the default reward around
-0.7..0.9. `scale=1` gives the raw PickScore.
-
-Options:
-    model      the PickScore `CLIPModel` (default `yuvalkirstain/PickScore_v1`); a hub id, a local
-               folder, or `tiny:clip-reward` (tiny, random weights).
-    processor  the `CLIPProcessor` it was trained with (default
-               `laion/CLIP-ViT-H-14-laion2B-s32B-b79K`; only its tokenizer and preprocessing
-               configs are read).
-    scale      multiplies the PickScore (default 1/26).
-    device     `auto` or a device name (see `omni_rl.device.pick_device`).
-
-Images and prompts are embedded by `rewards.clip_embedder` (one batched forward each, prompts
-padded to 77 tokens). fp32, eval mode, no gradients.
+With the released model exp(logit_scale) is 100, so raw PickScores of SD-class images lie around
+18..24 and the default `scale` 1/26 (Flow-GRPO's) gives ~0.7..0.9. Options: `model`
+(`yuvalkirstain/PickScore_v1`), `processor` (`laion/CLIP-ViT-H-14-laion2B-s32B-b79K`, configs
+only), `scale`, `device`.
 """
 from __future__ import annotations
 

@@ -1,25 +1,10 @@
 """Loading a reward's transformers model, processor or tokenizer from where the options say.
 
-`load_pretrained(cls, source, what, reward)` is `cls.from_pretrained(...)` for one of three
-kinds of `source`:
-
-- `tiny:NAME`: a tiny random-weight model registered with `omni_rl.models.register_tiny_model`
-  (e.g. `tiny:clip-reward`), built into the cache folder once (`resolve_source`);
-- a local folder;
-- a hub id, downloaded by transformers on first use.
-
-When transformers cannot load it (`OSError`: no such folder, no network, a gated repo), the
-error is raised again, chained, with a message that names the reward and its option (`what`)
-and says how to fetch the weights to a folder. Used by the CLIP-based rewards, CLAP and
-ImageBind (its tokenizer).
-
-`weightless_network(cls, source, what, reward)` is the same network built on the meta device from
-its configuration file alone, for `--plan` (`RewardDeclaration.device_networks`): a hub id reads
-the shipped `recipes/architectures/rewards/<org>--<name>/config.json` (no network), and the dtype is the
-one `from_pretrained`'s default (`dtype="auto"`) would give it, the config's own.
-
-Not to be confused with `omni_rl.models.pretrained.load_pretrained`, which loads an adapter's
-networks (with a dtype, or as a weightless skeleton).
+`load_pretrained(cls, source, what, reward)` loads a `tiny:NAME` model (built into the cache
+once), a local folder or a hub id; a failure is raised again naming the reward, its option and
+how to fetch the weights. `weightless_network(...)` builds the same network on the meta device
+from its config alone (a hub id reads `recipes/architectures/rewards/<org>--<name>/`), for
+`--plan`. Not `omni_rl.models.pretrained.load_pretrained`, which loads an adapter's networks.
 """
 from __future__ import annotations
 

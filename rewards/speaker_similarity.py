@@ -3,44 +3,13 @@ verification model (transformers' `WavLMForXVector` and its feature extractor).
 
     speaker_similarity = cos(xvector(sample), xvector(reference))          in [-1, 1]
 
-`reference_audio` is a WAV file of the voice to match (integer PCM, any rate, channels averaged;
-read with `omni_rl.data.wav.read_wav`), read and embedded once when the reward is built. It is
-checked when a run starts, before any model loads (`check_files`), each failure one line naming
-the file: a missing file, one that is not such a WAV (or is damaged or truncated), and a voice
-that cannot be a voice print:
-- shorter than `MIN_REFERENCE_SECONDS` (0.5 s): too little speech to hold a voice (the model's
-  own shortest input, 0.325 s, would be mostly zero padding);
-- silent: RMS below `SILENCE_RMS` (1e-3 of full scale, -60 dBFS; 16-bit dither is ~-90 dBFS,
-  quiet speech ~-40): a muted microphone or a wrong channel, whose x-vector is the voice print
-  of silence;
-- longer than `MAX_REFERENCE_SECONDS` (60 s): the reference is embedded in one forward, whose
-  attention grows with the square of its length (10 minutes took over 20 GB); a longer file is
-  refused rather than cut, so the user picks the part that is the voice. A file over
-  `MAX_REFERENCE_BYTES` is refused before it is read.
+`reference_audio` (a WAV file, required) is checked when a run starts (`check_files`: too short,
+silent, too long or damaged is one line naming the file) and embedded once; each clip is
+embedded on its own, so a score does not depend on its batch. Not Seed-TTS-eval's SIM
+(docs/models.md, Reward details). Options: `reference_audio`, `model`
+(`microsoft/wavlm-base-plus-sv`), `feature_extractor`, `sample_rate`, `device`.
 
-Audio input (`samples`): the contract of `rewards.audio_inputs` (a `MediaSamples` with audio, or
-mono clips with their rates), mixed down to mono and resampled to the feature extractor's rate
-(16 kHz) with `omni_rl.utils.audio.resample` (windowed sinc). Each clip is embedded on its own
-(a batch of one): zero padding would reach the convolutional front end and the x-vector's
-statistics pooling, and a sample's score would depend on what it was batched with. A clip too
-short for the model (0.325 s for wavlm-base-plus-sv: two x-vector frames through the
-convolutions and the TDNN's context) is zero-padded at its end to that length. fp32, eval mode,
-no gradients.
-
-The number is the cosine of the transformers x-vector model's embeddings. It is *not* the SIM of
-Seed-TTS-eval, which uses WavLM-large fine-tuned with an ECAPA-TDNN head (UniSpeech), a model
-transformers does not ship; compare runs with each other, not with that table.
-
-Options:
-    reference_audio    path to the reference voice's WAV file (required).
-    model              a `WavLMForXVector` (default `microsoft/wavlm-base-plus-sv`): hub id, local
-                       folder, or `tiny:wavlm-sv-reward`.
-    feature_extractor  where to load its feature extractor from (default: `model`).
-    sample_rate        the rate of clips whose metadata has no `sample_rate` (default None).
-    device             `auto` or a device name (`omni_rl.device.pick_device`).
-
-Left out: voice cloning (the talker cannot take a reference voice: Qwen3-Omni's audio tokenizer
-is not released), several reference voices per run, and per-prompt references.
+Left out: voice cloning, several reference voices, per-prompt references.
 """
 from __future__ import annotations
 

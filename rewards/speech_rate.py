@@ -2,37 +2,13 @@
 took to say it; 1 inside a range, falling off outside it. A rule: no model, no weights.
 
     rate  = units(metadata[text_key]) / duration(audio)
-    score = 1                  if min_wps <= rate <= max_wps
-          = rate / min_wps     if rate < min_wps     (half the slowest rate allowed -> 0.5)
-          = max_wps / rate     if rate > max_wps     (twice the fastest rate allowed -> 0.5)
+    score = 1 inside [min_wps, max_wps], else the ratio of rate to the nearer end (2x off -> 0.5)
 
-in [0, 1]: the ratio of the rate to the nearest end of the range, so the fall-off is the same for
-speech 2x too slow and 2x too fast, and needs no scale of its own. Units are the words of the
-normalised text (`rewards.transcripts`: punctuation stripped, so "Hello, world!" is 2 words), or
-with `unit: characters` its characters without spaces (for Chinese; then min_wps and max_wps are
-characters per second: about 3.5 to 5.5 for Mandarin read aloud).
-
-Duration: from the first to the last sample whose magnitude exceeds `trim_below` (inclusive),
-over the sample rate: leading and trailing silence do not count (a policy cannot slow its rate
-by padding with silence, and a batch zero-padded to one length keeps each clip's own duration);
-pauses inside the speech do. `trim_below: null` counts the whole clip. A clip with nothing above
-`trim_below` (silence) has duration 0: with words to say its rate is infinite (score 0), and
-with none the rate is 0 (score 0).
-
-Default range 2.0 to 3.5 words per second (120 to 210 words a minute), around the ~150 words a
-minute (2.5 per second) of conversational English; narrow it to the voice you want.
-
-Options:
-    text_key     the metadata key holding the text the sample was asked to say (default `spoken_text`).
-    min_wps      the slowest rate scored 1 (default 2.0), > 0.
-    max_wps      the fastest rate scored 1 (default 3.5), >= min_wps.
-    unit         `words` (default) or `characters`.
-    trim_below   the magnitude (full scale 1) at or below which leading and trailing samples are
-                 silence (default 0.01, -40 dBFS); null: no trimming.
-    sample_rate  the rate of clips whose metadata has no `sample_rate` (default None).
-
-Audio input: the contract of `rewards.audio_inputs` (a `MediaSamples` with audio, or mono clips
-with their rates); channels are averaged before trimming.
+Units are the normalised text's words, or with `unit: characters` its characters (for Chinese).
+The duration runs from the first to the last sample above `trim_below` (0.01, -40 dBFS), so
+leading and trailing silence (and zero padding) do not count; silence scores 0. The default range,
+2.0 to 3.5 words per second, surrounds conversational English's ~2.5. Options: `text_key`
+(`spoken_text`), `min_wps`, `max_wps`, `unit`, `trim_below` (null: no trim), `sample_rate`.
 """
 from __future__ import annotations
 

@@ -1,25 +1,11 @@
 """Cheap rule rewards on generated text, for CPU demos a tiny random-weight LM learns quickly.
 
-For text samples (one generated response per sample; see `omni_rl.reward.inputs`); prompts
-and metadata are ignored. Lengths count Python characters (Unicode code points), not tokens.
+    response_length  -|len(response) - target| / target   (0 at `target` characters; target required)
+    char_match       the fraction of the response's characters in `chars` (default "a")
 
-    response_length  -|len(response) - target| / target, in (-inf, 0]: 0 at exactly `target`
-                     characters, -1 for an empty response (or one 2 x target long). `target`
-                     (an int >= 1) is required: there is no natural default length.
-    char_match       the fraction of the response's characters that are in `chars` (default
-                     "a"; "aeiou" counts every vowel), in [0, 1]; 0.0 for an empty response.
-                     Case-sensitive. A larger set makes the reward denser: a random byte-level
-                     model writes a given letter ~0.4% of the time, any lowercase letter ~10%.
-
-Both are well defined for every string, the empty one included, and move smoothly with small
-changes of the response, which is what lets a tiny policy climb them in a few dozen steps.
-They say nothing about quality: a policy maximising `char_match` learns to write "aaaa".
-
-Option `text_key` (both; default none): score `metadata[text_key]` instead of the sample, for
-samples that are not text but carry one. A talker stage's speech carries the answer it was asked
-to speak as `spoken_text`, so `char_match` with `text_key: spoken_text` scores what the thinker
-wrote, beside a reward on how it sounds (`tiny_qwen3_omni_thinker_talker_grpo`). With a key the
-reward scores samples of any modality, and the key is checked at load like the speech rewards'.
+Both are defined for every string and move smoothly with small changes, so a tiny policy climbs
+them in a few dozen steps; they say nothing about quality. With `text_key` they score
+`metadata[text_key]` instead (a talker's `spoken_text`), for samples of any modality.
 """
 from __future__ import annotations
 

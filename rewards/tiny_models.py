@@ -1,26 +1,11 @@
 """Tiny random-weight versions of the reward models, for tests and CPU demos.
 
-Each builder writes into a folder exactly what a user would point the reward at for the real
-model, in the real format, so the reward's ordinary loading code reads it back:
+Each builder (`build_tiny_clip`, `write_aesthetic_head`, `build_tiny_clap`, `build_tiny_open_clip`,
+`build_tiny_imagebind`, `build_tiny_whisper`, `build_tiny_wavlm_sv`, `build_tiny_mask2former`)
+writes, seeded, what a user would point the reward at for the real model, in the real format, so
+the reward's own loading reads it; tokenizers are byte-level, so nothing is downloaded.
 
-    build_tiny_clip(folder)        CLIPModel + CLIPProcessor (`save_pretrained`)  -> pickscore, clip_score, aesthetic
-    write_aesthetic_head(path, d)  a random LAION-aesthetic MLP head (.pth or .safetensors) -> aesthetic
-    build_tiny_clap(folder)        ClapModel + ClapProcessor (`save_pretrained`)   -> clap
-    build_tiny_open_clip(folder)   an open_clip model config JSON + an HPS-style checkpoint -> hpsv2
-    build_tiny_imagebind(folder)   an ImageBind state dict + a CLIP tokenizer + the sizes -> imagebind
-    build_tiny_whisper(folder)     WhisperForConditionalGeneration + WhisperProcessor (`save_pretrained`) -> asr_wer
-    build_tiny_wavlm_sv(folder)    WavLMForXVector + its feature extractor (`save_pretrained`) -> speaker_similarity
-    build_tiny_mask2former(folder) Mask2FormerForUniversalSegmentation (tiny Swin, COCO's 80 labels)
-                                   + its image processor (`save_pretrained`)  -> geneval
-
-Tokenizers use a byte-level vocabulary without merges (every byte is a token), so any prompt
-tokenises without unknowns and nothing has to be downloaded. Weights are seeded: a builder
-writes the same model every time.
-
-`tiny:clip-reward`, `tiny:clap-reward`, `tiny:whisper-reward`, `tiny:wavlm-sv-reward` and
-`tiny:mask2former-coco` are registered as tiny models, so
-`build_reward("pickscore", model="tiny:clip-reward", processor="tiny:clip-reward")` runs a
-demo without any download.
+    build_reward("pickscore", model="tiny:clip-reward", processor="tiny:clip-reward")
 """
 from __future__ import annotations
 

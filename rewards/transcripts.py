@@ -1,37 +1,14 @@
 """Text normalisation and error rates for the speech rewards (`asr_wer`, `speech_rate`).
 
-    normalize_text(text)                 the normalised text (below)
-    text_units(text, unit)               its words ("words") or characters ("characters")
-    edit_distance(reference, hypothesis) Levenshtein distance between two sequences
-    error_rate(reference, hypothesis, unit)
-        (substitutions + deletions + insertions) / len(reference units): WER with unit "words",
-        CER with unit "characters"; 0 for two empty texts, inf for an empty reference and a
-        non-empty hypothesis (every unit is an insertion into nothing).
-    reference_texts(reward, metadata, text_key)
-        each sample's `metadata[text_key]` (the text it was asked to speak), checked: a missing
-        or non-string value raises `RewardInputError` naming the reward, the sample and the key.
+`normalize_text` (applied to both sides, as Seed-TTS-eval does before jiwer): Unicode NFKC,
+lowercase, every punctuation, symbol or control character replaced by a space, whitespace
+collapsed; combining marks are kept (they carry vowels in Devanagari or Thai). `text_units` gives
+words or characters (spaces removed, for CER); `error_rate` is (substitutions + deletions +
+insertions) / reference units (0 for two empty texts, inf for an empty reference only), by a
+two-row Levenshtein (`edit_distance`) rather than jiwer, whose own transforms differ;
+`reference_texts` fetches each sample's `metadata[text_key]` or raises naming it.
 
-Normalisation (`normalize_text`), applied to both sides before counting, the convention of the
-TTS evaluations the speech rewards are meant to be compared with (Seed-TTS-eval strips
-punctuation and lowercases before jiwer): Unicode NFKC, lowercase, every punctuation, symbol or
-control character (Unicode categories P*, S* and Cc: `,.!?'"-$%`, tabs ...) replaced by a space,
-runs of whitespace collapsed to one space, ends stripped. So "Hello, World!" and "hello world" are the same two
-words, and "don't" is the two words "don t" on both sides. Combining marks (category M) are kept:
-they carry vowels in Devanagari or Thai (Whisper's own `BasicTextNormalizer` turns them into
-spaces). Numbers are not spelled out and spellings are not unified here; `asr_wer` can add
-Whisper's English normaliser for that (its option `normalizer`).
-
-Characters ("characters"): the normalised text with its spaces removed, for languages written
-without spaces between words (CER for Chinese).
-
-The edit distance is the textbook dynamic programme (O(len(ref) * len(hyp)) time, two rows of
-memory), written here rather than taken from `jiwer`: a sample's reference is one sentence or
-a paragraph, so the quadratic loop costs microseconds next to the transcription, and jiwer's own
-default transforms differ from the normalisation above, which would have to be configured away
-anyway; one optional dependency fewer for fifteen lines whose values the tests work out by hand.
-
-Left out: traditional-to-simplified Chinese conversion (Seed-TTS-eval runs zhconv first; give
-the reference in the script the ASR model writes) and word alignment output.
+Left out: traditional-to-simplified Chinese conversion, word alignments, spelling out numbers.
 """
 from __future__ import annotations
 

@@ -1,19 +1,9 @@
 """Cheap, weight-free video and audio statistics as rewards, for CPU demos and smoke tests.
 
-Each takes a `MediaSamples` (`omni_rl.reward.media`), is vectorised over the batch, ignores
-the prompts and metadata, and takes no options:
-
-    temporal_smoothness  (video) 1 - mean |frame[t+1] - frame[t]| / 255 over t, pixels and
-                         channels, in [0, 1]. A still video = 1; a video that flips every pixel
-                         between 0 and 255 on every frame = 0. A one-frame video = 1 (nothing moves).
-    video_brightness     (video) mean pixel value / 255 over every frame, pixel and channel,
-                         in [0, 1]. White = 1, black = 0.
-    audio_loudness       (audio) RMS of the waveform, sqrt(mean(x^2)) over every channel and
-                         sample of a clip: a full-scale square wave = 1, silence = 0, a sine of
-                         amplitude a = a / sqrt(2).
-
-Like `rewards.image_stats`, they are meant to show a training loop moving a number: a policy
-maximising smoothness alone learns to stand still, one maximising loudness learns to shout.
+Each takes a `MediaSamples`, ignores prompts and metadata, and has no options:
+`temporal_smoothness` (1 - mean |frame[t+1] - frame[t]| / 255; still = 1), `video_brightness`
+(mean pixel / 255) and `audio_loudness` (RMS; a full-scale square wave = 1). They show a loop
+moving a number: maximising smoothness alone learns to stand still.
 """
 from __future__ import annotations
 

@@ -2,43 +2,14 @@
 
     RewardSpec("vlm_edit_judge", kwargs={"url": "https://10.0.0.5:8443", "batch_size": 8})
 
-The judge (a large VLM, on its own GPUs and with its own dependencies) runs behind the
-remote-scorer protocol (`docs/reward_protocol.md`); this reward is its client, the same
-`ScoreClient` as `http_scorer` with the same retries. Each request carries, for its samples,
-
-- the `images` tensor: the edited images, RGB uint8 [B, H, W, 3];
-- `prompts`: the edit instructions (an edit item's prompt is its instruction);
-- `metadata`: each sample's metadata as JSON (`protocol.metadata_for_wire`), in which
-  `source_image` (and `reference_image` when the row has one) is a PNG data URI, and
-  `target_text` / `source_text` are there when the row gives them. Tensors (the clean
-  `latent`) are left out.
-
-A sample without `metadata["source_image"]` raises before any request is sent, saying the reward
-needs an edit dataset (`omni_rl.data.edit_prompts`): a judge that never sees the source cannot
-tell an edit from a new picture.
-
-The judge answers one finite score per sample, higher is better (its scale is the judge's: e.g.
-a 0..10 rating, or the probability of "yes" to "does the edit follow the instruction?").
-On the server side `edit_cases(images, prompts, metadata)` turns a request back into
-`EditCase(source, edited, instruction, metadata)`s with PIL images, so a judge is a few lines:
-
-    def make_judge(model_path):               # python -m omni_rl.reward.server \\
-        vlm = load_my_vlm(model_path)         #   --scorer my_pkg.judge:make_judge --kwargs '{...}'
-        def score(images, prompts, metadata):
-            return [vlm.rate(c.source, c.edited, c.instruction) for c in edit_cases(images, prompts, metadata)]
-        return score
-
-For a demo without a VLM, `python -m omni_rl.reward.server --scorer reward:edit_brightness`
-serves the rule-based `edit_brightness` (it reads the source from the data URI) as the judge.
-
-Options: `url` (required; the server's base URL), `batch_size` (samples per request, default 8:
-every sample carries its source image as ~1.4x its PNG size of JSON, and safetensors takes at
-most 100 MB of header), `timeout_s` (the deadline of one whole attempt, default 120: a VLM is
-slow), `retries` (extra attempts on connection errors, timeouts, 408, 429 and 5xx, default 3),
-`backoff_s` (first backoff sleep, doubled per retry, with jitter, default 0.5), `token_file`,
-`allow_insecure_remote` and `max_reply_bytes` (as `http_scorer`'s: the token goes only to the
-server it is for, and plain http:// outside loopback is refused unless allowed). A failure after
-the retries raises `RewardServerError` naming the URL, the status or cause and the attempts.
+The judge runs behind the remote-scorer protocol (docs/reward_protocol.md); this reward is its
+client (`http_scorer`'s `ScoreClient`, retries included) and sends the edited images, the
+instructions and each sample's metadata with `source_image` as a PNG data URI. A sample without
+a source image raises before any request (the reward needs an edit dataset). On the server,
+`edit_cases(images, prompts, metadata)` gives `EditCase(source, edited, instruction, metadata)`s,
+so a judge is a few lines; `--scorer reward:edit_brightness` serves a rule-based one for demos.
+Options: as `http_scorer`'s, with `batch_size` (8: each sample carries its source image) and
+`timeout_s` (120: a VLM is slow).
 """
 from __future__ import annotations
 

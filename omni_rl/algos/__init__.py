@@ -1,33 +1,10 @@
-"""Pure tensor maths of the RL algorithms: flow SDE step kernels, advantages, policy losses, KL.
+"""Pure tensor maths of the RL algorithms: step kernels, advantages, policy losses, KL.
 
-Nothing here imports the rest of omni_rl except `omni_rl.registry`; each family is a registry
-with one call signature, looked up by name from the config:
-
-- `STEP_KERNELS` (`sde`, `cps`, `dance_sde`, `ode`): one denoising step, sampled or scored.
-- `ADVANTAGE_ESTIMATORS` (`grpo`, `dr_grpo`, `rloo`): rewards -> per-sample advantages; each
-  declares whether it needs groups of >= 2 samples (`needs_group`); their options
-  (`AdvantageOptions`: std_mode, eps) are the recipe's `algo.advantage_options`.
-- `DIFFUSION_LOSSES` (`flow_grpo`, `flow_dppo`, `grpo_guard`, in `policy_losses`) and
-  `TOKEN_LOSSES` (`ppo_clip`, `dapo`, `gspo`, `cispo`, `sapo`, in `token_losses`): loss classes,
-  each built once from its options (`Loss.Options`, a dataclass checked at construction; the
-  recipe's `algo.loss_options`) and called with tensors only (`StepLossInput`, `TokenLossInput`)
-  for (loss, metrics). Two registries, because a loss scores one kind of action (a denoising
-  step, a token): each model family takes its losses from one (`ModelFamily.losses`), so a loss
-  of the other kind fails at config load.
-- `DIFFUSION_KL` (`flow_grpo_code`, `exact`): per-step KL to the reference policy.
-- `FORWARD_LOSSES` (`diffusion_nft`, `diffusion_dpo`, in `forward_losses`): loss classes on
-  clean latents noised again (no log-probs), called with a `ForwardLossInput`; the diffusion
-  family accepts an `algo.policy_loss` of either registry and hands a forward-process loss to
-  its variant, the `forward_process` family.
-
-What a loss reads beyond the common tensors is a declared class attribute: `StepLoss.reads_old_mean`,
-`ForwardLoss.reads` and `ForwardLoss.pairwise`.
-
-`rollout_correction` (no registry) gives the truncated importance weights between the trainer's
-old log-probs and the rollout engine's (`algo.rollout_correction.level`), which every policy loss applies.
-
-`latent_streams` is the latents' type: a tensor, or `LatentStreams` for models that denoise
-several latents (video and audio) in one forward, which the kernels step as one action.
+Nothing here imports the rest of omni_rl except `omni_rl.registry`. Each family is a registry
+with one signature: `STEP_KERNELS`, `ADVANTAGE_ESTIMATORS`, `DIFFUSION_LOSSES` and `TOKEN_LOSSES`
+(two, so a loss of the wrong kind of action fails at load), `DIFFUSION_KL`, `FORWARD_LOSSES`.
+`rollout_correction` gives the truncated importance weights every policy loss applies;
+`latent_streams` is the latents' type. The registries are tabled in docs/algorithms.md.
 """
 from omni_rl.algos.advantages import (
     ADVANTAGE_ESTIMATORS,

@@ -1,42 +1,11 @@
 """Group-relative advantage estimators: rewards of N samples -> one advantage per sample.
 
-Contract (every estimator, registered in `ADVANTAGE_ESTIMATORS`):
+Every estimator in `ADVANTAGE_ESTIMATORS` is `fn(inp: AdvantageInput) -> Tensor [N]`: samples of
+one prompt share a `group_index` and the baseline is formed inside each group. Stds are
+population stds; a group of one, or of equal rewards, gets exactly 0. Each declares whether it
+needs groups of >= 2 (`needs_group`). Conventions that differ from verl: docs/algorithms.md.
 
-    fn(inp: AdvantageInput) -> Tensor [N] float32
-
-Samples generated from one prompt share a `group_index` value; a baseline is formed inside each
-group, so no value network is needed. The estimators are vectorised (index_add over compacted
-group ids, no python loop over groups) and deterministic. A group of size 1 has no baseline
-to compare against: its advantage is 0 for every estimator.
-
-The advantage is one number per sample; the trainer broadcasts it over the sample's denoising
-steps (diffusion) or tokens (text). Clipping to +-adv_clip_max happens in the policy loss.
-
-Standard deviations are POPULATION stds (divide by n, `unbiased=False`), as numpy's default
-`np.std` that Flow-GRPO's per-prompt stat tracker uses; that keeps a group of two samples with
-rewards {0, 1} at advantages {-1, +1} (up to eps) rather than +-0.707.
-
-A group whose rewards are all equal gets advantage exactly 0.0 from every estimator, whatever
-its size, reward values or eps (see `_group_stats` for why that needs care in float32).
-
-Groups: each estimator declares at registration (`register_advantage_estimator(name,
-needs_group=...)`, the entry's `AdvantageSpec`) whether it needs groups of >= 2 samples;
-`needs_group(name)` reads it, and the config rejects `trainer.samples_per_prompt=1` for an
-estimator that does.
-
-Moving from verl (`verl/trainer/ppo/core_algos.py`), the conventions that differ:
-
-| here                                          | verl                                                 |
-|-----------------------------------------------|------------------------------------------------------|
-| population std (divide by n)                  | `torch.std`, unbiased (divide by n - 1)              |
-| eps 1e-4 (`algo.advantage_options.eps`)       | epsilon 1e-6                                         |
-| grpo std_mode "group" / "global" / "none"     | norm_adv_by_std_in_grpo true (group) / false (none); |
-|                                               | no batch-std mode                                    |
-| a group of one: advantage 0 (grpo, rloo)      | grpo: mean 0, std 1, so A = r / (1 + eps); rloo: r   |
-| an all-equal group: exactly 0                 | the float32 residue of the mean / (std + eps)        |
-
-Not here: reward weighting and aggregation (the reward manager), filtering of zero-variance
-groups (dynamic sampling belongs to the trainer), running statistics across steps.
+Not here: reward weighting, clipping (the loss), filtering groups (the trainer).
 """
 from __future__ import annotations
 
@@ -185,13 +154,9 @@ def _group_stats(inp: AdvantageInput) -> tuple[Tensor, Tensor, Tensor, Tensor, T
     """(rewards fp32 [N]; group id per sample [N] in 0..G-1; group sizes [G]; group sums [G];
     whether the sample's group is uniform, i.e. all its rewards are equal [N] bool).
 
-    A uniform group carries no signal and must get advantage exactly 0, but float32 statistics
-    do not give that: a float32 mean of n equal rewards is in general not that reward (sixteen
-    float32 0.9s, each 0.89999998, added one by one make 14.399998, whose 16th is 0.89999986), so
-    r - mean leaves ~1e-7, which dividing by a group std of the same size turns into an advantage
-    of up to 2e-3 at eps 1e-4 and 0.2 at eps 1e-6 (MMK12's 0.9 accuracy + 0.1 format reward gives
-    such groups, all 0.1 or all 0.9, whenever all samples agree). So the estimators zero uniform
-    groups explicitly (max == min is exact), and compute every other group exactly as before.
+    A uniform group must get advantage exactly 0, which float32 means do not give (docs/algorithms.md
+    works an example): the estimators zero uniform groups explicitly (max == min is exact) and
+    compute every other group as they would.
     """
     rewards = inp.rewards.to(torch.float32)
     # Compact arbitrary prompt ids to 0..G-1 so the per-group tensors have exactly G rows.

@@ -1,56 +1,14 @@
 """Stochastic step kernels for flow-matching samplers: one denoising step as a Gaussian action.
 
-Contract (every kernel, registered in `STEP_KERNELS`):
+Every kernel in `STEP_KERNELS` samples the step without `prev_sample` and scores the given one
+with it, through the same maths, so the rollout's log-prob and the trainer's agree. Latents are
+`[B, ...]` of any modality, per-sample sigmas and noise levels broadcast, one generator per sample
+allowed, all in float32. log_prob `[B]` is the per-dimension MEAN of the Gaussian log-density
+(log-ratios stay ~1e-4 whatever the latent size); a deterministic step has log_prob 0.
 
-    fn(*, model_output, sigma, sigma_next, sample, noise_level,
-       prev_sample=None, generator=None, validate=True) -> StepOutput(prev_sample, log_prob, mean, std)
+    out = sde_step(model_output=v, sigma=s, sigma_next=s_next, sample=x, noise_level=0.7)
 
-- `sample` x and `model_output` v (the predicted velocity x_1 - x_0) have one shape
-  `[B, ...]`: image `[B, C, H, W]`, video `[B, C, T, H, W]`, audio `[B, C, L]`. Per-sample
-  scalars are broadcast over the non-batch dims, so one kernel serves every modality.
-- `sigma`, `sigma_next`: a python float, a 0-d tensor, or a tensor `[B]` (samples at different
-  denoising steps can share one batch). Denoising goes from sigma to sigma_next < sigma, and
-  `dt = sigma_next - sigma < 0`.
-- `noise_level`: a float or a tensor `[B]` (>= 0). A sample outside its SDE window gets 0, and
-  its step is then the deterministic Euler step.
-- The transition is `prev = mean + std * eps`, eps ~ N(0, I), with a per-sample std `[B]`.
-  When `prev_sample` is None the kernel samples it; when it is given the kernel scores it. Both
-  paths run the very same maths, so the rollout's log-prob and the trainer's recomputed one agree.
-- `generator`: None, one `torch.Generator` (draws the whole `[B, ...]` noise), or a list of B
-  generators (sample i's noise is drawn from generator i with shape `sample.shape[1:]` on that
-  generator's device, then moved to the sample's device), so a sample's noise does not depend on
-  what it is batched with. Noise is drawn only when sampling; the stochastic kernels draw it even
-  where std is 0 so that a generator's stream advances once per step whatever the window.
-- `validate`: check sigma and noise_level (`check_step`, one host sync: on an accelerator it
-  waits for the device). A caller that checked them once for many steps (the rollout, per
-  sample's schedule; the trainer, per batch) passes False, so a step makes no host sync.
-- Everything is computed in float32 (bf16/fp16 inputs are cast; bf16 overflows in these
-  formulas) and every output is float32.
-
-log_prob (shape `[B]`) is the per-dimension MEAN, over all non-batch dims d = 1..D, of the
-normalised Gaussian log-density of the action:
-
-    log_prob = (1/D) sum_d [ -(prev_d - mean_d)^2 / (2 s^2) - log s - log sqrt(2 pi) ]
-
-A mean rather than a sum keeps log-ratios from growing with the latent size (they are ~1e-4
-in practice), which is why Flow-GRPO's clip ranges are ~1e-4. The action `prev_sample` is treated as a constant in
-log_prob (it is detached there): gradients reach log_prob only through `mean`, as REINFORCE /
-PPO require. The returned `prev_sample` itself keeps its graph.
-
-Deterministic steps: where s == 0 (noise_level 0, sigma_next 0 for cps, or the ode kernel)
-`prev_sample == mean` and log_prob is defined as 0 (not -inf or NaN); such a step is not an
-action and must not be trained. A given `prev_sample` is then not checked against the mean.
-
-Several latent streams (LTX-2's video and audio from one forward): `step_latents` runs a kernel
-on a `LatentStreams` as on one tensor, the streams flattened per sample and concatenated, so the
-step is one Gaussian action whose log-prob is the per-dimension mean over all dimensions of all
-streams (streams with more dimensions weigh more, as they would in the concatenated vector), and
-each sample's noise is drawn stream after stream from its own generator. A plain tensor goes to
-the kernel unchanged.
-
-Not here: timestep schedules and SDE windows (the rollout decides sigma and noise_level per
-sample), classifier-free guidance (the adapter combines velocities before the step), and any
-model call.
+Not here: schedules and SDE windows (the rollout), guidance (the adapter), any model call.
 """
 from __future__ import annotations
 

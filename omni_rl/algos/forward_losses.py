@@ -1,54 +1,17 @@
 """Forward-process diffusion losses: DiffusionNFT and Diffusion-DPO on flow-matching targets.
 
-These losses need no log-probs and no SDE: they train on clean latents x0 (a rollout's final
-latents, sampled with any solver, ODE included; or a preference file's images) noised again,
+No log-probs, no SDE: they noise clean latents x0 again, x_t = (1 - t) x0 + t eps, and compare the
+model's velocity v with the flow target u = eps - x0 (per-dimension means, fp32, all but `velocity`
+detached). Each is a `ForwardLoss` in `FORWARD_LOSSES` declaring what it reads (`reads`) and
+whether its rows are pairs (`pairwise`); docs/algorithms.md lists their metrics.
 
-    x_t = (1 - t) x0 + t eps,      the flow target u = eps - x0,      v = v_theta(x_t, t),
-
-and compare the model's velocity with u. Contract (every loss, a `ForwardLoss` class registered in
-`FORWARD_LOSSES`, built once from its options, the recipe's `algo.loss_options.<loss>`):
-
-    loss_fn = DiffusionNFTLoss(beta=1.0)
-    loss_fn(inp: ForwardLossInput) -> (loss: 0-d tensor, metrics: dict[str, 0-d detached tensor])
-
-One entry is one (sample, t, eps) draw; the caller makes the draws (seeded per sample) and the
-forwards. Errors are per-dimension MEANS over the non-batch dims (like the log-probs of
-`flow_sde`), so their scale does not grow with the latent size. All maths in fp32; everything
-but `velocity` is a constant (detached here).
-
-- `diffusion_nft` (Zheng et al. 2025, arXiv 2509.16117). Optimality r = clamp(A / (2 adv_clip_max)
-  + 0.5, 0, 1) from the sample's advantage A. Implicit positive and negative policies
-  v+ = b v + (1 - b) v_old, v- = (1 + b) v_old - b v (b = the option `beta`, v_old the old policy's
-  velocity), and loss = mean_i [ r_i e+_i + (1 - r_i) e-_i ] with, per the option `weighting`,
-    "velocity":    e+- = mean_d (v+- - u)^2;
-    "adaptive_x0": the x0-space error of x0_hat+- = x_t - t v+- against x0, divided by a
-                   per-sample scale that carries no gradient, mean_d |x_t - t v - x0| (the
-                   current policy's x0 error; floored at 1e-5): e+- = mean_d (x0_hat+- - x0)^2 /
-                   sg(mean_d |x0_hat - x0|). Since x_t - t u = x0, (x0_hat - x0) = -t (v - u): this
-                   is t^2 times the velocity error, renormalised so that every t weighs alike.
-- `diffusion_dpo` (Wallace et al. 2023, arXiv 2311.12908, on flow targets). Entries come in
-  pairs: the first half of the batch are the winners, the second half the losers, row i of one
-  paired with row i of the other, each pair sharing t and eps. With err = mean_d (v - u)^2 and
-  ref = the same for the reference policy's velocity,
-    z = -beta / 2 * [(err_w - ref_w) - (err_l - ref_l)],   loss = mean over pairs of -log sigmoid(z).
-
-Metrics (keys without a namespace; the forward-process family files them under `loss/`):
-
-| key              | loss | meaning                                                          |
-|------------------|------|------------------------------------------------------------------|
-| policy_loss      | both | the returned loss                                                |
-| nft_positive     | nft  | mean of e+ (every sample, unweighted)                            |
-| nft_negative     | nft  | mean of e-                                                       |
-| nft_r_mean       | nft  | mean optimality r                                                |
-| nft_old_gap      | nft  | mean_d (v - v_old)^2 averaged: how far the EMA lags the weights  |
-| dpo_accuracy     | dpo  | fraction of pairs with (err_w - ref_w) < (err_l - ref_l)         |
-| dpo_margin       | dpo  | mean of (err_l - ref_l) - (err_w - ref_w) (> 0: winners favoured) |
-| dpo_err_winner   | dpo  | mean err_w;  dpo_err_loser: mean err_l                           |
-| dpo_pairs        | dpo  | pairs in this call                                               |
-
-Each loss declares which inputs beyond the common ones it reads and whether its rows are pairs
-(the class attributes `ForwardLoss.reads`, `ForwardLoss.pairwise`), so its caller needs no branch
-on its name.
+- `diffusion_nft`: r = clamp(A / (2 adv_clip_max) + 0.5, 0, 1), v+ = b v + (1 - b) v_old,
+  v- = (1 + b) v_old - b v, loss = mean_i [r_i e+_i + (1 - r_i) e-_i] with, per `weighting`,
+  "velocity": e+- = mean_d (v+- - u)^2; "adaptive_x0": the x0-space error of x_t - t v+- against
+  x0 divided by sg(mean_d |x_t - t v - x0|) (floored), so that every t weighs alike.
+- `diffusion_dpo`: rows are winners then losers, pair i sharing t and eps; with err = mean_d
+  (v - u)^2 and ref the same for the reference, z = -beta / 2 [(err_w - ref_w) - (err_l - ref_l)],
+  loss = mean over pairs of -log sigmoid(z).
 
 Not here: drawing t and eps, the EMA of the old policy, choosing pairs (`omni_rl.families`).
 """

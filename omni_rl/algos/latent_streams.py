@@ -1,26 +1,11 @@
 """Latents of one or several streams: a plain tensor, or `LatentStreams` (video and audio of one sample).
 
-Most generators have one latent tensor per sample (SD3's image, Wan's video): it stays a plain
-`torch.Tensor` everywhere, and nothing about it changes. A model whose one transformer forward
-denoises several latents at once (LTX-2: video and audio) hands the engine a `LatentStreams`,
-an ordered, typed container of named tensors that share the leading dims (batch first; in a
-stored trajectory, batch then step). The rollout engine, the batch, the step kernels and the
-trainer carry it as a whole, through the functions below, which take either kind:
-
-    stack(items, dim)    join per-sample (or per-step) latents along a new dim
-    index(x, i, dim)     one entry along a leading dim (a view)
-    take(x, rows, cols)  x[rows, cols] per stream: per-sample entries of a [B, S, ...] trajectory
-    select(x, idx)       entries idx of the batch dim
-    to(x, device), clone(x), detach(x)
-    flat(x)              [B, D]: each stream flattened, concatenated in stream order
-    unflat(flat, like)   the inverse, shaped like `like`
-    randn(shape, generator)  noise of a shape (a tuple, or {name: tuple} for streams), drawn
-                             stream after stream from one generator
-    shape_of(x)          the shape: a tuple, or {name: tuple}
-
-A Gaussian step over several streams is one action: its log-prob is the per-dimension mean over
-all dimensions of all streams, which is the log-prob of the flattened concatenation
-(`omni_rl.algos.flow_sde.step_latents`).
+Most generators have one latent tensor per sample and it stays a plain `torch.Tensor`. A model
+whose one forward denoises several latents (LTX-2: video and audio) hands the engine a
+`LatentStreams`, an ordered container of named tensors sharing their leading dims, and the
+engine, batch, kernels and trainer carry either kind through the functions below (`stack`,
+`index`, `take`, `select`, `flat` / `unflat`, `randn`, ...). A step over several streams is one
+action whose log-prob is that of the flattened concatenation (`flow_sde.step_latents`).
 """
 from __future__ import annotations
 

@@ -1,56 +1,14 @@
 """Policy losses for diffusion RL, and the per-step KL forms to a reference policy.
 
-Contract (every loss, a `StepLoss` class registered in `DIFFUSION_LOSSES`): built once from its
-options, then called with tensors only, as torchtune's `PPOLoss(epsilon=...)`:
+Each loss is a `StepLoss` in `DIFFUSION_LOSSES`, built once from its `Options` (the recipe's
+`algo.loss_options`) and called with tensors only. An entry is a (sample, denoising step) pair
+whose log-prob is `flow_sde`'s per-dimension mean (so clip ranges are ~1e-4); the loss is the
+masked mean over entries, with advantages clamped and optional rollout-correction weights. The
+KL forms (`DIFFUSION_KL`) are per-dimension means. Metrics: docs/algorithms.md (Loss metrics).
 
-    loss_fn = FlowGRPOLoss(clip_range=1e-4)          # or FlowGRPOLoss(ClippedStepOptions(...))
-    loss_fn(inp: StepLossInput) -> (loss: 0-d tensor, metrics: dict[str, 0-d detached tensor])
+    loss, metrics = FlowGRPOLoss(clip_range=1e-4)(inp)      # inp: StepLossInput
 
-Each class names its `Options` dataclass (fields with defaults and a doc line, a `check()` that
-raises one-line ValueErrors; the recipe sets them under `algo.loss_options`) and declares what it
-reads beyond the common tensors (`reads_old_mean`).
-
-An entry is one action: a (sample, denoising step) pair, whose log-prob is the per-dimension
-mean Gaussian log-density of `flow_sde` (so log-ratios are ~1e-4 and clip ranges are ~1e-4). The loss is the (masked) mean over entries; the engine calling it
-knows no algorithm. `old_log_prob`, `advantages`, `old_mean`, `std` and `dt` are constants: they
-are detached here. The gradient flows through `log_prob` and, for the losses that use it, `mean`.
-
-Metrics (keys without a namespace; the update logs them as `loss/<key>`):
-
-| key               | meaning                                                                        |
-|-------------------|--------------------------------------------------------------------------------|
-| policy_loss       | the returned loss                                                              |
-| approx_kl         | 0.5 * mean((log_prob - old_log_prob)^2), the usual old->new estimate           |
-| ratio_mean        | mean of the ratio the loss uses (exp(logp - old), or Guard's ratio)            |
-| ratio_std         | its population std                                                             |
-| ratio_max_abs_dev | max of |ratio - 1|                                                             |
-| clipfrac          | fraction with the ratio outside [1 - clip_low, 1 + clip_high] (clipped losses) |
-| dropfrac          | fraction of entries dropped by the trust-region test (flow_dppo)               |
-
-All means are over the entries where `mask` is 1 (over all entries without a mask); with an
-all-zero mask the loss and the metrics are 0. The advantage is clamped to +-adv_clip_max (an
-option of every loss) in every loss here (Flow-GRPO's `adv_clip_max`); the clamp is a property of the advantage, not of
-the ratio, so the unclipped Flow-DPPO objective clamps it too.
-
-With `rollout_is_weight` given (the rollout correction, `rollout_correction.py`), every loss here
-and in `token_losses` multiplies each entry's policy term by it before the mean
-(`rollout_weighted`); the ratio metrics describe the unweighted ratio.
-
-KL forms (registered in `DIFFUSION_KL`, `fn(mean, ref_mean, std, dt) -> [B]`) measure how far
-one step's Gaussian moved from the reference's. Both are per-dimension MEANS over the non-batch
-dims (like the log-probs) and both are 0 where the transition std is 0.
-
-A loss that reads `old_mean` declares `reads_old_mean = True`: the trainer then has the behaviour
-policy's transition means computed (the rollout records log-probs only), and skips that forward
-for the losses that do not.
-
-The token losses (`ppo_clip`, `dapo`, `gspo`, `cispo`, `sapo`) share the `PolicyLoss` base but
-take a `TokenLossInput` and live in a registry of their own, `token_losses.TOKEN_LOSSES`: a model
-family names the registry its losses come from (`ModelFamily.losses`), so a loss of the other kind
-in `algo.policy_loss` is a config error at load, not a shape error after a rollout.
-
-Not here: adding the diffusion KL to the loss with its coefficient (the diffusion family,
-`omni_rl.families.diffusion`), the choice of trained steps.
+Not here: the token losses, adding the KL with its coefficient (the family), choosing steps.
 """
 from __future__ import annotations
 

@@ -1,60 +1,13 @@
 """Rollout correction: truncated importance weights between the rollout engine and the trainer.
 
-An external rollout engine (vLLM, vLLM-Omni, a rollout server) samples with other kernels and
-precision than the trainer, so the behaviour policy that drew the actions, pi_rollout, is not
-quite the trainer's old policy pi_old, although both hold the same weights. The PPO ratio
-pi_theta / pi_old corrects for the update, not for that gap. Truncated importance sampling (TIS)
-reweights each action's policy loss by
+An engine with other kernels or precision samples from a slightly different policy than the
+trainer's old one; TIS (Yao et al. 2025) weighs each action's policy loss by
+w = min(exp(old_log_prob - rollout_log_prob), C), detached, per `token`, `step` or `sequence`,
+truncated or masked at C (docs/algorithms.md, Rollout correction).
 
-    w = min(pi_old / pi_rollout, C) = min(exp(old_log_prob - rollout_log_prob), C)
+    weights, metrics = rollout_is_weights(old, rollout, mask, level="token", cap=2.0)
 
-which makes the gradient an (at most C-biased) estimate under pi_old of samples drawn from
-pi_rollout (Yao et al. 2025, "Your efficient RL framework secretly brings you off-policy RL
-training"; the same correction is verl's rollout correction). The weight is a constant: it is
-detached and carries no gradient.
-
-Contract:
-
-    rollout_is_weights(old_log_prob, rollout_log_prob, mask, level, cap, mode)
-        -> (weights, metrics)
-
-`old_log_prob`, `rollout_log_prob`, `mask`: `[N, E]`, one row per sample, one column per action
-(a response token; a trained denoising step), `mask` 1 where the action counts. `weights` has
-the same shape, 0 where `mask` is 0; the caller multiplies each action's policy loss by it
-(`StepLossInput.rollout_is_weight`, `TokenLossInput.rollout_is_weight`). Levels:
-
-| level    | log w of an action                                                        |
-|----------|---------------------------------------------------------------------------|
-| token    | old - rollout of that token (text)                                        |
-| step     | old - rollout of that denoising step (diffusion); the same maths as token |
-| sequence | sum over the row's valid actions of (old - rollout), the same for each    |
-
-`sequence` is the product of the per-action ratios, exp(sum of log-ratios): the likelihood
-ratio of the whole response (or of a sample's trained steps), whose variance the cap bounds;
-not the geometric mean, which is length-normalised but no importance weight. For diffusion a
-step's log-prob is the per-dimension mean of `flow_sde`, so a sample's weight is the product of
-those per-step quantities, not the density ratio over all latent dimensions.
-
-Modes: `truncate` clamps w at C (TIS); `mask` sets w to 0 where it exceeds C and keeps it
-elsewhere (the action leaves the loss but, as with flow_dppo's drops, still counts in the
-loss's denominator).
-
-Metrics (without namespace; the trainer files them under `rollout_corr/`), over the level's
-units (valid tokens or steps; for `sequence`, the rows with a valid action):
-
-| key                 | meaning                                                          |
-|---------------------|------------------------------------------------------------------|
-| is_weight_mean      | mean of the weights applied (after truncation or masking)        |
-| is_weight_max       | max of exp(old - rollout) before truncation (fp64; inf if huge)  |
-| is_clipped_fraction | fraction whose weight exceeded C (truncated, or masked out)      |
-
-Options (`RolloutCorrectionOptions`: level, cap, mode) are the recipe's `algo.rollout_correction`
-block, bound at load (`omni_rl.families.base.bind_rollout_correction`); which levels a model
-takes its family says, checked by `omni_rl.compose`.
-
-Not here: deciding whether the weights are needed (the trainer skips them when the old
-log-probs are the rollout's own: every weight would be exactly 1), and multiplying the loss
-(each policy loss, through its input's `rollout_is_weight`).
+Not here: deciding whether weights are needed (the trainer), applying them (each loss).
 """
 from __future__ import annotations
 

@@ -1,99 +1,15 @@
 """Token-level policy losses for the autoregressive (text / omni) path: GRPO, DAPO, GSPO, CISPO, SAPO.
 
-Contract: the one of `policy_losses` (a class built once from its options, `algo.loss_options`,
-and `kl_coef`), in a registry of their own (`TOKEN_LOSSES`; the diffusion losses are in
-`policy_losses.DIFFUSION_LOSSES`, and a model family takes its losses from one):
+Each loss is a class in `TOKEN_LOSSES`, built once from its options and called on a
+`TokenLossInput` (response tokens `[B, T]` with a mask). Advantages are clamped to
++-adv_clip_max, masked tokens change neither loss nor gradient, and a KL to the reference and
+rollout-correction weights apply per token. docs/algorithms.md gives the aggregation modes, KL
+estimators and dual clip (Token losses), the metrics, and the conventions that differ from verl.
 
-    loss_fn = PPOClipLoss(clip_range=0.2, loss_agg_mode="token-mean", kl_coef=0.0)
-    loss_fn(inp: TokenLossInput) -> (loss: 0-d tensor, metrics: dict[str, 0-d detached tensor])
+    loss, metrics = PPOClipLoss(clip_range=0.2, loss_agg_mode="token-mean")(inp)
 
-An entry is one response token. `log_prob`, `old_log_prob`, `mask` and `ref_log_prob` are
-`[B, T]` (one padded row per sequence; `mask` is 1 on the response tokens, treated as a boolean);
-`advantages` are `[B, 1]` (one per sequence, broadcast over its tokens) or `[B, T]`. The ratio
-is r_t = exp(log_prob_t - old_log_prob_t). As in `flow_grpo`, advantages are clamped to
-+-adv_clip_max first (default 5); the clamp belongs to the advantage, and text callers that do
-not want it pass a large value. The gradient flows through `log_prob` only.
-With `rollout_is_weight` given, each token's policy term is multiplied by its rollout-correction
-weight before aggregation (the KL term is not): see `rollout_correction.py`.
-
-Masked tokens take no part: their log-ratio is replaced by 0 before any exp and their values
-are dropped by `torch.where`, so a padded position holding inf/NaN changes neither the loss, nor
-the gradient (exactly 0 there), nor a metric.
-
-Aggregation (`aggregate(values, mask, mode, scale)`, chosen by the option `loss_agg_mode`):
-
-| mode                    | value                                                               |
-|-------------------------|---------------------------------------------------------------------|
-| token-mean              | sum over every valid token / number of valid tokens in the batch    |
-| seq-mean-token-mean     | mean over each sequence's valid tokens, then mean over sequences    |
-| seq-mean-token-sum      | sum over each sequence's valid tokens, then mean over sequences     |
-| seq-mean-token-sum-norm | seq-mean-token-sum / C, C = `loss_scale_factor` (Dr.GRPO)           |
-
-seq-mean-token-sum-norm is Dr.GRPO's (arXiv 2503.20783) length-unbiased aggregation: every
-token weighs 1 / (B C), B the number of sequences and C the response length budget (the
-option's default is `algo.family_options.max_new_tokens`; `aggregate` itself raises without C).
-
-In the seq-* modes a sequence without a valid token is left out of the sequence mean (and of
-B); an all-masked batch gives 0. `ppo_clip`, `cispo` and `sapo` have the option. `dapo`
-always uses token-mean (DAPO's token-level loss) and `gspo` always seq-mean-token-mean (GSPO's
-objective is a mean over sequences of per-sequence terms): they have no such option, so
-setting one is an error at load, not silently ignored.
-
-KL to a reference policy: with `ref_log_prob` given, the per-token estimate
-    k1 = logp - ref                               (unbiased, can be negative)
-    k3 = exp(ref - logp) - (ref - logp) - 1       (Schulman's: unbiased, >= 0, low variance)
-is aggregated like the loss and reported as `kl`; with kl_coef > 0 the returned loss is
-policy_loss + kl_coef * kl. kl_coef > 0 without ref_log_prob raises. With `kl_clamp` = c each
-token's estimate is clamped to [-c, c] first (value and gradient of torch.clamp: 0 beyond c),
-verl's stabiliser for k3 (c = 10 there, always on).
-
-Dual clip (`clip_ratio_c` = c > 1, `ppo_clip` and `dapo`): for A < 0 the clipped surrogate
--A max(r, clip(r)) still grows linearly in r, so one token whose probability rose a lot can
-dominate a batch; dual-clip PPO (arXiv 1912.09729) caps it, loss = min(that, -A c), with no
-gradient where the cap binds. Tokens with A >= 0 are untouched.
-
-Metrics (keys without a namespace; the trainer files them under its loss namespace):
-
-| key               | meaning                                                                           |
-|-------------------|-----------------------------------------------------------------------------------|
-| policy_loss       | the aggregated policy term (the returned loss less kl_coef * kl)                  |
-| approx_kl         | 0.5 * mean over valid tokens of (log_prob - old_log_prob)^2                       |
-| ratio_mean        | mean of r over valid tokens (gspo: of the sequence ratio s over sequences)        |
-| ratio_std         | its population std                                                                |
-| ratio_max_abs_dev | max of |r - 1| (gspo: |s - 1|)                                                    |
-| clipfrac          | fraction of valid tokens (gspo: sequences) with the ratio outside                 |
-|                   | [1 - clip_low, 1 + clip_high]; for sapo, which has no hard clip, a diagnostic     |
-| kl                | the aggregated KL estimate to the reference (only when ref_log_prob is given)     |
-| clipfrac_lower    | fraction of valid tokens where the dual clip binds (A < 0 and the clipped loss    |
-|                   | exceeds -A c); only when clip_ratio_c is given (verl's pg_clipfrac_lower)         |
-
-Moving a verl recipe (`verl/trainer/ppo/core_algos.py`, `compute_policy_loss_vanilla`, `agg_loss`,
-`kl_penalty`): the maths agrees on the same tensors except for these conventions.
-
-| here                                             | verl                                            |
-|--------------------------------------------------|-------------------------------------------------|
-| dual clip off unless clip_ratio_c is set         | always on in the vanilla loss, clip_ratio_c 3   |
-|                                                  | (its DAPO scripts: 10)                          |
-| advantages clamped to +-adv_clip_max (default 5) | not clamped (pass a large adv_clip_max)         |
-| the log-ratio is not clamped before exp          | clamped to [-20, 20] (gspo: log s <= 10): past  |
-|                                                  | r = e^20 its loss stops growing and its         |
-|                                                  | gradient is 0 (a bound only for A < 0)          |
-| k3 unclamped unless kl_clamp is set              | low_var_kl: x = ref - logp clamped to [-20, 20],|
-|                                                  | then k3 to [-10, 10]; kl_clamp: 10 gives the    |
-|                                                  | same values for every x                         |
-| seq-mean-token-sum-norm: sum / (B C), C given    | C = loss_scale_factor, default the padded width |
-|                                                  | T; latest: sum / (B C), earlier versions sum / C|
-|                                                  | (B times ours)                                  |
-| seq-* modes leave all-masked sequences out of B  | newer versions too; older ones count them       |
-| clipfrac: ratio outside [1 - lo, 1 + hi], any A  | pg_clipfrac: where the clip changed the loss    |
-|                                                  | (pg_losses2 > pg_losses1)                       |
-| approx_kl: 0.5 mean (log r)^2 (k2)               | ppo_kl: mean(-log r) (k1)                       |
-| every mean is over this call's tokens            | token-mean can be normalised by the mini-batch's|
-|                                                  | token count across micro-batches and ranks      |
-
-Not here: advantage estimation, DAPO's dynamic sampling and overlong shaping (trainer / reward),
-and normalisation across micro-batches or data-parallel ranks: every mean is over the entries
-of this one call, so the engine must weight micro-batches if it wants a mini-batch token-mean.
+Not here: advantages, DAPO's dynamic sampling and overlong shaping, and normalisation across
+micro-batches or ranks (every mean is over this one call's entries).
 """
 from __future__ import annotations
 
@@ -326,7 +242,7 @@ def _check_mode(mode: str) -> None:
 def aggregate(values: Tensor, mask: Optional[Tensor], mode: str, scale: Optional[float] = None) -> Tensor:
     """Reduce per-token `values` `[B, T]` to a 0-d tensor over the tokens where `mask` > 0.
 
-    `mask` None counts every token. See the module docstring for the four modes. `scale` is the
+    `mask` None counts every token. docs/algorithms.md tables the four modes. `scale` is the
     constant C of seq-mean-token-sum-norm (`loss_scale_factor`), required there and not read by
     the other modes.
     """
@@ -367,7 +283,7 @@ def aggregate(values: Tensor, mask: Optional[Tensor], mode: str, scale: Optional
 def token_kl(
     log_prob: Tensor, ref_log_prob: Tensor, estimator: str = "k3", clamp: Optional[float] = None
 ) -> Tensor:
-    """Per-token KL(pi || ref) estimate, same shape as `log_prob`: "k1" or "k3" (see the module doc).
+    """Per-token KL(pi || ref) estimate, same shape as `log_prob`: "k1" or "k3" (docs/algorithms.md).
 
     With `clamp` = c > 0 the estimate is clamped to [-c, c], in value and gradient like
     torch.clamp(kl, -c, c) (0 gradient where it binds).
@@ -514,11 +430,7 @@ class PPOClipLoss(TokenLoss):
         loss = agg_t(l_t)  [+ kl_coef * agg(kl)]
 
     agg is `loss_agg_mode`. On-policy r_t = 1 exactly and the gradient is the REINFORCE one,
-    agg_t(-A d log_prob_t).
-
-    verl's `vanilla` loss is this with clip_ratio_c = 3 always on, unclamped advantages (a large
-    adv_clip_max) and log r clamped to [-20, 20]; see the module docstring for the other
-    conventions. To reproduce a verl run set clip_ratio_c: 3.0 and adv_clip_max large.
+    agg_t(-A d log_prob_t). verl's `vanilla` loss differs in a few conventions (docs/algorithms.md).
     """
 
     Options = PPOClipOptions
@@ -560,12 +472,7 @@ class GSPOLoss(TokenLoss):
     Clip ranges are ~1e3 smaller than token PPO's (GSPO: 3e-4 / 4e-4, the defaults) because
     log s_i is a mean. ratio_* and clipfrac describe s_i over the sequences that hold a valid
     token; approx_kl is over tokens. A sequence without a valid token has s_i = 1 and takes no part.
-
-    verl's `gspo` loss: the same token form, with log s_{i,t} clamped to <= 10 (the same values
-    up to s = e^10) and no dual clip (there is no clip_ratio_c option here); its clipfrac counts
-    tokens where the clip changed the loss, ours sequences with s_i outside the range. verl
-    aggregates it with seq-mean-token-mean, in some versions by reading loss_agg_mode (its GSPO
-    scripts set that value); here it is fixed.
+    There is no dual clip. verl's `gspo` differs in its clamp and clipfrac (docs/algorithms.md).
     """
 
     Options = GSPOOptions

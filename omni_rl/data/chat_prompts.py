@@ -1,59 +1,14 @@
 """Chat prompt files for the text / omni path: `.jsonl` and `.parquet` rows -> `PromptItem`s.
 
-`load_chat_items(path)` reads one file; each row (a JSON object per line, or a Parquet row) has
+`load_chat_items(path)` reads rows of `prompt` (a string or chat messages), optional `images`,
+`audio`, `ground_truth` (or verl's `reward_model.ground_truth`) and `metadata`; other fields
+reach the metadata as they are, and a literal `<image>` becomes an image part in place. Media
+are decoded at load, paths may not leave the data folder, and a bad row raises
+`PromptFileError` naming the file, the 1-based row, the field and what was expected.
 
-    prompt        required: a string (one user message), or a list of chat messages
-                  {"role": "system" | "user" | "assistant" | "tool", "content": ...} where
-                  content is a string or a list of parts ({"type": "text", "text": ...},
-                  {"type": "image"}, ...) as chat templates take them.
-    images        optional: a list of images, each raw bytes (Parquet binary), a base64 string
-                  (a `data:image/...;base64,` URI or bare base64), a file path (relative paths
-                  are relative to the data file's folder), or a {"bytes": ..., "path": ...}
-                  struct as Hugging Face `datasets` writes its Image feature.
-    audio         optional: a list of clips, each a path to a .wav file (relative as above),
-                  {"array": [floats], "sample_rate": N}, or a {"bytes": <wav>, "path": ...} struct.
-    ground_truth  optional: any JSON value; stored as metadata["ground_truth"], where the
-                  text rewards (math_answer, multiple_choice) read it.
-    reward_model  optional: verl's {"ground_truth": ..., "style": "rule"} struct (verl-omni's MMK12
-                  and geometry converters write it); its ground_truth is stored as
-                  metadata["ground_truth"] too (refused when it differs from a top-level one).
-    metadata      optional: an object, merged into the item's metadata.
+    {"prompt": "<image>\nWhat is the area?", "images": ["fig1.png"], "ground_truth": "12"}
 
-Every other field (ids, subjects, verl's data_source, ability, extra_info, and reward_model
-itself) reaches the item's metadata under its own name (`omni_rl.data.row_metadata`, which
-refuses a key given both at the top level and in `metadata` with different values). A null
-optional field counts as absent.
-
-Image placeholders. verl's converters write the image's position as a literal `<image>` in a
-message's text ("<image>\nWhat is the area?"). In a row with images, each `<image>` in a string
-content or a text part becomes an image part {"type": "image"} at that place (the text around
-it kept as text parts, a part left empty by the split dropped), so the chat template puts the
-image there and the placeholder is not left as text. The placeholders and image parts of a row
-must then number its images; a row that has placeholders and no images is refused too.
-
-Each row becomes `PromptItem(prompt, metadata, messages, media)`:
-- `prompt`: the plain text of the LAST user message (text parts joined with a newline; no
-  placeholder left in it);
-- `messages`: a tuple of the message dicts (a string prompt becomes one user message);
-- `media`: None without images or audio, else a dict with `"images"`, a list of RGB PIL images,
-  and/or `"audio"`, a list of (float32 mono numpy array in [-1, 1], sample_rate) pairs.
-
-Paths are relative to the data file's folder and may not leave it (no absolute paths, `..`
-or symlinks out) unless `data.allow_paths_outside` (`omni_rl.data.dataset_folder`); a string
-made of the base64 alphabet alone, 64 characters or longer, is base64, never a path.
-
-Decoding rules. Images are fully decoded at load, so a corrupt file fails now, naming its row,
-not in the middle of a run; an image over 8192 x 8192 pixels is refused
-(`omni_rl.data.image_decode`). Images with transparency are composited onto white (what a viewer
-shows) before the RGB conversion. WAV files are read by `omni_rl.data.wav.read_wav`: integer
-PCM only (8-bit unsigned, 16/24/32-bit signed), scaled to [-1, 1] and averaged over channels;
-a float or compressed WAV, a damaged header and a truncated data chunk are refused.
-
-Every bad row raises `PromptFileError` naming the file, the 1-based row number, the field
-and what was expected. Parquet needs `pyarrow` (`pip install pyarrow`).
-
-Left out on purpose: video, lazy decoding (a whole file's media are held in memory), remote
-URLs, and resampling audio (models' feature extractors resample).
+Left out on purpose: video, lazy decoding, remote URLs, resampling audio.
 """
 from __future__ import annotations
 

@@ -1,25 +1,11 @@
 """Where the files a dataset names may be, and what a string in an image field is.
 
-A prompt or preference file names images and audio by path, relative to the file's own folder
-(its "dataset folder"). `DatasetFolder.file(value, where)` turns such a path into the file to
-read, and refuses, with one `PromptFileError` line naming the row and field:
+`DatasetFolder.file(value, where)` resolves a path relative to the data file's folder, refusing
+in one `PromptFileError` line a path out of the folder (rewards may send images to other
+machines; `data.allow_paths_outside=true` allows it), a missing path, and anything not a regular
+file. `is_base64(text)`: the base64 alphabet alone, at least `MIN_BASE64_CHARS` long.
 
-- an absolute path, a `..` that climbs out of the folder, or a symlink whose target lies outside
-  it, unless `data.allow_paths_outside=true`. Rewards such as `vlm_edit_judge` and
-  `http_scorer` send images to other machines, so a row must not be able to read
-  `/proc/self/environ` or `~/.ssh/id_rsa` without the user saying so. With the opt-in such a
-  path is read, and the first one a process reads is said in one warning line;
-- a path that does not exist, and one that is not a regular file: a folder, a device or a FIFO
-  is "not a file" (reading `/dev/zero` would never end).
-
-`is_base64(text)` decides whether an image string is base64 before the filesystem is touched:
-a string of the base64 alphabet alone, at least `MIN_BASE64_CHARS` long, is base64 (a path
-that long with no `.`, `-`, `_` or space is not worth guessing at); anything else is a path,
-and a path longer than the system's limit is refused as one, not passed to `open`
-(`OSError: File name too long`).
-
-Not here: reading or decoding the files (`omni_rl.data.chat_prompts`,
-`omni_rl.data.preference_file`), and URLs (never fetched).
+Not here: reading or decoding the files, and URLs (never fetched).
 """
 from __future__ import annotations
 

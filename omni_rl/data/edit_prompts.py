@@ -1,61 +1,14 @@
 """Image-editing prompt files (Qwen-Image-Edit style RL): `.jsonl` / `.parquet` rows -> `PromptItem`s.
 
-`load_edit_items(path)` reads one file; each row (a JSON object per line, or a Parquet row) has
+`load_edit_items(path)` reads rows of `instruction` and `source_image` with optional captions,
+`reference_image` and `metadata`, and the peers' layouts as they ship (docs/recipes.md, Prompt
+files). The source reaches the adapter as `media["images"][0]` and the rewards as
+`metadata["source_image"]`; images are decoded at load, and a bad row raises `PromptFileError`
+naming the file, the 1-based row and the field.
 
-    instruction      required: a non-empty string, the edit to make ("make it brighter").
-                     `prompt` is accepted as its alias when `instruction` is absent.
-    source_image     required: the image to edit: a file path (relative paths are relative to
-                     the data file's folder), raw bytes (Parquet binary), a base64 string (a
-                     `data:image/...;base64,` URI or bare base64), or a {"bytes", "path"}
-                     struct as Hugging Face `datasets` writes its Image feature.
-    target_text      optional string: a caption of the wanted result ("a bright red square").
-    source_text      optional string: a caption of the source image.
-    reference_image  optional: a second image (e.g. a wanted result), in the same forms.
-    metadata         optional object, merged into the item's metadata (e.g.
-                     {"brightness_direction": 1} for the `edit_brightness` reward).
+    {"instruction": "make it brighter", "source_image": "dark_red.png", "metadata": {"brightness_direction": 1}}
 
-Other keys are ignored; a null optional field counts as absent. `read_prompt_file` sends a
-`.jsonl` file here when any of its rows is an edit row (`is_edit_row`), and a `.parquet` file
-when it has a `source_image` column or an `ability` column that reads "image_edit" on every row
-(`is_edit_parquet`; other Parquet files are chat files, `omni_rl.data.chat_prompts`).
-
-Two peers' layouts are read as they ship, the source image taken from another field:
-
-- Flow-Factory's and verl-omni's `{"prompt", "image"}` rows: `image` is the source image, a
-  path relative to the data file's folder or, where it is not there, to its `images/` subfolder
-  (where both peers keep them), or any of the forms above. A row with both `image` and
-  `source_image` is refused.
-- verl-omni's Qwen-Image-Edit Parquet (`examples/flowgrpo_trainer/qwen_image_edit/prepare_data.py`,
-  `data_process/qwenimageedit_*.py`): `ability` "image_edit", `prompt` a list of chat messages,
-  `images` a list of one {"bytes"} struct (the source). The instruction is the text of the last
-  user message with the `<image>` placeholder and a "Picture N:" label before it removed (the
-  Qwen-Image-Edit adapter adds its own "Picture 1:" template); the system message is not used
-  (the edit adapters take no system prompt). `negative_prompt`, `reward_model` and
-  `extra_info` are ignored like other keys.
-
-Each row becomes
-
-    PromptItem(prompt=instruction,
-               metadata={**row["metadata"], "source_image": <RGB PIL image>,
-                         "target_text": ..., "source_text": ..., "reference_image": <RGB PIL>},
-               media={"images": [<the same source RGB PIL image>]})
-
-with the three optional keys present only when the row gives them. The edit adapters read the
-source from `media["images"][0]`; the edit rewards (`rewards/edit_pixels.py`,
-`clip_directional`, `vlm_edit_judge`) read `metadata["source_image"]`, so it reaches them
-with every sample as the rest of the metadata does. The metadata keys `source_image`,
-`reference_image`, `target_text` and `source_text` are the row's own: a row whose `metadata`
-object holds one of them is refused. `item_has_source_image(item)` tells an edit item from a
-text-to-image one.
-
-Images are fully decoded at load with the chat reader's `load_image` (transparency composited
-onto white, then RGB), so a corrupt file fails now, naming its row. Every bad row (bad JSON, a
-missing or unreadable image, an instruction that is not a non-empty string, a caption that is
-not a string, a `metadata` that is not an object) raises `PromptFileError` naming the file,
-the 1-based row, the field and what was expected. Parquet needs `pyarrow`.
-
-Left out on purpose: several source images per row (multi-image edits), masks, and lazy
-decoding (a whole file's images are held in memory).
+Left out on purpose: several source images per row, masks, lazy decoding.
 """
 from __future__ import annotations
 

@@ -1,16 +1,10 @@
 """Decoding a dataset's images, with a cap on their pixels.
 
-`decode_image(data, where, source)` opens encoded image bytes (or a file), checks the size its
-header states against `MAX_IMAGE_PIXELS` before decoding a pixel, then decodes it fully and
-returns an RGB PIL image (transparency composited onto white, what a viewer shows). Every
-failure is one `PromptFileError` line naming `where` and `source`: an unreadable or truncated
-file, and an image over the cap, including one PIL itself calls a decompression bomb (a small
-file whose header claims billions of pixels, which would take the machine's memory).
-
-`pixel_digest(image)` is a digest of an image's decoded pixels, mode and size: two files that
-decode to the same picture have the same digest (what offline DPO's identical-pair check uses).
-
-Not here: where the bytes come from (`omni_rl.data.chat_prompts`, `omni_rl.data.preference_file`).
+`decode_image(data, where, source)` checks the size an image's header states against
+`MAX_IMAGE_PIXELS` before decoding a pixel (a decompression bomb would take the machine's memory),
+then decodes it fully to RGB (transparency over white); every failure is one `PromptFileError`
+naming `where` and `source`. `pixel_digest(image)` is the same for two files that decode to the
+same picture (offline DPO's identical-pair check).
 """
 from __future__ import annotations
 

@@ -2,19 +2,12 @@
 
     {"prompt": "a red cube", "chosen": "imgs/0_w.png", "rejected": "imgs/0_l.png"}
 
-`chosen` and `rejected` are image paths (anything PIL reads), relative to the file's folder and
-inside it unless `data.allow_paths_outside` (`omni_rl.data.dataset_folder`).
-`load_preference_file` checks every row before anything loads a model: its fields, and both
-images decoded (readable, at most 8192 x 8192 pixels) and different, neither the same file nor
-the same pixels (such a pair's DPO loss is ln 2 whatever the model does: it trains nothing). A
-bad row raises `PreferenceFileError` naming the file, the row (1-based) and the field.
-`read_pair_images` reads one pair as uint8 [H, W, 3] tensors at the size the model encodes them;
-`preference_prompts` gives the file's distinct prompts (what validation samples by default).
-`PreferenceFileError` is a `PromptFileError`, so the command line reports it as one of bad input.
+`load_preference_file` checks every row before any model loads: its fields, and both images
+decoded and different (a pair of equal images trains nothing: its DPO loss is ln 2); a bad row
+raises `PreferenceFileError` (a `PromptFileError`) naming the file, the 1-based row and the field.
+`read_pair_images` reads a pair at the model's size; `preference_prompts` gives the distinct prompts.
 
-Not here: encoding the images into latents (`DiffusionModelBase.encode_images`), the pairs'
-batch (`omni_rl.families.preference_pairs.PairBatch.from_images`) and which pairs a step trains
-(`omni_rl.families.offline_pairs`).
+Not here: encoding into latents, the pairs' batch, which pairs a step trains (`omni_rl.families`).
 """
 from __future__ import annotations
 

@@ -1,24 +1,12 @@
 """A bound on a prompt's characters, applied when the prompts load, before any tokenizer sees them.
 
-Tokenizers are not safe on unbounded text: a 50 MB prompt line aborts the SD3 and Qwen3 fast
-tokenizers (the process dies, no error line), and the text family's own token count
-(`omni_rl.data.prompt_length`) would tokenize it first. So every prompt's text (its `prompt`,
-and every text part of its chat messages; an edit row's instruction is its prompt) is counted
-in characters first, against
+Tokenizers are not safe on unbounded text (a 50 MB line aborts the SD3 and Qwen3 fast
+tokenizers, with no error line), so every prompt's text is first counted in characters against
+`max_prompt_tokens` x `CHARS_PER_TOKEN` (a prompt over it is certainly over the token limit) or,
+without a token limit, `DEFAULT_MAX_PROMPT_CHARS`. Over the bound, `overlong_prompts` applies as
+for tokens: `error`, `truncate` (keep the end of the last user message) or `drop`.
 
-- `algo.family_options.max_prompt_tokens` x `CHARS_PER_TOKEN` when the token limit is set: no token of a
-  tokenizer in use covers more than that many characters, so a prompt over this bound is
-  certainly over the token limit, and one under it is left to the token count;
-- else `DEFAULT_MAX_PROMPT_CHARS`, far more than a diffusion text encoder reads (SD3's T5
-  reads 256 tokens); a text model whose prompts are longer sets `algo.family_options.max_prompt_tokens`.
-  A diffusion model's family has no such options: its prompts get this default bound, in mode error.
-
-A prompt over the bound is handled by `algo.family_options.overlong_prompts`, as over-long token counts are:
-`error` refuses it in one line naming it, `truncate` keeps the last `bound` characters of its
-last user message (the end, where the question sits; the token count may cut it further), and
-`drop` leaves it out; truncated and dropped prompts are said in one warning line.
-
-Not here: counting tokens (`omni_rl.data.prompt_length`, with the model's tokenizer).
+Not here: counting tokens (`omni_rl.data.prompt_length`).
 """
 from __future__ import annotations
 

@@ -1,11 +1,6 @@
 """The prompt record every prompt reader returns (`PromptItem`) and the error they raise
-(`PromptFileError`).
-
-A module of its own so that the readers depend on it and not on each other:
-`omni_rl.data.prompts` (inline lists, `.txt`, plain `.jsonl`) dispatches chat files to
-`omni_rl.data.chat_prompts` and image-editing files to `omni_rl.data.edit_prompts`, and all
-build `PromptItem`s. `prompts` and `chat_prompts` re-export the two names, which is where
-callers import them from (`from omni_rl.data.prompts import PromptItem`).
+(`PromptFileError`), in a module of its own so that the readers depend on it and not on each
+other; `prompts` and `chat_prompts` re-export both.
 """
 from __future__ import annotations
 

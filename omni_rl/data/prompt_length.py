@@ -1,28 +1,11 @@
 """Prompts longer than the model can take: found when the prompts load, and refused, truncated
 or dropped by `overlong_prompts`, never silently.
 
-`PromptLimitOptions` holds the two knobs (`max_prompt_tokens`, `overlong_prompts`); the text
-family's options extend it, so a text model sets them in `algo.family_options`. Models whose
-family has no such options (diffusion) load their prompts with its defaults.
-
-A prompt is measured as the model sees it: the token ids of its chat (template, generation
-prompt and media placeholders included), counted by a function the text family passes in, so
-this module knows no tokenizer. The modes:
-
-- `error` (the default): stop, naming the first over-long prompt (its index and first
-  characters), its token count and the limit. A run with prompts that do not fit is a data
-  problem the user should decide on; guessing would change what is trained on without a word.
-- `truncate`: cut the START of the last user message until the whole prompt fits, so its last
-  tokens are kept. The end of a prompt is where the question or instruction usually sits
-  ("... What is the area?", "Answer with a number.") and what the response continues; the text
-  is cut, not the token ids, and the chat is rendered again, so the template's own tokens
-  (the system turn, the end-of-turn marker, the assistant generation prompt) stay intact.
-  Other messages and media are never cut: a prompt whose other parts alone are over the limit
-  raises as in `error`.
-- `drop`: leave the prompt out of the run's prompt list.
-
-`fit_prompt_lengths` returns the kept items and which were truncated or dropped; the caller
-logs them (one warning) and counts them in its metrics.
+`PromptLimitOptions` holds `max_prompt_tokens` and `overlong_prompts` (the text family's options
+extend it). A prompt is measured as the model sees it, by a function the family passes in (this
+module knows no tokenizer). `error` stops naming the prompt, `truncate` cuts the start of the
+last user message and renders the chat again, `drop` leaves it out (docs/recipes.md says why);
+`fit_prompt_lengths` returns the kept items and which were truncated or dropped.
 """
 from __future__ import annotations
 
@@ -93,10 +76,9 @@ def fit_prompt_lengths(
 ) -> FitReport:
     """Apply `mode` to every prompt of `items` whose `count_tokens` is over `limit`.
 
-    `where` names the prompts' source in messages ("data.prompts", "data.prompt_file='x.jsonl'")
-    and `limit_text` says where the limit comes from ("the model's 512 positions less
-    algo.family_options.max_new_tokens=16"). Raises `PromptLengthError` at the first over-long prompt in
-    `error` mode, and in `truncate` mode for a prompt that cannot be cut to fit.
+    `where` and `limit_text` name the prompts' source and the limit's in messages. Raises
+    `PromptLengthError` at the first over-long prompt in `error` mode, and in `truncate` mode for a
+    prompt that cannot be cut to fit.
     """
     if mode not in OVERLONG_MODES:
         raise ValueError(f"algo.family_options.overlong_prompts={mode!r}: expected one of {', '.join(OVERLONG_MODES)}")
@@ -135,12 +117,10 @@ def fit_prompt_lengths(
 def truncate_to_limit(
     item: PromptItem, count_tokens: Callable[[PromptItem], int], limit: int
 ) -> Optional[PromptItem]:
-    """`item` with the start of its last user message cut so that it counts at most `limit`
-    tokens, keeping as much of the message's end as fits; None if not one character of it fits.
+    """`item` with the start of its last user message cut to fit `limit` tokens, or None if nothing fits.
 
-    Searches the number of characters kept: doubling from `limit` characters, then bisecting,
-    so a 100k-character prompt costs about a dozen encodings of at most a few times the kept
-    text, not of the whole prompt.
+    The kept length is found by doubling then bisection, so a long prompt costs about a dozen
+    encodings of the kept text, not of the whole prompt.
     """
     length = len(last_user_text(item))
     if count_tokens(keep_last_chars(item, 0)) > limit:

@@ -1,20 +1,11 @@
 """A prompt file's text as every prompt reader takes it, and what a prompt's text may hold.
 
-Prompts reach terminals (error lines, the console log), logs and tokenizers, so a hostile or
-broken file is stopped here, in one `PromptFileError` naming its line and column:
-
-- `check_regular_file`: a path that exists but is no regular file (a FIFO, /dev/zero, a socket)
-  is reported as such from its `stat`, never opened: reading a FIFO blocks until a writer comes,
-  and /dev/zero never ends;
-- `read_text_lines`: UTF-8 with an optional byte-order mark (dropped, as editors on Windows add
-  it), lines split on "\\n" alone (a "\\r" before it is a CRLF ending, dropped). Every other control
-  character (NUL, ESC and the terminal sequences it starts, a lone CR, the C1 range) is refused:
-  tab is the one a prompt may hold. `str.splitlines` is not used: it would turn form feeds and
-  other separators into line breaks and move every later line number;
-- `check_prompt_text`: the same rule for prompts decoded from JSON or Parquet, and inline ones,
-  where a "\\n" is part of a prompt (a multi-line chat message) and allowed;
-- `is_blank`: a line of whitespace and zero-width characters alone is blank (skipped in a .txt
-  file, an empty prompt elsewhere); `str.isspace` does not count zero-width spaces.
+Prompts reach terminals, logs and tokenizers, so a hostile or broken file stops here in one
+`PromptFileError` naming its line and column: `check_regular_file` refuses a FIFO or device from
+its `stat`, never opening it; `read_text_lines` reads UTF-8 (an optional byte-order mark dropped,
+CRLF endings accepted) and refuses every control character but tab (`str.splitlines` is not used:
+it would move line numbers); `check_prompt_text` is the same rule for prompts from JSON or Parquet,
+where a newline is allowed; `is_blank` counts zero-width characters as blank.
 
 Not here: what a row holds besides its text (the readers), its length (`prompt_chars`).
 """

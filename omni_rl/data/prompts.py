@@ -1,35 +1,12 @@
 """Prompt datasets for generation RL: inline lists or files, sampled deterministically per step.
 
-A prompt file is `.txt` (one prompt per line; blank lines, zero-width ones included, and `#`
-comments skipped), `.jsonl`
-(one object per line with a `prompt` string; every other field of the row reaches the rewards'
-metadata: a `metadata` object's keys and the row's other top-level fields, merged by
-`omni_rl.data.row_metadata`, which refuses a key given both ways with different values; so
-GenEval's `{"tag", "include", "exclude", "prompt"}` rows keep their clauses) or `.parquet`. Two
-richer row formats have readers of their own, which state them:
-- an image-editing file, a `.jsonl` file any row of which has a `source_image` or `image` key
-  or an `ability` of "image_edit", or a `.parquet` file with a `source_image` column or an
-  `ability` column of "image_edit" (verl-omni's Qwen-Image-Edit converters):
-  `omni_rl.data.edit_prompts.load_edit_items` (the source image decoded into the items'
-  metadata and `media`). So Flow-Factory's and verl-omni's `{"prompt", "image"}` rows are
-  image-conditioned prompts, which a text-to-image model refuses at load
-  (`DiffusionModelBase.check_prompt_items`), never plain prompts with the image dropped;
-- a chat file, every other `.parquet` file and a `.jsonl` file any row of which has a list of
-  chat messages as its `prompt` or an `images`, `audio`, `ground_truth` or `reward_model` key:
-  `omni_rl.data.chat_prompts.load_chat_items`, which also fills the items' `messages` and `media`.
-
-Every file is read as `omni_rl.data.prompt_text` says (a regular file, UTF-8 with or without a
-byte-order mark, no control characters but tab), and so is every prompt's text.
-
-Every item records where it came from (`PromptItem.origin`: "line N", "row N"), which the
-load-time checks name.
-
-`prompts_for_step(step)` returns the same prompts for the same step whatever happened before
-(epoch-wise shuffles keyed by the seed), which is what makes resume exact.
-
-`PromptItem` and `PromptFileError` live in `omni_rl.data.prompt_item` (shared with the chat
-and edit readers, so that this module imports them and not the other way round); they are
-re-exported here.
+A prompt file is `.txt` (one prompt a line, `#` comments and blank lines skipped), `.jsonl`
+(a `prompt` per row; every other field reaches the rewards' metadata) or `.parquet`; image-edit
+files go to `edit_prompts` and chat files to `chat_prompts` (the formats are in docs/recipes.md,
+Prompt files). Every item records where it came from (`PromptItem.origin`: "line N", "row N"),
+which the load-time checks name. `prompts_for_step(step)` returns the same prompts for the same
+step whatever happened before (epoch-wise shuffles keyed by the seed), which makes resume exact.
+`PromptItem` and `PromptFileError` live in `prompt_item` and are re-exported here.
 """
 from __future__ import annotations
 

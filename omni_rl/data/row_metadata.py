@@ -1,22 +1,9 @@
 """A row's fields beside its prompt -> the rewards' metadata (the plain `.jsonl` and chat readers).
 
-The field's prompt files keep a row's data at the top level, not in a `metadata` object:
-GenEval's `{"tag", "include", "exclude", "prompt"}` rows (djghosh13/geneval, Flow-GRPO's
-`dataset/geneval/`), Flow-Factory's sudoku `{"prompt", "puzzle", "solution"}`, verl-omni's
-Parquet columns `data_source`, `ability`, `reward_model`, `extra_info`. Flow-Factory packs every
-column that is not a model input into its samples' metadata; omni-rl does the same, so that a
-reward receives every field of its row:
-
-    row_metadata(row, consumed, where)
-      = {**row["metadata"], **{key: row[key] for key in row if key not in consumed}}
-
-`consumed` are the keys the reader turned into the item itself (`prompt`, the media fields) and
-`metadata`. A null field counts as absent. A top-level key that the `metadata` object also holds
-is refused (`PromptFileError` naming `where`, the row) when the two values differ, and kept once
-when they are equal: which of two answers is the real one is not a reader's guess.
-
-Values are kept as the file gives them (JSON values; Parquet rows as pyarrow's `to_pylist`
-gives them, structs as dicts).
+Peers' files keep a row's data at the top level (GenEval's `tag` / `include` / `exclude`,
+verl-omni's `reward_model`, ...), so every field reaches the rewards:
+`row_metadata(row, consumed, where) = {**row["metadata"], **(the row's other fields)}`. A null
+field is absent; a key given at both levels with two values is refused (`PromptFileError`).
 """
 from __future__ import annotations
 

@@ -1,7 +1,6 @@
 """`SpeechBatch`: a step's spoken answers, as the trainer loop and the talker family pass them.
 
-N samples, each the thinker's answer (a whole `TextBatch` of the N samples: prompts, answer
-tokens, their masks and sampling log-probs) and the F speech frames the talker made of it:
+N samples, each the thinker's answer (a whole `TextBatch`) and the F speech frames made of it:
 
   codes        [N, F, K] long  each frame's K codec tokens (first codebook, then the residual ones)
   frame_mask   [N, F] float    1 on the sampled frames (the end-of-speech frame included)
@@ -10,10 +9,8 @@ tokens, their masks and sampling log-probs) and the F speech frames the talker m
   speech_finish_reasons  "stop" (end-of-speech token) or "length" (cut at max_frames)
   prefix_width the talker prefix's padded width in the step (every micro-batch replays it)
 
-The trajectory the trainer sees (`rollout_log_probs`, `old_log_probs`, `rollout_is_weights`,
-`action_mask()`): the F frames when only the talker trains; the answer's R tokens then the F
-frames, [N, R + F], when the thinker trains too (`trains_thinker`). Rewards and advantages
-are one per sample, for the whole trajectory.
+The trainer's trajectory is the F frames, or `[N, R + F]` (answer tokens first) when the thinker
+trains too; rewards and advantages are one per sample.
 """
 from __future__ import annotations
 

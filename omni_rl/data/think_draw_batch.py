@@ -1,22 +1,17 @@
 """`ThinkDrawBatch`: a step's think-then-draw samples, as the trainer loop and the think-draw family pass them.
 
-N samples, each one trajectory of two kinds of action: R plan tokens (padded; `plan_mask`), then
-the K trained denoising steps of its image. The image half is a whole `DiffusionBatch` of the same
-N samples (its conditioning holds each prompt with its plan); the plan half is:
+N samples, each R plan tokens then the K trained steps of its image. The image half is a whole
+`DiffusionBatch` (its conditioning holds prompt and plan); the plan half:
 
   prompts        the N prompts (the plan's context is rebuilt from them)
   plan_ids       [N, R] long   the sampled plan tokens, right-padded
   plan_mask      [N, R] float  1 on the sampled tokens (the end-of-plan token included)
   plan_rollout_log_probs [N, R] fp32  the sampling's log-probs (meaningless where the mask is 0)
-  plans          the decoded plans (shown to the rewards as metadata["plan"])
+  plans          the decoded plans (the rewards' metadata["plan"])
 
-What the trainer reads and sets is over the whole trajectory, plan tokens first:
-
-  rollout_log_probs  [N, R + K]  (a property: plan_rollout_log_probs, then image.rollout_log_probs)
-  old_log_probs      [N, R + K]  set by the trainer; the family splits it at R
-  rollout_is_weights [N, R + K] or None; old_means: None (the allowed losses read no means)
-  rewards, advantages [N]: one per sample, for both halves;  group_index [N]: the image's
-  weight_versions [N]: the image's (the plan is sampled with the same weights, just before)
+The trainer's `rollout_log_probs`, `old_log_probs` and `rollout_is_weights` are `[N, R + K]`, plan
+tokens first (the family splits them at R); rewards, advantages, `group_index` and
+`weight_versions` are the image's, one per sample.
 """
 from __future__ import annotations
 

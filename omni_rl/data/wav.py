@@ -1,15 +1,11 @@
 """`read_wav(data, where)`: integer-PCM WAV bytes -> (float32 mono samples in [-1, 1], rate).
 
-Read with the standard `wave` module: 8-bit unsigned and 16/24/32-bit signed PCM, scaled to
-[-1, 1] and averaged over channels. Every file it cannot read whole raises `PromptFileError`
-naming `where` and what is wrong: not a RIFF/WAVE file, a header cut short, a float or
-compressed format (with a hint to convert it), a sample rate of 0, no samples, and a data chunk
-that claims more bytes than the file holds. The last is a truncated copy, or a stream whose
-writer never went back to fill in the size (a placeholder of 4 GB); what is there is a part of
-the recording, not the recording, so it is refused rather than read.
+8-bit unsigned and 16/24/32-bit signed PCM through the standard `wave` module, averaged over
+channels. Anything it cannot read whole (not RIFF/WAVE, a short header, a float or compressed
+format, rate 0, no samples, a data chunk longer than the file, as a truncated copy has) raises
+`PromptFileError` naming `where` and the problem.
 
-Left out on purpose: float and compressed WAV, other containers, and resampling
-(`omni_rl.utils.audio`).
+Left out on purpose: float and compressed WAV, other containers, resampling (`omni_rl.utils.audio`).
 """
 from __future__ import annotations
 

@@ -1,14 +1,10 @@
 """The training-engine interface: the narrow waist between the trainer and the parameters.
 
-An engine owns the trainable parameters and the optimizer. It is handed a loss function and a
-micro-batch and knows no algorithm: `forward_backward` runs `loss_fn(micro_batch)`, scales and
-back-propagates it; `optimizer_step` clips and applies the accumulated gradient. Sharded engines
-(FSDP2) implement the same methods.
-
-Neither waits for the device on every micro-batch: `forward_backward` returns its metrics as
-device tensors and keeps a device flag of whether every loss was finite; `optimizer_step` reads
-that flag and the gradient norm's finiteness on the host together, one sync per mini-batch, and
-refuses the update (the gradients are dropped, the weights stay as they were) when either is not.
+An engine owns the trainable parameters and the optimizer, is handed a loss function and knows
+no algorithm: `forward_backward` runs, scales and back-propagates `loss_fn(micro_batch)`;
+`optimizer_step` clips and applies the gradient. Metrics stay device tensors, and the finiteness
+of the losses and the gradient norm is read once per mini-batch: a non-finite one drops the
+update, leaving the weights as they were.
 """
 from __future__ import annotations
 
@@ -66,11 +62,10 @@ class TrainingEngine(ABC):
 
 
 def apply_optim_config(optimizer: torch.optim.Optimizer, cfg: OptimConfig, say: bool = True) -> list[str]:
-    """Set every param group's lr, betas, weight decay and eps to `cfg`'s, after the optimizer's
-    state was restored from a checkpoint (whose param_groups hold the values it was saved with):
-    a resumed run trains with the values it is given, its moments and step counts kept. Logs one
-    line naming each value that changed (unless not `say`) and returns them
-    ("optim.lr: 0.001 -> 0.0003")."""
+    """Set every param group's lr, betas, weight decay and eps to `cfg`'s after a restore (the
+    checkpoint's values would win otherwise), keeping moments and step counts; logs and returns the
+    values that changed ("optim.lr: 0.001 -> 0.0003").
+    """
     wanted = {"lr": cfg.lr, "betas": tuple(cfg.betas), "weight_decay": cfg.weight_decay, "eps": cfg.eps}
     changes = []
     for key, value in wanted.items():

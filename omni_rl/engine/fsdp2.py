@@ -1,30 +1,12 @@
 """`FSDP2Engine`: the sharded training engine (torch `fully_shard`), one per data-parallel rank.
 
-Same interface as `LocalEngine` (`forward_backward`, `optimizer_step`, `state_dict` /
-`load_state_dict`); the trainer's loss function and scaling are unchanged. What differs:
+Same interface as `LocalEngine`. The trainable module is sharded block by block
+(`fsdp_wrap_classes()`) then at the root; gradients are averaged by reduce-scatter; a bf16/fp16
+model keeps fp32 master shards; `param_offload` / `optimizer_offload` move state to the host;
+checkpoints are DCP shards that load on any number of ranks; gradient checkpointing wraps each
+block with torch's composable `checkpoint` (transformers checkpoints in train mode only).
 
-- the trainable module is sharded with `fully_shard` block by block (the adapter's
-  `fsdp_wrap_classes()`), then at the root, so that tied weights (an LM head tied to the
-  embedding) sit in one root group;
-- gradients are averaged across ranks by FSDP's reduce-scatter, so a rank that scales its loss
-  by 1 / (chunks * local micro-batches) contributes to the same mean one process would take over
-  the whole mini-batch (the worker group gives every rank an equal share of whole micro-batches);
-- mixed precision: when `model.dtype` is bf16/fp16 the trainable parameters are kept in fp32
-  (the sharded master copy; frozen ones stay in the model dtype) and `MixedPrecisionPolicy`
-  all-gathers them in the model dtype, reducing gradients in fp32;
-- offload: `param_offload` is FSDP2's `CPUOffloadPolicy` (sharded parameters and gradients live
-  in host memory, so the optimizer state does too); `optimizer_offload` alone moves the optimizer
-  state to the host between steps;
-- checkpoints are sharded (`torch.distributed.checkpoint`, `save_sharded` / `load_sharded`):
-  trainable tensors and optimizer state, every rank writing its shard; a checkpoint loads on any
-  number of ranks (DCP reshards) and, without a process group, in one process for export.
-
-Gradient checkpointing (`model.gradient_checkpointing`): every sharded block is also wrapped
-with torch's composable `checkpoint` (activations recomputed in backward; parameter names are
-unchanged). The adapters' own switch is not enough here: transformers checkpoints only in train
-mode, and the models stay in eval mode (dropout off, so rollout and trainer agree).
-It needs an initialised process group (`torch.distributed.init_process_group`); the worker owns it.
-Not here: tensor / sequence parallelism, and hybrid sharding (HSDP) across nodes.
+Not here: tensor / sequence parallelism, HSDP across nodes.
 """
 from __future__ import annotations
 

@@ -1,10 +1,8 @@
 """`TRAINING_ENGINES`: `trainer.engine` names a `TrainingEngineSpec`, which builds a training engine.
 
-One signature: `spec.build(model, cfg: OmniConfig) -> TrainingEngine`, called where the actor's
-weights live. `local` is one process; `fsdp2` shards over a torch.distributed group (each Ray
-worker runs one), imported only when built. Each spec declares its options dataclass
-(`trainer.engine_options`, bound with `engine_options(cfg)`). Which engines a backend can drive,
-and its default, the backend says (`ActorGroup.engines`).
+One signature, `spec.build(model, cfg) -> TrainingEngine`, called where the actor's weights live:
+`local` (one process) or `fsdp2` (one per rank, imported only when built). Each spec declares its
+options class (`trainer.engine_options`); which engines a backend drives, the backend says.
 """
 from __future__ import annotations
 

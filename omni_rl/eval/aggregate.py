@@ -1,18 +1,9 @@
 """A benchmark's figures from its per-prompt records, and the paired bootstrap over prompts.
 
-Each record is one prompt row with its samples' metric values (`omni_rl.eval.store`). A
-metric's figures:
-- `mean` and `se`: over all samples (the standard error of the mean of samples, treating
-  samples as independent; GenEval's "% correct images" for a 0/1 metric);
-- with tasks, `tasks[t]` (the mean over task t's samples) and `overall`, the unweighted mean of
-  the task means (GenEval's "Overall score"); without tasks `overall` is `mean`;
-- for a 0/1 metric, `prompts_any`: the share of prompts with at least one correct sample
-  (GenEval's "% correct prompts"; rows with the same prompt and metadata are one prompt, as
-  GenEval groups them; with `pair_unit="sample"` there is no such figure).
-
-`paired_bootstrap(a, b)` resamples prompts (the same draws for both results), recomputes every
-figure on each draw, and returns the 2.5 / 97.5 percentiles of B - A: a 95% interval that holds
-the prompts' own difficulty fixed, since both models drew the same prompts with the same seeds.
+A metric's figures are `mean` and `se` over samples, per-task means and their unweighted
+`overall` (GenEval's overall score), and for a 0/1 metric `prompts_any` (GenEval's "% correct
+prompts"). `paired_bootstrap(a, b)` resamples prompts with the same draws for both results and
+gives the 95% interval of B - A, holding each prompt's difficulty fixed.
 """
 from __future__ import annotations
 

@@ -1,24 +1,12 @@
 """`BENCHMARKS`: `--eval NAME` names a `Benchmark`, the spec of one benchmark's pinned protocol.
 
-A benchmark declares, and nothing else decides:
-- `family`: the kind of model it evaluates, a model family with a sampler (`diffusion`,
-  `autoregressive`, `talker`: `omni_rl.eval.sampling.SAMPLERS`), checked at load;
-- `prompts`: its prompt file's format, where to get it, and a default path (None where the file
-  is not distributable with the project: the user passes `--eval-prompts PATH`);
-- `protocol`: the pinned sampling, samples per prompt, seeds and scorers (`omni_rl.eval.protocol`);
-- `metrics`: the per-sample numbers it reports, each a scorer's score or a field of its details,
-  optionally thresholded (OCR's exact match is `score >= 1`);
-- `task_of`: a prompt's task from its metadata (GenEval's `tag`); with tasks, a metric's overall
-  is the unweighted mean of the task means, as GenEval's summary computes it; without, the mean
-  over samples;
-- `headline`: the metric whose overall is the benchmark's number;
-- `pair_unit`: what the comparison's bootstrap resamples: "prompt" (the default: a prompt's
-  samples stay together), or "sample" where every model draws each (prompt, seed) pair with the
-  same noise and a benchmark has too few prompts for a prompt-level interval (the shape demo's
-  four captions x 64 seeds).
+A benchmark declares, and nothing else decides, its model `family`, its `prompts` (format,
+source, default path), its `protocol` (sampling, samples per prompt, seeds, scorers), its
+`metrics` (scores or details fields, optionally thresholded), `task_of` (with tasks an overall is
+the unweighted mean of task means, as GenEval's), its `headline` metric and `pair_unit` (what the
+comparison's bootstrap resamples: "prompt", or "sample" for few prompts drawn with shared noise).
 
-Register another with `register_benchmark(Benchmark(...))` in a plugin module (the shape demo's
-`geneval_shapes` is one: demos/shapes/benchmark.py).
+    register_benchmark(Benchmark(...))   # in a plugin module: demos/shapes/benchmark.py
 """
 from __future__ import annotations
 

@@ -1,13 +1,10 @@
 """The built-in benchmarks: `geneval`, `ocr` and `pickscore` (text-to-image), each as its source defines it.
 
-Protocols follow Flow-GRPO's evaluation of SD3.5-M (its `config/grpo.py`: 40 steps, CFG 4.5,
-512 x 512, deterministic sampling), where the paper reports GenEval 0.63 -> 0.95, OCR 0.59 ->
-0.92 and PickScore 21.72 -> 23.31. GenEval draws 4 images per prompt of its 553 (its own
-generation script); Flow-GRPO's `test_metadata.jsonl` lists each prompt 4 times instead, so with
-that file pass `--protocol samples_per_prompt=1` (the same 2,212 images; the result records it).
-The prompt files are public but not shipped: each benchmark says where to get its file.
-The text benchmarks are in `omni_rl.eval.mmk12`, the speech and video ones in
-`omni_rl.eval.media_benchmarks`; importing this module registers them all.
+Protocols follow Flow-GRPO's evaluation of SD3.5-M (40 steps, CFG 4.5, 512 x 512, deterministic
+sampling). GenEval draws 4 images per prompt; Flow-GRPO's `test_metadata.jsonl` lists each prompt
+4 times instead, so with that file pass `--protocol samples_per_prompt=1`. The prompt files are
+not shipped: each benchmark says where to get its file. Importing this module also registers
+the text (`mmk12`) and media (`media_benchmarks`) benchmarks.
 """
 from __future__ import annotations
 

@@ -1,16 +1,9 @@
 """The evaluation flags of `python main_omni.py`, taken out of the argument list before the config is composed.
 
-    --eval BENCHMARK        evaluate the recipe's model on BENCHMARK (omni_rl.eval.job)
-    --eval-model PATH       a checkpoint folder, a run's output folder, or a LoRA (default: the base)
-    --eval-weights W        trained (default) or ema: a checkpoint's moving average of its weights
-    --eval-prompts PATH     the benchmark's prompt file (where it ships none)
-    --eval-out DIR          where samples and results go (default outputs/eval/<run>/<model>/<benchmark>)
-    --shard i/n             rows i, i + n, ... of the prompt file
-    --eval-workers N        spread the rows over N Ray workers (omni_rl.eval.ray_shards)
-    --protocol KEY=VALUE    change a protocol field (repeatable); the result records it
-    --compare A B           compare two results (results.json or their folders); no recipe needed
-
-A flag without its value, or `--eval-*` without `--eval`, is one error naming it.
+`--eval BENCHMARK`, `--eval-model PATH`, `--eval-weights trained|ema`, `--eval-prompts PATH`,
+`--eval-out DIR`, `--shard i/n`, `--eval-workers N`, `--protocol KEY=VALUE` (repeatable) and
+`--compare A B` (no recipe needed); docs/evaluation.md explains each. A flag without its value,
+or `--eval-*` without `--eval`, is one error naming it.
 """
 from __future__ import annotations
 

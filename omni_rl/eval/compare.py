@@ -1,11 +1,8 @@
 """`python main_omni.py --compare A B`: one table of two results' figures, B - A, with 95% intervals.
 
-A and B are results.json files (or the folders holding them) of one benchmark under one protocol
-and prompt file; anything else is refused with one line naming the difference (a number is only
-comparable to a number of the same protocol). The interval is the paired bootstrap of
-`omni_rl.eval.aggregate.paired_bootstrap` over the benchmark's units (its prompts), read from the
-per-prompt records beside each results.json. The table is printed, and written as `comparison.json` beside neither
-result (nothing of either is changed) only when `out` is given.
+A and B must be of one benchmark, protocol and prompt file (otherwise one line names the
+difference); the interval is `aggregate.paired_bootstrap` over the per-prompt records. The table
+is printed, and written as `comparison.json` only when `out` is given.
 """
 from __future__ import annotations
 

@@ -1,26 +1,10 @@
 """GenEval-style training prompts with their metadata rows, from GenEval's generation rules.
 
-Flow-GRPO trains on 50k rows made by GenEval's prompt generator with other seeds; that file is not
-distributable, so `generate_rows(n, seed, weights, exclude_prompts)` makes such rows here. Each row
-draws its task by `weights` (uniform over GENEVAL_TASKS by default), then follows that task's rule
-over `COCO_CLASSES`, `COLOURS` and `RELATIONS`:
-
-| task          | draw                                                         | prompt                                   |
-|---------------|--------------------------------------------------------------|------------------------------------------|
-| single_object | a class                                                      | a photo of {a} {class}                   |
-| two_object    | two different classes A, B                                   | a photo of {a} A and {a} B               |
-| counting      | a class, n uniform in 2..4; exclude {class, n + 1}           | a photo of {two/three/four} {plural}     |
-| colors        | a class other than person, a colour                          | a photo of {a} {colour} {class}          |
-| position      | two different classes A, B, a relation; B listed first, A at [relation, 0] | a photo of {a} A {relation} {a} B |
-| color_attr    | two different classes other than person, two different colours | a photo of {a} {c1} A and {a} {c2} B   |
-
-{a} is "an" before a vowel letter, else "a"; the plural adds "es" after a final "s", else "s"
-(GenEval's own rules, so "two sheeps": the prompts read as the benchmark's do). A row whose prompt
-is in `exclude_prompts` (the official test prompts: `read_prompts(path)` of GenEval's
-evaluation_metadata.jsonl) is drawn again within its task, so no training prompt is a test prompt
-and the task weights hold; with `unique=True` a prompt already made is drawn again too. A task
-whose prompts run out is an error naming it: all 80 single_object prompts are official test
-prompts, so excluding those needs `weights` with single_object at 0. numpy's PCG64 from `seed`: one seed, one list.
+Flow-GRPO's 50k training rows are not distributable, so `generate_rows(n, seed, weights,
+exclude_prompts)` makes such rows: a task drawn by `weights`, then that task's rule over
+`COCO_CLASSES`, `COLOURS` and `RELATIONS` (the rules are tabled in docs/evaluation.md, Getting
+the data). Excluded prompts (the official test ones) are drawn again within their task; one
+seed gives one list (numpy's PCG64).
 
     python -m omni_rl.eval.geneval_prompts --n 50000 --seed 1 --exclude evaluation_metadata.jsonl \
         --no-single-object --out train.jsonl

@@ -1,51 +1,11 @@
 """GenEval's rules (Ghosh et al. 2023): from one image's detections and its metadata row to a verdict.
 
-Pure functions over numpy: any detector feeds them (the COCO Mask2Former of `rewards.geneval`,
-the flat-shape detector of `demos.shapes`). A detector reports `DetectedObject`s; the rules do the rest:
+Pure functions over numpy that any detector feeds: `kept_objects`, `needs_colour`, `verdict`
+(GenEval's `correct`, and Flow-GRPO's `strict_correct` and partial-credit `score`),
+`relative_position` and `summary_scores`. The choices the protocol leaves open are listed in
+docs/evaluation.md (GenEval without a legacy environment).
 
-1. `kept_objects(detections, row, rules)`: per class, the objects scored above the confidence
-   threshold (0.3; 0.9 when the row's tag is "counting"), by score descending, at most 16, then
-   greedy NMS when `max_overlap` < 1 (GenEval runs with 1.0: off).
-2. `needs_colour(kept, row)`: the (class, index) of the kept objects whose colour the verdict
-   reads, the first `count` of each class an include clause gives a colour; a detector classifies
-   only those, as GenEval does.
-3. `verdict(kept, row, rules) -> Verdict`, two readings of the same clauses:
-   - `correct`, GenEval's verdict: every include clause holds (AND) and no exclude clause does
-     (OR). An include clause {class, count} holds when at least `count` objects of `class` were
-     kept; with a colour, when all of the first `count` have it; with a position
-     [relation, i], when each of the first `count` stands in `relation` to each object of clause i's
-     group (which must itself hold). An exclude clause {class, count} is hit by `count` or more.
-   - `strict_correct` and `score`, Flow-GRPO's training reward: counts must be exact (all kept
-     objects of the class, == count), and each clause earns terms whose mean is the score:
-     1 - |count - found| / count for the count (negative when found > 2 * count: Flow-GRPO does
-     not clip it); for a colour, 1 - |count - coloured| / count when the count is exact, else 0;
-     for a position, 0 when the count or colour failed or no target held, else 1 when every pair
-     holds and the pair (0, 1) when one does not (Flow-GRPO appends 1 after the pair test
-     whichever way it went; kept, so scores match its training reward). Exclude clauses do not
-     enter this reading (on GenEval's rows they say "count + 1 of the same class", which an exact
-     count already rules out). No include clause: score 0.
-4. `relative_position(box_a, box_b, margin)`: where A lies relative to B. With c the box centres
-   and d = (width, height) the box dimensions, offset = c_a - c_b and
-       revised = sign(offset) * max(|offset| - margin * (d_a + d_b), 0)        (per axis)
-   no relation when both |revised| < 1e-3, else (dx, dy) = revised / ||offset|| and
-   dx < -0.5 "left of", dx > 0.5 "right of", dy < -0.5 "above", dy > 0.5 "below" (y grows downwards).
-5. `summary_scores(tags, prompt_keys, correct)`: the protocol's aggregation (per-task accuracy, the
-   overall as their unweighted mean, % correct images, % correct prompts: one correct image of
-   the prompt's samples is enough).
-
-What the protocol leaves open, and how it is taken here:
-- Boxes are (x0, y0, x1, y1) in pixels with x1, y1 exclusive: a mask's box is
-  (min x, min y, max x + 1, max y + 1), as mmdet derives Mask2Former's boxes from its masks. The IoU
-  of the optional NMS adds 1 to widths and heights, as GenEval's code does on those same boxes; the
-  position test uses the boxes as they are (centres and dimensions are offset-free).
-- The colour of an object (decided by its detector, see `rewards.geneval`) is classified on the
-  crop of the image to the box, after compositing the image through the object's mask over a
-  flat #999 background (no mask: the bare crop). PIL's crop of such a box is exactly its pixels.
-- Ties in score keep the detector's order (a stable sort); GenEval's argsort leaves them unordered.
-- A row with no include clause and no exclude clause is correct under GenEval's reading and
-  strict-correct under Flow-GRPO's, with score 0.
-- A row's tag must be one of GenEval's six tasks (it names the per-task group); a position clause
-  must point at an earlier clause (GenEval reads the groups matched so far).
+Not here: detection and colour classification (the detector's).
 """
 from __future__ import annotations
 

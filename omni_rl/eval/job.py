@@ -1,24 +1,11 @@
 """`run_eval`: one benchmark on one model, resumable and sharded; `python main_omni.py recipe=NAME --eval B`.
 
-1. Everything the input allows is checked before the model loads: the benchmark (registered,
-   of the recipe's model family), the protocol overrides (only fields the family's sampler
-   reads; scorers of what its samples are), the prompt file (read whole, every row
-   checked by the scorers' own prompt checks), the scorers' options, `--eval-model` (a
-   checkpoint or a LoRA file on disk), `trainer.device`, `model.path` (it holds a model or can be
-   fetched) and the output folder (`omni_rl.eval.store`).
-2. The rows of this shard (`--shard i/n`: rows i, i + n, ...) not yet recorded are drawn in
-   chunks of about `rollout.max_num_seqs` samples by the sampler of the benchmark's family
-   (`omni_rl.eval.sampling`: the native engine under the protocol, sample k of row r from
-   `protocol.sample_seed(r, k)`; images, videos, texts or speech), scored by the protocol's
-   scorers, and each row's record (with its samples' files or texts) is written as soon as its
-   chunk is scored. A progress bar counts rows.
-3. When every row of the file is recorded (by this job or by other shards), the figures are
-   computed (`omni_rl.eval.aggregate`) and written to results.json with the protocol, the model's
-   identity, the prompt file's checksum, omni-rl's version and the counts, with a grid of
-   samples per task. Otherwise the job says how many rows other shards still owe.
+Every input is checked before the model loads; then this shard's unrecorded rows are drawn in
+chunks by the family's sampler (sample k of row r from `protocol.sample_seed(r, k)`), scored and
+recorded as each chunk finishes. Once every row is recorded, results.json holds the figures, the
+protocol, the model's identity and the prompt file's checksum.
 
-Not here: the rollout server and vLLM backends (the job samples in its own process with the
-native engine); Ray spreads the shards over workers in `omni_rl.eval.ray_shards`.
+Not here: other rollout backends (native only), Ray shards (`ray_shards`).
 """
 from __future__ import annotations
 

@@ -1,24 +1,12 @@
 """The built-in speech and video benchmarks: `speech_wer_similarity` and `video_clip_consistency`.
 
-`speech_wer_similarity` (family `talker`): each prompt is answered by the thinker greedily
-(temperature 0), and the talker speaks the answer at the recipe's `speech_temperature` in at
-most its `max_frames` frames (both recorded), one utterance per prompt, kept as a WAV. Scored by
-- `asr_wer`: Whisper's (`openai/whisper-large-v3`, English, greedy) transcript against the
-  text the talker was asked to speak; `asr_accuracy` = max(0, 1 - WER) (insertions past 100%
-  clamp at 0, so 1 - its mean is a lower bound of the mean WER);
-- `speaker_similarity`: the cosine of WavLM x-vectors (`microsoft/wavlm-base-plus-sv`) with a
-  reference voice the user gives: `--protocol speaker_similarity.reference_audio=voice.wav`
-  (an integer-PCM WAV). Not Seed-TTS-eval's SIM (another verification model; rewards/
-  speaker_similarity.py says which).
-
-`video_clip_consistency` (family `diffusion`, a video model): each caption is drawn once under
-the recipe's sampler (steps, guidance, size, frames and fps, all recorded; deterministic ODE),
-kept as an mp4, and scored by
-- `clip_score`: CLIP ViT-L/14's cosine of the caption with 8 evenly spaced frames, averaged;
-- `aesthetic`: the LAION aesthetic predictor v2 on those 8 frames, averaged; its head is not
-  shipped: `--protocol aesthetic.head=sac+logos+ava1-l14-linearMSE.pth`;
-- `clip_frame_consistency`: the mean cosine of consecutive frames' CLIP image embeddings.
-It measures those three numbers and nothing else: it is not VBench and not comparable with it.
+`speech_wer_similarity` (family `talker`): greedy answers spoken once each, scored by `asr_wer`
+(Whisper large-v3's transcript against the spoken text; `asr_accuracy` = max(0, 1 - WER)) and
+`speaker_similarity` (WavLM x-vectors against `--protocol speaker_similarity.reference_audio=voice.wav`;
+not Seed-TTS-eval's SIM). `video_clip_consistency` (family `diffusion`, a video model): each
+caption drawn once with the ODE, scored by `clip_score`, `aesthetic` (its head is not shipped:
+`--protocol aesthetic.head=PATH`) and `clip_frame_consistency`. docs/evaluation.md tables them in
+full; neither is VBench or comparable with it.
 """
 from __future__ import annotations
 

@@ -1,20 +1,11 @@
 """`mmk12_greedy` and `mmk12_sampled`: MMK12-style answer accuracy of a text or omni model.
 
-Each row of a chat prompt file (Parquet or jsonl, `omni_rl.data.chat_prompts`: `prompt`,
-optional `images`, `ground_truth`) is answered by the recipe's model through the text family's
-chat requests, and the `math_answer` reward scores the response's last `\\boxed{}` (else
-`<answer>`) against the row's `ground_truth` (exact rational equivalence; its docstring).
-
-- `mmk12_greedy`: one greedy answer per question (temperature 0, so the seed does not matter
-  and a rerun gives the same answers); `accuracy` is the share answered right.
-- `mmk12_sampled`: k = 8 answers per question at temperature 1, top-p 1, each from its own seed.
-  `accuracy`'s `mean` is pass@1 averaged over the k samples (the mean over questions of
-  correct / k), and its `prompts_any` is pass@k (the share of questions with at least one
-  correct answer among the k). `--protocol samples_per_prompt=N` changes k, recorded.
-
-The response length is the recipe's (`algo.family_options.max_new_tokens`: 2048 in the
-Qwen3-Omni thinker recipe), recorded in the result's protocol. The file is the MMK12 test split
-converted as recipes/qwen3_omni_thinker_gspo_lora_mmk12.yaml shows; not shipped.
+Each row of a chat prompt file is answered through the text family's chat requests and scored by
+`math_answer` against its `ground_truth`. `mmk12_greedy`: one greedy answer per question;
+`mmk12_sampled`: k = 8 answers at temperature 1, each from its own seed, `accuracy`'s mean being
+pass@1 and its `prompts_any` pass@k (`--protocol samples_per_prompt=N` changes k). The response
+length is the recipe's, recorded. The file is the MMK12 test split, converted as
+recipes/qwen3_omni_thinker_gspo_lora_mmk12.yaml shows; not shipped.
 """
 from __future__ import annotations
 

@@ -1,19 +1,10 @@
 """What `--eval-model` names, its identity for results, and how it is loaded into the recipe's model.
 
-- nothing: the recipe's model as it is (the base);
-- a checkpoint folder of a run (or a run's output folder: its latest verified checkpoint): the
-  trained tensors, loaded as `trainer.resume` loads them, with the recipe's LoRA settings; or,
-  with `--eval-weights ema`, the exponential moving average of them that the run kept
-  (`trainer.backend_options.ema_decay`);
-- a LoRA in diffusers / PEFT format: a folder holding `pytorch_lora_weights.safetensors`
-  (diffusers, what omni-rl exports) or `adapter_model.safetensors` (PEFT), or that file itself,
-  whichever framework trained it. It is loaded by the model's own library (diffusers'
-  `load_lora_adapter`, with the rank and alpha the file's metadata gives; transformers'
-  `load_adapter` for a PEFT folder) onto the base model built without the recipe's LoRA.
-
-The identity (`identity`) names the kind, the path and the sha256 of every weight file, so that a
-result says exactly what was evaluated. A LoRA whose tensors name no layer of the model, or have
-the wrong shapes, is one error naming a key, raised before any sample is drawn.
+Nothing (the recipe's base model), a run's checkpoint folder or output folder (its trained
+tensors, or with `--eval-weights ema` the run's EMA), or a LoRA in diffusers or PEFT format
+(loaded by the model's own library onto the base model). `identity` names the kind, the path and
+the sha256 of every weight file; a LoRA that names no layer of the model, or has the wrong
+shapes, is one error before any sample is drawn.
 """
 from __future__ import annotations
 

@@ -2,22 +2,12 @@
 
 A benchmark's number moves with the sampler (one SD3.5-M checkpoint scores 7.94 to 20.42 on
 GenEval2 across steps, guidance and resolution), so the protocol is part of every result and two
-results are compared only when their protocols are equal (`differences`).
+results are compared only when their protocols are equal (`differences`). It holds the sampling
+fields (None: the recipe's value, recorded; a field the family does not read is refused),
+`samples_per_prompt` and `seed` (sample k of row i is drawn from `sample_seed(i, k)`, so every
+model sees the same noise), and the `scorers` with their options.
 
-- Sampling: `num_steps`, `guidance_scale`, `height`, `width` and, for video, `num_frames`, `fps`
-  (diffusion; deterministic ODE sampling, noise 0), or `temperature` (0: greedy), `top_p`,
-  `max_new_tokens` (text, and a talker's answer) and `speech_temperature` (0: greedy),
-  `max_frames` (a talker's speech); None where the benchmark leaves it to the recipe, which then
-  records the recipe's value. Which fields a model family reads is its sampler's
-  (`omni_rl.eval.sampling`); a field the family does not read is refused, never ignored.
-- `samples_per_prompt` and `seed`: sample k of prompt i (its row in the prompt file, whatever the
-  shard) is drawn from `sample_seed(i, k)`, so every model compared sees the same noise.
-- `scorers`: the rewards that score the samples, with their options (a different detector or
-  rule is a different protocol), and for an image reward on video the frames it scores
-  (`video_frames`: that many evenly spaced frames of each video, their scores averaged).
-
-`with_overrides(["num_steps=4", "geneval.detector=tiny:x"])` changes fields (or a scorer's
-option) for a run; the result then says which fields differ from the benchmark's own protocol.
+    protocol.with_overrides(["num_steps=4", "geneval.detector=tiny:x"])
 """
 from __future__ import annotations
 

@@ -1,14 +1,9 @@
 """`--eval-workers N`: one evaluation spread over N Ray workers, each a shard of the rows.
 
-Worker i runs `run_eval` on `--shard i/N` in the same output folder (its rows only, each worker
-with its own model and, where Ray sees GPUs, one GPU of its own). The driver checks the inputs
-first (`prepare`: nothing starts on a bad benchmark, file or folder), shows one progress bar of
-the rows recorded by all workers, and writes results.json once they are done, as a rerun of the
-whole would. A worker that fails stops the evaluation with its error; the rows it and the others
-recorded stay, so a rerun (on Ray or not) draws only the rest.
-
-Ray is started locally (one CPU per worker at least) unless the recipe names a cluster
-(`trainer.backend_options.ray_address`).
+Worker i runs `run_eval` on `--shard i/N` in the same output folder. The driver checks the
+inputs first (`prepare`), shows one progress bar, and writes results.json when all are done; a
+failing worker stops the evaluation, and the rows recorded stay for a rerun. Ray starts locally
+unless `trainer.backend_options.ray_address` names a cluster.
 """
 from __future__ import annotations
 

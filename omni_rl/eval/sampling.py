@@ -1,32 +1,12 @@
 """`SAMPLERS`: how the evaluation job draws a benchmark's samples, one sampler per model family.
 
-A sampler is registered under the model family it draws (`Benchmark.family`, which the job
-checks against the recipe adapter's family) and declares, besides its class:
-- `fields`: the protocol fields it reads; any other sampling field a protocol sets is refused
-  by the job before the model loads (a text benchmark's `num_steps` would be ignored, and the
-  result would still claim it);
-- `recipe_values(cfg)`: the recipe's value of each field it reads, which fills those the
-  benchmark leaves open (None) and is recorded with the result;
-- `makes(protocol)`: what its samples are (`image`, `video`, `audio`, `text`, as rewards
-  declare what they score), so that a scorer of something else is refused before the model
-  loads (a video benchmark on an image model).
+A sampler declares the protocol `fields` it reads (others are refused), `recipe_values(cfg)` for
+the fields a benchmark leaves open, and `makes(protocol)` (what its samples are). Its
+`draw(rows, out)` makes each sample from `protocol.sample_seed(row, k)`, writes its file and
+returns a `Drawn`: `diffusion` (ODE images or videos), `autoregressive` (responses), `talker`
+(spoken answers).
 
-Built as `cls(cfg, model, protocol)` once the model is loaded (with the family's rollout half
-and the native engine of the model's kind), `draw(rows, out)` turns (row, sample index, prompt
-item) triples into requests under the protocol, each from `protocol.sample_seed(row, k)`,
-generates them, writes each sample's file under `out/samples/` and returns a `Drawn`: what the
-scorers score and what each sample's record keeps beside its scores.
-
-- `diffusion`: deterministic ODE sampling (noise 0) at the protocol's steps, guidance, size (and
-  frames and fps for video); an image is kept as a PNG, a video as an mp4 with its sound where
-  the model makes audio, plus its first frame as a PNG (the grid's tile, `poster`).
-- `autoregressive`: the text family's chat requests at the protocol's temperature (0: greedy),
-  top-p and response length; the response text is kept in the record.
-- `talker`: the answer as the text family writes it (the same three fields), then spoken at
-  `speech_temperature` (0: greedy) in at most `max_frames` frames; each utterance is kept as a
-  WAV, with the text it was asked to speak (`spoken_text`, which the speech scorers read).
-
-Not here: which samples are drawn (the job's rows and chunks), scoring, records (`store`).
+Not here: which samples are drawn (the job), scoring, records (`store`).
 """
 from __future__ import annotations
 

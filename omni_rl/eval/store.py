@@ -1,19 +1,13 @@
 """An evaluation's folder: what it is of, each prompt's record as it finishes, and the result.
 
-    <out>/run.json              the benchmark, protocol, model identity and prompt file (sha256)
-    <out>/prompts/000012.json   row 12's record: prompt, metadata, and per sample its seed,
-                                what its sampler keeps (its file, a video's poster, a response's
-                                text: `omni_rl.eval.sampling`), scores, the scorers' details and
-                                the metric values
-    <out>/samples/000012_0.png  sample 0 of row 12 (.png image; .mp4 video with its .png first
-                                frame; .wav speech; a text benchmark writes none)
-    <out>/results.json          the figures, once every row is done (`omni_rl.eval.aggregate`)
-    <out>/grids/<task>.png      samples per task, framed green / red where a 0/1 metric decides
+    <out>/run.json              benchmark, protocol, model identity, prompt file (sha256)
+    <out>/prompts/000012.json   row 12's record: its samples' seeds, files, scores and details
+    <out>/samples/000012_0.png  sample 0 of row 12 (.png, .mp4 with a .png poster, .wav)
+    <out>/results.json          the figures, once every row is done
+    <out>/grids/<task>.png      samples per task
 
-Every file is written atomically, so a killed job leaves whole records only; a rerun reads
-`prompts/` and skips those rows. Several `--shard i/n` jobs may share a folder (each writes its
-own rows). A folder that holds another evaluation (another model, protocol or prompt file) is
-refused with a one-line error before any model loads, never mixed or overwritten.
+Every file is written atomically, so a rerun skips the recorded rows and shards may share a
+folder; a folder of another evaluation is refused before any model loads.
 """
 from __future__ import annotations
 

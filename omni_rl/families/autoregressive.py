@@ -1,33 +1,10 @@
 """The autoregressive (text / omni) family: chat requests, padded batches, and token replay.
 
-Rollout half: prompts become chat messages (plus media for omni models) through the adapter's
-chat template; the engine samples `samples_per_prompt` responses per prompt, each with its own
-seed; the rewards score the decoded response texts; validation writes the responses with their
-rewards to `samples/val_step_NNNNNN.jsonl`.
-
-Options (`TextOptions`, set in `algo.family_options`, checked at load): how responses are
-sampled (`temperature`, `top_p`, `max_new_tokens`, `stop_token_ids`; `TokenSamplingOptions` holds
-the two the think-draw family's plans share) and how long a prompt may be (`max_prompt_tokens`,
-`overlong_prompts`: `omni_rl.data.prompt_length.PromptLimitOptions`).
-
-Prompt length: `fit_prompts(items, what)` measures every prompt once, as the model sees it
-(chat template included), when the prompts load, and applies `overlong_prompts` to those
-over the limit (`max_prompt_tokens`, by default the model's context less
-`max_new_tokens`): "error" stops the run at once naming the prompt, "truncate" keeps
-its end (`omni_rl.data.prompt_length` says how and why), "drop" leaves it out; truncated and
-dropped prompts are counted in one warning line, and `response/prompt_truncated_ratio` is the
-share of a step's samples whose prompt was truncated. Every encoding is checked as well, so a
-prompt that reaches a request without `fit_prompts` is refused or truncated in the same way
-before any token is generated for it.
-
-Actor half: teacher forcing of the stored responses. `loss(micro_batch, 0)` is the registered
-policy loss (built once from `algo.loss_options` and `algo.kl_coef`) on the response tokens
-(masked; each weighted by the rollout correction's `batch.rollout_is_weights` when the trainer
-computed them: `algo.rollout_correction`), plus, when `algo.kl_coef > 0`, the KL estimate
-(the loss's k1/k3) to the reference policy (the base model with LoRA disabled). Token log-probs come from
-`AutoregressiveModelBase.token_log_probs`, the function the rollout engine recorded; the loss
-also reports the gap between the stored old log-probs and this forward's on the response tokens
-(kept by the update for its first mini-batch: `actor/first_minibatch_logprob_abs_diff_*`).
+Rollout half: prompts become chat messages (plus media) through the adapter's chat template and
+each response is sampled from its own seed (`TextOptions`: sampling and prompt limits, applied
+by `fit_prompts`). Actor half: teacher forcing of the stored responses with `token_log_probs`,
+the function the engine recorded; the loss is the token loss on the response tokens plus, with
+`algo.kl_coef > 0`, the KL to the reference (LoRA off).
 """
 from __future__ import annotations
 

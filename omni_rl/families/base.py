@@ -1,26 +1,12 @@
 """`ModelFamily`: everything the PPO loop does that depends on the kind of model, in one object.
 
-A family is registered under the name its adapters carry in `OmniModelBase.family`
-(`diffusion`, `autoregressive`, `think_draw`) and built as `family_cls(cfg, model)`; its own
-options (`Options`, set in `algo.family_options`) are bound and its config rules (`check_config`)
-run at load. It builds its policy loss once, from the loss's options (its block
-`algo.loss_options.NAME`). It has two halves, used in different places:
+A family is registered under the name its adapters carry in `OmniModelBase.family`; its `Options`
+(`algo.family_options`) and `check_config` run at load. Its rollout half (driver) makes requests,
+batches, reward inputs and validation; its actor half replays a stored batch teacher-forced
+(`behaviour_policy`, `loss`, `num_chunks`) with the adapter's own functions, so the rollout's
+log-probs and the trainer's are one function.
 
-- the rollout half, on the driver: turn a step's prompts into requests for a rollout engine and
-  the results into the family's batch (`rollout`), say what the rewards score
-  (`reward_inputs`, and per sample for streamed scoring), add family metrics
-  (`rollout_metrics`) and render validation samples (`validate`). The engine is passed in: the
-  family holds none, so a worker that only trains builds no sampler;
-- the actor half, wherever the weights are (this process, or each Ray rank): replay a stored
-  batch under the current weights, teacher-forced (`behaviour_policy`, `loss`), in
-  `num_chunks(batch)` backward passes per micro-batch.
-
-Both halves call the adapter's own functions (`predict_velocity` and the step kernel,
-`token_log_probs`), the same ones the native rollout engine samples with, so the rollout's
-log-probs and the trainer's are the same function of the same inputs.
-
-Not here: the loop itself (`omni_rl.trainer`), where the weights live (`ActorGroup`), the
-optimizer (`omni_rl.engine`) and the maths (`omni_rl.algos`).
+Not here: the loop, where the weights live (`ActorGroup`), the optimizer, the maths.
 """
 from __future__ import annotations
 

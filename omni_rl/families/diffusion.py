@@ -1,25 +1,13 @@
 """The diffusion family: requests, batches, reward inputs, validation, and the replay of a trajectory.
 
-Rollout half: each prompt of a step becomes `samples_per_prompt` requests, each with its own
-seed (shared initial noise within a group when `algo.family_options.same_noise_in_group`); the rewards score
-the decoded images (and see the clean latent in their metadata, for latent reward models);
-validation renders deterministic samples (ODE, more steps) into a PNG grid.
-
-Actor half: training is teacher-forced. For a window step j of sample i the stored latent x_j and
-its stored successor x_{j+1} are fed back; the policy's velocity at (x_j, sigma_j) gives the
-transition mean, and the very kernel that sampled (`omni_rl.algos.flow_sde`) scores x_{j+1}
-under it. So the rollout's log-prob and the trainer's are the same function of the same inputs,
-and on-policy their ratio is 1. `loss(micro_batch, j)` is the policy loss on the (sample, step j)
-entries (each weighted by the rollout correction's `batch.rollout_is_weights` when the trainer
-computed them: `algo.rollout_correction.level`) plus, when `algo.kl_coef > 0`, the KL (`kl_form`, a family
-option) to the reference (LoRA disabled) policy; it also
-reports how far the stored old log-probs are from this forward's (`update.GAP_MAX_KEY`, which the
-update keeps for its first mini-batch as `actor/first_minibatch_logprob_abs_diff_*`: before the
-first optimizer step that is the rollout-vs-trainer gap, measured at no extra cost).
-
-With a forward-process loss (`diffusion_nft`, `diffusion_dpo`: `algos.FORWARD_LOSSES`) the family
-is `forward_process.ForwardProcessFamily` (`variant`): the same rollout half, an actor half that
-trains on the final clean latents noised again, not on the trajectory.
+Rollout half: each prompt becomes `samples_per_prompt` requests, each with its own seed (shared
+initial noise with `same_noise_in_group`); the rewards score the decoded samples (and see the
+clean latent in their metadata); validation renders ODE samples into a grid. Actor half: for a
+window step j the stored x_j and x_{j+1} are fed back, and the very kernel that sampled scores
+x_{j+1} under the policy's mean, so on-policy the ratio is 1. `loss(micro_batch, j)` is the
+policy loss on step j's entries (with rollout-correction weights when computed) plus, with
+`algo.kl_coef > 0`, the KL (`kl_form`) to the reference (LoRA off). A forward-process loss makes
+the family `forward_process.ForwardProcessFamily` (`variant`).
 """
 from __future__ import annotations
 

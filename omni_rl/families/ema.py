@@ -1,22 +1,12 @@
 """`ParameterEMA`: an exponential moving average of named trainable parameters, and a swap.
 
-    ema <- decay * ema + (1 - decay) * theta        after each optimizer step (`update`)
+`update(decay)` does ema <- decay ema + (1 - decay) theta (the decay for that step may differ: a
+warm-up ramp). Inside `swapped_in()` the parameters hold the EMA values, the parameter objects
+unchanged, and on leaving each gets its very own storage back (bit for bit); use it under
+`torch.no_grad()`, outside a forward that builds a graph. The EMA is fp32 on the parameters'
+device and goes through checkpoints with `state_dict`.
 
-`update(decay)` takes another decay for that one step (a warm-up ramp: the run-wide EMA's,
-`omni_rl.trainer.weight_ema`); the default is the one it was built with.
-
-`swapped_in()` is a context manager inside which the parameters hold the EMA values (the
-parameter objects stay the same: the optimizer's state and the autograd leaves are untouched);
-on leaving, normally or by an exception, every parameter gets its own tensor back, the very
-same storage, so the weights are restored bit for bit. Use it under `torch.no_grad()` and
-before (not during) a forward that builds a graph through the parameters.
-
-The EMA tensors are fp32 copies on the parameters' device, named like
-`OmniModelBase.named_trainable_tensors()`; `state_dict` / `load_state_dict` carry them through a
-checkpoint.
-
-Not here: when to update (the family's `after_optimizer_step`, the actor group's run-wide EMA),
-sharded (FSDP2) parameters.
+Not here: when to update (the caller's), sharded (FSDP2) parameters.
 """
 from __future__ import annotations
 

@@ -1,16 +1,9 @@
 """The noise draws of the forward-process losses: a timestep t and a noise eps per sample and chunk.
 
-Chunk j of a sample's forward-process loss (`diffusion_nft`, `diffusion_dpo`) noises its clean
-latent x0 with its own (t, eps), drawn from a generator seeded by (the sample's seed, j) alone:
-the same whatever the micro-batch, the order or the rank, and a resumed run draws the same. The
-sample's seed is its rollout request's (itself derived from trainer.seed, the step and the sample),
-so draws differ across steps and samples. t first, then eps (stream after stream).
-
-Timestep samplings (the diffusion family's option `forward_timestep_sampling`), both kept inside [T_EPS, 1 - T_EPS] so
-that neither the clean nor the pure-noise end (where the target carries no information about
-the policy) is drawn:
-  uniform       t = T_EPS + (1 - 2 T_EPS) U,  U ~ U[0, 1)
-  logit_normal  t = sigmoid(N(0, 1)), clamped (SD3's training distribution, m = 0, s = 1)
+Chunk j of a sample draws its (t, eps) from a generator seeded by (the sample's request seed, j)
+alone: the same whatever the micro-batch, order or rank, and on resume. t is drawn inside
+[T_EPS, 1 - T_EPS] (neither end says anything about the policy), by `forward_timestep_sampling`:
+`uniform`, or `logit_normal` (t = sigmoid(N(0, 1)), SD3's training distribution).
 """
 from __future__ import annotations
 

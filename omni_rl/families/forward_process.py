@@ -1,28 +1,11 @@
 """The forward-process family: a diffusion model trained with `diffusion_nft` or `diffusion_dpo`.
 
-`ForwardProcessFamily` is the diffusion family (`DiffusionFamily.variant` picks it for a loss of
-`algos.FORWARD_LOSSES`) with the same rollout half and its own actor half.
-
-These losses replay no trajectory: each chunk j of a micro-batch noises the clean latents x0
-with the chunk's own seeded (t, eps) (`forward_draws`), x_t = (1 - t) x0 + t eps, and compares the
-policy's velocity at (x_t, t) with the flow target u = eps - x0 (`omni_rl.algos.forward_losses`).
-So `num_chunks` is the family option `forward_num_timesteps`, the rollout's log-probs are never
-read (`behaviour_policy` hands them back without a forward: any kernel, ODE included, may
-sample), and the losses take what they declare (`ForwardLoss.reads`, `ForwardLoss.pairwise`):
-
-- `old_velocity` (DiffusionNFT): the old policy is an EMA of the trainable weights
-  (the loss option `ema_decay`, `ParameterEMA`), updated after every optimizer step; its velocity is
-  computed under no_grad with the EMA swapped in, before the policy's own forward. The EMA is
-  part of the checkpoint (`state_tensors`).
-- `ref_velocity` (Diffusion-DPO): the reference policy is the base model, LoRA disabled
-  (`model.reference_policy()`).
-- pairwise losses train pairs: `train_items` turns the scored rollout into a `PairBatch`
-  (best vs worst of each group); the winner's and the loser's x_t share t and eps and go
-  through one forward, winners first.
-
-Deliberately a departure from the paper: DiffusionNFT samples with its old (EMA) policy; here the
-rollout samples with the current weights, as every other loss of this trainer does, and the EMA
-serves only as v_old in the loss.
+The diffusion family's variant for `algos.FORWARD_LOSSES`: the same rollout half, and an actor
+half that replays nothing. Chunk j noises the clean latents with its own seeded (t, eps)
+(`forward_draws`), so the rollout's log-probs are never read and any kernel may sample. The
+losses get what they declare: the EMA's `old_velocity` (DiffusionNFT), the LoRA-off
+`ref_velocity` and a `PairBatch` (Diffusion-DPO). Unlike the paper, the rollout samples with the
+current weights; the EMA serves only as v_old.
 """
 from __future__ import annotations
 

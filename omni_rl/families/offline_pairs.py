@@ -1,18 +1,11 @@
 """Offline Diffusion-DPO: each training step's preference pairs, read from a file instead of sampled.
 
-With `data.preference_file` the trainer runs no rollout (its producer is
-`omni_rl.trainer.pipeline.OfflinePairsProducer`, `trainer.pipeline=offline_pairs`): step s trains `trainer.prompts_per_step`
-pairs of the file, walked through in epochs reshuffled by `trainer.seed` (`PromptSampler`, as
-prompts are), so a step's pairs are the same whatever came before and a resumed run repeats the
-uninterrupted one. Each pair's chosen and rejected images are read at the rollout's size,
-encoded through the model's VAE (`DiffusionModelBase.encode_images`) and its prompt through the
-text encoders, into the `PairBatch` that `diffusion_dpo` trains with online pairs too. The
-pair's (t, eps) draws are seeded from (trainer.seed, step, position in the step): a pair seen in
-two epochs is noised differently each time, as SD's DPO fine-tuning draws afresh per batch.
-
-The images are encoded every time a pair is drawn, not cached: the VAE encode is small next to
-the DPO forwards (three transformer passes per pair and timestep), and a cache of a large file's
-latents would hold them all in memory.
+With `trainer.pipeline=offline_pairs` step s trains `trainer.prompts_per_step` pairs of
+`data.preference_file`, walked in epochs reshuffled by the seed (so resume repeats the run),
+each pair's images read at the rollout's size and encoded through the VAE into the `PairBatch`
+that online `diffusion_dpo` trains; (t, eps) are seeded from (seed, step, position), so a pair
+seen twice is noised differently. Images are encoded each time, not cached: the encode is small
+beside the DPO forwards, and a cache would hold a whole file's latents.
 """
 from __future__ import annotations
 

@@ -1,15 +1,9 @@
 """Preference pairs for Diffusion-DPO: which samples pair up, and the batch of pairs the update trains.
 
-Online pairs come from a rollout: in each prompt's group the sample with the highest reward is
-the winner and the one with the lowest the loser (the first of equal ones, in sample order);
-a group whose rewards are all equal (a group of one included) gives no pair and is skipped, as
-it says nothing about what is preferred. Offline pairs come from a preference file
-(`omni_rl.data.preference_file`).
-
-`PairBatch` is what the update loop iterates over with `diffusion_dpo`: P pairs, `select`-able
-like a `DiffusionBatch` (so `trainer.mini_batch_size` and `micro_batch_size` count pairs there),
-each with the winner's and the loser's clean latents, the prompt's conditioning and one seed
-for the pair's shared (t, eps) draws.
+Online, each group's highest-reward sample wins over its lowest (the first of equal ones); a group
+whose rewards are all equal gives no pair. `PairBatch` holds P pairs (winner's and loser's clean
+latents, the prompt's conditioning, one seed for their shared draws) and is `select`-able like a
+`DiffusionBatch`, so the batch sizes count pairs.
 """
 from __future__ import annotations
 

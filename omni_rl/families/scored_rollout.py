@@ -1,11 +1,7 @@
 """`scored_rollout`: run a step's requests on a rollout engine and hand every finished sample to
-the reward scorer the moment the engine completes it.
-
-Every rollout engine offers `submit_many(requests) -> futures` and `wait(requests, futures,
-timeout_s) -> results`. How early a sample reaches the scorer depends on the engine: the native
-diffusion engine completes each sample as it finishes; the Ray engine completes a chunk as a
-worker returns it; the native text engine samples synchronously, so its futures are done when
-`submit_many` returns. Every family's `rollout` uses this one function.
+the reward scorer the moment the engine completes it (each sample for the native diffusion
+engine, a chunk for Ray, all at once for the synchronous text engine). Every family's `rollout`
+uses it.
 """
 from __future__ import annotations
 

@@ -1,47 +1,14 @@
 """The talker family: an omni model's spoken answer, trained as a trajectory of speech frames.
 
-A sample is the thinker's answer to a prompt, then the F frames the talker speaks it in
-(`SpeechModelBase`). The action is a frame: its first-codebook token (the talker's) and its
-K - 1 residual-codebook tokens (the code predictor's), with ONE log-prob, the sum of the K
-tokens' log-probs. With `model.stage=thinker_talker` the answer's tokens are actions of the same
-trajectory, before the frames: [tokens..., frames...], one reward, one advantage, one update.
+A sample is the thinker's answer, then the frames the talker speaks it in (`SpeechModelBase`);
+a frame of K codec tokens is one action whose log-prob is their sum, so every token loss applies
+unchanged (docs/models.md says why). With `model.stage=thinker_talker` the answer's tokens come
+first in the same trajectory. The driver samples the answers with the text engine, speaks them
+in one padded batch and decodes them for the rewards (`metadata["spoken_text"]`); the update
+teacher-forces the frames with `speech_log_probs`.
 
-Why a family of its own, not the autoregressive one: that family's actions are the tokens its
-text engine samples and `token_log_probs` scores, one column per token. A frame is K tokens
-from two networks, conditioned on the answer, and a per-token column layout would make GSPO's
-sequence ratio and the token-mean denominators count K entries per frame, and would let a
-ratio clip act on a residual token alone while its frame's other tokens move. Carrying one
-column per frame (log-prob = the sum) keeps every token loss of `TOKEN_LOSSES` unchanged: each
-applies to the [N, F] (or [N, R + F]) trajectory exactly as to a response's tokens, with its
-own aggregation (`ppo_clip` / `cispo`: `loss_agg_mode`, token-mean by default, a frame being
-the unit; `dapo`: frame-mean; `gspo`: the sequence mean of each utterance's frame-mean log-ratio).
-The thinker half is the text family's, composed: its requests, prompt limits and the text
-rollout engine (which samples the answer with the model's `forward_logits`: the frozen thinker,
-or the trained one for thinker_talker), unchanged.
-
-Rollout half (in the driver, which holds the weights: `trainer.backend=local`, on-policy, the
-`native` rollout backend): the text engine writes every answer (request-level batching, each with
-its own seed); the adapter then speaks all answers of the step in one padded batch
-(`sample_speech`, each utterance from a seed of its own, derived from its request's seed) and
-decodes them (`decode_speech`). The rewards hear `MediaSamples(audio=[S_i] clips, sample_rate)`
-and read the text each sample was asked to speak in `metadata["spoken_text"]`. Validation:
-greedy frames after the configured answer sampling; each sample's WAV, its spoken text and its
-rewards under `samples/val_step_NNNNNN/`, and the audio in TensorBoard.
-
-Actor half: `num_chunks` is 1. The loss is the configured token loss (`algo.policy_loss`,
-`algo.loss_options`) on the trajectory's log-probs, teacher forced with the function that scored
-the samples (`speech_log_probs`; the answer's `token_log_probs` too for thinker_talker), plus
-the gap between the stored old log-probs and this forward's (`update.GAP_*_KEY`).
-
-Options (`algo.family_options`): the text family's, for the answer (`temperature`, `top_p`,
-`max_new_tokens`, `stop_token_ids`, prompt limits), and the speech's own: `speech_temperature`
-(the talker's and the code predictor's), `max_frames` (an utterance is cut there).
-
-Not here (refused at load, `check_config`): Ray workers and pipelined rollouts (the talker
-samples with the driver's model), other rollout engines, a KL term (`algo.kl_coef`), and a
-rollout-correction level. The talker samples the whole tempered distribution: no top-k, top-p or
-repetition penalty (Qwen3-Omni's own `generate` uses top-k 50 and a 1.05 repetition penalty),
-since the trainer scores the whole tempered distribution.
+Not here (refused at load): Ray workers, pipelined rollouts, other engines, a KL term, rollout
+correction, top-k / top-p / repetition penalty.
 """
 from __future__ import annotations
 

@@ -1,42 +1,13 @@
 """The think-draw family: a written plan, then an image drawn from it, trained as one trajectory.
 
-A sample is one trajectory of two kinds of action (`ThinkDrawModelBase`): the plan's R tokens,
-sampled from the model's language head after the prompt, and the K trained denoising steps of the
-image, whose context holds the prompt and the plan. One reward scores the image; its advantage
-reaches both halves, and one update trains both: the plan with a token loss (`TOKEN_LOSSES`, the
-family option `plan_policy_loss` with its `plan_loss_options`), the steps with the diffusion loss
-(`algo.policy_loss`, `algo.loss_options`).
+A sample is the plan's R tokens then the K trained denoising steps of an image conditioned on the
+prompt and the plan (`ThinkDrawModelBase`). One reward's advantage reaches both; the update trains
+the plan with a token loss (chunk 0, `plan_policy_loss`, weighted by `plan_loss_weight`) and the
+steps with `algo.policy_loss` (chunks 1..K), on one `[N, R + K]` action row per sample. The image
+half is the diffusion family's, composed. docs/algorithms.md (Think, then draw) has more.
 
-The image half is the diffusion family's, composed rather than inherited: its requests (seeds,
-SDE windows, shared noise), its batch, its teacher-forced step replay and its loss, unchanged.
-
-Rollout half (in the driver, which holds the weights the engine samples with: `trainer.backend`
-local, on-policy): the diffusion family makes the step's requests; the adapter samples each
-request's plan from a seed of its own (derived from the request's seed), scores the plans under
-no_grad with the function the trainer uses (`plan_log_probs`), and encodes each prompt with its
-plan into the request's precomputed conditioning; the engine then draws the images as for any
-diffusion model (request-level batching kept). The rewards score the images and see the decoded
-plan in `metadata["plan"]`. Validation: greedy plans, ODE images, captions that show the plan.
-
-Actor half: the trainer sees one action sequence per sample, [N, R + K] (plan tokens, then image
-steps; `BehaviourPolicy.mask` = [plan_mask, ones]), so its old log-probs, gaps and ratios need no
-branch. `num_chunks` is 1 + K: chunk 0 is the plan's token loss (times the family option
-`plan_loss_weight`, its ratio clip PPO's 0.2 unless `plan_loss_options` says otherwise, no KL
-term), chunk j >= 1 the diffusion loss of image step j - 1 (with the image's KL when
-`algo.kl_coef` > 0). Both report `loss/ratio_max_abs_dev` and the old-log-prob gap
-(`update.GAP_*_KEY`), so the first-mini-batch checks cover both kinds of action; the
-plan's other metrics are `loss/plan_*`, and `response/plan_length_mean`, `response/plan_clip_ratio` describe the
-step's plans.
-
-Not here (refused at config load, `check_config`): losses that read the old transition means
-(the trainer would need means for the plan columns, which have none) or train the forward
-process (no trajectory), a correction level (`algo.rollout_correction.level`: the plan tokens and the steps
-have no common unit), Ray workers and pipelined rollouts (the plans are sampled with the
-driver's own model, which must be the one being trained), a rollout engine other than the
-in-process `native` one (untested with a precomputed conditioning). Plans are sampled from the
-whole temperature-scaled distribution, which `plan_log_probs` scores: the family's sampling options
-(`temperature`, `max_new_tokens`, shared with the text family) have no top_p. `algo.kl_coef`
-applies to the image steps only.
+Not here (refused at load): losses that read old means or train the forward process, rollout
+correction, Ray workers, pipelined rollouts, non-native engines, top_p for plans.
 """
 from __future__ import annotations
 

@@ -1,26 +1,10 @@
 """The PPO update loop, shared by the one-process actor group and every Ray rank.
 
-For each epoch the step's samples are shuffled (seeded by (seed, step, epoch), so every rank
-draws the same order), cut into mini-batches of `mini_batch_size` samples (one optimizer step
-each), and each mini-batch into micro-batches of `micro_batch_size` (one forward each), with one
-backward per chunk (a denoising step; a whole response). With `world` ranks, rank `r` takes the
-r-th equal share of every mini-batch; the loss is scaled by 1 / (chunks x the rank's micro-batches
-per mini-batch) and the engine averages gradients across ranks, so the update equals one process
-on the whole mini-batch.
-
-`run_update` returns raw sums, counts and maxima, which ranks add up; `summarize` turns them into
-the step's metrics. The engine hands its metrics back as device tensors, and they are summed and
-maxed on the device: the loop reads them on the host once, at the end (with the engine's one
-sync per optimizer step, that is at most 2 host syncs per mini-batch). The gaps a family's loss
-reports (stored old log-probs vs this forward's, `GAP_*_KEY`) are kept for the first mini-batch
-only, as `actor/first_minibatch_logprob_abs_diff_*`: before the first optimizer step the policy
-is the behaviour policy, so with the rollout's log-probs as the old ones they measure the
-rollout-vs-trainer gap on those samples, for free.
-
-The family may train something other than the samples (`ModelFamily.train_items`: the
-preference pairs of `diffusion_dpo`), and hears of every optimizer step
-(`after_optimizer_step`: the EMA of `diffusion_nft`), as does the caller's `after_optimizer_step`
-(the one-process actor group's EMA of the weights, `omni_rl.trainer.weight_ema`).
+Each epoch shuffles the samples (seeded by (seed, step, epoch), the same on every rank) into
+mini-batches (one optimizer step) and micro-batches (one forward), with one backward per chunk;
+rank r takes its share with the loss scaled to equal one process's update. `run_update` returns
+device sums that ranks add up and `summarize` turns into metrics; the first mini-batch's
+log-prob gap is kept as the rollout-vs-trainer gap (`actor/first_minibatch_logprob_abs_diff_*`).
 """
 from __future__ import annotations
 

@@ -1,21 +1,9 @@
 """Metric sinks, progress bar, sample galleries and reward curves.
 
-- `sinks`: `MetricLogger` fans `log(metrics, step)` out to `ConsoleSink`, `JsonlSink`,
-  `TensorBoardSink`, `WandbSink`; `build_sinks(names, output_dir)` builds them by name;
-  `ProgressBar` is the training-step bar; `LoggerOptions` (`trainer.logger_options`:
-  progress_bar, wandb_project), bound by `bind_logger_options(cfg)`. Metric names live in `METRIC_NAMESPACES`.
-- `console`: `setup_console_logging()` (log records through the progress bar, known
-  third-party noise left out, transformers' bars off) and `attach_run_log(output_dir)`
-  (`OUTPUT/train.log`: every record at INFO and above, and the per-step lines).
-- `gallery`: `make_grid` / `save_grid` tile sample images with captions.
-- `video`: `save_video` writes an mp4 (H.264, optional AAC audio); `contact_sheet` /
-  `video_grid` picture videos as rows of frames; `gif_bytes` for TensorBoard.
-- `curves`: `plot_reward_curve` draws a run's reward; `rise_report` decides whether it rose.
-- `val_records`: per-sample validation rows; `val_rise` pairs the first and last validation.
-- `renamed`: `Renamed(logger, "val", "val_ema")`, a logger seen through another namespace.
-
-TensorBoard, wandb, matplotlib and PyAV are imported only when used, so importing this package
-is cheap.
+`sinks` (the `MetricLogger` and its sinks, `LoggerOptions`, `METRIC_NAMESPACES`), `console`
+(console logging and `train.log`), `gallery`, `video`, `curves` (`rise_report`), `val_records`
+(`val_rise`), `renamed` (a logger seen through another namespace). TensorBoard, wandb, matplotlib
+and PyAV are imported only when used, so importing this package is cheap.
 """
 from omni_rl.logging.console import KNOWN_NOISE, attach_run_log, setup_console_logging
 from omni_rl.logging.curves import metric_series, moving_average, plot_reward_curve, rise_report

@@ -1,24 +1,13 @@
 """What a run shows on the console, and the full log it keeps in its output folder.
 
-- `setup_console_logging()` (the command line calls it): log records go to stderr through
-  `tqdm.write`, so a live progress bar is cleared and redrawn around each line instead of being
-  broken by it. Known-harmless third-party messages (`KNOWN_NOISE`, matched by logger name and
-  message) are left off the console. The progress bars of transformers and huggingface_hub are
-  turned off through `HF_HUB_DISABLE_PROGRESS_BARS=1`, set here unless the user set it;
-  transformers reads it when imported, and Ray workers get it through
-  `omni_rl.workers.worker_group.FORWARDED_ENV`. When transformers and diffusers are imported,
-  their own stderr handlers are removed and their records propagate to the root logger (their
-  public `disable_default_handler` / `enable_propagation`), so they pass through the same
-  handler, filter and run log. That happens at their import (a one-shot import hook), so a text
-  run never pays for importing diffusers. Python warnings are logged too (`py.warnings`).
-- `attach_run_log(output_dir)`: `OUTPUT/train.log` receives every record at INFO and above,
-  the silenced ones included, and the console's per-step metric lines (`METRICS_LOGGER`).
+`setup_console_logging()` sends log records to stderr through `tqdm.write` (so a progress bar is
+redrawn around them), leaves known-harmless third-party messages (`KNOWN_NOISE`) off the console,
+turns off the hub's progress bars, and routes transformers' and diffusers' records through the
+same handler once they are imported (an import hook, so a text run never imports diffusers).
+`attach_run_log(output_dir)` writes every record at INFO and above, the silenced ones included,
+to `OUTPUT/train.log`.
 
-The progress bar itself (`ProgressBar`) draws only on a terminal; in a pipe, a file or a CI
-log the per-step console lines are the progress.
-
-Left out on purpose: the logging of Ray workers' own processes (Ray forwards their output to
-the driver's console with a `(pid=...)` prefix; it is not in train.log).
+Left out on purpose: Ray workers' own logs (Ray forwards them to the console, not to train.log).
 """
 from __future__ import annotations
 
@@ -101,9 +90,8 @@ class ConsoleLogHandler(logging.Handler):
 def setup_console_logging(level: int = logging.INFO) -> Optional[ConsoleLogHandler]:
     """The console of a run (see the module docstring); returns the handler it installed.
 
-    Like `logging.basicConfig`, it does nothing when the root logger has handlers already (an
-    application or a test harness that configured logging keeps its own; a run log does not
-    count), and returns None.
+    Like `logging.basicConfig`, it does nothing (and returns None) when the root logger has
+    handlers already.
     """
     root = logging.getLogger()
     if any(not isinstance(h, RunLogHandler) for h in root.handlers):
@@ -150,9 +138,8 @@ _run_log_lock = threading.Lock()
 def attach_run_log(output_dir: str | os.PathLike) -> RunLogHandler:
     """Append every log record at INFO and above to `output_dir/train.log`, from now on.
 
-    One run log per process: attaching another folder's closes the previous one; attaching the
-    same folder again returns the handler already attached. `handler.close()` detaches it. The
-    root logger is lowered to INFO if it was above, or INFO records would never be made.
+    One run log per process (attaching another folder's closes the previous one); `handler.close()`
+    detaches it.
     """
     global _run_log
     path = (Path(output_dir) / RUN_LOG_NAME).resolve()

@@ -1,27 +1,10 @@
 """Reward curves from a run's metrics.jsonl, and the test of whether a run learned.
 
-`plot_reward_curve(jsonl_path, out_png)` draws the per-step training reward (thin line), its
-trailing moving average (thick line) and the validation reward (markers), and writes the PNG
-atomically. It renders with matplotlib's Agg canvas directly, never pyplot, so it needs no
-display and does not change the process-wide matplotlib backend.
-
-`rise_report(jsonl_path, key)` is how this project judges that a run (a demo recipe, a CI
-smoke run) "learns". Take the values of `key` in step order, n of them; compare the mean of
-the first k = max(2, floor(frac * n)) with the mean of the last k:
-
-    se = std(window, ddof=1) / sqrt(k)                (standard error of each window's mean)
-    z  = (mean_last - mean_first) / sqrt(se_first^2 + se_last^2)
-    rose = z > 3
-
-z is a two-sample z statistic (Welch's t without the degrees-of-freedom correction): the
-rise measured in units of its own noise. z > 3 asks for a rise well beyond step-to-step
-noise, so a flat run with noisy rewards almost never passes by chance, while a short run
-that truly learns passes without a hand-tuned absolute threshold per reward. Steps are
-treated as independent, which they are not quite (the policy drifts), so z is a judgement
-aid, not a p-value.
-
-Missing values and `null`s (non-finite values, see `JsonlSink`) are skipped. If a step was
-logged twice (a resume without truncation), its last value counts.
+`plot_reward_curve(jsonl_path, out_png)` draws the training reward, its moving average and the
+validation reward, with matplotlib's Agg canvas (never pyplot: no display, no change of the
+process's backend). `rise_report(jsonl_path, key)` compares the mean of the first and the last
+`frac` of the values in standard errors (z; the run rose when z > 3): how this project judges
+that a run learns. docs/getting-started.md (Did it learn?) gives the formula and its caveats.
 """
 from __future__ import annotations
 
@@ -70,10 +53,8 @@ def plot_reward_curve(
     window: int | None = None,
     title: str | None = None,
 ) -> Path:
-    """Plot `keys` per step with a moving average, plus `val_key` points; write `out_png`.
+    """Plot `keys` per step with a moving average of `window` steps, plus `val_key` points; write `out_png`.
 
-    `window` is the moving-average length in logged steps (default: a tenth of the run, at
-    least 1). The title defaults to the name of the run directory holding the jsonl file.
     Raises if none of `keys` has a value in the file.
     """
     # Imported here so that `import omni_rl.logging` stays cheap for the trainer.
@@ -124,11 +105,10 @@ def rise_report(
     key: str = "reward/total/mean",
     frac: float = 0.2,
 ) -> dict[str, Any]:
-    """Compare the first and last `frac` of the logged steps of `key` (see the module docstring).
+    """Compare the first and last `frac` of the logged steps of `key` (docs/getting-started.md).
 
-    Returns a dict with `key`, `n_steps`, `window` (k), `first_mean`, `first_se`,
-    `last_mean`, `last_se`, `z` and `rose` (z > 3). When both windows are constant (both
-    standard errors 0), z is +inf / -inf for a rise / fall and 0 when equal.
+    Returns `key`, `n_steps`, `window`, `first_mean`, `first_se`, `last_mean`, `last_se`, `z` and
+    `rose` (z > 3); with both windows constant, z is +-inf for a change and 0 for none.
     """
     if not 0 < frac <= 0.5:
         raise ValueError(f"frac must be in (0, 0.5] so the first and last windows do not overlap, got {frac}")

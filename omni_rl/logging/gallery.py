@@ -1,22 +1,11 @@
 """Sample galleries: tile generated images into one captioned grid image.
 
-`make_grid(images, nrow, captions)` lays images out `nrow` to a row (as in torchvision), rows
-top to bottom, with `padding` pixels of white between and around tiles. With captions, each
-tile gets a strip underneath with its caption in PIL's default font, cut with "..." when it is
-wider than the tile. A last row with fewer than `nrow` images is left blank on the right;
-fewer than `nrow` images make a single row exactly as wide as they need.
+`make_grid(images, nrow, captions, marks)` lays images out `nrow` to a row with white padding,
+each caption in a strip under its tile (cut with "..."), and with `marks` a green (True) or red
+(False) frame; `save_grid(...)` writes it atomically. Images are uint8 `[B, H, W, C]` or a list of
+equal-size PIL images; floats are rejected rather than guessed at.
 
-With `marks`, a tile marked True gets a green frame and one marked False a red frame, drawn in
-the padding around it (None: no frame), so a success test's right and wrong samples are told
-apart at a glance.
-
-`save_grid(...)` writes that grid atomically (format from the extension).
-
-Input is either a uint8 tensor/array [B, H, W, C] (C = 1, 3 or 4) or a list of PIL images,
-all the same size. Float images are rejected rather than guessed at: convert with
-`(x.clamp(0, 1) * 255).round().to(torch.uint8)` first.
-
-Left out on purpose: video and audio. A video gallery is a grid per frame; audio has none.
+Left out on purpose: video (a grid per frame) and audio.
 """
 from __future__ import annotations
 
@@ -93,9 +82,9 @@ def make_grid(
 ) -> Image.Image:
     """Tile `images` into one RGB image, `nrow` images to a row, optional caption under each.
 
-    Tiles smaller than `min_tile_size` on their short side are enlarged by an integer factor with
-    nearest-neighbour sampling (pixels stay sharp and exact), so a tiny model's 32 px samples and
-    their captions remain readable."""
+    Tiles under `min_tile_size` are enlarged by an integer factor (nearest neighbour), so tiny
+    samples and their captions stay readable.
+    """
     if isinstance(nrow, bool) or not isinstance(nrow, int) or nrow < 1:
         raise ValueError(f"nrow (images per row) must be an int >= 1, got {nrow!r}")
     if padding < 0:

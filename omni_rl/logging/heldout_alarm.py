@@ -1,25 +1,12 @@
 """The held-out alarm: the held-out score falls while the training reward keeps rising.
 
-Reward hacking looks like this: the proxy reward the policy is trained on goes up, and a
-held-out measure of what the proxy stands for goes down (verl-omni #563: ImageBind and CLAP
-validation rewards dipping at step 50 and dropping at step 60 of a MiniMax-H3 run). At each
-validation `HeldoutAlarm.update` compares:
-- the held-out metric (`alarm_heldout_metric`, a validation figure such as `val/reward/total/mean`,
-  with `val/reward/.../std` beside it: its standard error is std / sqrt(n) over the n validation
-  samples) with its best so far: `drop_se` = (best - now) / sqrt(se_best^2 + se_now^2), the
-  fall in standard errors of the difference (conservative: the two validations draw the same
-  seeds, so the paired difference is less noisy than this assumes);
-- the training metric (`alarm_train_metric`, `reward/total/mean`), averaged over the steps since the
-  previous validation, with its value in the window of the best held-out score (for a best at
-  the step-0 validation, the first training window).
-It fires when `drop_se > alarm_sigmas` and the training mean is above its value at the best held-out
-step. Every validation logs `alarm/heldout_best`, `alarm/heldout_drop_se`,
-`alarm/train_rise_since_best` and `alarm/reward_hacking` (1 when it fires), and a firing logs a
-warning naming both curves. The run goes on unless `alarm_stop`, which stops it after the
-step's checkpoint with an error (exit 1).
-
-Its options are fields of the monitoring's options (`trainer.logger_options.alarm_*`,
-`omni_rl.logging.sinks.LoggerOptions`, which inherits `AlarmOptions`).
+Reward hacking looks like that (verl-omni #563). At each validation `HeldoutAlarm.update`
+compares the held-out metric with its best so far, in standard errors of the difference
+(`drop_se`), and the training reward's mean since the previous validation with its value at the
+best; it fires when `drop_se > alarm_sigmas` and the training reward is higher, logs the
+`alarm/*` metrics and a warning, and with `alarm_stop` stops the run after the step's checkpoint.
+Its options are `trainer.logger_options.alarm_*` (`AlarmOptions`); docs/evaluation.md (The
+held-out alarm) describes it.
 """
 from __future__ import annotations
 

@@ -1,13 +1,8 @@
 """What a validation step writes for video and audio-video samples.
 
-`write_video_samples(folder, step, videos, fps, captions, logger, audio=None, sample_rate=None)`:
-- `folder/val_step_NNNNNN/NN.mp4`: each sample as a playable mp4, with its sound when the model
-  makes audio (each file written atomically);
-- `folder/val_step_NNNNNN.png`: a contact sheet per sample, one row each, captioned;
-- to the logger: the contact sheets as an image, the first `log_videos` samples as videos (and
-  their sound), tagged `val/video/N` and `val/audio/N`.
-
-Images keep their grid (`omni_rl.logging.gallery`); this is the video counterpart.
+`write_video_samples(...)` writes each sample as an mp4 (with its sound) under
+`folder/val_step_NNNNNN/`, a captioned contact sheet per sample as `val_step_NNNNNN.png`, and
+logs the sheets and the first `log_videos` videos (`val/video/N`, `val/audio/N`).
 """
 from __future__ import annotations
 

@@ -1,27 +1,10 @@
 """Metric sinks and the fan-out logger the trainer writes to.
 
-A sink has two methods: `log(metrics: dict[str, float], step: int)` and `close()`.
-
-| sink | writes | notes |
-|---|---|---|
-| `ConsoleSink(every=N)` | one compact line every N steps via `tqdm.write` | safe under a progress bar; copied to train.log |
-| `JsonlSink(path)` | one JSON object a line: `{"step": step, **metrics}` | flushed per line |
-| `TensorBoardSink(log_dir)` | `add_scalar` per metric; `add_image` / `add_video` / `add_audio` | GIF videos |
-| `WandbSink(project, run_name, config)` | `wandb.log(metrics, step=step)` | `pip install omni-rl[wandb]` |
-
-Metric names live in a fixed namespace (the first path component): `reward/*`, `loss/*`,
-`actor/*`, `rollout_corr/*`, `response/*`, `perf/*`, `timing/*`, `val/*`, `val_ema/*` (validation
-with the EMA of the weights: `renamed.Renamed`), `alarm/*` (the held-out alarm: `heldout_alarm`)
-(`METRIC_NAMESPACES`).
-`MetricLogger` rejects any other name, so a typo cannot quietly start a new curve on a dashboard.
-
-Values are scalars: Python ints/floats, numpy scalars and 0-d (or one-element) tensors, all
-turned into Python numbers. JSON has no NaN or infinity, so `JsonlSink` writes a non-finite
-value as `null`; readers treat `null` as "no value at this step". TensorBoard and wandb get
-the float as is.
-
-`ProgressBar` is the tqdm bar for training steps, with short postfix keys; it draws only on a
-terminal. Log records, the run log (`train.log`) and third-party noise: `omni_rl.logging.console`.
+A sink has `log(metrics, step)` and `close()`: `ConsoleSink` (a compact line every N steps),
+`JsonlSink` (a JSON object a line; a non-finite value is `null`), `TensorBoardSink` (scalars,
+images, GIF videos, audio) and `WandbSink`. `MetricLogger` fans out to them and rejects a name
+outside `METRIC_NAMESPACES` (`reward/*`, `loss/*`, `actor/*`, ...), so a typo cannot start a new
+curve; docs/metrics.md lists the names. `ProgressBar` is the step bar (on a terminal only).
 
 Left out on purpose: any distributed logic. Only the driver (rank 0) builds sinks.
 """
@@ -141,10 +124,8 @@ def _read_lines(path: Path) -> list[tuple[str, dict[str, Any]]]:
 class JsonlSink:
     """Append `{"step": step, **metrics}` as one JSON line per `log` call, flushed each line.
 
-    `resume_from_step=k` rewrites the existing file (atomically) keeping only lines with
-    `step <= k`, so a run resumed from the checkpoint at step k does not log steps twice.
-    Without it, an existing file is appended to. In both cases a torn last line left by a
-    crash is dropped first, so the next line does not get glued onto it.
+    `resume_from_step=k` rewrites the file (atomically) keeping the lines with `step <= k`; without
+    it an existing file is appended to. A torn last line left by a crash is dropped first.
     """
 
     def __init__(self, path: str | os.PathLike, resume_from_step: int | None = None):
@@ -218,9 +199,8 @@ class TensorBoardSink:
     def add_video(self, tag: str, frames: Any, fps: float, step: int) -> None:
         """Log uint8 frames [T, H, W, 3] as an animated GIF, which the image tab plays.
 
-        SummaryWriter.add_video would need moviepy to make the same GIF; PIL makes it here
-        (`omni_rl.logging.video.gif_bytes`: at most 50 fps, 256 colours a frame). Every frame
-        goes into the event file: pass a shorter or smaller clip for long or large videos."""
+        PIL makes the GIF (`video.gif_bytes`), where `SummaryWriter.add_video` would need moviepy.
+        """
         from tensorboard.compat.proto.summary_pb2 import Summary
 
         step = _check_step(step)
@@ -306,10 +286,8 @@ def _short_metrics(metrics: Mapping[str, Any], keys: Mapping[str, str]) -> dict[
 class ConsoleSink:
     """Print `step 10 | reward=0.512 loss=-0.0012 kl=0.003` every `every` steps.
 
-    `keys` maps a short label to a metric name (default `DEFAULT_CONSOLE_KEYS`); metrics
-    absent from a step are left out of its line. Written with `tqdm.write` so that a live
-    progress bar is redrawn below the line instead of being broken by it, flushed at once, and
-    copied to the run log (`omni_rl.logging.console.attach_run_log`) when one is attached.
+    `keys` maps a short label to a metric name (default `DEFAULT_CONSOLE_KEYS`). Written with
+    `tqdm.write` (a live bar is redrawn below it) and copied to the run log when one is attached.
     """
 
     def __init__(self, every: int = 1, keys: Mapping[str, str] | None = None, file: Any = None):
@@ -412,15 +390,11 @@ def build_sinks(
     console_every: int = 1,
     resume_from_step: int | None = None,
 ) -> list[Sink]:
-    """Build sinks by name. Files go under `output_dir`:
+    """Build sinks by name, their files under `output_dir`.
 
-    - `jsonl` -> `output_dir/metrics.jsonl`
-    - `tensorboard` -> `output_dir/tensorboard/`
-    - `wandb` -> project `project`, run `run_name` (default: the name of `output_dir`),
-      its local files under `output_dir`
-    - `console` -> every `console_every` steps
-
-    `resume_from_step` is passed to the file sinks so a resumed run does not repeat steps.
+    `jsonl` (metrics.jsonl), `tensorboard` (tensorboard/), `wandb` (project `project`, run
+    `run_name`, default the folder's name) and `console` (every `console_every` steps);
+    `resume_from_step` keeps a resumed run from repeating steps.
     """
     if isinstance(names, str):
         raise TypeError(
@@ -450,14 +424,11 @@ def build_sinks(
 
 
 class ProgressBar:
-    """A tqdm bar over training steps whose postfix shows a few metrics under short keys.
+    """A tqdm bar over training steps whose postfix shows `reward`, `loss` and `kl`.
 
-    `update(step, metrics)` moves the bar to `step` completed steps (pass the 1-based global
-    step just finished) and shows `reward` (`reward/total/mean`), `loss` (`loss/policy`) and
-    `kl` (`loss/kl`) when present. With `file=None` it draws on stderr only when stderr is a
-    terminal (tqdm's `disable=None`): in a pipe, a file or a CI log its carriage-return redraws
-    would be glued to the lines around them, and the per-step console lines are the progress
-    there. A `file` given is drawn on as it is; `disable=True` silences it.
+    `update(step, metrics)` moves it to `step` completed steps. With `file=None` it draws only when
+    stderr is a terminal (in a pipe or CI log its redraws would garble the lines; the console lines
+    are the progress there).
     """
 
     POSTFIX_KEYS = {"reward": "reward/total/mean", "loss": "loss/policy", "kl": "loss/kl"}

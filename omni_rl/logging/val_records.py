@@ -1,20 +1,10 @@
 """Per-sample validation records, and the paired test of whether validation accuracy rose.
 
-Each validation writes `OUTPUT/samples/val_step_NNNNNN.jsonl` beside its grid: one row per
-sample, `{"prompt", "seed", "reward", "scores": {name: raw}, "groups": {name: group}}`, where
-`reward` is the weighted total and `groups` holds the group of each sample for the rewards that
-return one (`geneval_shapes`: `geneval/counting`, ...). Validation samples are deterministic
-(ODE from fixed seeds), so the same (prompt, seed) in two files is the same question asked of
-two versions of the weights.
-
-`val_rise(output_dir)` pairs the first and the last of those files by (prompt, seed):
-
-    d_i = reward_last_i - reward_first_i,  rise = mean(d),  se = std(d, ddof=1) / sqrt(n)
-    z = rise / se  (inf / -inf / 0 when every d_i is equal)
-
-the paired z of the change, tighter than comparing two unpaired means because each pair shares
-its prompt and its noise. It also gives each group's first and last mean raw score (per task accuracy
-for GenEval), so "a task type up by 10 points" is read off directly.
+Each validation writes `OUTPUT/samples/val_step_NNNNNN.jsonl`, a row per sample (`prompt`,
+`seed`, `reward`, `scores`, `groups`). Validation samples are deterministic, so the same (prompt,
+seed) in two files is one question asked of two versions of the weights: `val_rise(output_dir)`
+pairs the first and last files, d_i = last_i - first_i, z = mean(d) / (std(d, ddof=1) / sqrt(n)),
+tighter than comparing unpaired means, and gives each group's first and last mean.
 """
 from __future__ import annotations
 

@@ -1,24 +1,12 @@
 """Sample videos: mp4 files (with an optional audio track), contact sheets and animated GIFs.
 
-- `save_video(frames, path, fps, audio=None, sample_rate=None)` writes an H.264 mp4 (yuv420p,
-  BT.709, so browsers play it and show its colours as meant), with the waveform as an AAC track
-  when given. Written atomically: the file is encoded in memory, then renamed into place.
-- `contact_sheet(frames, num_frames=8, caption=None)`: evenly spaced frames side by side in one
-  image, for a gallery or a report.
-- `video_grid(videos, nrow=1, captions=None)`: one contact sheet per sample, `nrow` to a row
-  (one per row by default), captioned: the picture of a validation step.
-- `gif_bytes(frames, fps)`: an animated GIF, which TensorBoard's image tab plays
-  (`TensorBoardSink.add_video`).
+`save_video(frames, path, fps, audio=None, sample_rate=None)` writes an H.264 mp4 (yuv420p,
+BT.709, so browsers show it as meant) with an AAC track, atomically; `contact_sheet`, `video_grid`
+and `gif_bytes` (for TensorBoard) make pictures of samples. Frames are uint8 `[T, H, W, 3]`;
+floats are rejected rather than guessed at. PyAV's wheels bring their own ffmpeg, imported when a
+video is saved.
 
-Frames are uint8 [T, H, W, 3] (RGB, channels last), a tensor or a numpy array; floats are
-rejected rather than guessed at: convert with `(x.clamp(0, 1) * 255).round().to(torch.uint8)`.
-A waveform is float [channels, samples] or [samples] (mono) in [-1, 1], 1 or 2 channels.
-
-The mp4 encoder is PyAV (the `av` package), whose wheels bring their own ffmpeg with libx264
-and AAC, so no system ffmpeg is needed. It is imported when a video is saved.
-
-Left out on purpose: reading videos, shrinking them for an mp4 or a GIF (pass smaller frames,
-e.g. `frames[:, ::2, ::2]`, for a lighter file), and audio resampling (`omni_rl.utils.audio`).
+Left out on purpose: reading videos, downscaling, audio resampling (`omni_rl.utils.audio`).
 """
 from __future__ import annotations
 
@@ -186,11 +174,8 @@ def save_video(
 ) -> Path:
     """Write uint8 frames [T, H, W, 3] as an H.264 mp4 at `fps`, atomically; returns the path.
 
-    The video is yuv420p (what browsers decode) in BT.709 colours at x264 CRF 18; an odd height
-    or width is padded to even by repeating the last row or column. With `audio` (float
-    [channels, samples] or [samples] in [-1, 1], 1 or 2 channels) and its `sample_rate`, the
-    file gets an AAC track; `sample_rate` without `audio` is ignored, so a caller may pass its
-    model's rate for video-only samples too. The two tracks keep their own lengths.
+    yuv420p in BT.709 at CRF 18 (odd sizes padded to even); with `audio` (float [channels, samples]
+    or [samples], 1 or 2 channels) and `sample_rate`, an AAC track of its own length.
     """
     return atomic_write_bytes(path, encode_mp4(frames, fps, audio, sample_rate))
 
@@ -198,9 +183,9 @@ def save_video(
 def gif_bytes(frames: Any, fps: float) -> bytes:
     """An animated GIF of uint8 frames [T, H, W, 3] at `fps` that loops forever.
 
-    GIF delays are whole hundredths of a second, so the rate is rounded to one (12 fps plays
-    at 1000 / 80 = 12.5), and capped at 50 fps: browsers slow shorter delays to 100 ms. Each
-    frame gets its own 256-colour palette."""
+    GIF delays are whole hundredths of a second, so the rate is rounded, and capped at 50 fps
+    (browsers slow shorter delays); each frame gets its own 256-colour palette.
+    """
     array = _frames_array(frames, "gif_bytes")
     rate = _check_fps(fps, "gif_bytes")
     delay_ms = max(_GIF_MIN_DELAY_MS, 10 * round(100 / rate))
@@ -225,12 +210,10 @@ def _sheet_tiles(array: np.ndarray, num_frames: int) -> list[Image.Image]:
 
 
 def contact_sheet(frames: Any, num_frames: int = 8, caption: str | None = None) -> Image.Image:
-    """`num_frames` evenly spaced frames of a video (first and last included; all frames when
-    the video has fewer) side by side in one RGB image, with `caption` underneath.
+    """`num_frames` evenly spaced frames of a video side by side in one RGB image, captioned.
 
-    Frames taller than 256 px are shrunk to 256 px high; small ones are enlarged as in
-    `make_grid`. Save it with `omni_rl.utils.atomic.atomic_save_image`, or pass
-    `numpy.asarray(sheet)` to `MetricLogger.log_image`."""
+    Frames taller than 256 px are shrunk to 256 px; small ones are enlarged as in `make_grid`.
+    """
     if isinstance(num_frames, bool) or not isinstance(num_frames, int) or num_frames < 1:
         raise ValueError(f"contact_sheet num_frames must be an int >= 1, got {num_frames!r}")
     tiles = _sheet_tiles(_frames_array(frames, "contact_sheet"), num_frames)
@@ -248,11 +231,10 @@ def video_grid(
     captions: Sequence[str] | None = None,
     num_frames: int = 8,
 ) -> Image.Image:
-    """One contact sheet per video, `nrow` sheets to a row (default 1: one sample per row,
-    stacked), each with its caption underneath: the picture of a validation step.
+    """One contact sheet per video, `nrow` to a row, each captioned: the picture of a validation step.
 
-    `videos` is uint8 [B, T, H, W, 3] or a list of [T, H, W, 3] videos of one size and at least
-    `num_frames` frames each (or all of one length), so that the sheets line up."""
+    `videos` is uint8 [B, T, H, W, 3] or a list of [T, H, W, 3] videos of one size.
+    """
     if isinstance(videos, (list, tuple)):
         arrays = [_frames_array(video, "video_grid") for video in videos]
     else:

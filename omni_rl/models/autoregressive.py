@@ -1,27 +1,13 @@
 """`AutoregressiveModelBase`: the contract of text and omni-modal language models.
 
-An action is a token. The rollout engine and the trainer compute token log-probs with the same
-method, so the rollout's log-probs and the trainer's agree to float precision:
-
-    log_prob(token_t) = log_softmax(logits_{t-1} / temperature)[token_t]     (in fp32)
-
-1. `encode_prompt(messages, media)`: a chat (list of {"role", "content"} dicts) and optional
-   media (images, audio, video) -> `PromptInputs` (token ids and the processor's tensors);
-2. `forward_logits(input_ids, attention_mask, media, cache, logits_to_keep)`: logits [B, T, V]
-   (fp32) for a left-padded batch, with the model's cache for incremental decoding when it
-   supports one; with `logits_to_keep=k > 0` only the last k positions' [B, k, V]. A prefill
-   needs the last position's alone and the trainer the response's: at a real vocabulary (~152k)
-   the whole prompt's fp32 logits are the largest tensor of the pass (1024 prompt tokens x 32
-   sequences: 20 GB), so the engine and `token_log_probs` ask only for what they read;
-3. `token_log_probs(...)`: per-token log-probs of given responses after given prompts;
-4. `strip_for_training()`: drop modules the trained policy never uses (an omni model's talker
-   and speech decoder) before wrapping and sharding;
-5. `context_length()`: the positions the model attends over (config, else tokenizer), which
-   bounds prompt plus response (`algo.family_options.max_prompt_tokens`).
-
-Position ids are derived from the attention mask (`cumsum(mask) - 1`), so left padding never
-shifts a sequence's positions; models with their own position scheme (multimodal rotary ids)
-override `forward_logits`.
+An action is a token; rollout and trainer compute
+log_prob(token_t) = log_softmax(logits_{t-1} / temperature)[token_t] (fp32) with the same method.
+The contract: `encode_prompt(messages, media)` -> `PromptInputs`; `forward_logits(input_ids,
+attention_mask, media, cache, logits_to_keep)` (fp32 logits of a left-padded batch, only the
+last k positions with `logits_to_keep=k`, since a whole prompt's logits are the pass's largest
+tensor); `token_log_probs(...)`; `strip_for_training()` (drop what the policy never uses, such
+as an omni model's talker); `context_length()`. Positions come from the attention mask, so left
+padding never shifts them; models with their own scheme override `forward_logits`.
 """
 from __future__ import annotations
 
@@ -77,10 +63,9 @@ class AutoregressiveModelBase(OmniModelBase):
     def context_length(self) -> Optional[int]:
         """Positions the model attends over, or None when it does not say.
 
-        The config's `max_position_embeddings` (of the text model, for an omni model) is the
-        model's own limit and wins; the tokenizer's `model_max_length` is the fallback. A value
-        that is not a whole number in [1, 1e8] is unknown: transformers writes 1e30 into
-        `model_max_length` when a tokenizer names no limit."""
+        The config's `max_position_embeddings` wins; the tokenizer's `model_max_length` is the fallback,
+        unless it is not a whole number in [1, 1e8] (transformers writes 1e30 for no limit).
+        """
         config = getattr(self.trainable_module(), "config", None)
         text_config = config.get_text_config() if hasattr(config, "get_text_config") else config
         for value in (getattr(text_config, "max_position_embeddings", None),

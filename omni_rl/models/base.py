@@ -1,13 +1,9 @@
 """`OmniModelBase`: the contract every model adapter implements, whatever its family.
 
-An adapter owns a loaded model and answers the trainer's and the rollout engine's questions
-about it: which module trains, where LoRA goes, which blocks FSDP should wrap, which tensors a
-rollout engine needs after an update, and how the model is put in a state where the rollout and
-the trainer compute the same numbers (dropout off in both, since a log-prob ratio needs the same
-function on both sides).
-
-Families add what their kind of model needs: `DiffusionModelBase` (scheduler, prompt encoding,
-forward with CFG, decode) and, for text and omni models, `AutoregressiveModelBase`.
+An adapter owns a loaded model and says which module trains, where LoRA goes, which blocks FSDP
+wraps, which tensors a rollout engine needs after an update, and how the model computes the same
+numbers in rollout and training (dropout off in both). `DiffusionModelBase` and
+`AutoregressiveModelBase` add what their kind of model needs.
 """
 from __future__ import annotations
 
@@ -70,11 +66,10 @@ class OmniModelBase(ABC):
 
     @classmethod
     def check_model_limits(cls, cfg, configs) -> None:
-        """Refuse, with `ValueError` naming the key, the limit and the largest valid value, a
-        setting past what the model's own configs say it can take (a diffusion model's position
-        encoding; a talker's positions for its frames), read from them (`configs.get(component)`:
-        a config.json as a dict, or None; `get("")` the folder's own). Run before the model loads
-        when it is on disk (`omni_rl.cli.check_model_geometry`); none by default."""
+        """Refuse, with `ValueError` naming the key, the limit and the largest valid value, a setting
+        past what the model's configs say it can take (`configs.get(component)`: a config.json dict or
+        None); run before the model loads. None by default.
+        """
 
     @property
     def weightless(self) -> bool:
@@ -130,11 +125,10 @@ class OmniModelBase(ABC):
         self.set_eval_mode()
 
     def setup_trained_modules(self) -> None:
-        """`setup_trainable` on the trained modules alone: LoRA (or the whole module), gradient
-        checkpointing, eval mode. The planner calls it on an adapter holding only those
-        (`omni_rl.plan.spec`), so an adapter that trains part of a module (BAGEL's generation
-        expert, Qwen3-Omni's towers frozen) overrides this, not `setup_trainable`: the plan then
-        counts the parameters training trains."""
+        """`setup_trainable` on the trained modules alone (LoRA or the whole module, checkpointing, eval
+        mode). The planner calls it on an adapter holding only those, so an adapter that trains part of
+        a module overrides this, not `setup_trainable`.
+        """
         lora = self.cfg.lora
         for module in self.trainable_modules().values():
             module.requires_grad_(False)

@@ -1,16 +1,10 @@
 """SHA256SUMS files: what a shipped model folder holds, and the check that it still does.
 
-A folder with a `SHA256SUMS` file (lines `<sha256 hex>  <relative path>`, as `sha256sum`
-writes them) is checked before its weights load: every listed file must exist and hash to its
-line, and every file in the folder must be listed (an added or renamed weight file would
-otherwise load unchecked). `write_checksums` writes the file for a folder; the model loader
-(`omni_rl.models.loading`) calls `verify_checksums` for any local model folder that has one and
-for the models shipped inside the project (`tiny:sd3_shapes`).
-
-A process remembers each folder it verified with the size and modification time of every file
-in it (`_fingerprint`): asked again (the command line's input check, then the loader), it hashes
-again only when one of them changed. A change that keeps a file's size and its nanosecond
-modification time is not seen within that process; the next process hashes afresh.
+A folder with a `SHA256SUMS` file (`sha256sum`'s format) is checked before its weights load: every
+listed file must hash to its line, and every file must be listed. `write_checksums` writes it;
+`verify_checksums` checks (the loader calls it for local folders and packaged models), and a
+process re-hashes a folder only when a file's size or modification time changed; `sha256_of`
+hashes one file.
 """
 from __future__ import annotations
 

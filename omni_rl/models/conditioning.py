@@ -1,16 +1,11 @@
 """`Conditioning`: the per-sample inputs a model needs besides the latent (prompt embeddings, masks, media).
 
-A bag of tensors that all share the batch dimension, so the rollout engine can pack samples from
-different requests into one forward (`cat`) and the trainer can pick a micro-batch (`select`)
-without knowing what a given model's conditioning contains. Media a model is conditioned on (an
-edit model's source image latents, later a unified model's context) are tensors like the rest.
-
-Variable-length sequences: `masks` maps an embedding `[B, L, ...]` to the name of its mask
-`[B, L]` (1 = a real token). `cat` pads every such pair to the longest `L` among its parts
-(embedding zeros, mask 0), so text encoders whose embeddings vary in length (Qwen-Image's,
-LTX-2's Gemma) batch across admissions; a model that reads the mask then computes the same per
-sample whatever it is packed with. `pad_to(length)` pads to a fixed length. Embeddings without a
-mask (SD3's, Wan's, both padded by their pipelines to a fixed length) must agree in shape.
+A bag of tensors sharing the batch dimension, so the engine can pack requests into one forward
+(`cat`) and the trainer pick a micro-batch (`select`) without knowing what a model's conditioning
+holds. `masks` maps a variable-length embedding `[B, L, ...]` to its mask `[B, L]`; `cat` pads
+each such pair to the longest L (zeros, mask 0), so a model that reads the mask computes the same
+per sample whatever it is packed with; `pad_to(length)` pads to a fixed length. Embeddings
+without a mask must agree in shape.
 """
 from __future__ import annotations
 

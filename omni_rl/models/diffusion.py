@@ -1,30 +1,11 @@
 """`DiffusionModelBase`: the contract of flow-matching generators (image, video, audio).
 
-The rollout engine and the trainer call the same four methods, so sampling and training use
-identical maths:
-
-1. `sigmas(num_steps, height, width, num_frames)`: the noise schedule, [num_steps + 1] fp32
-   ending in 0 (models whose schedule shifts with the sequence length say so in `schedule_mu`);
-2. `encode_prompts(prompts, negative_prompt)`: a `Conditioning` with the positive and (for
-   classifier-free guidance) negative embeddings of each prompt;
-3. `predict_velocity(latents, sigma, conditioning, guidance_scale)`: the transformer forward
-   with CFG applied, per-sample sigma [B], returning the velocity in fp32;
-4. `decode(latents)`: clean latents -> uint8 pixels [B, H, W, C] (video: [B, T, H, W, C]);
-   models that also make sound (`makes_audio`) add `decode_audio(latents)` -> (waveform, rate).
-
-Latents are a tensor, or `LatentStreams` (omni_rl.algos.latent_streams) for a model whose one
-forward denoises several (LTX-2: video and audio); `latent_shape` then returns {name: shape}.
-
-Editing models (`takes_source_image`) are conditioned on a source image as well: the family
-turns each prompt's source image into the request's condition images (`condition_images`:
-uint8 [H, W, 3] at the size the model encodes them), and the engine passes them to
-`encode_prompts(prompts, negative_prompt, images=...)`, whose `Conditioning` then carries what
-the image gives (its latents, and prompt embeddings that saw it). Text-to-image models take no
-images; `check_prompt_items` refuses a dataset of the wrong kind before any model loads.
-
-Latent shapes are whatever the model uses (`latent_shape(height, width, num_frames)`, which
-raises `ValueError` naming the nearest valid values for a geometry the model cannot take);
-nothing here assumes images. An image model takes `num_frames=1` only.
+Rollout and trainer call the same methods: `sigmas(...)`, `encode_prompts(...)` (a
+`Conditioning`; editing models, `takes_source_image`, also take condition images),
+`predict_velocity(latents, sigma, conditioning, guidance_scale)` (guidance included, fp32) and
+`decode(latents)` (`decode_audio` for models that `makes_audio`). Latents are shaped as
+`latent_shape(height, width, num_frames)` says; nothing assumes images. docs/extending/adapter.md
+walks through an adapter.
 """
 from __future__ import annotations
 
@@ -169,11 +150,9 @@ class DiffusionModelBase(OmniModelBase):
 
     @classmethod
     def config_latent_numel(cls, cfg, configs) -> Optional[int]:
-        """Elements of one sample's latent at the rollout geometry, from the model's component
-        configs (`configs.get("vae")`: a config.json as a dict, or None), before the model loads,
-        so that the step's trajectories join its memory check (`omni_rl.models.limits`); None
-        where the configs do not say (the default: the built model's `latent_shape` is checked
-        as the trainer starts)."""
+        """Elements of one sample's latent at the rollout geometry, from the component configs, before
+        the model loads (for `omni_rl.models.limits`); None where the configs do not say.
+        """
         return None
 
     def sigmas(self, num_steps: int, height: int | None = None, width: int | None = None,

@@ -1,37 +1,11 @@
 """Sizes and frame counts past what a model can take, refused before it loads.
 
-Two kinds of limit, each refused in one line naming the key, the limit and the largest value
-that fits:
+Each refusal is one line naming the key, the limit and the largest value that fits: a position
+encoding's size (`check_positions`, from the configs on disk or the built model), one decoded
+sample larger than this machine (`check_sample_memory`), and a step larger than the machine
+(`check_step_memory`: decoded samples and trajectories, as `--plan` counts them).
 
-- a model's position encoding covers a fixed number of positions per axis: SD3's learned
-  position embedding (`pos_embed_max_size` patches a side), Wan's rotary table
-  (`rope_max_seq_len` positions for frames, rows and columns alike). A size past it fails deep
-  in the forward with a bare shape error, or asks for terabytes. `check_model_limits(cfg)`
-  reads the model's component configs (`ComponentConfigs`: config.json files only, of a model
-  already on disk, `model_folder_on_disk`: no weights, no download, no build) for the
-  adapter's `DiffusionModelBase.check_model_limits` (the command line's `check_inputs`);
-  `check_positions` is the shared rule; `check_built_model` runs the same through the built
-  model's `latent_shape` as the trainer starts, for a model that was not on disk before;
-- a sample too large for the machine at all: `check_sample_memory` (from the config alone, in
-  `DiffusionModelBase.check_config`) refuses a geometry one decoded sample of which (fp32 RGB,
-  H x W x frames) is larger than this machine's memory, before any tensor is allocated;
-- a step too large for the machine: `check_step_memory` counts what a step holds at once
-  (`step_memory`), as `--plan` counts it (`omni_rl.plan` uses the same per-sample counts,
-  `decoded_sample_bytes`, `trajectory_sample_bytes`): every sample of the step decoded (uint8
-  RGB, kept for the rewards on the host), the samples decoded at once (`rollout.max_num_seqs`,
-  fp32 RGB while the VAE decodes them, where the rollout model runs), and every sample's
-  trajectory (its latent at each of the `num_steps + 1` points, fp32, where the rollout model
-  runs) once the latent's size is known: from the config alone (`DiffusionModelBase.check_config`)
-  the decoded part; before the load, with the model's configs on disk, its latents too
-  (`DiffusionModelBase.config_latent_numel`, the command line's `check_inputs`); and through
-  the built model's `latent_shape` as the trainer starts (`check_built_model`), before anything
-  is sampled. The host's share is checked against this machine's memory, the rollout device's
-  share against that device's (`omni_rl.device.device_memory`) once the model is on it (asking
-  earlier would start CUDA in the driver before anything needs it).
-  Not counted: activations, weights (`--plan` traces those), trajectories moved to the host by
-  `rollout.options.trajectory_device=cpu` (counted on the device).
-
-Not here: the multiples a VAE needs (`omni_rl.models.diffusion.check_multiple`).
+Not here: activations and weights (`--plan`), a VAE's multiples (`diffusion.check_multiple`).
 """
 from __future__ import annotations
 

@@ -1,22 +1,11 @@
 """Resolves `model.path` to a local folder and turns missing weights into an actionable error.
 
-- `tiny:NAME`: a tiny random-weight model, built by the registered builder into
-  `$OMNI_RL_CACHE/tiny/NAME` (default `~/.cache/omni_rl`) once, atomically, then loaded from
-  there like any other checkpoint. Processes asking at once (Ray workers) take turns on a file
-  lock: one builds, the others load its result.
-- `tiny:NAME` of a packaged model (`register_packaged_model`: small trained weights shipped in
-  the project, `tiny:sd3_shapes`): its folder, once every file matches its `SHA256SUMS` line.
-- a local folder: used as it is, once `check_model_folder` finds a model in it (and, when it
-  has a `SHA256SUMS` file, every file matches it: `omni_rl.models.checksums`).
-- anything else is a hub id: it is looked up in the local Hugging Face cache first; if it is not
-  there, a connection to the hub is tried for at most `HUB_PROBE_TIMEOUT_S` seconds (none with
-  HF_HUB_OFFLINE=1) before downloading, so an unreachable hub fails at once, with a
-  `MissingWeightsError` that says what is missing and how to fetch it.
-
-`check_model_source(model_cfg)` runs these checks without loading or downloading anything: the
-command line calls it before the run starts. A folder that holds no model (empty, a broken
-`model_index.json` / `config.json`, a listed component or its weights missing) raises
-`ModelFolderError`, naming the file.
+`tiny:NAME` builds a tiny random-weight model once into `$OMNI_RL_CACHE/tiny/NAME` (under a file
+lock, so concurrent workers take turns), or gives a packaged model's checksummed folder; a local
+folder is used once `check_model_folder` finds a model in it (and its `SHA256SUMS` match); anything
+else is a hub id, looked up in the local cache, then fetched after a short probe of the hub, so an
+unreachable hub fails at once with a `MissingWeightsError` saying how to fetch it.
+`check_model_source(model_cfg)` runs the checks without loading anything, before the run starts.
 """
 from __future__ import annotations
 

@@ -1,19 +1,10 @@
 """`load_pretrained`: one module of a checkpoint, with its weights or as a weightless skeleton.
 
-Adapters load every network through this function (via `OmniModelBase.load_pretrained`):
-
-- with weights: `cls.from_pretrained(path, subfolder=...)` in the adapter's dtype, on the host;
-  the adapter moves it to its device;
-- without (`weights=False`): only the module's config is read and the module is built on the
-  meta device: the checkpoint's architecture, parameter names, shapes and dtypes, and no memory.
-  This is how the Ray driver holds a model (`omni_rl.device.weightless_device`): it needs the
-  tokenizer, the processor and the shapes to build requests, while the weights live on the
-  workers.
-
-Both libraries are supported: diffusers models (`ConfigMixin.load_config` + `from_config`) and
-transformers models (`AutoConfig` + `from_config` for the Auto classes, the constructor for a
-concrete model class). `from_pretrained` itself cannot build on the meta device (transformers
-refuses a meta-device context, on purpose: it wants to load weights).
+Adapters load every network through it: with weights, `from_pretrained` in the adapter's dtype on
+the host; with `weights=False`, only the config is read and the module built on the meta device
+(names, shapes, dtypes, no memory), which is how the Ray driver holds a model. Both diffusers and
+transformers models are supported; `from_pretrained` itself refuses the meta device, hence
+`from_config`.
 """
 from __future__ import annotations
 

@@ -1,18 +1,11 @@
 """Registries of model adapters and of tiny random-weight model builders.
 
-`@register_adapter("StableDiffusion3Pipeline")` registers an adapter class under the
-architecture name that a diffusers `model_index.json` (`_class_name`) or a transformers
-`config.json` (`architectures[0]`) carries, so a model folder can name its own adapter. Models with several stages register one adapter per
-stage (`register_adapter("Qwen3OmniMoeForConditionalGeneration", stage="thinker")`), chosen by
-`model.stage`.
+    @register_adapter("StableDiffusion3Pipeline")          # the architecture a model folder names
+    @register_adapter("Qwen3OmniMoeForConditionalGeneration", stage="thinker")
+    @register_tiny_model("sd3")                             # build(folder) -> model.path=tiny:sd3
+    register_packaged_model("sd3_shapes", folder)           # shipped, checksummed weights
 
-`@register_tiny_model("sd3")` registers a function `build(folder: Path) -> None` that writes
-a tiny random-weight model with `save_pretrained`; `model.path=tiny:sd3` builds it once into
-the cache and then loads it through the adapter's ordinary loading code.
-
-`register_packaged_model("sd3_shapes", folder)` names a small trained model shipped inside the
-project (a `save_pretrained` folder with a `SHA256SUMS` file): `model.path=tiny:sd3_shapes`
-loads it from that folder, after checking every file against its checksum.
+A tiny model is built once into the cache and loaded through the adapter's ordinary loading.
 """
 from __future__ import annotations
 

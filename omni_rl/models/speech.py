@@ -1,29 +1,13 @@
 """`SpeechModelBase`: the contract of omni models that answer in text, then speak the answer.
 
-A sample is the thinker's answer (tokens, sampled by the text rollout engine through
-`forward_logits`, as for any `AutoregressiveModelBase`), then F speech frames. A frame is K
-codec tokens: its first-codebook token, sampled from the talker after the prompt, the answer
-and the earlier frames, then its K - 1 residual-codebook tokens, sampled one after another from
-the code predictor. One frame is one action; its log-prob is the sum of its tokens' log-probs,
-each `log_softmax(logits / temperature)[token]` in fp32. A frame whose first token is the
-talker's end-of-speech token ends the speech and has no residual tokens (its log-prob is that
-token's alone).
-
-1. `sample_speech(prompts, answers, seeds, max_frames, temperature)` -> `SpeechSample`:
-   one utterance per (prompt ids, answer ids) pair, each from a generator seeded by its own
-   seed alone; temperature 0 is greedy (validation). Frames are padded to `max_frames`.
-2. `speech_log_probs(prompts, answers, codes, frame_mask, temperature, prefix_width)` -> [B, F]
-   fp32, teacher forced: the function that scored the samples, so on-policy their ratio is 1.
-   Entries where `frame_mask` is 0 are meaningless (the caller masks them). Carries the graph
-   when grad is on. `prefix_width`: pad the talker's prefix to at least this many columns (the
-   sampling batch's, `SpeechSample.prefix_width`).
-3. `decode_speech(codes, frame_mask)` -> B mono float waveforms [S_i] in [-1, 1], at
-   `sample_rate` Hz (the codec decoder, frozen).
-4. `trains_thinker`: whether the thinker trains too (one trajectory of its tokens then the
-   frames) or only writes the answer, frozen.
-
-`prompts` are prompt token ids (1-D long each, as `encode_prompt` gives them), `answers` the
-answer's token ids (its end-of-turn token included when it was sampled).
+A sample is the thinker's answer (tokens, as for any `AutoregressiveModelBase`), then F speech
+frames. A frame is K codec tokens: the talker's first-codebook token, then K - 1 residual tokens
+from the code predictor; it is one action whose log-prob is the sum of its tokens'
+`log_softmax(logits / temperature)` in fp32 (an end-of-speech frame has its first token alone).
+The contract: `sample_speech(prompts, answers, seeds, max_frames, temperature)` (one utterance
+per pair, each from its own seed; 0 is greedy), `speech_log_probs(...)` (`[B, F]`, teacher
+forced: the function that scored the samples), `decode_speech(codes, frame_mask)` (mono
+waveforms at `sample_rate`) and `trains_thinker`.
 """
 from __future__ import annotations
 

@@ -1,22 +1,11 @@
 """Byte-level vocabularies for the tiny random-weight models' tokenizers.
 
 Tests and CPU demos cannot download a real tokenizer, so the tiny models use byte-level BPE
-vocabularies with no merges: every byte is a token (so any prompt tokenises without unknowns),
-written as the vocab.json / merges.txt files that transformers' BPE tokenizers load.
-
-- `byte_chars()`: the GPT-2 byte-to-character table (printable bytes map to themselves, the
-  others to code points from 256 up, so each byte has a visible one-character token);
-- `clip_byte_vocab()`: CLIP's layout: each byte with and without the end-of-word marker `</w>`,
-  then `<|startoftext|>` (512) and `<|endoftext|>` (513);
-- `with_whole_words(vocab, words)`: the CLIP vocabulary plus one token per word of `words`
-  (and the merges that build it from its bytes), so a small closed language (the shape
-  captions) costs one token a word while any other text still tokenises byte by byte;
-- `write_bpe_files(folder, vocab, merges=())`: vocab.json and merges.txt;
-- `bpe_files(vocab)`: the same two files in a scratch folder that is gone after the `with`
-  block (a tokenizer built from them inside the block keeps what it needs);
-- `t5_char_vocab()`: a SentencePiece-style Unigram vocabulary for T5 / UMT5 tokenizers
-  (`T5Tokenizer(vocab=...)`): T5's `<pad>`, `</s>`, `<unk>` at ids 0-2, then every printable
-  ASCII character with and without the word-start marker `▁`; other characters are `<unk>`.
+vocabularies with no merges (every byte a token, so any prompt tokenises), written as the
+vocab.json / merges.txt that transformers' BPE tokenizers load: `clip_byte_vocab()` (CLIP's
+layout), `with_whole_words(vocab, words)` (one token per word of a closed language such as the
+shape captions), `write_bpe_files` / `bpe_files`, and `t5_char_vocab()` (a Unigram vocabulary of
+printable ASCII for T5 / UMT5).
 """
 from __future__ import annotations
 
@@ -50,12 +39,10 @@ def clip_byte_vocab() -> dict[str, int]:
 def with_whole_words(vocab: dict[str, int], words: list[str]) -> tuple[dict[str, int], list[tuple[str, str]]]:
     """(vocab, merges) adding each of `words` as one end-of-word token.
 
-    The merges are learned as BPE learns them, on `words` as the corpus: split each word into
-    bytes (the last one with `</w>`), then repeatedly merge the most frequent adjacent pair
-    (ties: the first in sorted order, so the result is deterministic) until every word is one
-    token. Tokenising replays the merges in that order, so each of `words` comes out whole;
-    other text still tokenises, byte by byte where no merge applies. `ValueError` for a word
-    that is not lower-case ASCII letters."""
+    The merges are learned as BPE learns them on `words` (most frequent adjacent pair first, ties in
+    sorted order), so each word tokenises whole and other text byte by byte. `ValueError` for a word
+    that is not lower-case ASCII letters.
+    """
     for word in words:
         if not (word.isascii() and word.isalpha() and word.islower()):
             raise ValueError(f"word {word!r}: expected lower-case ASCII letters (a closed caption vocabulary)")

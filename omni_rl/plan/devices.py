@@ -1,19 +1,11 @@
 """Device kinds a plan can be judged against: memory, peak dense bf16 throughput and memory bandwidth.
 
-Peak figures are the vendors' dense (no sparsity) bf16 tensor-core numbers for the SXM/OAM
-parts; a real step reaches a fraction of them (model FLOPs utilisation), so a time computed from
-them is a best case. Sources:
-
-- H100 SXM5 80 GB: NVIDIA H100 Tensor Core GPU datasheet, BF16 1,979 TFLOPS "with sparsity",
-  so 989.4 dense;
-- H800 SXM5 80 GB: NVIDIA H800 product brief: the H100's compute (989 dense bf16 TFLOPS), with
-  reduced NVLink bandwidth (400 GB/s), which a FLOP bound does not see;
-- H200 SXM 141 GB: NVIDIA H200 datasheet, BF16 1,979 TFLOPS with sparsity, 989 dense;
-- Ascend 910B 64 GB: Huawei does not publish a bf16 datasheet figure for the 910B; 313 TFLOPS is
-  the fp16 figure third-party listings give for the 910B3 (treat it as approximate).
-
-Memory bandwidth (HBM), the same datasheets: H100 SXM5 3.35 TB/s (HBM3); H800 SXM5 3.35 TB/s;
-H200 SXM 4.8 TB/s (HBM3e); Ascend 910B 1.6 TB/s (HBM2e; third-party listings, approximate).
+Peaks are the vendors' dense (no sparsity) bf16 figures for the SXM/OAM parts, so a time from
+them is a best case: H100 SXM5, H800 and H200 989.4 TFLOPS (datasheets give 1,979 with sparsity; the
+H800 differs in NVLink only), Ascend 910B 313 (the fp16 figure third-party listings
+give for the 910B3; approximate, Huawei publishes no bf16 figure).
+Memory bandwidth, the same datasheets: H100 SXM5 and H800 3.35 TB/s, H200 4.8 TB/s, Ascend 910B
+1.6 TB/s (HBM2e; third-party listings, approximate).
 """
 from __future__ import annotations
 

@@ -1,22 +1,12 @@
 """The driver process in a plan: `plan_driver(...)`, what the process `main_omni.py` runs holds.
 
-- **Its policy weights.** In a Ray run (`trainer.backend=ray`) the driver builds the model on the
-  meta device (`omni_rl.trainer.ray_actors`): tokenizer, processor and shapes, no weights. The
-  plan's build is that same weightless build, so the plan counts every tensor it materialised
-  anyway (parameters, buffers, plain tensor attributes off the meta device): the figure that
-  shows the driver holding no weights, which a build that allocated a table would break. In a
-  local run the driver is the one rank: its weights are the device's (and, offloaded, the
-  host-per-rank figures), so none are added here.
-- **The step's samples.** Every sample's decoded pixels are uint8 on the host (each adapter's
-  `decode` returns them on the CPU for the rewards): frames x H x W x 3 bytes a sample. In a Ray
-  run every result comes back to the driver through Ray, so the whole step's trajectories are in
-  its host memory too between the rollout and the update; in a local run they are there only with
-  `rollout.options.trajectory_device=cpu` (pinned), and otherwise on the device (the device peaks
-  count the rank's share).
-- **Reward models scored on the host** (`device: cpu`) without reward workers.
+Counted: the tensors its weightless build materialised (a Ray driver should hold none; a local
+driver's weights are the device's), every sample's decoded pixels (uint8 on the host for the
+rewards), the step's trajectories where they come back to it (Ray, or
+`trajectory_device=cpu`), and reward models scored on the host.
 
-Not counted: a speech model's decoded waveforms, the dataset, Python and the libraries, a rollout server's own process, Ray's object
-store copies (a result sent to a worker for the update is serialised again).
+Not counted: decoded waveforms, the dataset, Python and its libraries, a rollout server's own
+process, Ray's object store copies.
 """
 from __future__ import annotations
 

@@ -1,28 +1,10 @@
 """Per-device memory of a model's weights, gradients and optimizer state, as the engines hold them.
 
-Pure arithmetic on tensor shapes and dtypes (no process group, no allocation): given every
-parameter of the adapter (name, shape, dtype, whether it trains and whether it sits in a module
-the engine shards), `weight_memory` says how many bytes one rank keeps on its device and in host
-memory. It follows what `omni_rl.engine.fsdp2` and `omni_rl.engine.local` do:
+Pure arithmetic: `weight_memory` gives one rank's device and host bytes as `engine.fsdp2` and
+`engine.local` hold them (dim-0 shards padded to the world size, fp32 master shards, a gradient
+and AdamW's two moments per trainable parameter, offloads on the host).
 
-- FSDP2 (`fully_shard`) shards every parameter of the trained module(s) on dim 0, padding dim 0
-  up to a multiple of the world size: a rank holds `ceil(dim0 / N) * prod(rest)` elements
-  (`fsdp2_local_numel`). Modules outside the trained root (text encoders, VAEs) are not sharded:
-  every rank holds them whole. The local engine shards nothing (N = 1).
-- dtypes: with a bf16/fp16 model the fsdp2 engine keeps trainable parameters as fp32 master
-  shards and frozen ones in the model dtype; LoRA weights are fp32 in either engine
-  (`OmniModelBase.setup_trainable`). Each tensor's own dtype is used as given, so the caller
-  passes the tensors as the engine will hold them (`engine_dtypes`).
-- gradients: one per trainable parameter, in its dtype (FSDP2 reduce-scatters into the shard).
-- AdamW: `exp_avg` and `exp_avg_sq` per trainable parameter in its dtype; `step` is a 0-dim
-  fp32 tensor per parameter kept on the host (torch's default, not capturable and not fused).
-- offload: `param_offload` (FSDP2's CPUOffloadPolicy) keeps the sharded parameters, their
-  gradients and so the optimizer state in host memory; `optimizer_offload` alone keeps the
-  optimizer state in host memory between steps (it visits the device to step: counted on the
-  host here, with that visit noted by the caller as a transient).
-
-Not counted here: activations, the all-gathered blocks FSDP2 materialises during a forward, the
-rollout's tensors, allocator fragmentation, the CUDA context. Those belong to the trace.
+Not counted: activations, gathered blocks, rollout tensors, fragmentation, the device context.
 """
 from __future__ import annotations
 

@@ -1,26 +1,11 @@
 """`--plan`: the whole plan of a recipe, its verdict against a device, and the console table.
 
-`make_plan(cfg, kind, memory_gb)` builds the model weightless (`weights.build_weightless`), plans
-its weights per rank (`weights.weights_of`), traces one rollout forward and one training
-micro-batch on fake tensors (`steps`), and puts them together per device:
-
-- training peak = weights, gradients and optimizer state on the device + the micro-batch's peak
-  activations + the step's stored trajectories;
-- rollout peak = the same resident weights and state + the rollout forward's peak + trajectories;
-- trajectories: every sample's latent at each of the `num_steps + 1` points, fp32 (a text
-  sample: its tokens, masks and log-probs; an upper bound where an SDE window records fewer
-  steps), the rank's share of the step's samples, on the device unless
-  `rollout.options.trajectory_device=cpu` puts them in host memory;
-- the driver process (`host.plan_driver`): the weights its build materialised (none, in a Ray
-  run's weightless build), the step's decoded samples, and in a Ray run (or with trajectories on
-  the host) the whole step's trajectories, on the host;
-- reward models (`rewards.plan_rewards`): the networks of the rewards scored on an accelerator
-  of the training devices, added to both peaks (a device shared with the scorer is the worst).
-
-When a peak exceeds the device's memory, each knob is re-planned with only it changed
-(`KNOBS`: micro_batch_size 1, gradient checkpointing on, param and optimizer offload, max_num_seqs
-halved, frames to the fewest the model takes, twice the devices) and the plan lists the new
-peaks: what a knob saves is computed, not estimated.
+`make_plan(cfg, kind, memory_gb)` builds the model weightless, plans its weights per rank,
+traces one rollout forward and one training micro-batch on fake tensors, and adds them up per
+device: the training and rollout peaks (resident weights and state, the pass's activations, the
+step's trajectories where they live), the driver's host memory, and reward models on the
+training devices. When a peak exceeds the device, each knob of `KNOBS` is re-planned alone and
+its new peaks listed: what a knob saves is computed, not estimated. docs/plan.md reads a plan.
 """
 from __future__ import annotations
 

@@ -1,23 +1,11 @@
 """The reward models of a plan: `plan_rewards(cfg)`.
 
-Every configured reward (`reward.rewards`, and `reward.val_rewards` when given: both managers
-are built when a run starts and hold their models for the whole run) whose registry declaration
-has `device_networks` (`omni_rl.reward.registry.RewardDeclaration`) builds its networks on the
-meta device from configuration files alone: a hub id reads the shipped
-`recipes/architectures/rewards/<org>--<name>/config.json`, as the policy's build reads its own, and no weights or
-network are touched. Their parameters and buffers are counted in the dtypes the reward's loading
-gives them.
-
-Where they sit, by how the run scores:
-- `reward.workers.num_workers > 0`: on Ray reward workers of their own (`on_training_device`
-  false: not added to a training device's peaks; listed);
-- a reward whose `device` option is `cpu`: host memory (not added either);
-- otherwise (`device: auto` or an accelerator) the accelerator of the process that scores: rank
-  0's in a local run, and in a Ray run the driver's, which is a device a rank also uses. Their
-  bytes are added to that device's training and rollout peaks, the worst device's.
-
-Rewards with no declaration (rules, remote scorers, RapidOCR's CPU-only engine) hold nothing on a
-device and are listed with zero bytes.
+Every configured reward (training and validation) whose declaration has `device_networks` builds
+its networks on the meta device from configuration files alone (a hub id reads
+`recipes/architectures/rewards/<org>--<name>/config.json`), counted in the dtypes its loading
+gives them. On Ray reward workers or with `device: cpu` they are listed but not added to a
+training device; otherwise they are added to the peaks of the device that scores (rank 0's, or
+the Ray driver's). Rewards without a declaration hold nothing on a device.
 """
 from __future__ import annotations
 

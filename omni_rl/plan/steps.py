@@ -1,23 +1,12 @@
 """The traced part of a plan: one rollout forward and one training micro-batch, and a step's FLOPs
-(a text model's decoding and micro-batch: `text_steps.py`).
+(a text model's: `text_steps.py`).
 
-For a denoiser (`PlanSpec.modality == "diffusion"`), on the trained network the recipe builds:
+For a denoiser: one no-grad forward of `max_num_seqs` samples and one forward and backward of
+`micro_batch_size` samples, both doubled under CFG, the larger trained module kept. A step's
+FLOPs scale these by the step's sizes (every step trained: an upper bound), plus a reference
+forward with `algo.kl_coef > 0`.
 
-- rollout: one forward without gradients of `rollout.max_num_seqs` samples, doubled when
-  `rollout.guidance_scale > 1` (CFG runs [uncond; cond] as one batch in every adapter);
-- training: one forward and backward of `trainer.micro_batch_size` samples (doubled likewise: the
-  update runs the adapter's same `predict_velocity`), with the recipe's gradient checkpointing.
-
-Each trained module of an adapter with several (Wan2.2 A14B's two experts) is traced and the
-larger figure kept (one runs at a time). FLOPs of a step scale those traces by the step's sizes:
-
-- rollout: `samples / max_num_seqs` batches x `rollout.num_steps` forwards;
-- update: `ppo_epochs x samples x num_steps / micro_batch_size` forward+backward passes (every
-  denoising step trained: an upper bound where a family trains a fraction of them), plus one
-  reference forward per pass when `algo.kl_coef > 0` (the KL's base-model prediction).
-
-Not traced: prompt encoding and decoding (text encoders, VAE), rewards; their FLOPs are small
-beside `num_steps` transformer passes, and they are listed as not counted.
+Not traced: text encoders, the VAE and rewards (listed as not counted).
 """
 from __future__ import annotations
 

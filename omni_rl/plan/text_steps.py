@@ -1,28 +1,10 @@
-"""The traced part of a text model's plan (`PlanSpec.modality == "text"`): decoding with the KV
-cache and one training micro-batch, through the adapter's own `forward_logits`.
+"""The traced part of a text model's plan: decoding with the KV cache and one training micro-batch.
 
-A text adapter's rollout and trainer both call `forward_logits` (fp32 logits over the whole
-vocabulary), so the plan traces that method rather than the bare network: its logits are often
-the largest tensor of a pass. It is traced as they call it: the prefill keeps the last
-position's logits (`logits_to_keep=1`), the trainer the response's. Lengths come from the recipe:
-P = `algo.family_options.max_prompt_tokens` (null: the model's context less the response),
-R = `max_new_tokens`.
-
-- rollout, one batch of `rollout.max_num_seqs` rows, the peak of two traced moments:
-  - the prefill: P prompt tokens into an empty cache (the engine's first forward: logits of the
-    last position only);
-  - the last decoding step: one token into a cache of P + R - 1 tokens (the cache is filled
-    untraced first; what the step holds at its end, the whole cache included, is its peak);
-  FLOPs: the prefill's + R x the last step's (the last step attends over the longest cache: an
-  upper bound of each step's);
-- training: `trainer.micro_batch_size` rows of P + R tokens through `forward_logits` (logits
-  of the R + 1 last positions, as `token_log_probs` asks), the token log-probs the trainer takes
-  from them (log-softmax at the temperature, gathered), and backward
-  of their mean, with the recipe's gradient checkpointing.
-
-Media (images, audio) are planned as tokens of the prompt: their encoders' activations are not
-traced. Prompts are token 0 everywhere: the cost of a dense decoder does not depend on the ids;
-a MoE decoder's routing does (fake tensors route by shape: transformers' grouped experts).
+The plan traces `forward_logits`, as rollout and trainer call it (its fp32 logits are often a
+pass's largest tensor): the rollout's peak is the larger of the prefill and the last decoding
+step, its FLOPs the prefill plus R last steps (an upper bound); training is one micro-batch of
+P + R tokens with its backward (docs/plan.md). Media are planned as prompt tokens; prompts are
+token 0 (a MoE's routing would differ: fake tensors route by shape).
 """
 from __future__ import annotations
 

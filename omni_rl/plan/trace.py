@@ -1,30 +1,13 @@
 """One forward (and backward) of a weightless network at full size, on fake tensors: FLOPs and
 peak memory without allocating or computing anything.
 
-`materialize(module, fake)` gives every meta parameter and buffer of a module a tensor of the
-same shape, dtype and `requires_grad` (fake ones under a `FakeTensorMode`, real uninitialised CPU
-ones without: the real-tensor check of the planner runs the same code). `trace(module, kwargs,
-backward)` then runs the module under `LiveBytes`, one dispatch mode that returns:
-
-- `flops`: each op counted by torch's own FLOP formulas (`torch.utils.flop_counter.flop_registry`:
-  matmuls and attention; elementwise ops count 0, as in torch), and `_grouped_mm` (MoE experts),
-  which torch has no formula for, by `EXTRA_FLOPS`;
-- `activation_bytes`: the peak bytes of tensors the pass created and held at once (saved
-  activations, temporaries, the inputs), less the trainable parameters' gradients (planned per
-  rank by `memory.py`); the parameters themselves exist before the pass and are not in it;
-- `weight_read_bytes` and `expert_read_bytes`: the parameter bytes the pass's ops read, each
-  parameter once per op that takes it (a backward's second read of a weight counts; a view of one
-  reads nothing; an embedding lookup reads its rows), split into a MoE's expert parameters (a
-  module named `experts`: `roofline.py` keeps the share a batch's tokens route to) and the rest.
-
-Neither torch tool is used whole: `FlopCounterMode`'s module tracking keeps every module's output
-alive, which undoes gradient checkpointing in the count (a 6-layer SD3 on real tensors: 35 MiB
-without checkpointing, 40 MiB with it under the counter, 18 MiB without the counter), and
-torch 2.14's `MemTracker` hooks every parameter for gradients and refuses frozen ones (LoRA).
-
-Gradient checkpointing is whatever the module was set up with (the adapter's own
-`enable_checkpointing`), so its recomputation is traced as it runs. The model is traced whole, on
-one device: FSDP2's all-gathered blocks and communication buffers are not in these numbers.
+`materialize(module, fake)` gives meta parameters and buffers (fake) tensors; `trace(module,
+kwargs, backward)` runs it under `LiveBytes`, which counts FLOPs (torch's `flop_registry`, plus
+`EXTRA_FLOPS` for MoE's `_grouped_mm`) and peak live activation bytes. torch's `FlopCounterMode`
+keeps module outputs alive (undoing gradient checkpointing) and its `MemTracker` refuses frozen
+parameters, hence this mode. Not counted: FSDP2's gathered blocks and buffers. Weight reads: each parameter once per op
+that takes it (views read nothing, an embedding its rows), a MoE's experts (a module named
+`experts`) apart, for `roofline.py`.
 """
 from __future__ import annotations
 
@@ -89,15 +72,12 @@ def fake_mode():
 
 
 class LiveBytes(TorchDispatchMode):
-    """Peak bytes of the storages a pass creates and holds at once.
+    """Peak bytes of the storages a pass creates and holds at once, and its FLOPs.
 
-    Every op's output storages are kept (a strong reference: fake storages own no memory, and
-    the real-tensor check runs tiny models) with their size; after each op, a storage whose use
-    count (`torch._C._storage_Use_Count`) has fallen to our one reference is dead and dropped,
-    and the rest are summed. Use counts see every holder (autograd's saved tensors, views), which
-    a weak reference to the Python storage object does not. torch's `MemTracker` (2.14) cannot
-    be used: it hooks every parameter for gradients and refuses frozen ones (LoRA). FLOPs are
-    counted here too, with torch's formulas (see the module docstring)."""
+    Every op's output storages are kept with their size; after each op, one whose use count
+    (`torch._C._storage_Use_Count`) has fallen to our reference is dead and dropped. Use counts see
+    every holder (autograd's saved tensors, views), which a weak reference would not.
+    """
 
     def __init__(self, module: nn.Module | None = None):
         super().__init__()

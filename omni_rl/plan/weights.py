@@ -1,19 +1,11 @@
 """The weights part of a plan: build the recipe's model without weights, count what each rank holds.
 
-`plan_weights(cfg)` builds the model through `build_model` on the meta device (the Ray driver's
-weightless build: the adapter reads configs, applies the recipe's LoRA or trainable selection in
-`setup_trainable`, and allocates nothing) from `architecture_folder(cfg.model.path)`, then lists
-every parameter as the recipe's engine holds it:
-
-- `trainer.engine=fsdp2` on `trainer.backend_options.nnodes x devices_per_node` ranks shards the
-  trainable root (`trainable_root()`, LoRA's frozen base weights included) and keeps trainable
-  parameters in fp32 when the model is bf16/fp16; the adapter's other modules
-  (`frozen_modules()`) are whole on every rank;
-- `trainer.engine=local` is one process: nothing sharded, dtypes as the adapter leaves them.
-
-When the folder lacks a file the full build reads, the adapter's `PlanSpec` builds its trained
-network(s) alone and the plan says what it did not count; an adapter without a spec is a
-`PlanBuildError` naming the failure (exit 2). `omni_rl.plan.planner` adds the trace and verdict.
+`plan_weights(cfg)` builds the model on the meta device (the Ray driver's weightless build, with
+the recipe's LoRA or trainable selection) from `architecture_folder(cfg.model.path)`, then lists
+every parameter as the engine holds it: `fsdp2` shards the trainable root on every rank (fp32
+master copies for a bf16/fp16 model) and keeps `frozen_modules()` whole; `local` shards nothing.
+Where the folder lacks a file the build reads, the adapter's `PlanSpec` builds the trained
+network(s) alone; without a spec it is a `PlanBuildError` (exit 2).
 """
 from __future__ import annotations
 

@@ -1,18 +1,10 @@
 """Scoring that overlaps rollout: samples are scored in micro-batches as they finish.
 
-A rollout engine finishes samples one by one; `AsyncRewardScorer.submit(sample, prompt,
-metadata)` queues one and returns a future (a video / audio sample is a one-sample
-`MediaSamples`, e.g. from `MediaSamples.split()`). Worker threads (one, or one per reward worker on Ray) gather queued samples into batches
-of up to `max_batch_size` (waiting at most `max_wait_ms` for a batch to fill) and scores each
-with the `RewardManager`, so reward models run while the generator is still sampling. `gather`
-waits for a step's futures and rebuilds the step's `RewardOutput` (metrics over all samples).
-
-The manager's rules hold per micro-batch: a required reward that fails fails every sample of
-that micro-batch, and `gather` raises that error; an optional reward that fails is left out
-of that micro-batch with the other weights rescaled (`reward/<name>/failed` is then the fraction
-of samples it failed on). A `gather` that waits longer than its `timeout_s` raises `RewardError`
-naming the rewards still running (with the URL of a remote one, `RewardManager.running`), or
-every configured reward when none is running (the samples were still queued).
+`AsyncRewardScorer.submit(sample, prompt, metadata)` queues one finished sample and returns a
+future; worker threads batch queued samples (up to `max_batch_size`, waiting at most
+`max_wait_ms`) into the `RewardManager`, so reward models run while the generator samples, and
+`gather` rebuilds the step's `RewardOutput`. The manager's rules hold per micro-batch; a `gather`
+past its `timeout_s` raises `RewardError` naming the rewards still running.
 """
 from __future__ import annotations
 

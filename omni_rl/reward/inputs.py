@@ -1,30 +1,13 @@
 """Checks and converts the inputs every reward scorer receives.
 
-A scorer is called as `scorer(samples, prompts, metadata)` where
-
-- `samples` is one batch of B generated samples, of one of two kinds:
-  - images: a list of PIL images or a `torch.uint8` tensor `[B, H, W, C]` (a uint8 numpy
-    array of the same shape is accepted too), pixel values 0..255, channels last;
-  - texts: a list (or tuple) of B strings, the generated responses (text / omni path);
-- `prompts` is a list of B strings, one per sample;
-- `metadata` is a list of B dicts, one per sample (text rewards read the reference answer
-  from `metadata[i]["ground_truth"]`; `ground_truths` fetches it with a clear error).
-
-`check_batch` validates the three together and returns B (`check_prompts_metadata` the last two). `sample_kind` says which kind a
-batch is. `to_uint8_numpy` and `to_pil_list` turn either image form into the one an image
-scorer wants, always RGB, so a scorer gives identical scores for a PIL list and for the
-equivalent tensor; handed texts they raise, saying the reward scores images. `to_text_list`
-is the text scorers' counterpart and raises when handed images.
-
-What is refused, rather than silently corrected (each error says how to fix the input):
-- float tensors (a [0, 1] float and a [0, 255] float look alike; the caller knows which it has),
-- channels-first tensors `[B, C, H, W]`,
-- images with an alpha channel (dropping alpha changes what the image looks like),
-- PIL images of different sizes in one batch (they cannot be stacked into one array),
-- an empty batch,
-- a list mixing strings with other things, and a bare string as the batch (wrap it: [text]).
-Grey images (PIL mode "L" or C == 1) are expanded to RGB; other PIL modes without alpha
-("P", "CMYK", ...) go through PIL's own `convert("RGB")`.
+A scorer is called as `scorer(samples, prompts, metadata)`: B samples (images as a list of PIL
+images or a uint8 `[B, H, W, C]` tensor or array; or a list of B response strings), B prompt
+strings and B metadata dicts. `check_batch` validates the three and returns B; `sample_kind`
+says which kind a batch is; `to_uint8_numpy`, `to_pil_list` (always RGB, the same scores for
+either form) and `to_text_list` convert, raising when handed the other kind; `ground_truths`
+fetches `metadata[i]["ground_truth"]`. Refused, never corrected, with an error saying how to fix
+it: float or channels-first tensors, alpha channels, PIL images of different sizes, an empty
+batch, a list mixing strings with other things, a bare string.
 """
 from __future__ import annotations
 

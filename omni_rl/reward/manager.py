@@ -2,61 +2,14 @@
 
     manager = RewardManager([RewardSpec("jpeg_compressibility", weight=1.0, kwargs={"scale": 0.002}),
                              RewardSpec("brightness", weight=0.5, required=False)])
-    out = manager.score(samples, prompts, metadata)   # images, or a list of generated texts
-    out.total          # float32 tensor [B]: sum_i w_i * score_i
-    out.per_reward     # {name: float32 tensor [B]} raw, unweighted scores
-    out.metrics        # {"reward/<name>/mean": ..., "reward/total/std": ..., ...}
+    out = manager.score(samples, prompts, metadata)   # out.total [B], out.per_reward, out.metrics
 
-The rules (a failing or absurd score stops the run naming its reward, never a silent 0):
+A failing or absurd score (an exception, a wrong count, a non-finite score or one past
+`MAX_ABS_REWARD`) stops the run naming its reward, never a silent 0; an optional reward is instead
+left out of the batch with the other weights rescaled (`reward/<name>/failed` is 1). Video and
+audio reach a reward as it declares: the `MediaSamples`, or `video_frames: k` frames per video.
 
-- A *required* reward that raises, or returns a wrong number of scores, or a NaN/inf score,
-  fails the whole call with `RewardError` naming the reward (and the sample index for a
-  non-finite score). A failing scorer never turns into a silent 0 reward.
-- Scores must also be small enough to train on (`MAX_ABS_REWARD` = 1e15): a raw score beyond
-  float32's range is non-finite as above; a weighted score |w * score| > 1e15 fails the same
-  way (optional: left out), and so does a weighted total beyond +-1e15 at some sample, naming
-  the sample and each reward's share. The bound keeps the float32 advantage maths (sums of
-  squared deviations) finite, where a score near 3e38 would surface only as a NaN loss.
-- An *optional* reward (`required=False`) that fails in any of those ways is logged as a
-  warning and left out of this batch's total. The weights of the rewards that did succeed are
-  rescaled by `sum_all |w| / sum_ok |w|`, so the total keeps its scale (with positive weights
-  this is the usual renormalisation, w_i / sum_ok w). Its raw scores are absent from
-  `per_reward`, and the metric `reward/<name>/failed` is 1.0 (0.0 on batches where it worked).
-  If every reward with a non-zero weight fails, `RewardError` is raised: there is no signal.
-- The spec list must be non-empty, names unique (and not "total", which the metrics use),
-  weights finite and not all zero. A weight of 0 is allowed: the reward is computed and logged
-  but does not move the policy.
-- A reward that cannot be *built* (unknown name, bad option, missing package) fails at
-  construction even when optional: a config mistake should stop the run before any compute.
-
-The samples are whatever the rollout produced: images (a list of PIL images or a uint8 tensor
-[B, H, W, C]) or texts (a list of B strings); `omni_rl.reward.inputs` states the contract. The
-manager does not know which image/text rewards take which kind: an image reward handed texts
-(or the reverse) raises a `RewardError` saying so, like any other failing reward.
-
-Video and audio come as one `MediaSamples` (`omni_rl.reward.media`: uint8 video [B, T, H, W, C]
-with its fps, and/or a waveform with its sample rate). What each reward gets from it follows
-what the reward declares it scores (`omni_rl.reward.registry.reward_modalities`):
-
-- a reward that scores video or audio gets the `MediaSamples` itself;
-- an image reward with `video_frames: k` (a `RewardSpec` field, not a factory option) gets
-  `frames(k)`, k evenly spaced frames of every video as B * k images, with each prompt and
-  metadata dict repeated k times; its score of a sample is the mean over that sample's k frames;
-- any other pairing (an image reward without `video_frames`, a reward whose streams the samples
-  lack) raises `RewardInputError` before any reward runs, naming the reward and the fix.
-`video_frames` on a reward that scores video itself, or that does not score images, is refused
-when the manager is built.
-
-Metrics (floats): `reward/<name>/mean`, `reward/<name>/std` for each reward that produced
-scores, `reward/<name>/failed` for each optional reward, `reward/total/mean`,
-`reward/total/std`. Standard deviations are population ones (divide by B), so B = 1 gives 0.
-A scorer that returns a `RewardScores` (`omni_rl.reward.scores`) with a group per sample adds
-`reward/<group>`, its mean raw score over the samples of each group (GenEval's per-task
-scores: `reward/geneval/counting`, ...); an image reward on video frames takes each sample's
-group from its first frame.
-
-Left out on purpose: batching a reward into micro-batches, running rewards asynchronously or
-remotely, and caching. They wrap a scorer and can be added without changing this contract.
+Left out on purpose: micro-batching, asynchronous or remote rewards, caching: they wrap a scorer.
 """
 from __future__ import annotations
 
@@ -244,13 +197,10 @@ class RewardManager:
         prompts: Sequence[str],
         metadata: Sequence[dict[str, Any]] | None = None,
     ) -> RewardOutput:
-        """Score B samples (images, texts, or a `MediaSamples` of video and/or audio) with every
-        reward; see the module docstring for the failure rules and who gets what of a
-        `MediaSamples`.
+        """Score B samples (images, texts, or a `MediaSamples`) with every reward.
 
-        `metadata=None` means an empty dict per sample. Input errors (lengths, dtypes, a reward
-        that cannot score these samples) raise `RewardInputError` before any reward runs, since
-        they are the caller's or the config's, not a reward's.
+        `metadata=None` means an empty dict per sample. Input errors (lengths, dtypes, a reward that
+        cannot score these samples) raise `RewardInputError` before any reward runs.
         """
         media = isinstance(samples, MediaSamples)
         if metadata is None:

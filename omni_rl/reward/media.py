@@ -1,33 +1,13 @@
 """`MediaSamples`: the typed batch a video or audio(-video) generator hands to its rewards.
 
-    MediaSamples(video=uint8 [B, T, H, W, C], fps=16.0)                       # Wan2.2
+    MediaSamples(video=uint8 [B, T, H, W, C], fps=16.0)                          # Wan2.2
     MediaSamples(video=..., fps=24.0, audio=float [B, C, S], sample_rate=48000)  # LTX-2
-    MediaSamples(audio=[clip_0, clip_1, ...], sample_rate=16000)               # clips of different lengths
 
-Fields (at least one of video / audio; both describe the same B samples):
+Everything is checked when it is built (a float video, channels-first frames, integer PCM, a rate
+without its stream: `RewardInputError` naming the field); nothing is converted silently.
+`frames(k)`, `mono()` and `split()` / `cat()` serve the rewards.
 
-    video        torch.uint8 [B, T, H, W, C], C = 3 (RGB) or 1 (grey), values 0..255, T >= 1
-    fps          frames per second of `video`, a finite number > 0 (required with video)
-    audio        float waveform, values roughly in [-1, 1]: a tensor [B, S] (mono) or
-                 [B, C, S] (C channels), or a list of B tensors [S] or [C, S] when lengths differ
-    sample_rate  Hz of `audio`, a positive int (required with audio)
-
-Everything is checked when the container is built, and a mistake raises `RewardInputError`
-naming the field, the bad value and what is expected: a float video, channels-first frames,
-integer PCM, NaN/inf audio, a rate without its stream, batch sizes that disagree. Nothing is
-converted silently (no float -> uint8, no resampling).
-
-Helpers for the rewards:
-- `frames(k)` -> uint8 [B * k, H, W, C]: k evenly spaced frames of each video (first and last
-  included; `frame_indices(T, k)` says which), sample-major, so that an image reward can score
-  a video (the manager does this for a reward with `video_frames: k`);
-- `mono()` -> B 1-D float32 CPU clips (channels averaged);
-- `modalities` -> the frozenset of streams present ("video", "audio");
-- `split()` -> B one-sample MediaSamples, and `MediaSamples.cat(parts)` joins them back (how
-  `AsyncRewardScorer` micro-batches samples submitted one by one).
-
-Left out on purpose: per-sample fps or sample rates (one generator call makes one rate), and
-resampling (`omni_rl.utils.audio`).
+Left out on purpose: per-sample rates, resampling (`omni_rl.utils.audio`).
 """
 from __future__ import annotations
 

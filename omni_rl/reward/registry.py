@@ -1,71 +1,16 @@
 """The reward registry: names -> scorer factories.
 
-A reward is registered as a *factory*: a class or function that takes keyword arguments only
-(the reward's options from the config, e.g. `scale=0.002`) and returns a *scorer*:
+A reward is a factory taking keyword-only options and returning a scorer
+`scorer(images, prompts, metadata) -> list[float]` (one score per sample, higher is better).
+Expensive set-up and heavy imports belong in the factory. What a reward declares about itself
+(modalities, option and prompt checks, metadata it needs, networks for `--plan`) is its entry's
+`RewardDeclaration`; docs/extending/reward.md shows each.
 
-    scorer(images, prompts, metadata) -> list[float]      # one score per image
-
-`images`, `prompts` and `metadata` follow the contract in `omni_rl.reward.inputs` (a list of
-PIL images or a uint8 tensor [B, H, W, C]; one prompt string and one metadata dict per image).
-The canonical return type is a list of B Python floats; the `RewardManager` also accepts a
-1-D float numpy array or tensor of length B and converts it, and a `RewardScores(scores,
-groups)` (`omni_rl.reward.scores`), whose per-sample groups it reports as `reward/<group>`
-means (GenEval's per-task scores). Higher is better.
-
-Expensive set-up (loading a model) belongs in the factory, so it runs once; the scorer is
-called every training step. A factory whose module imports heavy packages should import them
-inside the factory, so that `load_plugins()` stays cheap for users who do not use it.
-
-    @register_reward("my_reward")
+    @register_reward("my_reward", modalities={"image"})
     def my_reward(*, threshold: float = 0.5) -> Scorer:
         def score(images, prompts, metadata):
             ...
         return score
-
-    scorer = build_reward("my_reward", threshold=0.3)
-
-What a reward declares about itself is its registry entry's spec (`RewardDeclaration`, read
-with `reward_declaration(name)`), given to `register_reward`:
-
-- `check_options(**options)` checks option *values* without building anything (a URL's
-  scheme, a range) and raises ValueError naming the option (an option annotated float that
-  is NaN or infinite is refused for every reward before it runs). `check_reward_options`, which the
-  config runs at load time, calls it after the signature check, so such a mistake stops the
-  run before any model is loaded:
-
-      @register_reward("my_reward", check_options=check_my_options)  # raises ValueError if bad
-
-- `modalities`: what the reward scores, a subset of `MODALITIES` = {"image", "text", "video",
-  "audio"}. When that depends on its options, a callable `(**options) -> set` instead:
-
-      @register_reward("clap", modalities={"audio"})
-      @register_reward("imagebind", modalities=lambda *, mode="text_video", **_: MODES[mode])
-
-- `check_item(prompt, metadata) -> None | reason`: what the reward needs of one prompt and its
-  metadata (a quoted OCR target, a reference answer, a parseable caption): None when it can
-  score the prompt, else the reason in a few words. The pre-load check
-  (`omni_rl.cli.check_reward_prompts`, also under `--plan`) runs it on every prompt and fails
-  with one line naming the file, the line or row, the reward and the reason:
-
-      @register_reward("ocr", check_item=check_ocr_item)   # "has no target text: ..."
-
-- `check_prompts(prompts, metadata)`: the same over the whole list at once, raising a
-  `RewardInputError` naming the prompt; run on the run's prompts when they load
-  (`reward_prompt_check`). Prefer `check_item`, whose failures name the line.
-
-- `needs_metadata`: the metadata keys every sample must carry for the reward to score it (the
-  text a speech sample was asked to say), a set or a callable `(**options) -> set` when an option
-  names the key; read with `reward_metadata_needs(name, options)`. At load each key must be one
-  the model adds to its samples (`OmniModelBase.sample_metadata_keys`) or in every prompt row's
-  metadata (`omni_rl.cli.check_reward_prompts`):
-
-      @register_reward("asr_wer", modalities={"audio"}, needs_metadata=lambda *, text_key="spoken_text", **_: {text_key})
-
-`reward_modalities(name, options)` answers for a configured reward. A reward that declares
-nothing scores what every reward scored before video and audio: images or texts (the default
-{"image", "text"}). The `RewardManager` hands a `MediaSamples` (`omni_rl.reward.media`) to a
-reward that scores video or audio, and the frames of its videos to an image reward given the
-option `video_frames` (see `omni_rl.reward.manager`).
 """
 from __future__ import annotations
 
@@ -103,40 +48,26 @@ def reward_prompt_check(name: str) -> PromptCheck | None:
 
 
 class RewardConfigError(OmniConfigError, TypeError):
-    """A reward is configured wrongly: unknown option, bad weight, duplicate name, ...
-
-    It subclasses both TypeError (a bad keyword argument to a factory) and ValueError (a bad
-    value in the reward list), so callers can catch it as either.
+    """A reward is configured wrongly (unknown option, bad weight, duplicate name); both a TypeError
+    and a ValueError, so callers can catch it as either.
     """
 
 
 @dataclass(frozen=True)
 class RewardDeclaration:
-    """What a reward declares about itself: the spec its registry entry carries.
+    """What a reward declares about itself: the spec its registry entry carries (None: not declared).
 
-    modalities:    what it scores: a subset of `MODALITIES`, or a callable `(**options) -> subset`
-                   when that depends on its options; None = the default {"image", "text"}.
-    check_options: `(**options) -> None`, raising ValueError naming a bad option value, run at
-                   config load (after the factory's signature check); None = the signature only.
-    check_prompts: `(prompts, metadata) -> None`, raising `RewardInputError` naming the prompt
-                   for one the reward cannot score (an edit instruction with no direction): called
-                   on the run's prompts when they load (`reward_prompt_check`), so a bad row stops
-                   the run before any model loads, not at step 1.
-    needs_metadata: the metadata keys each sample must carry, a set of str or a callable
-                   `(**options) -> set` when an option names them; None = none.
-    check_item:    `(prompt, metadata) -> None | reason`: None when the reward can score the prompt,
-                   else why not (a few words: "has no target text: ..."); run on every prompt
-                   before any model loads, the failure naming the file and the line or row.
-    check_files:   `(**options) -> None`, raising ValueError naming an option whose file is
-                   missing or unreadable (a reference voice): run when a training run starts,
-                   with the prompt files and before any model loads, not at config load, so a
-                   recipe that names files the user supplies still loads, plans and prints
-                   (as its prompt files need not exist until it runs).
-    device_networks: `(**options) -> [(label, module)]`: the networks the reward holds where it
-                   scores, each built on the meta device from configuration files only (no
-                   weights, no network), in the dtype its loading would give them, for `--plan`
-                   to count (`omni_rl.plan.rewards`); None = it holds none on a device (a rule,
-                   or an engine that runs on the CPU only, as OCR's).
+    modalities:    what it scores, a subset of `MODALITIES` or `(**options) -> subset`; default
+                   {"image", "text"}.
+    check_options: `(**options) -> None`, raising ValueError naming a bad option value (config load).
+    check_prompts: `(prompts, metadata) -> None`, raising `RewardInputError` naming a prompt it
+                   cannot score (when the prompts load, before any model).
+    needs_metadata: the metadata keys each sample must carry, a set or `(**options) -> set`.
+    check_item:    `(prompt, metadata) -> None | reason`, run on every prompt before any model loads.
+    check_files:   `(**options) -> None`, raising ValueError for an option's missing file; run when a
+                   training run starts, so a recipe naming the user's files still loads and plans.
+    device_networks: `(**options) -> [(label, module)]`, the networks it holds, built on the meta
+                   device from configs, for `--plan` to count.
     """
 
     modalities: Modalities | None = None
@@ -244,9 +175,8 @@ def _check_modalities(name: str, modalities: Any) -> frozenset[str]:
 def build_reward(name: str, /, **kwargs: Any) -> Scorer:
     """Load the plugins, then return `factory(**kwargs)` for the reward registered as `name`.
 
-    An unknown name raises `RegistryError` listing the registered rewards; an option the
-    factory does not take raises `RewardConfigError` naming the reward, the option and the
-    accepted ones. Errors raised by the factory itself propagate with a note naming the reward.
+    An unknown name raises `RegistryError` listing the rewards; an option the factory does not take
+    raises `RewardConfigError` naming it and the accepted ones.
     """
     load_plugins()
     factory = REWARDS.get(name)

@@ -1,26 +1,10 @@
 """`RewardScores`: a scorer's scores with a per-sample breakdown into metric groups.
 
-A scorer returns one float per sample. One that also knows what kind of sample each was (the
-GenEval task type of its prompt, a benchmark's category) returns a `RewardScores` instead:
-
     return RewardScores(scores=[1.0, 0.0, 1.0], groups=["geneval/counting", "geneval/position", None])
 
-and the `RewardManager` reports, besides `reward/<name>/mean|std`, the mean raw score of each
-group over the batch's samples in it, as `reward/<group>` (here `reward/geneval/counting` = 1.0
-and `reward/geneval/position` = 0.0; a sample whose group is None is in none). A group absent
-from a batch has no metric on that step. `AsyncRewardScorer` keeps each sample's group, so the
-step's metric is the mean over the whole step, not over a micro-batch.
-
-A scorer may also return `details`: one dict per sample of what it saw beside its score
-(GenEval's verdict: `{"correct": True, "strict_correct": False, "reason": "..."}`). They reach
-`RewardOutput.details` (the evaluation job writes them with each sample), and each numeric field
-(a bool, int or float) of a sample in a group is logged as `reward/<group>/<field>`, its mean
-over the group's samples (`reward/geneval/counting/strict_correct`).
-
-A group key is a path of at least two parts ("geneval/counting"); its first part may not be
-"total" or the name of a configured reward, whose `reward/<name>/...` metrics it would shadow.
-A scorer that breaks these rules fails like one that returns a wrong number of scores. Two
-rewards of one run should not report the same group: the metric would hold the later one's mean.
+The `RewardManager` logs each group's mean as `reward/<group>` and each numeric field of the
+per-sample `details` as `reward/<group>/<field>`. A group key has at least two parts, the first
+neither "total" nor a configured reward's name.
 """
 from __future__ import annotations
 

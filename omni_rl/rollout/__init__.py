@@ -1,15 +1,10 @@
 """Rollout engines behind one contract (`base.RolloutEngine`), built by `rollout.backend`.
 
-`backends.ROLLOUT_BACKENDS` holds their specs (builder, options, capabilities): `native` (in-process; request-level batching
-for diffusion in `native.py`, batched decoding for text in `text_native.py`) and `server` (the
-native engine in a process and Python of its own, over loopback HTTP: `server/`), and the GPU
-engines `vllm_omni` (diffusion) and `vllm` (text) of `vllm_omni/`, whose vllm imports wait until
-one is built. The per-request diffusion maths they share is `diffusion_sampling.py`. The Ray rollout
-engine that shards requests over workers lives with the workers (`omni_rl.workers.ray_rollout`).
-
-Importing this package imports none of its modules: the names below load on first use (PEP 562).
-vLLM imports `vllm_omni.vllm_worker` by name in its workers, in an environment that may hold
-vLLM and little else (no hydra, no diffusers), and Python runs this file on the way there.
+`backends.ROLLOUT_BACKENDS` holds the specs: `native` (`native.py`, `text_native.py`), `server`
+(`server/`), and the GPU engines of `vllm_omni/`; `diffusion_sampling.py` is their shared
+per-request maths. Importing this package imports none of its modules (names load on first use,
+PEP 562), because vLLM imports `vllm_omni.vllm_worker` in workers whose environment holds little
+else, and Python runs this file on the way.
 """
 from __future__ import annotations
 

@@ -1,28 +1,11 @@
 """`ROLLOUT_BACKENDS`: `rollout.backend` names a `RolloutBackend`, the spec that builds a rollout engine.
 
-One signature: `spec.build(cfg: OmniConfig, model) -> RolloutEngine`, called wherever a model
-that samples lives (this process, or each Ray worker's rollout copy). `native` is the in-process
-engine of the model's kind: request-level batching for diffusion, batched decoding for text;
-`server` runs that engine in a process (and Python, `rollout.options.python`) of its own, over
-HTTP. `vllm_omni` (diffusion) and `vllm` (text) are the GPU engines of `rollout/vllm_omni/`: with
-`python` null they run in this process (which then needs vllm / vllm-omni); with `python` set
-(the CUDA image: /opt/vllm-omni/bin/python) the trainer talks to them through the rollout
-server started in that Python (`--backend vllm_omni`; inside the server `python` reads null, so
-the same spec builds the engine there). vllm / vllm-omni are imported inside the builders only,
-so the registry works without them.
+One signature, `spec.build(cfg, model) -> RolloutEngine`: `native`, `server`, `vllm_omni` and
+`vllm` (imported in their builders only). Each spec declares its options class,
+`loads_own_weights`, `shares_model`, `beside_trainer(cfg)`, the model base it `samples` and the
+`packages` it needs, all checked before the model loads.
 
-Each spec declares what the rest of the project asks of a backend (no attributes looked up by
-name): its options dataclass (`rollout.options`, bound with `backend_options(cfg)`);
-`loads_own_weights` (its engine loads the checkpoint itself, so the server builds the model
-weightless: configs, tokenizers, shapes, not a second copy of the weights); `shares_model` (it
-samples with the very model object it is given, so a pipelined trainer gives it a copy of its
-own, `LocalActorGroup`; its engine's `shares_model_with(that model)`, which `sync_weights` asks,
-says the same); and `beside_trainer(cfg) -> None | reason`, whether it can sample while
-the trainer updates (`trainer.pipeline` one_step_off / async; None: it cannot); `samples`, the
-model base class its engine samples (None: any), checked at load against the adapter
-(`check_backend_fits`); `packages`, the (module, pip name) pairs its engine imports, which the
-Python it runs in must have (checked before the model loads, `omni_rl.cli.check_inputs`).
-Register another with `register_rollout_backend("name", options_class=...)` in a plugin module.
+    register_rollout_backend("name", options_class=MyOptions)   # in a plugin module
 """
 from __future__ import annotations
 

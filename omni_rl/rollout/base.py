@@ -1,39 +1,10 @@
 """`RolloutEngine`: the contract every rollout engine implements, diffusion and text alike.
 
-- `submit_many(requests) -> futures` queues requests; `wait(requests, futures, timeout_s)`
-  returns their results in request order, raising (never hanging) on a failure or when
-  `timeout_s` passes; `generate(requests, timeout_s)` is the two in one call. A future completes
-  as soon as its sample is done, which is how the reward scorer overlaps the rollout. Every
-  result records the `weight_version` it was sampled with.
-- `update_weights(tensors, version, kind)` loads named tensors (a dict, or an iterable of
-  `(name, tensor)` pairs, which an engine may consume bucket by bucket) into the engine's model
-  and records `version` in `weight_version`. `kind` is "lora" (LoRA tensors only: the fast
-  path) or "full" (the trainable module's full weights). Tensors, never a model object: the
-  engine may live in another process or Python (`rollout.backend=server`).
-- `shares_model_with(model)`: whether the engine samples with `model` itself, the very object
-  (the native engines built on it say True; every other engine, one in another process or one
-  that keeps the trainer's adapter for its own bookkeeping, says False, the default). Each engine
-  declares it; nothing infers it from an attribute's name. The backend spec's `shares_model`
-  says the same of the model an engine is built on.
-- `sync_weights(source_model, version)` is the trainer's helper over it: when the engine
-  `shares_model_with(source_model)`, the weights are already current and only the version is
-  recorded; otherwise it sends `source_model.named_trainable_tensors()` to `update_weights`.
-- `sleep()` / `wake()`: free the accelerator memory the engine holds (weights, caches) while
-  the trainer uses the device, and take it back. A colocated accelerator backend implements
-  them; the native engines hold nothing of their own (they share the trainer's model) and treat
-  both as no-ops.
-- `stats`: a mapping of counters (forwards, samples, ...); engines add what they measure.
-- `same_log_probs_as(model)`: whether the engine's recorded log-probs are, by construction, the
-  ones the trainer computes for `model`'s current weights (the same model object in this
-  process, the same function, fp32). Then the trainer need not recompute them; anywhere else
-  (another process or copy, other kernels or precision) the answer is False and it does.
-- `check_request(request)` raises ValueError for a request the engine cannot sample, before
-  it is admitted (a bad request fails its caller alone); `failure()` says why an engine can no
-  longer sample (None while it can).
-- `close()` stops the engine; its pending requests fail.
-
-Shared by every backend: `RolloutEngineError` (an engine that failed or timed out; a run-time
-error, exit 1) and `wait_results` (the `wait` of any engine whose futures complete on their own).
+`submit_many` / `wait` / `generate` sample requests (raising, never hanging, on failure or
+timeout); `update_weights` loads named tensors (never a model: the engine may live elsewhere);
+an engine declares `shares_model_with` and `same_log_probs_as`, checks requests
+(`check_request`), reports `failure()`, and implements `sleep` / `wake` / `close`.
+docs/extending/rollout-backend.md shows one. `RolloutEngineError` and `wait_results` are shared.
 """
 from __future__ import annotations
 
@@ -137,11 +108,9 @@ class RolloutEngine(ABC):
         return False
 
     def check_request(self, request: Any) -> None:
-        """Raise ValueError naming the field of a request this engine cannot sample (an unknown
-        kernel, a seed past 2**64, a non-finite noise level or guidance, condition images for a
-        text-to-image model, a size past the model's limits). Called at submission, before the
-        request reaches the engine, so a bad request fails its own caller and no one else's
-        (the rollout server answers it with 400). The default checks nothing."""
+        """Raise ValueError naming the field of a request this engine cannot sample, at submission, so a
+        bad request fails its own caller and no one else's. The default checks nothing.
+        """
 
     def failure(self) -> Optional[str]:
         """Why the engine can no longer sample (it stopped after an error, or was closed); None

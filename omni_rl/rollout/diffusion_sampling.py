@@ -1,41 +1,11 @@
 """The per-request maths of diffusion rollout, shared by every engine that samples with our adapters.
 
-One function per stage of a sample's life, each the only place that stage is written:
+One function per stage of a sample's life: `encode_conditionings`, `start_sample`, `advance`
+(one forward and step over running samples sharing a batch key), `finish_samples`, and
+`sample_requests` (all four for a fixed set: the vLLM-Omni pipeline's core). A sample's state
+stays on the model's device; a trajectory moves once, in `finish_samples`, to `trajectory_device`.
 
-    encode_conditionings(model, requests)  prompt embeddings of the requests without their own,
-                                           one batched `encode_prompts` call per negative prompt
-                                           (with the condition images of an editing model: a
-                                           group's equal images are encoded once)
-    start_sample(model, request, cond)     request -> SampleState: its generator (seeded by the
-                                           request alone), initial noise, SDE window and sigmas
-    advance(model, running, max_num_seqs)  one transformer forward and step over up to
-                                           `max_num_seqs` running samples sharing the oldest one's
-                                           batch key (samples may be at different steps)
-    finish_samples(model, done, version)   decode the finished samples together and assemble
-                                           each one's `DiffusionResult`
-    sample_requests(model, requests, ...)  the four above for a fixed set of requests, start to
-                                           end: the core of the vLLM-Omni pipeline (a request
-                                           batch arrives whole and leaves whole)
-
-Where tensors live: a sample's state (latent, generator, sigmas, per-step noise levels, what
-it records) sits on the model's device from `start_sample` on, so a denoising iteration makes no
-host round trip: it stacks device tensors, steps them and keeps each sample's slice there (no
-`.item()`, no `.cpu()`, no copy from the host; tests/omni_rl/rollout/test_host_syncs.py counts).
-A trajectory moves once, in `finish_samples`, to `trajectory_device` (`rollout.options.trajectory_device`):
-"device" keeps it where it is; "cpu" copies it into pinned host memory with non-blocking copies
-and waits once for the lot. The conditioning of a forward is concatenated once per batch of
-samples (`BatchConditioning`) and reused while the batch stays the same.
-
-On a CUDA device every generator is a CUDA generator: a seed gives other noise there than on a
-CPU (as in diffusers, whose pipelines draw with the generator they are given), the same noise
-on every run of the same device.
-
-`NativeDiffusionEngine` drives the same four functions from its scheduler thread (admitting
-requests between iterations). For the same requests admitted together, both give the same bits:
-the same calls on the same batches in the same order.
-
-Left out: threads, futures and queues (the native engine's), request transport (the vLLM-Omni
-glue's).
+Left out: threads, futures and queues (the native engine's), transport (the vLLM-Omni glue's).
 """
 from __future__ import annotations
 

@@ -1,41 +1,12 @@
 """The native diffusion rollout engine: in-process, with request-level (continuous) batching.
 
-Each sample is a request (`DiffusionRequest`) with its own seed. The scheduler keeps a set of
-running samples and, at every iteration, packs up to `max_num_seqs` running samples that share
-a batch key (resolution, step count, guidance, kernel) into one transformer forward, even when
-they are at different denoising steps: sigma is per sample. A request that arrives while others
-run joins at the next iteration. An idle engine waits up to `max_wait_ms` for a batch to fill
-before it starts.
+Each iteration packs up to `max_num_seqs` running samples sharing a batch key into one forward,
+even at different denoising steps; new requests join at the next iteration. The `driver` says
+who iterates: a thread of the engine's own, or the waiting caller (docs/rollout.md says why that
+matters). The per-request maths is `diffusion_sampling`'s, so a sample's result does not depend
+on its batch-mates. A failure fails every pending future and the engine refuses new work.
 
-Who iterates (`driver`):
-- `thread`: a scheduler thread of the engine's own iterates while requests are pending, so
-  samples progress whether or not anyone waits, and a deadline interrupts even a stuck forward.
-  This is for runs that overlap on purpose (a producer thread beside the update, a server).
-- `caller`: no thread; whoever `wait`s iterates, in its own thread, until its futures are done
-  (several waiting threads take turns, one iteration at a time). A one-process on-policy run
-  then has one computing thread: an idle thread that has used torch's intra-op pool keeps an
-  OpenMP team of its own, and with more OpenMP threads than cores every parallel region of the
-  working team pays wake-up latency. Deadlines are checked between iterations. A future from
-  `submit_many` completes only while some thread waits.
-
-Why a sample's result does not depend on its batch-mates: its initial noise, its SDE window and
-every step's noise come from its own generator, and the step kernel treats samples
-independently. Only the transformer forward is shared, and it is per-sample up to floating-point
-reduction order (~1e-7). The per-request maths (seeds, noise, windows, the step, the result) is
-`omni_rl.rollout.diffusion_sampling`'s, which the vLLM-Omni pipeline calls too; this module
-adds the scheduler: queue, admission between iterations, futures, failure and weight sync.
-
-Tensors stay on the model's device while samples run; each finished trajectory moves once, to
-`trajectory_device` (`rollout.options.trajectory_device`; `diffusion_sampling` says how).
-
-Failure never hangs a caller: an exception in an iteration fails every pending request's future with
-that error, and the engine refuses new work after it. Callers wait with a timeout.
-
-Weight sync: the engine samples with the adapter it was built on (`shares_model_with`); when
-that is the trainer's model (colocated, one process), the weights are already current and
-`sync_weights` only records the version; otherwise
-`update_weights` copies the named trainable tensors (LoRA only, when LoRA is on) in between two
-iterations. Every result records the weight version it was sampled with.
+Not here: the per-sample maths (`diffusion_sampling`), text (`text_native`).
 """
 from __future__ import annotations
 

@@ -1,28 +1,12 @@
 """Which denoising steps of a sample are stochastic (and trained): its SDE window.
 
 MixGRPO (arXiv 2507.21802) / Flow-GRPO-Fast sample with an SDE only inside a window of
-consecutive steps and with the ODE elsewhere, training only the window. Where the window lies
-follows `rollout.sde_window_schedule`:
-
-| schedule    | window of training step s (s = 1, 2, ...), in the range [lo, hi), size w          |
-|-------------|-------------------------------------------------------------------------------------|
-| fixed       | per sample: its start drawn from the sample's own seed in lo .. hi - w               |
-| progressive | one for the step: start = min(lo + shift * floor((s - 1) / tau), hi - w) (MixGRPO's |
-|             | sliding window: it moves by `shift` steps every `tau` training steps, from the      |
-|             | first denoising steps towards the last, and stays at the end)                       |
-| random      | one for the step: its start drawn from (seed, s) in lo .. hi - w                     |
-| decay       | one for the step: start lo, size max(min_size, w - floor((s - 1) / tau))             |
-
-`shift`, `tau` and `min_size` are the schedules' options (`SdeWindowOptions`), the recipe's
-`rollout.sde_window_options` block, bound and checked against the schedule at load
-(`bind_sde_window_options`): a value other than 1 under a schedule that does not read it is
-refused, not silently dropped.
-
-`choose_sde_window` is the per-sample draw (also how a request's window is resolved: a global
-window reaches the engine as a range exactly its size). `scheduled_sde_window` gives a global
-schedule's window for a training step, or None for `fixed`. Both depend only on their
-arguments (a private RNG keyed by the seed, never torch's global state), so a resumed run
-draws the windows an uninterrupted one would.
+consecutive steps and with the ODE elsewhere, training only the window; `rollout.sde_window_schedule`
+(`fixed`, `progressive`, `random`, `decay`; tabled in docs/algorithms.md) says where it lies.
+`choose_sde_window` is the per-sample draw and `scheduled_sde_window` a global schedule's window
+for a training step (None for `fixed`); both depend only on their arguments (a private RNG keyed
+by the seed), so a resumed run draws the windows an uninterrupted one would. The schedules'
+options (`SdeWindowOptions`) are bound and checked against the schedule at load.
 """
 from __future__ import annotations
 

@@ -1,20 +1,12 @@
 """The native text rollout engine: batched sampling with per-request settings and seeds.
 
-Requests that share a batch key (the same kinds of media) are decoded together, up to
-`max_num_seqs` per batch: prompts left-padded, one forward per new token for the whole batch.
-Each row samples with its own temperature, top-p and generator, stops at its own stop tokens or
-`max_new_tokens`, and then idles (its new positions are masked) until the batch is done.
-
-The recorded log-prob of a token is `log_softmax(logits / temperature)` in fp32: the function
-the trainer evaluates (`AutoregressiveModelBase.token_log_probs`). Top-p only narrows what is
-sampled; the recorded log-prob is of the full tempered distribution, as the trainer's is.
-Temperature 0 is greedy decoding (the evaluation job's): the most likely token, whatever the
-seed, its log-prob recorded under the untempered distribution (`log_softmax(logits)`, as the
-talker's greedy frames record theirs); training never samples so (its options refuse 0).
-
-With a key/value cache (`supports_kv_cache`) each step feeds only the new tokens; otherwise the
-whole prefix is recomputed each step (exact, quadratic in length: fine for tiny models, and the
-`vllm` backend is the fast path on GPUs).
+Requests sharing a batch key are decoded together, up to `max_num_seqs`, left-padded, one forward
+per token; each row samples with its own temperature, top-p and generator and stops on its own.
+The recorded log-prob is `log_softmax(logits / temperature)` in fp32 over the full tempered
+distribution (top-p only narrows what is sampled): the trainer's `token_log_probs`. Temperature
+0 is greedy (evaluation only), recorded under the untempered distribution. With a KV cache
+(`supports_kv_cache`) each step feeds the new tokens only; otherwise the prefix is recomputed
+(fine for tiny models; `vllm` is the fast path on GPUs).
 """
 from __future__ import annotations
 

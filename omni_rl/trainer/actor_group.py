@@ -1,37 +1,13 @@
 """`ActorGroup`: the seam between the PPO loop and wherever the trainable weights live.
 
-The loop (`ppo_trainer.py`) talks to one `ActorGroup` and never asks which kind it is. An actor
-group owns the actor (the trained model and its training engine), the reference policy (the
-actor with LoRA disabled) and the rollout engine that samples with the actor's weights:
-
-| call                         | does                                                              |
-|------------------------------|-------------------------------------------------------------------|
-| `model`                      | the driver's view of the model: tokenizer, processor, shapes (what |
-|                              | building requests needs); on Ray a weightless meta-device copy    |
-| `rollout_engine`             | a `RolloutEngine` sampling with the actor's current weights       |
-| `rollout_is_behaviour_policy`| whether the rollout's log-probs are the actor's own (the same     |
-|                              | function: then the old log-probs need no recompute; equal to it   |
-|                              | up to float32 rounding where the batch shapes differ)             |
-| `behaviour_policy(batch)`    | the batch scored under the current weights (`BehaviourPolicy`)   |
-| `update(batch, step)`        | one PPO update (epochs x mini-batches); the step's metrics        |
-| `sync_rollout(version)`      | the rollout engine takes the actor's weights, tagged `version`    |
-| `weights_snapshot(version)`  | detached copies of the trainable tensors (`WeightSnapshot`), for   |
-|                              | a pipelined producer (`trainer.pipeline`) to load between rollouts |
-| `save(dir, step, yaml, pipeline)` | a checkpoint folder (atomic), with the producer's in-flight  |
-|                              | units (`PipelineState`); `load(state)` resumes from one           |
-| `export(folder)`             | the trained weights (LoRA or full) in the model library's format  |
-|                              | (and, with an EMA of them, the EMA's in `folder/ema/`)             |
-| `validation_weights()`       | which weights validation samples with: ("trained",), ("ema",) or   |
-|                              | both, in that order (an EMA only where the backend keeps one)      |
-| `sampling_with(which, engine)` | a context inside which `engine` samples with those weights      |
-| `set_step(step)`, `close()`  | the step a failure is reported at; release everything             |
-
-Backends register their group class in `ACTOR_GROUPS` under the name `trainer.backend` takes
-(`local`: this process; `ray`: a Ray worker group running FSDP2) and declare the training
-engines they drive (`engines`, the first being the default for `trainer.engine: null`) and the
-config rules that are theirs alone (`check_config`, at load time), and their options
-(`options_class`, set under `trainer.backend_options`). A new backend (a process
-pool, say) is one registered class: no file of the loop changes.
+The loop (`ppo_trainer.py`) talks to one `ActorGroup` and never asks which kind it is. A group
+owns the actor (the trained model and its engine), the reference policy (LoRA off) and the
+rollout engine sampling with the actor's weights. Its calls: `model` (the driver's view; a
+meta-device copy on Ray), `rollout_engine`, `rollout_is_behaviour_policy`, `behaviour_policy`,
+`update`, `sync_rollout`, `weights_snapshot`, `save` / `load`, `export`, `validation_weights`,
+`sampling_with`, `set_step`, `close`. Backends register their class in `ACTOR_GROUPS` under a
+`trainer.backend` name (`local`, `ray`) and declare their engines, their config rules
+(`check_config`) and their options (`options_class`): a new backend changes no file of the loop.
 """
 from __future__ import annotations
 

@@ -1,39 +1,10 @@
 """Full checkpoints: written atomically, verified before they load, never unpickled.
 
-A checkpoint is a folder `OUTPUT/checkpoints/step_000020/` holding
-
-- `trainer_state.json`: the format version, the step, the RNG states (python, numpy, torch), the
-  names and shapes of the trainable tensors, and, for trainer.backend=local, the optimizer's
-  param_groups and non-tensor state;
-- `trainer_state.safetensors` (trainer.backend=local): the trainable tensors (`trainable/NAME`),
-  the optimizer's tensor state (`optimizer/PARAM_INDEX/KEY`: AdamW's step, exp_avg,
-  exp_avg_sq), the model family's own state (`family/KEY`, `ModelFamily.state_tensors`:
-  DiffusionNFT's EMA of the weights; trainer_state.json's `family_tensors` lists the keys) and,
-  with `trainer.backend_options.ema_decay`, the run's EMA of the trained weights (`ema/NAME`,
-  named as the trainable tensors; trainer_state.json's `ema` holds its settings, its
-  optimizer-step count and the names; `checkpoint_ema_tensors` reads it back);
-- `sharded/` (trainer.backend=ray): the trainable tensors and optimizer state, one
-  torch.distributed.checkpoint (DCP) shard per rank;
-- `lora/` (LoRA runs) or `model/` (full fine-tuning): the trained weights in the model
-  library's own format (diffusers: `pipe.load_lora_weights(folder)`; PEFT / transformers:
-  `from_pretrained`), for use outside omni-rl;
-- `pipeline.safetensors` (a pipelined run, `trainer.pipeline`): the trainable tensors of each
-  weight version its in-flight rollouts were sampled with (`VERSION/NAME`); trainer_state.json's
-  `pipeline` lists those rollouts as [step, version], to be sampled again after resume;
-- `config.yaml`: the config of the run that wrote it;
-- `manifest.json`: the size and sha256 of every other file, written last.
-
-The folder is built under a temporary name and renamed into place only when complete, so a crash
-or a bad value mid-save never leaves a checkpoint that looks whole. Older checkpoints of the run
-beyond `trainer.keep_last_checkpoints` are removed only after the new one is in place.
-
-Loading runs no code from the checkpoint: the manifest is checked first (a truncated, edited or
-bit-flipped file is refused, naming it), then only JSON, YAML (safe loader) and safetensors are
-read (every floating-point tensor of them finite, `check_finite`: a NaN is refused naming the
-file and the tensor, for every model family), and DCP's `sharded/.metadata`, a pickle, only through an allow-list of the classes DCP
-writes. Checkpoints of earlier versions (`trainer_state.pt`, a pickle) are refused, never
-unpickled. `check_compatible` compares a checkpoint with the run's model config and trainable
-tensors before anything loads.
+A checkpoint folder holds `trainer_state.json`, the backend's tensors (`trainer_state.safetensors`
+or DCP `sharded/`), the export (`lora/` or `model/`), `pipeline.safetensors` for a pipelined run,
+`config.yaml` and `manifest.json` (size and sha256 of every file, written last). It is built under
+a temporary name; loading checks the manifest, reads only JSON, YAML and safetensors (every float
+finite) and DCP metadata through an allow-list. `check_compatible` compares it with the run first.
 """
 from __future__ import annotations
 
@@ -140,11 +111,9 @@ def write_checkpoint(output_dir: Path, step: int, model, config_yaml: str, keep_
                      protect: Optional[Path] = None) -> Path:
     """The one way a checkpoint folder is made, for every backend.
 
-    `write_weights(folder)` writes the trainable state and the export into the (temporary)
-    folder and returns what `trainer_state.json` records about them (its backend's keys); this
-    adds the step, RNG states, tensor names and shapes, the config, the rollout producer's
-    in-flight units (`pipeline`: a `PipelineState`, or None) and the manifest last. Pruning
-    then never removes `protect` (the checkpoint the run resumed from).
+    `write_weights(folder)` writes the backend's tensors and export and returns its
+    `trainer_state.json` keys; this adds the step, RNG states, tensor names, the config, the
+    producer's in-flight units and the manifest last, then prunes (never `protect`).
     """
     rng = rng_state()
     target = checkpoint_dir(output_dir, step)
@@ -247,15 +216,10 @@ def prune_checkpoints(output_dir: Path, keep_last: int, newest: Optional[Path] =
                       protect: Optional[Path] = None) -> None:
     """Keep `newest` (the checkpoint just written) and the `keep_last - 1` before it; 0 keeps all.
 
-    Called only after the new checkpoint is in place, so a failed save never costs the previous
-    one. Checkpoints of a higher step than `newest` are not this run's to remove (those of an
-    earlier run in the folder, or the steps after the one this run resumed from): they stay.
-    Without `newest`, the newest `keep_last` of all are kept. Of those to go, a damaged one (a
-    file its manifest lists missing or of another size; sizes only, no hashing) goes first, so
-    a good checkpoint is never removed to keep a broken one; `protect` (the checkpoint the run
-    resumed from, perhaps a fall-back past a broken newer one) is never removed. A folder is
-    renamed to a temporary name before it is deleted, so a kill mid-delete leaves a temporary
-    that the next run removes (`leftovers.remove_leftovers`), not a checkpoint without tensors.
+    Called only after the new checkpoint is in place. Checkpoints of a higher step than `newest`
+    are not this run's and stay; of those to go a damaged one goes first, and `protect` (the one the
+    run resumed from) never goes. A folder is renamed before it is deleted, so a kill mid-delete
+    leaves a temporary for `leftovers`, not a checkpoint without tensors.
     """
     if keep_last <= 0:
         return
@@ -322,13 +286,10 @@ def find_checkpoint(path: str, setting: str = "trainer.resume") -> Path:
 def load_checkpoint(path: str) -> dict[str, Any]:
     """The state of the checkpoint `path` names, verified against its manifest.
 
-    `path` is a checkpoint folder (which must verify) or an output folder, meaning its latest
-    checkpoint: if that one fails verification, a warning names it and why, and the newest one
-    that verifies is used. Returns `trainer_state.json`'s entries (with `rng` as the states
-    `set_rng_state` takes), `folder`, `config` (the saved config.yaml) and, for a one-process
-    checkpoint, `trainable` and `optimizer` as `LocalEngine.load_state_dict` takes them, `family`
-    (the family's tensors) and, where the run kept an EMA of its weights, `ema_tensors`
-    (`checkpoint_ema_tensors`).
+    `path` is a checkpoint folder (which must verify) or an output folder (its newest checkpoint
+    that verifies, with a warning naming any newer one that does not). Returns `trainer_state.json`'s
+    entries with `folder`, `config` and, for a one-process checkpoint, `trainable`, `optimizer`,
+    `family` and `ema_tensors`.
     """
     return _resolve(path, "trainer.resume")
 

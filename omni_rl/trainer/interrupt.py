@@ -1,22 +1,11 @@
 """SIGTERM and SIGINT during training: finish the step, save it, stop with one line.
 
-Cluster schedulers preempt with SIGTERM (then SIGKILL after a grace period); a user stops with
-Ctrl-C (SIGINT). Inside `StopOnSignal` the first of either only sets a flag: the loop reads it
-after each step, saves a checkpoint of that step and raises `TrainingInterrupted`, which the
-command line prints as one `error:` line and turns into exit code 128 + the signal number (143
-for SIGTERM, 130 for SIGINT), as a shell reports a process the signal ended. A second signal
-ends the process at once (the default action of that signal): whoever sends it means now; one
-`error:` line says that no checkpoint was saved for the step in progress.
-
-The current step is finished, not abandoned. Its update changes weights and optimizer state
-in place, and the RNG states a checkpoint records are those at the moment of saving; stopping
-part-way through a step would leave a state that belongs to no step, and a run resumed from it
-would not repeat the uninterrupted one. So a long step (a slow rollout) delays the stop by up
-to one step; where a scheduler's grace period is shorter than a step, save periodically
-(`trainer.save_every`) so the SIGKILL that follows costs only the steps since the last save.
-
-Signal handlers can only be set in the main thread; elsewhere (a trainer driven from a worker
-thread) `StopOnSignal` does nothing and signals keep their usual effect.
+Inside `StopOnSignal` the first signal only sets a flag; the loop finishes the step (stopping
+part-way would leave weights, optimizer and RNG states that belong to no step, so resume would
+not repeat the run), saves it and raises `TrainingInterrupted`: one `error:` line, exit 128 +
+the signal (143, 130). A second signal ends the process at once. Where a scheduler's grace
+period is shorter than a step, save periodically (`trainer.save_every`). Outside the main
+thread `StopOnSignal` does nothing (handlers can only be set there).
 """
 from __future__ import annotations
 

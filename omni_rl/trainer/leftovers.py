@@ -1,21 +1,12 @@
 """What killed runs leave behind, cleaned up when the next run takes their folder.
 
-A process killed mid-save leaves the temporaries of `omni_rl.utils.atomic` (`.step_000004.*.tmp`,
-`.lora.*.tmp`, `.config.yaml.*.tmp`); older versions of the trainer could also leave a
-`step_000003/` without its training state, or with tensors its manifest lists but that are gone.
-None of them is a result: a temporary is never complete, and a step folder without its state or
-tensors cannot be resumed. `remove_leftovers` runs at start, after the run holds its output folder (`run_dir.hold`), so no live run can be
-writing them.
-
-It is deliberately narrow: only names the trainer itself writes, only in the run's own output
-folder (top level, `samples/`, `checkpoints/`); any other file there is left alone. One
-temporary is not thrown away: `.NAME.*.old` is the previous, complete content of a directory
-`atomic_directory` was replacing; when the process died between its two renames it is the only
-copy, and it is renamed back to NAME.
-
-`remove_stale_tiny_builds` does the same for the staging folders of a killed tiny-model build
-in the shared model cache, where other processes may be building right now: only with every
-build lock of that model free, and only folders untouched for an hour.
+`remove_leftovers` runs after the run holds its output folder (so no live run is writing) and
+removes only names the trainer writes, only in the run's own folder: the temporaries of
+`omni_rl.utils.atomic` and step folders without their state or tensors, none of which is a
+result. A `.NAME.*.old` (the complete previous content of a directory being replaced when the
+process died) is renamed back to NAME. `remove_stale_tiny_builds` removes a killed tiny-model
+build's staging folders from the shared cache, only with every build lock free and only folders
+untouched for an hour.
 """
 from __future__ import annotations
 

@@ -1,23 +1,11 @@
 """`LocalActorGroup` (`trainer.backend=local`): the actor, its reference and the rollout in this process.
 
-One model serves all three: the training engine updates it in place, the reference policy is
-the same model with LoRA disabled, and the rollout engine samples with it, so a weight sync
-only records the version and the rollout's log-probs are the actor's own (when the engine says
-its code path is the trainer's: `RolloutEngine.same_log_probs_as`). An engine with a model of its
-own (`rollout.backend=server`: another process) takes the trainable tensors at each sync instead.
-
-Pipelined (`trainer.pipeline` one_step_off / async), the rollout samples while the update changes
-the weights, so it cannot sample with the trained model: an engine that would
-(`rollout.backend=native`) is built on a copy of the model of its own, built like the first and
-given the actor's trainable tensors (version 0), then whatever version the producer loads. The
-cost is one more model in memory; a GPU run would rather use `rollout.backend=server`,
-`vllm_omni` or `vllm` on devices of its own.
-
-With `trainer.backend_options.ema_decay` the group keeps an EMA of the trained weights
-(`weight_ema.WeightEMA`, updated after every optimizer step of the update): it goes into each
-checkpoint, into the export's `ema/` folder and, with `val_weights` ema or both, into the rollout
-engine for validation: swapped into the shared model's parameters, or sent to an engine with a
-model of its own (`update_weights` under the same version) and the trained tensors sent back after.
+One model serves all three: the engine updates it in place, the reference is the same model
+with LoRA off, and the rollout samples with it, so a sync only records the version (an engine
+with a model of its own, such as `server`, takes the trainable tensors instead). Pipelined, the
+rollout cannot sample with the model being trained, so a `native` engine gets a copy of its own
+(one more model in memory). With `ema_decay` the group keeps a `WeightEMA` for checkpoints, the
+export and validation.
 """
 from __future__ import annotations
 

@@ -1,20 +1,12 @@
 """Steps with no learning signal: in every group, every sample scored the same.
 
-A group-relative advantage (grpo, rloo, dr_grpo) is zero for every sample of a group whose
-rewards are equal, so a step in which all groups are uniform updates nothing (a zero policy
-gradient; only a KL term, if any, moves the weights). One such step happens (an easy batch);
-many in a row mean the reward cannot tell samples apart: a speech reward set to the wrong
-language or text key scores every transcript 0, a length target every response reaches scores
-every one 1. `NoSignalWatch.observe` logs a warning naming each reward and its values on every
-uniform step, and after `algo.advantage_options.max_uniform_steps` of them in a row (0 = never)
-raises `NoSignalError` (exit 1) naming what to check.
-
-A group is uniform when its rewards' spread (max - min) is at most `UNIFORM_TOLERANCE` times
-max(1, the largest |reward| in the batch): fp32 round-off of equal scores, never a difference
-a normalised advantage would amplify into a signal worth training on.
-
-Not here: the advantage maths (`omni_rl.algos.advantages`) and batches whose preferences are
-given (offline pairs), which are not scored.
+A group-relative advantage is zero for a group whose rewards are equal, so a step where every
+group is uniform updates nothing. One such step happens; many in a row mean the reward cannot
+tell samples apart (a speech reward on the wrong language scores every transcript 0).
+`NoSignalWatch.observe` warns on each uniform step, naming each reward's values, and after
+`algo.advantage_options.max_uniform_steps` in a row (0 = never) raises `NoSignalError` (exit 1).
+A group is uniform when its spread is at most `UNIFORM_TOLERANCE` x max(1, the batch's largest
+|reward|): fp32 round-off, never a difference worth training on.
 """
 from __future__ import annotations
 

@@ -1,48 +1,13 @@
 """Rollout producers: where a step's batch comes from, one class per `trainer.pipeline`.
 
-The loop asks its producer for each step's batch (`next(step)`), hands it the weights after each
-update (`publish(version)`), runs validation through it (`exclusive(fn)`) and saves what it holds
-with each checkpoint (`state()`). The loop reads the same in every mode: the overlap lives here.
-
-| trainer.pipeline | step t's rollout                                               | staleness |
-|------------------|----------------------------------------------------------------|-----------|
-| on_policy        | made in next(t), with the weights step t trains (today's loop) | 0         |
-| one_step_off     | started when next(t-1) took its batch, on the producer's thread, so it runs while step t-1 updates | 1 (0 at step 1) |
-| async            | the producer's thread keeps `max_staleness` steps of groups ready or in flight; next(t) takes the oldest | <= max_staleness |
-| offline_pairs    | no rollout: next(t) reads and encodes step t's preference pairs of `data.preference_file` (`OfflinePairsProducer`) | none (no samples) |
-
-Versions: the weights after step t's update are version t, so step t trains version t - 1 and a
-sample rolled out with version v is (t - 1) - v versions stale. A unit is one step's groups, with
-the prompts and seeds on_policy gives that step (`rollout(index)`); it is sampled with one
-version, because weights reach the engine between units only: a group never mixes versions, nor
-does its advantage.
-
-Bounded staleness: a buffered producer holds at most `capacity` units ready or in flight (1 for
-one_step_off, `max_staleness` for async; with 0, one unit on demand: on_policy's batches), and
-only the loop's taking a unit frees a place. Which weights a unit gets is decided when its place
-is freed, in the loop's thread (the newest published version), never by the producer thread's
-timing, so the pipelines are deterministic and a unit is at most `capacity` versions old when
-taken. The bound is still checked on every sample as it is taken (a resumed buffer under a lower
-bound, an engine that swapped weights mid-unit, a group of mixed versions): such a unit is
-dropped (the next one takes its place) or rolled again with the newest weights
-(`trainer.pipeline_options.stale_policy`), and counted in `rollout_corr/dropped_fraction`.
-
-Weights: `publish(version)` keeps a detached copy of the trainable tensors (LoRA tensors: cheap;
-full fine-tuning: one more copy of the trainable module), because the next update changes the
-live ones while a rollout still runs; the producer loads a unit's copy into the engine
-(`update_weights`) just before sampling it.
-
-Resume: `state()` lists the units ready or in flight as (step, version) with the tensors of each
-version they use; a producer built from it samples them again, from their seeds, with those
-weights, so a resumed run trains on the very samples the uninterrupted one did. No unit, nor a
-ticket for one, is made for a step past `trainer.total_steps`: a place freed there keeps only the
-weights its unit would get, and `state()` lists it as the (step, version) the uninterrupted run
-would sample, so a run resumed with more steps makes exactly those units. The sampling thread
-starts with the first `next`, once the loop's prompts exist.
+The loop asks its producer for each step's batch (`next(step)`), hands it each update's weights
+(`publish(version)`), validates through it (`exclusive(fn)`) and checkpoints what it holds
+(`state()`), so the loop reads the same in every mode (docs/rollout.md, Pipelines). Each unit of
+groups is sampled with one weight version chosen in the loop's thread, so the pipelines are
+deterministic, a unit staler than the bound is dropped or rolled again, and a resumed run
+samples the very units the uninterrupted one did.
 
 Not here: the rollout itself (the family's), rewards, advantages and old log-probs (the loop).
-The loop asks no producer which it is: a producer declares what the loop needs to know
-(`samples_ahead`, `phase`, `prompt_items`, and `Produced.preferences_given` on its batches).
 """
 from __future__ import annotations
 

@@ -1,27 +1,13 @@
 """The PPO trainer: one loop, read top to bottom.
 
-    rollout producer (trainer.pipeline: on_policy, one_step_off, async, offline_pairs) -> the step's batch,
-             each sample with the weight version it was sampled with, none staler than
-             trainer.pipeline_options.max_staleness (request-batched, fp32 trajectories) -> rewards -> advantages
+    rollout producer -> the step's batch -> rewards -> advantages
              -> old log-probs (the rollout's where they are the actor's own, else recomputed)
-                and, with algo.rollout_correction.level, the rollout-correction weights between the two
-             -> PPO update (epochs x mini-batches, replaying the stored steps)
+                and the rollout-correction weights -> PPO update (epochs x mini-batches)
              -> weight sync (through the producer) -> log / validate / checkpoint
 
-    (offline_pairs yields preference pairs whose preferences are given: no reward, advantage or
-    old log-prob is computed for them, the rest of the step is the same)
-
-This module wires the parts together and owns the run's outputs. It talks to an `ActorGroup`
-(where the weights live: this process or Ray workers, chosen by `trainer.backend`), to the
-rollout engine the group samples with, to the model's `ModelFamily` (requests, batches, reward
-inputs, validation) and to a `RolloutProducer` (`pipeline.py`), which makes each step's batch now
-or ahead of time; it never asks which backend, family or pipeline it has. The maths lives in
-`omni_rl.algos`. Everything random is seeded from (trainer.seed, step, sample), so a resumed
-run repeats the uninterrupted one exactly.
-
-The run's folder is checked, held and tidied before any model loads (`run_dir`); SIGTERM and
-SIGINT stop the loop after the current step with a checkpoint of it (`interrupt`); a write that
-fails (a full disk) stops the run with one line naming the last good checkpoint.
+It wires the parts together and owns the run's outputs, talking to an `ActorGroup`, the model's
+`ModelFamily` and a `RolloutProducer` without asking which kind any is. Everything random is
+seeded from (trainer.seed, step, sample), so a resumed run repeats the uninterrupted one.
 """
 from __future__ import annotations
 
@@ -180,9 +166,9 @@ class PPOTrainer:
     def fit(self) -> dict[str, float]:
         """Train from `start_step` to `trainer.total_steps`, then export the weights.
 
-        A SIGTERM or SIGINT stops the loop after the step it arrives in: that step is saved and
-        `TrainingInterrupted` raised (see `omni_rl.trainer.interrupt` for why the step is
-        finished rather than abandoned). A failed write raises `OutputWriteError`."""
+        A SIGTERM or SIGINT stops after the current step, saved (`TrainingInterrupted`); a failed write
+        raises `OutputWriteError`.
+        """
         t = self.cfg.trainer
         bar = ProgressBar(total=t.total_steps, initial=self.start_step, disable=not self.logger_options.progress_bar)
         metrics: dict[str, float] = {}
@@ -315,25 +301,12 @@ class PPOTrainer:
         """The ratio's old log-probs, the old transition means (None unless the loss reads them),
         the rollout-correction weights and how far the rollout's log-probs are from the trainer's.
 
-        The rollout's own log-probs serve as the old ones where they are the actor's
-        (`algo.old_logprob_mode=auto`, every sample `fresh` (sampled with the weights being
-        trained) and the actor group says so: the same model in this process, fp32, the current
-        weight version; bit for bit where the rollout's batch has the micro-batch's shape, else
-        within float32 rounding, as BLAS rounds by shape) or where the user says to (`bypass`);
-        otherwise the actor recomputes them (`recompute`, and `auto` anywhere else). The forward
-        also runs when the loss reads the old transition means, and every
-        `algo.logprob_check_every` steps, where it measures the gap on every sample. On the
-        other steps the update measures it on its first mini-batch, before the weights change.
-
-        With `algo.rollout_correction.level` set (which the config allows with `auto` and `recompute` only), the
-        weights are min(exp(old - rollout), C) of `rollout_correction`, computed once for the
-        step. With stale samples (trainer.pipeline) the rollout's log-probs are the behaviour
-        policy's, the version that sampled them, and the recomputed ones the current weights':
-        the weights are then the importance weights between the current and the behaviour
-        policy (decoupled PPO: the ratio's old policy is the current one, the weight corrects the
-        staleness), truncated or masked at token, step or sequence level. Where the rollout's
-        log-probs are the old ones every weight is exactly 1: the loss gets none, and the metrics
-        say 1 without computing anything.
+        The rollout's log-probs serve as the old ones where they are the actor's own (`auto`, every
+        sample fresh, the actor group says so) or with `bypass`; otherwise the actor recomputes them,
+        and also when the loss reads old means and every `algo.logprob_check_every` steps, measuring the
+        gap on every sample (docs/algorithms.md, Log-probs and the old policy). With stale samples the
+        rollout-correction weights correct the staleness (decoupled PPO); where the rollout's log-probs
+        are the old ones every weight is exactly 1 and none is computed.
         """
         algo = self.cfg.algo
         use_rollout = algo.old_logprob_mode == "bypass" or (
@@ -454,11 +427,10 @@ def bind_advantage_options(cfg: OmniConfig) -> AdvantageOptions:
 
 
 def rollout_corr_metrics(old_metrics: dict[str, float], update: dict[str, float]) -> dict[str, float]:
-    """The step's `rollout_corr/*`, whose one producer is the trainer: the old-policy pass's metrics
-    and, where that pass scored no sample (the rollout's log-probs are the old ones and the step
-    is no check step; `rollout_corr/checked_fraction` < 1), the gap on the update's first
-    mini-batch (`actor/first_minibatch_logprob_abs_diff_*`), which is that very gap before the
-    first optimizer step."""
+    """The step's `rollout_corr/*`: the old-policy pass's metrics and, where that pass scored no
+    sample, the gap on the update's first mini-batch, which is that same gap before the first
+    optimizer step.
+    """
     out = dict(old_metrics)
     if GAP_KEYS[0] not in out and FIRST_GAP_MAX_KEY in update:
         out[GAP_KEYS[0]] = update[FIRST_GAP_MAX_KEY]

@@ -1,32 +1,12 @@
 """`RayActorGroup` (`trainer.backend=ray`): the actor group on Ray workers running FSDP2.
 
-It starts (or joins) Ray, reserves `nnodes x devices_per_node` worker slots (its options,
-`trainer.backend_options`: `RayOptions`) and
-starts one `HybridWorker` per slot, rank r of a torch.distributed group of N, each holding what
-`omni_rl.workers.programs.build_worker` installs (the sharded actor, its reference, a rollout
-copy with its engine).
+It starts one `HybridWorker` per slot of `nnodes x devices_per_node` (`RayOptions`), each holding
+a sharded actor, its reference and a rollout copy (`workers.programs.build_worker`), and splits
+each batch across ranks and gathers it back so the loop sees whole batches; each rank's loss is
+scaled so that the update equals one process's. The driver holds no weights (a meta-device
+model) and the old log-probs are always recomputed, since the rollout samples with a copy.
 
-How a step maps onto ranks (this class splits batches and gathers them back; the loop only sees
-whole batches):
-
-- rollout: `RayRolloutEngine` sends rank r the r-th contiguous shard of the requests in chunks
-  of one engine batch and completes each chunk's futures as it returns (the reward scorer works
-  on them while the rest are sampled);
-- rewards and advantages: on the driver (or reward workers);
-- old log-probs: rank r scores the r-th shard of the batch;
-- update: for every mini-batch (the same shuffle as one process), rank r takes the r-th equal
-  share, in whole micro-batches, and scales its loss by 1 / (chunks * its micro-batches per
-  mini-batch). FSDP averages gradients over ranks, so the update equals one process's on the
-  whole mini-batch (`check_config` requires mini_batch_size % (workers * micro_batch_size) == 0);
-- checkpoints: each rank writes its shards (torch.distributed.checkpoint) into the checkpoint
-  folder's `sharded/`, which all ranks must see (one machine, or a shared filesystem); rank 0
-  writes the LoRA / full export from its rollout copy (synced after every update, so it holds
-  the trained weights), and the driver adds `trainer_state.json` (step, RNG) and the manifest.
-
-The driver holds no weights: its model is built on the meta device (`weightless_device`), with
-the tokenizer, processor and config it needs to build requests and nothing else. Because the
-rollout samples with a separate copy, its log-probs are never taken as the actor's own: the old
-log-probs are recomputed. Left out: separate (non-colocated) actor and rollout pools.
+Left out: separate (non-colocated) actor and rollout pools.
 """
 from __future__ import annotations
 

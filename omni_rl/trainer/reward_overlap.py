@@ -1,14 +1,9 @@
 """Whether rewards are scored beside the rollout: `reward.overlap_rollout`, with null resolved.
 
-Scoring beside the rollout (`AsyncRewardScorer`'s thread) pays where something else computes
-the rollout: a GPU, Ray workers, a rollout server's process, or an engine thread that runs
-beside the update on purpose (`trainer.pipeline` one_step_off / async); reward workers score in
-processes of their own anyway. In a one-process on-policy run on the CPU the native engine samples
-in the thread that waits for it (`rollout.options.driver=auto`), and a scorer thread would be a
-second computing thread: once it has run a torch op it keeps an OpenMP team of its own, whose
-idle threads slow every parallel region of the team that samples and updates (docs/rollout.md).
-There null scores each batch in the waiting thread, after its rollout; everywhere else null
-overlaps. true and false are kept as set.
+Scoring in `AsyncRewardScorer`'s thread pays where something else computes the rollout (a GPU,
+Ray workers, a rollout server, a pipelined engine thread). In a one-process on-policy CPU run a
+scorer thread would be a second computing thread whose OpenMP team slows the one that samples
+(docs/rollout.md), so null scores there after the rollout, and overlaps everywhere else.
 """
 from __future__ import annotations
 

@@ -1,25 +1,13 @@
 """The run's output folder: checked, held and taken over before any model loads.
 
-`open_run_dir(cfg)` runs first in the trainer and, in this order:
+`open_run_dir(cfg)` runs first: it checks that `trainer.output_dir` can be written and creates it,
+holds it with an exclusive `flock` on `OUTPUT/.omni_rl.lock` (dropped by the OS however the
+process ends; a second run refuses, naming the holder), removes killed runs' leftovers, refuses a
+folder holding another run unless this run resumes it or `trainer.overwrite` moves the old
+outputs aside to `OUTPUT.replaced-DATE-TIME/` (never deleting them), and for a resume says which
+config keys differ from the checkpoint's.
 
-1. checks `trainer.output_dir` can be a folder this process writes (not a file, not under a
-   file, writable, space for a file) and creates it;
-2. holds it: an exclusive `flock` on `OUTPUT/.omni_rl.lock`, which names the holder (pid,
-   host). The OS drops the lock when the process ends, however it ends (kill -9 included), so a
-   stale lock cannot outlive its run; a second run into the folder refuses, naming the holder;
-3. removes the leftovers of killed runs (`leftovers.remove_leftovers`);
-4. decides whether this run may write there. A folder that holds another run (a non-empty
-   metrics.jsonl, anything in checkpoints/, an export lora/ or model/) is refused unless the
-   run continues it (`trainer.resume` points at a checkpoint inside it) or `trainer.overwrite`
-   is true. Overwriting *moves* the old outputs to a sibling `OUTPUT.replaced-DATE-TIME/`
-   rather than deleting them: renames are instant and a run never destroys another run's
-   results, so an `overwrite: true` left in a recipe costs disk space, not a week of training.
-   Delete that folder once it is not needed;
-5. for a resume, says in one line which config keys differ from the checkpoint's config.yaml
-   (and in another that later checkpoints exist, when it continues from an older one).
-
-Left out: locking across machines on filesystems without working `flock` (some NFS setups),
-and deciding what to do with the moved-aside folder.
+Left out: locking on filesystems without a working `flock` (some NFS setups).
 """
 from __future__ import annotations
 

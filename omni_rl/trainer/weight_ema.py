@@ -1,28 +1,13 @@
 """`WeightEMA`: the run's exponential moving average of the trained weights, and its options.
 
-The one-process backend (`trainer.backend=local`) keeps it when `trainer.backend_options.ema_decay`
-is set, as Flow-GRPO does for its evaluations. After the n-th optimizer step of the run
-(n = 1, 2, ...), when n is a multiple of `ema_update_interval`,
+The local backend keeps it when `trainer.backend_options.ema_decay` is set, as Flow-GRPO does for
+its evaluations: after every `ema_update_interval`-th optimizer step n,
+ema <- d_n ema + (1 - d_n) theta, with d_n = min(ema_decay, (1 + n) / (10 + n)) under
+`ema_warmup` (Flow-GRPO's ramp), else ema_decay. It is an fp32 copy on the weights' device.
+Validation (`val_weights`), the export (`OUTPUT/lora/ema/`) and checkpoints (`ema/NAME`) use it.
 
-    ema <- d_n * ema + (1 - d_n) * theta,   d_n = min(ema_decay, (1 + n) / (10 + n)) with ema_warmup
-                                            (Flow-GRPO's ramp: early updates follow the weights),
-                                            d_n = ema_decay without
-
-starting from the weights the run starts with. Flow-GRPO's SD3 runs use ema_decay 0.9,
-ema_update_interval 8 (each update then weighs about the last 80 optimizer steps). The EMA is
-fp32 on the weights' device: for LoRA a copy of the adapters, for full fine-tuning one more
-fp32 copy of the trained module.
-
-What uses it (`omni_rl.trainer.local_actors`): validation (`val_weights`: `trained`, `ema` or
-`both`; the EMA's metrics are `val_ema/*`, its samples under OUTPUT/ema/samples/), the export
-(OUTPUT/lora/ema/ or OUTPUT/model/ema/, in the model library's format, next to the trained
-weights) and checkpoints (`ema/NAME` tensors and an `ema` entry with the optimizer-step count, so
-a resumed run's EMA is the uninterrupted one's). `omni_rl.trainer.checkpoint.checkpoint_ema_tensors`
-reads it back from a checkpoint.
-
-Not here: sharded (FSDP2) parameters, which `ParameterEMA` does not handle: a backend that cannot
-keep it refuses these options at load (`EMA_OPTION_NAMES`). DiffusionNFT's old policy is an EMA
-of its own (the loss option `ema_decay`, `omni_rl.families.forward_process`), not this one.
+Not here: sharded (FSDP2) parameters (a backend that cannot keep it refuses the options at
+load), and DiffusionNFT's own EMA of the old policy (`omni_rl.families.forward_process`).
 """
 from __future__ import annotations
 

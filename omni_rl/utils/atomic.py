@@ -1,27 +1,13 @@
 """Atomic file and directory writes: a reader sees the old content or the new, never half.
 
-Every writer here follows one recipe: write into a temporary file in the *same* directory as
-the target (so the final rename never crosses a filesystem), flush and fsync it, then
-`os.replace` it onto the target, which POSIX and Windows both make atomic. If anything raises
-before the rename, the temporary file is removed and the target is left exactly as it was.
+Each writer writes a temporary beside the target, fsyncs it and `os.replace`s it onto the target;
+on an error the temporary goes and the target is untouched. Files get the usual permissions, not
+`tempfile`'s 0o600.
 
-- `atomic_write_bytes(path, data)`, `atomic_write_text(path, text)`,
-  `atomic_write_json(path, obj)` (indent 2, sorted keys, trailing newline)
-- `atomic_torch_save(obj, path)`: `torch.save` into the temporary file
-- `atomic_save_safetensors(tensors, path)`: a `{name: tensor}` dict as a safetensors file
-- `atomic_save_image(pil_image, path)`: the format comes from the file extension
-- `atomic_directory(path)`: a context manager yielding a temporary sibling directory, renamed
-  onto `path` only if the block succeeds (see its docstring for the one non-atomic moment)
-- `leftover_of(name)`: for a name these writers give their temporaries, what it was for; a
-  killed process leaves them behind, and a later run of the same program may clean them up
+    with atomic_directory(checkpoint_dir) as tmp:   # renamed onto checkpoint_dir on success
+        ...
 
-Parent directories are created as needed. Files get the usual permissions
-(0o666 minus the umask), not the 0o600 that `tempfile` gives; so does every file written into
-an `atomic_directory`, whoever wrote it (safetensors' `save_file`, behind diffusers' and PEFT's
-LoRA exports, creates its files 0o600 too).
-
-Left out on purpose: locking. Two processes writing one path each win whole, in some order;
-the trainer writes from rank 0 only.
+Left out on purpose: locking (the trainer writes from rank 0 only).
 """
 from __future__ import annotations
 
@@ -51,11 +37,10 @@ def _tmp_prefix(path: Path) -> str:
 
 
 def leftover_of(name: str) -> tuple[str, str] | None:
-    """`(target, kind)` when `name` is a temporary these writers make for the sibling `target`,
-    else None. kind "tmp": a file or directory still being written (a writer killed mid-write
-    leaves it; never a complete target). kind "old": the previous content of a directory that
-    `atomic_directory` was replacing; it is complete, and it is the only copy if the writer died
-    between the two renames (then `target` is absent)."""
+    """`(target, kind)` when `name` is one of these writers' temporaries for `target`, else None: kind
+    "tmp" (never complete) or "old" (the complete previous content of a directory being replaced,
+    the only copy if the writer died between its two renames).
+    """
     match = _LEFTOVER.match(name)
     if match is None:
         return None
@@ -200,15 +185,10 @@ def _usual_modes(root: Path) -> None:
 def atomic_directory(path: str | os.PathLike) -> Iterator[Path]:
     """Yield a temporary sibling directory; on success, it becomes `path`.
 
-    Write a whole checkpoint (several files) into the yielded directory. When the block exits
-    normally, its files are fsynced and the directory is renamed onto `path`, replacing an
-    existing `path` directory. When the block raises, the temporary directory is deleted and
-    `path` is untouched.
-
-    Replacing an existing directory takes two renames (old -> backup, new -> `path`), because
-    `os.replace` cannot replace a non-empty directory. A crash exactly between them leaves
-    the old content in a hidden sibling `.NAME.*.old` and no `path`; the backup is deleted
-    only after the new directory is in place.
+    On a normal exit its files are fsynced and it is renamed onto `path`; on an exception it is
+    deleted and `path` untouched. Replacing an existing directory takes two renames (old -> backup,
+    new -> `path`): a crash between them leaves the old content in `.NAME.*.old`, which the next
+    run renames back.
     """
     path = Path(path)
     if path.exists() and not path.is_dir():

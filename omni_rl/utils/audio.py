@@ -1,25 +1,9 @@
 """Band-limited audio resampling, in the core so that rewards and adapters both may import it.
 
-`resample(waveform, orig_sr, new_sr, method=...)` resamples a float tensor [..., L] along its
-last dimension. Two methods, which give different outputs and are both kept on purpose:
-
-- `"sinc"` (the default; the CLAP and ImageBind rewards): windowed-sinc (Kaiser) polyphase
-  filtering with `conv1d`. The clip is zero outside [0, L), so its ends ring a little rather
-  than wrap round; the anti-aliasing low-pass passes up to `rolloff` (0.92) of the lower
-  Nyquist frequency and the Kaiser window (beta 8.6) puts the stop band ~85 dB down. Output
-  length ceil(L * new_sr / orig_sr). Applied in the waveform's dtype.
-- `"fft"` (Qwen3-Omni's audio input, `adapters/qwen3_omni.py`): the spectrum of the whole clip
-  is cut, or zero-padded, at the new Nyquist frequency and transformed back (the method of
-  `scipy.signal.resample`). Exactly band-limited, but it treats the clip as periodic: its end
-  leaks into its start. Output length max(1, round(L * new_sr / orig_sr)). Computed in
-  float64, returned in the waveform's dtype.
-
-Neither is a drop-in for the other (lengths and edge samples differ), so each caller names the
-one its numbers were made with. Equal rates return `waveform` itself with either method.
-torchaudio has no build for this project's torch, and plain interpolation is not band-limited
-(it aliases everything above the new Nyquist).
-
-`wav_bytes(waveform, sample_rate)` writes a mono clip as a 16-bit PCM WAV file (validation samples).
+`resample(waveform, orig_sr, new_sr, method=...)` along the last dimension: `"sinc"` (default;
+windowed-sinc polyphase, zero outside the clip) or `"fft"` (as `scipy.signal.resample`, the clip
+taken as periodic). Lengths and edges differ, so each caller names the one its numbers were made
+with. `wav_bytes` writes a mono clip as a 16-bit PCM WAV.
 
 Left out: channel mixing (pass mono clips, or stack them in the leading dimensions).
 """

@@ -1,16 +1,11 @@
 """Counting host syncs on any device: `HostSyncCounter`, a `TorchDispatchMode` over the block.
 
-A device tensor becomes a Python number through one op, `aten._local_scalar_dense` (`.item()`,
-`float(t)`, `bool(t)`, `if t:`), or `aten.item` on the way to it; on an accelerator each one
-waits for every kernel queued before it. Counting them on a CPU shows, without a GPU, where a
-loop would stall one: the rollout's denoising iterations must count 0, the update a small
-constant per mini-batch (tests/omni_rl/rollout/test_host_syncs.py, tests/omni_rl/engine/...).
-`torch.cuda.set_sync_debug_mode("error")` is the same check on a CUDA device, where it also
-catches blocking copies (benchmarks/gpu_acceptance.py runs it).
+A device tensor becomes a Python number through `aten._local_scalar_dense` (or `aten.item`),
+each a wait for the device; counting them on a CPU shows where a loop would stall a GPU (the
+rollout's iterations must count 0). `torch.cuda.set_sync_debug_mode("error")` is the CUDA check.
 
-Left out: `.tolist()` and `.numpy()` of CPU tensors (no device involved) are not counted. A
-tensor that lives on the host even beside an accelerator (an optimizer's `step` count, which
-torch's Adam reads each step) is counted on a CPU; `count_except` leaves such tensors out.
+Left out: `.tolist()` / `.numpy()` of CPU tensors; host-resident tensors such as Adam's `step`
+are counted unless `count_except` leaves them out.
 """
 from __future__ import annotations
 

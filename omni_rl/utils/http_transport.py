@@ -1,34 +1,12 @@
 """The one HTTP transport under the reward protocol and the rollout protocol.
 
-Both protocols are a few endpoints on a loopback (or explicitly remote) address, spoken between
-two omni-rl processes. What they share lives here, once:
+Server side (`GuardedServer`, `GuardedHandler`): bearer-token authentication, bounded bodies and
+deadlines, a cap on unauthenticated connections, JSON answers; what each protocol serves stays
+in its own module. Client side (`request`): one attempt within one deadline, a bounded reply,
+failures as `TransportError`. `safe_preview` quotes unexpected bytes; `check_json_depth` bounds
+nesting. The status codes are in docs/reward_protocol.md and docs/rollout_protocol.md.
 
-Server side (`GuardedServer` + `GuardedHandler`, on the standard library's ThreadingHTTPServer):
-- **authentication**: a server given a `token` answers 401, and does nothing else, to any
-  request whose `Authorization` header is not `Bearer <token>` (compared in constant time);
-- **bounds**: a body needs a Content-Length of decimal digits (411 without one, 400 for a
-  negative or non-numeric one) of at most `max_body_bytes` (413), and is read within
-  `body_deadline_s` however the client paces it (408); a connection that sends nothing for
-  `timeout` seconds is closed; a request answered before its body was read is followed by
-  reading and dropping that body, so the client sees the answer, not a reset;
-- **resources**: a connection whose request headers are not all in within `header_deadline_s`
-  is closed (one reaper thread watches them all, so a silent connection costs its handler
-  thread for that long only), and at most `max_connections` connections that have not shown
-  the token are served at once (all connections, on a server without a token); one past that
-  is answered 503 and closed at once, without a thread. A connection that showed the token
-  no longer counts, so the run's own long calls (a generate, a weight bucket) never fill it;
-- JSON answers, one thread per connection, no reverse DNS, routine disconnects logged at debug.
-What each protocol serves (paths, messages, locks) stays in its own server module.
-
-Client side (`request`): one attempt of one request within a deadline for the whole exchange
-(a watchdog shuts the socket at `timeout_s`: a server that trickles bytes cannot hold it), the
-body sent in chunks that stop as soon as an early answer (413) is waiting, and an answer of at
-most `max_reply_bytes` (a larger one is `ReplyTooLarge`, which resending cannot fix). Failures
-raise `TransportError`; retries and messages are the caller's.
-
-`safe_preview` is how either side quotes bytes it did not expect: escaped and cut, never raw.
-`check_json_depth` refuses a JSON document nested deeper than a bound before `json.loads`
-recurses into it. Left out: TLS on the server side, keep-alive pools, HTTP/2.
+Left out: TLS on the server side, keep-alive pools, HTTP/2.
 """
 from __future__ import annotations
 

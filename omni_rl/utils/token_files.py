@@ -1,18 +1,12 @@
 """Token files: a server's secret in a file that only its owner can read, bound to its URL.
 
-A token file is one JSON object,
-
     {"url": "http://127.0.0.1:8000", "token": "<at least 16 characters>"}
 
-of mode 0600 (no bit for the group or others) owned by the user who reads it. `url` is the
-base URL of the one server the token is for: a client sends the token to that server and to
-no other (`same_origin`: scheme, host and port must be equal, "localhost" and "127.0.0.1"
-are different hosts). A server that is given a file that does not exist yet makes a fresh
-token and writes the file itself (`write_token_file`, created 0600 and never overwritten).
+Mode 0600, owned by the reader; a client sends the token only to that URL's origin
+(`same_origin`), and a server given a missing file writes a fresh one (`write_token_file`). Files,
+not command-line options, because every local user reads every command line.
 
-Why files and not command-line options: every local user reads every command line (`ps`,
-/proc/PID/cmdline); a file of mode 0600 is the owner's only. Left out: encryption of the
-file, key rotation (delete the file and restart the server for a new token).
+Left out: encrypting the file, key rotation (delete it and restart the server).
 """
 from __future__ import annotations
 

@@ -1,15 +1,9 @@
 """`HybridWorker`: one Ray actor per device, one rank of the data-parallel process group.
 
-It joins the torch.distributed group (gloo on CPUs, NCCL on CUDA, HCCL on Ascend: the backend
-comes from `omni_rl.device`), then runs programs the driver sends: `call(step, fn, *args)` runs
-`fn(worker, *args)` and returns its result. The trainer's programs (`omni_rl.workers.programs`)
-install the roles it holds as a typed `WorkerState` in `worker.state` (the FSDP2 actor engine,
-the rollout engine, the reference policy = the actor with LoRA disabled), so actor, rollout and
-reference share the worker's device.
-
-Test hook: the environment variable `OMNI_RL_FAULT_INJECT="exit:RANK:STEP:PROGRAM"` makes the
-worker of that rank exit abruptly when it starts that program at that step (as a crashed or
-OOM-killed process would); it is how the tests check that a dead worker fails the run.
+It joins the torch.distributed group (gloo, NCCL or HCCL, from `omni_rl.device`) and runs the
+programs the driver sends (`call(step, fn, *args)`), which install its roles (actor, rollout,
+reference) as a `WorkerState` sharing its device. Test hook: `OMNI_RL_FAULT_INJECT="exit:RANK:STEP:PROGRAM"`
+makes that rank exit abruptly, as a crashed process would.
 """
 from __future__ import annotations
 

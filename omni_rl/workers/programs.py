@@ -1,19 +1,10 @@
 """The programs a Ray worker runs for the trainer, as `fn(worker, *args)` (see `WorkerGroup.run`).
 
-`build_worker` installs a `WorkerState` on each rank and builds only what the rank uses:
-
-- the actor: the model (same seed as one process would use, so the same initial weights and
-  LoRA init), sharded by the configured training engine (FSDP2), and the family's actor half
-  (replay and loss; no sampler);
-- the reference policy: the actor with LoRA disabled;
-- the rollout: a separate, unsharded copy of the model and the configured rollout backend's
-  engine over it, synced from the sharded actor after every update: only the LoRA tensors when
-  LoRA is on, otherwise the full weights gathered from the shards in buckets of
-  `trainer.weight_sync_bucket_mb`. (A copy, rather than un-sharding the actor for generation,
-  keeps the sharded actor untouched between updates.)
-
-The other programs are one call each: sample a chunk of requests, score a shard under the
-behaviour policy, take this rank's share of the update, save or load the rank's shards, export.
+`build_worker` installs a `WorkerState` on each rank: the actor (the model, seeded as one process
+would, sharded by the training engine, with the family's actor half), the reference (LoRA off)
+and a separate unsharded rollout copy with its engine, synced after every update (LoRA tensors,
+or full weights gathered in buckets of `trainer.weight_sync_bucket_mb`; a copy keeps the sharded
+actor untouched). The other programs are one call each: sample, score, update, save, load, export.
 """
 from __future__ import annotations
 

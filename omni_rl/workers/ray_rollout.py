@@ -1,11 +1,8 @@
 """`RayRolloutEngine`: the driver's rollout engine when the samplers are Ray workers.
 
-Rank r gets the r-th contiguous shard of the requests, sent as calls of at most `chunk_size`
-requests (one engine batch, `rollout.max_num_seqs`) that it runs one after another on its own
-rollout engine (`programs.generate`); each chunk's futures are completed the moment it is back,
-so the reward scorer works on finished samples while the workers sample the rest. Which rank or
-chunk samples a request does not change it (requests are seeded per sample). Results come back
-with their tensors on the host (`programs.generate` sends them through `transfer.to_host`).
+Rank r gets the r-th contiguous shard of the requests in calls of at most `chunk_size`, and each
+chunk's futures complete the moment it is back, so rewards score while workers sample. Requests
+are seeded per sample, so where one runs does not change it; results return on the host.
 """
 from __future__ import annotations
 

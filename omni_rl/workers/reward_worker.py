@@ -1,17 +1,11 @@
 """Reward workers on Ray: reward models run in their own processes (and devices), apart from the
 trainer.
 
-`RayRewardManager` has the `RewardManager` interface the trainer uses (`score`, `specs`, `names`,
-`describe`, `running`, `close`)
-and forwards each call to one of `num_workers` `RewardWorker` actors, round robin, so several
-micro-batches (from `AsyncRewardScorer` with several threads) are scored at once. Each worker
-builds the same `RewardManager` from the same specs, so the rules are unchanged: a required
-reward that fails raises `RewardError` naming it, an optional one is left out and the weights
-rescaled. A worker that dies or does not answer within `timeout_s` raises `RewardError` naming
-the worker (index, node, pid): the step fails, it never hangs and never scores 0.
-
-Their options (`reward.workers`, `RewardWorkerOptions`: how many, and each one's CPUs and GPUs)
-are checked at load by `omni_rl.compose` and read by the trainer (`reward_worker_options`).
+`RayRewardManager` has the `RewardManager` interface and forwards each call, round robin, to one
+of `num_workers` `RewardWorker` actors, each building the same manager, so the rules are
+unchanged. A worker that dies or does not answer within `timeout_s` raises `RewardError` naming
+it: the step fails, never hangs and never scores 0. Options: `reward.workers`
+(`RewardWorkerOptions`).
 """
 from __future__ import annotations
 

@@ -1,11 +1,8 @@
 """`to_host(value)`: a worker's result with every tensor in host memory, before Ray carries it.
 
-Ray pickles what a worker returns, and torch pickles a tensor with its device: a CUDA tensor
-would be loaded back onto the driver's own CUDA device (a whole step's trajectories on device 0,
-beside rank 0's model) or fail to load where the driver sees no GPU. So a rollout result leaves
-the worker with its tensors on the host: the copy the pickle makes anyway, made on the right side.
-The walk keeps every type: dataclasses field by field, `LatentStreams`, `Conditioning`, tuples,
-lists and dicts; other values are returned as they are.
+torch pickles a tensor with its device, so a CUDA result would land on the driver's device 0 (or
+fail where the driver sees no GPU). The walk keeps every type (dataclasses, `LatentStreams`,
+`Conditioning`, tuples, lists, dicts).
 """
 from __future__ import annotations
 

@@ -1,19 +1,11 @@
 """`WorkerGroup`: start N hybrid workers on a resource pool, run programs on them, gather back.
 
-`run(what, fn, args_per_rank)` calls `fn(worker, *args)` on every rank with that rank's
-arguments and returns the results in rank order. The driver splits and concatenates batches
-(`split_evenly`); the trainer loop only sees whole batches. For streaming, `submit(what, fn,
-calls)` queues any number of calls on chosen ranks (each rank runs its calls in submission
-order) and `as_completed(refs, what)` yields each call's result as soon as it is back.
-
-Failure handling: every wait has a deadline: `timeout_s` (trainer.backend_options.worker_timeout_s) for each
-call, and `startup_timeout_s` (trainer.backend_options.worker_startup_timeout_s) for starting the workers and
-their process group, which on a busy machine or a cold cluster takes far longer than a call. Results are
-collected as they finish, so a dead worker is noticed at once even while its peers are blocked
-in a collective waiting for it. A dead or silent worker becomes `WorkerFailedError` naming its
-rank, node and pid, the program and the step; an exception raised inside a program is re-raised
-as its own type. Either way the whole group is torn down first (the peers' collectives cannot
-complete), so nothing hangs.
+`run(what, fn, args_per_rank)` calls `fn(worker, *args)` on every rank and returns the results in
+rank order; `submit` and `as_completed` stream calls. Every wait has a deadline (`worker_timeout_s`
+per call, `worker_startup_timeout_s` to start), and results are collected as they finish, so a
+dead worker is noticed even while its peers block in a collective: it becomes `WorkerFailedError`
+naming its rank, node, pid, program and step (a program's own exception keeps its type), after
+the whole group is torn down, so nothing hangs.
 """
 from __future__ import annotations
 

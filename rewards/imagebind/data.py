@@ -1,24 +1,12 @@
 """ImageBind's input pipeline, written with torch only: audio clips -> normalised log-mel images,
 video -> normalised 2-frame clips in three spatial crops, prompts -> CLIP BPE ids.
 
-Audio (ImageBind's `load_and_transform_audio_data`): the waveform, at 16 kHz, is cut into
-`n_clips` (3) clips of 2 s whose starts are spread evenly over the waveform (a clip shorter than
-2 s is used as it is, so a short waveform gives identical clips). Each clip has its mean
-removed and becomes a Kaldi-style log-mel filter bank (`log_mel`): 25 ms Hann ("hanning",
-symmetric) frames every 10 ms without edge padding, per-frame DC removal, 0.97 pre-emphasis,
-a 512-point power spectrum, 128 triangular mel filters from 20 Hz to Nyquist on the Kaldi mel
-scale 1127 ln(1 + f / 700), log floored at float32 eps. The [128, frames] image is zero-padded
-or cut to 204 frames, then normalised with ImageBind's mean -4.268 and std 9.138.
-
-Video (`load_and_transform_video_data`): with T frames at `fps`, `n_clips` (5) clips of 2 s
-are spread evenly over the video the same way; a clip takes the first and the last frame whose
-time i / fps lies in [start, start + 2 s). Frames are scaled to [0, 1], their short side resized
-to `image_size` (224; bilinear, no antialiasing, as pytorchvideo's ShortSideScale), normalised
-with CLIP's mean/std, and cut into 3 square crops along the long side (start, centre, end).
-A video gives n_clips x 3 inputs [3, 2, S, S].
-
-Text: the CLIP BPE ids of `<|startoftext|> prompt <|endoftext|>`, truncated to the context
-length (the end token kept) and zero-padded, as ImageBind's own tokenizer does.
+As ImageBind's own loaders: audio at 16 kHz is cut into `n_clips` (3) evenly spread 2 s clips,
+each a Kaldi-style 128-bin log-mel filter bank (`log_mel`: 25 ms Hann frames every 10 ms,
+pre-emphasis 0.97, 20 Hz to Nyquist) padded or cut to 204 frames and normalised (mean -4.268,
+std 9.138); video gives `n_clips` (5) evenly spread 2 s clips of two frames, short side resized to
+224 (bilinear, no antialiasing), CLIP-normalised, in 3 square crops; text is
+`<|startoftext|> prompt <|endoftext|>` truncated (end token kept) and zero-padded.
 """
 from __future__ import annotations
 

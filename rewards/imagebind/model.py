@@ -1,35 +1,24 @@
 """The ImageBind network (Girdhar et al. 2023) for the vision, text and audio modalities, with
 parameter names that match Meta's `imagebind_huge.pth`.
 
-Each modality runs preprocessor -> trunk -> head -> postprocessor, the four held in
-`nn.ModuleDict`s keyed by modality, which fixes the checkpoint key layout:
+Each modality runs preprocessor -> trunk -> head -> postprocessor, held in `nn.ModuleDict`s keyed
+by modality, which fixes the checkpoint key layout:
 
     modality_preprocessors.vision.rgbt_stem.proj.1.weight          Conv3d (2, 14, 14) patch stem, no bias
-    modality_preprocessors.vision.{cls_token, pos_embedding_helper.pos_embed}
+    modality_preprocessors.audio.rgbt_stem.{proj.weight, norm_layer.*}   Conv2d 16x16, stride 10
+    modality_preprocessors.{vision, audio}.{cls_token, pos_embedding_helper.pos_embed}
     modality_preprocessors.text.{token_embedding.weight, pos_embed}
-    modality_preprocessors.audio.rgbt_stem.proj.weight             Conv2d 16x16, stride 10, no bias
-    modality_preprocessors.audio.rgbt_stem.norm_layer.{weight, bias}
-    modality_preprocessors.audio.{cls_token, pos_embedding_helper.pos_embed}
-    modality_trunks.M.pre_transformer_layer.0.{weight, bias}       vision only (LayerNorm, eps 1e-6)
-    modality_trunks.M.blocks.N.attn.{in_proj_weight, in_proj_bias, out_proj.weight, out_proj.bias}
-    modality_trunks.audio.blocks.N.attn.{bias_k, bias_v}           audio attention has learned k/v bias tokens
-    modality_trunks.M.blocks.N.{norm_1, norm_2}.{weight, bias}     pre-norm blocks, LayerNorm eps 1e-6
-    modality_trunks.M.blocks.N.mlp.{fc1, fc2}.{weight, bias}       GELU MLP, 4x wide
-    modality_heads.vision.{0.weight, 0.bias, 2.weight}             LayerNorm, take token 0 (cls), Linear
-    modality_heads.audio.{0.weight, 0.bias, 2.weight}
-    modality_heads.text.proj.{0.weight, 0.bias, 1.weight}          take the EOT token, LayerNorm, Linear
-    modality_postprocessors.text.1.log_logit_scale                 L2-normalise, then x exp(scale), learned
-    modality_postprocessors.audio.1.log_logit_scale                L2-normalise, then x 20 (a fixed buffer)
-                                                                   (vision: L2-normalise only)
+    modality_trunks.M.blocks.N.{attn.*, norm_1, norm_2, mlp.fc1, mlp.fc2}   pre-norm, eps 1e-6
+    modality_trunks.audio.blocks.N.attn.{bias_k, bias_v}           learned k/v bias tokens
+    modality_trunks.vision.pre_transformer_layer.0.{weight, bias}  LayerNorm before the blocks
+    modality_heads.{vision, audio}.{0, 2}; text.proj.{0, 1}        LayerNorm, cls / EOT token, Linear
+    modality_postprocessors.{text, audio}.1.log_logit_scale        L2-normalise, x exp(scale) / x 20
 
-`ImageBindConfig()` holds the sizes of `imagebind_huge` (vision ViT-H/14, 32 blocks of 1280;
-text 24 blocks of 1024; audio 12 blocks of 768; 1024-d joint space); every size can be made
-tiny for tests. Left out: the depth, thermal and IMU modalities (their checkpoint keys are
-skipped on load), drop-path and dropout (inference only), and interpolation of position
-embeddings (inputs are resized to the configured size by `rewards.imagebind.data`).
+`ImageBindConfig()` holds `imagebind_huge`'s sizes; every size can be made tiny for tests.
+A fresh implementation of the published architecture; the weights are CC-BY-NC-SA 4.0.
 
-Weights: Meta releases `imagebind_huge.pth` under CC-BY-NC-SA 4.0 (non-commercial use only).
-This code is a fresh implementation of the published architecture.
+Left out: depth, thermal and IMU (their keys are skipped on load), drop-path and dropout, and
+interpolating position embeddings (`rewards.imagebind.data` resizes inputs).
 """
 from __future__ import annotations
 

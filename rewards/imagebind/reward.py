@@ -1,46 +1,14 @@
 """The `imagebind` reward: cosine similarities between ImageBind embeddings of a sample's
 modalities (and of its prompt).
 
-Modes (option `mode`), and what `samples` holds in each:
-
-    text_audio    cos(prompt, audio)                                  samples: audio
-    text_video    cos(prompt, video)                                  samples: video
-    audio_video   cos(audio, video); prompts are ignored              samples: {"audio": ..., "video": ...}
-    all           mean of cos(prompt, audio), cos(prompt, video) and cos(audio, video)
-                                                                      samples: {"audio": ..., "video": ...}
-
-A dict with both keys is accepted in every mode (the unused one is ignored), and so is a
-`MediaSamples` (`omni_rl.reward.media`), which is what the `RewardManager` hands over: video at
-its `fps`, audio (mixed down to mono) at its `sample_rate`; the per-sample metadata and the
-options `fps` / `sample_rate` are then not read. The reward declares what it scores by mode
-(`modalities_for`): text_audio audio, text_video video, audio_video and all both.
-- audio: as for CLAP (`rewards.audio_inputs`): a float tensor [B, L] or a list of 1-D float tensors/arrays,
-  rate from `metadata[i]["sample_rate"]` or the option `sample_rate`; resampled to 16 kHz with
-  `omni_rl.utils.audio.resample` (windowed sinc, as for CLAP).
-- video: a uint8 tensor [B, T, H, W, 3] or a list of B uint8 [T, H, W, 3] tensors/arrays (sizes
-  and lengths may differ), at `metadata[i]["fps"]` or the option `fps` frames per second.
-
-A sample's audio is embedded as `audio_clips` (3) 2-second clips and its video as
-`video_clips` (5) 2-second clips x 3 crops (`rewards.imagebind.data`); as in ImageBind's own
-inference, the clip embeddings are averaged, and the cosine is taken of the averages. All clips
-of the batch go through each tower in one forward pass.
-
-Options:
-    checkpoint   required: a local state dict with Meta's key layout (`imagebind_huge.pth`,
-                 or a `.safetensors` conversion). Keys must match exactly (see
-                 `rewards.imagebind.model.load_checkpoint`). The released weights are licensed
-                 CC-BY-NC-SA 4.0: non-commercial use only.
-    mode         one of the four above (default `text_video`).
-    config       sizes overriding imagebind_huge's (a dict of `ImageBindConfig` fields); only
-                 for checkpoints of another size, e.g. tiny test ones.
-    tokenizer    where to load the CLIP BPE tokenizer from (transformers `CLIPTokenizer`;
-                 default `openai/clip-vit-large-patch14`, whose vocabulary is ImageBind's).
-    sample_rate  rate of audio clips without `metadata[i]["sample_rate"]`.
-    fps          frame rate of videos without `metadata[i]["fps"]`.
-    audio_clips, video_clips   clips per sample (defaults 3 and 5, ImageBind's).
-    device       `auto` or a device name (see `omni_rl.device.pick_device`).
-
-The model runs in fp32, eval mode, without gradients.
+`mode`: `text_audio` cos(prompt, audio), `text_video` cos(prompt, video, the default),
+`audio_video` cos(audio, video), `all` the mean of the three; the reward declares what it scores
+by mode. Samples come as a `MediaSamples` (or audio clips, uint8 videos, or a dict of both, at
+`metadata[i]["sample_rate"]` / `["fps"]` or the options). As in ImageBind's own inference, a
+sample is embedded as `audio_clips` (3) 2-second audio clips and `video_clips` (5) 2-second video
+clips x 3 crops, averaged before the cosine; fp32, eval mode, no gradients. Options: `checkpoint`
+(required: Meta's `imagebind_huge.pth` layout; its weights are CC-BY-NC-SA 4.0, non-commercial),
+`mode`, `config`, `tokenizer`, `sample_rate`, `fps`, `audio_clips`, `video_clips`, `device`.
 """
 from __future__ import annotations
 

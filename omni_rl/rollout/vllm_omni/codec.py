@@ -1,19 +1,11 @@
 """Our diffusion requests and results through vLLM-Omni's request and output containers.
 
-A `DiffusionRequest` rides whole inside its vLLM-Omni prompt: the prompt dict carries the text
-(for vLLM-Omni's logs) and, under `additional_information["omni_rl"]`, the request encoded as a
-rollout-protocol message (`omni_rl.rollout.server.protocol`) in a uint8 tensor, a value every
-vLLM-Omni transport carries. The sampling params carry only what vLLM-Omni's scheduler batches
-on (size, frames, steps, guidance), so it co-batches only requests our pipeline may batch.
-
-A result goes back the same way: the pipeline's per-request output is the envelope
-`{"payload": {"trajectory": {"omni_rl": tensor}}}`, which vLLM-Omni's output formatter hands to
-the caller as `OmniRequestOutput.multimodal_output["trajectory"]` untouched (its own
-`trajectory_*` fields of `DiffusionOutput` are dropped by its batch splitter, so our pipeline
-splits per request itself and never uses them).
-
-A prompt without our payload (vLLM-Omni's own warm-up run, "dummy_req_id") becomes an `ode`
-request of the sampling params' size with no SDE window.
+A `DiffusionRequest` rides inside its vLLM-Omni prompt as a rollout-protocol message in a uint8
+tensor (`additional_information["omni_rl"]`); the sampling params carry only what the scheduler
+batches on, so it co-batches only requests our pipeline may batch. A result returns as the
+envelope `{"payload": {"trajectory": {"omni_rl": tensor}}}`, which vLLM-Omni hands back untouched
+(its batch splitter drops `DiffusionOutput`'s own trajectory fields, so our pipeline splits per
+request itself). A prompt without our payload (vLLM-Omni's warm-up) becomes a plain `ode` request.
 """
 from __future__ import annotations
 

@@ -1,24 +1,11 @@
 """`VllmOmniDiffusionEngine`: the rollout contract over vLLM-Omni's `AsyncOmni` (`rollout.backend=vllm_omni`).
 
-The engine starts `AsyncOmni` on the run's model folder with our custom pipeline class for the
-adapter (`pipelines.PIPELINE_CLASSES`), our worker extension, `max_num_seqs=rollout.max_num_seqs`
-and `request_batch_max_wait_ms=rollout.options.max_wait_ms`, on an asyncio loop in a thread of its own.
-
-- `submit_many` sends each request as one `AsyncOmni.generate` call (vLLM-Omni's scheduler
-  co-batches them); its future completes when that request's output is back, carrying the
-  `DiffusionResult` our pipeline made (`codec.py`), with the weight version it sampled with.
-- `wait` / `generate`: results in request order within a deadline (`RolloutEngineError` on a
-  failure or a timeout, never a hang).
-- `update_weights(tensors, version, kind)`: bucket by bucket through
-  `AsyncOmni.collective_rpc("omni_rl_load_tensors")` into the pipeline (`worker.py`); vLLM-Omni
-  runs each between two batches. LoRA and full weights take the same path (PEFT modules and
-  the trainable module are plain parameters of our adapter there).
-- `sleep` / `wake`: `AsyncOmni.sleep(level=1)` (weights offloaded to host memory, so LoRA and
-  full updates survive it) and `AsyncOmni.wake_up()`; they need `rollout.options.sleep_mode`.
-- `close`: `AsyncOmni.shutdown()` on the engine's loop, which stops vLLM-Omni's processes.
-- `rollout.options.enforce_eager` is passed on but changes nothing for our pipelines (`pipelines.py`
-  says why): they always sample eagerly.
-- `same_log_probs_as` is False: another process, another copy; the trainer recomputes.
+It starts `AsyncOmni` with our pipeline class for the adapter (`pipelines.PIPELINE_CLASSES`), our
+worker extension and the run's batching limits, on an asyncio loop in a thread of its own. Each
+request is one `AsyncOmni.generate` call (vLLM-Omni's scheduler co-batches them); weights, LoRA
+or full, go bucket by bucket through `collective_rpc("omni_rl_load_tensors")` (`worker.py`);
+`sleep` / `wake` use vLLM-Omni's sleep mode; `close` shuts it down. `same_log_probs_as` is False
+(another copy), so the trainer recomputes.
 """
 from __future__ import annotations
 

@@ -1,37 +1,13 @@
 """vLLM-Omni custom pipelines that sample with our adapters: one class per adapter family.
 
-vLLM-Omni loads a custom pipeline named in `custom_pipeline_args={"pipeline_class": QUALNAME}`
-by calling `QUALNAME(od_config=...)` in its worker (an `nn.Module`), then `load_weights(weights)`
-with the weights of its `weights_sources`, and on every scheduled request batch calls
-`forward(DiffusionRequestBatch) -> list[DiffusionOutput]`, one output per request. With
-`supports_request_batch = True` its scheduler hands it up to `max_num_seqs` requests at once,
-after waiting up to `request_batch_max_wait_ms` for a batch to fill (both engine arguments).
-
-Here all of that is glue around `DiffusionPipelineCore`, which is plain torch: it builds our
-adapter from `custom_pipeline_args["omni_rl"]` (the run's model config, plugins and seed: the
-adapter loads its own weights, so `weights_sources` is empty), and turns the batch's prompts
-into one output envelope per request with `omni_rl.rollout.diffusion_sampling.sample_requests`,
-the same per-request maths as `NativeDiffusionEngine` (seeds, initial noise, SDE windows, step
-kernels). It splits the batch per request itself (`codec.py` says why).
-
-Loading follows vLLM-Omni's custom-pipeline path (`DiffusersPipelineLoader._init_from_load_format`):
-the pipeline is built on the CPU and vLLM-Omni then moves it with `.to(device)` inside its
-sleep-mode memory pool, so the weights are allocations that `sleep()` offloads; `_apply` keeps
-the adapter's own `device` in step with that move. The adapter is built under a float32 default
-dtype, as the trainer builds its own: vLLM-Omni builds pipelines under
-`set_default_torch_dtype(dtype)`, which would otherwise make every tensor the adapter creates
-without a dtype (LoRA parameters, schedules, buffers) bf16 in the rollout and fp32 in the trainer.
-
-`rollout.options.enforce_eager` changes nothing here: vLLM-Omni compiles a pipeline's
-`setup_compile()` or its `transformer` / `transformer_2` attributes, and these classes have
-none of them (the adapter's networks sit in `components`), so sampling always runs eagerly.
-
-Weight updates come through the worker extension (`worker.py`) into `load_trainer_tensors`, LoRA
-tensors into the adapter's PEFT modules, full weights into its trainable module. vLLM-Omni's own
-LoRA manager is not used, nor its `_load_diffusion_lora_adapter` hook: that manager wraps vLLM
-`LinearBase` layers (it refuses a pipeline without any, before it calls the hook) and the hook
-must return vLLM `LoRAModel` objects for them, while our adapters hold diffusers modules with
-PEFT LoRA, the very modules the trainer trains.
+vLLM-Omni builds the class named in `custom_pipeline_args`, loads its weights and calls
+`forward(DiffusionRequestBatch) -> list[DiffusionOutput]` on each scheduled batch. Here that is
+glue around `DiffusionPipelineCore`, plain torch: it builds our adapter from
+`custom_pipeline_args["omni_rl"]` and samples with `diffusion_sampling.sample_requests`, the
+native engine's per-request maths, splitting the batch per request (`codec.py` says why).
+Weight updates arrive through `worker.py` into `load_trainer_tensors`. docs/rollout.md says
+why the adapter is built under fp32, why sampling is always eager and why vLLM-Omni's LoRA
+manager is not used.
 """
 from __future__ import annotations
 
@@ -136,7 +112,7 @@ class OmniRLDiffusionPipeline(nn.Module):
                              f"config); start it through omni_rl's vllm_omni rollout backend")
         self.od_config = od_config
         self.weights_sources: list = []  # the adapter loads its own weights
-        # On the CPU: vLLM-Omni moves the pipeline itself (see the module docstring).
+        # On the CPU: vLLM-Omni moves the pipeline itself (docs/rollout.md says why).
         self.core = DiffusionPipelineCore.from_spec(dict(spec), torch.device("cpu"))
         architecture = type(self.core.model).__name__
         # Register the adapter's networks, so vLLM-Omni's `.to()`, `.eval()` and memory

@@ -1,29 +1,13 @@
 """`VllmTextEngine`: the rollout contract over `vllm.LLM` for text models (`rollout.backend=vllm`).
 
-Serves the adapters whose checkpoints vLLM loads itself: causal LMs (Qwen3 and kin) and the
-Qwen3-Omni thinker (vLLM maps `Qwen3OmniMoeForConditionalGeneration` to its thinker).
-
-- Each request is one prompt of token ids with its own `SamplingParams(temperature, top_p,
-  seed, max_tokens, stop_token_ids, logprobs=0)`; vLLM runs with
-  `logprobs_mode="processed_logprobs"`, so the log-prob it returns for the sampled token is
-  `log_softmax(logits / temperature)`, the function the trainer evaluates. That holds for
-  top_p = 1 only (processed log-probs renormalise over the nucleus, the trainer's do not): a
-  request with top_p < 1 is refused. Prompts with media are refused too (vLLM wants raw images
-  and audio, our requests carry processor tensors): use rollout.backend=native for them.
-- `update_weights(kind="lora")`: the tensors are written as a PEFT adapter folder (its
-  `adapter_config.json` from `model.lora`) and the next generate uses a new `LoRARequest` for it
-  (one id per version). `kind="full"`: bucket by bucket through `LLM.collective_rpc`, each
-  bucket a safetensors file's bytes (vLLM's RPC cannot carry a tensor), named as in the
-  checkpoint (`checkpoint_prefix`); the worker extension (`vllm_worker.py`) loads them all at the
-  last bucket through vLLM's in-place reload and re-ties a tied `lm_head`.
-- `sleep` / `wake`: `LLM.sleep(level=1)` / `LLM.wake_up()` with `rollout.options.sleep_mode`. A
-  platform without vLLM's sleep mode (a CPU) starts without it, with a warning that says so
-  (`sleep_mode_for`); `sleep()` / `wake()` are then refused.
-- LoRA needs fp16 or bf16 weights (vLLM's LoRA kernels take no other dtype; config load refuses
-  float32 with LoRA), and vLLM's `max_lora_rank` takes only `VLLM_LORA_RANKS`: the model's rank
-  is rounded up to the next of them (`vllm_max_lora_rank`), which serves the same adapter.
-- `close`: stops vLLM's engine core (its processes and their GPU memory) and drops the `LLM`.
-- Sampling is synchronous: `submit_many` returns done futures, like the native text engine.
+Serves causal LMs (Qwen3 and kin) and the Qwen3-Omni thinker. Each request is one prompt with
+its own seeded `SamplingParams`; vLLM returns processed log-probs, `log_softmax(logits / T)`, the
+trainer's function, which holds for top_p = 1 only, so top_p < 1 is refused, and so are prompts
+with media (use `native`). LoRA updates are written as a PEFT folder served by a new
+`LoRARequest` per version (fp16/bf16 only; the rank rounded up to a `VLLM_LORA_RANKS` entry);
+full updates go bucket by bucket through `collective_rpc` to `vllm_worker.py`. `sleep` / `wake`
+use vLLM's sleep mode where the platform has it. Sampling is synchronous: `submit_many` returns
+done futures.
 """
 from __future__ import annotations
 

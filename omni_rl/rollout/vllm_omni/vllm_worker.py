@@ -1,19 +1,11 @@
 """The vLLM worker extension of the `vllm` text backend (loaded by name in vLLM's workers only).
 
-vLLM mixes the class named by `LLM(worker_extension_cls=...)` into its worker (GPU or CPU) and
-imports this module there, in an environment that may hold vLLM and little else: it imports
-torch and safetensors only (both vLLM's own requirements), and `omni_rl.rollout`'s package
-imports nothing on the way here.
-
-The text engine's full-weight update calls `omni_rl_load_weights` through `LLM.collective_rpc`
-once per bucket, each bucket a safetensors file's bytes (what vLLM's RPC carries: it cannot
-pickle a tensor's memory), named as the checkpoint names them. The buckets wait here until the
-last one, then load together through vLLM's in-place reload (`model_runner.reload_weights`),
-which runs each layer's post-load processing again: the CPU backend repacks its linear weights
-there, so a plain `model.load_weights` after start-up finds no weights to load into. That reload
-leaves a tied `lm_head` (one that shares the input embedding) on its old weights: after it, the
-head is tied to the embedding again and processed again (`retie_lm_head`). LoRA updates do not
-come here: they are `LoRARequest`s.
+It imports torch and safetensors only, since vLLM's environment may hold little else.
+`omni_rl_load_weights` receives a full-weight update through `LLM.collective_rpc` one bucket at
+a time (a safetensors file's bytes: vLLM's RPC cannot carry a tensor), and at the last bucket
+loads them all through vLLM's in-place reload (`model_runner.reload_weights`, which reprocesses
+each layer, as the CPU backend's repacked weights need), then re-ties a tied `lm_head`
+(`retie_lm_head`). LoRA updates do not come here: they are `LoRARequest`s.
 """
 from __future__ import annotations
 

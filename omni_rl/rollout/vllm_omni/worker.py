@@ -1,12 +1,8 @@
 """The vLLM-Omni worker extension of the `vllm_omni` backend (loaded by name in its workers only).
 
-vLLM-Omni mixes the class named by the engine argument `worker_extension_cls` into its diffusion
-worker; with a custom pipeline that class must also re-create the pipeline, which its
-`CustomPipelineWorkerExtension` does, so ours derives from it and adds the one call the engine's
-`update_weights` makes through `AsyncOmni.collective_rpc`. vLLM-Omni runs such calls between
-two scheduled batches, never during a forward.
-
-This module imports vllm_omni at its top: nothing in omni_rl imports it (the engine names it).
+It derives from vLLM-Omni's `CustomPipelineWorkerExtension` (which re-creates a custom pipeline)
+and adds the one call `update_weights` makes through `collective_rpc`, run between two batches.
+It imports vllm_omni at its top; nothing in omni_rl imports it.
 """
 from __future__ import annotations
 
