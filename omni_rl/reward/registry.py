@@ -137,6 +137,9 @@ class RewardDeclaration:
                    weights, no network), in the dtype its loading would give them, for `--plan`
                    to count (`omni_rl.plan.rewards`); None = it holds none on a device (a rule,
                    or an engine that runs on the CPU only, as OCR's).
+    endpoint:      `(**options) -> str`: where the reward sends its samples (a remote scorer's
+                   URL), which messages that must say where a reward went name
+                   (`RewardManager.describe`); None = it scores in this process.
     """
 
     modalities: Modalities | None = None
@@ -146,6 +149,7 @@ class RewardDeclaration:
     check_files: Callable[..., None] | None = None
     device_networks: Callable[..., list[tuple[str, Any]]] | None = None
     check_item: ItemCheck | None = None
+    endpoint: Callable[..., str] | None = None
 
 
 NO_DECLARATION = RewardDeclaration()
@@ -155,11 +159,11 @@ def register_reward(
     name: str, modalities: Modalities | None = None, *, check_options: Callable[..., None] | None = None,
     check_prompts: PromptCheck | None = None, needs_metadata: Iterable[str] | Callable[..., Iterable[str]] | None = None,
     check_files: Callable[..., None] | None = None, device_networks: Callable[..., list[tuple[str, Any]]] | None = None,
-    check_item: ItemCheck | None = None,
+    check_item: ItemCheck | None = None, endpoint: Callable[..., str] | None = None,
 ) -> Callable[[RewardFactory], RewardFactory]:
     """Decorator: register a scorer factory under `name` (a duplicate name raises), with its
     `RewardDeclaration` (see there for `modalities`, `check_options`, `check_prompts` and
-    `needs_metadata`, `check_files`, `device_networks`, `check_item`)."""
+    `needs_metadata`, `check_files`, `device_networks`, `check_item`, `endpoint`)."""
     if modalities is not None and not callable(modalities):
         modalities = _check_modalities(name, modalities)
     if check_options is not None and not callable(check_options):
@@ -174,8 +178,10 @@ def register_reward(
         )
     if check_item is not None and not callable(check_item):
         raise RewardConfigError(f"reward {name!r}: check_item={check_item!r}; expected a callable (prompt, metadata) -> None | str")
+    if endpoint is not None and not callable(endpoint):
+        raise RewardConfigError(f"reward {name!r}: endpoint={endpoint!r}; expected a callable (**options) -> str")
     declaration = RewardDeclaration(modalities, check_options, check_prompts, needs_metadata, check_files, device_networks,
-                                    check_item)
+                                    check_item, endpoint)
     return REWARDS.register(name, spec=None if declaration == NO_DECLARATION else declaration)
 
 
@@ -211,6 +217,13 @@ def reward_metadata_needs(name: str, options: dict[str, Any] | None = None) -> f
         except (TypeError, ValueError) as err:
             raise RewardConfigError(f"reward {name!r}: {err}") from None
     return _check_keys(name, declared)
+
+
+def reward_endpoint(name: str, options: dict[str, Any] | None = None) -> str | None:
+    """Where the reward registered as `name`, built with `options`, sends its samples (its
+    declared `endpoint`); None for a reward that scores in this process."""
+    declared = reward_declaration(name).endpoint
+    return None if declared is None else declared(**dict(options or {}))
 
 
 def _check_keys(name: str, keys: Any) -> frozenset[str]:
