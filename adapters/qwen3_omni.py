@@ -71,7 +71,7 @@ import dataclasses
 import numbers
 import re
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
@@ -120,6 +120,8 @@ class Qwen3OmniOptions:
 class Qwen3OmniThinkerAdapter(AutoregressiveModelBase):
     options_class = Qwen3OmniOptions
     checkpoint_prefix = "thinker."
+    # The talker stages say whether the thinker trains with them (`SpeechModelBase`); this one trains it.
+    trains_thinker: ClassVar[bool] = True
     default_lora_targets = ("q_proj", "k_proj", "v_proj", "o_proj")
     supports_kv_cache = True
 
@@ -193,7 +195,7 @@ class Qwen3OmniThinkerAdapter(AutoregressiveModelBase):
 
     def setup_trained_modules(self) -> None:
         super().setup_trained_modules()
-        if not getattr(self, "trains_thinker", True):
+        if not self.trains_thinker:
             return  # the talker stage: the thinker is frozen whole (and absent from a plan's build)
         frozen = {"visual": self.options.freeze_vision_tower, "audio_tower": self.options.freeze_audio_tower}
         for name, tower in self.towers().items():

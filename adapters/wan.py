@@ -72,6 +72,9 @@ class WanAdapter(DiffusionModelBase):
     # Self- (attn1) and cross-attention (attn2) projections of every block, as diffusers' Wan
     # LoRA examples target them (PEFT matches name suffixes).
     default_lora_targets = ("to_q", "to_k", "to_v", "to_out.0")
+    # The VAE config as the planner reads it (`_plan_load_trained`, which builds no VAE); None
+    # in a built adapter, whose `vae.config` says the same.
+    plan_vae: Optional[dict] = None
 
     def __init__(self, cfg: ModelConfig, path: str, device: torch.device):
         from diffusers import AutoencoderKLWan, FlowMatchEulerDiscreteScheduler, WanPipeline, WanTransformer3DModel
@@ -396,7 +399,7 @@ def _plan_forward_inputs(adapter, cfg, batch: int) -> dict:
     """Each expert's forward as `_guided` runs it, the prompt zero-padded to max_sequence_length."""
     from omni_rl.plan.spec import prompt_tokens
 
-    vae = getattr(adapter, "plan_vae", None) or adapter.vae.config
+    vae = adapter.plan_vae or adapter.vae.config
     t, s = vae["scale_factor_temporal"], vae["scale_factor_spatial"]
     frames, h, w = (cfg.rollout.num_frames - 1) // t + 1, cfg.rollout.height // s, cfg.rollout.width // s
     out = {}

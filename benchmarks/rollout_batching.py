@@ -173,7 +173,7 @@ def bare_loop(model, requests: list[DiffusionRequest], batch: int) -> list[torch
                     window_latents[i].append(ls.to(ls.index(step.prev_sample, i), "cpu"))
             x = step.prev_sample
         model.decode(x)
-        if getattr(model, "makes_audio", False):
+        if model.makes_audio:
             model.decode_audio(x)
         synchronize(device)
         finals.extend(ls.index(ls.to(x, "cpu"), i) for i in range(len(chunk)))

@@ -1,9 +1,9 @@
 """Where a training step's time goes, at 1 and 2 torch threads, and whether the rewards stay the same.
 
-Each run trains a recipe (default: the CPU demo, `tiny_sd3_flowgrpo`) for `--steps` steps in a
-fresh output folder, as a user would (`python main_omni.py ...` in a subprocess, no validation,
-no progress bar), with `OMP_NUM_THREADS` set to the thread count. From its metrics.jsonl it
-takes the medians, over the steps after `--warmup`, of the trainer's own phase timings
+Each run trains a recipe (default: `tiny_sd3_flowgrpo`, the fast brightness recipe, not the
+demo) for `--steps` steps in a fresh output folder, as a user would (`python main_omni.py ...` in
+a subprocess, no validation, no progress bar), with `OMP_NUM_THREADS` set to the thread count.
+From its metrics.jsonl it takes the medians, over the steps after `--warmup`, of the trainer's own phase timings
 (`timing/rollout`, `timing/reward`, `timing/old_log_prob`, `timing/update`, `timing/weight_sync`
 where the code has it, `timing/step`) and the whole reward sequence.
 

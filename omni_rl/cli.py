@@ -178,13 +178,14 @@ def check_inputs(cfg) -> None:
     from omni_rl.device import check_trainer_device
     from omni_rl.families.base import prompt_limits
     from omni_rl.models.loading import check_model_source
-    from omni_rl.rollout.backends import ROLLOUT_BACKENDS, backend_options
+    from omni_rl.rollout.backends import ROLLOUT_BACKENDS, ServerProcessOptions, backend_options
     from omni_rl.rollout.server.interpreter import check_python
     from omni_rl.rollout.vllm_omni.availability import require
 
     check_trainer_device(cfg.trainer.device, cfg.trainer.backend)
     packages = ROLLOUT_BACKENDS.get(cfg.rollout.backend).packages
-    python = getattr(backend_options(cfg), "python", None)
+    options = backend_options(cfg)
+    python = options.python if isinstance(options, ServerProcessOptions) else None
     check_python(python, "rollout.options.python", packages, cfg.rollout.backend)
     if python is None and packages and cfg.trainer.backend == "local":
         # The engine runs in this process (Ray workers may run another Python: they check there).
@@ -327,7 +328,7 @@ def _check_metadata_needs(key: str, item, architecture: str, adapter_class, wher
         needs = reward_metadata_needs(item.name, dict(item.kwargs))
     except RewardConfigError as err:
         raise ConfigError(f"{key}.kwargs: {err}") from None
-    added = frozenset(getattr(adapter_class, "sample_metadata_keys", ()))
+    added = adapter_class.sample_metadata_keys
     for name in sorted(needs - added):
         lacking = next((n for n, i in enumerate(items) if name not in i.metadata), None)
         if lacking is None:

@@ -222,7 +222,7 @@ def _check_reward_media(cfg: OmniConfig) -> None:
     architecture = adapter_key(cfg.model.adapter, cfg.model.stage)
     adapter_class = ADAPTERS.get(architecture)
     makes_video = cfg.rollout.num_frames > 1
-    makes_audio = getattr(adapter_class, "makes_audio", False)
+    makes_audio = adapter_class.makes_audio
     # What the family hands its rewards, where the config does not decide it (a talker: audio).
     family = MODEL_FAMILIES.get(adapter_class.family) if adapter_class.family in MODEL_FAMILIES else None
     handed = family.variant(cfg).sample_modalities if family is not None else None

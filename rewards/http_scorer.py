@@ -25,6 +25,7 @@ from omni_rl.reward.http_client import (
     ScoreClient,
     check_client_files,
     check_client_options,
+    client_endpoint,
 )
 from omni_rl.reward.protocol import IMAGES
 
@@ -44,7 +45,8 @@ def images_for_wire(samples: Any, prompts: Sequence[str], metadata: Sequence[dic
     return torch.from_numpy(np.ascontiguousarray(to_uint8_numpy(samples)))
 
 
-@register_reward("http_scorer", check_options=check_client_options, check_files=check_client_files)
+@register_reward("http_scorer", check_options=check_client_options, check_files=check_client_files,
+                 endpoint=client_endpoint)
 def http_scorer(
     *, url: str, timeout_s: float = 60.0, retries: int = 3, backoff_s: float = 0.5, token_file: str | None = None,
     allow_insecure_remote: bool = False, max_reply_bytes: int = MAX_REPLY_BYTES,

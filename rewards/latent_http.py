@@ -24,6 +24,7 @@ from omni_rl.reward.http_client import (
     ScoreClient,
     check_client_files,
     check_client_options,
+    client_endpoint,
 )
 from omni_rl.reward.protocol import LATENTS
 
@@ -72,7 +73,8 @@ def collect_latents(samples: Any, prompts: Sequence[str], metadata: Sequence[dic
     return torch.stack(latents).contiguous()
 
 
-@register_reward("latent_http", check_options=check_client_options, check_files=check_client_files)
+@register_reward("latent_http", check_options=check_client_options, check_files=check_client_files,
+                 endpoint=client_endpoint)
 def latent_http(
     *, url: str, timeout_s: float = 60.0, retries: int = 3, backoff_s: float = 0.5, token_file: str | None = None,
     allow_insecure_remote: bool = False, max_reply_bytes: int = MAX_REPLY_BYTES,

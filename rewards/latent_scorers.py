@@ -14,20 +14,27 @@ from typing import Any, Sequence
 import torch
 
 from omni_rl.reward.protocol import LATENTS
-from omni_rl.reward.server import HttpStatusError, ServedScorer, register_served_scorer
+from omni_rl.reward.server import HttpStatusError, OneKindScorer, ServedScorer, register_served_scorer
 
 
-@register_served_scorer("latent_stats")
-def latent_stats() -> ServedScorer:
-    """Factory of the `latent_stats` scorer: -mean(latent**2) per sample, in float64."""
-    def score(latents: torch.Tensor, prompts: Sequence[str], metadata: Sequence[dict]) -> list[float]:
+class LatentStats(OneKindScorer):
+    """The `latent_stats` scorer: -mean(latent**2) per sample, in float64."""
+
+    accepts = LATENTS
+
+    def __call__(self, latents: torch.Tensor, prompts: Sequence[str], metadata: Sequence[dict]) -> list[float]:
         _check_latents(latents, "latent_stats")
         flat = latents.detach().to(torch.float64).reshape(latents.shape[0], -1)
         return (-(flat * flat).mean(dim=1)).tolist()
 
-    score.accepts = LATENTS  # type: ignore[attr-defined]
-    score.__qualname__ = "latent_stats"
-    return score
+    def __repr__(self) -> str:  # the name the server's health check reports
+        return "latent_stats"
+
+
+@register_served_scorer("latent_stats")
+def latent_stats() -> ServedScorer:
+    """Factory of the `latent_stats` scorer (`LatentStats`)."""
+    return LatentStats()
 
 
 class LatentRewardModel(torch.nn.Module):
@@ -100,7 +107,7 @@ class LatentRewardModel(torch.nn.Module):
         return model.eval()
 
 
-class LatentModelScorer:
+class LatentModelScorer(OneKindScorer):
     """Serves a LatentRewardModel: float32 latents [B, C, H, W] -> B floats (inference mode)."""
 
     accepts = LATENTS

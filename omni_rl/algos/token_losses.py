@@ -378,7 +378,7 @@ def _finish(
     """Weigh the policy term by the rollout correction (if any), aggregate it, add the KL term,
     fill policy_loss / approx_kl / kl."""
     o = loss_.options
-    scale = getattr(o, "loss_scale_factor", None)
+    scale = o.loss_scale_factor if isinstance(o, AggregatedTokenOptions) else None  # the others are token-mean
     policy_loss = aggregate(rollout_weighted(per_token, inp.rollout_is_weight), toks.counted, mode, scale)
     loss = policy_loss
     if inp.ref_log_prob is not None:

@@ -18,7 +18,7 @@ from typing import Optional
 
 import torch
 
-from omni_rl.algos.token_losses import SUM_NORM_MODE, TOKEN_LOSSES, TokenLoss, TokenLossInput
+from omni_rl.algos.token_losses import SUM_NORM_MODE, TOKEN_LOSSES, AggregatedTokenOptions, TokenLoss, TokenLossInput
 from omni_rl.config.options import option
 from omni_rl.config.schema import OmniConfig
 from omni_rl.config.validate import ConfigError
@@ -75,8 +75,7 @@ class TextOptions(TokenSamplingOptions, PromptLimitOptions):
 
 
 def messages_of(item: PromptItem) -> list[dict]:
-    messages = getattr(item, "messages", None)
-    return list(messages) if messages else [{"role": "user", "content": item.prompt}]
+    return list(item.messages) if item.messages else [{"role": "user", "content": item.prompt}]
 
 
 @register_family("autoregressive")
@@ -186,7 +185,7 @@ class TextFamily(ModelFamily):
         return f"data.{file_key}={file!r}" if inline is None and file is not None else what
 
     def _encode_uncached(self, item: PromptItem) -> PromptInputs:
-        return self.model.encode_prompt(messages_of(item), getattr(item, "media", None))
+        return self.model.encode_prompt(messages_of(item), item.media)
 
     def _count_uncached(self, item: PromptItem) -> int:
         return len(self._encode_uncached(item).input_ids)
@@ -342,7 +341,7 @@ def build_token_loss(loss_cls: type[TokenLoss], options, sampling: TokenSampling
     """A token loss from its bound options (the text family's response loss, the think-draw
     family's plan loss). seq-mean-token-sum-norm's constant left null is Dr.GRPO's response
     length budget, the family's `sampling.max_new_tokens` (`algo.family_options.max_new_tokens`)."""
-    if getattr(options, "loss_agg_mode", None) == SUM_NORM_MODE and options.loss_scale_factor is None:
+    if isinstance(options, AggregatedTokenOptions) and options.loss_agg_mode == SUM_NORM_MODE and options.loss_scale_factor is None:
         options = dataclasses.replace(options, loss_scale_factor=float(sampling.max_new_tokens))
     return loss_cls(options, kl_coef=kl_coef)
 

@@ -1,6 +1,7 @@
 """Metric sinks and the fan-out logger the trainer writes to.
 
-A sink has `log(metrics, step)` and `close()`: `ConsoleSink` (a compact line every N steps),
+A sink subclasses `Sink`: `log(metrics, step)`, `close()`, and the media it also records
+(`media`: `add_image` / `add_video` / `add_audio`): `ConsoleSink` (a compact line every N steps),
 `JsonlSink` (a JSON object a line; a non-finite value is `null`), `TensorBoardSink` (scalars,
 images, GIF videos, audio) and `WandbSink`. `MetricLogger` fans out to them and rejects a name
 outside `METRIC_NAMESPACES` (`reward/*`, `loss/*`, `actor/*`, ...), so a typo cannot start a new
@@ -17,7 +18,7 @@ import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Protocol, Sequence, runtime_checkable
+from typing import Any, ClassVar, Iterable, Mapping, Sequence
 
 from tqdm import tqdm
 
@@ -31,15 +32,31 @@ from omni_rl.utils.atomic import atomic_write_text
 METRIC_NAMESPACES = ("reward", "loss", "actor", "rollout_corr", "response", "perf", "timing", "val", "val_ema", "alarm")
 
 
-@runtime_checkable
-class Sink(Protocol):
-    """What `MetricLogger` fans out to. `add_image(tag, image, step)`, `add_video(tag, frames,
-    fps, step)` and `add_audio(tag, waveform, sample_rate, step)` are optional (TensorBoard
-    has them); `MetricLogger` skips the sinks without them."""
+MEDIA = frozenset({"image", "video", "audio"})
 
-    def log(self, metrics: Mapping[str, Any], step: int) -> None: ...
 
-    def close(self) -> None: ...
+class Sink:
+    """What `MetricLogger` fans out to: `log` and `close`, and for each kind in `media` its
+    `add_<kind>`: `add_image(tag, image, step)`, `add_video(tag, frames, fps, step)`,
+    `add_audio(tag, waveform, sample_rate, step)` (TensorBoard has all three). `MetricLogger`
+    hands a kind only to the sinks that declare it."""
+
+    media: ClassVar[frozenset[str]] = frozenset()
+
+    def log(self, metrics: Mapping[str, Any], step: int) -> None:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        pass
+
+    def add_image(self, tag: str, image: Any, step: int) -> None:
+        raise NotImplementedError(f"{type(self).__name__} declares no images (media={sorted(self.media)})")
+
+    def add_video(self, tag: str, frames: Any, fps: float, step: int) -> None:
+        raise NotImplementedError(f"{type(self).__name__} declares no videos (media={sorted(self.media)})")
+
+    def add_audio(self, tag: str, waveform: Any, sample_rate: int, step: int) -> None:
+        raise NotImplementedError(f"{type(self).__name__} declares no audio (media={sorted(self.media)})")
 
 
 def check_metric_name(name: str) -> None:
@@ -121,7 +138,7 @@ def _read_lines(path: Path) -> list[tuple[str, dict[str, Any]]]:
     return parsed
 
 
-class JsonlSink:
+class JsonlSink(Sink):
     """Append `{"step": step, **metrics}` as one JSON line per `log` call, flushed each line.
 
     `resume_from_step=k` rewrites the file (atomically) keeping the lines with `step <= k`; without
@@ -164,12 +181,14 @@ class JsonlSink:
             self._file.close()
 
 
-class TensorBoardSink:
+class TensorBoardSink(Sink):
     """`SummaryWriter.add_scalar` per metric; `add_image` for sample galleries.
 
     `resume_from_step=k` purges events after step k (TensorBoard's `purge_step`), the
     counterpart of `JsonlSink`'s truncation.
     """
+
+    media = MEDIA
 
     def __init__(self, log_dir: str | os.PathLike, resume_from_step: int | None = None):
         # Imported here: torch.utils.tensorboard takes seconds to import, and runs that do
@@ -229,7 +248,7 @@ class TensorBoardSink:
         self._writer.close()
 
 
-class WandbSink:
+class WandbSink(Sink):
     """Log to Weights & Biases. wandb is an optional extra, imported only when this is built."""
 
     def __init__(
@@ -283,7 +302,7 @@ def _short_metrics(metrics: Mapping[str, Any], keys: Mapping[str, str]) -> dict[
     }
 
 
-class ConsoleSink:
+class ConsoleSink(Sink):
     """Print `step 10 | reward=0.512 loss=-0.0012 kl=0.003` every `every` steps.
 
     `keys` maps a short label to a metric name (default `DEFAULT_CONSOLE_KEYS`). Written with
@@ -318,6 +337,10 @@ class MetricLogger:
 
     def __init__(self, sinks: Iterable[Sink]):
         self.sinks = list(sinks)
+        for sink in self.sinks:
+            if not isinstance(sink, Sink) or not sink.media <= MEDIA:
+                raise TypeError(f"{sink!r} is not an omni_rl.logging.Sink declaring media within {sorted(MEDIA)}; "
+                                f"subclass Sink and set `media` to the kinds its add_<kind> methods record")
 
     def log(self, metrics: Mapping[str, Any], step: int) -> None:
         for name in metrics:
@@ -328,23 +351,20 @@ class MetricLogger:
     def log_image(self, tag: str, image: Any, step: int) -> None:
         """Send a uint8 [H, W, C] image to the sinks that take images (TensorBoard)."""
         for sink in self.sinks:
-            add_image = getattr(sink, "add_image", None)
-            if add_image is not None:
-                add_image(tag, image, step)
+            if "image" in sink.media:
+                sink.add_image(tag, image, step)
 
     def log_video(self, tag: str, frames: Any, fps: float, step: int) -> None:
         """Send uint8 frames [T, H, W, 3] to the sinks that take videos (TensorBoard)."""
         for sink in self.sinks:
-            add_video = getattr(sink, "add_video", None)
-            if add_video is not None:
-                add_video(tag, frames, fps, step)
+            if "video" in sink.media:
+                sink.add_video(tag, frames, fps, step)
 
     def log_audio(self, tag: str, waveform: Any, sample_rate: int, step: int) -> None:
         """Send a float waveform [channels, samples] in [-1, 1] to the sinks that take audio."""
         for sink in self.sinks:
-            add_audio = getattr(sink, "add_audio", None)
-            if add_audio is not None:
-                add_audio(tag, waveform, sample_rate, step)
+            if "audio" in sink.media:
+                sink.add_audio(tag, waveform, sample_rate, step)
 
     def close(self) -> None:
         """Close every sink, even if one fails; the first failure is raised afterwards."""

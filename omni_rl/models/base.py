@@ -45,6 +45,9 @@ class OmniModelBase(ABC):
     # (`register_reward(needs_metadata=...)`) is refused at load when neither the model adds it
     # nor every prompt row carries it (`omni_rl.cli.check_reward_prompts`).
     sample_metadata_keys: ClassVar[frozenset[str]] = frozenset()
+    # Whether its samples carry sound an audio reward can score: a diffusion model that decodes
+    # it with `decode_audio` (LTX-2), a talker that speaks (`SpeechModelBase`).
+    makes_audio: ClassVar[bool] = False
 
     def __init__(self, cfg: ModelConfig, path: str, device: torch.device):
         self.cfg = cfg

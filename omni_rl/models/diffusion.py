@@ -99,8 +99,6 @@ class DiffusionModelBase(OmniModelBase):
     # which `latent_shape` checks).
     frame_stride: ClassVar[int | None] = None
     size_multiple: ClassVar[int | None] = None
-    # Models that also generate sound (LTX-2) decode it with `decode_audio`.
-    makes_audio: ClassVar[bool] = False
     # Editing models: every prompt comes with a source image (see the module docstring).
     takes_source_image: ClassVar[bool] = False
     # What a text-to-image adapter's user should switch to for an edit dataset.

@@ -99,16 +99,18 @@ def world_size(cfg: OmniConfig) -> int:
     if cfg.trainer.engine != "fsdp2":
         return 1
     from omni_rl.trainer import ACTOR_GROUPS
+    from omni_rl.trainer.ray_actors import RayOptions
 
-    return getattr(ACTOR_GROUPS.get(cfg.trainer.backend).bind_options(cfg), "world_size", 1)
+    options = ACTOR_GROUPS.get(cfg.trainer.backend).bind_options(cfg)
+    return options.world_size if isinstance(options, RayOptions) else 1
 
 
 def offloads(cfg: OmniConfig) -> tuple[bool, bool]:
     """(param_offload, optimizer_offload) of the engine's options (False for an engine without them)."""
-    from omni_rl.engine.registry import engine_options
+    from omni_rl.engine.registry import FSDP2Options, engine_options
 
     options = engine_options(cfg)
-    return getattr(options, "param_offload", False), getattr(options, "optimizer_offload", False)
+    return (options.param_offload, options.optimizer_offload) if isinstance(options, FSDP2Options) else (False, False)
 
 
 def engine_tensors(model: OmniModelBase, engine: str, frozen: list[torch.nn.Module]) -> Iterator[TensorSpec]:

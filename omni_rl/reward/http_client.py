@@ -141,10 +141,7 @@ class ScoreClient:
             token_file=token_file, allow_insecure_remote=allow_insecure_remote, max_reply_bytes=max_reply_bytes,
         )
         self._parts = parts
-        base = parts.path.rstrip("/")
-        if base.endswith(SCORE_PATH):
-            base = base[: -len(SCORE_PATH)]
-        self._base_path = base
+        self._base_path = base = _base_path(parts)
         self.score_url = urllib.parse.urlunsplit((parts.scheme, parts.netloc, base + SCORE_PATH, "", ""))
         self.health_url = urllib.parse.urlunsplit((parts.scheme, parts.netloc, base + HEALTH_PATH, "", ""))
         self.timeout_s = float(timeout_s)
@@ -341,6 +338,18 @@ def check_client_options(
     if token_file is None:
         _env_token(url)  # a token without the URL it is for is refused here, at load
     return parts
+
+
+def _base_path(parts: urllib.parse.SplitResult) -> str:
+    """The server's path prefix: the url's path without a trailing /score."""
+    base = parts.path.rstrip("/")
+    return base[: -len(SCORE_PATH)] if base.endswith(SCORE_PATH) else base
+
+
+def client_endpoint(*, url: str, **_options: Any) -> str:
+    """The remote rewards' declared `endpoint`: the score URL of the server their `url` names."""
+    parts = urllib.parse.urlsplit(url)
+    return urllib.parse.urlunsplit((parts.scheme, parts.netloc, _base_path(parts) + SCORE_PATH, "", ""))
 
 
 def check_client_files(*, url: str, token_file: str | None = None, **_options: Any) -> None:

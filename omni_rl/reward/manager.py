@@ -28,7 +28,7 @@ from omni_rl.errors import OmniRunError
 from omni_rl.plugins import load_plugins
 from omni_rl.reward.inputs import RewardInputError, Samples, batch_size, check_batch, check_prompts_metadata, sample_kind
 from omni_rl.reward.media import AUDIO, VIDEO, MediaSamples
-from omni_rl.reward.registry import RewardConfigError, Scorer, build_reward, reward_modalities
+from omni_rl.reward.registry import RewardConfigError, Scorer, build_reward, reward_endpoint, reward_modalities
 from omni_rl.reward.scores import RewardScores, check_details, check_groups, detail_pairs, group_means
 
 logger = logging.getLogger(__name__)
@@ -168,11 +168,11 @@ class RewardManager:
         return [spec.name for spec in self.specs]
 
     def describe(self, name: str) -> str:
-        """`'name'`, followed by `(url)` when the reward's scorer has a `url` attribute (the
-        remote rewards `latent_http` and `http_scorer` do), for messages that must say where a
-        reward went."""
-        url = getattr(self._scorers.get(name), "url", None)
-        return f"{name!r} ({url})" if isinstance(url, str) else repr(name)
+        """`'name'`, followed by `(url)` for a reward that declares an `endpoint` (the remote
+        rewards `latent_http` and `http_scorer`), for messages that must say where a reward went."""
+        spec = next((s for s in self.specs if s.name == name), None)
+        url = None if spec is None else reward_endpoint(name, spec.kwargs)
+        return repr(name) if url is None else f"{name!r} ({url})"
 
     def running(self) -> list[tuple[str, float]]:
         """The rewards scoring right now, as (`describe(name)`, seconds so far), one per thread

@@ -68,6 +68,8 @@ class RewardDeclaration:
                    training run starts, so a recipe naming the user's files still loads and plans.
     device_networks: `(**options) -> [(label, module)]`, the networks it holds, built on the meta
                    device from configs, for `--plan` to count.
+    endpoint:      `(**options) -> str`, where a remote scorer sends its samples (its URL), named by
+                   `RewardManager.describe`; None: it scores in this process.
     """
 
     modalities: Modalities | None = None
@@ -77,6 +79,7 @@ class RewardDeclaration:
     check_files: Callable[..., None] | None = None
     device_networks: Callable[..., list[tuple[str, Any]]] | None = None
     check_item: ItemCheck | None = None
+    endpoint: Callable[..., str] | None = None
 
 
 NO_DECLARATION = RewardDeclaration()
@@ -86,11 +89,11 @@ def register_reward(
     name: str, modalities: Modalities | None = None, *, check_options: Callable[..., None] | None = None,
     check_prompts: PromptCheck | None = None, needs_metadata: Iterable[str] | Callable[..., Iterable[str]] | None = None,
     check_files: Callable[..., None] | None = None, device_networks: Callable[..., list[tuple[str, Any]]] | None = None,
-    check_item: ItemCheck | None = None,
+    check_item: ItemCheck | None = None, endpoint: Callable[..., str] | None = None,
 ) -> Callable[[RewardFactory], RewardFactory]:
     """Decorator: register a scorer factory under `name` (a duplicate name raises), with its
     `RewardDeclaration` (see there for `modalities`, `check_options`, `check_prompts` and
-    `needs_metadata`, `check_files`, `device_networks`, `check_item`)."""
+    `needs_metadata`, `check_files`, `device_networks`, `check_item`, `endpoint`)."""
     if modalities is not None and not callable(modalities):
         modalities = _check_modalities(name, modalities)
     if check_options is not None and not callable(check_options):
@@ -105,8 +108,10 @@ def register_reward(
         )
     if check_item is not None and not callable(check_item):
         raise RewardConfigError(f"reward {name!r}: check_item={check_item!r}; expected a callable (prompt, metadata) -> None | str")
+    if endpoint is not None and not callable(endpoint):
+        raise RewardConfigError(f"reward {name!r}: endpoint={endpoint!r}; expected a callable (**options) -> str")
     declaration = RewardDeclaration(modalities, check_options, check_prompts, needs_metadata, check_files, device_networks,
-                                    check_item)
+                                    check_item, endpoint)
     return REWARDS.register(name, spec=None if declaration == NO_DECLARATION else declaration)
 
 
@@ -142,6 +147,13 @@ def reward_metadata_needs(name: str, options: dict[str, Any] | None = None) -> f
         except (TypeError, ValueError) as err:
             raise RewardConfigError(f"reward {name!r}: {err}") from None
     return _check_keys(name, declared)
+
+
+def reward_endpoint(name: str, options: dict[str, Any] | None = None) -> str | None:
+    """Where the reward registered as `name`, built with `options`, sends its samples (its
+    declared `endpoint`); None for a reward that scores in this process."""
+    declared = reward_declaration(name).endpoint
+    return None if declared is None else declared(**dict(options or {}))
 
 
 def _check_keys(name: str, keys: Any) -> frozenset[str]:

@@ -5,9 +5,9 @@ It serves any scorer callable
     scorer(tensor, prompts, metadata) -> list[float]        # one finite score per sample
 
 where `tensor` is the request's float32 latents [B, ...] or uint8 images [B, H, W, C]
-(a registered image reward such as `build_reward("brightness")` fits as it is). A scorer may
-carry an attribute `accepts = "latents"` or `"images"`; the server then answers a request of
-the other kind with 400. A scorer may raise `HttpStatusError(status, message)` to choose the
+(a registered image reward such as `build_reward("brightness")` fits as it is). A scorer that
+takes one kind only is a `OneKindScorer` declaring `accepts = "latents"` or `"images"`; the
+server then answers a request of the other kind with 400. A scorer may raise `HttpStatusError(status, message)` to choose the
 reply (e.g. 503 while its model is loading); a `RewardInputError` (the batch does not fit the
 scorer, e.g. float images to an image reward) is a 400; any other exception is a 500 naming
 it, and so is a wrong number of scores or a NaN/inf. Calls into the scorer are serialised by a lock (one
@@ -59,7 +59,7 @@ import os
 import sys
 import threading
 import urllib.parse
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any, Callable, ClassVar, Iterator, Sequence
 
 import torch
 
@@ -108,6 +108,16 @@ def register_served_scorer(name: str):
     return SERVED_SCORERS.register(name)
 
 
+class OneKindScorer:
+    """A served scorer that takes one kind of tensor (`accepts`: "latents" or "images"); a
+    plain callable takes either."""
+
+    accepts: ClassVar[str] = ""  # a subclass names its kind; the server refuses this empty one
+
+    def __call__(self, tensor: torch.Tensor, prompts: Sequence[str], metadata: Sequence[dict[str, Any]]) -> Sequence[float]:
+        raise NotImplementedError
+
+
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_MAX_BODY_BYTES = 1 << 30
 
@@ -136,7 +146,7 @@ class ScoreServer(GuardedServer):
         max_connections: int = DEFAULT_MAX_CONNECTIONS,
     ):
         self.scorer = scorer
-        self.accepts = getattr(scorer, "accepts", None)
+        self.accepts = scorer.accepts if isinstance(scorer, OneKindScorer) else None
         if self.accepts not in (None, *KINDS):
             raise ValueError(f"scorer.accepts={self.accepts!r}; expected None, 'latents' or 'images'")
         self.scorer_lock = threading.Lock()
@@ -262,7 +272,7 @@ class _Handler(GuardedHandler):
         self.send_body(status, body, "application/json", {PROTOCOL_HEADER: str(PROTOCOL_VERSION)})
 
 
-class RegisteredReward:
+class RegisteredReward(OneKindScorer):
     """Serves a registered omni-rl reward: uint8 images [B, H, W, C] -> its B scores."""
 
     accepts = IMAGES

@@ -259,7 +259,7 @@ def finish_samples(model: DiffusionModelBase, finished: Sequence[SampleState],
         clean = ls.stack([r.x for r in to_decode])
         pixels = model.decode(clean)
         images = {id(r): pixels[i] for i, r in enumerate(to_decode)}
-        if getattr(model, "makes_audio", False):
+        if model.makes_audio:
             waves, rate = model.decode_audio(clean)
             sounds = {id(r): waves[i] for i, r in enumerate(to_decode)}
     results = []

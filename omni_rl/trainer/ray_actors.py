@@ -107,6 +107,7 @@ class RayActorGroup(ActorGroup):
         self.cfg = cfg
         self.options = options = self.bind_options(cfg)
         self.group = None
+        self.started_ray = False  # until connect_ray says this process started it
         self.resumed_from = None  # the checkpoint `load` read: never pruned
         # The driver's view: tokenizer, processor, shapes; no weights (meta device).
         self.model = build_model(cfg.model, weightless_device(), tuple(cfg.plugins))
@@ -190,5 +191,5 @@ class RayActorGroup(ActorGroup):
             except Exception as err:  # noqa: BLE001  (closing after a failure: kill regardless)
                 log.warning("closing the worker group: %s", err)
             group.shutdown()
-        if getattr(self, "started_ray", False) and ray.is_initialized():
+        if self.started_ray and ray.is_initialized():
             ray.shutdown()

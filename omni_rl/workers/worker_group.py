@@ -47,6 +47,7 @@ class WorkerGroup:
         self.world_size = pool.world_size
         self.step = 0
         self.closed = False
+        self.workers: list[Any] = []  # none yet: a failed start's shutdown kills what was made
         self.infos: list[dict[str, Any]] = [{"rank": r, "node": "?", "pid": "?"} for r in range(self.world_size)]
         env = {k: os.environ[k] for k in FORWARDED_ENV if k in os.environ}
         pool.reserve(startup_timeout_s)
@@ -161,7 +162,7 @@ class WorkerGroup:
         import ray
 
         self.closed = True
-        for w in self.workers if hasattr(self, "workers") else []:
+        for w in self.workers:
             try:
                 ray.kill(w, no_restart=True)
             except Exception:  # noqa: BLE001  (already dead)

@@ -19,7 +19,7 @@ import pytest
 
 from tests.docs.doc_commands import ROOT, DocCommand, check, doc_files, extract, missing_paths
 
-README_MAX_LINES = 250
+README_MAX_LINES = 200
 
 
 def _cases():

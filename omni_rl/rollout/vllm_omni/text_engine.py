@@ -123,7 +123,7 @@ class VllmTextEngine(SynchronousRolloutEngine):
         r, lora = cfg.rollout, cfg.model.lora
         self.weight_version = 0
         self.stats = {"samples": 0, "generate_calls": 0, "weight_updates": 0}
-        self.prefix = getattr(model, "checkpoint_prefix", "")
+        self.prefix = model.checkpoint_prefix
         self._lora_request = None
         self._lora_dirs: list[str] = []
         self.sleep_mode = sleep_mode_for(options.sleep_mode, current_platform.is_sleep_mode_available(),

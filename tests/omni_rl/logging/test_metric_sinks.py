@@ -12,6 +12,7 @@ from omni_rl.logging import (
     ConsoleSink,
     JsonlSink,
     MetricLogger,
+    Sink,
     TensorBoardSink,
     WandbSink,
     build_sinks,
@@ -150,7 +151,9 @@ def test_metric_name_namespace():
 
 
 def test_metric_logger_fans_out_and_checks_names(tmp_path):
-    class Recorder:
+    class Recorder(Sink):
+        media = frozenset({"image"})
+
         def __init__(self):
             self.logged, self.images, self.closed = [], [], False
 
@@ -185,3 +188,21 @@ def test_build_sinks_by_name(tmp_path):
         build_sinks(["jsonl", "jsonl"], tmp_path)
     with pytest.raises(TypeError, match="list"):
         build_sinks("jsonl", tmp_path)
+
+
+def test_a_sink_declares_the_media_it_takes():
+    class Scalars:  # a sink by shape only: its media are not declared
+        def log(self, metrics, step):
+            pass
+
+        def close(self):
+            pass
+
+    with pytest.raises(TypeError, match="is not an omni_rl.logging.Sink declaring media"):
+        MetricLogger([Scalars()])
+
+    class Films(Sink):
+        media = frozenset({"films"})
+
+    with pytest.raises(TypeError, match=r"declaring media within \['audio', 'image', 'video'\]"):
+        MetricLogger([Films()])

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from omni_rl.logging.renamed import Renamed, rename, renamed
-from omni_rl.logging.sinks import JsonlSink, MetricLogger
+from omni_rl.logging.sinks import JsonlSink, MetricLogger, Sink
 
 
 def test_renamed_moves_only_the_namespace():
@@ -17,7 +17,9 @@ def test_renamed_moves_only_the_namespace():
     assert rename({"val/a": 1.0, "loss/b": 2.0}, "val", "val_ema") == {"val_ema/a": 1.0, "loss/b": 2.0}
 
 
-class ImageSink:
+class ImageSink(Sink):
+    media = frozenset({"image"})
+
     def __init__(self):
         self.tags = []
 

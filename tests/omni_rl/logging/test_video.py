@@ -10,7 +10,7 @@ import pytest
 import torch
 from PIL import Image
 
-from omni_rl.logging import MetricLogger, TensorBoardSink, contact_sheet, gif_bytes, save_video, video_grid
+from omni_rl.logging import MetricLogger, Sink, TensorBoardSink, contact_sheet, gif_bytes, save_video, video_grid
 from omni_rl.utils import atomic
 
 
@@ -217,7 +217,9 @@ def test_tensorboard_video_and_audio_summaries(tmp_path):
     sink = TensorBoardSink(tmp_path / "tb")
     recorder = []
 
-    class ImagesOnly:  # a sink without videos or audio: skipped, as for images
+    class ImagesOnly(Sink):  # a sink without videos or audio: skipped, as for images
+        media = frozenset({"image"})
+
         def log(self, metrics, step):
             pass
 

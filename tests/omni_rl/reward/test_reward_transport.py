@@ -13,7 +13,7 @@ import torch
 from omni_rl.reward import server as server_module
 from omni_rl.reward.http_client import RewardServerError, ScoreClient
 from omni_rl.reward.protocol import TOKEN_ENV, TOKEN_URL_ENV, decode_response, error_message
-from omni_rl.reward.server import running_server
+from omni_rl.reward.server import OneKindScorer, running_server
 from rewards.latent_scorers import latent_stats
 from omni_rl.utils.http_transport import check_json_depth, new_token, printable, safe_preview
 
@@ -24,12 +24,14 @@ def _counting_scorer():
     calls = []
     inner = latent_stats()
 
-    def score(latents, prompts, metadata):
-        calls.append(len(prompts))
-        return inner(latents, prompts, metadata)
+    class Counting(OneKindScorer):
+        accepts = "latents"
 
-    score.accepts = "latents"
-    return score, calls
+        def __call__(self, latents, prompts, metadata):
+            calls.append(len(prompts))
+            return inner(latents, prompts, metadata)
+
+    return Counting(), calls
 
 
 def test_a_request_without_the_token_gets_401_and_is_not_scored(monkeypatch):

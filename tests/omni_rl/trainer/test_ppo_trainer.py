@@ -91,9 +91,21 @@ def test_lora_output_loads_into_diffusers_pipeline(tmp_path):
 
 
 def test_kl_and_bypass_modes_run(tmp_path):
-    _, records = run_tiny(tmp_path, "kl", "trainer.total_steps=1", "algo.kl_coef=0.04", "algo.old_logprob_mode=bypass")
-    assert records[0]["loss/kl"] >= 0
-    assert records[0]["actor/first_minibatch_ratio_max_abs_dev"] <= 1e-5
+    # One step of two mini-batches, at kl_coef 0.04 and 0.08. LoRA's B starts at 0, so before the
+    # first update the actor is its reference (LoRA off) to the last bit: the first mini-batch's
+    # KL, ||mean - ref_mean||^2 / (2 std^2 dt) per step, is 0 and so is its gradient. The first
+    # update is then the policy loss's alone at either coefficient, and the second mini-batch sees
+    # the same weights: the same KL k > 0 and policy loss p, with total = p + kl_coef * k.
+    _, (a,) = run_tiny(tmp_path, "kl", "trainer.total_steps=1", "algo.kl_coef=0.04", "algo.old_logprob_mode=bypass")
+    _, (b,) = run_tiny(tmp_path, "kl2", "trainer.total_steps=1", "algo.kl_coef=0.08", "algo.old_logprob_mode=bypass")
+    assert a["loss/kl"] > 0  # the second mini-batch's weights left the reference
+    assert b["loss/kl"] == pytest.approx(a["loss/kl"], rel=1e-4)
+    assert b["loss/policy"] == pytest.approx(a["loss/policy"], rel=1e-4, abs=1e-7)
+    # The metrics are means over the same micro-batch steps, so the sum carries over to them.
+    assert a["loss/total"] == pytest.approx(a["loss/policy"] + 0.04 * a["loss/kl"], rel=1e-5, abs=1e-7)
+    assert b["loss/total"] == pytest.approx(b["loss/policy"] + 0.08 * b["loss/kl"], rel=1e-5, abs=1e-7)
+    # bypass: the old log-probs are the rollout's, equal to the actor's before its first update.
+    assert a["actor/first_minibatch_ratio_max_abs_dev"] <= 1e-5
 
 
 def test_a_failing_reward_fails_the_step_with_its_name(tmp_path):
