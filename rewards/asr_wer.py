@@ -39,7 +39,7 @@ Options:
 
 At load, a run whose model puts no `text_key` in its samples' metadata
 (`OmniModelBase.sample_metadata_keys`) and whose prompts do not carry it either is refused
-(`needs_metadata`, checked by `omni_rl.cli.check_reward_prompts`).
+(`needs_metadata`, checked by `omni_rl.reward.prompt_checks.check_reward_prompts`).
 
 Left out: long-form (> 30 s) transcription and timestamps. The transcripts are not returned with
 the scores; `AsrWerScorer.transcribe(clips)` gives them to whoever wants to show them.

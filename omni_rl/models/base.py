@@ -47,7 +47,7 @@ class OmniModelBase(ABC):
     # The keys this model adds to each sample's reward metadata beyond the prompt row's (a talker
     # stage: "spoken_text", the text it was asked to say). A reward that needs a key
     # (`register_reward(needs_metadata=...)`) is refused at load when neither the model adds it
-    # nor every prompt row carries it (`omni_rl.cli.check_reward_prompts`).
+    # nor every prompt row carries it (`omni_rl.reward.prompt_checks.check_reward_prompts`).
     sample_metadata_keys: ClassVar[frozenset[str]] = frozenset()
 
     def __init__(self, cfg: ModelConfig, path: str, device: torch.device):
@@ -74,7 +74,7 @@ class OmniModelBase(ABC):
         setting past what the model's own configs say it can take (a diffusion model's position
         encoding; a talker's positions for its frames), read from them (`configs.get(component)`:
         a config.json as a dict, or None; `get("")` the folder's own). Run before the model loads
-        when it is on disk (`omni_rl.cli.check_model_geometry`); none by default."""
+        when it is on disk (`omni_rl.models.geometry.check_model_geometry`); none by default."""
 
     @property
     def weightless(self) -> bool:

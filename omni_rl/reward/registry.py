@@ -44,7 +44,7 @@ with `reward_declaration(name)`), given to `register_reward`:
 - `check_item(prompt, metadata) -> None | reason`: what the reward needs of one prompt and its
   metadata (a quoted OCR target, a reference answer, a parseable caption): None when it can
   score the prompt, else the reason in a few words. The pre-load check
-  (`omni_rl.cli.check_reward_prompts`, also under `--plan`) runs it on every prompt and fails
+  (`omni_rl.reward.prompt_checks.check_reward_prompts`, also under `--plan`) runs it on every prompt and fails
   with one line naming the file, the line or row, the reward and the reason:
 
       @register_reward("ocr", check_item=check_ocr_item)   # "has no target text: ..."
@@ -57,7 +57,7 @@ with `reward_declaration(name)`), given to `register_reward`:
   text a speech sample was asked to say), a set or a callable `(**options) -> set` when an option
   names the key; read with `reward_metadata_needs(name, options)`. At load each key must be one
   the model adds to its samples (`OmniModelBase.sample_metadata_keys`) or in every prompt row's
-  metadata (`omni_rl.cli.check_reward_prompts`):
+  metadata (`omni_rl.reward.prompt_checks.check_reward_prompts`):
 
       @register_reward("asr_wer", modalities={"audio"}, needs_metadata=lambda *, text_key="spoken_text", **_: {text_key})
 
