@@ -56,7 +56,7 @@ ALLOWED: dict[tuple[str, str], str] = {
     ("omni_rl/registry.py", "__module__"): "names whatever was registered, in a duplicate-name message",
     ("omni_rl/registry.py", "__qualname__"): "names whatever was registered, in a duplicate-name message",
     ("omni_rl/reward/registry.py", "add_note"): "exceptions have add_note from Python 3.11",
-    ("omni_rl/reward/server.py", "__qualname__"): "names a served callable (function or instance) in /health",
+    ("omni_rl/reward/server/app.py", "__qualname__"): "names a served callable (function or instance) in /health",
     ("omni_rl/rollout/diffusion_sampling.py", "request_id"): "a request of the wrong type, named in its own error",
     ("omni_rl/rollout/server/app.py", "request_id"): "a request of the wrong type, named in its own error",
     ("omni_rl/rollout/vllm_omni/codec.py", "num_inference_steps"): _VLLM,

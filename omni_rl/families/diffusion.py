@@ -95,6 +95,16 @@ def check_kernel(cfg: OmniConfig) -> None:
         )
 
 
+def check_prompt_kind(adapter_class: type[DiffusionModelBase], items: list, where: str, adapter: str) -> None:
+    """The prompts read from `where` are the kind the adapter takes (source images for an editing
+    model, none for text-to-image: its `check_prompt_items`), else one `PromptFileError`; run
+    before the model loads (`omni_rl.cli.check_inputs`) and as the family fits the prompts."""
+    try:
+        adapter_class.check_prompt_items(items, where, adapter)
+    except ValueError as err:  # the models layer cannot name the data layer's error
+        raise PromptFileError(str(err)) from None
+
+
 @register_family("diffusion")
 class DiffusionFamily(ModelFamily):
     batch_type = DiffusionBatch
@@ -146,10 +156,7 @@ class DiffusionFamily(ModelFamily):
     def fit_prompts(self, items: list, what: str = "data.prompts") -> list:
         """All of them, once the adapter has agreed they are its kind (source images for an
         editing model, none for text-to-image: `DiffusionModelBase.check_prompt_items`)."""
-        try:
-            type(self.model).check_prompt_items(items, what, self.cfg.model.adapter)
-        except ValueError as err:
-            raise PromptFileError(str(err)) from None
+        check_prompt_kind(type(self.model), items, what, self.cfg.model.adapter)
         return list(items)
 
     def condition_images(self, item: PromptItem):

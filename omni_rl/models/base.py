@@ -43,7 +43,7 @@ class OmniModelBase(ABC):
     # The keys this model adds to each sample's reward metadata beyond the prompt row's (a talker
     # stage: "spoken_text", the text it was asked to say). A reward that needs a key
     # (`register_reward(needs_metadata=...)`) is refused at load when neither the model adds it
-    # nor every prompt row carries it (`omni_rl.cli.check_reward_prompts`).
+    # nor every prompt row carries it (`omni_rl.reward.prompt_checks.check_reward_prompts`).
     sample_metadata_keys: ClassVar[frozenset[str]] = frozenset()
     # Whether its samples carry sound an audio reward can score: a diffusion model that decodes
     # it with `decode_audio` (LTX-2), a talker that speaks (`SpeechModelBase`).
@@ -71,7 +71,7 @@ class OmniModelBase(ABC):
     def check_model_limits(cls, cfg, configs) -> None:
         """Refuse, with `ValueError` naming the key, the limit and the largest valid value, a setting
         past what the model's configs say it can take (`configs.get(component)`: a config.json dict or
-        None); run before the model loads. None by default.
+        None); run before the model loads (`omni_rl.models.geometry.check_model_geometry`). None by default.
         """
 
     @property

@@ -32,21 +32,12 @@ the URL is refused at load). Nothing is sent over plain http:// to a host outsid
 unless the reward says `allow_insecure_remote: true`: checked from the URL's text, before any
 connection (a host name other than "localhost" is not resolved, so it counts as remote).
 
-`timeout_s` is a deadline for each attempt as a whole: connecting, sending the body and
-reading the whole reply must be done within it, however the server paces its bytes (a server
-that trickles one byte a second is cut off at `timeout_s`, not kept alive by each byte). A
-watchdog thread shuts the attempt's socket down at the deadline (the shared transport,
-`omni_rl.utils.http_transport.request`). An answer is read up to `max_reply_bytes` (16 MiB);
-the text of an error answer is quoted with control characters escaped and cut, never echoed
-raw. The worst case of a call that
-ends in failure is `(1 + retries) * timeout_s` plus the backoff sleeps (plus name resolution,
-which no socket timeout bounds; give an IP address to avoid it).
-
-A server may answer before it has read the whole body (413 for a body too large, 400 for a bad
-header) and close the connection. The client sends the body in chunks and stops as soon as an
-answer is waiting, and if the send still breaks (broken pipe, reset) it reads the answer the
-server sent anyway: the caller sees the 413 and the server's message, not a connection error
-retried as if the server were down.
+`timeout_s` is a deadline for each attempt as a whole (connect, send, read the whole reply,
+however the server paces its bytes), and an answer is read up to `max_reply_bytes` (16 MiB):
+the shared transport's (`omni_rl.utils.http_transport.request`, which also reads a server's
+early answer, a 413, instead of reporting the broken send). The worst case of a call that ends
+in failure is `(1 + retries) * timeout_s` plus the backoff sleeps (plus name resolution, which
+no socket timeout bounds; give an IP address to avoid it).
 """
 from __future__ import annotations
 
@@ -69,11 +60,10 @@ from omni_rl.reward.protocol import (
     ProtocolError,
     decode_response,
     encode_request,
-    metadata_for_wire,
     error_message,
+    metadata_for_wire,
     request_headers,
 )
-
 from omni_rl.utils.http_transport import ReplyTooLarge, TransportError, auth_headers, is_loopback, request
 from omni_rl.utils.token_files import TokenFileError, read_token_file, same_origin
 

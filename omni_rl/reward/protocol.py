@@ -21,17 +21,12 @@ and two entries in its `__metadata__` header (a str -> str map, as safetensors r
               in the metadata (an edit's `source_image`) travels as a PNG data URI string
               "data:image/png;base64,..." (`image_to_wire`; servers read it with `image_from_wire`)
 
-Every dim of the tensor is >= 1 and latents are finite: a 0x0 image or a NaN/inf latent is a
-400 (resending it cannot help), never a 500 that clients would retry.
-
-Scores are JSON numbers, one per sample in batch order, finite, higher is better.
-Every error is a JSON object `{"error": "<sentence>", "protocol": 1}` with a status:
-400 malformed request or protocol-version mismatch (not retried: resending cannot fix it),
-404 unknown path, 411 no Content-Length, 413 body too large, 415 wrong Content-Type,
-408/429/5xx transient (clients retry them with backoff). A missing or different
-`X-Omni-RL-Protocol` header is a 400 whose message says which version the server speaks.
-`docs/reward_protocol.md` is the same contract written for someone implementing a server in
-another language.
+Every dim of the tensor is >= 1 and latents are finite (else a 400, which clients do not retry).
+Scores are JSON numbers, one per sample in batch order, finite, higher is better. Errors are
+`{"error": "<sentence>", "protocol": 1}` with a status; `docs/reward_protocol.md` is the whole
+contract (statuses, retries, security), written for someone implementing a server in another
+language. The safetensors reading, the version check and the error document are the wire codec
+both omni-rl protocols share (`omni_rl.utils.wire`).
 
 Left out on purpose: compression, streaming, authentication beyond an optional bearer token
 (`Authorization: Bearer <token>`, else 401; servers bind loopback by default) and per-request
@@ -39,25 +34,33 @@ options; a new field or endpoint that changes meaning bumps the version.
 """
 from __future__ import annotations
 
+import base64
+import binascii
+import io
 import json
 import math
 import numbers
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-import base64
-import binascii
-import io
-
 import numpy as np
 import torch
 from PIL import Image, UnidentifiedImageError
 
-from omni_rl.utils.http_transport import check_json_depth, printable, safe_preview
+from omni_rl.utils.http_transport import check_json_depth, safe_preview
+from omni_rl.utils.wire import (  # the codec's names this protocol's callers use are named here too
+    CONTENT_TYPE,  # noqa: F401
+    ProtocolError,
+    error_document,
+    error_text as error_message,  # noqa: F401
+    load_tensors,
+    metadata_json,
+    read_metadata,
+    version_mismatch,
+)
 
 PROTOCOL_VERSION = 1
 PROTOCOL_HEADER = "X-Omni-RL-Protocol"
-CONTENT_TYPE = "application/x-safetensors"
 SCORE_PATH = "/score"
 HEALTH_PATH = "/health"
 # The environment variables of a token: the server reads TOKEN_ENV (without --token-file); a
@@ -74,10 +77,6 @@ WIRE_IMAGE_PREFIX = "data:image/png;base64,"
 # safetensors refuses to write or read a header (prompts + metadata JSON) above 100 MB.
 MAX_HEADER_BYTES = 100_000_000
 _SAFETENSORS_DTYPES = {LATENTS: "F32", IMAGES: "U8"}
-
-
-class ProtocolError(ValueError):
-    """A request or response does not follow the remote-scorer protocol."""
 
 
 @dataclass
@@ -111,17 +110,9 @@ def request_headers(body: bytes) -> dict[str, str]:
 
 def check_version(header_value: str | None) -> None:
     """Raise ProtocolError unless the X-Omni-RL-Protocol header value is this version."""
-    if header_value is None:
-        raise ProtocolError(
-            f"the request has no {PROTOCOL_HEADER} header; this server speaks protocol "
-            f"{PROTOCOL_VERSION}: send '{PROTOCOL_HEADER}: {PROTOCOL_VERSION}'"
-        )
-    if header_value.strip() != str(PROTOCOL_VERSION):
-        raise ProtocolError(
-            f"protocol version mismatch: the client sent {PROTOCOL_HEADER}: {header_value.strip()!r} "
-            f"but this server speaks protocol {PROTOCOL_VERSION}; use a client and server of the "
-            f"same protocol version"
-        )
+    mismatch = version_mismatch(header_value, PROTOCOL_VERSION, PROTOCOL_HEADER, "this server", "the client")
+    if mismatch:
+        raise ProtocolError(mismatch)
 
 
 def encode_request(
@@ -160,10 +151,8 @@ def encode_request(
 
 def decode_request(body: bytes) -> ScoreRequest:
     """Parse and check a POST /score body; raise ProtocolError saying what is wrong."""
-    from safetensors.torch import load
-
-    header = _read_safetensors_header(body)
-    names = [key for key in header if key != "__metadata__"]
+    header, extra = read_metadata(body)
+    names = list(header)
     if len(names) != 1 or names[0] not in KINDS:
         raise ProtocolError(
             f"the body holds tensors {names}; expected exactly one tensor named 'latents' "
@@ -176,15 +165,10 @@ def decode_request(body: bytes) -> ScoreRequest:
             f"tensor {kind!r} has safetensors dtype {dtype!r}; expected {_SAFETENSORS_DTYPES[kind]!r} "
             f"({_DTYPES[kind]})"
         )
-    extra = header.get("__metadata__") or {}
-    if not isinstance(extra, dict):
-        raise ProtocolError(f"the safetensors __metadata__ is a {type(extra).__name__}; expected an object")
-    prompts = _json_field(extra, "prompts")
-    metadata = _json_field(extra, "metadata")
-    try:
-        tensor = load(bytes(body))[kind]
-    except Exception as err:  # safetensors raises its own SafetensorError on bad data offsets
-        raise ProtocolError(f"the safetensors body could not be read: {err}") from err
+    hint = "send prompts and metadata as JSON strings under 'prompts' and 'metadata'"
+    prompts = metadata_json(extra, "prompts", hint)
+    metadata = metadata_json(extra, "metadata", hint)
+    tensor = load_tensors(body)[kind]
     _check_tensor(kind, tensor, source="the request")
     prompts, metadata = _check_prompts_metadata(prompts, metadata, int(tensor.shape[0]))
     return ScoreRequest(kind=kind, tensor=tensor, prompts=prompts, metadata=metadata)
@@ -236,9 +220,9 @@ def decode_response(body: bytes, batch_size: int) -> list[float]:
         check_json_depth(body)
         payload = json.loads(body)
     except (UnicodeDecodeError, ValueError) as err:
-        raise ProtocolError(f"the response is not JSON ({err}); got {_preview(body)}") from err
+        raise ProtocolError(f"the response is not JSON ({err}); got {safe_preview(body)}") from err
     if not isinstance(payload, dict) or "scores" not in payload:
-        raise ProtocolError(f'the response has no "scores" field; got {_preview(body)}')
+        raise ProtocolError(f'the response has no "scores" field; got {safe_preview(body)}')
     if payload.get("protocol") != PROTOCOL_VERSION:
         raise ProtocolError(
             f'the response says "protocol": {payload.get("protocol")!r}; expected {PROTOCOL_VERSION}. '
@@ -249,19 +233,7 @@ def decode_response(body: bytes, batch_size: int) -> list[float]:
 
 def encode_error(message: str) -> bytes:
     """The JSON body of an error response."""
-    return json.dumps({"error": message, "protocol": PROTOCOL_VERSION}).encode()
-
-
-def error_message(body: bytes) -> str:
-    """The "error" sentence of an error body, or a short preview of a body that is not ours."""
-    try:
-        check_json_depth(body)
-        payload = json.loads(body)
-    except (UnicodeDecodeError, ValueError):
-        return _preview(body)
-    if isinstance(payload, dict) and isinstance(payload.get("error"), str):
-        return printable(payload["error"])
-    return _preview(body)
+    return error_document(message, PROTOCOL_VERSION)
 
 
 def metadata_for_wire(metadata: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -299,7 +271,7 @@ def image_from_wire(value: Any, where: str = "the value") -> Image.Image:
     """The server side of `image_to_wire`: a PNG data URI -> a decoded RGB PIL image. Raises
     ProtocolError (a 400 when a server lets it through) naming `where` for anything else."""
     if not isinstance(value, str) or not value.startswith(WIRE_IMAGE_PREFIX):
-        shown = _preview(value if isinstance(value, str) else repr(value), 60)
+        shown = safe_preview(value if isinstance(value, str) else repr(value), 60)
         raise ProtocolError(
             f"{where} is {shown} ({type(value).__name__}); expected an image as the protocol sends "
             f"it: a string {WIRE_IMAGE_PREFIX!r} + base64 PNG"
@@ -370,51 +342,13 @@ def _check_tensor(kind: str, tensor: Any, *, source: str) -> None:
 
 def _check_prompts_metadata(prompts: Any, metadata: Any, n: int) -> tuple[list[str], list[dict]]:
     if not isinstance(prompts, (list, tuple)) or not all(isinstance(p, str) for p in prompts):
-        raise ProtocolError(f"prompts must be a list of {n} strings; got {_preview(repr(prompts))}")
+        raise ProtocolError(f"prompts must be a list of {n} strings; got {safe_preview(repr(prompts))}")
     if len(prompts) != n:
         raise ProtocolError(f"got {len(prompts)} prompts for a batch of {n}; send one prompt per sample")
     if not isinstance(metadata, (list, tuple)) or not all(isinstance(m, dict) for m in metadata):
-        raise ProtocolError(f"metadata must be a list of {n} objects; got {_preview(repr(metadata))}")
+        raise ProtocolError(f"metadata must be a list of {n} objects; got {safe_preview(repr(metadata))}")
     if len(metadata) != n:
         raise ProtocolError(
             f"got {len(metadata)} metadata entries for a batch of {n}; send one object per sample ({{}} if none)"
         )
     return list(prompts), [dict(m) for m in metadata]
-
-
-def _read_safetensors_header(body: bytes) -> dict[str, Any]:
-    # safetensors layout: u64 little-endian header length N, then N bytes of JSON, then data.
-    if len(body) < 8:
-        raise ProtocolError(f"the body has {len(body)} bytes; a safetensors file starts with an 8-byte header length")
-    size = int.from_bytes(body[:8], "little")
-    if size > len(body) - 8:
-        raise ProtocolError(
-            f"the safetensors header says {size} bytes but the body has only {len(body) - 8} after the "
-            f"length; the body is truncated or not safetensors"
-        )
-    try:
-        text = bytes(body[8 : 8 + size])
-        check_json_depth(text)
-        header = json.loads(text)
-    except (UnicodeDecodeError, ValueError) as err:
-        raise ProtocolError(f"the safetensors header is not JSON ({err})") from err
-    if not isinstance(header, dict):
-        raise ProtocolError(f"the safetensors header is a {type(header).__name__}; expected an object")
-    return header
-
-
-def _json_field(extra: dict[str, Any], key: str) -> Any:
-    if key not in extra:
-        raise ProtocolError(
-            f"the safetensors __metadata__ has no {key!r} entry (keys: {sorted(extra)}); send "
-            f"prompts and metadata as JSON strings under 'prompts' and 'metadata'"
-        )
-    try:
-        check_json_depth(extra[key])
-        return json.loads(extra[key])
-    except (TypeError, ValueError) as err:
-        raise ProtocolError(f"__metadata__[{key!r}] is not a JSON string ({err})") from err
-
-
-def _preview(data: bytes | str, limit: int = 200) -> str:
-    return safe_preview(data, limit)

@@ -283,6 +283,20 @@ def find_checkpoint(path: str, setting: str = "trainer.resume") -> Path:
     return Path(_resolve(path, setting)["folder"])
 
 
+def check_resume(path: str | None) -> None:
+    """`trainer.resume` is a checkpoint folder, or an output folder with checkpoints (else
+    `CheckpointError`), checked before any model loads (`omni_rl.cli.check_inputs`)."""
+    if not path:
+        return
+    expected = "a checkpoint folder (OUTPUT/checkpoints/step_NNNNNN) or a run's output folder"
+    folder = Path(path).expanduser()
+    if not folder.exists():
+        raise CheckpointError(f"trainer.resume={path!r}: no such folder; expected {expected}")
+    if not folder.is_dir():
+        raise CheckpointError(f"trainer.resume={path!r} is a file; expected {expected}")
+    find_checkpoint(path)
+
+
 def load_checkpoint(path: str) -> dict[str, Any]:
     """The state of the checkpoint `path` names, verified against its manifest.
 

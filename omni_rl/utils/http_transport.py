@@ -167,6 +167,10 @@ class GuardedServer(ThreadingHTTPServer):
         """The JSON error body of this protocol (a subclass adds its fields)."""
         return json.dumps({"error": message}).encode()
 
+    def answer_headers(self) -> dict[str, str]:
+        """Headers every answer carries (a protocol's version header)."""
+        return {}
+
     # --- connection bounds -------------------------------------------------------------------
     def process_request(self, request: Any, client_address: Any) -> None:
         with self._watch:
@@ -288,9 +292,6 @@ class GuardedHandler(BaseHTTPRequestHandler):
     discard_limit_s = 10.0
     _unread = 0
 
-    def error_body(self, message: str) -> bytes:  # the protocol's JSON error document
-        raise NotImplementedError
-
     def handle_one_request(self) -> None:
         # Each request's headers are due within the server's header deadline (parse_request
         # below says when they are in); the reaper closes a connection that misses it.
@@ -347,13 +348,13 @@ class GuardedHandler(BaseHTTPRequestHandler):
         return b"".join(chunks)
 
     def send_error_json(self, status: int, message: str) -> None:
-        self.send_body(status, self.error_body(message), "application/json")
+        self.send_body(status, self.server.error_document(message), "application/json")
 
     def send_body(self, status: int, body: bytes, content_type: str, headers: Optional[dict[str, str]] = None) -> None:
         self.send_response(status)
         self.send_header("Content-Type", content_type)
         self.send_header("Content-Length", str(len(body)))
-        for key, value in (headers or {}).items():
+        for key, value in {**self.server.answer_headers(), **(headers or {})}.items():
             self.send_header(key, value)
         self.end_headers()
         self.wfile.write(body)

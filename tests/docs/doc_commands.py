@@ -306,7 +306,13 @@ def _module_source(module: str) -> str | None:
     origin = Path(spec.origin)
     if origin.name == "__init__.py" and (origin.parent / "__main__.py").is_file():
         origin = origin.parent / "__main__.py"
-    return origin.read_text() if origin.is_file() else None
+    if not origin.is_file():
+        return None
+    source = origin.read_text()
+    if origin.name == "__main__.py":  # a thin entry point: its flags are declared where its main comes from
+        for imported in re.findall(r"^from ([\w.]+) import main\b", source, re.MULTILINE):
+            source += _module_source(imported) or ""
+    return source
 
 
 def _check_flags(what: str, source: str, args: list[str]) -> list[str]:

@@ -280,7 +280,7 @@ def test_a_caption_file_on_the_ocr_recipe_names_its_first_line_without_a_target(
 
 
 def test_flow_grpo_ocr_prompts_pass_the_ocr_check():
-    from omni_rl.cli import _check_items
+    from omni_rl.reward.prompt_checks import check_items as _check_items
     from omni_rl.data.prompts import read_prompt_file
     from rewards.ocr import check_ocr_item
     from tests.shared_data import shared_dataset

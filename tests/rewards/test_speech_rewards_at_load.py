@@ -3,7 +3,7 @@
 - a speech reward on a model that makes no audio (the modality check of omni_rl/compose.py);
 - a reward that compares with the text a sample was asked to say (asr_wer, speech_rate) when
   neither the model adds it to its samples' metadata (`sample_metadata_keys`) nor every prompt
-  carries it (omni_rl/cli.py check_reward_prompts);
+  carries it (omni_rl/reward/prompt_checks.py check_reward_prompts);
 - a reference voice file that is missing or not audio (speaker_similarity's check_files, run when a run starts).
 """
 import json
@@ -13,7 +13,8 @@ import wave
 import pytest
 import torch
 
-from omni_rl.cli import check_reward_prompts, main
+from omni_rl.cli import main
+from omni_rl.reward.prompt_checks import check_reward_prompts
 from omni_rl.compose import load_config
 from omni_rl.config import ConfigError
 from omni_rl.data.prompts import PromptFileError, check_prompt_sources

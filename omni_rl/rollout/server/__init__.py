@@ -1,6 +1,7 @@
 """The rollout server: a native engine in a process (and Python) of its own, behind loopback HTTP.
 
-- `protocol.py`: the messages (safetensors bytes, JSON metadata) and the version check;
+- `protocol.py`: the messages (safetensors bytes, JSON metadata; the wire codec under them,
+  version check included, is `omni_rl.utils.wire`, the reward protocol's too);
 - `app.py`: `RolloutServer`, the HTTP endpoints over one engine;
 - `serve.py`: `python -m omni_rl.rollout.server --config run.yaml` builds the run's model and
   engine and serves them;

@@ -8,14 +8,9 @@
     POST /sleep, /wake     the engine's sleep() / wake()
     POST /shutdown         answers, then stops serving
 
-The transport is `omni_rl.utils.http_transport`'s (shared with the reward server): with a
-`token` (the command line always has one: the trainer's per-run secret) every request must
-carry `Authorization: Bearer <token>`, else 401 and nothing changes; a body needs a
-Content-Length of at most `max_body_bytes` (413) and must arrive within the handler's
-deadline; a connection that has not sent its headers within `header_deadline_s` is closed, and
-at most `max_connections` connections that have not shown the token are served at once (503
-past that; a call that showed the token stops counting, so the run's own long calls never
-fill it, and the client keeps its own connections few: `client.MAX_GENERATE_CALLS`).
+The transport (a token, body and connection bounds) is `omni_rl.utils.http_transport`'s, shared
+with the reward server; the command line always gives a token (the trainer's per-run secret),
+and the client keeps its own connections few (`client.MAX_GENERATE_CALLS`).
 
 Every request and answer also carries `X-Omni-RL-Rollout-Protocol`; a request without it or
 with another version is a 400 naming both versions. Errors are JSON `{"error": ..., "protocol": 1}`:
@@ -47,7 +42,6 @@ from omni_rl.rollout.server.protocol import (
     decode_message,
     decode_weights,
     encode_message,
-    version_mismatch,
 )
 from omni_rl.utils.http_transport import (
     DEFAULT_HEADER_DEADLINE_S,
@@ -56,6 +50,7 @@ from omni_rl.utils.http_transport import (
     GuardedServer,
     HttpRefusal,
 )
+from omni_rl.utils.wire import error_document, version_mismatch
 
 logger = logging.getLogger(__name__)
 
@@ -63,8 +58,6 @@ logger = logging.getLogger(__name__)
 # generate call a chunk of requests with their condition images: the bound is for accidents,
 # the token keeps everyone else out before a byte of the body is read.
 DEFAULT_MAX_BODY_BYTES = 16 << 30
-
-HttpError = HttpRefusal  # the name this module's callers know
 
 
 class RolloutServer(GuardedServer):
@@ -81,7 +74,10 @@ class RolloutServer(GuardedServer):
                          header_deadline_s=header_deadline_s, max_connections=max_connections)
 
     def error_document(self, message: str) -> bytes:
-        return json.dumps({"error": message, "protocol": self.protocol_version}).encode()
+        return error_document(message, self.protocol_version)
+
+    def answer_headers(self) -> dict[str, str]:
+        return {PROTOCOL_HEADER: str(self.protocol_version)}
 
     def stats(self) -> dict[str, Any]:
         return {
@@ -131,9 +127,6 @@ class _Handler(GuardedHandler):
     server: RolloutServer
     protocol_version = "HTTP/1.1"
 
-    def error_body(self, message: str) -> bytes:
-        return self.server.error_document(message)
-
     def do_GET(self) -> None:  # noqa: N802  (http.server's naming)
         self._answer({"/health": self._health, "/stats": self.server.stats})
 
@@ -174,7 +167,8 @@ class _Handler(GuardedHandler):
             return
         path = self.path.split("?")[0]
         try:
-            mismatch = version_mismatch(self.headers.get(PROTOCOL_HEADER), self.server.protocol_version, "this rollout server")
+            mismatch = version_mismatch(self.headers.get(PROTOCOL_HEADER), self.server.protocol_version, PROTOCOL_HEADER,
+                                        "this rollout server", "the client")
             if mismatch:
                 raise HttpRefusal(400, mismatch)
             if path not in routes:
@@ -204,6 +198,3 @@ class _Handler(GuardedHandler):
         else:
             body, content_type = json.dumps({**out, "protocol": self.server.protocol_version}).encode(), "application/json"
         self.send_body(status, body, content_type)
-
-    def send_body(self, status: int, body: bytes, content_type: str, headers: Optional[dict[str, str]] = None) -> None:
-        super().send_body(status, body, content_type, {PROTOCOL_HEADER: str(self.server.protocol_version), **(headers or {})})

@@ -49,17 +49,9 @@ from omni_rl.rollout.server.protocol import (
     decode_message,
     encode_message,
     encode_weights,
-    version_mismatch,
 )
-from omni_rl.utils.http_transport import (
-    TransportError,
-    auth_headers,
-    check_json_depth,
-    new_token,
-    printable,
-    request,
-    safe_preview,
-)
+from omni_rl.utils.http_transport import TransportError, auth_headers, new_token, request
+from omni_rl.utils.wire import error_text, version_mismatch
 from omni_rl.utils.tensor_buckets import NamedTensors, named_buckets
 
 
@@ -228,14 +220,10 @@ class ServerRolloutEngine(RolloutEngine):
             raise RolloutEngineError(f"{self._where()} failed while {what}: {cause}") from None
         sent = response.getheader(PROTOCOL_HEADER)
         if status != 200:
-            try:
-                check_json_depth(data)
-                message = printable(str(json.loads(data)["error"]))
-            except (ValueError, KeyError, TypeError):
-                message = safe_preview(data)
             raise RolloutEngineError(f"{self._where()} refused {method} {path} while {what}: "
-                                     f"HTTP {status}: {message}")
-        mismatch = version_mismatch(sent, self.protocol_version, "this rollout client")
+                                     f"HTTP {status}: {error_text(data)}")
+        mismatch = version_mismatch(sent, self.protocol_version, PROTOCOL_HEADER, "this rollout client",
+                                    "the rollout server")
         if mismatch:
             raise RolloutEngineError(f"{self._where()} answered {method} {path}: {mismatch}")
         return data

@@ -10,17 +10,17 @@ objects, so a result comes back as the very dataclass the native engine made:
 
 JSON floats round-trip exactly; NaN and infinity are written as Python's json does (both
 ends are this module). Weight buckets are plain safetensors files of named tensors, with their
-version and kind in the metadata. `docs/rollout_protocol.md` is the whole protocol.
+version and kind in the metadata. The safetensors reading, the version check and the error
+document are the wire codec both protocols share (`omni_rl.utils.wire`).
+`docs/rollout_protocol.md` is the whole protocol.
 """
 from __future__ import annotations
 
 import dataclasses
 import json
-import struct
 from typing import Any
 
 import torch
-from safetensors.torch import load as load_safetensors
 from safetensors.torch import save as save_safetensors
 
 from omni_rl.algos.latent_streams import LatentStreams
@@ -28,30 +28,17 @@ from omni_rl.models.autoregressive import PromptInputs
 from omni_rl.models.conditioning import Conditioning
 from omni_rl.rollout.text_types import TextRequest, TextResult
 from omni_rl.rollout.types import DiffusionRequest, DiffusionResult
-from omni_rl.utils.http_transport import check_json_depth
+from omni_rl.utils.wire import CONTENT_TYPE  # noqa: F401  (this protocol's too, named here for its callers)
+from omni_rl.utils.wire import ProtocolError, load_tensors, metadata_json, read_metadata
 
 PROTOCOL_VERSION = 1
 PROTOCOL_HEADER = "X-Omni-RL-Rollout-Protocol"
-CONTENT_TYPE = "application/x-safetensors"
 # Where the trainer hands the server its per-run secret (the environment: readable by this user only).
 TOKEN_ENV = "OMNI_RL_ROLLOUT_TOKEN"
 MESSAGE_TYPES = {
     cls.__name__: cls
     for cls in (DiffusionRequest, DiffusionResult, TextRequest, TextResult, PromptInputs, Conditioning)
 }
-
-
-class ProtocolError(ValueError):
-    """A message that does not follow the protocol (a 400 on the server's side)."""
-
-
-def version_mismatch(sent: Any, speaks: int, who: str) -> str | None:
-    """None when `sent` (a header's value) is the version `speaks`; else the sentence to raise."""
-    if sent is not None and str(sent).strip() == str(speaks):
-        return None
-    got = "no version" if sent is None else f"protocol {str(sent).strip()!r}"
-    return (f"rollout protocol version mismatch: {who} speaks protocol {speaks} and was sent {got} "
-            f"({PROTOCOL_HEADER}); run the trainer and the server from the same omni-rl version")
 
 
 def _encode(value: Any, tensors: dict[str, torch.Tensor]) -> Any:
@@ -108,45 +95,11 @@ def encode_message(payload: Any) -> bytes:
     return save_safetensors(tensors, metadata={"message": doc})
 
 
-def _metadata(body: bytes) -> dict[str, str]:
-    if len(body) < 8:
-        raise ProtocolError(f"a body of {len(body)} bytes is no safetensors file")
-    (n,) = struct.unpack("<Q", body[:8])
-    if n > len(body) - 8:
-        raise ProtocolError(f"the safetensors header says {n} bytes but the body has {len(body) - 8} after the "
-                            f"length; the body is truncated or not safetensors")
-    try:
-        text = body[8 : 8 + n]
-        check_json_depth(text)
-        header = json.loads(text)
-    except ValueError as err:  # UnicodeDecodeError and a document nested too deep included
-        raise ProtocolError(f"the safetensors header is not JSON: {err}") from None
-    meta = header.get("__metadata__") if isinstance(header, dict) else None
-    if not isinstance(header, dict) or not isinstance(meta or {}, dict):
-        raise ProtocolError("the safetensors header is not a JSON object with an object __metadata__")
-    if not all(isinstance(v, str) for v in (meta or {}).values()):
-        raise ProtocolError("the safetensors __metadata__ values must be strings")
-    return meta or {}
-
-
-def _tensors(body: bytes) -> dict[str, torch.Tensor]:
-    try:
-        return load_safetensors(body)
-    except Exception as err:  # noqa: BLE001 (safetensors raises its own error types)
-        raise ProtocolError(f"the body is not a safetensors file: {err}") from None
-
-
 def decode_message(body: bytes) -> Any:
-    meta = _metadata(body)
-    if "message" not in meta:
-        raise ProtocolError("the safetensors metadata has no 'message' entry")
-    try:
-        check_json_depth(meta["message"])  # _decode recurses as deep as the document does
-        doc = json.loads(meta["message"])
-    except ValueError as err:
-        raise ProtocolError(f"the message is not JSON: {err}") from None
-    try:
-        return _decode(doc, _tensors(body))
+    _, meta = read_metadata(body)
+    doc = metadata_json(meta, "message", "a message is its JSON document under 'message'")
+    try:  # _decode recurses as deep as the document does: metadata_json has bounded its depth
+        return _decode(doc, load_tensors(body))
     except (KeyError, TypeError, AttributeError) as err:
         raise ProtocolError(f"malformed message: {err!r}") from None
 
@@ -159,9 +112,9 @@ def encode_weights(tensors: dict[str, torch.Tensor], version: int, kind: str, bu
 
 
 def decode_weights(body: bytes) -> tuple[dict[str, torch.Tensor], int, str, int, bool]:
-    meta = _metadata(body)
+    _, meta = read_metadata(body)
     try:
         version, kind, bucket, last = int(meta["version"]), meta["kind"], int(meta["bucket"]), meta["last"] == "true"
     except (KeyError, ValueError) as err:
         raise ProtocolError(f"a weight bucket needs metadata version, kind, bucket and last: {err!r}") from None
-    return _tensors(body), version, kind, bucket, last
+    return load_tensors(body), version, kind, bucket, last

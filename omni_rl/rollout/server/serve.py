@@ -18,13 +18,12 @@ hand without it reads `--token-file PATH` (a token file of mode 0600, `omni_rl.u
 or, when there is none, makes a token and writes it to a new file of mode 0600 (PATH, or a fresh
 name in the temporary directory), removed when the server stops; its first line then says
 where (`"token_file": ...`), never the token itself: stdout is often a log that others can read.
-`--header-deadline-s` and `--max-connections` are the transport's connection bounds. A command
-line that cannot start (no --config, a config that is no file, a token file readable by others,
-the port in use) is one `error:` line: exit 2 for bad input, 1 for a port in use.
+A command line that cannot start (no --config, a config that is no file, a token file readable by others,
+the port in use) is one `error:` line: exit 2 for bad input, 1 for a port in use (the command
+line's scaffolding is the reward server's too: `omni_rl.utils.server_args`).
 """
 from __future__ import annotations
 
-import argparse
 import contextlib
 import dataclasses
 import json
@@ -47,13 +46,8 @@ from omni_rl.rollout.backends import ROLLOUT_BACKENDS
 from omni_rl.rollout.server.app import DEFAULT_MAX_BODY_BYTES, RolloutServer
 from omni_rl.rollout.server.protocol import PROTOCOL_VERSION, TOKEN_ENV
 from omni_rl.utils import server_args
-from omni_rl.utils.http_transport import (
-    DEFAULT_HEADER_DEADLINE_S,
-    DEFAULT_MAX_CONNECTIONS,
-    bind_error,
-    new_token,
-)
-from omni_rl.utils.token_files import TokenFileError, read_token_file, write_token_file
+from omni_rl.utils.http_transport import DEFAULT_HEADER_DEADLINE_S, DEFAULT_MAX_CONNECTIONS, new_token
+from omni_rl.utils.server_args import ServerStartError
 
 
 def load_run_config(path: str) -> OmniConfig:
@@ -92,76 +86,47 @@ def build_server(cfg: OmniConfig, backend: str = "native", host: str = "127.0.0.
         raise
 
 
-
-
-
-
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> NoReturn:  # argparse prints its usage too; one line is enough
-        raise _StartError(f"{message} (see python -m omni_rl.rollout.server --help)", 2)
-
-
-class _StartError(Exception):
-    def __init__(self, message: str, code: int):
-        super().__init__(message)
-        self.code = code
-
-
 def main(argv: Sequence[str] | None = None) -> int:
-    try:
-        return _serve(argv)
-    except _StartError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return err.code
+    return server_args.run_main(_serve, argv)
 
 
 def _serve(argv: Sequence[str] | None) -> int:
-    parser = _Parser(prog="python -m omni_rl.rollout.server", description=__doc__.splitlines()[0])
+    parser = server_args.OneLineParser(prog="python -m omni_rl.rollout.server", description=__doc__.splitlines()[0])
     parser.add_argument("--config", required=True, help="the run's config as YAML")
     parser.add_argument("--backend", default="native", help="the in-process rollout backend to serve")
-    parser.add_argument("--port", type=int, default=0, help="0 = a free port")
+    parser.add_argument("--port", type=server_args.port, default=0, help="0 = a free port")
     parser.add_argument("--parent-pid", type=int, default=None, help="stop serving when this process is gone")
-    parser.add_argument("--max-body-bytes", type=server_args.positive_bytes, default=DEFAULT_MAX_BODY_BYTES,
-                        help="the largest request body read (a larger one is answered 413)")
     parser.add_argument("--token-file", default=None, metavar="PATH",
                         help=f"started by hand (no ${TOKEN_ENV}): the token file to read (mode 0600), or to write "
                              f"a fresh token to when PATH does not exist (default: a new file in the temp folder)")
-    parser.add_argument("--header-deadline-s", type=server_args.seconds, default=DEFAULT_HEADER_DEADLINE_S,
-                        help="seconds a connection has to send its request headers, then it is closed")
-    parser.add_argument("--max-connections", type=server_args.connections, default=DEFAULT_MAX_CONNECTIONS,
-                        help="connections served at once that have not shown the token (more are answered 503)")
+    server_args.add_transport_options(parser, DEFAULT_MAX_BODY_BYTES)
     args = parser.parse_args(argv)
     if args.token_file is not None:
         args.token_file = os.path.expanduser(args.token_file)
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr, format="rollout server: %(levelname)s %(message)s")
-    # The run's secret, from the trainer through the environment; removed from it so that
-    # nothing this process starts inherits it. Started by hand: from or into a token file.
-    token = os.environ.pop(TOKEN_ENV, None) or None
+    # The run's secret, from the trainer through the environment. Started by hand: from or into a token file.
+    token = server_args.take_env_token(TOKEN_ENV)
     by_hand = token is None
     if by_hand and args.token_file is not None and os.path.lexists(args.token_file):
-        try:
-            token = read_token_file(args.token_file).token
-        except TokenFileError as err:
-            raise _StartError(f"--token-file: {err}", 2) from None
+        token = server_args.read_token_option(args.token_file).token
     write_to = args.token_file if by_hand and token is None else None
     if by_hand and token is None:
         token = new_token()
     try:
         cfg = load_run_config(args.config)
     except FileNotFoundError:
-        raise _StartError(f"--config {args.config!r}: no such file; expected the run's config as YAML "
-                          f"(omni_rl.config.to_yaml writes it)", 2) from None
+        raise ServerStartError(f"--config {args.config!r}: no such file; expected the run's config as YAML "
+                               f"(omni_rl.config.to_yaml writes it)", 2) from None
     except (OSError, ValueError, OmegaConfBaseException) as err:
-        raise _StartError(f"--config {args.config!r} is not a run's config: {' '.join(str(err).split())}", 2) from None
+        raise ServerStartError(f"--config {args.config!r} is not a run's config: {' '.join(str(err).split())}",
+                               2) from None
     try:
         server = build_server(cfg, args.backend, "127.0.0.1", args.port, token, args.max_body_bytes,
                               args.header_deadline_s, args.max_connections)
     except OSError as err:
         if err.errno is None:
             raise
-        raise _StartError(bind_error("127.0.0.1", args.port, err), 1) from None
+        raise server_args.bind_failure("127.0.0.1", args.port, err) from None
     ready = {"url": server.url, "pid": os.getpid(), "protocol": PROTOCOL_VERSION}
     written = None
     if by_hand:  # say where the token is, never the token: stdout is often a log others can read
@@ -169,12 +134,11 @@ def _serve(argv: Sequence[str] | None) -> int:
             ready["token_file"] = args.token_file
         else:
             try:
-                written = write_token_file(write_to, token, server.url, prefix="omni-rl-rollout-token-")
-            except OSError as err:
+                written = server_args.write_token_option(write_to, token, server.url, prefix="omni-rl-rollout-token-")
+            except ServerStartError:
                 server.engine.close()
                 server.server_close()
-                raise _StartError(f"--token-file {write_to!r}: cannot write it ({err.strerror or err}); give a path "
-                                  f"in a folder of your own", 2) from None
+                raise
             ready["token_file"] = written
     if args.parent_pid is not None:
         threading.Thread(target=_stop_when_gone, args=(server, args.parent_pid), daemon=True).start()

@@ -152,7 +152,7 @@ def test_the_trajectories_join_the_check_before_the_load_when_the_configs_are_on
     steps = physical_memory() // (32 * 128 * 4) + 1
     cfg = load_config([HUNYUAN, f"model.path={folder}", f"rollout.num_steps={steps}", "rollout.sde_window_range=[0,6]",
                        "trainer.device=cpu"])
-    from omni_rl.cli import check_model_geometry
+    from omni_rl.models.geometry import check_model_geometry
 
     with pytest.raises(ConfigError, match=rf"of trajectories \(rollout.num_steps={steps} \+ 1 latents each, fp32\)"):
         check_model_geometry(cfg)

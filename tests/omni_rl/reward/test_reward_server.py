@@ -1,4 +1,4 @@
-"""omni_rl/reward/server.py and http_client.py: the reference server and the retrying client,
+"""omni_rl/reward/server/ and http_client.py: the reference server and the retrying client,
 run for real on 127.0.0.1 (ephemeral ports; every server is stopped by its fixture/finally)."""
 import http.client
 import json
@@ -17,16 +17,17 @@ import torch
 from omni_rl.reward import build_reward
 from omni_rl.reward.http_client import RewardServerError, ScoreClient
 from omni_rl.reward.protocol import CONTENT_TYPE, PROTOCOL_HEADER, ProtocolError, encode_request
-import omni_rl.reward.server as server_module
+import omni_rl.reward.server.serve as server_module
 from omni_rl.reward.server import (
     HttpStatusError,
-    is_loopback,
     load_scorer,
     make_server,
     running_server,
     serve_in_thread,
     server_from_args,
 )
+from omni_rl.reward.server import app as server_app
+from omni_rl.utils.http_transport import is_loopback
 from rewards.latent_scorers import LatentRewardModel, latent_reward_model, latent_stats
 
 FAST = {"backoff_s": 0.01}
@@ -109,8 +110,8 @@ def test_body_size_limit_is_413():
 def posts(monkeypatch):
     """Counts the POST requests the reference server receives."""
     seen = []
-    original = server_module._Handler.do_POST
-    monkeypatch.setattr(server_module._Handler, "do_POST", lambda self: seen.append(self.path) or original(self))
+    original = server_app._Handler.do_POST
+    monkeypatch.setattr(server_app._Handler, "do_POST", lambda self: seen.append(self.path) or original(self))
     return seen
 
 
