@@ -17,7 +17,10 @@ method, so the rollout's log-probs and the trainer's agree to float precision:
 4. `strip_for_training()`: drop modules the trained policy never uses (an omni model's talker
    and speech decoder) before wrapping and sharding;
 5. `context_length()`: the positions the model attends over (config, else tokenizer), which
-   bounds prompt plus response (`algo.family_options.max_prompt_tokens`).
+   bounds prompt plus response (`algo.family_options.max_prompt_tokens`);
+6. `router_modules()`: a mixture-of-experts model's routers, one per MoE layer in layer order
+   (none for a dense model); `routing` hooks them to record and replay routed experts
+   (`omni_rl.models.moe_routing`, `algo.family_options.routing_replay`).
 
 Position ids are derived from the attention mask (`cumsum(mask) - 1`), so left padding never
 shifts a sequence's positions; models with their own position scheme (multimodal rotary ids)
@@ -33,6 +36,7 @@ from typing import Any, ClassVar, Iterator, Optional
 import torch
 
 from omni_rl.models.base import OmniModelBase
+from omni_rl.models.moe_routing import RouterHooks
 
 
 # Context lengths above this are placeholders for "no limit", not limits.
@@ -88,6 +92,20 @@ class AutoregressiveModelBase(OmniModelBase):
             if isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= MAX_SANE_CONTEXT:
                 return value
         return None
+
+    def router_modules(self) -> list[torch.nn.Module]:
+        """The routers of a mixture-of-experts model, one per MoE layer in layer order, each
+        returning transformers' `(router_logits, weights, indices)`; a dense model has none."""
+        return []
+
+    @property
+    def routing(self) -> Optional[RouterHooks]:
+        """Hooks on `router_modules()` that record and replay routed experts (registered on first
+        use, kept for the model's life); None for a dense model."""
+        if "_routing_hooks" not in self.__dict__:
+            routers = self.router_modules()
+            self.__dict__["_routing_hooks"] = RouterHooks(routers) if routers else None
+        return self.__dict__["_routing_hooks"]
 
     def decode_tokens(self, token_ids: list[int]) -> str:
         return self.tokenizer.decode(token_ids, skip_special_tokens=True)

@@ -40,6 +40,10 @@ class TextResult:
     response_ids: [R] long, the sampled tokens (the stop token included when one was hit)
     log_probs:    [R] fp32, log_softmax(logits / temperature) of each sampled token
     finish_reason: "stop" (a stop token) or "length" (truncated at max_new_tokens)
+    routes:       [S, L, k] a mixture-of-experts model's routed experts (`moe_routing.route_dtype`)
+                  of the first S tokens of prompt + response, per MoE layer; S >= P + R - 1 (the
+                  last response token is fed to no forward that scores another); None when the
+                  model is dense or the engine does not record them
     """
 
     request_id: int
@@ -53,3 +57,4 @@ class TextResult:
     extras: Optional[dict] = None
     # The engine's weight_version when the response was sampled (None: an engine that does not say).
     weight_version: Optional[int] = None
+    routes: Optional[torch.Tensor] = None
