@@ -79,7 +79,9 @@ def measure(mode: str, args) -> dict:
     requests, texts, metadata, groups = [], [], [], []
     for g, item in enumerate(items):
         for k in range(args.samples):
-            requests.append(family.request(item, derive_seed(args.seed, "train", 1, g * args.samples + k)))
+            # Routes recorded in every setting, to compare the trainer's with them.
+            requests.append(family.request(item, derive_seed(args.seed, "train", 1, g * args.samples + k),
+                                           record_routes=True))
             texts.append(item.prompt)
             metadata.append({})
             groups.append(g)

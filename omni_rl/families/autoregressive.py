@@ -138,6 +138,11 @@ class TextFamily(ModelFamily):
                 f"algo.family_options.top_p={options.top_p!r}: expected 1.0 with rollout.backend={cfg.rollout.backend} "
                 f"(its log-probs renormalise over the top-p nucleus, the trainer's do not); use rollout.backend=native "
                 f"for top_p < 1")
+        if options.routing_replay == "r3" and not ROLLOUT_BACKENDS.get(cfg.rollout.backend).records_routes:
+            recording = ", ".join(n for n in ROLLOUT_BACKENDS.names() if ROLLOUT_BACKENDS.get(n).records_routes)
+            raise ConfigError(
+                f"algo.family_options.routing_replay=r3 with rollout.backend={cfg.rollout.backend}: its results carry no "
+                f"routed experts to replay; use a backend that records them ({recording}), or routing_replay=r2 / off")
         if options.routing_replay == "r2":
             if cfg.algo.old_logprob_mode == "bypass":
                 raise ConfigError(
@@ -290,7 +295,7 @@ class TextFamily(ModelFamily):
         o = self.options
         fields = dict(
             prompt=self._encode(item), seed=seed, max_new_tokens=o.max_new_tokens, temperature=o.temperature,
-            top_p=o.top_p, stop_token_ids=tuple(o.stop_token_ids),
+            top_p=o.top_p, stop_token_ids=tuple(o.stop_token_ids), record_routes=o.routing_replay == "r3",
         )
         fields.update(changes)
         return TextRequest(**fields)
@@ -341,7 +346,7 @@ class TextFamily(ModelFamily):
         requests, shown = [], []
         for g, item in enumerate(items):
             for k in range(t.val_samples_per_prompt):
-                requests.append(self.request(item, derive_seed(t.val_seed, "val", g, k)))
+                requests.append(self.request(item, derive_seed(t.val_seed, "val", g, k), record_routes=False))
                 shown.append(item)
         if not requests:
             return {}

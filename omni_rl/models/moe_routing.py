@@ -109,6 +109,13 @@ def load_balancing_loss(router_logits: Sequence[torch.Tensor], routes: Sequence[
     return torch.stack(losses).mean()
 
 
+def layout_of(routers: Sequence[torch.nn.Module]) -> RouterLayout:
+    """The layout of a model from its routers (transformers' Qwen3-MoE kind: `num_experts`,
+    `top_k`, `norm_topk_prob`), one per MoE layer."""
+    first = routers[0]
+    return RouterLayout(len(routers), int(first.num_experts), int(first.top_k), bool(first.norm_topk_prob))
+
+
 class RouterHooks:
     """Forward hooks on a model's routers (one per MoE layer, in layer order) that record the
     experts used and replay given ones.
@@ -125,8 +132,7 @@ class RouterHooks:
     def __init__(self, routers: Sequence[torch.nn.Module]):
         if not routers:
             raise ValueError("no routers: RouterHooks is for a mixture-of-experts model")
-        first = routers[0]
-        self.layout = RouterLayout(len(routers), int(first.num_experts), int(first.top_k), bool(first.norm_topk_prob))
+        self.layout = layout_of(routers)
         self._replay: Optional[tuple[torch.Tensor, torch.Tensor]] = None
         self._record: Optional[list[list[torch.Tensor]]] = None
         self._handles = [r.register_forward_hook(self._hook_for(i)) for i, r in enumerate(routers)]

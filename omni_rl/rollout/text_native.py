@@ -12,8 +12,8 @@ Temperature 0 is greedy decoding (the evaluation job's): the most likely token, 
 seed, its log-prob recorded under the untempered distribution (`log_softmax(logits)`, as the
 talker's greedy frames record theirs); training never samples so (its options refuse 0).
 
-A mixture-of-experts model's routed experts (`model.routing`) are recorded for every token the
-engine feeds, the prompt's included: per sample [tokens, MoE layers, top_k] in the smallest
+A mixture-of-experts model's routed experts (`model.routing`) are recorded, for the requests that
+ask (`TextRequest.record_routes`), for every token the engine feeds, the prompt's included: per sample [tokens, MoE layers, top_k] in the smallest
 integer type (`TextResult.routes`), for the trainer to replay (`omni_rl.models.moe_routing`).
 
 With a key/value cache (`supports_kv_cache`) each step feeds only the new tokens; otherwise the
@@ -115,6 +115,8 @@ class NativeTextEngine(SynchronousRolloutEngine):
             return self._decode(batch, None)
         # The trainer's replay may still be set on a model this engine shares: sampling routes by itself.
         routing.set_replay(None)
+        if not any(r.record_routes for r in batch):
+            return self._decode(batch, None)
         with routing.recording() as layers:
             return self._decode(batch, layers)
 
@@ -191,7 +193,7 @@ class NativeTextEngine(SynchronousRolloutEngine):
                 temperature=req.temperature,
                 top_p=req.top_p,
                 weight_version=self.weight_version,
-                routes=None if layers is None else torch.cat(routes[i]).to(dtype).cpu(),
+                routes=torch.cat(routes[i]).to(dtype).cpu() if layers is not None and req.record_routes else None,
             )
             for i, req in enumerate(batch)
         ]

@@ -26,6 +26,10 @@ class TextRequest:
     top_p: float = 1.0
     # Extra stop tokens besides the model's end-of-turn tokens.
     stop_token_ids: tuple[int, ...] = ()
+    # Record a mixture-of-experts model's routed experts into the result (`TextResult.routes`):
+    # what algo.family_options.routing_replay=r3 replays; off by default, as they take
+    # layers x top_k bytes per token (Qwen3-30B-A3B: 48 x 8 = 384, ~20x the rest of a token's trajectory).
+    record_routes: bool = False
     request_id: int = field(default_factory=lambda: next(_ids))
 
     def batch_key(self) -> tuple:

@@ -31,7 +31,7 @@ def setup(mode, dtype="float32", *more):
 def rollout(family, sampler, prompts=6, samples=4, batch=5) -> TextBatch:
     items = [PromptItem(prompt=p) for p in family.cfg.data.prompts[:prompts]]
     pairs = [(item, 1000 * g + k) for k in range(samples) for g, item in enumerate(items)]
-    requests = [family.request(item, seed) for item, seed in pairs]
+    requests = [family.request(item, seed, record_routes=True) for item, seed in pairs]
     results = NativeTextEngine(sampler, max_num_seqs=batch).generate(requests)
     return TextBatch.from_results(results, [item.prompt for item, _ in pairs], [{}] * len(requests),
                                   list(range(len(requests))), sampler.pad_token_id)
@@ -54,6 +54,15 @@ def needed(batch):
     mask = batch.attention_mask.bool().clone()
     mask[torch.arange(len(batch)), mask.shape[1] - 1 - mask.flip(1).int().argmax(1)] = False
     return mask
+
+
+def test_requests_ask_for_routes_under_r3_only():
+    for mode, asks in (("off", False), ("r2", False), ("r3", True)):
+        _, model, family = setup(mode)
+        request = family.request(PromptItem(prompt="Say something."), 0)
+        assert request.record_routes is asks
+        (result,) = NativeTextEngine(model).generate([request])
+        assert (result.routes is not None) is asks
 
 
 def test_the_adapter_names_its_routers_and_the_engine_records_every_fed_token():
@@ -168,6 +177,8 @@ def test_routing_replay_options_are_checked_at_load():
         load_config([RECIPE, "algo.family_options.routing_replay=r4"])
     with pytest.raises(ConfigError, match="routing_replay=r2 with algo.old_logprob_mode=bypass"):
         load_config([RECIPE, "algo.family_options.routing_replay=r2", "algo.old_logprob_mode=bypass"])
+    with pytest.raises(ConfigError, match="routing_replay=r3 with rollout.backend=vllm: .* \\(native, server\\)"):
+        load_config([RECIPE, "rollout.backend=vllm"])
     cfg = load_config(["recipe=tiny_qwen3_grpo", "algo.family_options.routing_replay=r3"])
     with pytest.raises(ConfigError, match="routing_replay=r3: expected a mixture-of-experts model"):
         build_family(cfg, build_model(cfg.model, torch.device("cpu")))

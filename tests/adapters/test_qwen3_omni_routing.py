@@ -23,7 +23,7 @@ def test_the_thinker_records_and_replays_its_routes():
         layout = model.routing.layout
         assert layout.num_layers == len(model.checkpointed_layers()) and layout.top_k <= layout.num_experts
         items = training_prompt_items(cfg.data)[:2]
-        requests = [family.request(item, 7 * i + k) for i, item in enumerate(items) for k in range(2)]
+        requests = [family.request(item, 7 * i + k, record_routes=True) for i, item in enumerate(items) for k in range(2)]
         results = NativeTextEngine(model, max_num_seqs=3).generate(requests)
         batch = TextBatch.from_results(results, [i.prompt for i in items for _ in range(2)], [{}] * 4, [0, 0, 1, 1],
                                        model.pad_token_id)

@@ -24,9 +24,15 @@ Qwen3-Omni thinker (vLLM maps `Qwen3OmniMoeForConditionalGeneration` to its thin
   is rounded up to the next of them (`vllm_max_lora_rank`), which serves the same adapter.
 - `close`: stops vLLM's engine core (its processes and their GPU memory) and drops the `LLM`.
 - Sampling is synchronous: `submit_many` returns done futures, like the native text engine.
+- Routed experts (a MoE model's routing replay, `algo.family_options.routing_replay=r3`): not
+  recorded yet. vLLM 0.30.0 can return them (`enable_return_routed_experts`, a request's
+  `CompletionOutput.routed_experts` [tokens, layers, top_k]); start-up says in one line whether
+  the installed vLLM can (`routed_experts_line`). Until this engine asks for them, r3 needs
+  rollout.backend=native (its results carry no routes and the trainer refuses them, naming the sample).
 """
 from __future__ import annotations
 
+import dataclasses
 import gc
 import json
 import logging
@@ -125,6 +131,15 @@ def result_from_completion(req: TextRequest, token_ids: Sequence[int], logprobs:
     )
 
 
+def routed_experts_line(version: str, model_config_class: type) -> str:
+    """The start-up line on routed experts: whether vLLM `version`'s `ModelConfig` (a dataclass)
+    has `enable_return_routed_experts`, and that this engine does not use it yet."""
+    names = {f.name for f in dataclasses.fields(model_config_class)}
+    can = "can" if "enable_return_routed_experts" in names else "cannot"
+    return (f"vLLM {version} {can} return routed experts (enable_return_routed_experts); this engine does not "
+            f"record them yet: algo.family_options.routing_replay=r3 needs rollout.backend=native")
+
+
 class VllmTextEngine(SynchronousRolloutEngine):
     def __init__(self, cfg: OmniConfig, model, path: str, options):
         require("vllm")
@@ -150,6 +165,10 @@ class VllmTextEngine(SynchronousRolloutEngine):
             enable_sleep_mode=self.sleep_mode, enable_lora=lora.enabled, max_lora_rank=vllm_max_lora_rank(lora.rank) if lora.enabled else 16,
             max_loras=1, logprobs_mode="processed_logprobs", worker_extension_cls=WORKER_EXTENSION,
         )
+        import vllm
+        from vllm.config import ModelConfig
+
+        log.info(routed_experts_line(vllm.__version__, ModelConfig))
 
     def generate(self, requests: Sequence[TextRequest], timeout_s: float | None = None) -> list[TextResult]:
         from vllm import SamplingParams
