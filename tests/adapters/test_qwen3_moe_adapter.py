@@ -142,6 +142,29 @@ def test_the_router_gets_its_gradient_under_r3():
         assert (up - down) / (2 * eps) == pytest.approx(float((grad * u).sum()), rel=2e-2)
 
 
+def test_activation_checkpointing_recomputes_under_the_same_replay():
+    """Replayed routes that the routers would not choose (the recording shifted by 3 experts):
+    the gradients with activation checkpointing equal those without, so the backward's
+    recompute, after the loss's call has returned, replayed them too."""
+    grads, batch = [], None
+    for checkpointing in ("false", "true"):
+        _, model, family = setup("r3", "float32", f"model.gradient_checkpointing={checkpointing}")
+        if batch is None:
+            batch = rollout(family, model, prompts=1, samples=2, batch=2)
+            mask = batch.response_mask.bool()
+            with torch.no_grad():
+                own = family.log_probs(batch)[mask]
+            batch = TextBatch(**{**batch.__dict__, "routes": ((batch.routes.long() + 3) % 8).to(torch.uint8)})
+        log_probs = family.log_probs(batch)[mask]
+        if checkpointing == "false":
+            assert (log_probs.detach() - own).abs().max() > 1e-3  # other experts: another function
+        log_probs.sum().backward()
+        grads.append({n: p.grad.clone() for n, p in model.trainable_module().named_parameters() if p.grad is not None})
+    assert grads[0].keys() == grads[1].keys() and grads[0]
+    for name in grads[0]:
+        torch.testing.assert_close(grads[1][name], grads[0][name], atol=1e-6, rtol=1e-5, msg=name)
+
+
 def test_r2_replays_the_old_policy_forwards_routes():
     _, model, family = setup("r2")
     batch = rollout(family, model, prompts=2, samples=2, batch=4)
