@@ -388,7 +388,10 @@ class TextFamily(ModelFamily):
         else:
             routes, mask = self._rollout_routes(batch)
         n, t = routes.shape[:2]
-        routing.set_replay(routes.permute(2, 0, 1, 3).reshape(routes.shape[2], n * t, -1), mask.reshape(n * t))
+        # On the model's device once, not in every layer's hook.
+        device = self.model.device
+        routing.set_replay(routes.to(device).permute(2, 0, 1, 3).reshape(routes.shape[2], n * t, -1),
+                           mask.to(device).reshape(n * t))
 
     def _rollout_routes(self, batch: TextBatch) -> tuple[torch.Tensor, torch.Tensor]:
         """(routes [N, T, L, k], mask [N, T]) of the rollout, checked against the model: every
