@@ -207,8 +207,8 @@ def test_routing_replay_options_are_checked_at_load():
         build_family(cfg, build_model(cfg.model, torch.device("cpu")))
 
 
-@pytest.mark.parametrize("mode", ["r3", "r2"])
-def test_the_tiny_moe_recipe_trains_with_routing_replay(tmp_path, mode):
+@pytest.mark.parametrize("mode,more", [("r3", []), ("r2", []), ("r3", ["model.lora.enabled=true", "optim.lr=1e-2"])])
+def test_the_tiny_moe_recipe_trains_with_routing_replay(tmp_path, mode, more):
     import json
 
     from omni_rl.trainer import PPOTrainer
@@ -217,7 +217,7 @@ def test_the_tiny_moe_recipe_trains_with_routing_replay(tmp_path, mode):
     out = tmp_path / mode
     PPOTrainer(load_config([RECIPE, *QUIET, f"trainer.output_dir={out}", "trainer.total_steps=2",
                             "trainer.prompts_per_step=2", "trainer.samples_per_prompt=4", "trainer.mini_batch_size=4",
-                            "trainer.micro_batch_size=2", f"algo.family_options.routing_replay={mode}"])).fit()
+                            "trainer.micro_batch_size=2", f"algo.family_options.routing_replay={mode}", *more])).fit()
     records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in records] == [1, 2]
     for rec in records:
