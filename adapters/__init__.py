@@ -4,3 +4,4 @@ from adapters import flux, flux_kontext  # noqa: F401
 from adapters import z_image  # noqa: F401
 from adapters import flux2  # noqa: F401
 from adapters import hunyuan_video15  # noqa: F401
+from adapters import qwen3_moe  # noqa: F401

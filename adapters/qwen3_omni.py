@@ -210,6 +210,14 @@ class Qwen3OmniThinkerAdapter(AutoregressiveModelBase):
     def checkpointed_layers(self) -> list:
         return list(self.thinker.model.language_model.layers)
 
+    def router_modules(self) -> list[torch.nn.Module]:
+        """The text model's routers (`mlp.gate` of each sparse layer), for routing replay
+        (`algo.family_options.routing_replay`); the towers are dense."""
+        from transformers.models.qwen3_omni_moe.modeling_qwen3_omni_moe import Qwen3OmniMoeThinkerTextSparseMoeBlock
+
+        return [layer.mlp.gate for layer in self.thinker.model.language_model.layers
+                if isinstance(layer.mlp, Qwen3OmniMoeThinkerTextSparseMoeBlock)]
+
     def new_cache(self) -> ThinkerCache:
         from transformers import DynamicCache
 

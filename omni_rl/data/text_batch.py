@@ -11,6 +11,11 @@ N samples; prompts left-padded to P columns, responses right-padded to R columns
   rewards, advantages [N];  group_index [N]
   weight_versions [N] long   the weight version each response was sampled with (-1: unknown)
   texts           the decoded responses (what rewards score)
+  routes          [N, P + R, L, k] or None: a mixture-of-experts model's routed experts per token
+                  and MoE layer as the rollout recorded them (smallest integer type), aligned with
+                  `sequences`; route_mask [N, P + R] bool: 1 where a route was recorded
+  old_routes      [N, P + R, L, k] or None: the routes of the trainer's own old-policy forward
+                  (algo.family_options.routing_replay=r2), on every position
 """
 from __future__ import annotations
 
@@ -19,6 +24,7 @@ from typing import Any, Optional, Sequence
 
 import torch
 
+from omni_rl.models.moe_routing import RoutingReplayError
 from omni_rl.rollout.base import weight_versions_of
 from omni_rl.rollout.text_types import TextResult
 
@@ -42,6 +48,9 @@ class TextBatch:
     old_log_probs: Optional[torch.Tensor] = None
     rollout_is_weights: Optional[torch.Tensor] = None
     weight_versions: Optional[torch.Tensor] = None
+    routes: Optional[torch.Tensor] = None
+    route_mask: Optional[torch.Tensor] = None
+    old_routes: Optional[torch.Tensor] = None
     extras: dict[str, Any] = field(default_factory=dict)
 
     def __len__(self) -> int:
@@ -66,6 +75,7 @@ class TextBatch:
             sequences[i, p_width: p_width + k] = r.response_ids
             response_mask[i, :k] = 1
             log_probs[i, :k] = r.log_probs
+        routes, route_mask = _padded_routes(results, p_width, r_width)
         return TextBatch(
             prompts=list(prompts), metadata=[dict(m) for m in metadata],
             group_index=torch.as_tensor(list(group_index), dtype=torch.long),
@@ -73,7 +83,7 @@ class TextBatch:
             rollout_log_probs=log_probs, media=[dict(r.prompt.media) for r in results],
             texts=[r.text for r in results], finish_reasons=[r.finish_reason for r in results],
             temperature=results[0].temperature, prompt_width=p_width,
-            weight_versions=weight_versions_of(results),
+            weight_versions=weight_versions_of(results), routes=routes, route_mask=route_mask,
         )
 
     def select(self, index: Sequence[int] | torch.Tensor) -> "TextBatch":
@@ -89,4 +99,27 @@ class TextBatch:
             texts=[self.texts[i] for i in ids], finish_reasons=[self.finish_reasons[i] for i in ids],
             rewards=pick(self.rewards), advantages=pick(self.advantages), old_log_probs=pick(self.old_log_probs),
             rollout_is_weights=pick(self.rollout_is_weights), weight_versions=pick(self.weight_versions),
+            routes=pick(self.routes), route_mask=pick(self.route_mask), old_routes=pick(self.old_routes),
         )
+
+
+def _padded_routes(results: Sequence[TextResult], p_width: int, r_width: int):
+    """(routes [N, P + R, L, k], route_mask [N, P + R]) in the batch's columns, or (None, None)
+    when no result has routes; a result without routes has an all-zero mask row (the trainer's
+    replay refuses it, naming the sample)."""
+    recorded = [(i, r.routes) for i, r in enumerate(results) if r.routes is not None]
+    if not recorded:
+        return None, None
+    first_index, first = recorded[0]
+    routes = torch.zeros((len(results), p_width + r_width, *first.shape[1:]), dtype=first.dtype)
+    mask = torch.zeros((len(results), p_width + r_width), dtype=torch.bool)
+    for i, r in recorded:
+        if r.shape[1:] != first.shape[1:] or r.dtype != first.dtype:
+            raise RoutingReplayError(
+                f"sample {i}: routes of shape {tuple(r.shape)} ({r.dtype}), but sample {first_index}'s are "
+                f"{tuple(first.shape)} ({first.dtype}); every sample of a batch must come from the same model")
+        start = p_width - len(results[i].prompt.input_ids)
+        s = min(len(r), p_width + r_width - start)
+        routes[i, start : start + s] = r[:s]
+        mask[i, start : start + s] = True
+    return routes, mask

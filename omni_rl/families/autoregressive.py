@@ -5,6 +5,11 @@ each response is sampled from its own seed (`TextOptions`: sampling and prompt l
 by `fit_prompts`). Actor half: teacher forcing of the stored responses with `token_log_probs`,
 the function the engine recorded; the loss is the token loss on the response tokens plus, with
 `algo.kl_coef > 0`, the KL to the reference (LoRA off).
+
+Routing replay (`routing_replay`, MoE models only; `omni_rl.models.moe_routing`): `r3` replays
+the experts the rollout recorded (`batch.routes`) in every trainer forward; `r2` those of the
+trainer's own old-policy forward (`batch.old_routes`). A recording that does not fit the model,
+or a sample without one, is an error naming the sample. No load-balancing loss is computed.
 """
 from __future__ import annotations
 
@@ -29,6 +34,7 @@ from omni_rl.families.base import BehaviourPolicy, ModelFamily, register_family
 from omni_rl.families.update import GAP_MAX_KEY, GAP_MEAN_KEY
 from omni_rl.families.scored_rollout import scored_rollout
 from omni_rl.models.autoregressive import AutoregressiveModelBase, PromptInputs
+from omni_rl.models.moe_routing import RoutingReplayError, take_recorded
 from omni_rl.rollout.backends import ROLLOUT_BACKENDS
 from omni_rl.rollout.text_native import collate_media
 from omni_rl.rollout.text_types import TextRequest
@@ -59,6 +65,9 @@ class TokenSamplingOptions:
             raise ValueError(f"max_new_tokens={self.max_new_tokens!r}: expected >= 1")
 
 
+ROUTING_REPLAY_MODES = ("off", "r3", "r2")
+
+
 @dataclass
 class TextOptions(TokenSamplingOptions, PromptLimitOptions):
     """The autoregressive family's options (`algo.family_options`): how responses are sampled
@@ -66,11 +75,17 @@ class TextOptions(TokenSamplingOptions, PromptLimitOptions):
 
     top_p: float = option(1.0, "Nucleus sampling: keep the smallest set of tokens of mass >= top_p (1 = all).")
     stop_token_ids: list[int] = option([], "Extra stop tokens besides the tokenizer's end-of-turn token(s).")
+    routing_replay: str = option(
+        "off", "A mixture-of-experts model's routed experts in training: off (the trainer's own top-k), r3 (replay "
+               "the experts the rollout used, per token and layer) or r2 (replay those of the trainer's old-policy "
+               "forward); the gate weights stay the trainer's router's.")
 
     def check(self) -> None:
         TokenSamplingOptions.check(self)
         if not 0 < self.top_p <= 1:
             raise ValueError(f"top_p={self.top_p!r}: expected in (0, 1]")
+        if self.routing_replay not in ROUTING_REPLAY_MODES:
+            raise ValueError(f"routing_replay={self.routing_replay!r}: expected one of {', '.join(ROUTING_REPLAY_MODES)}")
         PromptLimitOptions.check(self)
 
 
@@ -94,9 +109,28 @@ class TextFamily(ModelFamily):
                 f"algo.family_options.top_p={options.top_p!r}: expected 1.0 with rollout.backend={cfg.rollout.backend} "
                 f"(its log-probs renormalise over the top-p nucleus, the trainer's do not); use rollout.backend=native "
                 f"for top_p < 1")
+        if options.routing_replay == "r3" and not ROLLOUT_BACKENDS.get(cfg.rollout.backend).records_routes:
+            recording = ", ".join(n for n in ROLLOUT_BACKENDS.names() if ROLLOUT_BACKENDS.get(n).records_routes)
+            raise ConfigError(
+                f"algo.family_options.routing_replay=r3 with rollout.backend={cfg.rollout.backend}: its results carry no "
+                f"routed experts to replay; use a backend that records them ({recording}), or routing_replay=r2 / off")
+        if options.routing_replay == "r2":
+            if cfg.algo.old_logprob_mode == "bypass":
+                raise ConfigError(
+                    "algo.family_options.routing_replay=r2 with algo.old_logprob_mode=bypass: r2 replays the routes of "
+                    "the trainer's old-policy forward, which bypass skips; use algo.old_logprob_mode=recompute, or r3")
+            if cfg.trainer.backend != "local":
+                raise ConfigError(
+                    f"algo.family_options.routing_replay=r2 with trainer.backend={cfg.trainer.backend}: the old-policy "
+                    f"forward's routes stay on the workers that computed them in this version; use trainer.backend=local, "
+                    f"or routing_replay=r3 (the rollout's routes travel with the batch)")
 
     def __init__(self, cfg: OmniConfig, model: AutoregressiveModelBase, options=None, trains: bool = True):
         super().__init__(cfg, model, options, trains)
+        if self.options.routing_replay != "off" and model.routing is None:
+            raise ConfigError(
+                f"algo.family_options.routing_replay={self.options.routing_replay}: expected a mixture-of-experts model, "
+                f"but {type(model).__name__} ({cfg.model.path}) has no routers; set routing_replay=off")
         self._encoded: dict[int, PromptInputs] = {}
         self._truncated: set[int] = set()  # ids of the items whose prompt was cut to fit
 
@@ -232,7 +266,7 @@ class TextFamily(ModelFamily):
         o = self.options
         fields = dict(
             prompt=self._encode(item), seed=seed, max_new_tokens=o.max_new_tokens, temperature=o.temperature,
-            top_p=o.top_p, stop_token_ids=tuple(o.stop_token_ids),
+            top_p=o.top_p, stop_token_ids=tuple(o.stop_token_ids), record_routes=o.routing_replay == "r3",
         )
         fields.update(changes)
         return TextRequest(**fields)
@@ -283,7 +317,7 @@ class TextFamily(ModelFamily):
         requests, shown = [], []
         for g, item in enumerate(items):
             for k in range(t.val_samples_per_prompt):
-                requests.append(self.request(item, derive_seed(t.val_seed, "val", g, k)))
+                requests.append(self.request(item, derive_seed(t.val_seed, "val", g, k), record_routes=False))
                 shown.append(item)
         if not requests:
             return {}
@@ -302,16 +336,80 @@ class TextFamily(ModelFamily):
         return 1  # one backward per micro-batch: every token of a response at once
 
     def log_probs(self, batch: TextBatch) -> torch.Tensor:
+        """Token log-probs of the batch's responses, its routes replayed (`routing_replay`)."""
+        self.set_route_replay(batch)
         return self.model.token_log_probs(
             batch.sequences, batch.attention_mask, batch.prompt_width, batch.temperature, collate_media(batch.media)
         )
 
+    def set_route_replay(self, batch: TextBatch) -> None:
+        """Set the model's replay to `batch`'s routes for its next forwards (kept until the next
+        call: activation checkpointing recomputes the forward in the backward); nothing under
+        `routing_replay=off`. r2 before the old-policy forward has recorded: the router's own."""
+        mode = self.options.routing_replay
+        if mode == "off":
+            return
+        routing = self.model.routing
+        if mode == "r2":
+            if batch.old_routes is None:
+                raise RoutingReplayError(
+                    f"sample 0 ({batch.prompts[0][:40]!r}) has no old-policy routes: algo.family_options.routing_replay=r2 "
+                    f"replays the routes that the old-policy forward (behaviour_policy) records before the update")
+            routes, mask = batch.old_routes, torch.ones(batch.old_routes.shape[:2], dtype=torch.bool)
+        else:
+            routes, mask = self._rollout_routes(batch)
+        n, t = routes.shape[:2]
+        # On the model's device once, not in every layer's hook.
+        device = self.model.device
+        routing.set_replay(routes.to(device).permute(2, 0, 1, 3).reshape(routes.shape[2], n * t, -1),
+                           mask.to(device).reshape(n * t))
+
+    def _rollout_routes(self, batch: TextBatch) -> tuple[torch.Tensor, torch.Tensor]:
+        """(routes [N, T, L, k], mask [N, T]) of the rollout, checked against the model: every
+        position that a scored log-prob depends on (the attended tokens but each row's last) has one."""
+        layout = self.model.routing.layout
+
+        def name(i: int) -> str:
+            return f"sample {i} (prompt {batch.prompts[i][:40]!r})"
+
+        if batch.routes is None:
+            raise RoutingReplayError(
+                f"{name(0)} has no recorded routes, which algo.family_options.routing_replay=r3 replays; rollout.backend="
+                f"{self.cfg.rollout.backend} does not record routed experts (rollout.backend=native does), or set "
+                f"routing_replay=off")
+        for i in range(len(batch)):
+            layout.check(batch.routes[i], name(i))
+        needed = batch.attention_mask.bool().clone()
+        last = needed.shape[1] - 1 - needed.flip(1).int().argmax(1)
+        needed[torch.arange(len(batch)), last] = False
+        missing = needed & ~batch.route_mask
+        if missing.any():
+            i = int(missing.any(1).nonzero()[0, 0])
+            raise RoutingReplayError(
+                f"{name(i)}: {int(missing[i].sum())} of its {int(needed[i].sum())} tokens that scored log-probs depend "
+                f"on have no recorded route (algo.family_options.routing_replay=r3); the rollout engine recorded no "
+                f"routes for it")
+        return batch.routes, batch.route_mask
+
     @torch.no_grad()
     def behaviour_policy(self, batch: TextBatch, micro_batch_size: int) -> BehaviourPolicy:
-        parts = []
+        """The old policy's log-probs; under `routing_replay=r2` its routes are recorded into
+        `batch.old_routes` for the update to replay."""
+        parts, routes = [], []
+        routing = self.model.routing if self.options.routing_replay == "r2" else None
         for start in range(0, len(batch), micro_batch_size):
             micro = batch.select(range(start, min(start + micro_batch_size, len(batch))))
-            parts.append(self.log_probs(micro).cpu())
+            if routing is None:
+                parts.append(self.log_probs(micro).cpu())
+                continue
+            routing.set_replay(None)
+            with routing.recording() as layers:
+                parts.append(self.model.token_log_probs(
+                    micro.sequences, micro.attention_mask, micro.prompt_width, micro.temperature,
+                    collate_media(micro.media)).cpu())
+                routes.append(take_recorded(layers, len(micro)).to(routing.layout.dtype).cpu())
+        if routes:
+            batch.old_routes = torch.cat(routes)
         return BehaviourPolicy(torch.cat(parts), batch.response_mask)
 
     def loss(self, micro: TextBatch, chunk: int) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:

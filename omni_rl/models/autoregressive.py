@@ -8,6 +8,8 @@ last k positions with `logits_to_keep=k`, since a whole prompt's logits are the 
 tensor); `token_log_probs(...)`; `strip_for_training()` (drop what the policy never uses, such
 as an omni model's talker); `context_length()`. Positions come from the attention mask, so left
 padding never shifts them; models with their own scheme override `forward_logits`.
+`router_modules()` lists a MoE model's routers (none for a dense model); `routing` hooks them to
+record and replay routed experts (`omni_rl.models.moe_routing`).
 """
 from __future__ import annotations
 
@@ -19,6 +21,7 @@ from typing import Any, ClassVar, Iterator, Optional
 import torch
 
 from omni_rl.models.base import OmniModelBase
+from omni_rl.models.moe_routing import RouterHooks
 
 
 # Context lengths above this are placeholders for "no limit", not limits.
@@ -73,6 +76,20 @@ class AutoregressiveModelBase(OmniModelBase):
             if isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= MAX_SANE_CONTEXT:
                 return value
         return None
+
+    def router_modules(self) -> list[torch.nn.Module]:
+        """The routers of a mixture-of-experts model, one per MoE layer in layer order, each
+        returning transformers' `(router_logits, weights, indices)`; a dense model has none."""
+        return []
+
+    @property
+    def routing(self) -> Optional[RouterHooks]:
+        """Hooks on `router_modules()` that record and replay routed experts (registered on first
+        use, kept for the model's life); None for a dense model."""
+        if "_routing_hooks" not in self.__dict__:
+            routers = self.router_modules()
+            self.__dict__["_routing_hooks"] = RouterHooks(routers) if routers else None
+        return self.__dict__["_routing_hooks"]
 
     def decode_tokens(self, token_ids: list[int]) -> str:
         return self.tokenizer.decode(token_ids, skip_special_tokens=True)

@@ -73,7 +73,7 @@ def _core(cfg: OmniConfig, cache: dict) -> dict[str, Any]:
     per_rank = -(-samples // plan["devices"]["world_size"])
     if text:
         step = trace_text_step(built.model, spec, cfg, cache=cache.setdefault("traces", {}))
-        per_sample = text_trajectory_bytes(cfg)
+        per_sample = text_trajectory_bytes(cfg, built.model)  # recorded routes included (routing_replay=r3)
     else:
         step = trace_step(built.model, spec, cfg, cache=cache.setdefault("traces", {}))
         per_sample = trajectory_sample_bytes(r.num_steps, _latent_numel(spec, built.model, cfg))

@@ -176,7 +176,28 @@ def trace_text_step(model, spec, cfg, fake: bool = True, cache: dict | None = No
     return StepTrace(cache[roll_key], cache[train_key], rollout_batch, train_batch, steps_per_sample=1)
 
 
-def text_trajectory_bytes(cfg) -> int:
-    """Bytes one sample's stored trajectory takes (TRAJECTORY_BYTES_PER_TOKEN per token)."""
+def text_trajectory_bytes(cfg, model=None) -> int:
+    """Bytes one sample's stored trajectory takes (TRAJECTORY_BYTES_PER_TOKEN per token), with
+    its recorded routes where `model` (the plan's build) records them (`recorded_route_bytes`)."""
     prompt, response = text_lengths(cfg)
-    return (prompt + response) * TRAJECTORY_BYTES_PER_TOKEN
+    routes = 0 if model is None else recorded_route_bytes(cfg, model)
+    return (prompt + response) * TRAJECTORY_BYTES_PER_TOKEN + routes
+
+
+def recorded_route_bytes(cfg, model) -> int:
+    """Bytes of one sample's recorded routes under algo.family_options.routing_replay=r3: every
+    token x MoE layers x top_k, in the smallest integer type of the expert count
+    (`omni_rl.models.moe_routing`); 0 for a dense model or another setting."""
+    from omni_rl.families.autoregressive import TextOptions
+    from omni_rl.families.base import MODEL_FAMILIES
+    from omni_rl.models.moe_routing import layout_of
+    from omni_rl.models.registry import ADAPTERS, adapter_key
+
+    family = MODEL_FAMILIES.get(ADAPTERS.get(adapter_key(cfg.model.adapter, cfg.model.stage)).family).variant(cfg)
+    options = family.bind_family_options(cfg)
+    routers = model.router_modules() if isinstance(options, TextOptions) and options.routing_replay == "r3" else []
+    if not routers:
+        return 0
+    layout = layout_of(routers)
+    prompt, response = text_lengths(cfg)
+    return (prompt + response) * layout.num_layers * layout.top_k * layout.dtype.itemsize

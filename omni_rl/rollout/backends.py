@@ -107,6 +107,9 @@ class RolloutBackend:
     # tempered distribution); False (vLLM's renormalise over the nucleus): the text family
     # refuses algo.family_options.top_p < 1 at load.
     takes_top_p: bool = True
+    # Whether its text results carry a MoE model's routed experts (`TextResult.routes`), which
+    # algo.family_options.routing_replay=r3 replays; False: the text family refuses r3 at load.
+    records_routes: bool = False
     # The backend's rules on the rest of the config (`ValueError` naming the key), run at load.
     check_config: Optional[Callable[[OmniConfig], None]] = None
     # The model base class its engine samples (None: any adapter).
@@ -121,12 +124,12 @@ ROLLOUT_BACKENDS: Registry[RolloutBackend] = Registry("rollout backend")
 def register_rollout_backend(name: str, options_class: type = NativeOptions, beside_trainer=None,
                              shares_model: bool = False, loads_own_weights: bool = False, check_config=None,
                              takes_top_p: bool = True, samples: Optional[type] = None,
-                             packages: tuple[tuple[str, str], ...] = ()):
+                             packages: tuple[tuple[str, str], ...] = (), records_routes: bool = False):
     """Decorator: register `build(cfg, model) -> RolloutEngine` as backend `name` with its spec."""
     def decorator(build):
         ROLLOUT_BACKENDS.register(name, RolloutBackend(build, options_class, beside_trainer, shares_model,
-                                                       loads_own_weights, takes_top_p, check_config, samples,
-                                                       packages))
+                                                       loads_own_weights, takes_top_p, records_routes, check_config,
+                                                       samples, packages))
         return build
 
     return decorator
@@ -192,7 +195,7 @@ def native_driver(cfg: OmniConfig, driver: str) -> str:
 
 
 # The native engine samples with the model it is given; beside the trainer that is a copy.
-@register_rollout_backend("native", NativeOptions, beside_trainer=_always, shares_model=True)
+@register_rollout_backend("native", NativeOptions, beside_trainer=_always, shares_model=True, records_routes=True)
 def native_engine(cfg: OmniConfig, model) -> RolloutEngine:
     r = cfg.rollout
     if isinstance(model, DiffusionModelBase):
@@ -207,8 +210,8 @@ def native_engine(cfg: OmniConfig, model) -> RolloutEngine:
     )
 
 
-# Its own process and copy, synced by update_weights.
-@register_rollout_backend("server", ServerOptions, beside_trainer=_always)
+# Its own process and copy, synced by update_weights; its results are its engine's, routes included.
+@register_rollout_backend("server", ServerOptions, beside_trainer=_always, records_routes=True)
 def server_engine(cfg: OmniConfig, model) -> RolloutEngine:
     return start_server_engine(cfg, model, backend_options(cfg))
 

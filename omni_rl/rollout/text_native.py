@@ -7,14 +7,17 @@ distribution (top-p only narrows what is sampled): the trainer's `token_log_prob
 0 is greedy (evaluation only), recorded under the untempered distribution. With a KV cache
 (`supports_kv_cache`) each step feeds the new tokens only; otherwise the prefix is recomputed
 (fine for tiny models; `vllm` is the fast path on GPUs).
+A MoE model's routed experts are recorded, for requests that ask (`TextRequest.record_routes`),
+for every token fed, prompt included (`TextResult.routes`: [tokens, layers, top_k], smallest int).
 """
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Optional, Sequence
 
 import torch
 
 from omni_rl.models.autoregressive import AutoregressiveModelBase, positions_from_mask
+from omni_rl.models.moe_routing import take_recorded
 from omni_rl.rollout.base import SynchronousRolloutEngine, check_weight_kind
 from omni_rl.rollout.text_types import TextRequest, TextResult
 from omni_rl.utils.tensor_buckets import NamedTensors, named_buckets
@@ -97,6 +100,17 @@ class NativeTextEngine(SynchronousRolloutEngine):
 
     @torch.no_grad()
     def _generate_batch(self, batch: list[TextRequest]) -> list[TextResult]:
+        routing = self.model.routing
+        if routing is None:
+            return self._decode(batch, None)
+        # The trainer's replay may still be set on a model this engine shares: sampling routes by itself.
+        routing.set_replay(None)
+        if not any(r.record_routes for r in batch):
+            return self._decode(batch, None)
+        with routing.recording() as layers:
+            return self._decode(batch, layers)
+
+    def _decode(self, batch: list[TextRequest], layers: Optional[list]) -> list[TextResult]:
         model = self.model
         n = len(batch)
         ids, mask = left_pad([r.prompt.input_ids for r in batch], model.pad_token_id)
@@ -115,6 +129,13 @@ class NativeTextEngine(SynchronousRolloutEngine):
         logits, cache = model.forward_logits(ids, mask, media, cache=cache, logits_to_keep=1)
         self.stats["forwards"] += 1
         last = logits[:, -1]
+        # Per sample, the routes of each token fed: the prompt's now, each response token's at
+        # the forward that feeds it (the last column of that forward).
+        routes: list[list[torch.Tensor]] = [[] for _ in range(n)]
+        if layers is not None:
+            prefill = take_recorded(layers, n)
+            for i, req in enumerate(batch):
+                routes[i].append(prefill[i, prefill.shape[1] - len(req.prompt.input_ids):])
         for _ in range(max_new):
             new = torch.full((n, 1), model.pad_token_id, dtype=torch.long)
             new_mask = torch.zeros((n, 1), dtype=torch.long)
@@ -145,7 +166,12 @@ class NativeTextEngine(SynchronousRolloutEngine):
                 logits, _ = model.forward_logits(ids, mask, media, logits_to_keep=1)
             self.stats["forwards"] += 1
             last = logits[:, -1]
+            if layers is not None:
+                fed = take_recorded(layers, n)[:, -1]
+                for i in new_mask[:, 0].nonzero()[:, 0].tolist():
+                    routes[i].append(fed[i : i + 1])
         self.stats["samples"] += n
+        dtype = model.routing.layout.dtype if layers is not None else None
         return [
             TextResult(
                 request_id=req.request_id,
@@ -157,6 +183,7 @@ class NativeTextEngine(SynchronousRolloutEngine):
                 temperature=req.temperature,
                 top_p=req.top_p,
                 weight_version=self.weight_version,
+                routes=torch.cat(routes[i]).to(dtype).cpu() if layers is not None and req.record_routes else None,
             )
             for i, req in enumerate(batch)
         ]

@@ -26,6 +26,10 @@ class TextRequest:
     top_p: float = 1.0
     # Extra stop tokens besides the model's end-of-turn tokens.
     stop_token_ids: tuple[int, ...] = ()
+    # Record a mixture-of-experts model's routed experts into the result (`TextResult.routes`):
+    # what algo.family_options.routing_replay=r3 replays; off by default, as they take
+    # layers x top_k bytes per token (Qwen3-30B-A3B: 48 x 8 = 384, ~20x the rest of a token's trajectory).
+    record_routes: bool = False
     request_id: int = field(default_factory=lambda: next(_ids))
 
     def batch_key(self) -> tuple:
@@ -40,6 +44,10 @@ class TextResult:
     response_ids: [R] long, the sampled tokens (the stop token included when one was hit)
     log_probs:    [R] fp32, log_softmax(logits / temperature) of each sampled token
     finish_reason: "stop" (a stop token) or "length" (truncated at max_new_tokens)
+    routes:       [S, L, k] a mixture-of-experts model's routed experts (`moe_routing.route_dtype`)
+                  of the first S tokens of prompt + response, per MoE layer; S >= P + R - 1 (the
+                  last response token is fed to no forward that scores another); None when the
+                  model is dense or the engine does not record them
     """
 
     request_id: int
@@ -53,3 +61,4 @@ class TextResult:
     extras: Optional[dict] = None
     # The engine's weight_version when the response was sampled (None: an engine that does not say).
     weight_version: Optional[int] = None
+    routes: Optional[torch.Tensor] = None

@@ -8,9 +8,12 @@ with media (use `native`). LoRA updates are written as a PEFT folder served by a
 full updates go bucket by bucket through `collective_rpc` to `vllm_worker.py`. `sleep` / `wake`
 use vLLM's sleep mode where the platform has it. Sampling is synchronous: `submit_many` returns
 done futures.
+Routed experts (`routing_replay=r3`) are not recorded yet: start-up says in one line whether the
+installed vLLM can return them (`routed_experts_line`); r3 needs rollout.backend=native.
 """
 from __future__ import annotations
 
+import dataclasses
 import gc
 import json
 import logging
@@ -109,6 +112,15 @@ def result_from_completion(req: TextRequest, token_ids: Sequence[int], logprobs:
     )
 
 
+def routed_experts_line(version: str, model_config_class: type) -> str:
+    """The start-up line on routed experts: whether vLLM `version`'s `ModelConfig` (a dataclass)
+    has `enable_return_routed_experts`, and that this engine does not use it yet."""
+    names = {f.name for f in dataclasses.fields(model_config_class)}
+    can = "can" if "enable_return_routed_experts" in names else "cannot"
+    return (f"vLLM {version} {can} return routed experts (enable_return_routed_experts); this engine does not "
+            f"record them yet: algo.family_options.routing_replay=r3 needs rollout.backend=native")
+
+
 class VllmTextEngine(SynchronousRolloutEngine):
     def __init__(self, cfg: OmniConfig, model, path: str, options):
         require("vllm")
@@ -134,6 +146,10 @@ class VllmTextEngine(SynchronousRolloutEngine):
             enable_sleep_mode=self.sleep_mode, enable_lora=lora.enabled, max_lora_rank=vllm_max_lora_rank(lora.rank) if lora.enabled else 16,
             max_loras=1, logprobs_mode="processed_logprobs", worker_extension_cls=WORKER_EXTENSION,
         )
+        import vllm
+        from vllm.config import ModelConfig
+
+        log.info(routed_experts_line(vllm.__version__, ModelConfig))
 
     def generate(self, requests: Sequence[TextRequest], timeout_s: float | None = None) -> list[TextResult]:
         from vllm import SamplingParams
