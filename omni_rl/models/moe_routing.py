@@ -1,28 +1,11 @@
 """Routed experts of a mixture-of-experts language model: recorded at rollout, replayed in training.
 
-A MoE router picks each token's top-k experts from logits that differ in their last bits between
-the rollout's forward and the trainer's (another batch shape, another kernel, bf16); a token
-whose choice flips is trained under another function than the one that sampled it. Rollout
-routing replay (R3, arXiv 2510.11370): the rollout records, per token and MoE layer, the experts
-it used, and the trainer's forward uses those in place of its own top-k. The gate weights stay
-the trainer's: the softmax over all experts of its own router logits, taken at the replayed
-experts, renormalised over them where the model does (`norm_topk_prob`), exactly as
-transformers' Qwen3-MoE / Qwen3-Omni routers weigh their own top-k; so the router keeps its
-gradient.
-
-`RouterHooks` holds one PyTorch forward hook per router instance (`register_forward_hook` on
-the model's own modules, no change to transformers' classes): a router's output
-`(logits, weights, indices)` is replaced by one with the replayed indices and their weights
-while a replay is set, and the indices it ends up using are kept while recording.
-
-Routes travel compactly, [tokens, layers, top_k] in the smallest integer type that holds the
-expert count (`route_dtype`).
-
-Load balancing: omni-rl computes no auxiliary load-balancing loss (its losses are the policy
-loss and the KL); `load_balancing_loss` is the one to add to a loss where a recipe wants it, and
-it counts the routes the forward used, the replayed ones under replay, not the router's own
-top-k (transformers' `load_balancing_loss_func` recomputes a top-k from the logits, so it must
-not be used under replay).
+Rollout routing replay (R3, arXiv 2510.11370): the rollout records each token's experts per MoE
+layer, and the trainer's forward uses those in place of its own top-k, so a token whose choice
+would flip on another kernel is trained under the function that sampled it. The gate weights
+stay the trainer's own (softmax of its router logits at the replayed experts), so the router
+keeps its gradient. `RouterHooks` does this with forward hooks on the model's own routers;
+`load_balancing_loss` counts the routes the forward used. Rationale: docs/algorithms.md.
 
 Not here: which modules are the routers (the adapter says: `AutoregressiveModelBase.router_modules`).
 """

@@ -2,42 +2,12 @@
 
     client = ScoreClient("http://127.0.0.1:8000", timeout_s=60, retries=3, backoff_s=0.5)
     scores = client.score(latents, prompts, metadata, kind="latents")   # B floats
-    client.health()                                                     # the /health JSON
 
-`url` is the server's base URL; the client POSTs to `url + "/score"` (a URL whose path
-already ends in `/score` is used as it is). Each attempt opens a fresh connection.
-
-What is retried, and how:
-- connection errors (refused, reset, closed early), timeouts, and the statuses 408, 429 and
-  5xx are transient: the call is tried again, at most `retries` more times (so `1 + retries`
-  attempts in all);
-- before retry k (k = 1, 2, ...) the client sleeps `backoff_s * 2**(k - 1)`, times a random
-  factor in [0.5, 1] ("equal jitter", so many clients do not retry in lockstep), at most
-  `max_backoff_s`;
-- any other status (400 malformed request or protocol mismatch, 404 wrong URL, 413, 415, ...)
-  fails at once: resending the same bytes cannot fix it;
-- a 200 whose body is not `{"scores": [B finite numbers], "protocol": 1}` fails at once too:
-  a wrong number of scores, or a NaN/inf, is a server bug, never a reward of 0.
-- an answer larger than `max_reply_bytes` fails at once too, naming that limit: a scorer's
-  answer is a few kB, and resending brings the same answer.
-Every failure raises `RewardServerError` naming the URL, the status or cause, and the number
-of attempts made.
-
-Where a token goes (`docs/reward_protocol.md`, Security): a token is sent to the one server it
-was issued for, never to whatever URL a recipe names. It comes from a token file (`token_file`,
-mode 0600, naming its server's URL: `omni_rl.utils.token_files`; a file for another server is
-refused at load) or from `OMNI_RL_REWARD_TOKEN` together with `OMNI_RL_REWARD_TOKEN_URL`, the
-base URL it is for (a client whose URL is another server's sends no token; the token without
-the URL is refused at load). Nothing is sent over plain http:// to a host outside loopback
-unless the reward says `allow_insecure_remote: true`: checked from the URL's text, before any
-connection (a host name other than "localhost" is not resolved, so it counts as remote).
-
-`timeout_s` is a deadline for each attempt as a whole (connect, send, read the whole reply,
-however the server paces its bytes), and an answer is read up to `max_reply_bytes` (16 MiB):
-the shared transport's (`omni_rl.utils.http_transport.request`, which also reads a server's
-early answer, a 413, instead of reporting the broken send). The worst case of a call that ends
-in failure is `(1 + retries) * timeout_s` plus the backoff sleeps (plus name resolution, which
-no socket timeout bounds; give an IP address to avoid it).
+POSTs to `url + "/score"` and retries connection errors, timeouts, 408, 429 and 5xx with
+jittered exponential backoff; any other failure (another status, a malformed or oversized
+answer) raises `RewardServerError` at once. A token goes only to the server it was issued for,
+and plain http:// leaves loopback only with `allow_insecure_remote`. Statuses, retries, limits
+and token rules: `docs/reward_protocol.md`. Left out: connection reuse, name-resolution timeouts.
 """
 from __future__ import annotations
 

@@ -1,36 +1,11 @@
 """The omni-rl remote-scorer protocol, version 1: encode/decode helpers for both sides.
 
-A remote scorer is an HTTP server that scores a batch of B samples. Two endpoints:
-
-    POST /score     body: one safetensors file holding the batch (below)
-                    headers: X-Omni-RL-Protocol: 1
-                             Content-Type: application/x-safetensors
-                             Content-Length: <bytes>
-                    200 -> JSON {"scores": [s_0, ..., s_{B-1}], "protocol": 1}
-    GET  /health    200 -> JSON {"status": "ok", "protocol": 1, "scorer": "...", "accepts": ...}
-
-The body is a standard safetensors file with exactly one tensor, which names what is scored:
-
-    latents   float32 [B, ...]                  clean latents, for latent scorers (no VAE decode)
-    images    uint8   [B, H, W, C] or [B, T, H, W, C]   pixels 0..255, channels last (T = frames)
-
-and two entries in its `__metadata__` header (a str -> str map, as safetensors requires):
-
-    prompts   a JSON list of B strings
-    metadata  a JSON list of B objects, one per sample (`{}` when there is none); a PIL image
-              in the metadata (an edit's `source_image`) travels as a PNG data URI string
-              "data:image/png;base64,..." (`image_to_wire`; servers read it with `image_from_wire`)
-
-Every dim of the tensor is >= 1 and latents are finite (else a 400, which clients do not retry).
-Scores are JSON numbers, one per sample in batch order, finite, higher is better. Errors are
-`{"error": "<sentence>", "protocol": 1}` with a status; `docs/reward_protocol.md` is the whole
-contract (statuses, retries, security), written for someone implementing a server in another
-language. The safetensors reading, the version check and the error document are the wire codec
-both omni-rl protocols share (`omni_rl.utils.wire`).
-
-Left out on purpose: compression, streaming, authentication beyond an optional bearer token
-(`Authorization: Bearer <token>`, else 401; servers bind loopback by default) and per-request
-options; a new field or endpoint that changes meaning bumps the version.
+`POST /score` sends a batch of B samples as one safetensors file (one tensor, `latents` or
+`images`, plus `prompts` and `metadata` JSON lists in its `__metadata__`) and gets back
+`{"scores": [B finite numbers], "protocol": 1}`; `GET /health` describes the scorer. A PIL image
+in the metadata travels as a PNG data URI (`image_to_wire` / `image_from_wire`). The wire codec
+shared with the rollout protocol is `omni_rl.utils.wire`; the whole contract (shapes, statuses,
+security) is `docs/reward_protocol.md`. Left out: compression, streaming, per-request options.
 """
 from __future__ import annotations
 

@@ -1,29 +1,13 @@
 """`RolloutServer`: a rollout engine served over loopback HTTP (rollout protocol, version 1).
 
-    GET  /health           {"status": "ok", "protocol", "pid", "weight_version", "engine"}
-                           (503 {"status": "dead", "error"} once the engine cannot sample)
-    GET  /stats            {"protocol", "pid", "weight_version", "weight_kind", "stats": {...}}
-    POST /generate         message {"requests": [...], "timeout_s": t} -> message {"results": [...]}
-    POST /update_weights   one bucket of named tensors (metadata version, kind, bucket, last)
-    POST /sleep, /wake     the engine's sleep() / wake()
-    POST /shutdown         answers, then stops serving
+Endpoints `/health`, `/stats`, `/generate`, `/update_weights`, `/sleep`, `/wake` and
+`/shutdown`, their messages and error statuses: docs/rollout_protocol.md. The transport (token,
+body and connection bounds) is `omni_rl.utils.http_transport`'s. Each generate request is
+checked with the engine's `check_request` before any reaches the engine. Engine calls hold one
+lock (a weight bucket must never land mid-generate); /health and /stats take none, so they
+answer while a generate runs.
 
-The transport (a token, body and connection bounds) is `omni_rl.utils.http_transport`'s, shared
-with the reward server; the command line always gives a token (the trainer's per-run secret),
-and the client keeps its own connections few (`client.MAX_GENERATE_CALLS`).
-
-Every request and answer also carries `X-Omni-RL-Rollout-Protocol`; a request without it or
-with another version is a 400 naming both versions. Errors are JSON `{"error": ..., "protocol": 1}`:
-400 a malformed or refused request (a message that is no safetensors file, JSON nested past
-64 levels, a request the engine cannot sample: each request is checked with the engine's
-`check_request` before any reaches the engine, so a bad one is refused to its sender alone),
-404 an unknown path, 500 the engine raised. Calls into the engine are serialised (one lock):
-the native text engine samples in its caller's thread, and a weight bucket must never land in
-the middle of a generate call. GET /health and /stats take no lock: they answer while a
-generate runs, which is how the client tells a busy server from a silent one.
-
-Left out on purpose: retries (a generate is not resent: the client fails the step and names
-the server), streaming of partial results.
+Left out on purpose: retries (the client fails the step and names the server), streaming.
 """
 from __future__ import annotations
 

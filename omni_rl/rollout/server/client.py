@@ -1,26 +1,11 @@
 """`ServerRolloutEngine` (`rollout.backend=server`): the rollout contract over HTTP to a rollout server.
 
-`start_server_engine(cfg, model, backend)` starts `python -m omni_rl.rollout.server --backend
-BACKEND` (the in-process engine it serves: `native` for rollout.backend=server, `vllm_omni` /
-`vllm` for those backends with rollout.options.python set) with the Python that `rollout.options.python` names
-(null = this one), this checkout first on its PYTHONPATH, and waits up to
-`rollout.options.server_startup_timeout_s` for its first line (its address) and a health check. It then
-sends the trainer's trainable tensors as version 0, so both sides start from the same weights.
-
-Requests go in chunks of `rollout.max_num_seqs` (one engine batch), each chunk one POST
-/generate on a thread of its own (at most `MAX_GENERATE_CALLS` of them open at once: the server
-runs one at a time), whose futures complete as soon as it is back (the reward scorer overlaps
-the rest). While `wait` waits, it checks that the process lives and, every few
-seconds, that /health answers: a server that exits or stops answering fails the call within
-`rollout.options.server_timeout_s` with a `RolloutEngineError` naming its address, pid and the call.
-
-Every call carries the run's secret (`Authorization: Bearer <token>`): a fresh one per run,
-handed to the server in its environment (`OMNI_RL_ROLLOUT_TOKEN`), so no other local process
-can stop, steer or read the run (the server answers it 401). The transport (a deadline for each
-whole call, early answers, a bound on the answer) is `omni_rl.utils.http_transport`'s.
-
-The server samples with its own copy of the model, so `same_log_probs_as` is False and the
-trainer recomputes old log-probs (`algo.old_logprob_mode=auto`).
+`start_server_engine` starts `python -m omni_rl.rollout.server` with the run's secret token,
+waits for its address and a health check, and sends the trainable tensors as version 0.
+Requests go in chunks of `rollout.max_num_seqs`, one POST /generate each (at most
+`MAX_GENERATE_CALLS` open); a server that exits or stops answering fails the call with a
+`RolloutEngineError` naming its address, pid and the call. The server samples with its own
+model copy, so the trainer recomputes old log-probs. Details: docs/rollout_protocol.md.
 """
 from __future__ import annotations
 
