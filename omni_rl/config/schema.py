@@ -1,15 +1,9 @@
 """The configuration schema: typed dataclasses that hold every default.
 
 YAML recipes and command-line overrides only change these values; no code elsewhere keeps a
-default of its own for these keys (`cfg.get("x", default)` is not used). A component's own knobs
-are not here: they and their defaults are its options dataclass (`omni_rl.config.options`), set
-in its block (`model.options`, `algo.loss_options.<loss>`, ...). Batch sizes name their unit:
-`prompts_per_step` prompts, each sampled `samples_per_prompt` times, trained in mini-batches
-of `mini_batch_size` samples (one optimizer step each) made of forwards of
-`micro_batch_size` samples.
-
-Cross-field rules (an SDE window inside the step count, batch sizes that divide) live in
-`omni_rl/config/validate.py`.
+default of its own. A component's own knobs are its options dataclass (`omni_rl.config.options`).
+Batch sizes name their unit (`prompts_per_step` prompts x `samples_per_prompt`, mini-batches
+and micro-batches of samples). Cross-field rules live in `omni_rl/config/validate.py`.
 """
 from __future__ import annotations
 

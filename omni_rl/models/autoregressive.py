@@ -2,14 +2,9 @@
 
 An action is a token; rollout and trainer compute
 log_prob(token_t) = log_softmax(logits_{t-1} / temperature)[token_t] (fp32) with the same method.
-The contract: `encode_prompt(messages, media)` -> `PromptInputs`; `forward_logits(input_ids,
-attention_mask, media, cache, logits_to_keep)` (fp32 logits of a left-padded batch, only the
-last k positions with `logits_to_keep=k`, since a whole prompt's logits are the pass's largest
-tensor); `token_log_probs(...)`; `strip_for_training()` (drop what the policy never uses, such
-as an omni model's talker); `context_length()`. Positions come from the attention mask, so left
-padding never shifts them; models with their own scheme override `forward_logits`.
-`router_modules()` lists a MoE model's routers (none for a dense model); `routing` hooks them to
-record and replay routed experts (`omni_rl.models.moe_routing`).
+Subclasses give `encode_prompt`, `forward_logits` (left-padded batches; positions come from the
+attention mask), `token_log_probs`, `strip_for_training`, `context_length`, and for a MoE model
+`router_modules` (`omni_rl.models.moe_routing` hooks them).
 """
 from __future__ import annotations
 

@@ -1,20 +1,10 @@
 """A step's best case as a roofline: each phase takes the larger of its FLOP time and its memory time.
 
-- FLOP time: the phase's FLOPs (`steps.step_flops`) over every rank's peak dense bf16 throughput.
-- Memory time: the bytes one rank's device reads in the phase over the kind's memory bandwidth
-  (`devices.py`). The bytes are a lower bound of the traffic, so the time stays a bound:
-  - weights: what the traced ops read (`trace.py`: each parameter once per op that takes it); a
-    MoE's experts only in the share that a forward's T tokens route to, E (1 - (1 - k/E)^T) of
-    its E experts for top-k routing spread evenly (the expected number of distinct experts hit);
-  - decoding, iteration by iteration at `rollout.max_num_seqs` rows a batch: one step's weights
-    (experts for `max_num_seqs` tokens) and the KV cache of every position so far, plus the
-    prefill once a batch;
-  - activations: the traced peak, written once by a rollout forward, written and read back by a
-    training pass.
-
-Under FSDP2 each rank reads the whole (all-gathered) weights for its forwards. Not counted:
-communication, prompt encoding, decoding to pixels, rewards and kernel launches, so a real step
-takes longer.
+FLOP time is the phase's FLOPs over every rank's peak dense bf16 throughput; memory time is a
+lower bound of the bytes one device reads (weights per traced op, a MoE's expected share of
+experts, decoding's weights and KV cache, activations) over its bandwidth. The counting rules
+are in docs/plan.md. Not counted: communication, prompt encoding, decoding to pixels, rewards
+and kernel launches, so a real step takes longer.
 """
 from __future__ import annotations
 

@@ -1,14 +1,10 @@
 """The native text rollout engine: batched sampling with per-request settings and seeds.
 
-Requests sharing a batch key are decoded together, up to `max_num_seqs`, left-padded, one forward
-per token; each row samples with its own temperature, top-p and generator and stops on its own.
-The recorded log-prob is `log_softmax(logits / temperature)` in fp32 over the full tempered
-distribution (top-p only narrows what is sampled): the trainer's `token_log_probs`. Temperature
-0 is greedy (evaluation only), recorded under the untempered distribution. With a KV cache
-(`supports_kv_cache`) each step feeds the new tokens only; otherwise the prefix is recomputed
-(fine for tiny models; `vllm` is the fast path on GPUs).
-A MoE model's routed experts are recorded, for requests that ask (`TextRequest.record_routes`),
-for every token fed, prompt included (`TextResult.routes`: [tokens, layers, top_k], smallest int).
+Requests sharing a batch key are decoded together (up to `max_num_seqs`, left-padded), each row
+with its own temperature, top-p and generator. The recorded log-prob is the trainer's:
+`log_softmax(logits / temperature)` in fp32 over the full tempered distribution; temperature 0
+is greedy (evaluation only). Uses a KV cache where the model has one, and records a MoE model's
+routed experts for requests that ask. The fast path on GPUs is `vllm`.
 """
 from __future__ import annotations
 

@@ -1,18 +1,10 @@
-"""The wire codec under both HTTP protocols: what a reward-protocol and a rollout-protocol
-message share (`omni_rl.reward.protocol`, `omni_rl.rollout.server.protocol`).
+"""The wire codec under both HTTP protocols (`omni_rl.reward.protocol`, `omni_rl.rollout.server.protocol`).
 
-- `ProtocolError`: a message that does not follow its protocol (a server answers it 400);
-- `version_mismatch`: the one check of a protocol-version header, on either side;
-- a body is one safetensors file: `read_metadata` checks its header (a little-endian u64
-  length, then that many bytes of JSON) and returns its `__metadata__` (a str -> str map)
-  without reading a tensor, `metadata_json` parses one JSON entry of it, `load_tensors` reads
-  the tensors;
-- an error answer is the JSON object `{"error": "<sentence>", "protocol": N}`: `error_document`
-  writes one, `error_text` quotes the sentence of one (or a cut preview of a body that is not).
-
-Every JSON document is depth-checked before `json.loads` recurses into it. What a message
-means (which tensors, which metadata entries, which dataclasses) stays with each protocol; so do
-the transport (`omni_rl.utils.http_transport`) and the paths each server answers.
+A body is one safetensors file: `read_metadata` checks its header and returns its
+`__metadata__` without reading a tensor, `load_tensors` reads the tensors. `version_mismatch`
+checks a protocol-version header, `error_document` / `error_text` write and quote the
+`{"error": ..., "protocol": N}` answer, and every JSON document is depth-checked before parsing.
+Left out: what a message means, the transport (`omni_rl.utils.http_transport`) and the paths.
 """
 from __future__ import annotations
 

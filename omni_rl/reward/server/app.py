@@ -1,24 +1,13 @@
 """`ScoreServer`: the reference server of the remote-scorer protocol (`omni_rl.reward.protocol`).
 
-It serves any scorer callable
+It serves any `scorer(tensor, prompts, metadata) -> list[float]`; a `OneKindScorer` declares
+the one tensor kind it takes. A scorer may raise `HttpStatusError` to choose the status; a
+`RewardInputError` is a 400, anything else (or a wrong or non-finite score list) a 500. One
+lock runs one batch at a time. The transport is `omni_rl.utils.http_transport`'s; the server
+binds 127.0.0.1 unless `allow_remote`. Tests use `serve_in_thread(scorer) -> (server, url)`.
 
-    scorer(tensor, prompts, metadata) -> list[float]        # one finite score per sample
-
-where `tensor` is the request's float32 latents [B, ...] or uint8 images [B, H, W, C]
-(a registered image reward such as `build_reward("brightness")` fits as it is). A scorer that
-takes one kind only is a `OneKindScorer` declaring `accepts = "latents"` or `"images"`; the server
-then answers a request of the other kind with 400. A scorer may raise `HttpStatusError(status, message)` to choose the
-reply (e.g. 503 while its model is loading); a `RewardInputError` (the batch does not fit the
-scorer, e.g. float images to an image reward) is a 400; any other exception is a 500 naming
-it, and so is a wrong number of scores or a NaN/inf. Calls into the scorer are serialised by a
-lock (one batch at a time), since a model on one device gains nothing from concurrent batches.
-The transport (a token, body and connection bounds) is `omni_rl.utils.http_transport`'s,
-shared with the rollout server. It binds 127.0.0.1 and refuses any other address unless told
-to (`allow_remote`).
-
-In tests, `serve_in_thread(scorer) -> (server, url)` runs it in a background thread;
-`server.stop()` shuts it down and frees the port. Left out: which scorer a spec names
-(`omni_rl.reward.server.scorers`) and the command line (`omni_rl.reward.server.serve`).
+Left out: which scorer a spec names (`omni_rl.reward.server.scorers`) and the command line
+(`omni_rl.reward.server.serve`).
 """
 from __future__ import annotations
 

@@ -1,24 +1,12 @@
 """`python -m omni_rl.reward.server --scorer SPEC`: build a scorer and serve it (`ScoreServer`).
 
-    python -m omni_rl.reward.server --scorer latent_stats --port 8000
-    python -m omni_rl.reward.server --scorer my_pkg.scorers:make_scorer --kwargs '{"path": "m.st"}'
-    python -m omni_rl.reward.server --scorer reward:jpeg_compressibility      # a registered reward
+    python -m omni_rl.reward.server --scorer latent_stats --port 8000 --token-file PATH
 
 `--scorer` and `--kwargs` name the scorer (`omni_rl.reward.server.scorers`). The server binds
-127.0.0.1 and refuses any other address unless `--host` is given explicitly.
-
-A token makes every request show `Authorization: Bearer TOKEN`, else 401 and nothing scored. It
-comes from the environment variable `OMNI_RL_REWARD_TOKEN` (removed from this process's
-environment once read) or from `--token-file PATH`, a token file of mode 0600
-(`omni_rl.utils.token_files`; one readable by others is refused, naming its mode); a PATH that
-does not exist is written with a fresh token and this server's URL, for the clients to read
-(`token_file:` on the reward). `--token` is refused: a command line is every local user's to
-read. The first line printed says where the token is, never the token. Without one the server
-serves anyone who can reach it, and says so. `--port 0` picks a free port; the first line
-printed says the URL. A command line that cannot start a server prints one `error: ...` line
-(`omni_rl.utils.server_args`) and exits 2 for bad input (an unknown scorer or reward, --kwargs
-the factory does not take, --port outside 0..65535, --token, a token file readable by others)
-or 1 for a run-time failure (the port is in use, the factory itself failed).
+127.0.0.1 unless `--host` is given. The token comes from `OMNI_RL_REWARD_TOKEN` or a 0600
+`--token-file` (written fresh when missing), never `--token`; token rules are in
+docs/reward_protocol.md (Security). A bad command line prints one `error: ...` line and exits 2;
+a run-time failure (port in use, the factory failed) exits 1.
 """
 from __future__ import annotations
 

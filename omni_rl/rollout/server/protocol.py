@@ -1,18 +1,10 @@
 """The omni-rl rollout-server protocol, version 1: message encoding for both sides.
 
-A message is one safetensors file: the tensors, and in its `__metadata__` one entry, `message`,
-a JSON document in which each tensor is `{"$tensor": name}`. Typed values travel as tagged
-objects, so a result comes back as the very dataclass the native engine made:
-
-    {"$type": "DiffusionResult", "fields": {...}}   a dataclass of `MESSAGE_TYPES`, field by field
-    {"$streams": {name: value, ...}}               `LatentStreams` (latents of several streams)
-    {"$tuple": [...]}  and  {"$dict": {...}}       tuples, and dicts (str keys) that are not types
-
-JSON floats round-trip exactly; NaN and infinity are written as Python's json does (both
-ends are this module). Weight buckets are plain safetensors files of named tensors, with their
-version and kind in the metadata. The safetensors reading, the version check and the error
-document are the wire codec both protocols share (`omni_rl.utils.wire`).
-`docs/rollout_protocol.md` is the whole protocol.
+A message is one safetensors file whose `__metadata__["message"]` is a JSON document pointing
+at its tensors (`{"$tensor": name}`); dataclasses, `LatentStreams`, tuples and dicts travel as
+tagged objects (`$type`, `$streams`, `$tuple`, `$dict`), so a result comes back as the very
+dataclass the engine made. Weight buckets are plain safetensors files of named tensors. The
+shared codec is `omni_rl.utils.wire`; the whole protocol is `docs/rollout_protocol.md`.
 """
 from __future__ import annotations
 

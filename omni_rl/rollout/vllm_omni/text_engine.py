@@ -1,15 +1,10 @@
 """`VllmTextEngine`: the rollout contract over `vllm.LLM` for text models (`rollout.backend=vllm`).
 
-Serves causal LMs (Qwen3 and kin) and the Qwen3-Omni thinker. Each request is one prompt with
-its own seeded `SamplingParams`; vLLM returns processed log-probs, `log_softmax(logits / T)`, the
-trainer's function, which holds for top_p = 1 only, so top_p < 1 is refused, and so are prompts
-with media (use `native`). LoRA updates are written as a PEFT folder served by a new
-`LoRARequest` per version (fp16/bf16 only; the rank rounded up to a `VLLM_LORA_RANKS` entry);
-full updates go bucket by bucket through `collective_rpc` to `vllm_worker.py`. `sleep` / `wake`
-use vLLM's sleep mode where the platform has it. Sampling is synchronous: `submit_many` returns
-done futures.
-Routed experts (`routing_replay=r3`) are not recorded yet: start-up says in one line whether the
-installed vLLM can return them (`routed_experts_line`); r3 needs rollout.backend=native.
+Serves causal LMs and the Qwen3-Omni thinker, one seeded `SamplingParams` per request; vLLM's
+log-probs match the trainer's only for top_p = 1, so top_p < 1 and prompts with media are
+refused (use `native`). LoRA updates go as a PEFT folder per version, full updates bucket by
+bucket through `collective_rpc` (`vllm_worker.py`). Sampling is synchronous. Left out: recording
+routed experts (`routing_replay=r3` needs rollout.backend=native).
 """
 from __future__ import annotations
 
