@@ -1,9 +1,7 @@
 """Rollout correction: truncated importance weights between the rollout engine and the trainer.
 
-An engine with other kernels or precision samples from a slightly different policy than the
-trainer's old one; TIS (Yao et al. 2025) weighs each action's policy loss by
-w = min(exp(old_log_prob - rollout_log_prob), C), detached, per `token`, `step` or `sequence`,
-truncated or masked at C (docs/algorithms.md, Rollout correction).
+TIS (Yao et al. 2025): w = min(exp(old_log_prob - rollout_log_prob), C), detached, per `token`,
+`step` or `sequence`, truncated or masked at C (docs/algorithms.md, Rollout correction).
 
     weights, metrics = rollout_is_weights(old, rollout, mask, level="token", cap=2.0)
 

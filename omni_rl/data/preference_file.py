@@ -2,12 +2,9 @@
 
     {"prompt": "a red cube", "chosen": "imgs/0_w.png", "rejected": "imgs/0_l.png"}
 
-`load_preference_file` checks every row before any model loads: its fields, and both images
-decoded and different (a pair of equal images trains nothing: its DPO loss is ln 2); a bad row
-raises `PreferenceFileError` (a `PromptFileError`) naming the file, the 1-based row and the field.
-`read_pair_images` reads a pair at the model's size; `preference_prompts` gives the distinct prompts.
-
-Not here: encoding into latents, the pairs' batch, which pairs a step trains (`omni_rl.families`).
+`load_preference_file` checks every row (fields, two different decodable images) before any
+model loads, raising `PreferenceFileError` naming the file, row and field.
+Not here: encoding into latents, batching, which pairs a step trains (`omni_rl.families`).
 """
 from __future__ import annotations
 

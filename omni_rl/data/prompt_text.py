@@ -1,12 +1,9 @@
 """A prompt file's text as every prompt reader takes it, and what a prompt's text may hold.
 
-Prompts reach terminals, logs and tokenizers, so a hostile or broken file stops here in one
-`PromptFileError` naming its line and column: `check_regular_file` refuses a FIFO or device from
-its `stat`, never opening it; `read_text_lines` reads UTF-8 (an optional byte-order mark dropped,
-CRLF endings accepted) and refuses every control character but tab (`str.splitlines` is not used:
-it would move line numbers); `check_prompt_text` is the same rule for prompts from JSON or Parquet,
-where a newline is allowed; `is_blank` counts zero-width characters as blank.
-
+A hostile or broken file stops here in one `PromptFileError` naming its line and column:
+`check_regular_file` refuses FIFOs and devices, `read_text_lines` reads UTF-8 and refuses
+control characters but tab, `check_prompt_text` is the same rule for JSON or Parquet prompts
+(newlines allowed), and `is_blank` counts zero-width characters as blank.
 Not here: what a row holds besides its text (the readers), its length (`prompt_chars`).
 """
 from __future__ import annotations

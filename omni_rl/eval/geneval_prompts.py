@@ -1,13 +1,10 @@
 """GenEval-style training prompts with their metadata rows, from GenEval's generation rules.
 
-Flow-GRPO's 50k training rows are not distributable, so `generate_rows(n, seed, weights,
-exclude_prompts)` makes such rows: a task drawn by `weights`, then that task's rule over
-`COCO_CLASSES`, `COLOURS` and `RELATIONS` (the rules are tabled in docs/evaluation.md, Getting
-the data). Excluded prompts (the official test ones) are drawn again within their task; one
-seed gives one list (numpy's PCG64).
+`generate_rows(n, seed, weights, exclude_prompts)` draws a task, then its rule over
+`COCO_CLASSES`, `COLOURS` and `RELATIONS` (docs/evaluation.md, Getting the data); one seed gives
+one list.
 
-    python -m omni_rl.eval.geneval_prompts --n 50000 --seed 1 --exclude evaluation_metadata.jsonl \
-        --no-single-object --out train.jsonl
+    python -m omni_rl.eval.geneval_prompts --n 50000 --seed 1 --out train.jsonl
 """
 from __future__ import annotations
 

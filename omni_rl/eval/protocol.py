@@ -1,11 +1,8 @@
 """`Protocol`: everything that decides a benchmark's number besides the model, pinned and recorded.
 
-A benchmark's number moves with the sampler (one SD3.5-M checkpoint scores 7.94 to 20.42 on
-GenEval2 across steps, guidance and resolution), so the protocol is part of every result and two
-results are compared only when their protocols are equal (`differences`). It holds the sampling
-fields (None: the recipe's value, recorded; a field the family does not read is refused),
-`samples_per_prompt` and `seed` (sample k of row i is drawn from `sample_seed(i, k)`, so every
-model sees the same noise), and the `scorers` with their options.
+It holds the sampling fields, `samples_per_prompt`, `seed` (sample k of row i comes from
+`sample_seed(i, k)`) and the scorers; two results are compared only when their protocols are
+equal (`differences`).
 
     protocol.with_overrides(["num_steps=4", "geneval.detector=tiny:x"])
 """

@@ -1,12 +1,8 @@
 """`ParameterEMA`: an exponential moving average of named trainable parameters, and a swap.
 
-`update(decay)` does ema <- decay ema + (1 - decay) theta (the decay for that step may differ: a
-warm-up ramp). Inside `swapped_in()` the parameters hold the EMA values, the parameter objects
-unchanged, and on leaving each gets its very own storage back (bit for bit); use it under
-`torch.no_grad()`, outside a forward that builds a graph. The EMA is fp32 on the parameters'
-device and goes through checkpoints with `state_dict`.
-
-Not here: when to update (the caller's), sharded (FSDP2) parameters.
+`update(decay)`: ema <- decay ema + (1 - decay) theta, in fp32. Inside `swapped_in()` the
+parameters hold the EMA values and get their own storage back on leaving; use it under
+`torch.no_grad()`. Not here: when to update, sharded (FSDP2) parameters.
 """
 from __future__ import annotations
 

@@ -1,13 +1,9 @@
 """What a run shows on the console, and the full log it keeps in its output folder.
 
-`setup_console_logging()` sends log records to stderr through `tqdm.write` (so a progress bar is
-redrawn around them), leaves known-harmless third-party messages (`KNOWN_NOISE`) off the console,
-turns off the hub's progress bars, and routes transformers' and diffusers' records through the
-same handler once they are imported (an import hook, so a text run never imports diffusers).
-`attach_run_log(output_dir)` writes every record at INFO and above, the silenced ones included,
-to `OUTPUT/train.log`.
-
-Left out on purpose: Ray workers' own logs (Ray forwards them to the console, not to train.log).
+`setup_console_logging()` sends records to stderr through `tqdm.write`, keeps known-harmless
+third-party messages (`KNOWN_NOISE`) off the console and routes transformers' and diffusers'
+records through the same handler; `attach_run_log(output_dir)` writes everything at INFO and
+above to `OUTPUT/train.log`. Left out: Ray workers' own logs.
 """
 from __future__ import annotations
 

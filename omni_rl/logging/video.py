@@ -1,11 +1,7 @@
 """Sample videos: mp4 files (with an optional audio track), contact sheets and animated GIFs.
 
-`save_video(frames, path, fps, audio=None, sample_rate=None)` writes an H.264 mp4 (yuv420p,
-BT.709, so browsers show it as meant) with an AAC track, atomically; `contact_sheet`, `video_grid`
-and `gif_bytes` (for TensorBoard) make pictures of samples. Frames are uint8 `[T, H, W, 3]`;
-floats are rejected rather than guessed at. PyAV's wheels bring their own ffmpeg, imported when a
-video is saved.
-
+`save_video` writes an H.264 mp4 (BT.709) with an optional AAC track, atomically;
+`contact_sheet`, `video_grid` and `gif_bytes` make pictures. Frames are uint8 `[T, H, W, 3]`.
 Left out on purpose: reading videos, downscaling, audio resampling (`omni_rl.utils.audio`).
 """
 from __future__ import annotations

@@ -1,12 +1,8 @@
 """`ThinkDrawModelBase`: the contract of models that write a plan as text, then draw an image from it.
 
-Everything of `DiffusionModelBase` holds for the image; this class adds the text half:
-`sample_plans(prompts, seeds, max_new_tokens, temperature)` (plan ids and mask `[B, R]`, each
-plan from its own seed; 0 is greedy), `plan_log_probs(...)` (`[B, R]` fp32, teacher forced: the
-same function for rollout and trainer, so on-policy the ratio is 1),
-`encode_prompts_with_plans(...)` (the image's `Conditioning` with prompt and plan, handed to the
-engine as each request's precomputed conditioning) and `decode_plan(ids)`. Plans are padded to
-`max_new_tokens` columns, so a log-prob does not depend on its batch-mates.
+Adds the text half to `DiffusionModelBase`: `sample_plans`, `plan_log_probs` (teacher forced, the
+same function for rollout and trainer), `encode_prompts_with_plans` and `decode_plan`. Plans are
+padded to `max_new_tokens` columns, so a log-prob does not depend on its batch-mates.
 """
 from __future__ import annotations
 

@@ -1,13 +1,10 @@
 """One forward (and backward) of a weightless network at full size, on fake tensors: FLOPs and
 peak memory without allocating or computing anything.
 
-`materialize(module, fake)` gives meta parameters and buffers (fake) tensors; `trace(module,
-kwargs, backward)` runs it under `LiveBytes`, which counts FLOPs (torch's `flop_registry`, plus
-`EXTRA_FLOPS` for MoE's `_grouped_mm`) and peak live activation bytes. torch's `FlopCounterMode`
-keeps module outputs alive (undoing gradient checkpointing) and its `MemTracker` refuses frozen
-parameters, hence this mode. Not counted: FSDP2's gathered blocks and buffers. Weight reads: each parameter once per op
-that takes it (views read nothing, an embedding its rows), a MoE's experts (a module named
-`experts`) apart, for `roofline.py`.
+`materialize` gives meta parameters fake tensors; `trace` runs the module under `LiveBytes`,
+which counts FLOPs, peak live activation bytes and weight reads for `roofline.py` (torch's
+`FlopCounterMode` would keep outputs alive, undoing checkpointing). Not counted: FSDP2's
+gathered blocks and buffers.
 """
 from __future__ import annotations
 

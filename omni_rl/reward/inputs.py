@@ -1,13 +1,9 @@
-"""Checks and converts the inputs every reward scorer receives.
+"""Checks and converts the inputs every reward scorer receives: `scorer(samples, prompts, metadata)`.
 
-A scorer is called as `scorer(samples, prompts, metadata)`: B samples (images as a list of PIL
-images or a uint8 `[B, H, W, C]` tensor or array; or a list of B response strings), B prompt
-strings and B metadata dicts. `check_batch` validates the three and returns B; `sample_kind`
-says which kind a batch is; `to_uint8_numpy`, `to_pil_list` (always RGB, the same scores for
-either form) and `to_text_list` convert, raising when handed the other kind; `ground_truths`
-fetches `metadata[i]["ground_truth"]`. Refused, never corrected, with an error saying how to fix
-it: float or channels-first tensors, alpha channels, PIL images of different sizes, an empty
-batch, a list mixing strings with other things, a bare string.
+`check_batch` validates a batch (B images or response strings, B prompts, B metadata dicts),
+`sample_kind` names its kind, `to_uint8_numpy` / `to_pil_list` / `to_text_list` convert and
+`ground_truths` fetches `metadata[i]["ground_truth"]`. Odd inputs (float or channels-first
+tensors, alpha channels, mixed lists) are refused with a fix, never corrected.
 """
 from __future__ import annotations
 

@@ -1,13 +1,9 @@
 """`MediaSamples`: the typed batch a video or audio(-video) generator hands to its rewards.
 
-    MediaSamples(video=uint8 [B, T, H, W, C], fps=16.0)                          # Wan2.2
     MediaSamples(video=..., fps=24.0, audio=float [B, C, S], sample_rate=48000)  # LTX-2
 
-Everything is checked when it is built (a float video, channels-first frames, integer PCM, a rate
-without its stream: `RewardInputError` naming the field); nothing is converted silently.
-`frames(k)`, `mono()` and `split()` / `cat()` serve the rewards.
-
-Left out on purpose: per-sample rates, resampling (`omni_rl.utils.audio`).
+Checked when built (`RewardInputError` naming the field), never converted silently; `frames(k)`,
+`mono()`, `split()` / `cat()` serve the rewards. Left out: per-sample rates, resampling.
 """
 from __future__ import annotations
 

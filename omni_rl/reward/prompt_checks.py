@@ -1,12 +1,8 @@
 """What the rewards need of the run's prompts, checked before any model loads.
 
-`check_reward_prompts(cfg, sources)` runs, for each configured reward, what it declared with
-`register_reward` (`omni_rl.reward.registry`): `needs_metadata` (each key added by the model or
-carried by every prompt), `check_files` (the files its options name), `check_item` on every
-prompt and `check_prompts` on the whole list. A failure is one `PromptFileError` or
-`ConfigError` naming the file, the row, the reward's config key and the reason. The command
-line runs it (`omni_rl.cli.check_inputs`, and `--plan` without the files); the trainer builds the
-rewards later and would only fail deeper. Left out: scoring anything (no reward is built here).
+`check_reward_prompts(cfg, sources)` runs each reward's declared checks (`needs_metadata`,
+`check_files`, `check_item`, `check_prompts`: `omni_rl.reward.registry`); a failure is one error
+naming the file, row, reward and reason. Left out: scoring anything (no reward is built here).
 """
 from __future__ import annotations
 

@@ -1,12 +1,9 @@
 """The native diffusion rollout engine: in-process, with request-level (continuous) batching.
 
 Each iteration packs up to `max_num_seqs` running samples sharing a batch key into one forward,
-even at different denoising steps; new requests join at the next iteration. The `driver` says
-who iterates: a thread of the engine's own, or the waiting caller (docs/rollout.md says why that
-matters). The per-request maths is `diffusion_sampling`'s, so a sample's result does not depend
-on its batch-mates. A failure fails every pending future and the engine refuses new work.
-
-Not here: the per-sample maths (`diffusion_sampling`), text (`text_native`).
+even at different steps; the `driver` is the engine's thread or the waiting caller
+(docs/rollout.md). A failure fails every pending future. Not here: the per-sample maths
+(`diffusion_sampling`), text (`text_native`).
 """
 from __future__ import annotations
 

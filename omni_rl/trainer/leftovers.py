@@ -1,12 +1,8 @@
 """What killed runs leave behind, cleaned up when the next run takes their folder.
 
-`remove_leftovers` runs after the run holds its output folder (so no live run is writing) and
-removes only names the trainer writes, only in the run's own folder: the temporaries of
-`omni_rl.utils.atomic` and step folders without their state or tensors, none of which is a
-result. A `.NAME.*.old` (the complete previous content of a directory being replaced when the
-process died) is renamed back to NAME. `remove_stale_tiny_builds` removes a killed tiny-model
-build's staging folders from the shared cache, only with every build lock free and only folders
-untouched for an hour.
+`remove_leftovers` (run once the folder is held) removes only the trainer's own temporaries and
+incomplete step folders, and renames a `.NAME.*.old` back to NAME. `remove_stale_tiny_builds`
+removes a killed tiny-model build's staging folders, only with every build lock free.
 """
 from __future__ import annotations
 

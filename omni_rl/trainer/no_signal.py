@@ -1,12 +1,9 @@
 """Steps with no learning signal: in every group, every sample scored the same.
 
-A group-relative advantage is zero for a group whose rewards are equal, so a step where every
-group is uniform updates nothing. One such step happens; many in a row mean the reward cannot
-tell samples apart (a speech reward on the wrong language scores every transcript 0).
-`NoSignalWatch.observe` warns on each uniform step, naming each reward's values, and after
-`algo.advantage_options.max_uniform_steps` in a row (0 = never) raises `NoSignalError` (exit 1).
-A group is uniform when its spread is at most `UNIFORM_TOLERANCE` x max(1, the batch's largest
-|reward|): fp32 round-off, never a difference worth training on.
+Such a step updates nothing; many in a row mean the reward cannot tell samples apart.
+`NoSignalWatch.observe` warns on each uniform step and after
+`algo.advantage_options.max_uniform_steps` in a row (0 = never) raises `NoSignalError`. A group
+is uniform when its spread is within fp32 round-off (`UNIFORM_TOLERANCE`).
 """
 from __future__ import annotations
 

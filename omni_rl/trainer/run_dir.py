@@ -1,13 +1,9 @@
 """The run's output folder: checked, held and taken over before any model loads.
 
-`open_run_dir(cfg)` runs first: it checks that `trainer.output_dir` can be written and creates it,
-holds it with an exclusive `flock` on `OUTPUT/.omni_rl.lock` (dropped by the OS however the
-process ends; a second run refuses, naming the holder), removes killed runs' leftovers, refuses a
-folder holding another run unless this run resumes it or `trainer.overwrite` moves the old
-outputs aside to `OUTPUT.replaced-DATE-TIME/` (never deleting them), and for a resume says which
-config keys differ from the checkpoint's.
-
-Left out: locking on filesystems without a working `flock` (some NFS setups).
+`open_run_dir(cfg)` creates `trainer.output_dir`, holds it with a `flock` on
+`OUTPUT/.omni_rl.lock`, removes killed runs' leftovers, and refuses a folder holding another
+run unless this run resumes it or `trainer.overwrite` moves the old outputs aside (never
+deleting them). Left out: filesystems without a working `flock` (some NFS setups).
 """
 from __future__ import annotations
 

@@ -1,12 +1,7 @@
 """Atomic file and directory writes: a reader sees the old content or the new, never half.
 
-Each writer writes a temporary beside the target, fsyncs it and `os.replace`s it onto the target;
-on an error the temporary goes and the target is untouched. Files get the usual permissions, not
-`tempfile`'s 0o600.
-
-    with atomic_directory(checkpoint_dir) as tmp:   # renamed onto checkpoint_dir on success
-        ...
-
+A temporary beside the target is written, fsynced and `os.replace`d onto it; on an error the
+target is untouched. `with atomic_directory(checkpoint_dir) as tmp: ...` renames on success.
 Left out on purpose: locking (the trainer writes from rank 0 only).
 """
 from __future__ import annotations

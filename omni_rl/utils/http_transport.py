@@ -1,12 +1,8 @@
 """The one HTTP transport under the reward protocol and the rollout protocol.
 
-Server side (`GuardedServer`, `GuardedHandler`): bearer-token authentication, bounded bodies and
-deadlines, a cap on unauthenticated connections, JSON answers; what each protocol serves stays
-in its own module. Client side (`request`): one attempt within one deadline, a bounded reply,
-failures as `TransportError`. `safe_preview` quotes unexpected bytes; `check_json_depth` bounds
-nesting. The status codes are in docs/reward_protocol.md and docs/rollout_protocol.md.
-
-Left out: TLS on the server side, keep-alive pools, HTTP/2.
+Server side (`GuardedServer`, `GuardedHandler`): bearer tokens, bounded bodies and deadlines, a
+cap on unauthenticated connections. Client side (`request`): one attempt within one deadline, a
+bounded reply, failures as `TransportError`. Left out: server TLS, keep-alive pools, HTTP/2.
 """
 from __future__ import annotations
 

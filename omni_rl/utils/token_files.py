@@ -2,11 +2,8 @@
 
     {"url": "http://127.0.0.1:8000", "token": "<at least 16 characters>"}
 
-Mode 0600, owned by the reader; a client sends the token only to that URL's origin
-(`same_origin`), and a server given a missing file writes a fresh one (`write_token_file`). Files,
-not command-line options, because every local user reads every command line.
-
-Left out: encrypting the file, key rotation (delete it and restart the server).
+Mode 0600; a client sends the token only to that URL's origin (`same_origin`). Left out:
+encrypting the file, key rotation (delete it and restart the server).
 """
 from __future__ import annotations
 
