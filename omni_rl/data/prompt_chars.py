@@ -1,11 +1,8 @@
 """A bound on a prompt's characters, applied when the prompts load, before any tokenizer sees them.
 
-Tokenizers are not safe on unbounded text (a 50 MB line aborts the SD3 and Qwen3 fast
-tokenizers, with no error line), so every prompt's text is first counted in characters against
-`max_prompt_tokens` x `CHARS_PER_TOKEN` (a prompt over it is certainly over the token limit) or,
-without a token limit, `DEFAULT_MAX_PROMPT_CHARS`. Over the bound, `overlong_prompts` applies as
-for tokens: `error`, `truncate` (keep the end of the last user message) or `drop`.
-
+Fast tokenizers can abort on unbounded text, so each prompt is first counted against
+`max_prompt_tokens` x `CHARS_PER_TOKEN` (or `DEFAULT_MAX_PROMPT_CHARS`); over it,
+`overlong_prompts` applies as for tokens (`error`, `truncate` or `drop`).
 Not here: counting tokens (`omni_rl.data.prompt_length`).
 """
 from __future__ import annotations

@@ -1,12 +1,9 @@
 """Prompt datasets for generation RL: inline lists or files, sampled deterministically per step.
 
-A prompt file is `.txt` (one prompt a line, `#` comments and blank lines skipped), `.jsonl`
-(a `prompt` per row; every other field reaches the rewards' metadata) or `.parquet`; image-edit
-files go to `edit_prompts` and chat files to `chat_prompts` (the formats are in docs/recipes.md,
-Prompt files). Every item records where it came from (`PromptItem.origin`: "line N", "row N"),
-which the load-time checks name. `prompts_for_step(step)` returns the same prompts for the same
-step whatever happened before (epoch-wise shuffles keyed by the seed), which makes resume exact.
-`PromptItem` and `PromptFileError` live in `prompt_item` and are re-exported here.
+Reads `.txt`, `.jsonl` and `.parquet` prompt files (formats in docs/recipes.md, Prompt files;
+edit and chat files go to `edit_prompts` / `chat_prompts`). `prompts_for_step(step)` returns the
+same prompts for the same step whatever happened before (epoch shuffles keyed by the seed), so
+resume is exact. `PromptItem` and `PromptFileError` are re-exported from `prompt_item`.
 """
 from __future__ import annotations
 

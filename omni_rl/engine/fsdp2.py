@@ -1,11 +1,8 @@
 """`FSDP2Engine`: the sharded training engine (torch `fully_shard`), one per data-parallel rank.
 
-Same interface as `LocalEngine`. The trainable module is sharded block by block
-(`fsdp_wrap_classes()`) then at the root; gradients are averaged by reduce-scatter; a bf16/fp16
-model keeps fp32 master shards; `param_offload` / `optimizer_offload` move state to the host;
-checkpoints are DCP shards that load on any number of ranks; gradient checkpointing wraps each
-block with torch's composable `checkpoint` (transformers checkpoints in train mode only).
-
+Same interface as `LocalEngine`: the trainable module is sharded block by block
+(`fsdp_wrap_classes()`) then at the root, with fp32 master shards, optional host offload, DCP
+checkpoints that load on any number of ranks and per-block gradient checkpointing.
 Not here: tensor / sequence parallelism, HSDP across nodes.
 """
 from __future__ import annotations

@@ -1,10 +1,7 @@
 """`BENCHMARKS`: `--eval NAME` names a `Benchmark`, the spec of one benchmark's pinned protocol.
 
-A benchmark declares, and nothing else decides, its model `family`, its `prompts` (format,
-source, default path), its `protocol` (sampling, samples per prompt, seeds, scorers), its
-`metrics` (scores or details fields, optionally thresholded), `task_of` (with tasks an overall is
-the unweighted mean of task means, as GenEval's), its `headline` metric and `pair_unit` (what the
-comparison's bootstrap resamples: "prompt", or "sample" for few prompts drawn with shared noise).
+A benchmark declares, and nothing else decides, its model `family`, `prompts`, `protocol`,
+`metrics`, `task_of`, `headline` metric and `pair_unit` (what the comparison's bootstrap resamples).
 
     register_benchmark(Benchmark(...))   # in a plugin module: demos/shapes/benchmark.py
 """

@@ -1,12 +1,9 @@
 """The built-in speech and video benchmarks: `speech_wer_similarity` and `video_clip_consistency`.
 
-`speech_wer_similarity` (family `talker`): greedy answers spoken once each, scored by `asr_wer`
-(Whisper large-v3's transcript against the spoken text; `asr_accuracy` = max(0, 1 - WER)) and
-`speaker_similarity` (WavLM x-vectors against `--protocol speaker_similarity.reference_audio=voice.wav`;
-not Seed-TTS-eval's SIM). `video_clip_consistency` (family `diffusion`, a video model): each
-caption drawn once with the ODE, scored by `clip_score`, `aesthetic` (its head is not shipped:
-`--protocol aesthetic.head=PATH`) and `clip_frame_consistency`. docs/evaluation.md tables them in
-full; neither is VBench or comparable with it.
+`speech_wer_similarity` (family `talker`) scores greedy spoken answers by `asr_wer` and
+`speaker_similarity`; `video_clip_consistency` (family `diffusion`) scores ODE samples by
+`clip_score`, `aesthetic` and `clip_frame_consistency`. docs/evaluation.md tables both; neither
+is comparable with Seed-TTS-eval or VBench.
 """
 from __future__ import annotations
 

@@ -1,11 +1,8 @@
 """The per-request maths of diffusion rollout, shared by every engine that samples with our adapters.
 
-One function per stage of a sample's life: `encode_conditionings`, `start_sample`, `advance`
-(one forward and step over running samples sharing a batch key), `finish_samples`, and
-`sample_requests` (all four for a fixed set: the vLLM-Omni pipeline's core). A sample's state
-stays on the model's device; a trajectory moves once, in `finish_samples`, to `trajectory_device`.
-
-Left out: threads, futures and queues (the native engine's), transport (the vLLM-Omni glue's).
+`encode_conditionings`, `start_sample`, `advance`, `finish_samples`, and `sample_requests` (all
+four for a fixed set). Left out: threads, futures and queues (the native engine's), transport
+(the vLLM-Omni glue's).
 """
 from __future__ import annotations
 

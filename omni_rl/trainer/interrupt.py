@@ -1,11 +1,8 @@
 """SIGTERM and SIGINT during training: finish the step, save it, stop with one line.
 
-Inside `StopOnSignal` the first signal only sets a flag; the loop finishes the step (stopping
-part-way would leave weights, optimizer and RNG states that belong to no step, so resume would
-not repeat the run), saves it and raises `TrainingInterrupted`: one `error:` line, exit 128 +
-the signal (143, 130). A second signal ends the process at once. Where a scheduler's grace
-period is shorter than a step, save periodically (`trainer.save_every`). Outside the main
-thread `StopOnSignal` does nothing (handlers can only be set there).
+Inside `StopOnSignal` the first signal sets a flag; the loop finishes and saves the step (a
+half-done step belongs to no checkpoint) and raises `TrainingInterrupted` (exit 128 + the
+signal). A second signal ends the process at once. Outside the main thread it does nothing.
 """
 from __future__ import annotations
 

@@ -4,8 +4,6 @@
     with timer("rollout"):
         ...
     timer.metrics(num_samples)  # {"timing/rollout": s, ..., "timing/step": s, "perf/samples_per_s": n / s}
-
-A phase timed twice adds up; `timing/step` runs from the timer's creation to `metrics()`.
 """
 from __future__ import annotations
 

@@ -1,11 +1,8 @@
 """Band-limited audio resampling, in the core so that rewards and adapters both may import it.
 
-`resample(waveform, orig_sr, new_sr, method=...)` along the last dimension: `"sinc"` (default;
-windowed-sinc polyphase, zero outside the clip) or `"fft"` (as `scipy.signal.resample`, the clip
-taken as periodic). Lengths and edges differ, so each caller names the one its numbers were made
-with. `wav_bytes` writes a mono clip as a 16-bit PCM WAV.
-
-Left out: channel mixing (pass mono clips, or stack them in the leading dimensions).
+`resample(waveform, orig_sr, new_sr, method=...)`: `"sinc"` (windowed-sinc polyphase) or `"fft"`
+(as `scipy.signal.resample`); each caller names the one its numbers were made with. `wav_bytes`
+writes a mono 16-bit PCM WAV. Left out: channel mixing.
 """
 from __future__ import annotations
 

@@ -1,11 +1,8 @@
 """Counting host syncs on any device: `HostSyncCounter`, a `TorchDispatchMode` over the block.
 
-A device tensor becomes a Python number through `aten._local_scalar_dense` (or `aten.item`),
-each a wait for the device; counting them on a CPU shows where a loop would stall a GPU (the
-rollout's iterations must count 0). `torch.cuda.set_sync_debug_mode("error")` is the CUDA check.
-
-Left out: `.tolist()` / `.numpy()` of CPU tensors; host-resident tensors such as Adam's `step`
-are counted unless `count_except` leaves them out.
+It counts `aten._local_scalar_dense` / `aten.item` calls, so a CPU test shows where a loop would
+stall a GPU. Left out: `.tolist()` / `.numpy()` of CPU tensors; host-resident tensors such as
+Adam's `step` are counted unless `count_except` leaves them out.
 """
 from __future__ import annotations
 

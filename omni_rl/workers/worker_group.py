@@ -1,11 +1,9 @@
 """`WorkerGroup`: start N hybrid workers on a resource pool, run programs on them, gather back.
 
-`run(what, fn, args_per_rank)` calls `fn(worker, *args)` on every rank and returns the results in
-rank order; `submit` and `as_completed` stream calls. Every wait has a deadline (`worker_timeout_s`
-per call, `worker_startup_timeout_s` to start), and results are collected as they finish, so a
-dead worker is noticed even while its peers block in a collective: it becomes `WorkerFailedError`
-naming its rank, node, pid, program and step (a program's own exception keeps its type), after
-the whole group is torn down, so nothing hangs.
+`run(what, fn, args_per_rank)` calls `fn(worker, *args)` on every rank and returns results in
+rank order; `submit` and `as_completed` stream calls. Every wait has a deadline, and a dead worker
+becomes `WorkerFailedError` naming its rank, node, pid, program and step once the group is torn
+down, so nothing hangs.
 """
 from __future__ import annotations
 

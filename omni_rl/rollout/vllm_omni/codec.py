@@ -1,11 +1,8 @@
 """Our diffusion requests and results through vLLM-Omni's request and output containers.
 
-A `DiffusionRequest` rides inside its vLLM-Omni prompt as a rollout-protocol message in a uint8
-tensor (`additional_information["omni_rl"]`); the sampling params carry only what the scheduler
-batches on, so it co-batches only requests our pipeline may batch. A result returns as the
-envelope `{"payload": {"trajectory": {"omni_rl": tensor}}}`, which vLLM-Omni hands back untouched
-(its batch splitter drops `DiffusionOutput`'s own trajectory fields, so our pipeline splits per
-request itself). A prompt without our payload (vLLM-Omni's warm-up) becomes a plain `ode` request.
+A `DiffusionRequest` rides in its prompt as a rollout-protocol message in a uint8 tensor
+(`additional_information["omni_rl"]`), and a result returns in a `{"payload": ...}` envelope
+that vLLM-Omni hands back untouched. A prompt without our payload (warm-up) becomes an `ode` request.
 """
 from __future__ import annotations
 

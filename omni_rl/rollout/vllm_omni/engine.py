@@ -1,11 +1,8 @@
 """`VllmOmniDiffusionEngine`: the rollout contract over vLLM-Omni's `AsyncOmni` (`rollout.backend=vllm_omni`).
 
-It starts `AsyncOmni` with our pipeline class for the adapter (`pipelines.PIPELINE_CLASSES`), our
-worker extension and the run's batching limits, on an asyncio loop in a thread of its own. Each
-request is one `AsyncOmni.generate` call (vLLM-Omni's scheduler co-batches them); weights, LoRA
-or full, go bucket by bucket through `collective_rpc("omni_rl_load_tensors")` (`worker.py`);
-`sleep` / `wake` use vLLM-Omni's sleep mode; `close` shuts it down. `same_log_probs_as` is False
-(another copy), so the trainer recomputes.
+Runs `AsyncOmni` with our pipeline class (`pipelines.PIPELINE_CLASSES`) and worker extension on
+an asyncio loop in its own thread; each request is one `generate` call, and weights go bucket by
+bucket through `collective_rpc`. `same_log_probs_as` is False, so the trainer recomputes.
 """
 from __future__ import annotations
 

@@ -1,11 +1,8 @@
 """The vLLM worker extension of the `vllm` text backend (loaded by name in vLLM's workers only).
 
-It imports torch and safetensors only, since vLLM's environment may hold little else.
-`omni_rl_load_weights` receives a full-weight update through `LLM.collective_rpc` one bucket at
-a time (a safetensors file's bytes: vLLM's RPC cannot carry a tensor), and at the last bucket
-loads them all through vLLM's in-place reload (`model_runner.reload_weights`, which reprocesses
-each layer, as the CPU backend's repacked weights need), then re-ties a tied `lm_head`
-(`retie_lm_head`). LoRA updates do not come here: they are `LoRARequest`s.
+Imports torch and safetensors only. `omni_rl_load_weights` receives a full-weight update through
+`LLM.collective_rpc` one safetensors bucket at a time and at the last one reloads in place
+(`model_runner.reload_weights`), then re-ties a tied `lm_head`. LoRA updates are `LoRARequest`s.
 """
 from __future__ import annotations
 
