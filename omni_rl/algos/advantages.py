@@ -1,10 +1,7 @@
 """Group-relative advantage estimators: rewards of N samples -> one advantage per sample.
 
-Every estimator in `ADVANTAGE_ESTIMATORS` is `fn(inp: AdvantageInput) -> Tensor [N]`: samples of
-one prompt share a `group_index` and the baseline is formed inside each group. Stds are
-population stds; a group of one, or of equal rewards, gets exactly 0. Each declares whether it
-needs groups of >= 2 (`needs_group`). Conventions that differ from verl: docs/algorithms.md.
-
+Every estimator in `ADVANTAGE_ESTIMATORS` is `fn(inp: AdvantageInput) -> Tensor [N]`, with the
+baseline formed inside each `group_index` group; a group of one, or of equal rewards, gets 0.
 Not here: reward weighting, clipping (the loss), filtering groups (the trainer).
 """
 from __future__ import annotations

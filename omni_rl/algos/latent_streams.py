@@ -1,11 +1,8 @@
 """Latents of one or several streams: a plain tensor, or `LatentStreams` (video and audio of one sample).
 
-Most generators have one latent tensor per sample and it stays a plain `torch.Tensor`. A model
-whose one forward denoises several latents (LTX-2: video and audio) hands the engine a
-`LatentStreams`, an ordered container of named tensors sharing their leading dims, and the
-engine, batch, kernels and trainer carry either kind through the functions below (`stack`,
-`index`, `take`, `select`, `flat` / `unflat`, `randn`, ...). A step over several streams is one
-action whose log-prob is that of the flattened concatenation (`flow_sde.step_latents`).
+A model whose forward denoises several latents (LTX-2) uses `LatentStreams`, named tensors
+sharing their leading dims; the functions here (`stack`, `index`, `select`, `flat`, ...) carry
+either kind. A step over several streams is one action (`flow_sde.step_latents`).
 """
 from __future__ import annotations
 

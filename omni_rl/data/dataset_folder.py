@@ -1,11 +1,8 @@
 """Where the files a dataset names may be, and what a string in an image field is.
 
-`DatasetFolder.file(value, where)` resolves a path relative to the data file's folder, refusing
-in one `PromptFileError` line a path out of the folder (rewards may send images to other
-machines; `data.allow_paths_outside=true` allows it), a missing path, and anything not a regular
-file. `is_base64(text)`: the base64 alphabet alone, at least `MIN_BASE64_CHARS` long.
-
-Not here: reading or decoding the files, and URLs (never fetched).
+`DatasetFolder.file(value, where)` resolves a path relative to the data file's folder and
+refuses one outside it (unless `data.allow_paths_outside=true`), a missing one or a non-file;
+`is_base64(text)` spots inline images. Not here: reading files, URLs (never fetched).
 """
 from __future__ import annotations
 

@@ -1,10 +1,6 @@
 """`read_wav(data, where)`: integer-PCM WAV bytes -> (float32 mono samples in [-1, 1], rate).
 
-8-bit unsigned and 16/24/32-bit signed PCM through the standard `wave` module, averaged over
-channels. Anything it cannot read whole (not RIFF/WAVE, a short header, a float or compressed
-format, rate 0, no samples, a data chunk longer than the file, as a truncated copy has) raises
-`PromptFileError` naming `where` and the problem.
-
+Anything it cannot read whole raises `PromptFileError` naming `where` and the problem.
 Left out on purpose: float and compressed WAV, other containers, resampling (`omni_rl.utils.audio`).
 """
 from __future__ import annotations

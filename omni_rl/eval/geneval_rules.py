@@ -1,10 +1,7 @@
 """GenEval's rules (Ghosh et al. 2023): from one image's detections and its metadata row to a verdict.
 
-Pure functions over numpy that any detector feeds: `kept_objects`, `needs_colour`, `verdict`
-(GenEval's `correct`, and Flow-GRPO's `strict_correct` and partial-credit `score`),
-`relative_position` and `summary_scores`. The choices the protocol leaves open are listed in
-docs/evaluation.md (GenEval without a legacy environment).
-
+Pure numpy functions: `kept_objects`, `needs_colour`, `verdict`, `relative_position`,
+`summary_scores`; open choices are listed in docs/evaluation.md.
 Not here: detection and colour classification (the detector's).
 """
 from __future__ import annotations

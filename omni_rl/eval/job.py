@@ -1,10 +1,7 @@
 """`run_eval`: one benchmark on one model, resumable and sharded; `python main_omni.py recipe=NAME --eval B`.
 
-Every input is checked before the model loads; then this shard's unrecorded rows are drawn in
-chunks by the family's sampler (sample k of row r from `protocol.sample_seed(r, k)`), scored and
-recorded as each chunk finishes. Once every row is recorded, results.json holds the figures, the
-protocol, the model's identity and the prompt file's checksum.
-
+Inputs are checked before the model loads; this shard's unrecorded rows are sampled in chunks,
+scored and recorded, and results.json is written once every row is in.
 Not here: other rollout backends (native only), Ray shards (`ray_shards`).
 """
 from __future__ import annotations

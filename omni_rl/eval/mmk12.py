@@ -1,11 +1,8 @@
 """`mmk12_greedy` and `mmk12_sampled`: MMK12-style answer accuracy of a text or omni model.
 
-Each row of a chat prompt file is answered through the text family's chat requests and scored by
-`math_answer` against its `ground_truth`. `mmk12_greedy`: one greedy answer per question;
-`mmk12_sampled`: k = 8 answers at temperature 1, each from its own seed, `accuracy`'s mean being
-pass@1 and its `prompts_any` pass@k (`--protocol samples_per_prompt=N` changes k). The response
-length is the recipe's, recorded. The file is the MMK12 test split, converted as
-recipes/qwen3_omni_thinker_gspo_lora_mmk12.yaml shows; not shipped.
+Each chat row is answered and scored by `math_answer` against its `ground_truth`: one greedy
+answer, or k = 8 sampled ones (pass@1 and pass@k). The MMK12 test split is not shipped;
+recipes/qwen3_omni_thinker_gspo_lora_mmk12.yaml shows how to convert it.
 """
 from __future__ import annotations
 

@@ -1,11 +1,8 @@
 """The forward-process family: a diffusion model trained with `diffusion_nft` or `diffusion_dpo`.
 
-The diffusion family's variant for `algos.FORWARD_LOSSES`: the same rollout half, and an actor
-half that replays nothing. Chunk j noises the clean latents with its own seeded (t, eps)
-(`forward_draws`), so the rollout's log-probs are never read and any kernel may sample. The
-losses get what they declare: the EMA's `old_velocity` (DiffusionNFT), the LoRA-off
-`ref_velocity` and a `PairBatch` (Diffusion-DPO). Unlike the paper, the rollout samples with the
-current weights; the EMA serves only as v_old.
+The diffusion family's rollout half, and an actor half that replays nothing: each chunk noises
+the clean latents with its own seeded (t, eps) (`forward_draws`), so any kernel may sample. The
+losses get what they declare (`old_velocity` from the EMA, `ref_velocity`, a `PairBatch`).
 """
 from __future__ import annotations
 

@@ -1,11 +1,9 @@
 """Offline Diffusion-DPO: each training step's preference pairs, read from a file instead of sampled.
 
 With `trainer.pipeline=offline_pairs` step s trains `trainer.prompts_per_step` pairs of
-`data.preference_file`, walked in epochs reshuffled by the seed (so resume repeats the run),
-each pair's images read at the rollout's size and encoded through the VAE into the `PairBatch`
-that online `diffusion_dpo` trains; (t, eps) are seeded from (seed, step, position), so a pair
-seen twice is noised differently. Images are encoded each time, not cached: the encode is small
-beside the DPO forwards, and a cache would hold a whole file's latents.
+`data.preference_file` (epochs reshuffled by the seed, so resume repeats the run), encoded
+through the VAE into the `PairBatch` that online `diffusion_dpo` trains. Latents are not cached:
+the encode is small beside the DPO forwards.
 """
 from __future__ import annotations
 

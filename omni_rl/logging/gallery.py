@@ -1,11 +1,7 @@
 """Sample galleries: tile generated images into one captioned grid image.
 
-`make_grid(images, nrow, captions, marks)` lays images out `nrow` to a row with white padding,
-each caption in a strip under its tile (cut with "..."), and with `marks` a green (True) or red
-(False) frame; `save_grid(...)` writes it atomically. Images are uint8 `[B, H, W, C]` or a list of
-equal-size PIL images; floats are rejected rather than guessed at.
-
-Left out on purpose: video (a grid per frame) and audio.
+`make_grid(images, nrow, captions, marks)` tiles uint8 images with captions and optional
+green/red frames; `save_grid(...)` writes it atomically. Left out on purpose: video and audio.
 """
 from __future__ import annotations
 

@@ -1,11 +1,9 @@
 """`Conditioning`: the per-sample inputs a model needs besides the latent (prompt embeddings, masks, media).
 
-A bag of tensors sharing the batch dimension, so the engine can pack requests into one forward
-(`cat`) and the trainer pick a micro-batch (`select`) without knowing what a model's conditioning
-holds. `masks` maps a variable-length embedding `[B, L, ...]` to its mask `[B, L]`; `cat` pads
-each such pair to the longest L (zeros, mask 0), so a model that reads the mask computes the same
-per sample whatever it is packed with; `pad_to(length)` pads to a fixed length. Embeddings
-without a mask must agree in shape.
+A bag of tensors sharing the batch dimension, so the engine can pack requests (`cat`) and the
+trainer pick a micro-batch (`select`) without knowing what it holds. `masks` maps a
+variable-length embedding `[B, L, ...]` to its mask `[B, L]`; `cat` and `pad_to` pad such pairs
+with zeros (mask 0), so a sample's result does not depend on its batch-mates.
 """
 from __future__ import annotations
 

@@ -1,11 +1,8 @@
 """Sizes and frame counts past what a model can take, refused before it loads.
 
-Each refusal is one line naming the key, the limit and the largest value that fits: a position
-encoding's size (`check_positions`, from the configs on disk or the built model), one decoded
-sample larger than this machine (`check_sample_memory`), and a step larger than the machine
-(`check_step_memory`: decoded samples and trajectories, as `--plan` counts them).
-
-Not here: activations and weights (`--plan`), a VAE's multiples (`diffusion.check_multiple`).
+Each refusal names the key, the limit and the largest value that fits: `check_positions` (a
+position encoding's size), `check_sample_memory` and `check_step_memory` (samples and a step
+larger than this machine). Not here: activations and weights (`--plan`), a VAE's multiples.
 """
 from __future__ import annotations
 

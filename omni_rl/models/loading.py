@@ -1,11 +1,9 @@
 """Resolves `model.path` to a local folder and turns missing weights into an actionable error.
 
-`tiny:NAME` builds a tiny random-weight model once into `$OMNI_RL_CACHE/tiny/NAME` (under a file
-lock, so concurrent workers take turns), or gives a packaged model's checksummed folder; a local
-folder is used once `check_model_folder` finds a model in it (and its `SHA256SUMS` match); anything
-else is a hub id, looked up in the local cache, then fetched after a short probe of the hub, so an
-unreachable hub fails at once with a `MissingWeightsError` saying how to fetch it.
-`check_model_source(model_cfg)` runs the checks without loading anything, before the run starts.
+`tiny:NAME` builds a tiny model once into `$OMNI_RL_CACHE/tiny/NAME` (under a file lock) or gives
+a packaged model's folder; a local folder must hold a model (and match its `SHA256SUMS`); anything
+else is a hub id, fetched after a short probe, else a `MissingWeightsError` saying how to fetch it.
+`check_model_source(model_cfg)` runs the checks without loading anything.
 """
 from __future__ import annotations
 

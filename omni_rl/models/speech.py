@@ -1,13 +1,9 @@
 """`SpeechModelBase`: the contract of omni models that answer in text, then speak the answer.
 
-A sample is the thinker's answer (tokens, as for any `AutoregressiveModelBase`), then F speech
-frames. A frame is K codec tokens: the talker's first-codebook token, then K - 1 residual tokens
-from the code predictor; it is one action whose log-prob is the sum of its tokens'
-`log_softmax(logits / temperature)` in fp32 (an end-of-speech frame has its first token alone).
-The contract: `sample_speech(prompts, answers, seeds, max_frames, temperature)` (one utterance
-per pair, each from its own seed; 0 is greedy), `speech_log_probs(...)` (`[B, F]`, teacher
-forced: the function that scored the samples), `decode_speech(codes, frame_mask)` (mono
-waveforms at `sample_rate`) and `trains_thinker`.
+A sample is the thinker's answer tokens, then F speech frames; a frame is K codec tokens and one
+action whose log-prob is the sum of its tokens' `log_softmax(logits / temperature)` in fp32.
+Subclasses give `sample_speech`, `speech_log_probs` (teacher forced), `decode_speech` and
+`trains_thinker`.
 """
 from __future__ import annotations
 

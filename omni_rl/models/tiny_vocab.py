@@ -1,11 +1,8 @@
 """Byte-level vocabularies for the tiny random-weight models' tokenizers.
 
-Tests and CPU demos cannot download a real tokenizer, so the tiny models use byte-level BPE
-vocabularies with no merges (every byte a token, so any prompt tokenises), written as the
-vocab.json / merges.txt that transformers' BPE tokenizers load: `clip_byte_vocab()` (CLIP's
-layout), `with_whole_words(vocab, words)` (one token per word of a closed language such as the
-shape captions), `write_bpe_files` / `bpe_files`, and `t5_char_vocab()` (a Unigram vocabulary of
-printable ASCII for T5 / UMT5).
+Tests and CPU demos cannot download a tokenizer, so tiny models use byte-level BPE vocabularies
+with no merges (any prompt tokenises): `clip_byte_vocab()`, `with_whole_words(vocab, words)`,
+`write_bpe_files` / `bpe_files`, and `t5_char_vocab()` (a Unigram vocabulary for T5 / UMT5).
 """
 from __future__ import annotations
 
