@@ -1,10 +1,8 @@
 """Reward curves from a run's metrics.jsonl, and the test of whether a run learned.
 
-`plot_reward_curve(jsonl_path, out_png)` draws the training reward, its moving average and the
-validation reward, with matplotlib's Agg canvas (never pyplot: no display, no change of the
-process's backend). `rise_report(jsonl_path, key)` compares the mean of the first and the last
-`frac` of the values in standard errors (z; the run rose when z > 3): how this project judges
-that a run learns. docs/getting-started.md (Did it learn?) gives the formula and its caveats.
+`plot_reward_curve(jsonl_path, out_png)` draws the rewards with matplotlib's Agg canvas (never
+pyplot); `rise_report(jsonl_path, key)` compares the first and last `frac` of the values in
+standard errors (z > 3: it rose). docs/getting-started.md (Did it learn?) has the formula.
 """
 from __future__ import annotations
 

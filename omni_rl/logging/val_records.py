@@ -1,10 +1,8 @@
 """Per-sample validation records, and the paired test of whether validation accuracy rose.
 
-Each validation writes `OUTPUT/samples/val_step_NNNNNN.jsonl`, a row per sample (`prompt`,
-`seed`, `reward`, `scores`, `groups`). Validation samples are deterministic, so the same (prompt,
-seed) in two files is one question asked of two versions of the weights: `val_rise(output_dir)`
-pairs the first and last files, d_i = last_i - first_i, z = mean(d) / (std(d, ddof=1) / sqrt(n)),
-tighter than comparing unpaired means, and gives each group's first and last mean.
+Each validation writes `OUTPUT/samples/val_step_NNNNNN.jsonl`, a row per sample. Samples are
+deterministic, so `val_rise(output_dir)` pairs the first and last files by (prompt, seed):
+z = mean(d) / (std(d, ddof=1) / sqrt(n)) with d_i = last_i - first_i.
 """
 from __future__ import annotations
 

@@ -1,10 +1,7 @@
 """SHA256SUMS files: what a shipped model folder holds, and the check that it still does.
 
-A folder with a `SHA256SUMS` file (`sha256sum`'s format) is checked before its weights load: every
-listed file must hash to its line, and every file must be listed. `write_checksums` writes it;
-`verify_checksums` checks (the loader calls it for local folders and packaged models), and a
-process re-hashes a folder only when a file's size or modification time changed; `sha256_of`
-hashes one file.
+`write_checksums` writes one (`sha256sum`'s format); `verify_checksums` checks every file is
+listed and matches (re-hashing only on a size or mtime change); `sha256_of` hashes one file.
 """
 from __future__ import annotations
 

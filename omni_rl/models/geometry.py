@@ -1,10 +1,8 @@
 """The run's geometry against the model's own configs, checked before the model loads.
 
-`check_model_geometry(cfg)` is what the command line runs (`omni_rl.cli.check_inputs`) when the
-model is already on disk: the rules themselves live with the adapters (`check_model_limits`,
-`config_latent_numel`) and in `omni_rl.models.limits`; this module only reads the configs and
-reports a failure as one `ConfigError` line. Left out: a model that is not on disk yet, which
-the trainer checks once built (`omni_rl.models.limits.check_loaded_limits`, `check_built_model`).
+`check_model_geometry(cfg)` reads the configs of a model on disk and applies the adapters' rules
+and `omni_rl.models.limits`, reporting one `ConfigError` line. Left out: a model not on disk
+yet (checked once built).
 """
 from __future__ import annotations
 

@@ -1,10 +1,7 @@
 """`load_pretrained`: one module of a checkpoint, with its weights or as a weightless skeleton.
 
-Adapters load every network through it: with weights, `from_pretrained` in the adapter's dtype on
-the host; with `weights=False`, only the config is read and the module built on the meta device
-(names, shapes, dtypes, no memory), which is how the Ray driver holds a model. Both diffusers and
-transformers models are supported; `from_pretrained` itself refuses the meta device, hence
-`from_config`.
+With weights it is `from_pretrained` on the host; with `weights=False` the module is built from
+its config on the meta device (how the Ray driver holds a model). Diffusers and transformers alike.
 """
 from __future__ import annotations
 

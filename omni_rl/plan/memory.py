@@ -1,10 +1,8 @@
 """Per-device memory of a model's weights, gradients and optimizer state, as the engines hold them.
 
 Pure arithmetic: `weight_memory` gives one rank's device and host bytes as `engine.fsdp2` and
-`engine.local` hold them (dim-0 shards padded to the world size, fp32 master shards, a gradient
-and AdamW's two moments per trainable parameter, offloads on the host).
-
-Not counted: activations, gathered blocks, rollout tensors, fragmentation, the device context.
+`engine.local` hold them. Not counted: activations, gathered blocks, rollout tensors,
+fragmentation, the device context.
 """
 from __future__ import annotations
 

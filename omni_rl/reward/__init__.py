@@ -1,10 +1,7 @@
 """Rewards: the registry of scorers and the manager that combines them.
 
-The registry (`register_reward`, `build_reward`, `REWARDS`, and what a reward declares), the
-`RewardManager`, the `MediaSamples` batch of video and audio, `RewardScores` for per-group
-metrics, the `AsyncRewardScorer`, and the input checks every scorer uses (`to_uint8_numpy`,
-`to_pil_list`, `to_text_list`, `check_batch`, `ground_truths`). The rewards themselves live in
-the top-level `rewards/` package and users' packages, found through `omni_rl.plugins`.
+Re-exports the registry, `RewardManager`, `MediaSamples`, `RewardScores`, `AsyncRewardScorer`
+and the input checks. The rewards themselves live in `rewards/` and plugins (`omni_rl.plugins`).
 """
 from omni_rl.reward.inputs import (
     Images,

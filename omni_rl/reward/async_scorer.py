@@ -1,10 +1,8 @@
 """Scoring that overlaps rollout: samples are scored in micro-batches as they finish.
 
-`AsyncRewardScorer.submit(sample, prompt, metadata)` queues one finished sample and returns a
-future; worker threads batch queued samples (up to `max_batch_size`, waiting at most
-`max_wait_ms`) into the `RewardManager`, so reward models run while the generator samples, and
-`gather` rebuilds the step's `RewardOutput`. The manager's rules hold per micro-batch; a `gather`
-past its `timeout_s` raises `RewardError` naming the rewards still running.
+`AsyncRewardScorer.submit(sample, prompt, metadata)` queues a sample and returns a future; worker
+threads batch queued samples into the `RewardManager`, and `gather` rebuilds the step's
+`RewardOutput` (raising `RewardError` past its `timeout_s`).
 """
 from __future__ import annotations
 

@@ -2,9 +2,8 @@
 
     return RewardScores(scores=[1.0, 0.0, 1.0], groups=["geneval/counting", "geneval/position", None])
 
-The `RewardManager` logs each group's mean as `reward/<group>` and each numeric field of the
-per-sample `details` as `reward/<group>/<field>`. A group key has at least two parts, the first
-neither "total" nor a configured reward's name.
+The `RewardManager` logs each group's mean as `reward/<group>` and numeric `details` fields below it.
+A group key has two parts or more, the first neither "total" nor a configured reward's name.
 """
 from __future__ import annotations
 

@@ -1,10 +1,7 @@
 """Rollout engines behind one contract (`base.RolloutEngine`), built by `rollout.backend`.
 
-`backends.ROLLOUT_BACKENDS` holds the specs: `native` (`native.py`, `text_native.py`), `server`
-(`server/`), and the GPU engines of `vllm_omni/`; `diffusion_sampling.py` is their shared
-per-request maths. Importing this package imports none of its modules (names load on first use,
-PEP 562), because vLLM imports `vllm_omni.vllm_worker` in workers whose environment holds little
-else, and Python runs this file on the way.
+`backends.ROLLOUT_BACKENDS` holds the specs. Importing this package imports none of its modules
+(PEP 562 lazy names): vLLM workers import `vllm_omni.vllm_worker` through it with little else installed.
 """
 from __future__ import annotations
 

@@ -1,10 +1,8 @@
 """`RolloutEngine`: the contract every rollout engine implements, diffusion and text alike.
 
-`submit_many` / `wait` / `generate` sample requests (raising, never hanging, on failure or
-timeout); `update_weights` loads named tensors (never a model: the engine may live elsewhere);
-an engine declares `shares_model_with` and `same_log_probs_as`, checks requests
-(`check_request`), reports `failure()`, and implements `sleep` / `wake` / `close`.
-docs/extending/rollout-backend.md shows one. `RolloutEngineError` and `wait_results` are shared.
+`submit_many` / `wait` / `generate` sample (raising, never hanging), `update_weights` loads named
+tensors, and an engine declares `shares_model_with` / `same_log_probs_as`, checks requests and
+sleeps, wakes and closes. docs/extending/rollout-backend.md shows one.
 """
 from __future__ import annotations
 

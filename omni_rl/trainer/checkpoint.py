@@ -1,10 +1,8 @@
 """Full checkpoints: written atomically, verified before they load, never unpickled.
 
-A checkpoint folder holds `trainer_state.json`, the backend's tensors (`trainer_state.safetensors`
-or DCP `sharded/`), the export (`lora/` or `model/`), `pipeline.safetensors` for a pipelined run,
-`config.yaml` and `manifest.json` (size and sha256 of every file, written last). It is built under
-a temporary name; loading checks the manifest, reads only JSON, YAML and safetensors (every float
-finite) and DCP metadata through an allow-list. `check_compatible` compares it with the run first.
+A checkpoint folder holds the trainer state, the backend's tensors, the export, `config.yaml` and
+`manifest.json` (size and sha256 of every file, written last). Loading checks the manifest and
+reads only JSON, YAML, safetensors and allow-listed DCP metadata; `check_compatible` runs first.
 """
 from __future__ import annotations
 

@@ -1,10 +1,7 @@
 """The command-line scaffolding both servers share (`python -m omni_rl.reward.server`,
-`python -m omni_rl.rollout.server`): a parser whose mistakes are one line, the transport's
-options, the token's ways in (the environment, a token file) and a start-up failure as one
-`error:` line with its exit code, 2 for bad input and 1 for a run-time failure (the port in use).
-
-What each server takes besides (a scorer, a run's config) and what it prints once it serves
-stay in its own command-line module.
+`python -m omni_rl.rollout.server`): one-line parser errors, the transport's options, the
+token's ways in, and start-up failures as one `error:` line (exit 2 bad input, 1 run-time).
+Left out: what each server takes besides and prints once it serves.
 """
 from __future__ import annotations
 

@@ -1,10 +1,8 @@
 """The programs a Ray worker runs for the trainer, as `fn(worker, *args)` (see `WorkerGroup.run`).
 
-`build_worker` installs a `WorkerState` on each rank: the actor (the model, seeded as one process
-would, sharded by the training engine, with the family's actor half), the reference (LoRA off)
-and a separate unsharded rollout copy with its engine, synced after every update (LoRA tensors,
-or full weights gathered in buckets of `trainer.weight_sync_bucket_mb`; a copy keeps the sharded
-actor untouched). The other programs are one call each: sample, score, update, save, load, export.
+`build_worker` installs a `WorkerState` on each rank: the sharded actor, the reference (LoRA off)
+and an unsharded rollout copy synced after every update. The others are one call each: sample,
+score, update, save, load, export.
 """
 from __future__ import annotations
 
