@@ -1,10 +1,8 @@
 """omni-rl: reinforcement-learning post-training for diffusion and omni-modal models.
 
-Importing the package sets `OMP_WAIT_POLICY=PASSIVE` unless the environment already names a
-policy: OpenMP threads then sleep between parallel regions instead of spinning, which keeps a
-run near its fair share of a busy machine (docs/benchmarks.md, "Busy machines"). It takes effect
-only where the OpenMP runtime has not started yet, so import omni_rl before torch; the command
-line and every process the project starts do.
+Importing the package sets `OMP_WAIT_POLICY=PASSIVE` unless the environment names a policy, so
+idle OpenMP threads sleep on a busy machine (docs/benchmarks.md, "Busy machines"); import
+omni_rl before torch for it to take effect.
 """
 import os as _os
 

@@ -28,7 +28,7 @@ _said_outside = False  # the opt-in's warning is said once per process, not once
 
 
 def is_base64(text: str) -> bool:
-    """Whether an image string is bare base64 (see the module docstring); no filesystem access."""
+    """Whether an image string is bare base64 (its alphabet alone, `MIN_BASE64_CHARS` or more); no filesystem access."""
     return len(text) >= MIN_BASE64_CHARS and _BASE64_RE.fullmatch(text) is not None
 
 

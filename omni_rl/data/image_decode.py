@@ -1,10 +1,8 @@
 """Decoding a dataset's images, with a cap on their pixels.
 
-`decode_image(data, where, source)` checks the size an image's header states against
-`MAX_IMAGE_PIXELS` before decoding a pixel (a decompression bomb would take the machine's memory),
-then decodes it fully to RGB (transparency over white); every failure is one `PromptFileError`
-naming `where` and `source`. `pixel_digest(image)` is the same for two files that decode to the
-same picture (offline DPO's identical-pair check).
+`decode_image(data, where, source)` checks the header's size against `MAX_IMAGE_PIXELS` before
+decoding (decompression bombs) and decodes to RGB, raising one `PromptFileError` on failure;
+`pixel_digest(image)` identifies a picture whatever file it came from.
 """
 from __future__ import annotations
 

@@ -40,7 +40,7 @@ def is_blank(text: str) -> bool:
 
 
 def read_text_lines(file: Path, label: str) -> list[str]:
-    """The lines of UTF-8 text file `file` (module docstring); `label` names it in errors."""
+    """The lines of UTF-8 text file `file` (BOM dropped, CRLF accepted); `label` names it in errors."""
     data = file.read_bytes()
     skipped = len(BOM) if data.startswith(BOM) else 0
     try:

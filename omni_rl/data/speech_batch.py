@@ -1,6 +1,7 @@
 """`SpeechBatch`: a step's spoken answers, as the trainer loop and the talker family pass them.
 
-N samples, each the thinker's answer (a whole `TextBatch`) and the F speech frames made of it:
+N samples, each the thinker's answer (a whole `TextBatch`) and F speech frames; the trajectory is
+the frames, or `[N, R + F]` (answer tokens first) when the thinker trains too:
 
   codes        [N, F, K] long  each frame's K codec tokens (first codebook, then the residual ones)
   frame_mask   [N, F] float    1 on the sampled frames (the end-of-speech frame included)
@@ -8,9 +9,6 @@ N samples, each the thinker's answer (a whole `TextBatch`) and the F speech fram
   audio        N mono float32 waveforms [S_i] at `sample_rate` Hz (what the rewards hear)
   speech_finish_reasons  "stop" (end-of-speech token) or "length" (cut at max_frames)
   prefix_width the talker prefix's padded width in the step (every micro-batch replays it)
-
-The trainer's trajectory is the F frames, or `[N, R + F]` (answer tokens first) when the thinker
-trains too; rewards and advantages are one per sample.
 """
 from __future__ import annotations
 

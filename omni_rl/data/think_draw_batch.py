@@ -1,17 +1,14 @@
 """`ThinkDrawBatch`: a step's think-then-draw samples, as the trainer loop and the think-draw family pass them.
 
-N samples, each R plan tokens then the K trained steps of its image. The image half is a whole
-`DiffusionBatch` (its conditioning holds prompt and plan); the plan half:
+N samples, each R plan tokens then the K trained steps of its image (a whole `DiffusionBatch`,
+whose rewards and advantages are the sample's); the trainer's log-probs are `[N, R + K]`, plan
+first. The plan half:
 
   prompts        the N prompts (the plan's context is rebuilt from them)
   plan_ids       [N, R] long   the sampled plan tokens, right-padded
   plan_mask      [N, R] float  1 on the sampled tokens (the end-of-plan token included)
   plan_rollout_log_probs [N, R] fp32  the sampling's log-probs (meaningless where the mask is 0)
   plans          the decoded plans (the rewards' metadata["plan"])
-
-The trainer's `rollout_log_probs`, `old_log_probs` and `rollout_is_weights` are `[N, R + K]`, plan
-tokens first (the family splits them at R); rewards, advantages, `group_index` and
-`weight_versions` are the image's, one per sample.
 """
 from __future__ import annotations
 

@@ -1,10 +1,8 @@
 """The training-engine interface: the narrow waist between the trainer and the parameters.
 
-An engine owns the trainable parameters and the optimizer, is handed a loss function and knows
-no algorithm: `forward_backward` runs, scales and back-propagates `loss_fn(micro_batch)`;
-`optimizer_step` clips and applies the gradient. Metrics stay device tensors, and the finiteness
-of the losses and the gradient norm is read once per mini-batch: a non-finite one drops the
-update, leaving the weights as they were.
+An engine owns the parameters and optimizer and knows no algorithm: `forward_backward` runs and
+back-propagates `loss_fn(micro_batch)`, `optimizer_step` clips and applies the gradient. A
+non-finite loss or gradient norm (read once per mini-batch) drops the update.
 """
 from __future__ import annotations
 

@@ -1,10 +1,8 @@
 """The built-in benchmarks: `geneval`, `ocr` and `pickscore` (text-to-image), each as its source defines it.
 
-Protocols follow Flow-GRPO's evaluation of SD3.5-M (40 steps, CFG 4.5, 512 x 512, deterministic
-sampling). GenEval draws 4 images per prompt; Flow-GRPO's `test_metadata.jsonl` lists each prompt
-4 times instead, so with that file pass `--protocol samples_per_prompt=1`. The prompt files are
-not shipped: each benchmark says where to get its file. Importing this module also registers
-the text (`mmk12`) and media (`media_benchmarks`) benchmarks.
+Protocols follow Flow-GRPO's evaluation of SD3.5-M (40 steps, CFG 4.5, 512 x 512); with
+Flow-GRPO's `test_metadata.jsonl` (each prompt 4 times) pass `--protocol samples_per_prompt=1`.
+Prompt files are not shipped. Importing this module also registers `mmk12` and `media_benchmarks`.
 """
 from __future__ import annotations
 

@@ -36,7 +36,7 @@ def _pick(rng: np.random.Generator, items: tuple[str, ...], k: int = 1) -> list[
 
 
 def draw_row(task: str, rng: np.random.Generator) -> dict[str, Any]:
-    """One row of `task` by its rule (module docstring's table)."""
+    """One row of `task` by its rule (tabled in docs/evaluation.md)."""
     if task == "single_object":
         [name] = _pick(rng, COCO_CLASSES)
         return {"tag": task, "include": [{"class": name, "count": 1}], "prompt": f"a photo of {_a(name)}"}

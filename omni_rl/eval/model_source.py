@@ -1,10 +1,8 @@
 """What `--eval-model` names, its identity for results, and how it is loaded into the recipe's model.
 
-Nothing (the recipe's base model), a run's checkpoint folder or output folder (its trained
-tensors, or with `--eval-weights ema` the run's EMA), or a LoRA in diffusers or PEFT format
-(loaded by the model's own library onto the base model). `identity` names the kind, the path and
-the sha256 of every weight file; a LoRA that names no layer of the model, or has the wrong
-shapes, is one error before any sample is drawn.
+The recipe's base model, a run's checkpoint or output folder (optionally its EMA), or a LoRA in
+diffusers or PEFT format. `identity` names the kind, the path and every weight file's sha256; a
+LoRA that fits no layer of the model is one error before any sample is drawn.
 """
 from __future__ import annotations
 

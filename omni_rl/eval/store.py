@@ -1,13 +1,9 @@
 """An evaluation's folder: what it is of, each prompt's record as it finishes, and the result.
 
-    <out>/run.json              benchmark, protocol, model identity, prompt file (sha256)
-    <out>/prompts/000012.json   row 12's record: its samples' seeds, files, scores and details
-    <out>/samples/000012_0.png  sample 0 of row 12 (.png, .mp4 with a .png poster, .wav)
-    <out>/results.json          the figures, once every row is done
-    <out>/grids/<task>.png      samples per task
-
-Every file is written atomically, so a rerun skips the recorded rows and shards may share a
-folder; a folder of another evaluation is refused before any model loads.
+`<out>/run.json` (benchmark, protocol, model identity), `prompts/NNNNNN.json` (one row's
+record), `samples/`, `grids/` and `results.json` (once every row is done). Every file is written
+atomically, so a rerun skips recorded rows and shards may share a folder; a folder of another
+evaluation is refused before any model loads.
 """
 from __future__ import annotations
 

@@ -60,7 +60,7 @@ def trajectory_sample_bytes(num_steps: int, latent_numel: int) -> int:
 
 @dataclass(frozen=True)
 class StepMemory:
-    """Bytes a diffusion step holds at once (module docstring), by where they sit."""
+    """Bytes a diffusion step holds at once (decoded samples, trajectories), by where they sit."""
 
     samples: int
     decoded: int  # every sample of the step, uint8 RGB, on the host

@@ -53,7 +53,7 @@ class SpeechModelBase(AutoregressiveModelBase):
     @abstractmethod
     def sample_speech(self, prompts: list[torch.Tensor], answers: list[torch.Tensor], seeds: list[int],
                       max_frames: int, temperature: float) -> SpeechSample:
-        """Speak each answer; see the module docstring."""
+        """Speak each answer, one utterance per pair from its own seed (temperature 0: greedy)."""
 
     @abstractmethod
     def speech_log_probs(self, prompts: list[torch.Tensor], answers: list[torch.Tensor], codes: torch.Tensor,

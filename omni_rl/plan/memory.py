@@ -61,7 +61,7 @@ def _bytes(dtype: torch.dtype) -> int:
 def weight_memory(
     tensors: Iterable[TensorSpec], world_size: int, param_offload: bool = False, optimizer_offload: bool = False
 ) -> WeightMemory:
-    """One rank's bytes for `tensors` sharded over `world_size` ranks (module docstring)."""
+    """One rank's bytes for `tensors` sharded over `world_size` ranks (dim-0 shards padded)."""
     frozen = trainable = grads = optim = host_weights = host_grads = host_optim = 0
     for t in tensors:
         numel = fsdp2_local_numel(t.shape, world_size) if t.sharded else math.prod(t.shape)

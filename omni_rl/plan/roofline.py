@@ -21,7 +21,7 @@ class MoE:
     top_k: int
 
     def share(self, tokens: int) -> float:
-        """The expected fraction of experts that `tokens` tokens route to (module docstring)."""
+        """The expected fraction of experts that `tokens` tokens route to (docs/plan.md)."""
         return 1.0 - (1.0 - self.top_k / self.experts) ** max(1, tokens)
 
 

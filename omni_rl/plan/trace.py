@@ -43,7 +43,7 @@ EXTRA_FLOPS = {torch.ops.aten._grouped_mm: _grouped_mm_flops}
 
 def materialize(module: nn.Module, fake: bool) -> None:
     """Replace every meta tensor of `module` by an unallocated-looking one in the current mode
-    (see the module docstring); tied parameters stay tied."""
+    (for tracing); tied parameters stay tied."""
     done: dict[int, torch.Tensor] = {}
     for sub in module.modules():
         for table in (sub._parameters, sub._buffers):

@@ -66,19 +66,13 @@ class _Transient(Exception):
 
 
 class ScoreClient:
-    """Talks to one remote scorer; see the module docstring for the retry rules.
+    """Talks to one remote scorer; retries and limits: docs/reward_protocol.md.
 
-    url:           the server's base URL, http:// or https://, e.g. "http://127.0.0.1:8000".
-    timeout_s:     seconds allowed for one attempt as a whole (connect, send, read the reply; > 0).
-    retries:       extra attempts after the first for transient failures (int >= 0).
-    backoff_s:     the first backoff sleep before jitter, doubled for each further retry (>= 0).
-    max_backoff_s: the cap on one backoff sleep (>= 0).
-    sleep, rand:   injected for tests (time.sleep and random.random by default).
-    token:         the server's secret, sent as `Authorization: Bearer <token>` (the caller
-                   vouches that it is this server's); default: `client_token(url, token_file)`.
-    token_file:    a token file of this server (mode 0600, naming this URL).
-    allow_insecure_remote: send over plain http:// to a host outside loopback (else refused).
-    max_reply_bytes: the largest answer read (a larger one fails at once, naming this limit).
+    url: the server's base URL (http:// or https://). timeout_s: seconds for one whole attempt.
+    retries: extra attempts after the first for transient failures. backoff_s / max_backoff_s:
+    the first backoff sleep (doubled each retry, jittered) and its cap. sleep, rand: injected for
+    tests. token / token_file: this server's secret (default `client_token(url, token_file)`).
+    allow_insecure_remote: allow plain http:// outside loopback. max_reply_bytes: the largest answer.
     """
 
     def __init__(

@@ -4,12 +4,9 @@
                              RewardSpec("brightness", weight=0.5, required=False)])
     out = manager.score(samples, prompts, metadata)   # out.total [B], out.per_reward, out.metrics
 
-A failing or absurd score (an exception, a wrong count, a non-finite score or one past
-`MAX_ABS_REWARD`) stops the run naming its reward, never a silent 0; an optional reward is instead
-left out of the batch with the other weights rescaled (`reward/<name>/failed` is 1). Video and
-audio reach a reward as it declares: the `MediaSamples`, or `video_frames: k` frames per video.
-
-Left out on purpose: micro-batching, asynchronous or remote rewards, caching: they wrap a scorer.
+A failing or absurd score stops the run naming its reward, never a silent 0; an optional reward
+is left out of that batch with the other weights rescaled. Left out: micro-batching, async or
+remote rewards, caching (they wrap a scorer).
 """
 from __future__ import annotations
 

@@ -93,7 +93,7 @@ def check_version(header_value: str | None) -> None:
 def encode_request(
     tensor: torch.Tensor, prompts: Sequence[str], metadata: Sequence[dict[str, Any]], *, kind: str
 ) -> bytes:
-    """Serialise one batch as a safetensors body (see the module docstring for the layout).
+    """Serialise one batch as a safetensors body (layout: docs/reward_protocol.md).
 
     `tensor` must already have the kind's dtype (float32 latents, uint8 images); it is moved
     to the CPU and made contiguous. Metadata must be JSON-encodable: strip tensors first

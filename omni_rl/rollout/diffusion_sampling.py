@@ -182,7 +182,7 @@ def advance(model: DiffusionModelBase, running: Sequence[SampleState], max_num_s
             conditioning: Optional[BatchConditioning] = None) -> list[SampleState]:
     """One batched forward and step over the running samples that share the oldest one's batch
     key (at most `max_num_seqs`). Returns the batch it stepped; `running` keeps its order.
-    Device tensors in, device tensors out: no host sync (see the module docstring)."""
+    Device tensors in, device tensors out: no host sync (state stays on the model's device)."""
     key = running[0].request.batch_key()
     batch = [r for r in running if r.request.batch_key() == key][:max_num_seqs]
     first = batch[0].request
@@ -248,7 +248,7 @@ class _Destination:
 def finish_samples(model: DiffusionModelBase, finished: Sequence[SampleState],
                    weight_version: Optional[int], trajectory_device: str = "device") -> list[DiffusionResult]:
     """Decode the finished samples that asked for it (one batch) and assemble their results,
-    each trajectory moved once to `trajectory_device` (see the module docstring)."""
+    each trajectory moved once to `trajectory_device`."""
     move = _Destination(trajectory_device, model.device)
     to_decode = [r for r in finished if r.request.decode]
     images, sounds, rate = {}, {}, None

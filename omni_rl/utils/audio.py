@@ -78,7 +78,7 @@ def resample(
 ) -> torch.Tensor:
     """Band-limited resampling of `waveform` [..., L] from `orig_sr` to `new_sr` Hz.
 
-    `method` is `"sinc"` or `"fft"` (see the module docstring: different lengths and edges).
+    `method` is `"sinc"` or `"fft"` (their lengths and edges differ).
     `zero_crossings`, `rolloff` and `beta` shape the sinc kernel and are ignored by `"fft"`.
     """
     for name, rate in (("orig_sr", orig_sr), ("new_sr", new_sr)):
