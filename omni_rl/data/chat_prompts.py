@@ -264,11 +264,8 @@ def _list_field(row: dict[str, Any], key: str, where: str) -> list[Any]:
 def load_image(value: Any, where: str, folder: DatasetFolder) -> Image.Image:
     """One image field -> a fully decoded RGB PIL image (transparency composited onto white).
 
-    `value` is raw bytes, a base64 string or `data:` URI, a file path (relative to `folder`,
-    the data file's folder, and inside it unless it allows otherwise) or a {"bytes", "path"}
-    struct; `where` ("file: row N: field") prefixes every `PromptFileError`. Images over
-    `omni_rl.data.image_decode.MAX_IMAGE_PIXELS` are refused. The edit reader
-    (`omni_rl.data.edit_prompts`) uses it too.
+    `value` is bytes, base64 or a `data:` URI, a path relative to `folder`, or a {"bytes", "path"}
+    struct; `where` ("file: row N: field") prefixes every `PromptFileError`. Also used by `edit_prompts`.
     """
     data, source = _image_bytes(value, where, folder)
     return decode_image(data, where, source)

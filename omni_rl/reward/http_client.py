@@ -251,11 +251,9 @@ def check_client_options(
 ) -> urllib.parse.SplitResult:
     """Check a `ScoreClient`'s options without building one or connecting; return the split URL.
 
-    Raises ValueError naming the option, the bad value and what is accepted. The remote rewards
-    hand it to the registry as their `check_options`, so a config with `url: ftp://...`, or a
-    plain http:// URL outside loopback without `allow_insecure_remote: true`, fails when it is
-    loaded, not at the first training step. The token file itself is read by
-    `check_client_files` (when the run starts: its server may write it after the config loads).
+    Raises ValueError naming the option, the bad value and what is accepted; the remote rewards use
+    it as their `check_options`, so a bad URL fails at config load. The token file is read later
+    (`check_client_files`, when the run starts).
     """
     if not isinstance(url, str):
         raise ValueError(f"url={url!r}; expected a string such as 'http://127.0.0.1:8000'")

@@ -95,17 +95,11 @@ class RewardSpec:
 class RewardOutput:
     """The rewards of one batch of B samples.
 
-    total:      float32 tensor [B], the weighted sum of the rewards that succeeded
-                (rescaled when an optional reward failed; see the module docstring).
-    per_reward: name -> float32 tensor [B], raw (unweighted) scores; failed optional rewards
-                are absent.
-    metrics:    flat dict of floats, `reward/<name>/mean|std|failed`, `reward/total/mean|std`,
-                and `reward/<group>` for the rewards that return groups.
-    failed:     names of the optional rewards that failed on this batch.
-    groups:     name -> [B] group key or None of each sample, for the rewards whose scorer
-                returned a `RewardScores` (`omni_rl.reward.scores`).
-    details:    name -> [B] dict of what the scorer saw of each sample, for the rewards whose
-                `RewardScores` carried details.
+    total:      float32 [B], the weighted sum of the rewards that succeeded (rescaled if one failed)
+    per_reward: name -> raw scores [B]; failed optional rewards are absent
+    metrics:    `reward/<name>/mean|std|failed`, `reward/total/mean|std`, `reward/<group>`
+    failed:     the optional rewards that failed on this batch
+    groups, details: name -> [B] group keys / per-sample details, for rewards returning `RewardScores`
     """
 
     total: torch.Tensor

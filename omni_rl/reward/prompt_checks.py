@@ -23,13 +23,10 @@ from omni_rl.reward.registry import (
 
 
 def check_reward_prompts(cfg, sources, read_files: bool = True) -> None:
-    """The prompts are ones the rewards can score (`register_reward(check_prompts=...)`), and
-    every metadata key a reward needs (`register_reward(needs_metadata=...)`: the text a speech
-    sample was asked to say) is one the model adds to its samples (`sample_metadata_keys` of its
-    adapter) or in every prompt's metadata. The training rewards check the training prompts, and
-    the validation rewards (or the training ones) the validation prompts (the training ones when
-    none are given); each reward's `check_item` runs on every prompt. The files a reward's options
-    name (a reference voice) are read here too, unless not `read_files` (`--plan`)."""
+    """The prompts are ones the rewards can score (`check_prompts`, `check_item`), and every metadata
+    key a reward needs is added by the model or carried by every prompt. Training rewards check the
+    training prompts, validation rewards the validation ones; option files are read unless not
+    `read_files` (`--plan`)."""
     architecture = adapter_key(cfg.model.adapter, cfg.model.stage)
     adapter_class = ADAPTERS.get(architecture)
     (train_where, train_items), *val = sources

@@ -214,11 +214,9 @@ def encode_error(message: str) -> bytes:
 def metadata_for_wire(metadata: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     """Copies of the metadata dicts with what JSON can carry.
 
-    Tensor and numpy-array values are left out (bulk data travels as the body's tensor, e.g. a
-    sample's `latent`); PIL images (an edit's `source_image`) become PNG data URI strings
-    (`image_to_wire`; an image shared by several samples, as a group's source is, is encoded
-    once); numpy scalars become Python numbers; nested lists/dicts are converted the same way.
-    Any other value JSON cannot encode raises ProtocolError naming the sample and the key.
+    Tensors and arrays are left out (bulk data is the body's tensor), PIL images become PNG data URIs
+    (a shared image encoded once), numpy scalars Python numbers; anything else JSON cannot encode
+    raises ProtocolError naming the sample and the key.
     """
     out = []
     encoded: dict[int, str] = {}  # id(image) -> its data URI, for this call
