@@ -32,7 +32,7 @@ logger = logging.getLogger(__name__)
 
 _TOTAL = "total"
 
-# The largest |weight * score| and |total| passed on to the advantage; see the module docstring.
+# The largest |weight * score| and |total| passed on to the advantage: a larger one stops the run, naming its reward.
 MAX_ABS_REWARD = 1e15
 
 
