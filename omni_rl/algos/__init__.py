@@ -15,6 +15,9 @@ with one call signature, looked up by name from the config:
   step, a token): each model family takes its losses from one (`ModelFamily.losses`), so a loss
   of the other kind fails at config load.
 - `DIFFUSION_KL` (`flow_grpo_code`, `exact`): per-step KL to the reference policy.
+- `distill`: on-policy distillation against a frozen teacher: the per-step Gaussian KL of a
+  diffusion step (and `DISTILL_LOSSES`' `distill_kl`, the diffusion loss that is only that KL), and the token
+  estimators (reward-style advantages, a direct loss, the exact chunked full-vocabulary KL).
 - `FORWARD_LOSSES` (`diffusion_nft`, `diffusion_dpo`, in `forward_losses`): loss classes on
   clean latents noised again (no log-probs), called with a `ForwardLossInput`; the diffusion
   family accepts an `algo.policy_loss` of either registry and hands a forward-process loss to
@@ -40,6 +43,15 @@ from omni_rl.algos.advantages import (
     needs_group,
     register_advantage_estimator,
     rloo_advantage,
+)
+from omni_rl.algos.distill import (
+    DISTILL_LOSSES,
+    DistillKLLoss,
+    diffusion_distill_kl,
+    direct_distill_loss,
+    distill_advantages,
+    full_vocab_reverse_kl,
+    token_reverse_kl,
 )
 from omni_rl.algos.flow_sde import (
     STEP_KERNELS,
@@ -138,6 +150,14 @@ __all__ = [
     "get_diffusion_kl",
     "flow_grpo_code_kl",
     "exact_kl",
+    # on-policy distillation
+    "DISTILL_LOSSES",
+    "DistillKLLoss",
+    "diffusion_distill_kl",
+    "token_reverse_kl",
+    "distill_advantages",
+    "direct_distill_loss",
+    "full_vocab_reverse_kl",
     # forward-process losses
     "ForwardLossInput",
     "ForwardLoss",
