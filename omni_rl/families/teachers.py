@@ -28,7 +28,6 @@ import contextlib
 import dataclasses
 import hashlib
 import json
-import math
 import time
 from dataclasses import dataclass
 from pathlib import Path

@@ -131,3 +131,16 @@ def test_a_lora_teacher_teaches_and_its_weights_never_change(tmp_path):
     assert len(records) == 2 and all(0 < r["distill/kl"] < float("inf") for r in records)
     after = trainer.model.named_trainable_tensors()
     assert any(not torch.equal(student_before[n], after[n]) for n in student_before)
+
+
+def test_distillation_beside_flow_grpo_and_the_reference_kl_adds_up(tmp_path):
+    # flow_grpo + kl_coef x (KL to the reference) + distill_coef x (KL to the teacher, here the base
+    # without guidance): each chunk's total is the sum, so the step's means add up the same way.
+    trainer = PPOTrainer(load_config([
+        *TINY_SD3, "trainer.total_steps=1", "algo.kl_coef=0.5", "algo.family_options.distill_coef=2.0",
+        "algo.family_options.teachers=[{name: unguided, guidance_scale: 1.0}]", "rollout.guidance_scale=4.5",
+        f"trainer.output_dir={tmp_path / 'run'}"]))
+    trainer.fit()
+    (r,) = _records(tmp_path / "run")
+    assert r["distill/kl"] > 0 and r["loss/kl"] >= 0
+    assert r["loss/total"] == pytest.approx(r["loss/policy"] + 0.5 * r["loss/kl"] + 2.0 * r["distill/kl"], rel=1e-5)
