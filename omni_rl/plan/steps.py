@@ -14,7 +14,9 @@ larger figure kept (one runs at a time). FLOPs of a step scale those traces by t
 - rollout: `samples / max_num_seqs` batches x `rollout.num_steps` forwards;
 - update: `ppo_epochs x samples x num_steps / micro_batch_size` forward+backward passes (every
   denoising step trained: an upper bound where a family trains a fraction of them), plus one
-  reference forward per pass when `algo.kl_coef > 0` (the KL's base-model prediction).
+  reference forward per pass when `algo.kl_coef > 0` (the KL's base-model prediction), and one
+  teacher forward per pass with `algo.family_options.teachers` (on-policy distillation: each
+  sample has one teacher; at the teacher's own guidance, the largest of them).
 
 Not traced: prompt encoding and decoding (text encoders, VAE), rewards; their FLOPs are small
 beside `num_steps` transformer passes, and they are listed as not counted.
@@ -27,6 +29,7 @@ from typing import Any
 
 import torch
 
+from omni_rl.families.teachers import bind_teachers
 from omni_rl.plan.trace import Trace, fake_mode, materialize, trace
 
 
@@ -98,8 +101,19 @@ def step_flops(cfg, step: StepTrace) -> dict[str, float]:
     passes = cfg.algo.ppo_epochs * samples * steps / t.micro_batch_size
     # A reference forward on a micro-batch: the rollout forward's FLOPs scaled to its batch.
     reference = step.rollout.flops * step.train_batch / step.rollout_batch if cfg.algo.kl_coef > 0 else 0.0
-    update = passes * (step.train.flops + reference)
+    update = passes * (step.train.flops + reference + teacher_flops(cfg, step))
     return {"rollout": rollout, "update": update, "total": rollout + update}
+
+
+def teacher_flops(cfg, step: StepTrace) -> float:
+    """A micro-batch's teacher forward: the rollout forward's FLOPs scaled to its batch and to the
+    teacher's guidance copies (the rollout trace holds the student's, `cfg_copies`)."""
+    teachers = bind_teachers(cfg.algo.family_options.get("teachers", []))
+    if not teachers:
+        return 0.0
+    scales = [cfg.rollout.guidance_scale if t.guidance_scale is None else t.guidance_scale for t in teachers]
+    copies = max(2 if scale > 1.0 else 1 for scale in scales)
+    return step.rollout.flops / cfg_copies(cfg) * copies * step.train_batch / step.rollout_batch
 
 
 def best_case_seconds(flops: float, world_size: int, tflops: float) -> float:

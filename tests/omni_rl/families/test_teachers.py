@@ -144,3 +144,17 @@ def test_distillation_beside_flow_grpo_and_the_reference_kl_adds_up(tmp_path):
     (r,) = _records(tmp_path / "run")
     assert r["distill/kl"] > 0 and r["loss/kl"] >= 0
     assert r["loss/total"] == pytest.approx(r["loss/policy"] + 0.5 * r["loss/kl"] + 2.0 * r["distill/kl"], rel=1e-5)
+
+
+def test_the_plan_counts_one_teacher_forward_per_trained_pass():
+    from omni_rl.plan.steps import StepTrace, step_flops
+    from omni_rl.plan.trace import Trace
+
+    # The rollout trace: 8 samples with CFG (16 rows), 1600 FLOPs, so 100 per row; a micro-batch of 2.
+    step = StepTrace(rollout=Trace(1600, 0), train=Trace(300, 0), rollout_batch=8, train_batch=2)
+    base = load_config([*TINY_SD3, "rollout.guidance_scale=4.5"])
+    cfg = load_config([*TINY_SD3, "rollout.guidance_scale=4.5", "algo.policy_loss=distill_kl",
+                       "algo.family_options.teachers=[{name: a, data_source: a, guidance_scale: 1.0}, {name: b}]"])
+    passes = base.trainer.prompts_per_step * base.trainer.samples_per_prompt * base.rollout.num_steps / 2
+    # Teacher b guides (CFG, 2 rows a sample): 2 samples x 2 rows x 100 = 400 FLOPs more per pass.
+    assert step_flops(cfg, step)["update"] - step_flops(base, step)["update"] == pytest.approx(passes * 400)
