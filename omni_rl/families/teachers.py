@@ -178,7 +178,7 @@ class Teacher:
         return digest.hexdigest()
 
 
-def _architecture(path: str, revision: Optional[str], key: str) -> Optional[str]:
+def architecture_of(path: str, revision: Optional[str], key: str) -> Optional[str]:
     """The architecture a model folder declares (model_index.json's _class_name, or config.json's
     architectures), None where it declares none."""
     folder = Path(resolve_model_path(path, revision))
@@ -261,8 +261,8 @@ def build_teachers(cfg, student, blocks: list[TeacherOptions], key: str = "algo.
         path = cfg.model.path if t.path is None else t.path
         revision = t.revision if t.path is not None else cfg.model.revision
         if student_arch is None:
-            student_arch = _architecture(cfg.model.path, cfg.model.revision, "model.path")
-        arch = _architecture(path, revision, f"{where}.path")
+            student_arch = architecture_of(cfg.model.path, cfg.model.revision, "model.path")
+        arch = architecture_of(path, revision, f"{where}.path")
         if arch != student_arch:
             raise TeacherConfigError(f"{where}.path={path!r} is a {arch}, the student ({cfg.model.path!r}) a "
                                      f"{student_arch}; a teacher must be of the student's family (its architecture)")
