@@ -158,3 +158,9 @@ def test_the_plan_counts_one_teacher_forward_per_trained_pass():
     passes = base.trainer.prompts_per_step * base.trainer.samples_per_prompt * base.rollout.num_steps / 2
     # Teacher b guides (CFG, 2 rows a sample): 2 samples x 2 rows x 100 = 400 FLOPs more per pass.
     assert step_flops(cfg, step)["update"] - step_flops(base, step)["update"] == pytest.approx(passes * 400)
+
+
+def test_a_think_draw_model_refuses_teachers():
+    with pytest.raises(ConfigError, match="expected none for a think-draw model"):
+        load_config(["recipe=tiny_bagel_think_flowgrpo", "algo.family_options.teachers=[{name: t}]",
+                     "algo.family_options.distill_coef=1.0"])
