@@ -3,7 +3,8 @@
 Nothing here imports the rest of omni_rl except `omni_rl.registry`. Each family is a registry
 with one signature: `STEP_KERNELS`, `ADVANTAGE_ESTIMATORS`, `DIFFUSION_LOSSES` and `TOKEN_LOSSES`
 (two, so a loss of the wrong kind of action fails at load), `DIFFUSION_KL`, `FORWARD_LOSSES`.
-`rollout_correction` gives the truncated importance weights every policy loss applies;
+`distill`: on-policy distillation against a frozen teacher (`DISTILL_LOSSES`' `distill_kl` and the
+token estimators). `rollout_correction` gives the truncated importance weights every policy loss applies;
 `latent_streams` is the latents' type. The registries are tabled in docs/algorithms.md.
 """
 from omni_rl.algos.advantages import (
@@ -17,6 +18,15 @@ from omni_rl.algos.advantages import (
     needs_group,
     register_advantage_estimator,
     rloo_advantage,
+)
+from omni_rl.algos.distill import (
+    DISTILL_LOSSES,
+    DistillKLLoss,
+    diffusion_distill_kl,
+    direct_distill_loss,
+    distill_advantages,
+    full_vocab_reverse_kl,
+    token_reverse_kl,
 )
 from omni_rl.algos.flow_sde import (
     STEP_KERNELS,
@@ -115,6 +125,14 @@ __all__ = [
     "get_diffusion_kl",
     "flow_grpo_code_kl",
     "exact_kl",
+    # on-policy distillation
+    "DISTILL_LOSSES",
+    "DistillKLLoss",
+    "diffusion_distill_kl",
+    "token_reverse_kl",
+    "distill_advantages",
+    "direct_distill_loss",
+    "full_vocab_reverse_kl",
     # forward-process losses
     "ForwardLossInput",
     "ForwardLoss",

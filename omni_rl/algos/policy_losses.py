@@ -162,6 +162,9 @@ class StepLossInput:
     std: Optional[Union[Tensor, float]] = None
     dt: Optional[Union[Tensor, float]] = None
     rollout_is_weight: Optional[Tensor] = None
+    # `[B, ...]` a frozen teacher's transition means at the same states (losses with
+    # `reads_teacher_mean`: on-policy distillation, `omni_rl.algos.distill`).
+    teacher_mean: Optional[Tensor] = None
     # True when `std` is a step kernel's output on checked sigmas and noise levels (>= 0 by
     # construction): the diffusion losses then skip their host-side check of it, which on an
     # accelerator would wait for the device on every step.
@@ -199,6 +202,9 @@ class StepLoss(PolicyLoss):
     # Whether it reads `StepLossInput.old_mean`: the trainer then has the behaviour policy's
     # transition means computed (the rollout records log-probs only), and skips that forward otherwise.
     reads_old_mean: ClassVar[bool] = False
+    # Whether it reads `StepLossInput.teacher_mean`: the family then needs `algo.teachers` and
+    # has them score every trained step.
+    reads_teacher_mean: ClassVar[bool] = False
 
     def __call__(self, inp: StepLossInput) -> tuple[Tensor, Metrics]:
         raise NotImplementedError

@@ -33,6 +33,8 @@ from omni_rl.data.text_batch import TextBatch
 from omni_rl.families.base import BehaviourPolicy, ModelFamily, register_family
 from omni_rl.families.update import GAP_MAX_KEY, GAP_MEAN_KEY
 from omni_rl.families.scored_rollout import scored_rollout
+from omni_rl.families.teachers import bind_teachers, check_routes, route
+from omni_rl.families.token_teachers import TokenDistillOptions, build_token_teachers, response_logits, token_distill
 from omni_rl.models.autoregressive import AutoregressiveModelBase, PromptInputs
 from omni_rl.models.moe_routing import RoutingReplayError, take_recorded
 from omni_rl.rollout.backends import ROLLOUT_BACKENDS
@@ -89,6 +91,15 @@ class TextOptions(TokenSamplingOptions, PromptLimitOptions):
         PromptLimitOptions.check(self)
 
 
+@dataclass
+class TextFamilyOptions(TextOptions, TokenDistillOptions):
+    """The text family's options: sampling, prompt length, and on-policy distillation's teachers."""
+
+    def check(self) -> None:
+        TextOptions.check(self)
+        TokenDistillOptions.check(self)
+
+
 def messages_of(item: PromptItem) -> list[dict]:
     return list(item.messages) if item.messages else [{"role": "user", "content": item.prompt}]
 
@@ -99,7 +110,7 @@ class TextFamily(ModelFamily):
     sample_modalities = frozenset({"text"})  # the responses
     rollout_is_levels = ("token", "sequence")  # a response token; the whole response
     losses = TOKEN_LOSSES
-    Options = TextOptions
+    Options = TextFamilyOptions
 
     @classmethod
     def check_config(cls, cfg: OmniConfig) -> None:
@@ -131,6 +142,11 @@ class TextFamily(ModelFamily):
             raise ConfigError(
                 f"algo.family_options.routing_replay={self.options.routing_replay}: expected a mixture-of-experts model, "
                 f"but {type(model).__name__} ({cfg.model.path}) has no routers; set routing_replay=off")
+        # On-policy distillation (TextFamilyOptions' teachers); a family built inside another
+        # (the talker's) has none.
+        distills = isinstance(self.options, TokenDistillOptions)
+        self.teacher_options = bind_teachers(self.options.teachers) if distills else []
+        self.teachers = build_token_teachers(cfg, model, self.teacher_options) if trains and self.teacher_options else []
         self._encoded: dict[int, PromptInputs] = {}
         self._truncated: set[int] = set()  # ids of the items whose prompt was cut to fit
 
@@ -175,7 +191,10 @@ class TextFamily(ModelFamily):
     def fit_prompts(self, items: list[PromptItem], what: str = "data.prompts") -> list[PromptItem]:
         """The prompts of `items` to run, every one measured now: those over `prompt_token_limit`
         raise, are truncated or are dropped by `algo.family_options.overlong_prompts` (one warning line says how
-        many). `what` is the config key the items come from ("data.prompts", "data.val_prompts")."""
+        many). `what` is the config key the items come from ("data.prompts", "data.val_prompts").
+        With teachers, every training prompt must have one (`teachers.check_routes`)."""
+        if what == "data.prompts":
+            check_routes(self.teacher_options, items, what)
         limit, limit_text = self._prompt_limit
         if limit is None:
             return list(items)
@@ -413,7 +432,13 @@ class TextFamily(ModelFamily):
         return BehaviourPolicy(torch.cat(parts), batch.response_mask)
 
     def loss(self, micro: TextBatch, chunk: int) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        log_prob = self.log_probs(micro)
+        full_vocab = bool(self.teachers) and self.options.distill_form == "full_vocab"
+        if full_vocab:  # the student's logits, for the exact KL; the log-probs taken from them as token_log_probs does
+            logits = response_logits(self.model, micro, collate_media(micro.media))
+            targets = micro.sequences[:, micro.prompt_width:].to(logits.device)
+            log_prob = torch.log_softmax(logits, dim=-1).gather(-1, targets.unsqueeze(-1)).squeeze(-1)
+        else:
+            logits, log_prob = None, self.log_probs(micro)
         device = log_prob.device
         algo = self.algo
         ref = None
@@ -422,15 +447,33 @@ class TextFamily(ModelFamily):
                 ref = self.log_probs(micro)
         old_log_prob = micro.old_log_probs.to(device)
         mask = micro.response_mask.to(device)
+        advantages, distill_loss, distill = micro.advantages.to(device)[:, None], None, {}
+        if self.teachers:
+            routes = [route(self.teacher_options, m) for m in micro.metadata]
+            if None in routes:  # fit_prompts refused such prompts; a producer's own prompts reach here
+                check_routes(self.teacher_options, [PromptItem(p, m) for p, m in zip(micro.prompts, micro.metadata)],
+                             "the step's prompts")
+            extra, distill_loss, per_sample, seconds = token_distill(
+                self.teachers, routes, micro, log_prob, mask, self.options, logits)
+            if extra is not None:
+                advantages = advantages + extra
+            distill = {"distill/kl": per_sample.mean(), "timing/teacher": torch.tensor(seconds)}
+            index = torch.as_tensor(routes, device=per_sample.device)
+            for k, teacher in enumerate(self.teachers):
+                if bool((index == k).any()):
+                    distill[f"distill/{teacher.name}/kl"] = per_sample[index == k].mean()
         loss, metrics = self.policy_loss(
             TokenLossInput(
-                log_prob=log_prob, old_log_prob=old_log_prob, advantages=micro.advantages.to(device)[:, None], mask=mask,
+                log_prob=log_prob, old_log_prob=old_log_prob, advantages=advantages, mask=mask,
                 ref_log_prob=ref,
                 rollout_is_weight=None if micro.rollout_is_weights is None else micro.rollout_is_weights.to(device),
             )
         )
         metrics = {("loss/policy" if k == "policy_loss" else f"loss/{k}"): v for k, v in metrics.items()}
         metrics.update(token_gap_metrics(log_prob, old_log_prob, mask))
+        if distill_loss is not None:
+            loss = loss + distill_loss
+        metrics.update(distill)
         metrics["loss/total"] = loss.detach()
         return loss, metrics
 

@@ -6,7 +6,9 @@ clean latent in their metadata); validation renders ODE samples into a grid. Act
 window step j the stored x_j and x_{j+1} are fed back, and the very kernel that sampled scores
 x_{j+1} under the policy's mean, so on-policy the ratio is 1. `loss(micro_batch, j)` is the
 policy loss on step j's entries (with rollout-correction weights when computed) plus, with
-`algo.kl_coef > 0`, the KL (`kl_form`) to the reference (LoRA off). A forward-process loss makes
+`algo.kl_coef > 0`, the KL (`kl_form`) to the reference (LoRA off). With teachers
+(`family_options.teachers`, `families.teachers`) each step's KL to its teacher's is added
+(`distill_coef`), or is the whole loss (`distill_kl`). A forward-process loss makes
 the family `forward_process.ForwardProcessFamily` (`variant`).
 """
 from __future__ import annotations
@@ -20,6 +22,7 @@ import torch
 
 from omni_rl.algos.flow_sde import StepOutput, check_step, get_step_kernel, step_latents
 from omni_rl.algos.forward_losses import FORWARD_LOSSES
+from omni_rl.algos.distill import DISTILL_LOSSES, diffusion_distill_kl
 from omni_rl.algos.policy_losses import DIFFUSION_KL, DIFFUSION_LOSSES, StepLossInput, get_diffusion_kl
 from omni_rl.registry import RegistryUnion
 from omni_rl.config.options import option
@@ -30,6 +33,7 @@ from omni_rl.data.prompts import PromptFileError, PromptItem
 from omni_rl.families.base import MODEL_FAMILIES, BehaviourPolicy, ModelFamily, bind_rollout_correction, register_family
 from omni_rl.families.forward_draws import TIMESTEP_SAMPLINGS
 from omni_rl.families.scored_rollout import scored_rollout
+from omni_rl.families.teachers import bind_teachers, build_teachers, check_routes, route, teacher_step_means
 from omni_rl.families.update import GAP_MAX_KEY, GAP_MEAN_KEY
 from omni_rl.logging import make_grid
 from omni_rl.logging.sample_media import write_video_samples
@@ -61,6 +65,11 @@ class DiffusionOptions:
     same_noise_in_group: bool = option(False, "Share the initial noise within a prompt's group (DanceGRPO).")
     val_num_steps: int = option(12, "Denoising steps of a validation sample (deterministic: ODE, noise 0); "
                                     "usually more than rollout.num_steps.")
+    teachers: list[dict] = option([], "On-policy distillation: frozen teachers that score every trained step (each "
+                                      "a block of omni_rl.families.teachers.TeacherOptions: name, path, lora, "
+                                      "guidance_scale, data_source, metadata_key).")
+    distill_coef: float = option(0.0, "The weight of the teachers' KL beside another loss; 0 with "
+                                      "algo.policy_loss=distill_kl, where it is the whole loss.")
 
     def check(self) -> None:
         if not (math.isfinite(self.timestep_fraction) and 0 < self.timestep_fraction <= 1):
@@ -73,6 +82,10 @@ class DiffusionOptions:
         if not (isinstance(self.forward_num_timesteps, int) and self.forward_num_timesteps >= 1):
             raise ValueError(f"forward_num_timesteps={self.forward_num_timesteps!r}: expected an integer >= 1 (the "
                              f"(t, eps) draws per sample and update, one backward each)")
+        if not (math.isfinite(self.distill_coef) and self.distill_coef >= 0):
+            raise ValueError(f"distill_coef={self.distill_coef!r}: expected a finite value >= 0 (0: no distillation "
+                             f"term beside the loss)")
+        bind_teachers(self.teachers)
         if self.forward_timestep_sampling not in TIMESTEP_SAMPLINGS:
             raise ValueError(f"forward_timestep_sampling={self.forward_timestep_sampling!r}: expected one of "
                              f"{', '.join(TIMESTEP_SAMPLINGS)}")
@@ -109,7 +122,7 @@ def check_prompt_kind(adapter_class: type[DiffusionModelBase], items: list, wher
 class DiffusionFamily(ModelFamily):
     batch_type = DiffusionBatch
     rollout_is_levels = ("step", "sequence")  # a denoising step; a sample's trained steps
-    losses = RegistryUnion("diffusion loss", DIFFUSION_LOSSES, FORWARD_LOSSES)
+    losses = RegistryUnion("diffusion loss", DIFFUSION_LOSSES, FORWARD_LOSSES, DISTILL_LOSSES)
     Options = DiffusionOptions
 
     @classmethod
@@ -117,6 +130,7 @@ class DiffusionFamily(ModelFamily):
         """A stochastic kernel for the trajectory losses; a forward-process loss has no log-probs
         (no rollout correction) and no per-step KL term; offline pairs train a pairwise loss."""
         check_kernel(cfg)
+        check_distillation(cfg, cls.bind_family_options(cfg))
         a = cfg.algo
         if a.policy_loss not in FORWARD_LOSSES:
             if cfg.data.preference_file is not None:
@@ -151,12 +165,17 @@ class DiffusionFamily(ModelFamily):
                  trains: bool = True):
         super().__init__(cfg, model, options, trains)
         self.kl_form = get_diffusion_kl(self.options.kl_form)
+        self.teacher_options = bind_teachers(self.options.teachers)
+        # Built in the actor half only: the driver's family routes prompts, it scores nothing.
+        self.teachers = build_teachers(cfg, model, self.teacher_options) if trains else []
 
     # --- the rollout half -----------------------------------------------------------------
     def fit_prompts(self, items: list, what: str = "data.prompts") -> list:
         """All of them, once the adapter has agreed they are its kind (source images for an
         editing model, none for text-to-image: `DiffusionModelBase.check_prompt_items`)."""
         check_prompt_kind(type(self.model), items, what, self.cfg.model.adapter)
+        if what == "data.prompts":
+            check_routes(self.teacher_options, items, what)
         return list(items)
 
     def condition_images(self, item: PromptItem):
@@ -385,12 +404,15 @@ class DiffusionFamily(ModelFamily):
         dt = (micro.sigmas_next[:, j] - micro.sigmas[:, j]).to(device)
         algo = self.algo
         old_log_prob = micro.old_log_probs[:, j].to(device)
+        mean = _as_tensor(out.mean)
+        teacher_mean, distill = self.teacher_means(micro, j, mean) if self.teachers else (None, {})
         loss, metrics = self.policy_loss(
             StepLossInput(
                 log_prob=out.log_prob,
                 old_log_prob=old_log_prob,
                 advantages=micro.advantages.to(device),
-                mean=_as_tensor(out.mean),
+                mean=mean,
+                teacher_mean=teacher_mean,
                 old_mean=None if micro.old_means is None else _as_tensor(ls.to(ls.index(micro.old_means, j, dim=1), device)),
                 std=out.std,
                 dt=dt,
@@ -410,8 +432,62 @@ class DiffusionFamily(ModelFamily):
             kl = self.kl_form(_as_tensor(out.mean), _as_tensor(ref.mean), out.std, dt).mean()
             loss = loss + algo.kl_coef * kl
             metrics["loss/kl"] = kl.detach()
+        if teacher_mean is not None:
+            kl = diffusion_distill_kl(mean, teacher_mean, out.std, std_checked=True)
+            if self.options.distill_coef > 0:
+                loss = loss + self.options.distill_coef * kl.mean()
+            metrics.update(distill_metrics(kl.detach(), distill["routes"], self.teachers))
+            metrics["timing/teacher"] = torch.tensor(distill["seconds"])
         metrics["loss/total"] = loss.detach()
         return loss, metrics
+
+    def teacher_means(self, micro: DiffusionBatch, j: int, mean: torch.Tensor) -> tuple[torch.Tensor, dict]:
+        """Each sample's teacher's transition mean at trained step j (`[B, ...]` like `mean`),
+        with the routes and the seconds the teachers took."""
+        routes = [route(self.teacher_options, m) for m in micro.metadata]
+        if None in routes:  # fit_prompts refused such prompts; a producer's own prompts reach here
+            check_routes(self.teacher_options, [PromptItem(p, m) for p, m in zip(micro.prompts, micro.metadata)],
+                         "the step's prompts")
+        teacher_mean, seconds = teacher_step_means(self.teachers, routes, micro, j, mean)
+        return teacher_mean, {"routes": routes, "seconds": seconds}
+
+
+def check_distillation(cfg: OmniConfig, options: DiffusionOptions) -> None:
+    """Teachers are there to be used, and used by a trajectory loss: distill_kl (the KL alone)
+    or another step loss with distill_coef > 0."""
+    a = cfg.algo
+    pure = a.policy_loss in DISTILL_LOSSES
+    if pure and not options.teachers:
+        raise ConfigError(f"algo.policy_loss={a.policy_loss}: expected algo.family_options.teachers (at least one "
+                          f"teacher to distil from, e.g. [{{name: shapes, lora: outputs/run/lora}}])")
+    if options.distill_coef > 0 and not options.teachers:
+        raise ConfigError(f"algo.family_options.distill_coef={options.distill_coef!r}: expected 0 without "
+                          f"algo.family_options.teachers (nothing to distil from)")
+    if not options.teachers:
+        return
+    if a.policy_loss in FORWARD_LOSSES:
+        raise ConfigError(f"algo.family_options.teachers: expected none with algo.policy_loss={a.policy_loss} (a "
+                          f"forward-process loss stores no trajectory for a teacher to score); use distill_kl or a step "
+                          f"loss")
+    if pure and options.distill_coef > 0:
+        raise ConfigError(f"algo.family_options.distill_coef={options.distill_coef!r}: expected 0 with "
+                          f"algo.policy_loss={a.policy_loss} (the teachers' KL is the whole loss)")
+    if not pure and options.distill_coef == 0:
+        raise ConfigError(f"algo.family_options.teachers: unused with algo.policy_loss={a.policy_loss} and "
+                          f"algo.family_options.distill_coef=0; set distill_coef > 0 (the KL beside the loss) or "
+                          f"algo.policy_loss=distill_kl (the KL alone)")
+
+
+def distill_metrics(kl: torch.Tensor, routes: list[int], teachers) -> dict[str, torch.Tensor]:
+    """distill/kl over the micro-batch's samples, and distill/<teacher>/kl over each teacher's
+    own (only the teachers that scored a sample here: the update averages what it is given)."""
+    out = {"distill/kl": kl.mean()}
+    index = torch.as_tensor(routes, device=kl.device)
+    for k, teacher in enumerate(teachers):
+        mine = index == k
+        if bool(mine.any()):
+            out[f"distill/{teacher.name}/kl"] = kl[mine].mean()
+    return out
 
 
 def _as_tensor(mean: ls.Latents) -> torch.Tensor:

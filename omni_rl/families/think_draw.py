@@ -86,6 +86,9 @@ class ThinkDrawFamily(ModelFamily):
         a, t = cfg.algo, cfg.trainer
         options = cls.bind_family_options(cfg)
         check_kernel(cfg)
+        if options.teachers or options.distill_coef:
+            raise ConfigError("algo.family_options.teachers: expected none for a think-draw model (on-policy "
+                              "distillation of its plan and image steps is not built); remove teachers and distill_coef")
         name = a.policy_loss
         trajectory = [n for n in DIFFUSION_LOSSES.names() if not DIFFUSION_LOSSES.get(n).reads_old_mean]
         if name in FORWARD_LOSSES or (name in DIFFUSION_LOSSES and DIFFUSION_LOSSES.get(name).reads_old_mean):

@@ -23,6 +23,8 @@ GAP_MAX_KEY = "loss/logprob_abs_diff_max"
 GAP_MEAN_KEY = "loss/logprob_abs_diff_mean"
 FIRST_GAP_MAX_KEY = "actor/first_minibatch_logprob_abs_diff_max"
 FIRST_GAP_MEAN_KEY = "actor/first_minibatch_logprob_abs_diff_mean"
+# Metrics a family's loss reports in seconds (a teacher's forwards): the update's total, not a mean per chunk.
+TIMING_PREFIX = "timing/"
 
 
 def run_update(engine, family, batch, cfg, step: int, rank: int = 0, world: int = 1,
@@ -41,7 +43,8 @@ def run_update(engine, family, batch, cfg, step: int, rank: int = 0, world: int 
     def record(metrics: dict[str, Any]) -> None:
         for k, v in metrics.items():
             sums[k] = sums.get(k, 0.0) + wide(v)
-            counts[k] = counts.get(k, 0) + 1
+            # A loss's seconds (timing/teacher) add up over the update; summarize averages the ranks'.
+            counts[k] = 1 if k.startswith(TIMING_PREFIX) else counts.get(k, 0) + 1
 
     def keep_max(k: str, v) -> None:
         maxima[k] = larger(maxima.get(k, 0.0), v)

@@ -29,7 +29,8 @@ from omni_rl.logging.console import metrics_logger
 from omni_rl.logging.video import _check_fps, _check_sample_rate, _frames_array, _waveform_array, gif_bytes
 from omni_rl.utils.atomic import atomic_write_text
 
-METRIC_NAMESPACES = ("reward", "loss", "actor", "rollout_corr", "response", "perf", "timing", "val", "val_ema", "alarm")
+METRIC_NAMESPACES = ("reward", "loss", "actor", "rollout_corr", "response", "perf", "timing", "val", "val_ema", "alarm",
+                     "distill")
 
 
 MEDIA = frozenset({"image", "video", "audio"})

@@ -6,6 +6,7 @@ For a denoiser: one no-grad forward of `max_num_seqs` samples and one forward an
 FLOPs scale these by the step's sizes (every step trained: an upper bound), plus a reference
 forward with `algo.kl_coef > 0`.
 
+Teachers (`algo.family_options.teachers`) add one forward per trained pass, at their own guidance.
 Not traced: text encoders, the VAE and rewards (listed as not counted).
 """
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import Any
 
 import torch
 
+from omni_rl.families.teachers import bind_teachers
 from omni_rl.plan.trace import Trace, fake_mode, materialize, trace
 
 
@@ -87,8 +89,19 @@ def step_flops(cfg, step: StepTrace) -> dict[str, float]:
     passes = cfg.algo.ppo_epochs * samples * steps / t.micro_batch_size
     # A reference forward on a micro-batch: the rollout forward's FLOPs scaled to its batch.
     reference = step.rollout.flops * step.train_batch / step.rollout_batch if cfg.algo.kl_coef > 0 else 0.0
-    update = passes * (step.train.flops + reference)
+    update = passes * (step.train.flops + reference + teacher_flops(cfg, step))
     return {"rollout": rollout, "update": update, "total": rollout + update}
+
+
+def teacher_flops(cfg, step: StepTrace) -> float:
+    """A micro-batch's teacher forward: the rollout forward's FLOPs scaled to its batch and to the
+    teacher's guidance copies (the rollout trace holds the student's, `cfg_copies`)."""
+    teachers = bind_teachers(cfg.algo.family_options.get("teachers", []))
+    if not teachers:
+        return 0.0
+    scales = [cfg.rollout.guidance_scale if t.guidance_scale is None else t.guidance_scale for t in teachers]
+    copies = max(2 if scale > 1.0 else 1 for scale in scales)
+    return step.rollout.flops / cfg_copies(cfg) * copies * step.train_batch / step.rollout_batch
 
 
 def ceil_div(a: int, b: int) -> int:
