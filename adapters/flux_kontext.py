@@ -37,7 +37,7 @@ from typing import Optional
 import numpy as np
 import torch
 
-from omni_rl.config.options import option
+from omni_rl.option import option
 from omni_rl.models import Conditioning, register_adapter, register_tiny_model
 from omni_rl.models.diffusion import EditingOptions, check_multiple
 from omni_rl.plan.spec import PlanSpec, register_plan_spec

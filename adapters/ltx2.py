@@ -52,7 +52,7 @@ import torch
 from torch import nn
 
 from omni_rl.algos.latent_streams import LatentStreams
-from omni_rl.config.options import option
+from omni_rl.option import option
 from omni_rl.config.schema import ModelConfig
 from omni_rl.models import Conditioning, DiffusionModelBase, register_adapter, register_tiny_model
 from omni_rl.plan.spec import PlanSpec, register_plan_spec

@@ -58,7 +58,7 @@ import torch
 from adapters.qwen3_omni import (
     BLOCKED_LOGIT, Qwen3OmniOptions, Qwen3OmniThinkerAdapter, _plan_load_trained as _plan_load_thinker, build_tiny_omni,
 )
-from omni_rl.config.options import option
+from omni_rl.option import option
 from omni_rl.config.schema import ModelConfig
 from omni_rl.errors import OmniConfigError
 from omni_rl.models import register_adapter, register_tiny_model

@@ -142,7 +142,7 @@ def _main(argv: Sequence[str] | None) -> int:
 def _print_options(args: list[str]) -> int:
     """`--options KEY=NAME [plugins=[...]]`: one component's options (`omni_rl.compose.options_help_for`)."""
     from omni_rl.compose import options_help_for
-    from omni_rl.config import ConfigError
+    from omni_rl.errors import ConfigError
 
     plugins = [a.split("=", 1)[1].strip("[]") for a in args if a.startswith("plugins=")]
     wanted = [a for a in args if not a.startswith("plugins=")]
@@ -237,7 +237,7 @@ def check_model_geometry(cfg) -> None:
     diffusion model's size and frames, a talker's frames), and a diffusion step's memory with its latents
     (`config_latent_numel`, `omni_rl.models.limits.check_step_memory`), when the model is already on disk; the trainer
     checks the built model the same way otherwise (`omni_rl.models.limits`)."""
-    from omni_rl.config import ConfigError
+    from omni_rl.errors import ConfigError
     from omni_rl.models.diffusion import DiffusionModelBase
     from omni_rl.device import runs_on_cpu
     from omni_rl.models.limits import ComponentConfigs, check_step_memory, model_folder_on_disk
@@ -308,7 +308,7 @@ def _check_items(key: str, name: str, check, where: str, items) -> None:
 
 def _check_reward_files(key: str, item) -> None:
     """The files a reward's options name read (`register_reward(check_files=...)`)."""
-    from omni_rl.config import ConfigError
+    from omni_rl.errors import ConfigError
     from omni_rl.reward.registry import RewardConfigError, check_reward_files
 
     try:
@@ -319,7 +319,7 @@ def _check_reward_files(key: str, item) -> None:
 
 def _check_metadata_needs(key: str, item, architecture: str, adapter_class, where: str, items) -> None:
     """Each metadata key the reward `item` needs is added by the model or carried by every prompt."""
-    from omni_rl.config import ConfigError
+    from omni_rl.errors import ConfigError
     from omni_rl.data.prompts import PromptFileError
     from omni_rl.reward.registry import RewardConfigError, reward_metadata_needs
 

@@ -31,7 +31,7 @@ from omni_rl.algos.advantages import AdvantageOptions, needs_group
 from omni_rl.config.loader import compose_config
 from omni_rl.config.options import NoOptions, bind_options, options_help
 from omni_rl.config.schema import OmniConfig
-from omni_rl.config.validate import ConfigError
+from omni_rl.errors import ConfigError
 from omni_rl.engine.registry import TRAINING_ENGINES
 from omni_rl.registry import Registry, RegistryUnion
 from omni_rl.families import MODEL_FAMILIES

@@ -10,17 +10,23 @@ Each module keeps its own subclass (so a caller can catch just a rollout failure
 message of each names the bad value, what was expected and what to do. Each carries the exit
 code the command line returns for it (`exit_code`: 2 and 1; a subclass may set its own, as a
 run stopped by signal N does with 128 + N), so the command line catches these two bases and
-nothing else. This module imports nothing, so any layer may use it.
+nothing else. `ConfigError`, the config's and every component option's error, lives here too,
+so that the config layer and the maths below it share it. This module imports nothing, so any
+layer may use it.
 """
 from __future__ import annotations
 
-__all__ = ["OmniConfigError", "OmniRunError"]
+__all__ = ["ConfigError", "OmniConfigError", "OmniRunError"]
 
 
 class OmniConfigError(ValueError):
     """Bad input: the message names the key or file, the bad value and what was expected."""
 
     exit_code = 2
+
+
+class ConfigError(OmniConfigError):
+    """A bad config value or component option; the message names the key and what was expected."""
 
 
 class OmniRunError(RuntimeError):

@@ -37,7 +37,8 @@ from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from omni_rl.config.schema import OmniConfig
-from omni_rl.config.validate import ConfigError, validate_config
+from omni_rl.config.validate import validate_config
+from omni_rl.errors import ConfigError
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 

@@ -32,24 +32,14 @@ from __future__ import annotations
 import dataclasses
 import math
 import typing
-from dataclasses import MISSING, dataclass, field, fields
+from dataclasses import MISSING, dataclass, fields
 from typing import Any, Mapping, Optional, TypeVar
 
-from omni_rl.config.validate import ConfigError
+from omni_rl.errors import ConfigError
 
-__all__ = ["option", "allows_infinity", "bind_options", "describe_options", "options_help", "NoOptions", "OptionDoc"]
+__all__ = ["allows_infinity", "bind_options", "describe_options", "options_help", "NoOptions", "OptionDoc"]
 
 T = TypeVar("T")
-
-
-def option(default: Any, doc: str, *, infinite: bool = False) -> Any:
-    """A dataclass field with a default and one line of documentation (`--options` prints it).
-    A list or dict default is copied per instance. `infinite`: a float option that may be set to
-    +-inf (NaN is refused always)."""
-    metadata = {"doc": doc, "infinite": infinite}
-    if isinstance(default, (list, dict)):
-        return field(default_factory=lambda: type(default)(default), metadata=metadata)
-    return field(default=default, metadata=metadata)
 
 
 def allows_infinity(options_class: type, name: str) -> bool:

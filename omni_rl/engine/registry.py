@@ -11,7 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
-from omni_rl.config.options import NoOptions, bind_options, option
+from omni_rl.config.options import NoOptions, bind_options
+from omni_rl.option import option
 from omni_rl.config.schema import OmniConfig
 from omni_rl.engine.base import TrainingEngine
 from omni_rl.registry import Registry

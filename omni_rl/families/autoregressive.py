@@ -42,9 +42,9 @@ from typing import Optional
 import torch
 
 from omni_rl.algos.token_losses import SUM_NORM_MODE, TOKEN_LOSSES, TokenLoss, TokenLossInput
-from omni_rl.config.options import option
+from omni_rl.option import option
 from omni_rl.config.schema import OmniConfig
-from omni_rl.config.validate import ConfigError
+from omni_rl.errors import ConfigError
 from omni_rl.data.prompt_length import PromptLengthError, PromptLimitOptions, fit_prompt_lengths, shown, truncate_to_limit
 from omni_rl.data.prompts import PromptItem
 from omni_rl.data.text_batch import TextBatch

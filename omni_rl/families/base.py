@@ -35,7 +35,7 @@ from omni_rl.algos.policy_losses import PolicyLoss
 from omni_rl.algos.rollout_correction import RolloutCorrectionOptions
 from omni_rl.config.options import NoOptions, bind_options
 from omni_rl.config.schema import OmniConfig
-from omni_rl.config.validate import ConfigError
+from omni_rl.errors import ConfigError
 from omni_rl.data.prompt_length import PromptLimitOptions
 from omni_rl.models.registry import ADAPTERS, adapter_key
 from omni_rl.registry import Registry

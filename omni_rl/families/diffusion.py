@@ -34,9 +34,9 @@ from omni_rl.algos.flow_sde import StepOutput, check_step, get_step_kernel, step
 from omni_rl.algos.forward_losses import FORWARD_LOSSES
 from omni_rl.algos.policy_losses import DIFFUSION_KL, DIFFUSION_LOSSES, StepLossInput, get_diffusion_kl
 from omni_rl.registry import RegistryUnion
-from omni_rl.config.options import option
+from omni_rl.option import option
 from omni_rl.config.schema import OmniConfig
-from omni_rl.config.validate import ConfigError
+from omni_rl.errors import ConfigError
 from omni_rl.data.diffusion_batch import DiffusionBatch
 from omni_rl.data.prompts import PromptFileError, PromptItem
 from omni_rl.families.base import MODEL_FAMILIES, BehaviourPolicy, ModelFamily, bind_rollout_correction, register_family

@@ -54,9 +54,9 @@ from pathlib import Path
 import torch
 
 from omni_rl.algos.token_losses import TOKEN_LOSSES, TokenLossInput
-from omni_rl.config.options import option
+from omni_rl.option import option
 from omni_rl.config.schema import OmniConfig
-from omni_rl.config.validate import ConfigError
+from omni_rl.errors import ConfigError
 from omni_rl.data.prompts import PromptItem
 from omni_rl.data.speech_batch import SpeechBatch, answer_ids_of, prompt_ids_of
 from omni_rl.data.text_batch import TextBatch

@@ -50,9 +50,10 @@ import torch
 from omni_rl.algos.forward_losses import FORWARD_LOSSES
 from omni_rl.algos.policy_losses import DIFFUSION_LOSSES
 from omni_rl.algos.token_losses import TOKEN_LOSSES, TokenLossInput
-from omni_rl.config.options import bind_options, option
+from omni_rl.config.options import bind_options
+from omni_rl.option import option
 from omni_rl.config.schema import OmniConfig
-from omni_rl.config.validate import ConfigError
+from omni_rl.errors import ConfigError
 from omni_rl.data.prompts import PromptItem
 from omni_rl.data.think_draw_batch import ThinkDrawBatch
 from omni_rl.families.autoregressive import TokenSamplingOptions, build_token_loss, token_gap_metrics

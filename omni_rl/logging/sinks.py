@@ -39,7 +39,8 @@ from typing import Any, Iterable, Mapping, Protocol, Sequence, runtime_checkable
 from tqdm import tqdm
 
 from omni_rl.logging.heldout_alarm import AlarmOptions
-from omni_rl.config.options import bind_options, option
+from omni_rl.config.options import bind_options
+from omni_rl.option import option
 from omni_rl.config.schema import OmniConfig
 from omni_rl.logging.console import metrics_logger
 from omni_rl.logging.video import _check_fps, _check_sample_rate, _frames_array, _waveform_array, gif_bytes

@@ -25,7 +25,7 @@ from typing import Any, Iterator
 import torch
 
 from omni_rl.config.schema import OmniConfig
-from omni_rl.config.validate import ConfigError
+from omni_rl.errors import ConfigError
 from omni_rl.device import weightless_device
 from omni_rl.models.base import OmniModelBase
 from omni_rl.plan.architecture import architecture_folder

@@ -29,7 +29,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
-from omni_rl.config.options import bind_options, option
+from omni_rl.config.options import bind_options
+from omni_rl.option import option
 from omni_rl.config.schema import OmniConfig
 from omni_rl.models.loading import resolve_model_path
 from omni_rl.models.autoregressive import AutoregressiveModelBase

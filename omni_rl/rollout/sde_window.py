@@ -30,9 +30,10 @@ import random
 from dataclasses import dataclass
 from typing import Optional
 
-from omni_rl.config.options import bind_options, option
+from omni_rl.config.options import bind_options
+from omni_rl.option import option
 from omni_rl.config.schema import OmniConfig
-from omni_rl.config.validate import ConfigError
+from omni_rl.errors import ConfigError
 
 SDE_WINDOW_SCHEDULES = ("fixed", "progressive", "random", "decay")
 

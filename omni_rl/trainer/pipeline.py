@@ -55,7 +55,8 @@ from typing import Any, Callable, ClassVar, NamedTuple, Optional
 
 import torch
 
-from omni_rl.config.options import NoOptions, bind_options, option
+from omni_rl.config.options import NoOptions, bind_options
+from omni_rl.option import option
 from omni_rl.config.schema import OmniConfig
 from omni_rl.data.prompt_item import PromptItem
 from omni_rl.data.prompts import training_prompt_items

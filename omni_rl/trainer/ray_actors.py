@@ -40,9 +40,9 @@ import torch
 
 from omni_rl.algos.forward_losses import FORWARD_LOSSES
 from omni_rl.algos.policy_losses import DIFFUSION_LOSSES
-from omni_rl.config.options import option
+from omni_rl.option import option
 from omni_rl.config.schema import OmniConfig
-from omni_rl.config.validate import ConfigError
+from omni_rl.errors import ConfigError
 from omni_rl.device import ray_device_resource, weightless_device
 from omni_rl.families.base import BehaviourPolicy
 from omni_rl.families.update import summarize

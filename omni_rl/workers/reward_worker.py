@@ -22,7 +22,8 @@ import threading
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-from omni_rl.config.options import bind_options, option
+from omni_rl.config.options import bind_options
+from omni_rl.option import option
 from omni_rl.config.schema import OmniConfig
 
 from omni_rl.reward.manager import RewardError, RewardManager, RewardOutput, RewardSpec

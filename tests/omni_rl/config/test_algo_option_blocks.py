@@ -8,7 +8,7 @@ from omni_rl.algos.forward_losses import DiffusionNFTOptions
 from omni_rl.algos.policy_losses import FlowDPPOOptions
 from omni_rl.algos.token_losses import SAPOOptions
 from omni_rl.compose import load_config, loss_options_class
-from omni_rl.config import ConfigError
+from omni_rl.errors import ConfigError
 from omni_rl.config.loader import MOVED_ALGO_KEYS
 from omni_rl.config.schema import AlgoConfig
 from omni_rl.families import DiffusionFamily, TextFamily

@@ -14,7 +14,7 @@ from omni_rl.algos.rollout_correction import RolloutCorrectionOptions as Rollout
 from omni_rl.families import MODEL_FAMILIES
 from omni_rl.compose import loss_options_class, OPTION_BLOCKS, load_config
 from omni_rl.config.loader import MOVED_KEYS
-from omni_rl.config.validate import ConfigError
+from omni_rl.errors import ConfigError
 from omni_rl.engine.registry import engine_options
 from omni_rl.plugins import load_plugins
 from omni_rl.rollout.backends import ROLLOUT_BACKENDS, backend_options, beside_trainer_problem, shares_model

@@ -7,7 +7,7 @@ import torch
 from omni_rl.algos.advantages import ADVANTAGE_ESTIMATORS, register_advantage_estimator
 from omni_rl.algos.token_losses import PPOClipLoss
 from omni_rl.compose import load_config
-from omni_rl.config import ConfigError
+from omni_rl.errors import ConfigError
 
 # The default recipe samples 4 prompts; with one sample each a step has 4 samples.
 ONE_SAMPLE = ["trainer.samples_per_prompt=1", "trainer.mini_batch_size=4", "trainer.micro_batch_size=4"]

@@ -4,7 +4,7 @@ import pytest
 
 from omni_rl.algos.rollout_correction import ROLLOUT_IS_LEVELS, ROLLOUT_IS_MODES
 from omni_rl.compose import load_config
-from omni_rl.config import ConfigError
+from omni_rl.errors import ConfigError
 from omni_rl.families.base import bind_rollout_correction
 
 TEXT = ["recipe=tiny_qwen3_grpo"]

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from omni_rl.compose import load_config, options_help_for
-from omni_rl.config.validate import ConfigError
+from omni_rl.errors import ConfigError
 from omni_rl.data.prompt_length import PromptLimitOptions
 from omni_rl.families.autoregressive import TextFamily, TextOptions
 from omni_rl.families.base import prompt_limits

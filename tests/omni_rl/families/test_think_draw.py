@@ -12,7 +12,7 @@ import torch
 
 from omni_rl.algos.token_losses import TOKEN_LOSSES
 from omni_rl.compose import load_config
-from omni_rl.config.validate import ConfigError
+from omni_rl.errors import ConfigError
 from omni_rl.families import ThinkDrawFamily
 from omni_rl.trainer import PPOTrainer
 

@@ -16,7 +16,7 @@ import torch
 
 from omni_rl.config.schema import OmniConfig
 from omni_rl.compose import check_components
-from omni_rl.config.validate import ConfigError
+from omni_rl.errors import ConfigError
 from omni_rl.rollout.backends import build_rollout_engine
 from omni_rl.rollout.native import NativeDiffusionEngine
 from omni_rl.rollout.server.serve import build_server

@@ -2,7 +2,7 @@
 import pytest
 
 from omni_rl.compose import load_config
-from omni_rl.config import ConfigError
+from omni_rl.errors import ConfigError
 from omni_rl.trainer.ray_actors import RayActorGroup
 from omni_rl.workers import ResourcePool
 from omni_rl.workers.worker_group import split_evenly
