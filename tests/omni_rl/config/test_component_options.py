@@ -13,7 +13,8 @@ from omni_rl.rollout.sde_window import SdeWindowOptions
 from omni_rl.algos.rollout_correction import RolloutCorrectionOptions as RolloutCorrectionConfig
 from omni_rl.families import MODEL_FAMILIES
 from omni_rl.compose import loss_options_class, OPTION_BLOCKS, load_config
-from omni_rl.config.loader import MOVED_KEYS
+import omni_rl
+from omni_rl.config.loader import MOVED_KEYS, MOVED_KEYS_REMOVED_IN
 from omni_rl.errors import ConfigError
 from omni_rl.engine.registry import engine_options
 from omni_rl.plugins import load_plugins
@@ -119,3 +120,22 @@ def test_rollout_backends_declare_what_they_can_do():
     assert "rollout.options.python" in beside_trainer_problem(cfg) and not shares_model(cfg)
     cfg = load_config(["recipe=tiny_qwen3_grpo", "rollout.backend=vllm", "rollout.options.python=/opt/vllm-omni/bin/python"])
     assert beside_trainer_problem(cfg) is None
+
+
+def _release(version: str) -> tuple[int, ...]:
+    """(major, minor, patch) of a version string: "0.1.0" -> (0, 1, 0), "0.3.0rc1" -> (0, 3, 0)."""
+    import re
+    match = re.match(r"(\d+)\.(\d+)(?:\.(\d+))?", version)
+    assert match, f"not a version: {version!r}"
+    return tuple(int(part or 0) for part in match.groups())
+
+
+def test_moved_keys_are_dropped_in_their_stated_release():
+    # The table of moved keys has an end: in the release MOVED_KEYS_REMOVED_IN it goes (old
+    # recipes then get the schema's unknown-key error). Reaching that version with the table
+    # still in place fails here: remove MOVED_KEYS (and this test), or move the date on purpose.
+    assert _release("0.3.0rc1") == (0, 3, 0) and _release("0.10") == (0, 10, 0)
+    assert _release(omni_rl.__version__) < _release(MOVED_KEYS_REMOVED_IN), (
+        f"omni_rl {omni_rl.__version__} has reached MOVED_KEYS_REMOVED_IN={MOVED_KEYS_REMOVED_IN}: remove "
+        f"MOVED_KEYS from omni_rl/config/loader.py ({len(MOVED_KEYS)} rows) and this test"
+    )
