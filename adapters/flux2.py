@@ -144,7 +144,7 @@ class Flux2KleinAdapter(DiffusionModelBase):
     def check_model_limits(cls, cfg, configs) -> None:
         """A guidance scale the distilled checkpoint does not take, read from its
         model_index.json before any weights load."""
-        distilled = cls.bind_options(cfg.model).is_distilled
+        distilled = cfg.model.options.is_distilled
         if distilled is None:
             distilled = read_is_distilled(configs.folder)
         check_guidance(cfg.model.adapter, distilled, cfg.rollout.guidance_scale)

@@ -87,7 +87,7 @@ def rollout(model, cfg, prompts: list[str], seeds: list[int], counts: dict) -> d
 
 
 def update(model, optimizer, cfg, batch: dict, advantages: torch.Tensor, counts: dict) -> None:
-    t, clip = cfg.trainer, cfg.algo.loss_options["flow_grpo"]["clip_range"]
+    t, clip = cfg.trainer, cfg.algo.loss_options["flow_grpo"].clip_range
     n, w = batch["x"].shape[:2]
     params = model.trainable_parameters()
     for mb in range(0, n, t.mini_batch_size):

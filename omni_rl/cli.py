@@ -178,13 +178,13 @@ def check_inputs(cfg) -> None:
     from omni_rl.device import check_trainer_device
     from omni_rl.families.base import prompt_limits
     from omni_rl.models.loading import check_model_source
-    from omni_rl.rollout.backends import ROLLOUT_BACKENDS, backend_options
+    from omni_rl.rollout.backends import ROLLOUT_BACKENDS
     from omni_rl.rollout.server.interpreter import check_python
     from omni_rl.rollout.vllm_omni.availability import require
 
     check_trainer_device(cfg.trainer.device, cfg.trainer.backend)
     packages = ROLLOUT_BACKENDS.get(cfg.rollout.backend).packages
-    python = getattr(backend_options(cfg), "python", None)
+    python = getattr(cfg.rollout.options, "python", None)
     check_python(python, "rollout.options.python", packages, cfg.rollout.backend)
     if python is None and packages and cfg.trainer.backend == "local":
         # The engine runs in this process (Ray workers may run another Python: they check there).

@@ -198,7 +198,9 @@ LAYERS = (
     # The evaluation job sits with the command line (it builds models and reads checkpoints); the
     # benchmarks, rules, figures and the held-out alarm beside the families, where the trainer reads them.
     ("omni_rl.compose", "omni_rl.cli", "omni_rl.eval.job", "omni_rl.eval.compare", "omni_rl.eval.cli_args",
-     "omni_rl.eval.model_source", "omni_rl.eval.ray_shards"),
+     "omni_rl.eval.model_source", "omni_rl.eval.ray_shards",
+     # The rollout server's process starts here (`python -m omni_rl.rollout.server`): it composes its job.
+     "omni_rl.rollout.server.serve", "omni_rl.rollout.server.__main__"),
     ("omni_rl.trainer", "omni_rl.plan"),
     ("omni_rl.workers",),
     ("omni_rl.families", "omni_rl.eval"),

@@ -248,7 +248,7 @@ class BagelAdapter(DiffusionModelBase):
     @classmethod
     def check_plan_guidance(cls, cfg) -> None:
         """Only think mode writes a plan: `model.options.plan_guidance_scale` must be 1 elsewhere."""
-        scale = cls.bind_options(cfg.model).plan_guidance_scale
+        scale = cfg.model.options.plan_guidance_scale
         if scale != 1.0:
             raise ValueError(
                 f"model.options.plan_guidance_scale={scale}: CFG toward the plan needs a plan, and {cfg.model.adapter} "
@@ -258,7 +258,7 @@ class BagelAdapter(DiffusionModelBase):
     @classmethod
     def check_image_guidance(cls, cfg) -> None:
         """Text-to-image has no source image to guide by: `model.options.image_guidance_scale` must be 1."""
-        scale = cls.bind_options(cfg.model).image_guidance_scale
+        scale = cfg.model.options.image_guidance_scale
         if scale != 1.0:
             raise ValueError(
                 f"model.options.image_guidance_scale={scale}: image CFG needs a source image, and {cfg.model.adapter} "

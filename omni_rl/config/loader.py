@@ -36,6 +36,7 @@ from hydra.errors import HydraException
 from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from omni_rl.config.options import recipe_values
 from omni_rl.config.schema import OmniConfig
 from omni_rl.config.validate import validate_config
 from omni_rl.errors import ConfigError
@@ -319,7 +320,22 @@ def compose_config(overrides: Sequence[str] = ()) -> OmniConfig:
 
 
 def to_yaml(cfg: OmniConfig) -> str:
-    return OmegaConf.to_yaml(OmegaConf.structured(cfg))
+    """The config as YAML that composes back to it: a bound options block (`omni_rl.compose`
+    stores each block's options instance in its place) is written as the recipe's mapping."""
+    return OmegaConf.to_yaml(OmegaConf.structured(_as_recipe(cfg)))
+
+
+def _as_recipe(section, prefix: str = ""):
+    """A copy of the config (a section of it) whose options blocks (`_open_blocks`) are mappings again."""
+    blocks = _open_blocks()
+    changes = {}
+    for f in dataclasses.fields(section):
+        value, key = getattr(section, f.name), prefix + f.name
+        if key in blocks:
+            changes[f.name] = recipe_values(value)
+        elif dataclasses.is_dataclass(value) and not isinstance(value, type):
+            changes[f.name] = _as_recipe(value, key + ".")
+    return dataclasses.replace(section, **changes)
 
 
 def _one_line(err: Exception, recipe: str, where: str = "") -> str:

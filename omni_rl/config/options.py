@@ -37,7 +37,8 @@ from typing import Any, Mapping, Optional, TypeVar
 
 from omni_rl.errors import ConfigError
 
-__all__ = ["allows_infinity", "bind_options", "describe_options", "options_help", "NoOptions", "OptionDoc"]
+__all__ = ["allows_infinity", "bind_options", "describe_options", "options_help", "recipe_values", "replace_options",
+           "NoOptions", "OptionDoc"]
 
 T = TypeVar("T")
 
@@ -179,6 +180,24 @@ def options_help(options_class: type, key: str, owner: str) -> str:
     for d in docs:
         lines.append(f"  {d.name:<{width}}  {d.type} = {d.default!r}  {d.doc}")
     return "\n".join(lines)
+
+
+def recipe_values(value: Any) -> Any:
+    """What a recipe writes for a bound options instance: the mapping of its fields that differ
+    from their defaults (a block bound inside one, think_draw's plan loss, the same way); a
+    mapping's values likewise; anything else as it is. Binding the result gives the instance back."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        out = {}
+        for f in fields(value):
+            default = f.default if f.default is not MISSING else (
+                f.default_factory() if f.default_factory is not MISSING else MISSING)  # type: ignore[misc]
+            current = getattr(value, f.name)
+            if current != default:
+                out[f.name] = recipe_values(current)
+        return out
+    if isinstance(value, Mapping):
+        return {key: recipe_values(item) for key, item in value.items()}
+    return value
 
 
 def replace_options(instance: T, **changes: Any) -> T:

@@ -3,7 +3,7 @@
 One signature: `spec.build(model, cfg: OmniConfig) -> TrainingEngine`, called where the actor's
 weights live. `local` is one process; `fsdp2` shards over a torch.distributed group (each Ray
 worker runs one), imported only when built. Each spec declares its options dataclass
-(`trainer.engine_options`, bound with `engine_options(cfg)`). Which engines a backend can drive,
+(`trainer.engine_options`, bound at load by `omni_rl.compose`). Which engines a backend can drive,
 and its default, the backend says (`ActorGroup.engines`).
 """
 from __future__ import annotations
@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
-from omni_rl.config.options import NoOptions, bind_options
+from omni_rl.config.options import NoOptions
 from omni_rl.option import option
 from omni_rl.config.schema import OmniConfig
 from omni_rl.engine.base import TrainingEngine
@@ -38,13 +38,6 @@ def register_engine(name: str, options_class: type = NoOptions):
     return decorator
 
 
-def engine_options(cfg: OmniConfig):
-    """`trainer.engine_options` bound to `trainer.engine`'s options class."""
-    spec = TRAINING_ENGINES.get(cfg.trainer.engine)
-    return bind_options(spec.options_class, cfg.trainer.engine_options, "trainer.engine_options",
-                        f"training engine {cfg.trainer.engine}")
-
-
 def build_engine(model, cfg: OmniConfig) -> TrainingEngine:
     return TRAINING_ENGINES.get(cfg.trainer.engine).build(model, cfg)
 
@@ -68,5 +61,5 @@ def local_engine(model, cfg: OmniConfig) -> TrainingEngine:
 def fsdp2_engine(model, cfg: OmniConfig) -> TrainingEngine:
     from omni_rl.engine.fsdp2 import FSDP2Engine  # needs torch.distributed: only where it runs
 
-    options = engine_options(cfg)
+    options = cfg.trainer.engine_options
     return FSDP2Engine(model, cfg.optim, options.param_offload, options.optimizer_offload)

@@ -112,7 +112,7 @@ class TextFamily(ModelFamily):
 
     @classmethod
     def check_config(cls, cfg: OmniConfig) -> None:
-        options = cls.bind_family_options(cfg)
+        options = cfg.algo.family_options
         if options.top_p != 1.0 and not ROLLOUT_BACKENDS.get(cfg.rollout.backend).takes_top_p:
             raise ConfigError(
                 f"algo.family_options.top_p={options.top_p!r}: expected 1.0 with rollout.backend={cfg.rollout.backend} "
@@ -125,7 +125,7 @@ class TextFamily(ModelFamily):
         self._truncated: set[int] = set()  # ids of the items whose prompt was cut to fit
 
     def build_policy_loss(self) -> TokenLoss:
-        return build_token_loss(self.loss_class, self.bind_loss_options(self.cfg), self.options, self.cfg.algo.kl_coef)
+        return build_token_loss(self.loss_class, self.loss_options(), self.options, self.cfg.algo.kl_coef)
 
     # --- prompt length --------------------------------------------------------------------
     @functools.cached_property

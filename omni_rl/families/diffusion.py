@@ -39,7 +39,7 @@ from omni_rl.config.schema import OmniConfig
 from omni_rl.errors import ConfigError
 from omni_rl.data.diffusion_batch import DiffusionBatch
 from omni_rl.data.prompts import PromptFileError, PromptItem
-from omni_rl.families.base import MODEL_FAMILIES, BehaviourPolicy, ModelFamily, bind_rollout_correction, register_family
+from omni_rl.families.base import MODEL_FAMILIES, BehaviourPolicy, ModelFamily, register_family
 from omni_rl.families.forward_draws import TIMESTEP_SAMPLINGS
 from omni_rl.families.scored_rollout import scored_rollout
 from omni_rl.families.update import GAP_MAX_KEY, GAP_MEAN_KEY
@@ -48,7 +48,7 @@ from omni_rl.logging.sample_media import write_video_samples
 from omni_rl.logging.val_records import write_val_records
 from omni_rl.models.diffusion import DiffusionModelBase
 from omni_rl.reward.media import MediaSamples
-from omni_rl.rollout.sde_window import bind_sde_window_options, scheduled_sde_window
+from omni_rl.rollout.sde_window import scheduled_sde_window
 from omni_rl.rollout.types import DiffusionRequest
 from omni_rl.algos import latent_streams as ls
 from omni_rl.utils.atomic import atomic_save_image
@@ -135,7 +135,7 @@ class DiffusionFamily(ModelFamily):
             raise ConfigError(
                 f"algo.kl_coef={a.kl_coef!r}: expected 0 with algo.policy_loss={a.policy_loss} (a forward-process loss "
                 f"has no per-step KL term; a reference-regularised one reads the reference itself): remove algo.kl_coef")
-        level = bind_rollout_correction(cfg).level
+        level = cfg.algo.rollout_correction.level
         if level != "none":
             raise ConfigError(f"algo.rollout_correction.level={level!r}: expected none with "
                               f"algo.policy_loss={a.policy_loss} (it reads no log-probs, so there is nothing to correct)")
@@ -175,7 +175,7 @@ class DiffusionFamily(ModelFamily):
         window (`rollout.sde_window_schedule`) as a range exactly its size."""
         r = self.cfg.rollout
         window_range = tuple(r.sde_window_range) if r.sde_window_range else None
-        options = bind_sde_window_options(self.cfg)
+        options = self.cfg.rollout.sde_window_options
         window = scheduled_sde_window(
             r.sde_window_schedule, step, self.cfg.trainer.seed, r.num_steps, r.sde_window_size, window_range,
             options.shift, options.tau, options.min_size,

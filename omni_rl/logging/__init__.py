@@ -3,7 +3,7 @@
 - `sinks`: `MetricLogger` fans `log(metrics, step)` out to `ConsoleSink`, `JsonlSink`,
   `TensorBoardSink`, `WandbSink`; `build_sinks(names, output_dir)` builds them by name;
   `ProgressBar` is the training-step bar; `LoggerOptions` (`trainer.logger_options`:
-  progress_bar, wandb_project), bound by `bind_logger_options(cfg)`. Metric names live in `METRIC_NAMESPACES`.
+  progress_bar, wandb_project), bound at load. Metric names live in `METRIC_NAMESPACES`.
 - `console`: `setup_console_logging()` (log records through the progress bar, known
   third-party noise left out, transformers' bars off) and `attach_run_log(output_dir)`
   (`OUTPUT/train.log`: every record at INFO and above, and the per-step lines).
@@ -32,7 +32,6 @@ from omni_rl.logging.sinks import (
     Sink,
     TensorBoardSink,
     WandbSink,
-    bind_logger_options,
     build_sinks,
     check_metric_name,
     read_jsonl,
@@ -53,7 +52,6 @@ __all__ = [
     "WandbSink",
     "attach_run_log",
     "LoggerOptions",
-    "bind_logger_options",
     "build_sinks",
     "check_metric_name",
     "contact_sheet",

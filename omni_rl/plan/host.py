@@ -47,9 +47,7 @@ def materialised_bytes(modules) -> int:
 def trajectories_on_host(cfg: OmniConfig) -> bool:
     """Whether the rollout engine puts finished trajectories in host memory
     (`rollout.options.trajectory_device=cpu`; a backend without the option keeps them on the device)."""
-    from omni_rl.rollout.backends import backend_options
-
-    return getattr(backend_options(cfg), "trajectory_device", "device") == "cpu"
+    return getattr(cfg.rollout.options, "trajectory_device", "device") == "cpu"
 
 
 def media_bytes_per_sample(cfg: OmniConfig, pixels: bool) -> int:

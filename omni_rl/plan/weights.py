@@ -24,6 +24,7 @@ from typing import Any, Iterator
 
 import torch
 
+from omni_rl.config.options import recipe_values
 from omni_rl.config.schema import OmniConfig
 from omni_rl.errors import ConfigError
 from omni_rl.device import weightless_device
@@ -106,16 +107,12 @@ def world_size(cfg: OmniConfig) -> int:
     """FSDP2 ranks: the actor group's world (`trainer.backend_options`); 1 for the local engine."""
     if cfg.trainer.engine != "fsdp2":
         return 1
-    from omni_rl.trainer import ACTOR_GROUPS
-
-    return getattr(ACTOR_GROUPS.get(cfg.trainer.backend).bind_options(cfg), "world_size", 1)
+    return getattr(cfg.trainer.backend_options, "world_size", 1)
 
 
 def offloads(cfg: OmniConfig) -> tuple[bool, bool]:
     """(param_offload, optimizer_offload) of the engine's options (False for an engine without them)."""
-    from omni_rl.engine.registry import engine_options
-
-    options = engine_options(cfg)
+    options = cfg.trainer.engine_options
     return getattr(options, "param_offload", False), getattr(options, "optimizer_offload", False)
 
 
@@ -155,7 +152,7 @@ def weights_of(cfg: OmniConfig, folder: Path, built: Built) -> dict[str, Any]:
         "recipe": cfg.recipe,
         "model": {"adapter": cfg.model.adapter, "path": cfg.model.path, "architecture_folder": str(folder),
                   "dtype": cfg.model.dtype, "lora": cfg.model.lora.enabled},
-        "devices": {"backend": t.backend, "engine": t.engine, "backend_options": dict(t.backend_options),
+        "devices": {"backend": t.backend, "engine": t.engine, "backend_options": recipe_values(t.backend_options),
                     "world_size": world_size(cfg),
                     "param_offload": param_offload, "optimizer_offload": optimizer_offload},
         "parameters": {"total": count, "trainable": trainable, "frozen": count - trainable},

@@ -15,7 +15,7 @@ follows `rollout.sde_window_schedule`:
 
 `shift`, `tau` and `min_size` are the schedules' options (`SdeWindowOptions`), the recipe's
 `rollout.sde_window_options` block, bound and checked against the schedule at load
-(`bind_sde_window_options`): a value other than 1 under a schedule that does not read it is
+(`check_sde_window_options`): a value other than 1 under a schedule that does not read it is
 refused, not silently dropped.
 
 `choose_sde_window` is the per-sample draw (also how a request's window is resolved: a global
@@ -30,7 +30,6 @@ import random
 from dataclasses import dataclass
 from typing import Optional
 
-from omni_rl.config.options import bind_options
 from omni_rl.option import option
 from omni_rl.config.schema import OmniConfig
 from omni_rl.errors import ConfigError
@@ -58,12 +57,12 @@ class SdeWindowOptions:
 READERS = {"shift": ("progressive",), "tau": ("progressive", "decay"), "min_size": ("decay",)}
 
 
-def bind_sde_window_options(cfg: OmniConfig) -> SdeWindowOptions:
-    """`rollout.sde_window_options` bound to `SdeWindowOptions` and checked against
-    `rollout.sde_window_schedule` and `rollout.sde_window_size` (or a one-line ConfigError)."""
+def check_sde_window_options(cfg: OmniConfig) -> None:
+    """`rollout.sde_window_options` (bound at load) against `rollout.sde_window_schedule` and
+    `rollout.sde_window_size` (or a one-line ConfigError)."""
     r = cfg.rollout
     key = "rollout.sde_window_options"
-    options = bind_options(SdeWindowOptions, r.sde_window_options, key, "the SDE window schedules")
+    options = r.sde_window_options
     for name, used_by in READERS.items():
         value = getattr(options, name)
         if value != 1 and r.sde_window_schedule not in used_by:
@@ -73,7 +72,6 @@ def bind_sde_window_options(cfg: OmniConfig) -> SdeWindowOptions:
     if options.min_size > max(r.sde_window_size, 1):
         raise ConfigError(f"{key}.min_size={options.min_size!r}: expected at most rollout.sde_window_size = "
                           f"{r.sde_window_size}")
-    return options
 
 
 def choose_sde_window(seed: int, num_steps: int, size: int, window_range: tuple[int, int] | None) -> tuple[int, int]:

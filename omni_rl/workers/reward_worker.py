@@ -11,7 +11,7 @@ rescaled. A worker that dies or does not answer within `timeout_s` raises `Rewar
 the worker (index, node, pid): the step fails, it never hangs and never scores 0.
 
 Their options (`reward.workers`, `RewardWorkerOptions`: how many, and each one's CPUs and GPUs)
-are checked at load by `omni_rl.compose` and read by the trainer (`reward_worker_options`).
+are bound at load by `omni_rl.compose` (`cfg.reward.workers` holds the instance) and read by the trainer.
 """
 from __future__ import annotations
 
@@ -22,9 +22,7 @@ import threading
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-from omni_rl.config.options import bind_options
 from omni_rl.option import option
-from omni_rl.config.schema import OmniConfig
 
 from omni_rl.reward.manager import RewardError, RewardManager, RewardOutput, RewardSpec
 
@@ -56,11 +54,6 @@ class RewardWorkerOptions:
         for name in ("num_cpus", "num_gpus"):
             if not getattr(self, name) >= 0:
                 raise ValueError(f"{name}={getattr(self, name)!r}: expected >= 0")
-
-
-def reward_worker_options(cfg: OmniConfig) -> RewardWorkerOptions:
-    """`reward.workers` bound to `RewardWorkerOptions` (`ConfigError`, one line, on a bad key or value)."""
-    return bind_options(RewardWorkerOptions, cfg.reward.workers, "reward.workers", "reward workers on Ray")
 
 
 class RayRewardManager:

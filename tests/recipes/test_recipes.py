@@ -79,8 +79,7 @@ class TestRecipe:
         losses = MODEL_FAMILIES.get(ADAPTERS.get(adapter_key(cfg.model.adapter, cfg.model.stage)).family).losses
         assert cfg.algo.policy_loss in losses, losses.names()
         assert cfg.algo.advantage in ADVANTAGE_ESTIMATORS, ADVANTAGE_ESTIMATORS.names()
-        family = MODEL_FAMILIES.get(ADAPTERS.get(adapter_key(cfg.model.adapter, cfg.model.stage)).family)
-        kl_form = getattr(family.bind_family_options(cfg), "kl_form", "exact")  # text families have none
+        kl_form = getattr(cfg.algo.family_options, "kl_form", "exact")  # text families have none
         assert kl_form in DIFFUSION_KL, DIFFUSION_KL.names()
         assert cfg.rollout.kernel in STEP_KERNELS, STEP_KERNELS.names()
 

@@ -106,4 +106,4 @@ def test_a_verl_style_override_loads():
                        "algo.loss_options.ppo_clip.loss_agg_mode=seq-mean-token-sum-norm",
                        "algo.loss_options.ppo_clip.loss_scale_factor=256"])
     options = cfg.algo.loss_options["ppo_clip"]
-    assert (options["clip_ratio_c"], options["kl_clamp"], options["loss_scale_factor"]) == (3.0, 10, 256)
+    assert (options.clip_ratio_c, options.kl_clamp, options.loss_scale_factor) == (3.0, 10, 256)
