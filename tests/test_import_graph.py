@@ -199,8 +199,9 @@ LAYERS = (
     # benchmarks, rules, figures and the held-out alarm beside the families, where the trainer reads them.
     ("omni_rl.compose", "omni_rl.cli", "omni_rl.eval.job", "omni_rl.eval.compare", "omni_rl.eval.cli_args",
      "omni_rl.eval.model_source", "omni_rl.eval.ray_shards",
-     # The rollout server's process starts here (`python -m omni_rl.rollout.server`): it composes its job.
-     "omni_rl.rollout.server.serve", "omni_rl.rollout.server.__main__"),
+     # Processes that start from a run's written config bind its options here: the rollout server
+     # (`python -m omni_rl.rollout.server`) and the offline export of a sharded checkpoint.
+     "omni_rl.rollout.server.serve", "omni_rl.rollout.server.__main__", "omni_rl.trainer.sharded_export"),
     ("omni_rl.trainer", "omni_rl.plan"),
     ("omni_rl.workers",),
     ("omni_rl.families", "omni_rl.eval"),
