@@ -3,7 +3,9 @@
 YAML recipes and command-line overrides only change these values; no code elsewhere keeps a
 default of its own for these keys (`cfg.get("x", default)` is not used). A component's own knobs
 are not here: they and their defaults are its options dataclass (`omni_rl.config.options`), set
-in its block (`model.options`, `algo.loss_options.<loss>`, ...). Batch sizes name their unit:
+in its block (`model.options`, `algo.loss_options.<loss>`, ...): a mapping in the recipe, which
+`omni_rl.compose` binds once at load and replaces with that dataclass's instance, the one
+components read. Batch sizes name their unit:
 `prompts_per_step` prompts, each sampled `samples_per_prompt` times, trained in mini-batches
 of `mini_batch_size` samples (one optimizer step each) made of forwards of
 `micro_batch_size` samples.
