@@ -54,7 +54,7 @@ from typing import Optional
 import torch
 from torch import nn
 
-from omni_rl.config.options import option
+from omni_rl.option import option
 from omni_rl.config.schema import ModelConfig
 from omni_rl.models import Conditioning, DiffusionModelBase, register_adapter, register_tiny_model
 from omni_rl.models.diffusion import PromptLengthOptions, check_image_only, check_multiple, linspace_to_one_over_n
@@ -144,7 +144,7 @@ class Flux2KleinAdapter(DiffusionModelBase):
     def check_model_limits(cls, cfg, configs) -> None:
         """A guidance scale the distilled checkpoint does not take, read from its
         model_index.json before any weights load."""
-        distilled = cls.bind_options(cfg.model).is_distilled
+        distilled = cfg.model.options.is_distilled
         if distilled is None:
             distilled = read_is_distilled(configs.folder)
         check_guidance(cfg.model.adapter, distilled, cfg.rollout.guidance_scale)

@@ -37,7 +37,7 @@ from typing import Optional
 import numpy as np
 import torch
 
-from omni_rl.config.options import option
+from omni_rl.option import option
 from omni_rl.models import Conditioning, register_adapter, register_tiny_model
 from omni_rl.models.diffusion import EditingOptions, check_multiple
 from omni_rl.plan.spec import PlanSpec, register_plan_spec
@@ -63,7 +63,7 @@ class FluxKontextAdapter(FluxAdapter):
     def check_config(cls, cfg) -> None:
         """The output size (as FLUX.1) and `model.options.condition_image_size`: multiples of 16."""
         super().check_config(cfg)
-        size = cls.bind_options(cfg.model).condition_image_size
+        size = cfg.model.options.condition_image_size
         if size is not None:
             for i, value in enumerate(size):
                 check_multiple(f"model.options.condition_image_size[{i}]", value, cls.size_multiple,
@@ -174,7 +174,7 @@ def _plan_forward_inputs(adapter, cfg, batch: int) -> dict:
     from adapters.flux import _plan_forward_inputs as flux_inputs
 
     inputs = flux_inputs(adapter, cfg, batch)["transformer"]
-    options = adapter.bind_options(cfg.model)
+    options = cfg.model.options
     size = options.condition_image_size or [cfg.rollout.height, cfg.rollout.width]
     ch, cw = int(size[0]) // adapter.vae_scale, int(size[1]) // adapter.vae_scale
     hidden = inputs["hidden_states"]

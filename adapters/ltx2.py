@@ -52,7 +52,7 @@ import torch
 from torch import nn
 
 from omni_rl.algos.latent_streams import LatentStreams
-from omni_rl.config.options import option
+from omni_rl.option import option
 from omni_rl.config.schema import ModelConfig
 from omni_rl.models import Conditioning, DiffusionModelBase, register_adapter, register_tiny_model
 from omni_rl.plan.spec import PlanSpec, register_plan_spec
@@ -659,7 +659,7 @@ def _plan_forward_inputs(adapter, cfg, batch: int) -> dict:
     from omni_rl.plan.steps import cfg_copies
 
     c, r = adapter.transformer.config, cfg.rollout
-    adapter.options = type(adapter).bind_options(cfg.model)
+    adapter.options = cfg.model.options
     terms = adapter.guidance(r.guidance_scale).values()
     rows = 1 + any(t.cfg > 1.0 for t in terms) + any(t.stg > 0.0 for t in terms)
     rows_total = batch // cfg_copies(cfg) * rows

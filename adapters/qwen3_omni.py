@@ -77,7 +77,7 @@ import numpy as np
 import torch
 
 from adapters.qwen3 import byte_level_vocab
-from omni_rl.config.options import option
+from omni_rl.option import option
 from omni_rl.config.schema import ModelConfig
 from omni_rl.models import register_adapter, register_tiny_model
 from omni_rl.models.autoregressive import AutoregressiveModelBase, PromptInputs, positions_from_mask

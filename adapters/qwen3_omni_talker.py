@@ -58,7 +58,7 @@ import torch
 from adapters.qwen3_omni import (
     BLOCKED_LOGIT, Qwen3OmniOptions, Qwen3OmniThinkerAdapter, _plan_load_trained as _plan_load_thinker, build_tiny_omni,
 )
-from omni_rl.config.options import option
+from omni_rl.option import option
 from omni_rl.config.schema import ModelConfig
 from omni_rl.errors import OmniConfigError
 from omni_rl.models import register_adapter, register_tiny_model
@@ -137,11 +137,9 @@ class Qwen3OmniTalkerAdapter(SpeechModelBase, Qwen3OmniThinkerAdapter):
         """`algo.family_options.max_frames` within the talker's positions: each frame is one
         position of the talker's sequence after the prompt, so more frames than its
         `max_position_embeddings` cannot be spoken."""
-        from omni_rl.families import MODEL_FAMILIES
-
         talker = ((configs.get("") or {}).get("talker_config") or {}).get("text_config") or {}
         limit = talker.get("max_position_embeddings")
-        max_frames = MODEL_FAMILIES.get(cls.family).bind_family_options(cfg).max_frames
+        max_frames = cfg.algo.family_options.max_frames
         if isinstance(limit, int) and max_frames > limit:
             raise ValueError(f"algo.family_options.max_frames={max_frames}: the talker of {cfg.model.path!r} has "
                              f"{limit} positions (talker_config.text_config.max_position_embeddings), each frame one "
@@ -516,7 +514,7 @@ def _plan_load_talker(adapter) -> None:
     with weightless_device():
         talker = Qwen3OmniMoeTalkerForConditionalGeneration(config)
     adapter.talker = adapter.model = talker.to(adapter.dtype)
-    adapter.options = adapter.bind_options(adapter.cfg)
+    adapter.options = adapter.cfg.options
 
 
 def _plan_code2wav(adapter):

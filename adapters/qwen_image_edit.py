@@ -72,7 +72,7 @@ class QwenImageEditAdapter(QwenImageAdapter):
     def check_config(cls, cfg) -> None:
         """The output size (as Qwen-Image) and `model.options.condition_image_size`: multiples of 16."""
         super().check_config(cfg)
-        size = cls.bind_options(cfg.model).condition_image_size
+        size = cfg.model.options.condition_image_size
         if size is not None:
             for i, value in enumerate(size):
                 check_multiple(f"model.options.condition_image_size[{i}]", value, cls.size_multiple, f"what {cls.pipeline_name} takes")
@@ -306,7 +306,7 @@ def _plan_forward_inputs(adapter, cfg, batch: int) -> dict:
 
     c, p, f = adapter.transformer.config, adapter.patch, adapter.vae_scale
     h, w = cfg.rollout.height // f, cfg.rollout.width // f
-    size = type(adapter).bind_options(cfg.model).condition_image_size
+    size = cfg.model.options.condition_image_size
     ch, cw = (size[0] // f, size[1] // f) if size is not None else (h, w)
     image_tokens = (h // p) * (w // p) + (ch // p) * (cw // p)
     tokens = prompt_tokens(cfg)

@@ -32,7 +32,7 @@ from typing import Optional
 import torch
 from torch import nn
 
-from omni_rl.config.options import option
+from omni_rl.option import option
 from omni_rl.config.schema import ModelConfig
 from omni_rl.models import Conditioning, DiffusionModelBase, register_adapter, register_tiny_model
 from omni_rl.models.diffusion import PromptLengthOptions

@@ -49,7 +49,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from omni_rl.config.options import option
+from omni_rl.option import option
 from omni_rl.config.schema import ModelConfig
 from omni_rl.models import Conditioning, DiffusionModelBase, register_adapter, register_tiny_model
 from omni_rl.models.diffusion import PromptLengthOptions, check_image_only, check_multiple
@@ -149,7 +149,7 @@ class ZImageAdapter(DiffusionModelBase):
     @classmethod
     def check_config(cls, cfg) -> None:
         super().check_config(cfg)
-        options = cls.bind_options(cfg.model)
+        options = cfg.model.options
         if cfg.rollout.guidance_scale <= 1.0:
             for name, off in (("cfg_normalization", 0.0), ("cfg_truncation", 1.0)):
                 value = getattr(options, name)
@@ -169,7 +169,7 @@ class ZImageAdapter(DiffusionModelBase):
         patch = int((transformer.get("all_patch_size") or [2])[0])
         lens = transformer.get("axes_lens") or [1024, 512, 512]
         _check_positions(cfg.rollout.height, cfg.rollout.width, scale * patch, lens,
-                         cls.bind_options(cfg.model).max_sequence_length)
+                         cfg.model.options.max_sequence_length)
 
     # --- shapes and schedule -------------------------------------------------------------
     def _grid(self, height: int, width: int, num_frames: int) -> tuple[int, int]:

@@ -115,7 +115,7 @@ def rollout(model, cfg, prompts: list[str], seeds: list[int], counts: dict) -> d
 
 
 def update(model, optimizer, cfg, batch: dict, advantages: torch.Tensor, counts: dict, seed: int, step: int) -> None:
-    t, o = cfg.trainer, DIFFUSION_LOSSES.get("flow_grpo").Options(**cfg.algo.loss_options["flow_grpo"])
+    t, o = cfg.trainer, cfg.algo.loss_options["flow_grpo"]
     advantages = advantages.clamp(-o.adv_clip_max, o.adv_clip_max)
     n, w = batch["x"].shape[:2]
     params = model.trainable_parameters()

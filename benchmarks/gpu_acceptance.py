@@ -192,6 +192,7 @@ def recipes(args, device: str, tmp: Path) -> dict:
 
 SLEEP_WAKE = r"""
 import json, sys, torch
+from omni_rl.compose import bind_blocks
 from omni_rl.config.schema import ModelConfig, OmniConfig
 from omni_rl.models import build_model
 from omni_rl.rollout.backends import build_rollout_engine
@@ -199,6 +200,7 @@ from omni_rl.rollout.types import DiffusionRequest
 device = sys.argv[1]
 cfg = OmniConfig(); cfg.model = ModelConfig(path="tiny:sd3"); cfg.trainer.device = device
 cfg.rollout.backend, cfg.rollout.options = "vllm_omni", {"enforce_eager": True}
+bind_blocks(cfg)  # every options block bound, as in a run's config
 torch.manual_seed(cfg.trainer.seed)
 model = build_model(cfg.model, torch.device(device))
 engine = build_rollout_engine(cfg, model)

@@ -52,6 +52,8 @@ from omni_rl.config.schema import ModelConfig
 from omni_rl.device import pick_device, synchronize
 from omni_rl.models import Conditioning, build_model
 from omni_rl.models.loading import resolve_model_path
+from omni_rl.models.registry import ADAPTERS
+from omni_rl.plugins import load_plugins
 from omni_rl.rollout.native import NativeDiffusionEngine
 from omni_rl.rollout.sde_window import choose_sde_window
 from omni_rl.rollout.types import DiffusionRequest
@@ -206,6 +208,7 @@ def timed(fn) -> tuple[float, object]:
 
 def vllm_omni_main(args, model, adapter: str, device: torch.device) -> dict:
     """samples/s of the vLLM-Omni engine and of the native engine at each max_num_seqs."""
+    from omni_rl.compose import bind_blocks
     from omni_rl.config.schema import OmniConfig
     from omni_rl.rollout.backends import build_rollout_engine
 
@@ -215,6 +218,7 @@ def vllm_omni_main(args, model, adapter: str, device: torch.device) -> dict:
         cfg.model = ModelConfig(adapter=adapter, path=args.model_path, options={"max_sequence_length": args.max_sequence_length})
         cfg.trainer.device = str(device)
         cfg.rollout.backend, cfg.rollout.max_num_seqs = "vllm_omni", n
+        bind_blocks(cfg)  # every options block bound, as in a run's config
         engines = {"vllm_omni": build_rollout_engine(cfg, model), "native": NativeDiffusionEngine(model, max_num_seqs=n)}
         try:
             walls: dict[str, list[float]] = {name: [] for name in engines}
@@ -263,9 +267,10 @@ def main(argv=None) -> dict:
         torch.set_num_threads(args.threads)
     device = pick_device(args.device)
     adapter = adapter_of(args)
-    model = build_model(
-        ModelConfig(adapter=adapter, path=args.model_path, options={"max_sequence_length": args.max_sequence_length}), device
-    )
+    model_cfg = ModelConfig(adapter=adapter, path=args.model_path)
+    load_plugins(())  # the adapters' registry, for the options class
+    model_cfg.options = ADAPTERS.get(adapter).options_class(max_sequence_length=args.max_sequence_length)
+    model = build_model(model_cfg, device)
     if args.fps is None:
         args.fps = float(getattr(model, "frame_rate", 16.0))
     if args.backend == "vllm_omni":

@@ -175,14 +175,14 @@ def check_inputs(cfg) -> None:
     from omni_rl.device import check_trainer_device
     from omni_rl.models.geometry import check_model_geometry
     from omni_rl.models.loading import check_model_source
-    from omni_rl.rollout.backends import ROLLOUT_BACKENDS, ServerProcessOptions, backend_options
+    from omni_rl.rollout.backends import ROLLOUT_BACKENDS, ServerProcessOptions
     from omni_rl.rollout.server.interpreter import check_python
     from omni_rl.rollout.vllm_omni.availability import require
     from omni_rl.trainer.checkpoint import check_resume
 
     check_trainer_device(cfg.trainer.device, cfg.trainer.backend)
     packages = ROLLOUT_BACKENDS.get(cfg.rollout.backend).packages
-    options = backend_options(cfg)
+    options = cfg.rollout.options
     python = options.python if isinstance(options, ServerProcessOptions) else None
     check_python(python, "rollout.options.python", packages, cfg.rollout.backend)
     if python is None and packages and cfg.trainer.backend == "local":

@@ -8,9 +8,14 @@ options block (`OPTION_BLOCKS`: `model.options` for the adapter, `rollout.option
 rollout backend, `trainer.*_options` for the trainer's backend, engine and pipeline,
 `algo.loss_options.<loss>`, `algo.advantage_options` and `algo.family_options`) is bound to the
 options dataclass it declares, so an unknown key, a wrong type or a bad value fails here with
-one line; the component binds the same block again when it is built. The blocks that belong to
-no registry entry (`algo.rollout_correction`, `rollout.sde_window_options`,
-`trainer.logger_options`, and `reward.workers`, the Ray reward workers' block) are bound here too.
+one line. The blocks that belong to no registry entry (`algo.rollout_correction`,
+`rollout.sde_window_options`, `trainer.logger_options`, and `reward.workers`, the Ray reward
+workers' block) are bound here too. Each bound instance is stored in the config in its block's
+place (`cfg.model.options` is the adapter's options dataclass after load), and that is what
+every component reads: this module is the only one that binds a block
+(tests/test_options_bound_once.py). `bind_blocks` binds a config composed and checked elsewhere
+(the rollout server's process), and `omni_rl.config.to_yaml` writes the instances back as the
+recipe's mappings.
 `options_help_for` gives `python main_omni.py --options KEY=NAME`. It also fills what the config
 leaves to a component (`trainer.engine: null` becomes the backend's default), runs the rules a
 backend keeps for itself (`ActorGroup.check_config`, a rollout backend's `check_config`), and checks that every reward scores what the model makes
@@ -31,21 +36,21 @@ from omni_rl.algos.advantages import AdvantageOptions, needs_group
 from omni_rl.config.loader import compose_config
 from omni_rl.config.options import NoOptions, bind_options, options_help
 from omni_rl.config.schema import OmniConfig
-from omni_rl.config.validate import ConfigError
+from omni_rl.errors import ConfigError
 from omni_rl.engine.registry import TRAINING_ENGINES
 from omni_rl.registry import Registry, RegistryUnion
 from omni_rl.families import MODEL_FAMILIES
-from omni_rl.families.base import bind_rollout_correction
-from omni_rl.logging import SINK_NAMES, bind_logger_options
+from omni_rl.algos.rollout_correction import RolloutCorrectionOptions
+from omni_rl.families.base import check_rollout_correction
+from omni_rl.logging import SINK_NAMES, LoggerOptions
 from omni_rl.models.registry import ADAPTERS, adapter_key
 from omni_rl.plugins import PluginError, load_plugins
 from omni_rl.reward.registry import REWARDS, RewardConfigError, check_reward_options, reward_modalities
 from omni_rl.rollout.backends import ROLLOUT_BACKENDS, beside_trainer_problem, check_backend_fits
-from omni_rl.rollout.sde_window import SdeWindowOptions, bind_sde_window_options
+from omni_rl.rollout.sde_window import SdeWindowOptions, check_sde_window_options
 from omni_rl.trainer import ACTOR_GROUPS  # the package registers the built-in backends
 from omni_rl.trainer.pipeline import PIPELINES
-from omni_rl.trainer.ppo_trainer import bind_advantage_options
-from omni_rl.workers.reward_worker import reward_worker_options
+from omni_rl.workers.reward_worker import RewardWorkerOptions
 
 _DEVICE = re.compile(r"^(auto|cpu|cuda(:\d+)?|npu(:\d+)?)$")
 
@@ -69,9 +74,54 @@ class OptionBlock:
     bound_here: bool = True
 
     def bind(self, cfg: OmniConfig) -> Any:
+        """The block bound to its component's options class, stored in the config in its place."""
         name = self.name(cfg)
-        return bind_options(self.options_class(self.registry.get(name)), self.values(cfg), self.block,
-                            f"{self.registry.kind} {name}")
+        holder, attr = _holder(cfg, self.block)
+        return _bind(holder, attr, self.options_class(self.registry.get(name)), self.block, f"{self.registry.kind} {name}")
+
+
+def _holder(cfg: OmniConfig, block: str) -> tuple[Any, str]:
+    """The section object and attribute of a block's dotted key: "model.options" -> (cfg.model, "options")."""
+    *path, attr = block.split(".")
+    holder = cfg
+    for part in path:
+        holder = getattr(holder, part)
+    return holder, attr
+
+
+def _bind(holder: Any, attr: str, options_class: type, key: str, owner: str) -> Any:
+    """Bind the block `holder.attr` (`holder[attr]` in a mapping of blocks: `algo.loss_options`), the
+    recipe's mapping, to `options_class` and store the instance in its place: the one place a block
+    is bound. A block already bound (a config composed before) is kept."""
+    mapping = isinstance(holder, dict)
+    values = holder.get(attr) if mapping else getattr(holder, attr)
+    if type(values) is options_class:
+        return values
+    options = bind_options(options_class, values, key, owner)
+    if mapping:
+        holder[attr] = options
+    else:
+        setattr(holder, attr, options)
+    return options
+
+
+def _bind_loss_options(cfg: OmniConfig, family: type) -> None:
+    """Every block of `algo.loss_options` names one of the family's losses and is bound to its
+    options (one block per loss, so a recipe may switch `algo.policy_loss` and keep them); the
+    block of `algo.policy_loss` is bound even where the recipe sets none (its defaults)."""
+    blocks = cfg.algo.loss_options
+    names = list(blocks) + ([cfg.algo.policy_loss] if cfg.algo.policy_loss not in blocks else [])
+    for name in names:
+        if name not in family.losses:
+            raise ConfigError(
+                f"algo.loss_options.{name}: {name!r} is not a loss of this model's family ({family.__name__}); "
+                f"its losses: {', '.join(family.losses.names())} (each block is named after the loss it configures)"
+            )
+        key, options_class = f"algo.loss_options.{name}", family.losses.get(name).Options
+        block = blocks.get(name)
+        if block is not None and not isinstance(block, Mapping) and type(block) is not options_class:
+            raise ConfigError(f"{key}={block!r}: expected a mapping of the loss's options, e.g. {{clip_range: 1.0e-4}}")
+        _bind(blocks, name, options_class, key, f"loss {name}")
 
 
 OPTION_BLOCKS: tuple[OptionBlock, ...] = (
@@ -144,22 +194,27 @@ def check_components(cfg: OmniConfig) -> None:
                            cfg.model.adapter)
     except ValueError as err:
         raise ConfigError(str(err)) from None
-    bind_advantage_options(cfg)
-    bind_rollout_correction(cfg)
-    bind_sde_window_options(cfg)
-    bind_logger_options(cfg)
-    family.bind_family_options(cfg)
+    a = cfg.algo
+    _bind(a, "advantage_options", AdvantageOptions, "algo.advantage_options", f"advantage estimator {a.advantage}")
+    _bind(a, "rollout_correction", RolloutCorrectionOptions, "algo.rollout_correction", "the rollout correction")
+    check_rollout_correction(cfg)
+    _bind(cfg.rollout, "sde_window_options", SdeWindowOptions, "rollout.sde_window_options", "the SDE window schedules")
+    check_sde_window_options(cfg)
+    _bind(cfg.trainer, "logger_options", LoggerOptions, "trainer.logger_options", "the metric sinks")
+    family_options = _bind(a, "family_options", family.Options, "algo.family_options", f"model family {family.__name__}")
     # The family's own rules first: they name what its losses cannot be, and why.
     family.check_config(cfg)
+    for attr, options_class, key, owner in family.nested_option_blocks(family_options):
+        _bind(family_options, attr, options_class, key, owner)
     _check_policy_loss(cfg)
-    # The losses' options, checked once here; the family builds its loss from them (`build_policy_loss`).
-    family.check_loss_options(cfg)
+    # The losses' options, bound once here; the family builds its loss from them (`build_policy_loss`).
+    _bind_loss_options(cfg, family)
     _check_groups(cfg)
     _check_engine(cfg)
     for block in OPTION_BLOCKS:
         if block.bound_here:
             block.bind(cfg)
-    reward_worker_options(cfg)
+    _bind(cfg.reward, "workers", RewardWorkerOptions, "reward.workers", "reward workers on Ray")
     _check_pipeline(cfg)
     check_backend = ROLLOUT_BACKENDS.get(cfg.rollout.backend).check_config
     if check_backend is not None:
@@ -185,6 +240,37 @@ def check_components(cfg: OmniConfig) -> None:
         raise ConfigError(f"trainer.loggers={list(cfg.trainer.loggers)!r}: unknown {unknown}; valid: {', '.join(SINK_NAMES)}")
     if not _DEVICE.match(cfg.trainer.device):
         raise ConfigError(f"trainer.device={cfg.trainer.device!r}: expected auto, cpu, cuda[:N] or npu[:N]")
+
+
+def bind_blocks(cfg: OmniConfig) -> OmniConfig:
+    """Bind every options block of a config that was composed and checked elsewhere, in place,
+    without the load's rules: the rollout server's process reads the config its trainer wrote
+    (`python -m omni_rl.rollout.server`), and a config written in code (a benchmark, a test of one
+    engine) gets its blocks bound the same way. A loss block whose loss is not of the model's
+    family stays a mapping (nothing here trains with it); an unset `trainer.engine` is the
+    backend's default."""
+    try:
+        load_plugins(cfg.plugins)
+    except PluginError as err:
+        raise ConfigError(f"plugins={list(cfg.plugins)!r}: {err}") from None
+    family = MODEL_FAMILIES.get(ADAPTERS.get(adapter_key(cfg.model.adapter, cfg.model.stage)).family)
+    a, t = cfg.algo, cfg.trainer
+    _bind(a, "advantage_options", AdvantageOptions, "algo.advantage_options", f"advantage estimator {a.advantage}")
+    _bind(a, "rollout_correction", RolloutCorrectionOptions, "algo.rollout_correction", "the rollout correction")
+    _bind(cfg.rollout, "sde_window_options", SdeWindowOptions, "rollout.sde_window_options", "the SDE window schedules")
+    _bind(t, "logger_options", LoggerOptions, "trainer.logger_options", "the metric sinks")
+    family_options = _bind(a, "family_options", family.Options, "algo.family_options", f"model family {family.__name__}")
+    for attr, options_class, key, owner in family.nested_option_blocks(family_options):
+        _bind(family_options, attr, options_class, key, owner)
+    for name in {*a.loss_options, a.policy_loss} & set(family.losses.names()):
+        _bind(a.loss_options, name, family.losses.get(name).Options, f"algo.loss_options.{name}", f"loss {name}")
+    if t.engine is None:
+        t.engine = ACTOR_GROUPS.get(t.backend).engines[0]
+    for block in OPTION_BLOCKS:
+        if block.bound_here:
+            block.bind(cfg)
+    _bind(cfg.reward, "workers", RewardWorkerOptions, "reward.workers", "reward workers on Ray")
+    return cfg
 
 
 def options_help_for(selector: str, name: str, plugins: Sequence[str] = ()) -> str:
@@ -265,7 +351,7 @@ def _check_reward_media(cfg: OmniConfig) -> None:
 def _check_rollout_is(cfg: OmniConfig) -> None:
     """`algo.rollout_correction.level` is a level of this model's actions: token or sequence for a text model,
     step or sequence for a diffusion model (its family's `rollout_is_levels`)."""
-    level = bind_rollout_correction(cfg).level
+    level = cfg.algo.rollout_correction.level
     if level == "none":
         return
     architecture = adapter_key(cfg.model.adapter, cfg.model.stage)
@@ -360,4 +446,6 @@ def _check_engine(cfg: OmniConfig) -> None:
             f"trainer.engine={t.engine!r}: expected {' or '.join(backend.engines)} with trainer.backend={t.backend!r} "
             f"(or leave trainer.engine unset for the backend's default)"
         )
+    backend.check_options_block(cfg)
+    next(block for block in OPTION_BLOCKS if block.block == "trainer.backend_options").bind(cfg)
     backend.check_config(cfg)

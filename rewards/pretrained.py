@@ -41,7 +41,7 @@ def config_folder(source: str, what: str, reward: str) -> str:
     shipped `recipes/architectures/rewards/<org>--<name>/` of a hub id (no network)."""
     from pathlib import Path
 
-    from omni_rl.config.validate import ConfigError
+    from omni_rl.errors import ConfigError
     from omni_rl.plan.architecture import PROJECT_ROOT, REWARD_ARCHITECTURES, shipped_folder
 
     resolved = resolve_source(source, what)

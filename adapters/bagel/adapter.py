@@ -49,7 +49,7 @@ from typing import Optional
 import torch
 from torch import nn
 
-from omni_rl.config.options import option
+from omni_rl.option import option
 from omni_rl.config.schema import ModelConfig
 from omni_rl.models import Conditioning, DiffusionModelBase, register_adapter
 from omni_rl.models.diffusion import PromptLengthOptions, check_image_only, check_multiple
@@ -248,7 +248,7 @@ class BagelAdapter(DiffusionModelBase):
     @classmethod
     def check_plan_guidance(cls, cfg) -> None:
         """Only think mode writes a plan: `model.options.plan_guidance_scale` must be 1 elsewhere."""
-        scale = cls.bind_options(cfg.model).plan_guidance_scale
+        scale = cfg.model.options.plan_guidance_scale
         if scale != 1.0:
             raise ValueError(
                 f"model.options.plan_guidance_scale={scale}: CFG toward the plan needs a plan, and {cfg.model.adapter} "
@@ -258,7 +258,7 @@ class BagelAdapter(DiffusionModelBase):
     @classmethod
     def check_image_guidance(cls, cfg) -> None:
         """Text-to-image has no source image to guide by: `model.options.image_guidance_scale` must be 1."""
-        scale = cls.bind_options(cfg.model).image_guidance_scale
+        scale = cfg.model.options.image_guidance_scale
         if scale != 1.0:
             raise ValueError(
                 f"model.options.image_guidance_scale={scale}: image CFG needs a source image, and {cfg.model.adapter} "

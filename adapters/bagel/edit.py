@@ -108,12 +108,12 @@ class BagelEditAdapter(BagelAdapter):
     def check_config(cls, cfg) -> None:
         """Text-to-image's checks, image CFG's (module docstring) and `model.options.condition_image_size`."""
         super().check_config(cfg)
-        for i, value in enumerate(cls.bind_options(cfg.model).condition_image_size or ()):
+        for i, value in enumerate(cfg.model.options.condition_image_size or ()):
             check_multiple(f"model.options.condition_image_size[{i}]", value, cls.size_multiple, f"what {WHAT} takes")
 
     @classmethod
     def check_image_guidance(cls, cfg) -> None:
-        scale = cls.bind_options(cfg.model).image_guidance_scale
+        scale = cfg.model.options.image_guidance_scale
         if not (math.isfinite(scale) and scale >= 1.0):
             raise ValueError(f"model.options.image_guidance_scale={scale}: expected a number >= 1 (1 = no image CFG; "
                              f"BAGEL's editing uses 1.5 to 2)")

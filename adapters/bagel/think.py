@@ -85,7 +85,7 @@ class BagelThinkAdapter(BagelAdapter, ThinkDrawModelBase):
     @classmethod
     def check_plan_guidance(cls, cfg) -> None:
         """CFG toward the plan applies only together with text CFG, as in the official code."""
-        scale = cls.bind_options(cfg.model).plan_guidance_scale
+        scale = cfg.model.options.plan_guidance_scale
         if scale > 1.0 and cfg.rollout.guidance_scale <= 1.0:
             raise ValueError(
                 f"model.options.plan_guidance_scale={scale} with rollout.guidance_scale={cfg.rollout.guidance_scale}: "

@@ -204,6 +204,7 @@ def pretrain(out: Path, cfg: PretrainConfig, reuse_vae: Path | None = None) -> d
     of training the same one again (stage 1 is deterministic; only stage 2's settings changed)."""
     from demos.shapes.sampling import LAYOUT
     from omni_rl.config.schema import LoraConfig, ModelConfig
+    from omni_rl.models.diffusion import PromptLengthOptions
     from omni_rl.models import build_model
     from omni_rl.models.checksums import write_checksums
     from omni_rl.utils.atomic import atomic_write_json
@@ -222,7 +223,8 @@ def pretrain(out: Path, cfg: PretrainConfig, reuse_vae: Path | None = None) -> d
     pipe.save_pretrained(out)
     vae_s = time.monotonic() - start
     # Every weight of the transformer trains (no LoRA): what is saved is a plain SD3 transformer.
-    model_cfg = ModelConfig(path=str(out), options={"max_sequence_length": cfg.max_sequence_length}, lora=LoraConfig(enabled=False))
+    model_cfg = ModelConfig(path=str(out), options=PromptLengthOptions(max_sequence_length=cfg.max_sequence_length),
+                            lora=LoraConfig(enabled=False))
     model = build_model(model_cfg, torch.device("cpu"))
     log: list[float] = []
     train_transformer(model, cfg, log)

@@ -25,7 +25,8 @@ import torch
 from torch import Tensor
 
 from omni_rl.algos.flow_sde import mean_over_sample_dims
-from omni_rl.algos.policy_losses import AdvantageClipOptions, PolicyLoss, option
+from omni_rl.algos.policy_losses import AdvantageClipOptions, PolicyLoss
+from omni_rl.option import option
 from omni_rl.registry import Registry
 
 __all__ = [

@@ -13,13 +13,14 @@ Not here: the token losses, adding the KL with its coefficient (the family), cho
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Callable, ClassVar, Optional, Union
 
 import torch
 from torch import Tensor
 
 from omni_rl.algos.flow_sde import mean_over_sample_dims, per_sample
+from omni_rl.option import option
 from omni_rl.registry import Registry
 
 __all__ = [
@@ -48,13 +49,6 @@ __all__ = [
 ]
 
 Metrics = dict[str, Tensor]
-
-
-def option(default, doc: str, *, infinite: bool = False):
-    """A loss option: a dataclass field with its default and one line of documentation (what
-    `--options` prints; `omni_rl.config.options` reads it the same way, and refuses +-inf unless
-    `infinite`)."""
-    return field(default=default, metadata={"doc": doc, "infinite": infinite})
 
 
 @dataclass

@@ -5,6 +5,6 @@ The layer imports nothing above it. `omni_rl.compose.load_config` is what runs a
 """
 from omni_rl.config.loader import available_recipes, compose_config, to_yaml
 from omni_rl.config.schema import OmniConfig
-from omni_rl.config.validate import ConfigError, validate_config
+from omni_rl.config.validate import validate_config
 
-__all__ = ["ConfigError", "OmniConfig", "available_recipes", "compose_config", "to_yaml", "validate_config"]
+__all__ = ["OmniConfig", "available_recipes", "compose_config", "to_yaml", "validate_config"]

@@ -32,24 +32,15 @@ from __future__ import annotations
 import dataclasses
 import math
 import typing
-from dataclasses import MISSING, dataclass, field, fields
+from dataclasses import MISSING, dataclass, fields
 from typing import Any, Mapping, Optional, TypeVar
 
-from omni_rl.config.validate import ConfigError
+from omni_rl.errors import ConfigError
 
-__all__ = ["option", "allows_infinity", "bind_options", "describe_options", "options_help", "NoOptions", "OptionDoc"]
+__all__ = ["allows_infinity", "bind_options", "describe_options", "options_help", "recipe_values", "replace_options",
+           "NoOptions", "OptionDoc"]
 
 T = TypeVar("T")
-
-
-def option(default: Any, doc: str, *, infinite: bool = False) -> Any:
-    """A dataclass field with a default and one line of documentation (`--options` prints it).
-    A list or dict default is copied per instance. `infinite`: a float option that may be set to
-    +-inf (NaN is refused always)."""
-    metadata = {"doc": doc, "infinite": infinite}
-    if isinstance(default, (list, dict)):
-        return field(default_factory=lambda: type(default)(default), metadata=metadata)
-    return field(default=default, metadata=metadata)
 
 
 def allows_infinity(options_class: type, name: str) -> bool:
@@ -78,6 +69,27 @@ def _type_name(tp: Any) -> str:
     if origin in (list, dict, tuple):
         return f"{origin.__name__}[{', '.join(_type_name(a) for a in typing.get_args(tp))}]"
     return getattr(tp, "__name__", str(tp))
+
+
+def _block_list_class(tp: Any) -> Optional[type]:
+    """X of a field annotated `list[X]` where X is an options dataclass, else None."""
+    args = typing.get_args(tp) if typing.get_origin(tp) is list else ()
+    return args[0] if args and dataclasses.is_dataclass(args[0]) else None
+
+
+def _bind_block_list(options_class: type, value: Any, key: str, owner: str) -> list:
+    if not isinstance(value, (list, tuple)):
+        raise ConfigError(f"{key}={value!r}: expected a list of {options_class.__name__} blocks ({owner})")
+    bound = []
+    for i, item in enumerate(value):
+        if isinstance(item, options_class):
+            bound.append(item)
+        elif isinstance(item, Mapping):
+            bound.append(bind_options(options_class, item, f"{key}[{i}]", owner))
+        else:
+            raise ConfigError(f"{key}[{i}]={item!r}: expected a mapping, the options of one "
+                              f"{options_class.__name__} ({owner})")
+    return bound
 
 
 def _matches(value: Any, tp: Any) -> bool:
@@ -134,6 +146,10 @@ def bind_options(options_class: type[T], values: Optional[Mapping[str, Any]], ke
                 f"(`python main_omni.py --options` lists them with their defaults and docs)"
             )
         tp = hints.get(name, Any)
+        inner = _block_list_class(tp)
+        if inner is not None:  # a list of blocks of their own (a family's teachers): each bound here too
+            values[name] = _bind_block_list(inner, value, f"{key}.{name}", owner)
+            continue
         if not _matches(value, tp):
             raise ConfigError(f"{key}.{name}={value!r}: expected {_type_name(tp)} ({owner})")
         values[name] = _coerce(value, tp)
@@ -189,6 +205,24 @@ def options_help(options_class: type, key: str, owner: str) -> str:
     for d in docs:
         lines.append(f"  {d.name:<{width}}  {d.type} = {d.default!r}  {d.doc}")
     return "\n".join(lines)
+
+
+def recipe_values(value: Any) -> Any:
+    """What a recipe writes for a bound options instance: the mapping of its fields that differ
+    from their defaults (a block bound inside one, think_draw's plan loss, the same way); a
+    mapping's values likewise; anything else as it is. Binding the result gives the instance back."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        out = {}
+        for f in fields(value):
+            default = f.default if f.default is not MISSING else (
+                f.default_factory() if f.default_factory is not MISSING else MISSING)  # type: ignore[misc]
+            current = getattr(value, f.name)
+            if current != default:
+                out[f.name] = recipe_values(current)
+        return out
+    if isinstance(value, Mapping):
+        return {key: recipe_values(item) for key, item in value.items()}
+    return value
 
 
 def replace_options(instance: T, **changes: Any) -> T:

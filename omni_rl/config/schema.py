@@ -1,7 +1,8 @@
 """The configuration schema: typed dataclasses that hold every default.
 
 YAML recipes and command-line overrides only change these values; no code elsewhere keeps a
-default of its own. A component's own knobs are its options dataclass (`omni_rl.config.options`).
+default of its own. A component's own knobs are its options dataclass (`omni_rl.config.options`), set in its block:
+a mapping in the recipe that `omni_rl.compose` binds once at load and replaces with the instance.
 Batch sizes name their unit (`prompts_per_step` prompts x `samples_per_prompt`, mini-batches
 and micro-batches of samples). Cross-field rules live in `omni_rl/config/validate.py`.
 """

@@ -11,11 +11,7 @@ from __future__ import annotations
 import math
 
 from omni_rl.config.schema import OmniConfig
-from omni_rl.errors import OmniConfigError
-
-
-class ConfigError(OmniConfigError):
-    """A bad config value; the message names the key and what was expected."""
+from omni_rl.errors import ConfigError
 
 
 def _require(ok: bool, key: str, value, expected: str) -> None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Optional, Sequence
 
-from omni_rl.config.options import option
+from omni_rl.option import option
 from omni_rl.data.prompt_item import PromptFileError, PromptItem
 
 OVERLONG_MODES = ("error", "truncate", "drop")

@@ -2,14 +2,15 @@
 
 One signature, `spec.build(model, cfg) -> TrainingEngine`, called where the actor's weights live:
 `local` (one process) or `fsdp2` (one per rank, imported only when built). Each spec declares its
-options class (`trainer.engine_options`); which engines a backend drives, the backend says.
+options class (`trainer.engine_options`, bound at load); which engines a backend drives, the backend says.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Callable
 
-from omni_rl.config.options import NoOptions, bind_options, option
+from omni_rl.config.options import NoOptions
+from omni_rl.option import option
 from omni_rl.config.schema import OmniConfig
 from omni_rl.engine.base import TrainingEngine
 from omni_rl.registry import Registry
@@ -35,13 +36,6 @@ def register_engine(name: str, options_class: type = NoOptions):
     return decorator
 
 
-def engine_options(cfg: OmniConfig):
-    """`trainer.engine_options` bound to `trainer.engine`'s options class."""
-    spec = TRAINING_ENGINES.get(cfg.trainer.engine)
-    return bind_options(spec.options_class, cfg.trainer.engine_options, "trainer.engine_options",
-                        f"training engine {cfg.trainer.engine}")
-
-
 def build_engine(model, cfg: OmniConfig) -> TrainingEngine:
     return TRAINING_ENGINES.get(cfg.trainer.engine).build(model, cfg)
 
@@ -65,5 +59,5 @@ def local_engine(model, cfg: OmniConfig) -> TrainingEngine:
 def fsdp2_engine(model, cfg: OmniConfig) -> TrainingEngine:
     from omni_rl.engine.fsdp2 import FSDP2Engine  # needs torch.distributed: only where it runs
 
-    options = engine_options(cfg)
+    options = cfg.trainer.engine_options
     return FSDP2Engine(model, cfg.optim, options.param_offload, options.optimizer_offload)

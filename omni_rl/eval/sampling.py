@@ -131,11 +131,8 @@ class DiffusionSampler(Sampler):
 
 
 def _text_options(cfg):
-    from omni_rl.families.base import MODEL_FAMILIES
-    from omni_rl.models.registry import ADAPTERS, adapter_key
-
-    family = ADAPTERS.get(adapter_key(cfg.model.adapter, cfg.model.stage)).family
-    return MODEL_FAMILIES.get(family).variant(cfg).bind_family_options(cfg)
+    """The text family's options, bound at load (`algo.family_options`)."""
+    return cfg.algo.family_options
 
 
 @SAMPLERS.register("autoregressive")

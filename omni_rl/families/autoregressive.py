@@ -24,16 +24,16 @@ from typing import Optional
 import torch
 
 from omni_rl.algos.token_losses import SUM_NORM_MODE, TOKEN_LOSSES, AggregatedTokenOptions, TokenLoss, TokenLossInput
-from omni_rl.config.options import option
+from omni_rl.option import option
 from omni_rl.config.schema import OmniConfig
-from omni_rl.config.validate import ConfigError
+from omni_rl.errors import ConfigError
 from omni_rl.data.prompt_length import PromptLengthError, PromptLimitOptions, fit_prompt_lengths, shown, truncate_to_limit
 from omni_rl.data.prompts import PromptItem
 from omni_rl.data.text_batch import TextBatch
 from omni_rl.families.base import BehaviourPolicy, ModelFamily, register_family
 from omni_rl.families.update import GAP_MAX_KEY, GAP_MEAN_KEY
 from omni_rl.families.scored_rollout import scored_rollout
-from omni_rl.families.teachers import bind_teachers, check_routes, route
+from omni_rl.families.teachers import check_routes, route
 from omni_rl.families.token_teachers import TokenDistillOptions, build_token_teachers, response_logits, token_distill
 from omni_rl.models.autoregressive import AutoregressiveModelBase, PromptInputs
 from omni_rl.models.moe_routing import RoutingReplayError, take_recorded
@@ -114,7 +114,7 @@ class TextFamily(ModelFamily):
 
     @classmethod
     def check_config(cls, cfg: OmniConfig) -> None:
-        options = cls.bind_family_options(cfg)
+        options = cfg.algo.family_options
         if options.top_p != 1.0 and not ROLLOUT_BACKENDS.get(cfg.rollout.backend).takes_top_p:
             raise ConfigError(
                 f"algo.family_options.top_p={options.top_p!r}: expected 1.0 with rollout.backend={cfg.rollout.backend} "
@@ -145,13 +145,13 @@ class TextFamily(ModelFamily):
         # On-policy distillation (TextFamilyOptions' teachers); a family built inside another
         # (the talker's) has none.
         distills = isinstance(self.options, TokenDistillOptions)
-        self.teacher_options = bind_teachers(self.options.teachers) if distills else []
+        self.teacher_options = list(self.options.teachers) if distills else []
         self.teachers = build_token_teachers(cfg, model, self.teacher_options) if trains and self.teacher_options else []
         self._encoded: dict[int, PromptInputs] = {}
         self._truncated: set[int] = set()  # ids of the items whose prompt was cut to fit
 
     def build_policy_loss(self) -> TokenLoss:
-        return build_token_loss(self.loss_class, self.bind_loss_options(self.cfg), self.options, self.cfg.algo.kl_coef)
+        return build_token_loss(self.loss_class, self.loss_options(), self.options, self.cfg.algo.kl_coef)
 
     # --- prompt length --------------------------------------------------------------------
     @functools.cached_property

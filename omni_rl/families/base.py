@@ -13,17 +13,15 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, ClassVar, Mapping, Optional
+from typing import Any, Callable, ClassVar, Optional
 
 import torch
 
 from omni_rl.algos.policy_losses import PolicyLoss
-from omni_rl.algos.rollout_correction import RolloutCorrectionOptions
-from omni_rl.config.options import NoOptions, bind_options
+from omni_rl.config.options import NoOptions
 from omni_rl.config.schema import OmniConfig
-from omni_rl.config.validate import ConfigError
+from omni_rl.errors import ConfigError
 from omni_rl.data.prompt_length import PromptLimitOptions
-from omni_rl.models.registry import ADAPTERS, adapter_key
 from omni_rl.registry import Registry
 
 # score(sample, prompt, metadata, future): hands one finished sample to the reward scorer.
@@ -72,36 +70,19 @@ class ModelFamily(ABC):
         is a `ConfigError` naming the key (none by default)."""
 
     @classmethod
-    def bind_family_options(cls, cfg: OmniConfig):
-        """`algo.family_options` bound to `Options` (or a one-line `ConfigError`)."""
-        return bind_options(cls.Options, cfg.algo.family_options, "algo.family_options", f"model family {cls.__name__}")
+    def nested_option_blocks(cls, options) -> tuple[tuple[str, type, str, str], ...]:
+        """The blocks inside the family's bound `options` that configure a component of their own
+        (think_draw's plan loss): (attribute, options class, config key, owner) each, bound by the
+        composition root after `check_config` (none by default)."""
+        return ()
 
-    @classmethod
-    def bind_loss_options(cls, cfg: OmniConfig, name: Optional[str] = None):
-        """The options of the loss `name` (default `algo.policy_loss`): its block
-        `algo.loss_options.NAME` bound to the loss's `Options` (defaults where there is none)."""
-        name = cfg.algo.policy_loss if name is None else name
-        block = cfg.algo.loss_options.get(name)
-        key = f"algo.loss_options.{name}"
-        if block is not None and not isinstance(block, Mapping):
-            raise ConfigError(f"{key}={block!r}: expected a mapping of the loss's options, e.g. {{clip_range: 1.0e-4}}")
-        return bind_options(cls.losses.get(name).Options, block, key, f"loss {name}")
-
-    @classmethod
-    def check_loss_options(cls, cfg: OmniConfig) -> None:
-        """Every block of `algo.loss_options` names one of this family's losses and binds to its
-        options (one block per loss, so a recipe may switch `algo.policy_loss` and keep them)."""
-        for name in cfg.algo.loss_options:
-            if name not in cls.losses:
-                raise ConfigError(
-                    f"algo.loss_options.{name}: {name!r} is not a loss of this model's family ({cls.__name__}); "
-                    f"its losses: {', '.join(cls.losses.names())} (each block is named after the loss it configures)"
-                )
-            cls.bind_loss_options(cfg, name)
+    def loss_options(self):
+        """The bound options of `algo.policy_loss` (`algo.loss_options.<loss>`, bound at load)."""
+        return self.cfg.algo.loss_options[self.cfg.algo.policy_loss]
 
     def build_policy_loss(self) -> PolicyLoss:
         """The configured loss, built once from its bound options."""
-        return self.loss_class(self.bind_loss_options(self.cfg))
+        return self.loss_class(self.loss_options())
 
     def __init__(self, cfg: OmniConfig, model, options=None, trains: bool = True):
         """`trains`: build the actor half (the loss and its state: an EMA, ...). Only where the
@@ -112,7 +93,7 @@ class ModelFamily(ABC):
         self.algo = cfg.algo
         self.trains = trains
         # A family built inside another (think_draw's image half) is handed the outer one's options.
-        self.options = options if options is not None else self.bind_family_options(cfg)
+        self.options = options if options is not None else cfg.algo.family_options
         # What the loss declares (reads_old_mean, pairwise) the rollout half may read; the loss itself
         # exists only in the actor half.
         self.loss_class = self.losses.get(cfg.algo.policy_loss)
@@ -192,16 +173,14 @@ def prompt_limits(cfg: OmniConfig) -> PromptLimitOptions:
     """How long the run's prompts may be: the model family's own limits where its options hold
     them (the text family's `max_prompt_tokens`, `overlong_prompts`), else the defaults (a
     diffusion model's prompts get the character bound only)."""
-    family = MODEL_FAMILIES.get(ADAPTERS.get(adapter_key(cfg.model.adapter, cfg.model.stage)).family).variant(cfg)
-    options = family.bind_family_options(cfg)
+    options = cfg.algo.family_options
     return options if isinstance(options, PromptLimitOptions) else PromptLimitOptions()
 
 
-def bind_rollout_correction(cfg: OmniConfig) -> RolloutCorrectionOptions:
-    """`algo.rollout_correction` bound to the rollout correction's options (or a one-line
-    ConfigError); a level other than none needs the trainer's own old log-probs."""
-    options = bind_options(RolloutCorrectionOptions, cfg.algo.rollout_correction, "algo.rollout_correction",
-                           "the rollout correction")
+def check_rollout_correction(cfg: OmniConfig) -> None:
+    """`algo.rollout_correction` (bound at load): a level other than none needs the trainer's own
+    old log-probs (a one-line ConfigError)."""
+    options = cfg.algo.rollout_correction
     mode = cfg.algo.old_logprob_mode
     if options.level != "none" and mode == "bypass":
         raise ConfigError(
@@ -209,4 +188,3 @@ def bind_rollout_correction(cfg: OmniConfig) -> RolloutCorrectionOptions:
             f"{options.level} (the correction weighs the trainer's recomputed old log-probs against the rollout's; "
             f"bypass uses the rollout's as the old ones, so every weight would be 1): set algo.old_logprob_mode=auto "
             f"or algo.rollout_correction.level=none")
-    return options

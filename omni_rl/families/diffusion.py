@@ -25,22 +25,22 @@ from omni_rl.algos.forward_losses import FORWARD_LOSSES
 from omni_rl.algos.distill import DISTILL_LOSSES, diffusion_distill_kl
 from omni_rl.algos.policy_losses import DIFFUSION_KL, DIFFUSION_LOSSES, StepLossInput, get_diffusion_kl
 from omni_rl.registry import RegistryUnion
-from omni_rl.config.options import option
+from omni_rl.option import option
 from omni_rl.config.schema import OmniConfig
-from omni_rl.config.validate import ConfigError
+from omni_rl.errors import ConfigError
 from omni_rl.data.diffusion_batch import DiffusionBatch
 from omni_rl.data.prompts import PromptFileError, PromptItem
-from omni_rl.families.base import MODEL_FAMILIES, BehaviourPolicy, ModelFamily, bind_rollout_correction, register_family
+from omni_rl.families.base import MODEL_FAMILIES, BehaviourPolicy, ModelFamily, register_family
 from omni_rl.families.forward_draws import TIMESTEP_SAMPLINGS
 from omni_rl.families.scored_rollout import scored_rollout
-from omni_rl.families.teachers import bind_teachers, build_teachers, check_routes, route, teacher_step_means
+from omni_rl.families.teachers import TeacherOptions, build_teachers, check_routes, check_teachers, route, teacher_step_means
 from omni_rl.families.update import GAP_MAX_KEY, GAP_MEAN_KEY
 from omni_rl.logging import make_grid
 from omni_rl.logging.sample_media import write_video_samples
 from omni_rl.logging.val_records import write_val_records
 from omni_rl.models.diffusion import DiffusionModelBase
 from omni_rl.reward.media import MediaSamples
-from omni_rl.rollout.sde_window import bind_sde_window_options, scheduled_sde_window
+from omni_rl.rollout.sde_window import scheduled_sde_window
 from omni_rl.rollout.types import DiffusionRequest
 from omni_rl.algos import latent_streams as ls
 from omni_rl.utils.atomic import atomic_save_image
@@ -65,7 +65,7 @@ class DiffusionOptions:
     same_noise_in_group: bool = option(False, "Share the initial noise within a prompt's group (DanceGRPO).")
     val_num_steps: int = option(12, "Denoising steps of a validation sample (deterministic: ODE, noise 0); "
                                     "usually more than rollout.num_steps.")
-    teachers: list[dict] = option([], "On-policy distillation: frozen teachers that score every trained step (each "
+    teachers: list[TeacherOptions] = option([], "On-policy distillation: frozen teachers that score every trained step (each "
                                       "a block of omni_rl.families.teachers.TeacherOptions: name, path, lora, "
                                       "guidance_scale, data_source, metadata_key).")
     distill_coef: float = option(0.0, "The weight of the teachers' KL beside another loss; 0 with "
@@ -85,7 +85,7 @@ class DiffusionOptions:
         if not (math.isfinite(self.distill_coef) and self.distill_coef >= 0):
             raise ValueError(f"distill_coef={self.distill_coef!r}: expected a finite value >= 0 (0: no distillation "
                              f"term beside the loss)")
-        bind_teachers(self.teachers)
+        check_teachers(self.teachers)
         if self.forward_timestep_sampling not in TIMESTEP_SAMPLINGS:
             raise ValueError(f"forward_timestep_sampling={self.forward_timestep_sampling!r}: expected one of "
                              f"{', '.join(TIMESTEP_SAMPLINGS)}")
@@ -130,7 +130,7 @@ class DiffusionFamily(ModelFamily):
         """A stochastic kernel for the trajectory losses; a forward-process loss has no log-probs
         (no rollout correction) and no per-step KL term; offline pairs train a pairwise loss."""
         check_kernel(cfg)
-        check_distillation(cfg, cls.bind_family_options(cfg))
+        check_distillation(cfg, cfg.algo.family_options)
         a = cfg.algo
         if a.policy_loss not in FORWARD_LOSSES:
             if cfg.data.preference_file is not None:
@@ -147,7 +147,7 @@ class DiffusionFamily(ModelFamily):
             raise ConfigError(
                 f"algo.kl_coef={a.kl_coef!r}: expected 0 with algo.policy_loss={a.policy_loss} (a forward-process loss "
                 f"has no per-step KL term; a reference-regularised one reads the reference itself): remove algo.kl_coef")
-        level = bind_rollout_correction(cfg).level
+        level = cfg.algo.rollout_correction.level
         if level != "none":
             raise ConfigError(f"algo.rollout_correction.level={level!r}: expected none with "
                               f"algo.policy_loss={a.policy_loss} (it reads no log-probs, so there is nothing to correct)")
@@ -165,7 +165,7 @@ class DiffusionFamily(ModelFamily):
                  trains: bool = True):
         super().__init__(cfg, model, options, trains)
         self.kl_form = get_diffusion_kl(self.options.kl_form)
-        self.teacher_options = bind_teachers(self.options.teachers)
+        self.teacher_options = list(self.options.teachers)
         # Built in the actor half only: the driver's family routes prompts, it scores nothing.
         self.teachers = build_teachers(cfg, model, self.teacher_options) if trains else []
 
@@ -189,7 +189,7 @@ class DiffusionFamily(ModelFamily):
         window (`rollout.sde_window_schedule`) as a range exactly its size."""
         r = self.cfg.rollout
         window_range = tuple(r.sde_window_range) if r.sde_window_range else None
-        options = bind_sde_window_options(self.cfg)
+        options = self.cfg.rollout.sde_window_options
         window = scheduled_sde_window(
             r.sde_window_schedule, step, self.cfg.trainer.seed, r.num_steps, r.sde_window_size, window_range,
             options.shift, options.tau, options.min_size,

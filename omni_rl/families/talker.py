@@ -21,14 +21,14 @@ from pathlib import Path
 import torch
 
 from omni_rl.algos.token_losses import TOKEN_LOSSES, TokenLossInput
-from omni_rl.config.options import option
+from omni_rl.option import option
 from omni_rl.config.schema import OmniConfig
-from omni_rl.config.validate import ConfigError
+from omni_rl.errors import ConfigError
 from omni_rl.data.prompts import PromptItem
 from omni_rl.data.speech_batch import SpeechBatch, answer_ids_of, prompt_ids_of
 from omni_rl.data.text_batch import TextBatch
 from omni_rl.families.autoregressive import TextFamily, TextOptions, build_token_loss, token_gap_metrics
-from omni_rl.families.base import BehaviourPolicy, ModelFamily, bind_rollout_correction, register_family
+from omni_rl.families.base import BehaviourPolicy, ModelFamily, register_family
 from omni_rl.models.speech import SpeechModelBase
 from omni_rl.reward.media import MediaSamples
 from omni_rl.utils.atomic import atomic_write_bytes, atomic_write_text
@@ -72,11 +72,10 @@ class TalkerFamily(ModelFamily):
         # seq-mean-token-sum-norm's constant defaults to the trajectory's budget of actions.
         budget = self.options.max_frames + (self.options.max_new_tokens if self.model.trains_thinker else 0)
         sampling = TextOptions(max_new_tokens=budget)
-        return build_token_loss(self.loss_class, self.bind_loss_options(self.cfg), sampling, self.cfg.algo.kl_coef)
+        return build_token_loss(self.loss_class, self.loss_options(), sampling, self.cfg.algo.kl_coef)
 
     @classmethod
     def check_config(cls, cfg: OmniConfig) -> None:
-        cls.bind_family_options(cfg)
         t, r = cfg.trainer, cfg.rollout
         why = "the talker speaks with the driver's model, which must be the trained one"
         if t.backend != "local":
@@ -90,7 +89,7 @@ class TalkerFamily(ModelFamily):
         if cfg.algo.kl_coef != 0:
             raise ConfigError(f"algo.kl_coef={cfg.algo.kl_coef!r}: expected 0 for a talker stage (no KL term to a "
                               f"reference talker yet)")
-        level = bind_rollout_correction(cfg).level
+        level = cfg.algo.rollout_correction.level
         if level != "none":
             raise ConfigError(f"algo.rollout_correction.level={level!r}: expected none for a talker stage (its "
                               f"engine is the trainer's own model, so there is nothing to correct)")

@@ -37,7 +37,7 @@ import torch
 
 from omni_rl.algos import latent_streams as ls
 from omni_rl.algos.flow_sde import get_step_kernel, step_latents
-from omni_rl.config.options import bind_options, option
+from omni_rl.option import option
 from omni_rl.errors import OmniConfigError, OmniRunError
 from omni_rl.models.factory import build_model
 from omni_rl.models.loading import resolve_model_path
@@ -78,15 +78,9 @@ class TeacherOptions:
             raise ValueError("metadata_key='': expected the name of a metadata field (data_source)")
 
 
-def bind_teachers(blocks: list, key: str = "algo.family_options.teachers") -> list[TeacherOptions]:
-    """The teachers' blocks bound and checked together: names unique, one data source per
-    teacher, at most one default, one metadata key."""
-    teachers = []
-    for i, block in enumerate(blocks):
-        if not isinstance(block, dict):
-            raise TeacherConfigError(f"{key}[{i}]={block!r}: expected a mapping, e.g. {{name: shapes, lora: "
-                                     f"outputs/run/lora}}")
-        teachers.append(bind_options(TeacherOptions, block, f"{key}[{i}]", "teacher"))
+def check_teachers(teachers: list[TeacherOptions], key: str = "algo.family_options.teachers") -> list[TeacherOptions]:
+    """The teachers' blocks (bound at load, each a `TeacherOptions`) checked together: names
+    unique, one data source per teacher, at most one default, one metadata key."""
     for attr, what in (("name", "name"), ("data_source", "data_source")):
         values = [getattr(t, attr) for t in teachers]
         twice = sorted({str(v) for v in values if values.count(v) > 1})
@@ -97,7 +91,12 @@ def bind_teachers(blocks: list, key: str = "algo.family_options.teachers") -> li
     if len(keys) > 1:
         raise TeacherConfigError(f"{key}: metadata_key {', '.join(keys)}: expected one field for all teachers (a "
                                  f"prompt is routed by one field)")
-    return teachers
+    return list(teachers)
+
+
+def teachers_of(options) -> list[TeacherOptions]:
+    """A family's bound options' teachers ([] for a family whose options declare none)."""
+    return list(options.teachers) if "teachers" in {f.name for f in dataclasses.fields(options)} else []
 
 
 def route(teachers: list[TeacherOptions], metadata: dict[str, Any]) -> Optional[int]:

@@ -21,13 +21,13 @@ import torch
 from omni_rl.algos.forward_losses import FORWARD_LOSSES
 from omni_rl.algos.policy_losses import DIFFUSION_LOSSES
 from omni_rl.algos.token_losses import TOKEN_LOSSES, TokenLossInput
-from omni_rl.config.options import bind_options, option
+from omni_rl.option import option
 from omni_rl.config.schema import OmniConfig
-from omni_rl.config.validate import ConfigError
+from omni_rl.errors import ConfigError
 from omni_rl.data.prompts import PromptItem
 from omni_rl.data.think_draw_batch import ThinkDrawBatch
 from omni_rl.families.autoregressive import TokenSamplingOptions, build_token_loss, token_gap_metrics
-from omni_rl.families.base import BehaviourPolicy, ModelFamily, bind_rollout_correction, register_family
+from omni_rl.families.base import BehaviourPolicy, ModelFamily, register_family
 from omni_rl.families.diffusion import DiffusionFamily, DiffusionOptions, check_kernel
 from omni_rl.models.think_draw import ThinkDrawModelBase
 from omni_rl.utils.seeding import derive_seed
@@ -58,10 +58,6 @@ class ThinkDrawOptions(DiffusionOptions, TokenSamplingOptions):
                              f"(0 leaves the plan untrained)")
 
 
-def bind_plan_loss_options(options: ThinkDrawOptions):
-    name = options.plan_policy_loss
-    return bind_options(TOKEN_LOSSES.get(name).Options, options.plan_loss_options,
-                        "algo.family_options.plan_loss_options", f"plan loss {name}")
 
 
 @register_family("think_draw")
@@ -78,13 +74,21 @@ class ThinkDrawFamily(ModelFamily):
         self.image = DiffusionFamily(cfg, model, self.options, trains)
         # No KL term on the plan: algo.kl_coef applies to the image steps.
         self.plan_loss = build_token_loss(TOKEN_LOSSES.get(self.options.plan_policy_loss),
-                                          bind_plan_loss_options(self.options), self.options,
+                                          self.options.plan_loss_options, self.options,
                                           kl_coef=0.0) if trains else None
+
+    @classmethod
+    def nested_option_blocks(cls, options: ThinkDrawOptions) -> tuple[tuple[str, type, str, str], ...]:
+        """The plan loss's block, bound to its token loss's options (after `check_config` has
+        checked that `plan_policy_loss` names a token loss)."""
+        name = options.plan_policy_loss
+        return (("plan_loss_options", TOKEN_LOSSES.get(name).Options, "algo.family_options.plan_loss_options",
+                 f"plan loss {name}"),)
 
     @classmethod
     def check_config(cls, cfg: OmniConfig) -> None:
         a, t = cfg.algo, cfg.trainer
-        options = cls.bind_family_options(cfg)
+        options = cfg.algo.family_options
         check_kernel(cfg)
         if options.teachers or options.distill_coef:
             raise ConfigError("algo.family_options.teachers: expected none for a think-draw model (on-policy "
@@ -105,8 +109,7 @@ class ThinkDrawFamily(ModelFamily):
                 f"algo.family_options.plan_policy_loss={plan!r}: {kind}; the plan's actions are tokens, trained with a "
                 f"token loss: {', '.join(TOKEN_LOSSES.names())}"
             )
-        bind_plan_loss_options(options)
-        level = bind_rollout_correction(cfg).level
+        level = cfg.algo.rollout_correction.level
         if level != "none":
             raise ConfigError(f"algo.rollout_correction.level={level!r}: expected none for a "
                               f"think-draw model (a plan token and a denoising step have no common correction level)")

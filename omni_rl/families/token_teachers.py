@@ -27,8 +27,8 @@ from typing import Optional
 import torch
 
 from omni_rl.algos.distill import direct_distill_loss, distill_advantages, full_vocab_reverse_kl, token_reverse_kl
-from omni_rl.config.options import option
-from omni_rl.families.teachers import TeacherConfigError, TeacherOptions, architecture_of, bind_teachers
+from omni_rl.option import option
+from omni_rl.families.teachers import TeacherConfigError, TeacherOptions, architecture_of, check_teachers
 from omni_rl.models.factory import build_model
 from omni_rl.rollout.text_native import collate_media
 
@@ -39,7 +39,7 @@ FORMS = ("reward", "direct", "full_vocab")
 class TokenDistillOptions:
     """The text family's distillation options (`algo.family_options`)."""
 
-    teachers: list[dict] = option([], "On-policy distillation: frozen teachers that score the student's responses "
+    teachers: list[TeacherOptions] = option([], "On-policy distillation: frozen teachers that score the student's responses "
                                       "(blocks of omni_rl.families.teachers.TeacherOptions: name, path, data_source, "
                                       "metadata_key).")
     distill_coef: float = option(0.0, "The weight of the teachers' term (> 0 with teachers).")
@@ -54,7 +54,7 @@ class TokenDistillOptions:
             raise ValueError(f"distill_chunk_size={self.distill_chunk_size!r}: expected an integer >= 1")
         if not self.distill_coef >= 0:
             raise ValueError(f"distill_coef={self.distill_coef!r}: expected >= 0")
-        teachers = bind_teachers(self.teachers)
+        teachers = check_teachers(self.teachers)
         if teachers and self.distill_coef == 0:
             raise ValueError("teachers: unused with distill_coef=0; set distill_coef > 0")
         if self.distill_coef > 0 and not teachers:

@@ -14,7 +14,7 @@ import math
 from dataclasses import dataclass
 from typing import Optional
 
-from omni_rl.config.options import option
+from omni_rl.option import option
 from omni_rl.errors import OmniRunError
 
 

@@ -23,8 +23,7 @@ from typing import Any, ClassVar, Iterable, Mapping, Sequence
 from tqdm import tqdm
 
 from omni_rl.logging.heldout_alarm import AlarmOptions
-from omni_rl.config.options import bind_options, option
-from omni_rl.config.schema import OmniConfig
+from omni_rl.option import option
 from omni_rl.logging.console import metrics_logger
 from omni_rl.logging.video import _check_fps, _check_sample_rate, _frames_array, _waveform_array, gif_bytes
 from omni_rl.utils.atomic import atomic_write_text
@@ -396,9 +395,6 @@ class LoggerOptions(AlarmOptions):
     wandb_project: str = option("omni-rl", "The wandb project of the `wandb` sink's runs.")
 
 
-def bind_logger_options(cfg: OmniConfig) -> LoggerOptions:
-    """`trainer.logger_options` bound to `LoggerOptions` (or a one-line ConfigError)."""
-    return bind_options(LoggerOptions, cfg.trainer.logger_options, "trainer.logger_options", "the metric sinks")
 
 
 def build_sinks(

@@ -14,7 +14,7 @@ from typing import ClassVar, Iterator
 import torch
 from torch import nn
 
-from omni_rl.config.options import NoOptions, bind_options
+from omni_rl.config.options import NoOptions
 from omni_rl.config.schema import ModelConfig
 from omni_rl.device import is_weightless
 from omni_rl.errors import OmniConfigError
@@ -36,9 +36,9 @@ class OmniModelBase(ABC):
     # trained as part of a larger checkpoint: Qwen3-Omni's thinker is "thinker."); engines that
     # load checkpoint-named weights themselves (vLLM) prepend it.
     checkpoint_prefix: ClassVar[str] = ""
-    # The adapter's own knobs (`model.options`): a dataclass of `omni_rl.config.options.option`
-    # fields, with an optional `check()`. Bound here when the adapter is built (`self.options`);
-    # `omni_rl.compose` binds it at load too, so a bad key or value fails before any weights.
+    # The adapter's own knobs (`model.options`): a dataclass of `omni_rl.option.option` fields,
+    # with an optional `check()`. `omni_rl.compose` binds the block at load (a bad key or value
+    # fails before any weights) and the adapter takes that instance (`self.options`).
     options_class: ClassVar[type] = NoOptions
     # The keys this model adds to each sample's reward metadata beyond the prompt row's (a talker
     # stage: "spoken_text", the text it was asked to say). A reward that needs a key
@@ -51,16 +51,25 @@ class OmniModelBase(ABC):
 
     def __init__(self, cfg: ModelConfig, path: str, device: torch.device):
         self.cfg = cfg
-        self.options = self.bind_options(cfg)
+        self.options = self.bound_options(cfg)
         self.path = path
         self.device = device
         self.dtype = _DTYPES[cfg.dtype]
 
     @classmethod
-    def bind_options(cls, cfg: ModelConfig):
-        """`cfg.options` bound to `options_class` (`ConfigError`, one line, on a bad key or value)."""
-        return bind_options(cls.options_class, cfg.options, "model.options",
-                            f"model adapter {adapter_key(cfg.adapter, cfg.stage)}")
+    def bound_options(cls, cfg: ModelConfig):
+        """The adapter's options: `cfg.options` as the composition root bound it (an instance of
+        `options_class`), or the defaults where a model config written in code sets none. A recipe
+        mapping that was never bound is refused (its values were never checked)."""
+        if isinstance(cfg.options, cls.options_class):
+            return cfg.options
+        if not cfg.options:
+            return cls.options_class()
+        raise OmniConfigError(
+            f"model.options={dict(cfg.options)!r}: expected the bound options of model adapter "
+            f"{adapter_key(cfg.adapter, cfg.stage)} ({cls.options_class.__name__}); compose the config with "
+            f"omni_rl.compose.load_config, or set model.options to a {cls.options_class.__name__}(...)"
+        )
 
     @classmethod
     def check_config(cls, cfg) -> None:

@@ -17,7 +17,7 @@ from typing import ClassVar, Optional
 import numpy as np
 import torch
 
-from omni_rl.config.options import option
+from omni_rl.option import option
 from omni_rl.models.base import OmniModelBase
 from omni_rl.models.conditioning import Conditioning
 from omni_rl.device import runs_on_cpu

@@ -1,4 +1,6 @@
-"""`build_model(cfg, device)`: find the adapter by name and load the model through it."""
+"""`build_model(cfg, device)`: find the adapter by name and load the model through it.
+`options_from_data` gives a model config its adapter's options instance back after the config
+crossed a process boundary as plain data."""
 from __future__ import annotations
 
 import torch
@@ -9,6 +11,18 @@ from omni_rl.models.base import OmniModelBase
 from omni_rl.models.loading import resolve_model_path
 from omni_rl.models.registry import ADAPTERS, adapter_key
 from omni_rl.plugins import load_plugins
+
+
+def options_from_data(cfg: ModelConfig, plugins: tuple[str, ...] = ()) -> ModelConfig:
+    """`cfg` with its `options` the adapter's options instance again where they came as plain data
+    (`dataclasses.asdict` of the instance `omni_rl.compose` bound, sent to a vLLM-Omni worker):
+    those values were bound and checked where the run was composed, so the instance is rebuilt
+    from them as it was, not bound again."""
+    load_plugins(plugins)
+    options_class = ADAPTERS.get(adapter_key(cfg.adapter, cfg.stage)).options_class
+    if not isinstance(cfg.options, options_class):
+        cfg.options = options_class(**dict(cfg.options or {}))
+    return cfg
 
 
 def build_model(cfg: ModelConfig, device: torch.device, plugins: tuple[str, ...] = ()) -> OmniModelBase:

@@ -6,7 +6,7 @@ yet (checked once built).
 """
 from __future__ import annotations
 
-from omni_rl.config.validate import ConfigError
+from omni_rl.errors import ConfigError
 from omni_rl.device import runs_on_cpu
 from omni_rl.models.diffusion import DiffusionModelBase
 from omni_rl.models.limits import ComponentConfigs, check_step_memory, model_folder_on_disk

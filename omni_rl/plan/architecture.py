@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from omni_rl.config.loader import PROJECT_ROOT
-from omni_rl.config.validate import ConfigError
+from omni_rl.errors import ConfigError
 
 ARCHITECTURES = PROJECT_ROOT / "recipes" / "architectures"
 # The reward models' configs (`omni_rl.plan.rewards`), kept apart from the policies'.

@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from omni_rl.config.validate import ConfigError
+from omni_rl.errors import ConfigError
 
 
 @dataclass(frozen=True)

@@ -37,9 +37,9 @@ def materialised_bytes(modules) -> int:
 def trajectories_on_host(cfg: OmniConfig) -> bool:
     """Whether the rollout engine puts finished trajectories in host memory
     (`rollout.options.trajectory_device=cpu`; a backend without the option keeps them on the device)."""
-    from omni_rl.rollout.backends import NativeOptions, backend_options
+    from omni_rl.rollout.backends import NativeOptions
 
-    options = backend_options(cfg)
+    options = cfg.rollout.options
     return isinstance(options, NativeOptions) and options.trajectory_device == "cpu"
 
 

@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
+from omni_rl.config.options import recipe_values, replace_options
 from omni_rl.config.schema import OmniConfig
 from omni_rl.models.limits import trajectory_sample_bytes
 from omni_rl.plan.architecture import architecture_folder
@@ -116,14 +117,15 @@ def _knobs(cfg: OmniConfig) -> list[tuple[str, Callable[[OmniConfig], None]]]:
     if not cfg.model.gradient_checkpointing:
         knobs.append(("model.gradient_checkpointing=true", lambda c: setattr(c.model, "gradient_checkpointing", True)))
     if cfg.trainer.engine == "fsdp2":
-        knobs.append(("trainer.engine_options.param_offload=true",
-                      lambda c: c.trainer.engine_options.update(param_offload=True)))
-        knobs.append(("trainer.engine_options.optimizer_offload=true",
-                      lambda c: c.trainer.engine_options.update(optimizer_offload=True)))
-        per_node = cfg.trainer.backend_options.get("devices_per_node")
+        knobs.append(("trainer.engine_options.param_offload=true", lambda c: setattr(
+            c.trainer, "engine_options", replace_options(c.trainer.engine_options, param_offload=True))))
+        knobs.append(("trainer.engine_options.optimizer_offload=true", lambda c: setattr(
+            c.trainer, "engine_options", replace_options(c.trainer.engine_options, optimizer_offload=True))))
+        per_node = recipe_values(cfg.trainer.backend_options).get("devices_per_node")
         if per_node:
-            knobs.append((f"trainer.backend_options.nnodes={2 * cfg.trainer.backend_options.get('nnodes', 1)}",
-                          lambda c: c.trainer.backend_options.update(nnodes=2 * c.trainer.backend_options.get("nnodes", 1))))
+            knobs.append((f"trainer.backend_options.nnodes={2 * cfg.trainer.backend_options.nnodes}", lambda c: setattr(
+                c.trainer, "backend_options", replace_options(c.trainer.backend_options,
+                                                              nnodes=2 * c.trainer.backend_options.nnodes))))
     if cfg.rollout.max_num_seqs > 1:
         half = max(1, cfg.rollout.max_num_seqs // 2)
         knobs.append((f"rollout.max_num_seqs={half}", lambda c: setattr(c.rollout, "max_num_seqs", half)))

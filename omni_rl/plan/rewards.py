@@ -36,7 +36,7 @@ def plan_rewards(cfg: OmniConfig) -> dict[str, Any]:
     from omni_rl.reward.registry import reward_declaration
 
     load_plugins(cfg.plugins)
-    on_workers = int(cfg.reward.workers.get("num_workers", 0) or 0) > 0
+    on_workers = cfg.reward.workers.num_workers > 0
     rows, device_bytes = [], 0
     for use, item in _items(cfg):
         options = dict(item.kwargs or {})

@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-from omni_rl.families.teachers import bind_teachers
+from omni_rl.families.teachers import teachers_of
 from omni_rl.plan.trace import Trace, fake_mode, materialize, trace
 
 
@@ -96,7 +96,7 @@ def step_flops(cfg, step: StepTrace) -> dict[str, float]:
 def teacher_flops(cfg, step: StepTrace) -> float:
     """A micro-batch's teacher forward: the rollout forward's FLOPs scaled to its batch and to the
     teacher's guidance copies (the rollout trace holds the student's, `cfg_copies`)."""
-    teachers = bind_teachers(cfg.algo.family_options.get("teachers", []))
+    teachers = teachers_of(cfg.algo.family_options)
     if not teachers:
         return 0.0
     scales = [cfg.rollout.guidance_scale if t.guidance_scale is None else t.guidance_scale for t in teachers]

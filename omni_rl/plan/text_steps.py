@@ -22,11 +22,9 @@ TRAJECTORY_BYTES_PER_TOKEN = 8 + 8 + 4
 
 def text_lengths(cfg) -> tuple[int, int]:
     """(prompt tokens P, response tokens R) the plan traces at."""
-    from omni_rl.families.base import MODEL_FAMILIES, prompt_limits
-    from omni_rl.models.registry import ADAPTERS, adapter_key
+    from omni_rl.families.base import prompt_limits
 
-    family = MODEL_FAMILIES.get(ADAPTERS.get(adapter_key(cfg.model.adapter, cfg.model.stage)).family).variant(cfg)
-    response = int(family.bind_family_options(cfg).max_new_tokens)
+    response = int(cfg.algo.family_options.max_new_tokens)
     prompt = prompt_limits(cfg).max_prompt_tokens
     if prompt is None:
         from omni_rl.plan.weights import PlanBuildError
@@ -147,14 +145,11 @@ def trace_train(model, spec, batch: int, prompt: int, response: int, temperature
 
 def trace_text_step(model, spec, cfg, fake: bool = True, cache: dict | None = None):
     """`steps.StepTrace` of a text model: the rollout batch and the training micro-batch."""
-    from omni_rl.families.base import MODEL_FAMILIES
-    from omni_rl.models.registry import ADAPTERS, adapter_key
     from omni_rl.plan.steps import StepTrace
 
     cache = {} if cache is None else cache
     prompt, response = text_lengths(cfg)
-    family = MODEL_FAMILIES.get(ADAPTERS.get(adapter_key(cfg.model.adapter, cfg.model.stage)).family).variant(cfg)
-    temperature = float(family.bind_family_options(cfg).temperature)
+    temperature = float(cfg.algo.family_options.temperature)
     rollout_batch, train_batch = cfg.rollout.max_num_seqs, cfg.trainer.micro_batch_size
     mode_key = ("mode", id(model), fake)
     if mode_key not in cache:
@@ -189,12 +184,9 @@ def recorded_route_bytes(cfg, model) -> int:
     token x MoE layers x top_k, in the smallest integer type of the expert count
     (`omni_rl.models.moe_routing`); 0 for a dense model or another setting."""
     from omni_rl.families.autoregressive import TextOptions
-    from omni_rl.families.base import MODEL_FAMILIES
     from omni_rl.models.moe_routing import layout_of
-    from omni_rl.models.registry import ADAPTERS, adapter_key
 
-    family = MODEL_FAMILIES.get(ADAPTERS.get(adapter_key(cfg.model.adapter, cfg.model.stage)).family).variant(cfg)
-    options = family.bind_family_options(cfg)
+    options = cfg.algo.family_options
     routers = model.router_modules() if isinstance(options, TextOptions) and options.routing_replay == "r3" else []
     if not routers:
         return 0

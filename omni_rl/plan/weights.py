@@ -16,8 +16,9 @@ from typing import Any, Iterator
 
 import torch
 
+from omni_rl.config.options import recipe_values
 from omni_rl.config.schema import OmniConfig
-from omni_rl.config.validate import ConfigError
+from omni_rl.errors import ConfigError
 from omni_rl.device import weightless_device
 from omni_rl.models.base import OmniModelBase
 from omni_rl.plan.architecture import architecture_folder
@@ -98,18 +99,17 @@ def world_size(cfg: OmniConfig) -> int:
     """FSDP2 ranks: the actor group's world (`trainer.backend_options`); 1 for the local engine."""
     if cfg.trainer.engine != "fsdp2":
         return 1
-    from omni_rl.trainer import ACTOR_GROUPS
     from omni_rl.trainer.ray_actors import RayOptions
 
-    options = ACTOR_GROUPS.get(cfg.trainer.backend).bind_options(cfg)
+    options = cfg.trainer.backend_options
     return options.world_size if isinstance(options, RayOptions) else 1
 
 
 def offloads(cfg: OmniConfig) -> tuple[bool, bool]:
     """(param_offload, optimizer_offload) of the engine's options (False for an engine without them)."""
-    from omni_rl.engine.registry import FSDP2Options, engine_options
+    from omni_rl.engine.registry import FSDP2Options
 
-    options = engine_options(cfg)
+    options = cfg.trainer.engine_options
     return (options.param_offload, options.optimizer_offload) if isinstance(options, FSDP2Options) else (False, False)
 
 
@@ -149,7 +149,7 @@ def weights_of(cfg: OmniConfig, folder: Path, built: Built) -> dict[str, Any]:
         "recipe": cfg.recipe,
         "model": {"adapter": cfg.model.adapter, "path": cfg.model.path, "architecture_folder": str(folder),
                   "dtype": cfg.model.dtype, "lora": cfg.model.lora.enabled},
-        "devices": {"backend": t.backend, "engine": t.engine, "backend_options": dict(t.backend_options),
+        "devices": {"backend": t.backend, "engine": t.engine, "backend_options": recipe_values(t.backend_options),
                     "world_size": world_size(cfg),
                     "param_offload": param_offload, "optimizer_offload": optimizer_offload},
         "parameters": {"total": count, "trainable": trainable, "frozen": count - trainable},

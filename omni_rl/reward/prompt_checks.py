@@ -9,7 +9,7 @@ from __future__ import annotations
 import contextlib
 from typing import Iterator
 
-from omni_rl.config.validate import ConfigError
+from omni_rl.errors import ConfigError
 from omni_rl.data.prompt_item import PromptFileError
 from omni_rl.models.registry import ADAPTERS, adapter_key
 from omni_rl.reward.inputs import RewardInputError

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
-from omni_rl.config.options import bind_options, option
+from omni_rl.option import option
 from omni_rl.config.schema import OmniConfig
 from omni_rl.models.loading import resolve_model_path
 from omni_rl.models.autoregressive import AutoregressiveModelBase
@@ -149,12 +149,6 @@ def check_backend_fits(backend: str, adapter_class: type, adapter: str) -> None:
     )
 
 
-def backend_options(cfg: OmniConfig):
-    """`rollout.options` bound to `rollout.backend`'s options class."""
-    spec = ROLLOUT_BACKENDS.get(cfg.rollout.backend)
-    return bind_options(spec.options_class, cfg.rollout.options, "rollout.options", f"rollout backend {cfg.rollout.backend}")
-
-
 def build_rollout_engine(cfg: OmniConfig, model) -> RolloutEngine:
     return ROLLOUT_BACKENDS.get(cfg.rollout.backend).build(cfg, model)
 
@@ -177,7 +171,7 @@ def _always(cfg: OmniConfig) -> Optional[str]:
 
 
 def _own_process_only(cfg: OmniConfig) -> Optional[str]:
-    if backend_options(cfg).python is not None:
+    if cfg.rollout.options.python is not None:
         return None  # the engine runs behind the rollout server, in a process of its own
     return (f"in this process (rollout.options.python=null) the {cfg.rollout.backend} engine shares the trainer's "
             f"accelerator and has not been run beside an update; set rollout.options.python (e.g. "
@@ -199,7 +193,7 @@ def native_driver(cfg: OmniConfig, driver: str) -> str:
 def native_engine(cfg: OmniConfig, model) -> RolloutEngine:
     r = cfg.rollout
     if isinstance(model, DiffusionModelBase):
-        options = backend_options(cfg)
+        options = cfg.rollout.options
         return NativeDiffusionEngine(model, r.max_num_seqs, options.max_wait_ms, options.trajectory_device,
                                      driver=native_driver(cfg, options.driver))
     if isinstance(model, AutoregressiveModelBase):
@@ -213,7 +207,7 @@ def native_engine(cfg: OmniConfig, model) -> RolloutEngine:
 # Its own process and copy, synced by update_weights; its results are its engine's, routes included.
 @register_rollout_backend("server", ServerOptions, beside_trainer=_always, records_routes=True)
 def server_engine(cfg: OmniConfig, model) -> RolloutEngine:
-    return start_server_engine(cfg, model, backend_options(cfg))
+    return start_server_engine(cfg, model, cfg.rollout.options)
 
 
 def _start_from_trainer(engine: RolloutEngine, model) -> RolloutEngine:
@@ -239,7 +233,7 @@ def _check_family(backend: str, model, family: type, hint: str) -> None:
                           samples=DiffusionModelBase, packages=NEEDS["vllm_omni"])
 def vllm_omni_engine(cfg: OmniConfig, model) -> RolloutEngine:
     _check_family("vllm_omni", model, DiffusionModelBase, "it samples diffusion models: use rollout.backend=vllm for text")
-    options = backend_options(cfg)
+    options = cfg.rollout.options
     if options.python is not None:
         return start_server_engine(cfg, model, options, backend="vllm_omni")
     from omni_rl.rollout.vllm_omni.availability import require
@@ -270,7 +264,7 @@ def _check_vllm_text(cfg: OmniConfig) -> None:
                           packages=NEEDS["vllm"])
 def vllm_engine(cfg: OmniConfig, model) -> RolloutEngine:
     _check_family("vllm", model, AutoregressiveModelBase, "it samples text models: use rollout.backend=vllm_omni for diffusion")
-    options = backend_options(cfg)
+    options = cfg.rollout.options
     if options.python is not None:
         return start_server_engine(cfg, model, options, backend="vllm")
     from omni_rl.rollout.vllm_omni.availability import require

@@ -14,9 +14,9 @@ import random
 from dataclasses import dataclass
 from typing import Optional
 
-from omni_rl.config.options import bind_options, option
+from omni_rl.option import option
 from omni_rl.config.schema import OmniConfig
-from omni_rl.config.validate import ConfigError
+from omni_rl.errors import ConfigError
 
 SDE_WINDOW_SCHEDULES = ("fixed", "progressive", "random", "decay")
 
@@ -41,12 +41,12 @@ class SdeWindowOptions:
 READERS = {"shift": ("progressive",), "tau": ("progressive", "decay"), "min_size": ("decay",)}
 
 
-def bind_sde_window_options(cfg: OmniConfig) -> SdeWindowOptions:
-    """`rollout.sde_window_options` bound to `SdeWindowOptions` and checked against
-    `rollout.sde_window_schedule` and `rollout.sde_window_size` (or a one-line ConfigError)."""
+def check_sde_window_options(cfg: OmniConfig) -> None:
+    """`rollout.sde_window_options` (bound at load) against `rollout.sde_window_schedule` and
+    `rollout.sde_window_size` (or a one-line ConfigError)."""
     r = cfg.rollout
     key = "rollout.sde_window_options"
-    options = bind_options(SdeWindowOptions, r.sde_window_options, key, "the SDE window schedules")
+    options = r.sde_window_options
     for name, used_by in READERS.items():
         value = getattr(options, name)
         if value != 1 and r.sde_window_schedule not in used_by:
@@ -56,7 +56,6 @@ def bind_sde_window_options(cfg: OmniConfig) -> SdeWindowOptions:
     if options.min_size > max(r.sde_window_size, 1):
         raise ConfigError(f"{key}.min_size={options.min_size!r}: expected at most rollout.sde_window_size = "
                           f"{r.sde_window_size}")
-    return options
 
 
 def choose_sde_window(seed: int, num_steps: int, size: int, window_range: tuple[int, int] | None) -> tuple[int, int]:

@@ -16,7 +16,7 @@ from abc import ABC, abstractmethod
 from pathlib import Path
 from typing import Any, ClassVar, ContextManager
 
-from omni_rl.config.options import NoOptions, bind_options
+from omni_rl.config.options import NoOptions
 from omni_rl.config.schema import OmniConfig
 from omni_rl.families.base import BehaviourPolicy
 from omni_rl.registry import Registry
@@ -33,14 +33,14 @@ class ActorGroup(ABC):
     rollout_engine: RolloutEngine
 
     @classmethod
-    def bind_options(cls, cfg: OmniConfig):
-        """`trainer.backend_options` bound to `options_class` (`ConfigError` on a bad key or value)."""
-        return bind_options(cls.options_class, cfg.trainer.backend_options, "trainer.backend_options",
-                            f"trainer backend {cfg.trainer.backend}")
+    def check_options_block(cls, cfg: OmniConfig) -> None:
+        """Raise `ConfigError` for keys of the recipe's `trainer.backend_options` mapping that belong
+        to another backend, before the block is bound (called at config load; none by default)."""
 
     @classmethod
     def check_config(cls, cfg: OmniConfig) -> None:
-        """Raise `ConfigError` for settings this backend cannot run (called at config load)."""
+        """Raise `ConfigError` for settings this backend cannot run (called at config load, with
+        `trainer.backend_options` bound)."""
 
     @property
     @abstractmethod

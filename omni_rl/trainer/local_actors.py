@@ -40,7 +40,7 @@ class LocalActorGroup(ActorGroup):
 
     def __init__(self, cfg: OmniConfig):
         self.cfg = cfg
-        self.options = self.bind_options(cfg)
+        self.options = cfg.trainer.backend_options
         self.resumed_from = None  # the checkpoint `load` read: never pruned
         self.model = build_model(cfg.model, pick_device(cfg.trainer.device), tuple(cfg.plugins))
         self.family = build_family(cfg, self.model)

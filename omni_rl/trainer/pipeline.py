@@ -20,7 +20,8 @@ from typing import Any, Callable, ClassVar, NamedTuple, Optional
 
 import torch
 
-from omni_rl.config.options import NoOptions, bind_options, option
+from omni_rl.config.options import NoOptions
+from omni_rl.option import option
 from omni_rl.config.schema import OmniConfig
 from omni_rl.data.prompt_item import PromptItem
 from omni_rl.data.prompts import training_prompt_items
@@ -62,8 +63,7 @@ class RolloutProducer(ABC):
     """Built as `cls(cfg, actors, rollout, start_step, saved)`; `saved` is a checkpoint's
     `PipelineState` or None."""
 
-    # The pipeline's options (`trainer.pipeline_options`), bound when it is built and checked
-    # at config load (`omni_rl.compose`).
+    # The pipeline's options (`trainer.pipeline_options`), bound at config load (`omni_rl.compose`).
     options_class: ClassVar[type] = NoOptions
     # Samples while the trainer updates (one_step_off, async): the rollout engine must be able to
     # (`omni_rl.compose`), and its samples may be stale.
@@ -74,8 +74,7 @@ class RolloutProducer(ABC):
     def __init__(self, cfg: OmniConfig, actors, rollout: RolloutFn, start_step: int,
                  saved: Optional[PipelineState] = None):
         self.cfg = cfg
-        self.options = bind_options(self.options_class, cfg.trainer.pipeline_options, "trainer.pipeline_options",
-                                    f"pipeline {cfg.trainer.pipeline}")
+        self.options = cfg.trainer.pipeline_options
         self.actors = actors
         self.engine = actors.rollout_engine
         self.rollout = rollout

@@ -18,19 +18,18 @@ from typing import Iterator, NamedTuple, Optional
 
 import torch
 
-from omni_rl.algos.advantages import AdvantageInput, AdvantageOptions, get_advantage_estimator
+from omni_rl.algos.advantages import AdvantageInput, get_advantage_estimator
 from omni_rl.algos.rollout_correction import rollout_is_weights
 from omni_rl.config.loader import to_yaml
-from omni_rl.config.options import bind_options
 from omni_rl.config.schema import OmniConfig
 from omni_rl.data.prompts import PromptSampler, validation_prompt_items
 from omni_rl.families import build_family
-from omni_rl.families.base import BehaviourPolicy, bind_rollout_correction, prompt_limits
+from omni_rl.families.base import BehaviourPolicy, prompt_limits
 from omni_rl.families.update import FIRST_GAP_MAX_KEY, FIRST_GAP_MEAN_KEY
 from omni_rl.models.diffusion import DiffusionModelBase
 from omni_rl.models.limits import check_built_model, check_loaded_limits
 from omni_rl.logging.heldout_alarm import HeldoutAlarm, RewardHackingAlarm
-from omni_rl.logging import MetricLogger, ProgressBar, attach_run_log, bind_logger_options, build_sinks, plot_reward_curve
+from omni_rl.logging import MetricLogger, ProgressBar, attach_run_log, build_sinks, plot_reward_curve
 from omni_rl.logging.renamed import Renamed, rename
 from omni_rl.reward.async_scorer import AsyncRewardScorer
 from omni_rl.reward.manager import RewardManager, RewardSpec
@@ -45,7 +44,7 @@ from omni_rl.trainer.timer import StepTimer
 from omni_rl.trainer.weight_ema import VAL_FOLDER, VAL_NAMESPACE
 from omni_rl.utils.atomic import atomic_directory, atomic_write_text
 from omni_rl.trainer.reward_overlap import rewards_overlap_rollout
-from omni_rl.workers.reward_worker import RayRewardManager, reward_worker_options
+from omni_rl.workers.reward_worker import RayRewardManager
 
 log = logging.getLogger(__name__)
 
@@ -98,10 +97,10 @@ class PPOTrainer:
             self.rollout_engine = self.actors.rollout_engine
             self._build_rewards()
             self.advantage_fn = get_advantage_estimator(cfg.algo.advantage)
-            self.advantage_options = bind_advantage_options(cfg)
+            self.advantage_options = cfg.algo.advantage_options
             self.no_signal = NoSignalWatch(self.advantage_options.max_uniform_steps)
-            self.rollout_correction = bind_rollout_correction(cfg)
-            self.logger_options = bind_logger_options(cfg)
+            self.rollout_correction = cfg.algo.rollout_correction
+            self.logger_options = cfg.trainer.logger_options
             self.alarm = HeldoutAlarm(self.logger_options)
             self.start_step = 0
             saved = self._resume(t.resume) if t.resume else None
@@ -143,7 +142,7 @@ class PPOTrainer:
     def _build_rewards(self) -> None:
         rc = self.cfg.reward
         specs = reward_specs(rc.rewards)
-        workers = reward_worker_options(self.cfg)
+        workers = self.cfg.reward.workers
         if workers.num_workers > 0:
             # Reward models in their own Ray actors (and devices), scored several batches at once.
             from omni_rl.workers.ray_cluster import connect_ray
@@ -418,12 +417,6 @@ def reward_specs(items) -> list[RewardSpec]:
 
 # The trainer's rollout-vs-trainer gap (max, mean); see `rollout_corr_metrics`.
 GAP_KEYS = ("rollout_corr/logprob_abs_diff_max", "rollout_corr/logprob_abs_diff_mean")
-
-
-def bind_advantage_options(cfg: OmniConfig) -> AdvantageOptions:
-    """`algo.advantage_options` bound to the estimators' options (or a one-line ConfigError)."""
-    return bind_options(AdvantageOptions, cfg.algo.advantage_options, "algo.advantage_options",
-                        f"advantage estimator {cfg.algo.advantage}")
 
 
 def rollout_corr_metrics(old_metrics: dict[str, float], update: dict[str, float]) -> dict[str, float]:

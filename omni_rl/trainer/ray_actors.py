@@ -20,9 +20,9 @@ import torch
 
 from omni_rl.algos.forward_losses import FORWARD_LOSSES
 from omni_rl.algos.policy_losses import DIFFUSION_LOSSES
-from omni_rl.config.options import option
+from omni_rl.option import option
 from omni_rl.config.schema import OmniConfig
-from omni_rl.config.validate import ConfigError
+from omni_rl.errors import ConfigError
 from omni_rl.device import ray_device_resource, weightless_device
 from omni_rl.families.base import BehaviourPolicy
 from omni_rl.families.update import summarize
@@ -69,7 +69,7 @@ class RayActorGroup(ActorGroup):
     options_class = RayOptions
 
     @classmethod
-    def check_config(cls, cfg: OmniConfig) -> None:
+    def check_options_block(cls, cfg: OmniConfig) -> None:
         t = cfg.trainer
         if PIPELINES.get(t.pipeline).samples_ahead:
             raise ConfigError(
@@ -84,14 +84,17 @@ class RayActorGroup(ActorGroup):
                 f"kept with trainer.backend=local only (not for FSDP2's sharded parameters on Ray workers yet); use "
                 f"trainer.backend=local, or drop the ema_* and val_weights options"
             )
+
+    @classmethod
+    def check_config(cls, cfg: OmniConfig) -> None:
+        t = cfg.trainer
         if cfg.algo.policy_loss in FORWARD_LOSSES:
             raise ConfigError(
                 f"algo.policy_loss={cfg.algo.policy_loss!r}: expected a step loss ({', '.join(DIFFUSION_LOSSES.names())}) "
                 f"with trainer.backend=ray (the forward-process losses' EMA swap and preference pairs are not written "
                 f"for sharded FSDP2 ranks yet); use trainer.backend=local"
             )
-        options = cls.bind_options(cfg)
-        world = options.world_size
+        world = t.backend_options.world_size
         # Each rank takes the same share of every mini-batch, in whole micro-batches, so that the
         # FSDP gradient average equals one process's mean over the mini-batch's micro-batches.
         if t.mini_batch_size % (world * t.micro_batch_size) != 0:
@@ -105,7 +108,7 @@ class RayActorGroup(ActorGroup):
     def __init__(self, cfg: OmniConfig):
         t = cfg.trainer
         self.cfg = cfg
-        self.options = options = self.bind_options(cfg)
+        self.options = options = t.backend_options
         self.group = None
         self.started_ray = False  # until connect_ray says this process started it
         self.resumed_from = None  # the checkpoint `load` read: never pruned

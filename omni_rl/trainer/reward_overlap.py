@@ -16,13 +16,12 @@ def rewards_overlap_rollout(cfg: OmniConfig) -> bool:
     if chosen is not None:
         return bool(chosen)
     from omni_rl.device import pick_device
-    from omni_rl.workers.reward_worker import reward_worker_options
 
     one_computing_thread = (
         cfg.trainer.pipeline == "on_policy"
         and cfg.trainer.backend == "local"
         and cfg.rollout.backend == "native"
-        and reward_worker_options(cfg).num_workers == 0
+        and cfg.reward.workers.num_workers == 0
         and pick_device(cfg.trainer.device).type == "cpu"
     )
     return not one_computing_thread

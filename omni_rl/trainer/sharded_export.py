@@ -1,6 +1,7 @@
 """`export_sharded_checkpoint`: the trained weights of a sharded checkpoint, in one process.
 
-An offline tool: it builds the model on the host from the checkpoint's `config.yaml`, reads the
+An offline tool (a composition root of its own, like the command line: it binds the options of
+the checkpoint's config): it builds the model on the host from the checkpoint's `config.yaml`, reads the
 trainable tensors from `sharded/` (torch.distributed.checkpoint, any number of writer ranks) and
 writes the LoRA (PEFT / diffusers format) or full weights, without Ray.
 """
@@ -11,6 +12,7 @@ from pathlib import Path
 import torch
 from omegaconf import OmegaConf
 
+from omni_rl.compose import bind_blocks
 from omni_rl.config.schema import OmniConfig
 from omni_rl.models.factory import build_model
 from omni_rl.trainer.checkpoint import SHARDED_DIR, find_checkpoint
@@ -30,6 +32,7 @@ def export_sharded_checkpoint(checkpoint: str, out_folder: str) -> Path:
     cfg: OmniConfig = OmegaConf.to_object(
         OmegaConf.merge(OmegaConf.structured(OmniConfig), OmegaConf.load(folder / "config.yaml"))
     )
+    bind_blocks(cfg)  # the run's config, checked when it ran: its options blocks bound as then
     model = build_model(cfg.model, torch.device("cpu"), tuple(cfg.plugins))
     load_sharded_trainable(model, str(folder / SHARDED_DIR))
     with atomic_directory(Path(out_folder)) as tmp:

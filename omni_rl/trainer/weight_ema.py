@@ -18,7 +18,7 @@ from typing import Any, Iterator, Optional
 
 import torch
 
-from omni_rl.config.options import option
+from omni_rl.option import option
 from omni_rl.families.ema import ParameterEMA
 
 log = logging.getLogger(__name__)

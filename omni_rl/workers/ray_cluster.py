@@ -6,7 +6,6 @@ import os
 from typing import Optional
 
 from omni_rl.config.schema import OmniConfig
-from omni_rl.workers.reward_worker import reward_worker_options
 
 # Ray's setting of its workers' niceness (read when the local Ray starts).
 WORKER_NICENESS_ENV = "RAY_worker_niceness"
@@ -25,7 +24,7 @@ def connect_ray(cfg: OmniConfig, address: Optional[str] = None, world: int = 0) 
     else:
         # One CPU per worker slot at least, and the reward workers' CPUs, even on a small machine
         # (the workers then share cores; an unsatisfiable request would wait forever).
-        workers = reward_worker_options(cfg)
+        workers = cfg.reward.workers
         rewards = math.ceil(workers.num_workers * workers.num_cpus)
         init_local_ray(max(os.cpu_count() or 1, world + rewards), log_to_driver=True)
     return True

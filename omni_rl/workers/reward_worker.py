@@ -5,7 +5,7 @@ trainer.
 of `num_workers` `RewardWorker` actors, each building the same manager, so the rules are
 unchanged. A worker that dies or does not answer within `timeout_s` raises `RewardError` naming
 it: the step fails, never hangs and never scores 0. Options: `reward.workers`
-(`RewardWorkerOptions`).
+(`RewardWorkerOptions`, bound at load: `cfg.reward.workers` holds the instance).
 """
 from __future__ import annotations
 
@@ -16,8 +16,7 @@ import threading
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-from omni_rl.config.options import bind_options, option
-from omni_rl.config.schema import OmniConfig
+from omni_rl.option import option
 
 from omni_rl.reward.manager import RewardError, RewardManager, RewardOutput, RewardSpec
 
@@ -49,11 +48,6 @@ class RewardWorkerOptions:
         for name in ("num_cpus", "num_gpus"):
             if not getattr(self, name) >= 0:
                 raise ValueError(f"{name}={getattr(self, name)!r}: expected >= 0")
-
-
-def reward_worker_options(cfg: OmniConfig) -> RewardWorkerOptions:
-    """`reward.workers` bound to `RewardWorkerOptions` (`ConfigError`, one line, on a bad key or value)."""
-    return bind_options(RewardWorkerOptions, cfg.reward.workers, "reward.workers", "reward workers on Ray")
 
 
 class RayRewardManager:

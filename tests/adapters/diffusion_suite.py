@@ -37,6 +37,8 @@ from omni_rl.device import weightless_device
 from omni_rl.families.diffusion import DiffusionFamily
 from omni_rl.models import build_model
 from omni_rl.models.loading import resolve_model_path
+from omni_rl.models.registry import ADAPTERS, adapter_key
+from omni_rl.plugins import load_plugins
 from omni_rl.rollout.native import NativeDiffusionEngine
 from omni_rl.rollout.types import DiffusionRequest
 
@@ -72,10 +74,18 @@ class AdapterCase:
 
 def model_config(**values) -> ModelConfig:
     """A `ModelConfig` from keyword values: the schema's own fields as given, every other key (an
-    adapter's option: `stg_scale`, `cfg_interval`, ...) into `options`, where the recipe sets it."""
+    adapter's option: `stg_scale`, `cfg_interval`, ...) into `options`, the adapter's options
+    instance (what `omni_rl.compose` makes of a recipe's block)."""
     schema = {f.name for f in fields(ModelConfig)}
-    options = {k: v for k, v in values.items() if k not in schema}
-    return ModelConfig(**{k: v for k, v in values.items() if k in schema}, options=options)
+    cfg = ModelConfig(**{k: v for k, v in values.items() if k in schema})
+    cfg.options = adapter_options(cfg, **{k: v for k, v in values.items() if k not in schema})
+    return cfg
+
+
+def adapter_options(cfg: ModelConfig, **options):
+    """The options instance of `cfg`'s adapter with these values (the rest its defaults)."""
+    load_plugins(())
+    return ADAPTERS.get(adapter_key(cfg.adapter, cfg.stage)).options_class(**options)
 
 
 def build(case: AdapterCase, device: torch.device | None = None, path: str | None = None, **changes):

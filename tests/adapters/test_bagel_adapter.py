@@ -16,7 +16,7 @@ from safetensors.torch import load_file, save_file
 from adapters.bagel.adapter import bagel_schedule, guided_velocity, patchify, unpatchify
 from omni_rl.compose import load_config
 from omni_rl.config.schema import LoraConfig
-from omni_rl.config.validate import ConfigError
+from omni_rl.errors import ConfigError
 from omni_rl.models.loading import ModelFolderError, resolve_model_path
 from tests.adapters.bagel_reference import load_lora, pipeline, reference_latents
 from tests.adapters.diffusion_suite import AdapterCase, DiffusionAdapterSuite, build

@@ -20,7 +20,7 @@ from adapters.bagel.vision import vit_patches, vit_size
 from omni_rl.cli import check_inputs
 from omni_rl.compose import load_config
 from omni_rl.config.schema import LoraConfig
-from omni_rl.config.validate import ConfigError
+from omni_rl.errors import ConfigError
 from omni_rl.data.prompts import PromptFileError
 from omni_rl.models import Conditioning
 from omni_rl.models.loading import ModelFolderError, resolve_model_path

@@ -18,7 +18,7 @@ import torch
 from adapters.bagel.adapter import guided_velocity
 from adapters.bagel.think import THINK_SYSTEM_PROMPT
 from omni_rl.compose import load_config
-from omni_rl.config.validate import ConfigError
+from omni_rl.errors import ConfigError
 from omni_rl.models import Conditioning, build_model
 from tests.adapters.diffusion_suite import model_config
 

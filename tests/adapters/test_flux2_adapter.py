@@ -17,7 +17,7 @@ from diffusers import Flux2KleinPipeline
 from adapters.flux2 import image_ids, patchify, text_ids, unpatchify
 from omni_rl.cli import check_inputs, main
 from omni_rl.compose import load_config
-from omni_rl.config.validate import ConfigError
+from omni_rl.errors import ConfigError
 from omni_rl.models.loading import resolve_model_path
 from tests.adapters.diffusion_suite import AdapterCase, DiffusionAdapterSuite, build, fresh_pipeline
 

@@ -13,7 +13,7 @@ from diffusers import FluxPipeline
 from adapters.flux import image_ids, pack_latents, unpack_latents
 from omni_rl.cli import main
 from omni_rl.compose import load_config
-from omni_rl.config.validate import ConfigError
+from omni_rl.errors import ConfigError
 from tests.adapters.diffusion_suite import (
     AdapterCase, DiffusionAdapterSuite, build, fresh_pipeline, generate, initial_noise, ode, one,
 )

@@ -7,11 +7,10 @@ import pytest
 import torch
 
 from omni_rl.cli import main
-from omni_rl.config.schema import ModelConfig
 from omni_rl.models import build_model
 
 from tests.adapters.diffusion_suite import (
-    AdapterCase, DiffusionAdapterSuite, fresh_pipeline, generate, ode, request,
+    AdapterCase, DiffusionAdapterSuite, fresh_pipeline, generate, model_config, ode, request,
 )
 
 ADAPTER = "HunyuanVideo15Pipeline"
@@ -21,7 +20,7 @@ FRAMES = 5
 
 
 def load(device: str = "cpu", **options):
-    cfg = ModelConfig(adapter=ADAPTER, path="tiny:hunyuan_video15", options={"max_sequence_length": SEQ, **options})
+    cfg = model_config(adapter=ADAPTER, path="tiny:hunyuan_video15", max_sequence_length=SEQ, **options)
     return build_model(cfg, torch.device(device))
 
 

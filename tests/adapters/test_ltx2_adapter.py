@@ -10,7 +10,7 @@ from diffusers import LTX2Pipeline
 
 from omni_rl.algos import latent_streams as ls
 from omni_rl.compose import load_config
-from omni_rl.config.validate import ConfigError
+from omni_rl.errors import ConfigError
 from omni_rl.data.diffusion_batch import DiffusionBatch
 from omni_rl.families.diffusion import DiffusionFamily
 from tests.adapters.diffusion_suite import (

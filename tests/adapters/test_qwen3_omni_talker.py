@@ -8,15 +8,15 @@ import pytest
 import torch
 
 from adapters.qwen3_omni_talker import NoTalkerError, check_has_talker
-from omni_rl.config.schema import ModelConfig
 from omni_rl.models.factory import build_model
 from omni_rl.models.loading import resolve_model_path
+from tests.adapters.diffusion_suite import model_config
 
 ADAPTER = "Qwen3OmniMoeForConditionalGeneration"
 
 
 def talker(stage="talker", lora=False, **options):
-    cfg = ModelConfig(adapter=ADAPTER, stage=stage, path="tiny:qwen3_omni_talker", options=options)
+    cfg = model_config(adapter=ADAPTER, stage=stage, path="tiny:qwen3_omni_talker", **options)
     cfg.lora.enabled = lora
     return build_model(cfg, torch.device("cpu"), ())
 

@@ -12,7 +12,7 @@ from diffusers import QwenImagePipeline
 from adapters.qwen_image import pack_latents, prompt_prefix_length, true_cfg_with_norm, unpack_latents
 from omni_rl.compose import load_config
 from omni_rl.models import Conditioning
-from omni_rl.config.validate import ConfigError
+from omni_rl.errors import ConfigError
 from tests.adapters.diffusion_suite import AdapterCase, DiffusionAdapterSuite, build, fresh_pipeline
 
 SEQ = 64  # text tokens kept after the template's prefix (the tiny prompts are shorter)

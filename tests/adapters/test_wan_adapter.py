@@ -5,10 +5,9 @@ the weightless build."""
 import pytest
 import torch
 
-from omni_rl.config.schema import ModelConfig
 from omni_rl.models import build_model
 
-from tests.adapters.diffusion_suite import AdapterCase, DiffusionAdapterSuite, fresh_pipeline
+from tests.adapters.diffusion_suite import AdapterCase, DiffusionAdapterSuite, fresh_pipeline, model_config
 
 ADAPTER = "WanPipeline"
 SEQ = 32  # text tokens; the tiny UMT5 encoder is cheap at any length, a short one keeps tests fast
@@ -17,7 +16,7 @@ FRAMES = 5
 
 
 def load(name: str, device: str = "cpu", **changes):
-    cfg = ModelConfig(adapter=ADAPTER, path=f"tiny:{name}", options={"max_sequence_length": SEQ}, **changes)
+    cfg = model_config(adapter=ADAPTER, path=f"tiny:{name}", max_sequence_length=SEQ, **changes)
     return build_model(cfg, torch.device(device))
 
 
@@ -239,7 +238,7 @@ def test_weightless_build_reports_the_same_shapes(name, wan22, ti2v, tmp_path):
     shutil.copytree(model.path, folder)
     for f in [*folder.rglob("*.safetensors"), *folder.rglob("*.bin")]:
         f.unlink()
-    cfg = ModelConfig(adapter=ADAPTER, path=str(folder), options={"max_sequence_length": SEQ})
+    cfg = model_config(adapter=ADAPTER, path=str(folder), max_sequence_length=SEQ)
     meta = build_model(cfg, weightless_device())
     assert meta.weightless
     assert meta.latent_shape(HEIGHT, WIDTH, FRAMES) == model.latent_shape(HEIGHT, WIDTH, FRAMES)

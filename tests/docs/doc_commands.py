@@ -433,7 +433,7 @@ def check_main_omni(args: list[str], static: bool) -> list[str]:
         return _static_overrides(overrides)
     from omni_rl.cli import DEMO_RECIPE
     from omni_rl.compose import load_config
-    from omni_rl.config import ConfigError
+    from omni_rl.errors import ConfigError
 
     if not any(a.startswith("recipe=") for a in overrides):
         overrides = [f"recipe={DEMO_RECIPE}", *overrides]

@@ -16,7 +16,6 @@ from PIL import Image
 from omni_rl.compose import load_config
 from omni_rl.config.loader import PROJECT_ROOT
 from omni_rl.logging import rise_report
-from omni_rl.models.registry import ADAPTERS, adapter_key
 from tests.recipes.recipe_runs import train
 
 # The official paths a BAGEL recipe cites (ByteDance-Seed/Bagel), as they call the sampler:
@@ -41,7 +40,7 @@ def test_each_bagel_recipe_samples_as_the_official_path_it_cites(recipe):
     words, official = CITED[recipe]
     assert words in (PROJECT_ROOT / "recipes" / f"{recipe}.yaml").read_text().replace("\n#", "")
     cfg = load_config([f"recipe={recipe}"])
-    options = ADAPTERS.get(adapter_key(cfg.model.adapter, cfg.model.stage)).bind_options(cfg.model)
+    options = cfg.model.options
     have = {k: getattr(options, k) for k in official if k != "guidance_scale"}
     have["cfg_interval"] = list(have["cfg_interval"])
     assert {**have, "guidance_scale": cfg.rollout.guidance_scale} == official

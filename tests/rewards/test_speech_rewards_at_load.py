@@ -16,7 +16,7 @@ import torch
 from omni_rl.cli import main
 from omni_rl.reward.prompt_checks import check_reward_prompts
 from omni_rl.compose import load_config
-from omni_rl.config import ConfigError
+from omni_rl.errors import ConfigError
 from omni_rl.data.prompts import PromptFileError, check_prompt_sources
 from omni_rl.models.registry import register_adapter
 

@@ -17,7 +17,7 @@ import subprocess
 from pathlib import Path
 from typing import Optional, Sequence
 
-from omni_rl.config.validate import ConfigError
+from omni_rl.errors import ConfigError
 
 # Starting an interpreter takes well under a second; a loaded machine or a cold disk more.
 RUN_TIMEOUT_S = 60.0

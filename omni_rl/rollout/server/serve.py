@@ -39,6 +39,8 @@ import torch
 from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from omni_rl.compose import bind_blocks
+from omni_rl.config.options import recipe_values
 from omni_rl.config.schema import OmniConfig
 from omni_rl.device import pick_device
 from omni_rl.models.factory import build_model
@@ -64,15 +66,18 @@ def build_server(cfg: OmniConfig, backend: str = "native", host: str = "127.0.0.
                          "(native, vllm_omni, vllm)")
     spec = ROLLOUT_BACKENDS.get(backend)
     # This process is the Python rollout.options.python named: here the engine runs in-process.
+    # The run's options were bound (and checked) at load for its own backend; the ones this
+    # backend shares with it carry over, the rest keep this backend's defaults.
     takes = {f.name for f in dataclasses.fields(spec.options_class)}
-    options = {key: value for key, value in cfg.rollout.options.items() if key in takes}
+    options = {key: value for key, value in recipe_values(cfg.rollout.options).items() if key in takes}
     if "python" in takes:
         options["python"] = None
     if options.get("driver", "auto") == "auto" and "driver" in takes:
         # Its callers are HTTP handler threads that compute nothing, and an engine thread of its
         # own keeps sampling whether or not a handler waits, and a deadline stops a stuck forward.
         options["driver"] = "thread"
-    cfg = dataclasses.replace(cfg, rollout=dataclasses.replace(cfg.rollout, backend=backend, options=options))
+    cfg = dataclasses.replace(cfg, rollout=dataclasses.replace(cfg.rollout, backend=backend,
+                                                               options=spec.options_class(**options)))
     torch.manual_seed(cfg.trainer.seed)  # the trainer's initial weights (see the module docstring)
     # An engine that loads the checkpoint itself needs the model's configs and tokenizers only.
     device = torch.device("meta") if spec.loads_own_weights else pick_device(cfg.trainer.device)
@@ -114,6 +119,8 @@ def _serve(argv: Sequence[str] | None) -> int:
         token = new_token()
     try:
         cfg = load_run_config(args.config)
+        # Composed and checked by the trainer; this process binds its options blocks again.
+        bind_blocks(cfg)
     except FileNotFoundError:
         raise ServerStartError(f"--config {args.config!r}: no such file; expected the run's config as YAML "
                                f"(omni_rl.config.to_yaml writes it)", 2) from None

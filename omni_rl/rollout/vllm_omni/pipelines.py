@@ -21,7 +21,7 @@ from torch import nn
 
 from omni_rl.config.schema import ModelConfig
 from omni_rl.models.diffusion import DiffusionModelBase
-from omni_rl.models.factory import build_model
+from omni_rl.models.factory import build_model, options_from_data
 from omni_rl.rollout.base import check_weight_kind
 from omni_rl.rollout.diffusion_sampling import sample_requests
 from omni_rl.rollout.types import DiffusionResult
@@ -66,7 +66,7 @@ class DiffusionPipelineCore:
         process boundary as JSON or msgpack): it is rebuilt through the schema, so nested blocks
         (`lora`) are dataclasses again, as `rollout/server/serve.py` rebuilds the run's config."""
         torch.manual_seed(int(spec["seed"]))
-        cfg = model_config_from_data(spec["model"])
+        cfg = options_from_data(model_config_from_data(spec["model"]), tuple(spec.get("plugins") or ()))
         with default_dtype(torch.float32):
             model = build_model(cfg, device, tuple(spec.get("plugins") or ()))
         if not isinstance(model, DiffusionModelBase):

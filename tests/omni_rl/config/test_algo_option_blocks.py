@@ -8,10 +8,10 @@ from omni_rl.algos.forward_losses import DiffusionNFTOptions
 from omni_rl.algos.policy_losses import FlowDPPOOptions
 from omni_rl.algos.token_losses import SAPOOptions
 from omni_rl.compose import load_config, loss_options_class
-from omni_rl.config import ConfigError
+from omni_rl.errors import ConfigError
 from omni_rl.config.loader import MOVED_ALGO_KEYS
 from omni_rl.config.schema import AlgoConfig
-from omni_rl.families import DiffusionFamily, TextFamily
+from omni_rl.families import TextFamily
 
 
 def test_the_schema_keeps_only_what_every_run_reads():
@@ -44,8 +44,8 @@ def test_an_old_flat_key_in_a_recipe_names_its_new_place(tmp_path):
 def test_switching_the_loss_keeps_each_block_for_its_own_loss():
     # The default recipe sets flow_grpo's clip_range; flow_dppo has no clip, and loads with its own block.
     cfg = load_config(["algo.policy_loss=flow_dppo", "algo.loss_options.flow_dppo.kl_threshold=1e-3"])
-    assert DiffusionFamily.bind_loss_options(cfg) == FlowDPPOOptions(kl_threshold=1e-3)
-    assert DiffusionFamily.bind_loss_options(cfg, "flow_grpo").clip_range == 1e-3
+    assert cfg.algo.loss_options[cfg.algo.policy_loss] == FlowDPPOOptions(kl_threshold=1e-3)
+    assert cfg.algo.loss_options["flow_grpo"].clip_range == 1e-3
 
 
 def test_a_block_for_a_loss_of_the_other_family_is_refused():
@@ -55,11 +55,11 @@ def test_a_block_for_a_loss_of_the_other_family_is_refused():
 
 def test_the_text_family_fills_dr_grpo_constant_from_the_response_budget():
     cfg = load_config(["recipe=tiny_qwen3_grpo", "algo.loss_options.ppo_clip.loss_agg_mode=seq-mean-token-sum-norm"])
-    assert TextFamily.bind_loss_options(cfg).loss_scale_factor is None  # null in the recipe's block ...
+    assert cfg.algo.loss_options[cfg.algo.policy_loss].loss_scale_factor is None  # null in the recipe's block ...
     from omni_rl.families.autoregressive import build_token_loss
-    loss = build_token_loss(TextFamily.losses.get("ppo_clip"), TextFamily.bind_loss_options(cfg),
-                            TextFamily.bind_family_options(cfg), 0.0)
-    assert loss.options.loss_scale_factor == TextFamily.bind_family_options(cfg).max_new_tokens  # ... the budget in the built loss
+    loss = build_token_loss(TextFamily.losses.get("ppo_clip"), cfg.algo.loss_options[cfg.algo.policy_loss],
+                            cfg.algo.family_options, 0.0)
+    assert loss.options.loss_scale_factor == cfg.algo.family_options.max_new_tokens  # ... the budget in the built loss
 
 
 @pytest.mark.parametrize("name, options", [("flow_dppo", FlowDPPOOptions), ("sapo", SAPOOptions),

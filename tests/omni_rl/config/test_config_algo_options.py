@@ -7,7 +7,7 @@ import torch
 from omni_rl.algos.advantages import ADVANTAGE_ESTIMATORS, register_advantage_estimator
 from omni_rl.algos.token_losses import PPOClipLoss
 from omni_rl.compose import load_config
-from omni_rl.config import ConfigError
+from omni_rl.errors import ConfigError
 
 # The default recipe samples 4 prompts; with one sample each a step has 4 samples.
 ONE_SAMPLE = ["trainer.samples_per_prompt=1", "trainer.mini_batch_size=4", "trainer.micro_batch_size=4"]
@@ -106,4 +106,4 @@ def test_a_verl_style_override_loads():
                        "algo.loss_options.ppo_clip.loss_agg_mode=seq-mean-token-sum-norm",
                        "algo.loss_options.ppo_clip.loss_scale_factor=256"])
     options = cfg.algo.loss_options["ppo_clip"]
-    assert (options["clip_ratio_c"], options["kl_clamp"], options["loss_scale_factor"]) == (3.0, 10, 256)
+    assert (options.clip_ratio_c, options.kl_clamp, options.loss_scale_factor) == (3.0, 10, 256)

@@ -3,7 +3,7 @@
 import pytest
 
 from omni_rl.compose import load_config
-from omni_rl.config import ConfigError
+from omni_rl.errors import ConfigError
 from omni_rl.families.diffusion import DiffusionOptions
 
 

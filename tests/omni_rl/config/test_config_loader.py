@@ -10,7 +10,8 @@ import textwrap
 import pytest
 
 from omni_rl.config import compose_config
-from omni_rl.config import ConfigError, OmniConfig, available_recipes
+from omni_rl.config import OmniConfig, available_recipes
+from omni_rl.errors import ConfigError
 from omni_rl.config.schema import DataConfig
 
 DEFAULT = OmniConfig.recipe  # the CPU demo, used when no recipe= is given

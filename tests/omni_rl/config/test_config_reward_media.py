@@ -5,7 +5,8 @@ loads."""
 import pytest
 
 from omni_rl.compose import check_components, load_config
-from omni_rl.config import ConfigError, OmniConfig, validate_config
+from omni_rl.config import OmniConfig, validate_config
+from omni_rl.errors import ConfigError
 from omni_rl.config.schema import DataConfig, ModelConfig, RewardConfig, RewardItemConfig
 from omni_rl.models.registry import ADAPTERS, register_adapter
 

@@ -4,8 +4,7 @@ import pytest
 
 from omni_rl.algos.rollout_correction import ROLLOUT_IS_LEVELS, ROLLOUT_IS_MODES
 from omni_rl.compose import load_config
-from omni_rl.config import ConfigError
-from omni_rl.families.base import bind_rollout_correction
+from omni_rl.errors import ConfigError
 
 TEXT = ["recipe=tiny_qwen3_grpo"]
 
@@ -19,7 +18,7 @@ def load_error(*overrides) -> str:
 
 
 def test_the_default_is_off_and_the_family_levels_load():
-    assert bind_rollout_correction(load_config([])).level == "none"
+    assert load_config([]).algo.rollout_correction.level == "none"
     for overrides in (["algo.rollout_correction.level=step"], ["algo.rollout_correction.level=sequence"],
                       [*TEXT, "algo.rollout_correction.level=token"], [*TEXT, "algo.rollout_correction.level=sequence", "algo.rollout_correction.mode=mask"]):
         load_config(overrides)

@@ -8,7 +8,8 @@ not minutes later when the trainer builds the component (after the model has bee
 import pytest
 
 from omni_rl.compose import load_config
-from omni_rl.config import ConfigError, OmniConfig, validate_config
+from omni_rl.config import OmniConfig, validate_config
+from omni_rl.errors import ConfigError
 from omni_rl.config.schema import DataConfig, RewardConfig, RewardItemConfig
 
 

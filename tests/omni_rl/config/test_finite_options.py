@@ -13,8 +13,9 @@ import pytest
 from omni_rl.algos.rollout_correction import RolloutCorrectionOptions
 from omni_rl.cli import main
 from omni_rl.compose import OPTION_BLOCKS, load_config
-from omni_rl.config.options import allows_infinity, bind_options, option
-from omni_rl.config.validate import ConfigError
+from omni_rl.config.options import allows_infinity, bind_options
+from omni_rl.option import option
+from omni_rl.errors import ConfigError
 from omni_rl.logging.heldout_alarm import AlarmOptions
 from omni_rl.logging import LoggerOptions
 from omni_rl.plugins import load_plugins

@@ -5,7 +5,7 @@ import pytest
 
 from omni_rl.algos.forward_losses import FORWARD_LOSSES
 from omni_rl.compose import load_config
-from omni_rl.config.validate import ConfigError
+from omni_rl.errors import ConfigError
 
 
 @pytest.mark.parametrize("recipe", ["tiny_sd3_diffusion_nft", "tiny_sd3_diffusion_dpo"])

@@ -4,8 +4,9 @@ from typing import Optional
 
 import pytest
 
-from omni_rl.config.options import bind_options, describe_options, option, options_help
-from omni_rl.config.validate import ConfigError
+from omni_rl.config.options import bind_options, describe_options, options_help
+from omni_rl.option import option
+from omni_rl.errors import ConfigError
 from omni_rl.errors import OmniConfigError
 
 

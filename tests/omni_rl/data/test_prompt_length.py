@@ -100,7 +100,7 @@ def test_keep_last_chars_of_a_plain_prompt():
 ])
 def test_bad_values_fail_at_load(override, expected):
     from omni_rl.compose import load_config
-    from omni_rl.config import ConfigError
+    from omni_rl.errors import ConfigError
 
     with pytest.raises(ConfigError, match=expected.replace("(", r"\(").replace(")", r"\)")):
         load_config(["recipe=tiny_qwen3_grpo", override])

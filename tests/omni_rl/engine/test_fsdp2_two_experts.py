@@ -8,12 +8,13 @@ import torch
 from omni_rl.config.schema import LoraConfig, ModelConfig, OptimConfig
 from omni_rl.engine.fsdp2 import FSDP2Engine, load_sharded_trainable
 from omni_rl.engine.local import LocalEngine
+from adapters.wan import WanOptions
 from omni_rl.models import build_model
 
 
 def wan(seed: int = 0):
     torch.manual_seed(seed)
-    cfg = ModelConfig(adapter="WanPipeline", path="tiny:wan22", options={"max_sequence_length": 16},
+    cfg = ModelConfig(adapter="WanPipeline", path="tiny:wan22", options=WanOptions(max_sequence_length=16),
                       lora=LoraConfig(enabled=True, init="gaussian"))
     return build_model(cfg, torch.device("cpu"))
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from omni_rl.compose import load_config, options_help_for
-from omni_rl.config.validate import ConfigError
+from omni_rl.errors import ConfigError
 from omni_rl.data.prompt_length import PromptLimitOptions
 from omni_rl.families.autoregressive import TextFamily, TextOptions
 from omni_rl.families.base import prompt_limits
@@ -84,15 +84,15 @@ def test_a_backend_whose_log_probs_renormalise_refuses_a_nucleus_at_load():
 def test_the_bound_options_are_the_recipes_and_the_defaults():
     cfg = load_config([QWEN3, "algo.family_options.stop_token_ids=[7,8]", "algo.family_options.max_prompt_tokens=100",
                        "algo.family_options.overlong_prompts=truncate"])
-    options = TextFamily.bind_family_options(cfg)
+    options = cfg.algo.family_options
     assert options == TextOptions(temperature=1.0, top_p=1.0, max_new_tokens=16, stop_token_ids=[7, 8],
                                   max_prompt_tokens=100, overlong_prompts="truncate")
     assert prompt_limits(cfg) is not None and (prompt_limits(cfg).max_prompt_tokens, prompt_limits(cfg).overlong_prompts) \
         == (100, "truncate")
-    think = ThinkDrawFamily.bind_family_options(load_config([THINK]))
+    think = load_config([THINK]).algo.family_options
     assert (think.temperature, think.max_new_tokens, think.plan_policy_loss) == (1.0, 8, "ppo_clip")
     sd3 = load_config(["algo.family_options.same_noise_in_group=true", "algo.family_options.val_num_steps=4"])
-    diffusion = DiffusionFamily.bind_family_options(sd3)
+    diffusion = sd3.algo.family_options
     assert (diffusion.same_noise_in_group, diffusion.val_num_steps) == (True, 4)
     assert prompt_limits(sd3) == PromptLimitOptions()  # a diffusion model's prompts: the character bound only
 

@@ -9,13 +9,20 @@ import pytest
 import torch
 
 from omni_rl.compose import load_config
-from omni_rl.config.validate import ConfigError
-from omni_rl.families.teachers import TeacherConfigError, TeacherOptions, bind_teachers, route
+from omni_rl.errors import ConfigError
+from omni_rl.config.options import bind_options
+from omni_rl.families.diffusion import DiffusionOptions
+from omni_rl.families.teachers import TeacherConfigError, TeacherOptions, route
 from omni_rl.trainer import PPOTrainer
 from tests.tiny_runs import TINY_SD3
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
 DISTIL = [*TINY_SD3, "algo.policy_loss=distill_kl", "trainer.total_steps=1"]
+
+
+def bind_teachers(blocks):
+    """The teachers' blocks as the composition root binds them: inside the family's options."""
+    return bind_options(DiffusionOptions, {"teachers": blocks}, "algo.family_options", "model family diffusion").teachers
 
 
 def _records(folder):

@@ -4,7 +4,7 @@ import json
 import pytest
 
 from omni_rl.compose import load_config
-from omni_rl.config.validate import ConfigError
+from omni_rl.errors import ConfigError
 from omni_rl.trainer import PPOTrainer
 from tests.tiny_runs import TINY_QWEN3
 

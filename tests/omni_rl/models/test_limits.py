@@ -7,7 +7,7 @@ import pytest
 
 from omni_rl.cli import main
 from omni_rl.compose import load_config
-from omni_rl.config import ConfigError
+from omni_rl.errors import ConfigError
 from omni_rl.models.limits import ComponentConfigs, check_positions, check_sample_memory
 from omni_rl.models.registry import ADAPTERS
 from omni_rl.plugins import load_plugins

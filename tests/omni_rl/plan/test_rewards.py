@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from omni_rl.compose import load_config
-from omni_rl.config import ConfigError
+from omni_rl.errors import ConfigError
 from omni_rl.plan.planner import make_plan
 from omni_rl.plan.rewards import plan_rewards
 from omni_rl.plugins import load_plugins

@@ -10,7 +10,7 @@ from torch.testing._internal.distributed.fake_pg import FakeStore
 
 from omni_rl.cli import main
 from omni_rl.compose import load_config
-from omni_rl.config import ConfigError
+from omni_rl.errors import ConfigError
 from omni_rl.models.factory import build_model
 from omni_rl.plan.architecture import ARCHITECTURES, architecture_folder, shipped_folder
 from omni_rl.plan.weights import plan_weights

@@ -120,7 +120,7 @@ def test_the_recipe_picks_the_driver(driver, tiny_sd3):
 @pytest.mark.parametrize(("pipeline", "driver"), [("on_policy", "caller"), ("one_step_off", "thread"), ("async", "thread")])
 def test_auto_picks_the_caller_on_policy_and_the_thread_where_rollouts_overlap_updates(pipeline, driver, tiny_sd3):
     cfg = load_config(["recipe=tiny_sd3_flowgrpo", f"trainer.pipeline={pipeline}"])
-    assert cfg.rollout.options.get("driver", "auto") == "auto"  # the default
+    assert cfg.rollout.options.driver == "auto"  # the default
     engine = build_rollout_engine(cfg, tiny_sd3)
     try:
         assert engine.driver == driver and (engine._thread is not None) == (driver == "thread")

@@ -22,7 +22,6 @@ from omni_rl.rollout.base import RolloutEngine, RolloutEngineError
 from omni_rl.rollout.native import NativeDiffusionEngine
 from omni_rl.rollout.server import serve
 from omni_rl.rollout.server.app import RolloutServer, _Handler
-from omni_rl.rollout.backends import backend_options
 from omni_rl.rollout.server.client import ServerRolloutEngine, start_server_engine
 from omni_rl.rollout.server.protocol import CONTENT_TYPE, PROTOCOL_HEADER, encode_message, encode_weights
 from omni_rl.rollout.types import DiffusionRequest
@@ -111,7 +110,7 @@ def test_the_trainer_hands_its_server_a_secret_no_other_process_has(tmp_path):
 
     torch.manual_seed(cfg.trainer.seed)
     model = build_model(cfg.model, torch.device("cpu"), tuple(cfg.plugins))
-    engine = start_server_engine(cfg, model, backend_options(cfg))
+    engine = start_server_engine(cfg, model, cfg.rollout.options)
     try:
         assert engine.token and len(engine.token) >= 32
         for method, path in (("POST", "/shutdown"), ("POST", "/update_weights"), ("POST", "/generate")):

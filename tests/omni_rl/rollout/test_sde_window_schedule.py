@@ -2,7 +2,7 @@
 import pytest
 
 from omni_rl.compose import load_config
-from omni_rl.config.validate import ConfigError
+from omni_rl.errors import ConfigError
 from omni_rl.families.diffusion import DiffusionFamily
 from omni_rl.rollout.sde_window import choose_sde_window, scheduled_sde_window
 

@@ -25,6 +25,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from omni_rl.compose import bind_blocks
 from omni_rl.config.schema import ModelConfig, OmniConfig
 from omni_rl.logging import rise_report
 from omni_rl.models import build_model
@@ -52,7 +53,7 @@ def text_config(dtype: str, lora: bool) -> OmniConfig:
     # sleep_mode stays at its default (true): a CPU has none, so the engine must start without it.
     cfg.rollout.backend, cfg.rollout.options = "vllm", {
         "python": VLLM_PYTHON, "enforce_eager": True, "server_timeout_s": 60.0, "server_startup_timeout_s": 900.0}
-    return cfg
+    return bind_blocks(cfg)
 
 
 def start(dtype: str, lora: bool):

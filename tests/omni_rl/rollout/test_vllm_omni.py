@@ -19,6 +19,7 @@ pytest.importorskip("vllm_omni")
 
 from omni_rl.algos import latent_streams as ls  # noqa: E402
 from omni_rl.algos.flow_sde import get_step_kernel, step_latents  # noqa: E402
+from omni_rl.compose import bind_blocks  # noqa: E402
 from omni_rl.config.schema import ModelConfig, OmniConfig  # noqa: E402
 from omni_rl.models import build_model  # noqa: E402
 from omni_rl.rollout.backends import build_rollout_engine  # noqa: E402
@@ -34,7 +35,7 @@ def run_config(path: str, device: str, dtype: str = "float32") -> OmniConfig:
     cfg.trainer.device = device
     cfg.rollout.backend, cfg.rollout.max_num_seqs = "vllm_omni", 8
     cfg.rollout.options = {"max_wait_ms": 20.0, "enforce_eager": True}
-    return cfg
+    return bind_blocks(cfg)
 
 
 def requests(n: int, **overrides) -> list[DiffusionRequest]:

@@ -15,8 +15,8 @@ import pytest
 import torch
 
 from omni_rl.config.schema import OmniConfig
-from omni_rl.compose import check_components
-from omni_rl.config.validate import ConfigError
+from omni_rl.compose import bind_blocks, check_components
+from omni_rl.errors import ConfigError
 from omni_rl.rollout.backends import build_rollout_engine
 from omni_rl.rollout.native import NativeDiffusionEngine
 from omni_rl.rollout.server.serve import build_server
@@ -119,6 +119,7 @@ def test_pipeline_classes_cover_the_three_families_and_name_the_rest():
 def test_vllm_omni_without_the_package_is_one_clear_error(make_sd3):
     cfg = OmniConfig()
     cfg.rollout.backend = "vllm_omni"
+    bind_blocks(cfg)
     with pytest.raises(BackendUnavailableError) as err:
         build_rollout_engine(cfg, make_sd3())
     message = str(err.value)
@@ -132,6 +133,7 @@ def test_vllm_without_the_package_is_one_clear_error():
 
     cfg = OmniConfig()
     cfg.rollout.backend = "vllm"
+    bind_blocks(cfg)
     model = build_model(ModelConfig(adapter="Qwen3ForCausalLM", path="tiny:qwen3"), torch.device("cpu"))
     with pytest.raises(BackendUnavailableError, match=r"rollout.backend='vllm' needs the 'vllm' package"):
         build_rollout_engine(cfg, model)
@@ -140,6 +142,7 @@ def test_vllm_without_the_package_is_one_clear_error():
 def test_a_backend_of_the_wrong_family_names_the_right_one(make_sd3):
     cfg = OmniConfig()
     cfg.rollout.backend = "vllm"
+    bind_blocks(cfg)
     with pytest.raises(TypeError, match="rollout.backend='vllm' has no engine.*use rollout.backend=vllm_omni"):
         build_rollout_engine(cfg, make_sd3())
 

@@ -29,6 +29,7 @@ import pytest
 import torch
 
 from omni_rl.cli import main
+from omni_rl.compose import bind_blocks
 from omni_rl.config.schema import LoraConfig, ModelConfig, OmniConfig
 from omni_rl.models import build_model
 from omni_rl.rollout.vllm_omni import availability
@@ -52,7 +53,7 @@ def sd3_config(path, **model) -> OmniConfig:
     cfg = OmniConfig()
     cfg.model = ModelConfig(path=str(path), lora=LoraConfig(rank=4), **model)
     cfg.rollout.backend = "vllm_omni"
-    return cfg
+    return bind_blocks(cfg)
 
 
 def through_the_wire(args: dict, codec: str) -> dict:

@@ -18,6 +18,7 @@ import torch
 
 pytest.importorskip("vllm")
 
+from omni_rl.compose import bind_blocks  # noqa: E402
 from omni_rl.config.schema import ModelConfig, OmniConfig  # noqa: E402
 from omni_rl.models import build_model  # noqa: E402
 from omni_rl.rollout.backends import build_rollout_engine  # noqa: E402
@@ -32,7 +33,7 @@ def text_config(accel_device: str, dtype: str, lora: bool) -> OmniConfig:
     cfg.model.lora.enabled = lora
     cfg.trainer.device = accel_device
     cfg.rollout.backend, cfg.rollout.options = "vllm", {"enforce_eager": True, "gpu_memory_utilization": 0.3}
-    return cfg
+    return bind_blocks(cfg)
 
 
 def start(cfg: OmniConfig):

@@ -10,7 +10,7 @@ import torch
 
 from omni_rl.cli import main
 from omni_rl.compose import load_config
-from omni_rl.config import ConfigError
+from omni_rl.errors import ConfigError
 from omni_rl.reward import register_reward
 from omni_rl.trainer import PPOTrainer
 from omni_rl.trainer.no_signal import NoSignalError, NoSignalWatch, all_groups_uniform, describe_rewards

@@ -12,7 +12,7 @@ from PIL import Image
 
 from omni_rl.cli import main as cli_main
 from omni_rl.compose import load_config
-from omni_rl.config import ConfigError
+from omni_rl.errors import ConfigError
 from omni_rl.families.offline_pairs import OfflinePairs
 from omni_rl.models.factory import build_model
 from omni_rl.trainer import PPOTrainer

@@ -185,7 +185,7 @@ def test_a_failed_rollout_fails_next_instead_of_hanging():
      "trainer.pipeline='async': expected on_policy with rollout.backend='vllm', which cannot sample beside the trainer"),
 ])
 def test_bad_pipeline_settings_fail_at_load_naming_the_key(overrides, expected):
-    from omni_rl.config.validate import ConfigError
+    from omni_rl.errors import ConfigError
 
     with pytest.raises(ConfigError) as err:
         load_config(overrides)
@@ -200,7 +200,7 @@ def test_every_backend_that_can_sample_beside_the_trainer_loads():
 
 
 def test_max_staleness_is_bounded_at_load():
-    from omni_rl.config.validate import ConfigError
+    from omni_rl.errors import ConfigError
     from omni_rl.trainer.pipeline import MAX_STALENESS
 
     load_config(["trainer.pipeline=async", f"trainer.pipeline_options.max_staleness={MAX_STALENESS}"])

@@ -15,7 +15,8 @@ import pytest
 from safetensors.torch import save_file
 
 from omni_rl.compose import load_config
-from omni_rl.config import ConfigError, to_yaml
+from omni_rl.config import to_yaml
+from omni_rl.errors import ConfigError
 from omni_rl.trainer import PPOTrainer
 from omni_rl.trainer.checkpoint import (
     FORMAT_VERSION,

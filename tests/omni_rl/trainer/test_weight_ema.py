@@ -12,7 +12,7 @@ import torch
 from safetensors.torch import load_file
 
 from omni_rl.compose import load_config
-from omni_rl.config.validate import ConfigError
+from omni_rl.errors import ConfigError
 from omni_rl.trainer import PPOTrainer
 from omni_rl.trainer.checkpoint import checkpoint_ema_tensors, load_checkpoint
 from tests.tiny_runs import TINY_SD3

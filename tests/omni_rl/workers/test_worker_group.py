@@ -2,8 +2,7 @@
 import pytest
 
 from omni_rl.compose import load_config
-from omni_rl.config import ConfigError
-from omni_rl.trainer.ray_actors import RayActorGroup
+from omni_rl.errors import ConfigError
 from omni_rl.workers import ResourcePool
 from omni_rl.workers.worker_group import split_evenly
 
@@ -28,7 +27,7 @@ def test_resource_pool_bundles():
 def test_ray_config_is_accepted_with_whole_micro_batches_per_worker():
     cfg = load_config([*QWEN, "trainer.backend=ray", "trainer.engine=fsdp2", "trainer.backend_options.devices_per_node=2",
                        "trainer.micro_batch_size=8"])
-    assert RayActorGroup.bind_options(cfg).world_size == 2
+    assert cfg.trainer.backend_options.world_size == 2
 
 
 @pytest.mark.parametrize("backend, engine", [("ray", "fsdp2"), ("local", "local")])
