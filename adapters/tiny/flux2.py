@@ -25,7 +25,7 @@ TINY_LAYERS = 27
 
 
 def _tiny_tokenizer():
-    from adapters.qwen3 import build_byte_tokenizer
+    from adapters.tiny.qwen3 import build_byte_tokenizer
 
     tokenizer = build_byte_tokenizer()
     tokenizer.chat_template = QWEN3_TEMPLATE
@@ -105,7 +105,7 @@ def build_tiny_flux2_dev_components() -> dict:
     VAE and scheduler."""
     from transformers import Mistral3Config, Mistral3ForConditionalGeneration, PixtralImageProcessor, PixtralProcessor
 
-    from adapters.qwen3 import build_byte_tokenizer
+    from adapters.tiny.qwen3 import build_byte_tokenizer
 
     torch.manual_seed(0)
     tokenizer = build_byte_tokenizer()

@@ -30,7 +30,7 @@ def build_tiny_z_image_components() -> dict:
     from diffusers import AutoencoderKL, FlowMatchEulerDiscreteScheduler, ZImageTransformer2DModel
     from transformers import Qwen3Config, Qwen3Model
 
-    from adapters.qwen3 import build_byte_tokenizer
+    from adapters.tiny.qwen3 import build_byte_tokenizer
 
     torch.manual_seed(0)
     tokenizer = build_byte_tokenizer()
