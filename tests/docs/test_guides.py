@@ -86,3 +86,23 @@ assert [(r.name, r.kwargs) for r in cfg.reward.rewards] == [("redness", {{"chann
 print("followed")
 """)
     assert "followed" in out
+
+
+def test_the_loss_guide(tmp_path):
+    out = follow(tmp_path, "loss.md", (), f"""
+import importlib.util
+from omni_rl.algos import DIFFUSION_LOSSES
+from omni_rl.compose import load_config
+cfg = load_config(GUIDE_OVERRIDES)
+assert cfg.algo.policy_loss == "clipped_step"
+from my_losses import MyClippedLoss
+assert DIFFUSION_LOSSES.get("clipped_step") is MyClippedLoss
+# The contract every registered loss meets (tests/omni_rl/algos/test_rollout_correction.py).
+spec = importlib.util.spec_from_file_location("contract", {str(ROOT / "tests/omni_rl/algos/test_rollout_correction.py")!r})
+contract = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(contract)
+contract.check_rollout_correction(MyClippedLoss)
+{pytest_in(tmp_path, "tests/test_clipped_step.py")}
+print("followed")
+""")
+    assert "followed" in out
