@@ -106,3 +106,22 @@ contract.check_rollout_correction(MyClippedLoss)
 print("followed")
 """)
     assert "followed" in out
+
+
+def test_the_rollout_backend_guide(tmp_path):
+    out = follow(tmp_path, "rollout-backend.md", (), """
+from omni_rl.compose import load_config
+from omni_rl.rollout.backends import ROLLOUT_BACKENDS, build_rollout_engine
+cfg = load_config(GUIDE_OVERRIDES)
+assert cfg.rollout.backend == "my_engine"
+import my_engine
+spec = ROLLOUT_BACKENDS.get("my_engine")
+assert spec.options_class is my_engine.MyEngineOptions
+engine = build_rollout_engine(cfg, model=object())
+assert isinstance(engine, my_engine.MyEngine) and engine.options.max_batch == 32, vars(engine)
+assert not engine.shares_model_with(engine.trainer_adapter)  # it samples with weights of its own
+engine.update_weights({}, 3, "lora")
+assert engine.weight_version == 3
+print("followed")
+""")
+    assert "followed" in out
