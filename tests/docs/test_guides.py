@@ -5,11 +5,11 @@ guide's example. Each test copies the packages the guide adds to (`rewards/`, `a
 a scratch folder, writes the guide's files there, and runs in a fresh Python with that folder
 first on the path: the copy's package shadows the project's, so "a new file in `rewards/`" is
 tested as a new file in `rewards/`, and the registries of this session are left alone. A YAML
-block named `recipe.yaml` is composed (`load_config`) as overrides of the default recipe.
+block named `recipe.yaml` holds the lines the guide adds to a recipe: they are added to a copy
+of the default recipe (`recipe_with`), which `load_config` composes.
 """
 from __future__ import annotations
 
-import json
 import os
 import re
 import shutil
@@ -31,36 +31,30 @@ def guide_files(guide: str) -> dict[str, str]:
     return found
 
 
-def overrides(block: str) -> list[str]:
-    """A recipe fragment as Hydra overrides (`a.b=value`)."""
-
-    def literal(value) -> str:
+def recipe_with(block: str) -> dict:
+    """The default recipe with the guide's lines added: each key of a section of the block
+    replaces the recipe's (`model.options` the whole block), as in a recipe of one's own."""
+    recipe = yaml.safe_load((ROOT / "recipes" / "tiny_sd3_flowgrpo.yaml").read_text())
+    for section, value in yaml.safe_load(block).items():
         if isinstance(value, dict):
-            return "{" + ", ".join(f"{k}: {literal(v)}" for k, v in value.items()) + "}"
-        if isinstance(value, list):
-            return "[" + ", ".join(literal(v) for v in value) + "]"
-        return json.dumps(value) if isinstance(value, str) else repr(value)
-
-    def flat(prefix: str, value) -> list[str]:
-        if isinstance(value, dict) and value:
-            return [o for k, v in value.items() for o in flat(f"{prefix}.{k}" if prefix else k, v)]
-        return [f"{prefix}={literal(value)}"]
-
-    return flat("", yaml.safe_load(block))
+            recipe.setdefault(section, {}).update(value)
+        else:
+            recipe[section] = value
+    return recipe
 
 
 def follow(tmp_path: Path, guide: str, packages: tuple[str, ...], script: str) -> str:
     """Write the guide's files into a copy of `packages` under tmp_path and run `script` there
-    (`GUIDE_OVERRIDES` holds the recipe block's overrides); return its stdout."""
+    (`GUIDE_OVERRIDES`: `recipe=` the guide's recipe); return its stdout."""
     for package in packages:
         shutil.copytree(ROOT / package, tmp_path / package, ignore=shutil.ignore_patterns("__pycache__"))
     files = guide_files(guide)
     for path, text in files.items():
-        if path != "recipe.yaml":
-            (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
-            (tmp_path / path).write_text(text)
+        (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / path).write_text(yaml.safe_dump(recipe_with(text)) if path == "recipe.yaml" else text)
     (tmp_path / "pytest.ini").write_text("[pytest]\n")  # the scratch folder is the guide's tests' root
-    setup = f"GUIDE_OVERRIDES = {overrides(files['recipe.yaml']) if 'recipe.yaml' in files else []!r}\n"
+    recipe = [f"recipe={tmp_path / 'recipe.yaml'}"] if "recipe.yaml" in files else []
+    setup = f"GUIDE_OVERRIDES = {recipe!r}\n"
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(ROOT)])}
     proc = subprocess.run([sys.executable, "-c", setup + script], cwd=tmp_path, env=env, capture_output=True, text=True)
     assert proc.returncode == 0, f"following docs/extending/{guide}:\n{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}"
@@ -125,3 +119,24 @@ assert engine.weight_version == 3
 print("followed")
 """)
     assert "followed" in out
+
+
+def test_the_adapter_guide(tmp_path):
+    out = follow(tmp_path, "adapter.md", ("adapters",), f"""
+import runpy, sys
+import adapters
+from omni_rl.compose import load_config
+from omni_rl.models.registry import ADAPTERS
+adapter = ADAPTERS.get("MyFlowPipeline")
+assert adapter.__module__ == "adapters.my_flow", adapter.__module__
+cfg = load_config(GUIDE_OVERRIDES)
+assert adapter.bind_options(cfg.model).guidance_rescale == 0.7
+# `--options model.adapter=MyFlowPipeline` prints the options with their defaults and docs.
+sys.argv = ["main_omni.py", "--options", "model.adapter=MyFlowPipeline"]
+try:
+    runpy.run_path({str(ROOT / "main_omni.py")!r}, run_name="__main__")
+except SystemExit as stop:
+    assert not stop.code, stop.code
+print("followed")
+""")
+    assert "followed" in out and "guidance_rescale" in out and "Rescale the CFG output" in out, out
