@@ -40,7 +40,8 @@ encoder (Mistral-3 through its Pixtral processor's chat template over the pipeli
 message, hidden states 10/20/30; `_build_pipeline`) and the guidance (dev's transformer has a
 guidance embedding, which takes `rollout.guidance_scale` in the one forward a step; no CFG).
 
-Its tiny models are in `adapters/tiny/flux2.py`, its view for the planner in `adapters/plan/flux2.py`.
+Its tiny models are in `adapters/tiny/flux2.py`,
+its view for the planner in `adapters/plan/flux2.py`.
 """
 from __future__ import annotations
 

@@ -25,7 +25,8 @@ the requested size. Given a source image already at the condition size, `_auto_r
 `max_area` = the output's area, the pipeline and the adapter compute the same thing (the tests run
 exactly that).
 
-Its tiny models are in `adapters/tiny/flux_kontext.py`, its view for the planner in `adapters/plan/flux_kontext.py`.
+Its tiny models are in `adapters/tiny/flux_kontext.py`,
+its view for the planner in `adapters/plan/flux_kontext.py`.
 """
 from __future__ import annotations
 

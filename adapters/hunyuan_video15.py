@@ -40,7 +40,8 @@ LoRA export: diffusers 0.42's `HunyuanVideo15Pipeline` has no LoRA loader mixin 
 keys, the adapter config in its metadata), loaded with the transformer's own PEFT loader:
 `pipe.transformer.load_lora_adapter(folder, prefix="transformer")`.
 
-Its tiny models are in `adapters/tiny/hunyuan_video15.py`, its view for the planner in `adapters/plan/hunyuan_video15.py`.
+Its tiny models are in `adapters/tiny/hunyuan_video15.py`,
+its view for the planner in `adapters/plan/hunyuan_video15.py`.
 """
 from __future__ import annotations
 

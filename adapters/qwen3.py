@@ -6,7 +6,8 @@ the attention projections; the reference policy is the base model with LoRA disa
 
 transformers is imported inside the methods, so registering the adapter stays cheap.
 
-Its tiny models are in `adapters/tiny/qwen3.py`, its view for the planner in `adapters/plan/qwen3.py`.
+Its tiny models are in `adapters/tiny/qwen3.py`,
+its view for the planner in `adapters/plan/qwen3.py`.
 """
 from __future__ import annotations
 

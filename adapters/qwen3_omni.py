@@ -57,7 +57,8 @@ behind it and the next forward would fail. A real checkpoint gives them ~0 proba
 Left out: video (and audio-in-video), speech output, LoRA on the MoE experts (fused 3-D
 parameters, not `nn.Linear`), checkpointing the encoders.
 
-Its tiny model is in `adapters/tiny/qwen3_omni.py`, its view for the planner in `adapters/plan/qwen3_omni.py`.
+Its tiny model is in `adapters/tiny/qwen3_omni.py`,
+its view for the planner in `adapters/plan/qwen3_omni.py`.
 """
 from __future__ import annotations
 

@@ -35,7 +35,8 @@ rotary positions (`hidden_projection`), which this adapter does not build: it re
 Voice cloning from reference audio is not possible either: it needs Qwen3-Omni's audio tokenizer,
 which is not released; the voice is one of the checkpoint's speakers (`model.options.speaker`).
 
-Its tiny model is in `adapters/tiny/qwen3_omni_talker.py`, its view for the planner in `adapters/plan/qwen3_omni_talker.py`.
+Its tiny model is in `adapters/tiny/qwen3_omni_talker.py`,
+its view for the planner in `adapters/plan/qwen3_omni_talker.py`.
 """
 from __future__ import annotations
 

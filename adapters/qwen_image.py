@@ -29,7 +29,8 @@ The conventions, the same at rollout and in training because both go through thi
 `decode` un-normalises, runs the VAE and returns uint8 [B, H, W, 3]. Sizes must be multiples of
 16 (VAE factor 8 x patch size 2); another raises `ValueError` with the nearest valid values.
 
-Its tiny models are in `adapters/tiny/qwen_image.py`, its view for the planner in `adapters/plan/qwen_image.py`.
+Its tiny models are in `adapters/tiny/qwen_image.py`,
+its view for the planner in `adapters/plan/qwen_image.py`.
 Qwen-Image-Edit (adapters/qwen_image_edit.py) builds on this adapter.
 """
 from __future__ import annotations

@@ -34,7 +34,8 @@ order; one prompt per text-encoder call. Its vision-tower image is resized from 
 image, where the pipeline resizes the original: the two agree for a source given at the
 condition size (the tests do) and differ by a second resampling otherwise.
 
-Its tiny models are in `adapters/tiny/qwen_image_edit.py`, its view for the planner in `adapters/plan/qwen_image_edit.py`.
+Its tiny models are in `adapters/tiny/qwen_image_edit.py`,
+its view for the planner in `adapters/plan/qwen_image_edit.py`.
 """
 from __future__ import annotations
 

@@ -38,7 +38,8 @@ The conventions, the same at rollout and in training because both go through thi
 config load (`size_multiple`), and sizes past the transformer's rotary table
 (`check_model_limits`) are refused before the model loads.
 
-Its tiny models are in `adapters/tiny/z_image.py`, its view for the planner in `adapters/plan/z_image.py`.
+Its tiny models are in `adapters/tiny/z_image.py`,
+its view for the planner in `adapters/plan/z_image.py`.
 """
 from __future__ import annotations
 

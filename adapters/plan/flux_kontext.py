@@ -1,4 +1,5 @@
-"""The planner's view of `adapters/flux_kontext.py` (`omni_rl.plan.spec`): its network built without weights, and the inputs of one traced forward."""
+"""The planner's view of `adapters/flux_kontext.py` (`omni_rl.plan.spec`): its network built without
+weights, and the inputs of one traced forward."""
 from __future__ import annotations
 
 import torch

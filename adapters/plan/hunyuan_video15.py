@@ -1,4 +1,5 @@
-"""The planner's view of `adapters/hunyuan_video15.py` (`omni_rl.plan.spec`): its network built without weights; no forward is traced."""
+"""The planner's view of `adapters/hunyuan_video15.py` (`omni_rl.plan.spec`): its network built
+without weights; no forward is traced."""
 from __future__ import annotations
 
 from omni_rl.plan.spec import PlanSpec, register_plan_spec

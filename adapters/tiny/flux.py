@@ -1,4 +1,5 @@
-"""`tiny:flux` builds a seeded random-weight FLUX.1 (one double- and one single-stream block, CLIP and
+"""`tiny:flux` builds a seeded random-weight FLUX.1 (one double- and one single-stream block, CLIP
+and
 T5 of hidden size 32 with byte- and character-level tokenizers, a 4-level VAE whose decoder
 responds to the latent) for tests and the CPU demo.
 The builders of the adapter in `adapters/flux.py`."""

@@ -1,4 +1,5 @@
-"""`tiny:qwen3_omni_talker`: `tiny:qwen3_omni`'s thinker with a 1-layer talker (hidden 16), a 1-layer
+"""`tiny:qwen3_omni_talker`: `tiny:qwen3_omni`'s thinker with a 1-layer talker (hidden 16), a
+1-layer
 code predictor, K = 4 codebooks of 56 codes, and a code2wav (8 samples a frame) whose weights are
 redrawn with a variance-preserving scale (std 1 / sqrt(fan-in); transformers' std 0.02 leaves its
 output at ~1e-6, silence). Each code's embedding then points the decoder a different way, so

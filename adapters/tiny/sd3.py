@@ -1,4 +1,5 @@
-"""`tiny:sd3` builds a ~100k-parameter random-weight SD3 (two MMDiT blocks, a one-block VAE, two tiny
+"""`tiny:sd3` builds a ~100k-parameter random-weight SD3 (two MMDiT blocks, a one-block VAE, two
+tiny
 CLIP encoders with a byte-level vocabulary, no T5) for tests and the CPU demo.
 The builders of the adapter in `adapters/sd3.py`."""
 from __future__ import annotations
