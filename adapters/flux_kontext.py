@@ -1,5 +1,4 @@
-"""FLUX.1-Kontext instruction-based image editing (`FluxKontextPipeline`: FLUX.1-Kontext-dev): the
-adapter and its tiny model.
+"""FLUX.1-Kontext instruction-based image editing (`FluxKontextPipeline`: FLUX.1-Kontext-dev): the adapter.
 
 The same components and conventions as FLUX.1 (adapters/flux.py: latents, sigma as the timestep,
 the dynamic-shift schedule of the *noise* tokens, the distilled guidance embedding, true CFG only
@@ -26,25 +25,22 @@ the requested size. Given a source image already at the condition size, `_auto_r
 `max_area` = the output's area, the pipeline and the adapter compute the same thing (the tests run
 exactly that).
 
-`tiny:flux_kontext` is `tiny:flux`'s seeded components saved as a `FluxKontextPipeline`.
+Its tiny models are in `adapters/tiny/flux_kontext.py`,
+its view for the planner in `adapters/plan/flux_kontext.py`.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Optional
 
 import numpy as np
 import torch
 
 from omni_rl.option import option
-from omni_rl.models import Conditioning, register_adapter, register_tiny_model
+from omni_rl.models import Conditioning, register_adapter
 from omni_rl.models.diffusion import EditingOptions, check_multiple
-from omni_rl.plan.spec import PlanSpec, register_plan_spec
 
-from adapters.flux import (
-    PACK, FluxAdapter, FluxOptions, _plan_load_trained, build_tiny_flux_components, image_ids, pack_latents, unpack_latents,
-)
+from adapters.flux import PACK, FluxAdapter, FluxOptions, image_ids, pack_latents, unpack_latents
 
 
 @dataclass
@@ -156,32 +152,3 @@ class FluxKontextAdapter(FluxAdapter):
         ids = torch.cat([image_ids(h, w), image_ids(rows * PACK, cols * PACK, first=1.0)])
         out = self._guided(tokens, sigma, cond, ids, guidance_scale, noise.shape[1])
         return unpack_latents(out, h, w)
-
-
-# --- the tiny model -----------------------------------------------------------------------
-@register_tiny_model("flux_kontext")
-def build_tiny_flux_kontext(folder: Path) -> None:
-    """`tiny:flux`'s seeded components (the same weights), saved as a `FluxKontextPipeline`."""
-    from diffusers import FluxKontextPipeline
-
-    FluxKontextPipeline(**build_tiny_flux_components()).save_pretrained(Path(folder))
-
-
-# --- the planner's view (omni_rl.plan.spec) ---------------------------------------------------
-def _plan_forward_inputs(adapter, cfg, batch: int) -> dict:
-    """FLUX.1's forward with the source image's tokens (at `model.options.condition_image_size`,
-    else the output's size) appended to the noise tokens."""
-    from adapters.flux import _plan_forward_inputs as flux_inputs
-
-    inputs = flux_inputs(adapter, cfg, batch)["transformer"]
-    options = cfg.model.options
-    size = options.condition_image_size or [cfg.rollout.height, cfg.rollout.width]
-    ch, cw = int(size[0]) // adapter.vae_scale, int(size[1]) // adapter.vae_scale
-    hidden = inputs["hidden_states"]
-    source = torch.empty(batch, (ch // PACK) * (cw // PACK), hidden.shape[-1], dtype=hidden.dtype)
-    inputs["hidden_states"] = torch.cat([hidden, source], dim=1)
-    inputs["img_ids"] = torch.cat([inputs["img_ids"], image_ids(ch, cw, first=1.0).to(inputs["img_ids"].dtype)])
-    return {"transformer": inputs}
-
-
-register_plan_spec("FluxKontextPipeline", PlanSpec(_plan_load_trained, _plan_forward_inputs))

@@ -35,37 +35,25 @@ rotary positions (`hidden_projection`), which this adapter does not build: it re
 Voice cloning from reference audio is not possible either: it needs Qwen3-Omni's audio tokenizer,
 which is not released; the voice is one of the checkpoint's speakers (`model.options.speaker`).
 
-`tiny:qwen3_omni_talker`: `tiny:qwen3_omni`'s thinker with a 1-layer talker (hidden 16), a 1-layer
-code predictor, K = 4 codebooks of 56 codes, and a code2wav (8 samples a frame) whose weights are
-redrawn with a variance-preserving scale (std 1 / sqrt(fan-in); transformers' std 0.02 leaves its
-output at ~1e-6, silence). Each code's embedding then points the decoder a different way, so
-the waveform's loudness follows the codes: a clip of one repeated code has RMS from 0.08 to 0.69
-by code, 12 frames of random codes 0.48 +- 0.04 (tests/adapters/test_qwen3_omni_talker.py checks
-the spread). The
-talker's and the code predictor's output heads are drawn wider (std 0.5) so the random policy
-has preferences to shift, as the thinker's lm_head is.
+Its tiny model is in `adapters/tiny/qwen3_omni_talker.py`,
+its view for the planner in `adapters/plan/qwen3_omni_talker.py`.
 """
 from __future__ import annotations
 
 import dataclasses
-import math
 import re
-from pathlib import Path
 from typing import ClassVar
 
 import torch
 
-from adapters.qwen3_omni import (
-    BLOCKED_LOGIT, Qwen3OmniOptions, Qwen3OmniThinkerAdapter, _plan_load_trained as _plan_load_thinker, build_tiny_omni,
-)
 from omni_rl.option import option
 from omni_rl.config.schema import ModelConfig
 from omni_rl.errors import OmniConfigError
-from omni_rl.models import register_adapter, register_tiny_model
+from omni_rl.models import register_adapter
 from omni_rl.models.autoregressive import PromptInputs, positions_from_mask
-from omni_rl.models.registry import adapter_key
 from omni_rl.models.speech import SpeechModelBase, SpeechSample
-from omni_rl.plan.spec import PlanSpec, register_plan_spec
+
+from adapters.qwen3_omni import BLOCKED_LOGIT, Qwen3OmniOptions, Qwen3OmniThinkerAdapter
 
 TRAINABLE = ("talker", "code_predictor", "both")
 # transformers' `_get_talker_assistant_parts`: 4 tts_pad between the header and tts_bos.
@@ -446,109 +434,3 @@ class Qwen3OmniThinkerTalkerAdapter(Qwen3OmniTalkerAdapter):
         for name, module in self.trainable_modules().items():
             module.save_pretrained(f"{folder}/{name}")
         self.tokenizer.save_pretrained(f"{folder}/thinker")
-
-
-# ------------------------------------------------------------------------------------------
-# tiny:qwen3_omni_talker
-# ------------------------------------------------------------------------------------------
-TINY_CODES = 56  # codebook size; the talker's ids 56..63 are its special tokens (57..62 in use)
-TINY_GROUPS = 4  # K: the first codebook and 3 residual ones
-
-
-def _tiny_voice(model) -> None:
-    """Make the tiny talker's numbers meaningful (see the module docstring)."""
-    g = torch.Generator().manual_seed(28)
-    with torch.no_grad():
-        # transformers 5.24 leaves the talker's MoE experts and router uninitialised (torch.empty:
-        # whatever the memory held, NaN included): draw them as it draws linears.
-        for name, p in model.talker.model.named_parameters():
-            if ".mlp.experts." in name or ".mlp.gate." in name:
-                p.copy_(torch.randn(p.shape, generator=g) * 0.02)
-        model.talker.codec_head.weight.copy_(torch.randn(model.talker.codec_head.weight.shape, generator=g) * 0.5)
-        for head in model.talker.code_predictor.lm_head:
-            head.weight.copy_(torch.randn(head.weight.shape, generator=g) * 0.5)
-        decoder = model.code2wav
-        last = f"decoder.{len(decoder.decoder) - 1}.conv.weight"
-        for name, p in decoder.named_parameters():
-            if name == "code_embedding.weight":
-                p.copy_(torch.randn(p.shape, generator=g))
-            elif name.endswith("weight") and p.dim() >= 2:
-                transposed = isinstance(_owner(decoder, name), torch.nn.ConvTranspose1d)
-                fan_in = p.shape[0] * p.shape[2] if transposed else p[0].numel()
-                # A last layer at 0.15 keeps the waveform off code2wav's clamp at +-1.
-                p.copy_(torch.randn(p.shape, generator=g) / math.sqrt(fan_in) * (0.15 if name == last else 1.0))
-
-
-def _owner(root: torch.nn.Module, name: str) -> torch.nn.Module:
-    return root.get_submodule(name.rsplit(".", 1)[0])
-
-
-@register_tiny_model("qwen3_omni_talker")
-def build_tiny_qwen3_omni_talker(folder: Path) -> None:
-    build_tiny_omni(
-        folder,
-        talker_changes=dict(
-            num_code_groups=TINY_GROUPS,
-            code_predictor_config=dict(
-                vocab_size=TINY_CODES, hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2,
-                num_key_value_heads=1, head_dim=8, num_code_groups=TINY_GROUPS,
-            ),
-        ),
-        code2wav_changes=dict(codebook_size=TINY_CODES, num_quantizers=TINY_GROUPS),
-        tts_tokens={"tts_bos_token_id": "<|audio_start|>", "tts_eos_token_id": "<|audio_end|>"},
-        finish=_tiny_voice,
-    )
-
-
-# --- the planner's view (omni_rl.plan.spec) ---------------------------------------------------
-def _plan_load_talker(adapter) -> None:
-    """The talker (with its code predictor) alone from the checkpoint's `talker_config`: the
-    trained module of `model.stage=talker` (the frozen thinker and code2wav: `_plan_frozen_talker`)."""
-    from transformers import AutoConfig
-    from transformers.models.qwen3_omni_moe.modeling_qwen3_omni_moe import Qwen3OmniMoeTalkerForConditionalGeneration
-
-    from omni_rl.device import weightless_device
-
-    config = AutoConfig.from_pretrained(adapter.path).talker_config
-    config.spatial_merge_size = getattr(config, "spatial_merge_size", 2)
-    with weightless_device():
-        talker = Qwen3OmniMoeTalkerForConditionalGeneration(config)
-    adapter.talker = adapter.model = talker.to(adapter.dtype)
-    adapter.options = adapter.cfg.options
-
-
-def _plan_code2wav(adapter):
-    from transformers import AutoConfig
-    from transformers.models.qwen3_omni_moe.modeling_qwen3_omni_moe import Qwen3OmniMoeCode2Wav
-
-    from omni_rl.device import weightless_device
-
-    with weightless_device():
-        code2wav = Qwen3OmniMoeCode2Wav(AutoConfig.from_pretrained(adapter.path).code2wav_config)
-    return code2wav.to(adapter.dtype)
-
-
-def _plan_frozen_talker(adapter) -> list:
-    """The talker stage's frozen networks: the whole thinker (it writes the answer the talker
-    speaks) and code2wav, as `frozen_modules()` lists them."""
-    talker = adapter.model
-    _plan_load_thinker(adapter)  # sets adapter.model too: the trained module stays the talker
-    adapter.model = talker
-    return [adapter.thinker, _plan_code2wav(adapter)]
-
-
-# Weights only: the frame-by-frame speech decoding (talker, then the code predictor's residual
-# codebooks) has no traced forward yet; the planner traces modality "text" through forward_logits.
-register_plan_spec(adapter_key("Qwen3OmniMoeForConditionalGeneration", "talker"),
-                   PlanSpec(_plan_load_talker, modality="speech", load_frozen=_plan_frozen_talker))
-
-
-def _plan_load_thinker_talker(adapter) -> None:
-    """Both trained modules of `model.stage=thinker_talker`: the thinker (from `thinker_config`) and the talker."""
-    _plan_load_thinker(adapter)
-    adapter.thinker_trained = adapter.thinker
-    _plan_load_talker(adapter)
-
-
-register_plan_spec(adapter_key("Qwen3OmniMoeForConditionalGeneration", "thinker_talker"),
-                   PlanSpec(_plan_load_thinker_talker, modality="speech", load_frozen=lambda adapter: [_plan_code2wav(adapter)]))

@@ -1,5 +1,5 @@
 """Qwen-Image-Edit instruction-based image editing (`QwenImageEditPipeline`, and Edit-Plus, the
-2509 / 2511 checkpoints' `QwenImageEditPlusPipeline`): the adapters and their tiny models.
+2509 / 2511 checkpoints' `QwenImageEditPlusPipeline`): the adapters.
 
 The same components and conventions as Qwen-Image (adapters/qwen_image.py: latents, sigma as the
 timestep, the dynamic-shift schedule, true CFG with norm, 2x2 packing, the prefix count from the
@@ -34,26 +34,20 @@ order; one prompt per text-encoder call. Its vision-tower image is resized from 
 image, where the pipeline resizes the original: the two agree for a source given at the
 condition size (the tests do) and differ by a second resampling otherwise.
 
-`tiny:qwen_image_edit` is `tiny:qwen_image` plus the Qwen2-VL processor (image patches of 14 px,
-merged 2x2) that the edit pipeline loads; `tiny:qwen_image_edit_plus` is the same saved as an
-Edit-Plus pipeline, with the transformer's `zero_cond_t` on.
+Its tiny models are in `adapters/tiny/qwen_image_edit.py`,
+its view for the planner in `adapters/plan/qwen_image_edit.py`.
 """
 from __future__ import annotations
 
-from pathlib import Path
 from typing import ClassVar
 
 import numpy as np
 import torch
 
-from omni_rl.models import Conditioning, register_adapter, register_tiny_model
-from omni_rl.plan.spec import PlanSpec, register_plan_spec
+from omni_rl.models import Conditioning, register_adapter
 from omni_rl.models.diffusion import EditingOptions, check_multiple
 
-from adapters.qwen_image import (
-    QwenImageAdapter, _plan_load_trained as _plan_load_qwen_image, build_tiny_qwen_image_components, pack_latents, prompt_prefix_length, true_cfg_with_norm,
-    unpack_latents,
-)
+from adapters.qwen_image import QwenImageAdapter, pack_latents, prompt_prefix_length, true_cfg_with_norm, unpack_latents
 
 _MASKS = {"prompt_embeds": "prompt_embeds_mask", "negative_prompt_embeds": "negative_prompt_embeds_mask"}
 # Where the template's user content begins: the image slot (the prefix before it is dropped).
@@ -261,71 +255,3 @@ class QwenImageEditPlusAdapter(QwenImageEditAdapter):
             parts.append(Conditioning({"e": embeds, "m": mask.to(torch.long)}, {"e": "m"}))
         joined = Conditioning.cat(parts)
         return joined["e"], joined["m"]
-
-
-# --- the tiny model -----------------------------------------------------------------------
-def tiny_processor(tokenizer):
-    """Qwen2-VL's processor on the tiny tokenizer: 14 px patches, merged 2x2 (the tiny vision
-    tower's), the image processor's default pixel bounds (the processor requires a video
-    processor too, which the edit pipeline never calls)."""
-    from transformers import Qwen2VLImageProcessor, Qwen2VLProcessor, Qwen2VLVideoProcessor
-
-    return Qwen2VLProcessor(image_processor=Qwen2VLImageProcessor(patch_size=14, merge_size=2), tokenizer=tokenizer,
-                            video_processor=Qwen2VLVideoProcessor(patch_size=14, merge_size=2))
-
-
-@register_tiny_model("qwen_image_edit")
-def build_tiny_qwen_image_edit(folder: Path) -> None:
-    """`tiny:qwen_image`'s seeded components (the same weights) and the processor, saved as a
-    `QwenImageEditPipeline`."""
-    from diffusers import QwenImageEditPipeline
-
-    components = build_tiny_qwen_image_components()
-    QwenImageEditPipeline(**components, processor=tiny_processor(components["tokenizer"])).save_pretrained(Path(folder))
-
-
-@register_tiny_model("qwen_image_edit_plus")
-def build_tiny_qwen_image_edit_plus(folder: Path) -> None:
-    """`tiny:qwen_image_edit`'s components, saved as a `QwenImageEditPlusPipeline`, with the
-    transformer's `zero_cond_t` on (the source images' tokens modulated at timestep 0, an option
-    of the Edit-Plus checkpoints), so that the tiny model exercises that path too."""
-    from diffusers import QwenImageEditPlusPipeline
-
-    components = build_tiny_qwen_image_components(zero_cond_t=True)
-    QwenImageEditPlusPipeline(**components, processor=tiny_processor(components["tokenizer"])).save_pretrained(Path(folder))
-
-
-# --- the planner's view (omni_rl.plan.spec) ---------------------------------------------------
-def _plan_forward_inputs(adapter, cfg, batch: int) -> dict:
-    """The forward `predict_velocity` runs, with one source image: the noise tokens, then the
-    source's VAE tokens at `model.options.condition_image_size` (default the output's size), and
-    the prompt at `max_sequence_length` tokens (the longest the pipeline lets through; the
-    source's vision tokens are part of it). An Edit-Plus prompt with three sources has two more
-    condition grids than planned here."""
-    from omni_rl.plan.spec import prompt_tokens
-
-    c, p, f = adapter.transformer.config, adapter.patch, adapter.vae_scale
-    h, w = cfg.rollout.height // f, cfg.rollout.width // f
-    size = cfg.model.options.condition_image_size
-    ch, cw = (size[0] // f, size[1] // f) if size is not None else (h, w)
-    image_tokens = (h // p) * (w // p) + (ch // p) * (cw // p)
-    tokens = prompt_tokens(cfg)
-    return {"transformer": dict(
-        hidden_states=torch.empty(batch, image_tokens, c.in_channels, dtype=adapter.dtype),
-        timestep=torch.empty(batch, dtype=adapter.dtype),
-        encoder_hidden_states=torch.empty(batch, tokens, c.joint_attention_dim, dtype=adapter.dtype),
-        encoder_hidden_states_mask=torch.ones(batch, tokens, dtype=torch.long),
-        img_shapes=[[(1, h // p, w // p), (1, ch // p, cw // p)]] * batch,
-        return_dict=False,
-    )}
-
-
-def _plan_latent_numel(adapter, cfg) -> int:
-    """The noise latent alone: the source's tokens are conditioning, stored once per sample."""
-    c, f = adapter.transformer.config, adapter.vae_scale
-    return (c.in_channels // adapter.patch ** 2) * (cfg.rollout.height // f) * (cfg.rollout.width // f)
-
-
-# The edit models' transformer is Qwen-Image's; the forward adds the source image's tokens.
-for _name in ("QwenImageEditPipeline", "QwenImageEditPlusPipeline"):
-    register_plan_spec(_name, PlanSpec(_plan_load_qwen_image, _plan_forward_inputs, latent_numel=_plan_latent_numel))

@@ -1,4 +1,4 @@
-"""Stable Diffusion 3 / 3.5 (`StableDiffusion3Pipeline`): the adapter and its tiny model.
+"""Stable Diffusion 3 / 3.5 (`StableDiffusion3Pipeline`): the adapter.
 
 Loads the pipeline's components with diffusers' and transformers' `from_pretrained` from a local
 folder or a hub snapshot: the MMDiT transformer (trained, LoRA on the attention projections), the
@@ -9,23 +9,18 @@ is the pipeline's own `encode_prompt`, so embeddings match diffusers exactly; CF
 diffusers and transformers are imported inside the methods: registering the adapter (which
 every process does through the plugin entry points) stays cheap.
 
-`tiny:sd3` builds a ~100k-parameter random-weight SD3 (two MMDiT blocks, a one-block VAE, two tiny
-CLIP encoders with a byte-level vocabulary, no T5) for tests and the CPU demo.
+Its tiny models are in `adapters/tiny/sd3.py`, its view for the planner in `adapters/plan/sd3.py`.
 """
 from __future__ import annotations
 
-import json
 from pathlib import Path
-from typing import Sequence
 
 import torch
 
 from omni_rl.config.schema import ModelConfig
-from omni_rl.models import Conditioning, DiffusionModelBase, register_adapter, register_tiny_model
+from omni_rl.models import Conditioning, DiffusionModelBase, register_adapter
 from omni_rl.models.diffusion import PromptLengthOptions, check_image_only, check_multiple
 from omni_rl.models.limits import check_positions
-from omni_rl.models.tiny_vocab import bpe_files, clip_byte_vocab, with_whole_words
-from omni_rl.plan.spec import PlanSpec, register_plan_spec
 
 
 @register_adapter("StableDiffusion3Pipeline")
@@ -167,58 +162,6 @@ class StableDiffusion3Adapter(DiffusionModelBase):
         )
 
 
-# --- the tiny model ---------------------------------------------------------------------
-def tiny_text_encoders(words: Sequence[str] = (), max_length: int = 77):
-    """(tokenizer, text encoder) x 2 of the tiny SD3s: byte-level CLIP tokenizers and two-layer
-    CLIP text encoders (hidden 32, projection 32), seeded by the caller; no T5. `words` become
-    whole tokens (`with_whole_words`: the shape model's closed caption vocabulary) and every
-    prompt is padded to `max_length` tokens."""
-    from transformers import CLIPTextConfig, CLIPTextModelWithProjection, CLIPTokenizer
-
-    vocab, merges = with_whole_words(clip_byte_vocab(), list(words)) if words else (clip_byte_vocab(), [])
-    with bpe_files(vocab, merges) as (vocab_file, merges_file):
-        tokenizer = CLIPTokenizer(str(vocab_file), str(merges_file), model_max_length=max_length)
-    text_config = CLIPTextConfig(
-        vocab_size=len(vocab), hidden_size=32, intermediate_size=64, num_attention_heads=4,
-        num_hidden_layers=2, projection_dim=32, max_position_embeddings=max_length,
-        bos_token_id=vocab["<|startoftext|>"], eos_token_id=vocab["<|endoftext|>"], pad_token_id=vocab["<|endoftext|>"],
-    )
-    return dict(
-        text_encoder=CLIPTextModelWithProjection(text_config), tokenizer=tokenizer,
-        text_encoder_2=CLIPTextModelWithProjection(text_config), tokenizer_2=tokenizer,
-        text_encoder_3=None, tokenizer_3=None,
-    )
-
-
-@register_tiny_model("sd3")
-def build_tiny_sd3(folder: Path) -> None:
-    """Write a tiny random-weight SD3 with `save_pretrained` (seeded: the same weights every time)."""
-    from diffusers import AutoencoderKL, FlowMatchEulerDiscreteScheduler, SD3Transformer2DModel, StableDiffusion3Pipeline
-
-    folder = Path(folder)
-    torch.manual_seed(0)
-    encoders = tiny_text_encoders()
-    transformer = SD3Transformer2DModel(
-        sample_size=16, patch_size=2, in_channels=16, out_channels=16, num_layers=2,
-        attention_head_dim=16, num_attention_heads=2, joint_attention_dim=64,
-        caption_projection_dim=32, pooled_projection_dim=64, pos_embed_max_size=32,
-    )
-    # One decoder block (no upsampling) and a single normalisation group: the decoder's
-    # GroupNorms then keep each latent channel's offset relative to the others, so colour and
-    # brightness respond to the latents. With several groups a random decoder normalises almost
-    # all latent information away and no reward could be learned from its images.
-    vae = AutoencoderKL(
-        in_channels=3, out_channels=3, latent_channels=16, layers_per_block=1, norm_num_groups=1,
-        down_block_types=("DownEncoderBlock2D",), up_block_types=("UpDecoderBlock2D",),
-        block_out_channels=(16,), use_quant_conv=False, use_post_quant_conv=False,
-        shift_factor=0.0609, scaling_factor=1.5305,
-    )
-    pipe = StableDiffusion3Pipeline(
-        transformer=transformer, scheduler=FlowMatchEulerDiscreteScheduler(shift=3.0), vae=vae, **encoders,
-    )
-    pipe.save_pretrained(folder)
-
-
 def _check_embedding(height: int, width: int, factor: int, pos_embed_max_size) -> None:
     """Sizes within the learned position embedding: `pos_embed_max_size` patches of `factor` px a side."""
     if pos_embed_max_size is None:  # no cap: the embedding is computed for any size
@@ -226,34 +169,3 @@ def _check_embedding(height: int, width: int, factor: int, pos_embed_max_size) -
     what = "StableDiffusion3Pipeline's position embedding (its transformer's pos_embed_max_size)"
     for key, value in (("rollout.height", height), ("rollout.width", width)):
         check_positions(key, value, factor, int(pos_embed_max_size), what)
-
-
-# --- the planner's view (omni_rl.plan.spec) ---------------------------------------------------
-# CLIP-L/G's 77 tokens are concatenated with T5's `max_sequence_length` (diffusers' encode_prompt).
-_CLIP_TOKENS = 77
-
-
-def _plan_load_trained(adapter) -> None:
-    from diffusers import SD3Transformer2DModel
-
-    adapter.transformer = adapter.load_pretrained(SD3Transformer2DModel, "transformer")
-    # The SD3 VAE's factor (2 ** (4 blocks - 1)), read from its config when the folder has one.
-    vae = Path(adapter.path) / "vae" / "config.json"
-    adapter.vae_scale = 2 ** (len(json.loads(vae.read_text())["block_out_channels"]) - 1) if vae.is_file() else 8
-
-
-def _plan_forward_inputs(adapter, cfg, batch: int) -> dict:
-    from omni_rl.plan.spec import prompt_tokens
-
-    c = adapter.transformer.config
-    h, w = cfg.rollout.height // adapter.vae_scale, cfg.rollout.width // adapter.vae_scale
-    return {"transformer": dict(
-        hidden_states=torch.empty(batch, c.in_channels, h, w, dtype=adapter.dtype),
-        timestep=torch.empty(batch),
-        encoder_hidden_states=torch.empty(batch, _CLIP_TOKENS + prompt_tokens(cfg), c.joint_attention_dim, dtype=adapter.dtype),
-        pooled_projections=torch.empty(batch, c.pooled_projection_dim, dtype=adapter.dtype),
-        return_dict=False,
-    )}
-
-
-register_plan_spec("StableDiffusion3Pipeline", PlanSpec(_plan_load_trained, _plan_forward_inputs))

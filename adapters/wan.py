@@ -1,4 +1,4 @@
-"""Wan2.1 / Wan2.2 text-to-video (`WanPipeline`): the adapter and its two tiny models.
+"""Wan2.1 / Wan2.2 text-to-video (`WanPipeline`): the adapter.
 
 Loads the pipeline's components with diffusers' and transformers' `from_pretrained`: one or two
 `WanTransformer3DModel` experts (trained, LoRA on the attention projections), the
@@ -17,12 +17,10 @@ builds `FlowMatchEulerDiscreteScheduler(shift=flow_shift)` from the checkpoint's
 Both experts train (LoRA on each): `trainable_modules` names them, and the base class handles
 the rest (tensor names `transformer.` / `transformer_2.`, weight sync, checkpoints, FSDP2).
 
-`tiny:wan22` (two experts, boundary 0.875) and `tiny:wan22_ti2v` (one expert, per-token
-timesteps, a residual VAE with pixel patches) are random-weight models for tests and CPU demos.
+Its tiny models are in `adapters/tiny/wan.py`, its view for the planner in `adapters/plan/wan.py`.
 """
 from __future__ import annotations
 
-import inspect
 import json
 import math
 from dataclasses import dataclass
@@ -34,13 +32,10 @@ from torch import nn
 
 from omni_rl.option import option
 from omni_rl.config.schema import ModelConfig
-from omni_rl.models import Conditioning, DiffusionModelBase, register_adapter, register_tiny_model
+from omni_rl.models import Conditioning, DiffusionModelBase, register_adapter
 from omni_rl.models.diffusion import PromptLengthOptions
 from omni_rl.models.limits import check_positions
-from omni_rl.models.tiny_vocab import t5_char_vocab
-from omni_rl.plan.spec import PlanSpec, register_plan_spec
 
-from adapters.tiny_decoders import make_causal_vae_decoder_responsive, wan_blocks
 
 EXPERTS = ("transformer", "transformer_2")
 # Weight file of the low-noise expert's LoRA, beside diffusers' default file for `transformer`.
@@ -72,7 +67,7 @@ class WanAdapter(DiffusionModelBase):
     # Self- (attn1) and cross-attention (attn2) projections of every block, as diffusers' Wan
     # LoRA examples target them (PEFT matches name suffixes).
     default_lora_targets = ("to_q", "to_k", "to_v", "to_out.0")
-    # The VAE config as the planner reads it (`_plan_load_trained`, which builds no VAE); None
+    # The VAE config as the planner reads it (`adapters/plan/wan.py`, which builds no VAE); None
     # in a built adapter, whose `vae.config` says the same.
     plan_vae: Optional[dict] = None
 
@@ -292,84 +287,6 @@ class WanAdapter(DiffusionModelBase):
             )
 
 
-# --- the tiny models ----------------------------------------------------------------------
-def _tiny_text_parts():
-    from transformers import T5Tokenizer, UMT5Config, UMT5EncoderModel
-
-    tokenizer = T5Tokenizer(vocab=t5_char_vocab(), extra_ids=0, model_max_length=512)
-    config = UMT5Config(
-        vocab_size=len(tokenizer), d_model=32, d_kv=8, d_ff=64, num_layers=2, num_heads=4,
-        relative_attention_num_buckets=8, relative_attention_max_distance=32,
-        feed_forward_proj="gated-gelu", pad_token_id=0, eos_token_id=1, decoder_start_token_id=0,
-    )
-    return tokenizer, UMT5EncoderModel(config)
-
-
-def _tiny_transformer(channels: int) -> nn.Module:
-    from diffusers import WanTransformer3DModel
-
-    return WanTransformer3DModel(
-        patch_size=(1, 2, 2), num_attention_heads=2, attention_head_dim=8, in_channels=channels,
-        out_channels=channels, text_dim=32, freq_dim=32, ffn_dim=32, num_layers=2,
-        cross_attn_norm=True, qk_norm="rms_norm_across_heads", rope_max_seq_len=32,
-    )
-
-
-def _save_tiny(folder: Path, transformers: list[nn.Module], vae: nn.Module, **pipeline_config) -> None:
-    from diffusers import UniPCMultistepScheduler, WanPipeline
-
-    tokenizer, text_encoder = _tiny_text_parts()
-    pipe = WanPipeline(
-        tokenizer=tokenizer,
-        text_encoder=text_encoder,
-        vae=vae,
-        # What Wan checkpoints ship; the adapter reads its `flow_shift` into an Euler schedule.
-        scheduler=UniPCMultistepScheduler(prediction_type="flow_prediction", use_flow_sigmas=True, flow_shift=3.0),
-        transformer=transformers[0],
-        transformer_2=transformers[1] if len(transformers) > 1 else None,
-        **pipeline_config,
-    )
-    pipe.save_pretrained(Path(folder))
-
-
-@register_tiny_model("wan22")
-def build_tiny_wan22(folder: Path) -> None:
-    """A tiny random-weight Wan2.2 A14B: two experts (boundary_ratio 0.875), a UMT5 encoder with
-    a character vocabulary, and a 16-channel VAE with Wan2.1's factors (4 frames, 8 pixels);
-    32x32 px and 5 frames give a [16, 2, 4, 4] latent. Seeded: the same weights every time.
-
-    The decoder is deterministic and responsive to its latents: each pixel's brightness is an
-    increasing function of the mean latent at its position (`adapters/tiny_decoders.py`)."""
-    from diffusers import AutoencoderKLWan
-
-    torch.manual_seed(0)
-    experts = [_tiny_transformer(16), _tiny_transformer(16)]
-    vae = AutoencoderKLWan(
-        base_dim=8, z_dim=16, dim_mult=[1, 1, 1, 1], num_res_blocks=1, temperal_downsample=[False, True, True],
-        scale_factor_temporal=4, scale_factor_spatial=8,
-    )
-    make_causal_vae_decoder_responsive(vae, wan_blocks())
-    _save_tiny(folder, experts, vae, boundary_ratio=0.875)
-
-
-@register_tiny_model("wan22_ti2v")
-def build_tiny_wan22_ti2v(folder: Path) -> None:
-    """A tiny random-weight Wan2.2 TI2V-5B: one transformer with per-token timesteps
-    (`expand_timesteps`) and, like the real one, a residual VAE over 2x2 pixel patches (12
-    channels in and out); factors 4 frames / 8 pixels, so 32x32 px and 5 frames give a
-    [16, 2, 4, 4] latent. Seeded. The decoder is made responsive as for `tiny:wan22`."""
-    from diffusers import AutoencoderKLWan
-
-    torch.manual_seed(1)
-    vae = AutoencoderKLWan(
-        base_dim=8, decoder_base_dim=8, z_dim=16, dim_mult=[1, 1, 1], num_res_blocks=1,
-        temperal_downsample=[True, True], is_residual=True, in_channels=12, out_channels=12, patch_size=2,
-        scale_factor_temporal=4, scale_factor_spatial=8,
-    )
-    make_causal_vae_decoder_responsive(vae, wan_blocks())
-    _save_tiny(folder, [_tiny_transformer(16)], vae, expand_timesteps=True)
-
-
 def _check_rope(height: int, width: int, num_frames: int, t: int, s: int, patch: tuple, rope_max_seq_len: int) -> None:
     """Frames, rows and columns within the rotary table: `rope_max_seq_len` positions each, a
     position being p_t latent frames (t video frames each, the first alone) or p x s pixels."""
@@ -377,43 +294,3 @@ def _check_rope(height: int, width: int, num_frames: int, t: int, s: int, patch:
     check_positions("rollout.num_frames", num_frames, t * patch[0], rope_max_seq_len, what, "frames", offset=1 - t)
     check_positions("rollout.height", height, s * patch[1], rope_max_seq_len, what)
     check_positions("rollout.width", width, s * patch[2], rope_max_seq_len, what)
-
-
-# --- the planner's view (omni_rl.plan.spec) ---------------------------------------------------
-def _plan_load_trained(adapter) -> None:
-    from diffusers import AutoencoderKLWan, WanTransformer3DModel
-
-    root = Path(adapter.path)
-    index = json.loads((root / "model_index.json").read_text())
-    adapter.transformer = adapter.load_pretrained(WanTransformer3DModel, "transformer")
-    two = isinstance(index.get("transformer_2"), list) and all(index["transformer_2"]) and (root / "transformer_2").is_dir()
-    adapter.transformer_2 = adapter.load_pretrained(WanTransformer3DModel, "transformer_2") if two else None
-    # The config as the class reads it: a key the file omits (Wan2.1's VAE has no scale factors)
-    # takes the class's default.
-    defaults = {k: v.default for k, v in inspect.signature(AutoencoderKLWan.__init__).parameters.items()}
-    adapter.plan_vae = {**defaults, **AutoencoderKLWan.load_config(str(root), subfolder="vae")}
-    adapter.expand_timesteps = bool(index.get("expand_timesteps", False))
-
-
-def _plan_forward_inputs(adapter, cfg, batch: int) -> dict:
-    """Each expert's forward as `_guided` runs it, the prompt zero-padded to max_sequence_length."""
-    from omni_rl.plan.spec import prompt_tokens
-
-    vae = adapter.plan_vae or adapter.vae.config
-    t, s = vae["scale_factor_temporal"], vae["scale_factor_spatial"]
-    frames, h, w = (cfg.rollout.num_frames - 1) // t + 1, cfg.rollout.height // s, cfg.rollout.width // s
-    out = {}
-    for name, expert in adapter.trainable_modules().items():
-        c = expert.config
-        p_t, p_h, p_w = c.patch_size
-        tokens = (frames // p_t) * (h // p_h) * (w // p_w)
-        out[name] = dict(
-            hidden_states=torch.empty(batch, c.in_channels, frames, h, w, dtype=adapter.dtype),
-            timestep=torch.empty(batch, tokens) if adapter.expand_timesteps else torch.empty(batch),
-            encoder_hidden_states=torch.empty(batch, prompt_tokens(cfg), c.text_dim, dtype=adapter.dtype),
-            return_dict=False,
-        )
-    return out
-
-
-register_plan_spec("WanPipeline", PlanSpec(_plan_load_trained, _plan_forward_inputs))

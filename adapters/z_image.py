@@ -1,4 +1,4 @@
-"""Z-Image text-to-image (`ZImagePipeline`: Z-Image and Z-Image-Turbo): the adapter and its tiny model.
+"""Z-Image text-to-image (`ZImagePipeline`: Z-Image and Z-Image-Turbo): the adapter.
 
 Loads the pipeline's components with diffusers' and transformers' `from_pretrained` (through
 `self.load_pretrained`): the single-stream `ZImageTransformer2DModel` (trained; LoRA on the
@@ -38,25 +38,23 @@ The conventions, the same at rollout and in training because both go through thi
 config load (`size_multiple`), and sizes past the transformer's rotary table
 (`check_model_limits`) are refused before the model loads.
 
-`tiny:z_image` builds a seeded random-weight Z-Image for tests and the CPU demo.
+Its tiny models are in `adapters/tiny/z_image.py`,
+its view for the planner in `adapters/plan/z_image.py`.
 """
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from pathlib import Path
 
 import torch
 from torch import nn
 
 from omni_rl.option import option
 from omni_rl.config.schema import ModelConfig
-from omni_rl.models import Conditioning, DiffusionModelBase, register_adapter, register_tiny_model
+from omni_rl.models import Conditioning, DiffusionModelBase, register_adapter
 from omni_rl.models.diffusion import PromptLengthOptions, check_image_only, check_multiple
 from omni_rl.models.limits import check_positions
-from omni_rl.plan.spec import PlanSpec, register_plan_spec
 
-from adapters.tiny_decoders import make_kl_vae_decoder_responsive
 
 _MASKS = {"prompt_embeds": "prompt_embeds_mask", "negative_prompt_embeds": "negative_prompt_embeds_mask"}
 # The transformer pads each caption and each image to a multiple of this many tokens
@@ -304,84 +302,3 @@ def _check_positions(height: int, width: int, factor: int, axes_lens, max_sequen
             f"model.options.max_sequence_length={max_sequence_length}: past {what}, {axes_lens[0]} text positions "
             f"(the caption padded to {SEQ_MULTIPLE}, then the image); the largest valid value is {largest}"
         )
-
-
-# --- the tiny model -----------------------------------------------------------------------
-# Qwen3's chat template for one turn (its real template renders the same text for a user message:
-# an empty think block only when enable_thinking is false, which the pipeline does not ask for).
-QWEN3_CHAT_TEMPLATE = (
-    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
-    "{% if add_generation_prompt %}<|im_start|>assistant\n"
-    "{% if enable_thinking is defined and enable_thinking is false %}<think>\n\n</think>\n\n{% endif %}{% endif %}"
-)
-
-
-def build_tiny_z_image_components() -> dict:
-    """The seeded components of `tiny:z_image`: a 2-layer Qwen3 text encoder (hidden 32) with a
-    byte-level tokenizer and Qwen3's chat template, a transformer of 2 blocks and 1 refiner block
-    each for noise and caption (dim 32, 2 heads of 16, Z-Image's patch 2 and rotary theta 256), a
-    16-channel AutoencoderKL with the real factor (4 blocks: 8 px; Z-Image's scaling and shift;
-    4 channels a norm group) whose decoder responds to its latents (`adapters/tiny_decoders.py`), and Z-Image-Turbo's
-    scheduler (static shift 3). 32x32 px give a [16, 4, 4] latent, 4 transformer tokens."""
-    from diffusers import AutoencoderKL, FlowMatchEulerDiscreteScheduler, ZImageTransformer2DModel
-    from transformers import Qwen3Config, Qwen3Model
-
-    from adapters.qwen3 import build_byte_tokenizer
-
-    torch.manual_seed(0)
-    tokenizer = build_byte_tokenizer()
-    tokenizer.chat_template = QWEN3_CHAT_TEMPLATE
-    text_encoder = Qwen3Model(Qwen3Config(
-        vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
-        num_key_value_heads=2, head_dim=8, max_position_embeddings=1024, tie_word_embeddings=True,
-        eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id,
-    ))
-    transformer = ZImageTransformer2DModel(
-        all_patch_size=(2,), all_f_patch_size=(1,), in_channels=16, dim=32, n_layers=2, n_refiner_layers=1, n_heads=2,
-        n_kv_heads=2, cap_feat_dim=32, rope_theta=256.0, t_scale=1000.0, axes_dims=[4, 6, 6], axes_lens=[1536, 512, 512],
-    )
-    vae = AutoencoderKL(
-        in_channels=3, out_channels=3, latent_channels=16, layers_per_block=1, norm_num_groups=2,
-        down_block_types=("DownEncoderBlock2D",) * 4, up_block_types=("UpDecoderBlock2D",) * 4,
-        block_out_channels=(8, 8, 8, 8), use_quant_conv=False, use_post_quant_conv=False,
-        scaling_factor=0.3611, shift_factor=0.1159,
-    )
-    make_kl_vae_decoder_responsive(vae)
-    scheduler = FlowMatchEulerDiscreteScheduler(num_train_timesteps=1000, shift=3.0, use_dynamic_shifting=False)
-    return dict(scheduler=scheduler, vae=vae, text_encoder=text_encoder, tokenizer=tokenizer, transformer=transformer)
-
-
-@register_tiny_model("z_image")
-def build_tiny_z_image(folder: Path) -> None:
-    """A tiny seeded random-weight Z-Image (`build_tiny_z_image_components`), saved as a `ZImagePipeline`."""
-    from diffusers import ZImagePipeline
-
-    ZImagePipeline(**build_tiny_z_image_components()).save_pretrained(Path(folder))
-
-
-# --- the planner's view (omni_rl.plan.spec) ---------------------------------------------------
-def _plan_load_trained(adapter) -> None:
-    from diffusers import ZImageTransformer2DModel
-
-    adapter.transformer = adapter.load_pretrained(ZImageTransformer2DModel, "transformer")
-    adapter.patch = adapter.transformer.config.all_patch_size[0]
-    adapter.vae_scale = 8  # Z-Image's VAE (FLUX's): 8x spatially, 16 latent channels
-
-
-def _plan_forward_inputs(adapter, cfg, batch: int) -> dict:
-    """The forward `predict_velocity` runs: one [16, 1, h, w] latent and one caption of
-    `max_sequence_length` tokens (the longest the encoder lets through) per sample."""
-    from omni_rl.plan.spec import prompt_tokens
-
-    c = adapter.transformer.config
-    h, w = cfg.rollout.height // adapter.vae_scale, cfg.rollout.width // adapter.vae_scale
-    tokens = prompt_tokens(cfg)
-    return {"transformer": dict(
-        x=[torch.empty(c.in_channels, 1, h, w, dtype=adapter.dtype) for _ in range(batch)],
-        t=torch.empty(batch, dtype=adapter.dtype),
-        cap_feats=[torch.empty(tokens, c.cap_feat_dim, dtype=adapter.dtype) for _ in range(batch)],
-        return_dict=False,
-    )}
-
-
-register_plan_spec("ZImagePipeline", PlanSpec(_plan_load_trained, _plan_forward_inputs))

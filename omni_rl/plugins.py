@@ -8,6 +8,7 @@ later as an "unknown reward".
 from __future__ import annotations
 
 import importlib
+import pkgutil
 from importlib.metadata import entry_points
 from typing import Iterable
 
@@ -38,3 +39,25 @@ def load_plugins(extra_modules: Iterable[str] = ()) -> list[str]:
             ) from err
         _loaded.add(name)
     return names
+
+
+def import_package_modules(package: str, path: Iterable[str], helpers: Iterable[str] = ()) -> list[str]:
+    """Import every module of the package `package` (whose `__path__` is `path`) and of its
+    subpackages, in name order, except `helpers` (dotted names relative to `package`): what a
+    plugin package's `__init__` calls, so that a new module registers itself with no second
+    edit. Helpers register nothing and are imported by the modules that use them (some import
+    heavy packages at their top). Returns the names imported."""
+    skip = {f"{package}.{name}" for name in helpers}
+    imported: list[str] = []
+
+    def walk(prefix: str, folders: Iterable[str]) -> None:
+        for info in sorted(pkgutil.iter_modules(list(folders), prefix=f"{prefix}."), key=lambda i: i.name):
+            if info.name in skip:
+                continue
+            module = importlib.import_module(info.name)
+            imported.append(info.name)
+            if info.ispkg:
+                walk(info.name, module.__path__)
+
+    walk(package, path)
+    return imported

@@ -83,7 +83,7 @@ def untrained_pipeline(cfg: PretrainConfig):
     """The components before training, seeded."""
     from diffusers import AutoencoderKL, FlowMatchEulerDiscreteScheduler, SD3Transformer2DModel, StableDiffusion3Pipeline
 
-    from adapters.sd3 import tiny_text_encoders
+    from adapters.tiny.sd3 import tiny_text_encoders
     from demos.shapes.grammar import VOCABULARY
 
     torch.manual_seed(cfg.seed)

@@ -11,7 +11,8 @@ import pytest
 import torch
 from diffusers import FlowMatchEulerDiscreteScheduler, ZImagePipeline
 
-from adapters.z_image import QWEN3_CHAT_TEMPLATE, guided
+from adapters.tiny.z_image import QWEN3_CHAT_TEMPLATE
+from adapters.z_image import guided
 from omni_rl.compose import load_config
 from omni_rl.models import Conditioning
 from tests.adapters.diffusion_suite import (

@@ -75,3 +75,25 @@ def test_reward_from_a_config_named_plugin_passes_load(make_plugin):
     name = make_plugin(PLUGIN_SOURCE.format(reward=reward))
     cfg = load_config([f"plugins=[{name}]", f"reward.rewards=[{{name: '{reward}'}}]"])
     assert cfg.plugins == [name] and cfg.reward.rewards[0].name == reward
+
+
+def test_a_package_imports_every_module_but_its_helpers(tmp_path, monkeypatch):
+    """`import_package_modules`, as a plugin package's `__init__` calls it: a new file in the
+    package (or a subpackage) is imported with no edit; a declared helper is not."""
+    name = f"omni_rl_test_package_{uuid.uuid4().hex[:12]}"
+    package = tmp_path / name
+    (package / "sub").mkdir(parents=True)
+    (package / "__init__.py").write_text(
+        "from omni_rl.plugins import import_package_modules\n"
+        "IMPORTED = import_package_modules(__name__, __path__, ('helper', 'sub.quiet'))\n"
+    )
+    for file in ("b.py", "a.py", "helper.py", "sub/__init__.py", "sub/c.py", "sub/quiet.py"):
+        (package / file).write_text("")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    try:
+        module = __import__(name)
+        assert module.IMPORTED == [f"{name}.a", f"{name}.b", f"{name}.sub", f"{name}.sub.c"]
+        assert f"{name}.helper" not in sys.modules and f"{name}.sub.quiet" not in sys.modules
+    finally:
+        for key in [k for k in sys.modules if k == name or k.startswith(f"{name}.")]:
+            del sys.modules[key]

@@ -1,11 +1,13 @@
 """Rollout correction (`omni_rl/algos/rollout_correction.py`): the weights at each level against
 hand-computed values, and how every policy loss applies them (`StepLossInput.rollout_is_weight`, `TokenLossInput.rollout_is_weight`)."""
+import dataclasses
 import math
 
 import pytest
 import torch
 
 from omni_rl.algos import DIFFUSION_LOSSES, TOKEN_LOSSES, StepLossInput, TokenLossInput
+from omni_rl.algos.policy_losses import StepLoss
 from omni_rl.algos.rollout_correction import ROLLOUT_IS_LEVELS, rollout_is_weights
 
 LN = math.log
@@ -69,15 +71,23 @@ def test_bad_arguments_name_the_value_and_what_is_expected():
 
 
 # --- the losses apply them ------------------------------------------------------------------------
+# Every loss of the two registries whose input carries `rollout_is_weight` is checked below: the
+# parametrisation iterates the registries, so a new loss is covered with no edit here (a loss
+# from a plugin module: `check_rollout_correction(LossClass)`, as tests/docs/ does for the loss
+# guide's example). The forward-process losses read no rollout log-probs and take no weight.
 DIFFUSION = ("flow_grpo", "flow_dppo", "grpo_guard")
 TOKEN = ("ppo_clip", "dapo", "gspo", "cispo", "sapo")
+REGISTERED = [*DIFFUSION_LOSSES.names(), *TOKEN_LOSSES.names()]
+# Options that take every branch of the shipped clipped token losses, where a loss declares them.
+TOKEN_OPTIONS = {"clip_range": 0.2, "clip_range_high": 0.28}
 
 
-def loss_input(name: str, weight=None, kl: bool = False) -> tuple[StepLossInput | TokenLossInput, torch.Tensor]:
+def loss_input(name, weight=None, kl: bool = False) -> tuple[StepLossInput | TokenLossInput, torch.Tensor]:
     """A loss input slightly off-policy (every branch of the clipped losses is taken), with the
-    current log-probs as the leaf whose gradient is compared."""
+    current log-probs as the leaf whose gradient is compared. `name`: a registered loss's name,
+    or a loss class."""
     g = torch.Generator().manual_seed(0)
-    if name in DIFFUSION:
+    if is_diffusion(name):
         log_prob = (torch.randn(6, generator=g) * 1e-3).requires_grad_()
         mean = torch.randn(6, 4, generator=g).requires_grad_()
         inp = StepLossInput(
@@ -94,17 +104,31 @@ def loss_input(name: str, weight=None, kl: bool = False) -> tuple[StepLossInput 
     return inp, log_prob
 
 
+def is_diffusion(name) -> bool:
+    """A step loss (its input a StepLossInput) rather than a token loss."""
+    return name in DIFFUSION_LOSSES if isinstance(name, str) else issubclass(name, StepLoss)
+
+
 def get_loss(name, kl: bool = False):
-    if name in DIFFUSION:
-        return DIFFUSION_LOSSES.get(name)()
-    return TOKEN_LOSSES.get(name)(clip_range=0.2, clip_range_high=0.28, kl_coef=0.1 if kl else 0.0)
+    cls = name if not isinstance(name, str) else (DIFFUSION_LOSSES if is_diffusion(name) else TOKEN_LOSSES).get(name)
+    if is_diffusion(name):
+        return cls()
+    fields = {f.name for f in dataclasses.fields(cls.Options)}
+    options = {**TOKEN_OPTIONS, "kl_coef": 0.1 if kl else 0.0}
+    return cls(**{key: value for key, value in options.items() if key in fields})
+
+
+def check_rollout_correction(name) -> None:
+    """The two contract checks below for one loss (a registered name or a loss class)."""
+    test_weights_of_one_leave_loss_and_gradient_unchanged_bit_for_bit(name)
+    test_the_policy_term_is_linear_in_the_weights(name)
 
 
 def test_every_registered_loss_is_covered():
     assert set(DIFFUSION_LOSSES.names()) == set(DIFFUSION) and set(TOKEN_LOSSES.names()) == set(TOKEN)
 
 
-@pytest.mark.parametrize("name", DIFFUSION + TOKEN)
+@pytest.mark.parametrize("name", REGISTERED)
 def test_weights_of_one_leave_loss_and_gradient_unchanged_bit_for_bit(name):
     fn = get_loss(name)
     plain, plain_lp = loss_input(name)
@@ -118,7 +142,7 @@ def test_weights_of_one_leave_loss_and_gradient_unchanged_bit_for_bit(name):
     assert all(torch.equal(metrics[k], metrics_one[k]) for k in metrics)
 
 
-@pytest.mark.parametrize("name", DIFFUSION + TOKEN)
+@pytest.mark.parametrize("name", REGISTERED)
 def test_the_policy_term_is_linear_in_the_weights(name):
     """Each entry's policy term is multiplied by its weight: the gradient with weights a + b is
     the sum of those with a and with b, and a constant c scales loss and gradient by c."""

@@ -114,7 +114,7 @@ SCRIPT = textwrap.dedent("""
     from omni_rl.logging import attach_run_log, setup_console_logging
     assert setup_console_logging() is not None
     attach_run_log(sys.argv[1])
-    from adapters.sd3 import build_tiny_sd3  # imports diffusers and transformers after the setup
+    from adapters.tiny.sd3 import build_tiny_sd3  # imports diffusers and transformers after the setup
     build_tiny_sd3(sys.argv[1] + "/model")
     import diffusers.utils.logging, transformers.utils.logging
     logging.getLogger("diffusers.pipelines.pipeline_utils").warning("news from diffusers")

@@ -14,9 +14,10 @@ from pathlib import Path
 
 import torch
 
+from omni_rl.plan.spec import PlanSpec, register_plan_spec
+
 from adapters.bagel.adapter import ARCHITECTURE, DEFAULT_MAX_LATENT_SIZE, DEFAULT_VIT_SIDE
 from adapters.bagel.network import LATENT_CHANNELS, LATENT_PATCH, VAE_DOWNSAMPLE, BagelNetwork, LLMConfig
-from omni_rl.plan.spec import PlanSpec, register_plan_spec
 
 
 def _plan_load_trained(adapter) -> None:

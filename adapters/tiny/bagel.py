@@ -44,7 +44,7 @@ from adapters.bagel.adapter import ARCHITECTURE, BOS, EOS, IMAGE_END, IMAGE_STAR
 from adapters.bagel.checkpoint import VAE_CONFIG, vae_to_bfl
 from adapters.bagel.network import BagelNetwork, LLMConfig
 from adapters.bagel.vision import SiglipTower, official_name, vit_config
-from adapters.tiny_decoders import pass_through
+from adapters.tiny.decoders import pass_through
 
 TINY_LLM = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
                 num_key_value_heads=2, rms_norm_eps=1e-6, rope_theta=1e6)

@@ -1,0 +1,66 @@
+"""`tiny:qwen3` builds a random-weight two-layer Qwen3 (hidden 32) with a byte-level tokenizer
+(every byte is a token, plus the chat special tokens) and a ChatML template; `tiny:qwen3_hd32`
+the same at hidden 64 with 32-wide heads, the smallest head vLLM's CPU attention runs.
+The builders of the adapter in `adapters/qwen3.py`; other tiny models reuse the tokenizer."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from omni_rl.models import register_tiny_model
+from omni_rl.models.tiny_vocab import bpe_files, byte_chars
+
+CHATML_TEMPLATE = (
+    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+
+
+def byte_level_vocab() -> dict[str, int]:
+    """A byte-level BPE vocabulary (no merges): token i is byte i."""
+    chars = byte_chars()
+    return {chars[b]: b for b in range(256)}
+
+
+def build_byte_tokenizer():
+    from transformers import Qwen2Tokenizer
+
+    with bpe_files(byte_level_vocab()) as (vocab, merges):
+        tokenizer = Qwen2Tokenizer(
+            str(vocab), str(merges), unk_token=None, bos_token=None, eos_token="<|im_end|>", pad_token="<|endoftext|>"
+        )
+    tokenizer.add_special_tokens({"additional_special_tokens": ["<|im_start|>"]})
+    tokenizer.chat_template = CHATML_TEMPLATE
+    return tokenizer
+
+
+def write_tiny_qwen3(folder: Path, hidden_size: int, num_attention_heads: int, num_key_value_heads: int,
+                     head_dim: int) -> None:
+    """A random-weight two-layer Qwen3 of the given attention shape (seed 0), tied embeddings,
+    with the byte-level tokenizer and ChatML template."""
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    folder = Path(folder)
+    torch.manual_seed(0)
+    tokenizer = build_byte_tokenizer()
+    config = Qwen3Config(
+        vocab_size=len(tokenizer), hidden_size=hidden_size, intermediate_size=2 * hidden_size, num_hidden_layers=2,
+        num_attention_heads=num_attention_heads, num_key_value_heads=num_key_value_heads, head_dim=head_dim,
+        max_position_embeddings=512, tie_word_embeddings=True, eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id, architectures=["Qwen3ForCausalLM"],
+    )
+    Qwen3ForCausalLM(config).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+
+
+@register_tiny_model("qwen3")
+def build_tiny_qwen3(folder: Path) -> None:
+    write_tiny_qwen3(folder, hidden_size=32, num_attention_heads=4, num_key_value_heads=2, head_dim=8)
+
+
+# vLLM's CPU attention takes head_dim >= 32 and refuses tiny:qwen3's 8 at start-up: the same
+# model with two 32-wide heads (one key/value head), for rollout.backend=vllm on a CPU.
+@register_tiny_model("qwen3_hd32")
+def build_tiny_qwen3_hd32(folder: Path) -> None:
+    write_tiny_qwen3(folder, hidden_size=64, num_attention_heads=2, num_key_value_heads=1, head_dim=32)
