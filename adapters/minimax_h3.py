@@ -48,6 +48,7 @@ reads; the project's model-folder check reads `model_index.json`). Its tiny mode
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import torch
 from torch import nn
@@ -56,7 +57,7 @@ from omni_rl.algos.latent_streams import LatentStreams
 from omni_rl.config.schema import ModelConfig
 from omni_rl.device import runs_on_cpu
 from omni_rl.models import Conditioning, DiffusionModelBase, register_adapter
-from omni_rl.models.diffusion import check_multiple
+from omni_rl.models.diffusion import PromptLengthOptions, check_multiple
 from omni_rl.models.limits import check_sample_memory, check_step_memory
 
 # The pipeline's constants (diffusers' modular_pipelines/minimax_h3/modular_pipeline.py): its
@@ -105,8 +106,16 @@ def audio_sigma(sigma: torch.Tensor, video_shift: float, audio_shift: float) -> 
     return s * x / (1 + (s - 1) * x)
 
 
+@dataclass
+class MiniMaxH3Options(PromptLengthOptions):
+    """`model.options`: `max_sequence_length` is the longest prompt, in tokens, the adapter takes.
+    The pipeline never pads or cuts a prompt (its sequence has no mask), so a longer prompt is
+    refused rather than cut; the planner traces at this length."""
+
+
 @register_adapter("MiniMaxH3ModularPipeline")
 class MiniMaxH3Adapter(DiffusionModelBase):
+    options_class = MiniMaxH3Options
     makes_audio = True
     size_multiple = 32  # the video VAE's 16 px x the transformer's 2 x 2 patch
     frame_rate: float = float(FPS)
@@ -221,6 +230,11 @@ class MiniMaxH3Adapter(DiffusionModelBase):
             ids = self.tokenizer(prompt, add_special_tokens=False)["input_ids"]
             if not ids:
                 raise ValueError(f"prompt {prompt!r} has no tokens; MiniMax-H3 needs a non-empty prompt")
+            if len(ids) > self.options.max_sequence_length:
+                raise ValueError(
+                    f"prompt {prompt[:40]!r}... has {len(ids)} tokens, more than model.options.max_sequence_length="
+                    f"{self.options.max_sequence_length}; raise it (the pipeline encodes a prompt whole, never cut)"
+                )
             embeds.append(get_qwen3vl_prompt_embeds(
                 self.text_encoder, self.processor, ids, {}, text_encoder_layer=TEXT_ENCODER_LAYER, device=self.device,
                 dtype=self.text_encoder.dtype,

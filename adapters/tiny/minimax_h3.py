@@ -85,6 +85,58 @@ def _make_video_decoder_responsive(vae: nn.Module, gain: float = 1.0) -> None:
     decoder.proj_out.weight[:, 0] = gain
 
 
+def _set_weight(conv: nn.Module, weight: torch.Tensor | None) -> None:
+    """Set a (possibly weight-normalised) convolution's effective weight; None makes it zero. A
+    weight-normed one is g * v / |v| per output row: v takes the weight (every row nonzero) and g
+    its norms, or g = 0 (v left as it is) for zero."""
+    if hasattr(conv, "weight_g"):
+        if weight is None:
+            conv.weight_g.zero_()
+            return
+        conv.weight_v.copy_(weight)
+        conv.weight_g.copy_(weight.flatten(1).norm(dim=1).view_as(conv.weight_g))  # weight_norm's dim 0
+    elif weight is None:
+        conv.weight.zero_()
+    else:
+        conv.weight.copy_(weight)
+    if getattr(conv, "bias", None) is not None:
+        conv.bias.zero_()
+
+
+@torch.no_grad()
+def _make_audio_decoder_responsive(audio_vae: nn.Module) -> None:
+    """A deterministic audio decoder whose waveform is an increasing function of the mean latent
+    channel (a random BigVGAN's barely moves for a latent step):
+
+    1. `dec_in_proj` and `conv_pre` average their input channels into every output channel (the
+       current frame: the kernel's centre tap);
+    2. each transposed convolution repeats every sample `stride` times, channels averaged;
+    3. the residual AMP blocks add nothing (the second convolution of each pair is zero), so only
+       the SnakeBeta activations, x + sin^2(x) at their initial parameters (non-decreasing), shape it;
+    4. `conv_post` averages the channels into the waveform (clamped to [-1, 1] by the decoder)."""
+    from diffusers.models.autoencoders.autoencoder_kl_minimax_h3_audio import MiniMaxH3AudioAMPBlock
+
+    def average(conv: nn.Module, transposed: bool = False) -> None:
+        weight = torch.zeros_like(conv.weight_v if hasattr(conv, "weight_v") else conv.weight)
+        if transposed:  # [in, out, k]: output t * stride + j from input t
+            stride, pad = conv.stride[0], conv.padding[0]
+            weight[:, :, pad : pad + stride] = 1.0 / weight.shape[0]
+        else:  # [out, in, k]
+            weight[:, :, weight.shape[2] // 2] = 1.0 / weight.shape[1]
+        _set_weight(conv, weight)
+
+    decoder = audio_vae.decoder
+    average(audio_vae.dec_in_proj)
+    average(decoder.conv_pre)
+    for up in decoder.ups:
+        average(up[0], transposed=True)
+    for block in decoder.modules():
+        if isinstance(block, MiniMaxH3AudioAMPBlock):
+            for conv in block.convs2:
+                _set_weight(conv, None)
+    average(decoder.conv_post)
+
+
 @register_tiny_model("minimax_h3")
 def build_tiny_minimax_h3(folder: Path) -> None:
     """A tiny seeded random-weight MiniMax-H3: a 51-layer Qwen3-VL text encoder of width 16 with a
@@ -117,6 +169,7 @@ def build_tiny_minimax_h3(folder: Path) -> None:
         sampling_rate=160, latents_mean=[0.0, 0.1, -0.1, 0.05], latents_std=[1.0, 0.9, 1.1, 1.0],
     )
     _make_video_decoder_responsive(vae)
+    _make_audio_decoder_responsive(audio_vae)
     components = {
         "transformer": transformer, "vae": vae, "audio_vae": audio_vae, "text_encoder": text_encoder,
         "tokenizer": tokenizer, "processor": _tiny_processor(tokenizer),

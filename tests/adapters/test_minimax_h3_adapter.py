@@ -108,7 +108,7 @@ def test_the_schedules_are_the_schedulers(model):
     from adapters.minimax_h3 import audio_sigma
 
     torch.testing.assert_close(audio_sigma(video.sigmas.double(), 12.0, 3.0).float(), audio.sigmas, atol=1e-7, rtol=0)
-    assert float(video.sigmas[4]) > float(audio.sigmas[4]) + 0.2  # the two schedules really differ
+    assert float(video.sigmas[4]) > float(audio.sigmas[4]) + 0.1  # the two schedules really differ
 
 
 def test_the_audio_coordinate_makes_the_kernels_euler_step_the_schedulers():
@@ -135,7 +135,7 @@ def test_the_audio_coordinate_makes_the_kernels_euler_step_the_schedulers():
 @pytest.mark.parametrize("overrides, message", [
     (["rollout.num_frames=125"], r"rollout.num_frames=125: expected 17n\+5 frames lasting 5 to 15 s at 24 fps \(124 .. 345.*e.g. 124 or 141"),
     (["rollout.num_frames=107"], r"rollout.num_frames=107: expected 17n\+5 .* e.g. 124"),
-    (["rollout.num_frames=362"], r"rollout.num_frames=362: .* e.g. 345"),
+    (["rollout.num_frames=362"], r"rollout.num_frames=362: .* e.g. 328 or 345"),
     (["rollout.height=48"], r"rollout.height=48: expected a multiple of 32"),
     (["rollout.fps=16"], r"rollout.fps=16.0: expected 24"),
     (["rollout.guidance_scale=3.0"], r"rollout.guidance_scale=3.0: expected 1.0 .* guidance-distilled"),
