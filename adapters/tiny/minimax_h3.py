@@ -143,7 +143,7 @@ def build_tiny_minimax_h3(folder: Path) -> None:
     byte vocabulary, a 2-block transformer (width 32, one refiner layer), a video VAE with the real
     factors (16 px, 17-frame chunks of 5 latent frames: 32x32 px and 124 frames give a
     [4, 37, 2, 2] latent) and an audio VAE at 40 latents per second (the pipeline's constant;
-    4 samples per latent, so 160 Hz), and the two schedulers (shift 12 for video, 3 for audio)."""
+    200 samples per latent, so 8 kHz, a rate the mp4's AAC encoder takes), and the two schedulers (shift 12 for video, 3 for audio)."""
     from diffusers import (
         AutoencoderKLMiniMaxH3, AutoencoderKLMiniMaxH3Audio, MiniMaxH3Scheduler, MiniMaxH3Transformer3DModel,
     )
@@ -164,9 +164,9 @@ def build_tiny_minimax_h3(folder: Path) -> None:
         latents_mean=[-0.1, 0.0, 0.05, 0.1], latents_std=[0.8, 0.9, 1.1, 1.2],
     )
     audio_vae = AutoencoderKLMiniMaxH3Audio(
-        encoder_dim=4, encoder_rates=(2, 2), latent_dim=8, latent_channels=4, num_attention_heads=2, decoder_dim=8,
-        decoder_rates=(2, 2), decoder_kernel_sizes=(4, 4), resblock_kernel_sizes=(3,), resblock_dilation_sizes=((1,),),
-        sampling_rate=160, latents_mean=[0.0, 0.1, -0.1, 0.05], latents_std=[1.0, 0.9, 1.1, 1.0],
+        encoder_dim=2, encoder_rates=(2, 4, 5, 5), latent_dim=8, latent_channels=4, num_attention_heads=2,
+        decoder_dim=16, decoder_rates=(5, 5, 4, 2), decoder_kernel_sizes=(9, 9, 8, 4), resblock_kernel_sizes=(3,),
+        resblock_dilation_sizes=((1,),), sampling_rate=8000, latents_mean=[0.0, 0.1, -0.1, 0.05], latents_std=[1.0, 0.9, 1.1, 1.0],
     )
     _make_video_decoder_responsive(vae)
     _make_audio_decoder_responsive(audio_vae)
