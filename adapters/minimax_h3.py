@@ -136,8 +136,30 @@ class MiniMaxH3Adapter(DiffusionModelBase):
                 f"rollout.guidance_scale={r.guidance_scale}: expected 1.0 with {cfg.model.adapter} (the checkpoint is "
                 f"guidance-distilled: one forward per step, no negative prompt); set rollout.guidance_scale=1.0"
             )
+        if r.negative_prompt:
+            raise ValueError(
+                f"rollout.negative_prompt={r.negative_prompt!r}: {cfg.model.adapter} takes none (guidance-distilled: "
+                f"no unconditional forward); set rollout.negative_prompt=''"
+            )
         check_sample_memory(r.height, r.width, r.num_frames)
         check_step_memory(cfg, on_cpu=runs_on_cpu(cfg.trainer.device))
+
+    @classmethod
+    def check_model_limits(cls, cfg, configs) -> None:
+        """The frame form and size multiple of this checkpoint's own VAE and patch (the released
+        ones are what `check_config` checks): `clip_length` frames per chunk keeping
+        ceil(clip_length / temporal factor) latent frames, sizes a multiple of spatial factor x patch."""
+        vae, transformer = configs.get("vae"), configs.get("transformer")
+        if not vae:
+            return
+        temporal = math.prod(vae.get("temporal_downsample_factors", (1, 2, 2, 1, 1, 1)))
+        chunk = int(vae.get("clip_length", FRAMES_PER_CHUNK))
+        check_num_frames(cfg.rollout.num_frames, chunk, math.ceil(chunk / temporal))
+        spatial = math.prod(vae.get("spatial_downsample_factors", (2, 2, 2, 2, 1, 1)))
+        patch = int((transformer or {}).get("patch_size", (1, 2, 2))[2])
+        for key in ("height", "width"):
+            check_multiple(f"rollout.{key}", getattr(cfg.rollout, key), spatial * patch,
+                           f"video VAE factor {spatial} x patch size {patch}")
 
     def __init__(self, cfg: ModelConfig, path: str, device: torch.device):
         from diffusers import (

@@ -139,10 +139,30 @@ def test_the_audio_coordinate_makes_the_kernels_euler_step_the_schedulers():
     (["rollout.height=48"], r"rollout.height=48: expected a multiple of 32"),
     (["rollout.fps=16"], r"rollout.fps=16.0: expected 24"),
     (["rollout.guidance_scale=3.0"], r"rollout.guidance_scale=3.0: expected 1.0 .* guidance-distilled"),
+    (["rollout.negative_prompt=blurry"], r"rollout.negative_prompt='blurry': .* takes none"),
 ])
 def test_frames_sizes_and_guidance_the_model_cannot_take_fail_at_load(overrides, message):
     with pytest.raises(ConfigError, match=message):
         load_config(["recipe=tiny_minimax_h3_flowgrpo", *overrides])
+
+
+def test_a_bad_frame_count_is_one_error_line_at_the_cli(capsys):
+    from omni_rl.cli import main
+
+    assert main(["recipe=tiny_minimax_h3_flowgrpo", "rollout.num_frames=121"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: rollout.num_frames=121: expected 17n+5 frames"), err
+
+
+def test_the_checkpoints_own_vae_sets_the_frame_form():
+    from adapters.minimax_h3 import MiniMaxH3Adapter
+
+    cfg = load_config(["recipe=tiny_minimax_h3_flowgrpo"])
+    configs = {"vae": {"clip_length": 17, "temporal_downsample_factors": [1, 2, 2, 1, 1, 1]}}
+    MiniMaxH3Adapter.check_model_limits(cfg, configs)  # the released form: 124 = 17 * 7 + 5
+    configs["vae"]["clip_length"] = 16  # 16n + 4 frames
+    with pytest.raises(ValueError, match=r"rollout.num_frames=124: expected 16n\+4 frames .* e.g. 132"):
+        MiniMaxH3Adapter.check_model_limits(cfg, configs)
 
 
 def test_decoders_respond_to_each_stream(model):
