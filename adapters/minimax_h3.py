@@ -118,7 +118,6 @@ class MiniMaxH3Adapter(DiffusionModelBase):
     options_class = MiniMaxH3Options
     makes_audio = True
     size_multiple = 32  # the video VAE's 16 px x the transformer's 2 x 2 patch
-    frame_rate: float = float(FPS)
     # Every attention projection of the refiner and the block stack (one self-attention each).
     default_lora_targets = ("to_q", "to_k", "to_v", "to_out.0")
 
