@@ -219,6 +219,7 @@ class DiffusionAdapterSuite:
         cfg = load_config([f"model.adapter={case.adapter}", f"model.path=tiny:{case.tiny}",
                            f"algo.policy_loss={loss}", f"rollout.num_frames={case.num_frames}",
                            f"rollout.fps={case.fps}", f"rollout.height={case.height}", f"rollout.width={case.width}",
+                           f"rollout.guidance_scale={case.guidance}",
                            "rollout.sde_window_range=null", f"reward.rewards=[{{name: {reward}}}]"])
         family = DiffusionFamily(cfg, model)
         results, _ = generate(model, [request(case, p, seed=i, model=model) for i, p in enumerate(PROMPTS)],
