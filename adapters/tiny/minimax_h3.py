@@ -99,7 +99,7 @@ def _set_weight(conv: nn.Module, weight: torch.Tensor | None) -> None:
         conv.weight.zero_()
     else:
         conv.weight.copy_(weight)
-    if getattr(conv, "bias", None) is not None:
+    if conv.bias is not None:
         conv.bias.zero_()
 
 

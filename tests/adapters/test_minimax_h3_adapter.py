@@ -8,7 +8,7 @@ from diffusers import MiniMaxH3Scheduler
 
 from omni_rl.algos import latent_streams as ls
 from omni_rl.compose import load_config
-from omni_rl.config.validate import ConfigError
+from omni_rl.errors import ConfigError
 from tests.adapters.diffusion_suite import (
     PROMPTS, AdapterCase, DiffusionAdapterSuite, build, generate, initial_noise, ode,
 )

@@ -130,7 +130,7 @@ from omni_rl.models.registry import ADAPTERS
 adapter = ADAPTERS.get("MyFlowPipeline")
 assert adapter.__module__ == "adapters.my_flow", adapter.__module__
 cfg = load_config(GUIDE_OVERRIDES)
-assert adapter.bind_options(cfg.model).guidance_rescale == 0.7
+assert type(cfg.model.options) is adapter.options_class and cfg.model.options.guidance_rescale == 0.7
 # `--options model.adapter=MyFlowPipeline` prints the options with their defaults and docs.
 sys.argv = ["main_omni.py", "--options", "model.adapter=MyFlowPipeline"]
 try:
