@@ -32,7 +32,6 @@ from pathlib import Path
 
 import torch
 
-from omni_rl.algos.advantages import AdvantageOptions
 from omni_rl.algos.flow_sde import sde_step
 from omni_rl.algos.policy_losses import DIFFUSION_LOSSES
 from omni_rl.compose import load_config
@@ -184,7 +183,7 @@ def main(argv=None) -> None:
         rewards = torch.tensor(score(batch["images"], prompts, [{} for _ in prompts]), dtype=torch.float32)
         groups = rewards.view(t.prompts_per_step, t.samples_per_prompt)
         # GRPO with the global population std (`algo.advantage_options`: std_mode global).
-        eps = AdvantageOptions(**cfg.algo.advantage_options).eps
+        eps = cfg.algo.advantage_options.eps
         advantages = ((groups - groups.mean(1, keepdim=True)) / (rewards.std(unbiased=False) + eps)).view(-1)
         t2 = time.perf_counter()
         update(model, optimizer, cfg, batch, advantages, counts, seed, step)

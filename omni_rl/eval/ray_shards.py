@@ -31,9 +31,11 @@ def run_on_ray(cfg, request: EvalRequest, workers: int, progress: bool = True) -
     import torch
     from tqdm import tqdm
 
+    from omni_rl.trainer.ray_actors import RayOptions
     from omni_rl.workers.ray_cluster import init_local_ray
 
-    address = (cfg.trainer.backend_options or {}).get("ray_address")
+    options = cfg.trainer.backend_options
+    address = options.ray_address if isinstance(options, RayOptions) else None
     owns = not ray.is_initialized()
     if owns:
         if address:

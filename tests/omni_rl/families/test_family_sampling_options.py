@@ -9,7 +9,7 @@ import pytest
 from omni_rl.compose import load_config, options_help_for
 from omni_rl.errors import ConfigError
 from omni_rl.data.prompt_length import PromptLimitOptions
-from omni_rl.families.autoregressive import TextFamily, TextOptions
+from omni_rl.families.autoregressive import TextFamily, TextFamilyOptions, TextOptions
 from omni_rl.families.base import prompt_limits
 from omni_rl.families.diffusion import DiffusionFamily
 from omni_rl.families.think_draw import ThinkDrawFamily
@@ -85,8 +85,8 @@ def test_the_bound_options_are_the_recipes_and_the_defaults():
     cfg = load_config([QWEN3, "algo.family_options.stop_token_ids=[7,8]", "algo.family_options.max_prompt_tokens=100",
                        "algo.family_options.overlong_prompts=truncate"])
     options = cfg.algo.family_options
-    assert options == TextOptions(temperature=1.0, top_p=1.0, max_new_tokens=16, stop_token_ids=[7, 8],
-                                  max_prompt_tokens=100, overlong_prompts="truncate")
+    assert options == TextFamilyOptions(temperature=1.0, top_p=1.0, max_new_tokens=16, stop_token_ids=[7, 8],
+                                        max_prompt_tokens=100, overlong_prompts="truncate")
     assert prompt_limits(cfg) is not None and (prompt_limits(cfg).max_prompt_tokens, prompt_limits(cfg).overlong_prompts) \
         == (100, "truncate")
     think = load_config([THINK]).algo.family_options
