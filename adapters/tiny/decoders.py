@@ -108,23 +108,15 @@ def make_causal_vae_decoder_responsive(vae: nn.Module, blocks: CausalVaeBlocks, 
     conv_out.weight[:, 0, -1, 1, 1] = gain
 
 
-@torch.no_grad()
-def make_kl_vae_decoder_responsive(vae: nn.Module, gain: float = 0.5) -> None:
-    """The same construction for a 2-D `AutoencoderKL` decoder (FLUX.1's VAE layout: ResNet
-    blocks, a mid-block attention, nearest upsamplers, a final GroupNorm), whose latents are
-    normalised as `(z - shift_factor) * scaling_factor`.
-
-    The final norm is a GroupNorm over its group's channels *and* the image's positions, so
-    feature 0 (u) shares its group with the constant feature 1 and the group's zero channels
-    (C_g of them): for a uniform latent u it gives (u - (u + 1) / C_g) / sqrt((u^2 + 1) / C_g -
-    ((u + 1) / C_g)^2), increasing in u; its affine bias adds 1 / sqrt(C_g - 1), the value's
-    negation at u = 0, so latent 0 decodes to mid-grey as in the causal construction."""
+def _kl_decoder_to_shortcuts(vae: nn.Module) -> None:
+    """A 2-D KL decoder's residual branches and attention outputs zero, its shortcuts, upsamplers
+    and post-quant conv passing their channels through: what is left to set is `conv_in`, the
+    final norm and `conv_out`."""
     from diffusers.models.attention_processor import Attention
     from diffusers.models.resnet import ResnetBlock2D
     from diffusers.models.upsampling import Upsample2D
 
-    decoder = vae.decoder
-    for module in decoder.modules():
+    for module in vae.decoder.modules():
         if isinstance(module, ResnetBlock2D):
             module.conv2.weight.zero_()
             module.conv2.bias.zero_()
@@ -137,6 +129,21 @@ def make_kl_vae_decoder_responsive(vae: nn.Module, gain: float = 0.5) -> None:
             pass_through(module.conv)
     if getattr(vae, "post_quant_conv", None) is not None:
         pass_through(vae.post_quant_conv)
+
+
+@torch.no_grad()
+def make_kl_vae_decoder_responsive(vae: nn.Module, gain: float = 0.5) -> None:
+    """The same construction for a 2-D `AutoencoderKL` decoder (FLUX.1's VAE layout: ResNet
+    blocks, a mid-block attention, nearest upsamplers, a final GroupNorm), whose latents are
+    normalised as `(z - shift_factor) * scaling_factor`.
+
+    The final norm is a GroupNorm over its group's channels *and* the image's positions, so
+    feature 0 (u) shares its group with the constant feature 1 and the group's zero channels
+    (C_g of them): for a uniform latent u it gives (u - (u + 1) / C_g) / sqrt((u^2 + 1) / C_g -
+    ((u + 1) / C_g)^2), increasing in u; its affine bias adds 1 / sqrt(C_g - 1), the value's
+    negation at u = 0, so latent 0 decodes to mid-grey as in the causal construction."""
+    decoder = vae.decoder
+    _kl_decoder_to_shortcuts(vae)
     config = vae.config
     scale, shift = float(config.scaling_factor), float(config.shift_factor or 0.0)
     conv_in = decoder.conv_in
@@ -178,24 +185,8 @@ def make_kl_vae_decoder_responsive_by_stats(vae: nn.Module, latents_mean, latent
     level / n) turns feature 0 into ~ u - mean(u) / n to first order in u / level: increasing in
     u at each position and in a shift of the whole image. `conv_out` sets every output channel
     to `gain * silu(feature 0)`: latent 0 decodes to mid-grey."""
-    from diffusers.models.attention_processor import Attention
-    from diffusers.models.resnet import ResnetBlock2D
-    from diffusers.models.upsampling import Upsample2D
-
     decoder = vae.decoder
-    for module in decoder.modules():
-        if isinstance(module, ResnetBlock2D):
-            module.conv2.weight.zero_()
-            module.conv2.bias.zero_()
-            if module.conv_shortcut is not None:
-                pass_through(module.conv_shortcut)
-        elif isinstance(module, Attention):
-            module.to_out[0].weight.zero_()
-            module.to_out[0].bias.zero_()
-        elif isinstance(module, Upsample2D) and module.conv is not None:
-            pass_through(module.conv)
-    if getattr(vae, "post_quant_conv", None) is not None:
-        pass_through(vae.post_quant_conv)
+    _kl_decoder_to_shortcuts(vae)
     mean = torch.as_tensor(latents_mean, dtype=torch.float32)
     std = torch.as_tensor(latents_std, dtype=torch.float32)
     channels = mean.numel()
