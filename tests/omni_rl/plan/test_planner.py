@@ -18,7 +18,7 @@ from omni_rl.plan.weights import build_weightless, weights_of
 # FLUX.1, FLUX.1-Kontext, FLUX.2, BAGEL).
 TRACED_TINY = ["tiny_sd3_flowgrpo", "tiny_qwen_image_flowgrpo", "tiny_qwen_image_edit_flowgrpo", "tiny_wan22_flowgrpo",
                "tiny_ltx2_flowgrpo_av", "tiny_z_image_flowgrpo", "tiny_flux_flowgrpo", "tiny_flux_kontext_flowgrpo",
-               "tiny_flux2_flowgrpo", "tiny_bagel_flowgrpo"]
+               "tiny_flux2_flowgrpo", "tiny_bagel_flowgrpo", "tiny_minimax_h3_flowgrpo"]
 
 
 def real_recipes() -> list[str]:
