@@ -1,7 +1,7 @@
 """Policy losses for diffusion RL, and the per-step KL forms to a reference policy.
 
 Each loss is a `StepLoss` in `DIFFUSION_LOSSES`, built once from its `Options` (the recipe's
-`algo.loss_options`) and called with tensors only. An entry is a (sample, denoising step) pair
+`algo.policy_loss_options`) and called with tensors only. An entry is a (sample, denoising step) pair
 whose log-prob is `flow_sde`'s per-dimension mean (so clip ranges are ~1e-4); the loss is the
 masked mean over entries, with advantages clamped and optional rollout-correction weights. The
 KL forms (`DIFFUSION_KL`) are per-dimension means. Metrics: docs/algorithms.md (Loss metrics).

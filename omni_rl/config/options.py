@@ -1,6 +1,6 @@
 """Component options: each registered component (an adapter, a rollout backend, a loss, a model
 family, ...) declares its own knobs as a small dataclass, and the recipe sets them in the
-component's block (`model.options`, `rollout.options`, ...). This module binds such a block to
+component's block (`model.adapter_options`, `rollout.backend_options`, ...). This module binds such a block to
 its dataclass and describes a dataclass for `--options`.
 
 A component's options dataclass:
@@ -13,7 +13,7 @@ A component's options dataclass:
             if self.stg_scale < 0:
                 raise ValueError("stg_scale=-1: expected >= 0 (0 = off)")
 
-`bind_options(Options, {"stg_scale": 1.0}, "model.options", "LTX2Pipeline")` returns the
+`bind_options(Options, {"stg_scale": 1.0}, "model.adapter_options", "LTX2Pipeline")` returns the
 instance, or raises `ConfigError` with one line naming the key, the value and what was
 expected: an unknown key lists the component's options, a wrong type names the type, and a
 `check()` failure is prefixed with the block's key. Types are checked for the annotation kinds
@@ -132,7 +132,7 @@ def _coerce(value: Any, tp: Any) -> Any:
 def bind_options(options_class: type[T], values: Optional[Mapping[str, Any]], key: str, owner: str) -> T:
     """Build `options_class` from a recipe's block `values` (None or {} gives the defaults).
 
-    `key` is the block's config key (`model.options`), `owner` names the component in messages
+    `key` is the block's config key (`model.adapter_options`), `owner` names the component in messages
     (`adapter LTX2Pipeline`). Raises `ConfigError` with one line on an unknown key, a wrong
     type or a failed `check()`."""
     values = dict(values or {})

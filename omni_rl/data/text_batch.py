@@ -6,7 +6,7 @@ N samples; prompts left-padded to P columns, responses right-padded to R columns
   attention_mask  [N, P + R] long   1 on real tokens
   response_mask   [N, R] float      1 on response tokens that count (the sampled ones)
   rollout_log_probs / old_log_probs [N, R] fp32
-  rollout_is_weights [N, R] fp32 or None: rollout-correction weights of the policy loss (algo.rollout_correction.level)
+  rollout_is_weights [N, R] fp32 or None: rollout-correction weights of the policy loss (algo.rollout_correction_options.level)
   media           one dict of processor tensors per sample (images, audio), collated per forward
   rewards, advantages [N];  group_index [N]
   weight_versions [N] long   the weight version each response was sampled with (-1: unknown)

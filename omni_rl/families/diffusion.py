@@ -147,9 +147,9 @@ class DiffusionFamily(ModelFamily):
             raise ConfigError(
                 f"algo.kl_coef={a.kl_coef!r}: expected 0 with algo.policy_loss={a.policy_loss} (a forward-process loss "
                 f"has no per-step KL term; a reference-regularised one reads the reference itself): remove algo.kl_coef")
-        level = cfg.algo.rollout_correction.level
+        level = cfg.algo.rollout_correction_options.level
         if level != "none":
-            raise ConfigError(f"algo.rollout_correction.level={level!r}: expected none with "
+            raise ConfigError(f"algo.rollout_correction_options.level={level!r}: expected none with "
                               f"algo.policy_loss={a.policy_loss} (it reads no log-probs, so there is nothing to correct)")
         if "ref_velocity" in loss.reads and not cfg.model.lora.enabled:
             raise ConfigError(f"model.lora.enabled={cfg.model.lora.enabled!r}: expected true with algo.policy_loss="

@@ -27,7 +27,7 @@ from omni_rl.rollout.vllm_omni.availability import NEEDS
 
 @dataclass
 class NativeOptions:
-    """The in-process engine's options (`rollout.options`)."""
+    """The in-process engine's options (`rollout.backend_options`)."""
 
     max_wait_ms: float = option(5.0, "How long an idle diffusion engine waits for more requests before it starts a batch (request-level batching).")
     driver: str = option("auto", "Who iterates the diffusion engine: caller (the thread that waits for the rollout: a one-process run then has one computing thread), thread (a scheduler thread of the engine's own, for runs that overlap rollouts with updates on purpose) or auto (caller under trainer.pipeline=on_policy, else thread; a rollout server's engine uses its thread). See docs/rollout.md.")
@@ -171,10 +171,10 @@ def _always(cfg: OmniConfig) -> Optional[str]:
 
 
 def _own_process_only(cfg: OmniConfig) -> Optional[str]:
-    if cfg.rollout.options.python is not None:
+    if cfg.rollout.backend_options.python is not None:
         return None  # the engine runs behind the rollout server, in a process of its own
-    return (f"in this process (rollout.options.python=null) the {cfg.rollout.backend} engine shares the trainer's "
-            f"accelerator and has not been run beside an update; set rollout.options.python (e.g. "
+    return (f"in this process (rollout.backend_options.python=null) the {cfg.rollout.backend} engine shares the trainer's "
+            f"accelerator and has not been run beside an update; set rollout.backend_options.python (e.g. "
             f"/opt/vllm-omni/bin/python) to run it in a process of its own")
 
 
@@ -193,7 +193,7 @@ def native_driver(cfg: OmniConfig, driver: str) -> str:
 def native_engine(cfg: OmniConfig, model) -> RolloutEngine:
     r = cfg.rollout
     if isinstance(model, DiffusionModelBase):
-        options = cfg.rollout.options
+        options = cfg.rollout.backend_options
         return NativeDiffusionEngine(model, r.max_num_seqs, options.max_wait_ms, options.trajectory_device,
                                      driver=native_driver(cfg, options.driver))
     if isinstance(model, AutoregressiveModelBase):
@@ -207,7 +207,7 @@ def native_engine(cfg: OmniConfig, model) -> RolloutEngine:
 # Its own process and copy, synced by update_weights; its results are its engine's, routes included.
 @register_rollout_backend("server", ServerOptions, beside_trainer=_always, records_routes=True)
 def server_engine(cfg: OmniConfig, model) -> RolloutEngine:
-    return start_server_engine(cfg, model, cfg.rollout.options)
+    return start_server_engine(cfg, model, cfg.rollout.backend_options)
 
 
 def _start_from_trainer(engine: RolloutEngine, model) -> RolloutEngine:
@@ -233,7 +233,7 @@ def _check_family(backend: str, model, family: type, hint: str) -> None:
                           samples=DiffusionModelBase, packages=NEEDS["vllm_omni"])
 def vllm_omni_engine(cfg: OmniConfig, model) -> RolloutEngine:
     _check_family("vllm_omni", model, DiffusionModelBase, "it samples diffusion models: use rollout.backend=vllm for text")
-    options = cfg.rollout.options
+    options = cfg.rollout.backend_options
     if options.python is not None:
         return start_server_engine(cfg, model, options, backend="vllm_omni")
     from omni_rl.rollout.vllm_omni.availability import require
@@ -264,7 +264,7 @@ def _check_vllm_text(cfg: OmniConfig) -> None:
                           packages=NEEDS["vllm"])
 def vllm_engine(cfg: OmniConfig, model) -> RolloutEngine:
     _check_family("vllm", model, AutoregressiveModelBase, "it samples text models: use rollout.backend=vllm_omni for diffusion")
-    options = cfg.rollout.options
+    options = cfg.rollout.backend_options
     if options.python is not None:
         return start_server_engine(cfg, model, options, backend="vllm")
     from omni_rl.rollout.vllm_omni.availability import require

@@ -54,7 +54,7 @@ class OldPolicy(NamedTuple):
 
     log_probs: torch.Tensor                      # the ratio's old log-probs [N, E]
     means: Optional[torch.Tensor]                # old transition means, for losses that read them
-    rollout_is_weights: Optional[torch.Tensor]   # [N, E], None when algo.rollout_correction.level is off or a no-op
+    rollout_is_weights: Optional[torch.Tensor]   # [N, E], None when algo.rollout_correction_options.level is off or a no-op
     metrics: dict[str, float]                    # rollout_corr/*
 
 
@@ -99,7 +99,7 @@ class PPOTrainer:
             self.advantage_fn = get_advantage_estimator(cfg.algo.advantage)
             self.advantage_options = cfg.algo.advantage_options
             self.no_signal = NoSignalWatch(self.advantage_options.max_uniform_steps)
-            self.rollout_correction = cfg.algo.rollout_correction
+            self.rollout_correction = cfg.algo.rollout_correction_options
             self.logger_options = cfg.trainer.logger_options
             self.alarm = HeldoutAlarm(self.logger_options)
             self.start_step = 0
@@ -122,8 +122,8 @@ class PPOTrainer:
             uncorrected = self.rollout_correction.level == "none" and cfg.algo.old_logprob_mode != "bypass"
             if self.producer.samples_ahead and uncorrected:
                 log.warning(
-                    "trainer.pipeline=%s with algo.rollout_correction.level=none: stale samples are not reweighted "
-                    "towards the current policy; set algo.rollout_correction.level (step or sequence for diffusion, "
+                    "trainer.pipeline=%s with algo.rollout_correction_options.level=none: stale samples are not reweighted "
+                    "towards the current policy; set algo.rollout_correction_options.level (step or sequence for diffusion, "
                     "token or sequence for text)",
                     t.pipeline,
                 )
@@ -142,7 +142,7 @@ class PPOTrainer:
     def _build_rewards(self) -> None:
         rc = self.cfg.reward
         specs = reward_specs(rc.rewards)
-        workers = self.cfg.reward.workers
+        workers = self.cfg.reward.worker_options
         if workers.num_workers > 0:
             # Reward models in their own Ray actors (and devices), scored several batches at once.
             from omni_rl.workers.ray_cluster import connect_ray
@@ -321,7 +321,7 @@ class PPOTrainer:
             return OldPolicy(batch.rollout_log_probs, None, None, {"rollout_corr/checked_fraction": first, **unit})
         scored = self.actors.behaviour_policy(batch)
         # The trainer's scores come back on the host; the rollout's may live on the device
-        # (rollout.options.trajectory_device): compared on the host.
+        # (rollout.backend_options.trajectory_device): compared on the host.
         rollout_log_probs = batch.rollout_log_probs.to(scored.log_probs.device)
         metrics = rollout_gap(rollout_log_probs, scored)
         if use_rollout:
@@ -412,7 +412,7 @@ class PPOTrainer:
 
 def reward_specs(items) -> list[RewardSpec]:
     """The `RewardManager`'s specs of a list of `RewardItemConfig`s (reward.rewards, reward.val_rewards)."""
-    return [RewardSpec(r.name, r.weight, r.required, dict(r.kwargs), r.video_frames) for r in items]
+    return [RewardSpec(r.name, r.weight, r.required, dict(r.reward_options), r.video_frames) for r in items]
 
 
 # The trainer's rollout-vs-trainer gap (max, mean); see `rollout_corr_metrics`.

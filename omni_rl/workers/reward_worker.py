@@ -4,8 +4,8 @@ trainer.
 `RayRewardManager` has the `RewardManager` interface and forwards each call, round robin, to one
 of `num_workers` `RewardWorker` actors, each building the same manager, so the rules are
 unchanged. A worker that dies or does not answer within `timeout_s` raises `RewardError` naming
-it: the step fails, never hangs and never scores 0. Options: `reward.workers`
-(`RewardWorkerOptions`, bound at load: `cfg.reward.workers` holds the instance).
+it: the step fails, never hangs and never scores 0. Options: `reward.worker_options`
+(`RewardWorkerOptions`, bound at load: `cfg.reward.worker_options` holds the instance).
 """
 from __future__ import annotations
 
@@ -36,7 +36,7 @@ class RewardWorker:
 
 @dataclass
 class RewardWorkerOptions:
-    """Reward workers on Ray (`reward.workers`)."""
+    """Reward workers on Ray (`reward.worker_options`)."""
 
     num_workers: int = option(0, "Reward workers on Ray (0 = score in the trainer process): each holds the reward models; micro-batches go to them round robin, several at once.")
     num_cpus: float = option(1.0, "CPUs each reward worker reserves.")

@@ -47,8 +47,8 @@ def sleep_mode_for(requested: bool, available: bool, platform: str) -> bool:
     """Whether to start vLLM with its sleep mode: as requested where the platform has it; else
     off, with one warning naming the option (vLLM itself would refuse to start)."""
     if requested and not available:
-        log.warning("rollout.options.sleep_mode=true, but vLLM has no sleep mode on this platform (%s): the engine "
-                    "starts without it, and its sleep() / wake() are refused; set rollout.options.sleep_mode=false "
+        log.warning("rollout.backend_options.sleep_mode=true, but vLLM has no sleep mode on this platform (%s): the engine "
+                    "starts without it, and its sleep() / wake() are refused; set rollout.backend_options.sleep_mode=false "
                     "to silence this", platform)
         return False
     return requested
@@ -126,7 +126,7 @@ class VllmTextEngine(SynchronousRolloutEngine):
         # with a copy of its own, so this engine never shares the model (`shares_model_with`).
         self.trainer_adapter = model
         self.cfg = cfg
-        self.options = options  # rollout.options (VllmOptions)
+        self.options = options  # rollout.backend_options (VllmOptions)
         r, lora = cfg.rollout, cfg.model.lora
         self.weight_version = 0
         self.stats = {"samples": 0, "generate_calls": 0, "weight_updates": 0}
@@ -208,7 +208,7 @@ class VllmTextEngine(SynchronousRolloutEngine):
 
     def _require_sleep_mode(self, what: str) -> None:
         if not self.sleep_mode:
-            why = ("rollout.options.sleep_mode=false; set it to true to free the GPU between rollouts"
+            why = ("rollout.backend_options.sleep_mode=false; set it to true to free the GPU between rollouts"
                    if not self.options.sleep_mode else "no sleep mode: its platform has none (a CPU?)")
             raise RuntimeError(f"{what}(): the vllm engine was started with {why}")
 

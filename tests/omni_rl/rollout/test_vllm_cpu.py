@@ -51,7 +51,7 @@ def text_config(dtype: str, lora: bool) -> OmniConfig:
     cfg.model.lora.enabled = lora
     cfg.trainer.device = "cpu"
     # sleep_mode stays at its default (true): a CPU has none, so the engine must start without it.
-    cfg.rollout.backend, cfg.rollout.options = "vllm", {
+    cfg.rollout.backend, cfg.rollout.backend_options = "vllm", {
         "python": VLLM_PYTHON, "enforce_eager": True, "server_timeout_s": 60.0, "server_startup_timeout_s": 900.0}
     return bind_blocks(cfg)
 
@@ -194,8 +194,8 @@ def test_tiny_qwen3_grpo_with_the_vllm_backend_learns(tmp_path, monkeypatch):
         monkeypatch.setenv(key, value)
     steps = run_recipe(
         tmp_path / "run", "tiny_qwen3_grpo", f"model.path={MODEL}", "rollout.backend=vllm",
-        f"rollout.options.python={VLLM_PYTHON}", "rollout.options.enforce_eager=true",
-        "rollout.options.sleep_mode=false", "trainer.total_steps=15", "trainer.val_every=0", "trainer.save_every=0",
+        f"rollout.backend_options.python={VLLM_PYTHON}", "rollout.backend_options.enforce_eager=true",
+        "rollout.backend_options.sleep_mode=false", "trainer.total_steps=15", "trainer.val_every=0", "trainer.save_every=0",
     )
     assert len(steps) == 15
     report = rise_report(tmp_path / "run" / "metrics.jsonl")
