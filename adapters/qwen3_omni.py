@@ -71,7 +71,7 @@ from typing import Any, ClassVar
 import numpy as np
 import torch
 
-from omni_rl.option import option
+from omni_rl.option import ComponentOptions, option
 from omni_rl.config.schema import ModelConfig
 from omni_rl.models import register_adapter
 from omni_rl.models.autoregressive import AutoregressiveModelBase, PromptInputs, positions_from_mask
@@ -100,7 +100,7 @@ def resample_audio(samples: np.ndarray, rate: int, target: int) -> np.ndarray:
 
 
 @dataclasses.dataclass
-class Qwen3OmniOptions:
+class Qwen3OmniOptions(ComponentOptions):
     """The thinker's options (`model.adapter_options`)."""
 
     freeze_vision_tower: bool = option(True, "Keep the vision encoder frozen (LoRA or not).")

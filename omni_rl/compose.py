@@ -34,7 +34,7 @@ from typing import Any, Callable, Mapping, Sequence
 from omni_rl.algos import ADVANTAGE_ESTIMATORS, DIFFUSION_LOSSES, FORWARD_LOSSES, STEP_KERNELS, TOKEN_LOSSES
 from omni_rl.algos.advantages import AdvantageOptions, needs_group
 from omni_rl.config.loader import compose_config
-from omni_rl.config.options import NoOptions, bind_options, options_help
+from omni_rl.config.options import bind_options, options_help
 from omni_rl.config.schema import OmniConfig
 from omni_rl.errors import ConfigError
 from omni_rl.engine.registry import TRAINING_ENGINES
@@ -66,9 +66,9 @@ class OptionBlock:
     registry: Registry
     name: Callable[[OmniConfig], str]            # the registry name this config selects
     values: Callable[[OmniConfig], Mapping]      # the block's values in this config
-    # entry -> its options dataclass: the `options_class` its base class or spec declares (an
-    # entry written without that base, a test's stand-in, has none).
-    options_class: Callable[[Any], type] = lambda entry: getattr(entry, "options_class", NoOptions)
+    # entry -> its options dataclass: the `options_class` its base class or spec declares
+    # (`OmniModelBase`, `RolloutBackend`, `ActorGroup`, `TrainingEngineSpec`, `RolloutProducer`).
+    options_class: Callable[[Any], type] = lambda entry: entry.options_class
     # False where the owner binds the block itself at load (the family binds its loss's block,
     # the trainer the advantage estimators'): the row then only serves `--options`.
     bound_here: bool = True

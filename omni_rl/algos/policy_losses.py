@@ -20,7 +20,7 @@ import torch
 from torch import Tensor
 
 from omni_rl.algos.flow_sde import mean_over_sample_dims, per_sample
-from omni_rl.option import option
+from omni_rl.option import ComponentOptions, option
 from omni_rl.registry import Registry
 
 __all__ = [
@@ -52,7 +52,7 @@ Metrics = dict[str, Tensor]
 
 
 @dataclass
-class AdvantageClipOptions:
+class AdvantageClipOptions(ComponentOptions):
     """The option every policy loss has: the advantage clamp (a property of the advantage)."""
 
     adv_clip_max: float = option(5.0, "Advantages are clamped to [-adv_clip_max, adv_clip_max] (Flow-GRPO: 5).")

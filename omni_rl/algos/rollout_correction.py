@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor
 
+from omni_rl.option import ComponentOptions
+
 __all__ = ["ROLLOUT_IS_LEVELS", "ROLLOUT_IS_MODES", "RolloutCorrectionOptions", "rollout_is_weights"]
 
 # "none" turns the correction off; which of the others a model takes, its family says.
@@ -23,7 +25,7 @@ ROLLOUT_IS_MODES = ("truncate", "mask")
 
 
 @dataclass
-class RolloutCorrectionOptions:
+class RolloutCorrectionOptions(ComponentOptions):
     """The rollout correction's options (`algo.rollout_correction_options`). It needs the trainer's own
     old log-probs (algo.old_logprob_mode auto or recompute); where they are the rollout's (auto,
     the native in-process engine) every weight is exactly 1 and nothing is computed. Metrics:

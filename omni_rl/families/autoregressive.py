@@ -24,7 +24,7 @@ from typing import Optional
 import torch
 
 from omni_rl.algos.token_losses import SUM_NORM_MODE, TOKEN_LOSSES, AggregatedTokenOptions, TokenLoss, TokenLossInput
-from omni_rl.option import option
+from omni_rl.option import ComponentOptions, option
 from omni_rl.config.schema import OmniConfig
 from omni_rl.errors import ConfigError
 from omni_rl.data.prompt_length import PromptLengthError, PromptLimitOptions, fit_prompt_lengths, shown, truncate_to_limit
@@ -51,7 +51,7 @@ _LISTED = 3
 
 
 @dataclass
-class TokenSamplingOptions:
+class TokenSamplingOptions(ComponentOptions):
     """How tokens are sampled from a language head: the text family's responses, the think-draw
     family's plans."""
 

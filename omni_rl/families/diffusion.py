@@ -25,7 +25,7 @@ from omni_rl.algos.forward_losses import FORWARD_LOSSES
 from omni_rl.algos.distill import DISTILL_LOSSES, diffusion_distill_kl
 from omni_rl.algos.policy_losses import DIFFUSION_KL, DIFFUSION_LOSSES, StepLossInput, get_diffusion_kl
 from omni_rl.registry import RegistryUnion
-from omni_rl.option import option
+from omni_rl.option import ComponentOptions, option
 from omni_rl.config.schema import OmniConfig
 from omni_rl.errors import ConfigError
 from omni_rl.data.diffusion_batch import DiffusionBatch
@@ -48,7 +48,7 @@ from omni_rl.utils.seeding import derive_seed
 
 
 @dataclass
-class DiffusionOptions:
+class DiffusionOptions(ComponentOptions):
     """The diffusion family's options (`algo.family_options`)."""
 
     timestep_fraction: float = option(

@@ -37,7 +37,7 @@ import torch
 
 from omni_rl.algos import latent_streams as ls
 from omni_rl.algos.flow_sde import get_step_kernel, step_latents
-from omni_rl.option import option
+from omni_rl.option import ComponentOptions, option
 from omni_rl.errors import OmniConfigError, OmniRunError
 from omni_rl.models.factory import build_model
 from omni_rl.models.loading import resolve_model_path
@@ -54,7 +54,7 @@ class TeacherOutputError(OmniRunError):
 
 
 @dataclass
-class TeacherOptions:
+class TeacherOptions(ComponentOptions):
     """One teacher (an entry of `algo.family_options.teachers`)."""
 
     name: str = option("teacher", "Its name in the metrics (distill/<name>/kl) and in messages; one per teacher.")

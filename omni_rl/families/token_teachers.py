@@ -27,7 +27,7 @@ from typing import Optional
 import torch
 
 from omni_rl.algos.distill import direct_distill_loss, distill_advantages, full_vocab_reverse_kl, token_reverse_kl
-from omni_rl.option import option
+from omni_rl.option import ComponentOptions, option
 from omni_rl.families.teachers import TeacherConfigError, TeacherOptions, architecture_of, check_teachers
 from omni_rl.models.factory import build_model
 from omni_rl.rollout.text_native import collate_media
@@ -36,7 +36,7 @@ FORMS = ("reward", "direct", "full_vocab")
 
 
 @dataclass
-class TokenDistillOptions:
+class TokenDistillOptions(ComponentOptions):
     """The text family's distillation options (`algo.family_options`)."""
 
     teachers: list[TeacherOptions] = option([], "On-policy distillation: frozen teachers that score the student's responses "

@@ -17,7 +17,7 @@ from typing import ClassVar, Optional
 import numpy as np
 import torch
 
-from omni_rl.option import option
+from omni_rl.option import ComponentOptions, option
 from omni_rl.models.base import OmniModelBase
 from omni_rl.models.conditioning import Conditioning
 from omni_rl.device import runs_on_cpu
@@ -31,7 +31,7 @@ def nearest_multiples(value: int, factor: int) -> str:
 
 
 @dataclass
-class PromptLengthOptions:
+class PromptLengthOptions(ComponentOptions):
     """The option every adapter with a fixed-length prompt encoding shares (`model.adapter_options`); an
     adapter's own options class derives from it, and its `check()` calls this one's."""
 

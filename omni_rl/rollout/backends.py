@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
-from omni_rl.option import option
+from omni_rl.option import ComponentOptions, option
 from omni_rl.config.schema import OmniConfig
 from omni_rl.models.loading import resolve_model_path
 from omni_rl.models.autoregressive import AutoregressiveModelBase
@@ -26,7 +26,7 @@ from omni_rl.rollout.text_native import NativeTextEngine
 from omni_rl.rollout.vllm_omni.availability import NEEDS
 
 @dataclass
-class NativeOptions:
+class NativeOptions(ComponentOptions):
     """The in-process engine's options (`rollout.backend_options`)."""
 
     max_wait_ms: float = option(5.0, "How long an idle diffusion engine waits for more requests before it starts a batch (request-level batching).")
@@ -45,7 +45,7 @@ class NativeOptions:
 
 
 @dataclass
-class ServerProcessOptions:
+class ServerProcessOptions(ComponentOptions):
     """A rollout engine in a process (and Python) of its own, behind the rollout server."""
 
     python: Optional[str] = option(None, "The interpreter that runs the rollout server (server: null = this one; vllm / vllm_omni: null runs the engine in this process, a Python named here, e.g. /opt/vllm-omni/bin/python, runs it behind the server).")

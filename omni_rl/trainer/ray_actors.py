@@ -20,7 +20,7 @@ import torch
 
 from omni_rl.algos.forward_losses import FORWARD_LOSSES
 from omni_rl.algos.policy_losses import DIFFUSION_LOSSES
-from omni_rl.option import option
+from omni_rl.option import ComponentOptions, option
 from omni_rl.config.schema import OmniConfig
 from omni_rl.errors import ConfigError
 from omni_rl.device import ray_device_resource, weightless_device
@@ -40,7 +40,7 @@ log = logging.getLogger(__name__)
 
 
 @dataclass
-class RayOptions:
+class RayOptions(ComponentOptions):
     """The Ray worker group's options (`trainer.backend_options`)."""
 
     nnodes: int = option(1, "Machines of the resource pool: nnodes x devices_per_node workers (GPUs / NPUs, or CPUs on a CPU machine).")

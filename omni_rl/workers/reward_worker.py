@@ -16,7 +16,7 @@ import threading
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-from omni_rl.option import option
+from omni_rl.option import ComponentOptions, option
 
 from omni_rl.reward.manager import RewardError, RewardManager, RewardOutput, RewardSpec
 
@@ -35,7 +35,7 @@ class RewardWorker:
 
 
 @dataclass
-class RewardWorkerOptions:
+class RewardWorkerOptions(ComponentOptions):
     """Reward workers on Ray (`reward.worker_options`)."""
 
     num_workers: int = option(0, "Reward workers on Ray (0 = score in the trainer process): each holds the reward models; micro-batches go to them round robin, several at once.")

@@ -18,6 +18,7 @@ from omni_rl.reward.prompt_checks import check_reward_prompts
 from omni_rl.compose import load_config
 from omni_rl.errors import ConfigError
 from omni_rl.data.prompts import PromptFileError, check_prompt_sources
+from omni_rl.config.options import NoOptions
 from omni_rl.models.registry import register_adapter
 
 LTX2 = "recipe=tiny_ltx2_flowgrpo_av"  # a model that makes audio (and adds no spoken_text)
@@ -30,6 +31,7 @@ class SpeakingAdapter:
     family = "diffusion"
     makes_audio = True
     sample_metadata_keys = frozenset({"spoken_text"})
+    options_class = NoOptions
 
 
 @pytest.fixture(scope="module")

@@ -7,6 +7,7 @@ import pytest
 from omni_rl.compose import check_components, load_config
 from omni_rl.config import OmniConfig, validate_config
 from omni_rl.errors import ConfigError
+from omni_rl.config.options import NoOptions
 from omni_rl.config.schema import DataConfig, ModelConfig, RewardConfig, RewardItemConfig
 from omni_rl.models.registry import ADAPTERS, register_adapter
 
@@ -17,6 +18,7 @@ class AudioVideoAdapter:
 
     family = "diffusion"
     makes_audio = True
+    options_class = NoOptions
 
     @classmethod
     def check_config(cls, cfg) -> None:  # takes any geometry

@@ -5,13 +5,13 @@ from typing import Optional
 import pytest
 
 from omni_rl.config.options import bind_options, describe_options, options_help
-from omni_rl.option import option
+from omni_rl.option import ComponentOptions, option
 from omni_rl.errors import ConfigError
 from omni_rl.errors import OmniConfigError
 
 
 @dataclass
-class _Options:
+class _Options(ComponentOptions):
     scale: float = option(0.0, "A scale (0 = off).")
     blocks: list[int] = option([], "Block indices.")
     size: Optional[list[int]] = option(None, "[height, width], or null.")
