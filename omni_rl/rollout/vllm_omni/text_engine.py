@@ -83,6 +83,18 @@ def check_text_request(req: TextRequest) -> None:
                          f"rollout.backend=vllm samples text prompts: use rollout.backend=native for media")
 
 
+def checkpoint_named(model: torch.nn.Module, tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """Full weights as the checkpoint names and shapes them, which vLLM's loader reads: transformers
+    holds some in another layout in memory (a MoE's experts fused into one [E, ...] tensor), and
+    undoes that on save (`revert_weight_conversion`); other modules' names are kept."""
+    from transformers import PreTrainedModel
+    from transformers.core_model_loading import revert_weight_conversion
+
+    if not isinstance(model, PreTrainedModel):
+        return tensors
+    return revert_weight_conversion(model, dict(tensors))
+
+
 def peft_lora_files(tensors: dict[str, torch.Tensor], rank: int, alpha: float, targets: Any,
                     prefix: str = "") -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
     """Our LoRA tensors (`...q_proj.lora_A.default.weight`, as PEFT names them in memory) as a
@@ -263,6 +275,7 @@ class VllmTextEngine(SynchronousRolloutEngine):
             self._load_lora(dict(tensors), version)
         else:
             # Each bucket is serialized as it is sent, so this side holds one bucket's bytes at a time.
+            tensors = checkpoint_named(self.trainer_adapter.trainable_root(), dict(tensors))
             buckets = list(named_buckets(tensors, self.cfg.trainer.weight_sync_bucket_mb << 20))
             for i, bucket in enumerate(buckets):
                 self.llm.collective_rpc("omni_rl_load_weights", args=(weight_blob(bucket, self.prefix), i == len(buckets) - 1))

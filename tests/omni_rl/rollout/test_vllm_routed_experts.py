@@ -65,3 +65,25 @@ def test_a_short_or_unrecorded_or_foreign_recording_is_one_error_naming_the_requ
         routes_of_completion(request(5), rows.clone().fill_(9), 3, [0, 1], LAYOUT)
     with pytest.raises(RoutingReplayError, match=r"MoE layers \[0, 2\]"):
         routes_of_completion(request(5), rows, 3, [0, 2], LAYOUT)
+
+
+def test_full_weights_go_to_vllm_as_the_checkpoint_names_them_experts_unfused():
+    from transformers import Qwen3MoeConfig, Qwen3MoeForCausalLM
+
+    from omni_rl.rollout.vllm_omni.text_engine import checkpoint_named
+
+    config = Qwen3MoeConfig(vocab_size=64, hidden_size=16, intermediate_size=32, moe_intermediate_size=8,
+                            num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1, head_dim=8,
+                            num_experts=4, num_experts_per_tok=2)
+    # The rollout server's view holds no weights: the names and layouts come from the model's class.
+    with torch.device("meta"):
+        view = Qwen3MoeForCausalLM(config)
+    gen = torch.Generator().manual_seed(0)
+    tensors = {n: torch.randn(p.shape, generator=gen) for n, p in view.named_parameters()}
+    fused = tensors["model.layers.0.mlp.experts.gate_up_proj"]  # [experts, 2 x intermediate, hidden] in memory
+    named = checkpoint_named(view, tensors)
+    assert "model.layers.0.mlp.experts.gate_up_proj" not in named
+    half = fused.shape[1] // 2
+    assert torch.equal(named["model.layers.0.mlp.experts.3.gate_proj.weight"], fused[3, :half])
+    assert torch.equal(named["model.layers.0.mlp.experts.3.up_proj.weight"], fused[3, half:])
+    assert torch.equal(named["model.embed_tokens.weight"], tensors["model.embed_tokens.weight"])
