@@ -30,7 +30,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from omni_rl.compose import bind_blocks
+from omni_rl.compose import bind_blocks, load_config
 from omni_rl.config.schema import ModelConfig, OmniConfig
 from omni_rl.data.text_batch import TextBatch
 from omni_rl.device import weightless_device
@@ -55,9 +55,9 @@ MOE_MODEL = "tiny:qwen3_moe_hd32"
 VLLM_ENV = {"VLLM_CPU_KVCACHE_SPACE": "1"}
 
 
-def text_config(dtype: str, lora: bool, adapter: str = "Qwen3ForCausalLM", path: str = MODEL) -> OmniConfig:
+def text_config(dtype: str, lora: bool) -> OmniConfig:
     cfg = OmniConfig()
-    cfg.model = ModelConfig(adapter=adapter, path=path, dtype=dtype)
+    cfg.model = ModelConfig(adapter="Qwen3ForCausalLM", path=MODEL, dtype=dtype)
     cfg.model.lora.enabled = lora
     cfg.trainer.device = "cpu"
     # sleep_mode stays at its default (true): a CPU has none, so the engine must start without it.
@@ -97,8 +97,9 @@ def lora():
 @pytest.fixture(scope="module")
 def moe():
     """tiny:qwen3_moe_hd32 in float32, recording routed experts (routing_replay=r3)."""
-    cfg = text_config("float32", lora=False, adapter="Qwen3MoeForCausalLM", path=MOE_MODEL)
-    cfg.algo.family_options.routing_replay = "r3"
+    cfg = load_config(["recipe=tiny_qwen3_moe_grpo", f"model.path={MOE_MODEL}", "model.dtype=float32",
+                       "rollout.backend=vllm", f"rollout.options.python={VLLM_PYTHON}", "rollout.options.enforce_eager=true",
+                       "rollout.options.sleep_mode=false", "rollout.options.server_startup_timeout_s=900"])
     # vLLM 0.32's CPU build cannot reload its fused-MoE weights in place (reload_weights fails with
     # "size of tensor a (64) must match ... b (32)", the checkpoint's own tensors included): no
     # version-0 update, the engine serves the checkpoint the trainer's model is loaded from.
