@@ -81,9 +81,12 @@ class OmniRLVllmWorkerExtension:
                                        f"capture callback; routed experts cannot be recorded with this model in vLLM")
                 module.router.set_capture_fn(partial(self._omni_rl_capture, int(module.layer_id)))
                 bound.append(int(module.layer_id))
-        return sorted(bound)
+        self._omni_rl_layers = sorted(bound)
+        return self._omni_rl_layers
 
     def _omni_rl_capture(self, layer: int, topk_ids: torch.Tensor) -> None:
+        """Called inside the forward, when the V1 runner's step buffers (which request and position
+        each row of the batch is) still describe this forward."""
         runner = self.model_runner
         num_reqs = runner.input_batch.num_reqs
         # The scheduled tokens are the first rows of the forward; the rest is padding.
@@ -103,14 +106,14 @@ class OmniRLVllmWorkerExtension:
         """Every captured request's routes as safetensors bytes: `<internal id>` -> [S, layers, k]
         int32 rows of positions 0 .. S - 1 (-1 where a layer recorded no row), then forgets them."""
         captured, self._omni_rl_routes = self.__dict__.get("_omni_rl_routes", {}), {}
+        layers = self.__dict__.get("_omni_rl_layers", [])
         out = {}
         for req_id, per_layer in captured.items():
-            layers = sorted(per_layer)
             length = 1 + max(int(p.max()) for parts in per_layer.values() for p, _ in parts)
-            k = per_layer[layers[0]][0][1].shape[1]
+            k = next(iter(per_layer.values()))[0][1].shape[1]
             routes = torch.full((length, len(layers), k), -1, dtype=torch.int32)
             for j, layer in enumerate(layers):
-                for positions, ids in per_layer[layer]:  # a recomputed position (preemption) keeps the last
+                for positions, ids in per_layer.get(layer, []):  # a recomputed position (preemption) keeps the last
                     routes[positions, j] = ids
             out[req_id] = routes
         return save_safetensors(out)

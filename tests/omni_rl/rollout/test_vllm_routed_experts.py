@@ -87,3 +87,14 @@ def test_full_weights_go_to_vllm_as_the_checkpoint_names_them_experts_unfused():
     assert torch.equal(named["model.layers.0.mlp.experts.3.gate_proj.weight"], fused[3, :half])
     assert torch.equal(named["model.layers.0.mlp.experts.3.up_proj.weight"], fused[3, half:])
     assert torch.equal(named["model.embed_tokens.weight"], tensors["model.embed_tokens.weight"])
+
+
+def test_routes_cross_the_rollout_servers_protocol_in_their_own_dtype():
+    from omni_rl.rollout.server.protocol import decode_message, encode_message
+    from omni_rl.rollout.text_types import TextResult
+
+    routes = torch.randint(0, 8, (6, 2, 2), dtype=torch.uint8)
+    sent = TextResult(request_id=3, prompt=request(4).prompt, response_ids=torch.tensor([1, 2, 3]),
+                      log_probs=torch.zeros(3), finish_reason="stop", text="abc", temperature=1.0, routes=routes)
+    (got,) = decode_message(encode_message({"results": [sent]}))["results"]
+    assert got.routes.dtype == torch.uint8 and torch.equal(got.routes, routes)
