@@ -130,11 +130,6 @@ class TextFamily(ModelFamily):
                 raise ConfigError(
                     "algo.family_options.routing_replay=r2 with algo.old_logprob_mode=bypass: r2 replays the routes of "
                     "the trainer's old-policy forward, which bypass skips; use algo.old_logprob_mode=recompute, or r3")
-            if cfg.trainer.backend != "local":
-                raise ConfigError(
-                    f"algo.family_options.routing_replay=r2 with trainer.backend={cfg.trainer.backend}: the old-policy "
-                    f"forward's routes stay on the workers that computed them in this version; use trainer.backend=local, "
-                    f"or routing_replay=r3 (the rollout's routes travel with the batch)")
 
     def __init__(self, cfg: OmniConfig, model: AutoregressiveModelBase, options=None, trains: bool = True):
         super().__init__(cfg, model, options, trains)
@@ -429,7 +424,7 @@ class TextFamily(ModelFamily):
                 routes.append(take_recorded(layers, len(micro)).to(routing.layout.dtype).cpu())
         if routes:
             batch.old_routes = torch.cat(routes)
-        return BehaviourPolicy(torch.cat(parts), batch.response_mask)
+        return BehaviourPolicy(torch.cat(parts), batch.response_mask, routes=batch.old_routes if routes else None)
 
     def loss(self, micro: TextBatch, chunk: int) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         full_vocab = bool(self.teachers) and self.options.distill_form == "full_vocab"

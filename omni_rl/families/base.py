@@ -35,11 +35,14 @@ class BehaviourPolicy:
     log_probs: [N, W] (diffusion: per window step) or [N, R] (text: per response token), fp32.
     mask:      same shape; 1 where an entry counts (every step; the response tokens).
     means:     diffusion only, [N, W, *latent]: the transition means, for losses that read them.
+    routes:    text under routing_replay=r2 only, [N, T, L, k]: the routed experts this forward
+               used, which the update replays (the actor group puts them on the batch it updates).
     """
 
     log_probs: torch.Tensor
     mask: torch.Tensor
     means: Optional[torch.Tensor] = None
+    routes: Optional[torch.Tensor] = None
 
 
 class ModelFamily(ABC):

@@ -259,9 +259,10 @@ def _check_vllm_text(cfg: OmniConfig) -> None:
                          f"(vLLM's largest max_lora_rank)")
 
 
+# Routed experts: vLLM returns them, or its worker extension captures them (vllm_omni/text_engine.py).
 @register_rollout_backend("vllm", VllmOptions, beside_trainer=_own_process_only, loads_own_weights=True,
                           check_config=_check_vllm_text, takes_top_p=False, samples=AutoregressiveModelBase,
-                          packages=NEEDS["vllm"])
+                          packages=NEEDS["vllm"], records_routes=True)
 def vllm_engine(cfg: OmniConfig, model) -> RolloutEngine:
     _check_family("vllm", model, AutoregressiveModelBase, "it samples text models: use rollout.backend=vllm_omni for diffusion")
     options = cfg.rollout.backend_options

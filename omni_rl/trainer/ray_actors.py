@@ -139,7 +139,12 @@ class RayActorGroup(ActorGroup):
         bounds = split_evenly(len(batch), self.group.world_size)
         parts = self.group.run("old log-probs", programs.behaviour_policy, [(ref, lo, hi) for lo, hi in bounds])
         means = None if parts[0].means is None else torch.cat([p.means for p in parts])
-        return BehaviourPolicy(torch.cat([p.log_probs for p in parts]), torch.cat([p.mask for p in parts]), means)
+        routes = None if parts[0].routes is None else torch.cat([p.routes for p in parts])
+        if routes is not None:
+            # routing_replay=r2: the routes each rank's old-policy forward used travel with the
+            # batch to the update, which may give its rows to other ranks.
+            batch.old_routes = routes
+        return BehaviourPolicy(torch.cat([p.log_probs for p in parts]), torch.cat([p.mask for p in parts]), means, routes)
 
     def update(self, batch, step: int) -> dict[str, float]:
         import ray

@@ -246,7 +246,8 @@ def start_server_engine(cfg: OmniConfig, model, options, backend: str = "native"
     )
     try:
         engine._json("GET", "/health", what="checking its health after it started")
-        engine.update_weights(model.named_trainable_tensors(), 0, weight_kind(model))
+        if not model.weightless:  # a weightless view (as `_start_from_trainer`): the server keeps the checkpoint's
+            engine.update_weights(model.named_trainable_tensors(), 0, weight_kind(model))
     except BaseException:
         engine.close()
         raise
