@@ -101,9 +101,9 @@ VLLM_MODEL = "tiny:qwen3_moe_hd32"
 
 
 def vllm_overrides(args) -> list[str]:
-    return [f"model.path={VLLM_MODEL}", "rollout.backend=vllm", f"rollout.options.python={args.vllm_python}",
-            "rollout.options.enforce_eager=true", "rollout.options.sleep_mode=false",
-            "rollout.options.server_startup_timeout_s=1800"]
+    return [f"model.path={VLLM_MODEL}", "rollout.backend=vllm", f"rollout.backend_options.python={args.vllm_python}",
+            "rollout.backend_options.enforce_eager=true", "rollout.backend_options.sleep_mode=false",
+            "rollout.backend_options.server_startup_timeout_s=1800"]
 
 
 def vllm_rollout(args):

@@ -98,8 +98,8 @@ def lora():
 def moe():
     """tiny:qwen3_moe_hd32 in float32, recording routed experts (routing_replay=r3)."""
     cfg = load_config(["recipe=tiny_qwen3_moe_grpo", f"model.path={MOE_MODEL}", "model.dtype=float32",
-                       "rollout.backend=vllm", f"rollout.options.python={VLLM_PYTHON}", "rollout.options.enforce_eager=true",
-                       "rollout.options.sleep_mode=false", "rollout.options.server_startup_timeout_s=900"])
+                       "rollout.backend=vllm", f"rollout.backend_options.python={VLLM_PYTHON}", "rollout.backend_options.enforce_eager=true",
+                       "rollout.backend_options.sleep_mode=false", "rollout.backend_options.server_startup_timeout_s=900"])
     # vLLM 0.32's CPU build cannot reload its fused-MoE weights in place (reload_weights fails with
     # "size of tensor a (64) must match ... b (32)", the checkpoint's own tensors included): no
     # version-0 update, the engine serves the checkpoint the trainer's model is loaded from.
