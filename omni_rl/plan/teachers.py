@@ -77,7 +77,8 @@ def trace_teacher_forward(model, spec, cfg, cache: dict) -> Trace | None:
         key = ("teacher-text", id(model), cfg.trainer.micro_batch_size, prompt, response)
         if key not in cache:
             with cache[("mode", id(model), True)]:
-                cache[key] = _trace_text_forward(model, spec, cfg.trainer.micro_batch_size, prompt, response)
+                cache[key] = _trace_text_forward(model, spec, cfg.trainer.micro_batch_size, prompt, response,
+                                                 float(cfg.algo.family_options.temperature))
         return cache[key]
     from omni_rl.plan.steps import _trace_all
 
@@ -88,7 +89,9 @@ def trace_teacher_forward(model, spec, cfg, cache: dict) -> Trace | None:
     return cache[key]
 
 
-def _trace_text_forward(model, spec, batch: int, prompt: int, response: int) -> Trace:
+def _trace_text_forward(model, spec, batch: int, prompt: int, response: int, temperature: float) -> Trace:
+    """As the teacher's `token_log_probs` runs: the response positions' logits, tempered, their
+    log-softmax and the sampled tokens' entries."""
     from omni_rl.plan.text_steps import _ids
 
     positions = spec.text_positions or (lambda b, n: None)
@@ -98,7 +101,8 @@ def _trace_text_forward(model, spec, batch: int, prompt: int, response: int) -> 
             ids, mask = _ids(batch, prompt + response)
             logits, _ = model.forward_logits(ids, mask, None, position_ids=positions(batch, prompt + response),
                                              logits_to_keep=response + 1)
-            log_probs = torch.log_softmax(logits[:, :-1].float(), dim=-1)
+            logits = logits[:, :-1] / temperature
+            log_probs = torch.log_softmax(logits, dim=-1).gather(-1, ids[:, prompt:].unsqueeze(-1))
             del logits, log_probs
     return Trace(int(live.flops), int(live.peak), int(live.weight_read), int(live.expert_read))
 
