@@ -17,7 +17,7 @@ Two experiments, each a few `python main_omni.py` runs in subprocesses:
   one mini-batch scored before its update, the teachers' data sources swapped), so a source whose KL falls towards its
   own teacher and not the other's shows in the matrix.
 
-    python benchmarks/token_distill.py                       # both, about 6 minutes on 2 CPU cores
+    python benchmarks/token_distill.py                       # both, about 12 minutes on 2 shared CPU cores
     python benchmarks/token_distill.py --out /tmp/td.json --work /tmp/td
 
 Writes `--out` (JSON, atomically) and prints a summary.
