@@ -28,7 +28,8 @@ import torch
 
 from omni_rl.algos.distill import direct_distill_loss, distill_advantages, full_vocab_reverse_kl, token_reverse_kl
 from omni_rl.option import option
-from omni_rl.families.teachers import TeacherConfigError, TeacherOptions, architecture_of, check_teachers
+from omni_rl.families.teachers import (TeacherConfigError, TeacherOptions, TeacherOutputError, architecture_of,
+                                      check_teachers)
 from omni_rl.models.factory import build_model
 from omni_rl.rollout.text_native import collate_media
 
@@ -141,9 +142,15 @@ def token_distill(teachers: list[TokenTeacher], routes: list[int], micro, log_pr
         sub = micro.select(rows) if len(rows) < len(routes) else micro
         media = collate_media(sub.media)
         out = teacher.logits(sub, media) if full else teacher.log_probs(sub, media)
-        if out.shape[1:] != scores.shape[1:] or not bool(torch.isfinite(out).all()):
-            raise TeacherConfigError(f"teacher {teacher.name!r}: its scores have shape {tuple(out.shape)} (the student's "
-                                     f"{tuple(scores.shape)}) or are not finite")
+        # Checked like a reward's output: a teacher's failure stops the run with its name.
+        if out.shape[1:] != scores.shape[1:]:
+            raise TeacherOutputError(f"teacher {teacher.name!r}: its scores have shape {tuple(out.shape)}, the student's "
+                                     f"{tuple(scores.shape)}; a text teacher must score the student's token ids")
+        finite = torch.isfinite(out.reshape(out.shape[0], -1)).all(dim=1)
+        if not bool(finite.all()):
+            i = rows[int((~finite).nonzero()[0])]
+            raise TeacherOutputError(f"teacher {teacher.name!r}: its scores of sample {i} ({micro.prompts[i][:40]!r}) are "
+                                     f"not finite; check the teacher's weights and dtype")
         scores[torch.as_tensor(rows, device=scores.device)] = out.to(scores.device, torch.float32)
     seconds = time.perf_counter() - start
     m = mask.to(torch.float32)
