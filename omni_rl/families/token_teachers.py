@@ -5,7 +5,8 @@ set under `algo.family_options.teachers` of the text family, with `distill_coef`
 `distill_form` (`TokenDistillOptions`). The teacher scores the same prompt and response token
 ids as the student, so it must read them the same way: its tokenizer's vocabulary must equal the
 student's (one error line at load otherwise, whichever form). A teacher without `path` is the
-student's own base (LoRA disabled, no second copy); another is built beside the student, frozen.
+student's own base (LoRA disabled, no second copy); another is built beside the student, frozen
+(once for all the teachers of one checkpoint).
 
 Forms (`omni_rl.algos.distill` has the maths):
 - `reward`: each response token's advantage gains distill_coef x (log pi_T - log pi_S), so with a
@@ -100,6 +101,7 @@ def response_logits(model, micro, media) -> torch.Tensor:
 def build_token_teachers(cfg, student, blocks: list[TeacherOptions],
                          key: str = "algo.family_options.teachers") -> list[TokenTeacher]:
     teachers = []
+    built: dict[tuple[str, Optional[str]], object] = {}  # teachers of one checkpoint share its one copy
     for i, t in enumerate(blocks):
         where = f"{key}[{i}]"
         if t.path is None and cfg.model.lora.enabled:
@@ -107,6 +109,9 @@ def build_token_teachers(cfg, student, blocks: list[TeacherOptions],
             continue
         path = cfg.model.path if t.path is None else t.path
         revision = t.revision if t.path is not None else cfg.model.revision
+        if (path, revision) in built:
+            teachers.append(TokenTeacher(t, built[path, revision], shares_student=False))
+            continue
         mine, theirs = architecture_of(cfg.model.path, cfg.model.revision, "model.path"), architecture_of(
             path, revision, f"{where}.path")
         if mine != theirs:
@@ -124,6 +129,7 @@ def build_token_teachers(cfg, student, blocks: list[TeacherOptions],
         for module in model.trainable_modules().values():
             module.requires_grad_(False)
         model.set_eval_mode()
+        built[path, revision] = model
         teachers.append(TokenTeacher(t, model, shares_student=False))
     return teachers
 

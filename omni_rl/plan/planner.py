@@ -225,7 +225,7 @@ def _teacher_lines(plan: dict[str, Any]) -> list[str]:
         return []
     lines = [f"  teachers on every training device: {_size(plan['teachers']['device_bytes'])} (in both peaks)"]
     for t in teachers:
-        what = (t["where"] if t["shares_student"] else
+        what = (t["where"] if t["shares_student"] or not t["bytes"] else
                 f"{t['path']}, {_count(t['parameters'])} parameters, {_size(t['bytes'])} ({t['counted']})")
         lines.append(f"    {t['teacher']}: {what}")
     forward = (plan.get("trace") or {}).get("teacher_forward")

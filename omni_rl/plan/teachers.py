@@ -5,8 +5,10 @@ whole, in the model's dtype, beside the student, so a teacher's weights add to b
 every training device, unsharded. A teacher that is the student's own base (no `path`, no `lora`,
 LoRA training) holds no weights of its own. Any other is built weightless from its architecture
 folder (`architecture_folder(path)`, the student's `model.path` when it has none) and counted
-whole: its trained network(s) and, where the build has them, its own encoders and decoder. A
-teacher's LoRA file is not read (it need not exist when planning; it is small beside the base).
+whole: its trained network(s) and, where the build has them, its own encoders and decoder.
+Teachers of one base (`path`, `revision`) share one copy (their LoRAs are adapters on it), so
+the base is counted once. A teacher's LoRA file is not read (it need not exist when planning; it
+is small beside the base).
 
 Its forward runs in the update, with no gradient, while the student's micro-batch holds its
 activations: the training peak gains the larger teacher forward, traced on fake tensors at the
@@ -35,12 +37,20 @@ def plan_teacher_weights(cfg, cache: dict) -> dict[str, Any]:
     """Each teacher's parameters and bytes on a training device (module docstring): a JSON-able
     dict with the bytes every training device holds (`device_bytes`)."""
     rows, device_bytes = [], 0
+    holder: dict[tuple, str] = {}  # (path, revision) -> the teacher whose row counts that base
     for t in teachers_of(cfg.algo.family_options):
         if shares_student(cfg, t):
             rows.append({"teacher": t.name, "path": None, "shares_student": True, "parameters": 0, "bytes": 0,
                          "where": "the student's own weights, LoRA off"})
             continue
         path = cfg.model.path if t.path is None else t.path
+        revision = cfg.model.revision if t.path is None else t.revision
+        if (path, revision) in holder:
+            rows.append({"teacher": t.name, "path": path, "lora": t.lora, "shares_student": False, "parameters": 0,
+                         "bytes": 0, "where": f"the base of teacher {holder[path, revision]!r}, shared (its LoRA an "
+                                              f"adapter on it)"})
+            continue
+        holder[path, revision] = t.name
         key = ("teacher", path)
         if key not in cache:
             model_cfg = dataclasses.replace(cfg.model, path=path, lora=dataclasses.replace(cfg.model.lora, enabled=False))
