@@ -159,3 +159,24 @@ def test_a_teacher_whose_scores_are_not_finite_stops_the_run_naming_it():
     options = TokenDistillOptions(teachers=[TeacherOptions(name="maths")], distill_coef=1.0)
     with pytest.raises(TeacherOutputError, match=r"teacher 'maths': its scores of sample 1 \('two'\) are not finite"):
         token_distill([teacher], [0, 0], Micro(), torch.zeros(2, 2), torch.ones(2, 2), options, None)
+
+
+def test_a_text_teacher_of_another_tokenizer_is_one_error_line_and_exit_2(tmp_path, capsys):
+    # The tiny Qwen3's checkpoint with one more special token: the same architecture, another vocabulary.
+    import shutil
+    from pathlib import Path
+
+    from omni_rl.cli import main
+    from omni_rl.models.loading import resolve_model_path
+
+    other = shutil.copytree(Path(resolve_model_path("tiny:qwen3", None)), tmp_path / "other")
+    tokenizer = json.loads((other / "tokenizer.json").read_text())
+    taken = {t["id"] for t in tokenizer["added_tokens"]} | set(tokenizer["model"]["vocab"].values())
+    tokenizer["added_tokens"].append({"id": max(taken) + 1, "content": "<|extra|>", "single_word": False, "lstrip": False,
+                                      "rstrip": False, "normalized": False, "special": True})
+    (other / "tokenizer.json").write_text(json.dumps(tokenizer))
+    code = main([*ONE, f"algo.family_options.teachers=[{{name: t, path: '{other}'}}]", "algo.family_options.distill_coef=1.0",
+                 f"trainer.output_dir={tmp_path / 'run'}"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and err[-1].startswith("error: algo.family_options.teachers[0].path=")
+    assert "its tokenizer's vocabulary differs from the student's" in err[-1]
