@@ -25,6 +25,7 @@ from omni_rl.config.schema import OmniConfig
 from omni_rl.data.prompts import PromptSampler, validation_prompt_items
 from omni_rl.families import build_family
 from omni_rl.families.base import BehaviourPolicy, prompt_limits
+from omni_rl.families.teachers import teachers_of
 from omni_rl.families.update import FIRST_GAP_MAX_KEY, FIRST_GAP_MEAN_KEY
 from omni_rl.models.diffusion import DiffusionModelBase
 from omni_rl.models.limits import check_built_model, check_loaded_limits
@@ -98,7 +99,9 @@ class PPOTrainer:
             self._build_rewards()
             self.advantage_fn = get_advantage_estimator(cfg.algo.advantage)
             self.advantage_options = cfg.algo.advantage_options
-            self.no_signal = NoSignalWatch(self.advantage_options.max_uniform_steps)
+            # Teachers give a signal of their own (on-policy distillation): uniform rewards stop nothing.
+            self.no_signal = None if teachers_of(cfg.algo.family_options) else NoSignalWatch(
+                self.advantage_options.max_uniform_steps)
             self.rollout_correction = cfg.algo.rollout_correction_options
             self.logger_options = cfg.trainer.logger_options
             self.alarm = HeldoutAlarm(self.logger_options)
@@ -142,6 +145,8 @@ class PPOTrainer:
     def _build_rewards(self) -> None:
         rc = self.cfg.reward
         specs = reward_specs(rc.rewards)
+        # With teachers, a run may be pure distillation: its rewards, all of weight 0, only report.
+        metrics_only = bool(teachers_of(self.cfg.algo.family_options))
         workers = self.cfg.reward.worker_options
         if workers.num_workers > 0:
             # Reward models in their own Ray actors (and devices), scored several batches at once.
@@ -149,10 +154,11 @@ class PPOTrainer:
 
             self.owns_ray = connect_ray(self.cfg)
             self.rewards = RayRewardManager(
-                specs, self.cfg.plugins, workers.num_workers, rc.timeout_s, workers.num_cpus, workers.num_gpus
+                specs, self.cfg.plugins, workers.num_workers, rc.timeout_s, workers.num_cpus, workers.num_gpus,
+                metrics_only,
             )
         else:
-            self.rewards = RewardManager(specs, plugins=self.cfg.plugins)
+            self.rewards = RewardManager(specs, plugins=self.cfg.plugins, metrics_only=metrics_only)
         self.val_rewards = self.rewards
         if rc.val_rewards is not None:
             self.val_rewards = RewardManager(reward_specs(rc.val_rewards), plugins=self.cfg.plugins)
@@ -276,7 +282,8 @@ class PPOTrainer:
                 reward = self.rewards.score(*self.family.reward_inputs(batch))
             batch.rewards = reward.total
             # Before the update: a run of steps with no signal stops here, not after training on it.
-            self.no_signal.observe(step, reward.total, batch.group_index, reward.per_reward)
+            if self.no_signal is not None:
+                self.no_signal.observe(step, reward.total, batch.group_index, reward.per_reward)
             batch.advantages = self.advantage_fn(
                 AdvantageInput(reward.total, batch.group_index, self.advantage_options.std_mode, self.advantage_options.eps)
             )
