@@ -31,6 +31,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
+from omni_rl.agent.checks import check_agent_config
 from omni_rl.algos import ADVANTAGE_ESTIMATORS, DIFFUSION_LOSSES, FORWARD_LOSSES, STEP_KERNELS, TOKEN_LOSSES
 from omni_rl.algos.advantages import AdvantageOptions, needs_group
 from omni_rl.config.loader import compose_config
@@ -209,6 +210,7 @@ def check_components(cfg: OmniConfig) -> None:
     _check_policy_loss(cfg)
     # The losses' options, bound once here; the family builds its loss from them (`build_policy_loss`).
     _bind_loss_options(cfg, family)
+    check_agent_config(cfg, ADAPTERS.get(adapter_key(cfg.model.adapter, cfg.model.stage)))
     _check_groups(cfg)
     _check_engine(cfg)
     for block in OPTION_BLOCKS:

@@ -30,7 +30,7 @@ from omni_rl.errors import ConfigError
 from omni_rl.data.prompt_length import PromptLengthError, PromptLimitOptions, fit_prompt_lengths, shown, truncate_to_limit
 from omni_rl.data.prompts import PromptItem
 from omni_rl.data.text_batch import TextBatch
-from omni_rl.families.base import BehaviourPolicy, ModelFamily, register_family
+from omni_rl.families.base import MODEL_FAMILIES, BehaviourPolicy, ModelFamily, register_family
 from omni_rl.families.update import GAP_MAX_KEY, GAP_MEAN_KEY
 from omni_rl.families.scored_rollout import scored_rollout
 from omni_rl.families.teachers import check_routes, route
@@ -111,6 +111,13 @@ class TextFamily(ModelFamily):
     rollout_is_levels = ("token", "sequence")  # a response token; the whole response
     losses = TOKEN_LOSSES
     Options = TextFamilyOptions
+
+    @classmethod
+    def variant(cls, cfg: OmniConfig) -> type[ModelFamily]:
+        # An `agent:` block (tools or an environment): multi-turn trajectories, `families/agent.py`.
+        if cls is TextFamily and cfg.agent.enabled:
+            return MODEL_FAMILIES.get("agent")
+        return cls
 
     @classmethod
     def check_config(cls, cfg: OmniConfig) -> None:
