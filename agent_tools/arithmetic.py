@@ -10,7 +10,7 @@ calling; 0 by default, the plain accuracy). The question is the prompt itself (`
 `tiny:qwen3_calculator` is `tiny:qwen3_tools` after a short supervised cold start on the task's
 format (`cold_start`): agentic RL on a model that has never produced a tool call has no signal
 to climb, so, as in the recipes that train tool-using LLMs, the model first sees a few hundred
-demonstrations; most of them answer directly (and wrongly: the answers are random), a few call
+demonstrations; half of them answer directly (and wrongly: the answers are random), half call
 the calculator. RL then has to find that calling pays.
 """
 from __future__ import annotations
@@ -116,7 +116,7 @@ def demonstration_ids(tokenizer, tools: list[dict], messages: list[dict]) -> tup
     return ids, mask
 
 
-def cold_start(folder: Path, steps: int = 150, call_share: float = 0.3, seed: int = 0, batch: int = 16,
+def cold_start(folder: Path, steps: int = 400, call_share: float = 0.5, seed: int = 0, batch: int = 16,
                log_every: int = 0) -> None:
     """Teacher-force `tiny:qwen3_tools` on task demonstrations (loss on the assistant turns only)
     and save it to `folder`. The system turn (the tool list, some 500 tokens, the same in every
@@ -174,4 +174,4 @@ def cold_start(folder: Path, steps: int = 150, call_share: float = 0.3, seed: in
 
 @register_tiny_model("qwen3_calculator")
 def build_tiny_qwen3_calculator(folder: Path) -> None:
-    cold_start(folder)
+    cold_start(folder, log_every=50)
