@@ -24,9 +24,9 @@ def check_agent_config(cfg: OmniConfig, adapter_class: type) -> None:
         if item.name not in TOOLS:
             raise ConfigError(f"{key}.name={item.name!r}: unknown tool; registered: {', '.join(TOOLS.names()) or 'none'} "
                               f"(a tools plugin may be missing from `plugins`)")
-        if type(item.tool_options) is not TOOLS.get(item.name).Options:
-            item.tool_options = bind_options(TOOLS.get(item.name).Options, item.tool_options, f"{key}.tool_options",
-                                             f"tool {item.name}")
+        # Checked here; the mapping stays in the config (a list's items are not options blocks the
+        # written config turns back into mappings) and the agent family binds it when it builds the tool.
+        bind_options(TOOLS.get(item.name).Options, item.tool_options, f"{key}.tool_options", f"tool {item.name}")
     names = [item.name for item in a.tools]
     repeated = sorted({n for n in names if names.count(n) > 1})
     if repeated:
