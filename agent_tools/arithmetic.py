@@ -116,7 +116,7 @@ def demonstration_ids(tokenizer, tools: list[dict], messages: list[dict]) -> tup
     return ids, mask
 
 
-def cold_start(folder: Path, steps: int = 400, call_share: float = 0.5, seed: int = 0, batch: int = 16,
+def cold_start(folder: Path, steps: int = 500, call_share: float = 0.6, seed: int = 0, batch: int = 16,
                log_every: int = 0) -> None:
     """Teacher-force `tiny:qwen3_tools` on task demonstrations (loss on the assistant turns only)
     and save it to `folder`. The system turn (the tool list, some 500 tokens, the same in every
@@ -127,7 +127,10 @@ def cold_start(folder: Path, steps: int = 400, call_share: float = 0.5, seed: in
     from adapters.tiny.qwen3 import write_tiny_qwen3_tools
     from agent_tools.calculator import Calculator
 
-    write_tiny_qwen3_tools(folder, seed=seed)
+    # Twice tiny:qwen3's width, 16-wide heads and a short RoPE wavelength: copying the question
+    # into the call reads a token some 50 positions back, which 8-wide heads at theta 10^4 barely
+    # tell from its neighbours.
+    write_tiny_qwen3_tools(folder, seed=seed, hidden_size=64, head_dim=16, rope_theta=500.0)
     tokenizer = AutoTokenizer.from_pretrained(folder)
     model = AutoModelForCausalLM.from_pretrained(folder)
     tools = [Calculator(None).schema()]

@@ -108,17 +108,19 @@ def build_tools_tokenizer():
     return tokenizer
 
 
-def write_tiny_qwen3_tools(folder: Path, seed: int = 0) -> None:
+def write_tiny_qwen3_tools(folder: Path, seed: int = 0, hidden_size: int = 32, head_dim: int = 8,
+                           rope_theta: float = 10000.0) -> None:
     """`tiny:qwen3` with the tools tokenizer and 1024 positions (a tool list in the system turn
-    is some 500 byte tokens)."""
+    is some 500 byte tokens); four query and two key/value heads of `head_dim`."""
     from transformers import Qwen3Config, Qwen3ForCausalLM
 
     folder = Path(folder)
     torch.manual_seed(seed)
     tokenizer = build_tools_tokenizer()
     config = Qwen3Config(
-        vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-        num_attention_heads=4, num_key_value_heads=2, head_dim=8, max_position_embeddings=1024,
+        vocab_size=len(tokenizer), hidden_size=hidden_size, intermediate_size=2 * hidden_size, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, head_dim=head_dim, max_position_embeddings=1024,
+        rope_parameters={"rope_type": "default", "rope_theta": rope_theta},
         tie_word_embeddings=True, eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id,
         architectures=["Qwen3ForCausalLM"],
     )
