@@ -9,7 +9,7 @@ trajectory that decides what follows each model turn:
 2. the calls run through the `ToolRunner` (own thread, timeout, output cap);
 3. the environment, if any, steps on the turn (its reward for the turn, a user turn, done);
 4. the trajectory ends on an answer without a tool call, on the environment's done, or at a
-   limit (`agent.max_turns`, `agent.max_total_tokens`, a turn cut at max_new_tokens), keeping
+   limit (`max_turns`, `max_total_tokens`, a turn cut at max_new_tokens), keeping
    what it has; otherwise the answers are rendered by the chat template and fed to the engine.
 
 Sessions step in a small thread pool, so the engine keeps decoding the other trajectories while
@@ -27,7 +27,7 @@ from omni_rl.agent.chat import ChatFormat, parse_tool_calls
 from omni_rl.agent.components import Environment, Tool, ToolCallRecord, Turn
 from omni_rl.agent.runner import ToolRunner
 from omni_rl.agent.trajectory import Trajectory, combine_turn_rewards
-from omni_rl.config.schema import AgentConfig
+from omni_rl.agent.options import AgentOptions
 
 log = logging.getLogger(__name__)
 
@@ -36,7 +36,7 @@ class Session:
     """One trajectory's side of the loop: its environment, its record, its limits."""
 
     def __init__(self, trajectory: Trajectory, decode: Callable[[list[int]], str], runner: ToolRunner,
-                 chat: ChatFormat, agent: AgentConfig, environment: Optional[Environment]):
+                 chat: ChatFormat, agent: AgentOptions, environment: Optional[Environment]):
         self.trajectory = trajectory
         self.decode = decode
         self.runner = runner
@@ -98,7 +98,7 @@ class AgentHandler:
 
 
 def run_trajectories(
-    engine, requests: Sequence[Any], prompts: Sequence[str], metadata: Sequence[dict], agent: AgentConfig,
+    engine, requests: Sequence[Any], prompts: Sequence[str], metadata: Sequence[dict], agent: AgentOptions,
     tools: dict[str, Tool], chat: ChatFormat, decode: Callable[[list[int]], str],
     environment: Optional[Callable[[str, dict], Environment]] = None,
 ) -> tuple[list[Any], list[Trajectory]]:

@@ -254,50 +254,6 @@ class TrainerConfig:
 
 
 @dataclass
-class AgentToolConfig:
-    """One tool the agent may call: its registered name and its options (the tool's `Options`)."""
-
-    name: str = "calculator"
-    tool_options: dict[str, Any] = field(default_factory=dict)
-
-
-@dataclass
-class AgentConfig:
-    """Multi-turn agentic rollout (`omni_rl.agent`): off while no tool and no environment is named.
-    A trajectory ends when the model answers without a tool call (and the environment, if any,
-    is done), or at a limit below; a limit keeps what the trajectory has and records the reason
-    (`agent/finish/<reason>` and the sample log)."""
-
-    tools: list[AgentToolConfig] = field(default_factory=list)
-    # A registered environment (state across the turns of one trajectory, per-turn rewards).
-    environment: Optional[str] = None
-    environment_options: dict[str, Any] = field(default_factory=dict)
-    # A system turn before each prompt (the chat template puts the tools' schemas there too).
-    system_prompt: Optional[str] = None
-    # Model turns per trajectory: after the last one the trajectory ends (reason max_turns).
-    max_turns: int = 4
-    # Tokens after the prompt, model and tool turns together: the trajectory ends when its next
-    # turn would not fit (reason max_total_tokens). Each model turn is also bounded by
-    # algo.family_options.max_new_tokens (reason length).
-    max_total_tokens: int = 512
-    # A tool call not answered within this is cut off: the model reads an error observation.
-    tool_timeout_s: float = 10.0
-    # A tool's answer longer than this is cut to it (the model reads that it was cut).
-    max_tool_output_chars: int = 2000
-    # Threads that run the trajectories' tool calls (each call also has a thread of its own, so
-    # a hanging tool holds none of these past tool_timeout_s).
-    tool_threads: int = 8
-    # How an environment's per-turn rewards make the trajectory's return (the `trajectory_return`
-    # reward): sum, or discounted (sum of discount^t * r_t over model turns t).
-    turn_reward: str = "sum"
-    discount: float = 1.0
-
-    @property
-    def enabled(self) -> bool:
-        return bool(self.tools) or self.environment is not None
-
-
-@dataclass
 class OmniConfig:
     """The whole job. `recipe` is filled with the recipe's name when it is loaded."""
 
@@ -313,4 +269,3 @@ class OmniConfig:
     data: DataConfig = field(default_factory=DataConfig)
     optim: OptimConfig = field(default_factory=OptimConfig)
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
-    agent: AgentConfig = field(default_factory=AgentConfig)

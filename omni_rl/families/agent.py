@@ -1,6 +1,6 @@
-"""The agent family: the text family with multi-turn trajectories (`agent:` in the config).
+"""The agent family: the text family with multi-turn trajectories (`algo.family_options.agent_options`).
 
-The autoregressive family's variant when the config names tools or an environment
+The autoregressive family's variant when its agent options name tools or an environment
 (`TextFamily.variant`). Its rollout runs the agent loop (`omni_rl.agent.loop`) on an engine
 that samples multi-turn; everything after the rollout is the text family's own: a trajectory is
 one sample whose response is every turn after the prompt, and its `response_mask` is 0 on the
@@ -25,33 +25,31 @@ from omni_rl.agent.chat import ChatFormat
 from omni_rl.agent.components import ENVIRONMENTS, TOOLS, Tool
 from omni_rl.agent.loop import run_trajectories
 from omni_rl.agent.trajectory import FINISH_REASONS, Trajectory
-from omni_rl.config.options import bind_options
+from omni_rl.agent.options import AgentOptions
 from omni_rl.data.prompts import PromptItem
 from omni_rl.data.text_batch import TextBatch
-from omni_rl.families.autoregressive import TextFamily, messages_of
+from omni_rl.families.autoregressive import TextFamily, agent_options_of, messages_of
 from omni_rl.families.base import register_family
 from omni_rl.models.autoregressive import PromptInputs
 from omni_rl.utils.atomic import atomic_write_text
 from omni_rl.utils.seeding import derive_seed
 
 
-def build_tools(cfg) -> dict[str, Tool]:
-    tools = {}
-    for i, item in enumerate(cfg.agent.tools):
-        cls = TOOLS.get(item.name)
-        options = item.tool_options
-        if type(options) is not cls.Options:  # a config built in code, not through the load's checks
-            options = bind_options(cls.Options, options, f"agent.tools[{i}].tool_options", f"tool {item.name}")
-        tools[item.name] = cls(options)
-    return tools
+def build_tools(agent: AgentOptions) -> dict[str, Tool]:
+    """The configured tools, each built from its options (bound at load)."""
+    return {item["name"]: TOOLS.get(item["name"])(item["tool_options"]) for item in agent.tools}
 
 
 @register_family("agent")
 class AgentFamily(TextFamily):
     def __init__(self, cfg, model, options=None, trains: bool = True):
         super().__init__(cfg, model, options, trains)
-        self.tools = build_tools(cfg)
-        self.chat = ChatFormat(model, [tool.schema() for tool in self.tools.values()], cfg.agent.system_prompt)
+        self.agent = agent_options_of(self.options)
+        if self.agent is None:
+            raise ValueError("the agent family needs algo.family_options.agent_options with tools or an environment, "
+                             "bound at load (omni_rl.compose)")
+        self.tools = build_tools(self.agent)
+        self.chat = ChatFormat(model, [tool.schema() for tool in self.tools.values()], self.agent.system_prompt)
 
     def _encode_uncached(self, item: PromptItem) -> PromptInputs:
         if item.media:
@@ -59,18 +57,15 @@ class AgentFamily(TextFamily):
         return PromptInputs(input_ids=torch.tensor(self.chat.prompt_ids(messages_of(item)), dtype=torch.long))
 
     def _environment(self):
-        a = self.cfg.agent
+        a = self.agent
         if a.environment is None:
             return None
-        cls = ENVIRONMENTS.get(a.environment)
-        options = a.environment_options
-        if type(options) is not cls.Options:
-            options = bind_options(cls.Options, options, "agent.environment_options", f"environment {a.environment}")
+        cls, options = ENVIRONMENTS.get(a.environment), a.environment_options
         return lambda prompt, metadata: cls(options, prompt, metadata)
 
     def trajectories(self, engine, requests, items: list[PromptItem]) -> tuple[list, list[Trajectory]]:
         return run_trajectories(engine, requests, [i.prompt for i in items], [i.metadata for i in items],
-                                self.cfg.agent, self.tools, self.chat, self.model.decode_tokens, self._environment())
+                                self.agent, self.tools, self.chat, self.model.decode_tokens, self._environment())
 
     def rollout(self, engine, prompts: list[PromptItem], step: int, score=None) -> tuple[TextBatch, list]:
         n = self.cfg.trainer.samples_per_prompt

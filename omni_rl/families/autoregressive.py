@@ -19,10 +19,11 @@ import json
 import logging
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 import torch
 
+from omni_rl.agent.options import AgentOptions
 from omni_rl.algos.token_losses import SUM_NORM_MODE, TOKEN_LOSSES, AggregatedTokenOptions, TokenLoss, TokenLossInput
 from omni_rl.option import option
 from omni_rl.config.schema import OmniConfig
@@ -93,11 +94,23 @@ class TextOptions(TokenSamplingOptions, PromptLimitOptions):
 
 @dataclass
 class TextFamilyOptions(TextOptions, TokenDistillOptions):
-    """The text family's options: sampling, prompt length, and on-policy distillation's teachers."""
+    """The text family's options: sampling, prompt length, on-policy distillation's teachers, and
+    the agent loop's (`agent_options`: set, the run samples multi-turn trajectories with tools)."""
+
+    agent_options: dict[str, Any] = option({}, "The agent loop (`omni_rl.agent.options.AgentOptions`: tools, "
+                                               "environment, limits); empty: one response per prompt.")
 
     def check(self) -> None:
         TextOptions.check(self)
         TokenDistillOptions.check(self)
+
+
+def agent_options_of(options: Any) -> Optional[AgentOptions]:
+    """The bound agent options of a text model's family options when they make the run agentic."""
+    if isinstance(options, TextFamilyOptions) and isinstance(options.agent_options, AgentOptions) \
+            and options.agent_options.enabled:
+        return options.agent_options
+    return None
 
 
 def messages_of(item: PromptItem) -> list[dict]:
@@ -114,10 +127,17 @@ class TextFamily(ModelFamily):
 
     @classmethod
     def variant(cls, cfg: OmniConfig) -> type[ModelFamily]:
-        # An `agent:` block (tools or an environment): multi-turn trajectories, `families/agent.py`.
-        if cls is TextFamily and cfg.agent.enabled:
+        # algo.family_options.agent_options (tools or an environment): multi-turn trajectories, `families/agent.py`.
+        if cls is TextFamily and agent_options_of(cfg.algo.family_options) is not None:
             return MODEL_FAMILIES.get("agent")
         return cls
+
+    @classmethod
+    def nested_option_blocks(cls, options) -> tuple[tuple[str, type, str, str], ...]:
+        """The agent loop's block, bound where the recipe sets one (left empty, it stays a mapping)."""
+        if isinstance(options, TextFamilyOptions) and options.agent_options:
+            return (("agent_options", AgentOptions, "algo.family_options.agent_options", "the agent loop"),)
+        return ()
 
     @classmethod
     def check_config(cls, cfg: OmniConfig) -> None:

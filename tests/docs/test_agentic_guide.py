@@ -20,17 +20,17 @@ from omni_rl.compose import load_config
 from omni_rl.agent import ENVIRONMENTS, TOOLS, Turn
 from omni_rl.agent.components import ToolCall
 from omni_rl.agent.runner import ToolRunner
-from omni_rl.config.options import bind_options
 
 cfg = load_config(["recipe=" + RECIPE])
-item = cfg.agent.tools[0]
-tool = TOOLS.get(item.name)(bind_options(TOOLS.get(item.name).Options, item.tool_options, "t", "tool"))
-runner = ToolRunner({item.name: tool}, timeout_s=5, max_output_chars=100)
+agent = cfg.algo.family_options.agent_options
+item = agent.tools[0]
+tool = TOOLS.get(item["name"])(item["tool_options"])
+runner = ToolRunner({item["name"]: tool}, timeout_s=5, max_output_chars=100)
 print(runner.run(ToolCall("word_count", {"text": "one two three"})).observation)
 print(runner.run(ToolCall("word_count", {"text": "w " * 200})).observation)
-env = ENVIRONMENTS.get(cfg.agent.environment)(cfg.agent.environment_options, "p", {"start": 2})
+env = ENVIRONMENTS.get(agent.environment)(agent.environment_options, "p", {"start": 2})
 print([(s.observation, s.reward, s.done) for s in (env.step(Turn(0, "5")), env.step(Turn(1, "2")), env.step(Turn(2, "1")))])
-print(cfg.agent.turn_reward, cfg.agent.discount, cfg.reward.rewards[0].name)
+print(agent.turn_reward, agent.discount, cfg.reward.rewards[0].name)
 """
 
 
@@ -41,7 +41,7 @@ def test_the_agentic_guide_runs_as_written(tmp_path):
     for path, text in files.items():
         (tmp_path / path).write_text(text)
     recipe = yaml.safe_load(files["recipe.yaml"])
-    assert recipe["agent"]["environment"] == "countdown"
+    assert recipe["algo"]["family_options"]["agent_options"]["environment"] == "countdown"
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(ROOT)])}
     script = f"RECIPE = {str(tmp_path / 'recipe.yaml')!r}\n" + SCRIPT
     proc = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, env=env, capture_output=True, text=True)

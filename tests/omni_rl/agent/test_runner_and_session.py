@@ -15,7 +15,7 @@ from omni_rl.agent.loop import run_trajectories
 from omni_rl.agent.runner import ToolRunner, check_arguments
 from omni_rl.agent.components import ToolCall
 from omni_rl.agent.trajectory import combine_turn_rewards
-from omni_rl.config.schema import AgentConfig
+from omni_rl.agent.options import AgentOptions
 
 
 class Echo(Tool):
@@ -148,7 +148,7 @@ class Request:
 
 
 def _run(turns, **agent):
-    cfg = AgentConfig(max_total_tokens=10_000, tool_timeout_s=0.3, max_tool_output_chars=64, **agent)
+    cfg = AgentOptions(max_total_tokens=10_000, tool_timeout_s=0.3, max_tool_output_chars=64, **agent)
     chat = ScriptedChat()
     results, trajectories = run_trajectories(
         ScriptedEngine(turns), [Request(i) for i in turns], ["q"] * len(turns), [{}] * len(turns), cfg, TOOLS, chat,
@@ -185,7 +185,7 @@ def test_the_turn_limit_ends_the_trajectory_with_what_it_has():
 def test_a_full_budget_ends_the_trajectory():
     turns = {0: [call("echo", text="a" * 30)] * 3}
     cfg_tokens = len(call("echo", text="a" * 30)) + 1 + 5  # room for the first turn, not its answer
-    cfg = AgentConfig(max_total_tokens=cfg_tokens, max_turns=5)
+    cfg = AgentOptions(max_total_tokens=cfg_tokens, max_turns=5)
     _, [t] = run_trajectories(ScriptedEngine(turns), [Request(0)], ["q"], [{}], cfg, TOOLS, ScriptedChat(),
                               decode=lambda ids: "".join(chr(i) for i in ids))
     assert t.finish_reason == "max_total_tokens" and t.model_turns == 1
