@@ -10,8 +10,8 @@ calling; 0 by default, the plain accuracy). The question is the prompt itself (`
 `tiny:qwen3_calculator` is `tiny:qwen3_tools` after a short supervised cold start on the task's
 format (`cold_start`): agentic RL on a model that has never produced a tool call has no signal
 to climb, so, as in the recipes that train tool-using LLMs, the model first sees a few hundred
-demonstrations; half of them answer directly (and wrongly: the answers are random), half call
-the calculator. RL then has to find that calling pays.
+demonstrations; 40% of them answer directly (and wrongly: the answers are random), 60% call
+the calculator and copy its answer. RL then has to find that calling pays.
 """
 from __future__ import annotations
 
