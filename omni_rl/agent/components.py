@@ -67,10 +67,11 @@ class Tool(ABC):
     def __init__(self, options: Any = None):
         self.options = options
 
-    def schema(self) -> dict[str, Any]:
+    @classmethod
+    def schema(cls) -> dict[str, Any]:
         """The tool as the chat template's `tools=` takes it (OpenAI's function format)."""
         return {"type": "function",
-                "function": {"name": self.name, "description": self.description, "parameters": self.parameters}}
+                "function": {"name": cls.name, "description": cls.description, "parameters": cls.parameters}}
 
     @abstractmethod
     def __call__(self, arguments: dict[str, Any]) -> Observation | str:

@@ -48,8 +48,17 @@ class AgentFamily(TextFamily):
         if self.agent is None:
             raise ValueError("the agent family needs algo.family_options.agent_options with tools or an environment, "
                              "bound at load (omni_rl.compose)")
-        self.tools = build_tools(self.agent)
-        self.chat = ChatFormat(model, [tool.schema() for tool in self.tools.values()], self.agent.system_prompt)
+        # The tools are built on the first rollout: a family that only trains (a Ray rank) never
+        # loads what they need (the draw tool's diffusion model).
+        self._tools: dict[str, Tool] | None = None
+        self.chat = ChatFormat(model, [TOOLS.get(item["name"]).schema() for item in self.agent.tools],
+                               self.agent.system_prompt)
+
+    @property
+    def tools(self) -> dict[str, Tool]:
+        if self._tools is None:
+            self._tools = build_tools(self.agent)
+        return self._tools
 
     def _encode_uncached(self, item: PromptItem) -> PromptInputs:
         if item.media:
