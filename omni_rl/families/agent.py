@@ -54,6 +54,10 @@ class AgentFamily(TextFamily):
         self.chat = ChatFormat(model, [TOOLS.get(item["name"]).schema() for item in self.agent.tools],
                                self.agent.system_prompt)
 
+    def response_budget(self) -> tuple[int, str]:
+        # Prompt and trajectory share the model's positions: every turn after the prompt counts.
+        return self.agent.max_total_tokens, "algo.family_options.agent_options.max_total_tokens"
+
     @property
     def tools(self) -> dict[str, Tool]:
         if self._tools is None:

@@ -187,16 +187,21 @@ class TextFamily(ModelFamily):
         limit, _ = self._prompt_limit
         return limit
 
+    def response_budget(self) -> tuple[int, str]:
+        """(the most tokens after a prompt, the config key that sets it): a response's
+        max_new_tokens here; a whole trajectory's for the agent family."""
+        return self.options.max_new_tokens, "algo.family_options.max_new_tokens"
+
     @functools.cached_property
     def _prompt_limit(self) -> tuple[Optional[int], str]:
         """(limit, where it comes from in words); raises if the keys leave no room for a prompt."""
         context = self.model.context_length()
-        max_new = self.options.max_new_tokens
+        max_new, budget_key = self.response_budget()
         given = self.options.max_prompt_tokens
         if given is not None:
             if context is not None and given + max_new > context:
                 raise PromptLengthError(
-                    f"algo.family_options.max_prompt_tokens={given} plus algo.family_options.max_new_tokens={max_new} is "
+                    f"algo.family_options.max_prompt_tokens={given} plus {budget_key}={max_new} is "
                     f"{given + max_new} tokens, over the model's {context} positions; lower one of them "
                     f"(or set algo.family_options.max_prompt_tokens=null for {context} - {max_new} = {context - max_new})"
                 )
@@ -210,10 +215,10 @@ class TextFamily(ModelFamily):
             return None, "no limit"
         if context - max_new < 1:
             raise PromptLengthError(
-                f"algo.family_options.max_new_tokens={max_new} leaves no room for a prompt in the model's {context} "
+                f"{budget_key}={max_new} leaves no room for a prompt in the model's {context} "
                 f"positions; set it below {context}"
             )
-        return context - max_new, f"the model's {context} positions less algo.family_options.max_new_tokens={max_new}"
+        return context - max_new, f"the model's {context} positions less {budget_key}={max_new}"
 
     def fit_prompts(self, items: list[PromptItem], what: str = "data.prompts") -> list[PromptItem]:
         """The prompts of `items` to run, every one measured now: those over `prompt_token_limit`

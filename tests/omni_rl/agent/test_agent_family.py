@@ -135,3 +135,10 @@ def test_bad_agent_config_is_one_line(override, message):
     with pytest.raises(ConfigError) as err:
         load_config(["recipe=tiny_qwen3_calculator_agent", override])
     assert "\n" not in str(err.value) and str(err.value).startswith(message), str(err.value)
+
+
+def test_the_prompt_limit_leaves_room_for_the_whole_trajectory(rolled):
+    _, model, family, _, _ = rolled
+    context = model.context_length()
+    # The prompt may take what the trajectory's budget (160 here) leaves, not what a turn's does.
+    assert family.prompt_token_limit == context - 160
