@@ -150,7 +150,7 @@ def cold_start(folder: Path, steps: int = 500, call_share: float = 0.6, seed: in
             rows.append(ids[len(shared):])
             masks.append(mask[len(shared):])
         with torch.no_grad():
-            cache = model(input_ids=torch.tensor([shared]), use_cache=True).past_key_values
+            cache = model(input_ids=torch.tensor([shared]), use_cache=True).cache
         cache.batch_repeat_interleave(len(rows))
         width = max(len(r) for r in rows)
         ids = torch.full((len(rows), width), tokenizer.pad_token_id)
@@ -160,7 +160,7 @@ def cold_start(folder: Path, steps: int = 500, call_share: float = 0.6, seed: in
             ids[i, :len(r)], mask[i, :len(m)] = torch.tensor(r), torch.tensor(m, dtype=torch.float)
             attention[i, len(shared) + len(r):] = 0
         positions = torch.arange(len(shared), len(shared) + width).expand(len(rows), -1)
-        logits = model(input_ids=ids, attention_mask=attention, position_ids=positions, past_key_values=cache,
+        logits = model(input_ids=ids, attention_mask=attention, position_ids=positions, cache=cache,
                        use_cache=True).logits[:, :-1]
         loss = torch.nn.functional.cross_entropy(logits.transpose(1, 2), ids[:, 1:], reduction="none")
         loss = (loss * mask[:, 1:]).sum() / mask[:, 1:].sum()
@@ -168,7 +168,7 @@ def cold_start(folder: Path, steps: int = 500, call_share: float = 0.6, seed: in
         loss.backward()
         optimizer.step()
         if log_every and (step + 1) % log_every == 0:
-            print(f"cold start step {step + 1}: loss {float(loss):.3f}", flush=True)
+            print(f"cold start step {step + 1}: loss {float(loss.detach()):.3f}", flush=True)
     model.eval()
     model.save_pretrained(folder)
     (Path(folder) / "cold_start.json").write_text(json.dumps(
