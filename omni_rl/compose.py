@@ -31,6 +31,8 @@ import re
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
+from omni_rl.agent.checks import check_agent_config, check_agent_names
+from omni_rl.agent.components import ENVIRONMENTS, TOOLS
 from omni_rl.algos import ADVANTAGE_ESTIMATORS, DIFFUSION_LOSSES, FORWARD_LOSSES, STEP_KERNELS, TOKEN_LOSSES
 from omni_rl.algos.advantages import AdvantageOptions, needs_group
 from omni_rl.config.loader import compose_config
@@ -40,6 +42,7 @@ from omni_rl.errors import ConfigError
 from omni_rl.engine.registry import TRAINING_ENGINES
 from omni_rl.registry import Registry, RegistryUnion
 from omni_rl.families import MODEL_FAMILIES
+from omni_rl.families.autoregressive import agent_options_of
 from omni_rl.algos.rollout_correction import RolloutCorrectionOptions
 from omni_rl.families.base import check_rollout_correction
 from omni_rl.logging import SINK_NAMES, LoggerOptions
@@ -209,6 +212,9 @@ def check_components(cfg: OmniConfig) -> None:
     _check_policy_loss(cfg)
     # The losses' options, bound once here; the family builds its loss from them (`build_policy_loss`).
     _bind_loss_options(cfg, family)
+    agent = _bind_agent_blocks(cfg)
+    if agent is not None:
+        check_agent_config(cfg, agent, ADAPTERS.get(adapter_key(cfg.model.adapter, cfg.model.stage)))
     _check_groups(cfg)
     _check_engine(cfg)
     for block in OPTION_BLOCKS:
@@ -242,6 +248,24 @@ def check_components(cfg: OmniConfig) -> None:
         raise ConfigError(f"trainer.device={cfg.trainer.device!r}: expected auto, cpu, cuda[:N] or npu[:N]")
 
 
+def _bind_agent_blocks(cfg: OmniConfig):
+    """The agent loop's tools' and environment's options (`algo.family_options.agent_options`),
+    bound to their registered classes' `Options`; the bound agent options, or None without them."""
+    agent = agent_options_of(cfg.algo.family_options)
+    if agent is None:
+        return None
+    check_agent_names(agent)
+    key = "algo.family_options.agent_options"
+    for i, item in enumerate(agent.tools):
+        item.setdefault("tool_options", {})
+        _bind(item, "tool_options", TOOLS.get(item["name"]).Options, f"{key}.tools[{i}].tool_options",
+              f"tool {item['name']}")
+    if agent.environment is not None:
+        _bind(agent, "environment_options", ENVIRONMENTS.get(agent.environment).Options, f"{key}.environment_options",
+              f"environment {agent.environment}")
+    return agent
+
+
 def bind_blocks(cfg: OmniConfig) -> OmniConfig:
     """Bind every options block of a config that was composed and checked elsewhere, in place,
     without the load's rules: the rollout server's process reads the config its trainer wrote
@@ -264,6 +288,7 @@ def bind_blocks(cfg: OmniConfig) -> OmniConfig:
         _bind(family_options, attr, options_class, key, owner)
     for name in {*a.policy_loss_options, a.policy_loss} & set(family.losses.names()):
         _bind(a.policy_loss_options, name, family.losses.get(name).Options, f"algo.policy_loss_options.{name}", f"loss {name}")
+    _bind_agent_blocks(cfg)
     if t.engine is None:
         t.engine = ACTOR_GROUPS.get(t.backend).engines[0]
     for block in OPTION_BLOCKS:

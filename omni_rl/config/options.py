@@ -225,6 +225,8 @@ def recipe_values(value: Any) -> Any:
         return out
     if isinstance(value, Mapping):
         return {key: recipe_values(item) for key, item in value.items()}
+    if isinstance(value, list):  # a list of blocks: the agent loop's tools, each with its tool_options
+        return [recipe_values(item) for item in value]
     return value
 
 

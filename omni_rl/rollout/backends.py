@@ -116,6 +116,9 @@ class RolloutBackend:
     samples: Optional[type] = None
     # (module, pip name) pairs its engine imports: the Python it runs in must have them.
     packages: tuple[tuple[str, str], ...] = ()
+    # Whether its text engine samples an agent's multi-turn trajectories (`generate_turns`, one
+    # KV cache per trajectory across its turns); False: an `agent:` run refuses it at load.
+    multi_turn: bool = False
 
 
 ROLLOUT_BACKENDS: Registry[RolloutBackend] = Registry("rollout backend")
@@ -124,12 +127,13 @@ ROLLOUT_BACKENDS: Registry[RolloutBackend] = Registry("rollout backend")
 def register_rollout_backend(name: str, options_class: type = NativeOptions, beside_trainer=None,
                              shares_model: bool = False, loads_own_weights: bool = False, check_config=None,
                              takes_top_p: bool = True, samples: Optional[type] = None,
-                             packages: tuple[tuple[str, str], ...] = (), records_routes: bool = False):
+                             packages: tuple[tuple[str, str], ...] = (), records_routes: bool = False,
+                             multi_turn: bool = False):
     """Decorator: register `build(cfg, model) -> RolloutEngine` as backend `name` with its spec."""
     def decorator(build):
         ROLLOUT_BACKENDS.register(name, RolloutBackend(build, options_class, beside_trainer, shares_model,
                                                        loads_own_weights, takes_top_p, records_routes, check_config,
-                                                       samples, packages))
+                                                       samples, packages, multi_turn))
         return build
 
     return decorator
@@ -189,7 +193,8 @@ def native_driver(cfg: OmniConfig, driver: str) -> str:
 
 
 # The native engine samples with the model it is given; beside the trainer that is a copy.
-@register_rollout_backend("native", NativeOptions, beside_trainer=_always, shares_model=True, records_routes=True)
+@register_rollout_backend("native", NativeOptions, beside_trainer=_always, shares_model=True, records_routes=True,
+                          multi_turn=True)
 def native_engine(cfg: OmniConfig, model) -> RolloutEngine:
     r = cfg.rollout
     if isinstance(model, DiffusionModelBase):
