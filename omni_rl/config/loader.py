@@ -267,11 +267,13 @@ def _check_moved_item_keys(item: str) -> None:
     names a moved key of its items as the recipe check does; a value that is no YAML list is left
     to Hydra."""
     key, _, value = item.partition("=")
-    try:
-        items = yaml.safe_load(value)
-    except yaml.YAMLError:
+    if not value.lstrip().startswith("["):
         return
-    if isinstance(items, list):
+    try:
+        items = OmegaConf.create(value)
+    except (OmegaConfBaseException, ValueError, yaml.YAMLError):
+        return
+    if OmegaConf.is_list(items):
         section, _, name = key.partition(".")
         _check_moved_keys({section: {name: items}}, f"override {item!r}")
 

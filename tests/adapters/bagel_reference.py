@@ -225,7 +225,7 @@ def pipeline(model, fresh: bool):
         with torch.device("meta"):
             net = BagelNetwork(model.llm_config, net.max_latent_size, net.connector.fc1.in_features, net.vit_pos_embed.side)
         read_network(net, Path(model.path), torch.float32)
-    cfg, options, tok = model.cfg, model.adapter_options, model.tokenizer
+    cfg, options, tok = model.cfg, model.options, model.tokenizer
     return SimpleNamespace(network=net, tokenizer=tok, shift=options.timestep_shift, max_len=options.max_sequence_length,
                            interval=options.cfg_interval or (0.0, 1.0), renorm_min=options.cfg_renorm_min,
                            image_scale=options.image_guidance_scale, vae=model.vae, vit=siglip(Path(model.path)),

@@ -71,7 +71,7 @@ def test_the_guidance_embedding_is_the_options_value_and_changes_the_output(mode
     """At `model.adapter_options.guidance=5` the rollout is the pipeline's at `guidance_scale=5` (and not at
     3.5): the embedding the transformer reads is the option's value, and it moves the sample."""
     five = build(CASE, guidance=5.0)
-    assert five.options.guidance == 5.0 and model.adapter_options.guidance == 3.5
+    assert five.options.guidance == 5.0 and model.options.guidance == 3.5
     noise = initial_noise(five, CASE, seed=2)
     (ours,), _ = generate(five, [ode(CASE, "a red cube", noise)], max_num_seqs=1)
     pipe = pipeline(five, False)

@@ -193,7 +193,7 @@ def pipeline_options(model) -> dict:
     video, audio = terms["video"], terms["audio"]
     return dict(
         audio_guidance_scale=audio.cfg, stg_scale=video.stg, audio_stg_scale=audio.stg,
-        spatio_temporal_guidance_blocks=list(model.adapter_options.stg_blocks) or None, modality_scale=video.modality,
+        spatio_temporal_guidance_blocks=list(model.options.stg_blocks) or None, modality_scale=video.modality,
         audio_modality_scale=audio.modality, guidance_rescale=video.rescale, audio_guidance_rescale=audio.rescale,
     )
 

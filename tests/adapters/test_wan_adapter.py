@@ -78,7 +78,7 @@ def test_euler_ode_equals_diffusers_pipeline(name, guidance_2, wan22, ti2v):
     if model.transformer_2 is not None:  # the schedule crosses the boundary: both experts run
         t = sigmas[:-1] * model.num_train_timesteps
         assert (t >= model.boundary_timestep).any() and (t < model.boundary_timestep).any()
-    model.adapter_options.guidance_scale_2 = guidance_2
+    model.options.guidance_scale_2 = guidance_2
     try:
         x0 = noise(model, len(prompts))
         cond = model.encode_prompts(prompts, negative)
@@ -93,7 +93,7 @@ def test_euler_ode_equals_diffusers_pipeline(name, guidance_2, wan22, ti2v):
             guidance_scale_2=guidance_2, output_type="latent", max_sequence_length=SEQ,
         ).frames
     finally:
-        model.adapter_options.guidance_scale_2 = None
+        model.options.guidance_scale_2 = None
     torch.testing.assert_close(x, expected.float(), atol=1e-5, rtol=1e-5)
 
 
@@ -112,7 +112,7 @@ def test_packed_batch_equals_each_sample_alone(name, wan22, ti2v):
     sigma = torch.tensor([0.95, 0.3, 0.875, 0.6, 0.99])
     x = noise(model, len(sigma), seed=3)
     cond = model.encode_prompts(["one", "a second prompt", "three cats", "four", "fifth"], "bad")
-    model.adapter_options.guidance_scale_2 = 2.5
+    model.options.guidance_scale_2 = 2.5
     try:
         with torch.no_grad():
             packed = model.predict_velocity(x, sigma, cond, 4.0)
@@ -120,7 +120,7 @@ def test_packed_batch_equals_each_sample_alone(name, wan22, ti2v):
                 alone = model.predict_velocity(x[i : i + 1], sigma[i : i + 1], cond.select([i]), 4.0)
                 torch.testing.assert_close(packed[i : i + 1], alone, atol=1e-5, rtol=1e-5)
     finally:
-        model.adapter_options.guidance_scale_2 = None
+        model.options.guidance_scale_2 = None
     assert packed.dtype == torch.float32 and packed.shape == x.shape
 
 
