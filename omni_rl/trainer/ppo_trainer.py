@@ -19,6 +19,7 @@ from typing import Iterator, NamedTuple, Optional
 import torch
 
 from omni_rl.algos.advantages import AdvantageInput, get_advantage_estimator
+from omni_rl.algos.modality_routing import routed_advantages, stream_rewards, stream_routes
 from omni_rl.algos.rollout_correction import rollout_is_weights
 from omni_rl.config.loader import to_yaml
 from omni_rl.config.schema import OmniConfig
@@ -33,6 +34,7 @@ from omni_rl.logging import MetricLogger, ProgressBar, attach_run_log, build_sin
 from omni_rl.logging.renamed import Renamed, rename
 from omni_rl.reward.async_scorer import AsyncRewardScorer
 from omni_rl.reward.manager import RewardManager, RewardSpec
+from omni_rl.reward.registry import reward_modalities
 from omni_rl.trainer.actor_group import ACTOR_GROUPS
 from omni_rl.trainer.checkpoint import check_compatible, export_folder, list_checkpoints, load_checkpoint, set_rng_state
 from omni_rl.trainer.interrupt import StopOnSignal, TrainingInterrupted
@@ -280,13 +282,24 @@ class PPOTrainer:
             batch.advantages = self.advantage_fn(
                 AdvantageInput(reward.total, batch.group_index, self.advantage_options.std_mode, self.advantage_options.eps)
             )
+            routed = self._stream_advantages(batch, reward.per_reward) if self.advantage_options.modality_routing else {}
+        actor = {"actor/advantage_abs_mean": float(batch.advantages.abs().mean()), **routed}
         with timer("old_log_prob"):
             old = self.old_policy(batch, step, fresh=produced.metrics["rollout_corr/staleness_max"] == 0)
             batch.old_log_probs, batch.old_means, batch.rollout_is_weights = old.log_probs, old.means, old.rollout_is_weights
-        return Scored(
-            {**reward.metrics, **self.family.rollout_metrics(batch)}, old.metrics,
-            {"actor/advantage_abs_mean": float(batch.advantages.abs().mean())},
-        )
+        return Scored({**reward.metrics, **self.family.rollout_metrics(batch)}, old.metrics, actor)
+
+    def _stream_advantages(self, batch, per_reward: dict[str, torch.Tensor]) -> dict[str, float]:
+        """algo.advantage_options.modality_routing: each latent stream's advantage from the rewards
+        that score its modality (`omni_rl.algos.modality_routing`), set on the batch; returns
+        `actor/advantage_abs_mean/<stream>`."""
+        items = self.cfg.reward.rewards
+        modalities = {r.name: reward_modalities(r.name, dict(r.kwargs)) for r in items}
+        routes = stream_routes(modalities, batch.final_latents.names)
+        rewards = stream_rewards(per_reward, {r.name: r.weight for r in items}, routes, len(batch))
+        o = self.advantage_options
+        batch.stream_advantages = routed_advantages(self.advantage_fn, rewards, batch.group_index, o.std_mode, o.eps)
+        return {f"actor/advantage_abs_mean/{s}": float(a.abs().mean()) for s, a in batch.stream_advantages.streams.items()}
 
     # --- parts ---------------------------------------------------------------------------
     def _rollout_unit(self, index: int):
