@@ -19,6 +19,7 @@ from typing import Iterator, NamedTuple, Optional
 import torch
 
 from omni_rl.algos.advantages import AdvantageInput, get_advantage_estimator
+from omni_rl.algos.latent_streams import LatentStreams
 from omni_rl.algos.modality_routing import routed_advantages, stream_rewards, stream_routes
 from omni_rl.algos.rollout_correction import rollout_is_weights
 from omni_rl.config.loader import to_yaml
@@ -290,15 +291,12 @@ class PPOTrainer:
         return Scored({**reward.metrics, **self.family.rollout_metrics(batch)}, old.metrics, actor)
 
     def _stream_advantages(self, batch, per_reward: dict[str, torch.Tensor]) -> dict[str, float]:
-        """algo.advantage_options.modality_routing: each latent stream's advantage from the rewards
-        that score its modality (`omni_rl.algos.modality_routing`), set on the batch; returns
-        `actor/advantage_abs_mean/<stream>`."""
-        items = self.cfg.reward.rewards
-        modalities = {r.name: reward_modalities(r.name, dict(r.kwargs)) for r in items}
-        routes = stream_routes(modalities, batch.final_latents.names)
-        rewards = stream_rewards(per_reward, {r.name: r.weight for r in items}, routes, len(batch))
-        o = self.advantage_options
-        batch.stream_advantages = routed_advantages(self.advantage_fn, rewards, batch.group_index, o.std_mode, o.eps)
+        """algo.advantage_options.modality_routing: each latent stream's advantage set on the batch
+        (`stream_advantages`); returns `actor/advantage_abs_mean/<stream>`."""
+        batch.stream_advantages = stream_advantages(
+            self.cfg.reward.rewards, self.advantage_fn, self.advantage_options, batch.final_latents.names,
+            batch.group_index, per_reward,
+        )
         return {f"actor/advantage_abs_mean/{s}": float(a.abs().mean()) for s, a in batch.stream_advantages.streams.items()}
 
     # --- parts ---------------------------------------------------------------------------
@@ -421,6 +419,16 @@ class PPOTrainer:
                 plot_reward_curve(metrics_file, self.output_dir / "reward_curve.png")
             except (ValueError, OSError) as err:  # too few points, a full disk: the run itself succeeded
                 log.warning("no reward curve: %s", err)
+
+
+def stream_advantages(items, estimator, options, streams: tuple[str, ...], group_index: torch.Tensor,
+                      per_reward: dict[str, torch.Tensor]) -> LatentStreams:
+    """Each latent stream's advantage from the rewards of `items` (reward.rewards) that score its
+    modality, weighted by their weights and normalised on its own (`omni_rl.algos.modality_routing`)."""
+    modalities = {r.name: reward_modalities(r.name, dict(r.kwargs)) for r in items}
+    routes = stream_routes(modalities, streams)
+    rewards = stream_rewards(per_reward, {r.name: r.weight for r in items}, routes, len(group_index))
+    return routed_advantages(estimator, rewards, group_index, options.std_mode, options.eps)
 
 
 def reward_specs(items) -> list[RewardSpec]:

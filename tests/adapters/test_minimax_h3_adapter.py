@@ -185,3 +185,35 @@ def test_the_prompt_moves_both_streams(model):
     (b,), _ = generate(model, [ode(CASE, PROMPTS[2], noise)], max_num_seqs=1)
     for name in ("video", "audio"):
         assert (a.final_latent[name] - b.final_latent[name]).abs().max() > 1e-3, name
+
+
+def test_the_tiny_checkpoint_is_in_the_released_modular_layout_and_diffusers_loads_it(model):
+    """`tiny:minimax_h3` is saved as the released checkpoint is, by the pipeline's own
+    `save_pretrained` (a modular_model_index.json, no model_index.json), and diffusers'
+    `ModularPipeline.from_pretrained` + `load_components` loads from it the weights the adapter runs."""
+    import json
+    from pathlib import Path
+
+    from diffusers import ModularPipeline
+
+    from adapters.tiny.minimax_h3 import TINY_HUB_ID
+    from omni_rl.models.loading import check_model_folder, index_components
+
+    folder = Path(model.path)
+    assert not (folder / "model_index.json").exists()
+    index = json.loads((folder / "modular_model_index.json").read_text())
+    assert index["_class_name"] == "MiniMaxH3ModularPipeline"
+    assert index["transformer"][2]["pretrained_model_name_or_path"] == TINY_HUB_ID
+    assert set(index_components(index)) >= {"transformer", "vae", "audio_vae", "text_encoder", "scheduler",
+                                             "audio_scheduler"}
+    check_model_folder(folder, "tiny:minimax_h3")
+    pipe = ModularPipeline.from_pretrained(str(folder))
+    pipe.load_components(torch_dtype=torch.float32)
+    assert type(pipe).__name__ == "MiniMaxH3ModularPipeline"
+    assert pipe.audio_scheduler.config.shift == model.audio_scheduler.config.shift
+    for name in ("transformer", "audio_vae"):
+        # The adapter's transformer carries its LoRA (peft wraps each target as `base_layer`).
+        mine = {k.replace(".base_layer", ""): v for k, v in getattr(model, name).state_dict().items() if "lora" not in k}
+        theirs = getattr(pipe, name).state_dict()
+        assert mine.keys() == theirs.keys()
+        assert all(torch.equal(mine[k], theirs[k]) for k in mine), name
