@@ -37,7 +37,7 @@ def _each_modality_rose(out) -> None:
 def test_tiny_minimax_h3_flowgrpo_learns_both_modalities(tmp_path):
     out = tmp_path / "minimax_h3_flowgrpo"
     steps = train(out, "tiny_minimax_h3_flowgrpo")
-    assert len(steps) == 20
+    assert len(steps) == 30
     assert steps[0]["loss/ratio_max_abs_dev"] == 0.0  # the first ratio is exactly 1
     _each_modality_rose(out)
 
@@ -46,7 +46,7 @@ def test_tiny_minimax_h3_flowgrpo_learns_both_modalities(tmp_path):
 def test_tiny_minimax_h3_diffusion_nft_learns_both_modalities_with_routed_advantages(tmp_path):
     out = tmp_path / "minimax_h3_nft"
     steps = run_recipe(out, "tiny_minimax_h3_diffusion_nft")
-    assert len(steps) == 20
+    assert len(steps) == 30
     for rec in steps:
         for key in ("loss/policy", "loss/policy/video", "loss/policy/audio", "actor/advantage_abs_mean/video",
                     "actor/advantage_abs_mean/audio"):
