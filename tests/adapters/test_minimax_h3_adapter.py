@@ -217,3 +217,53 @@ def test_the_tiny_checkpoint_is_in_the_released_modular_layout_and_diffusers_loa
         theirs = getattr(pipe, name).state_dict()
         assert mine.keys() == theirs.keys()
         assert all(torch.equal(mine[k], theirs[k]) for k in mine), name
+
+
+def _output_grads(model, cfg, stream_advantages):
+    """The gradients reaching the transformer's video and audio outputs (`proj_out`,
+    `audio_proj_out`) from the family's loss on trained step 0 of two rolled-out samples."""
+    from omni_rl.data.diffusion_batch import DiffusionBatch
+    from omni_rl.families.diffusion import DiffusionFamily
+    from tests.adapters.diffusion_suite import request
+
+    family = DiffusionFamily(cfg, model)
+    results, _ = generate(model, [request(CASE, p, seed=i, model=model) for i, p in enumerate(PROMPTS[:2])],
+                          max_num_seqs=2)
+    batch = DiffusionBatch.from_results(results, [{}, {}], [0, 0])
+    policy = family.behaviour_policy(batch, micro_batch_size=2)
+    batch.old_log_probs, batch.old_means = policy.log_probs, policy.means
+    batch.advantages, batch.stream_advantages = torch.tensor([1.0, -1.0]), stream_advantages
+    grads = {}
+
+    def keep(name):
+        def hook(module, inputs, output):
+            output.register_hook(lambda g: grads.__setitem__(name, g.detach().clone()))
+        return hook
+
+    t = model.transformer
+    handles = [t.proj_out.register_forward_hook(keep("video")), t.audio_proj_out.register_forward_hook(keep("audio"))]
+    try:
+        loss, _ = family.loss(batch, 0)
+        loss.backward()
+    finally:
+        for handle in handles:
+            handle.remove()
+        for p in model.trainable_root().parameters():
+            p.grad = None
+    return grads
+
+
+def test_routed_a_video_only_reward_leaves_the_audio_stream_without_gradient(model):
+    """algo.advantage_options.modality_routing on the real adapter: with the audio stream's
+    advantage 0 (a video-only reward), no gradient reaches the transformer's audio output; without
+    routing the one advantage reaches it."""
+    base = [f"model.adapter={CASE.adapter}", f"model.path=tiny:{CASE.tiny}", f"rollout.num_frames={FRAMES}",
+            f"rollout.height={HEIGHT}", f"rollout.width={WIDTH}", "rollout.guidance_scale=1.0", "rollout.fps=24",
+            "rollout.sde_window_range=null", "reward.rewards=[{name: video_brightness}]"]
+    routed_cfg = load_config([*base, "algo.advantage_options.modality_routing=true"])
+    routed = _output_grads(model, routed_cfg, ls.LatentStreams({"video": torch.tensor([1.0, -1.0]),
+                                                               "audio": torch.zeros(2)}))
+    assert torch.equal(routed["audio"], torch.zeros_like(routed["audio"]))
+    assert float(routed["video"].abs().sum()) > 0
+    joint = _output_grads(model, load_config(base), None)
+    assert float(joint["audio"].abs().sum()) > 0
