@@ -40,9 +40,10 @@ partition) workflows: both condition on media through extra packed rows pinned a
 timesteps and a presentation with vision blocks, which the contract's text `Conditioning` does
 not carry yet (`takes_source_image` would cover a first keyframe in a later slice).
 
-Loading: each component from its subfolder; `model_index.json` names the architecture (the
-released repository's `modular_model_index.json` is what `ModularPipeline.from_pretrained`
-reads; the project's model-folder check reads `model_index.json`). Its tiny model is in
+Loading: each component from its subfolder of a checkpoint in diffusers' modular layout, as the
+released repository is: a `modular_model_index.json` names the architecture and the components
+(the project's model-folder check reads it, `omni_rl.models.loading.index_components`, as
+`ModularPipeline.from_pretrained` does); a `model_index.json` is read too. Its tiny model is in
 `adapters/tiny/minimax_h3.py`, its view for the planner in `adapters/plan/minimax_h3.py`.
 """
 from __future__ import annotations

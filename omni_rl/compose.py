@@ -240,6 +240,7 @@ def check_components(cfg: OmniConfig) -> None:
         except RewardConfigError as err:
             raise ConfigError(f"{key}.reward_options: {err}") from None
     _check_reward_media(cfg)
+    _check_modality_routing(cfg)
     _check_rollout_is(cfg)
     unknown = [name for name in cfg.trainer.loggers if name not in SINK_NAMES]
     if unknown:
@@ -322,6 +323,27 @@ def reward_items(cfg: OmniConfig) -> list[tuple[str, Any]]:
     """(config key, item) for every reward the run scores with: training's, then validation's."""
     items = [(f"reward.rewards[{i}]", item) for i, item in enumerate(cfg.reward.rewards)]
     return items + [(f"reward.val_rewards[{i}]", item) for i, item in enumerate(cfg.reward.val_rewards or [])]
+
+
+def _check_modality_routing(cfg: OmniConfig) -> None:
+    """algo.advantage_options.modality_routing routes one advantage to each latent stream of a
+    diffusion model that denoises video and audio together, from the rollout's own samples (not
+    offline pairs, not a pairwise loss: they have no advantage)."""
+    if not cfg.algo.advantage_options.modality_routing:
+        return
+    key = "algo.advantage_options.modality_routing=true"
+    architecture = adapter_key(cfg.model.adapter, cfg.model.stage)
+    adapter_class = ADAPTERS.get(architecture)
+    if adapter_class.family != "diffusion" or not adapter_class.makes_audio:
+        raise ConfigError(f"{key}: expected a diffusion adapter that denoises video and audio latents together "
+                          f"(LTX2Pipeline, MiniMaxH3ModularPipeline); model.adapter={architecture!r} has one stream: "
+                          f"set it to false")
+    loss = cfg.algo.policy_loss
+    pairwise = loss in FORWARD_LOSSES and FORWARD_LOSSES.get(loss).pairwise
+    if pairwise or cfg.data.preference_file is not None:
+        raise ConfigError(f"{key}: expected a loss that reads advantages; algo.policy_loss={loss!r}"
+                          f"{' with data.preference_file' if cfg.data.preference_file is not None else ''} trains on "
+                          f"pairs: set it to false")
 
 
 def _check_reward_media(cfg: OmniConfig) -> None:

@@ -1,10 +1,12 @@
 """`tiny:minimax_h3` builds a seeded random-weight MiniMax-H3 (text to audio + video) whose video
 and audio decoders respond to their latents. The builders of the adapter in `adapters/minimax_h3.py`.
 
-MiniMax-H3 is a modular-only diffusers pipeline (no `DiffusionPipeline.save_pretrained`): the
-builder saves each component in its subfolder and writes the `model_index.json` the project's
-model-folder check and the adapter read (`_class_name` MiniMaxH3ModularPipeline, one
-[library, class] entry per component)."""
+MiniMax-H3 is a modular-only diffusers pipeline: the released checkpoint is in the modular layout,
+a `modular_model_index.json` (`_class_name` MiniMaxH3ModularPipeline, one [library, class, loading
+spec] entry per component) and each component in its subfolder. The builder writes that layout with
+the pipeline's own `ModularPipeline.save_pretrained`; the project's model-folder check reads the
+index (`omni_rl.models.loading.index_components`) and the adapter loads each component from its
+subfolder."""
 from __future__ import annotations
 
 import json
@@ -17,6 +19,8 @@ from omni_rl.models import register_tiny_model
 
 from adapters.tiny.qwen_image import _tiny_tokenizer
 
+# The hub id the tiny model's modular_model_index.json names (no such repository exists).
+TINY_HUB_ID = "omni-rl/tiny-minimax-h3"
 # MiniMax-H3 conditions on hidden_states[50] of its Qwen3-VL encoder, a pipeline constant
 # (`MiniMaxH3ModularPipeline.text_encoder_layer`), so even the tiny encoder has 51 layers.
 TEXT_LAYERS = 51
@@ -145,7 +149,8 @@ def build_tiny_minimax_h3(folder: Path) -> None:
     [4, 37, 2, 2] latent) and an audio VAE at 40 latents per second (the pipeline's constant;
     200 samples per latent, so 8 kHz, a rate the mp4's AAC encoder takes), and the two schedulers (shift 12 for video, 3 for audio)."""
     from diffusers import (
-        AutoencoderKLMiniMaxH3, AutoencoderKLMiniMaxH3Audio, MiniMaxH3Scheduler, MiniMaxH3Transformer3DModel,
+        AutoencoderKLMiniMaxH3, AutoencoderKLMiniMaxH3Audio, MiniMaxH3Blocks, MiniMaxH3Scheduler,
+        MiniMaxH3Transformer3DModel,
     )
 
     folder = Path(folder)
@@ -175,8 +180,15 @@ def build_tiny_minimax_h3(folder: Path) -> None:
         "tokenizer": tokenizer, "processor": _tiny_processor(tokenizer),
         "scheduler": MiniMaxH3Scheduler(shift=12.0), "audio_scheduler": MiniMaxH3Scheduler(shift=3.0),
     }
-    index = {"_class_name": "MiniMaxH3ModularPipeline"}
-    for name, component in components.items():
-        component.save_pretrained(folder / name)
-        index[name] = [type(component).__module__.split(".")[0], type(component).__name__]
-    (folder / "model_index.json").write_text(json.dumps(index, indent=2))
+    pipe = MiniMaxH3Blocks().init_pipeline()
+    pipe.update_components(**components)
+    pipe.save_pretrained(str(folder), overwrite_modular_index=True)
+    # The saved index points every component at `folder`, a staging folder renamed once built. The
+    # released index points at its hub id, and diffusers loads a local copy's components from the
+    # copy (`_is_local_component`): the tiny index names a hub id too, one that holds nothing.
+    index_file = folder / "modular_model_index.json"
+    index = json.loads(index_file.read_text())
+    for entry in index.values():
+        if isinstance(entry, list) and len(entry) == 3 and entry[2].get("pretrained_model_name_or_path"):
+            entry[2]["pretrained_model_name_or_path"] = TINY_HUB_ID
+    index_file.write_text(json.dumps(index, indent=2))

@@ -43,6 +43,10 @@ class AdvantageOptions(ComponentOptions):
     std_mode: str = field(default="global", metadata={
         "doc": "grpo's normaliser: group (per-prompt std), global (batch std; Flow-GRPO) or none."})
     eps: float = field(default=1e-4, metadata={"doc": "Added to the std before dividing (> 0; Flow-GRPO: 1e-4)."})
+    modality_routing: bool = field(default=False, metadata={
+        "doc": "An audio-video model's streams each get their own advantage, from the rewards that score their "
+               "modality, applied to their own log-prob terms (verl-omni's OmniNFT: modality-wise advantage routing; "
+               "omni_rl.algos.modality_routing). false: one advantage from the weighted total for every stream."})
     max_uniform_steps: int = field(default=10, metadata={
         "doc": "Steps in a row in which every group's samples score the same (every advantage 0: no signal) before the "
                "run stops with an error naming the rewards; each such step warns; 0 = never stop."})

@@ -12,6 +12,8 @@ trains K (all W, or DanceGRPO's per-sample subset: `step_index`):
   sigmas, sigmas_next, noise_levels [N, K]
   conditioning   Conditioning of N
   rewards, advantages [N];  group_index [N] (samples of one prompt share it)
+  stream_advantages  LatentStreams of [N] or None: each latent stream's own advantage
+                     (algo.advantage_options.modality_routing; omni_rl.algos.modality_routing)
   weight_versions [N] long            the weight version each sample was rolled out with (-1: unknown)
   sample_seeds   [N] long or None     each sample's request seed (the forward-process losses' draws)
   images         uint8 [N, H, W, C], or [N, T, H, W, C] for video
@@ -49,6 +51,7 @@ class DiffusionBatch:
     kernel: str
     rewards: Optional[torch.Tensor] = None
     advantages: Optional[torch.Tensor] = None
+    stream_advantages: Optional[ls.LatentStreams] = None
     old_log_probs: Optional[torch.Tensor] = None
     old_means: Optional[ls.Latents] = None
     rollout_is_weights: Optional[torch.Tensor] = None
@@ -132,6 +135,7 @@ class DiffusionBatch:
             final_latents=pick(self.final_latents),
             rewards=pick(self.rewards),
             advantages=pick(self.advantages),
+            stream_advantages=pick(self.stream_advantages),
             old_log_probs=pick(self.old_log_probs),
             old_means=pick(self.old_means),
             rollout_is_weights=pick(self.rollout_is_weights),

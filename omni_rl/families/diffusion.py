@@ -20,7 +20,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from omni_rl.algos.flow_sde import StepOutput, check_step, get_step_kernel, step_latents
+from omni_rl.algos.flow_sde import StepOutput, check_step, gaussian_log_prob, get_step_kernel, step_latents
+from omni_rl.algos.modality_routing import routed_loss, stream_columns
 from omni_rl.algos.forward_losses import FORWARD_LOSSES
 from omni_rl.algos.distill import DISTILL_LOSSES, diffusion_distill_kl
 from omni_rl.algos.policy_losses import DIFFUSION_KL, DIFFUSION_LOSSES, StepLossInput, get_diffusion_kl
@@ -349,7 +350,9 @@ class DiffusionFamily(ModelFamily):
     # --- the actor half -------------------------------------------------------------------
     @property
     def reads_old_means(self) -> bool:
-        return self.loss_class.reads_old_mean
+        # Modality routing scores each stream's old log-prob from the old means (the stored
+        # log-probs are the joint action's, not split by stream).
+        return self.loss_class.reads_old_mean or self.cfg.algo.advantage_options.modality_routing
 
     def train_items(self, batch: DiffusionBatch):
         self.check_steps(batch)
@@ -406,20 +409,25 @@ class DiffusionFamily(ModelFamily):
         old_log_prob = micro.old_log_probs[:, j].to(device)
         mean = _as_tensor(out.mean)
         teacher_mean, distill = self.teacher_means(micro, j, mean) if self.teachers else (None, {})
-        loss, metrics = self.policy_loss(
-            StepLossInput(
-                log_prob=out.log_prob,
-                old_log_prob=old_log_prob,
-                advantages=micro.advantages.to(device),
-                mean=mean,
-                teacher_mean=teacher_mean,
-                old_mean=None if micro.old_means is None else _as_tensor(ls.to(ls.index(micro.old_means, j, dim=1), device)),
-                std=out.std,
-                dt=dt,
-                rollout_is_weight=None if micro.rollout_is_weights is None else micro.rollout_is_weights[:, j].to(device),
-                std_checked=True,  # the kernel's std on sigmas check_steps checked
+        old_mean = None if micro.old_means is None else _as_tensor(ls.to(ls.index(micro.old_means, j, dim=1), device))
+        is_weight = None if micro.rollout_is_weights is None else micro.rollout_is_weights[:, j].to(device)
+        if micro.stream_advantages is None:
+            loss, metrics = self.policy_loss(
+                StepLossInput(
+                    log_prob=out.log_prob,
+                    old_log_prob=old_log_prob,
+                    advantages=micro.advantages.to(device),
+                    mean=mean,
+                    teacher_mean=teacher_mean,
+                    old_mean=old_mean,
+                    std=out.std,
+                    dt=dt,
+                    rollout_is_weight=is_weight,
+                    std_checked=True,  # the kernel's std on sigmas check_steps checked
+                )
             )
-        )
+        else:
+            loss, metrics = self.routed_step_loss(micro, out, old_mean, dt, is_weight)
         # The loss functions name their main term `policy_loss`; the metric table calls it loss/policy.
         metrics = {("loss/policy" if k == "policy_loss" else f"loss/{k}"): v for k, v in metrics.items()}
         metrics["loss/log_prob_mean"] = out.log_prob.detach().mean()
@@ -440,6 +448,25 @@ class DiffusionFamily(ModelFamily):
             metrics["timing/teacher"] = torch.tensor(distill["seconds"])
         metrics["loss/total"] = loss.detach()
         return loss, metrics
+
+    def routed_step_loss(self, micro: DiffusionBatch, out: StepOutput, old_mean: torch.Tensor, dt: torch.Tensor,
+                         is_weight: torch.Tensor | None) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """The step loss of each latent stream with its own advantage (`omni_rl.algos.modality_routing`):
+        its log-prob and old log-prob are the Gaussian density of its own columns of the action under
+        the current and the old transition means, with the step's one std."""
+        device = out.log_prob.device
+        prev, mean = ls.flat(out.prev_sample).to(device), ls.flat(out.mean)
+        advantages = ls.to(micro.stream_advantages, device)
+
+        def part(name: str, cols: slice, advantage: torch.Tensor):
+            return self.policy_loss(StepLossInput(
+                log_prob=gaussian_log_prob(prev[:, cols], mean[:, cols], out.std),
+                old_log_prob=gaussian_log_prob(prev[:, cols], old_mean[:, cols], out.std),
+                advantages=advantage, mean=mean[:, cols], old_mean=old_mean[:, cols], std=out.std, dt=dt,
+                rollout_is_weight=is_weight, std_checked=True,
+            ))
+
+        return routed_loss(part, stream_columns(out.prev_sample), advantages)
 
     def teacher_means(self, micro: DiffusionBatch, j: int, mean: torch.Tensor) -> tuple[torch.Tensor, dict]:
         """Each sample's teacher's transition mean at trained step j (`[B, ...]` like `mean`),

@@ -13,6 +13,7 @@ import torch
 from omni_rl.algos import latent_streams as ls
 from omni_rl.algos.forward_losses import ForwardLoss, ForwardLossInput
 from omni_rl.algos.forward_losses import FORWARD_LOSSES
+from omni_rl.algos.modality_routing import routed_loss, stream_columns
 from omni_rl.config.schema import OmniConfig
 from omni_rl.families.base import BehaviourPolicy, register_family
 from omni_rl.families.diffusion import DiffusionFamily, DiffusionOptions
@@ -132,10 +133,22 @@ class ForwardProcessFamily(DiffusionFamily):
             with torch.no_grad(), self.model.reference_policy():
                 extras["ref_velocity"] = self._velocity(latents, t, conditioning, micro.guidance_scale)
         velocity = self._velocity(latents, t, conditioning, micro.guidance_scale)
-        loss, metrics = self.loss_fn(ForwardLossInput(
-            velocity=velocity, target=target, timesteps=t, noisy=ls.flat(latents).to(torch.float32), clean=clean,
-            advantages=advantages, **extras,
-        ))
+        noisy = ls.flat(latents).to(torch.float32)
+        routed = None if self.pairwise else micro.stream_advantages
+        if routed is None:
+            loss, metrics = self.loss_fn(ForwardLossInput(
+                velocity=velocity, target=target, timesteps=t, noisy=noisy, clean=clean, advantages=advantages, **extras,
+            ))
+        else:
+            # Modality routing (omni_rl.algos.modality_routing): the loss on each stream's columns
+            # of the flat velocity, with that stream's advantage.
+            def part(name: str, cols: slice, advantage: torch.Tensor):
+                return self.loss_fn(ForwardLossInput(
+                    velocity=velocity[:, cols], target=target[:, cols], timesteps=t, noisy=noisy[:, cols],
+                    clean=clean[:, cols], advantages=advantage, **{k: v[:, cols] for k, v in extras.items()},
+                ))
+
+            loss, metrics = routed_loss(part, stream_columns(micro.final_latents), ls.to(routed, device))
         metrics = {("loss/policy" if k == "policy_loss" else f"loss/{k}"): v for k, v in metrics.items()}
         metrics["loss/timestep_mean"] = t.detach().mean()
         metrics["loss/total"] = loss.detach()

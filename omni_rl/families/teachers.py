@@ -43,7 +43,7 @@ from omni_rl.algos.flow_sde import get_step_kernel, step_latents
 from omni_rl.option import ComponentOptions, option
 from omni_rl.errors import OmniConfigError, OmniRunError
 from omni_rl.models.factory import build_model
-from omni_rl.models.loading import resolve_model_path
+from omni_rl.models.loading import pipeline_index, resolve_model_path
 
 LORA_FILES = ("pytorch_lora_weights.safetensors",)
 
@@ -198,12 +198,12 @@ class Teacher:
 
 
 def architecture_of(path: str, revision: Optional[str], key: str) -> Optional[str]:
-    """The architecture a model folder declares (model_index.json's _class_name, or config.json's
-    architectures), None where it declares none."""
+    """The architecture a model folder declares (its pipeline index's _class_name: model_index.json
+    or modular_model_index.json; or config.json's architectures), None where it declares none."""
     folder = Path(resolve_model_path(path, revision))
-    index, config = folder / "model_index.json", folder / "config.json"
+    index, config = pipeline_index(folder), folder / "config.json"
     try:
-        if index.is_file():
+        if index is not None:
             return json.loads(index.read_text()).get("_class_name")
         if config.is_file():
             names = json.loads(config.read_text()).get("architectures") or [None]

@@ -171,7 +171,7 @@ def model_folder_on_disk(model_cfg) -> Optional[Path]:
         if path.startswith(loading.TINY_PREFIX):
             name = path[len(loading.TINY_PREFIX):]
             folder = loading.packaged_model_folder(name) or loading.tiny_model_folder(name)
-            return folder if (folder / ".complete").exists() or (folder / "model_index.json").exists() else None
+            return folder if (folder / ".complete").exists() or loading.pipeline_index(folder) is not None else None
         expanded = Path(path).expanduser()
         if expanded.is_dir():
             return expanded

@@ -138,23 +138,47 @@ def _is_repo_id(path: str) -> bool:
     return True
 
 
+# A diffusers pipeline's index: `model_index.json` ([library, class] per component), or a modular
+# pipeline's `modular_model_index.json` ([library, class, loading spec] per component, the spec
+# naming the component's `subfolder`), which is all a modular-only checkpoint (MiniMax-H3) has.
+PIPELINE_INDEXES = ("model_index.json", "modular_model_index.json")
+
+
+def pipeline_index(folder: Path) -> Optional[Path]:
+    """The folder's pipeline index (`PIPELINE_INDEXES`, `model_index.json` first), None if none."""
+    return next((folder / name for name in PIPELINE_INDEXES if (folder / name).is_file()), None)
+
+
+def index_components(index: dict[str, Any]) -> dict[str, tuple[str, str]]:
+    """name -> (its class, its subfolder) of every component an index lists: `[library, class]`
+    lives in the subfolder of its name; `[library, class, spec]` in `spec["subfolder"]` (its name
+    when the spec names none). Metadata (`_class_name`, ...) and absent components ([null, null]) are
+    left out."""
+    out = {}
+    for name, entry in index.items():
+        if name.startswith("_") or not isinstance(entry, list) or len(entry) not in (2, 3) or not all(entry[:2]):
+            continue
+        spec = entry[2] if len(entry) == 3 and isinstance(entry[2], dict) else {}
+        out[name] = (str(entry[1]), str(spec.get("subfolder") or name))
+    return out
+
+
 def check_model_folder(folder: Path, path: str, weights: bool = True) -> None:
     """Raise `ModelFolderError` unless `folder` looks like a model the adapters can load: a
-    diffusers pipeline (`model_index.json`, each listed component in its subfolder) or a
-    transformers model (`config.json`), every JSON readable and, with `weights`, every model
-    config next to a weight file. `path` is what `model.path` said, for the message."""
+    diffusers pipeline (`model_index.json`, or a modular pipeline's `modular_model_index.json`, each
+    listed component in its subfolder) or a transformers model (`config.json`), every JSON readable
+    and, with `weights`, every model config next to a weight file. `path` is what `model.path` said,
+    for the message."""
     folder = Path(folder)
-    index, config = folder / "model_index.json", folder / "config.json"
+    index, config = pipeline_index(folder), folder / "config.json"
     if weights and (folder / SUMS_FILE).is_file():
         _check_sums(folder, path, "re-download or re-copy the model")
-    if index.is_file():
-        for name, spec in _read_json(index, path).items():
-            if name.startswith("_") or not (isinstance(spec, list) and len(spec) == 2 and all(spec)):
-                continue  # metadata such as _class_name, or an absent component ([null, null])
-            component = folder / name
+    if index is not None:
+        for name, (cls, subfolder) in index_components(_read_json(index, path)).items():
+            component = folder / subfolder
             if not component.is_dir():
                 raise ModelFolderError(
-                    f"model.path={path!r}: {index.name} lists the component {name!r} ({spec[1]}) but "
+                    f"model.path={path!r}: {index.name} lists the component {name!r} ({cls}) but "
                     f"{component} is missing; the download is incomplete: fetch the whole repository"
                 )
             if (component / "config.json").is_file():
@@ -162,11 +186,12 @@ def check_model_folder(folder: Path, path: str, weights: bool = True) -> None:
     elif config.is_file():
         _check_model_config(folder, path, weights)
     else:
-        what = "is an empty folder" if not any(folder.iterdir()) else "has neither model_index.json nor config.json"
+        what = ("is an empty folder" if not any(folder.iterdir())
+                else "has neither model_index.json nor config.json (nor a modular_model_index.json)")
         raise ModelFolderError(
             f"model.path={path!r}: {folder} {what}; expected a model folder: a diffusers pipeline "
-            f"(model_index.json) or a transformers model (config.json), as `hf download ORG/NAME "
-            f"--local-dir DIR` writes it"
+            f"(model_index.json, or modular_model_index.json) or a transformers model (config.json), as "
+            f"`hf download ORG/NAME --local-dir DIR` writes it"
         )
 
 

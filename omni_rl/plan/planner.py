@@ -163,7 +163,11 @@ def make_plan(cfg: OmniConfig, kind_name: str = DEFAULT_DEVICE_KIND, memory_gb: 
                                "fits": peak <= limit, "weights_only": plan["trace"] is None, "knobs": []}
     if not verdict["fits"]:
         for label, change in _knobs(cfg):
-            other = _core(_with(cfg, change), cache)
+            try:
+                other = _core(_with(cfg, change), cache)
+            except ValueError as err:  # a geometry the model refuses (MiniMax-H3 takes 124 frames at least)
+                verdict["knobs"].append({"knob": label, "refused": str(err)})
+                continue
             new_peak = max(other["peaks"]["training"], other["peaks"]["rollout"])
             verdict["knobs"].append({"knob": label, "peak_bytes": new_peak, "saves_bytes": peak - new_peak,
                                      "fits": new_peak <= limit})
@@ -200,6 +204,9 @@ def format_plan(plan: dict[str, Any]) -> str:
     lines.append(f"  verdict: {what}{'fit' if v['fits'] else 'do not fit' if what else 'does not fit'}"
                  f"{'s' if v['fits'] and not what else ''} on {v['device_kind']} ({v['device_memory_bytes'] / 1e9:.0f} GB)")
     for k in v["knobs"]:
+        if "refused" in k:
+            lines.append(f"    {k['knob']}: the model refuses it ({k['refused']})")
+            continue
         lines.append(f"    {k['knob']}: peak {_size(k['peak_bytes'])} (saves {_size(max(0, k['saves_bytes']))})"
                      f"{', fits' if k['fits'] else ''}")
     return "\n".join(lines)

@@ -19,6 +19,8 @@ from typing import Iterator, NamedTuple, Optional
 import torch
 
 from omni_rl.algos.advantages import AdvantageInput, get_advantage_estimator
+from omni_rl.algos.latent_streams import LatentStreams
+from omni_rl.algos.modality_routing import routed_advantages, stream_rewards, stream_routes
 from omni_rl.algos.rollout_correction import rollout_is_weights
 from omni_rl.config.loader import to_yaml
 from omni_rl.config.schema import OmniConfig
@@ -34,6 +36,7 @@ from omni_rl.logging import MetricLogger, ProgressBar, attach_run_log, build_sin
 from omni_rl.logging.renamed import Renamed, rename
 from omni_rl.reward.async_scorer import AsyncRewardScorer
 from omni_rl.reward.manager import RewardManager, RewardSpec
+from omni_rl.reward.registry import reward_modalities
 from omni_rl.trainer.actor_group import ACTOR_GROUPS
 from omni_rl.trainer.checkpoint import check_compatible, export_folder, list_checkpoints, load_checkpoint, set_rng_state
 from omni_rl.trainer.interrupt import StopOnSignal, TrainingInterrupted
@@ -287,13 +290,21 @@ class PPOTrainer:
             batch.advantages = self.advantage_fn(
                 AdvantageInput(reward.total, batch.group_index, self.advantage_options.std_mode, self.advantage_options.eps)
             )
+            routed = self._stream_advantages(batch, reward.per_reward) if self.advantage_options.modality_routing else {}
+        actor = {"actor/advantage_abs_mean": float(batch.advantages.abs().mean()), **routed}
         with timer("old_log_prob"):
             old = self.old_policy(batch, step, fresh=produced.metrics["rollout_corr/staleness_max"] == 0)
             batch.old_log_probs, batch.old_means, batch.rollout_is_weights = old.log_probs, old.means, old.rollout_is_weights
-        return Scored(
-            {**reward.metrics, **self.family.rollout_metrics(batch)}, old.metrics,
-            {"actor/advantage_abs_mean": float(batch.advantages.abs().mean())},
+        return Scored({**reward.metrics, **self.family.rollout_metrics(batch)}, old.metrics, actor)
+
+    def _stream_advantages(self, batch, per_reward: dict[str, torch.Tensor]) -> dict[str, float]:
+        """algo.advantage_options.modality_routing: each latent stream's advantage set on the batch
+        (`stream_advantages`); returns `actor/advantage_abs_mean/<stream>`."""
+        batch.stream_advantages = stream_advantages(
+            self.cfg.reward.rewards, self.advantage_fn, self.advantage_options, batch.final_latents.names,
+            batch.group_index, per_reward,
         )
+        return {f"actor/advantage_abs_mean/{s}": float(a.abs().mean()) for s, a in batch.stream_advantages.streams.items()}
 
     # --- parts ---------------------------------------------------------------------------
     def _rollout_unit(self, index: int):
@@ -415,6 +426,16 @@ class PPOTrainer:
                 plot_reward_curve(metrics_file, self.output_dir / "reward_curve.png")
             except (ValueError, OSError) as err:  # too few points, a full disk: the run itself succeeded
                 log.warning("no reward curve: %s", err)
+
+
+def stream_advantages(items, estimator, options, streams: tuple[str, ...], group_index: torch.Tensor,
+                      per_reward: dict[str, torch.Tensor]) -> LatentStreams:
+    """Each latent stream's advantage from the rewards of `items` (reward.rewards) that score its
+    modality, weighted by their weights and normalised on its own (`omni_rl.algos.modality_routing`)."""
+    modalities = {r.name: reward_modalities(r.name, dict(r.reward_options)) for r in items}
+    routes = stream_routes(modalities, streams)
+    rewards = stream_rewards(per_reward, {r.name: r.weight for r in items}, routes, len(group_index))
+    return routed_advantages(estimator, rewards, group_index, options.std_mode, options.eps)
 
 
 def reward_specs(items) -> list[RewardSpec]:

@@ -185,3 +185,85 @@ def test_the_prompt_moves_both_streams(model):
     (b,), _ = generate(model, [ode(CASE, PROMPTS[2], noise)], max_num_seqs=1)
     for name in ("video", "audio"):
         assert (a.final_latent[name] - b.final_latent[name]).abs().max() > 1e-3, name
+
+
+def test_the_tiny_checkpoint_is_in_the_released_modular_layout_and_diffusers_loads_it(model):
+    """`tiny:minimax_h3` is saved as the released checkpoint is, by the pipeline's own
+    `save_pretrained` (a modular_model_index.json, no model_index.json), and diffusers'
+    `ModularPipeline.from_pretrained` + `load_components` loads from it the weights the adapter runs."""
+    import json
+    from pathlib import Path
+
+    from diffusers import ModularPipeline
+
+    from adapters.tiny.minimax_h3 import TINY_HUB_ID
+    from omni_rl.models.loading import check_model_folder, index_components
+
+    folder = Path(model.path)
+    assert not (folder / "model_index.json").exists()
+    index = json.loads((folder / "modular_model_index.json").read_text())
+    assert index["_class_name"] == "MiniMaxH3ModularPipeline"
+    assert index["transformer"][2]["pretrained_model_name_or_path"] == TINY_HUB_ID
+    assert set(index_components(index)) >= {"transformer", "vae", "audio_vae", "text_encoder", "scheduler",
+                                             "audio_scheduler"}
+    check_model_folder(folder, "tiny:minimax_h3")
+    pipe = ModularPipeline.from_pretrained(str(folder))
+    pipe.load_components(torch_dtype=torch.float32)
+    assert type(pipe).__name__ == "MiniMaxH3ModularPipeline"
+    assert pipe.audio_scheduler.config.shift == model.audio_scheduler.config.shift
+    for name in ("transformer", "audio_vae"):
+        # The adapter's transformer carries its LoRA (peft wraps each target as `base_layer`).
+        mine = {k.replace(".base_layer", ""): v for k, v in getattr(model, name).state_dict().items() if "lora" not in k}
+        theirs = getattr(pipe, name).state_dict()
+        assert mine.keys() == theirs.keys()
+        assert all(torch.equal(mine[k], theirs[k]) for k in mine), name
+
+
+def _output_grads(model, cfg, stream_advantages):
+    """The gradients reaching the transformer's video and audio outputs (`proj_out`,
+    `audio_proj_out`) from the family's loss on trained step 0 of two rolled-out samples."""
+    from omni_rl.data.diffusion_batch import DiffusionBatch
+    from omni_rl.families.diffusion import DiffusionFamily
+    from tests.adapters.diffusion_suite import request
+
+    family = DiffusionFamily(cfg, model)
+    results, _ = generate(model, [request(CASE, p, seed=i, model=model) for i, p in enumerate(PROMPTS[:2])],
+                          max_num_seqs=2)
+    batch = DiffusionBatch.from_results(results, [{}, {}], [0, 0])
+    policy = family.behaviour_policy(batch, micro_batch_size=2)
+    batch.old_log_probs, batch.old_means = policy.log_probs, policy.means
+    batch.advantages, batch.stream_advantages = torch.tensor([1.0, -1.0]), stream_advantages
+    grads = {}
+
+    def keep(name):
+        def hook(module, inputs, output):
+            output.register_hook(lambda g: grads.__setitem__(name, g.detach().clone()))
+        return hook
+
+    t = model.transformer
+    handles = [t.proj_out.register_forward_hook(keep("video")), t.audio_proj_out.register_forward_hook(keep("audio"))]
+    try:
+        loss, _ = family.loss(batch, 0)
+        loss.backward()
+    finally:
+        for handle in handles:
+            handle.remove()
+        for p in model.trainable_root().parameters():
+            p.grad = None
+    return grads
+
+
+def test_routed_a_video_only_reward_leaves_the_audio_stream_without_gradient(model):
+    """algo.advantage_options.modality_routing on the real adapter: with the audio stream's
+    advantage 0 (a video-only reward), no gradient reaches the transformer's audio output; without
+    routing the one advantage reaches it."""
+    base = [f"model.adapter={CASE.adapter}", f"model.path=tiny:{CASE.tiny}", f"rollout.num_frames={FRAMES}",
+            f"rollout.height={HEIGHT}", f"rollout.width={WIDTH}", "rollout.guidance_scale=1.0", "rollout.fps=24",
+            "rollout.sde_window_range=null", "reward.rewards=[{name: video_brightness}]"]
+    routed_cfg = load_config([*base, "algo.advantage_options.modality_routing=true"])
+    routed = _output_grads(model, routed_cfg, ls.LatentStreams({"video": torch.tensor([1.0, -1.0]),
+                                                               "audio": torch.zeros(2)}))
+    assert torch.equal(routed["audio"], torch.zeros_like(routed["audio"]))
+    assert float(routed["video"].abs().sum()) > 0
+    joint = _output_grads(model, load_config(base), None)
+    assert float(joint["audio"].abs().sum()) > 0

@@ -240,6 +240,8 @@ SIZES = [
      "6B", "Z-Image report (Z-Image: An Efficient Image Generation Foundation Model with Single-Stream Diffusion Transformer) and model card: a 6B-parameter single-stream DiT"),
     ("flux2-klein-9b-transformer", lambda: stored_tensor_count(_diffusers("Flux2Transformer2DModel", "black-forest-labs--FLUX.2-klein-9B", "transformer")),
      "9B", "black-forest-labs/FLUX.2-klein-9B model card: a 9 billion parameter rectified flow transformer"),
+    ("minimax-h3-transformer", lambda: stored_tensor_count(_diffusers("MiniMaxH3Transformer3DModel", "MiniMaxAI--MiniMax-H3", "transformer")),
+     "33B", "SD.Next's MiniMax wiki (Vladmandic/sdnext): a 33B transformer; the released checkpoint's tensors are 66.28 GB in bf16 (recipes/architectures/MiniMaxAI--MiniMax-H3/SOURCE.md)"),
     ("hunyuan-video15-480p-t2v-transformer", lambda: stored_tensor_count(_diffusers("HunyuanVideo15Transformer3DModel", "hunyuanvideo-community--HunyuanVideo-1.5-Diffusers-480p_t2v", "transformer")),
      "8.3B", "HunyuanVideo-1.5 README (Tencent-Hunyuan/HunyuanVideo-1.5): a video generation model with only 8.3B parameters"),
 ]

@@ -97,3 +97,17 @@ def test_the_overrides_load_through_hydra():
     with pytest.raises(ConfigError, match=r"reward.rewards\[0\].video_frames=4"):
         load_config([*wan, "reward.rewards=[{name: brightness}]"])
     assert "TestsAudioVideoPipeline" in ADAPTERS
+
+
+def test_modality_routing_needs_a_model_of_several_streams_and_a_loss_with_advantages():
+    cfg = config(RewardItemConfig("video_brightness"), num_frames=9)
+    cfg.algo.advantage_options = {"modality_routing": True}
+    message = error(cfg)
+    assert message.startswith("algo.advantage_options.modality_routing=true: expected a diffusion adapter that denoises")
+    assert "model.adapter='WanPipeline' has one stream" in message
+    routed = config(RewardItemConfig("video_brightness"), RewardItemConfig("audio_loudness"), num_frames=9,
+                    adapter="TestsAudioVideoPipeline")
+    routed.algo.advantage_options = {"modality_routing": True}
+    check_components(routed)
+    routed.algo.policy_loss = "diffusion_dpo"
+    assert "algo.policy_loss='diffusion_dpo' trains on pairs" in error(routed)

@@ -208,3 +208,40 @@ def test_diffusers_loads_weights_with_accelerate():
     from diffusers.utils import is_accelerate_available
 
     assert is_accelerate_available()
+
+
+def _modular_folder(folder):
+    """A modular-only pipeline as `hf download` writes one (MiniMax-H3's layout): a
+    modular_model_index.json whose entries name their subfolder and point at the hub id."""
+    spec = lambda sub: {"pretrained_model_name_or_path": REPO, "subfolder": sub, "revision": None, "variant": None}  # noqa: E731
+    folder.mkdir(parents=True)
+    (folder / "modular_model_index.json").write_text(json.dumps({
+        "_class_name": "MiniMaxH3ModularPipeline", "_blocks_class_name": "MiniMaxH3Blocks",
+        "scheduler": ["diffusers", "MiniMaxH3Scheduler", spec("scheduler")],
+        "transformer": ["diffusers", "MiniMaxH3Transformer3DModel", spec("transformer")],
+        "transformer_ref": [None, None, {"pretrained_model_name_or_path": None, "subfolder": ""}],
+    }))
+    (folder / "scheduler").mkdir()
+    (folder / "scheduler" / "scheduler_config.json").write_text("{}")
+    (folder / "transformer").mkdir()
+    (folder / "transformer" / "config.json").write_text("{}")
+    (folder / "transformer" / "diffusion_pytorch_model.safetensors").write_bytes(b"weights")
+    return folder
+
+
+def test_a_modular_pipeline_folder_passes_and_names_a_missing_component(tmp_path):
+    folder = _modular_folder(tmp_path / "h3")
+    assert resolve_model_path(str(folder)) == str(folder)
+    assert loading.index_components(json.loads((folder / "modular_model_index.json").read_text())) == {
+        "scheduler": ("MiniMaxH3Scheduler", "scheduler"), "transformer": ("MiniMaxH3Transformer3DModel", "transformer"),
+    }
+    (folder / "transformer" / "diffusion_pytorch_model.safetensors").unlink()
+    with pytest.raises(ModelFolderError, match="transformer has a config.json but no weight file"):
+        check_model_folder(folder, "h3")
+    check_model_folder(folder, "h3", weights=False)
+    for file in (folder / "transformer").iterdir():
+        file.unlink()
+    (folder / "transformer").rmdir()
+    with pytest.raises(ModelFolderError, match=r"modular_model_index.json lists the component 'transformer' "
+                                               r"\(MiniMaxH3Transformer3DModel\) but .*transformer is missing"):
+        check_model_folder(folder, "h3", weights=False)
