@@ -58,11 +58,11 @@ class WriterOptions:
 
     def check(self) -> None:
         if self.dtype not in ("float32", "bfloat16", "float16"):
-            raise ValueError(f"writer.dtype={self.dtype!r}: expected float32, bfloat16 or float16")
+            raise ValueError(f"dtype={self.dtype!r}: expected float32, bfloat16 or float16")
         if self.lr is not None and not (math.isfinite(self.lr) and self.lr > 0):
-            raise ValueError(f"writer.lr={self.lr!r}: expected a finite value > 0, or null for optim.lr")
+            raise ValueError(f"lr={self.lr!r}: expected a finite value > 0, or null for optim.lr")
         if self.max_prompt_tokens < 1:
-            raise ValueError(f"writer.max_prompt_tokens={self.max_prompt_tokens!r}: expected >= 1")
+            raise ValueError(f"max_prompt_tokens={self.max_prompt_tokens!r}: expected >= 1")
 
 
 @dataclass
@@ -77,8 +77,7 @@ class WriteDrawModelOptions:
                                             "text, {prompt} the request (the rewards always score the request).")
 
     def check(self) -> None:
-        if isinstance(self.writer, WriterOptions):
-            self.writer.check()
+        # The writer's block was checked where it was bound (`bind_options`, under its own key).
         try:
             names = {name for _, name, _, _ in string.Formatter().parse(self.image_prompt) if name is not None}
         except ValueError as err:
