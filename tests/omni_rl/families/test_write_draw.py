@@ -133,3 +133,20 @@ def test_nothing_trained_is_refused_at_the_command_line(tmp_path, capsys):
                  "model.options.writer.trained=false"])
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and len(err) == 1 and "nothing trains" in err[0] and err[0].startswith("error: ")
+
+
+def test_the_plan_counts_both_models_weights_and_optimizer_states(tmp_path):
+    from omni_rl.plan.weights import plan_weights
+
+    def plan(*overrides):
+        return plan_weights(load_config(["recipe=tiny_write_draw", f"trainer.output_dir={tmp_path}", *overrides]))
+
+    joint, writer, image = plan(), plan("model.options.train_image=false"), plan("model.options.writer.trained=false")
+    # Both models' weights are counted whichever trains (the image's LoRA exists only where it trains);
+    # the trained ones' gradients and AdamW moments add up.
+    assert joint["parameters"]["total"] == image["parameters"]["total"]
+    assert joint["parameters"]["total"] == writer["parameters"]["total"] + image["parameters"]["trainable"]
+    assert writer["parameters"]["trainable"] > 0 and image["parameters"]["trainable"] > 0
+    assert joint["parameters"]["trainable"] == writer["parameters"]["trainable"] + image["parameters"]["trainable"]
+    state = [p["per_device_bytes"]["optimizer_state"] for p in (joint, writer, image)]
+    assert state[0] == state[1] + state[2] > 0
