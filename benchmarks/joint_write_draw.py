@@ -5,7 +5,8 @@ prompt, both trained) against the same recipe with the writer frozen (`model.opt
 false`: the shape model trained alone, reading the same untrained writer's text), the same steps,
 seeds and sizes. A third arm, `writer` (`model.options.train_image=false`: the shape model frozen),
 measures "Draw, tiny". Each run is `python main_omni.py` in a subprocess with `trainer.seed=SEED`,
-in a fresh folder; the arms of one seed run one after another, so a drifting machine load slows them alike.
+in a fresh folder; `--jobs` runs at a time, in the order seed by seed, so a drifting machine load slows the
+arms alike.
 
 Per run: `reward` the per-step mean total reward, and `rise` omni_rl.logging.rise_report on it
 (the mean of the last `--frac` of the steps minus that of the first, `z` in pooled standard errors).
@@ -27,6 +28,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -52,6 +54,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--steps", type=int, default=30)
     p.add_argument("--frac", type=float, default=0.2, help="the first and last windows' share of the steps")
     p.add_argument("--threads", type=int, default=1, help="torch threads of each run (OMP_NUM_THREADS)")
+    p.add_argument("--jobs", type=int, default=1, help="runs at a time (each in its own process)")
     p.add_argument("--override", action="append", default=[], help="extra key=value for every run")
     p.add_argument("--out", default=str(REPO / "benchmarks" / "results" / "joint_write_draw.json"))
     return p.parse_args(argv)
@@ -100,13 +103,16 @@ def summary(runs: list[dict], arms: list[str], seeds: list[int]) -> dict:
 def main(argv=None) -> dict:
     args = parse_args(argv)
     runs = []
-    with tempfile.TemporaryDirectory(prefix="joint_write_draw_") as scratch:
-        for seed in args.seeds:
-            for arm in args.arms:
-                result = run(args, arm, seed, Path(scratch) / f"{arm}_{seed}")
-                runs.append(result)
-                print(f"{arm:>6} seed {seed}: reward {result['first_mean']:.3f} -> {result['last_mean']:.3f} "
-                      f"(rise {result['rise']:+.3f}, z = {result['z']:.1f}), {result['wall_s']:.0f} s", flush=True)
+    todo = [(arm, seed) for seed in args.seeds for arm in args.arms]
+    with tempfile.TemporaryDirectory(prefix="joint_write_draw_") as scratch, \
+            ThreadPoolExecutor(max_workers=args.jobs) as pool:
+        futures = [pool.submit(run, args, arm, seed, Path(scratch) / f"{arm}_{seed}") for arm, seed in todo]
+        for future in futures:
+            result = future.result()
+            runs.append(result)
+            print(f"{result['arm']:>6} seed {result['seed']}: reward {result['first_mean']:.3f} -> "
+                  f"{result['last_mean']:.3f} (rise {result['rise']:+.3f}, z = {result['z']:.1f}), "
+                  f"{result['wall_s']:.0f} s", flush=True)
     out = {
         "benchmark": "joint_write_draw", "recipe": RECIPE, "steps": args.steps, "seeds": args.seeds, "frac": args.frac,
         "arms": {arm: ARMS[arm] for arm in args.arms}, "overrides": args.override,
