@@ -47,6 +47,13 @@ class WriteDrawFamily(ThinkDrawFamily):
                               f"reference policy here); set algo.kl_coef=0")
         super().check_config(cfg)
 
+    def fit_prompts(self, items: list, what: str = "data.prompts") -> list:
+        """The image's rules, and every request's writer context within `writer.max_prompt_tokens`
+        (checked once here, before any step)."""
+        items = super().fit_prompts(items, what)
+        self.model.writer_context([item.prompt for item in items])
+        return items
+
     # --- the actor half -------------------------------------------------------------------
     def num_chunks(self, batch: ThinkDrawBatch) -> int:
         return self.writer_chunks + (self.image.num_chunks(batch.image) if self.image_trains else 0)

@@ -11,7 +11,8 @@ clip). Either model may be frozen (`train_image`, `writer.trained`); a frozen on
 are outside every group.
 
 Not here: a reference policy (KL) for the writer, sharded or Ray training (the family refuses them
-at load), the writer's own adapter options (its defaults are used).
+at load), the writer's own adapter options (its defaults are used), a key/value cache for the
+writer's sampling (each token re-reads the context: the texts are short).
 """
 from __future__ import annotations
 
@@ -25,6 +26,7 @@ import torch
 from torch import nn
 
 from omni_rl.config.schema import LoraConfig, ModelConfig
+from omni_rl.errors import OmniConfigError
 from omni_rl.models.autoregressive import AutoregressiveModelBase
 from omni_rl.models.base import OptimizerGroup
 from omni_rl.models.conditioning import Conditioning
@@ -187,7 +189,7 @@ class WriteDrawModelBase(ThinkDrawModelBase):
         for i, prompt in enumerate(prompts):
             row = self.writer.encode_prompt([{"role": "user", "content": prompt}]).input_ids.flatten()
             if row.numel() > width:
-                raise ValueError(f"the writer's context of {prompt[:40]!r} is {row.numel()} tokens: expected at most "
+                raise OmniConfigError(f"the writer's context of {prompt[:40]!r} is {row.numel()} tokens: expected at most "
                                  f"model.options.writer.max_prompt_tokens={width}; raise it or shorten the prompt")
             ids[i, width - row.numel():], mask[i, width - row.numel():] = row, 1
         return ids, mask

@@ -49,9 +49,9 @@ def test_one_step_is_on_policy_and_trains_both_models_each_with_its_own_lr(tmp_p
         # The writer is fully fine-tuned, the image model by LoRA only.
         assert all(p.requires_grad for p in writer.parameters())
         assert {n for n, p in image.named_parameters() if p.requires_grad} == {n for n in image_before if "lora_" in n}
-        # The image model reads the request, then the writer's text (model.options.image_prompt).
+        # The image model reads the writer's text (model.options.image_prompt: "{written}").
         ids = torch.tensor([[ord("h"), ord("i"), model.writer.eos_token_ids[0]]])
-        assert model.image_prompts(["two blue squares"], ids, torch.ones(1, 3)) == ["two blue squares hi"]
+        assert model.image_prompts(["two blue squares"], ids, torch.ones(1, 3)) == ["hi"]
         metrics = trainer.train_step(1)
         # On-policy on both kinds of action: the writer's tokens and the image's steps (recomputed).
         assert metrics["actor/first_minibatch_ratio_max_abs_dev"] == 0.0
@@ -128,11 +128,14 @@ def test_bad_configs_are_one_line_errors(override, message, tmp_path):
     assert message in str(err.value) and "\n" not in str(err.value)
 
 
-def test_nothing_trained_is_refused_at_the_command_line(tmp_path, capsys):
-    code = main(["recipe=tiny_write_draw", f"trainer.output_dir={tmp_path}", "model.options.train_image=false",
-                 "model.options.writer.trained=false"])
+@pytest.mark.parametrize("overrides, message", [
+    (["model.options.train_image=false", "model.options.writer.trained=false"], "nothing trains"),
+    (["model.options.writer.max_prompt_tokens=8"], "expected at most model.options.writer.max_prompt_tokens=8"),
+])
+def test_bad_runs_stop_at_the_command_line_in_one_line(overrides, message, tmp_path, capsys):
+    code = main(["recipe=tiny_write_draw", f"trainer.output_dir={tmp_path}", *overrides])
     err = capsys.readouterr().err.strip().splitlines()
-    assert code == 2 and len(err) == 1 and "nothing trains" in err[0] and err[0].startswith("error: ")
+    assert code == 2 and message in err[-1] and err[-1].startswith("error: ")
 
 
 def test_the_plan_counts_both_models_weights_and_optimizer_states(tmp_path):
