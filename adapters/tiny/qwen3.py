@@ -23,10 +23,26 @@ def byte_level_vocab() -> dict[str, int]:
     return {chars[b]: b for b in range(256)}
 
 
-def build_byte_tokenizer():
+def with_spaced_words(vocab: dict[str, int], words) -> tuple[dict[str, int], list[tuple[str, str]]]:
+    """(vocab, merges) adding each of `words` after a space (GPT-2's "Ġword") as one token, built by
+    merges that each extend a word's prefix, so those words tokenise whole and other text byte by byte."""
+    space = byte_chars()[ord(" ")]
+    vocab, merges = dict(vocab), []
+    for word in sorted(set(words)):
+        piece = space
+        for char in word:
+            if (piece, char) not in merges:
+                merges.append((piece, char))
+            piece += char
+            vocab.setdefault(piece, len(vocab))
+    return vocab, merges
+
+
+def build_byte_tokenizer(words=()):
+    """The byte-level tokenizer; `words` (after a space) become whole tokens (`with_spaced_words`)."""
     from transformers import Qwen2Tokenizer
 
-    with bpe_files(byte_level_vocab()) as (vocab, merges):
+    with bpe_files(*with_spaced_words(byte_level_vocab(), words)) as (vocab, merges):
         tokenizer = Qwen2Tokenizer(
             str(vocab), str(merges), unk_token=None, bos_token=None, eos_token="<|im_end|>", pad_token="<|endoftext|>"
         )
@@ -36,14 +52,14 @@ def build_byte_tokenizer():
 
 
 def write_tiny_qwen3(folder: Path, hidden_size: int, num_attention_heads: int, num_key_value_heads: int,
-                     head_dim: int) -> None:
+                     head_dim: int, words=()) -> None:
     """A random-weight two-layer Qwen3 of the given attention shape (seed 0), tied embeddings,
-    with the byte-level tokenizer and ChatML template."""
+    with the byte-level tokenizer (`words` as whole tokens) and ChatML template."""
     from transformers import Qwen3Config, Qwen3ForCausalLM
 
     folder = Path(folder)
     torch.manual_seed(0)
-    tokenizer = build_byte_tokenizer()
+    tokenizer = build_byte_tokenizer(words)
     config = Qwen3Config(
         vocab_size=len(tokenizer), hidden_size=hidden_size, intermediate_size=2 * hidden_size, num_hidden_layers=2,
         num_attention_heads=num_attention_heads, num_key_value_heads=num_key_value_heads, head_dim=head_dim,

@@ -3,8 +3,8 @@ pretrained model and the scripts that made and measure it.
 
 A plugin: it imports `omni_rl`, never the reverse. Importing it registers its components,
 which the `omni_rl.plugins` entry point `shapes = demos.shapes` (pyproject.toml) does for every run:
-the reward `geneval_shapes` (`reward`), the benchmarks `geneval_shapes` and `shapes_counting` (`benchmark`) and the packaged model `tiny:sd3_shapes` (`model`: the
-shipped `weights/` with their `SHA256SUMS`, loaded through the SD3 adapter).
+the reward `geneval_shapes` (`reward`), the benchmarks `geneval_shapes` and `shapes_counting` (`benchmark`), the packaged model `tiny:sd3_shapes` (`model`: the
+shipped `weights/` with their `SHA256SUMS`, loaded through the SD3 adapter) and its prompt writer `tiny:qwen3_shape_words` (`writer`).
 
 | module             | what                                                                   |
 |--------------------|------------------------------------------------------------------------|
@@ -14,6 +14,7 @@ shipped `weights/` with their `SHA256SUMS`, loaded through the SD3 adapter).
 | `reward`           | `geneval_shapes`: a detector without weights checks an image against its caption |
 | `geneval`          | the same detector feeding GenEval's own rules: `geneval_row(spec)`, `shape_verdict(image, spec)` |
 | `model`            | `tiny:sd3_shapes` and the text length every user of it gives            |
+| `writer`           | `tiny:qwen3_shape_words`: a tiny Qwen3 writer with the grammar's words as tokens |
 | `pretrain`         | `python -m demos.shapes.pretrain --out DIR`: the model from nothing      |
 | `evaluate`         | `python -m demos.shapes.evaluate`: its accuracy per task before RL       |
 | `benchmark`        | the `--eval` benchmarks `geneval_shapes` and `shapes_counting`          |
@@ -24,7 +25,7 @@ shipped `weights/` with their `SHA256SUMS`, loaded through the SD3 adapter).
 The recipes (`recipes/tiny_sd3_shapes_*.yaml`) and the files they read (the prompt sets in
 `recipes/prompts/`, the pairs in `recipes/preference_pairs/shapes_counting/`) stay in `recipes/`.
 """
-from demos.shapes import benchmark, model, reward  # noqa: F401  (imported to register)
+from demos.shapes import benchmark, model, reward, writer  # noqa: F401  (imported to register)
 from demos.shapes.grammar import (
     RELATIONS,
     TASKS,

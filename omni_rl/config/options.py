@@ -155,6 +155,9 @@ def bind_options(options_class: type[T], values: Optional[Mapping[str, Any]], ke
         if inner is not None:  # a list of blocks of their own (a family's teachers): each bound here too
             values[name] = _bind_block_list(inner, value, f"{key}.{name}", owner)
             continue
+        if dataclasses.is_dataclass(tp) and isinstance(value, Mapping):  # one block of its own (a writer's)
+            values[name] = bind_options(tp, value, f"{key}.{name}", owner)
+            continue
         if not _matches(value, tp):
             raise ConfigError(f"{key}.{name}={value!r}: expected {_type_name(tp)} ({owner})")
         values[name] = _coerce(value, tp)

@@ -12,10 +12,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
+from omni_rl.option import ComponentOptions
+
 
 @dataclass
-class LoraConfig:
-    """LoRA (PEFT) on the trainable module; `enabled: false` trains every parameter."""
+class LoraConfig(ComponentOptions):
+    """LoRA (PEFT) on the trainable module; `enabled: false` trains every parameter. An options
+    block too where a component nests one (a prompt writer's `lora`)."""
 
     enabled: bool = True
     rank: int = 8

@@ -59,18 +59,31 @@ class TrainingEngine(ABC):
         ...
 
 
-def apply_optim_config(optimizer: torch.optim.Optimizer, cfg: OptimConfig, say: bool = True) -> list[str]:
+def apply_optim_config(optimizer: torch.optim.Optimizer, cfg: OptimConfig, say: bool = True,
+                       lrs: Optional[list[float]] = None) -> list[str]:
     """Set every param group's lr, betas, weight decay and eps to `cfg`'s after a restore (the
     checkpoint's values would win otherwise), keeping moments and step counts; logs and returns the
-    values that changed ("optim.lr: 0.001 -> 0.0003").
+    values that changed ("optim.lr: 0.001 -> 0.0003"). `lrs`: each group's own lr where the groups
+    differ (a prompt writer's and an image model's), else every group takes `cfg.lr`.
     """
-    wanted = {"lr": cfg.lr, "betas": tuple(cfg.betas), "weight_decay": cfg.weight_decay, "eps": cfg.eps}
+    groups = optimizer.param_groups
+    lrs = [cfg.lr] * len(groups) if lrs is None else list(lrs)
+    if len(lrs) != len(groups):
+        raise ValueError(f"the optimizer has {len(groups)} param groups, and {len(lrs)} learning rates were given")
     changes = []
+    if len(set(lrs)) > 1:  # each group its own lr
+        saved_lrs = [g["lr"] for g in groups]
+        if saved_lrs != lrs:
+            changes.append(f"optim.lr (per group): {saved_lrs!r} -> {lrs!r}")
+        for group, lr in zip(groups, lrs):
+            group["lr"] = lr
+    wanted = {"lr": lrs[0]} if len(set(lrs)) == 1 else {}
+    wanted.update({"betas": tuple(cfg.betas), "weight_decay": cfg.weight_decay, "eps": cfg.eps})
     for key, value in wanted.items():
-        saved = sorted({repr(tuple(g[key]) if isinstance(g[key], list) else g[key]) for g in optimizer.param_groups})
+        saved = sorted({repr(tuple(g[key]) if isinstance(g[key], list) else g[key]) for g in groups})
         if saved != [repr(value)]:
             changes.append(f"optim.{key}: {', '.join(saved)} -> {value!r}")
-        for group in optimizer.param_groups:
+        for group in groups:
             group[key] = value
     if changes and say:
         log.warning("resuming: the optimizer trains with this run's %s, not the checkpoint's values (its moments and "

@@ -34,11 +34,17 @@ class LocalEngine(TrainingEngine):
     def __init__(self, model: OmniModelBase, cfg: OptimConfig):
         self.model = model
         self.cfg = cfg
-        self.params = model.trainable_parameters()
+        # One AdamW param group per optimizer group of the model (a prompt writer and an image model:
+        # two), each with its learning rate; AdamW's moments are per parameter, so groups update
+        # as separate optimizers would, and one state dict holds them all.
+        self.groups = [g for g in model.optimizer_groups() if g.params]
+        self.params = [p for g in self.groups for p in g.params]
         if not self.params:
             raise ValueError("the model has no trainable parameters; check model.lora or the adapter's trainable_module")
+        self.lrs = [cfg.lr if g.lr is None else g.lr for g in self.groups]
         self.optimizer = torch.optim.AdamW(
-            self.params, lr=cfg.lr, betas=tuple(cfg.betas), weight_decay=cfg.weight_decay, eps=cfg.eps
+            [{"params": g.params, "lr": lr} for g, lr in zip(self.groups, self.lrs)],
+            lr=cfg.lr, betas=tuple(cfg.betas), weight_decay=cfg.weight_decay, eps=cfg.eps,
         )
         self.optimizer.zero_grad(set_to_none=True)
         self._losses_finite: Optional[torch.Tensor] = None  # since the last optimizer step (base.py)
@@ -50,12 +56,19 @@ class LocalEngine(TrainingEngine):
         return detached(metrics)
 
     def optimizer_step(self) -> dict[str, Metric]:
-        grad_norm = torch.nn.utils.clip_grad_norm_(self.params, self.cfg.max_grad_norm)
+        # Each group clipped by itself: one model's large gradient does not shrink the other's step.
+        norms = [torch.nn.utils.clip_grad_norm_(g.params, self.cfg.max_grad_norm) for g in self.groups]
+        grad_norm = norms[0] if len(norms) == 1 else torch.linalg.vector_norm(torch.stack(norms))
         refuse_if_not_finite(self.optimizer, self._losses_finite, grad_norm)
         self._losses_finite = None
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
-        return {"actor/grad_norm": grad_norm.detach(), "actor/lr": self.optimizer.param_groups[0]["lr"]}
+        metrics = {"actor/grad_norm": grad_norm.detach(), "actor/lr": self.optimizer.param_groups[0]["lr"]}
+        if len(self.groups) > 1:
+            for g, norm, group in zip(self.groups, norms, self.optimizer.param_groups):
+                metrics[f"actor/{g.name}_grad_norm"] = norm.detach()
+                metrics[f"actor/{g.name}_lr"] = group["lr"]
+        return metrics
 
     def state_dict(self) -> dict[str, Any]:
         return {
@@ -66,4 +79,4 @@ class LocalEngine(TrainingEngine):
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.model.load_named_tensors(state["trainable"])
         self.optimizer.load_state_dict(state["optimizer"])
-        apply_optim_config(self.optimizer, self.cfg)  # the config's lr, not the checkpoint's
+        apply_optim_config(self.optimizer, self.cfg, lrs=self.lrs)  # the config's lr, not the checkpoint's

@@ -1,8 +1,8 @@
 """Model families: what the PPO loop does that depends on the kind of model (see `base.py`).
 
 `MODEL_FAMILIES` maps an adapter's `family` to its `ModelFamily`: `diffusion`, `autoregressive`,
-`think_draw` and `talker`; `agent` is the autoregressive family's variant for multi-turn
-trajectories with tools (an `agent:` block); `forward_process` is the diffusion family's variant for DiffusionNFT
+`think_draw`, `write_draw` (a prompt writer and an image model) and `talker`; `agent` is the autoregressive family's variant for multi-turn
+trajectories with tools (`algo.family_options.agent_options`); `forward_process` is the diffusion family's variant for DiffusionNFT
 / Diffusion-DPO. Importing this package registers them; `update.run_update` is the update loop.
 """
 from omni_rl.families.base import MODEL_FAMILIES, BehaviourPolicy, ModelFamily, build_family, register_family
@@ -12,8 +12,9 @@ from omni_rl.families.diffusion import DiffusionFamily
 from omni_rl.families.forward_process import ForwardProcessFamily
 from omni_rl.families.think_draw import ThinkDrawFamily
 from omni_rl.families.talker import TalkerFamily
+from omni_rl.families.write_draw import WriteDrawFamily
 
 __all__ = [
     "MODEL_FAMILIES", "AgentFamily", "BehaviourPolicy", "DiffusionFamily", "ForwardProcessFamily", "ModelFamily", "TextFamily",
-    "TalkerFamily", "ThinkDrawFamily", "build_family", "register_family",
+    "TalkerFamily", "ThinkDrawFamily", "WriteDrawFamily", "build_family", "register_family",
 ]

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import contextlib
 from abc import ABC, abstractmethod
-from typing import ClassVar, Iterator
+from dataclasses import dataclass
+from typing import ClassVar, Iterator, Optional
 
 import torch
 from torch import nn
@@ -21,6 +22,16 @@ from omni_rl.errors import OmniConfigError
 from omni_rl.models.registry import adapter_key
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+@dataclass
+class OptimizerGroup:
+    """Trained parameters that one optimizer group updates with its own learning rate and its own
+    gradient clip (`OmniModelBase.optimizer_groups`)."""
+
+    name: str
+    params: list
+    lr: Optional[float] = None  # None: optim.lr
 
 
 class OmniModelBase(ABC):
@@ -196,6 +207,12 @@ class OmniModelBase(ABC):
 
     def trainable_parameters(self) -> list[nn.Parameter]:
         return [p for p in self.trainable_root().parameters() if p.requires_grad]
+
+    def optimizer_groups(self) -> list[OptimizerGroup]:
+        """The trained parameters by optimizer group: one, the whole policy, for a model; one per
+        model where an adapter holds two trained models (a prompt writer and an image model,
+        `omni_rl.models.write_draw`), each with its own learning rate and gradient clip."""
+        return [OptimizerGroup("policy", self.trainable_parameters())]
 
     def named_trainable_tensors(self) -> dict[str, torch.Tensor]:
         """What a separate rollout engine needs after an update: LoRA tensors only when LoRA

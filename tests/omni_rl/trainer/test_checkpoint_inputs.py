@@ -21,6 +21,7 @@ from omni_rl.trainer.checkpoint import (
     save_checkpoint,
 )
 from omni_rl.trainer.leftovers import remove_leftovers
+from omni_rl.models.base import OptimizerGroup
 
 SMALL = [
     "trainer.prompts_per_step=2", "trainer.samples_per_prompt=4", "trainer.mini_batch_size=4",
@@ -40,6 +41,9 @@ class TinyModel:
 
     def trainable_parameters(self):
         return list(self.layer.parameters())
+
+    def optimizer_groups(self):
+        return [OptimizerGroup("policy", self.trainable_parameters())]
 
     def named_trainable_tensors(self):
         return {n: p.detach() for n, p in self.layer.named_parameters()}
