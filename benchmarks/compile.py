@@ -160,10 +160,10 @@ def numerics(args) -> dict:
     import torch
 
     from omni_rl.models.compile import CompileOptions
-    from tests.adapters.compile_cases import CASES, compiled_forward_delta, rollout_log_prob_delta
+    from tests.adapters.diffusion_suite import compiled_forward_delta, suite_cases
 
     results = {}
-    for name, case in CASES.items():
+    for name, case in suite_cases().items():
         if args.adapters and name not in args.adapters:
             continue
         t0 = time.perf_counter()
@@ -173,6 +173,32 @@ def numerics(args) -> dict:
     demo = rollout_log_prob_delta(CompileOptions(enabled=True, backend="inductor"))
     print(f"demo (tiny SD3) per-step max |delta log-prob|: {demo}")
     return {"threads": torch.get_num_threads(), "forward": results, "demo_log_prob_delta_per_step": demo}
+
+
+def rollout_log_prob_delta(options) -> list[float]:
+    """The demo model (tiny_sd3_flowgrpo's, with its LoRA) eager and compiled with `options`: one
+    rollout of the same 8 requests (the recipe's 6 steps, CFG 4.5, SDE at noise level 0.7 on every
+    step), max |delta log-prob| over the samples at each step."""
+    import dataclasses
+
+    import torch
+
+    from omni_rl.compose import load_config
+    from omni_rl.models import build_model
+    from tests.adapters.diffusion_suite import generate, request, suite_cases
+
+    cfg = load_config(["recipe=tiny_sd3_flowgrpo"])
+    case = dataclasses.replace(suite_cases()["TestSD3"], steps=cfg.rollout.num_steps, guidance=cfg.rollout.guidance_scale)
+    torch.manual_seed(0)
+    eager = build_model(cfg.model, torch.device("cpu"))
+    compiled = build_model(dataclasses.replace(cfg.model, compile_options=options), torch.device("cpu"))
+    compiled.load_named_tensors(eager.named_trainable_tensors())
+    prompts = list(cfg.data.prompts)
+    requests = [request(case, p, seed=i, sde_window_size=0, sde_window_range=None) for i, p in enumerate(prompts)]
+    want, _ = generate(eager, requests, max_num_seqs=len(requests))
+    got, _ = generate(compiled, requests, max_num_seqs=len(requests))
+    deltas = torch.stack([(g.log_probs - w.log_probs).abs() for g, w in zip(got, want)])  # [samples, steps]
+    return [float(v) for v in deltas.max(dim=0).values]
 
 
 def main(argv=None) -> None:

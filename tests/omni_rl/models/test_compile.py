@@ -93,6 +93,7 @@ def test_each_repeated_block_is_compiled_and_the_batch_may_change_without_a_reco
     assert counters["stats"]["unique_graphs"] == graphs  # batches of 1 and 5 reused the first graphs
 
 
+@pytest.mark.long  # the training graphs' capture: a minute and more on a loaded 2-core machine
 def test_lora_gradients_flow_through_compiled_checkpointed_blocks(pair):
     eager, compiled = pair
     x, sigma, cond = inputs(eager, 2)
