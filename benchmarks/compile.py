@@ -56,6 +56,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--steps", type=int, default=6)
     p.add_argument("--rounds", type=int, default=1)
     p.add_argument("--threads", type=int, nargs="+", default=[1, 2])
+    p.add_argument("--arms", nargs="+", default=list(ARMS), choices=ARMS, help="eager first (the others are compared with it)")
     p.add_argument("--override", action="append", default=[], help="KEY=VALUE for every arm (repeatable)")
     p.add_argument("--timeout-s", type=float, default=1800.0, help="per run")
     p.add_argument("--numerics", action="store_true", help="compiled-vs-eager forwards instead of timing")
@@ -105,6 +106,7 @@ def summarize(runs: list[dict], threads: int, total_steps: int) -> dict:
         got = [fn(r) for r in runs if r["arm"] == arm and r["threads"] == threads and not r["timed_out"]]
         return statistics.median(got) if got else None
 
+    arms = [a for a in ARMS if any(r["arm"] == a for r in runs)]
     s = {arm: {"rollout_s": med(arm, lambda r: _median_after_first(r["rollout_s"])),
                "update_s": med(arm, lambda r: _median_after_first(r["update_s"])),
                "step_s": med(arm, lambda r: _median_after_first(r["step_s"])),
@@ -112,9 +114,9 @@ def summarize(runs: list[dict], threads: int, total_steps: int) -> dict:
                "wall_s": med(arm, lambda r: r["wall_s"]),
                "recompiles_after_warmup": med(arm, lambda r: r["recompiles_after_warmup"]),
                "graphs_compiled": med(arm, lambda r: r["compiled_graphs"][-1] if r["compiled_graphs"] else 0)}
-         for arm in ARMS}
+         for arm in arms}
     e = s["eager"]
-    for arm in ("cold", "cached", "trace"):
+    for arm in [a for a in ("cold", "cached", "trace") if a in s]:
         a = s[arm]
         if a["step_s"] is None or e["step_s"] is None:
             continue
@@ -129,7 +131,7 @@ def summarize(runs: list[dict], threads: int, total_steps: int) -> dict:
         a["projected_whole_run_s"] = startup + a["first_step_s"] + a["step_s"] * (total_steps - 1)
     startup = e["wall_s"] - sum([e["first_step_s"]] + [e["step_s"]] * (len(runs[0]["step_s"]) - 1))
     e["projected_whole_run_s"] = startup + e["first_step_s"] + e["step_s"] * (total_steps - 1)
-    if s["cold"].get("compile_s") and s["cached"].get("compile_s") is not None:
+    if "cold" in s and "cached" in s and s["cold"].get("compile_s") and s["cached"].get("compile_s") is not None:
         s["cached_over_cold_compile"] = s["cached"]["compile_s"] / s["cold"]["compile_s"]
     return s
 
@@ -143,7 +145,7 @@ def timing(args) -> dict:
         for rnd in range(args.rounds):
             for threads in args.threads:
                 cache = Path(tmp) / f"inductor_{threads}_{rnd}"  # cold: empty; cached: what cold wrote
-                for arm in ARMS:
+                for arm in args.arms:
                     out = Path(tmp) / f"{arm}_{threads}_{rnd}"
                     result = run_once(args, arm, threads, out, cache)
                     runs.append({"arm": arm, "threads": threads, "round": rnd, **result})
