@@ -21,6 +21,11 @@ the recipe's `trainer.total_steps` at the measured step time plus the first step
     python benchmarks/compile.py --recipe tiny_sd3_flowgrpo --steps 6 --threads 1 2
     python benchmarks/compile.py --recipe tiny_wan22_flowgrpo --steps 4 --threads 2 --out ...
 
+Rollout split (`--split`): the demo's rollout of 32 samples at one thread, eager and compiled, and
+the part of it inside the transformer's forward (`predict_velocity`): what compilation can reach.
+
+    python benchmarks/compile.py --split --cache-dir CACHE --out benchmarks/results/compile_rollout_split.json
+
 Numerics (`--numerics`): for each tiny diffusion adapter (the shared suite's cases), one
 forward of the eager and the inductor-compiled model on the same inputs (a batch across the
 schedule, with CFG): max |delta| of the velocity. For the demo model also the per-step max
@@ -61,6 +66,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--timeout-s", type=float, default=1800.0, help="per run")
     p.add_argument("--numerics", action="store_true", help="compiled-vs-eager forwards instead of timing")
     p.add_argument("--adapters", nargs="*", default=None, help="--numerics: the suite's adapter names (default all)")
+    p.add_argument("--split", action="store_true", help="where the demo's rollout time goes, eager and compiled")
+    p.add_argument("--cache-dir", default=None, help="--split: the inductor cache to compile from")
     p.add_argument("--out", default=None)
     return p.parse_args(argv)
 
@@ -203,10 +210,59 @@ def rollout_log_prob_delta(options) -> list[float]:
     return [float(v) for v in deltas.max(dim=0).values]
 
 
+def rollout_split(cache_dir: str | None) -> dict:
+    """Where the demo's rollout time goes, eager and compiled (one thread): a rollout of its 32
+    samples (warm-up, then the median of 3) and the part of it inside `predict_velocity` (the
+    transformer with CFG), counted by wrapping the adapter instance's method."""
+    import dataclasses
+
+    import torch
+
+    from omni_rl.compose import load_config
+    from omni_rl.models import build_model
+    from omni_rl.models.compile import CompileOptions
+    from tests.adapters.diffusion_suite import generate, request, suite_cases
+
+    torch.set_num_threads(1)
+    cfg = load_config(["recipe=tiny_sd3_flowgrpo"])
+    case = dataclasses.replace(suite_cases()["TestSD3"], steps=cfg.rollout.num_steps, guidance=cfg.rollout.guidance_scale)
+    out = {}
+    for arm in ("eager", "compiled"):
+        options = CompileOptions(enabled=arm == "compiled", cache_dir=cache_dir)
+        torch.manual_seed(0)
+        model = build_model(dataclasses.replace(cfg.model, compile_options=options), torch.device("cpu"))
+        calls, forward = [], model.predict_velocity
+
+        def timed(*a, **k):
+            t0 = time.perf_counter()
+            result = forward(*a, **k)
+            calls.append(time.perf_counter() - t0)
+            return result
+
+        model.predict_velocity = timed
+        requests = [request(case, p, seed=i) for i, p in enumerate(list(cfg.data.prompts) * 4)]
+        generate(model, requests, max_num_seqs=32)  # warm-up: the compile
+        walls, forwards = [], []
+        for _ in range(3):
+            calls.clear()
+            t0 = time.perf_counter()
+            generate(model, requests, max_num_seqs=32)
+            walls.append(time.perf_counter() - t0)
+            forwards.append(sum(calls))
+        out[arm] = {"rollout_s": statistics.median(walls), "forward_s": statistics.median(forwards)}
+    e, c = out["eager"], out["compiled"]
+    return {**out, "rollout_ratio": c["rollout_s"] / e["rollout_s"], "forward_ratio": c["forward_s"] / e["forward_s"],
+            "rest_s": {arm: out[arm]["rollout_s"] - out[arm]["forward_s"] for arm in out}}
+
+
 def main(argv=None) -> None:
     args = parse_args(argv)
-    body = numerics(args) if args.numerics else timing(args)
-    default = "compile_numerics.json" if args.numerics else f"compile_{args.recipe}.json"
+    if args.split:
+        body, default = {"rollout_split": rollout_split(args.cache_dir)}, "compile_rollout_split.json"
+    elif args.numerics:
+        body, default = numerics(args), "compile_numerics.json"
+    else:
+        body, default = timing(args), f"compile_{args.recipe}.json"
     out = Path(args.out or ROOT / "benchmarks" / "results" / default)
     result = {
         "benchmark": "compile", "cpu": platform.processor() or platform.machine(), "cpus": os.cpu_count(),
