@@ -20,7 +20,7 @@ The conventions, the same at rollout and in training because both go through thi
   lengths and shifts);
 - **guidance**: FLUX.1-dev is guidance-distilled. Its guidance is an embedding the transformer
   reads (`guidance`, the pipeline's `guidance_scale`, 3.5 by default): here
-  `model.options.guidance`, the same for every sample; there is no second forward. True CFG (the
+  `model.adapter_options.guidance`, the same for every sample; there is no second forward. True CFG (the
   pipeline's `true_cfg_scale`, as flow_grpo's and DanceGRPO's FLUX scripts can run it) is
   `rollout.guidance_scale`: above 1 *and* with a negative prompt (`rollout.negative_prompt`, not
   empty), the negative prompt's forward runs too (one batched call over [negative; prompt]) and
@@ -29,7 +29,7 @@ The conventions, the same at rollout and in training because both go through thi
   sample has a negative prompt travels in its `Conditioning` (`has_negative`), so a packed batch
   may mix both kinds and training replays each sample's own guidance;
 - **prompt embeddings**: the pipeline's `encode_prompt`: T5's last hidden state, padded to
-  `model.options.max_sequence_length` tokens (no mask: FLUX attends to T5's padding, as the
+  `model.adapter_options.max_sequence_length` tokens (no mask: FLUX attends to T5's padding, as the
   pipeline does), and CLIP's pooled output.
 
 `decode` un-normalises, runs the VAE and returns uint8 [B, H, W, 3]. Sizes must be multiples of
@@ -61,7 +61,7 @@ PACK = 2
 
 @dataclass
 class FluxOptions(PromptLengthOptions):
-    """FLUX.1's own knobs (`model.options`)."""
+    """FLUX.1's own knobs (`model.adapter_options`)."""
 
     max_sequence_length: int = option(512, "T5 prompt tokens (the pipeline's max_sequence_length, at most 512): prompts are padded or cut to it, and FLUX attends to all of them.")
     guidance: float = option(3.5, "The distilled guidance the transformer embeds (FluxPipeline's guidance_scale; flow_grpo and DanceGRPO call it guidance_scale too). Not CFG: rollout.guidance_scale is the pipeline's true_cfg_scale, which needs a rollout.negative_prompt.")

@@ -26,7 +26,7 @@ through this one file, are the pipeline's (diffusers 0.42.1, `pipeline_flux2_kle
   none: `rollout.guidance_scale` must be 1 (the pipeline ignores it with a warning; a recipe
   that sets it is refused at load). The base checkpoints run CFG with the empty negative
   prompt when guidance_scale > 1: `neg + s (cond - neg)`, one batched forward over
-  [uncond; cond]. `model.options.is_distilled` overrides the checkpoint's flag as the
+  [uncond; cond]. `model.adapter_options.is_distilled` overrides the checkpoint's flag as the
   pipeline's own `is_distilled` argument does.
 
 `decode` un-normalises, unpatchifies, runs the VAE and returns uint8 [B, H, W, 3]. Sizes must be
@@ -67,7 +67,7 @@ PATCH = 2
 
 @dataclass
 class Flux2KleinOptions(PromptLengthOptions):
-    """FLUX.2 [klein]'s knobs (`model.options`), defaulting to the pipeline's."""
+    """FLUX.2 [klein]'s knobs (`model.adapter_options`), defaulting to the pipeline's."""
 
     max_sequence_length: int = option(512, "Text tokens (chat template included) the prompt is padded or cut to; the transformer attends to all of them (the pipeline's max_sequence_length, 512).")
     text_encoder_out_layers: list[int] = option([9, 18, 27], "Qwen3 hidden-state indices stacked per token into the prompt embedding (the pipeline's text_encoder_out_layers); their count x the encoder's hidden size must be the transformer's joint_attention_dim.")
@@ -142,7 +142,7 @@ class Flux2KleinAdapter(DiffusionModelBase):
     def check_model_limits(cls, cfg, configs) -> None:
         """A guidance scale the distilled checkpoint does not take, read from its
         model_index.json before any weights load."""
-        distilled = cfg.model.options.is_distilled
+        distilled = cfg.model.adapter_options.is_distilled
         if distilled is None:
             distilled = read_is_distilled(configs.folder)
         check_guidance(cfg.model.adapter, distilled, cfg.rollout.guidance_scale)
@@ -181,11 +181,11 @@ class Flux2KleinAdapter(DiffusionModelBase):
         layers = list(self.options.text_encoder_out_layers)
         config = getattr(self.text_encoder.config, "text_config", self.text_encoder.config)  # Mistral3: its LM's
         if max(layers) > config.num_hidden_layers:
-            raise ValueError(f"model.options.text_encoder_out_layers={layers}: the text encoder has hidden states 0.."
+            raise ValueError(f"model.adapter_options.text_encoder_out_layers={layers}: the text encoder has hidden states 0.."
                              f"{config.num_hidden_layers}")
         width, joint = len(layers) * config.hidden_size, self.transformer.config.joint_attention_dim
         if width != joint:
-            raise ValueError(f"model.options.text_encoder_out_layers={layers}: {len(layers)} layers x hidden size "
+            raise ValueError(f"model.adapter_options.text_encoder_out_layers={layers}: {len(layers)} layers x hidden size "
                              f"{config.hidden_size} = {width}, but the transformer takes {joint}; use "
                              f"{joint // config.hidden_size} layers")
 
@@ -341,7 +341,7 @@ class Flux2KleinAdapter(DiffusionModelBase):
 
 @dataclass
 class Flux2DevOptions(PromptLengthOptions):
-    """FLUX.2 [dev]'s knobs (`model.options`), defaulting to the pipeline's."""
+    """FLUX.2 [dev]'s knobs (`model.adapter_options`), defaulting to the pipeline's."""
 
     max_sequence_length: int = option(512, "Text tokens (system prompt and chat template included) the prompt is padded or cut to; the transformer attends to all of them (the pipeline's max_sequence_length, 512).")
     text_encoder_out_layers: list[int] = option([10, 20, 30], "Mistral-3 hidden-state indices stacked per token into the prompt embedding (the pipeline's text_encoder_out_layers); their count x the encoder's hidden size must be the transformer's joint_attention_dim.")

@@ -19,7 +19,7 @@ token grid), so training replays exactly what the rollout saw.
 **The condition's size.** The pipeline's own `__call__` resizes the source image to the Kontext
 training resolution closest to its aspect ratio (`PREFERRED_KONTEXT_RESOLUTIONS`, about one
 megapixel) and renders about one megapixel (`max_area`) whatever the requested size. Here the
-source image is resized to `model.options.condition_image_size` ([height, width], default the
+source image is resized to `model.adapter_options.condition_image_size` ([height, width], default the
 output's size) by the pipeline's own image processor and encoded at that size, and the output has
 the requested size. Given a source image already at the condition size, `_auto_resize=False` and
 `max_area` = the output's area, the pipeline and the adapter compute the same thing (the tests run
@@ -57,12 +57,12 @@ class FluxKontextAdapter(FluxAdapter):
 
     @classmethod
     def check_config(cls, cfg) -> None:
-        """The output size (as FLUX.1) and `model.options.condition_image_size`: multiples of 16."""
+        """The output size (as FLUX.1) and `model.adapter_options.condition_image_size`: multiples of 16."""
         super().check_config(cfg)
-        size = cfg.model.options.condition_image_size
+        size = cfg.model.adapter_options.condition_image_size
         if size is not None:
             for i, value in enumerate(size):
-                check_multiple(f"model.options.condition_image_size[{i}]", value, cls.size_multiple,
+                check_multiple(f"model.adapter_options.condition_image_size[{i}]", value, cls.size_multiple,
                                "what FluxKontextPipeline takes")
 
     def _pipeline_class(self):
@@ -72,14 +72,14 @@ class FluxKontextAdapter(FluxAdapter):
 
     # --- the source image ----------------------------------------------------------------
     def condition_size(self, height: int, width: int) -> tuple[int, int]:
-        """[height, width] in px the source image is encoded at (`model.options.condition_image_size`,
+        """[height, width] in px the source image is encoded at (`model.adapter_options.condition_image_size`,
         else the output's size); a multiple of 16 on both sides."""
         size = self.options.condition_image_size
         h, w = (height, width) if size is None else (int(size[0]), int(size[1]))
         factor = self.vae_scale * PACK
         why = f"VAE factor {self.vae_scale} x the 2x2 packing"
-        check_multiple("model.options.condition_image_size[0]" if size else "rollout.height", h, factor, why)
-        check_multiple("model.options.condition_image_size[1]" if size else "rollout.width", w, factor, why)
+        check_multiple("model.adapter_options.condition_image_size[0]" if size else "rollout.height", h, factor, why)
+        check_multiple("model.adapter_options.condition_image_size[1]" if size else "rollout.width", w, factor, why)
         return h, w
 
     def condition_images(self, images, height: int, width: int):

@@ -16,7 +16,7 @@ The conventions, the same at rollout and in training because both go through thi
 - **timestep**: sigma x num_train_timesteps, as the pipeline passes the scheduler's timesteps;
 - **schedule**: the pipeline's `linspace(1, 0, N + 1)[:-1]` sigmas, shifted by the Euler
   scheduler's fixed `shift` (the checkpoint's: 5.0 at 480p, 9.0 at 720p t2v);
-  `model.options.shift` overrides it. There is no dynamic (length-dependent) shift in 1.5's pipeline;
+  `model.adapter_options.shift` overrides it. There is no dynamic (length-dependent) shift in 1.5's pipeline;
 - **guidance**: the pipeline's guider is diffusers' `ClassifierFreeGuidance`:
   `uncond + g (cond - uncond)` with g = `rollout.guidance_scale` (the checkpoint's guider says
   6.0 for the 480p/720p t2v models, 1.0 for the CFG-distilled ones). The unconditional branch
@@ -73,7 +73,7 @@ LORA_WEIGHT_NAME = "pytorch_lora_weights.safetensors"
 
 @dataclass
 class HunyuanVideo15Options(PromptLengthOptions):
-    """HunyuanVideo-1.5's options (`model.options`)."""
+    """HunyuanVideo-1.5's options (`model.adapter_options`)."""
 
     max_sequence_length: int = option(1000, "Qwen2.5-VL prompt tokens after the template (the pipeline's tokenizer_max_length, 1000): longer prompts are cut.")
     glyph_max_sequence_length: int = option(256, "ByT5 tokens of the prompt's quoted (glyph) text (the pipeline's tokenizer_2_max_length, 256).")

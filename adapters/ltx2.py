@@ -14,7 +14,7 @@ un-normalise before the VAEs, as the pipeline does after its loop.
 
 The pieces, all loaded with `self.load_pretrained`: the Gemma text encoder (every hidden layer,
 stacked, as the pipeline feeds it to the connectors), `LTX2TextConnectors` (one embedding per
-stream, padded by the tokenizer to `model.options.max_sequence_length` exactly as the pipeline pads
+stream, padded by the tokenizer to `model.adapter_options.max_sequence_length` exactly as the pipeline pads
 it; with learnable registers the padding is replaced inside the connector, so the embeddings
 have a fixed length and no mask travels with them), the transformer (trained, LoRA on its
 attention projections), the video VAE, the audio VAE (latent -> mel spectrogram) and the
@@ -22,8 +22,8 @@ vocoder (mel -> waveform; LTX-2.3's `LTX2VocoderWithBWE` adds bandwidth extensio
 
 Guidance is the pipeline's, computed as it computes it: in x0 space (x0 = x - sigma v) as
 `x0_c + (g - 1)(x0_c - x0_u)`, plus the optional terms of LTX-2's call, each off by default:
-spatio-temporal guidance (`model.options.stg_scale`, `stg_blocks`: `+ s (x0_c - x0_stg)` for a forward
-whose self-attention in those blocks is skipped) and modality isolation (`model.options.modality_scale`:
+spatio-temporal guidance (`model.adapter_options.stg_scale`, `stg_blocks`: `+ s (x0_c - x0_stg)` for a forward
+whose self-attention in those blocks is skipped) and modality isolation (`model.adapter_options.modality_scale`:
 `+ (m - 1)(x0_c - x0_isolated)` for a forward without the audio<->video cross-attention); then
 optionally rescaled (`guidance_rescale`) and turned back into a velocity, with each weight per
 stream (`LTX2Options`). The STG rows share the CFG forward (the transformer takes a per-sample perturbation
@@ -62,7 +62,7 @@ _EMBEDS = ("prompt_embeds", "audio_prompt_embeds", "prompt_mask")
 
 @dataclass
 class LTX2Options(PromptLengthOptions):
-    """LTX-2's guidance terms (`model.options`), each one more transformer forward per step and
+    """LTX-2's guidance terms (`model.adapter_options`), each one more transformer forward per step and
     all off by default (plain CFG). Rollout and training apply the same."""
 
     audio_guidance_scale: Optional[float] = option(None, "CFG scale of the audio stream; null = rollout.guidance_scale (LTX-2.3 suggests 7 with 3 for video).")
@@ -89,7 +89,7 @@ class LTX2Options(PromptLengthOptions):
         if (self.stg_scale > 0 or audio_stg > 0) and not self.stg_blocks:
             raise ValueError(
                 f"stg_blocks={list(self.stg_blocks)}: expected the block indices STG perturbs (LTX-2.3's pipeline "
-                f"examples use [28], LTX-2.0's [29]) when model.options.stg_scale > 0 or model.options.audio_stg_scale > 0"
+                f"examples use [28], LTX-2.0's [29]) when model.adapter_options.stg_scale > 0 or model.adapter_options.audio_stg_scale > 0"
             )
 
 
@@ -212,7 +212,7 @@ class LTX2Adapter(DiffusionModelBase):
     @torch.no_grad()
     def encode_prompts(self, prompts: list[str], negative_prompt: str = "") -> Conditioning:
         """Gemma's stacked hidden states of each prompt (padded on the left to
-        `model.options.max_sequence_length` tokens) through the connectors: one embedding per stream."""
+        `model.adapter_options.max_sequence_length` tokens) through the connectors: one embedding per stream."""
         pos, pos_mask, neg, neg_mask = self.pipeline.encode_prompt(
             prompt=list(prompts), negative_prompt=[negative_prompt] * len(prompts), do_classifier_free_guidance=True,
             max_sequence_length=self.options.max_sequence_length, device=self.device,
@@ -228,7 +228,7 @@ class LTX2Adapter(DiffusionModelBase):
     # --- forward -------------------------------------------------------------------------
     def guidance(self, guidance_scale: float) -> dict[str, StreamGuidance]:
         """Each stream's guidance terms, the pipeline's per-modality values: an audio value of
-        null takes the video one (`model.options.audio_guidance_scale`: LTX-2.3 suggests 7 with 3
+        null takes the video one (`model.adapter_options.audio_guidance_scale`: LTX-2.3 suggests 7 with 3
         for video; `rollout.guidance_scale` is the video CFG scale)."""
         m = self.options
 
@@ -251,13 +251,13 @@ class LTX2Adapter(DiffusionModelBase):
         layers = self.transformer.config.num_layers
         bad = [b for b in self.options.stg_blocks if not 0 <= b < layers]
         if bad:
-            raise ValueError(f"model.options.stg_blocks={list(self.options.stg_blocks)}: {bad} are not blocks of this "
+            raise ValueError(f"model.adapter_options.stg_blocks={list(self.options.stg_blocks)}: {bad} are not blocks of this "
                              f"transformer (0 .. {layers - 1})")
         if not self.transformer.config.perturbed_attn:
             raise ValueError(
-                "model.options.stg_scale > 0: this transformer's config has perturbed_attn=false, so its blocks "
-                "cannot skip self-attention and STG would change nothing; set model.options.stg_scale=0 and "
-                "model.options.audio_stg_scale=null (or use a checkpoint converted with perturbed_attn=true, as LTX-2.3's is)"
+                "model.adapter_options.stg_scale > 0: this transformer's config has perturbed_attn=false, so its blocks "
+                "cannot skip self-attention and STG would change nothing; set model.adapter_options.stg_scale=0 and "
+                "model.adapter_options.audio_stg_scale=null (or use a checkpoint converted with perturbed_attn=true, as LTX-2.3's is)"
             )
 
     def predict_velocity(self, latents: LatentStreams, sigma, conditioning, guidance_scale) -> LatentStreams:

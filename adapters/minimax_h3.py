@@ -108,7 +108,7 @@ def audio_sigma(sigma: torch.Tensor, video_shift: float, audio_shift: float) -> 
 
 @dataclass
 class MiniMaxH3Options(PromptLengthOptions):
-    """`model.options`: `max_sequence_length` is the longest prompt, in tokens, the adapter takes.
+    """`model.adapter_options`: `max_sequence_length` is the longest prompt, in tokens, the adapter takes.
     The pipeline never pads or cuts a prompt (its sequence has no mask), so a longer prompt is
     refused rather than cut; the planner traces at this length."""
 
@@ -253,7 +253,7 @@ class MiniMaxH3Adapter(DiffusionModelBase):
                 raise ValueError(f"prompt {prompt!r} has no tokens; MiniMax-H3 needs a non-empty prompt")
             if len(ids) > self.options.max_sequence_length:
                 raise ValueError(
-                    f"prompt {prompt[:40]!r}... has {len(ids)} tokens, more than model.options.max_sequence_length="
+                    f"prompt {prompt[:40]!r}... has {len(ids)} tokens, more than model.adapter_options.max_sequence_length="
                     f"{self.options.max_sequence_length}; raise it (the pipeline encodes a prompt whole, never cut)"
                 )
             embeds.append(get_qwen3vl_prompt_embeds(

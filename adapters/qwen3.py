@@ -22,6 +22,7 @@ from omni_rl.models.autoregressive import AutoregressiveModelBase, PromptInputs
 
 class CausalLMAdapter(AutoregressiveModelBase):
     default_lora_targets = ("q_proj", "k_proj", "v_proj", "o_proj")
+    takes_tools = True  # the tokenizer's chat template takes `tools=` (Qwen3's shows them in a system turn)
 
     def __init__(self, cfg: ModelConfig, path: str, device: torch.device):
         from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -53,6 +54,14 @@ class CausalLMAdapter(AutoregressiveModelBase):
         if hasattr(ids, "keys"):  # transformers >= 5 returns a BatchEncoding
             ids = ids["input_ids"]
         return PromptInputs(input_ids=torch.tensor(ids, dtype=torch.long))
+
+    def chat_text(self, messages: list[dict[str, Any]], tools: Optional[list[dict]] = None,
+                  add_generation_prompt: bool = False) -> str:
+        return self.tokenizer.apply_chat_template(
+            list(messages), tools=tools, add_generation_prompt=add_generation_prompt, tokenize=False)
+
+    def encode_text(self, text: str) -> list[int]:
+        return list(self.tokenizer.encode(text, add_special_tokens=False))
 
 
 ARCHITECTURES = ("Qwen3ForCausalLM", "Qwen2ForCausalLM", "LlamaForCausalLM", "MistralForCausalLM", "AutoModelForCausalLM")

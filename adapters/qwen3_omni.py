@@ -15,7 +15,7 @@ What trains.
   prefix an entry with `visual.` or `audio_tower.` to put LoRA in an encoder instead (e.g.
   `visual.attn.qkv`, `audio_tower.self_attn.q_proj`). The adapter hands PEFT one regex.
 - `model.lora.enabled=false`: every thinker parameter trains, except frozen towers.
-- `model.options.freeze_vision_tower` / `freeze_audio_tower` (default true): the tower gets no
+- `model.adapter_options.freeze_vision_tower` / `freeze_audio_tower` (default true): the tower gets no
   gradient at all (LoRA inside it included). An unfrozen tower trains fully without LoRA; with
   LoRA it only trains where a target names it (see above), like any base weight.
 - `model.gradient_checkpointing`: transformers only checkpoints a layer whose module is in training
@@ -71,7 +71,7 @@ from typing import Any, ClassVar
 import numpy as np
 import torch
 
-from omni_rl.option import option
+from omni_rl.option import ComponentOptions, option
 from omni_rl.config.schema import ModelConfig
 from omni_rl.models import register_adapter
 from omni_rl.models.autoregressive import AutoregressiveModelBase, PromptInputs, positions_from_mask
@@ -100,8 +100,8 @@ def resample_audio(samples: np.ndarray, rate: int, target: int) -> np.ndarray:
 
 
 @dataclasses.dataclass
-class Qwen3OmniOptions:
-    """The thinker's options (`model.options`)."""
+class Qwen3OmniOptions(ComponentOptions):
+    """The thinker's options (`model.adapter_options`)."""
 
     freeze_vision_tower: bool = option(True, "Keep the vision encoder frozen (LoRA or not).")
     freeze_audio_tower: bool = option(True, "Keep the audio encoder frozen (LoRA or not).")

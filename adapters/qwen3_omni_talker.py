@@ -16,14 +16,14 @@ runs it, split into a sampler and a teacher-forced scorer that compute the same 
    talker input is the sum of the frame's K code embeddings plus the answer's next token
    (projected), then `tts_eos`, then `tts_pad` (the trailing text, one per frame).
 4. A frame whose first token is `codec_eos_token_id` ends the utterance. code2wav (frozen)
-   turns the frames before it into a 24 kHz waveform (`model.options.sample_rate`).
+   turns the frames before it into a 24 kHz waveform (`model.adapter_options.sample_rate`).
 
 The first codebook never samples the codec's special ids ([codebook_size, vocab) but the end
 token; transformers' `suppress_tokens`), nor a residual codebook ids past the codebook: their
 logits are set to -1e9, in sampling and training alike. Sampling is of the whole tempered
 distribution (no top-k, top-p, repetition penalty); temperature 0 is greedy.
 
-What trains (`model.options.trainable`): `talker` (the talker's decoder, projections and heads;
+What trains (`model.adapter_options.trainable`): `talker` (the talker's decoder, projections and heads;
 not the code predictor), `code_predictor`, or `both`; with LoRA (the default: q/k/v/o projections
 of the chosen part's decoder layers) or full weights (`model.lora.enabled=false`). The thinker and
 code2wav are frozen. `model.stage=thinker_talker` trains the thinker too (LoRA on its language
@@ -33,7 +33,7 @@ Prompts are text: the talker is conditioned on the thinker's input embeddings, a
 images or audio would need the thinker's hidden states at the media positions and their 3-D
 rotary positions (`hidden_projection`), which this adapter does not build: it refuses media.
 Voice cloning from reference audio is not possible either: it needs Qwen3-Omni's audio tokenizer,
-which is not released; the voice is one of the checkpoint's speakers (`model.options.speaker`).
+which is not released; the voice is one of the checkpoint's speakers (`model.adapter_options.speaker`).
 
 Its tiny model is in `adapters/tiny/qwen3_omni_talker.py`,
 its view for the planner in `adapters/plan/qwen3_omni_talker.py`.
@@ -66,7 +66,7 @@ class NoTalkerError(OmniConfigError):
 
 @dataclasses.dataclass
 class Qwen3OmniTalkerOptions(Qwen3OmniOptions):
-    """The talker stage's options (`model.options`); the tower options are the thinker's."""
+    """The talker stage's options (`model.adapter_options`); the tower options are the thinker's."""
 
     trainable: str = option("talker", "What trains: talker (its decoder and heads), code_predictor, or both.")
     speaker: str = option("", "The voice: a key of the checkpoint's talker_config.speaker_id (e.g. ethan, chelsie); "
@@ -109,7 +109,7 @@ class Qwen3OmniTalkerAdapter(SpeechModelBase, Qwen3OmniThinkerAdapter):
         speakers = {k.lower(): v for k, v in talker.speaker_id.items()}
         name = self.options.speaker.lower() or ("ethan" if "ethan" in speakers else next(iter(speakers)))
         if name not in speakers:
-            raise OmniConfigError(f"model.options.speaker={self.options.speaker!r}: expected one of the checkpoint's "
+            raise OmniConfigError(f"model.adapter_options.speaker={self.options.speaker!r}: expected one of the checkpoint's "
                                   f"speakers {sorted(speakers)}")
         self.speaker_id = speakers[name]
         vocab = talker.text_config.vocab_size
@@ -162,7 +162,7 @@ class Qwen3OmniTalkerAdapter(SpeechModelBase, Qwen3OmniThinkerAdapter):
 
     def talker_lora_pattern(self) -> str:
         """The regex (PEFT full-matches module names inside the talker) of the LoRA targets in the
-        part `model.options.trainable` names."""
+        part `model.adapter_options.trainable` names."""
         suffixes = "|".join(re.escape(s) for s in (self.cfg.lora.target_modules or self.default_lora_targets))
         parts = {"talker": [r"model\.layers"], "code_predictor": [r"code_predictor\.model\.layers"],
                  "both": [r"model\.layers", r"code_predictor\.model\.layers"]}[self.options.trainable]
@@ -386,7 +386,7 @@ class Qwen3OmniTalkerAdapter(SpeechModelBase, Qwen3OmniThinkerAdapter):
 @register_adapter("Qwen3OmniMoeForConditionalGeneration", stage="thinker_talker")
 class Qwen3OmniThinkerTalkerAdapter(Qwen3OmniTalkerAdapter):
     """Both halves train: the thinker's language model (LoRA, as the thinker stage puts it, or full
-    weights) and the talker part `model.options.trainable` names."""
+    weights) and the talker part `model.adapter_options.trainable` names."""
 
     trains_thinker: ClassVar[bool] = True
 

@@ -112,7 +112,7 @@ class QwenImageAdapter(DiffusionModelBase):
 
         super().__init__(cfg, path, device)
         if self.options.max_sequence_length > MAX_TEXT_TOKENS:
-            raise ValueError(f"model.options.max_sequence_length={self.options.max_sequence_length}: Qwen-Image takes at "
+            raise ValueError(f"model.adapter_options.max_sequence_length={self.options.max_sequence_length}: Qwen-Image takes at "
                              f"most {MAX_TEXT_TOKENS}")
 
         def load(cls, sub):

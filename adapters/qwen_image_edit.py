@@ -22,7 +22,7 @@ condition's token grid), so training replays exactly what the rollout saw.
 **The condition's size.** The pipeline's own `__call__` resizes every source image to about one
 megapixel (its `calculate_dimensions(1024 * 1024, aspect)`) whatever the output size: on a 512 px
 recipe that is 4096 condition tokens against 1024 noise tokens. Here the source image is resized
-to `model.options.condition_image_size` ([height, width], default the output's size) by the pipeline's
+to `model.adapter_options.condition_image_size` ([height, width], default the output's size) by the pipeline's
 own image processor (Lanczos), and encoded at that size. Given a source image already at one
 megapixel's calculated size, the pipeline and the adapter encode the same thing (the tests pass
 such an image to both).
@@ -64,12 +64,12 @@ class QwenImageEditAdapter(QwenImageAdapter):
 
     @classmethod
     def check_config(cls, cfg) -> None:
-        """The output size (as Qwen-Image) and `model.options.condition_image_size`: multiples of 16."""
+        """The output size (as Qwen-Image) and `model.adapter_options.condition_image_size`: multiples of 16."""
         super().check_config(cfg)
-        size = cfg.model.options.condition_image_size
+        size = cfg.model.adapter_options.condition_image_size
         if size is not None:
             for i, value in enumerate(size):
-                check_multiple(f"model.options.condition_image_size[{i}]", value, cls.size_multiple, f"what {cls.pipeline_name} takes")
+                check_multiple(f"model.adapter_options.condition_image_size[{i}]", value, cls.size_multiple, f"what {cls.pipeline_name} takes")
 
     def _pipeline_class(self):
         from diffusers import QwenImageEditPipeline
@@ -91,14 +91,14 @@ class QwenImageEditAdapter(QwenImageAdapter):
 
     # --- the source image ----------------------------------------------------------------
     def condition_size(self, height: int, width: int) -> tuple[int, int]:
-        """[height, width] in px the source image is encoded at (`model.options.condition_image_size`,
+        """[height, width] in px the source image is encoded at (`model.adapter_options.condition_image_size`,
         else the output's size); a multiple of 16 on both sides."""
         size = self.options.condition_image_size
         h, w = (height, width) if size is None else (int(size[0]), int(size[1]))
         factor = self.vae_scale * self.patch
         why = f"VAE factor {self.vae_scale} x patch size {self.patch}"
-        check_multiple("model.options.condition_image_size[0]" if size else "rollout.height", h, factor, why)
-        check_multiple("model.options.condition_image_size[1]" if size else "rollout.width", w, factor, why)
+        check_multiple("model.adapter_options.condition_image_size[0]" if size else "rollout.height", h, factor, why)
+        check_multiple("model.adapter_options.condition_image_size[1]" if size else "rollout.width", w, factor, why)
         return h, w
 
     def condition_images(self, images, height: int, width: int):

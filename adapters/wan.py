@@ -3,11 +3,11 @@
 Loads the pipeline's components with diffusers' and transformers' `from_pretrained`: one or two
 `WanTransformer3DModel` experts (trained, LoRA on the attention projections), the
 `AutoencoderKLWan` video VAE and the UMT5 text encoder. Prompt encoding is the pipeline's own
-`encode_prompt`, so embeddings (zero-padded to `model.options.max_sequence_length`) match diffusers.
+`encode_prompt`, so embeddings (zero-padded to `model.adapter_options.max_sequence_length`) match diffusers.
 
 Wan2.2 A14B has two experts: `transformer` denoises the high-noise steps (timestep >=
 `boundary_ratio * num_train_timesteps`) and `transformer_2` the low-noise ones, each with its
-own guidance scale (`model.options.guidance_scale_2` for the low-noise one). `predict_velocity`
+own guidance scale (`model.adapter_options.guidance_scale_2` for the low-noise one). `predict_velocity`
 routes every sample by its own sigma, so a packed batch whose samples sit on both sides of the
 boundary is split, run through both experts and put back in order. TI2V-5B has one transformer and per-token timesteps (`expand_timesteps`).
 
@@ -44,7 +44,7 @@ LORA_2_WEIGHT_NAME = "pytorch_lora_weights_transformer_2.safetensors"
 
 @dataclass
 class WanOptions(PromptLengthOptions):
-    """Wan2.2's options (`model.options`)."""
+    """Wan2.2's options (`model.adapter_options`)."""
 
     guidance_scale_2: Optional[float] = option(None, "A14B: the CFG scale of the low-noise expert (diffusers' guidance_scale_2); null = rollout.guidance_scale. Rollout and training apply the same.")
 
@@ -196,7 +196,7 @@ class WanAdapter(DiffusionModelBase):
         return Conditioning({"prompt_embeds": pos, "negative_prompt_embeds": neg})
 
     def guidance_scale_2(self, guidance_scale: float) -> float:
-        """The low-noise expert's scale: `model.options.guidance_scale_2` when set, else `guidance_scale`."""
+        """The low-noise expert's scale: `model.adapter_options.guidance_scale_2` when set, else `guidance_scale`."""
         value = self.options.guidance_scale_2
         return guidance_scale if value is None else float(value)
 

@@ -64,7 +64,7 @@ SEQ_MULTIPLE = 32
 
 @dataclass
 class ZImageOptions(PromptLengthOptions):
-    """Z-Image's options (`model.options`): the text length and the pipeline's two CFG refinements,
+    """Z-Image's options (`model.adapter_options`): the text length and the pipeline's two CFG refinements,
     each at `ZImagePipeline.__call__`'s default."""
 
     max_sequence_length: int = option(512, "Prompt tokens (chat template included) the Qwen3 encoder reads: longer prompts are cut (diffusers' max_sequence_length, default 512). Only the real tokens are kept, so it bounds the text; it pads nothing.")
@@ -147,13 +147,13 @@ class ZImageAdapter(DiffusionModelBase):
     @classmethod
     def check_config(cls, cfg) -> None:
         super().check_config(cfg)
-        options = cfg.model.options
+        options = cfg.model.adapter_options
         if cfg.rollout.guidance_scale <= 1.0:
             for name, off in (("cfg_normalization", 0.0), ("cfg_truncation", 1.0)):
                 value = getattr(options, name)
                 if value != off:
                     raise ValueError(
-                        f"model.options.{name}={value}: refines CFG, but rollout.guidance_scale="
+                        f"model.adapter_options.{name}={value}: refines CFG, but rollout.guidance_scale="
                         f"{cfg.rollout.guidance_scale} runs none; set rollout.guidance_scale > 1 (the pipeline's "
                         f"guidance_scale + 1) or leave {name} at {off}"
                     )
@@ -167,7 +167,7 @@ class ZImageAdapter(DiffusionModelBase):
         patch = int((transformer.get("all_patch_size") or [2])[0])
         lens = transformer.get("axes_lens") or [1024, 512, 512]
         _check_positions(cfg.rollout.height, cfg.rollout.width, scale * patch, lens,
-                         cfg.model.options.max_sequence_length)
+                         cfg.model.adapter_options.max_sequence_length)
 
     # --- shapes and schedule -------------------------------------------------------------
     def _grid(self, height: int, width: int, num_frames: int) -> tuple[int, int]:
@@ -299,6 +299,6 @@ def _check_positions(height: int, width: int, factor: int, axes_lens, max_sequen
     if padded_caption_length(max_sequence_length) + 2 > int(axes_lens[0]):
         largest = (int(axes_lens[0]) - 2) // SEQ_MULTIPLE * SEQ_MULTIPLE
         raise ValueError(
-            f"model.options.max_sequence_length={max_sequence_length}: past {what}, {axes_lens[0]} text positions "
+            f"model.adapter_options.max_sequence_length={max_sequence_length}: past {what}, {axes_lens[0]} text positions "
             f"(the caption padded to {SEQ_MULTIPLE}, then the image); the largest valid value is {largest}"
         )

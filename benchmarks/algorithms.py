@@ -61,7 +61,7 @@ ALGORITHMS: dict[str, list[str]] = {
     # The forward-process losses train on the same (SDE-window) rollouts' clean latents; they read
     # no log-probs, so the rollout-vs-trainer log-prob check is off.
     "diffusion_nft": ["algo.policy_loss=diffusion_nft", "algo.logprob_check_every=0"],
-    "diffusion_dpo": ["algo.policy_loss=diffusion_dpo", "algo.loss_options.diffusion_dpo.beta=500", "algo.advantage_options.std_mode=group",
+    "diffusion_dpo": ["algo.policy_loss=diffusion_dpo", "algo.policy_loss_options.diffusion_dpo.beta=500", "algo.advantage_options.std_mode=group",
                       "algo.logprob_check_every=0"],
 }
 

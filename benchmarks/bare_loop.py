@@ -114,7 +114,7 @@ def rollout(model, cfg, prompts: list[str], seeds: list[int], counts: dict) -> d
 
 
 def update(model, optimizer, cfg, batch: dict, advantages: torch.Tensor, counts: dict, seed: int, step: int) -> None:
-    t, o = cfg.trainer, cfg.algo.loss_options["flow_grpo"]
+    t, o = cfg.trainer, cfg.algo.policy_loss_options["flow_grpo"]
     advantages = advantages.clamp(-o.adv_clip_max, o.adv_clip_max)
     n, w = batch["x"].shape[:2]
     params = model.trainable_parameters()
@@ -150,7 +150,7 @@ def the_reward(cfg):
         raise SystemExit(f"reward.rewards has {len(items)} items: the bare loop scores with exactly one")
     load_plugins(cfg.plugins)
     item = items[0]
-    scorer = build_reward(item.name, **(item.kwargs or {}))
+    scorer = build_reward(item.name, **(item.reward_options or {}))
 
     def score(images, prompts, metas):
         return [item.weight * float(v) for v in scorer(images, prompts, metas)]

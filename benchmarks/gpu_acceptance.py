@@ -201,7 +201,7 @@ from omni_rl.rollout.backends import build_rollout_engine
 from omni_rl.rollout.types import DiffusionRequest
 device = sys.argv[1]
 cfg = OmniConfig(); cfg.model = ModelConfig(path="tiny:sd3"); cfg.trainer.device = device
-cfg.rollout.backend, cfg.rollout.options = "vllm_omni", {"enforce_eager": True}
+cfg.rollout.backend, cfg.rollout.backend_options = "vllm_omni", {"enforce_eager": True}
 bind_blocks(cfg)  # every options block bound, as in a run's config
 torch.manual_seed(cfg.trainer.seed)
 model = build_model(cfg.model, torch.device(device))

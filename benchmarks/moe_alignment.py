@@ -21,12 +21,19 @@ update. The same seeds and samples for every setting. It writes one JSON file.
 Why another kernel: on a CPU the same kernel in bf16 gives the tiny model's routers bit-identical
 inputs at both batch shapes (measured: no token's route differs), so without it there is nothing
 for a replay to correct. What it leaves out: updates (the first mini-batch is scored before any step, where r2 routes as
-off does: r2 differs from off only after the weights move within an update), and vLLM.
+off does: r2 differs from off only after the weights move within an update).
+
+`--rollout vllm --vllm-python PATH`: the rollout is the `vllm` backend instead, vLLM's engine in the
+environment of PATH (e.g. vLLM's CPU build, `.ci/vllm_cpu_env.sh`) behind the rollout server, on
+`tiny:qwen3_moe_hd32` (the same MoE with 32-wide heads: vLLM's CPU attention takes no narrower),
+sampled once with routes recorded (vLLM's own, or the worker extension's capture on the CPU
+build), then scored by the trainer under each setting; the kernels differ by themselves.
 """
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 from pathlib import Path
 
@@ -35,6 +42,7 @@ import torch
 from omni_rl.compose import load_config
 from omni_rl.data.prompts import PromptItem
 from omni_rl.data.text_batch import TextBatch
+from omni_rl.device import weightless_device
 from omni_rl.families import build_family
 from omni_rl.models import build_model
 from omni_rl.models.moe_routing import differing_tokens, take_recorded
@@ -57,7 +65,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--rollout-attention", default="eager",
                    help="attention kernel of the rollout's copy (transformers' attn_implementation: eager, sdpa)")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--out", default="benchmarks/results/moe_alignment.json")
+    p.add_argument("--rollout", choices=("native", "vllm"), default="native", help="the rollout backend")
+    p.add_argument("--vllm-python", help="with --rollout vllm: the python of the environment with vLLM")
+    p.add_argument("--out", default=None, help="the JSON file (default: benchmarks/results/moe_alignment[_vllm].json)")
     return p.parse_args(argv)
 
 
@@ -66,28 +76,72 @@ def pearson(a: torch.Tensor, b: torch.Tensor) -> float:
     return float((a * b).sum() / (a.norm() * b.norm()).clamp(min=1e-300))
 
 
-def measure(mode: str, args) -> dict:
-    cfg = load_config([f"recipe={RECIPE}", f"model.dtype={args.dtype}", f"algo.family_options.routing_replay={mode}",
-                       f"algo.family_options.max_new_tokens={args.max_new_tokens}", "algo.old_logprob_mode=recompute",
-                       f"trainer.micro_batch_size={args.micro_batch}", f"trainer.seed={args.seed}"])
-    model = build_model(cfg.model, torch.device("cpu"))
-    family = build_family(cfg, model)
-    sampler = build_model(cfg.model, torch.device("cpu"))  # the same weights, another attention kernel
-    sampler.trainable_module().set_attn_implementation(args.rollout_attention)
-    engine = NativeTextEngine(sampler, max_num_seqs=args.rollout_batch)
+def config(mode: str, args, *more: str):
+    return load_config([f"recipe={RECIPE}", f"model.dtype={args.dtype}", f"algo.family_options.routing_replay={mode}",
+                        f"algo.family_options.max_new_tokens={args.max_new_tokens}", "algo.old_logprob_mode=recompute",
+                        f"trainer.micro_batch_size={args.micro_batch}", f"trainer.seed={args.seed}",
+                        f"rollout.max_num_seqs={args.rollout_batch}", *more])
+
+
+def requests_of(cfg, family, args):
+    """The recipe's prompts, `--samples` each, routes recorded (to compare the trainer's with them)."""
     items = [PromptItem(prompt=p) for p in cfg.data.prompts[: args.prompts]]
     requests, texts, metadata, groups = [], [], [], []
     for g, item in enumerate(items):
         for k in range(args.samples):
-            # Routes recorded in every setting, to compare the trainer's with them.
             requests.append(family.request(item, derive_seed(args.seed, "train", 1, g * args.samples + k),
                                            record_routes=True))
             texts.append(item.prompt)
             metadata.append({})
             groups.append(g)
-    results = engine.generate(requests)
-    batch = TextBatch.from_results(results, texts, metadata, groups, model.pad_token_id)
+    return requests, texts, metadata, groups
 
+
+VLLM_MODEL = "tiny:qwen3_moe_hd32"
+
+
+def vllm_overrides(args) -> list[str]:
+    return [f"model.path={VLLM_MODEL}", "rollout.backend=vllm", f"rollout.backend_options.python={args.vllm_python}",
+            "rollout.backend_options.enforce_eager=true", "rollout.backend_options.sleep_mode=false",
+            "rollout.backend_options.server_startup_timeout_s=1800"]
+
+
+def vllm_rollout(args):
+    """The `vllm` backend's results (routes recorded) of the recipe's prompts, and what the batch needs."""
+    from omni_rl.rollout.backends import build_rollout_engine
+
+    # vLLM on a CPU takes its KV cache from this many GiB of host memory (its default is larger).
+    os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+    cfg = config("r3", args, *vllm_overrides(args))
+    model = build_model(cfg.model, torch.device("cpu"))
+    requests, texts, metadata, groups = requests_of(cfg, build_family(cfg, model), args)
+    # A weightless view: the engine serves the checkpoint, which the trainer's models load too (no
+    # version-0 update: vLLM 0.32's CPU build cannot reload its fused-MoE weights in place).
+    engine = build_rollout_engine(cfg, build_model(cfg.model, weightless_device()))
+    try:
+        results = engine.generate(requests)
+    finally:
+        engine.close()
+    return results, texts, metadata, groups
+
+
+def measure(mode: str, args, sampled=None) -> dict:
+    """One setting; `sampled`: a rollout's results to score (else the native engine samples)."""
+    cfg = config(mode, args, *(vllm_overrides(args) if sampled is not None else []))
+    model = build_model(cfg.model, torch.device("cpu"))
+    family = build_family(cfg, model)
+    if sampled is not None:
+        results, texts, metadata, groups = sampled
+        return score(cfg, model, family, TextBatch.from_results(results, texts, metadata, groups, model.pad_token_id), args)
+    sampler = build_model(cfg.model, torch.device("cpu"))  # the same weights, another attention kernel
+    sampler.trainable_module().set_attn_implementation(args.rollout_attention)
+    engine = NativeTextEngine(sampler, max_num_seqs=args.rollout_batch)
+    requests, texts, metadata, groups = requests_of(cfg, family, args)
+    results = engine.generate(requests)
+    return score(cfg, model, family, TextBatch.from_results(results, texts, metadata, groups, model.pad_token_id), args)
+
+
+def score(cfg, model, family, batch: TextBatch, args) -> dict:
     # The trainer's old-policy forward (micro-batches of its own shape), its routes recorded as used.
     old = family.behaviour_policy(batch, args.micro_batch)
     routing = model.routing
@@ -125,15 +179,20 @@ def measure(mode: str, args) -> dict:
 
 def main(argv=None) -> dict:
     args = parse_args(argv)
+    if args.rollout == "vllm" and not args.vllm_python:
+        raise SystemExit("--rollout vllm needs --vllm-python PATH (the python of an environment with vLLM)")
     load_plugins([])
     torch.set_num_threads(1)
+    sampled = vllm_rollout(args) if args.rollout == "vllm" else None
     out = {
-        "recipe": RECIPE, "dtype": args.dtype, "prompts": args.prompts, "samples_per_prompt": args.samples,
+        "recipe": RECIPE, "rollout": args.rollout, "model": VLLM_MODEL if sampled is not None else "tiny:qwen3_moe",
+        "dtype": args.dtype, "prompts": args.prompts, "samples_per_prompt": args.samples,
         "max_new_tokens": args.max_new_tokens, "rollout_batch": args.rollout_batch, "micro_batch": args.micro_batch,
-        "rollout_attention": args.rollout_attention, "trainer_attention": "sdpa", "seed": args.seed, "device": f"cpu ({platform.machine()})", "torch": torch.__version__,
-        "settings": {mode: measure(mode, args) for mode in SETTINGS},
+        "rollout_attention": "vLLM's" if sampled is not None else args.rollout_attention, "trainer_attention": "sdpa",
+        "seed": args.seed, "device": f"cpu ({platform.machine()})", "torch": torch.__version__,
+        "settings": {mode: measure(mode, args, sampled) for mode in SETTINGS},
     }
-    path = Path(args.out)
+    path = Path(args.out or f"benchmarks/results/moe_alignment{'_vllm' if sampled is not None else ''}.json")
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(out, indent=2) + "\n", encoding="utf-8")
     print(json.dumps(out, indent=2))

@@ -51,7 +51,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--rounds", type=int, default=1)
     p.add_argument("--threads", type=int, default=1, help="torch threads of the trainer and of the rollout server, each")
     p.add_argument("--max-staleness", type=int, default=1)
-    p.add_argument("--rollout-is", default=None, help="algo.rollout_correction.level (default: step for diffusion, token for text)")
+    p.add_argument("--rollout-is", default=None, help="algo.rollout_correction_options.level (default: step for diffusion, token for text)")
     p.add_argument("--override", action="append", default=[], help="extra key=value for every run")
     p.add_argument("--out", default=str(REPO / "benchmarks" / "results" / "pipelines.json"))
     return p.parse_args(argv)
@@ -63,7 +63,7 @@ def run_mode(args, mode: str, folder: Path) -> dict:
     staleness = [] if mode == "on_policy" else [f"trainer.pipeline_options.max_staleness={args.max_staleness}"]
     command = [
         sys.executable, str(REPO / "main_omni.py"), f"recipe={args.recipe}", f"trainer.pipeline={mode}",
-        *staleness, "rollout.backend=server", f"algo.rollout_correction.level={level}",
+        *staleness, "rollout.backend=server", f"algo.rollout_correction_options.level={level}",
         f"trainer.total_steps={args.steps}", "trainer.val_every=0", "trainer.save_every=0", "trainer.logger_options.progress_bar=false",
         "trainer.loggers=[jsonl]", f"trainer.output_dir={folder}", *args.override,
     ]

@@ -93,7 +93,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--max-num-seqs", type=int, nargs="+", default=[1, 8, 32],
                    help="engine arms; the bare loop batches like the largest")
     p.add_argument("--max-sequence-length", type=int, default=16,
-                   help="model.options.max_sequence_length (T5 text tokens; 16 as in the tiny demo recipe)")
+                   help="model.adapter_options.max_sequence_length (T5 text tokens; 16 as in the tiny demo recipe)")
     p.add_argument("--device", default="cpu", help="cpu, cuda[:N], npu[:N] or auto")
     p.add_argument("--threads", type=int, default=None, help="torch intra-op threads (default: torch's own)")
     p.add_argument("--backend", choices=("native", "vllm_omni"), default="native",
@@ -215,7 +215,7 @@ def vllm_omni_main(args, model, adapter: str, device: torch.device) -> dict:
     arms: dict[str, dict] = {}
     for n in args.max_num_seqs:
         cfg = OmniConfig()
-        cfg.model = ModelConfig(adapter=adapter, path=args.model_path, options={"max_sequence_length": args.max_sequence_length})
+        cfg.model = ModelConfig(adapter=adapter, path=args.model_path, adapter_options={"max_sequence_length": args.max_sequence_length})
         cfg.trainer.device = str(device)
         cfg.rollout.backend, cfg.rollout.max_num_seqs = "vllm_omni", n
         bind_blocks(cfg)  # every options block bound, as in a run's config
@@ -269,7 +269,7 @@ def main(argv=None) -> dict:
     adapter = adapter_of(args)
     model_cfg = ModelConfig(adapter=adapter, path=args.model_path)
     load_plugins(())  # the adapters' registry, for the options class
-    model_cfg.options = ADAPTERS.get(adapter).options_class(max_sequence_length=args.max_sequence_length)
+    model_cfg.adapter_options = ADAPTERS.get(adapter).options_class(max_sequence_length=args.max_sequence_length)
     model = build_model(model_cfg, device)
     if args.fps is None:
         args.fps = float(getattr(model, "frame_rate", 16.0))

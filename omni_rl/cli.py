@@ -167,7 +167,7 @@ def setup_logging() -> None:
 
 def check_inputs(cfg) -> None:
     """What the config points to, checked before any model loads (each raises the error the run
-    would raise later): trainer.device is on this machine, rollout.options.python (where the
+    would raise later): trainer.device is on this machine, rollout.backend_options.python (where the
     backend takes one) runs and finds the packages the backend's engine needs (this Python does,
     where the engine runs here), the prompt files read and suit the model and the rewards,
     trainer.resume is a checkpoint, model.path holds a model or can be fetched, and the rollout
@@ -182,9 +182,9 @@ def check_inputs(cfg) -> None:
 
     check_trainer_device(cfg.trainer.device, cfg.trainer.backend)
     packages = ROLLOUT_BACKENDS.get(cfg.rollout.backend).packages
-    options = cfg.rollout.options
+    options = cfg.rollout.backend_options
     python = options.python if isinstance(options, ServerProcessOptions) else None
-    check_python(python, "rollout.options.python", packages, cfg.rollout.backend)
+    check_python(python, "rollout.backend_options.python", packages, cfg.rollout.backend)
     if python is None and packages and cfg.trainer.backend == "local":
         # The engine runs in this process (Ray workers may run another Python: they check there).
         require(cfg.rollout.backend, packages)

@@ -4,14 +4,14 @@
 the value rules) and then checks every component it names against the registries of the layers
 above the config: a typo in `algo.policy_loss`, a reward, a backend or an engine fails before
 minutes of model loading, with the registered names in the message. Each named component's
-options block (`OPTION_BLOCKS`: `model.options` for the adapter, `rollout.options` for the
+options block (`OPTION_BLOCKS`: `model.adapter_options` for the adapter, `rollout.backend_options` for the
 rollout backend, `trainer.*_options` for the trainer's backend, engine and pipeline,
-`algo.loss_options.<loss>`, `algo.advantage_options` and `algo.family_options`) is bound to the
+`algo.policy_loss_options.<loss>`, `algo.advantage_options` and `algo.family_options`) is bound to the
 options dataclass it declares, so an unknown key, a wrong type or a bad value fails here with
-one line. The blocks that belong to no registry entry (`algo.rollout_correction`,
-`rollout.sde_window_options`, `trainer.logger_options`, `model.compile_options`, and `reward.workers`,
-the Ray reward workers' block) are bound here too. Each bound instance is stored in the config in its block's
-place (`cfg.model.options` is the adapter's options dataclass after load), and that is what
+one line. The blocks that belong to no registry entry (`algo.rollout_correction_options`,
+`rollout.sde_window_options`, `trainer.logger_options`, `model.compile_options`, and
+`reward.worker_options`, the Ray reward workers' block) are bound here too. Each bound instance is stored in the config in its block's
+place (`cfg.model.adapter_options` is the adapter's options dataclass after load), and that is what
 every component reads: this module is the only one that binds a block
 (tests/test_options_bound_once.py). `bind_blocks` binds a config composed and checked elsewhere
 (the rollout server's process), and `omni_rl.config.to_yaml` writes the instances back as the
@@ -31,15 +31,18 @@ import re
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
+from omni_rl.agent.checks import check_agent_config, check_agent_names
+from omni_rl.agent.components import ENVIRONMENTS, TOOLS
 from omni_rl.algos import ADVANTAGE_ESTIMATORS, DIFFUSION_LOSSES, FORWARD_LOSSES, STEP_KERNELS, TOKEN_LOSSES
 from omni_rl.algos.advantages import AdvantageOptions, needs_group
 from omni_rl.config.loader import compose_config
-from omni_rl.config.options import NoOptions, bind_options, options_help
+from omni_rl.config.options import bind_options, options_help
 from omni_rl.config.schema import OmniConfig
 from omni_rl.errors import ConfigError
 from omni_rl.engine.registry import TRAINING_ENGINES
 from omni_rl.registry import Registry, RegistryUnion
 from omni_rl.families import MODEL_FAMILIES
+from omni_rl.families.autoregressive import agent_options_of
 from omni_rl.algos.rollout_correction import RolloutCorrectionOptions
 from omni_rl.families.base import check_rollout_correction
 from omni_rl.logging import SINK_NAMES, LoggerOptions
@@ -63,13 +66,13 @@ class OptionBlock:
     component with options is one more row of `OPTION_BLOCKS`."""
 
     selector: str                                # the key naming the component: "model.adapter"
-    block: str                                   # where its options live: "model.options"
+    block: str                                   # where its options live: "model.adapter_options"
     registry: Registry
     name: Callable[[OmniConfig], str]            # the registry name this config selects
     values: Callable[[OmniConfig], Mapping]      # the block's values in this config
-    # entry -> its options dataclass: the `options_class` its base class or spec declares (an
-    # entry written without that base, a test's stand-in, has none).
-    options_class: Callable[[Any], type] = lambda entry: getattr(entry, "options_class", NoOptions)
+    # entry -> its options dataclass: the `options_class` its base class or spec declares
+    # (`OmniModelBase`, `RolloutBackend`, `ActorGroup`, `TrainingEngineSpec`, `RolloutProducer`).
+    options_class: Callable[[Any], type] = lambda entry: entry.options_class
     # False where the owner binds the block itself at load (the family binds its loss's block,
     # the trainer the advantage estimators'): the row then only serves `--options`.
     bound_here: bool = True
@@ -82,7 +85,7 @@ class OptionBlock:
 
 
 def _holder(cfg: OmniConfig, block: str) -> tuple[Any, str]:
-    """The section object and attribute of a block's dotted key: "model.options" -> (cfg.model, "options")."""
+    """The section object and attribute of a block's dotted key: "model.adapter_options" -> (cfg.model, "options")."""
     *path, attr = block.split(".")
     holder = cfg
     for part in path:
@@ -91,7 +94,7 @@ def _holder(cfg: OmniConfig, block: str) -> tuple[Any, str]:
 
 
 def _bind(holder: Any, attr: str, options_class: type, key: str, owner: str) -> Any:
-    """Bind the block `holder.attr` (`holder[attr]` in a mapping of blocks: `algo.loss_options`), the
+    """Bind the block `holder.attr` (`holder[attr]` in a mapping of blocks: `algo.policy_loss_options`), the
     recipe's mapping, to `options_class` and store the instance in its place: the one place a block
     is bound. A block already bound (a config composed before) is kept."""
     mapping = isinstance(holder, dict)
@@ -107,18 +110,18 @@ def _bind(holder: Any, attr: str, options_class: type, key: str, owner: str) -> 
 
 
 def _bind_loss_options(cfg: OmniConfig, family: type) -> None:
-    """Every block of `algo.loss_options` names one of the family's losses and is bound to its
+    """Every block of `algo.policy_loss_options` names one of the family's losses and is bound to its
     options (one block per loss, so a recipe may switch `algo.policy_loss` and keep them); the
     block of `algo.policy_loss` is bound even where the recipe sets none (its defaults)."""
-    blocks = cfg.algo.loss_options
+    blocks = cfg.algo.policy_loss_options
     names = list(blocks) + ([cfg.algo.policy_loss] if cfg.algo.policy_loss not in blocks else [])
     for name in names:
         if name not in family.losses:
             raise ConfigError(
-                f"algo.loss_options.{name}: {name!r} is not a loss of this model's family ({family.__name__}); "
+                f"algo.policy_loss_options.{name}: {name!r} is not a loss of this model's family ({family.__name__}); "
                 f"its losses: {', '.join(family.losses.names())} (each block is named after the loss it configures)"
             )
-        key, options_class = f"algo.loss_options.{name}", family.losses.get(name).Options
+        key, options_class = f"algo.policy_loss_options.{name}", family.losses.get(name).Options
         block = blocks.get(name)
         if block is not None and not isinstance(block, Mapping) and type(block) is not options_class:
             raise ConfigError(f"{key}={block!r}: expected a mapping of the loss's options, e.g. {{clip_range: 1.0e-4}}")
@@ -126,19 +129,19 @@ def _bind_loss_options(cfg: OmniConfig, family: type) -> None:
 
 
 OPTION_BLOCKS: tuple[OptionBlock, ...] = (
-    OptionBlock("model.adapter", "model.options", ADAPTERS, lambda c: adapter_key(c.model.adapter, c.model.stage),
-                lambda c: c.model.options),
-    OptionBlock("rollout.backend", "rollout.options", ROLLOUT_BACKENDS, lambda c: c.rollout.backend,
-                lambda c: c.rollout.options),
+    OptionBlock("model.adapter", "model.adapter_options", ADAPTERS, lambda c: adapter_key(c.model.adapter, c.model.stage),
+                lambda c: c.model.adapter_options),
+    OptionBlock("rollout.backend", "rollout.backend_options", ROLLOUT_BACKENDS, lambda c: c.rollout.backend,
+                lambda c: c.rollout.backend_options),
     OptionBlock("trainer.backend", "trainer.backend_options", ACTOR_GROUPS, lambda c: c.trainer.backend,
                 lambda c: c.trainer.backend_options),
     OptionBlock("trainer.engine", "trainer.engine_options", TRAINING_ENGINES, lambda c: c.trainer.engine,
                 lambda c: c.trainer.engine_options),
     OptionBlock("trainer.pipeline", "trainer.pipeline_options", PIPELINES, lambda c: c.trainer.pipeline,
                 lambda c: c.trainer.pipeline_options),
-    OptionBlock("algo.policy_loss", "algo.loss_options.<loss>",
+    OptionBlock("algo.policy_loss", "algo.policy_loss_options.<loss>",
                 RegistryUnion("policy loss", DIFFUSION_LOSSES, TOKEN_LOSSES, FORWARD_LOSSES),
-                lambda c: c.algo.policy_loss, lambda c: c.algo.loss_options, options_class=lambda loss: loss.Options,
+                lambda c: c.algo.policy_loss, lambda c: c.algo.policy_loss_options, options_class=lambda loss: loss.Options,
                 bound_here=False),
     OptionBlock("algo.advantage", "algo.advantage_options", ADVANTAGE_ESTIMATORS, lambda c: c.algo.advantage,
                 lambda c: c.algo.advantage_options, options_class=lambda estimator: AdvantageOptions, bound_here=False),
@@ -197,7 +200,7 @@ def check_components(cfg: OmniConfig) -> None:
         raise ConfigError(str(err)) from None
     a = cfg.algo
     _bind(a, "advantage_options", AdvantageOptions, "algo.advantage_options", f"advantage estimator {a.advantage}")
-    _bind(a, "rollout_correction", RolloutCorrectionOptions, "algo.rollout_correction", "the rollout correction")
+    _bind(a, "rollout_correction_options", RolloutCorrectionOptions, "algo.rollout_correction_options", "the rollout correction")
     check_rollout_correction(cfg)
     _bind(cfg.rollout, "sde_window_options", SdeWindowOptions, "rollout.sde_window_options", "the SDE window schedules")
     check_sde_window_options(cfg)
@@ -210,12 +213,15 @@ def check_components(cfg: OmniConfig) -> None:
     _check_policy_loss(cfg)
     # The losses' options, bound once here; the family builds its loss from them (`build_policy_loss`).
     _bind_loss_options(cfg, family)
+    agent = _bind_agent_blocks(cfg)
+    if agent is not None:
+        check_agent_config(cfg, agent, ADAPTERS.get(adapter_key(cfg.model.adapter, cfg.model.stage)))
     _check_groups(cfg)
     _check_engine(cfg)
     for block in OPTION_BLOCKS:
         if block.bound_here:
             block.bind(cfg)
-    _bind(cfg.reward, "workers", RewardWorkerOptions, "reward.workers", "reward workers on Ray")
+    _bind(cfg.reward, "worker_options", RewardWorkerOptions, "reward.worker_options", "reward workers on Ray")
     _bind(cfg.model, "compile_options", CompileOptions, "model.compile_options", "the model's compilation")
     _check_pipeline(cfg)
     check_backend = ROLLOUT_BACKENDS.get(cfg.rollout.backend).check_config
@@ -232,9 +238,9 @@ def check_components(cfg: OmniConfig) -> None:
         if item.name not in REWARDS:
             raise ConfigError(f"{key}.name={item.name!r}: unknown reward; registered: {', '.join(REWARDS.names())}")
         try:
-            check_reward_options(item.name, dict(item.kwargs))
+            check_reward_options(item.name, dict(item.reward_options))
         except RewardConfigError as err:
-            raise ConfigError(f"{key}.kwargs: {err}") from None
+            raise ConfigError(f"{key}.reward_options: {err}") from None
     _check_reward_media(cfg)
     _check_rollout_is(cfg)
     unknown = [name for name in cfg.trainer.loggers if name not in SINK_NAMES]
@@ -242,6 +248,24 @@ def check_components(cfg: OmniConfig) -> None:
         raise ConfigError(f"trainer.loggers={list(cfg.trainer.loggers)!r}: unknown {unknown}; valid: {', '.join(SINK_NAMES)}")
     if not _DEVICE.match(cfg.trainer.device):
         raise ConfigError(f"trainer.device={cfg.trainer.device!r}: expected auto, cpu, cuda[:N] or npu[:N]")
+
+
+def _bind_agent_blocks(cfg: OmniConfig):
+    """The agent loop's tools' and environment's options (`algo.family_options.agent_options`),
+    bound to their registered classes' `Options`; the bound agent options, or None without them."""
+    agent = agent_options_of(cfg.algo.family_options)
+    if agent is None:
+        return None
+    check_agent_names(agent)
+    key = "algo.family_options.agent_options"
+    for i, item in enumerate(agent.tools):
+        item.setdefault("tool_options", {})
+        _bind(item, "tool_options", TOOLS.get(item["name"]).Options, f"{key}.tools[{i}].tool_options",
+              f"tool {item['name']}")
+    if agent.environment is not None:
+        _bind(agent, "environment_options", ENVIRONMENTS.get(agent.environment).Options, f"{key}.environment_options",
+              f"environment {agent.environment}")
+    return agent
 
 
 def bind_blocks(cfg: OmniConfig) -> OmniConfig:
@@ -258,20 +282,21 @@ def bind_blocks(cfg: OmniConfig) -> OmniConfig:
     family = MODEL_FAMILIES.get(ADAPTERS.get(adapter_key(cfg.model.adapter, cfg.model.stage)).family)
     a, t = cfg.algo, cfg.trainer
     _bind(a, "advantage_options", AdvantageOptions, "algo.advantage_options", f"advantage estimator {a.advantage}")
-    _bind(a, "rollout_correction", RolloutCorrectionOptions, "algo.rollout_correction", "the rollout correction")
+    _bind(a, "rollout_correction_options", RolloutCorrectionOptions, "algo.rollout_correction_options", "the rollout correction")
     _bind(cfg.rollout, "sde_window_options", SdeWindowOptions, "rollout.sde_window_options", "the SDE window schedules")
     _bind(t, "logger_options", LoggerOptions, "trainer.logger_options", "the metric sinks")
     family_options = _bind(a, "family_options", family.Options, "algo.family_options", f"model family {family.__name__}")
     for attr, options_class, key, owner in family.nested_option_blocks(family_options):
         _bind(family_options, attr, options_class, key, owner)
-    for name in {*a.loss_options, a.policy_loss} & set(family.losses.names()):
-        _bind(a.loss_options, name, family.losses.get(name).Options, f"algo.loss_options.{name}", f"loss {name}")
+    for name in {*a.policy_loss_options, a.policy_loss} & set(family.losses.names()):
+        _bind(a.policy_loss_options, name, family.losses.get(name).Options, f"algo.policy_loss_options.{name}", f"loss {name}")
+    _bind_agent_blocks(cfg)
     if t.engine is None:
         t.engine = ACTOR_GROUPS.get(t.backend).engines[0]
     for block in OPTION_BLOCKS:
         if block.bound_here:
             block.bind(cfg)
-    _bind(cfg.reward, "workers", RewardWorkerOptions, "reward.workers", "reward workers on Ray")
+    _bind(cfg.reward, "worker_options", RewardWorkerOptions, "reward.worker_options", "reward workers on Ray")
     _bind(cfg.model, "compile_options", CompileOptions, "model.compile_options", "the model's compilation")
     return cfg
 
@@ -317,9 +342,9 @@ def _check_reward_media(cfg: OmniConfig) -> None:
     handed = family.variant(cfg).sample_modalities if family is not None else None
     for key, item in reward_items(cfg):
         try:
-            modalities = reward_modalities(item.name, dict(item.kwargs))
+            modalities = reward_modalities(item.name, dict(item.reward_options))
         except RewardConfigError as err:
-            raise ConfigError(f"{key}.kwargs: {err}") from None
+            raise ConfigError(f"{key}.reward_options: {err}") from None
         scored = ", ".join(sorted(modalities))
         if item.video_frames is not None and "video" in modalities:
             raise ConfigError(
@@ -347,14 +372,14 @@ def _check_reward_media(cfg: OmniConfig) -> None:
                 f"{key}: reward {item.name!r} scores {scored}, but model.adapter={architecture!r} (family "
                 f"{adapter_class.family}) hands its rewards {', '.join(sorted(handed))} only; drop the reward or pick "
                 f"one that scores {' or '.join(sorted(handed))} (a text rule scores a sample's text with "
-                f"kwargs.text_key, e.g. spoken_text)"
+                f"reward_options.text_key, e.g. spoken_text)"
             )
 
 
 def _check_rollout_is(cfg: OmniConfig) -> None:
-    """`algo.rollout_correction.level` is a level of this model's actions: token or sequence for a text model,
+    """`algo.rollout_correction_options.level` is a level of this model's actions: token or sequence for a text model,
     step or sequence for a diffusion model (its family's `rollout_is_levels`)."""
-    level = cfg.algo.rollout_correction.level
+    level = cfg.algo.rollout_correction_options.level
     if level == "none":
         return
     architecture = adapter_key(cfg.model.adapter, cfg.model.stage)
@@ -363,9 +388,9 @@ def _check_rollout_is(cfg: OmniConfig) -> None:
     if level not in levels:
         every = "; ".join(f"{name}: {', '.join(MODEL_FAMILIES.get(name).rollout_is_levels)}" for name in MODEL_FAMILIES.names())
         raise ConfigError(
-            f"algo.rollout_correction.level={level!r}: expected none, {' or '.join(levels)} for model.adapter={architecture!r} "
+            f"algo.rollout_correction_options.level={level!r}: expected none, {' or '.join(levels)} for model.adapter={architecture!r} "
             f"of family {family} ({level!r} is not a unit of its actions; levels by family: {every}); set "
-            f"algo.rollout_correction.level to one of none, {', '.join(levels)}"
+            f"algo.rollout_correction_options.level to one of none, {', '.join(levels)}"
         )
 
 

@@ -9,7 +9,7 @@ The full rules are in docs/models.md (Reward details). MMK12's `0.9 * accuracy +
 is two reward entries:
 
     - {name: math_answer, weight: 0.9}
-    - {name: format, weight: 0.1, kwargs: {pattern: think_boxed}}
+    - {name: format, weight: 0.1, reward_options: {pattern: think_boxed}}
 
 Left out on purpose: float tolerances, units, matrices, sets, and answers without a box or tag.
 """

@@ -104,12 +104,9 @@ ALLOWED: dict[tuple[str, str], str] = {
     ("rewards/pretrained.py", "dtype"): _TRANSFORMERS,
 }
 
-# Probes of a registered component's options that are still looked up by name: the options
-# binding's to declare (issue 39, item 1). Listed so that no new one joins them.
-KNOWN_PROBES: dict[tuple[str, str], str] = {
-    ("omni_rl/compose.py", "options_class"): "a registry entry's options class; stand-in entries declare none",
-    ("omni_rl/config/options.py", "check"): "an options dataclass's optional check()",
-}
+# Probes of a registered component's options still looked up by name (issue 39, item 1): none
+# left, as a registry entry's `options_class` and an options dataclass's `check()` are declared.
+KNOWN_PROBES: dict[tuple[str, str], str] = {}
 
 
 def literal_probes(source: str, filename: str = "<source>") -> list[tuple[str, int]]:

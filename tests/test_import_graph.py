@@ -32,8 +32,8 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ("omni_rl", "adapters", "rewards", "demos")
-PLUGINS = ("adapters", "rewards", "demos")  # top-level packages found through the `omni_rl.plugins` entry points
+PACKAGES = ("omni_rl", "adapters", "rewards", "demos", "agent_tools")
+PLUGINS = ("adapters", "rewards", "demos", "agent_tools")  # top-level packages found through the `omni_rl.plugins` entry points
 
 Graph = dict[str, dict[str, str]]  # module -> {imported module: "file:line" of its first import}
 
@@ -205,7 +205,7 @@ LAYERS = (
     ("omni_rl.trainer", "omni_rl.plan"),
     ("omni_rl.workers",),
     ("omni_rl.families", "omni_rl.eval"),
-    ("omni_rl.data", "omni_rl.rollout", "omni_rl.engine", "omni_rl.reward", "omni_rl.logging"),
+    ("omni_rl.data", "omni_rl.rollout", "omni_rl.engine", "omni_rl.reward", "omni_rl.logging", "omni_rl.agent"),
     ("omni_rl.models",),
     ("omni_rl.algos", "omni_rl.device", "omni_rl.plugins"),
     ("omni_rl.config", "omni_rl.registry", "omni_rl.utils", "omni_rl.errors", "omni_rl.option", "omni_rl"),

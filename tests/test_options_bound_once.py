@@ -54,7 +54,7 @@ def test_no_block_is_bound_below_the_composition_root():
     bad = binds_outside_the_root()
     assert not bad, (
         "an options block is bound outside the composition root; read the bound instance the config holds "
-        "(`cfg.model.options`, `cfg.algo.family_options`, ...) instead:\n  " + "\n  ".join(bad)
+        "(`cfg.model.adapter_options`, `cfg.algo.family_options`, ...) instead:\n  " + "\n  ".join(bad)
     )
 
 

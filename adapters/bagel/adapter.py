@@ -9,23 +9,23 @@ because both go through `predict_velocity`:
   [16, H/8, W/8]; the network reads 2x2 patches (BAGEL's `chpwq -> hwpqc` order), 64 numbers a
   token, so a standard-normal draw is BAGEL's initial noise;
 - **schedule**: `t_i = linspace(1, 0, N + 1)` shifted by `t' = s t / (1 + (s - 1) t)`
-  (`model.options.timestep_shift`, the official 3.0): N steps from N + 1 points, as the official
+  (`model.adapter_options.timestep_shift`, the official 3.0): N steps from N + 1 points, as the official
   `generate_image` makes `num_timesteps - 1` steps of `num_timesteps` points; the network is
   conditioned on t itself (the time embedder reads sigma in [0, 1]);
 - **prompt**: `<|im_start|> tokens(prompt) <|im_end|>` (the official `prepare_prompts`), at most
-  `model.options.max_sequence_length` prompt tokens, carried as ids with a mask; the text runs through the
+  `model.adapter_options.max_sequence_length` prompt tokens, carried as ids with a mask; the text runs through the
   understanding expert inside every forward (it is frozen, and cheap next to the image block);
 - **text CFG**: the unconditional branch is the empty context (the official `cfg_text_precontext`
   for text-to-image; a non-empty `rollout.negative_prompt` becomes that context instead);
-  `v = u + g (c - u)`, rescaled by `clamp(|c| / |v|, model.options.cfg_renorm_min, 1)`, the norms
-  taken as `model.options.cfg_renorm_type` says (`guided_velocity`: the official "global", over all
+  `v = u + g (c - u)`, rescaled by `clamp(|c| / |v|, model.adapter_options.cfg_renorm_min, 1)`, the norms
+  taken as `model.adapter_options.cfg_renorm_type` says (`guided_velocity`: the official "global", over all
   of one sample's numbers, which the official code computes over a batch of one; "channel" and
-  "text_channel", per token); applied only to samples whose sigma is in `model.options.cfg_interval`
+  "text_channel", per token); applied only to samples whose sigma is in `model.adapter_options.cfg_interval`
   (lo, hi], the others take c. Conditional and unconditional rows go through one forward.
 - **a second guidance** (the official `cfg_img_scale`) toward what the conditional context holds
   beyond a second unconditional one: the source image when editing (adapters/bagel/edit.py,
-  `model.options.image_guidance_scale`), the plan in think mode (adapters/bagel/think.py,
-  `model.options.plan_guidance_scale`); the subclasses supply it through `image_cfg_rows`,
+  `model.adapter_options.image_guidance_scale`), the plan in think mode (adapters/bagel/think.py,
+  `model.adapter_options.plan_guidance_scale`); the subclasses supply it through `image_cfg_rows`,
   `image_cfg_scale`, `image_cfg_text` and `source_image`. Text-to-image has neither and refuses
   both. Where the official inferencer applies `cfg_img_scale` s in text-to-image (its second
   context is then the prompt itself), the result is text CFG at scale `1 + s (g - 1)`: set
@@ -167,7 +167,7 @@ def grid_side(folder: Path, key: str, config_key: str, default: int) -> int:
 
 @dataclass
 class BagelOptions(PromptLengthOptions):
-    """BAGEL's options (`model.options`), those of the official inferencer."""
+    """BAGEL's options (`model.adapter_options`), those of the official inferencer."""
 
     timestep_shift: float = option(3.0, "The shift s of the schedule t' = s t / (1 + (s - 1) t) (the official inferencer's 3.0).")
     cfg_interval: Optional[list[float]] = option(None, "Text CFG applies to the samples whose sigma lies in (lo, hi]; the others take the conditional velocity (the official cfg_interval, [0.4, 1.0] there); null = every step.")
@@ -247,24 +247,24 @@ class BagelAdapter(DiffusionModelBase):
 
     @classmethod
     def check_plan_guidance(cls, cfg) -> None:
-        """Only think mode writes a plan: `model.options.plan_guidance_scale` must be 1 elsewhere."""
-        scale = cfg.model.options.plan_guidance_scale
+        """Only think mode writes a plan: `model.adapter_options.plan_guidance_scale` must be 1 elsewhere."""
+        scale = cfg.model.adapter_options.plan_guidance_scale
         if scale != 1.0:
             raise ValueError(
-                f"model.options.plan_guidance_scale={scale}: CFG toward the plan needs a plan, and {cfg.model.adapter} "
+                f"model.adapter_options.plan_guidance_scale={scale}: CFG toward the plan needs a plan, and {cfg.model.adapter} "
                 f"with model.stage={cfg.model.stage!r} writes none; set it to 1.0, or use model.stage=think"
             )
 
     @classmethod
     def check_image_guidance(cls, cfg) -> None:
-        """Text-to-image has no source image to guide by: `model.options.image_guidance_scale` must be 1."""
-        scale = cfg.model.options.image_guidance_scale
+        """Text-to-image has no source image to guide by: `model.adapter_options.image_guidance_scale` must be 1."""
+        scale = cfg.model.adapter_options.image_guidance_scale
         if scale != 1.0:
             raise ValueError(
-                f"model.options.image_guidance_scale={scale}: image CFG needs a source image, and {cfg.model.adapter} "
+                f"model.adapter_options.image_guidance_scale={scale}: image CFG needs a source image, and {cfg.model.adapter} "
                 f"here makes images from text; set it to 1.0, or edit images with model.stage=edit (the official "
                 f"inferencer's cfg_img_scale s without an image is text CFG at 1 + s (g - 1): set rollout.guidance_scale "
-                f"so; in think mode it is model.options.plan_guidance_scale)"
+                f"so; in think mode it is model.adapter_options.plan_guidance_scale)"
             )
 
     # --- what trains ---------------------------------------------------------------------
@@ -331,7 +331,7 @@ class BagelAdapter(DiffusionModelBase):
 
     # --- forward -------------------------------------------------------------------------
     def cfg_rows(self, sigma: torch.Tensor, guidance_scale: float) -> torch.Tensor:
-        """Indices of the samples that take text CFG at their sigma (`model.options.cfg_interval`)."""
+        """Indices of the samples that take text CFG at their sigma (`model.adapter_options.cfg_interval`)."""
         if guidance_scale <= 1.0:
             return torch.zeros(0, dtype=torch.long, device=sigma.device)
         interval = self.options.cfg_interval

@@ -19,7 +19,7 @@ context is, in order (adapters/bagel/layout.py):
 3. the instruction `<|im_start|> ... <|im_end|>` from position 2, then the image being made.
 
 **The condition image.** The source is resized (bicubic, as the official torchvision resize of a
-PIL image) to `model.options.condition_image_size` ([height, width], default the output's size) and both
+PIL image) to `model.adapter_options.condition_image_size` ([height, width], default the output's size) and both
 encodings are made from it once per (instruction, negative prompt, image), when the request is
 admitted; they travel in the sample's `Conditioning` (`image_latents` [B, M, 64], `image_grid`
 [B, 2], `vit_features` [B, K, D_vit], `vit_positions` [B, K]), so training replays exactly what
@@ -29,12 +29,12 @@ size that rule keeps. The official VAE encoder samples its posterior; here it is
 mean, a condition that replays exactly (FLUX's posterior is narrow).
 
 **CFG** (the official `_forward_flow`), three branches in one forward: the conditional c (image
-+ instruction); for the samples whose sigma lies in `model.options.cfg_interval`, the
++ instruction); for the samples whose sigma lies in `model.adapter_options.cfg_interval`, the
 text-unconditional u (the image alone: the official `cfg_text_precontext`; with
-`rollout.negative_prompt` the image and that text) and, when `model.options.image_guidance_scale`
+`rollout.negative_prompt` the image and that text) and, when `model.adapter_options.image_guidance_scale`
 > 1, the image-unconditional ui (the instruction alone: the official `cfg_img_precontext`).
 `t = u + g (c - u)`, `v = ui + g_img (t - ui)`, rescaled toward |c| (clamped to
-[`model.options.cfg_renorm_min`, 1]) as `model.options.cfg_renorm_type` says (`guided_velocity`):
+[`model.adapter_options.cfg_renorm_min`, 1]) as `model.adapter_options.cfg_renorm_type` says (`guided_velocity`):
 the official edit demo (app.py's `edit_image`, inference.ipynb's editing cells) and its GEdit,
 ImgEdit and KRIS evaluations use "text_channel" (per token, t rescaled before image CFG); the
 option's default stays the inferencer's "global", so an editing recipe names its renorm. As in
@@ -106,22 +106,22 @@ class BagelEditAdapter(BagelAdapter):
 
     @classmethod
     def check_config(cls, cfg) -> None:
-        """Text-to-image's checks, image CFG's (module docstring) and `model.options.condition_image_size`."""
+        """Text-to-image's checks, image CFG's (module docstring) and `model.adapter_options.condition_image_size`."""
         super().check_config(cfg)
-        for i, value in enumerate(cfg.model.options.condition_image_size or ()):
-            check_multiple(f"model.options.condition_image_size[{i}]", value, cls.size_multiple, f"what {WHAT} takes")
+        for i, value in enumerate(cfg.model.adapter_options.condition_image_size or ()):
+            check_multiple(f"model.adapter_options.condition_image_size[{i}]", value, cls.size_multiple, f"what {WHAT} takes")
 
     @classmethod
     def check_image_guidance(cls, cfg) -> None:
-        scale = cfg.model.options.image_guidance_scale
+        scale = cfg.model.adapter_options.image_guidance_scale
         if not (math.isfinite(scale) and scale >= 1.0):
-            raise ValueError(f"model.options.image_guidance_scale={scale}: expected a number >= 1 (1 = no image CFG; "
+            raise ValueError(f"model.adapter_options.image_guidance_scale={scale}: expected a number >= 1 (1 = no image CFG; "
                              f"BAGEL's editing uses 1.5 to 2)")
         if scale > 1.0 and cfg.rollout.guidance_scale <= 1.0:
             raise ValueError(
-                f"model.options.image_guidance_scale={scale} with rollout.guidance_scale={cfg.rollout.guidance_scale}: BAGEL "
+                f"model.adapter_options.image_guidance_scale={scale} with rollout.guidance_scale={cfg.rollout.guidance_scale}: BAGEL "
                 f"applies image CFG only together with text CFG; set rollout.guidance_scale > 1 (BAGEL: 4), or "
-                f"model.options.image_guidance_scale=1"
+                f"model.adapter_options.image_guidance_scale=1"
             )
 
     def frozen_modules(self) -> list[nn.Module]:
@@ -132,8 +132,8 @@ class BagelEditAdapter(BagelAdapter):
         """[height, width] in px the source image is encoded at (module docstring)."""
         size = self.options.condition_image_size
         h, w = (height, width) if size is None else (int(size[0]), int(size[1]))
-        self.check_side("model.options.condition_image_size[0]" if size else "rollout.height", h)
-        self.check_side("model.options.condition_image_size[1]" if size else "rollout.width", w)
+        self.check_side("model.adapter_options.condition_image_size[0]" if size else "rollout.height", h)
+        self.check_side("model.adapter_options.condition_image_size[1]" if size else "rollout.width", w)
         return h, w
 
     def condition_images(self, images, height: int, width: int):

@@ -20,18 +20,18 @@ the official think mode of `InterleaveInferencer.interleave_inference` does for 
    again). Text CFG's unconditional context is the system prompt alone (the official
    `cfg_text_context`, taken before the prompt), or the system prompt and
    `rollout.negative_prompt` when one is given.
-4. **CFG toward the plan** (`model.options.plan_guidance_scale` > 1): the official think mode's
+4. **CFG toward the plan** (`model.adapter_options.plan_guidance_scale` > 1): the official think mode's
    `cfg_img_scale` (`interleave_inference` defaults it to 1.5) guides by a third context, its
    `cfg_img_context`: the system prompt and the prompt, without the plan (and without the
    negative prompt). With `ui` that branch's velocity, `v = ui + s (t - ui)` after text CFG `t`
-   (adapters/bagel/adapter.py's `guided_velocity`, the renorm as `model.options.cfg_renorm_type`
+   (adapters/bagel/adapter.py's `guided_velocity`, the renorm as `model.adapter_options.cfg_renorm_type`
    says). The official notebook's think cell (`inference.ipynb`) passes `cfg_img_scale` 1: off.
    As in the official code it applies only together with text CFG. Image CFG needs a source
    image: refused, as in text-to-image. Everything else of text-to-image holds
    (adapters/bagel/adapter.py: latents, schedule, CFG interval and renorm, exports).
 
 Widths are fixed, so a plan's log-probs and an image's velocity never depend on their batch-
-mates' lengths: the plan's context is padded to the system prompt plus `model.options.max_sequence_length`
+mates' lengths: the plan's context is padded to the system prompt plus `model.adapter_options.max_sequence_length`
 prompt tokens, plans to `algo.family_options.max_new_tokens`.
 
 **What trains.** With LoRA (the default targets `default_lora_targets`): adapters on both experts'
@@ -85,12 +85,12 @@ class BagelThinkAdapter(BagelAdapter, ThinkDrawModelBase):
     @classmethod
     def check_plan_guidance(cls, cfg) -> None:
         """CFG toward the plan applies only together with text CFG, as in the official code."""
-        scale = cfg.model.options.plan_guidance_scale
+        scale = cfg.model.adapter_options.plan_guidance_scale
         if scale > 1.0 and cfg.rollout.guidance_scale <= 1.0:
             raise ValueError(
-                f"model.options.plan_guidance_scale={scale} with rollout.guidance_scale={cfg.rollout.guidance_scale}: "
+                f"model.adapter_options.plan_guidance_scale={scale} with rollout.guidance_scale={cfg.rollout.guidance_scale}: "
                 f"BAGEL applies its second guidance only together with text CFG; set rollout.guidance_scale > 1 "
-                f"(BAGEL: 4), or model.options.plan_guidance_scale=1"
+                f"(BAGEL: 4), or model.adapter_options.plan_guidance_scale=1"
             )
 
     # --- the forward's second guidance (BagelAdapter.predict_velocity's hooks) ----------------
@@ -103,7 +103,7 @@ class BagelThinkAdapter(BagelAdapter, ThinkDrawModelBase):
     def image_cfg_text(self, cond: Conditioning) -> Conditioning:
         """The plan-free context, system prompt and prompt (module docstring, 4)."""
         if "plan_free_input_ids" not in cond.tensors:
-            raise ValueError("model.options.plan_guidance_scale > 1 needs the plan-free context: encode the prompts "
+            raise ValueError("model.adapter_options.plan_guidance_scale > 1 needs the plan-free context: encode the prompts "
                              "with encode_prompts_with_plans under that setting")
         return Conditioning({"e": cond["plan_free_input_ids"], "m": cond["plan_free_text_mask"]}, {"e": "m"})
 
@@ -170,7 +170,7 @@ class BagelThinkAdapter(BagelAdapter, ThinkDrawModelBase):
     @torch.no_grad()
     def encode_prompts_with_plans(self, prompts, plan_ids, plan_mask, negative_prompt: str = "") -> Conditioning:
         """`input_ids`: system, prompt, `<|im_start|> plan <|im_end|>`; `negative_input_ids`: the
-        system prompt (and the negative prompt); with `model.options.plan_guidance_scale` > 1 also
+        system prompt (and the negative prompt); with `model.adapter_options.plan_guidance_scale` > 1 also
         `plan_free_input_ids`: system and prompt; all at one fixed width (module docstring, 3, 4)."""
         eos = self.token_ids[EOS]
         rows, plan_free = [], []

@@ -11,12 +11,12 @@ from adapters.plan.flux import _plan_load_trained
 
 
 def _plan_forward_inputs(adapter, cfg, batch: int) -> dict:
-    """FLUX.1's forward with the source image's tokens (at `model.options.condition_image_size`,
+    """FLUX.1's forward with the source image's tokens (at `model.adapter_options.condition_image_size`,
     else the output's size) appended to the noise tokens."""
     from adapters.plan.flux import _plan_forward_inputs as flux_inputs
 
     inputs = flux_inputs(adapter, cfg, batch)["transformer"]
-    options = cfg.model.options
+    options = cfg.model.adapter_options
     size = options.condition_image_size or [cfg.rollout.height, cfg.rollout.width]
     ch, cw = int(size[0]) // adapter.vae_scale, int(size[1]) // adapter.vae_scale
     hidden = inputs["hidden_states"]

@@ -26,7 +26,7 @@ def _plan_forward_inputs(adapter, cfg, batch: int) -> dict:
     from omni_rl.plan.steps import cfg_copies
 
     c, r = adapter.transformer.config, cfg.rollout
-    adapter.options = cfg.model.options
+    adapter.options = cfg.model.adapter_options
     terms = adapter.guidance(r.guidance_scale).values()
     rows = 1 + any(t.cfg > 1.0 for t in terms) + any(t.stg > 0.0 for t in terms)
     rows_total = batch // cfg_copies(cfg) * rows

@@ -29,7 +29,7 @@ def _plan_forward_inputs(adapter, cfg, batch: int) -> dict:
     from omni_rl.plan.spec import prompt_tokens
 
     c, r = adapter.transformer.config, cfg.rollout
-    adapter.options = cfg.model.options
+    adapter.options = cfg.model.adapter_options
     shapes = adapter.latent_shape(r.height, r.width, r.num_frames)
     (channels, frames, h, w), (stereo, length, latent_a) = shapes["video"], shapes["audio"]
     pt, ph, pw = c.patch_size

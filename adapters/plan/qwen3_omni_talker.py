@@ -21,7 +21,7 @@ def _plan_load_talker(adapter) -> None:
     with weightless_device():
         talker = Qwen3OmniMoeTalkerForConditionalGeneration(config)
     adapter.talker = adapter.model = talker.to(adapter.dtype)
-    adapter.options = adapter.cfg.options
+    adapter.options = adapter.cfg.adapter_options
 
 
 def _plan_code2wav(adapter):

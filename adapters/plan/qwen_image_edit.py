@@ -11,7 +11,7 @@ from adapters.plan.qwen_image import _plan_load_trained as _plan_load_qwen_image
 
 def _plan_forward_inputs(adapter, cfg, batch: int) -> dict:
     """The forward `predict_velocity` runs, with one source image: the noise tokens, then the
-    source's VAE tokens at `model.options.condition_image_size` (default the output's size), and
+    source's VAE tokens at `model.adapter_options.condition_image_size` (default the output's size), and
     the prompt at `max_sequence_length` tokens (the longest the pipeline lets through; the
     source's vision tokens are part of it). An Edit-Plus prompt with three sources has two more
     condition grids than planned here."""
@@ -19,7 +19,7 @@ def _plan_forward_inputs(adapter, cfg, batch: int) -> dict:
 
     c, p, f = adapter.transformer.config, adapter.patch, adapter.vae_scale
     h, w = cfg.rollout.height // f, cfg.rollout.width // f
-    size = cfg.model.options.condition_image_size
+    size = cfg.model.adapter_options.condition_image_size
     ch, cw = (size[0] // f, size[1] // f) if size is not None else (h, w)
     image_tokens = (h // p) * (w // p) + (ch // p) * (cw // p)
     tokens = prompt_tokens(cfg)

@@ -64,3 +64,70 @@ def build_tiny_qwen3(folder: Path) -> None:
 @register_tiny_model("qwen3_hd32")
 def build_tiny_qwen3_hd32(folder: Path) -> None:
     write_tiny_qwen3(folder, hidden_size=64, num_attention_heads=2, num_key_value_heads=1, head_dim=32)
+
+
+# Qwen3's chat format for tools, written for the byte-level tiny tokenizer: the tools' JSON
+# schemas go in a system turn inside <tools></tools>, an assistant's calls are
+# <tool_call>\n{"name": ..., "arguments": {...}}\n</tool_call>, and consecutive tool answers
+# share one user turn, each inside <tool_response></tool_response>. The same text layout as the
+# template shipped with Qwen3 checkpoints (thinking blocks left out: the tiny model never thinks).
+QWEN3_TOOLS_TEMPLATE = (
+    "{% if tools %}<|im_start|>system\n"
+    "{% if messages[0]['role'] == 'system' %}{{ messages[0]['content'] }}\n\n{% endif %}"
+    "# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"
+    "You are provided with function signatures within <tools></tools> XML tags:\n<tools>"
+    "{% for tool in tools %}{{ '\\n' }}{{ tool | tojson }}{% endfor %}{{ '\\n' }}</tools>\n\n"
+    "For each function call, return a json object with function name and arguments within <tool_call></tool_call> "
+    "XML tags:\n<tool_call>\n{\"name\": <function-name>, \"arguments\": <args-json-object>}\n</tool_call><|im_end|>\n"
+    "{% elif messages[0]['role'] == 'system' %}<|im_start|>system\n{{ messages[0]['content'] }}<|im_end|>\n{% endif %}"
+    "{% for m in messages %}"
+    "{% if m['role'] == 'system' %}"
+    "{% elif m['role'] == 'tool' %}"
+    "{% if loop.first or messages[loop.index0 - 1]['role'] != 'tool' %}<|im_start|>user{% endif %}"
+    "{{ '\\n' }}<tool_response>\n{{ m['content'] }}\n</tool_response>"
+    "{% if loop.last or messages[loop.index0 + 1]['role'] != 'tool' %}<|im_end|>\n{% endif %}"
+    "{% else %}<|im_start|>{{ m['role'] }}\n{{ m['content'] if m['content'] is string else '' }}"
+    "{% if m['role'] == 'assistant' and m.get('tool_calls') %}"
+    "{% for call in m['tool_calls'] %}{% set call = call['function'] if call.get('function') else call %}"
+    "{% if (loop.first and m['content']) or not loop.first %}{{ '\\n' }}{% endif %}"
+    "<tool_call>\n{\"name\": \"{{ call['name'] }}\", \"arguments\": "
+    "{{ call['arguments'] if call['arguments'] is string else call['arguments'] | tojson }}}\n</tool_call>"
+    "{% endfor %}{% endif %}<|im_end|>\n"
+    "{% endif %}{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+# Qwen3's vocabulary has these as single tokens; so does the tiny tools tokenizer.
+QWEN3_TOOL_TOKENS = ("<tool_call>", "</tool_call>", "<tool_response>", "</tool_response>")
+
+
+def build_tools_tokenizer():
+    """The byte-level tokenizer with Qwen3's tool tokens and tool-calling chat template."""
+    tokenizer = build_byte_tokenizer()
+    tokenizer.add_tokens(list(QWEN3_TOOL_TOKENS))
+    tokenizer.chat_template = QWEN3_TOOLS_TEMPLATE
+    return tokenizer
+
+
+def write_tiny_qwen3_tools(folder: Path, seed: int = 0, hidden_size: int = 32, head_dim: int = 8,
+                           rope_theta: float = 10000.0) -> None:
+    """`tiny:qwen3` with the tools tokenizer and 1024 positions (a tool list in the system turn
+    is some 500 byte tokens); four query and two key/value heads of `head_dim`."""
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    folder = Path(folder)
+    torch.manual_seed(seed)
+    tokenizer = build_tools_tokenizer()
+    config = Qwen3Config(
+        vocab_size=len(tokenizer), hidden_size=hidden_size, intermediate_size=2 * hidden_size, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, head_dim=head_dim, max_position_embeddings=1024,
+        rope_parameters={"rope_type": "default", "rope_theta": rope_theta},
+        tie_word_embeddings=True, eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id,
+        architectures=["Qwen3ForCausalLM"],
+    )
+    Qwen3ForCausalLM(config).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+
+
+@register_tiny_model("qwen3_tools")
+def build_tiny_qwen3_tools(folder: Path) -> None:
+    write_tiny_qwen3_tools(folder)

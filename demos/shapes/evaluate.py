@@ -97,7 +97,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser.add_argument("--out", help="write the result here as JSON")
     args = parser.parse_args(argv)
     load_plugins()
-    model = build_model(ModelConfig(path=args.model_path, options=PromptLengthOptions(max_sequence_length=MAX_SEQUENCE_LENGTH)), torch.device("cpu"))
+    model = build_model(ModelConfig(path=args.model_path, adapter_options=PromptLengthOptions(max_sequence_length=MAX_SEQUENCE_LENGTH)), torch.device("cpu"))
     result = evaluate(model, read_prompts(Path(args.prompts)), args.samples, args.num_steps, args.guidance_scale)
     result = {"model_path": args.model_path, "prompts": Path(args.prompts).name, **result}
     print(json.dumps(result, indent=1))

@@ -223,7 +223,7 @@ def pretrain(out: Path, cfg: PretrainConfig, reuse_vae: Path | None = None) -> d
     pipe.save_pretrained(out)
     vae_s = time.monotonic() - start
     # Every weight of the transformer trains (no LoRA): what is saved is a plain SD3 transformer.
-    model_cfg = ModelConfig(path=str(out), options=PromptLengthOptions(max_sequence_length=cfg.max_sequence_length),
+    model_cfg = ModelConfig(path=str(out), adapter_options=PromptLengthOptions(max_sequence_length=cfg.max_sequence_length),
                             lora=LoraConfig(enabled=False))
     model = build_model(model_cfg, torch.device("cpu"))
     log: list[float] = []

@@ -13,6 +13,7 @@ from typing import Callable
 import torch
 from torch import Tensor
 
+from omni_rl.option import ComponentOptions
 from omni_rl.registry import Registry
 
 __all__ = [
@@ -34,7 +35,7 @@ STD_MODES = ("group", "global", "none")
 
 
 @dataclass
-class AdvantageOptions:
+class AdvantageOptions(ComponentOptions):
     """The estimators' options (`algo.advantage_options`); an estimator that never divides by a
     std (dr_grpo, rloo) reads neither `std_mode` nor `eps`. `max_uniform_steps` is the trainer's
     (`omni_rl.trainer.no_signal`): how long every advantage may be zero."""

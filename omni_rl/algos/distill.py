@@ -31,6 +31,7 @@ from torch import Tensor
 
 from omni_rl.algos.flow_sde import mean_over_sample_dims, per_sample
 from omni_rl.algos.policy_losses import StepLoss, StepLossInput
+from omni_rl.option import ComponentOptions
 from omni_rl.registry import Registry
 
 __all__ = [
@@ -73,7 +74,7 @@ DISTILL_LOSSES: Registry[type[StepLoss]] = Registry("distillation loss")
 
 
 @dataclass
-class DistillKLOptions:
+class DistillKLOptions(ComponentOptions):
     """distill_kl has no knobs: the KL is the loss (its weight is the learning rate's business)."""
 
     def check(self) -> None:

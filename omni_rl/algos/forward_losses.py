@@ -26,7 +26,7 @@ from torch import Tensor
 
 from omni_rl.algos.flow_sde import mean_over_sample_dims
 from omni_rl.algos.policy_losses import AdvantageClipOptions, PolicyLoss
-from omni_rl.option import option
+from omni_rl.option import ComponentOptions, option
 from omni_rl.registry import Registry
 
 __all__ = [
@@ -67,7 +67,7 @@ class DiffusionNFTOptions(AdvantageClipOptions):
 
 
 @dataclass
-class DiffusionDPOOptions:
+class DiffusionDPOOptions(ComponentOptions):
     """Diffusion-DPO's options (arXiv 2311.12908, on flow targets)."""
 
     beta: float = option(5000.0, "beta of -log sigmoid(-beta/2 [...]) on per-dimension mean errors "

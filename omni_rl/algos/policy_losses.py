@@ -1,7 +1,7 @@
 """Policy losses for diffusion RL, and the per-step KL forms to a reference policy.
 
 Each loss is a `StepLoss` in `DIFFUSION_LOSSES`, built once from its `Options` (the recipe's
-`algo.loss_options`) and called with tensors only. An entry is a (sample, denoising step) pair
+`algo.policy_loss_options`) and called with tensors only. An entry is a (sample, denoising step) pair
 whose log-prob is `flow_sde`'s per-dimension mean (so clip ranges are ~1e-4); the loss is the
 masked mean over entries, with advantages clamped and optional rollout-correction weights. The
 KL forms (`DIFFUSION_KL`) are per-dimension means. Metrics: docs/algorithms.md (Loss metrics).
@@ -20,7 +20,7 @@ import torch
 from torch import Tensor
 
 from omni_rl.algos.flow_sde import mean_over_sample_dims, per_sample
-from omni_rl.option import option
+from omni_rl.option import ComponentOptions, option
 from omni_rl.registry import Registry
 
 __all__ = [
@@ -52,7 +52,7 @@ Metrics = dict[str, Tensor]
 
 
 @dataclass
-class AdvantageClipOptions:
+class AdvantageClipOptions(ComponentOptions):
     """The option every policy loss has: the advantage clamp (a property of the advantage)."""
 
     adv_clip_max: float = option(5.0, "Advantages are clamped to [-adv_clip_max, adv_clip_max] (Flow-GRPO: 5).")

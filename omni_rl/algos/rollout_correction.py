@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor
 
+from omni_rl.option import ComponentOptions
+
 __all__ = ["ROLLOUT_IS_LEVELS", "ROLLOUT_IS_MODES", "RolloutCorrectionOptions", "rollout_is_weights"]
 
 # "none" turns the correction off; which of the others a model takes, its family says.
@@ -23,8 +25,8 @@ ROLLOUT_IS_MODES = ("truncate", "mask")
 
 
 @dataclass
-class RolloutCorrectionOptions:
-    """The rollout correction's options (`algo.rollout_correction`). It needs the trainer's own
+class RolloutCorrectionOptions(ComponentOptions):
+    """The rollout correction's options (`algo.rollout_correction_options`). It needs the trainer's own
     old log-probs (algo.old_logprob_mode auto or recompute); where they are the rollout's (auto,
     the native in-process engine) every weight is exactly 1 and nothing is computed. Metrics:
     rollout_corr/is_weight_mean, _max, is_clipped_fraction."""
@@ -42,7 +44,7 @@ class RolloutCorrectionOptions:
                              f"sequence for text models, step or sequence for diffusion)")
         if self.mode not in ROLLOUT_IS_MODES:
             raise ValueError(f"mode={self.mode!r}: expected one of truncate (clamp the weight at "
-                             f"algo.rollout_correction.cap), mask (drop the action above it)")
+                             f"algo.rollout_correction_options.cap), mask (drop the action above it)")
         if not (math.isfinite(self.cap) and self.cap >= 1):
             raise ValueError(f"cap={self.cap!r}: expected a finite value >= 1 (identical log-probs give weight 1; "
                              f"Yao et al. use 2)")

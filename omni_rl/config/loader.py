@@ -8,9 +8,9 @@ cross-field rules of `validate.py` run last. Names of registered components (los
 backends) are checked above this package, by `omni_rl.compose.load_config`, which calls
 `compose_config` first: the config layer imports nothing above it.
 
-A key that left the flat schema for a component's options block (`MOVED_KEYS`) fails, in a
-recipe or an override, with one line naming its new place, before the schema would call it
-unknown. The table is kept until `MOVED_KEYS_REMOVED_IN` (0.3.0), then removed.
+A key that left the flat schema for a component's options block (`MOVED_KEYS`), or a block that
+was renamed (`MOVED_BLOCKS`: `model.options` is `model.adapter_options`), fails, in a recipe or an
+override, with one line naming its new place, before the schema would call it unknown. The table is kept until `MOVED_KEYS_REMOVED_IN` (0.3.0), then removed.
 
 A prompt file given on the command line (`data.prompt_file=...`, `data.val_prompt_file=...`)
 replaces the recipe's inline list (`data.prompts`, `data.val_prompts`, which would otherwise win
@@ -29,6 +29,7 @@ import typing
 from pathlib import Path
 from typing import Sequence
 
+import yaml
 from hydra import compose, initialize_config_dir
 from hydra.core.config_store import ConfigStore
 from hydra.core.global_hydra import GlobalHydra
@@ -53,21 +54,21 @@ _FAMILY = "the diffusion and think_draw families' option"
 MOVED_ALGO_KEYS: dict[str, tuple[str, str]] = {
     "algo.std_mode": ("algo.advantage_options.std_mode", "the advantage estimators' option"),
     "algo.adv_eps": ("algo.advantage_options.eps", "the advantage estimators' option"),
-    "algo.clip_range": ("algo.loss_options.<loss>.clip_range", _ANY_LOSS),
-    "algo.clip_range_high": ("algo.loss_options.<loss>.clip_range_high", _ANY_LOSS),
-    "algo.adv_clip_max": ("algo.loss_options.<loss>.adv_clip_max", _ANY_LOSS),
-    "algo.kl_threshold": ("algo.loss_options.flow_dppo.kl_threshold", "loss flow_dppo's option"),
-    "algo.loss_agg_mode": ("algo.loss_options.<loss>.loss_agg_mode", _TOKEN_LOSS + " (ppo_clip, cispo, sapo)"),
-    "algo.loss_scale_factor": ("algo.loss_options.<loss>.loss_scale_factor", _TOKEN_LOSS + " (ppo_clip, cispo, sapo)"),
-    "algo.clip_ratio_c": ("algo.loss_options.<loss>.clip_ratio_c", _TOKEN_LOSS + " (ppo_clip, dapo)"),
-    "algo.kl_estimator": ("algo.loss_options.<loss>.kl_estimator", _TOKEN_LOSS),
-    "algo.kl_clamp": ("algo.loss_options.<loss>.kl_clamp", _TOKEN_LOSS),
-    "algo.tau_pos": ("algo.loss_options.sapo.tau_pos", "loss sapo's option"),
-    "algo.tau_neg": ("algo.loss_options.sapo.tau_neg", "loss sapo's option"),
-    "algo.nft_beta": ("algo.loss_options.diffusion_nft.beta", "loss diffusion_nft's option"),
-    "algo.nft_ema_decay": ("algo.loss_options.diffusion_nft.ema_decay", "loss diffusion_nft's option"),
-    "algo.nft_weighting": ("algo.loss_options.diffusion_nft.weighting", "loss diffusion_nft's option"),
-    "algo.dpo_beta": ("algo.loss_options.diffusion_dpo.beta", "loss diffusion_dpo's option"),
+    "algo.clip_range": ("algo.policy_loss_options.<loss>.clip_range", _ANY_LOSS),
+    "algo.clip_range_high": ("algo.policy_loss_options.<loss>.clip_range_high", _ANY_LOSS),
+    "algo.adv_clip_max": ("algo.policy_loss_options.<loss>.adv_clip_max", _ANY_LOSS),
+    "algo.kl_threshold": ("algo.policy_loss_options.flow_dppo.kl_threshold", "loss flow_dppo's option"),
+    "algo.loss_agg_mode": ("algo.policy_loss_options.<loss>.loss_agg_mode", _TOKEN_LOSS + " (ppo_clip, cispo, sapo)"),
+    "algo.loss_scale_factor": ("algo.policy_loss_options.<loss>.loss_scale_factor", _TOKEN_LOSS + " (ppo_clip, cispo, sapo)"),
+    "algo.clip_ratio_c": ("algo.policy_loss_options.<loss>.clip_ratio_c", _TOKEN_LOSS + " (ppo_clip, dapo)"),
+    "algo.kl_estimator": ("algo.policy_loss_options.<loss>.kl_estimator", _TOKEN_LOSS),
+    "algo.kl_clamp": ("algo.policy_loss_options.<loss>.kl_clamp", _TOKEN_LOSS),
+    "algo.tau_pos": ("algo.policy_loss_options.sapo.tau_pos", "loss sapo's option"),
+    "algo.tau_neg": ("algo.policy_loss_options.sapo.tau_neg", "loss sapo's option"),
+    "algo.nft_beta": ("algo.policy_loss_options.diffusion_nft.beta", "loss diffusion_nft's option"),
+    "algo.nft_ema_decay": ("algo.policy_loss_options.diffusion_nft.ema_decay", "loss diffusion_nft's option"),
+    "algo.nft_weighting": ("algo.policy_loss_options.diffusion_nft.weighting", "loss diffusion_nft's option"),
+    "algo.dpo_beta": ("algo.policy_loss_options.diffusion_dpo.beta", "loss diffusion_dpo's option"),
     "algo.kl_form": ("algo.family_options.kl_form", _FAMILY),
     "algo.timestep_fraction": ("algo.family_options.timestep_fraction", _FAMILY),
     "algo.forward_num_timesteps": ("algo.family_options.forward_num_timesteps", _FAMILY),
@@ -75,9 +76,9 @@ MOVED_ALGO_KEYS: dict[str, tuple[str, str]] = {
     "algo.plan_policy_loss": ("algo.family_options.plan_policy_loss", "the think_draw family's option"),
     "algo.plan_loss_weight": ("algo.family_options.plan_loss_weight", "the think_draw family's option"),
     "algo.plan_clip_range": ("algo.family_options.plan_loss_options.clip_range", "the think_draw family's plan loss's option"),
-    "algo.rollout_is": ("algo.rollout_correction.level", "the rollout correction's block"),
-    "algo.rollout_is_cap": ("algo.rollout_correction.cap", "the rollout correction's block"),
-    "algo.rollout_is_mode": ("algo.rollout_correction.mode", "the rollout correction's block"),
+    "algo.rollout_is": ("algo.rollout_correction_options.level", "the rollout correction's block"),
+    "algo.rollout_is_cap": ("algo.rollout_correction_options.cap", "the rollout correction's block"),
+    "algo.rollout_is_mode": ("algo.rollout_correction_options.mode", "the rollout correction's block"),
 }
 DEFAULT_RECIPE = OmniConfig.recipe
 _SCHEMA_NAME = "omni_schema"
@@ -94,42 +95,43 @@ _WINDOW = "the SDE window schedules' option"
 _BUFFERED = "an option of pipelines one_step_off, async"
 _TEXT = "the autoregressive family's option"
 _SAMPLING = "the autoregressive and think_draw families' option"
-# The release that drops `MOVED_KEYS` (and `MOVED_ALGO_KEYS`): until then an old recipe gets the
-# one-line "moved: set NEW" error; from then on it gets the schema's unknown-key error.
+# The release that drops `MOVED_KEYS` (and `MOVED_ALGO_KEYS`, `MOVED_BLOCKS`): until then an old
+# recipe gets the one-line "moved: set NEW" error; from then on it gets the schema's unknown-key
+# error.
 # tests/omni_rl/config/test_component_options.py fails once the package's version reaches it, so
 # the table is removed (or this date moved, on purpose) in that release.
 MOVED_KEYS_REMOVED_IN = "0.3.0"
 # Keys that left the flat schema: old key -> (where it is set now, whose option it is). One table
 # for every section; a component that takes over a flat key adds its row here.
 MOVED_KEYS: dict[str, tuple[str, str]] = {
-    "model.guidance_scale_2": ("model.options.guidance_scale_2", "WanPipeline's option"),
-    "model.audio_guidance_scale": ("model.options.audio_guidance_scale", _LTX2),
-    "model.guidance_rescale": ("model.options.guidance_rescale", _LTX2),
-    "model.audio_guidance_rescale": ("model.options.audio_guidance_rescale", _LTX2),
-    "model.stg_scale": ("model.options.stg_scale", _LTX2),
-    "model.audio_stg_scale": ("model.options.audio_stg_scale", _LTX2),
-    "model.stg_blocks": ("model.options.stg_blocks", _LTX2),
-    "model.modality_scale": ("model.options.modality_scale", _LTX2),
-    "model.audio_modality_scale": ("model.options.audio_modality_scale", _LTX2),
-    "model.max_sequence_length": ("model.options.max_sequence_length", "an option of the diffusion adapters with a prompt encoder (models.diffusion.PromptLengthOptions)"),
-    "model.condition_image_size": ("model.options.condition_image_size", _EDITING),
-    "model.timestep_shift": ("model.options.timestep_shift", _BAGEL),
-    "model.cfg_interval": ("model.options.cfg_interval", _BAGEL),
-    "model.cfg_renorm_min": ("model.options.cfg_renorm_min", _BAGEL),
-    "model.image_guidance_scale": ("model.options.image_guidance_scale", _BAGEL),
-    "model.freeze_vision_tower": ("model.options.freeze_vision_tower", "Qwen3OmniMoeForConditionalGeneration/thinker's option"),
-    "model.freeze_audio_tower": ("model.options.freeze_audio_tower", "Qwen3OmniMoeForConditionalGeneration/thinker's option"),
+    "model.guidance_scale_2": ("model.adapter_options.guidance_scale_2", "WanPipeline's option"),
+    "model.audio_guidance_scale": ("model.adapter_options.audio_guidance_scale", _LTX2),
+    "model.guidance_rescale": ("model.adapter_options.guidance_rescale", _LTX2),
+    "model.audio_guidance_rescale": ("model.adapter_options.audio_guidance_rescale", _LTX2),
+    "model.stg_scale": ("model.adapter_options.stg_scale", _LTX2),
+    "model.audio_stg_scale": ("model.adapter_options.audio_stg_scale", _LTX2),
+    "model.stg_blocks": ("model.adapter_options.stg_blocks", _LTX2),
+    "model.modality_scale": ("model.adapter_options.modality_scale", _LTX2),
+    "model.audio_modality_scale": ("model.adapter_options.audio_modality_scale", _LTX2),
+    "model.max_sequence_length": ("model.adapter_options.max_sequence_length", "an option of the diffusion adapters with a prompt encoder (models.diffusion.PromptLengthOptions)"),
+    "model.condition_image_size": ("model.adapter_options.condition_image_size", _EDITING),
+    "model.timestep_shift": ("model.adapter_options.timestep_shift", _BAGEL),
+    "model.cfg_interval": ("model.adapter_options.cfg_interval", _BAGEL),
+    "model.cfg_renorm_min": ("model.adapter_options.cfg_renorm_min", _BAGEL),
+    "model.image_guidance_scale": ("model.adapter_options.image_guidance_scale", _BAGEL),
+    "model.freeze_vision_tower": ("model.adapter_options.freeze_vision_tower", "Qwen3OmniMoeForConditionalGeneration/thinker's option"),
+    "model.freeze_audio_tower": ("model.adapter_options.freeze_audio_tower", "Qwen3OmniMoeForConditionalGeneration/thinker's option"),
     "rollout.sde_window_shift": ("rollout.sde_window_options.shift", _WINDOW),
     "rollout.sde_window_tau": ("rollout.sde_window_options.tau", _WINDOW),
     "rollout.sde_window_min_size": ("rollout.sde_window_options.min_size", _WINDOW),
-    "rollout.max_wait_ms": ("rollout.options.max_wait_ms", "an option of rollout backends native, server, vllm_omni"),
-    "rollout.trajectory_device": ("rollout.options.trajectory_device", "an option of rollout backends native, server, vllm_omni"),
-    "rollout.python": ("rollout.options.python", _SERVER),
-    "rollout.server_timeout_s": ("rollout.options.server_timeout_s", _SERVER),
-    "rollout.server_startup_timeout_s": ("rollout.options.server_startup_timeout_s", _SERVER),
-    "rollout.vllm_gpu_memory_utilization": ("rollout.options.gpu_memory_utilization", _VLLM),
-    "rollout.vllm_enforce_eager": ("rollout.options.enforce_eager", _VLLM),
-    "rollout.vllm_sleep_mode": ("rollout.options.sleep_mode", _VLLM),
+    "rollout.max_wait_ms": ("rollout.backend_options.max_wait_ms", "an option of rollout backends native, server, vllm_omni"),
+    "rollout.trajectory_device": ("rollout.backend_options.trajectory_device", "an option of rollout backends native, server, vllm_omni"),
+    "rollout.python": ("rollout.backend_options.python", _SERVER),
+    "rollout.server_timeout_s": ("rollout.backend_options.server_timeout_s", _SERVER),
+    "rollout.server_startup_timeout_s": ("rollout.backend_options.server_startup_timeout_s", _SERVER),
+    "rollout.vllm_gpu_memory_utilization": ("rollout.backend_options.gpu_memory_utilization", _VLLM),
+    "rollout.vllm_enforce_eager": ("rollout.backend_options.enforce_eager", _VLLM),
+    "rollout.vllm_sleep_mode": ("rollout.backend_options.sleep_mode", _VLLM),
     "trainer.nnodes": ("trainer.backend_options.nnodes", _RAY),
     "trainer.devices_per_node": ("trainer.backend_options.devices_per_node", _RAY),
     "trainer.ray_address": ("trainer.backend_options.ray_address", _RAY),
@@ -137,9 +139,9 @@ MOVED_KEYS: dict[str, tuple[str, str]] = {
     "trainer.worker_startup_timeout_s": ("trainer.backend_options.worker_startup_timeout_s", _RAY),
     "trainer.param_offload": ("trainer.engine_options.param_offload", _FSDP2),
     "trainer.optimizer_offload": ("trainer.engine_options.optimizer_offload", _FSDP2),
-    "reward.num_workers": ("reward.workers.num_workers", "the reward workers' option"),
-    "reward.worker_num_cpus": ("reward.workers.num_cpus", "the reward workers' option"),
-    "reward.worker_num_gpus": ("reward.workers.num_gpus", "the reward workers' option"),
+    "reward.num_workers": ("reward.worker_options.num_workers", "the reward workers' option"),
+    "reward.worker_num_cpus": ("reward.worker_options.num_cpus", "the reward workers' option"),
+    "reward.worker_num_gpus": ("reward.worker_options.num_gpus", "the reward workers' option"),
     "trainer.progress_bar": ("trainer.logger_options.progress_bar", "the metric sinks' option"),
     "trainer.wandb_project": ("trainer.logger_options.wandb_project", "the metric sinks' option"),
     "trainer.max_staleness": ("trainer.pipeline_options.max_staleness", _BUFFERED),
@@ -154,15 +156,35 @@ MOVED_KEYS: dict[str, tuple[str, str]] = {
     "trainer.val_num_steps": ("algo.family_options.val_num_steps", _FAMILY),
     **MOVED_ALGO_KEYS,
 }
+# Options blocks renamed to `<kind>_options` (docs/recipes.md, "Options blocks"): old block ->
+# (the block now, whose it is); a key inside an old block (`model.options.stg_scale`) is named
+# under the new one, and `[]` stands for a list item's index. Kept as long as `MOVED_KEYS`.
+MOVED_BLOCKS: dict[str, tuple[str, str]] = {
+    "model.options": ("model.adapter_options", "the model adapter's options block"),
+    "rollout.options": ("rollout.backend_options", "the rollout backend's options block"),
+    "algo.loss_options": ("algo.policy_loss_options", "the policy losses' options blocks, one per loss name"),
+    "algo.rollout_correction": ("algo.rollout_correction_options", "the rollout correction's options block"),
+    "reward.workers": ("reward.worker_options", "the reward workers' options block"),
+    "reward.rewards[].kwargs": ("reward.rewards[].reward_options", "the reward's options block"),
+    "reward.val_rewards[].kwargs": ("reward.val_rewards[].reward_options", "the reward's options block"),
+}
 
 
 def moved_key_error(key: str, where: str) -> ConfigError | None:
-    """The one-line error for a moved `key` set in `where` (a recipe file, an override); None
-    for a key that did not move."""
-    if key not in MOVED_KEYS:
-        return None
-    new, owner = MOVED_KEYS[key]
-    return ConfigError(f"{key} moved: set {new} ({owner}) [{where}]")
+    """The one-line error for a moved `key` set in `where` (a recipe file, an override), or for a
+    key inside a moved block (`model.options.stg_scale`); None for a key that did not move. A list
+    item's index (`reward.rewards[0]`, `reward.rewards.0`) is kept in the new key."""
+    parts = re.split(r"\.(?![^\[]*\])", re.sub(r"\.(\d+)(?=\.|$)", r"[\1]", key))
+    for end in range(len(parts), 0, -1):
+        old = ".".join(parts[:end])
+        pattern = re.sub(r"\[\d+\]", "[]", old)
+        if pattern in MOVED_KEYS or pattern in MOVED_BLOCKS:
+            new, owner = MOVED_KEYS.get(pattern) or MOVED_BLOCKS[pattern]
+            for index in re.findall(r"\[\d+\]", old):
+                new = new.replace("[]", index, 1)
+            new += "".join("." + part for part in parts[end:])
+            return ConfigError(f"{key} moved: set {new} ({owner}) [{where}]")
+    return None
 
 
 def _check_moved_keys(node, where: str) -> None:
@@ -172,10 +194,17 @@ def _check_moved_keys(node, where: str) -> None:
                 error = moved_key_error(f"{section}.{key}", where)
                 if error is not None:
                     raise error
+                items = values[key]
+                if OmegaConf.is_list(items) or isinstance(items, list):  # a list of blocks: reward.rewards
+                    for i, item in enumerate(items):
+                        for item_key in item if (OmegaConf.is_dict(item) or isinstance(item, dict)) else ():
+                            error = moved_key_error(f"{section}.{key}[{i}].{item_key}", where)
+                            if error is not None:
+                                raise error
 
 
 def _open_blocks(cls: type = OmniConfig, prefix: str = "") -> set[str]:
-    """Dotted keys of the schema's open mappings (`model.options`, `algo.loss_options`, ...): a component's
+    """Dotted keys of the schema's open mappings (`model.adapter_options`, `algo.policy_loss_options`, ...): a component's
     options block, whose keys the component's options class checks, not the schema."""
     found: set[str] = set()
     hints = typing.get_type_hints(cls)
@@ -190,7 +219,7 @@ def _open_blocks(cls: type = OmniConfig, prefix: str = "") -> set[str]:
 
 def _override(item: str) -> str:
     """Hydra adds a key to an open mapping only when told (`++`): a key of an options block (at
-    any depth: `algo.loss_options.flow_dppo.kl_threshold`) is added or replaced (the component's
+    any depth: `algo.policy_loss_options.flow_dppo.kl_threshold`) is added or replaced (the component's
     options class checks it at load)."""
     key = item.split("=", 1)[0]
     if any(key.startswith(block + ".") for block in _open_blocks()):
@@ -228,8 +257,25 @@ def _split_recipe(overrides: Sequence[str]) -> tuple[str, list[str]]:
             error = moved_key_error(item.split("=", 1)[0].lstrip("~"), f"override {item!r}")
             if error is not None:
                 raise error
+            _check_moved_item_keys(item)
             rest.append(_override(item))
     return recipe, rest
+
+
+def _check_moved_item_keys(item: str) -> None:
+    """A list of blocks given whole on the command line (`reward.rewards=[{name: x, kwargs: {}}]`)
+    names a moved key of its items as the recipe check does; a value that is no YAML list is left
+    to Hydra."""
+    key, _, value = item.partition("=")
+    if not value.lstrip().startswith("["):
+        return
+    try:
+        items = OmegaConf.create(value)
+    except (OmegaConfBaseException, ValueError, yaml.YAMLError):
+        return
+    if OmegaConf.is_list(items):
+        section, _, name = key.partition(".")
+        _check_moved_keys({section: {name: items}}, f"override {item!r}")
 
 
 def _resolve_recipe(recipe: str) -> tuple[str, Path]:

@@ -1,19 +1,20 @@
 """Component options: each registered component (an adapter, a rollout backend, a loss, a model
 family, ...) declares its own knobs as a small dataclass, and the recipe sets them in the
-component's block (`model.options`, `rollout.options`, ...). This module binds such a block to
+component's block (`model.adapter_options`, `rollout.backend_options`, ...). This module binds such a block to
 its dataclass and describes a dataclass for `--options`.
 
-A component's options dataclass:
+A component's options dataclass derives from `ComponentOptions` (`omni_rl.option`), whose
+`check()` refuses nothing unless the class overrides it:
 
     @dataclass
-    class LTX2Options:
+    class LTX2Options(ComponentOptions):
         stg_scale: float = option(0.0, "Spatio-temporal guidance scale of the video stream (0 = off).")
 
-        def check(self) -> None:          # optional: value rules, raise ValueError(message)
+        def check(self) -> None:          # value rules, raise ValueError(message)
             if self.stg_scale < 0:
                 raise ValueError("stg_scale=-1: expected >= 0 (0 = off)")
 
-`bind_options(Options, {"stg_scale": 1.0}, "model.options", "LTX2Pipeline")` returns the
+`bind_options(Options, {"stg_scale": 1.0}, "model.adapter_options", "LTX2Pipeline")` returns the
 instance, or raises `ConfigError` with one line naming the key, the value and what was
 expected: an unknown key lists the component's options, a wrong type names the type, and a
 `check()` failure is prefixed with the block's key. Types are checked for the annotation kinds
@@ -36,8 +37,9 @@ from dataclasses import MISSING, dataclass, fields
 from typing import Any, Mapping, Optional, TypeVar
 
 from omni_rl.errors import ConfigError
+from omni_rl.option import ComponentOptions
 
-__all__ = ["allows_infinity", "bind_options", "describe_options", "options_help", "recipe_values", "replace_options",
+__all__ = ["allows_infinity", "bind_options", "ComponentOptions", "describe_options", "options_help", "recipe_values", "replace_options",
            "NoOptions", "OptionDoc"]
 
 T = TypeVar("T")
@@ -49,7 +51,7 @@ def allows_infinity(options_class: type, name: str) -> bool:
 
 
 @dataclass
-class NoOptions:
+class NoOptions(ComponentOptions):
     """The options of a component that has none."""
 
 
@@ -132,9 +134,12 @@ def _coerce(value: Any, tp: Any) -> Any:
 def bind_options(options_class: type[T], values: Optional[Mapping[str, Any]], key: str, owner: str) -> T:
     """Build `options_class` from a recipe's block `values` (None or {} gives the defaults).
 
-    `key` is the block's config key (`model.options`), `owner` names the component in messages
+    `key` is the block's config key (`model.adapter_options`), `owner` names the component in messages
     (`adapter LTX2Pipeline`). Raises `ConfigError` with one line on an unknown key, a wrong
     type or a failed `check()`."""
+    if not (isinstance(options_class, type) and issubclass(options_class, ComponentOptions)):
+        raise TypeError(f"{key} ({owner}): options class {options_class!r} does not derive from "
+                        f"omni_rl.option.ComponentOptions; declare it as a ComponentOptions dataclass")
     values = dict(values or {})
     hints = typing.get_type_hints(options_class)
     known = {f.name: f for f in fields(options_class)}
@@ -154,13 +159,11 @@ def bind_options(options_class: type[T], values: Optional[Mapping[str, Any]], ke
             raise ConfigError(f"{key}.{name}={value!r}: expected {_type_name(tp)} ({owner})")
         values[name] = _coerce(value, tp)
     instance = options_class(**values)
-    check = getattr(instance, "check", None)
-    if check is not None:
-        # The component's own rule first: its message says what the option is for.
-        try:
-            check()
-        except (ValueError, OverflowError) as err:
-            raise ConfigError(f"{key}.{err}" if not str(err).startswith(key) else str(err)) from None
+    # The component's own rule first: its message says what the option is for.
+    try:
+        instance.check()
+    except (ValueError, OverflowError) as err:
+        raise ConfigError(f"{key}.{err}" if not str(err).startswith(key) else str(err)) from None
     for name, value in values.items():  # then what no rule of its own refused: NaN, and infinity
         _check_finite(f"{key}.{name}", value, known[name], owner)
     return instance
@@ -222,6 +225,8 @@ def recipe_values(value: Any) -> Any:
         return out
     if isinstance(value, Mapping):
         return {key: recipe_values(item) for key, item in value.items()}
+    if isinstance(value, list):  # a list of blocks: the agent loop's tools, each with its tool_options
+        return [recipe_values(item) for item in value]
     return value
 
 

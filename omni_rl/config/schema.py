@@ -3,6 +3,7 @@
 YAML recipes and command-line overrides only change these values; no code elsewhere keeps a
 default of its own. A component's own knobs are its options dataclass (`omni_rl.config.options`), set in its block:
 a mapping in the recipe that `omni_rl.compose` binds once at load and replaces with the instance.
+Every block is named `<kind>_options`, kind being the kind of component it configures (docs/recipes.md).
 Batch sizes name their unit (`prompts_per_step` prompts x `samples_per_prompt`, mini-batches
 and micro-batches of samples). Cross-field rules live in `omni_rl/config/validate.py`.
 """
@@ -44,7 +45,7 @@ class ModelConfig:
     # The adapter's own options (its `options_class`: LTX-2's guidance terms, BAGEL's
     # cfg_interval, an editing model's condition_image_size, ...), checked at load;
     # `python main_omni.py --options model.adapter=NAME` lists them.
-    options: dict[str, Any] = field(default_factory=dict)
+    adapter_options: dict[str, Any] = field(default_factory=dict)
     lora: LoraConfig = field(default_factory=LoraConfig)
     # Compilation of the trained modules for rollout and training (`omni_rl.models.compile.CompileOptions`:
     # enabled, backend, mode, regional, dynamic, cache_dir), checked at load; off by default.
@@ -89,7 +90,7 @@ class RolloutConfig:
     timeout_s: float = 1800.0
     # The backend's own options (native's max_wait_ms and trajectory_device, server's python and timeouts, vLLM's
     # gpu_memory_utilization, ...), checked at load; `--options rollout.backend=NAME` lists them.
-    options: dict[str, Any] = field(default_factory=dict)
+    backend_options: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -104,7 +105,7 @@ class AlgoConfig:
     policy_loss: str = "flow_grpo"
     # The loss's options (its `Options` dataclass: clip ranges, adv_clip_max, flow_dppo's
     # kl_threshold, the token losses' loss_agg_mode / kl_estimator / ..., DiffusionNFT's beta).
-    loss_options: dict[str, Any] = field(default_factory=dict)
+    policy_loss_options: dict[str, Any] = field(default_factory=dict)
     # The model family's options (its `Options`: diffusion's timestep_fraction, kl_form,
     # same_noise_in_group, val_num_steps and forward-process draws; think_draw's plan_policy_loss,
     # plan_loss_options, plan_loss_weight, temperature, max_new_tokens; autoregressive's
@@ -127,7 +128,7 @@ class AlgoConfig:
     # Rollout correction (truncated importance sampling, TIS; Yao et al. 2025): each action's policy
     # loss weighed by min(exp(old_logp - rollout_logp), cap); its options
     # (`algos.rollout_correction.RolloutCorrectionOptions`: level, cap, mode), checked at load.
-    rollout_correction: dict[str, Any] = field(default_factory=dict)
+    rollout_correction_options: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -138,7 +139,7 @@ class RewardItemConfig:
     weight: float = 1.0
     # A required reward that fails fails the step; an optional one is logged and skipped.
     required: bool = True
-    kwargs: dict[str, Any] = field(default_factory=dict)
+    reward_options: dict[str, Any] = field(default_factory=dict)
     # An image reward on video scores this many evenly spaced frames of each video (first and
     # last included) and averages them; null = not given video. Not for rewards that score
     # video themselves.
@@ -165,7 +166,7 @@ class RewardConfig:
     timeout_s: float = 1800.0
     # Reward workers on Ray (`omni_rl.workers.reward_worker.RewardWorkerOptions`: num_workers,
     # 0 = score in the trainer process; num_cpus, num_gpus each), checked at load.
-    workers: dict[str, Any] = field(default_factory=dict)
+    worker_options: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass

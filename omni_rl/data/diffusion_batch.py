@@ -8,7 +8,7 @@ trains K (all W, or DanceGRPO's per-sample subset: `step_index`):
   rollout_log_probs [N, K]            log-probs the rollout engine computed while sampling
   old_log_probs  [N, K]               behaviour-policy log-probs used in the ratio
   old_means      [N, K, *latent]      behaviour-policy transition means (Flow-DPPO, Guard)
-  rollout_is_weights [N, K] or None   rollout-correction weights of the policy loss (algo.rollout_correction.level)
+  rollout_is_weights [N, K] or None   rollout-correction weights of the policy loss (algo.rollout_correction_options.level)
   sigmas, sigmas_next, noise_levels [N, K]
   conditioning   Conditioning of N
   rewards, advantages [N];  group_index [N] (samples of one prompt share it)

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Optional, Sequence
 
-from omni_rl.option import option
+from omni_rl.option import ComponentOptions, option
 from omni_rl.data.prompt_item import PromptFileError, PromptItem
 
 OVERLONG_MODES = ("error", "truncate", "drop")
@@ -21,7 +21,7 @@ SHOWN_CHARS = 40
 
 
 @dataclass
-class PromptLimitOptions:
+class PromptLimitOptions(ComponentOptions):
     """How long a prompt may be, and what happens to one that is longer (the text family's
     options, `algo.family_options`, extend this)."""
 

@@ -4,9 +4,10 @@ N samples; prompts left-padded to P columns, responses right-padded to R columns
 
   sequences       [N, P + R] long   prompt tokens then response tokens
   attention_mask  [N, P + R] long   1 on real tokens
-  response_mask   [N, R] float      1 on response tokens that count (the sampled ones)
+  response_mask   [N, R] float      1 on response tokens that count (the sampled ones; an agent's
+                                    tool and environment turns are 0)
   rollout_log_probs / old_log_probs [N, R] fp32
-  rollout_is_weights [N, R] fp32 or None: rollout-correction weights of the policy loss (algo.rollout_correction.level)
+  rollout_is_weights [N, R] fp32 or None: rollout-correction weights of the policy loss (algo.rollout_correction_options.level)
   media           one dict of processor tensors per sample (images, audio), collated per forward
   rewards, advantages [N];  group_index [N]
   weight_versions [N] long   the weight version each response was sampled with (-1: unknown)
@@ -73,7 +74,9 @@ class TextBatch:
             sequences[i, p_width - len(p): p_width] = p
             attention[i, p_width - len(p): p_width + k] = 1
             sequences[i, p_width: p_width + k] = r.response_ids
-            response_mask[i, :k] = 1
+            # An agent's trajectory: the tool and environment turns between the model's are in the
+            # context (attended) but are not actions (masked out of the loss and the log-prob checks).
+            response_mask[i, :k] = 1 if r.response_mask is None else r.response_mask
             log_probs[i, :k] = r.log_probs
         routes, route_mask = _padded_routes(results, p_width, r_width)
         return TextBatch(

@@ -54,7 +54,7 @@ class ThinkDrawBatch:
 
     @property
     def rollout_log_probs(self) -> torch.Tensor:
-        image = self.image.rollout_log_probs  # where rollout.options.trajectory_device put it
+        image = self.image.rollout_log_probs  # where rollout.backend_options.trajectory_device put it
         return torch.cat([self.plan_rollout_log_probs.to(image.device), image], dim=1)
 
     @property

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from omni_rl.config.options import NoOptions
-from omni_rl.option import option
+from omni_rl.option import ComponentOptions, option
 from omni_rl.config.schema import OmniConfig
 from omni_rl.engine.base import TrainingEngine
 from omni_rl.registry import Registry
@@ -41,7 +41,7 @@ def build_engine(model, cfg: OmniConfig) -> TrainingEngine:
 
 
 @dataclass
-class FSDP2Options:
+class FSDP2Options(ComponentOptions):
     """FSDP2's offload switches (`trainer.engine_options`)."""
 
     param_offload: bool = option(False, "FSDP2 CPUOffloadPolicy: sharded parameters (and their gradients) live in host memory.")

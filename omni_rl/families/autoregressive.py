@@ -19,18 +19,19 @@ import json
 import logging
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 import torch
 
+from omni_rl.agent.options import AgentOptions
 from omni_rl.algos.token_losses import SUM_NORM_MODE, TOKEN_LOSSES, AggregatedTokenOptions, TokenLoss, TokenLossInput
-from omni_rl.option import option
+from omni_rl.option import ComponentOptions, option
 from omni_rl.config.schema import OmniConfig
 from omni_rl.errors import ConfigError
 from omni_rl.data.prompt_length import PromptLengthError, PromptLimitOptions, fit_prompt_lengths, shown, truncate_to_limit
 from omni_rl.data.prompts import PromptItem
 from omni_rl.data.text_batch import TextBatch
-from omni_rl.families.base import BehaviourPolicy, ModelFamily, register_family
+from omni_rl.families.base import MODEL_FAMILIES, BehaviourPolicy, ModelFamily, register_family
 from omni_rl.families.update import GAP_MAX_KEY, GAP_MEAN_KEY
 from omni_rl.families.scored_rollout import scored_rollout
 from omni_rl.families.teachers import check_routes, route
@@ -51,7 +52,7 @@ _LISTED = 3
 
 
 @dataclass
-class TokenSamplingOptions:
+class TokenSamplingOptions(ComponentOptions):
     """How tokens are sampled from a language head: the text family's responses, the think-draw
     family's plans."""
 
@@ -93,11 +94,23 @@ class TextOptions(TokenSamplingOptions, PromptLimitOptions):
 
 @dataclass
 class TextFamilyOptions(TextOptions, TokenDistillOptions):
-    """The text family's options: sampling, prompt length, and on-policy distillation's teachers."""
+    """The text family's options: sampling, prompt length, on-policy distillation's teachers, and
+    the agent loop's (`agent_options`: set, the run samples multi-turn trajectories with tools)."""
+
+    agent_options: dict[str, Any] = option({}, "The agent loop (`omni_rl.agent.options.AgentOptions`: tools, "
+                                               "environment, limits); empty: one response per prompt.")
 
     def check(self) -> None:
         TextOptions.check(self)
         TokenDistillOptions.check(self)
+
+
+def agent_options_of(options: Any) -> Optional[AgentOptions]:
+    """The bound agent options of a text model's family options when they make the run agentic."""
+    if isinstance(options, TextFamilyOptions) and isinstance(options.agent_options, AgentOptions) \
+            and options.agent_options.enabled:
+        return options.agent_options
+    return None
 
 
 def messages_of(item: PromptItem) -> list[dict]:
@@ -111,6 +124,20 @@ class TextFamily(ModelFamily):
     rollout_is_levels = ("token", "sequence")  # a response token; the whole response
     losses = TOKEN_LOSSES
     Options = TextFamilyOptions
+
+    @classmethod
+    def variant(cls, cfg: OmniConfig) -> type[ModelFamily]:
+        # algo.family_options.agent_options (tools or an environment): multi-turn trajectories, `families/agent.py`.
+        if cls is TextFamily and agent_options_of(cfg.algo.family_options) is not None:
+            return MODEL_FAMILIES.get("agent")
+        return cls
+
+    @classmethod
+    def nested_option_blocks(cls, options) -> tuple[tuple[str, type, str, str], ...]:
+        """The agent loop's block, bound where the recipe sets one (left empty, it stays a mapping)."""
+        if isinstance(options, TextFamilyOptions) and options.agent_options:
+            return (("agent_options", AgentOptions, "algo.family_options.agent_options", "the agent loop"),)
+        return ()
 
     @classmethod
     def check_config(cls, cfg: OmniConfig) -> None:
@@ -130,11 +157,6 @@ class TextFamily(ModelFamily):
                 raise ConfigError(
                     "algo.family_options.routing_replay=r2 with algo.old_logprob_mode=bypass: r2 replays the routes of "
                     "the trainer's old-policy forward, which bypass skips; use algo.old_logprob_mode=recompute, or r3")
-            if cfg.trainer.backend != "local":
-                raise ConfigError(
-                    f"algo.family_options.routing_replay=r2 with trainer.backend={cfg.trainer.backend}: the old-policy "
-                    f"forward's routes stay on the workers that computed them in this version; use trainer.backend=local, "
-                    f"or routing_replay=r3 (the rollout's routes travel with the batch)")
 
     def __init__(self, cfg: OmniConfig, model: AutoregressiveModelBase, options=None, trains: bool = True):
         super().__init__(cfg, model, options, trains)
@@ -160,16 +182,21 @@ class TextFamily(ModelFamily):
         limit, _ = self._prompt_limit
         return limit
 
+    def response_budget(self) -> tuple[int, str]:
+        """(the most tokens after a prompt, the config key that sets it): a response's
+        max_new_tokens here; a whole trajectory's for the agent family."""
+        return self.options.max_new_tokens, "algo.family_options.max_new_tokens"
+
     @functools.cached_property
     def _prompt_limit(self) -> tuple[Optional[int], str]:
         """(limit, where it comes from in words); raises if the keys leave no room for a prompt."""
         context = self.model.context_length()
-        max_new = self.options.max_new_tokens
+        max_new, budget_key = self.response_budget()
         given = self.options.max_prompt_tokens
         if given is not None:
             if context is not None and given + max_new > context:
                 raise PromptLengthError(
-                    f"algo.family_options.max_prompt_tokens={given} plus algo.family_options.max_new_tokens={max_new} is "
+                    f"algo.family_options.max_prompt_tokens={given} plus {budget_key}={max_new} is "
                     f"{given + max_new} tokens, over the model's {context} positions; lower one of them "
                     f"(or set algo.family_options.max_prompt_tokens=null for {context} - {max_new} = {context - max_new})"
                 )
@@ -183,10 +210,10 @@ class TextFamily(ModelFamily):
             return None, "no limit"
         if context - max_new < 1:
             raise PromptLengthError(
-                f"algo.family_options.max_new_tokens={max_new} leaves no room for a prompt in the model's {context} "
+                f"{budget_key}={max_new} leaves no room for a prompt in the model's {context} "
                 f"positions; set it below {context}"
             )
-        return context - max_new, f"the model's {context} positions less algo.family_options.max_new_tokens={max_new}"
+        return context - max_new, f"the model's {context} positions less {budget_key}={max_new}"
 
     def fit_prompts(self, items: list[PromptItem], what: str = "data.prompts") -> list[PromptItem]:
         """The prompts of `items` to run, every one measured now: those over `prompt_token_limit`
@@ -429,7 +456,7 @@ class TextFamily(ModelFamily):
                 routes.append(take_recorded(layers, len(micro)).to(routing.layout.dtype).cpu())
         if routes:
             batch.old_routes = torch.cat(routes)
-        return BehaviourPolicy(torch.cat(parts), batch.response_mask)
+        return BehaviourPolicy(torch.cat(parts), batch.response_mask, routes=batch.old_routes if routes else None)
 
     def loss(self, micro: TextBatch, chunk: int) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         full_vocab = bool(self.teachers) and self.options.distill_form == "full_vocab"

@@ -35,17 +35,20 @@ class BehaviourPolicy:
     log_probs: [N, W] (diffusion: per window step) or [N, R] (text: per response token), fp32.
     mask:      same shape; 1 where an entry counts (every step; the response tokens).
     means:     diffusion only, [N, W, *latent]: the transition means, for losses that read them.
+    routes:    text under routing_replay=r2 only, [N, T, L, k]: the routed experts this forward
+               used, which the update replays (the actor group puts them on the batch it updates).
     """
 
     log_probs: torch.Tensor
     mask: torch.Tensor
     means: Optional[torch.Tensor] = None
+    routes: Optional[torch.Tensor] = None
 
 
 class ModelFamily(ABC):
     # The trainer's batch type of this family (DiffusionBatch, TextBatch).
     batch_type: ClassVar[type]
-    # The `algo.rollout_correction.level` levels its actions take besides "none" (`algos/rollout_correction.py`),
+    # The `algo.rollout_correction_options.level` levels its actions take besides "none" (`algos/rollout_correction.py`),
     # checked at config load.
     rollout_is_levels: ClassVar[tuple[str, ...]] = ()
     # The registry `algo.policy_loss` is looked up in: the losses of this family's actions
@@ -77,8 +80,8 @@ class ModelFamily(ABC):
         return ()
 
     def loss_options(self):
-        """The bound options of `algo.policy_loss` (`algo.loss_options.<loss>`, bound at load)."""
-        return self.cfg.algo.loss_options[self.cfg.algo.policy_loss]
+        """The bound options of `algo.policy_loss` (`algo.policy_loss_options.<loss>`, bound at load)."""
+        return self.cfg.algo.policy_loss_options[self.cfg.algo.policy_loss]
 
     def build_policy_loss(self) -> PolicyLoss:
         """The configured loss, built once from its bound options."""
@@ -178,13 +181,13 @@ def prompt_limits(cfg: OmniConfig) -> PromptLimitOptions:
 
 
 def check_rollout_correction(cfg: OmniConfig) -> None:
-    """`algo.rollout_correction` (bound at load): a level other than none needs the trainer's own
+    """`algo.rollout_correction_options` (bound at load): a level other than none needs the trainer's own
     old log-probs (a one-line ConfigError)."""
-    options = cfg.algo.rollout_correction
+    options = cfg.algo.rollout_correction_options
     mode = cfg.algo.old_logprob_mode
     if options.level != "none" and mode == "bypass":
         raise ConfigError(
-            f"algo.old_logprob_mode={mode!r}: expected auto or recompute with algo.rollout_correction.level="
+            f"algo.old_logprob_mode={mode!r}: expected auto or recompute with algo.rollout_correction_options.level="
             f"{options.level} (the correction weighs the trainer's recomputed old log-probs against the rollout's; "
             f"bypass uses the rollout's as the old ones, so every weight would be 1): set algo.old_logprob_mode=auto "
-            f"or algo.rollout_correction.level=none")
+            f"or algo.rollout_correction_options.level=none")

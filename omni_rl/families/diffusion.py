@@ -25,7 +25,7 @@ from omni_rl.algos.forward_losses import FORWARD_LOSSES
 from omni_rl.algos.distill import DISTILL_LOSSES, diffusion_distill_kl
 from omni_rl.algos.policy_losses import DIFFUSION_KL, DIFFUSION_LOSSES, StepLossInput, get_diffusion_kl
 from omni_rl.registry import RegistryUnion
-from omni_rl.option import option
+from omni_rl.option import ComponentOptions, option
 from omni_rl.config.schema import OmniConfig
 from omni_rl.errors import ConfigError
 from omni_rl.data.diffusion_batch import DiffusionBatch
@@ -48,7 +48,7 @@ from omni_rl.utils.seeding import derive_seed
 
 
 @dataclass
-class DiffusionOptions:
+class DiffusionOptions(ComponentOptions):
     """The diffusion family's options (`algo.family_options`)."""
 
     timestep_fraction: float = option(
@@ -147,9 +147,9 @@ class DiffusionFamily(ModelFamily):
             raise ConfigError(
                 f"algo.kl_coef={a.kl_coef!r}: expected 0 with algo.policy_loss={a.policy_loss} (a forward-process loss "
                 f"has no per-step KL term; a reference-regularised one reads the reference itself): remove algo.kl_coef")
-        level = cfg.algo.rollout_correction.level
+        level = cfg.algo.rollout_correction_options.level
         if level != "none":
-            raise ConfigError(f"algo.rollout_correction.level={level!r}: expected none with "
+            raise ConfigError(f"algo.rollout_correction_options.level={level!r}: expected none with "
                               f"algo.policy_loss={a.policy_loss} (it reads no log-probs, so there is nothing to correct)")
         if "ref_velocity" in loss.reads and not cfg.model.lora.enabled:
             raise ConfigError(f"model.lora.enabled={cfg.model.lora.enabled!r}: expected true with algo.policy_loss="

@@ -89,9 +89,9 @@ class TalkerFamily(ModelFamily):
         if cfg.algo.kl_coef != 0:
             raise ConfigError(f"algo.kl_coef={cfg.algo.kl_coef!r}: expected 0 for a talker stage (no KL term to a "
                               f"reference talker yet)")
-        level = cfg.algo.rollout_correction.level
+        level = cfg.algo.rollout_correction_options.level
         if level != "none":
-            raise ConfigError(f"algo.rollout_correction.level={level!r}: expected none for a talker stage (its "
+            raise ConfigError(f"algo.rollout_correction_options.level={level!r}: expected none for a talker stage (its "
                               f"engine is the trainer's own model, so there is nothing to correct)")
 
     # --- the rollout half -----------------------------------------------------------------

@@ -15,7 +15,10 @@ either failing is one `TeacherConfigError` line. Its parameters never train (req
 and they are not the engine's), which `Teacher.checksum` lets a test confirm.
 
 The teachers are colocated: built in the trainer's process (each Ray rank builds its own) on the
-student's device. A separate pool of teacher workers is not built here.
+student's device. Teachers of one base (the same `path` and `revision`) share one frozen copy of
+it: each LoRA is loaded onto it as an adapter named after its teacher, and a teacher's forward
+runs with its own adapter alone (a teacher without `lora` with none), so two LoRA teachers of
+SD3.5 hold one transformer, not two. A separate pool of teacher workers is not built here.
 
 `teacher_step_means` scores one trained step of a micro-batch: each teacher predicts its velocity
 at the student's stored state, for its own samples, under no gradient, and the very kernel that
@@ -37,7 +40,7 @@ import torch
 
 from omni_rl.algos import latent_streams as ls
 from omni_rl.algos.flow_sde import get_step_kernel, step_latents
-from omni_rl.option import option
+from omni_rl.option import ComponentOptions, option
 from omni_rl.errors import OmniConfigError, OmniRunError
 from omni_rl.models.factory import build_model
 from omni_rl.models.loading import resolve_model_path
@@ -54,7 +57,7 @@ class TeacherOutputError(OmniRunError):
 
 
 @dataclass
-class TeacherOptions:
+class TeacherOptions(ComponentOptions):
     """One teacher (an entry of `algo.family_options.teachers`)."""
 
     name: str = option("teacher", "Its name in the metrics (distill/<name>/kl) and in messages; one per teacher.")
@@ -133,17 +136,34 @@ class Teacher:
     """A frozen model that predicts velocities at the student's states (see the module docstring)."""
 
     def __init__(self, options: TeacherOptions, model, guidance_scale: float, negative_prompt: str,
-                 shares_student: bool):
+                 shares_student: bool, adapter: Optional[str] = None, adapted: tuple[str, ...] = ()):
         self.options = options
         self.name = options.name
         self.model = model
         self.guidance_scale = guidance_scale
         self.negative_prompt = negative_prompt
         self.shares_student = shares_student
+        # A base shared by several teachers: its components that hold LoRA adapters (`adapted`),
+        # and this teacher's adapter on them (None: the base alone).
+        self.adapter = adapter
+        self.adapted = adapted
         self._encoded: tuple[tuple[str, ...], Any] | None = None
 
     def _context(self):
-        return self.model.reference_policy() if self.shares_student else contextlib.nullcontext()
+        if self.shares_student:
+            return self.model.reference_policy()
+        self._select_adapter()
+        return contextlib.nullcontext()
+
+    def _select_adapter(self) -> None:
+        """Its own LoRA alone on the shared base (teachers run one at a time)."""
+        modules = self.model.trainable_modules()
+        for component in self.adapted:
+            if self.adapter is None:
+                modules[component].disable_adapters()
+            else:
+                modules[component].enable_adapters()
+                modules[component].set_adapters(self.adapter)
 
     def conditioning(self, prompts: list[str]):
         """The teacher's own encoding of the prompts (its text encoders; the negative prompt for
@@ -204,31 +224,34 @@ def _lora_file(lora: str, key: str) -> Path:
     return path
 
 
-def _load_lora(model, file: Path, key: str) -> None:
-    """Load a diffusers LoRA onto the model's denoiser(s), through diffusers (rank and alpha from
-    the file's metadata); every one of its layers must land on a layer of the model."""
+def _load_lora(model, file: Path, key: str, adapter: str) -> list[str]:
+    """Load a diffusers LoRA onto the model's denoiser(s) as adapter `adapter`, through diffusers
+    (rank and alpha from the file's metadata); every one of its layers must land on a layer of the
+    model. Returns the components it landed on."""
     from safetensors import safe_open
 
     with safe_open(str(file), framework="pt") as f:
         keys = list(f.keys())
     layers = {k.split(".lora_A.")[0] for k in keys if ".lora_A." in k}
-    loaded = 0
+    loaded, components = 0, []
     for component, module in model.trainable_modules().items():
         mine = {k for k in layers if k.startswith(f"{component}.")}
         if not mine:
             continue
+        components.append(component)
         try:
-            module.load_lora_adapter(str(file.parent), weight_name=file.name, prefix=component, adapter_name="teacher")
+            module.load_lora_adapter(str(file.parent), weight_name=file.name, prefix=component, adapter_name=adapter)
         except (AttributeError, ValueError, RuntimeError, KeyError) as err:
             raise TeacherConfigError(f"{key}={str(file)!r} does not load onto {component} of {model.path!r}: {err}; is "
                                      f"it a LoRA of another model?") from None
         from peft.tuners.lora import LoraLayer
 
-        loaded += sum(1 for m in module.modules() if isinstance(m, LoraLayer) and "teacher" in m.lora_A)
+        loaded += sum(1 for m in module.modules() if isinstance(m, LoraLayer) and adapter in m.lora_A)
     if loaded != len(layers):
         raise TeacherConfigError(f"{key}={str(file)!r}: {len(layers)} LoRA layers in the file, {loaded} of them landed "
                                  f"on layers of {model.path!r} ({', '.join(model.trainable_modules())}); is it a LoRA of "
                                  f"another model?")
+    return components
 
 
 def _check_latent_space(teacher, student, cfg, key: str) -> None:
@@ -248,7 +271,9 @@ def _check_latent_space(teacher, student, cfg, key: str) -> None:
 
 def build_teachers(cfg, student, blocks: list[TeacherOptions], key: str = "algo.family_options.teachers") -> list[Teacher]:
     """Each teacher built beside the student (on its device), frozen, and checked to fit it."""
-    teachers = []
+    teachers: list[Teacher] = []
+    bases: dict[tuple[str, Optional[str]], Any] = {}  # (path, revision) -> the one frozen copy
+    adapted: dict[tuple[str, Optional[str]], list[str]] = {}  # its components holding adapters
     student_arch = None
     for i, t in enumerate(blocks):
         where = f"{key}[{i}]"
@@ -259,23 +284,33 @@ def build_teachers(cfg, student, blocks: list[TeacherOptions], key: str = "algo.
             continue
         path = cfg.model.path if t.path is None else t.path
         revision = t.revision if t.path is not None else cfg.model.revision
-        if student_arch is None:
-            student_arch = architecture_of(cfg.model.path, cfg.model.revision, "model.path")
-        arch = architecture_of(path, revision, f"{where}.path")
-        if arch != student_arch:
-            raise TeacherConfigError(f"{where}.path={path!r} is a {arch}, the student ({cfg.model.path!r}) a "
-                                     f"{student_arch}; a teacher must be of the student's family (its architecture)")
-        model_cfg = dataclasses.replace(cfg.model, path=path, revision=revision,
-                                        lora=dataclasses.replace(cfg.model.lora, enabled=False))
-        with torch.random.fork_rng(devices=[]):  # building a teacher leaves the run's random stream as it was
-            model = build_model(model_cfg, student.device, tuple(cfg.plugins))
+        base = (path, revision)
+        if base not in bases:
+            if student_arch is None:
+                student_arch = architecture_of(cfg.model.path, cfg.model.revision, "model.path")
+            arch = architecture_of(path, revision, f"{where}.path")
+            if arch != student_arch:
+                raise TeacherConfigError(f"{where}.path={path!r} is a {arch}, the student ({cfg.model.path!r}) a "
+                                         f"{student_arch}; a teacher must be of the student's family (its architecture)")
+            model_cfg = dataclasses.replace(cfg.model, path=path, revision=revision,
+                                            lora=dataclasses.replace(cfg.model.lora, enabled=False))
+            with torch.random.fork_rng(devices=[]):  # building a teacher leaves the run's random stream as it was
+                bases[base] = build_model(model_cfg, student.device, tuple(cfg.plugins))
+            bases[base].set_eval_mode()
+            _check_latent_space(bases[base], student, cfg, where)
+            adapted[base] = []
+        model = bases[base]
         if t.lora is not None:
-            _load_lora(model, _lora_file(t.lora, f"{where}.lora"), f"{where}.lora")
-        for module in model.trainable_modules().values():
+            landed = _load_lora(model, _lora_file(t.lora, f"{where}.lora"), f"{where}.lora", adapter=t.name)
+            adapted[base] += [c for c in landed if c not in adapted[base]]
+        for module in model.trainable_modules().values():  # a loaded adapter would train otherwise
             module.requires_grad_(False)
         model.set_eval_mode()
-        _check_latent_space(model, student, cfg, where)
-        teachers.append(Teacher(t, model, guidance, cfg.rollout.negative_prompt, shares_student=False))
+        teachers.append(Teacher(t, model, guidance, cfg.rollout.negative_prompt, shares_student=False,
+                                adapter=None if t.lora is None else t.name))
+    for teacher in teachers:
+        if not teacher.shares_student:
+            teacher.adapted = tuple(adapted[next(b for b, m in bases.items() if m is teacher.model)])
     return teachers
 
 

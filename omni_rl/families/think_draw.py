@@ -45,7 +45,7 @@ class ThinkDrawOptions(DiffusionOptions, TokenSamplingOptions):
 
     plan_policy_loss: str = option("ppo_clip", "The token loss of the plan's tokens (a TOKEN_LOSSES name); "
                                                "algo.policy_loss trains the image's denoising steps.")
-    plan_loss_options: dict[str, Any] = option({}, "The plan loss's options (as algo.loss_options for a text "
+    plan_loss_options: dict[str, Any] = option({}, "The plan loss's options (as algo.policy_loss_options for a text "
                                                    "model; its ratio clip defaults to PPO's 0.2).")
     plan_loss_weight: float = option(1.0, "The plan's loss is this times its token loss, one chunk beside the K "
                                           "image-step chunks (0 leaves the plan untrained).")
@@ -109,9 +109,9 @@ class ThinkDrawFamily(ModelFamily):
                 f"algo.family_options.plan_policy_loss={plan!r}: {kind}; the plan's actions are tokens, trained with a "
                 f"token loss: {', '.join(TOKEN_LOSSES.names())}"
             )
-        level = cfg.algo.rollout_correction.level
+        level = cfg.algo.rollout_correction_options.level
         if level != "none":
-            raise ConfigError(f"algo.rollout_correction.level={level!r}: expected none for a "
+            raise ConfigError(f"algo.rollout_correction_options.level={level!r}: expected none for a "
                               f"think-draw model (a plan token and a denoising step have no common correction level)")
         if t.backend != "local":
             raise ConfigError(f"trainer.backend={t.backend!r}: expected local for a think-draw model (its plans are "

@@ -5,7 +5,8 @@ set under `algo.family_options.teachers` of the text family, with `distill_coef`
 `distill_form` (`TokenDistillOptions`). The teacher scores the same prompt and response token
 ids as the student, so it must read them the same way: its tokenizer's vocabulary must equal the
 student's (one error line at load otherwise, whichever form). A teacher without `path` is the
-student's own base (LoRA disabled, no second copy); another is built beside the student, frozen.
+student's own base (LoRA disabled, no second copy); another is built beside the student, frozen
+(once for all the teachers of one checkpoint).
 
 Forms (`omni_rl.algos.distill` has the maths):
 - `reward`: each response token's advantage gains distill_coef x (log pi_T - log pi_S), so with a
@@ -27,8 +28,9 @@ from typing import Optional
 import torch
 
 from omni_rl.algos.distill import direct_distill_loss, distill_advantages, full_vocab_reverse_kl, token_reverse_kl
-from omni_rl.option import option
-from omni_rl.families.teachers import TeacherConfigError, TeacherOptions, architecture_of, check_teachers
+from omni_rl.option import ComponentOptions, option
+from omni_rl.families.teachers import (TeacherConfigError, TeacherOptions, TeacherOutputError, architecture_of,
+                                      check_teachers)
 from omni_rl.models.factory import build_model
 from omni_rl.rollout.text_native import collate_media
 
@@ -36,7 +38,7 @@ FORMS = ("reward", "direct", "full_vocab")
 
 
 @dataclass
-class TokenDistillOptions:
+class TokenDistillOptions(ComponentOptions):
     """The text family's distillation options (`algo.family_options`)."""
 
     teachers: list[TeacherOptions] = option([], "On-policy distillation: frozen teachers that score the student's responses "
@@ -99,6 +101,7 @@ def response_logits(model, micro, media) -> torch.Tensor:
 def build_token_teachers(cfg, student, blocks: list[TeacherOptions],
                          key: str = "algo.family_options.teachers") -> list[TokenTeacher]:
     teachers = []
+    built: dict[tuple[str, Optional[str]], object] = {}  # teachers of one checkpoint share its one copy
     for i, t in enumerate(blocks):
         where = f"{key}[{i}]"
         if t.path is None and cfg.model.lora.enabled:
@@ -106,6 +109,9 @@ def build_token_teachers(cfg, student, blocks: list[TeacherOptions],
             continue
         path = cfg.model.path if t.path is None else t.path
         revision = t.revision if t.path is not None else cfg.model.revision
+        if (path, revision) in built:
+            teachers.append(TokenTeacher(t, built[path, revision], shares_student=False))
+            continue
         mine, theirs = architecture_of(cfg.model.path, cfg.model.revision, "model.path"), architecture_of(
             path, revision, f"{where}.path")
         if mine != theirs:
@@ -123,6 +129,7 @@ def build_token_teachers(cfg, student, blocks: list[TeacherOptions],
         for module in model.trainable_modules().values():
             module.requires_grad_(False)
         model.set_eval_mode()
+        built[path, revision] = model
         teachers.append(TokenTeacher(t, model, shares_student=False))
     return teachers
 
@@ -141,9 +148,15 @@ def token_distill(teachers: list[TokenTeacher], routes: list[int], micro, log_pr
         sub = micro.select(rows) if len(rows) < len(routes) else micro
         media = collate_media(sub.media)
         out = teacher.logits(sub, media) if full else teacher.log_probs(sub, media)
-        if out.shape[1:] != scores.shape[1:] or not bool(torch.isfinite(out).all()):
-            raise TeacherConfigError(f"teacher {teacher.name!r}: its scores have shape {tuple(out.shape)} (the student's "
-                                     f"{tuple(scores.shape)}) or are not finite")
+        # Checked like a reward's output: a teacher's failure stops the run with its name.
+        if out.shape[1:] != scores.shape[1:]:
+            raise TeacherOutputError(f"teacher {teacher.name!r}: its scores have shape {tuple(out.shape)}, the student's "
+                                     f"{tuple(scores.shape)}; a text teacher must score the student's token ids")
+        finite = torch.isfinite(out.reshape(out.shape[0], -1)).all(dim=1)
+        if not bool(finite.all()):
+            i = rows[int((~finite).nonzero()[0])]
+            raise TeacherOutputError(f"teacher {teacher.name!r}: its scores of sample {i} ({micro.prompts[i][:40]!r}) are "
+                                     f"not finite; check the teacher's weights and dtype")
         scores[torch.as_tensor(rows, device=scores.device)] = out.to(scores.device, torch.float32)
     seconds = time.perf_counter() - start
     m = mask.to(torch.float32)

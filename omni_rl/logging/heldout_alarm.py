@@ -14,12 +14,12 @@ import math
 from dataclasses import dataclass
 from typing import Optional
 
-from omni_rl.option import option
+from omni_rl.option import ComponentOptions, option
 from omni_rl.errors import OmniRunError
 
 
 @dataclass
-class AlarmOptions:
+class AlarmOptions(ComponentOptions):
     """The held-out alarm's options (`trainer.logger_options.alarm_*`)."""
 
     alarm: bool = option(True, "Log the held-out alarm's alarm/* metrics at each validation after the first, and warn when the held-out metric falls while the training reward rises.")

@@ -29,7 +29,7 @@ from omni_rl.logging.video import _check_fps, _check_sample_rate, _frames_array,
 from omni_rl.utils.atomic import atomic_write_text
 
 METRIC_NAMESPACES = ("reward", "loss", "actor", "rollout_corr", "response", "perf", "timing", "val", "val_ema", "alarm",
-                     "distill")
+                     "distill", "agent")
 
 
 MEDIA = frozenset({"image", "video", "audio"})

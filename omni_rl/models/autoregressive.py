@@ -42,6 +42,9 @@ class AutoregressiveModelBase(OmniModelBase):
     # cache (or whose positions need more than the mask) set False and the engine recomputes
     # the prefix each token instead.
     supports_kv_cache: ClassVar[bool] = True
+    # Whether `chat_text` renders tool schemas and tool turns through the chat template and
+    # `encode_text` tokenises its text: what an agent run (`agent:` in the config) needs.
+    takes_tools: ClassVar[bool] = False
     tokenizer: Any = None
 
     @property
@@ -57,6 +60,17 @@ class AutoregressiveModelBase(OmniModelBase):
     @abstractmethod
     def encode_prompt(self, messages: list[dict[str, Any]], media: Optional[dict[str, Any]] = None) -> PromptInputs:
         """Apply the chat template (generation prompt added) and the processor."""
+
+    def chat_text(self, messages: list[dict[str, Any]], tools: Optional[list[dict]] = None,
+                  add_generation_prompt: bool = False) -> str:
+        """The chat template's text of `messages` (roles user, assistant with `tool_calls`, tool,
+        system), the `tools`' JSON schemas shown as the template shows them; adapters that set
+        `takes_tools` give it."""
+        raise NotImplementedError(f"{type(self).__name__} does not render tool turns (takes_tools=False)")
+
+    def encode_text(self, text: str) -> list[int]:
+        """Token ids of template text (special tokens such as <|im_start|> included as such)."""
+        raise NotImplementedError(f"{type(self).__name__} does not encode template text (takes_tools=False)")
 
     def context_length(self) -> Optional[int]:
         """Positions the model attends over, or None when it does not say.

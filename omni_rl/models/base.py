@@ -36,7 +36,7 @@ class OmniModelBase(ABC):
     # trained as part of a larger checkpoint: Qwen3-Omni's thinker is "thinker."); engines that
     # load checkpoint-named weights themselves (vLLM) prepend it.
     checkpoint_prefix: ClassVar[str] = ""
-    # The adapter's own knobs (`model.options`): a dataclass of `omni_rl.option.option` fields,
+    # The adapter's own knobs (`model.adapter_options`): a dataclass of `omni_rl.option.option` fields,
     # with an optional `check()`. `omni_rl.compose` binds the block at load (a bad key or value
     # fails before any weights) and the adapter takes that instance (`self.options`).
     options_class: ClassVar[type] = NoOptions
@@ -58,17 +58,17 @@ class OmniModelBase(ABC):
 
     @classmethod
     def bound_options(cls, cfg: ModelConfig):
-        """The adapter's options: `cfg.options` as the composition root bound it (an instance of
+        """The adapter's options: `cfg.adapter_options` as the composition root bound it (an instance of
         `options_class`), or the defaults where a model config written in code sets none. A recipe
         mapping that was never bound is refused (its values were never checked)."""
-        if isinstance(cfg.options, cls.options_class):
-            return cfg.options
-        if not cfg.options:
+        if isinstance(cfg.adapter_options, cls.options_class):
+            return cfg.adapter_options
+        if not cfg.adapter_options:
             return cls.options_class()
         raise OmniConfigError(
-            f"model.options={dict(cfg.options)!r}: expected the bound options of model adapter "
+            f"model.adapter_options={dict(cfg.adapter_options)!r}: expected the bound options of model adapter "
             f"{adapter_key(cfg.adapter, cfg.stage)} ({cls.options_class.__name__}); compose the config with "
-            f"omni_rl.compose.load_config, or set model.options to a {cls.options_class.__name__}(...)"
+            f"omni_rl.compose.load_config, or set model.adapter_options to a {cls.options_class.__name__}(...)"
         )
 
     @classmethod

@@ -26,7 +26,7 @@ import torch
 from torch import nn
 
 from omni_rl.errors import OmniConfigError
-from omni_rl.option import option
+from omni_rl.option import ComponentOptions, option
 
 log = logging.getLogger(__name__)
 
@@ -37,7 +37,7 @@ GRAPH_MODES = ("reduce-overhead", "max-autotune")
 
 
 @dataclass
-class CompileOptions:
+class CompileOptions(ComponentOptions):
     """`model.compile_options`: whether and how the trained modules are compiled."""
 
     enabled: bool = option(False, "Compile the trained modules with torch.compile (rollout and training alike). Off by default: compiling costs tens of seconds per block class on a CPU and pays only over enough steps (docs/benchmarks.md, Compiled arm).")

@@ -17,7 +17,7 @@ from typing import ClassVar, Optional
 import numpy as np
 import torch
 
-from omni_rl.option import option
+from omni_rl.option import ComponentOptions, option
 from omni_rl.models.base import OmniModelBase
 from omni_rl.models.conditioning import Conditioning
 from omni_rl.device import runs_on_cpu
@@ -31,8 +31,8 @@ def nearest_multiples(value: int, factor: int) -> str:
 
 
 @dataclass
-class PromptLengthOptions:
-    """The option every adapter with a fixed-length prompt encoding shares (`model.options`); an
+class PromptLengthOptions(ComponentOptions):
+    """The option every adapter with a fixed-length prompt encoding shares (`model.adapter_options`); an
     adapter's own options class derives from it, and its `check()` calls this one's."""
 
     max_sequence_length: int = option(256, "Prompt tokens of the text encoder (diffusers' max_sequence_length): prompts are padded or cut to it. Without a T5 encoder (SD3) these are zero padding, so tiny models use a short one.")
@@ -44,7 +44,7 @@ class PromptLengthOptions:
 
 @dataclass
 class EditingOptions(PromptLengthOptions):
-    """The option editing adapters share (`model.options`); an adapter's own options class
+    """The option editing adapters share (`model.adapter_options`); an adapter's own options class
     derives from it to add its knobs."""
 
     condition_image_size: Optional[list[int]] = option(None, "[height, width] in px the source image is resized to and encoded at (through the VAE and the vision-language encoder); null = the output's size (rollout.height, rollout.width). Rollout and training see the same encoding.")

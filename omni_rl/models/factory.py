@@ -15,14 +15,14 @@ from omni_rl.plugins import load_plugins
 
 
 def options_from_data(cfg: ModelConfig, plugins: tuple[str, ...] = ()) -> ModelConfig:
-    """`cfg` with its `options` the adapter's options instance again where they came as plain data
+    """`cfg` with its `adapter_options` the adapter's options instance again where they came as plain data
     (`dataclasses.asdict` of the instance `omni_rl.compose` bound, sent to a vLLM-Omni worker):
     those values were bound and checked where the run was composed, so the instance is rebuilt
     from them as it was, not bound again."""
     load_plugins(plugins)
     options_class = ADAPTERS.get(adapter_key(cfg.adapter, cfg.stage)).options_class
-    if not isinstance(cfg.options, options_class):
-        cfg.options = options_class(**dict(cfg.options or {}))
+    if not isinstance(cfg.adapter_options, options_class):
+        cfg.adapter_options = options_class(**dict(cfg.adapter_options or {}))
     if not isinstance(cfg.compile_options, CompileOptions):
         cfg.compile_options = CompileOptions(**dict(cfg.compile_options or {}))
     return cfg

@@ -36,10 +36,10 @@ def materialised_bytes(modules) -> int:
 
 def trajectories_on_host(cfg: OmniConfig) -> bool:
     """Whether the rollout engine puts finished trajectories in host memory
-    (`rollout.options.trajectory_device=cpu`; a backend without the option keeps them on the device)."""
+    (`rollout.backend_options.trajectory_device=cpu`; a backend without the option keeps them on the device)."""
     from omni_rl.rollout.backends import NativeOptions
 
-    options = cfg.rollout.options
+    options = cfg.rollout.backend_options
     return isinstance(options, NativeOptions) and options.trajectory_device == "cpu"
 
 

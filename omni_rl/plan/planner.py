@@ -23,8 +23,9 @@ from omni_rl.plan.host import materialised_bytes, plan_driver, trajectories_on_h
 from omni_rl.plan.rewards import plan_rewards
 from omni_rl.plan.roofline import roofline
 from omni_rl.plan.steps import as_dict, step_flops, trace_step
+from omni_rl.plan.teachers import plan_teacher_weights, trace_teacher_forward
 from omni_rl.plan.text_steps import text_trajectory_bytes, trace_text_step
-from omni_rl.plan.weights import _size, build_weightless, weights_of
+from omni_rl.plan.weights import _count, _size, build_weightless, weights_of
 
 NOT_COUNTED = (
     "FSDP2's all-gathered blocks and communication buffers during a forward",
@@ -58,8 +59,11 @@ def _core(cfg: OmniConfig, cache: dict) -> dict[str, Any]:
     if "rewards" not in cache:
         cache["rewards"] = plan_rewards(cfg)  # no knob changes the rewards
     plan["reward_models"] = cache["rewards"]
+    # On-policy distillation's teachers: colocated, whole on every training device.
+    plan["teachers"] = plan_teacher_weights(cfg, cache)
     spec = _spec(cfg)
-    device = plan["per_device_bytes"]["device_total"] + plan["reward_models"]["device_bytes"]
+    device = (plan["per_device_bytes"]["device_total"] + plan["reward_models"]["device_bytes"]
+              + plan["teachers"]["device_bytes"])
     text = spec is not None and spec.modality == "text"
     pixels = spec is not None and spec.modality == "diffusion"
     r, t = cfg.rollout, cfg.trainer
@@ -83,7 +87,13 @@ def _core(cfg: OmniConfig, cache: dict) -> dict[str, Any]:
     plan["trace"] = as_dict(step)
     plan["flops_per_step"] = step_flops(cfg, step)
     cache["step"] = (step, list(built.model.trainable_modules().values()))
-    plan["peaks"] = {"training": device + step.train.activation_bytes + trajectories,
+    # The teacher's no-grad forward runs while the student's micro-batch holds its activations.
+    teacher = trace_teacher_forward(built.model, spec, cfg, cache.setdefault("traces", {}))
+    teacher_bytes = 0 if teacher is None else teacher.activation_bytes
+    if teacher is not None:
+        plan["trace"]["teacher_forward"] = {"batch": cfg.trainer.micro_batch_size, "flops": teacher.flops,
+                                            "activation_bytes": teacher_bytes}
+    plan["peaks"] = {"training": device + step.train.activation_bytes + teacher_bytes + trajectories,
                      "rollout": device + step.rollout.activation_bytes + trajectories,
                      "trajectories": trajectories}
     return plan
@@ -169,6 +179,7 @@ def format_plan(plan: dict[str, Any]) -> str:
     lines = [format_table(plan)]
     peaks, v = plan["peaks"], plan["verdict"]
     lines += _reward_lines(plan["reward_models"])
+    lines += _teacher_lines(plan)
     if plan.get("trace"):
         tr = plan["trace"]
         lines += [
@@ -206,6 +217,22 @@ def _driver_lines(driver: dict[str, Any]) -> list[str]:
                     else "trajectories on the device")
     return [f"  driver process, host: {_size(driver['total'])}: {weights}; {trajectories}; decoded samples "
             f"{_size(b['decoded_samples'])}; reward models on the host {_size(b['reward_models'])}"]
+
+
+def _teacher_lines(plan: dict[str, Any]) -> list[str]:
+    teachers = plan["teachers"]["models"]
+    if not teachers:
+        return []
+    lines = [f"  teachers on every training device: {_size(plan['teachers']['device_bytes'])} (in both peaks)"]
+    for t in teachers:
+        what = (t["where"] if t["shares_student"] or not t["bytes"] else
+                f"{t['path']}, {_count(t['parameters'])} parameters, {_size(t['bytes'])} ({t['counted']})")
+        lines.append(f"    {t['teacher']}: {what}")
+    forward = (plan.get("trace") or {}).get("teacher_forward")
+    if forward:
+        lines.append(f"    forward of a micro-batch (no gradient, in the training peak): "
+                     f"{_size(forward['activation_bytes'])}")
+    return lines
 
 
 def _reward_lines(rewards: dict[str, Any]) -> list[str]:

@@ -36,10 +36,10 @@ def plan_rewards(cfg: OmniConfig) -> dict[str, Any]:
     from omni_rl.reward.registry import reward_declaration
 
     load_plugins(cfg.plugins)
-    on_workers = cfg.reward.workers.num_workers > 0
+    on_workers = cfg.reward.worker_options.num_workers > 0
     rows, device_bytes = [], 0
     for use, item in _items(cfg):
-        options = dict(item.kwargs or {})
+        options = dict(item.reward_options or {})
         declared = reward_declaration(item.name).device_networks
         networks = declared(**options) if declared is not None else []
         where = ("reward workers" if on_workers and use == "train"

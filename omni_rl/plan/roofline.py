@@ -12,6 +12,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from omni_rl.families.teachers import teachers_of
 from omni_rl.plan.steps import StepTrace, step_flops
 
 
@@ -77,8 +78,10 @@ def roofline(cfg, step: StepTrace, modules, world: int, kind) -> dict[str, Any]:
         train_tokens = step.train_batch
         reference = _reads(roll.weight_read_bytes, roll.expert_read_bytes, moe, train_tokens)
     passes = cfg.algo.ppo_epochs * per_rank * steps / t.micro_batch_size
+    # Each teacher reads its weights once a micro-batch (a forward like the reference's).
+    forwards = (1 if cfg.algo.kl_coef > 0 else 0) + len(teachers_of(cfg.algo.family_options))
     per_pass = (_reads(train.weight_read_bytes, train.expert_read_bytes, moe, train_tokens)
-                + 2 * train.activation_bytes + (reference if cfg.algo.kl_coef > 0 else 0.0))
+                + 2 * train.activation_bytes + forwards * reference)
     phases = {"rollout": _phase(flops["rollout"], world, kind.bf16_tflops, rollout, kind.memory_tbps),
               "update": _phase(flops["update"], world, kind.bf16_tflops, passes * per_pass, kind.memory_tbps)}
     return {**phases, "moe": None if moe is None else {"experts": moe.experts, "top_k": moe.top_k},

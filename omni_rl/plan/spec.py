@@ -37,4 +37,4 @@ def register_plan_spec(adapter: str, spec: PlanSpec) -> PlanSpec:
 def prompt_tokens(cfg) -> int:
     """The prompt length the plan traces at: the adapter's `max_sequence_length` option (a
     fixed-length text encoding). One function so the option's home can move in one place."""
-    return int(cfg.model.options.max_sequence_length)
+    return int(cfg.model.adapter_options.max_sequence_length)

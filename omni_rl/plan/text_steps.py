@@ -21,10 +21,14 @@ TRAJECTORY_BYTES_PER_TOKEN = 8 + 8 + 4
 
 
 def text_lengths(cfg) -> tuple[int, int]:
-    """(prompt tokens P, response tokens R) the plan traces at."""
+    """(prompt tokens P, response tokens R) the plan traces at. An agent's response is its longest
+    trajectory: every turn after the prompt, the model's and the tools' (agent.max_total_tokens),
+    all in the KV cache at the last decoding step and in the update's forward."""
+    from omni_rl.families.autoregressive import agent_options_of
     from omni_rl.families.base import prompt_limits
 
-    response = int(cfg.algo.family_options.max_new_tokens)
+    agent = agent_options_of(cfg.algo.family_options)
+    response = int(agent.max_total_tokens if agent is not None else cfg.algo.family_options.max_new_tokens)
     prompt = prompt_limits(cfg).max_prompt_tokens
     if prompt is None:
         from omni_rl.plan.weights import PlanBuildError

@@ -115,10 +115,13 @@ class RewardManager:
 
     `specs` holds `RewardSpec`s or mappings with the same keys (as read from a config).
     `plugins` names extra modules to import before building (a user's own reward modules);
-    the `omni_rl.plugins` entry points are always loaded.
+    the `omni_rl.plugins` entry points are always loaded. `metrics_only`: the rewards are scored
+    for the metrics alone (on-policy distillation's teachers supply the signal), so their weights
+    may all be 0.
     """
 
-    def __init__(self, specs: Iterable[RewardSpec | Mapping[str, Any]], *, plugins: Iterable[str] = ()):
+    def __init__(self, specs: Iterable[RewardSpec | Mapping[str, Any]], *, plugins: Iterable[str] = (),
+                 metrics_only: bool = False):
         specs = [_as_spec(spec, i) for i, spec in enumerate(specs)]
         if not specs:
             raise RewardConfigError(
@@ -138,10 +141,11 @@ class RewardManager:
                     f"appear once (merge the entries and add their weights)"
                 )
             seen.add(spec.name)
-        if all(spec.weight == 0.0 for spec in specs):
+        if not metrics_only and all(spec.weight == 0.0 for spec in specs):
             raise RewardConfigError(
                 f"every reward weight is 0 ({', '.join(s.name for s in specs)}), so the total would "
-                f"always be 0; give at least one reward a non-zero weight"
+                f"always be 0; give at least one reward a non-zero weight (or distil from teachers: "
+                f"algo.family_options.teachers)"
             )
         load_plugins(plugins)
         self.specs: tuple[RewardSpec, ...] = tuple(specs)
@@ -240,13 +244,14 @@ class RewardManager:
 
         # Rescale the surviving weights so a failed optional reward does not shrink the total.
         ok = [spec for spec in self.specs if spec.name in raw]
-        ok_weight = sum(abs(spec.weight) for spec in ok)
-        if ok_weight == 0.0:
+        ok_weight, all_weight = sum(abs(spec.weight) for spec in ok), sum(abs(spec.weight) for spec in self.specs)
+        if ok_weight == 0.0 and all_weight > 0.0:
             raise RewardError(
                 f"every reward with a non-zero weight failed on this batch, so there is no reward "
                 f"signal: {'; '.join(str(e) for e in errors.values())}"
             )
-        rescale = sum(abs(spec.weight) for spec in self.specs) / ok_weight
+        # Weights all 0 (metrics_only): the total is 0 whatever failed; nothing to rescale.
+        rescale = all_weight / ok_weight if ok_weight else 1.0
         for name, err in errors.items():
             logger.warning(
                 "optional reward %r failed on this batch of %d samples and is left out of the total "

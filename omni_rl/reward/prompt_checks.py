@@ -39,7 +39,7 @@ def check_reward_prompts(cfg, sources, read_files: bool = True) -> None:
             check_metadata_needs(key, item, architecture, adapter_class, where, items)
             if read_files:
                 with _named_entry(key):
-                    check_reward_files(item.name, dict(item.kwargs))
+                    check_reward_files(item.name, dict(item.reward_options))
             check_items(key, item.name, reward_declaration(item.name).check_item, where, items)
             check = reward_prompt_check(item.name)
             try:
@@ -64,7 +64,7 @@ def check_items(key: str, name: str, check, where: str, items) -> None:
 def check_metadata_needs(key: str, item, architecture: str, adapter_class, where: str, items) -> None:
     """Each metadata key the reward `item` needs is added by the model or carried by every prompt."""
     with _named_entry(key):
-        needs = reward_metadata_needs(item.name, dict(item.kwargs))
+        needs = reward_metadata_needs(item.name, dict(item.reward_options))
     added = adapter_class.sample_metadata_keys
     for name in sorted(needs - added):
         lacking = next((n for n, i in enumerate(items) if name not in i.metadata), None)
@@ -86,4 +86,4 @@ def _named_entry(key: str) -> Iterator[None]:
     try:
         yield
     except RewardConfigError as err:
-        raise ConfigError(f"{key}.kwargs: {err}") from None
+        raise ConfigError(f"{key}.reward_options: {err}") from None

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
-from omni_rl.option import option
+from omni_rl.option import ComponentOptions, option
 from omni_rl.config.schema import OmniConfig
 from omni_rl.models.loading import resolve_model_path
 from omni_rl.models.autoregressive import AutoregressiveModelBase
@@ -26,8 +26,8 @@ from omni_rl.rollout.text_native import NativeTextEngine
 from omni_rl.rollout.vllm_omni.availability import NEEDS
 
 @dataclass
-class NativeOptions:
-    """The in-process engine's options (`rollout.options`)."""
+class NativeOptions(ComponentOptions):
+    """The in-process engine's options (`rollout.backend_options`)."""
 
     max_wait_ms: float = option(5.0, "How long an idle diffusion engine waits for more requests before it starts a batch (request-level batching).")
     driver: str = option("auto", "Who iterates the diffusion engine: caller (the thread that waits for the rollout: a one-process run then has one computing thread), thread (a scheduler thread of the engine's own, for runs that overlap rollouts with updates on purpose) or auto (caller under trainer.pipeline=on_policy, else thread; a rollout server's engine uses its thread). See docs/rollout.md.")
@@ -45,7 +45,7 @@ class NativeOptions:
 
 
 @dataclass
-class ServerProcessOptions:
+class ServerProcessOptions(ComponentOptions):
     """A rollout engine in a process (and Python) of its own, behind the rollout server."""
 
     python: Optional[str] = option(None, "The interpreter that runs the rollout server (server: null = this one; vllm / vllm_omni: null runs the engine in this process, a Python named here, e.g. /opt/vllm-omni/bin/python, runs it behind the server).")
@@ -116,6 +116,9 @@ class RolloutBackend:
     samples: Optional[type] = None
     # (module, pip name) pairs its engine imports: the Python it runs in must have them.
     packages: tuple[tuple[str, str], ...] = ()
+    # Whether its text engine samples an agent's multi-turn trajectories (`generate_turns`, one
+    # KV cache per trajectory across its turns); False: an `agent:` run refuses it at load.
+    multi_turn: bool = False
 
 
 ROLLOUT_BACKENDS: Registry[RolloutBackend] = Registry("rollout backend")
@@ -124,12 +127,13 @@ ROLLOUT_BACKENDS: Registry[RolloutBackend] = Registry("rollout backend")
 def register_rollout_backend(name: str, options_class: type = NativeOptions, beside_trainer=None,
                              shares_model: bool = False, loads_own_weights: bool = False, check_config=None,
                              takes_top_p: bool = True, samples: Optional[type] = None,
-                             packages: tuple[tuple[str, str], ...] = (), records_routes: bool = False):
+                             packages: tuple[tuple[str, str], ...] = (), records_routes: bool = False,
+                             multi_turn: bool = False):
     """Decorator: register `build(cfg, model) -> RolloutEngine` as backend `name` with its spec."""
     def decorator(build):
         ROLLOUT_BACKENDS.register(name, RolloutBackend(build, options_class, beside_trainer, shares_model,
                                                        loads_own_weights, takes_top_p, records_routes, check_config,
-                                                       samples, packages))
+                                                       samples, packages, multi_turn))
         return build
 
     return decorator
@@ -171,10 +175,10 @@ def _always(cfg: OmniConfig) -> Optional[str]:
 
 
 def _own_process_only(cfg: OmniConfig) -> Optional[str]:
-    if cfg.rollout.options.python is not None:
+    if cfg.rollout.backend_options.python is not None:
         return None  # the engine runs behind the rollout server, in a process of its own
-    return (f"in this process (rollout.options.python=null) the {cfg.rollout.backend} engine shares the trainer's "
-            f"accelerator and has not been run beside an update; set rollout.options.python (e.g. "
+    return (f"in this process (rollout.backend_options.python=null) the {cfg.rollout.backend} engine shares the trainer's "
+            f"accelerator and has not been run beside an update; set rollout.backend_options.python (e.g. "
             f"/opt/vllm-omni/bin/python) to run it in a process of its own")
 
 
@@ -189,11 +193,12 @@ def native_driver(cfg: OmniConfig, driver: str) -> str:
 
 
 # The native engine samples with the model it is given; beside the trainer that is a copy.
-@register_rollout_backend("native", NativeOptions, beside_trainer=_always, shares_model=True, records_routes=True)
+@register_rollout_backend("native", NativeOptions, beside_trainer=_always, shares_model=True, records_routes=True,
+                          multi_turn=True)
 def native_engine(cfg: OmniConfig, model) -> RolloutEngine:
     r = cfg.rollout
     if isinstance(model, DiffusionModelBase):
-        options = cfg.rollout.options
+        options = cfg.rollout.backend_options
         return NativeDiffusionEngine(model, r.max_num_seqs, options.max_wait_ms, options.trajectory_device,
                                      driver=native_driver(cfg, options.driver))
     if isinstance(model, AutoregressiveModelBase):
@@ -207,7 +212,7 @@ def native_engine(cfg: OmniConfig, model) -> RolloutEngine:
 # Its own process and copy, synced by update_weights; its results are its engine's, routes included.
 @register_rollout_backend("server", ServerOptions, beside_trainer=_always, records_routes=True)
 def server_engine(cfg: OmniConfig, model) -> RolloutEngine:
-    return start_server_engine(cfg, model, cfg.rollout.options)
+    return start_server_engine(cfg, model, cfg.rollout.backend_options)
 
 
 def _start_from_trainer(engine: RolloutEngine, model) -> RolloutEngine:
@@ -233,7 +238,7 @@ def _check_family(backend: str, model, family: type, hint: str) -> None:
                           samples=DiffusionModelBase, packages=NEEDS["vllm_omni"])
 def vllm_omni_engine(cfg: OmniConfig, model) -> RolloutEngine:
     _check_family("vllm_omni", model, DiffusionModelBase, "it samples diffusion models: use rollout.backend=vllm for text")
-    options = cfg.rollout.options
+    options = cfg.rollout.backend_options
     if options.python is not None:
         return start_server_engine(cfg, model, options, backend="vllm_omni")
     from omni_rl.rollout.vllm_omni.availability import require
@@ -259,12 +264,13 @@ def _check_vllm_text(cfg: OmniConfig) -> None:
                          f"(vLLM's largest max_lora_rank)")
 
 
+# Routed experts: vLLM returns them, or its worker extension captures them (vllm_omni/text_engine.py).
 @register_rollout_backend("vllm", VllmOptions, beside_trainer=_own_process_only, loads_own_weights=True,
                           check_config=_check_vllm_text, takes_top_p=False, samples=AutoregressiveModelBase,
-                          packages=NEEDS["vllm"])
+                          packages=NEEDS["vllm"], records_routes=True)
 def vllm_engine(cfg: OmniConfig, model) -> RolloutEngine:
     _check_family("vllm", model, AutoregressiveModelBase, "it samples text models: use rollout.backend=vllm_omni for diffusion")
-    options = cfg.rollout.options
+    options = cfg.rollout.backend_options
     if options.python is not None:
         return start_server_engine(cfg, model, options, backend="vllm")
     from omni_rl.rollout.vllm_omni.availability import require

@@ -212,7 +212,7 @@ def advance(model: DiffusionModelBase, running: Sequence[SampleState], max_num_s
 
 def check_trajectory_device(where: str) -> str:
     if where not in TRAJECTORY_DEVICES:
-        raise ValueError(f"rollout.options.trajectory_device={where!r}: expected one of {', '.join(TRAJECTORY_DEVICES)}")
+        raise ValueError(f"rollout.backend_options.trajectory_device={where!r}: expected one of {', '.join(TRAJECTORY_DEVICES)}")
     return where
 
 

@@ -14,7 +14,7 @@ import random
 from dataclasses import dataclass
 from typing import Optional
 
-from omni_rl.option import option
+from omni_rl.option import ComponentOptions, option
 from omni_rl.config.schema import OmniConfig
 from omni_rl.errors import ConfigError
 
@@ -22,7 +22,7 @@ SDE_WINDOW_SCHEDULES = ("fixed", "progressive", "random", "decay")
 
 
 @dataclass
-class SdeWindowOptions:
+class SdeWindowOptions(ComponentOptions):
     """The window schedules' options (`rollout.sde_window_options`); each is read by the
     schedules of `READERS` only."""
 

@@ -4,7 +4,8 @@ Requests sharing a batch key are decoded together (up to `max_num_seqs`, left-pa
 with its own temperature, top-p and generator. The recorded log-prob is the trainer's:
 `log_softmax(logits / temperature)` in fp32 over the full tempered distribution; temperature 0
 is greedy (evaluation only). Uses a KV cache where the model has one, and records a MoE model's
-routed experts for requests that ask. The fast path on GPUs is `vllm`.
+routed experts for requests that ask. `generate_turns` samples an agent's multi-turn
+trajectories on the same cache (`text_turns`). The fast path on GPUs is `vllm`.
 """
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ import torch
 from omni_rl.models.autoregressive import AutoregressiveModelBase, positions_from_mask
 from omni_rl.models.moe_routing import take_recorded
 from omni_rl.rollout.base import SynchronousRolloutEngine, check_weight_kind
+from omni_rl.rollout.text_turns import TurnHandler, decode_turns
 from omni_rl.rollout.text_types import TextRequest, TextResult
 from omni_rl.utils.tensor_buckets import NamedTensors, named_buckets
 
@@ -75,6 +77,25 @@ class NativeTextEngine(SynchronousRolloutEngine):
                     results[res.request_id] = res
         return [results[req.request_id] for req in requests]
 
+    def generate_turns(self, requests: Sequence[TextRequest], handler: TurnHandler, max_total_tokens: int) -> list[TextResult]:
+        """Sample multi-turn trajectories (one request each, `text_turns.decode_turns`): up to
+        `max_num_seqs` share each forward whatever turn they are at; results in request order."""
+        if any(r.record_routes for r in requests):
+            raise ValueError("generate_turns records no routed experts; set algo.family_options.routing_replay=off")
+        if self.model.routing is not None:
+            self.model.routing.set_replay(None)
+        results: dict[int, TextResult] = {}
+        groups: dict[tuple, list[TextRequest]] = {}
+        for req in requests:
+            groups.setdefault(req.batch_key(), []).append(req)
+        with torch.no_grad():
+            for group in groups.values():
+                for start in range(0, len(group), self.max_num_seqs):
+                    for res in decode_turns(self.model, group[start : start + self.max_num_seqs], handler,
+                                            max_total_tokens, _sample, left_pad, collate_media, self.weight_version,
+                                            self.stats):
+                        results[res.request_id] = res
+        return [results[req.request_id] for req in requests]
 
     def shares_model_with(self, model) -> bool:
         return model is self.model  # it samples with the adapter it was built on

@@ -44,6 +44,9 @@ class TextResult:
     response_ids: [R] long, the sampled tokens (the stop token included when one was hit)
     log_probs:    [R] fp32, log_softmax(logits / temperature) of each sampled token
     finish_reason: "stop" (a stop token) or "length" (truncated at max_new_tokens)
+    response_mask: [R] float or None: 1 on the tokens the model sampled, 0 on tokens it was fed
+                  between its turns (a tool's or an environment's answer, `omni_rl.agent`); None: every
+                  token was sampled
     routes:       [S, L, k] a mixture-of-experts model's routed experts (`moe_routing.route_dtype`)
                   of the first S tokens of prompt + response, per MoE layer; S >= P + R - 1 (the
                   last response token is fed to no forward that scores another); None when the
@@ -62,3 +65,4 @@ class TextResult:
     # The engine's weight_version when the response was sampled (None: an engine that does not say).
     weight_version: Optional[int] = None
     routes: Optional[torch.Tensor] = None
+    response_mask: Optional[torch.Tensor] = None

@@ -609,12 +609,12 @@ def check_compatible(state: dict[str, Any], cfg, model) -> None:
             parts.append(f"{len(other)} differ in shape (e.g. {other[0]!r}: {saved_shapes[other[0]]} saved, "
                          f"{shapes[other[0]]} here)")
         # What decides which tensors train besides the keys above: the adapter's options
-        # (model.options.trainable on the talker).
+        # (model.adapter_options.trainable on the talker).
         changed = _changed_options(saved_model, current)
         if undecided or changed:
-            parts.append("; ".join(undecided + [f"model.options.{k}={_show(a)} there, {_show(b)} here"
+            parts.append("; ".join(undecided + [f"model.adapter_options.{k}={_show(a)} there, {_show(b)} here"
                                                 for k, a, b in changed]))
-        settings = ", ".join(f"model.options.{k}={_show(a)}" for k, a, _ in changed)
+        settings = ", ".join(f"model.adapter_options.{k}={_show(a)}" for k, a, _ in changed)
         raise CheckpointError(
             f"trainer.resume: the trainable tensors of {folder} do not fit this model: {'; '.join(parts)}; "
             f"resume with the model settings of {Path(folder) / CONFIG_FILE}" + (f" ({settings})" if settings else "")
@@ -625,9 +625,11 @@ _ABSENT = object()
 
 
 def _changed_options(saved_model: Any, current: dict[str, Any]) -> list[tuple[str, Any, Any]]:
-    """(key, saved, now) of each `model.options` entry set differently there and here."""
-    saved = saved_model.get("options") if isinstance(saved_model, dict) else None
-    now = current.get("options") or {}
+    """(key, saved, now) of each `model.adapter_options` entry set differently there and here."""
+    # A checkpoint written before the block was renamed (issue 39) keeps it as `options`.
+    saved = (saved_model.get("adapter_options", saved_model.get("options"))
+             if isinstance(saved_model, dict) else None)
+    now = current.get("adapter_options") or {}
     if not isinstance(saved, dict):
         return []
     return [(k, saved.get(k), now.get(k)) for k in sorted(set(saved) | set(now)) if saved.get(k) != now.get(k)]

@@ -21,7 +21,7 @@ from typing import Any, Callable, ClassVar, NamedTuple, Optional
 import torch
 
 from omni_rl.config.options import NoOptions
-from omni_rl.option import option
+from omni_rl.option import ComponentOptions, option
 from omni_rl.config.schema import OmniConfig
 from omni_rl.data.prompt_item import PromptItem
 from omni_rl.data.prompts import training_prompt_items
@@ -178,7 +178,7 @@ MAX_STALENESS = 64
 
 
 @dataclass
-class StalenessOptions:
+class StalenessOptions(ComponentOptions):
     """The staleness bound of a pipeline that samples ahead, and what happens beyond it."""
 
     max_staleness: int = option(1, "The most weight versions a sample may lag the weights it trains (0 = on-policy); checked on every sample before the loss.")

@@ -25,6 +25,7 @@ from omni_rl.config.schema import OmniConfig
 from omni_rl.data.prompts import PromptSampler, validation_prompt_items
 from omni_rl.families import build_family
 from omni_rl.families.base import BehaviourPolicy, prompt_limits
+from omni_rl.families.teachers import teachers_of
 from omni_rl.families.update import FIRST_GAP_MAX_KEY, FIRST_GAP_MEAN_KEY
 from omni_rl.models.diffusion import DiffusionModelBase
 from omni_rl.models.limits import check_built_model, check_loaded_limits
@@ -54,7 +55,7 @@ class OldPolicy(NamedTuple):
 
     log_probs: torch.Tensor                      # the ratio's old log-probs [N, E]
     means: Optional[torch.Tensor]                # old transition means, for losses that read them
-    rollout_is_weights: Optional[torch.Tensor]   # [N, E], None when algo.rollout_correction.level is off or a no-op
+    rollout_is_weights: Optional[torch.Tensor]   # [N, E], None when algo.rollout_correction_options.level is off or a no-op
     metrics: dict[str, float]                    # rollout_corr/*
 
 
@@ -98,8 +99,10 @@ class PPOTrainer:
             self._build_rewards()
             self.advantage_fn = get_advantage_estimator(cfg.algo.advantage)
             self.advantage_options = cfg.algo.advantage_options
-            self.no_signal = NoSignalWatch(self.advantage_options.max_uniform_steps)
-            self.rollout_correction = cfg.algo.rollout_correction
+            # Teachers give a signal of their own (on-policy distillation): uniform rewards stop nothing.
+            self.no_signal = None if teachers_of(cfg.algo.family_options) else NoSignalWatch(
+                self.advantage_options.max_uniform_steps)
+            self.rollout_correction = cfg.algo.rollout_correction_options
             self.logger_options = cfg.trainer.logger_options
             self.alarm = HeldoutAlarm(self.logger_options)
             self.start_step = 0
@@ -122,8 +125,8 @@ class PPOTrainer:
             uncorrected = self.rollout_correction.level == "none" and cfg.algo.old_logprob_mode != "bypass"
             if self.producer.samples_ahead and uncorrected:
                 log.warning(
-                    "trainer.pipeline=%s with algo.rollout_correction.level=none: stale samples are not reweighted "
-                    "towards the current policy; set algo.rollout_correction.level (step or sequence for diffusion, "
+                    "trainer.pipeline=%s with algo.rollout_correction_options.level=none: stale samples are not reweighted "
+                    "towards the current policy; set algo.rollout_correction_options.level (step or sequence for diffusion, "
                     "token or sequence for text)",
                     t.pipeline,
                 )
@@ -142,17 +145,20 @@ class PPOTrainer:
     def _build_rewards(self) -> None:
         rc = self.cfg.reward
         specs = reward_specs(rc.rewards)
-        workers = self.cfg.reward.workers
+        # With teachers, a run may be pure distillation: its rewards, all of weight 0, only report.
+        metrics_only = bool(teachers_of(self.cfg.algo.family_options))
+        workers = self.cfg.reward.worker_options
         if workers.num_workers > 0:
             # Reward models in their own Ray actors (and devices), scored several batches at once.
             from omni_rl.workers.ray_cluster import connect_ray
 
             self.owns_ray = connect_ray(self.cfg)
             self.rewards = RayRewardManager(
-                specs, self.cfg.plugins, workers.num_workers, rc.timeout_s, workers.num_cpus, workers.num_gpus
+                specs, self.cfg.plugins, workers.num_workers, rc.timeout_s, workers.num_cpus, workers.num_gpus,
+                metrics_only,
             )
         else:
-            self.rewards = RewardManager(specs, plugins=self.cfg.plugins)
+            self.rewards = RewardManager(specs, plugins=self.cfg.plugins, metrics_only=metrics_only)
         self.val_rewards = self.rewards
         if rc.val_rewards is not None:
             self.val_rewards = RewardManager(reward_specs(rc.val_rewards), plugins=self.cfg.plugins)
@@ -276,7 +282,8 @@ class PPOTrainer:
                 reward = self.rewards.score(*self.family.reward_inputs(batch))
             batch.rewards = reward.total
             # Before the update: a run of steps with no signal stops here, not after training on it.
-            self.no_signal.observe(step, reward.total, batch.group_index, reward.per_reward)
+            if self.no_signal is not None:
+                self.no_signal.observe(step, reward.total, batch.group_index, reward.per_reward)
             batch.advantages = self.advantage_fn(
                 AdvantageInput(reward.total, batch.group_index, self.advantage_options.std_mode, self.advantage_options.eps)
             )
@@ -321,7 +328,7 @@ class PPOTrainer:
             return OldPolicy(batch.rollout_log_probs, None, None, {"rollout_corr/checked_fraction": first, **unit})
         scored = self.actors.behaviour_policy(batch)
         # The trainer's scores come back on the host; the rollout's may live on the device
-        # (rollout.options.trajectory_device): compared on the host.
+        # (rollout.backend_options.trajectory_device): compared on the host.
         rollout_log_probs = batch.rollout_log_probs.to(scored.log_probs.device)
         metrics = rollout_gap(rollout_log_probs, scored)
         if use_rollout:
@@ -412,7 +419,7 @@ class PPOTrainer:
 
 def reward_specs(items) -> list[RewardSpec]:
     """The `RewardManager`'s specs of a list of `RewardItemConfig`s (reward.rewards, reward.val_rewards)."""
-    return [RewardSpec(r.name, r.weight, r.required, dict(r.kwargs), r.video_frames) for r in items]
+    return [RewardSpec(r.name, r.weight, r.required, dict(r.reward_options), r.video_frames) for r in items]
 
 
 # The trainer's rollout-vs-trainer gap (max, mean); see `rollout_corr_metrics`.

@@ -20,7 +20,7 @@ import torch
 
 from omni_rl.algos.forward_losses import FORWARD_LOSSES
 from omni_rl.algos.policy_losses import DIFFUSION_LOSSES
-from omni_rl.option import option
+from omni_rl.option import ComponentOptions, option
 from omni_rl.config.schema import OmniConfig
 from omni_rl.errors import ConfigError
 from omni_rl.device import ray_device_resource, weightless_device
@@ -40,7 +40,7 @@ log = logging.getLogger(__name__)
 
 
 @dataclass
-class RayOptions:
+class RayOptions(ComponentOptions):
     """The Ray worker group's options (`trainer.backend_options`)."""
 
     nnodes: int = option(1, "Machines of the resource pool: nnodes x devices_per_node workers (GPUs / NPUs, or CPUs on a CPU machine).")
@@ -139,7 +139,12 @@ class RayActorGroup(ActorGroup):
         bounds = split_evenly(len(batch), self.group.world_size)
         parts = self.group.run("old log-probs", programs.behaviour_policy, [(ref, lo, hi) for lo, hi in bounds])
         means = None if parts[0].means is None else torch.cat([p.means for p in parts])
-        return BehaviourPolicy(torch.cat([p.log_probs for p in parts]), torch.cat([p.mask for p in parts]), means)
+        routes = None if parts[0].routes is None else torch.cat([p.routes for p in parts])
+        if routes is not None:
+            # routing_replay=r2: the routes each rank's old-policy forward used travel with the
+            # batch to the update, which may give its rows to other ranks.
+            batch.old_routes = routes
+        return BehaviourPolicy(torch.cat([p.log_probs for p in parts]), torch.cat([p.mask for p in parts]), means, routes)
 
     def update(self, batch, step: int) -> dict[str, float]:
         import ray

@@ -21,7 +21,7 @@ def rewards_overlap_rollout(cfg: OmniConfig) -> bool:
         cfg.trainer.pipeline == "on_policy"
         and cfg.trainer.backend == "local"
         and cfg.rollout.backend == "native"
-        and cfg.reward.workers.num_workers == 0
+        and cfg.reward.worker_options.num_workers == 0
         and pick_device(cfg.trainer.device).type == "cpu"
     )
     return not one_computing_thread

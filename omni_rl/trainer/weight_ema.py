@@ -18,7 +18,7 @@ from typing import Any, Iterator, Optional
 
 import torch
 
-from omni_rl.option import option
+from omni_rl.option import ComponentOptions, option
 from omni_rl.families.ema import ParameterEMA
 
 log = logging.getLogger(__name__)
@@ -32,7 +32,7 @@ EXPORT_SUBFOLDER = "ema"
 
 
 @dataclass
-class EMAOptions:
+class EMAOptions(ComponentOptions):
     """The one-process backend's options (`trainer.backend_options`): the EMA of the trained weights."""
 
     ema_decay: Optional[float] = option(None, "Keep an EMA of the trained weights, ema <- d ema + (1 - d) theta "

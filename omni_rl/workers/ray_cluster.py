@@ -24,7 +24,7 @@ def connect_ray(cfg: OmniConfig, address: Optional[str] = None, world: int = 0) 
     else:
         # One CPU per worker slot at least, and the reward workers' CPUs, even on a small machine
         # (the workers then share cores; an unsatisfiable request would wait forever).
-        workers = cfg.reward.workers
+        workers = cfg.reward.worker_options
         rewards = math.ceil(workers.num_workers * workers.num_cpus)
         init_local_ray(max(os.cpu_count() or 1, world + rewards), log_to_driver=True)
     return True

@@ -4,8 +4,8 @@ trainer.
 `RayRewardManager` has the `RewardManager` interface and forwards each call, round robin, to one
 of `num_workers` `RewardWorker` actors, each building the same manager, so the rules are
 unchanged. A worker that dies or does not answer within `timeout_s` raises `RewardError` naming
-it: the step fails, never hangs and never scores 0. Options: `reward.workers`
-(`RewardWorkerOptions`, bound at load: `cfg.reward.workers` holds the instance).
+it: the step fails, never hangs and never scores 0. Options: `reward.worker_options`
+(`RewardWorkerOptions`, bound at load: `cfg.reward.worker_options` holds the instance).
 """
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ import threading
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-from omni_rl.option import option
+from omni_rl.option import ComponentOptions, option
 
 from omni_rl.reward.manager import RewardError, RewardManager, RewardOutput, RewardSpec
 
@@ -24,8 +24,8 @@ from omni_rl.reward.manager import RewardError, RewardManager, RewardOutput, Rew
 class RewardWorker:
     """The Ray actor: one `RewardManager` in its own process."""
 
-    def __init__(self, specs: list[RewardSpec], plugins: Sequence[str]):
-        self.manager = RewardManager(specs, plugins=tuple(plugins))
+    def __init__(self, specs: list[RewardSpec], plugins: Sequence[str], metrics_only: bool = False):
+        self.manager = RewardManager(specs, plugins=tuple(plugins), metrics_only=metrics_only)
 
     def info(self) -> dict[str, Any]:
         return {"node": socket.gethostname(), "pid": os.getpid()}
@@ -35,8 +35,8 @@ class RewardWorker:
 
 
 @dataclass
-class RewardWorkerOptions:
-    """Reward workers on Ray (`reward.workers`)."""
+class RewardWorkerOptions(ComponentOptions):
+    """Reward workers on Ray (`reward.worker_options`)."""
 
     num_workers: int = option(0, "Reward workers on Ray (0 = score in the trainer process): each holds the reward models; micro-batches go to them round robin, several at once.")
     num_cpus: float = option(1.0, "CPUs each reward worker reserves.")
@@ -53,7 +53,7 @@ class RewardWorkerOptions:
 class RayRewardManager:
     def __init__(
         self, specs: Sequence[RewardSpec], plugins: Sequence[str] = (), num_workers: int = 1,
-        timeout_s: float = 1800.0, num_cpus: float = 1.0, num_gpus: float = 0.0,
+        timeout_s: float = 1800.0, num_cpus: float = 1.0, num_gpus: float = 0.0, metrics_only: bool = False,
     ):
         import ray
 
@@ -63,7 +63,7 @@ class RayRewardManager:
         self.names = [s.name for s in self.specs]
         self.timeout_s = timeout_s
         actor = ray.remote(num_cpus=num_cpus, num_gpus=num_gpus, max_restarts=0, max_task_retries=0)(RewardWorker)
-        self.workers = [actor.remote(list(self.specs), list(plugins)) for _ in range(num_workers)]
+        self.workers = [actor.remote(list(self.specs), list(plugins), metrics_only) for _ in range(num_workers)]
         self.infos = [{"node": "?", "pid": "?"} for _ in self.workers]
         for i, info in enumerate(self._get([w.info.remote() for w in self.workers], "start")):
             self.infos[i] = info

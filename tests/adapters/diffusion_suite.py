@@ -81,11 +81,11 @@ class AdapterCase:
 
 def model_config(**values) -> ModelConfig:
     """A `ModelConfig` from keyword values: the schema's own fields as given, every other key (an
-    adapter's option: `stg_scale`, `cfg_interval`, ...) into `options`, the adapter's options
+    adapter's option: `stg_scale`, `cfg_interval`, ...) into `adapter_options`, the adapter's options
     instance (what `omni_rl.compose` makes of a recipe's block)."""
     schema = {f.name for f in fields(ModelConfig)}
     cfg = ModelConfig(**{k: v for k, v in values.items() if k in schema})
-    cfg.options = adapter_options(cfg, **{k: v for k, v in values.items() if k not in schema})
+    cfg.adapter_options = adapter_options(cfg, **{k: v for k, v in values.items() if k not in schema})
     return cfg
 
 

@@ -226,10 +226,10 @@ def test_bad_sizes_and_image_cfg_are_refused(model):
     base = [f"model.adapter={ADAPTER}", "model.path=tiny:bagel"]
     with pytest.raises(ConfigError, match="rollout.width=24: expected a multiple of 16"):
         load_config([*base, "rollout.width=24"])
-    with pytest.raises(ConfigError, match=r"model.options.image_guidance_scale=1.5: image CFG needs a source image"):
-        load_config([*base, "model.options.image_guidance_scale=1.5"])
-    with pytest.raises(ConfigError, match=r"model.options.cfg_interval=\[0.9, 0.4\]"):
-        load_config([*base, "model.options.cfg_interval=[0.9,0.4]"])
+    with pytest.raises(ConfigError, match=r"model.adapter_options.image_guidance_scale=1.5: image CFG needs a source image"):
+        load_config([*base, "model.adapter_options.image_guidance_scale=1.5"])
+    with pytest.raises(ConfigError, match=r"model.adapter_options.cfg_interval=\[0.9, 0.4\]"):
+        load_config([*base, "model.adapter_options.cfg_interval=[0.9,0.4]"])
 
 
 # --- decoding -----------------------------------------------------------------------------------

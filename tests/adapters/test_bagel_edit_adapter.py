@@ -249,17 +249,17 @@ def test_datasets_of_the_other_kind_are_refused_before_the_model_loads():
 
 def test_image_cfg_settings_are_checked():
     t2i = ["model.adapter=BagelForConditionalGeneration", "model.path=tiny:bagel"]
-    with pytest.raises(ConfigError, match=r"model.options.image_guidance_scale=1.5: image CFG needs a source image"):
-        load_config([*t2i, "model.options.image_guidance_scale=1.5"])
+    with pytest.raises(ConfigError, match=r"model.adapter_options.image_guidance_scale=1.5: image CFG needs a source image"):
+        load_config([*t2i, "model.adapter_options.image_guidance_scale=1.5"])
     edit = [*t2i, "model.stage=edit"]
-    load_config([*edit, "model.options.image_guidance_scale=1.5"])
-    with pytest.raises(ConfigError, match=r"model.options.image_guidance_scale=0.5: expected a number >= 1"):
-        load_config([*edit, "model.options.image_guidance_scale=0.5"])
-    with pytest.raises(ConfigError, match=r"model.options.image_guidance_scale=2.0 with rollout.guidance_scale=1.0: .*"
+    load_config([*edit, "model.adapter_options.image_guidance_scale=1.5"])
+    with pytest.raises(ConfigError, match=r"model.adapter_options.image_guidance_scale=0.5: expected a number >= 1"):
+        load_config([*edit, "model.adapter_options.image_guidance_scale=0.5"])
+    with pytest.raises(ConfigError, match=r"model.adapter_options.image_guidance_scale=2.0 with rollout.guidance_scale=1.0: .*"
                                           r"only together with text CFG"):
-        load_config([*edit, "model.options.image_guidance_scale=2.0", "rollout.guidance_scale=1.0"])
-    with pytest.raises(ConfigError, match=r"model.options.condition_image_size\[1\]=40: expected a multiple of 16"):
-        load_config([*edit, "model.options.condition_image_size=[32,40]"])
+        load_config([*edit, "model.adapter_options.image_guidance_scale=2.0", "rollout.guidance_scale=1.0"])
+    with pytest.raises(ConfigError, match=r"model.adapter_options.condition_image_size\[1\]=40: expected a multiple of 16"):
+        load_config([*edit, "model.adapter_options.condition_image_size=[32,40]"])
 
 
 def test_bad_source_images_are_refused(model):
@@ -269,7 +269,7 @@ def test_bad_source_images_are_refused(model):
         model.condition_images(None, HEIGHT, WIDTH)
     with pytest.raises(ValueError, match="one source image per prompt, got 2"):
         model.condition_images([flat(1), flat(2)], HEIGHT, WIDTH)
-    with pytest.raises(ValueError, match=r"model.options.condition_image_size\[0\]=144: .* at most 128 px"):
+    with pytest.raises(ValueError, match=r"model.adapter_options.condition_image_size\[0\]=144: .* at most 128 px"):
         build(CASE, condition_image_size=[144, 32]).condition_images([flat(1)], HEIGHT, WIDTH)
     small, big = (torch.zeros(s, s, 3, dtype=torch.uint8) for s in (32, 48))
     with pytest.raises(ValueError, match=r"source images of one size, got \[\(32, 32\), \(48, 48\)\]"):

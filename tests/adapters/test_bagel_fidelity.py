@@ -4,9 +4,9 @@ comparison found, each against numbers worked out by hand on tiny vectors, then 
 1. Text-to-image: the official inferencer's `cfg_img_scale` s with no image in the context guides
    toward the prompt a second time (its image-unconditional context is the prompt itself), which
    is text CFG at `1 + s (g - 1)`: 4 with 1.5 is 5.5.
-2. Think mode: CFG toward the plan (`model.options.plan_guidance_scale`), whose unconditional
+2. Think mode: CFG toward the plan (`model.adapter_options.plan_guidance_scale`), whose unconditional
    context is the system prompt and the prompt (tokens checked against the tokenizer's own).
-3. Editing: the "text_channel" renorm (`model.options.cfg_renorm_type`): per token, on the
+3. Editing: the "text_channel" renorm (`model.adapter_options.cfg_renorm_type`): per token, on the
    text-guided velocity, before image CFG, which is not rescaled.
 
 Velocity tensors here are [B, L, D]: samples, tokens, one token's numbers."""
@@ -54,11 +54,11 @@ def test_text_to_image_refuses_both_second_guidances_and_says_what_to_do():
     base = ["model.adapter=BagelForConditionalGeneration", "model.path=tiny:bagel", "rollout.height=32",
             "rollout.width=32"]
     with pytest.raises(ConfigError, match=r"image_guidance_scale=1.5: .* text CFG at 1 \+ s \(g - 1\)"):
-        load_config([*base, "model.options.image_guidance_scale=1.5"])
-    with pytest.raises(ConfigError, match=r"model.options.plan_guidance_scale=1.5: CFG toward the plan needs a plan"):
-        load_config([*base, "model.options.plan_guidance_scale=1.5"])
-    with pytest.raises(ConfigError, match=r"model.options.plan_guidance_scale=1.5: CFG toward the plan needs a plan"):
-        load_config([*base, "model.stage=edit", "model.options.plan_guidance_scale=1.5"])
+        load_config([*base, "model.adapter_options.image_guidance_scale=1.5"])
+    with pytest.raises(ConfigError, match=r"model.adapter_options.plan_guidance_scale=1.5: CFG toward the plan needs a plan"):
+        load_config([*base, "model.adapter_options.plan_guidance_scale=1.5"])
+    with pytest.raises(ConfigError, match=r"model.adapter_options.plan_guidance_scale=1.5: CFG toward the plan needs a plan"):
+        load_config([*base, "model.stage=edit", "model.adapter_options.plan_guidance_scale=1.5"])
 
 
 # --- 2. think: CFG toward the plan ----------------------------------------------------------------
@@ -129,11 +129,11 @@ def test_cfg_toward_the_plan_on_tiny_bagel_is_the_hand_formula_of_three_passes(p
 def test_think_checks_its_plan_guidance():
     base = ["model.adapter=BagelForConditionalGeneration", "model.stage=think", "model.path=tiny:bagel",
             "rollout.height=32", "rollout.width=32"]
-    load_config([*base, "model.options.plan_guidance_scale=1.5", "rollout.guidance_scale=4.0"])
-    with pytest.raises(ConfigError, match=r"model.options.plan_guidance_scale=1.5 with rollout.guidance_scale=1.0: "):
-        load_config([*base, "model.options.plan_guidance_scale=1.5", "rollout.guidance_scale=1.0"])
+    load_config([*base, "model.adapter_options.plan_guidance_scale=1.5", "rollout.guidance_scale=4.0"])
+    with pytest.raises(ConfigError, match=r"model.adapter_options.plan_guidance_scale=1.5 with rollout.guidance_scale=1.0: "):
+        load_config([*base, "model.adapter_options.plan_guidance_scale=1.5", "rollout.guidance_scale=1.0"])
     with pytest.raises(ConfigError, match=r"plan_guidance_scale=0.5: expected a number >= 1"):
-        load_config([*base, "model.options.plan_guidance_scale=0.5"])
+        load_config([*base, "model.adapter_options.plan_guidance_scale=0.5"])
 
 
 # --- 3. editing: the text_channel renorm -----------------------------------------------------------
@@ -183,4 +183,4 @@ def test_a_bad_renorm_type_is_one_line():
     with pytest.raises(ConfigError, match=r"cfg_renorm_type='token': expected one of \['global', 'channel', "
                                           r"'text_channel'\]"):
         load_config(["model.adapter=BagelForConditionalGeneration", "model.path=tiny:bagel", "rollout.height=32",
-                     "rollout.width=32", "model.options.cfg_renorm_type=token"])
+                     "rollout.width=32", "model.adapter_options.cfg_renorm_type=token"])

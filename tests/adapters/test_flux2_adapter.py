@@ -160,16 +160,16 @@ def test_a_guidance_scale_on_a_distilled_checkpoint_is_one_error_line_before_loa
     assert err == ["error: rollout.guidance_scale=4: Flux2KleinPipeline on a step-distilled checkpoint (is_distilled) "
                    "takes no guidance; set rollout.guidance_scale=1, or use a -base checkpoint for CFG"]
     check_inputs(load_config([*base, "rollout.guidance_scale=1.0"]))
-    check_inputs(load_config([*base, "rollout.guidance_scale=4.0", "model.options.is_distilled=false"]))
+    check_inputs(load_config([*base, "rollout.guidance_scale=4.0", "model.adapter_options.is_distilled=false"]))
     assert not (tmp_path / "out").exists()
 
 
 def test_an_option_flux2_klein_does_not_have_is_refused_at_load():
-    with pytest.raises(ConfigError, match="model.options.true_cfg_scale"):
-        load_config(["model.adapter=Flux2KleinPipeline", "model.path=tiny:flux2", "model.options.true_cfg_scale=4"])
+    with pytest.raises(ConfigError, match="model.adapter_options.true_cfg_scale"):
+        load_config(["model.adapter=Flux2KleinPipeline", "model.path=tiny:flux2", "model.adapter_options.true_cfg_scale=4"])
     with pytest.raises(ConfigError, match="text_encoder_out_layers"):
         load_config(["model.adapter=Flux2KleinPipeline", "model.path=tiny:flux2",
-                     "model.options.text_encoder_out_layers=[]"])
+                     "model.adapter_options.text_encoder_out_layers=[]"])
 
 
 def test_layers_that_do_not_give_the_transformers_width_are_refused(model):
@@ -289,8 +289,8 @@ def test_dev_guidance_goes_into_the_embedding_in_one_forward(dev_model):
 
 
 def test_dev_refuses_the_klein_only_option_and_a_klein_checkpoint():
-    with pytest.raises(ConfigError, match="model.options.is_distilled"):
-        load_config(["model.adapter=Flux2Pipeline", "model.path=tiny:flux2_dev", "model.options.is_distilled=true"])
+    with pytest.raises(ConfigError, match="model.adapter_options.is_distilled"):
+        load_config(["model.adapter=Flux2Pipeline", "model.path=tiny:flux2_dev", "model.adapter_options.is_distilled=true"])
     with pytest.raises(ValueError, match=r"no guidance embedding \(guidance_embeds: false\); a klein checkpoint "
                                          r"loads with model.adapter=Flux2KleinPipeline"):
         build(DEV_CASE, path=resolve_model_path("tiny:flux2"))

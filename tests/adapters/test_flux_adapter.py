@@ -68,7 +68,7 @@ def model():
 
 # --- guidance -------------------------------------------------------------------------------
 def test_the_guidance_embedding_is_the_options_value_and_changes_the_output(model):
-    """At `model.options.guidance=5` the rollout is the pipeline's at `guidance_scale=5` (and not at
+    """At `model.adapter_options.guidance=5` the rollout is the pipeline's at `guidance_scale=5` (and not at
     3.5): the embedding the transformer reads is the option's value, and it moves the sample."""
     five = build(CASE, guidance=5.0)
     assert five.options.guidance == 5.0 and model.options.guidance == 3.5
@@ -164,13 +164,13 @@ def test_sizes_the_model_cannot_take_raise_with_the_nearest_values(model):
 
 
 @pytest.mark.parametrize("option, expected", [
-    ("cfg_renorm=0.5", "model.options.cfg_renorm=0.5: model adapter FluxPipeline has no option 'cfg_renorm'"),
+    ("cfg_renorm=0.5", "model.adapter_options.cfg_renorm=0.5: model adapter FluxPipeline has no option 'cfg_renorm'"),
     ("guidance_scale_2=3.0", "has no option 'guidance_scale_2'"),
-    ("guidance=-1.0", "model.options.guidance=-1.0: expected a finite number >= 0"),
-    ("max_sequence_length=600", "model.options.max_sequence_length=600: FLUX's T5 takes at most 512"),
+    ("guidance=-1.0", "model.adapter_options.guidance=-1.0: expected a finite number >= 0"),
+    ("max_sequence_length=600", "model.adapter_options.max_sequence_length=600: FLUX's T5 takes at most 512"),
 ])
 def test_a_guidance_option_flux_does_not_have_is_one_error_line(capsys, tmp_path, option, expected):
-    code = main(["recipe=tiny_flux_flowgrpo", f"model.options.{option}", f"trainer.output_dir={tmp_path}"])
+    code = main(["recipe=tiny_flux_flowgrpo", f"model.adapter_options.{option}", f"trainer.output_dir={tmp_path}"])
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and len(err) == 1 and err[0].startswith("error: ") and expected in err[0], err
 

@@ -144,7 +144,7 @@ def test_the_condition_is_encoded_at_the_option_size(model):
     assert cond["image_grid"].tolist() == [[3, 4]] and tuple(cond["image_latents"].shape) == (1, 12, 64)
     x = torch.randn(1, *big.latent_shape(HEIGHT, WIDTH))
     assert big.predict_velocity(x, torch.tensor([0.5]), cond, 1.0).shape == x.shape
-    with pytest.raises(ValueError, match=r"model.options.condition_image_size\[1\]=40: expected a multiple of 16.*32 or 48"):
+    with pytest.raises(ValueError, match=r"model.adapter_options.condition_image_size\[1\]=40: expected a multiple of 16.*32 or 48"):
         build(CASE, condition_image_size=[32, 40]).condition_images([source_image("a")], HEIGHT, WIDTH)
 
 
@@ -176,8 +176,8 @@ def test_text_prompts_on_kontext_are_one_error_line(capsys, tmp_path):
 
 @pytest.mark.parametrize("override, expected", [
     ("rollout.width=40", "rollout.width=40: expected a multiple of 16"),
-    ("model.options.condition_image_size=[32,40]", "model.options.condition_image_size[1]=40: expected a multiple of 16"),
-    ("model.options.image_guidance_scale=1.5", "has no option 'image_guidance_scale'"),
+    ("model.adapter_options.condition_image_size=[32,40]", "model.adapter_options.condition_image_size[1]=40: expected a multiple of 16"),
+    ("model.adapter_options.image_guidance_scale=1.5", "has no option 'image_guidance_scale'"),
 ])
 def test_a_size_or_option_kontext_cannot_take_is_one_error_line(capsys, tmp_path, override, expected):
     line = one_error_line(capsys, "recipe=tiny_flux_kontext_flowgrpo", override, f"trainer.output_dir={tmp_path}")

@@ -236,18 +236,18 @@ def test_audio_guidance_values_fall_back_to_the_video_ones():
 
 
 @pytest.mark.parametrize("overrides, message", [
-    (["model.options.stg_scale=1.0"], r"model.options.stg_blocks=\[\]: expected the block indices STG perturbs .*\[28\]"),
-    (["model.options.audio_stg_scale=1.0"], r"model.options.stg_blocks=\[\]: expected"),
-    (["model.options.stg_scale=-1.0", "model.options.stg_blocks=[1]"], r"model.options.stg_scale=-1.0: expected a finite value >= 0"),
-    (["model.options.modality_scale=0.5"], r"model.options.modality_scale=0.5: expected a finite value >= 1"),
-    (["model.options.audio_modality_scale=0.0"], r"model.options.audio_modality_scale=0.0: expected a finite value >= 1"),
-    (["model.options.audio_guidance_rescale=-0.1"], r"model.options.audio_guidance_rescale=-0.1: expected a finite value >= 0"),
-    (["model.options.stg_blocks=[-1]"], r"model.options.stg_blocks=\[-1\]: expected zero-based"),
+    (["model.adapter_options.stg_scale=1.0"], r"model.adapter_options.stg_blocks=\[\]: expected the block indices STG perturbs .*\[28\]"),
+    (["model.adapter_options.audio_stg_scale=1.0"], r"model.adapter_options.stg_blocks=\[\]: expected"),
+    (["model.adapter_options.stg_scale=-1.0", "model.adapter_options.stg_blocks=[1]"], r"model.adapter_options.stg_scale=-1.0: expected a finite value >= 0"),
+    (["model.adapter_options.modality_scale=0.5"], r"model.adapter_options.modality_scale=0.5: expected a finite value >= 1"),
+    (["model.adapter_options.audio_modality_scale=0.0"], r"model.adapter_options.audio_modality_scale=0.0: expected a finite value >= 1"),
+    (["model.adapter_options.audio_guidance_rescale=-0.1"], r"model.adapter_options.audio_guidance_rescale=-0.1: expected a finite value >= 0"),
+    (["model.adapter_options.stg_blocks=[-1]"], r"model.adapter_options.stg_blocks=\[-1\]: expected zero-based"),
 ])
 def test_bad_guidance_keys_fail_at_config_load(overrides, message):
     with pytest.raises(ConfigError, match=message):
         load_config([RECIPE, *overrides])
-    load_config([RECIPE, "model.options.stg_scale=1.0", "model.options.stg_blocks=[1]", "model.options.modality_scale=3.0"])
+    load_config([RECIPE, "model.adapter_options.stg_scale=1.0", "model.adapter_options.stg_blocks=[1]", "model.adapter_options.modality_scale=3.0"])
 
 
 def test_stg_needs_blocks_that_exist_and_can_be_perturbed(tmp_path):
@@ -256,7 +256,7 @@ def test_stg_needs_blocks_that_exist_and_can_be_perturbed(tmp_path):
 
     from omni_rl.models.loading import resolve_model_path
 
-    with pytest.raises(ValueError, match=r"model.options.stg_blocks=\[2\]: \[2\] are not blocks of this transformer \(0 .. 1\)"):
+    with pytest.raises(ValueError, match=r"model.adapter_options.stg_blocks=\[2\]: \[2\] are not blocks of this transformer \(0 .. 1\)"):
         build(CASE, stg_scale=1.0, stg_blocks=[2])
     folder = tmp_path / "ltx2"
     shutil.copytree(resolve_model_path("tiny:ltx2"), folder)

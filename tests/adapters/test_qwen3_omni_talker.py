@@ -1,6 +1,6 @@
 """The Qwen3-Omni talker stage on `tiny:qwen3_omni_talker`: sampling and teacher-forced replay
 agree, frames end at the codec's end token, the tiny code2wav's loudness follows the codes, what
-trains is what `model.options.trainable` names, and a checkpoint without a talker is refused."""
+trains is what `model.adapter_options.trainable` names, and a checkpoint without a talker is refused."""
 import json
 from pathlib import Path
 

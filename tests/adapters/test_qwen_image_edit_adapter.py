@@ -170,7 +170,7 @@ def test_encoding_without_a_source_image_is_refused(model):
 
 
 def test_a_condition_size_the_vae_cannot_take_is_refused():
-    with pytest.raises(ValueError, match=r"model.options.condition_image_size\[1\]=40: expected a multiple of 16.*32 or 48"):
+    with pytest.raises(ValueError, match=r"model.adapter_options.condition_image_size\[1\]=40: expected a multiple of 16.*32 or 48"):
         build(CASE, condition_image_size=[32, 40]).condition_images([source_image("a")], HEIGHT, WIDTH)
 
 

@@ -212,11 +212,11 @@ def out(tmp_path):
 @pytest.mark.parametrize("override, expected", [
     ("rollout.width=40", ("rollout.width=40: expected a multiple of 16", "32 or 48")),
     ("rollout.num_frames=5", ("rollout.num_frames=5", "expected 1")),
-    ("model.options.guidance_scale_2=3.0", ("model.options.guidance_scale_2=3.0", "has no option 'guidance_scale_2'",
+    ("model.adapter_options.guidance_scale_2=3.0", ("model.adapter_options.guidance_scale_2=3.0", "has no option 'guidance_scale_2'",
                                              "cfg_normalization, cfg_truncation, max_sequence_length")),
-    ("model.options.cfg_normalization=1.0", ("model.options.cfg_normalization=1.0: refines CFG",
+    ("model.adapter_options.cfg_normalization=1.0", ("model.adapter_options.cfg_normalization=1.0: refines CFG",
                                               "rollout.guidance_scale=1.0 runs none")),
-    ("model.options.cfg_truncation=1.5", ("cfg_truncation=1.5: expected a value in [0, 1]",)),
+    ("model.adapter_options.cfg_truncation=1.5", ("cfg_truncation=1.5: expected a value in [0, 1]",)),
     ("data.prompts=null data.prompt_file=recipes/prompts/tiny_edit.jsonl", ("prompt 1", "carries a source image",
                                                           "model.adapter=ZImagePipeline")),
 ])
@@ -234,7 +234,7 @@ def test_sizes_past_the_rotary_table_are_refused_from_the_configs(model):
 
     configs = ComponentConfigs(Path(model.path))
     ZImageAdapter.check_model_limits(load_config(["recipe=tiny_z_image_flowgrpo"]), configs)
-    cfg = load_config(["recipe=tiny_z_image_flowgrpo", "model.options.max_sequence_length=1600"])
+    cfg = load_config(["recipe=tiny_z_image_flowgrpo", "model.adapter_options.max_sequence_length=1600"])
     with pytest.raises(ValueError, match=r"max_sequence_length=1600: past ZImagePipeline's rotary table.* 1504$"):
         ZImageAdapter.check_model_limits(cfg, configs)
     cfg = load_config(["recipe=tiny_z_image_flowgrpo", "rollout.height=8224"])

@@ -4,7 +4,7 @@
 (bash, sh, shell, console) and every inline code span that starts with `python ` or
 `pip install `. A fenced block may carry a marker on the line before it,
 
-    <!-- doc-command: needs-gpu planned (issue 24: rollout.options) -->
+    <!-- doc-command: needs-gpu planned (issue 24: rollout.backend_options) -->
 
 whose words say why it is not run here (`needs-gpu`, `needs-weights`, `needs-docker`,
 `needs-cluster`) or that it uses a config layout still being built (`planned`); words in

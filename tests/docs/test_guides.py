@@ -33,7 +33,7 @@ def guide_files(guide: str) -> dict[str, str]:
 
 def recipe_with(block: str) -> dict:
     """The default recipe with the guide's lines added: each key of a section of the block
-    replaces the recipe's (`model.options` the whole block), as in a recipe of one's own."""
+    replaces the recipe's (`model.adapter_options` the whole block), as in a recipe of one's own."""
     recipe = yaml.safe_load((ROOT / "recipes" / "tiny_sd3_flowgrpo.yaml").read_text())
     for section, value in yaml.safe_load(block).items():
         if isinstance(value, dict):
@@ -75,7 +75,7 @@ from omni_rl.reward import REWARDS, build_reward
 assert REWARDS.get("redness").__module__ == "rewards.redness", REWARDS.get("redness").__module__
 assert "redness" not in rewards.HELPERS
 cfg = load_config(GUIDE_OVERRIDES)
-assert [(r.name, r.kwargs) for r in cfg.reward.rewards] == [("redness", {{"channel": 0}})], cfg.reward.rewards
+assert [(r.name, r.reward_options) for r in cfg.reward.rewards] == [("redness", {{"channel": 0}})], cfg.reward.rewards
 {pytest_in(tmp_path, "tests/rewards/test_redness_reward.py")}
 print("followed")
 """)
@@ -130,7 +130,7 @@ from omni_rl.models.registry import ADAPTERS
 adapter = ADAPTERS.get("MyFlowPipeline")
 assert adapter.__module__ == "adapters.my_flow", adapter.__module__
 cfg = load_config(GUIDE_OVERRIDES)
-assert type(cfg.model.options) is adapter.options_class and cfg.model.options.guidance_rescale == 0.7
+assert type(cfg.model.adapter_options) is adapter.options_class and cfg.model.adapter_options.guidance_rescale == 0.7
 # `--options model.adapter=MyFlowPipeline` prints the options with their defaults and docs.
 sys.argv = ["main_omni.py", "--options", "model.adapter=MyFlowPipeline"]
 try:

@@ -110,10 +110,10 @@ def test_a_video_config_the_model_cannot_take_exits_2_before_any_model_loads(tmp
 
 
 @pytest.mark.parametrize("arg, expected", [
-    ("model.adapter=LTX2Pipeline", ["model adapter LTX2Pipeline: options under model.options", "stg_scale", "float = 0.0",
+    ("model.adapter=LTX2Pipeline", ["model adapter LTX2Pipeline: options under model.adapter_options", "stg_scale", "float = 0.0",
                                     "Spatio-temporal guidance"]),
-    ("model.adapter=Qwen3OmniMoeForConditionalGeneration", ["/thinker: options under model.options", "freeze_vision_tower"]),
-    ("rollout.backend=server", ["rollout backend server: options under rollout.options", "server_timeout_s", "max_wait_ms"]),
+    ("model.adapter=Qwen3OmniMoeForConditionalGeneration", ["/thinker: options under model.adapter_options", "freeze_vision_tower"]),
+    ("rollout.backend=server", ["rollout backend server: options under rollout.backend_options", "server_timeout_s", "max_wait_ms"]),
     ("rollout.backend=vllm", ["gpu_memory_utilization", "float = 0.5", "sleep_mode"]),
     ("trainer.backend=ray", ["trainer backend ray: options under trainer.backend_options", "devices_per_node", "int = 1"]),
     ("trainer.engine=fsdp2", ["training engine fsdp2: options under trainer.engine_options", "param_offload"]),

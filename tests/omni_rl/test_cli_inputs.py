@@ -165,7 +165,7 @@ def test_an_unreadable_source_image_names_the_row(tmp_path, capsys, out):
 
 @pytest.mark.parametrize("key, value, expected", [
     ("rollout.width", "40", "rollout.width=40: expected a multiple of 16"),
-    ("model.options.condition_image_size", "[32,40]", "model.options.condition_image_size[1]=40: expected a multiple of 16"),
+    ("model.adapter_options.condition_image_size", "[32,40]", "model.adapter_options.condition_image_size[1]=40: expected a multiple of 16"),
 ])
 def test_a_size_the_vae_cannot_take(capsys, out, key, value, expected):
     code, err = main_error(capsys, "recipe=tiny_qwen_image_edit_flowgrpo", f"{key}={value}", out)
@@ -186,9 +186,9 @@ def test_a_rollout_python_that_cannot_run_is_one_line_before_loading(tmp_path, c
         script.write_text(f"#!{tmp_path / 'gone' / 'sh'}\nexit 3\n")
         script.chmod(0o755 if case == "no_interpreter" else 0o644)
     path = "no-such-python-3.99" if case == "bare_name" else str(script)
-    code, err = main_error(capsys, "rollout.backend=server", f"rollout.options.python={path}", out)
+    code, err = main_error(capsys, "rollout.backend=server", f"rollout.backend_options.python={path}", out)
     assert code == 2
-    assert_one_error_line(err, f"rollout.options.python='{path}'", expected)
+    assert_one_error_line(err, f"rollout.backend_options.python='{path}'", expected)
     assert not (tmp_path / "out" / "metrics.jsonl").exists()
 
 
@@ -207,9 +207,9 @@ HAS_VLLM = __import__("importlib.util").util.find_spec("vllm") is not None
 def test_a_rollout_python_without_vllm_is_refused_before_the_load(capsys, out, tmp_path):
     # This test's own interpreter has no vllm: the server would start in it and fail after the load.
     code, err = main_error(capsys, "recipe=tiny_qwen3_grpo", "rollout.backend=vllm",
-                           f"rollout.options.python={sys.executable}", out)
+                           f"rollout.backend_options.python={sys.executable}", out)
     assert code == 2
-    assert_one_error_line(err, f"rollout.options.python='{sys.executable}' cannot import 'vllm'",
+    assert_one_error_line(err, f"rollout.backend_options.python='{sys.executable}' cannot import 'vllm'",
                           "rollout.backend='vllm'", "-m pip install vllm")
     assert not (tmp_path / "out" / "metrics.jsonl").exists()
 

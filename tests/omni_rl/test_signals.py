@@ -105,7 +105,7 @@ def test_sigint_saves_and_exits_130_with_one_line(tmp_path):
 def test_a_second_signal_stops_at_once(tmp_path):
     out = tmp_path / "twice"
     marker = tmp_path / "reward_started"
-    proc = start(tmp_path, "twice", "plugins=[slow_reward]", "reward.rewards=[{name: tests.slow, kwargs: {seconds: 300}}]",
+    proc = start(tmp_path, "twice", "plugins=[slow_reward]", "reward.rewards=[{name: tests.slow, reward_options: {seconds: 300}}]",
                  env={"PYTHONPATH": os.pathsep.join(p for p in [str(PLUGINS), os.environ.get("PYTHONPATH")] if p),
                       "SLOW_REWARD_MARKER": str(marker)})
     wait_for(proc, marker.exists, "the first step's reward")   # step 1 now waits 300 s on its reward

@@ -40,7 +40,7 @@ def test_each_bagel_recipe_samples_as_the_official_path_it_cites(recipe):
     words, official = CITED[recipe]
     assert words in (PROJECT_ROOT / "recipes" / f"{recipe}.yaml").read_text().replace("\n#", "")
     cfg = load_config([f"recipe={recipe}"])
-    options = cfg.model.options
+    options = cfg.model.adapter_options
     have = {k: getattr(options, k) for k in official if k != "guidance_scale"}
     have["cfg_interval"] = list(have["cfg_interval"])
     assert {**have, "guidance_scale": cfg.rollout.guidance_scale} == official
@@ -88,6 +88,6 @@ def test_tiny_bagel_think_flowgrpo_trains(tmp_path):
 def test_tiny_bagel_think_with_cfg_toward_the_plan_trains_on_policy(tmp_path):
     """The official think mode's default second guidance (plan_guidance_scale 1.5): its plan-free
     context travels with each sample, so the trainer replays the rollout's velocity exactly."""
-    steps = run(tmp_path / "bagel_think_cfg", "tiny_bagel_think_flowgrpo", "model.options.plan_guidance_scale=1.5",
+    steps = run(tmp_path / "bagel_think_cfg", "tiny_bagel_think_flowgrpo", "model.adapter_options.plan_guidance_scale=1.5",
                 "trainer.total_steps=2", "trainer.val_every=2", "trainer.save_every=2")
     assert len(steps) == 2

@@ -51,7 +51,7 @@ def test_tiny_qwen_image_flowgrpo_trains(tmp_path):
 def test_the_edit_recipes_reward_depends_on_the_source_image():
     cfg = load_config(["recipe=tiny_qwen_image_edit_flowgrpo"])
     items = load_prompt_items(cfg.data.prompts, cfg.data.prompt_file)
-    rewards = RewardManager([RewardSpec(r.name, r.weight, r.required, dict(r.kwargs)) for r in cfg.reward.rewards])
+    rewards = RewardManager([RewardSpec(r.name, r.weight, r.required, dict(r.reward_options)) for r in cfg.reward.rewards])
     gen = torch.Generator().manual_seed(0)
     images = torch.randint(0, 256, (len(items), cfg.rollout.height, cfg.rollout.width, 3), generator=gen,
                            dtype=torch.uint8)

@@ -90,7 +90,7 @@ class TestRecipe:
         for item in [*cfg.reward.rewards, *(cfg.reward.val_rewards or [])]:
             assert item.name in REWARDS, REWARDS.names()
             # bind, not call: building a real reward may load a model
-            inspect.signature(REWARDS.get(item.name)).bind(**item.kwargs)
+            inspect.signature(REWARDS.get(item.name)).bind(**item.reward_options)
 
 
 REAL_RECIPES = sorted(name for name in PROJECT_RECIPES
@@ -120,9 +120,9 @@ def test_a_real_recipe_without_its_data_says_where_to_get_it(capsys):
 
 def test_the_geneval_recipe_trains_on_partial_credit_and_validates_on_the_verdict():
     cfg = load_config(["recipe=sd35_medium_flowgrpo_geneval_lora"])
-    assert [(r.name, r.kwargs["score"]) for r in cfg.reward.rewards] == [("geneval", "partial")]
-    assert [(r.name, r.kwargs["score"]) for r in cfg.reward.val_rewards] == [("geneval", "correct")]
+    assert [(r.name, r.reward_options["score"]) for r in cfg.reward.rewards] == [("geneval", "partial")]
+    assert [(r.name, r.reward_options["score"]) for r in cfg.reward.val_rewards] == [("geneval", "correct")]
     # Flow-GRPO's geneval_sd3: 10 steps, 40 to evaluate, CFG 4.5, 512 px, 48 prompts x 24, KL 0.04.
     assert (cfg.rollout.num_steps, cfg.algo.family_options.val_num_steps, cfg.rollout.guidance_scale) == (10, 40, 4.5)
     assert (cfg.rollout.height, cfg.trainer.prompts_per_step, cfg.trainer.samples_per_prompt) == (512, 48, 24)
-    assert (cfg.trainer.mini_batch_size, cfg.algo.kl_coef, cfg.model.options.max_sequence_length) == (576, 0.04, 128)
+    assert (cfg.trainer.mini_batch_size, cfg.algo.kl_coef, cfg.model.adapter_options.max_sequence_length) == (576, 0.04, 128)

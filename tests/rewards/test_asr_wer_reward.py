@@ -150,7 +150,7 @@ def test_a_language_whisper_does_not_know_is_one_line_at_load(capsys, tmp_path):
     """Issue 45, L2: `language: klingon` failed at step 1, after the model loaded."""
     from omni_rl.cli import main
 
-    reward = "reward.rewards=[{name: asr_wer, kwargs: {model: tiny:whisper-reward, language: klingon}}]"
+    reward = "reward.rewards=[{name: asr_wer, reward_options: {model: tiny:whisper-reward, language: klingon}}]"
     assert main(["recipe=tiny_qwen3_omni_talker_grpo", reward, "trainer.val_every=0",
                  f"trainer.output_dir={tmp_path / 'out'}"]) == 2
     err = capsys.readouterr().err.strip()

@@ -238,10 +238,10 @@ def test_a_bad_url_fails_when_the_options_are_checked_before_any_build(url, got)
 def test_an_ftp_url_is_one_error_line_at_config_load(capsys):
     from omni_rl.cli import main
 
-    override = "reward.rewards=[{name: latent_http, kwargs: {url: 'ftp://10.0.0.5:8000'}}]"
+    override = "reward.rewards=[{name: latent_http, reward_options: {url: 'ftp://10.0.0.5:8000'}}]"
     assert main([override, "--cfg"]) == 2
     lines = capsys.readouterr().err.strip().splitlines()
     assert lines == [
-        "error: reward.rewards[0].kwargs: reward 'latent_http': url='ftp://10.0.0.5:8000' has the scheme 'ftp'; "
+        "error: reward.rewards[0].reward_options: reward 'latent_http': url='ftp://10.0.0.5:8000' has the scheme 'ftp'; "
         "accepted schemes: http, https (the server's base URL, e.g. 'http://127.0.0.1:8000')"
     ]

@@ -31,7 +31,7 @@ def voice_like(seconds: float, rate: int = 16000) -> np.ndarray:
 
 
 def run_line(capsys, tmp_path, reference: str) -> str:
-    reward = f"reward.rewards=[{{name: speaker_similarity, kwargs: {{reference_audio: '{reference}', " \
+    reward = f"reward.rewards=[{{name: speaker_similarity, reward_options: {{reference_audio: '{reference}', " \
              f"model: tiny:wavlm-sv-reward}}}}]"
     code = main([TK, reward, "trainer.total_steps=1", "trainer.val_every=0", f"trainer.output_dir={tmp_path / 'out'}"])
     captured = capsys.readouterr()
@@ -39,7 +39,7 @@ def run_line(capsys, tmp_path, reference: str) -> str:
     assert code == 2, captured.err
     assert "Traceback" not in captured.err and len(lines) == 1 and lines[0].startswith("error: "), captured.err
     assert not (tmp_path / "out").exists()  # nothing was written: the model never loaded
-    prefix = f"error: reward.rewards[0].kwargs: reward 'speaker_similarity': reference_audio='{reference}': "
+    prefix = f"error: reward.rewards[0].reward_options: reward 'speaker_similarity': reference_audio='{reference}': "
     assert lines[0].startswith(prefix), lines[0]
     return lines[0][len(prefix):]
 

@@ -18,6 +18,7 @@ from omni_rl.reward.prompt_checks import check_reward_prompts
 from omni_rl.compose import load_config
 from omni_rl.errors import ConfigError
 from omni_rl.data.prompts import PromptFileError, check_prompt_sources
+from omni_rl.config.options import NoOptions
 from omni_rl.models.registry import register_adapter
 
 LTX2 = "recipe=tiny_ltx2_flowgrpo_av"  # a model that makes audio (and adds no spoken_text)
@@ -30,6 +31,7 @@ class SpeakingAdapter:
     family = "diffusion"
     makes_audio = True
     sample_metadata_keys = frozenset({"spoken_text"})
+    options_class = NoOptions
 
 
 @pytest.fixture(scope="module")
@@ -47,9 +49,9 @@ def voice(tmp_path_factory):
 
 def speech_rewards(voice: str) -> list[str]:
     return [
-        "{name: asr_wer, kwargs: {model: never/loaded}}",
+        "{name: asr_wer, reward_options: {model: never/loaded}}",
         "{name: speech_rate}",
-        f"{{name: speaker_similarity, kwargs: {{reference_audio: '{voice}', model: never/loaded}}}}",
+        f"{{name: speaker_similarity, reward_options: {{reference_audio: '{voice}', model: never/loaded}}}}",
     ]
 
 
@@ -84,8 +86,8 @@ def test_on_the_command_line_it_is_one_error_line(capsys, voice, tmp_path):
 
 
 @pytest.mark.parametrize("reward, key", [
-    ("{name: asr_wer, kwargs: {model: tiny:whisper-reward}}", "spoken_text"),
-    ("{name: speech_rate, kwargs: {text_key: answer}}", "answer"),
+    ("{name: asr_wer, reward_options: {model: tiny:whisper-reward}}", "spoken_text"),
+    ("{name: speech_rate, reward_options: {text_key: answer}}", "answer"),
 ])
 def test_a_text_reward_with_no_text_to_compare_against(capsys, tmp_path, reward, key):
     line = one_error_line(capsys, LTX2, f"reward.rewards=[{reward}]", f"trainer.output_dir={tmp_path}")
@@ -112,7 +114,7 @@ def sources_of(cfg):
 def test_the_text_may_come_from_the_prompts_or_from_the_model(tmp_path):
     rows = tmp_path / "speak.jsonl"
     rows.write_text("".join(json.dumps({"prompt": p, "metadata": {"spoken_text": p}}) + "\n" for p in ("hi", "bye")))
-    reward = "reward.rewards=[{name: asr_wer, kwargs: {model: never/loaded}}, {name: speech_rate}]"
+    reward = "reward.rewards=[{name: asr_wer, reward_options: {model: never/loaded}}, {name: speech_rate}]"
     cfg = load_config([LTX2, f"data.prompt_file={rows}", "data.prompts=null", reward])
     check_reward_prompts(cfg, sources_of(cfg))  # every row carries spoken_text
     # One row without it is named.
@@ -124,7 +126,7 @@ def test_the_text_may_come_from_the_prompts_or_from_the_model(tmp_path):
     cfg.model.adapter = "TestsSpeakingPipeline"
     check_reward_prompts(cfg, sources_of(cfg))
     # ...but a reward reading another key still does.
-    cfg.reward.rewards[1].kwargs = {"text_key": "answer"}
+    cfg.reward.rewards[1].reward_options = {"text_key": "answer"}
     with pytest.raises(PromptFileError, match=r"reward.rewards\[1\]: reward 'speech_rate' needs metadata\['answer'\].*"
                                               r"\(it adds: spoken_text\)"):
         check_reward_prompts(cfg, sources_of(cfg))
@@ -136,9 +138,9 @@ def test_the_text_may_come_from_the_prompts_or_from_the_model(tmp_path):
 ])
 def test_a_reference_voice_that_is_missing_or_not_audio(capsys, tmp_path, make, expected):
     path = make(tmp_path)
-    reward = f"reward.rewards=[{{name: speaker_similarity, kwargs: {{reference_audio: '{path}'}}}}]"
+    reward = f"reward.rewards=[{{name: speaker_similarity, reward_options: {{reference_audio: '{path}'}}}}]"
     line = one_error_line(capsys, LTX2, reward, f"trainer.output_dir={tmp_path / 'out'}")
-    assert line.startswith("error: reward.rewards[0].kwargs: reward 'speaker_similarity': reference_audio=")
+    assert line.startswith("error: reward.rewards[0].reward_options: reward 'speaker_similarity': reference_audio=")
     assert expected in line
 
 
@@ -146,7 +148,7 @@ def test_a_reference_voice_that_is_missing_or_not_audio(capsys, tmp_path, make, 
 def test_a_talker_stage_adds_the_text_its_samples_were_asked_to_say(stage):
     """The real talker adapter (not a stand-in) declares `spoken_text`, so the speech rewards that
     compare with it load on text prompts that carry none."""
-    reward = "reward.rewards=[{name: asr_wer, kwargs: {model: never/loaded}}, {name: speech_rate}]"
+    reward = "reward.rewards=[{name: asr_wer, reward_options: {model: never/loaded}}, {name: speech_rate}]"
     cfg = load_config(["recipe=tiny_qwen3_omni_talker_grpo", f"model.stage={stage}", reward])
     check_reward_prompts(cfg, sources_of(cfg))
 
@@ -158,8 +160,8 @@ def test_a_talker_stage_adds_the_text_its_samples_were_asked_to_say(stage):
                            "drop the reward or pick one that scores audio"),
     ("{name: char_match}", "reward.rewards[0]: reward 'char_match' scores image, text, but model.adapter="),
     # ...and char_match with an empty set of characters, refused by its constructor after the load.
-    ("{name: char_match, kwargs: {chars: '', text_key: spoken_text}}",
-     "reward.rewards[0].kwargs: reward 'char_match': chars=''; expected a non-empty string, e.g. 'a' or 'aeiou'"),
+    ("{name: char_match, reward_options: {chars: '', text_key: spoken_text}}",
+     "reward.rewards[0].reward_options: reward 'char_match': chars=''; expected a non-empty string, e.g. 'a' or 'aeiou'"),
 ])
 def test_a_reward_the_talker_cannot_feed_is_one_line_at_load(capsys, tmp_path, reward, expected):
     line = one_error_line(capsys, "recipe=tiny_qwen3_omni_talker_grpo", f"reward.rewards=[{reward}]",
@@ -170,7 +172,7 @@ def test_a_reward_the_talker_cannot_feed_is_one_line_at_load(capsys, tmp_path, r
 
 def test_a_text_rule_with_a_text_key_scores_the_talker():
     cfg = load_config(["recipe=tiny_qwen3_omni_talker_grpo",
-                       "reward.rewards=[{name: char_match, kwargs: {chars: ab, text_key: spoken_text}}]"])
+                       "reward.rewards=[{name: char_match, reward_options: {chars: ab, text_key: spoken_text}}]"])
     check_reward_prompts(cfg, sources_of(cfg))
 
 

@@ -217,7 +217,7 @@ class ServerRolloutEngine(RolloutEngine):
 def start_server_engine(cfg: OmniConfig, model, options, backend: str = "native") -> ServerRolloutEngine:
     """Start the server process for this run, serving the in-process rollout backend `backend`,
     and connect to it (see the module docstring). `options` are the run's backend's
-    (`rollout.options`: `python`, `server_timeout_s`, `server_startup_timeout_s`)."""
+    (`rollout.backend_options`: `python`, `server_timeout_s`, `server_startup_timeout_s`)."""
     r = cfg.rollout
     python = options.python or sys.executable
     config_dir = tempfile.mkdtemp(prefix="omni-rl-rollout-server-")
@@ -236,7 +236,7 @@ def start_server_engine(cfg: OmniConfig, model, options, backend: str = "native"
         try:
             process = subprocess.Popen(command, stdout=subprocess.PIPE, env=env, text=True)
         except OSError as err:
-            raise RolloutEngineError(f"rollout.options.python={python!r}: cannot start the rollout server ({err})") from None
+            raise RolloutEngineError(f"rollout.backend_options.python={python!r}: cannot start the rollout server ({err})") from None
         ready = _read_ready_line(process, options.server_startup_timeout_s, command)
     finally:
         shutil.rmtree(config_dir, ignore_errors=True)  # read by the server before it reports ready
@@ -246,7 +246,8 @@ def start_server_engine(cfg: OmniConfig, model, options, backend: str = "native"
     )
     try:
         engine._json("GET", "/health", what="checking its health after it started")
-        engine.update_weights(model.named_trainable_tensors(), 0, weight_kind(model))
+        if not model.weightless:  # a weightless view (as `_start_from_trainer`): the server keeps the checkpoint's
+            engine.update_weights(model.named_trainable_tensors(), 0, weight_kind(model))
     except BaseException:
         engine.close()
         raise
@@ -285,7 +286,7 @@ def _read_ready_line(process: subprocess.Popen, timeout_s: float, command: list[
     if code is None:
         process.kill()
         process.wait(timeout=30)
-        why = f"did not report its address within rollout.options.server_startup_timeout_s={timeout_s:g} s"
+        why = f"did not report its address within rollout.backend_options.server_startup_timeout_s={timeout_s:g} s"
     else:
         why = f"exited with code {code} before it was ready"
     raise RolloutEngineError(

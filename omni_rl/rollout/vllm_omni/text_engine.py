@@ -3,8 +3,15 @@
 Serves causal LMs and the Qwen3-Omni thinker, one seeded `SamplingParams` per request; vLLM's
 log-probs match the trainer's only for top_p = 1, so top_p < 1 and prompts with media are
 refused (use `native`). LoRA updates go as a PEFT folder per version, full updates bucket by
-bucket through `collective_rpc` (`vllm_worker.py`). Sampling is synchronous. Left out: recording
-routed experts (`routing_replay=r3` needs rollout.backend=native).
+bucket through `collective_rpc` (`vllm_worker.py`). Sampling is synchronous.
+
+Routed experts (algo.family_options.routing_replay=r3, a MoE model): where vLLM's V2 model runner
+runs (it needs Triton) vLLM returns them itself (`enable_return_routed_experts`, each completion's
+`routed_experts` [tokens, decoder layers, k]); elsewhere (vLLM's CPU build, whose Triton has no
+CPU backend, runs the V1 runner) the worker extension captures them from the MoE routers, with
+prefix caching off (a cached prompt block is not recomputed, so it would have no routes). Either
+way each result carries them as the native engine records them (`TextResult.routes`: the MoE
+layers only, prompt and response tokens from position 0). Left out: media prompts, top_p < 1.
 """
 from __future__ import annotations
 
@@ -47,8 +54,8 @@ def sleep_mode_for(requested: bool, available: bool, platform: str) -> bool:
     """Whether to start vLLM with its sleep mode: as requested where the platform has it; else
     off, with one warning naming the option (vLLM itself would refuse to start)."""
     if requested and not available:
-        log.warning("rollout.options.sleep_mode=true, but vLLM has no sleep mode on this platform (%s): the engine "
-                    "starts without it, and its sleep() / wake() are refused; set rollout.options.sleep_mode=false "
+        log.warning("rollout.backend_options.sleep_mode=true, but vLLM has no sleep mode on this platform (%s): the engine "
+                    "starts without it, and its sleep() / wake() are refused; set rollout.backend_options.sleep_mode=false "
                     "to silence this", platform)
         return False
     return requested
@@ -74,6 +81,18 @@ def check_text_request(req: TextRequest) -> None:
     if req.prompt.media:
         raise ValueError(f"request {req.request_id}: a prompt with media ({sorted(req.prompt.media)}); "
                          f"rollout.backend=vllm samples text prompts: use rollout.backend=native for media")
+
+
+def checkpoint_named(model: torch.nn.Module, tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """Full weights as the checkpoint names and shapes them, which vLLM's loader reads: transformers
+    holds some in another layout in memory (a MoE's experts fused into one [E, ...] tensor), and
+    undoes that on save (`revert_weight_conversion`); other modules' names are kept."""
+    from transformers import PreTrainedModel
+    from transformers.core_model_loading import revert_weight_conversion
+
+    if not isinstance(model, PreTrainedModel):
+        return tensors
+    return revert_weight_conversion(model, dict(tensors))
 
 
 def peft_lora_files(tensors: dict[str, torch.Tensor], rank: int, alpha: float, targets: Any,
@@ -107,13 +126,53 @@ def result_from_completion(req: TextRequest, token_ids: Sequence[int], logprobs:
     )
 
 
-def routed_experts_line(version: str, model_config_class: type) -> str:
-    """The start-up line on routed experts: whether vLLM `version`'s `ModelConfig` (a dataclass)
-    has `enable_return_routed_experts`, and that this engine does not use it yet."""
-    names = {f.name for f in dataclasses.fields(model_config_class)}
-    can = "can" if "enable_return_routed_experts" in names else "cannot"
-    return (f"vLLM {version} {can} return routed experts (enable_return_routed_experts); this engine does not "
-            f"record them yet: algo.family_options.routing_replay=r3 needs rollout.backend=native")
+# How the engine records routed experts: vLLM returns them, or the worker extension captures them.
+VLLM_RETURNS, EXTENSION_CAPTURES = "vllm", "extension"
+
+
+def route_capture(engine_args_class: type, has_triton: bool, v2_runner_env: Optional[bool]) -> str:
+    """Who records routed experts: vLLM itself where its `EngineArgs` (a dataclass) has
+    `enable_return_routed_experts` and its V2 model runner runs (vLLM wires routed experts to that
+    runner only, and it needs Triton, unless VLLM_USE_V2_MODEL_RUNNER=0 turns it off); else the
+    worker extension (`vllm_worker.OmniRLVllmWorkerExtension.omni_rl_capture_routes`)."""
+    names = {f.name for f in dataclasses.fields(engine_args_class)}
+    if "enable_return_routed_experts" in names and has_triton and v2_runner_env is not False:
+        return VLLM_RETURNS
+    return EXTENSION_CAPTURES
+
+
+def routed_experts_line(version: str, capture: str) -> str:
+    """The start-up line on how this engine records routed experts (`route_capture`)."""
+    if capture == VLLM_RETURNS:
+        return f"vLLM {version} returns the routed experts (enable_return_routed_experts)"
+    return (f"vLLM {version} cannot return routed experts here (it does so from its V2 model runner only, which "
+            f"needs Triton with this platform's backend): the omni-rl worker extension captures them from the MoE "
+            f"routers, with prefix caching off")
+
+
+def routes_of_completion(req: TextRequest, rows: Optional[torch.Tensor], response_len: int, moe_layers: Sequence[int],
+                         layout) -> torch.Tensor:
+    """`TextResult.routes` [P + R - 1, MoE layers, k] of one completion from vLLM's rows [S, layers, k]
+    (positions 0 .. S - 1; `moe_layers` picks the MoE layers' columns, in order; -1: not recorded),
+    checked against the model's `layout` (`moe_routing.RouterLayout`); one error naming the request."""
+    from omni_rl.models.moe_routing import RoutingReplayError
+
+    needed = len(req.prompt.input_ids) + response_len - 1  # the last sampled token feeds no forward
+    if rows is None or rows.shape[0] < needed:
+        got = "no routes" if rows is None else f"routes for {rows.shape[0]} tokens"
+        raise RoutingReplayError(
+            f"request {req.request_id}: vLLM returned {got}, expected {needed} (its prompt's {len(req.prompt.input_ids)} "
+            f"tokens and {response_len - 1} fed response tokens); routing_replay=r3 cannot replay it")
+    if rows.dim() != 3 or max(moe_layers, default=-1) >= rows.shape[1]:
+        raise RoutingReplayError(f"request {req.request_id}: vLLM's routes of shape {tuple(rows.shape)}, expected "
+                                 f"[tokens, layers, k] with the MoE layers {list(moe_layers)}")
+    picked = rows[:needed, list(moe_layers)].long()
+    if bool((picked < 0).any()):
+        token = int((picked < 0).any(-1).any(-1).nonzero()[0, 0])
+        raise RoutingReplayError(f"request {req.request_id}: vLLM recorded no route at token {token} of {needed}; "
+                                 f"routing_replay=r3 cannot replay it")
+    layout.check(picked, f"request {req.request_id}")
+    return picked.to(layout.dtype)
 
 
 class VllmTextEngine(SynchronousRolloutEngine):
@@ -126,7 +185,7 @@ class VllmTextEngine(SynchronousRolloutEngine):
         # with a copy of its own, so this engine never shares the model (`shares_model_with`).
         self.trainer_adapter = model
         self.cfg = cfg
-        self.options = options  # rollout.options (VllmOptions)
+        self.options = options  # rollout.backend_options (VllmOptions)
         r, lora = cfg.rollout, cfg.model.lora
         self.weight_version = 0
         self.stats = {"samples": 0, "generate_calls": 0, "weight_updates": 0}
@@ -135,16 +194,36 @@ class VllmTextEngine(SynchronousRolloutEngine):
         self._lora_dirs: list[str] = []
         self.sleep_mode = sleep_mode_for(options.sleep_mode, current_platform.is_sleep_mode_available(),
                                          str(current_platform.device_type))
+        # Routed experts, for routing_replay=r3 on a MoE model (None: not recorded).
+        self.route_layout = model.routing.layout if (
+            cfg.algo.family_options.routing_replay == "r3" and model.routing is not None) else None
+        self.route_capture, extra = None, {}
+        if self.route_layout is not None:
+            from vllm import envs
+            from vllm.engine.arg_utils import EngineArgs
+            from vllm.triton_utils import HAS_TRITON
+
+            self.route_capture = route_capture(EngineArgs, HAS_TRITON, envs.VLLM_USE_V2_MODEL_RUNNER)
+            extra = ({"enable_return_routed_experts": True} if self.route_capture == VLLM_RETURNS
+                     else {"enable_prefix_caching": False})
         self.llm = LLM(
             model=path, dtype=cfg.model.dtype, seed=cfg.trainer.seed, max_num_seqs=r.max_num_seqs,
             gpu_memory_utilization=options.gpu_memory_utilization, enforce_eager=options.enforce_eager,
             enable_sleep_mode=self.sleep_mode, enable_lora=lora.enabled, max_lora_rank=vllm_max_lora_rank(lora.rank) if lora.enabled else 16,
-            max_loras=1, logprobs_mode="processed_logprobs", worker_extension_cls=WORKER_EXTENSION,
+            max_loras=1, logprobs_mode="processed_logprobs", worker_extension_cls=WORKER_EXTENSION, **extra,
         )
-        import vllm
-        from vllm.config import ModelConfig
+        self.moe_layers: list[int] = []
+        if self.route_capture is not None:
+            import vllm
 
-        log.info(routed_experts_line(vllm.__version__, ModelConfig))
+            log.info(routed_experts_line(vllm.__version__, self.route_capture))
+            call = "omni_rl_moe_layers" if self.route_capture == VLLM_RETURNS else "omni_rl_capture_routes"
+            self.moe_layers = list(self.llm.collective_rpc(call)[0])
+            if len(self.moe_layers) != self.route_layout.num_layers:
+                self.close()
+                raise RuntimeError(
+                    f"vLLM's {path} has MoE layers {self.moe_layers}, but the trainer's model has "
+                    f"{self.route_layout.num_layers} routers; the rollout and the trainer must load the same model")
 
     def generate(self, requests: Sequence[TextRequest], timeout_s: float | None = None) -> list[TextResult]:
         from vllm import SamplingParams
@@ -160,14 +239,34 @@ class VllmTextEngine(SynchronousRolloutEngine):
         prompts = [{"prompt_token_ids": req.prompt.input_ids.tolist()} for req in requests]
         outputs = self.llm.generate(prompts, params, use_tqdm=False, lora_request=self._lora_request)
         self.stats["generate_calls"] += 1
+        captured = self._captured_routes()
         results = []
         for req, out in zip(requests, outputs):
             done = out.outputs[0]
             tokens = list(done.token_ids)
-            results.append(result_from_completion(req, tokens, done.logprobs or [], done.finish_reason,
-                                                  self.trainer_adapter.decode_tokens(tokens), self.weight_version))
+            result = result_from_completion(req, tokens, done.logprobs or [], done.finish_reason,
+                                            self.trainer_adapter.decode_tokens(tokens), self.weight_version)
+            if self.route_capture is not None and req.record_routes:
+                if self.route_capture == VLLM_RETURNS:
+                    rows = None if done.routed_experts is None else torch.from_numpy(done.routed_experts.astype("int32"))
+                    result.routes = routes_of_completion(req, rows, len(tokens), self.moe_layers, self.route_layout)
+                else:
+                    result.routes = routes_of_completion(req, captured.get(out.request_id), len(tokens),
+                                                         range(len(self.moe_layers)), self.route_layout)
+            results.append(result)
         self.stats["samples"] += len(results)
         return results
+
+    def _captured_routes(self) -> dict[str, torch.Tensor]:
+        """The worker extension's routes of the requests just sampled, by vLLM's request id (the
+        one `LLM.generate` gave them: vLLM's engine adds a suffix of its own); empty when vLLM
+        returns them itself."""
+        if self.route_capture != EXTENSION_CAPTURES:
+            return {}
+        from safetensors.torch import load
+
+        captured = load(self.llm.collective_rpc("omni_rl_take_routes")[0])
+        return {name.rsplit("-", 1)[0]: rows for name, rows in captured.items()}
 
 
     def update_weights(self, tensors: NamedTensors, version: int, kind: str) -> None:
@@ -176,6 +275,7 @@ class VllmTextEngine(SynchronousRolloutEngine):
             self._load_lora(dict(tensors), version)
         else:
             # Each bucket is serialized as it is sent, so this side holds one bucket's bytes at a time.
+            tensors = checkpoint_named(self.trainer_adapter.trainable_root(), dict(tensors))
             buckets = list(named_buckets(tensors, self.cfg.trainer.weight_sync_bucket_mb << 20))
             for i, bucket in enumerate(buckets):
                 self.llm.collective_rpc("omni_rl_load_weights", args=(weight_blob(bucket, self.prefix), i == len(buckets) - 1))
@@ -208,7 +308,7 @@ class VllmTextEngine(SynchronousRolloutEngine):
 
     def _require_sleep_mode(self, what: str) -> None:
         if not self.sleep_mode:
-            why = ("rollout.options.sleep_mode=false; set it to true to free the GPU between rollouts"
+            why = ("rollout.backend_options.sleep_mode=false; set it to true to free the GPU between rollouts"
                    if not self.options.sleep_mode else "no sleep mode: its platform has none (a CPU?)")
             raise RuntimeError(f"{what}(): the vllm engine was started with {why}")
 

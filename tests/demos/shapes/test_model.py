@@ -27,7 +27,7 @@ LOG = json.loads((WEIGHTS / "train_log.json").read_text())
 
 @pytest.fixture(scope="module")
 def model():
-    return build_model(ModelConfig(path="tiny:sd3_shapes", options=PromptLengthOptions(max_sequence_length=MAX_SEQUENCE_LENGTH)), torch.device("cpu"))
+    return build_model(ModelConfig(path="tiny:sd3_shapes", adapter_options=PromptLengthOptions(max_sequence_length=MAX_SEQUENCE_LENGTH)), torch.device("cpu"))
 
 
 def test_the_shipped_folder_loads_through_diffusers_and_the_adapter(model):
@@ -68,7 +68,7 @@ def test_the_first_steps_of_pretraining_rerun_to_the_shipped_losses(tmp_path):
         pipe = untrained_pipeline(cfg)
         pipe.vae = AutoencoderKL.from_pretrained(WEIGHTS / "vae")
         pipe.save_pretrained(tmp_path / "start")
-        start = build_model(ModelConfig(path=str(tmp_path / "start"), options=PromptLengthOptions(max_sequence_length=cfg.max_sequence_length),
+        start = build_model(ModelConfig(path=str(tmp_path / "start"), adapter_options=PromptLengthOptions(max_sequence_length=cfg.max_sequence_length),
                                         lora=LoraConfig(enabled=False)), torch.device("cpu"))
         flow_log: list[float] = []
         train_transformer(start, cfg, flow_log, stop_after=3)

@@ -1,4 +1,4 @@
-"""Each component's options block (`model.options`, `rollout.options`, `trainer.*_options`):
+"""Each component's options block (`model.adapter_options`, `rollout.backend_options`, `trainer.*_options`):
 checked at load against the options class the component declares, bound again where the
 component is built, listed by `--options`; a flat key that moved there fails with its new place."""
 from __future__ import annotations
@@ -24,12 +24,12 @@ LTX2 = "recipe=tiny_ltx2_flowgrpo_av"
 
 
 @pytest.mark.parametrize("override, expected", [
-    ("model.stg_scale=1", "model.stg_scale moved: set model.options.stg_scale (LTX2Pipeline's option)"),
-    ("rollout.vllm_sleep_mode=false", "rollout.vllm_sleep_mode moved: set rollout.options.sleep_mode (an option of "
+    ("model.stg_scale=1", "model.stg_scale moved: set model.adapter_options.stg_scale (LTX2Pipeline's option)"),
+    ("rollout.vllm_sleep_mode=false", "rollout.vllm_sleep_mode moved: set rollout.backend_options.sleep_mode (an option of "
                                       "rollout backends vllm, vllm_omni)"),
     ("trainer.nnodes=2", "trainer.nnodes moved: set trainer.backend_options.nnodes (trainer backend ray's option)"),
     ("trainer.max_staleness=2", "trainer.max_staleness moved: set trainer.pipeline_options.max_staleness"),
-    ("reward.num_workers=2", "reward.num_workers moved: set reward.workers.num_workers"),
+    ("reward.num_workers=2", "reward.num_workers moved: set reward.worker_options.num_workers"),
 ])
 def test_a_moved_flat_key_names_its_new_place(override, expected):
     with pytest.raises(ConfigError) as err:
@@ -41,14 +41,14 @@ def test_a_moved_flat_key_names_its_new_place(override, expected):
 def test_a_moved_key_in_a_recipe_file_names_its_new_place_and_the_file(tmp_path):
     recipe = tmp_path / "old_style.yaml"
     recipe.write_text("data:\n  prompts: [a cat]\nmodel:\n  cfg_interval: [0.4, 1.0]\n")
-    with pytest.raises(ConfigError, match=r"^model.cfg_interval moved: set model.options.cfg_interval "
+    with pytest.raises(ConfigError, match=r"^model.cfg_interval moved: set model.adapter_options.cfg_interval "
                                           r"\(BagelForConditionalGeneration's option\) \[recipe file old_style.yaml\]$"):
         load_config([f"recipe={recipe}"])
 
 
 def test_every_moved_key_points_at_an_option_a_registered_component_declares():
     load_plugins(())
-    declared: dict[str, set[str]] = {"reward.workers": {f.name for f in dataclasses.fields(RewardWorkerOptions)}}
+    declared: dict[str, set[str]] = {"reward.worker_options": {f.name for f in dataclasses.fields(RewardWorkerOptions)}}
     for block in OPTION_BLOCKS:
         for name in block.registry.names():
             options = block.options_class(block.registry.get(name))
@@ -58,37 +58,37 @@ def test_every_moved_key_points_at_an_option_a_registered_component_declares():
         declared.setdefault("algo.family_options", set()).update(f.name for f in dataclasses.fields(options))
     declared["algo.family_options.plan_loss_options"] = {
         f.name for loss in TOKEN_LOSSES.names() for f in dataclasses.fields(TOKEN_LOSSES.get(loss).Options)}
-    declared["algo.rollout_correction"] = {f.name for f in dataclasses.fields(RolloutCorrectionConfig)}
+    declared["algo.rollout_correction_options"] = {f.name for f in dataclasses.fields(RolloutCorrectionConfig)}
     declared["rollout.sde_window_options"] = {f.name for f in dataclasses.fields(SdeWindowOptions)}
     declared["trainer.logger_options"] = {f.name for f in dataclasses.fields(LoggerOptions)}
     losses = set(DIFFUSION_LOSSES.names()) | set(TOKEN_LOSSES.names()) | set(FORWARD_LOSSES.names())
     for old, (new, _) in MOVED_KEYS.items():
         block, option = new.rsplit(".", 1)
         head, _, loss = block.rpartition(".")
-        if head == "algo.loss_options" and loss in losses:  # a block named for one loss: its own options
+        if head == "algo.policy_loss_options" and loss in losses:  # a block named for one loss: its own options
             assert option in {f.name for f in dataclasses.fields(loss_options_class(loss))}, f"{old} -> {new}"
             continue
         assert option in declared.get(block, set()), f"{old} -> {new}: no component declares it"
 
 
 @pytest.mark.parametrize("overrides, expected", [
-    ([LTX2, "model.options.stg_scle=1"], "model.options.stg_scle=1: model adapter LTX2Pipeline has no option 'stg_scle'; "
+    ([LTX2, "model.adapter_options.stg_scle=1"], "model.adapter_options.stg_scle=1: model adapter LTX2Pipeline has no option 'stg_scle'; "
                                          "its options: audio_guidance_rescale"),
-    ([LTX2, "model.options.stg_scale=big"], "model.options.stg_scale='big': expected float (model adapter LTX2Pipeline)"),
-    (["model.options.stg_scale=1"], "model.options.stg_scale=1: model adapter StableDiffusion3Pipeline has no option "
+    ([LTX2, "model.adapter_options.stg_scale=big"], "model.adapter_options.stg_scale='big': expected float (model adapter LTX2Pipeline)"),
+    (["model.adapter_options.stg_scale=1"], "model.adapter_options.stg_scale=1: model adapter StableDiffusion3Pipeline has no option "
                                     "'stg_scale'; its options: max_sequence_length"),
-    (["recipe=tiny_wan22_flowgrpo", "model.options.guidance_scale_2=0.5"], "model.options.guidance_scale_2=0.5: expected"),
-    (["rollout.options.max_wait_ms=-1"], "rollout.options.max_wait_ms=-1.0: expected >= 0"),
-    (["rollout.options.python=/usr/bin/python3"], "rollout.options.python='/usr/bin/python3': rollout backend native "
+    (["recipe=tiny_wan22_flowgrpo", "model.adapter_options.guidance_scale_2=0.5"], "model.adapter_options.guidance_scale_2=0.5: expected"),
+    (["rollout.backend_options.max_wait_ms=-1"], "rollout.backend_options.max_wait_ms=-1.0: expected >= 0"),
+    (["rollout.backend_options.python=/usr/bin/python3"], "rollout.backend_options.python='/usr/bin/python3': rollout backend native "
                                                   "has no option 'python'"),
-    (["rollout.backend=server", "rollout.options.server_timeout_s=0"], "rollout.options.server_timeout_s=0.0: expected > 0"),
+    (["rollout.backend=server", "rollout.backend_options.server_timeout_s=0"], "rollout.backend_options.server_timeout_s=0.0: expected > 0"),
     (["trainer.backend=ray", "trainer.backend_options.nnodes=0"], "trainer.backend_options.nnodes=0: expected an integer >= 1"),
     (["trainer.engine_options.param_offload=true"], "trainer.engine_options.param_offload=True: training engine local "
                                                    "has no option 'param_offload'"),
     (["trainer.pipeline=async", "trainer.pipeline_options.stale_policy=skip"],
      "trainer.pipeline_options.stale_policy='skip': expected one of drop"),
-    (["reward.workers.num_gpus=-1"], "reward.workers.num_gpus=-1.0: expected >= 0"),
-    (["reward.workers.count=2"], "reward.workers.count=2: reward workers on Ray has no option 'count'"),
+    (["reward.worker_options.num_gpus=-1"], "reward.worker_options.num_gpus=-1.0: expected >= 0"),
+    (["reward.worker_options.count=2"], "reward.worker_options.count=2: reward workers on Ray has no option 'count'"),
 ])
 def test_a_bad_option_fails_at_load_with_one_line_naming_it(overrides, expected):
     with pytest.raises(ConfigError) as err:
@@ -98,16 +98,16 @@ def test_a_bad_option_fails_at_load_with_one_line_naming_it(overrides, expected)
 
 
 def test_the_bound_options_are_what_the_recipe_sets():
-    cfg = load_config(["rollout.backend=server", "rollout.options.max_wait_ms=7", "rollout.options.server_timeout_s=9"])
-    options = cfg.rollout.options
+    cfg = load_config(["rollout.backend=server", "rollout.backend_options.max_wait_ms=7", "rollout.backend_options.server_timeout_s=9"])
+    options = cfg.rollout.backend_options
     assert (options.max_wait_ms, options.server_timeout_s, options.python) == (7.0, 9.0, None)
     cfg = load_config(["trainer.backend=ray", "trainer.backend_options.devices_per_node=2", "trainer.micro_batch_size=8",
                        "trainer.engine_options.optimizer_offload=true"])
     assert cfg.trainer.engine == "fsdp2"  # the backend's default engine, filled at load
     assert cfg.trainer.backend_options.world_size == 2
     assert cfg.trainer.engine_options.optimizer_offload and not cfg.trainer.engine_options.param_offload
-    cfg = load_config(["reward.workers.num_workers=2", "reward.workers.num_cpus=0.5"])
-    assert cfg.reward.workers == RewardWorkerOptions(num_workers=2, num_cpus=0.5, num_gpus=0.0)
+    cfg = load_config(["reward.worker_options.num_workers=2", "reward.worker_options.num_cpus=0.5"])
+    assert cfg.reward.worker_options == RewardWorkerOptions(num_workers=2, num_cpus=0.5, num_gpus=0.0)
 
 
 def test_rollout_backends_declare_what_they_can_do():
@@ -115,8 +115,8 @@ def test_rollout_backends_declare_what_they_can_do():
     assert ROLLOUT_BACKENDS.get("vllm").loads_own_weights and ROLLOUT_BACKENDS.get("vllm_omni").loads_own_weights
     assert not ROLLOUT_BACKENDS.get("native").loads_own_weights
     cfg = load_config(["recipe=tiny_qwen3_grpo", "rollout.backend=vllm"])
-    assert "rollout.options.python" in beside_trainer_problem(cfg) and not shares_model(cfg)
-    cfg = load_config(["recipe=tiny_qwen3_grpo", "rollout.backend=vllm", "rollout.options.python=/opt/vllm-omni/bin/python"])
+    assert "rollout.backend_options.python" in beside_trainer_problem(cfg) and not shares_model(cfg)
+    cfg = load_config(["recipe=tiny_qwen3_grpo", "rollout.backend=vllm", "rollout.backend_options.python=/opt/vllm-omni/bin/python"])
     assert beside_trainer_problem(cfg) is None
 
 

@@ -1,5 +1,5 @@
 """The options of the text losses (dual clip, Dr.GRPO's aggregation constant, the KL clamp), set in
-their block `algo.loss_options.NAME` and checked at load by the loss's options, and the group-size
+their block `algo.policy_loss_options.NAME` and checked at load by the loss's options, and the group-size
 rule for group-relative advantages (omni_rl/compose.py)."""
 import pytest
 import torch
@@ -57,7 +57,7 @@ def test_an_estimator_that_needs_no_group_allows_one_sample(monkeypatch):
 # --- the loss options -----------------------------------------------------------------------
 def text_config(loss: str, **options):
     return load_config(["recipe=tiny_qwen3_grpo", f"algo.policy_loss={loss}"]
-                       + [f"algo.loss_options.{loss}.{k}={v}" for k, v in options.items()])
+                       + [f"algo.policy_loss_options.{loss}.{k}={v}" for k, v in options.items()])
 
 
 def test_the_options_default_to_off():
@@ -77,15 +77,15 @@ def test_good_option_values(loss, options):
 
 
 @pytest.mark.parametrize("loss, options, start, expected", [
-    ("ppo_clip", dict(clip_ratio_c=1.0), "algo.loss_options.ppo_clip.clip_ratio_c=1.0", "> 1"),
-    ("gspo", dict(clip_ratio_c=3.0), "algo.loss_options.gspo.clip_ratio_c=3.0", "loss gspo has no option 'clip_ratio_c'"),
+    ("ppo_clip", dict(clip_ratio_c=1.0), "algo.policy_loss_options.ppo_clip.clip_ratio_c=1.0", "> 1"),
+    ("gspo", dict(clip_ratio_c=3.0), "algo.policy_loss_options.gspo.clip_ratio_c=3.0", "loss gspo has no option 'clip_ratio_c'"),
     ("ppo_clip", dict(loss_agg_mode="seq-mean-token-sum-normed"),
-     "algo.loss_options.ppo_clip.loss_agg_mode='seq-mean-token-sum-normed'", "seq-mean-token-sum-norm"),
+     "algo.policy_loss_options.ppo_clip.loss_agg_mode='seq-mean-token-sum-normed'", "seq-mean-token-sum-norm"),
     ("ppo_clip", dict(loss_agg_mode="seq-mean-token-sum-norm", loss_scale_factor=0.0),
-     "algo.loss_options.ppo_clip.loss_scale_factor=0.0", "> 0"),
-    ("ppo_clip", dict(loss_agg_mode="token-mean", loss_scale_factor=512.0), "algo.loss_options.ppo_clip.loss_scale_factor=512.0",
+     "algo.policy_loss_options.ppo_clip.loss_scale_factor=0.0", "> 0"),
+    ("ppo_clip", dict(loss_agg_mode="token-mean", loss_scale_factor=512.0), "algo.policy_loss_options.ppo_clip.loss_scale_factor=512.0",
      "null with loss_agg_mode=token-mean"),
-    ("ppo_clip", dict(kl_clamp=0.0), "algo.loss_options.ppo_clip.kl_clamp=0.0", "> 0"),
+    ("ppo_clip", dict(kl_clamp=0.0), "algo.policy_loss_options.ppo_clip.kl_clamp=0.0", "> 0"),
 ])
 def test_bad_option_values_name_the_key(loss, options, start, expected):
     with pytest.raises(ConfigError) as info:
@@ -96,14 +96,14 @@ def test_bad_option_values_name_the_key(loss, options, start, expected):
 
 
 def test_the_dual_clip_is_no_option_of_a_diffusion_loss():
-    with pytest.raises(ConfigError, match="algo.loss_options.flow_grpo.clip_ratio_c=3.0: loss flow_grpo has no option"):
-        load_config(["algo.loss_options.flow_grpo.clip_ratio_c=3.0"])
+    with pytest.raises(ConfigError, match="algo.policy_loss_options.flow_grpo.clip_ratio_c=3.0: loss flow_grpo has no option"):
+        load_config(["algo.policy_loss_options.flow_grpo.clip_ratio_c=3.0"])
 
 
 def test_a_verl_style_override_loads():
-    cfg = load_config(["recipe=tiny_qwen3_grpo", "algo.policy_loss=ppo_clip", "algo.loss_options.ppo_clip.clip_ratio_c=3.0",
-                       "algo.loss_options.ppo_clip.kl_clamp=10",
-                       "algo.loss_options.ppo_clip.loss_agg_mode=seq-mean-token-sum-norm",
-                       "algo.loss_options.ppo_clip.loss_scale_factor=256"])
-    options = cfg.algo.loss_options["ppo_clip"]
+    cfg = load_config(["recipe=tiny_qwen3_grpo", "algo.policy_loss=ppo_clip", "algo.policy_loss_options.ppo_clip.clip_ratio_c=3.0",
+                       "algo.policy_loss_options.ppo_clip.kl_clamp=10",
+                       "algo.policy_loss_options.ppo_clip.loss_agg_mode=seq-mean-token-sum-norm",
+                       "algo.policy_loss_options.ppo_clip.loss_scale_factor=256"])
+    options = cfg.algo.policy_loss_options["ppo_clip"]
     assert (options.clip_ratio_c, options.kl_clamp, options.loss_scale_factor) == (3.0, 10, 256)

@@ -7,6 +7,7 @@ import pytest
 from omni_rl.compose import check_components, load_config
 from omni_rl.config import OmniConfig, validate_config
 from omni_rl.errors import ConfigError
+from omni_rl.config.options import NoOptions
 from omni_rl.config.schema import DataConfig, ModelConfig, RewardConfig, RewardItemConfig
 from omni_rl.models.registry import ADAPTERS, register_adapter
 
@@ -17,6 +18,7 @@ class AudioVideoAdapter:
 
     family = "diffusion"
     makes_audio = True
+    options_class = NoOptions
 
     @classmethod
     def check_config(cls, cfg) -> None:  # takes any geometry
@@ -49,15 +51,15 @@ def test_an_image_reward_on_video_needs_video_frames():
 
 def test_video_rewards_need_no_video_frames():
     check_components(config(RewardItemConfig("temporal_smoothness"), RewardItemConfig("video_brightness"), num_frames=9))
-    imagebind = RewardItemConfig("imagebind", kwargs={"mode": "text_video", "checkpoint": "never/loaded.pth"})
+    imagebind = RewardItemConfig("imagebind", reward_options={"mode": "text_video", "checkpoint": "never/loaded.pth"})
     check_components(config(imagebind, num_frames=9))
 
 
 @pytest.mark.parametrize("item", [
     RewardItemConfig("clap"),
     RewardItemConfig("audio_loudness"),
-    RewardItemConfig("imagebind", kwargs={"mode": "audio_video"}),
-    RewardItemConfig("imagebind", kwargs={"mode": "text_audio"}),
+    RewardItemConfig("imagebind", reward_options={"mode": "audio_video"}),
+    RewardItemConfig("imagebind", reward_options={"mode": "text_audio"}),
 ])
 def test_an_audio_reward_needs_an_adapter_that_makes_audio(item):
     message = error(config(item, num_frames=9))
@@ -69,7 +71,7 @@ def test_an_audio_reward_needs_an_adapter_that_makes_audio(item):
 def test_video_frames_only_on_image_rewards():
     message = error(config(RewardItemConfig("temporal_smoothness", video_frames=4), num_frames=9))
     assert message.startswith("reward.rewards[0].video_frames=4: reward 'temporal_smoothness' scores video itself")
-    imagebind = RewardItemConfig("imagebind", kwargs={"mode": "all"}, video_frames=2)
+    imagebind = RewardItemConfig("imagebind", reward_options={"mode": "all"}, video_frames=2)
     assert "scores video itself" in error(config(imagebind, num_frames=9, adapter="TestsAudioVideoPipeline"))
     message = error(config(RewardItemConfig("audio_loudness", video_frames=2), adapter="TestsAudioVideoPipeline"))
     assert message.startswith("reward.rewards[0].video_frames=2: reward 'audio_loudness' scores audio, not images")
@@ -84,8 +86,8 @@ def test_video_frames_and_num_frames_are_at_least_one(frames):
 
 
 def test_a_bad_imagebind_mode_names_the_kwargs():
-    message = error(config(RewardItemConfig("imagebind", kwargs={"mode": "vid"})))
-    assert message.startswith("reward.rewards[0].kwargs: reward 'imagebind'") and "mode='vid'" in message
+    message = error(config(RewardItemConfig("imagebind", reward_options={"mode": "vid"})))
+    assert message.startswith("reward.rewards[0].reward_options: reward 'imagebind'") and "mode='vid'" in message
 
 
 def test_the_overrides_load_through_hydra():

@@ -164,7 +164,7 @@ def test_bad_values_name_the_key(section, key, value):
 
 @pytest.mark.parametrize("override, key", [
     ("algo.advantage_options.std_mode=batch", "algo.advantage_options.std_mode="),
-    ("algo.loss_options.flow_grpo.clip_range=0.0", "algo.loss_options.flow_grpo.clip_range="),
+    ("algo.policy_loss_options.flow_grpo.clip_range=0.0", "algo.policy_loss_options.flow_grpo.clip_range="),
     ("rollout.kernel=ode", "rollout.kernel="),
     ("rollout.noise_level=0.0", "rollout.noise_level="),  # the diffusion family's kernel rule
 ])
@@ -229,7 +229,7 @@ def test_each_family_loads_its_own_losses():
 
 def test_unknown_reward_option_fails_at_load():
     with pytest.raises(ConfigError) as info:
-        load_config(["reward.rewards=[{name: jpeg_compressibility, kwargs: {scael: 0.002}}]"])
+        load_config(["reward.rewards=[{name: jpeg_compressibility, reward_options: {scael: 0.002}}]"])
     assert "jpeg_compressibility" in str(info.value) and "scael" in str(info.value)
 
 
@@ -238,8 +238,8 @@ def test_validation_rewards_are_checked_as_the_training_rewards_are():
     assert [r.name for r in cfg.reward.val_rewards] == ["geneval_shapes"]
     with pytest.raises(ConfigError, match=r"reward\.val_rewards\[0\]\.name='nosuch': unknown reward"):
         load_config(["reward.val_rewards=[{name: nosuch}]"])
-    with pytest.raises(ConfigError, match=r"reward\.val_rewards\[0\]\.kwargs: .*partial_credit"):
-        load_config(["reward.val_rewards=[{name: geneval_shapes, kwargs: {partial_credit: 2}}]"])
+    with pytest.raises(ConfigError, match=r"reward\.val_rewards\[0\]\.reward_options: .*partial_credit"):
+        load_config(["reward.val_rewards=[{name: geneval_shapes, reward_options: {partial_credit: 2}}]"])
     cfg = valid()
     cfg.reward.val_rewards = []
     assert "reward.val_rewards" in validate_error(cfg)
@@ -250,7 +250,7 @@ def test_validation_rewards_are_checked_as_the_training_rewards_are():
 @pytest.mark.parametrize("override", [
     "algo.policy_loss=flow_dppo", "algo.policy_loss=grpo_guard", "algo.advantage=rloo",
     "algo.advantage=dr_grpo", "algo.family_options.kl_form=exact", "rollout.kernel=cps", "rollout.kernel=dance_sde",
-    "reward.rewards=[{name: brightness}, {name: jpeg_compressibility, weight: 0.5, kwargs: {scale: 0.002}}]",
+    "reward.rewards=[{name: brightness}, {name: jpeg_compressibility, weight: 0.5, reward_options: {scale: 0.002}}]",
     "trainer.loggers=[console,jsonl]", "trainer.device=cpu",
 ])
 def test_registered_component_names_load(override):

@@ -14,7 +14,7 @@ from omni_rl.algos.rollout_correction import RolloutCorrectionOptions
 from omni_rl.cli import main
 from omni_rl.compose import OPTION_BLOCKS, load_config
 from omni_rl.config.options import allows_infinity, bind_options
-from omni_rl.option import option
+from omni_rl.option import ComponentOptions, option
 from omni_rl.errors import ConfigError
 from omni_rl.logging.heldout_alarm import AlarmOptions
 from omni_rl.logging import LoggerOptions
@@ -84,7 +84,7 @@ def test_inf_and_nan_are_refused_where_not_declared(value):
 
 def test_an_option_declared_infinite_binds_inf():
     @dataclasses.dataclass
-    class Clamp:
+    class Clamp(ComponentOptions):
         limit: float = option(1.0, "a clamp; inf = none", infinite=True)
         scale: float = option(1.0, "a scale")
 

@@ -20,16 +20,16 @@ def test_ode_still_refused_for_a_step_loss():
 
 
 @pytest.mark.parametrize("override, key, fix", [
-    ("algo.loss_options.diffusion_nft.ema_decay=1.0", "algo.loss_options.diffusion_nft.ema_decay=1.0", "in [0, 1)"),
-    ("algo.loss_options.diffusion_nft.beta=0", "algo.loss_options.diffusion_nft.beta=0", "> 0"),
-    ("algo.loss_options.diffusion_nft.weighting=x0", "algo.loss_options.diffusion_nft.weighting='x0'",
+    ("algo.policy_loss_options.diffusion_nft.ema_decay=1.0", "algo.policy_loss_options.diffusion_nft.ema_decay=1.0", "in [0, 1)"),
+    ("algo.policy_loss_options.diffusion_nft.beta=0", "algo.policy_loss_options.diffusion_nft.beta=0", "> 0"),
+    ("algo.policy_loss_options.diffusion_nft.weighting=x0", "algo.policy_loss_options.diffusion_nft.weighting='x0'",
      "velocity, adaptive_x0"),
     ("algo.family_options.forward_num_timesteps=0", "algo.family_options.forward_num_timesteps=0", ">= 1"),
     ("algo.family_options.forward_timestep_sampling=beta", "algo.family_options.forward_timestep_sampling='beta'",
      "uniform, logit_normal"),
-    ("algo.loss_options.diffusion_dpo.beta=-1", "algo.loss_options.diffusion_dpo.beta=-1", "> 0"),
+    ("algo.policy_loss_options.diffusion_dpo.beta=-1", "algo.policy_loss_options.diffusion_dpo.beta=-1", "> 0"),
     ("algo.kl_coef=0.1", "algo.kl_coef=0.1", "remove algo.kl_coef"),
-    ("algo.rollout_correction.level=step", "algo.rollout_correction.level='step'", "nothing to correct"),
+    ("algo.rollout_correction_options.level=step", "algo.rollout_correction_options.level='step'", "nothing to correct"),
 ])
 def test_bad_values_name_the_key_and_the_fix(override, key, fix):
     with pytest.raises(ConfigError) as err:

@@ -24,7 +24,7 @@ VALIDATE = Path(schema.__file__).with_name("validate.py")
 # The whole schema's budget (issue 24), and the part outside `AlgoConfig` (which keeps <= 10 of
 # its own): 90 less one, so the whole keeps room for one more field (the part outside gained
 # `data.allow_paths_outside` after the budget was first drawn), plus `model.compile_options` (issue
-# 44), which the sampling knobs' move into `rollout.sampling_options` more than pays back.
+# 44: the model's compilation, one block for every adapter).
 TOTAL_BUDGET = 100
 NON_ALGO_BUDGET = 90
 

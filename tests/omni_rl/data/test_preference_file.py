@@ -66,7 +66,7 @@ def test_missing_and_empty_files(tmp_path):
 
 def test_offline_pairs_train_through_the_dpo_objective(tmp_path):
     torch.manual_seed(0)
-    cfg = load_config(["recipe=tiny_sd3_diffusion_dpo", "algo.loss_options.diffusion_dpo.beta=10"])
+    cfg = load_config(["recipe=tiny_sd3_diffusion_dpo", "algo.policy_loss_options.diffusion_dpo.beta=10"])
     model = build_model(cfg.model, torch.device("cpu"))
     family = build_family(cfg, model)
     w, l = image(tmp_path / "w.png", 230), image(tmp_path / "l.png", 30)

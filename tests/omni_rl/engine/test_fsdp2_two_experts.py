@@ -14,7 +14,7 @@ from omni_rl.models import build_model
 
 def wan(seed: int = 0):
     torch.manual_seed(seed)
-    cfg = ModelConfig(adapter="WanPipeline", path="tiny:wan22", options=WanOptions(max_sequence_length=16),
+    cfg = ModelConfig(adapter="WanPipeline", path="tiny:wan22", adapter_options=WanOptions(max_sequence_length=16),
                       lora=LoraConfig(enabled=True, init="gaussian"))
     return build_model(cfg, torch.device("cpu"))
 

@@ -31,7 +31,7 @@ SMALL = [
 ]
 # The thinker stage speaks nothing: the talker's options and the audio reward are not its own (the
 # reward does not enter: every loss below is given its advantages).
-THINKER_ONLY = ["model.stage=thinker", "~model.options.trainable", "~algo.family_options.speech_temperature",
+THINKER_ONLY = ["model.stage=thinker", "~model.adapter_options.trainable", "~algo.family_options.speech_temperature",
                 "~algo.family_options.max_frames", "reward.rewards=[{name: char_match, weight: 1.0}]"]
 
 

@@ -120,10 +120,18 @@ def test_two_teachers_each_teach_their_own_prompts(tmp_path):
     assert record["distill/kl"] > 0
 
 
-def test_a_lora_teacher_teaches_and_its_weights_never_change(tmp_path):
-    # A teacher LoRA that the project's own training wrote (one FlowGRPO step, exported).
-    PPOTrainer(load_config([*TINY_SD3, "trainer.total_steps=1", f"trainer.output_dir={tmp_path / 'teacher'}"])).fit()
-    lora = tmp_path / "teacher" / "lora"
+@pytest.fixture(scope="module")
+def teacher_lora(tmp_path_factory):
+    """A teacher LoRA that the project's own training wrote (one FlowGRPO step, exported), at a
+    learning rate that moves it well away from the base."""
+    folder = tmp_path_factory.mktemp("teacher")
+    PPOTrainer(load_config([*TINY_SD3, "trainer.total_steps=1", "optim.lr=0.05",
+                            f"trainer.output_dir={folder / 'run'}"])).fit()
+    return folder / "run" / "lora"
+
+
+def test_a_lora_teacher_teaches_and_its_weights_never_change(tmp_path, teacher_lora):
+    lora = teacher_lora
     assert (lora / "pytorch_lora_weights.safetensors").is_file()
     trainer = PPOTrainer(load_config([*DISTIL, "trainer.total_steps=2", f"algo.family_options.teachers=[{{name: t, lora: '{lora}'}}]",
                                       f"trainer.output_dir={tmp_path / 'run'}"]))
@@ -171,3 +179,24 @@ def test_a_think_draw_model_refuses_teachers():
     with pytest.raises(ConfigError, match="expected none for a think-draw model"):
         load_config(["recipe=tiny_bagel_think_flowgrpo", "algo.family_options.teachers=[{name: t}]",
                      "algo.family_options.distill_coef=1.0"])
+
+
+def test_teachers_of_one_base_share_one_copy_and_each_runs_with_its_own_adapter(tmp_path, teacher_lora):
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_text('{"prompt": "a red cat", "metadata": {"data_source": "tuned"}}\n'
+                       '{"prompt": "a blue dog", "metadata": {"data_source": "plain"}}\n')
+    # Both teachers are tiny:sd3 (the student's base): `tuned` with the FlowGRPO LoRA, `plain`
+    # without one. One frozen copy holds both; the student's LoRA starts at 0, so it is the base.
+    trainer = PPOTrainer(load_config([
+        *DISTIL, f"data.prompt_file={prompts}", "data.prompts=null",
+        f"algo.family_options.teachers=[{{name: tuned, lora: '{teacher_lora}', data_source: tuned}}, "
+        "{name: plain, path: 'tiny:sd3', data_source: plain}]", f"trainer.output_dir={tmp_path / 'run'}"]))
+    tuned, plain = trainer.actors.family.teachers
+    assert tuned.model is plain.model and tuned.model is not trainer.model
+    assert (tuned.adapter, plain.adapter, tuned.adapted) == ("tuned", None, ("transformer",))
+    assert not any(p.requires_grad for p in tuned.model.trainable_module().parameters())
+    trainer.fit()
+    (record,) = _records(tmp_path / "run")
+    # `plain` runs with the adapter off: the student's base, up to rounding (other batch shapes);
+    # `tuned` with its LoRA on: a KL far above that.
+    assert record["distill/plain/kl"] < 1e-4 and record["distill/tuned/kl"] > 100 * record["distill/plain/kl"]

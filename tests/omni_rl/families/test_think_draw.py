@@ -83,7 +83,7 @@ def test_a_resumed_run_repeats_the_straight_one(tmp_path):
     ("algo.policy_loss=ppo_clip", "algo.policy_loss='ppo_clip'"),
     ("algo.policy_loss=flow_dppo", "algo.policy_loss='flow_dppo'"),
     ("algo.policy_loss=diffusion_nft", "algo.policy_loss='diffusion_nft'"),
-    ("algo.rollout_correction.level=step", "algo.rollout_correction.level='step'"),
+    ("algo.rollout_correction_options.level=step", "algo.rollout_correction_options.level='step'"),
     ("trainer.pipeline=one_step_off", "trainer.pipeline='one_step_off'"),
     ("algo.family_options.top_p=0.9", "algo.family_options.top_p=0.9"),
     ("rollout.backend=server", "rollout.backend='server'"),

@@ -54,7 +54,7 @@ def pair():
     """The demo's tiny SD3 with LoRA and gradient checkpointing, eager and compiled, same weights."""
     def build(compile_options):
         torch.manual_seed(0)
-        cfg = ModelConfig(path="tiny:sd3", options=PromptLengthOptions(max_sequence_length=16),
+        cfg = ModelConfig(path="tiny:sd3", adapter_options=PromptLengthOptions(max_sequence_length=16),
                           lora=LoraConfig(enabled=True, rank=4, alpha=8), gradient_checkpointing=True,
                           compile_options=compile_options)
         return build_model(cfg, torch.device("cpu"))

@@ -1,6 +1,6 @@
 """The driver process in a plan (`omni_rl.plan.host`): a Ray driver's weightless build holds no
 weights, the whole step's trajectories and decoded samples are on its host, and
-`rollout.options.trajectory_device=cpu` moves a local run's trajectories off the device peaks."""
+`rollout.backend_options.trajectory_device=cpu` moves a local run's trajectories off the device peaks."""
 import torch
 from torch import nn
 
@@ -35,7 +35,7 @@ def test_a_ray_driver_holds_no_weights_and_the_whole_steps_samples(tmp_path):
 
 def test_trajectories_on_the_host_leave_the_device_peaks(tmp_path):
     on_device = plan(tmp_path)
-    on_host = plan(tmp_path, "rollout.options.trajectory_device=cpu")
+    on_host = plan(tmp_path, "rollout.backend_options.trajectory_device=cpu")
     moved = on_device["peaks"]["trajectories"]
     assert moved > 0 and on_host["peaks"]["trajectories"] == 0
     for peak in ("training", "rollout"):

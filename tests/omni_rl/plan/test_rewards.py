@@ -72,7 +72,7 @@ def test_reward_models_go_where_the_run_scores_and_into_the_peaks():
     assert row["where"] == "a training device" and row["on_training_device"]
     assert on_device["device_bytes"] == row["bytes"] > 3.6 * 2**30  # 986M fp32 parameters
 
-    host = plan_rewards(load_config(["recipe=tiny_sd3_flowgrpo", "reward.rewards=[{name: hpsv2, kwargs: {device: cpu}}]"]))
+    host = plan_rewards(load_config(["recipe=tiny_sd3_flowgrpo", "reward.rewards=[{name: hpsv2, reward_options: {device: cpu}}]"]))
     assert host["models"][0]["where"] == "host" and host["device_bytes"] == 0
 
     rules = plan_rewards(load_config(["recipe=tiny_sd3_flowgrpo"]))
@@ -87,8 +87,8 @@ def test_reward_models_go_where_the_run_scores_and_into_the_peaks():
 
 def test_reward_workers_hold_the_training_rewards_and_the_trainer_the_validation_ones():
     cfg = load_config(["recipe=tiny_sd3_flowgrpo", "reward.rewards=[{name: hpsv2}]",
-                       "reward.val_rewards=[{name: clip_score, kwargs: {model: tiny:clip-reward, processor: tiny:clip-reward}}]",
-                       "reward.workers.num_workers=1"])
+                       "reward.val_rewards=[{name: clip_score, reward_options: {model: tiny:clip-reward, processor: tiny:clip-reward}}]",
+                       "reward.worker_options.num_workers=1"])
     plan = plan_rewards(cfg)
     train, val = plan["models"]
     assert (train["use"], train["where"]) == ("train", "reward workers")
@@ -97,7 +97,7 @@ def test_reward_workers_hold_the_training_rewards_and_the_trainer_the_validation
 
 
 def test_a_hub_id_without_a_shipped_config_is_one_line_naming_the_option():
-    cfg = load_config(["recipe=tiny_sd3_flowgrpo", "reward.rewards=[{name: clip_score, kwargs: {model: someone/no-such-clip}}]"])
+    cfg = load_config(["recipe=tiny_sd3_flowgrpo", "reward.rewards=[{name: clip_score, reward_options: {model: someone/no-such-clip}}]"])
     with pytest.raises(ConfigError) as err:
         plan_rewards(cfg)
     message = str(err.value)

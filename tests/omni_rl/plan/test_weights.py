@@ -109,7 +109,7 @@ def test_cli_plan_of_a_hub_id_without_a_folder_exits_2(tmp_path, capsys):
 # weights), Qwen3-Omni's thinker with its towers' LoRA frozen, and the talker without its code
 # predictor.
 PARTIAL = [("tiny_bagel_flowgrpo", ["model.lora.enabled=false"]), ("tiny_qwen3_omni_gspo", []),
-           ("tiny_qwen3_omni_talker_grpo", ["model.lora.enabled=false", "model.options.trainable=talker"])]
+           ("tiny_qwen3_omni_talker_grpo", ["model.lora.enabled=false", "model.adapter_options.trainable=talker"])]
 
 
 @pytest.mark.parametrize("recipe,extra", PARTIAL)

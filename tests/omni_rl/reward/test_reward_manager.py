@@ -174,6 +174,15 @@ def test_zero_weight_reward_is_logged_but_not_summed():
     assert out.metrics["reward/tests.manager.fixed_b/mean"] == 100.0
 
 
+def test_metrics_only_rewards_may_all_weigh_zero_and_report_a_zero_total():
+    # Pure on-policy distillation: the teachers train, the rewards only report.
+    manager = RewardManager([_spec("tests.manager.fixed", [1, 2, 3], weight=0.0),
+                             RewardSpec("tests.manager.raises", weight=0.0, required=False)], metrics_only=True)
+    out = manager.score(IMAGES, PROMPTS, META)
+    assert out.total.tolist() == [0.0, 0.0, 0.0]
+    assert out.metrics["reward/tests.manager.fixed/mean"] == 2.0 and out.metrics["reward/tests.manager.raises/failed"] == 1.0
+
+
 def test_input_errors_are_raised_before_any_reward_runs():
     manager = RewardManager([RewardSpec("tests.manager.raises")])
     with pytest.raises(RewardInputError, match="3 images but 2 prompts"):

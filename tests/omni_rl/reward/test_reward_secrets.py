@@ -134,11 +134,11 @@ def test_a_token_file_others_can_read_is_refused_naming_its_mode(tmp_path):
 def test_plain_http_outside_loopback_is_one_error_line_at_load_unless_allowed(capsys):
     from omni_rl.cli import main
 
-    override = f"reward.rewards=[{{name: http_scorer, kwargs: {{url: '{OUTSIDE}'}}}}]"
+    override = f"reward.rewards=[{{name: http_scorer, reward_options: {{url: '{OUTSIDE}'}}}}]"
     assert main([override, "--cfg"]) == 2
     lines = capsys.readouterr().err.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(
-        f"error: reward.rewards[0].kwargs: reward 'http_scorer': url='{OUTSIDE}' is plain HTTP to '192.0.2.1', a "
+        f"error: reward.rewards[0].reward_options: reward 'http_scorer': url='{OUTSIDE}' is plain HTTP to '192.0.2.1', a "
         f"host outside loopback"), lines
     assert "allow_insecure_remote: true" in lines[0]
     for name in ("http_scorer", "latent_http", "vlm_edit_judge"):

@@ -9,7 +9,7 @@ tensor into a Python number and, on an accelerator, waits for the device):
 - the running batch's conditioning is concatenated once per batch, not once per iteration;
 - a group's shared initial noise travels as a seed (no tensor in the request) and gives the bits
   the explicit tensor gave;
-- `rollout.options.trajectory_device`: "device" leaves a result's tensors where the model is, an unknown
+- `rollout.backend_options.trajectory_device`: "device" leaves a result's tensors where the model is, an unknown
   value is refused at load; on a GPU (`gpu` marker) "cpu" gives pinned host tensors, and the same
   loop runs under `torch.cuda.set_sync_debug_mode("error")`.
 """
@@ -149,14 +149,14 @@ def test_trajectories_stay_where_the_model_is_by_default(make_sd3):
     model = make_sd3()
     results, _, _ = run_counting(model, [sd3_request(1)], max_num_seqs=1)
     assert results[0].latents.device == model.device and results[0].log_probs.device == model.device
-    with pytest.raises(ValueError, match="rollout.options.trajectory_device='gpu': expected one of device, cpu"):
+    with pytest.raises(ValueError, match="rollout.backend_options.trajectory_device='gpu': expected one of device, cpu"):
         check_trajectory_device("gpu")
 
 
 def test_an_unknown_trajectory_device_is_one_error_line(capsys):
-    assert main(["--cfg", "rollout.options.trajectory_device=host"]) == 2
+    assert main(["--cfg", "rollout.backend_options.trajectory_device=host"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and err[0].startswith("error: rollout.options.trajectory_device='host': expected device"), err
+    assert len(err) == 1 and err[0].startswith("error: rollout.backend_options.trajectory_device='host': expected device"), err
 
 
 @pytest.mark.gpu

@@ -1,7 +1,7 @@
 """The native diffusion engine with `driver="caller"`: no scheduler thread; the thread that waits
 iterates. Results equal the threaded engine's, the forwards run in the waiting thread, several
 waiting threads share the iterations, and deadlines and failures keep their rules (checked
-between iterations). `rollout.options.driver=auto` picks the caller under on-policy runs.
+between iterations). `rollout.backend_options.driver=auto` picks the caller under on-policy runs.
 """
 from __future__ import annotations
 
@@ -109,7 +109,7 @@ def test_close_fails_what_is_still_queued(tiny_sd3):
 
 @pytest.mark.parametrize("driver", ["thread", "caller"])
 def test_the_recipe_picks_the_driver(driver, tiny_sd3):
-    cfg = load_config(["recipe=tiny_sd3_flowgrpo", f"rollout.options.driver={driver}"])
+    cfg = load_config(["recipe=tiny_sd3_flowgrpo", f"rollout.backend_options.driver={driver}"])
     engine = build_rollout_engine(cfg, tiny_sd3)
     try:
         assert engine.driver == driver and (engine._thread is not None) == (driver == "thread")
@@ -120,7 +120,7 @@ def test_the_recipe_picks_the_driver(driver, tiny_sd3):
 @pytest.mark.parametrize(("pipeline", "driver"), [("on_policy", "caller"), ("one_step_off", "thread"), ("async", "thread")])
 def test_auto_picks_the_caller_on_policy_and_the_thread_where_rollouts_overlap_updates(pipeline, driver, tiny_sd3):
     cfg = load_config(["recipe=tiny_sd3_flowgrpo", f"trainer.pipeline={pipeline}"])
-    assert cfg.rollout.options.driver == "auto"  # the default
+    assert cfg.rollout.backend_options.driver == "auto"  # the default
     engine = build_rollout_engine(cfg, tiny_sd3)
     try:
         assert engine.driver == driver and (engine._thread is not None) == (driver == "thread")
@@ -140,6 +140,6 @@ def test_a_rollout_servers_engine_keeps_its_own_thread_under_auto():
 
 
 def test_an_unknown_driver_is_one_error_line(capsys):
-    assert main(["--cfg", "rollout.options.driver=fiber"]) == 2
+    assert main(["--cfg", "rollout.backend_options.driver=fiber"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and err[0].startswith("error: rollout.options.driver='fiber': expected auto"), err
+    assert len(err) == 1 and err[0].startswith("error: rollout.backend_options.driver='fiber': expected auto"), err

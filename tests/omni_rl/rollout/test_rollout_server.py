@@ -2,8 +2,8 @@
 
 A run with the server trains like the in-process native engine (the same seeds, the same
 weights synced as named tensors); it reports the weight version it samples with; a server that
-dies fails the run within `rollout.options.server_timeout_s`, naming it; a client and a server of
-different protocol versions refuse each other; `rollout.options.python` picks the server's interpreter.
+dies fails the run within `rollout.backend_options.server_timeout_s`, naming it; a client and a server of
+different protocol versions refuse each other; `rollout.backend_options.python` picks the server's interpreter.
 """
 import json
 import os
@@ -29,7 +29,7 @@ from tests.tiny_runs import TINY_SD3
 QUIET = ["trainer.val_every=0", "trainer.logger_options.progress_bar=false", "trainer.loggers=[jsonl]", "trainer.save_every=0"]
 SD3 = ["recipe=tiny_sd3_flowgrpo", *TINY_SD3, "trainer.total_steps=2", "trainer.save_every=0"]
 QWEN3 = ["recipe=tiny_qwen3_grpo", "trainer.total_steps=2", "algo.family_options.max_new_tokens=8", *QUIET]
-SERVER = ["rollout.backend=server", "rollout.options.server_timeout_s=60"]
+SERVER = ["rollout.backend=server", "rollout.backend_options.server_timeout_s=60"]
 
 
 def train(tmp_path, name, base, *overrides):
@@ -93,7 +93,7 @@ def other_python(tmp_path):
     made = subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], capture_output=True, text=True,
                           timeout=120)
     if made.returncode != 0:
-        pytest.skip(f"python -m venv failed here ({made.stderr.strip()[-200:]}); rollout.options.python not checked")
+        pytest.skip(f"python -m venv failed here ({made.stderr.strip()[-200:]}); rollout.backend_options.python not checked")
     python = venv / "bin" / "python"
     purelib = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
                              capture_output=True, text=True, timeout=60).stdout.strip()
@@ -106,14 +106,14 @@ def other_python(tmp_path):
 @pytest.mark.parametrize("how", ["killed", "stopped"])
 def test_a_dead_or_silent_server_fails_the_run_within_the_deadline_naming_it(tmp_path, how):
     # killed: its connections drop at once; stopped (SIGSTOP): it holds them open and answers
-    # nothing, so the health checks of `wait` give up after rollout.options.server_timeout_s.
+    # nothing, so the health checks of `wait` give up after rollout.backend_options.server_timeout_s.
     timeout_s = 60 if how == "killed" else 5
-    overrides = [*SD3, f"trainer.output_dir={tmp_path / how}", *SERVER, f"rollout.options.server_timeout_s={timeout_s}",
+    overrides = [*SD3, f"trainer.output_dir={tmp_path / how}", *SERVER, f"rollout.backend_options.server_timeout_s={timeout_s}",
                  "trainer.total_steps=3"]
     if how == "killed":
-        # rollout.options.python names another interpreter: a venv made here, seeing this one's packages.
+        # rollout.backend_options.python names another interpreter: a venv made here, seeing this one's packages.
         python = other_python(tmp_path)
-        overrides.append(f"rollout.options.python={python}")
+        overrides.append(f"rollout.backend_options.python={python}")
     trainer = PPOTrainer(load_config(overrides))
     engine = trainer.rollout_engine
     pid = engine.pid
@@ -144,7 +144,7 @@ def test_a_dead_or_silent_server_fails_the_run_within_the_deadline_naming_it(tmp
 
 
 def test_a_server_that_cannot_start_exits_the_cli_with_one_error_line(tmp_path, capsys):
-    code = cli_main([*SD3, f"trainer.output_dir={tmp_path / 'cli'}", *SERVER, "rollout.options.python=/bin/false"])
+    code = cli_main([*SD3, f"trainer.output_dir={tmp_path / 'cli'}", *SERVER, "rollout.backend_options.python=/bin/false"])
     assert code == 1
     errors = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]
     assert len(errors) == 1 and "rollout server" in errors[0] and "exited with code 1" in errors[0], errors

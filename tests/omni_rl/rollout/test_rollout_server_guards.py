@@ -104,13 +104,13 @@ def test_a_request_without_the_runs_token_gets_401_and_changes_nothing(echo):
 
 @pytest.mark.slow
 def test_the_trainer_hands_its_server_a_secret_no_other_process_has(tmp_path):
-    cfg = load_config(["recipe=tiny_sd3_flowgrpo", "rollout.backend=server", "rollout.options.server_timeout_s=60",
+    cfg = load_config(["recipe=tiny_sd3_flowgrpo", "rollout.backend=server", "rollout.backend_options.server_timeout_s=60",
                        f"trainer.output_dir={tmp_path / 'run'}"])
     from omni_rl.models import build_model
 
     torch.manual_seed(cfg.trainer.seed)
     model = build_model(cfg.model, torch.device("cpu"), tuple(cfg.plugins))
-    engine = start_server_engine(cfg, model, cfg.rollout.options)
+    engine = start_server_engine(cfg, model, cfg.rollout.backend_options)
     try:
         assert engine.token and len(engine.token) >= 32
         for method, path in (("POST", "/shutdown"), ("POST", "/update_weights"), ("POST", "/generate")):
@@ -265,7 +265,7 @@ def test_a_run_is_unaffected_by_a_local_process_without_its_token(tmp_path):
     from omni_rl.trainer import PPOTrainer
 
     trainer = PPOTrainer(load_config([
-        "recipe=tiny_sd3_flowgrpo", "rollout.backend=server", "rollout.options.server_timeout_s=60", "trainer.total_steps=2",
+        "recipe=tiny_sd3_flowgrpo", "rollout.backend=server", "rollout.backend_options.server_timeout_s=60", "trainer.total_steps=2",
         "trainer.prompts_per_step=2", "trainer.samples_per_prompt=2", "trainer.mini_batch_size=4",
         "trainer.micro_batch_size=2", "rollout.num_steps=4", "rollout.sde_window_size=2", "rollout.sde_window_range=[0,3]",
         "trainer.val_every=0",

@@ -13,10 +13,15 @@ The trainer is this Python (torch 2.14.1, no vLLM); the engine runs in the other
 - a LoRA update (bf16, vLLM's LoRA dtype) likewise;
 - every result records the weight version it was sampled with;
 - a killed rollout server fails the next call within its deadline, naming the server;
+- `tiny:qwen3_moe_hd32` under algo.family_options.routing_replay=r3: every result carries the
+  routed experts of its fed tokens (the worker extension captures them: vLLM's CPU build cannot
+  return them, its V2 model runner needs Triton's CPU backend), in the native engine's layout: the
+  trainer's own float32 routing agrees with them, and the family's r3 replay takes them;
 - `tiny_qwen3_grpo` on the hd32 model with the vllm backend learns (`slow`).
 """
 from __future__ import annotations
 
+import dataclasses
 import os
 import signal
 import threading
@@ -25,13 +30,17 @@ from pathlib import Path
 import pytest
 import torch
 
-from omni_rl.compose import bind_blocks
+from omni_rl.compose import bind_blocks, load_config
 from omni_rl.config.schema import ModelConfig, OmniConfig
+from omni_rl.data.text_batch import TextBatch
+from omni_rl.device import weightless_device
+from omni_rl.families import build_family
 from omni_rl.logging import rise_report
 from omni_rl.models import build_model
+from omni_rl.models.moe_routing import differing_tokens, take_recorded
 from omni_rl.rollout.backends import build_rollout_engine
 from omni_rl.rollout.base import RolloutEngineError
-from tests.omni_rl.rollout.vllm_text_requests import requests, trainer_log_probs
+from tests.omni_rl.rollout.vllm_text_requests import TEMPERATURE, requests, trainer_log_probs
 from tests.recipes.recipe_runs import run_recipe
 
 VLLM_PYTHON_ENV = "OMNI_RL_VLLM_PYTHON"
@@ -41,6 +50,7 @@ if not VLLM_PYTHON:  # one line for the whole file
                 allow_module_level=True)
 pytestmark = pytest.mark.vllm_cpu
 MODEL = "tiny:qwen3_hd32"
+MOE_MODEL = "tiny:qwen3_moe_hd32"
 # vLLM on a CPU takes its KV cache from this many GiB of host memory (its default is larger).
 VLLM_ENV = {"VLLM_CPU_KVCACHE_SPACE": "1"}
 
@@ -51,19 +61,22 @@ def text_config(dtype: str, lora: bool) -> OmniConfig:
     cfg.model.lora.enabled = lora
     cfg.trainer.device = "cpu"
     # sleep_mode stays at its default (true): a CPU has none, so the engine must start without it.
-    cfg.rollout.backend, cfg.rollout.options = "vllm", {
+    cfg.rollout.backend, cfg.rollout.backend_options = "vllm", {
         "python": VLLM_PYTHON, "enforce_eager": True, "server_timeout_s": 60.0, "server_startup_timeout_s": 900.0}
     return bind_blocks(cfg)
 
 
-def start(dtype: str, lora: bool):
-    cfg = text_config(dtype, lora)
+def start(dtype: str, lora: bool, cfg: OmniConfig | None = None, synced: bool = True):
+    """The trainer's model and the engine; `synced=False`: the engine keeps the checkpoint's weights
+    (built on a weightless view, no version-0 update), which the trainer's fresh model also has."""
+    cfg = text_config(dtype, lora) if cfg is None else cfg
     torch.manual_seed(cfg.trainer.seed)
     trainer = build_model(cfg.model, torch.device("cpu"))
+    view = trainer if synced else build_model(cfg.model, weightless_device())
     with pytest.MonkeyPatch.context() as patch:
         for key, value in VLLM_ENV.items():
             patch.setenv(key, value)
-        return trainer, build_rollout_engine(cfg, trainer)
+        return trainer, build_rollout_engine(cfg, view)
 
 
 @pytest.fixture(scope="module")
@@ -78,6 +91,20 @@ def full():
 def lora():
     trainer, engine = start("bfloat16", lora=True)
     yield trainer, engine
+    engine.close()
+
+
+@pytest.fixture(scope="module")
+def moe():
+    """tiny:qwen3_moe_hd32 in float32, recording routed experts (routing_replay=r3)."""
+    cfg = load_config(["recipe=tiny_qwen3_moe_grpo", f"model.path={MOE_MODEL}", "model.dtype=float32",
+                       "rollout.backend=vllm", f"rollout.backend_options.python={VLLM_PYTHON}", "rollout.backend_options.enforce_eager=true",
+                       "rollout.backend_options.sleep_mode=false", "rollout.backend_options.server_startup_timeout_s=900"])
+    # vLLM 0.32's CPU build cannot reload its fused-MoE weights in place (reload_weights fails with
+    # "size of tensor a (64) must match ... b (32)", the checkpoint's own tensors included): no
+    # version-0 update, the engine serves the checkpoint the trainer's model is loaded from.
+    trainer, engine = start("float32", False, cfg, synced=False)
+    yield cfg, trainer, engine
     engine.close()
 
 
@@ -143,6 +170,36 @@ def test_a_lora_update_changes_the_rollout_as_it_changed_the_trainer(lora):
     assert pearson >= 0.99, pearson
 
 
+def test_routed_experts_come_back_in_the_native_layout_and_the_r3_replay_takes_them(moe):
+    cfg, trainer, engine = moe
+    family = build_family(cfg, trainer)
+    reqs = [dataclasses.replace(r, record_routes=True) for r in requests(trainer, 8)]
+    results = engine.generate(reqs)
+    layout = trainer.routing.layout
+    for r in results:
+        assert r.routes.dtype == layout.dtype
+        assert r.routes.shape == (len(r.prompt.input_ids) + len(r.response_ids) - 1, layout.num_layers, layout.top_k)
+    batch = TextBatch.from_results(results, [f"p{i}" for i in range(len(results))], [{}] * len(results),
+                                   list(range(len(results))), trainer.pad_token_id)
+    needed = batch.attention_mask.bool().clone()
+    needed[torch.arange(len(batch)), needed.shape[1] - 1 - needed.flip(1).int().argmax(1)] = False
+    with torch.no_grad():
+        trainer.routing.set_replay(None)
+        with trainer.routing.recording() as layers:
+            trainer.token_log_probs(batch.sequences, batch.attention_mask, batch.prompt_width, TEMPERATURE)
+        own = take_recorded(layers, len(batch))
+        with trainer.routing.recording() as layers:
+            replayed_log_probs = family.log_probs(batch)  # r3: vLLM's routes, every needed token checked
+        replayed = take_recorded(layers, len(batch))
+    # float32, another kernel: a near-tie may flip, a shifted layout (by a token or a layer) would flip most.
+    flipped = differing_tokens(own, batch.routes, needed)
+    print(f"vllm-cpu moe float32: {int(flipped.sum())} of {int(needed.sum())} tokens routed otherwise by the trainer")
+    assert int(flipped.sum()) <= 0.02 * int(needed.sum())
+    assert int(differing_tokens(replayed, batch.routes, needed).sum()) == 0
+    mask = batch.response_mask.bool()
+    assert float((replayed_log_probs - batch.rollout_log_probs)[mask].abs().max()) <= 1e-4
+
+
 def _descendants(pid: int) -> list[int]:
     """The processes under `pid` (vLLM's engine core and worker under the server), from /proc."""
     children: dict[int, list[int]] = {}
@@ -194,8 +251,8 @@ def test_tiny_qwen3_grpo_with_the_vllm_backend_learns(tmp_path, monkeypatch):
         monkeypatch.setenv(key, value)
     steps = run_recipe(
         tmp_path / "run", "tiny_qwen3_grpo", f"model.path={MODEL}", "rollout.backend=vllm",
-        f"rollout.options.python={VLLM_PYTHON}", "rollout.options.enforce_eager=true",
-        "rollout.options.sleep_mode=false", "trainer.total_steps=15", "trainer.val_every=0", "trainer.save_every=0",
+        f"rollout.backend_options.python={VLLM_PYTHON}", "rollout.backend_options.enforce_eager=true",
+        "rollout.backend_options.sleep_mode=false", "trainer.total_steps=15", "trainer.val_every=0", "trainer.save_every=0",
     )
     assert len(steps) == 15
     report = rise_report(tmp_path / "run" / "metrics.jsonl")

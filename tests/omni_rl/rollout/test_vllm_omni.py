@@ -34,7 +34,7 @@ def run_config(path: str, device: str, dtype: str = "float32") -> OmniConfig:
     cfg.model = ModelConfig(path=path, dtype=dtype)
     cfg.trainer.device = device
     cfg.rollout.backend, cfg.rollout.max_num_seqs = "vllm_omni", 8
-    cfg.rollout.options = {"max_wait_ms": 20.0, "enforce_eager": True}
+    cfg.rollout.backend_options = {"max_wait_ms": 20.0, "enforce_eager": True}
     return bind_blocks(cfg)
 
 

@@ -123,7 +123,7 @@ def test_vllm_omni_without_the_package_is_one_clear_error(make_sd3):
     with pytest.raises(BackendUnavailableError) as err:
         build_rollout_engine(cfg, make_sd3())
     message = str(err.value)
-    assert "rollout.backend='vllm_omni'" in message and "'vllm-omni'" in message and "rollout.options.python" in message
+    assert "rollout.backend='vllm_omni'" in message and "'vllm-omni'" in message and "rollout.backend_options.python" in message
 
 
 @pytest.mark.skipif(HAS_VLLM, reason="vllm is installed here")
@@ -149,11 +149,11 @@ def test_a_backend_of_the_wrong_family_names_the_right_one(make_sd3):
 
 @pytest.mark.skipif(HAS_VLLM_OMNI, reason="vllm-omni is installed here")
 def test_the_server_builds_the_engine_in_process_with_a_weightless_model(tiny_sd3_path):
-    """Inside the server (run by rollout.options.python) the vllm_omni factory must build the engine
+    """Inside the server (run by rollout.backend_options.python) the vllm_omni factory must build the engine
     there, not start another server: it reaches the package check, with a meta-device model."""
     cfg = OmniConfig()
     cfg.model.path = str(tiny_sd3_path)
-    cfg.rollout.backend, cfg.rollout.options = "vllm_omni", {"python": "/some/other/python"}
+    cfg.rollout.backend, cfg.rollout.backend_options = "vllm_omni", {"python": "/some/other/python"}
     with pytest.raises(BackendUnavailableError, match="vllm_omni"):
         build_server(cfg, "vllm_omni")
 
@@ -165,8 +165,8 @@ def test_config_rules_of_the_vllm_keys():
     with pytest.raises(ConfigError, match=r"algo.family_options.top_p=0.9: expected 1.0 with rollout.backend=vllm"):
         check_components(cfg)
     cfg = OmniConfig()
-    cfg.rollout.backend, cfg.rollout.options = "vllm_omni", {"gpu_memory_utilization": 1.5}
-    with pytest.raises(ConfigError, match="rollout.options.gpu_memory_utilization=1.5"):
+    cfg.rollout.backend, cfg.rollout.backend_options = "vllm_omni", {"gpu_memory_utilization": 1.5}
+    with pytest.raises(ConfigError, match="rollout.backend_options.gpu_memory_utilization=1.5"):
         check_components(cfg)
 
 

@@ -136,7 +136,7 @@ def test_the_pipeline_is_built_on_the_cpu_and_follows_vllm_omnis_move(tiny_sd3_p
     assert {p.device.type for p in pipeline.parameters()} == {"meta"}
 
 
-# --- 1.8: rollout.options.enforce_eager does nothing for the diffusion pipelines ------------------
+# --- 1.8: rollout.backend_options.enforce_eager does nothing for the diffusion pipelines ------------------
 def test_vllm_omni_finds_nothing_to_compile_in_our_pipelines():
     """vLLM-Omni compiles `setup_compile()` or the `_dit_modules` / `transformer` / `transformer_2`
     attributes (DiffusionModelRunner.load_model); docs/rollout.md says ours have none."""

@@ -32,7 +32,7 @@ def text_config(accel_device: str, dtype: str, lora: bool) -> OmniConfig:
     cfg.model = ModelConfig(adapter="Qwen3ForCausalLM", path="tiny:qwen3_hd32", dtype=dtype)
     cfg.model.lora.enabled = lora
     cfg.trainer.device = accel_device
-    cfg.rollout.backend, cfg.rollout.options = "vllm", {"enforce_eager": True, "gpu_memory_utilization": 0.3}
+    cfg.rollout.backend, cfg.rollout.backend_options = "vllm", {"enforce_eager": True, "gpu_memory_utilization": 0.3}
     return bind_blocks(cfg)
 
 

@@ -121,7 +121,7 @@ def test_sleep_mode_without_the_platforms_support_is_off_with_one_warning(caplog
     with caplog.at_level(logging.WARNING):
         assert sleep_mode_for(True, available=False, platform="cpu") is False
     (record,) = caplog.records
-    assert "rollout.options.sleep_mode" in record.getMessage() and "cpu" in record.getMessage()
+    assert "rollout.backend_options.sleep_mode" in record.getMessage() and "cpu" in record.getMessage()
     caplog.clear()
     assert sleep_mode_for(True, available=True, platform="cuda") is True
     assert sleep_mode_for(False, available=False, platform="cpu") is False

@@ -257,10 +257,10 @@ def test_trainable_tensors_of_another_shape_are_refused(run_dir):
 
 
 def test_a_changed_option_is_named_with_the_tensors_it_changed(run_dir):
-    """Issue 45, L8: a talker resumed with another model.options.trainable said "18 of its are not
+    """Issue 45, L8: a talker resumed with another model.adapter_options.trainable said "18 of its are not
     in this model", naming neither the setting nor the noun."""
     state = load_checkpoint(str(run_dir))
-    state["config"]["model"]["options"] = {**state["config"]["model"].get("options", {}), "trainable": "both"}
+    state["config"]["model"]["adapter_options"] = {**state["config"]["model"].get("adapter_options", {}), "trainable": "both"}
     tensors = dict(state["trainable"])
     dropped = sorted(tensors)[:3]
     for name in dropped:
@@ -269,8 +269,8 @@ def test_a_changed_option_is_named_with_the_tensors_it_changed(run_dir):
         check_compatible(state, config(run_dir), SimpleNamespace(named_trainable_tensors=lambda: tensors))
     text = one_line(err)
     assert f"do not fit this model: 3 of the checkpoint's trainable tensors are not in this model (e.g. {dropped[0]!r}); " \
-           f"model.options.trainable=both there, null here; resume with the model settings of " in text
-    assert text.endswith("config.yaml (model.options.trainable=both)")
+           f"model.adapter_options.trainable=both there, null here; resume with the model settings of " in text
+    assert text.endswith("config.yaml (model.adapter_options.trainable=both)")
 
 
 # --- point 8: nothing to train -----------------------------------------------------------------

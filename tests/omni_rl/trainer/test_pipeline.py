@@ -195,7 +195,7 @@ def test_bad_pipeline_settings_fail_at_load_naming_the_key(overrides, expected):
 def test_every_backend_that_can_sample_beside_the_trainer_loads():
     for overrides in (["trainer.pipeline=async"], ["trainer.pipeline=one_step_off", "rollout.backend=server"],
                       ["recipe=tiny_qwen3_grpo", "trainer.pipeline=async", "rollout.backend=vllm",
-                       "rollout.options.python=/opt/vllm-omni/bin/python"]):
+                       "rollout.backend_options.python=/opt/vllm-omni/bin/python"]):
         assert load_config(overrides).trainer.pipeline in ("async", "one_step_off")
 
 

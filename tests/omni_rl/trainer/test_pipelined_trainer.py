@@ -38,7 +38,7 @@ def test_async_with_max_staleness_0_trains_what_on_policy_trains(tmp_path):
 
 
 def test_one_step_off_resumes_exactly(tmp_path):
-    pipelined = ["trainer.pipeline=one_step_off", "algo.rollout_correction.level=token"]
+    pipelined = ["trainer.pipeline=one_step_off", "algo.rollout_correction_options.level=token"]
     straight, records = run(tmp_path, "straight", "trainer.total_steps=4", *pipelined)
     run(tmp_path, "split", "trainer.total_steps=2", *pipelined)
     resumed, _ = run(tmp_path, "split", "trainer.total_steps=4", f"trainer.resume={tmp_path / 'split'}", *pipelined)
@@ -67,7 +67,7 @@ def test_nothing_staler_than_the_bound_reaches_the_loss_under_a_slow_update(tmp_
 def test_tiny_sd3_one_step_off_samples_on_a_copy_and_corrects_with_step_weights(tmp_path):
     sd3 = [*TINY_SD3, "trainer.val_every=2", "algo.family_options.val_num_steps=4"]
     trainer, records = run(tmp_path, "sd3", "trainer.total_steps=2", "trainer.pipeline=one_step_off",
-                           "algo.rollout_correction.level=step", base=sd3)
+                           "algo.rollout_correction_options.level=step", base=sd3)
     assert trainer.rollout_engine.model is not trainer.model  # the update never changes the sampler's weights
     assert [r["rollout_corr/staleness_max"] for r in records] == [0, 1]
     # Step 2's samples are one version old: the weights between current and behaviour policy are not all 1.
@@ -82,7 +82,7 @@ def test_async_makes_no_work_past_total_steps_and_a_longer_resume_repeats_the_st
     from tests.omni_rl.trainer.test_pipeline import tickets_made
 
     pipelined = ["trainer.pipeline=async", "trainer.pipeline_options.max_staleness=2",
-                 "algo.rollout_correction.level=token"]
+                 "algo.rollout_correction_options.level=token"]
     straight, records = run(tmp_path, "straight", "trainer.total_steps=4", *pipelined)
     short, first = run(tmp_path, "split", "trainer.total_steps=2", *pipelined)
     assert tickets_made(short.producer) <= {1, 2}

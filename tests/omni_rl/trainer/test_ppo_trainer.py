@@ -182,7 +182,7 @@ def test_geneval_prompts_and_reward_log_per_task_scores(tmp_path):
     _, records = run_tiny(tmp_path, "geneval", "trainer.total_steps=1", "trainer.prompts_per_step=4",
                           "trainer.samples_per_prompt=2", "data.prompts=null",
                           "data.prompt_file=recipes/prompts/geneval_shapes_train.jsonl",
-                          "reward.rewards=[{name: geneval_shapes, kwargs: {partial_credit: true}}]")
+                          "reward.rewards=[{name: geneval_shapes, reward_options: {partial_credit: true}}]")
     tasks = {k for k in records[0] if k.startswith("reward/geneval/")}
     assert tasks and tasks <= {f"reward/geneval/{t}" for t in
                                ("single_object", "two_object", "counting", "colors", "position", "color_attr")}

@@ -15,7 +15,7 @@ RECIPE = "tiny_sd3_flowgrpo"
     (["trainer.pipeline=async"], True),
     (["rollout.backend=server"], True),  # the rollout computes in a process of its own
     (["trainer.backend=ray", "trainer.engine=fsdp2", "trainer.backend_options.devices_per_node=2"], True),
-    (["reward.workers.num_workers=1"], True),
+    (["reward.worker_options.num_workers=1"], True),
 ])
 def test_null_overlaps_only_where_something_else_computes_the_rollout(extra, overlaps):
     cfg = load_config([f"recipe={RECIPE}", *extra])

@@ -45,7 +45,7 @@ def policy_loss(family, micro, chunk, weights):
 
 
 def test_with_the_rollouts_own_log_probs_it_is_a_no_op_that_costs_nothing(tmp_path):
-    on, seen = build(tmp_path, "on", *SD3, "algo.rollout_correction.level=step", "algo.logprob_check_every=0")
+    on, seen = build(tmp_path, "on", *SD3, "algo.rollout_correction_options.level=step", "algo.logprob_check_every=0")
     on.fit()
     assert seen["scored"] == []  # the native engine is the actor's own model: nothing recomputed
     # No weights reach the loss, whose code path is then the one without the option.
@@ -61,7 +61,7 @@ def test_with_the_rollouts_own_log_probs_it_is_a_no_op_that_costs_nothing(tmp_pa
 
 
 def test_recomputed_old_log_probs_give_weights_that_reach_the_text_loss(tmp_path):
-    trainer, seen = build(tmp_path, "text", *TEXT, "algo.rollout_correction.level=sequence", "algo.rollout_correction.cap=3.0")
+    trainer, seen = build(tmp_path, "text", *TEXT, "algo.rollout_correction_options.level=sequence", "algo.rollout_correction_options.cap=3.0")
     rollout = trainer.family.rollout
 
     def perturbed(*args, **kwargs):  # as if the engine had scored sample 0's first token 0.3 lower

@@ -20,8 +20,8 @@ def run(tmp_path, name, *overrides):
 
 @pytest.mark.parametrize("loss,extra", [
     ("ppo_clip", []),
-    ("gspo", ["algo.loss_options.gspo.clip_range=3e-4", "algo.loss_options.gspo.clip_range_high=4e-4"]),
-    ("dapo", ["algo.loss_options.dapo.clip_range_high=0.28"]),
+    ("gspo", ["algo.policy_loss_options.gspo.clip_range=3e-4", "algo.policy_loss_options.gspo.clip_range_high=4e-4"]),
+    ("dapo", ["algo.policy_loss_options.dapo.clip_range_high=0.28"]),
     ("cispo", []),
 ])
 def test_every_token_loss_trains_the_frames(tmp_path, loss, extra):
@@ -45,7 +45,7 @@ def test_thinker_talker_is_one_trajectory_with_one_update(tmp_path):
 @pytest.mark.parametrize("override,key", [
     ("trainer.pipeline=one_step_off", "trainer.pipeline"),
     ("algo.kl_coef=0.1", "algo.kl_coef"),
-    ("model.options.trainable=decoder", "trainable"),
+    ("model.adapter_options.trainable=decoder", "trainable"),
     ("algo.family_options.max_frames=0", "max_frames"),
 ])
 def test_bad_talker_settings_fail_at_load(tmp_path, override, key):

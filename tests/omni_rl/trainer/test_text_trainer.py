@@ -53,11 +53,11 @@ def test_every_token_loss_trains(tmp_path):
     one = ["trainer.total_steps=1", "trainer.mini_batch_size=32", "trainer.val_every=0"]
     runs = {loss: run_trainer(tmp_path, loss, *one, *extra)[1:] for loss, extra in [
         ("ppo_clip", []),
-        ("ppo_clip_seq", ["algo.loss_options.ppo_clip.loss_agg_mode=seq-mean-token-mean"]),
-        ("dapo", ["algo.policy_loss=dapo", "algo.loss_options.dapo.clip_range=0.2", "algo.loss_options.dapo.clip_range_high=0.28"]),
+        ("ppo_clip_seq", ["algo.policy_loss_options.ppo_clip.loss_agg_mode=seq-mean-token-mean"]),
+        ("dapo", ["algo.policy_loss=dapo", "algo.policy_loss_options.dapo.clip_range=0.2", "algo.policy_loss_options.dapo.clip_range_high=0.28"]),
         ("cispo", ["algo.policy_loss=cispo"]),
         ("sapo", ["algo.policy_loss=sapo"]),
-        ("gspo", ["algo.policy_loss=gspo", "algo.loss_options.gspo.clip_range=3e-4", "algo.loss_options.gspo.clip_range_high=4e-4"]),
+        ("gspo", ["algo.policy_loss=gspo", "algo.policy_loss_options.gspo.clip_range=3e-4", "algo.policy_loss_options.gspo.clip_range_high=4e-4"]),
     ]}
     rec = {loss: records[0] for loss, (records, _) in runs.items()}
     weights = {loss: trainer.actors.model.named_trainable_tensors() for loss, (_, trainer) in runs.items()}
@@ -77,9 +77,9 @@ def test_the_verl_options_reach_the_loss(tmp_path):
     """Dual clip, Dr.GRPO's normalised aggregation and the KL clamp, set from the config, reach
     the loss the actor trains with, which gives the values worked out below."""
     _, records, trainer = run_trainer(
-        tmp_path, "verl", "trainer.total_steps=2", "algo.loss_options.ppo_clip.clip_ratio_c=3.0",
-        "model.lora.enabled=true", "algo.loss_options.ppo_clip.loss_agg_mode=seq-mean-token-sum-norm",
-        "algo.kl_coef=0.05", "algo.loss_options.ppo_clip.kl_clamp=10")
+        tmp_path, "verl", "trainer.total_steps=2", "algo.policy_loss_options.ppo_clip.clip_ratio_c=3.0",
+        "model.lora.enabled=true", "algo.policy_loss_options.ppo_clip.loss_agg_mode=seq-mean-token-sum-norm",
+        "algo.kl_coef=0.05", "algo.policy_loss_options.ppo_clip.kl_clamp=10")
     for rec in records:  # each micro-batch's total is its policy loss + kl_coef * KL, and so are their means
         assert rec["loss/total"] == pytest.approx(rec["loss/policy"] + 0.05 * rec["loss/kl"], rel=1e-5, abs=1e-7)
     loss = trainer.actors.family.policy_loss
@@ -108,7 +108,7 @@ def test_lora_with_kl_to_the_reference(tmp_path):
     # = 0 is 0, and so is its gradient, 1 - e^x. The first update is then the policy loss's alone
     # at either coefficient, and the second mini-batch sees the same weights: the same KL k > 0
     # and policy loss p, with total = p + kl_coef * k.
-    k3 = ["model.lora.enabled=true", "algo.loss_options.ppo_clip.kl_estimator=k3", "trainer.total_steps=1"]
+    k3 = ["model.lora.enabled=true", "algo.policy_loss_options.ppo_clip.kl_estimator=k3", "trainer.total_steps=1"]
     out, (a,) = run(tmp_path, "kl", *k3, "algo.kl_coef=0.05")
     _, (b,) = run(tmp_path, "kl2", *k3, "algo.kl_coef=0.1")
     assert a["loss/kl"] > 0

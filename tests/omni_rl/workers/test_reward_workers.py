@@ -75,7 +75,7 @@ def test_trainer_with_reward_workers(tmp_path, ray_local):
     out = tmp_path / "run"
     cfg = load_config(["recipe=tiny_qwen3_grpo", f"trainer.output_dir={out}", "trainer.total_steps=2",
                        "trainer.val_every=0", "trainer.logger_options.progress_bar=false", "trainer.loggers=[jsonl]",
-                       "reward.workers.num_workers=1", "reward.workers.num_cpus=0.5"])
+                       "reward.worker_options.num_workers=1", "reward.worker_options.num_cpus=0.5"])
     PPOTrainer(cfg).fit()
     records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert len(records) == 2 and 0.0 <= records[0]["reward/char_match/mean"] <= 1.0

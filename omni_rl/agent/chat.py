@@ -1,0 +1,95 @@
+"""The chat format of tool use: reading the model's tool calls and writing the turns it reads.
+
+Calls are Qwen3's (and Hermes') format, the one its chat template teaches in the system turn:
+`<tool_call>\n{"name": NAME, "arguments": {...}}\n</tool_call>`, any number per turn. A call
+that is not that (no closing tag, JSON that does not parse, no name, arguments not an object) is
+an error the model reads, never an exception. The turns the model reads between its own (tool
+answers, an environment's user turn) are rendered by the model's own chat template: the text the
+template puts after an assistant turn, up to and including the next generation prompt, so the
+tokens fed during rollout are the ones a re-templated conversation would hold.
+"""
+from __future__ import annotations
+
+import json
+import re
+from typing import Any, Optional
+
+from omni_rl.agent.components import ToolCall
+
+_CALL = re.compile(r"<tool_call>(.*?)</tool_call>", re.S)
+_OPEN = "<tool_call>"
+# A stand-in assistant turn whose rendering ends where the model's turn ended.
+_MARK = "\u00a7"
+
+
+def parse_tool_calls(text: str) -> tuple[list[ToolCall], list[str]]:
+    """(well-formed calls, one error message per malformed call) of a model turn's text."""
+    calls, errors = [], []
+    for body in _CALL.findall(text):
+        try:
+            value = json.loads(body)
+        except json.JSONDecodeError as err:
+            errors.append(f"error: the tool call is not valid JSON ({err.msg} at character {err.pos}); write "
+                          f'<tool_call>{{"name": ..., "arguments": {{...}}}}</tool_call>')
+            continue
+        if not isinstance(value, dict) or not isinstance(value.get("name"), str):
+            errors.append('error: the tool call has no "name"; write {"name": TOOL, "arguments": {...}}')
+            continue
+        arguments = value.get("arguments", {})
+        if isinstance(arguments, str):  # some models write the arguments as a JSON string
+            try:
+                arguments = json.loads(arguments)
+            except json.JSONDecodeError:
+                pass
+        if not isinstance(arguments, dict):
+            errors.append(f"error: the arguments of {value['name']!r} must be a JSON object, got {arguments!r:.80}")
+            continue
+        calls.append(ToolCall(value["name"], arguments))
+    unclosed = text.count(_OPEN) - len(_CALL.findall(text))
+    if unclosed > 0:
+        errors.append("error: a <tool_call> has no closing </tool_call>")
+    return calls, errors
+
+
+def wants_tool(text: str) -> bool:
+    """Whether a turn tries to call a tool at all (well-formed or not)."""
+    return _OPEN in text
+
+
+class ChatFormat:
+    """Token ids of an agent's prompt and of the turns between its own, from `model`'s template
+    (`AutoregressiveModelBase.chat_text` / `encode_text`, adapters with `takes_tools`)."""
+
+    def __init__(self, model, tools: list[dict[str, Any]], system_prompt: Optional[str] = None):
+        self.model = model
+        self.tools = tools or None
+        self.system_prompt = system_prompt
+        self.stop_ids = set(model.eos_token_ids)
+
+    def prompt_messages(self, messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        if self.system_prompt is None or (messages and messages[0].get("role") == "system"):
+            return list(messages)
+        return [{"role": "system", "content": self.system_prompt}, *messages]
+
+    def prompt_ids(self, messages: list[dict[str, Any]]) -> list[int]:
+        text = self.model.chat_text(self.prompt_messages(messages), tools=self.tools, add_generation_prompt=True)
+        return self.model.encode_text(text)
+
+    def continuation_ids(self, messages: list[dict[str, Any]], turn_closed: bool) -> list[int]:
+        """The tokens after a model turn that fed `messages` (tool and user turns) and open the
+        next assistant turn. `turn_closed`: the model's turn ended with its stop token (already in
+        the context); otherwise the template's end of turn is fed first."""
+        head = [{"role": "user", "content": "x"}, {"role": "assistant", "content": _MARK}]
+        before = self.model.chat_text(head, add_generation_prompt=False)
+        full = self.model.chat_text(head + list(messages), add_generation_prompt=True)
+        cut = before.rfind(_MARK) + len(_MARK)
+        if not full.startswith(before[:cut]):
+            raise ValueError(f"{type(self.model).__name__}'s chat template renders an assistant turn differently "
+                             f"when tool turns follow it; the agent loop cannot continue its trajectories")
+        ids = self.model.encode_text(full[cut:])
+        if turn_closed:
+            if not ids or ids[0] not in self.stop_ids:
+                raise ValueError(f"{type(self.model).__name__}'s chat template does not end an assistant turn with "
+                                 f"its stop token {sorted(self.stop_ids)} (got {ids[:1]}); the agent loop needs it to")
+            ids = ids[1:]
+        return ids

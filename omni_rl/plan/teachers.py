@@ -1,0 +1,120 @@
+"""The teachers of a plan (on-policy distillation): their weights and their forward on the devices.
+
+Teachers are colocated (`omni_rl.families.teachers`): each training rank builds every teacher
+whole, in the model's dtype, beside the student, so a teacher's weights add to both peaks of
+every training device, unsharded. A teacher that is the student's own base (no `path`, no `lora`,
+LoRA training) holds no weights of its own. Any other is built weightless from its architecture
+folder (`architecture_folder(path)`, the student's `model.path` when it has none) and counted
+whole: its trained network(s) and, where the build has them, its own encoders and decoder.
+Teachers of one base (`path`, `revision`) share one copy (their LoRAs are adapters on it), so
+the base is counted once. A teacher's LoRA file is not read (it need not exist when planning; it
+is small beside the base).
+
+Its forward runs in the update, with no gradient, while the student's micro-batch holds its
+activations: the training peak gains the larger teacher forward, traced on fake tensors at the
+micro-batch's size (a denoiser's at the teacher's guidance copies; a text model's over the prompt
+and response). Its FLOPs are `steps.teacher_flops`.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import torch
+
+from omni_rl.families.teachers import teachers_of
+from omni_rl.plan.architecture import architecture_folder
+from omni_rl.plan.trace import LiveBytes, Trace
+from omni_rl.plan.weights import build_weightless, engine_tensors
+
+
+def shares_student(cfg, teacher) -> bool:
+    """The teacher is the student's own model with its LoRA off (as `build_teachers` decides)."""
+    return teacher.path is None and teacher.lora is None and cfg.model.lora.enabled
+
+
+def plan_teacher_weights(cfg, cache: dict) -> dict[str, Any]:
+    """Each teacher's parameters and bytes on a training device (module docstring): a JSON-able
+    dict with the bytes every training device holds (`device_bytes`)."""
+    rows, device_bytes = [], 0
+    holder: dict[tuple, str] = {}  # (path, revision) -> the teacher whose row counts that base
+    for t in teachers_of(cfg.algo.family_options):
+        if shares_student(cfg, t):
+            rows.append({"teacher": t.name, "path": None, "shares_student": True, "parameters": 0, "bytes": 0,
+                         "where": "the student's own weights, LoRA off"})
+            continue
+        path = cfg.model.path if t.path is None else t.path
+        revision = cfg.model.revision if t.path is None else t.revision
+        if (path, revision) in holder:
+            rows.append({"teacher": t.name, "path": path, "lora": t.lora, "shares_student": False, "parameters": 0,
+                         "bytes": 0, "where": f"the base of teacher {holder[path, revision]!r}, shared (its LoRA an "
+                                              f"adapter on it)"})
+            continue
+        holder[path, revision] = t.name
+        key = ("teacher", path)
+        if key not in cache:
+            model_cfg = dataclasses.replace(cfg.model, path=path, lora=dataclasses.replace(cfg.model.lora, enabled=False))
+            built = build_weightless(dataclasses.replace(cfg, model=model_cfg), architecture_folder(path))
+            tensors = list(engine_tensors(built.model, "local", built.frozen))
+            params = sum(torch.Size(s.shape).numel() for s in tensors)
+            size = sum(torch.Size(s.shape).numel() * torch.empty((), dtype=s.dtype, device="meta").element_size()
+                       for s in tensors)
+            cache[key] = (params, size, built.complete or built.frozen_planned)
+        params, size, whole = cache[key]
+        device_bytes += size
+        rows.append({"teacher": t.name, "path": path, "lora": t.lora, "shares_student": False, "parameters": params,
+                     "bytes": size, "where": "every training device, whole (colocated)",
+                     "counted": "the whole model" if whole else "its trained network(s) only"})
+    return {"models": rows, "device_bytes": device_bytes}
+
+
+def guidance_copies(cfg) -> int:
+    """Rows per sample of the largest teacher forward: 2 where a teacher guides with CFG."""
+    scales = [cfg.rollout.guidance_scale if t.guidance_scale is None else t.guidance_scale
+              for t in teachers_of(cfg.algo.family_options)]
+    return max((2 if s > 1.0 else 1) for s in scales) if scales else 0
+
+
+def trace_teacher_forward(model, spec, cfg, cache: dict) -> Trace | None:
+    """The teacher's no-grad forward on one micro-batch, traced with the student's architecture
+    (a teacher must share it); None without teachers."""
+    if not teachers_of(cfg.algo.family_options):
+        return None
+    if spec.modality == "text":
+        from omni_rl.plan.text_steps import text_lengths
+
+        prompt, response = text_lengths(cfg)
+        key = ("teacher-text", id(model), cfg.trainer.micro_batch_size, prompt, response)
+        if key not in cache:
+            with cache[("mode", id(model), True)]:
+                cache[key] = _trace_text_forward(model, spec, cfg.trainer.micro_batch_size, prompt, response,
+                                                 float(cfg.algo.family_options.temperature))
+        return cache[key]
+    from omni_rl.plan.steps import _trace_all
+
+    batch = cfg.trainer.micro_batch_size * guidance_copies(cfg)
+    key = ("teacher", batch, id(model), cfg.rollout.height, cfg.rollout.width, cfg.rollout.num_frames)
+    if key not in cache:
+        cache[key] = _trace_all(model, spec, cfg, batch, False, cache[("mode", id(model), True)])
+    return cache[key]
+
+
+def _trace_text_forward(model, spec, batch: int, prompt: int, response: int, temperature: float) -> Trace:
+    """As the teacher's `token_log_probs` runs: the response positions' logits, tempered, their
+    log-softmax and the sampled tokens' entries."""
+    from omni_rl.plan.text_steps import _ids
+
+    positions = spec.text_positions or (lambda b, n: None)
+    with torch.no_grad():
+        live = LiveBytes(model.trainable_module())
+        with live:
+            ids, mask = _ids(batch, prompt + response)
+            logits, _ = model.forward_logits(ids, mask, None, position_ids=positions(batch, prompt + response),
+                                             logits_to_keep=response + 1)
+            logits = logits[:, :-1] / temperature
+            log_probs = torch.log_softmax(logits, dim=-1).gather(-1, ids[:, prompt:].unsqueeze(-1))
+            del logits, log_probs
+    return Trace(int(live.flops), int(live.peak), int(live.weight_read), int(live.expert_read))
+
+
+__all__ = ["plan_teacher_weights", "trace_teacher_forward", "shares_student", "guidance_copies"]
