@@ -108,7 +108,7 @@ def test_sharded_checkpoint_round_trip_and_export(one_rank_group, tmp_path):
 def test_compiled_blocks_shard_and_train_as_the_eager_local_engine(one_rank_group, checkpointing):
     """torchtitan's order: each decoder layer compiled (`model.compile_options`, at load), then the
     engine checkpoints and shards it; the update is eager's. `aot_eager` captures the graphs with
-    eager kernels (inductor's numerics: tests/adapters/test_compiled_adapters.py)."""
+    eager kernels (inductor's numerics: the shared adapter suite, tests/adapters/diffusion_suite.py)."""
     from omni_rl.models.compile import CompileOptions, compiled_graphs
 
     torch._dynamo.reset()  # graphs another test compiled for these layers' code would be reused
