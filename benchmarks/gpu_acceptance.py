@@ -2,7 +2,9 @@
 
 On one CUDA GPU it runs, each part in a process of its own and each with its own time limit:
 
-1. `gpu_tests`: the `gpu`-marked tests (`pytest -m gpu`, on the GPU);
+1. `gpu_tests`: the `gpu`-marked tests (`pytest -m gpu`, on the GPU), among them the tiny SD3
+   compiled (`model.compile_options`) with inductor's kernels and with CUDA graphs
+   (`mode=reduce-overhead`): ratio 1, no recompile after the first step;
 2. `rollout_batching`: native against `vllm_omni` at max_num_seqs 1, 8 and 32 on the tiny SD3,
    the tiny Qwen-Image and the tiny FLUX.1 (`benchmarks/rollout_batching.py --backend vllm_omni`:
    samples/s of each and the largest |final latent| difference);

@@ -9,8 +9,8 @@ rollout backend, `trainer.*_options` for the trainer's backend, engine and pipel
 `algo.policy_loss_options.<loss>`, `algo.advantage_options` and `algo.family_options`) is bound to the
 options dataclass it declares, so an unknown key, a wrong type or a bad value fails here with
 one line. The blocks that belong to no registry entry (`algo.rollout_correction_options`,
-`rollout.sde_window_options`, `trainer.logger_options`, and `reward.worker_options`, the Ray reward
-workers' block) are bound here too. Each bound instance is stored in the config in its block's
+`rollout.sde_window_options`, `trainer.logger_options`, `model.compile_options`, and
+`reward.worker_options`, the Ray reward workers' block) are bound here too. Each bound instance is stored in the config in its block's
 place (`cfg.model.adapter_options` is the adapter's options dataclass after load), and that is what
 every component reads: this module is the only one that binds a block
 (tests/test_options_bound_once.py). `bind_blocks` binds a config composed and checked elsewhere
@@ -46,6 +46,7 @@ from omni_rl.families.autoregressive import agent_options_of
 from omni_rl.algos.rollout_correction import RolloutCorrectionOptions
 from omni_rl.families.base import check_rollout_correction
 from omni_rl.logging import SINK_NAMES, LoggerOptions
+from omni_rl.models.compile import CompileOptions
 from omni_rl.models.registry import ADAPTERS, adapter_key
 from omni_rl.plugins import PluginError, load_plugins
 from omni_rl.reward.registry import REWARDS, RewardConfigError, check_reward_options, reward_modalities
@@ -221,6 +222,7 @@ def check_components(cfg: OmniConfig) -> None:
         if block.bound_here:
             block.bind(cfg)
     _bind(cfg.reward, "worker_options", RewardWorkerOptions, "reward.worker_options", "reward workers on Ray")
+    _bind(cfg.model, "compile_options", CompileOptions, "model.compile_options", "the model's compilation")
     _check_pipeline(cfg)
     check_backend = ROLLOUT_BACKENDS.get(cfg.rollout.backend).check_config
     if check_backend is not None:
@@ -296,6 +298,7 @@ def bind_blocks(cfg: OmniConfig) -> OmniConfig:
         if block.bound_here:
             block.bind(cfg)
     _bind(cfg.reward, "worker_options", RewardWorkerOptions, "reward.worker_options", "reward workers on Ray")
+    _bind(cfg.model, "compile_options", CompileOptions, "model.compile_options", "the model's compilation")
     return cfg
 
 

@@ -50,6 +50,9 @@ class ModelConfig:
     # `python main_omni.py --options model.adapter=NAME` lists them.
     adapter_options: dict[str, Any] = field(default_factory=dict)
     lora: LoraConfig = field(default_factory=LoraConfig)
+    # Compilation of the trained modules for rollout and training (`omni_rl.models.compile.CompileOptions`:
+    # enabled, backend, mode, regional, dynamic, cache_dir), checked at load; off by default.
+    compile_options: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass

@@ -137,6 +137,11 @@ class OmniModelBase(ABC):
         """Block classes that FSDP should shard one by one (a hint for sharded engines)."""
         return ()
 
+    def compile_block_classes(self) -> tuple[type[nn.Module], ...]:
+        """The repeated block classes that regional compilation compiles one by one
+        (`model.compile_options`): the FSDP blocks unless an adapter says otherwise."""
+        return self.fsdp_wrap_classes()
+
     def lora_targets(self) -> list[str]:
         return list(self.cfg.lora.target_modules or self.default_lora_targets)
 
@@ -178,6 +183,17 @@ class OmniModelBase(ABC):
             if self.cfg.gradient_checkpointing:
                 self.enable_checkpointing(module)
             module.eval()
+        self.compile_trained_modules()
+
+    def compile_trained_modules(self) -> int:
+        """Compile the trained modules as `model.compile_options` say (after LoRA and checkpointing,
+        before a sharded engine wraps the blocks); returns how many modules were compiled (0: off)."""
+        from omni_rl.models.compile import compile_modules, compile_options_of
+
+        options = compile_options_of(self.cfg)
+        if not options.enabled or self.weightless:
+            return 0
+        return compile_modules(self.trainable_modules(), tuple(self.compile_block_classes()), options, self.device)
 
     def enable_checkpointing(self, module: nn.Module) -> None:
         """Recompute activations in the backward pass (diffusers' spelling; families override)."""

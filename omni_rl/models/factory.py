@@ -1,6 +1,6 @@
 """`build_model(cfg, device)`: find the adapter by name and load the model through it.
-`options_from_data` gives a model config its adapter's options instance back after the config
-crossed a process boundary as plain data."""
+`options_from_data` gives a model config its adapter's options (and compile options) instances back
+after the config crossed a process boundary as plain data."""
 from __future__ import annotations
 
 import torch
@@ -8,6 +8,7 @@ import torch
 from omni_rl.config.schema import ModelConfig
 from omni_rl.device import is_weightless
 from omni_rl.models.base import OmniModelBase
+from omni_rl.models.compile import CompileOptions
 from omni_rl.models.loading import resolve_model_path
 from omni_rl.models.registry import ADAPTERS, adapter_key
 from omni_rl.plugins import load_plugins
@@ -22,6 +23,8 @@ def options_from_data(cfg: ModelConfig, plugins: tuple[str, ...] = ()) -> ModelC
     options_class = ADAPTERS.get(adapter_key(cfg.adapter, cfg.stage)).options_class
     if not isinstance(cfg.adapter_options, options_class):
         cfg.adapter_options = options_class(**dict(cfg.adapter_options or {}))
+    if not isinstance(cfg.compile_options, CompileOptions):
+        cfg.compile_options = CompileOptions(**dict(cfg.compile_options or {}))
     return cfg
 
 

@@ -22,6 +22,7 @@ from omni_rl.engine.registry import build_engine
 from omni_rl.families import build_family
 from omni_rl.families.base import BehaviourPolicy
 from omni_rl.families.update import run_update, summarize
+from omni_rl.models.compile import compile_options_of, compiled_graphs
 from omni_rl.models.factory import build_model
 from omni_rl.rollout.backends import build_rollout_engine, shares_model
 from omni_rl.rollout.base import weight_kind
@@ -71,7 +72,10 @@ class LocalActorGroup(ActorGroup):
 
     def update(self, batch, step: int) -> dict[str, float]:
         after = self.ema.after_optimizer_step if self.ema is not None else None
-        return summarize([run_update(self.engine, self.family, batch, self.cfg, step, after_optimizer_step=after)])
+        metrics = summarize([run_update(self.engine, self.family, batch, self.cfg, step, after_optimizer_step=after)])
+        if compile_options_of(self.cfg.model).enabled:  # a recompile shows as a rise after the first step
+            metrics["perf/compiled_graphs"] = float(compiled_graphs())
+        return metrics
 
     def sync_rollout(self, version: int) -> None:
         self.version = version

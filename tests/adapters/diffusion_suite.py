@@ -15,7 +15,11 @@ through its own loading code:
    transition means where a loss reads them;
 4. a LoRA export loads through the pipeline's own loader and the pipeline then reproduces the
    trained adapter's ODE sample (and not the base model's);
-5. the weightless (meta) build has the loaded model's trainable tensors and latent shapes.
+5. the weightless (meta) build has the loaded model's trainable tensors and latent shapes;
+6. compiled (`model.compile_options`, inductor, regional) its forward equals the eager one within
+   the case's `compile_atol` (fp32), on a batch across the schedule with CFG: under the `long`
+   marker, since inductor's code generation takes tens of seconds per model on a CPU (the default
+   run checks the compiled wiring with `aot_eager` on the demo's model: tests/omni_rl/models/test_compile.py).
 
 Latents may be plain tensors or `LatentStreams` (LTX-2's video + audio): the suite handles both
 through `omni_rl.algos.latent_streams` and compares streams one by one.
@@ -70,6 +74,9 @@ class AdapterCase:
     # options under which the adapter encodes it as the pipeline does (tests 1 and 4).
     source_image: Callable[[str], Any] = None
     pipeline_options: dict[str, Any] = field(default_factory=dict)
+    # Compiled (inductor) against eager forward, fp32: max |delta| of the velocity (test 6;
+    # benchmarks/compile.py --numerics measures it per model).
+    compile_atol: float = 1e-4
 
 
 def model_config(**values) -> ModelConfig:
@@ -265,6 +272,45 @@ class DiffusionAdapterSuite:
         torch.testing.assert_close(view.sigmas(6, *geometry), model.sigmas(6, *geometry), rtol=0, atol=0)
         for module in [*view.trainable_modules().values(), *view.frozen_modules()]:
             assert all(p.is_meta for p in module.parameters())
+
+    # 6 ---------------------------------------------------------------------------------------
+    @pytest.mark.long
+    def test_the_compiled_forward_equals_the_eager_one(self):
+        from omni_rl.models.compile import CompileOptions
+
+        delta = compiled_forward_delta(self.case, CompileOptions(enabled=True, backend="inductor"))
+        assert delta <= self.case.compile_atol, f"compiled vs eager max |delta| {delta:.3e} > {self.case.compile_atol:.0e}"
+
+
+@torch.no_grad()
+def compiled_forward_delta(case: AdapterCase, options) -> float:
+    """Max |delta| of one forward (8 samples across an 8-step schedule, CFG) of the case's model
+    compiled with `options` against the same model eager, fp32."""
+    eager = build(case)
+    compiled = build(case, compile_options=options)
+    sigmas = eager.sigmas(8, case.height, case.width, case.num_frames)[:-1]
+    n = len(sigmas)
+    x = ls.stack([initial_noise(eager, case, seed=s) for s in range(n)])
+    cond = encode(case, eager, [PROMPTS[i % len(PROMPTS)] for i in range(n)])
+    want = eager.predict_velocity(x, sigmas, cond, case.guidance)
+    got = compiled.predict_velocity(x, sigmas, cond, case.guidance)
+    if isinstance(want, ls.LatentStreams):
+        return max(float((got[k] - want[k]).abs().max()) for k in want.names)
+    return float((got - want).abs().max())
+
+
+def suite_cases() -> dict[str, AdapterCase]:
+    """Every adapter case of the shared suite (each test module's `DiffusionAdapterSuite` classes), by class name."""
+    import importlib
+    from pathlib import Path
+
+    cases = {}
+    for file in sorted(Path(__file__).parent.glob("test_*_adapter.py")):
+        module = importlib.import_module(f"tests.adapters.{file.stem}")
+        for name, value in vars(module).items():
+            if isinstance(value, type) and issubclass(value, DiffusionAdapterSuite) and value is not DiffusionAdapterSuite:
+                cases[name] = value.case
+    return cases
 
 
 def fresh_pipeline(pipeline_cls, model, path: str | None = None, **changes):

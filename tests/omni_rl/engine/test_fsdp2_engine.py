@@ -101,3 +101,38 @@ def test_sharded_checkpoint_round_trip_and_export(one_rank_group, tmp_path):
     load_sharded_trainable(plain, str(tmp_path / "ckpt"))
     for k, v in plain.named_trainable_tensors().items():
         torch.testing.assert_close(v, saved[k], rtol=0, atol=0)
+
+
+@pytest.mark.long
+@pytest.mark.parametrize("checkpointing", [False, True])
+def test_compiled_blocks_shard_and_train_as_the_eager_local_engine(one_rank_group, checkpointing):
+    """torchtitan's order: each decoder layer compiled (`model.compile_options`, at load), then the
+    engine checkpoints and shards it; the update is eager's. `aot_eager` captures the graphs with
+    eager kernels (inductor's numerics: the shared adapter suite, tests/adapters/diffusion_suite.py)."""
+    from omni_rl.models.compile import CompileOptions, compiled_graphs
+
+    torch._dynamo.reset()  # graphs another test compiled for these layers' code would be reused
+    local_model = tiny(lora=False)
+    torch.manual_seed(0)
+    cfg = ModelConfig(adapter="Qwen3ForCausalLM", path="tiny:qwen3", lora=LoraConfig(enabled=False),
+                      compile_options=CompileOptions(enabled=True, backend="aot_eager"))
+    sharded_model = build_model(cfg, torch.device("cpu"))
+    sharded_model.cfg.gradient_checkpointing = checkpointing
+    layers = [m for m in sharded_model.trainable_root().modules() if isinstance(m, sharded_model.compile_block_classes())]
+    assert len(layers) == 2 and all(m._compiled_call_impl is not None for m in layers)
+    local = LocalEngine(local_model, OptimConfig(lr=1e-2))
+    sharded = FSDP2Engine(sharded_model, OptimConfig(lr=1e-2))
+    assert sharded.num_blocks == 2
+    before = compiled_graphs()
+    b = batch(local_model)
+    for _ in range(2):
+        m1 = local.forward_backward(b, loss_fn(local_model))
+        m2 = sharded.forward_backward(b, loss_fn(sharded_model))
+        assert float(m2["loss/total"]) == pytest.approx(float(m1["loss/total"]), rel=1e-5)
+        s1, s2 = local.optimizer_step(), sharded.optimizer_step()
+        assert float(s2["actor/grad_norm"]) == pytest.approx(float(s1["actor/grad_norm"]), rel=1e-4)
+    assert compiled_graphs() > before  # the layers ran compiled, not eager
+    want, got = local_model.named_trainable_tensors(), sharded.full_trainable_tensors()
+    assert sorted(got) == sorted(want)
+    for k in want:
+        torch.testing.assert_close(got[k], want[k], rtol=1e-4, atol=1e-5)

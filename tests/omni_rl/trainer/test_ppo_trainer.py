@@ -32,6 +32,23 @@ def test_on_policy_ratio_is_one_and_rollout_matches_trainer(tmp_path):
     assert records[-1]["loss/ratio_max_abs_dev"] > 0
 
 
+@pytest.mark.long  # dynamo's tracing alone takes minutes on a loaded 2-core machine
+@pytest.mark.parametrize("backend", ["aot_eager", "inductor"])
+def test_compiled_on_policy_ratio_is_one_and_nothing_recompiles_after_the_first_step(tmp_path, backend):
+    """The rollout (no-grad graphs) and the update (training graphs) run compiled blocks: the
+    rollout's log-probs still serve as the old ones, the first mini-batch's ratio is 1 within the
+    eager bound, and the graphs compiled in step 1 serve every later batch (`aot_eager`: graph
+    capture with eager kernels; inductor: its generated kernels)."""
+    _, records = run_tiny(tmp_path, backend, "trainer.total_steps=3", "model.compile_options.enabled=true",
+                          f"model.compile_options.backend={backend}", "trainer.samples_per_prompt=3",
+                          "trainer.mini_batch_size=3", "trainer.micro_batch_size=1")
+    for rec in records:
+        assert rec["actor/first_minibatch_ratio_max_abs_dev"] <= 1e-6
+        assert rec["rollout_corr/logprob_abs_diff_max"] <= 1e-5
+    graphs = [rec["perf/compiled_graphs"] for rec in records]
+    assert graphs[0] > 0 and graphs == [graphs[0]] * len(graphs)  # rollouts of 6, micro-batches of 1: no recompile
+
+
 def test_resume_is_exact(tmp_path):
     straight, _ = run_tiny(tmp_path, "straight", "trainer.total_steps=4")
     run_tiny(tmp_path, "split", "trainer.total_steps=2")

@@ -45,6 +45,22 @@ def test_tiny_sd3_flowgrpo(tmp_path, accel_device, dtype):
     assert any("lora" in name for name, _ in pipe.transformer.named_parameters())
 
 
+@pytest.mark.parametrize("mode", ["default", "reduce-overhead"])
+def test_tiny_sd3_flowgrpo_compiled(tmp_path, accel_device, mode):
+    """`model.compile_options` on the GPU, inductor's kernels and with CUDA graphs
+    (`reduce-overhead`): the loop runs, the on-policy ratio is 1 within fp32's bound, and nothing
+    recompiles after the first step (rollout batches of 8, micro-batches of 4)."""
+    if not accel_device.startswith("cuda"):
+        pytest.skip(f"CUDA graphs need CUDA; the accelerator is {accel_device}")
+    _, records = train(tmp_path, accel_device, *SD3, "model.compile_options.enabled=true",
+                       f"model.compile_options.mode={mode}")
+    for rec in records:
+        assert rec["actor/first_minibatch_ratio_max_abs_dev"] <= TOLERANCE["float32"]
+        assert rec["rollout_corr/logprob_abs_diff_max"] <= TOLERANCE["float32"]
+    graphs = [rec["perf/compiled_graphs"] for rec in records]
+    assert graphs[0] > 0 and graphs == [graphs[0]] * len(graphs)
+
+
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 def test_tiny_qwen3_grpo(tmp_path, accel_device, dtype):
     from transformers import AutoModelForCausalLM
