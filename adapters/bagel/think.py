@@ -48,6 +48,7 @@ from __future__ import annotations
 import torch
 
 from omni_rl.models import Conditioning, ThinkDrawModelBase, register_adapter
+from omni_rl.models.think_draw import plan_token
 
 from adapters.bagel.adapter import (
     ARCHITECTURE, BOS, EOS, TEXT_MASKS, BagelAdapter, is_generation_parameter, padded,
@@ -150,11 +151,7 @@ class BagelThinkAdapter(BagelAdapter, ThinkDrawModelBase):
         for t in range(max_new_tokens):
             logits = self.next_token_logits(context, ids, mask)[:, t].cpu()
             for i in (~done).nonzero().flatten().tolist():
-                if temperature == 0:
-                    token = int(logits[i].argmax())
-                else:
-                    probs = torch.softmax(logits[i] / temperature, dim=-1)
-                    token = int(torch.multinomial(probs, 1, generator=gens[i]))
+                token = plan_token(logits[i], temperature, gens[i])
                 ids[i, t], mask[i, t] = token, 1.0
                 done[i] = token == eos
             if bool(done.all()):

@@ -112,12 +112,7 @@ class AgentFamily(TextFamily):
 
     @torch.no_grad()
     def validate(self, engine, items: list[PromptItem], step: int, rewards, output_dir: Path, logger) -> dict[str, float]:
-        t = self.cfg.trainer
-        requests, shown = [], []
-        for g, item in enumerate(items):
-            for k in range(t.val_samples_per_prompt):
-                requests.append(self.request(item, derive_seed(t.val_seed, "val", g, k), record_routes=False))
-                shown.append(item)
+        requests, shown = self.validation_requests(items)
         if not requests:
             return {}
         results, trajectories = self.trajectories(engine, requests, shown)

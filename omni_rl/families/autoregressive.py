@@ -39,7 +39,7 @@ from omni_rl.families.token_teachers import TokenDistillOptions, build_token_tea
 from omni_rl.models.autoregressive import AutoregressiveModelBase, PromptInputs
 from omni_rl.models.moe_routing import RoutingReplayError, take_recorded
 from omni_rl.rollout.backends import ROLLOUT_BACKENDS
-from omni_rl.rollout.text_native import collate_media
+from omni_rl.rollout.text_sampling import collate_media
 from omni_rl.rollout.text_types import TextRequest
 from omni_rl.utils.atomic import atomic_write_text
 from omni_rl.utils.seeding import derive_seed
@@ -356,15 +356,21 @@ class TextFamily(ModelFamily):
                if "prompt_truncated_ratio" in batch.extras else {}),
         }
 
-    @torch.no_grad()
-    def validate(self, engine, items: list[PromptItem], step: int, rewards, output_dir: Path, logger) -> dict[str, float]:
-        """Greedy-ish validation: temperature as configured, fixed seeds, so runs compare."""
+    def validation_requests(self, items: list[PromptItem]) -> tuple[list[TextRequest], list[PromptItem]]:
+        """`trainer.val_samples_per_prompt` requests per item at the validation seeds (the same
+        every validation, so runs compare), and the item each request shows."""
         t = self.cfg.trainer
         requests, shown = [], []
         for g, item in enumerate(items):
             for k in range(t.val_samples_per_prompt):
                 requests.append(self.request(item, derive_seed(t.val_seed, "val", g, k), record_routes=False))
                 shown.append(item)
+        return requests, shown
+
+    @torch.no_grad()
+    def validate(self, engine, items: list[PromptItem], step: int, rewards, output_dir: Path, logger) -> dict[str, float]:
+        """Greedy-ish validation: temperature as configured, fixed seeds, so runs compare."""
+        requests, shown = self.validation_requests(items)
         if not requests:
             return {}
         results = engine.generate(requests)

@@ -32,7 +32,7 @@ from omni_rl.option import ComponentOptions, option
 from omni_rl.families.teachers import (TeacherConfigError, TeacherOptions, TeacherOutputError, architecture_of,
                                       check_teachers)
 from omni_rl.models.factory import build_model
-from omni_rl.rollout.text_native import collate_media
+from omni_rl.rollout.text_sampling import collate_media
 
 FORMS = ("reward", "direct", "full_vocab")
 

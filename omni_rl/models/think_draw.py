@@ -15,6 +15,15 @@ from omni_rl.models.conditioning import Conditioning
 from omni_rl.models.diffusion import DiffusionModelBase
 
 
+def plan_token(logits: torch.Tensor, temperature: float, generator: torch.Generator) -> int:
+    """One plan token from a row's next-token logits [V]: the argmax at temperature 0, else drawn
+    from softmax(logits / temperature) with the sample's generator (the trainer scores it later)."""
+    if temperature == 0:
+        return int(logits.argmax())
+    probs = torch.softmax(logits / temperature, dim=-1)
+    return int(torch.multinomial(probs, 1, generator=generator))
+
+
 class ThinkDrawModelBase(DiffusionModelBase):
     family: ClassVar[str] = "think_draw"
 

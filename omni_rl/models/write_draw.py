@@ -32,7 +32,7 @@ from omni_rl.models.base import OptimizerGroup
 from omni_rl.models.conditioning import Conditioning
 from omni_rl.models.factory import build_model
 from omni_rl.models.registry import ADAPTERS, adapter_key
-from omni_rl.models.think_draw import ThinkDrawModelBase
+from omni_rl.models.think_draw import ThinkDrawModelBase, plan_token
 from omni_rl.option import ComponentOptions, option
 
 # The image model's trained parameters' group, and the writer's (`optimizer_groups`, actor/<name>_grad_norm).
@@ -209,11 +209,7 @@ class WriteDrawModelBase(ThinkDrawModelBase):
             logits, _ = self.writer.forward_logits(sequence, attention, logits_to_keep=1)
             logits = logits[:, -1].float().cpu()
             for i in (~done).nonzero().flatten().tolist():
-                if temperature == 0:
-                    token = int(logits[i].argmax())
-                else:
-                    probs = torch.softmax(logits[i] / temperature, dim=-1)
-                    token = int(torch.multinomial(probs, 1, generator=gens[i]))
+                token = plan_token(logits[i], temperature, gens[i])
                 ids[i, t], mask[i, t] = token, 1.0
                 done[i] = token in eos
             if bool(done.all()):

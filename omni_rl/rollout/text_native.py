@@ -17,37 +17,9 @@ from omni_rl.models.autoregressive import AutoregressiveModelBase, positions_fro
 from omni_rl.models.moe_routing import take_recorded
 from omni_rl.rollout.base import SynchronousRolloutEngine, check_weight_kind
 from omni_rl.rollout.text_turns import TurnHandler, decode_turns
+from omni_rl.rollout.text_sampling import collate_media, draw_token, left_pad
 from omni_rl.rollout.text_types import TextRequest, TextResult
 from omni_rl.utils.tensor_buckets import NamedTensors, named_buckets
-
-
-def collate_media(parts: Sequence[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
-    """Concatenate per-prompt processor tensors along their first dimension."""
-    if not parts or not parts[0]:
-        return {}
-    return {k: torch.cat([p[k] for p in parts]) for k in parts[0]}
-
-
-def left_pad(sequences: Sequence[torch.Tensor], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
-    width = max(len(s) for s in sequences)
-    ids = torch.full((len(sequences), width), pad_id, dtype=torch.long)
-    mask = torch.zeros((len(sequences), width), dtype=torch.long)
-    for i, s in enumerate(sequences):
-        ids[i, width - len(s):] = s
-        mask[i, width - len(s):] = 1
-    return ids, mask
-
-
-def _sample(logits: torch.Tensor, top_p: float, generator: torch.Generator) -> int:
-    """Draw one token from tempered logits [V], keeping the smallest set of mass >= top_p."""
-    probs = torch.softmax(logits, dim=-1)
-    if top_p < 1.0:
-        sorted_probs, order = probs.sort(descending=True)
-        # Keep a token if the mass before it is < top_p (the first token always stays).
-        keep = sorted_probs.cumsum(-1) - sorted_probs < top_p
-        filtered = torch.zeros_like(probs).scatter(0, order[keep], sorted_probs[keep])
-        probs = filtered / filtered.sum()
-    return int(torch.multinomial(probs.cpu(), 1, generator=generator))
 
 
 class NativeTextEngine(SynchronousRolloutEngine):
@@ -92,7 +64,7 @@ class NativeTextEngine(SynchronousRolloutEngine):
             for group in groups.values():
                 for start in range(0, len(group), self.max_num_seqs):
                     for res in decode_turns(self.model, group[start : start + self.max_num_seqs], handler,
-                                            max_total_tokens, _sample, left_pad, collate_media, self.weight_version,
+                                            max_total_tokens, self.weight_version,
                                             self.stats):
                         results[res.request_id] = res
         return [results[req.request_id] for req in requests]
@@ -159,14 +131,9 @@ class NativeTextEngine(SynchronousRolloutEngine):
             for i, req in enumerate(batch):
                 if done[i]:
                     continue
-                if req.temperature == 0:
-                    tempered = last[i].float()
-                    token = int(tempered.argmax())
-                else:
-                    tempered = last[i].float() / req.temperature
-                    token = _sample(tempered, req.top_p, generators[i])
+                token, log_prob = draw_token(last[i], req, generators[i])
                 tokens[i].append(token)
-                log_probs[i].append(float(torch.log_softmax(tempered, dim=-1)[token]))
+                log_probs[i].append(log_prob)
                 new[i, 0], new_mask[i, 0] = token, 1
                 if token in stops[i]:
                     done[i], finish[i] = True, "stop"

@@ -21,6 +21,7 @@ from typing import Optional, Protocol, Sequence
 import torch
 
 from omni_rl.models.autoregressive import AutoregressiveModelBase, positions_from_mask
+from omni_rl.rollout.text_sampling import collate_media, draw_token, left_pad
 from omni_rl.rollout.text_types import TextRequest, TextResult
 
 
@@ -35,11 +36,10 @@ class TurnHandler(Protocol):
 
 def decode_turns(
     model: AutoregressiveModelBase, batch: Sequence[TextRequest], handler: TurnHandler, max_total_tokens: int,
-    sample, left_pad, collate_media, weight_version: int, stats: dict,
+    weight_version: int, stats: dict,
 ) -> list[TextResult]:
     """Decode the trajectories of `batch` (one request each) to their ends; results in order.
-    `sample(tempered_logits, top_p, generator) -> token`, `left_pad` and `collate_media` are the
-    engine's own, so a turn's tokens are drawn exactly as a single-turn response's are."""
+    Tokens are drawn by `text_sampling.draw_token`, as a single-turn response's are."""
     n = len(batch)
     ids, mask = left_pad([r.prompt.input_ids for r in batch], model.pad_token_id)
     media = collate_media([r.prompt.media for r in batch])
@@ -63,14 +63,9 @@ def decode_turns(
         for i, req in enumerate(batch):
             if state[i] != "sample":
                 continue
-            if req.temperature == 0:
-                tempered = last[i].float()
-                token = int(tempered.argmax())
-            else:
-                tempered = last[i].float() / req.temperature
-                token = sample(tempered, req.top_p, generators[i])
+            token, log_prob = draw_token(last[i], req, generators[i])
             tokens[i].append(token)
-            log_probs[i].append(float(torch.log_softmax(tempered, dim=-1)[token]))
+            log_probs[i].append(log_prob)
             sampled[i].append(1.0)
             turn[i].append(token)
             feeds[i] = [token]

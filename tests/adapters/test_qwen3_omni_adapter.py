@@ -11,7 +11,8 @@ from PIL import Image
 from adapters.qwen3_omni import Qwen3OmniThinkerAdapter
 from omni_rl.config.schema import LoraConfig, ModelConfig
 from omni_rl.models import build_model
-from omni_rl.rollout.text_native import NativeTextEngine, collate_media, left_pad
+from omni_rl.rollout.text_native import NativeTextEngine
+from omni_rl.rollout.text_sampling import collate_media, left_pad
 from omni_rl.rollout.text_types import TextRequest
 from tests.adapters.diffusion_suite import model_config
 
