@@ -241,7 +241,7 @@ def test_a_backend_for_another_family_is_refused_at_load(capsys, out, recipe, ba
 
 
 @pytest.mark.parametrize("recipe, stage, expected", [
-    ("tiny_sd3_flowgrpo", "thinker", "model.adapter=StableDiffusion3Pipeline has no such stage (it has no stages"),
+    ("tiny_flux_flowgrpo", "thinker", "model.adapter=FluxPipeline has no such stage (it has no stages"),
     ("tiny_bagel_flowgrpo", "talker", "model.adapter=BagelForConditionalGeneration has no such stage (its stages: edit, think, or null)"),
 ])
 def test_a_stage_the_adapter_has_not_says_so(capsys, out, recipe, stage, expected):
