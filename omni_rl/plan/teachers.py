@@ -102,18 +102,12 @@ def trace_teacher_forward(model, spec, cfg, cache: dict) -> Trace | None:
 def _trace_text_forward(model, spec, batch: int, prompt: int, response: int, temperature: float) -> Trace:
     """As the teacher's `token_log_probs` runs: the response positions' logits, tempered, their
     log-softmax and the sampled tokens' entries."""
-    from omni_rl.plan.text_steps import _ids
+    from omni_rl.plan.text_steps import response_log_probs
 
-    positions = spec.text_positions or (lambda b, n: None)
     with torch.no_grad():
         live = LiveBytes(model.trainable_module())
         with live:
-            ids, mask = _ids(batch, prompt + response)
-            logits, _ = model.forward_logits(ids, mask, None, position_ids=positions(batch, prompt + response),
-                                             logits_to_keep=response + 1)
-            logits = logits[:, :-1] / temperature
-            log_probs = torch.log_softmax(logits, dim=-1).gather(-1, ids[:, prompt:].unsqueeze(-1))
-            del logits, log_probs
+            response_log_probs(model, spec, batch, prompt, response, temperature)  # traced, then dropped
     return Trace(int(live.flops), int(live.peak), int(live.weight_read), int(live.expert_read))
 
 

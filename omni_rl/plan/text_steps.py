@@ -121,9 +121,19 @@ def trace_rollout(model, spec, batch: int, prompt: int, response: int) -> Trace:
                  int(prefill.expert_read + response * live.expert_read), decode=reads)
 
 
+def response_log_probs(model, spec, batch: int, prompt: int, response: int, temperature: float) -> torch.Tensor:
+    """What the trainer (and a text teacher) computes on a micro-batch of fake ids: the response
+    positions' logits, tempered, their log-softmax and the sampled tokens' entries."""
+    positions = spec.text_positions or (lambda b, n: None)
+    ids, mask = _ids(batch, prompt + response)
+    logits, _ = model.forward_logits(ids, mask, None, position_ids=positions(batch, prompt + response),
+                                     logits_to_keep=response + 1)
+    logits = logits[:, :-1] / temperature
+    return torch.log_softmax(logits, dim=-1).gather(-1, ids[:, prompt:].unsqueeze(-1))
+
+
 def trace_train(model, spec, batch: int, prompt: int, response: int, temperature: float, checkpointing: bool) -> Trace:
     """Peak bytes and FLOPs of one micro-batch's forward and backward (module docstring)."""
-    positions = spec.text_positions or (lambda b, n: None)
     module = model.trainable_module()
     module.train(checkpointing)
     live = LiveBytes(module)
@@ -131,13 +141,9 @@ def trace_train(model, spec, batch: int, prompt: int, response: int, temperature
              for p in module.parameters() if p.requires_grad]
     try:
         with live:
-            ids, mask = _ids(batch, prompt + response)
-            logits, _ = model.forward_logits(ids, mask, None, position_ids=positions(batch, prompt + response),
-                                             logits_to_keep=response + 1)
-            logits = logits[:, :-1] / temperature
-            log_probs = torch.log_softmax(logits, dim=-1).gather(-1, ids[:, prompt:].unsqueeze(-1))
+            log_probs = response_log_probs(model, spec, batch, prompt, response, temperature)
             log_probs.mean().backward()
-            del logits, log_probs
+            del log_probs
     finally:
         for hook in hooks:
             hook.remove()
