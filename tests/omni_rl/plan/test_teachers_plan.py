@@ -53,3 +53,32 @@ def test_teachers_of_one_base_count_it_once(tmp_path):
     a, b = plan["teachers"]["models"]
     assert a["bytes"] > 0 and b["bytes"] == 0 and "the base of teacher 'a'" in b["where"]
     assert plan["teachers"]["device_bytes"] == a["bytes"]
+
+
+def test_a_pooled_teacher_is_counted_on_its_pool_not_on_the_training_devices(tmp_path):
+    plain = make_plan(load_config([*BASE, f"trainer.output_dir={tmp_path}"]))
+    pooled = make_plan(load_config([*BASE, "algo.family_options.distill_coef=1.0", f"trainer.output_dir={tmp_path}",
+                                    "algo.family_options.teachers=[{name: big, placement: pool, pool_workers: 2}]"]))
+    student = plain["per_device_bytes"]["trainable_weights"] + plain["per_device_bytes"]["frozen_weights"]
+    (row,) = pooled["teachers"]["models"]
+    assert row["bytes"] == student and "its pool: 2 device(s)" in row["where"]
+    assert pooled["teachers"]["device_bytes"] == 0
+    # The training devices hold neither its weights nor its forward; its pool holds both.
+    assert pooled["peaks"]["training"] == plain["peaks"]["training"]
+    assert pooled["peaks"]["rollout"] == plain["peaks"]["rollout"]
+    (pool,) = pooled["teacher_pools"]
+    forward = pooled["trace"]["teacher_forward"]["activation_bytes"]
+    assert pool == {"teacher": "big", "workers": 2, "weights_bytes": student, "peak_bytes": student + forward}
+
+
+def test_a_colocated_teacher_on_fsdp2_ranks_is_counted_as_its_share(tmp_path):
+    ray = ["trainer.backend=ray", "trainer.engine=fsdp2", "trainer.backend_options.devices_per_node=2",
+           "trainer.mini_batch_size=8", "trainer.micro_batch_size=2"]
+    teacher = ["algo.family_options.distill_coef=1.0", "algo.family_options.teachers=[{name: a}]"]
+    one = make_plan(load_config([*BASE, *teacher, f"trainer.output_dir={tmp_path}"]))
+    two = make_plan(load_config([*BASE, *ray, *teacher, f"trainer.output_dir={tmp_path}"]))
+    whole, = one["teachers"]["models"]
+    half, = two["teachers"]["models"]
+    # The tiny Qwen3 is all denoiser-like network (its trainable_root): half of it on each of 2 ranks.
+    assert whole["bytes"] > 0 and half["bytes"] == -(-whole["bytes"] // 2)
+    assert "1/2 of it" in half["where"] and two["teachers"]["device_bytes"] == half["bytes"]
