@@ -14,11 +14,16 @@ same latent shape at the rollout's geometry, and the same pixels when both decod
 either failing is one `TeacherConfigError` line. Its parameters never train (requires_grad off,
 and they are not the engine's), which `Teacher.checksum` lets a test confirm.
 
-The teachers are colocated: built in the trainer's process (each Ray rank builds its own) on the
-student's device. Teachers of one base (the same `path` and `revision`) share one frozen copy of
-it: each LoRA is loaded onto it as an adapter named after its teacher, and a teacher's forward
-runs with its own adapter alone (a teacher without `lora` with none), so two LoRA teachers of
-SD3.5 hold one transformer, not two. A separate pool of teacher workers is not built here.
+Where a teacher runs is its `placement`. A colocated one is built in the trainer's process (each
+Ray rank builds its own) on the student's device; on FSDP2 ranks it is sharded like the actor
+(`shard_teacher`), and since its forward is then a collective it runs on every micro-batch, on all
+of it, in step with the other ranks. Colocated teachers of one base (the same `path` and
+`revision`) share one frozen copy of it: each LoRA is loaded onto it as an adapter named after its
+teacher, and a teacher's forward runs with its own adapter alone (a teacher without `lora` with
+none), so two LoRA teachers of SD3.5 hold one transformer, not two. A pooled one
+(`placement: pool`) runs in Ray actors of its own that the driver starts
+(`omni_rl.workers.teacher_pool`); `PooledTeacher` reaches them by name and has a colocated
+teacher's interface, so the loss code does not know where a teacher runs.
 
 `teacher_step_means` scores one trained step of a micro-batch: each teacher predicts its velocity
 at the student's stored state, for its own samples, under no gradient, and the very kernel that
@@ -168,7 +173,8 @@ class Teacher:
         # and this teacher's adapter on them (None: the base alone).
         self.adapter = adapter
         self.adapted = adapted
-        # Sharded with FSDP2 across the Ray ranks (`shard_teacher`): its forward is a collective.
+        # Sharded with FSDP2 across the Ray ranks (`shard_teacher`, or the engine's sharding of the
+        # student's own base): its forward is a collective.
         self.sharded = False
         self._encoded: tuple[tuple[str, ...], Any] | None = None
 
@@ -273,10 +279,11 @@ class PoolClient:
     def __init__(self, options: TeacherOptions, actors: list):
         self.options, self.name, self.actors = options, options.name, actors
         self.timeout_s = options.pool_timeout_s
+        self.infos = [{"node": "?", "pid": "?"} for _ in actors]  # until they answer
         self.infos = self.get([a.info.remote() for a in actors], "start")
 
     def describe(self, i: int) -> str:
-        info = self.infos[i] if getattr(self, "infos", None) else {"node": "?", "pid": "?"}
+        info = self.infos[i]
         return f"teacher {self.name!r}: pool actor {i} (node {info['node']}, pid {info['pid']})"
 
     def get(self, refs: list, what: str) -> list:
@@ -497,9 +504,11 @@ def build_teachers(cfg, student, blocks: list[TeacherOptions], key: str = "algo.
         for model in bases.values():
             shard_teacher(model)
     for teacher in teachers:
+        if isinstance(teacher, Teacher):
+            # The student's own base is sharded by the engine: its forward is a collective too.
+            teacher.sharded = sharded
         if isinstance(teacher, Teacher) and not teacher.shares_student:
             teacher.adapted = tuple(adapted[next(b for b, m in bases.items() if m is teacher.model)])
-            teacher.sharded = sharded
     return teachers
 
 

@@ -158,7 +158,8 @@ def build_token_teachers(cfg, student, blocks: list[TeacherOptions],
         for model in built.values():
             shard_teacher(model)
         for teacher in teachers:
-            teacher.sharded = isinstance(teacher, TokenTeacher) and not teacher.shares_student
+            # (the student's own base is sharded by the engine: its forward is a collective too)
+            teacher.sharded = isinstance(teacher, TokenTeacher)
     return teachers
 
 

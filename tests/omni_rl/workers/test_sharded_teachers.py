@@ -52,3 +52,27 @@ def test_each_rank_holds_half_the_teacher_and_scores_like_the_whole_one(ray_loca
         # The same maths on all-gathered weights: equal within float rounding.
         assert scale > 0 and diff <= 1e-5 * max(1.0, scale)
     assert sum(locals_) == total
+
+
+@pytest.mark.long  # a 2-rank Ray run: about two minutes on 2 busy cores
+def test_a_sharded_teacher_keeps_the_ranks_in_step_when_they_route_differently(ray_local, tmp_path):
+    # Two prompts of two sources: one rank's micro-batches hold the cats, the other's the dogs, so
+    # the sharded teacher of the cats has rows on one rank only; it still runs on both (its
+    # all-gathers are collectives), or the update would hang until the worker timeout.
+    import json
+
+    from omni_rl.trainer import PPOTrainer
+
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_text('{"prompt": "a red cat", "metadata": {"data_source": "cats"}}\n'
+                       '{"prompt": "a blue dog", "metadata": {"data_source": "dogs"}}\n')
+    base = load_config(TINY_SD3).model.path
+    trainer = PPOTrainer(load_config([
+        *TINY_SD3, *RAY, "algo.policy_loss=distill_kl", "trainer.total_steps=1", "trainer.val_every=0",
+        f"data.prompt_file={prompts}", "data.prompts=null", "trainer.backend_options.worker_timeout_s=240",
+        f"algo.family_options.teachers=[{{name: cats, path: '{base}', data_source: cats}}, {{name: others}}]",
+        f"trainer.output_dir={tmp_path / 'run'}"]))
+    trainer.fit()
+    (record,) = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    # Both teachers are the student's base (its LoRA starts at 0): their KLs are float rounding.
+    assert 0 <= record["distill/cats/kl"] < 1e-4 and 0 <= record["distill/others/kl"] < 1e-4
