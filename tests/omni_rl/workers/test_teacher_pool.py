@@ -79,3 +79,21 @@ def test_a_pool_with_no_devices_left_is_one_error_line_and_exit_2(tmp_path, caps
     assert code == 2 and err[-1].startswith("error: the run asks for 3 GPU devices (2 training rank(s)"), err
     assert "1 for teacher 'counting''s pool" in err[-1] and "this machine has 2: no devices left" in err[-1]
     assert "placement=colocated" in err[-1]
+
+
+@pytest.mark.long  # about a minute: two actors each build the tiny Qwen3
+@pytest.mark.parametrize("form", ["reward", "full_vocab"])
+def test_a_pooled_text_teacher_scores_the_students_tokens(ray_local, tmp_path, form):
+    from tests.tiny_runs import TINY_QWEN3
+
+    # The recipe trains every weight: the pool's teacher is a copy of the student's base, so the
+    # KL is float rounding (the actors score 8 rows each, the student 16).
+    trainer = PPOTrainer(load_config([
+        *TINY_QWEN3, "trainer.total_steps=1", "trainer.prompts_per_step=4", "trainer.samples_per_prompt=4",
+        "trainer.mini_batch_size=16", "trainer.micro_batch_size=16", "trainer.save_every=0",
+        "algo.family_options.teachers=[{name: base, placement: pool, pool_workers: 2}]",
+        "algo.family_options.distill_coef=1.0", f"algo.family_options.distill_form={form}",
+        f"trainer.output_dir={tmp_path / 'run'}"]))
+    trainer.fit()
+    (record,) = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert abs(record["distill/base/kl"]) < 1e-4 and record["timing/teacher"] > 0
