@@ -298,8 +298,10 @@ class PoolClient:
                 raise TeacherPoolError(f"{self.describe(i)} did not {what} within {self.timeout_s:.0f} s "
                                        f"(pool_timeout_s of algo.family_options.teachers)") from None
             except RayActorError as err:
-                raise TeacherPoolError(f"{self.describe(i)} died during {what} ({type(err).__name__}); check its "
-                                       f"device's memory and the worker's log") from None
+                # Its last line names the cause where the actor raised (a failed build, say).
+                cause = next((line.strip() for line in reversed(str(err).splitlines()) if line.strip()), "")
+                raise TeacherPoolError(f"{self.describe(i)} died during {what} ({type(err).__name__}: {cause[:300]}); "
+                                       f"check its device's memory and the worker's log") from None
         return out
 
     def scatter(self, method: str, n: int, args_of) -> list:
@@ -352,7 +354,7 @@ def architecture_of(path: str, revision: Optional[str], key: str) -> Optional[st
     return None
 
 
-def _lora_file(lora: str, key: str) -> Path:
+def teacher_lora_file(lora: str, key: str) -> Path:
     path = Path(lora).expanduser()
     if path.is_dir():
         path = path / LORA_FILES[0]
@@ -362,7 +364,7 @@ def _lora_file(lora: str, key: str) -> Path:
     return path
 
 
-def _load_lora(model, file: Path, key: str, adapter: str) -> list[str]:
+def load_teacher_lora(model, file: Path, key: str, adapter: str) -> list[str]:
     """Load a diffusers LoRA onto the model's denoiser(s) as adapter `adapter`, through diffusers
     (rank and alpha from the file's metadata); every one of its layers must land on a layer of the
     model. Returns the components it landed on."""
@@ -475,8 +477,11 @@ def build_teachers(cfg, student, blocks: list[TeacherOptions], key: str = "algo.
         where = f"{key}[{i}]"
         guidance = cfg.rollout.guidance_scale if t.guidance_scale is None else t.guidance_scale
         if t.pooled:
+            # What can be checked here is, before the actors are asked (they raise in their own logs).
             if t.path is not None:
                 check_architecture(cfg, t.path, t.revision, f"{where}.path")
+            if t.lora is not None:
+                teacher_lora_file(t.lora, f"{where}.lora")
             pooled = PooledTeacher(t, guidance, student.device, pool_actors(cfg, t))
             student_probe = student_probe or latent_probe(student, cfg.rollout)
             check_latent_space(pooled.latent_probe(cfg.rollout), student_probe, cfg, where)
@@ -494,7 +499,8 @@ def build_teachers(cfg, student, blocks: list[TeacherOptions], key: str = "algo.
             adapted[base] = []
         model = bases[base]
         if t.lora is not None:
-            landed = _load_lora(model, _lora_file(t.lora, f"{where}.lora"), f"{where}.lora", adapter=t.name)
+            file = teacher_lora_file(t.lora, f"{where}.lora")
+            landed = load_teacher_lora(model, file, f"{where}.lora", adapter=t.name)
             adapted[base] += [c for c in landed if c not in adapted[base]]
         freeze(model)
         teachers.append(Teacher(t, model, guidance, cfg.rollout.negative_prompt, shares_student=False,

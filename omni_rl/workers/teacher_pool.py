@@ -27,8 +27,8 @@ import torch
 
 from omni_rl.config.schema import OmniConfig
 from omni_rl.device import DeviceError, device_count, ray_device_resource, worker_device
-from omni_rl.families.teachers import (Teacher, _load_lora, _lora_file, build_frozen, check_architecture,
-                                      latent_probe, pool_actor_name, teacher_source, teachers_of)
+from omni_rl.families.teachers import (Teacher, build_frozen, check_architecture, latent_probe, load_teacher_lora,
+                                      pool_actor_name, teacher_lora_file, teacher_source, teachers_of)
 from omni_rl.families.token_teachers import TokenTeacher
 from omni_rl.models.diffusion import DiffusionModelBase
 
@@ -53,8 +53,8 @@ class TeacherWorker:
         if isinstance(model, DiffusionModelBase):
             adapter, adapted = None, ()
             if t.lora is not None:
-                file = _lora_file(t.lora, f"{where}.lora")
-                adapted, adapter = tuple(_load_lora(model, file, f"{where}.lora", adapter=t.name)), t.name
+                file = teacher_lora_file(t.lora, f"{where}.lora")
+                adapted, adapter = tuple(load_teacher_lora(model, file, f"{where}.lora", adapter=t.name)), t.name
             guidance = cfg.rollout.guidance_scale if t.guidance_scale is None else t.guidance_scale
             self.teacher: Any = Teacher(t, model, guidance, cfg.rollout.negative_prompt, shares_student=False,
                                         adapter=adapter, adapted=adapted)
