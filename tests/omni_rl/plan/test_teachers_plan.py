@@ -20,8 +20,15 @@ def two_teachers(tmp_path) -> list[str]:
             "algo.family_options.distill_coef=1.0"]
 
 
-def test_each_teacher_adds_its_weights_to_both_peaks_and_its_forward_to_training(tmp_path):
-    plain = make_plan(load_config([*BASE, f"trainer.output_dir={tmp_path}"]))
+@pytest.fixture(scope="module")
+def plain(tmp_path_factory):
+    """The plan without teachers, and the student's weights on a device (one copy of the base)."""
+    plan = make_plan(load_config([*BASE, f"trainer.output_dir={tmp_path_factory.mktemp('plain')}"]))
+    return plan, plan["per_device_bytes"]["trainable_weights"] + plan["per_device_bytes"]["frozen_weights"]
+
+
+def test_each_teacher_adds_its_weights_to_both_peaks_and_its_forward_to_training(tmp_path, plain):
+    plain, _ = plain
     taught = make_plan(load_config([*BASE, *two_teachers(tmp_path), f"trainer.output_dir={tmp_path}"]))
     assert plain["teachers"] == {"models": [], "device_bytes": 0}
     # Full fine-tuning: a teacher without a path is a second copy of the base, as large as the
@@ -55,13 +62,6 @@ def test_teachers_of_one_base_count_it_once(tmp_path):
     a, b = plan["teachers"]["models"]
     assert a["bytes"] > 0 and b["bytes"] == 0 and "the base of teacher 'a'" in b["where"]
     assert plan["teachers"]["device_bytes"] == a["bytes"]
-
-
-@pytest.fixture(scope="module")
-def plain(tmp_path_factory):
-    """The plan without teachers, and the student's weights on a device (one copy of the base)."""
-    plan = make_plan(load_config([*BASE, f"trainer.output_dir={tmp_path_factory.mktemp('plain')}"]))
-    return plan, plan["per_device_bytes"]["trainable_weights"] + plan["per_device_bytes"]["frozen_weights"]
 
 
 def test_a_pooled_teacher_is_counted_on_its_pool_not_on_the_training_devices(tmp_path, plain):
