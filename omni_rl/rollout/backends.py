@@ -267,9 +267,11 @@ def _check_vllm_text(cfg: OmniConfig) -> None:
 
 
 # Routed experts: vLLM returns them, or its worker extension captures them (vllm_omni/text_engine.py).
+# Multi-turn: each turn a vLLM request over the trajectory so far, its prefix from vLLM's prefix
+# cache (vllm_omni/text_turns.py), in this process or behind the server (server/turns.py).
 @register_rollout_backend("vllm", VllmOptions, beside_trainer=_own_process_only, loads_own_weights=True,
                           check_config=_check_vllm_text, takes_top_p=False, samples=AutoregressiveModelBase,
-                          packages=NEEDS["vllm"], records_routes=True)
+                          packages=NEEDS["vllm"], records_routes=True, multi_turn=True)
 def vllm_engine(cfg: OmniConfig, model) -> RolloutEngine:
     _check_family("vllm", model, AutoregressiveModelBase, "it samples text models: use rollout.backend=vllm_omni for diffusion")
     options = cfg.rollout.backend_options
