@@ -3,11 +3,14 @@ the server, the agent loop answers each turn in the client's process.
 
 The server runs in this process here (a thread), over the tiny tools Qwen3 with the `guess_number`
 environment making the turns (the random model writes no tool call); `rollout.backend=server`
-starts the same server in a process of its own."""
+starts the same server in a process of its own, as a plugin's backend does (the last test)."""
 from __future__ import annotations
 
+import os
+import sys
 import threading
 from concurrent.futures import Future
+from pathlib import Path
 
 import pytest
 import torch
@@ -16,6 +19,7 @@ from omni_rl.compose import load_config
 from omni_rl.data.prompts import PromptItem
 from omni_rl.families.base import build_family
 from omni_rl.models.factory import build_model
+from omni_rl.rollout.backends import build_rollout_engine
 from omni_rl.rollout.base import RolloutEngineError
 from omni_rl.rollout.server.app import RolloutServer
 from omni_rl.rollout.server.client import ServerRolloutEngine
@@ -23,6 +27,7 @@ from omni_rl.rollout.text_native import NativeTextEngine
 from omni_rl.rollout.text_types import TextRequest
 from omni_rl.models.autoregressive import PromptInputs
 
+PLUGINS = Path(__file__).resolve().parents[1] / "plugins_for_tests"
 TOKEN = "a-test-secret-of-32-characters!!"
 AGENT = ["recipe=tiny_qwen3_calculator_agent", "model.path=tiny:qwen3_tools",
          "algo.family_options.agent_options.environment=guess_number", "algo.family_options.agent_options.max_turns=3",
@@ -110,3 +115,38 @@ def test_a_server_whose_engine_has_no_multi_turn_refuses_a_session(agent):
     finally:
         server.shutdown()
         server.server_close()
+
+
+class FeedOnce:
+    """Feeds each trajectory its first turn's first token back once, then ends it."""
+
+    def __init__(self):
+        self.fed: set[int] = set()
+
+    def end_turn(self, request_id, turn_ids, finish_reason, room) -> Future:
+        future: Future = Future()
+        first = request_id not in self.fed and room > 1
+        self.fed.add(request_id)
+        future.set_result([int(turn_ids[0])] if first else None)
+        return future
+
+
+@pytest.mark.long  # a server process of its own: some 20 s on a 2-core CPU
+def test_the_server_process_serves_a_plugins_backend_multi_turn_included(monkeypatch):
+    # The plugin is importable in the server's Python through PYTHONPATH (the server adds only
+    # this checkout); the server loads the run's plugins before it looks its backend up.
+    monkeypatch.syspath_prepend(str(PLUGINS))
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(PLUGINS), os.environ.get("PYTHONPATH")])))
+    cfg = load_config(["recipe=tiny_qwen3_grpo", "plugins=[served_backend]", "rollout.backend=tests.served",
+                       f"rollout.backend_options.python={sys.executable}"])
+    model = build_model(cfg.model, torch.device("cpu"), tuple(cfg.plugins))
+    engine = build_rollout_engine(cfg, model)
+    try:
+        assert isinstance(engine, ServerRolloutEngine)
+        results = engine.generate_turns([request(model, 1), request(model, 2)], FeedOnce(), max_total_tokens=10)
+        stats = engine.stats
+    finally:
+        engine.close()
+    assert stats["plugin_engine"] == 1 and stats["turn_sessions"] == 1 and stats["turns_served"] == 4
+    for result in results:
+        assert 0.0 in result.response_mask.tolist() and result.log_probs[result.response_mask == 0].eq(0).all()
