@@ -51,6 +51,7 @@ class TurnSession:
         self.deadline = time.monotonic() + timeout_s
         self.timeout_s = timeout_s
         self.turns = 0
+        self.closed: Optional[str] = None  # why, once closed
         self._timer = threading.Timer(timeout_s, self.close, args=(f"it ran past its timeout_s={timeout_s:g} s",))
         self._timer.daemon = True
         self._thread = threading.Thread(target=self._run, args=(engine, list(requests), max_total_tokens, lock),
@@ -73,6 +74,9 @@ class TurnSession:
     def end_turn(self, request_id: int, turn_ids: list[int], finish_reason: str, room: int) -> Future:
         future: Future = Future()
         with self.mutex:
+            if self.closed is not None:  # nobody will answer: the engine stops at this turn
+                future.set_exception(RolloutEngineError(f"session {self.id} was closed: {self.closed}"))
+                return future
             if request_id in self.pending:
                 raise RuntimeError(f"request {request_id} ended a turn while its last one waits for its answer")
             self.pending[request_id] = future
@@ -100,7 +104,9 @@ class TurnSession:
         engine is done, its results. The engine's failure is raised here."""
         ended = []
         try:
-            first = self.ended.get(timeout=max(0.0, wait_s)) if wait_s > 0 else self.ended.get_nowait()
+            # The engine puts a last (empty) item after it has finished: a wait never outlasts it.
+            waits = wait_s > 0 and not self.finished.is_set()
+            first = self.ended.get(timeout=wait_s) if waits else self.ended.get_nowait()
             if first:
                 ended.append(first)
         except queue.Empty:
@@ -122,6 +128,7 @@ class TurnSession:
         """End the session: every turn still waiting for its answer fails, so the engine's
         `generate_turns` raises and lets go of the engine."""
         with self.mutex:
+            self.closed = why
             pending, self.pending = self.pending, {}
         for future in pending.values():
             if not future.done():

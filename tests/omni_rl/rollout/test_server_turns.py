@@ -23,6 +23,7 @@ from omni_rl.rollout.backends import build_rollout_engine
 from omni_rl.rollout.base import RolloutEngineError
 from omni_rl.rollout.server.app import RolloutServer
 from omni_rl.rollout.server.client import ServerRolloutEngine
+from omni_rl.rollout.server.turns import TurnSession
 from omni_rl.rollout.text_native import NativeTextEngine
 from omni_rl.rollout.text_types import TextRequest
 from omni_rl.models.autoregressive import PromptInputs
@@ -103,6 +104,17 @@ def test_a_failing_loop_closes_the_session_and_the_engine_serves_on(agent):
     (result,) = client.generate([request(model, 3)])
     assert len(result.response_ids) >= 1
     assert not server.sessions
+
+
+def test_a_session_nobody_answers_ends_at_its_deadline_and_lets_go_of_the_engine(agent):
+    _, model, _, server, _ = agent
+    lock = threading.Lock()
+    session = TurnSession(server.engine, [request(model, 4), request(model, 5)], 12, timeout_s=0.5, lock=lock)
+    assert session.finished.wait(60), "the engine still waits for answers past the session's deadline"
+    assert isinstance(session.error, RolloutEngineError) and "timeout_s=0.5" in str(session.error)
+    assert lock.acquire(blocking=False)
+    with pytest.raises(RolloutEngineError, match="generate_turns failed"):
+        session.next(0.0)
 
 
 def test_a_server_whose_engine_has_no_multi_turn_refuses_a_session(agent):
