@@ -220,7 +220,9 @@ def test_an_agents_multi_turn_trajectories_on_vllm_reuse_the_prefix_and_match_th
     trainer, engine = start("float32", False, cfg)
     try:
         family = build_family(cfg, trainer)
-        prompts = [PromptItem(p, {}) for p in ("2*3", "4*5", "6*7", "8*9")]
+        # The last prompt's trailing space puts its trajectories' turns out of step with the others'
+        # (the model copies it into its call, or writes a call that does not parse and reads the error).
+        prompts = [PromptItem(p, {}) for p in ("2*3", "4*5", "6*7", "8*9 ")]
         batch, _ = family.rollout(engine, prompts, step=1)
         stats = engine.stats
     finally:
@@ -243,6 +245,8 @@ def test_an_agents_multi_turn_trajectories_on_vllm_reuse_the_prefix_and_match_th
     # Every continued turn's prompt starts with the system turn (the tool list, several of vLLM's
     # CPU blocks of 128 tokens): the prefix cache must serve at least those.
     assert stats["prefix_cached_tokens"] > 0 and hit > 0.5, (stats, hit)
+    # Request-level batching: a trajectory's next turn joined the steps of another's earlier one.
+    assert stats["mixed_turn_steps"] > 0, stats
 
 
 def _descendants(pid: int) -> list[int]:
