@@ -93,7 +93,7 @@ class AgentFamily(TextFamily):
         batch = TextBatch.from_results(results, [i.prompt for i in items], metadata, groups, self.model.pad_token_id)
         batch.texts = [t.answer for t in trajectories]
         batch.finish_reasons = [t.finish_reason for t in trajectories]
-        batch.extras["agent"] = trajectory_metrics(trajectories, batch)
+        batch.extras["agent"] = {**trajectory_metrics(trajectories, batch), **prefix_cache_metrics(results)}
         every = self.cfg.trainer.val_every
         if every and step % every == 0:
             write_conversations(Path(self.cfg.trainer.output_dir) / "samples" / f"agent_step_{step:06d}.jsonl",
@@ -144,6 +144,17 @@ def trajectory_metrics(trajectories: list[Trajectory], batch: TextBatch) -> dict
     for reason in FINISH_REASONS:
         metrics[f"agent/finish/{reason}"] = reasons.get(reason, 0) / n
     return metrics
+
+
+def prefix_cache_metrics(results: list) -> dict[str, float]:
+    """`agent/prefix_cache_hit`: the share of the continued turns' prompt tokens that the engine's
+    prefix cache served (vLLM's multi-turn results count them in `extras`); none from an engine
+    that keeps each trajectory's KV itself (native: nothing is encoded twice)."""
+    counted = [r.extras for r in results if r.extras and "continued_prompt_tokens" in r.extras]
+    prompt = sum(e["continued_prompt_tokens"] for e in counted)
+    if not prompt:
+        return {}
+    return {"agent/prefix_cache_hit": sum(e["prefix_cached_tokens"] for e in counted) / prompt}
 
 
 def write_conversations(path: Path, trajectories: list[Trajectory], rewards: list[float] | None = None) -> None:

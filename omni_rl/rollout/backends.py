@@ -116,8 +116,9 @@ class RolloutBackend:
     samples: Optional[type] = None
     # (module, pip name) pairs its engine imports: the Python it runs in must have them.
     packages: tuple[tuple[str, str], ...] = ()
-    # Whether its text engine samples an agent's multi-turn trajectories (`generate_turns`, one
-    # KV cache per trajectory across its turns); False: an `agent:` run refuses it at load.
+    # Whether its text engine samples an agent's multi-turn trajectories (`generate_turns`: no
+    # prefix encoded twice, the native engine's KV cache or vLLM's prefix cache); False: an
+    # `agent:` run refuses it at load.
     multi_turn: bool = False
 
 
@@ -210,7 +211,8 @@ def native_engine(cfg: OmniConfig, model) -> RolloutEngine:
 
 
 # Its own process and copy, synced by update_weights; its results are its engine's, routes included.
-@register_rollout_backend("server", ServerOptions, beside_trainer=_always, records_routes=True)
+# Multi-turn: the native engine's generate_turns in the server, the agent loop here (server/turns.py).
+@register_rollout_backend("server", ServerOptions, beside_trainer=_always, records_routes=True, multi_turn=True)
 def server_engine(cfg: OmniConfig, model) -> RolloutEngine:
     return start_server_engine(cfg, model, cfg.rollout.backend_options)
 
@@ -265,9 +267,11 @@ def _check_vllm_text(cfg: OmniConfig) -> None:
 
 
 # Routed experts: vLLM returns them, or its worker extension captures them (vllm_omni/text_engine.py).
+# Multi-turn: each turn a vLLM request over the trajectory so far, its prefix from vLLM's prefix
+# cache (vllm_omni/text_turns.py), in this process or behind the server (server/turns.py).
 @register_rollout_backend("vllm", VllmOptions, beside_trainer=_own_process_only, loads_own_weights=True,
                           check_config=_check_vllm_text, takes_top_p=False, samples=AutoregressiveModelBase,
-                          packages=NEEDS["vllm"], records_routes=True)
+                          packages=NEEDS["vllm"], records_routes=True, multi_turn=True)
 def vllm_engine(cfg: OmniConfig, model) -> RolloutEngine:
     _check_family("vllm", model, AutoregressiveModelBase, "it samples text models: use rollout.backend=vllm_omni for diffusion")
     options = cfg.rollout.backend_options

@@ -1,11 +1,14 @@
 """`RolloutServer`: a rollout engine served over loopback HTTP (rollout protocol, version 1).
 
-Endpoints `/health`, `/stats`, `/generate`, `/update_weights`, `/sleep`, `/wake` and
-`/shutdown`, their messages and error statuses: docs/rollout_protocol.md. The transport (token,
+Endpoints `/health`, `/stats`, `/generate`, `/turns/start`, `/turns/next`, `/turns/close` (a
+multi-turn generate, `turns.py`; served where the engine's backend declares `multi_turn`),
+`/update_weights`, `/sleep`, `/wake` and `/shutdown`, their messages and error statuses:
+docs/rollout_protocol.md. The transport (token,
 body and connection bounds) is `omni_rl.utils.http_transport`'s. Each generate request is
 checked with the engine's `check_request` before any reaches the engine. Engine calls hold one
-lock (a weight bucket must never land mid-generate); /health and /stats take none, so they
-answer while a generate runs.
+lock (a weight bucket must never land mid-generate; a multi-turn session's engine thread holds it
+for the whole session); /health, /stats and a session's /turns/next and /turns/close take none,
+so they answer while a generate runs.
 
 Left out on purpose: retries (the client fails the step and names the server), streaming.
 """
@@ -27,6 +30,7 @@ from omni_rl.rollout.server.protocol import (
     decode_weights,
     encode_message,
 )
+from omni_rl.rollout.server.turns import TurnSession
 from omni_rl.utils.http_transport import (
     DEFAULT_HEADER_DEADLINE_S,
     DEFAULT_MAX_CONNECTIONS,
@@ -46,14 +50,18 @@ DEFAULT_MAX_BODY_BYTES = 16 << 30
 
 class RolloutServer(GuardedServer):
     def __init__(self, engine: RolloutEngine, host: str = "127.0.0.1", port: int = 0, *,
-                 token: Optional[str] = None, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+                 token: Optional[str] = None, multi_turn: bool = False, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
                  header_deadline_s: float = DEFAULT_HEADER_DEADLINE_S, max_connections: int = DEFAULT_MAX_CONNECTIONS):
         self.engine = engine
+        # Whether the engine samples multi-turn trajectories (its backend's declared `multi_turn`).
+        self.multi_turn = multi_turn
+        self.sessions: dict[str, TurnSession] = {}
+        self.sessions_lock = threading.Lock()
         self.protocol_version = PROTOCOL_VERSION  # a test may change it to see the mismatch refused
         self.engine_lock = threading.Lock()
         self.weight_kind: str | None = None
         self.counters = {"generate_calls": 0, "weight_updates": 0, "weight_buckets": 0, "weight_tensors": 0,
-                         "asleep": False, "refused_requests": 0}
+                         "asleep": False, "refused_requests": 0, "turn_sessions": 0, "turns_served": 0}
         super().__init__((host, port), _Handler, token=token, max_body_bytes=max_body_bytes,
                          header_deadline_s=header_deadline_s, max_connections=max_connections)
 
@@ -76,20 +84,71 @@ class RolloutServer(GuardedServer):
         message = decode_message(body)
         if not isinstance(message, dict) or not isinstance(message.get("requests"), list):
             raise HttpRefusal(400, "a generate message is {'requests': [...], 'timeout_s': t}")
-        requests, timeout_s = message["requests"], float(message.get("timeout_s", 1800.0))
-        if not 0 < timeout_s < float("inf"):
-            raise HttpRefusal(400, f"timeout_s={timeout_s!r}: expected a finite number of seconds > 0")
+        return self.check_requests(message["requests"]), _timeout(message)
+
+    def check_requests(self, requests: list) -> list:
         for req in requests:
             try:
                 self.engine.check_request(req)
             except (ValueError, TypeError, KeyError) as err:
                 self.counters["refused_requests"] += 1
                 raise HttpRefusal(400, f"refused request {getattr(req, 'request_id', '?')}: {err}") from None
-        return requests, timeout_s
+        return requests
 
     def generate(self, requests: list, timeout_s: float) -> bytes:
         self.counters["generate_calls"] += 1
         return encode_message({"results": self.engine.generate(requests, timeout_s=timeout_s)})
+
+    def start_turns(self, body: bytes) -> dict[str, Any]:
+        """Start a multi-turn session (`turns.TurnSession`); its engine thread takes the engine lock."""
+        if not self.multi_turn:
+            raise HttpRefusal(400, f"this rollout server's engine ({type(self.engine).__name__}) does not sample "
+                                   f"multi-turn trajectories (its backend declares multi_turn=False)")
+        message = decode_message(body)
+        if not isinstance(message, dict) or not isinstance(message.get("requests"), list) \
+                or not isinstance(message.get("max_total_tokens"), int):
+            raise HttpRefusal(400, "a /turns/start message is {'requests': [...], 'max_total_tokens': n, 'timeout_s': t}")
+        requests, timeout_s = self.check_requests(message["requests"]), _timeout(message)
+        session = TurnSession(self.engine, requests, message["max_total_tokens"], timeout_s, self.engine_lock)
+        with self.sessions_lock:
+            self.sessions[session.id] = session
+        self.counters["turn_sessions"] += 1
+        return {"session": session.id}
+
+    def _session(self, message: Any, path: str) -> TurnSession:
+        name = message.get("session") if isinstance(message, dict) else None
+        with self.sessions_lock:
+            session = self.sessions.get(name)
+        if session is None:
+            raise HttpRefusal(404, f"{path}: no multi-turn session {name!r} (it ended, was closed or never started)")
+        return session
+
+    def next_turns(self, body: bytes) -> bytes:
+        message = decode_message(body)
+        session = self._session(message, "/turns/next")
+        wait_s = float(message.get("wait_s", 0.0))
+        if not 0 <= wait_s <= 60:
+            raise HttpRefusal(400, f"wait_s={wait_s!r}: expected seconds in [0, 60]")
+        session.answer(message.get("answers") or [])
+        try:
+            reply = session.next(wait_s)
+        except BaseException:
+            self._drop_session(session)
+            raise
+        self.counters["turns_served"] += len(reply["ended"])
+        if reply["results"] is not None:
+            self._drop_session(session)
+        return encode_message(reply)
+
+    def close_turns(self, body: bytes) -> dict[str, Any]:
+        session = self._session(decode_message(body), "/turns/close")
+        session.close()
+        self._drop_session(session)
+        return {"closed": session.id}
+
+    def _drop_session(self, session: TurnSession) -> None:
+        with self.sessions_lock:
+            self.sessions.pop(session.id, None)
 
     def update_weights(self, body: bytes) -> dict[str, Any]:
         tensors, version, kind, bucket, last = decode_weights(body)
@@ -107,6 +166,18 @@ class RolloutServer(GuardedServer):
         return {"weight_version": self.engine.weight_version, "loaded": len(tensors)}
 
 
+def _timeout(message: dict) -> float:
+    timeout_s = float(message.get("timeout_s", 1800.0))
+    if not 0 < timeout_s < float("inf"):
+        raise HttpRefusal(400, f"timeout_s={timeout_s!r}: expected a finite number of seconds > 0")
+    return timeout_s
+
+
+# Paths whose calls take the engine lock themselves (a check first, or a session's thread) or
+# need none (a session's calls, while its thread holds it).
+_OWN_LOCKING = frozenset({"/generate", "/turns/start", "/turns/next", "/turns/close"})
+
+
 class _Handler(GuardedHandler):
     server: RolloutServer
     protocol_version = "HTTP/1.1"
@@ -117,6 +188,8 @@ class _Handler(GuardedHandler):
     def do_POST(self) -> None:  # noqa: N802
         self._answer({
             "/generate": self._generate, "/update_weights": self.server.update_weights,
+            "/turns/start": self.server.start_turns, "/turns/next": self.server.next_turns,
+            "/turns/close": self.server.close_turns,
             "/sleep": self._sleep, "/wake": self._wake, "/shutdown": self._shutdown,
         })
 
@@ -162,8 +235,8 @@ class _Handler(GuardedHandler):
                 out = call()
             else:
                 body = self.read_body()
-                if path == "/generate":
-                    out = call(body)  # checks the requests, then takes the engine lock itself
+                if path in _OWN_LOCKING:
+                    out = call(body)  # checks the requests, then takes the engine lock itself (or needs none)
                 else:
                     with self.server.engine_lock:
                         out = call(body)

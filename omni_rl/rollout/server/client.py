@@ -3,7 +3,8 @@
 `start_server_engine` starts `python -m omni_rl.rollout.server` with the run's secret token,
 waits for its address and a health check, and sends the trainable tensors as version 0.
 Requests go in chunks of `rollout.max_num_seqs`, one POST /generate each (at most
-`MAX_GENERATE_CALLS` open); a server that exits or stops answering fails the call with a
+`MAX_GENERATE_CALLS` open); a multi-turn generate (`generate_turns`) is a session of calls whose
+tool loop runs here (`turns.py`); a server that exits or stops answering fails the call with a
 `RolloutEngineError` naming its address, pid and the call. The server samples with its own
 model copy, so the trainer recomputes old log-probs. Details: docs/rollout_protocol.md.
 """
@@ -35,6 +36,7 @@ from omni_rl.rollout.server.protocol import (
     encode_message,
     encode_weights,
 )
+from omni_rl.rollout.server.turns import drive_turns
 from omni_rl.utils.http_transport import TransportError, auth_headers, new_token, request
 from omni_rl.utils.wire import error_text, version_mismatch
 from omni_rl.utils.tensor_buckets import NamedTensors, named_buckets
@@ -109,6 +111,22 @@ class ServerRolloutEngine(RolloutEngine):
             if err is not None:
                 raise RolloutEngineError(f"rollout failed for request {req.request_id} in {self._where()}: {err!r}") from err
         return [f.result() for f in futures]
+
+    def generate_turns(self, requests: Sequence[Any], handler, max_total_tokens: int) -> list[Any]:
+        """Multi-turn trajectories sampled by the server's engine, each ended turn answered here
+        by `handler` (the agent loop, in this process): one session of calls (`turns.py`)."""
+        self._check_open()
+        if not requests:
+            return []
+
+        def call(path: str, message: dict[str, Any]) -> Any:
+            wait_s = float(message.get("wait_s", 0.0))
+            body = self._call("POST", path, encode_message(message), CONTENT_TYPE,
+                              what=f"{path[1:]} of a multi-turn generate of {len(requests)} trajectories",
+                              timeout_s=self.timeout_s + wait_s)
+            return decode_message(body) if path == "/turns/next" else json.loads(body)
+
+        return drive_turns(requests, handler, call, max_total_tokens, self.rollout_timeout_s, self._where)
 
     def update_weights(self, tensors: NamedTensors, version: int, kind: str) -> None:
         """Bucket by bucket as `tensors` yields them (one bucket ahead, to mark the last)."""

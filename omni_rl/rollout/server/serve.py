@@ -84,7 +84,7 @@ def build_server(cfg: OmniConfig, backend: str = "native", host: str = "127.0.0.
     model = build_model(cfg.model, device, tuple(cfg.plugins))
     engine = spec.build(cfg, model)
     try:
-        return RolloutServer(engine, host, port, token=token, max_body_bytes=max_body_bytes,
+        return RolloutServer(engine, host, port, token=token, multi_turn=spec.multi_turn, max_body_bytes=max_body_bytes,
                              header_deadline_s=header_deadline_s, max_connections=max_connections)
     except BaseException:
         engine.close()

@@ -3,7 +3,9 @@
 Serves causal LMs and the Qwen3-Omni thinker, one seeded `SamplingParams` per request; vLLM's
 log-probs match the trainer's only for top_p = 1, so top_p < 1 and prompts with media are
 refused (use `native`). LoRA updates go as a PEFT folder per version, full updates bucket by
-bucket through `collective_rpc` (`vllm_worker.py`). Sampling is synchronous.
+bucket through `collective_rpc` (`vllm_worker.py`). Sampling is synchronous. `generate_turns`
+samples an agent's multi-turn trajectories, turn by turn on vLLM's engine with its prefix cache
+reusing what earlier turns encoded (`text_turns.py`).
 
 Routed experts (algo.family_options.routing_replay=r3, a MoE model): where vLLM's V2 model runner
 runs (it needs Triton) vLLM returns them itself (`enable_return_routed_experts`, each completion's
@@ -31,6 +33,7 @@ from omni_rl.config.schema import OmniConfig
 from omni_rl.rollout.base import SynchronousRolloutEngine, check_weight_kind
 from omni_rl.rollout.text_types import TextRequest, TextResult
 from omni_rl.rollout.vllm_omni.availability import require
+from omni_rl.rollout.vllm_omni.text_turns import decode_turns_vllm, turn_seed
 from omni_rl.utils.tensor_buckets import NamedTensors, named_buckets
 
 WORKER_EXTENSION = "omni_rl.rollout.vllm_omni.vllm_worker.OmniRLVllmWorkerExtension"
@@ -111,14 +114,20 @@ def peft_lora_files(tensors: dict[str, torch.Tensor], rank: int, alpha: float, t
     return state, config
 
 
+def completion_log_probs(req: TextRequest, token_ids: Sequence[int], logprobs: Sequence[Any]) -> list[float]:
+    """The sampled tokens' log-probs of one vLLM completion (`logprobs`: one dict per token, token id
+    -> Logprob, as `logprobs=0` returns them)."""
+    if len(logprobs) != len(token_ids):
+        raise ValueError(f"request {req.request_id}: vLLM returned {len(token_ids)} tokens but {len(logprobs)} "
+                         f"log-prob entries; was it asked for logprobs=0?")
+    return [float(getattr(step[tok], "logprob", step[tok])) for tok, step in zip(token_ids, logprobs)]
+
+
 def result_from_completion(req: TextRequest, token_ids: Sequence[int], logprobs: Sequence[Any],
                            finish_reason: Optional[str], text: str, weight_version: int) -> TextResult:
     """A `TextResult` from one vLLM completion (`CompletionOutput`'s token_ids, logprobs (one dict
     per token, token id -> Logprob), finish_reason and text)."""
-    if len(logprobs) != len(token_ids):
-        raise ValueError(f"request {req.request_id}: vLLM returned {len(token_ids)} tokens but {len(logprobs)} "
-                         f"log-prob entries; was it asked for logprobs=0?")
-    values = [float(getattr(step[tok], "logprob", step[tok])) for tok, step in zip(token_ids, logprobs)]
+    values = completion_log_probs(req, token_ids, logprobs)
     return TextResult(
         request_id=req.request_id, prompt=req.prompt, response_ids=torch.tensor(list(token_ids), dtype=torch.long),
         log_probs=torch.tensor(values, dtype=torch.float32), finish_reason="stop" if finish_reason == "stop" else "length",
@@ -188,7 +197,10 @@ class VllmTextEngine(SynchronousRolloutEngine):
         self.options = options  # rollout.backend_options (VllmOptions)
         r, lora = cfg.rollout, cfg.model.lora
         self.weight_version = 0
-        self.stats = {"samples": 0, "generate_calls": 0, "weight_updates": 0}
+        # turn_*: multi-turn decoding (`generate_turns`): vLLM steps, those that held trajectories at
+        # different turns, the prompt tokens of continued turns and those vLLM's prefix cache served.
+        self.stats = {"samples": 0, "generate_calls": 0, "weight_updates": 0, "turn_steps": 0, "mixed_turn_steps": 0,
+                      "continued_prompt_tokens": 0, "prefix_cached_tokens": 0}
         self.prefix = model.checkpoint_prefix
         self._lora_request = None
         self._lora_dirs: list[str] = []
@@ -212,6 +224,8 @@ class VllmTextEngine(SynchronousRolloutEngine):
             enable_sleep_mode=self.sleep_mode, enable_lora=lora.enabled, max_lora_rank=vllm_max_lora_rank(lora.rank) if lora.enabled else 16,
             max_loras=1, logprobs_mode="processed_logprobs", worker_extension_cls=WORKER_EXTENSION, **extra,
         )
+        # What vLLM resolved (its CPU build turns prefix caching off for MLA models, for one).
+        self.prefix_caching = bool(self.llm.llm_engine.vllm_config.cache_config.enable_prefix_caching)
         self.moe_layers: list[int] = []
         if self.route_capture is not None:
             import vllm
@@ -225,17 +239,17 @@ class VllmTextEngine(SynchronousRolloutEngine):
                     f"vLLM's {path} has MoE layers {self.moe_layers}, but the trainer's model has "
                     f"{self.route_layout.num_layers} routers; the rollout and the trainer must load the same model")
 
-    def generate(self, requests: Sequence[TextRequest], timeout_s: float | None = None) -> list[TextResult]:
+    def _params(self, req: TextRequest, seed: int, max_tokens: int):
         from vllm import SamplingParams
 
+        eos = set(self.trainer_adapter.eos_token_ids)
+        return SamplingParams(n=1, temperature=req.temperature, top_p=1.0, seed=seed, max_tokens=max_tokens,
+                              stop_token_ids=sorted(eos | set(req.stop_token_ids)), logprobs=0)
+
+    def generate(self, requests: Sequence[TextRequest], timeout_s: float | None = None) -> list[TextResult]:
         for req in requests:
             check_text_request(req)
-        eos = list(self.trainer_adapter.eos_token_ids)
-        params = [
-            SamplingParams(n=1, temperature=req.temperature, top_p=1.0, seed=req.seed, max_tokens=req.max_new_tokens,
-                           stop_token_ids=sorted(set(eos) | set(req.stop_token_ids)), logprobs=0)
-            for req in requests
-        ]
+        params = [self._params(req, req.seed, req.max_new_tokens) for req in requests]
         prompts = [{"prompt_token_ids": req.prompt.input_ids.tolist()} for req in requests]
         outputs = self.llm.generate(prompts, params, use_tqdm=False, lora_request=self._lora_request)
         self.stats["generate_calls"] += 1
@@ -255,6 +269,30 @@ class VllmTextEngine(SynchronousRolloutEngine):
                                                          range(len(self.moe_layers)), self.route_layout)
             results.append(result)
         self.stats["samples"] += len(results)
+        return results
+
+    def generate_turns(self, requests: Sequence[TextRequest], handler, max_total_tokens: int) -> list[TextResult]:
+        """Multi-turn trajectories (one request each): each turn a vLLM request whose prompt is the
+        trajectory so far, its prefix's KV found in vLLM's prefix cache (`text_turns.py`)."""
+        from vllm.sampling_params import RequestOutputKind
+
+        for req in requests:
+            check_text_request(req)
+            if req.record_routes:
+                raise ValueError("generate_turns records no routed experts; set algo.family_options.routing_replay=off")
+        if not self.prefix_caching:
+            log.warning("vllm: prefix caching is off, so every turn of a multi-turn trajectory encodes its whole "
+                        "prefix again")
+
+        def params_for(req: TextRequest, turn: int, max_tokens: int):
+            params = self._params(req, turn_seed(req.seed, turn), max_tokens)
+            params.output_kind = RequestOutputKind.FINAL_ONLY  # a turn is read once it has ended
+            return params
+
+        results = decode_turns_vllm(self.llm.llm_engine, list(requests), handler, max_total_tokens, params_for,
+                                    completion_log_probs, self.trainer_adapter.decode_tokens, self.weight_version,
+                                    self.stats, self._lora_request)
+        self.stats["generate_calls"] += 1
         return results
 
     def _captured_routes(self) -> dict[str, torch.Tensor]:

