@@ -48,6 +48,8 @@ class ToolCallRecord:
     truncated: bool = False
     seconds: float = 0.0
     score: Optional[float] = None
+    # The tool's image (Observation.image), kept for a model that reads images; not in to_dict.
+    image: Any = None
 
     def to_dict(self) -> dict[str, Any]:
         return {"name": self.name, "arguments": self.arguments, "observation": self.observation, "ok": self.ok,

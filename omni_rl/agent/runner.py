@@ -83,7 +83,7 @@ class ToolRunner:
         observation = value if isinstance(value, Observation) else Observation(text="" if value is None else str(value))
         text, truncated = self.cap(observation.text)
         return ToolCallRecord(call.name, call.arguments, text, ok=True, truncated=truncated, seconds=seconds,
-                              score=observation.score)
+                              score=observation.score, image=observation.image)
 
     def cap(self, text: str) -> tuple[str, bool]:
         """`text` cut to `max_output_chars`, with a note saying how long it was."""
