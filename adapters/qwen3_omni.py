@@ -254,6 +254,15 @@ class Qwen3OmniThinkerAdapter(AutoregressiveModelBase):
                              f"images were given; render one image part per image")
         return self._encode(text, images, [])
 
+    def image_tokens(self, height: int, width: int) -> int:
+        """The processor's resize to multiples of patch x merge pixels (rounded; its pixel limits
+        are not applied), one token per merged patch, plus the vision start and end markers. Read
+        from the thinker's config, so the planner's weightless build answers it too."""
+        vision = self.thinker.config.vision_config
+        factor = vision.patch_size * vision.spatial_merge_size
+        rows, cols = (max(1, round(side / factor)) for side in (height, width))
+        return rows * cols + 2
+
     @staticmethod
     def _check_images(images: list[Any]) -> None:
         for k, image in enumerate(images):

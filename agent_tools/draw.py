@@ -88,6 +88,13 @@ class Draw(Tool):
             self._scorer = build_reward(options.reward, **dict(options.reward_options))
         self._calls = 0
 
+    @classmethod
+    def image_size(cls, options: DrawOptions) -> tuple[int, int]:
+        from omni_rl.compose import load_config
+
+        cfg = load_config([f"recipe={options.recipe}", *options.overrides])
+        return int(cfg.rollout.height), int(cfg.rollout.width)
+
     def __call__(self, arguments: dict) -> Observation:
         prompt = arguments["prompt"]
         with self._lock:

@@ -75,6 +75,12 @@ class Tool(ABC):
         return {"type": "function",
                 "function": {"name": cls.name, "description": cls.description, "parameters": cls.parameters}}
 
+    @classmethod
+    def image_size(cls, options: Any) -> Optional[tuple[int, int]]:
+        """(height, width) in pixels of the images its observations carry, for `--plan` to count
+        what they cost a model that reads them; None: it answers text only."""
+        return None
+
     @abstractmethod
     def __call__(self, arguments: dict[str, Any]) -> Observation | str:
         """Answer one call; may raise (the runner turns that into an error observation)."""

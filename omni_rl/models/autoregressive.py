@@ -83,6 +83,11 @@ class AutoregressiveModelBase(OmniModelBase):
         keys `encode_prompt` gives (empty ones included), so any two of them concatenate."""
         raise NotImplementedError(f"{type(self).__name__} reads no images in a conversation (takes_images=False)")
 
+    def image_tokens(self, height: int, width: int) -> int:
+        """Tokens one image of `height` x `width` pixels takes in a conversation (its placeholder
+        run and its markers), for `--plan`; adapters that set `takes_images` give it."""
+        raise NotImplementedError(f"{type(self).__name__} reads no images in a conversation (takes_images=False)")
+
     def context_length(self) -> Optional[int]:
         """Positions the model attends over, or None when it does not say.
 
