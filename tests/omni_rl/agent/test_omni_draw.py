@@ -151,3 +151,18 @@ def test_a_text_model_reads_the_tools_text_only():
     assert not t.images and results[0].response_media == {}
     assert all(isinstance(m["content"], str) for m in t.messages)
     assert "<tool_response>\nimg-1: drawn\n</tool_response>" in model.tokenizer.decode(results[0].response_ids.tolist())
+
+
+def test_the_plan_counts_the_tokens_an_image_feeds(omni):
+    from omni_rl.plan.text_steps import agent_images
+
+    model, family, _, (_, _, batch) = omni
+    [draw] = agent_images(family.cfg, model)["tools"]
+    # The rollout's own count: an image's placeholder run and its two markers.
+    start, end = (model.tokenizer.convert_tokens_to_ids(t) for t in ("<|vision_start|>", "<|vision_end|>"))
+    response = batch.sequences[0, batch.prompt_width:].tolist()
+    fed = (~batch.response_mask[0].bool()).tolist()
+    first = next(k for k, (token, f) in enumerate(zip(response, fed)) if f and token == start)
+    assert draw["tokens_per_image"] == response.index(end, first) - first + 1 == 6
+    assert (draw["height"], draw["width"]) == (32, 32)
+    assert draw["image_tokens_one_call_a_turn"] == 12 and draw["images_at_most"] == 192 // 6
