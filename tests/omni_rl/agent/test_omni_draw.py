@@ -24,7 +24,8 @@ from omni_rl.models.factory import build_model
 from omni_rl.rollout.backends import build_rollout_engine
 from omni_rl.rollout.text_sampling import join_media
 
-SMALL = ["recipe=tiny_qwen3_omni_draw_agent", "algo.family_options.max_new_tokens=4",
+# The random tiny thinker (the recipe's cold-started one takes minutes to build).
+SMALL = ["recipe=tiny_qwen3_omni_draw_agent", "model.path=tiny:qwen3_omni", "algo.family_options.max_new_tokens=4",
          "trainer.prompts_per_step=2", "trainer.samples_per_prompt=2", "trainer.mini_batch_size=4",
          "trainer.micro_batch_size=4"]
 CALL = '<tool_call>\n{"name": "draw", "arguments": {"prompt": "a red square"}}\n</tool_call>'
@@ -165,4 +166,43 @@ def test_the_plan_counts_the_tokens_an_image_feeds(omni):
     first = next(k for k, (token, f) in enumerate(zip(response, fed)) if f and token == start)
     assert draw["tokens_per_image"] == response.index(end, first) - first + 1 == 6
     assert (draw["height"], draw["width"]) == (32, 32)
-    assert draw["image_tokens_one_call_a_turn"] == 12 and draw["images_at_most"] == 192 // 6
+    assert draw["image_tokens_one_call_a_turn"] == 12 and draw["images_at_most"] == 256 // 6
+
+
+RUN = ["recipe=tiny_qwen3_omni_draw_agent", "trainer.total_steps=1", "trainer.val_every=0", "trainer.save_every=0",
+       "trainer.loggers=[jsonl]", "trainer.logger_options.progress_bar=false"]
+
+
+def _train(tmp_path, *overrides):
+    from omni_rl.trainer import PPOTrainer
+
+    cfg = load_config([*RUN, f"trainer.output_dir={tmp_path}", *overrides])
+    PPOTrainer(cfg).fit()
+    return [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+
+
+@pytest.mark.long  # about 20 s on a loaded 2-core machine: over the default run's budget
+def test_the_recipe_trains_a_step_with_the_shape_model_as_draw_tool(tmp_path):
+    # The random thinker (it rarely writes a whole call) and short turns: the recipe's pieces
+    # (the draw tool on the frozen shape model, the drawn_score reward, the agent family on the
+    # omni adapter) load and one on-policy step trains.
+    [record] = _train(tmp_path, "model.path=tiny:qwen3_omni", "algo.family_options.max_new_tokens=8",
+                      "trainer.samples_per_prompt=2", "trainer.mini_batch_size=4", "trainer.micro_batch_size=4")
+    assert record["step"] == 1 and record["agent/model_tokens_mean"] > 0
+    assert record["actor/first_minibatch_ratio_max_abs_dev"] == 0.0
+    assert record["rollout_corr/logprob_abs_diff_max"] <= 1e-5
+
+
+@pytest.mark.long  # builds tiny:qwen3_omni_draw (a 5-minute cold start, once per cache), then a step
+def test_the_cold_started_agent_draws_and_trains_on_what_it_saw(tmp_path):
+    [record] = _train(tmp_path, "trainer.samples_per_prompt=8", "trainer.mini_batch_size=16",
+                      "trainer.micro_batch_size=8", "trainer.val_every=1")
+    rows = [json.loads(line) for line in (tmp_path / "samples" / "agent_step_000001.jsonl").read_text().splitlines()]
+    drew = [r for r in rows if r["images_fed"]]
+    assert drew, "no trajectory of the step drew an image"
+    assert record["agent/tool_call_rate"] > 0 and record["reward/total/mean"] > 0
+    assert record["actor/first_minibatch_ratio_max_abs_dev"] == 0.0
+    assert record["rollout_corr/logprob_abs_diff_max"] <= 1e-5
+    image = next(p["image"] for m in drew[0]["messages"] if isinstance(m["content"], list)
+                 for p in m["content"] if p["type"] == "image")
+    assert (tmp_path / "samples" / image).is_file()
