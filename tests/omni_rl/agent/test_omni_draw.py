@@ -195,8 +195,9 @@ def test_the_recipe_trains_a_step_with_the_shape_model_as_draw_tool(tmp_path):
 
 @pytest.mark.long  # builds tiny:qwen3_omni_draw (a 5-minute cold start, once per cache), then a step
 def test_the_cold_started_agent_draws_and_trains_on_what_it_saw(tmp_path):
-    [record] = _train(tmp_path, "trainer.samples_per_prompt=8", "trainer.mini_batch_size=16",
-                      "trainer.micro_batch_size=8", "trainer.val_every=1")
+    # val_every=1 writes the step's sample log (and validates one trajectory at steps 0 and 1).
+    record = _train(tmp_path, "trainer.samples_per_prompt=8", "trainer.mini_batch_size=16", "trainer.micro_batch_size=8",
+                    "trainer.val_every=1", "trainer.val_num_prompts=1", "trainer.val_samples_per_prompt=1")[-1]
     rows = [json.loads(line) for line in (tmp_path / "samples" / "agent_step_000001.jsonl").read_text().splitlines()]
     drew = [r for r in rows if r["images_fed"]]
     assert drew, "no trajectory of the step drew an image"
