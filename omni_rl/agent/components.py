@@ -13,6 +13,9 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Optional
 
+from jsonschema import Draft202012Validator
+from jsonschema.exceptions import SchemaError
+
 from omni_rl.config.options import NoOptions
 from omni_rl.registry import Registry
 
@@ -64,6 +67,9 @@ class Tool(ABC):
     name: ClassVar[str] = ""
     description: ClassVar[str] = ""
     parameters: ClassVar[dict[str, Any]] = {"type": "object", "properties": {}}
+    # Where its calls run (`runner.py`): "thread" (this process; a tool holding a model) or
+    # "process" (a forked child per call, killed at the timeout; pure-Python work, no torch).
+    isolation: ClassVar[str] = "thread"
     Options: ClassVar[type] = NoOptions
 
     def __init__(self, options: Any = None):
@@ -120,17 +126,33 @@ class Environment(ABC):
         """After each model turn (its tool calls already answered)."""
 
 
+ISOLATIONS = ("thread", "process")
 TOOLS: Registry[type[Tool]] = Registry("tool")
 ENVIRONMENTS: Registry[type[Environment]] = Registry("environment")
 
 
 def register_tool(name: str):
-    """Class decorator: register a `Tool` subclass under `name` (the name the model calls)."""
+    """Class decorator: register a `Tool` subclass under `name` (the name the model calls),
+    after checking its declarations: a valid JSON Schema of an object, a known isolation."""
     def decorator(cls: type[Tool]) -> type[Tool]:
+        check_tool_declarations(name, cls)
         cls.name = name
         return TOOLS.register(name)(cls)
 
     return decorator
+
+
+def check_tool_declarations(name: str, cls: type[Tool]) -> None:
+    """ValueError naming the tool and what it declared wrong."""
+    if cls.isolation not in ISOLATIONS:
+        raise ValueError(f"tool {name!r}: isolation={cls.isolation!r}; expected one of {', '.join(ISOLATIONS)}")
+    try:
+        Draft202012Validator.check_schema(cls.parameters)
+    except SchemaError as err:
+        raise ValueError(f"tool {name!r}: its parameters are not a JSON Schema: {err.message}") from None
+    if cls.parameters.get("type") != "object":
+        raise ValueError(f"tool {name!r}: parameters type={cls.parameters.get('type')!r}; expected 'object' (a tool's "
+                         f"arguments are a JSON object)")
 
 
 def register_environment(name: str):

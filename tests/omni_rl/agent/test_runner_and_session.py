@@ -4,12 +4,15 @@ the loop goes on. The sessions are driven by a scripted engine (the turns' texts
 these tests need no model."""
 from __future__ import annotations
 
+import os
+import re
 import time
 from concurrent.futures import Future
 
 import pytest
 
-from omni_rl.agent import Observation, Tool
+from omni_rl.agent import Observation, Tool, register_tool
+from omni_rl.agent.components import TOOLS as TOOL_REGISTRY
 from omni_rl.agent.chat import parse_tool_calls
 from omni_rl.agent.loop import run_trajectories
 from omni_rl.agent.runner import ToolRunner, check_arguments
@@ -51,6 +54,42 @@ class Flood(Tool):
 TOOLS = {t.name: t() for t in (Echo, Hang, Crash, Flood)}
 
 
+class Spin(Tool):
+    """Computes forever in pure Python: in a thread it would keep a core and the GIL."""
+    name = "spin"
+    isolation = "process"
+
+    def __call__(self, arguments):
+        with open(arguments["pid_file"], "w") as f:
+            f.write(str(os.getpid()))
+        while True:
+            pass
+
+
+class Die(Tool):
+    name = "die"
+    isolation = "process"
+
+    def __call__(self, arguments):
+        os._exit(3)
+
+
+class FloodInChild(Flood):
+    name = "flood_in_child"
+    isolation = "process"
+
+
+class Ranged(Tool):
+    name = "ranged"
+    parameters = {"type": "object", "additionalProperties": False, "required": ["n"],
+                  "properties": {"n": {"type": "integer", "minimum": 1, "maximum": 9},
+                                 "unit": {"enum": ["cm", "in"]},
+                                 "point": {"type": "object", "required": ["x"], "properties": {"x": {"type": "number"}}}}}
+
+    def __call__(self, arguments):
+        return str(arguments["n"])
+
+
 def test_a_hanging_tool_is_cut_off_at_its_timeout():
     start = time.perf_counter()
     record = ToolRunner(TOOLS, timeout_s=0.2, max_output_chars=100).run(ToolCall("hang", {}))
@@ -81,6 +120,53 @@ def test_unknown_tools_and_bad_arguments_never_reach_a_tool():
     assert missing.error == "bad_arguments" and "missing required argument(s) text" in missing.observation
     assert check_arguments({"text": 3}, Echo.parameters) == "argument text=3: expected a JSON string"
     assert check_arguments({"text": "hi"}, Echo.parameters) is None
+
+
+def test_a_process_tool_that_computes_forever_is_killed_at_its_timeout(tmp_path):
+    pid_file = tmp_path / "pid"
+    record = ToolRunner({"spin": Spin()}, timeout_s=1.0, max_output_chars=100).run(
+        ToolCall("spin", {"pid_file": str(pid_file)}))
+    assert not record.ok and record.error == "timeout"
+    assert record.observation == "error: spin gave no answer within 1 s and was stopped"
+    pid = int(pid_file.read_text())
+    with pytest.raises(ProcessLookupError):  # killed and reaped: no process has that id any more
+        os.kill(pid, 0)
+
+
+def test_a_process_tool_whose_child_dies_and_one_that_floods_are_observations():
+    runner = ToolRunner({"die": Die(), "flood_in_child": FloodInChild()}, timeout_s=60, max_output_chars=50)
+    died = runner.run(ToolCall("die", {}))
+    assert not died.ok and died.error == "crashed"
+    assert died.observation == "error: die failed: ChildProcessError: its process ended with exit code 3"
+    flood = runner.run(ToolCall("flood_in_child", {}))
+    assert flood.ok and flood.truncated and flood.score == 0.5
+    assert flood.observation.startswith("x" * 50 + "\n[cut: the answer was 100000000 characters")
+
+
+@pytest.mark.parametrize("arguments, problem", [
+    ({"n": 3, "unit": "cm", "point": {"x": 1.5}}, None),
+    ({"n": 0}, "argument n: 0 is less than the minimum of 1"),
+    ({"n": 3, "unit": "mm"}, "argument unit: 'mm' is not one of ['cm', 'in']"),
+    ({"n": 3, "point": {}}, "argument point: 'x' is a required property"),
+    ({"n": 3, "point": {"x": "left"}}, "argument point/x: 'left' is not of type 'number'"),
+    ({"n": 3, "colour": "red"}, "unknown argument(s) colour; expected n, unit, point"),
+    ({"n": True}, "argument n=True: expected a JSON integer"),
+    ({"unit": "cm"}, "missing required argument(s) n"),
+])
+def test_arguments_are_checked_against_the_whole_json_schema(arguments, problem):
+    assert check_arguments(arguments, Ranged.parameters) == problem
+
+
+@pytest.mark.parametrize("attrs, message", [
+    ({"isolation": "container"}, "isolation='container'; expected one of thread, process"),
+    ({"parameters": {"type": "object", "properties": {"n": {"type": "integr"}}}}, "not a JSON Schema"),
+    ({"parameters": {"type": "array"}}, "parameters type='array'; expected 'object'"),
+])
+def test_a_tool_that_declares_a_bad_schema_or_isolation_does_not_register(attrs, message):
+    bad = type("Bad", (Echo,), attrs)
+    with pytest.raises(ValueError, match=re.escape(message)):
+        register_tool("bad_tool_never_registered")(bad)
+    assert "bad_tool_never_registered" not in TOOL_REGISTRY
 
 
 @pytest.mark.parametrize("text, calls, errors", [
