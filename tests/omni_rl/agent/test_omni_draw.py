@@ -66,11 +66,21 @@ def omni():
     model = build_model(cfg.model, torch.device("cpu"), tuple(cfg.plugins))
     family = build_family(cfg, model)
     engine = build_rollout_engine(cfg, model)
-    return model, family, engine, roll(family, engine, (255, 0, 0))
+    encoded = []
+    forward = model.forward_logits
+
+    def counting(input_ids, attention_mask, *args, **kwargs):
+        encoded.append(attention_mask[:, -input_ids.shape[1]:].sum(1))  # real tokens this forward encodes, per row
+        return forward(input_ids, attention_mask, *args, **kwargs)
+
+    model.forward_logits = counting  # this test's own adapter instance: counts what the engine encodes
+    rolled = roll(family, engine, (255, 0, 0))
+    model.forward_logits = forward
+    return model, family, engine, rolled, torch.stack(encoded).sum(0)
 
 
 def test_the_image_is_fed_at_its_placeholders_and_travels_with_the_sample(omni):
-    model, family, _, (results, trajectories, batch) = omni
+    model, family, _, (results, trajectories, batch), _ = omni
     image_token = model.image_token_id
     for i, (r, t) in enumerate(zip(results, trajectories)):
         # max_turns=3: two tool turns, each with one 32 px image = 4 placeholder tokens (2 x 2 merged patches).
@@ -86,8 +96,17 @@ def test_the_image_is_fed_at_its_placeholders_and_travels_with_the_sample(omni):
         assert tool_turn["role"] == "tool" and tool_turn["content"][0] == {"type": "image", "image": "image-1"}
 
 
+def test_only_the_new_turn_is_encoded(omni):
+    _, _, _, (_, _, batch), encoded = omni
+    # Every prompt and response token, images' placeholders included, went through one forward at
+    # most (KV reuse: a tool turn is fed alone on the cache); only a trajectory's very last
+    # sampled token may never be fed (nothing is sampled after it).
+    held = batch.attention_mask.sum(1)
+    assert ((encoded == held) | (encoded == held - 1)).all(), (encoded.tolist(), held.tolist())
+
+
 def test_rollout_and_trainer_agree_with_images_in_the_trajectory(omni):
-    _, family, _, (_, _, batch) = omni
+    _, family, _, (_, _, batch), _ = omni
     old = family.behaviour_policy(batch, micro_batch_size=4)
     mask = batch.response_mask.bool()
     gap = (old.log_probs - batch.rollout_log_probs)[mask].abs().max()
@@ -101,7 +120,7 @@ def test_rollout_and_trainer_agree_with_images_in_the_trajectory(omni):
 
 
 def test_a_different_image_gives_different_next_turn_logits(omni):
-    model, family, _, _ = omni
+    model, family, _, _, _ = omni
     chat: ChatFormat = family.chat
     prompt = chat.prompt_inputs([{"role": "user", "content": "three red circles"}])
     turn = model.encode_text(CALL) + [model.eos_token_ids[0]]
@@ -117,7 +136,7 @@ def test_a_different_image_gives_different_next_turn_logits(omni):
 
 
 def test_the_rollout_reads_the_image(omni):
-    _, family, engine, (results, _, batch) = omni
+    _, family, engine, (results, _, batch), _ = omni
     blue_results, _, blue = roll(family, engine, (0, 0, 255))
     sampled = batch.response_mask[0].bool()
     first_fed = int((~sampled).nonzero()[0])
@@ -130,7 +149,7 @@ def test_the_rollout_reads_the_image(omni):
 
 
 def test_the_sample_log_shows_each_image_as_a_saved_png(omni, tmp_path):
-    _, _, _, (_, trajectories, _) = omni
+    _, _, _, (_, trajectories, _), _ = omni
     log = tmp_path / "samples" / "agent_step_000001.jsonl"
     write_conversations(log, trajectories)
     rows = [json.loads(line) for line in log.read_text().splitlines()]
@@ -157,7 +176,7 @@ def test_a_text_model_reads_the_tools_text_only():
 def test_the_plan_counts_the_tokens_an_image_feeds(omni):
     from omni_rl.plan.text_steps import agent_images
 
-    model, family, _, (_, _, batch) = omni
+    model, family, _, (_, _, batch), _ = omni
     [draw] = agent_images(family.cfg, model)["tools"]
     # The rollout's own count: an image's placeholder run and its two markers.
     start, end = (model.tokenizer.convert_tokens_to_ids(t) for t in ("<|vision_start|>", "<|vision_end|>"))
