@@ -179,8 +179,10 @@ def check_inputs(cfg) -> None:
     from omni_rl.rollout.server.interpreter import check_python
     from omni_rl.rollout.vllm_omni.availability import require
     from omni_rl.trainer.checkpoint import check_resume
+    from omni_rl.workers.teacher_pool import check_device_budget
 
     check_trainer_device(cfg.trainer.device, cfg.trainer.backend)
+    check_device_budget(cfg)  # training ranks + reward workers + teacher pools fit the machine
     packages = ROLLOUT_BACKENDS.get(cfg.rollout.backend).packages
     options = cfg.rollout.backend_options
     python = options.python if isinstance(options, ServerProcessOptions) else None

@@ -36,6 +36,11 @@ def _device_count(kind: str) -> int:
     return 1
 
 
+def device_count(kind: str) -> int:
+    """Devices of type `kind` (cuda, npu) this machine has; 1 for the CPU."""
+    return _device_count(kind)
+
+
 def pick_device(name: str = "auto") -> torch.device:
     """`auto` -> cuda, else npu, else cpu; an explicit name must be usable here."""
     if name == "auto":

@@ -14,11 +14,16 @@ same latent shape at the rollout's geometry, and the same pixels when both decod
 either failing is one `TeacherConfigError` line. Its parameters never train (requires_grad off,
 and they are not the engine's), which `Teacher.checksum` lets a test confirm.
 
-The teachers are colocated: built in the trainer's process (each Ray rank builds its own) on the
-student's device. Teachers of one base (the same `path` and `revision`) share one frozen copy of
-it: each LoRA is loaded onto it as an adapter named after its teacher, and a teacher's forward
-runs with its own adapter alone (a teacher without `lora` with none), so two LoRA teachers of
-SD3.5 hold one transformer, not two. A separate pool of teacher workers is not built here.
+Where a teacher runs is its `placement`. A colocated one is built in the trainer's process (each
+Ray rank builds its own) on the student's device; on FSDP2 ranks it is sharded like the actor
+(`shard_teacher`), and since its forward is then a collective it runs on every micro-batch, on all
+of it, in step with the other ranks. Colocated teachers of one base (the same `path` and
+`revision`) share one frozen copy of it: each LoRA is loaded onto it as an adapter named after its
+teacher, and a teacher's forward runs with its own adapter alone (a teacher without `lora` with
+none), so two LoRA teachers of SD3.5 hold one transformer, not two. A pooled one
+(`placement: pool`) runs in Ray actors of its own that the driver starts
+(`omni_rl.workers.teacher_pool`); `PooledTeacher` reaches them by name and has a colocated
+teacher's interface, so the loss code does not know where a teacher runs.
 
 `teacher_step_means` scores one trained step of a micro-batch: each teacher predicts its velocity
 at the student's stored state, for its own samples, under no gradient, and the very kernel that
@@ -31,12 +36,14 @@ import contextlib
 import dataclasses
 import hashlib
 import json
+import math
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
 import torch
+from torch.distributed.tensor import DTensor
 
 from omni_rl.algos import latent_streams as ls
 from omni_rl.algos.flow_sde import get_step_kernel, step_latents
@@ -46,6 +53,8 @@ from omni_rl.models.factory import build_model
 from omni_rl.models.loading import pipeline_index, resolve_model_path
 
 LORA_FILES = ("pytorch_lora_weights.safetensors",)
+# Where a teacher runs (TeacherOptions.placement).
+PLACEMENTS = ("colocated", "pool")
 
 
 class TeacherConfigError(OmniConfigError):
@@ -70,6 +79,13 @@ class TeacherOptions(ComponentOptions):
     data_source: Optional[str] = option(None, "It teaches the prompts whose metadata[metadata_key] equals this; null: "
                                               "every prompt no other teacher claims (the default teacher).")
     metadata_key: str = option("data_source", "The field of a prompt row's metadata that routes it (one for all teachers).")
+    placement: str = option("colocated", "colocated: beside the student (in the trainer's process, or on each Ray rank, "
+                                         "sharded with FSDP2 where the student is); pool: Ray actors of its own, each "
+                                         "on a device of its own, that score the stored trajectories sent to them.")
+    pool_workers: int = option(1, "placement=pool: its actors, each a whole copy on one device (a GPU / NPU; a CPU "
+                                  "on a CPU machine); a micro-batch's rows are split among them.")
+    pool_timeout_s: float = option(600.0, "placement=pool: a call to its actors that takes longer fails the run "
+                                          "naming the teacher and the actor, instead of hanging.")
 
     def check(self) -> None:
         if not self.name or "/" in self.name:
@@ -79,6 +95,16 @@ class TeacherOptions(ComponentOptions):
                              f"the student's rollout.guidance_scale")
         if not self.metadata_key:
             raise ValueError("metadata_key='': expected the name of a metadata field (data_source)")
+        if self.placement not in PLACEMENTS:
+            raise ValueError(f"placement={self.placement!r}: expected one of {', '.join(PLACEMENTS)}")
+        if not (isinstance(self.pool_workers, int) and self.pool_workers >= 1):
+            raise ValueError(f"pool_workers={self.pool_workers!r}: expected an integer >= 1 (actors of its pool)")
+        if not (self.pool_timeout_s > 0 and math.isfinite(self.pool_timeout_s)):
+            raise ValueError(f"pool_timeout_s={self.pool_timeout_s!r}: expected > 0 seconds")
+
+    @property
+    def pooled(self) -> bool:
+        return self.placement == "pool"
 
 
 def check_teachers(teachers: list[TeacherOptions], key: str = "algo.family_options.teachers") -> list[TeacherOptions]:
@@ -147,7 +173,14 @@ class Teacher:
         # and this teacher's adapter on them (None: the base alone).
         self.adapter = adapter
         self.adapted = adapted
+        # Sharded with FSDP2 across the Ray ranks (`shard_teacher`, or the engine's sharding of the
+        # student's own base): its forward is a collective.
+        self.sharded = False
         self._encoded: tuple[tuple[str, ...], Any] | None = None
+
+    @property
+    def device(self) -> torch.device:
+        return self.model.device
 
     def _context(self):
         if self.shares_student:
@@ -175,10 +208,10 @@ class Teacher:
         return self._encoded[1]
 
     @torch.no_grad()
-    def velocity(self, latents, sigma: torch.Tensor, micro):
+    def velocity(self, latents, sigma: torch.Tensor, prompts: list[str], conditioning=None):
         """Its velocity at the samples' states: with the student's own encoding of the prompts
-        where it is the student's model (the same text encoders), else its own."""
-        cond = micro.conditioning if self.shares_student else self.conditioning(micro.prompts)
+        (`conditioning`) where it is the student's model (the same text encoders), else its own."""
+        cond = conditioning if self.shares_student else self.conditioning(prompts)
         with self._context():
             return self.model.predict_velocity(latents, sigma, cond, self.guidance_scale)
 
@@ -191,10 +224,117 @@ class Teacher:
             for name in sorted(state):
                 if self.shares_student and "lora_" in name:
                     continue
-                tensor = state[name].detach().to("cpu").contiguous().reshape(-1)
+                # A sharded teacher's own shard (to_local): each rank checks what it holds.
+                local = state[name].to_local() if isinstance(state[name], DTensor) else state[name]
+                tensor = local.detach().to("cpu").contiguous().reshape(-1)
                 digest.update(f"{component}.{name}:{tensor.dtype}:{tuple(state[name].shape)}".encode())
                 digest.update(tensor.view(torch.uint8).numpy().tobytes())
         return digest.hexdigest()
+
+
+class TeacherPoolError(OmniRunError):
+    """A teacher's pool actor that died, did not answer in time, or is not running."""
+
+
+def pool_actor_name(cfg, teacher: str, index: int) -> str:
+    """The Ray name of actor `index` of a teacher's pool: the driver starts it under this name
+    (`omni_rl.workers.teacher_pool`), each training process finds it by it. The run's output folder
+    tells two runs on one cluster apart."""
+    run = hashlib.sha1(str(cfg.trainer.output_dir).encode()).hexdigest()[:12]
+    return f"omni_rl.teacher.{run}.{teacher}.{index}"
+
+
+def pool_actors(cfg, t: TeacherOptions) -> list:
+    """Handles to the actors of teacher `t`'s pool (started by the driver before the trainer's
+    processes build their families)."""
+    import ray
+
+    actors = []
+    for i in range(t.pool_workers):
+        name = pool_actor_name(cfg, t.name, i)
+        try:
+            actors.append(ray.get_actor(name))
+        except ValueError:
+            raise TeacherPoolError(f"teacher {t.name!r} (placement=pool): its actor {name!r} is not running; the "
+                                   f"trainer starts a teacher's pool before building the student "
+                                   f"(omni_rl.workers.teacher_pool.TeacherPools)") from None
+    return actors
+
+
+def split_rows(n: int, parts: int) -> list[tuple[int, int]]:
+    """[lo, hi) row ranges of n rows over at most `parts` actors, none empty, sizes within one."""
+    parts = max(1, min(parts, n))
+    base, extra = divmod(n, parts)
+    bounds, lo = [], 0
+    for k in range(parts):
+        hi = lo + base + (1 if k < extra else 0)
+        bounds.append((lo, hi))
+        lo = hi
+    return bounds
+
+
+class PoolClient:
+    """Calls to one teacher's pool actors, each failure one line naming the teacher and the actor."""
+
+    def __init__(self, options: TeacherOptions, actors: list):
+        self.options, self.name, self.actors = options, options.name, actors
+        self.timeout_s = options.pool_timeout_s
+        self.infos = [{"node": "?", "pid": "?"} for _ in actors]  # until they answer
+        self.infos = self.get([a.info.remote() for a in actors], "start")
+
+    def describe(self, i: int) -> str:
+        info = self.infos[i]
+        return f"teacher {self.name!r}: pool actor {i} (node {info['node']}, pid {info['pid']})"
+
+    def get(self, refs: list, what: str) -> list:
+        import ray
+        from ray.exceptions import GetTimeoutError, RayActorError
+
+        out = []
+        for i, ref in enumerate(refs):
+            try:
+                out.append(ray.get(ref, timeout=self.timeout_s))
+            except GetTimeoutError:
+                raise TeacherPoolError(f"{self.describe(i)} did not {what} within {self.timeout_s:.0f} s "
+                                       f"(pool_timeout_s of algo.family_options.teachers)") from None
+            except RayActorError as err:
+                # Its last line names the cause where the actor raised (a failed build, say).
+                cause = next((line.strip() for line in reversed(str(err).splitlines()) if line.strip()), "")
+                raise TeacherPoolError(f"{self.describe(i)} died during {what} ({type(err).__name__}: {cause[:300]}); "
+                                       f"check its device's memory and the worker's log") from None
+        return out
+
+    def scatter(self, method: str, n: int, args_of) -> list:
+        """Rows [0, n) split among the actors: `method` of each on `args_of(lo, hi)`, in row order."""
+        bounds = split_rows(n, len(self.actors))
+        refs = [getattr(self.actors[k], method).remote(*args_of(lo, hi)) for k, (lo, hi) in enumerate(bounds)]
+        return self.get(refs, method)
+
+
+class PooledTeacher:
+    """A diffusion teacher on Ray actors of its own (`placement: pool`), with `Teacher`'s interface:
+    the stored states go to the actors on the host, a micro-batch's rows split among them; the
+    velocities come back to the student's device and are checked there like a colocated one's."""
+
+    shares_student = False
+    sharded = False
+
+    def __init__(self, options: TeacherOptions, guidance_scale: float, device: torch.device, actors: list):
+        self.options, self.name, self.guidance_scale, self.device = options, options.name, guidance_scale, device
+        self.pool = PoolClient(options, actors)
+
+    def latent_probe(self, rollout) -> tuple[Any, torch.Tensor]:
+        return self.pool.get([self.pool.actors[0].latent_probe.remote(rollout)], "decode a latent")[0]
+
+    def velocity(self, latents, sigma: torch.Tensor, prompts: list[str], conditioning=None):
+        host, sigma = ls.to(latents, "cpu"), sigma.detach().to("cpu")
+        parts = self.pool.scatter("velocity", len(prompts), lambda lo, hi: (
+            ls.select(host, torch.arange(lo, hi)), sigma[lo:hi], list(prompts[lo:hi])))
+        return ls.to(ls.cat(parts), self.device)
+
+    def checksum(self) -> str:
+        """The teacher's checksum as its first actor holds it (every actor builds the same)."""
+        return self.pool.get([self.pool.actors[0].checksum.remote()], "checksum")[0]
 
 
 def architecture_of(path: str, revision: Optional[str], key: str) -> Optional[str]:
@@ -214,7 +354,7 @@ def architecture_of(path: str, revision: Optional[str], key: str) -> Optional[st
     return None
 
 
-def _lora_file(lora: str, key: str) -> Path:
+def teacher_lora_file(lora: str, key: str) -> Path:
     path = Path(lora).expanduser()
     if path.is_dir():
         path = path / LORA_FILES[0]
@@ -224,7 +364,7 @@ def _lora_file(lora: str, key: str) -> Path:
     return path
 
 
-def _load_lora(model, file: Path, key: str, adapter: str) -> list[str]:
+def load_teacher_lora(model, file: Path, key: str, adapter: str) -> list[str]:
     """Load a diffusers LoRA onto the model's denoiser(s) as adapter `adapter`, through diffusers
     (rank and alpha from the file's metadata); every one of its layers must land on a layer of the
     model. Returns the components it landed on."""
@@ -254,62 +394,126 @@ def _load_lora(model, file: Path, key: str, adapter: str) -> list[str]:
     return components
 
 
-def _check_latent_space(teacher, student, cfg, key: str) -> None:
+def latent_probe(model, rollout) -> tuple[Any, torch.Tensor]:
+    """The model's latent shape at the rollout's geometry, and its decoding of one seeded latent
+    (on the host): what `check_latent_space` compares, wherever the teacher runs."""
+    r = rollout
+    shape = model.latent_shape(r.height, r.width, r.num_frames)
+    batched = {k: (1, *v) for k, v in shape.items()} if isinstance(shape, dict) else (1, *shape)
+    z = ls.randn(batched, generator=torch.Generator().manual_seed(0))
+    return shape, model.decode(ls.to(z, model.device)).detach().to("cpu", torch.float32)
+
+
+def check_latent_space(teacher_probe, student_probe, cfg, key: str) -> None:
+    """A teacher's latent space is the student's: the same latent shape, and one latent decoded
+    by both gives the same pixels (`latent_probe` of each)."""
     r = cfg.rollout
-    shape, mine = teacher.latent_shape(r.height, r.width, r.num_frames), student.latent_shape(r.height, r.width, r.num_frames)
+    (shape, a), (mine, b) = teacher_probe, student_probe
     if shape != mine:
         raise TeacherConfigError(f"{key}: the teacher's latent at {r.height}x{r.width} is {tuple(shape)}, the "
                                  f"student's {tuple(mine)}; a teacher must share the student's latent space")
     # The same shape is not the same space: one latent, decoded by both, must give the same pixels.
-    batched = {k: (1, *v) for k, v in mine.items()} if isinstance(mine, dict) else (1, *mine)
-    z = ls.randn(batched, generator=torch.Generator().manual_seed(0))
-    a, b = teacher.decode(ls.to(z, teacher.device)), student.decode(ls.to(z, student.device))
-    if a.shape != b.shape or (a.to(torch.float32) - b.to(torch.float32)).abs().mean().item() > 1.0:
+    if a.shape != b.shape or (a - b).abs().mean().item() > 1.0:
         raise TeacherConfigError(f"{key}: the teacher's decoder turns one latent into other pixels than the "
                                  f"student's; a teacher must share the student's latent space (its VAE)")
 
 
-def build_teachers(cfg, student, blocks: list[TeacherOptions], key: str = "algo.family_options.teachers") -> list[Teacher]:
-    """Each teacher built beside the student (on its device), frozen, and checked to fit it."""
-    teachers: list[Teacher] = []
+def check_architecture(cfg, path: str, revision: Optional[str], key: str) -> None:
+    """The teacher at `path` is of the student's architecture (one line otherwise)."""
+    mine, theirs = architecture_of(cfg.model.path, cfg.model.revision, "model.path"), architecture_of(path, revision, key)
+    if mine != theirs:
+        raise TeacherConfigError(f"{key}={path!r} is a {theirs}, the student ({cfg.model.path!r}) a {mine}; a teacher "
+                                 f"must be of the student's family (its architecture)")
+
+
+def teacher_source(cfg, t: TeacherOptions) -> tuple[str, Optional[str]]:
+    """(path, revision) of a teacher's base: its own, else the student's."""
+    return (cfg.model.path, cfg.model.revision) if t.path is None else (t.path, t.revision)
+
+
+def build_frozen(cfg, path: str, revision: Optional[str], device: torch.device):
+    """A teacher's base built on `device` without LoRA, in eval mode, its parameters frozen; the
+    run's random stream left as it was (a teacher's build draws nothing of the student's)."""
+    model_cfg = dataclasses.replace(cfg.model, path=path, revision=revision,
+                                    lora=dataclasses.replace(cfg.model.lora, enabled=False))
+    with torch.random.fork_rng(devices=[]):
+        model = build_model(model_cfg, device, tuple(cfg.plugins))
+    freeze(model)
+    return model
+
+
+def freeze(model) -> None:
+    for module in model.trainable_modules().values():  # a loaded adapter would train otherwise
+        module.requires_grad_(False)
+    model.set_eval_mode()
+
+
+def shards_teachers(cfg) -> bool:
+    """Colocated teachers are sharded where the student is: FSDP2 ranks in a process group."""
+    import torch.distributed as dist
+
+    return cfg.trainer.engine == "fsdp2" and dist.is_available() and dist.is_initialized()
+
+
+def shard_teacher(model) -> None:
+    """Shard a frozen teacher's denoiser(s) across the process group as the engine shards the
+    actor (`fully_shard` per block, then the root): each rank holds 1/world of its weights and
+    all-gathers a block for its forward. No mixed precision: the teacher computes in its dtype."""
+    from torch.distributed.fsdp import OffloadPolicy
+
+    from omni_rl.engine.fsdp2 import shard_model
+
+    shard_model(model.trainable_root(), tuple(model.fsdp_wrap_classes()), None, OffloadPolicy())
+
+
+def build_teachers(cfg, student, blocks: list[TeacherOptions], key: str = "algo.family_options.teachers") -> list:
+    """Each teacher, frozen and checked to fit the student: colocated ones built beside it (on
+    its device; sharded on FSDP2 ranks), pooled ones reached on their Ray actors."""
+    teachers: list = []
     bases: dict[tuple[str, Optional[str]], Any] = {}  # (path, revision) -> the one frozen copy
     adapted: dict[tuple[str, Optional[str]], list[str]] = {}  # its components holding adapters
-    student_arch = None
+    student_probe = None
     for i, t in enumerate(blocks):
         where = f"{key}[{i}]"
-        shares = t.path is None and t.lora is None and cfg.model.lora.enabled
         guidance = cfg.rollout.guidance_scale if t.guidance_scale is None else t.guidance_scale
-        if shares:
+        if t.pooled:
+            # What can be checked here is, before the actors are asked (they raise in their own logs).
+            if t.path is not None:
+                check_architecture(cfg, t.path, t.revision, f"{where}.path")
+            if t.lora is not None:
+                teacher_lora_file(t.lora, f"{where}.lora")
+            pooled = PooledTeacher(t, guidance, student.device, pool_actors(cfg, t))
+            student_probe = student_probe or latent_probe(student, cfg.rollout)
+            check_latent_space(pooled.latent_probe(cfg.rollout), student_probe, cfg, where)
+            teachers.append(pooled)
+            continue
+        if t.path is None and t.lora is None and cfg.model.lora.enabled:
             teachers.append(Teacher(t, student, guidance, cfg.rollout.negative_prompt, shares_student=True))
             continue
-        path = cfg.model.path if t.path is None else t.path
-        revision = t.revision if t.path is not None else cfg.model.revision
-        base = (path, revision)
+        base = teacher_source(cfg, t)
         if base not in bases:
-            if student_arch is None:
-                student_arch = architecture_of(cfg.model.path, cfg.model.revision, "model.path")
-            arch = architecture_of(path, revision, f"{where}.path")
-            if arch != student_arch:
-                raise TeacherConfigError(f"{where}.path={path!r} is a {arch}, the student ({cfg.model.path!r}) a "
-                                         f"{student_arch}; a teacher must be of the student's family (its architecture)")
-            model_cfg = dataclasses.replace(cfg.model, path=path, revision=revision,
-                                            lora=dataclasses.replace(cfg.model.lora, enabled=False))
-            with torch.random.fork_rng(devices=[]):  # building a teacher leaves the run's random stream as it was
-                bases[base] = build_model(model_cfg, student.device, tuple(cfg.plugins))
-            bases[base].set_eval_mode()
-            _check_latent_space(bases[base], student, cfg, where)
+            check_architecture(cfg, *base, f"{where}.path")
+            bases[base] = build_frozen(cfg, *base, student.device)
+            student_probe = student_probe or latent_probe(student, cfg.rollout)
+            check_latent_space(latent_probe(bases[base], cfg.rollout), student_probe, cfg, where)
             adapted[base] = []
         model = bases[base]
         if t.lora is not None:
-            landed = _load_lora(model, _lora_file(t.lora, f"{where}.lora"), f"{where}.lora", adapter=t.name)
+            file = teacher_lora_file(t.lora, f"{where}.lora")
+            landed = load_teacher_lora(model, file, f"{where}.lora", adapter=t.name)
             adapted[base] += [c for c in landed if c not in adapted[base]]
-        for module in model.trainable_modules().values():  # a loaded adapter would train otherwise
-            module.requires_grad_(False)
-        model.set_eval_mode()
+        freeze(model)
         teachers.append(Teacher(t, model, guidance, cfg.rollout.negative_prompt, shares_student=False,
                                 adapter=None if t.lora is None else t.name))
+    sharded = shards_teachers(cfg)
+    if sharded:
+        for model in bases.values():
+            shard_teacher(model)
     for teacher in teachers:
-        if not teacher.shares_student:
+        if isinstance(teacher, Teacher):
+            # The student's own base is sharded by the engine: its forward is a collective too.
+            teacher.sharded = sharded
+        if isinstance(teacher, Teacher) and not teacher.shares_student:
             teacher.adapted = tuple(adapted[next(b for b, m in bases.items() if m is teacher.model)])
     return teachers
 
@@ -323,12 +527,21 @@ def teacher_step_means(teachers: list[Teacher], routes: list[int], micro, j: int
     out = torch.empty_like(like, dtype=torch.float32)
     for k, teacher in enumerate(teachers):
         rows = [i for i, r in enumerate(routes) if r == k]
-        if not rows:
+        if teacher.sharded:
+            # Its forward all-gathers across the ranks, whose micro-batches route differently:
+            # it runs on every micro-batch, on all of it, in step with the others; its rows are kept.
+            x_all, _ = micro.step_latents(j)
+            velocity_all = teacher.velocity(x_all, micro.sigmas[:, j], micro.prompts, micro.conditioning)
+            if not rows:
+                continue
+            velocity = ls.select(velocity_all, torch.as_tensor(rows, device=ls.flat(velocity_all).device))
+        elif not rows:
             continue
         sub = micro.select(rows) if len(rows) < len(routes) else micro
         x, x_next = sub.step_latents(j)
-        device = teacher.model.device
-        velocity = teacher.velocity(x, sub.sigmas[:, j], sub)
+        device = teacher.device
+        if not teacher.sharded:
+            velocity = teacher.velocity(x, sub.sigmas[:, j], sub.prompts, sub.conditioning)
         _check_velocity(teacher, velocity, x, sub, j)
         with torch.no_grad():
             step = step_latents(

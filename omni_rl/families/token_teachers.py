@@ -15,12 +15,14 @@ Forms (`omni_rl.algos.distill` has the maths):
 - `full_vocab`: the loss gains distill_coef x the exact per-token KL over the vocabulary, computed
   in chunks of `distill_chunk_size` positions (it needs the student's logits: one more forward).
 
+Placement (`placement`): colocated (beside the student; on FSDP2 ranks sharded like the actor) or a
+pool of Ray actors of its own (`PooledTokenTeacher`; `omni_rl.families.teachers` says how).
+
 Not here: LoRA teachers and guidance for text (refused at load), re-tokenising for a teacher of
 another tokenizer.
 """
 from __future__ import annotations
 
-import dataclasses
 import time
 from dataclasses import dataclass
 from typing import Optional
@@ -29,9 +31,9 @@ import torch
 
 from omni_rl.algos.distill import direct_distill_loss, distill_advantages, full_vocab_reverse_kl, token_reverse_kl
 from omni_rl.option import ComponentOptions, option
-from omni_rl.families.teachers import (TeacherConfigError, TeacherOptions, TeacherOutputError, architecture_of,
-                                      check_teachers)
-from omni_rl.models.factory import build_model
+from omni_rl.families.teachers import (PoolClient, TeacherConfigError, TeacherOptions, TeacherOutputError,
+                                      build_frozen, check_architecture, check_teachers, pool_actors, shard_teacher,
+                                      shards_teachers, teacher_source)
 from omni_rl.rollout.text_sampling import collate_media
 
 FORMS = ("reward", "direct", "full_vocab")
@@ -72,6 +74,7 @@ class TokenTeacher:
 
     def __init__(self, options: TeacherOptions, model, shares_student: bool):
         self.options, self.name, self.model, self.shares_student = options, options.name, model, shares_student
+        self.sharded = False  # sharded with FSDP2 across the Ray ranks: its forward is a collective
 
     def _context(self):
         import contextlib
@@ -90,6 +93,36 @@ class TokenTeacher:
             return response_logits(self.model, micro, media)
 
 
+class PooledTokenTeacher:
+    """A text teacher on Ray actors of its own (`placement: pool`), with `TokenTeacher`'s
+    interface: a micro-batch's token ids (and media) go to the actors on the host, its rows split
+    among them; the scores come back to the student's device, checked there like a colocated one's."""
+
+    shares_student = False
+    sharded = False
+
+    def __init__(self, options: TeacherOptions, device: torch.device, actors: list):
+        self.options, self.name, self.device = options, options.name, device
+        self.pool = PoolClient(options, actors)
+
+    def vocab(self) -> dict:
+        return self.pool.get([self.pool.actors[0].vocab.remote()], "read its tokenizer")[0]
+
+    def _scores(self, method: str, micro) -> torch.Tensor:
+        def args(lo, hi):
+            sub = micro.select(list(range(lo, hi)))
+            return (sub.sequences.cpu(), sub.attention_mask.cpu(), micro.prompt_width, micro.temperature,
+                    {k: v.cpu() for k, v in collate_media(sub.media).items()})
+
+        return torch.cat(self.pool.scatter(method, len(micro.prompts), args)).to(self.device)
+
+    def log_probs(self, micro, media) -> torch.Tensor:
+        return self._scores("log_probs", micro)
+
+    def logits(self, micro, media) -> torch.Tensor:
+        return self._scores("logits", micro)
+
+
 def response_logits(model, micro, media) -> torch.Tensor:
     """Tempered logits [B, T_response, V] at the positions that predict the response tokens, as
     `token_log_probs` computes them."""
@@ -99,39 +132,43 @@ def response_logits(model, micro, media) -> torch.Tensor:
 
 
 def build_token_teachers(cfg, student, blocks: list[TeacherOptions],
-                         key: str = "algo.family_options.teachers") -> list[TokenTeacher]:
-    teachers = []
+                         key: str = "algo.family_options.teachers") -> list:
+    teachers: list = []
     built: dict[tuple[str, Optional[str]], object] = {}  # teachers of one checkpoint share its one copy
     for i, t in enumerate(blocks):
         where = f"{key}[{i}]"
+        if t.pooled:
+            if t.path is not None:
+                check_architecture(cfg, t.path, t.revision, f"{where}.path")
+            pooled = PooledTokenTeacher(t, student.device, pool_actors(cfg, t))
+            _check_vocab(pooled.vocab(), student, teacher_source(cfg, t)[0], where)
+            teachers.append(pooled)
+            continue
         if t.path is None and cfg.model.lora.enabled:
             teachers.append(TokenTeacher(t, student, shares_student=True))
             continue
-        path = cfg.model.path if t.path is None else t.path
-        revision = t.revision if t.path is not None else cfg.model.revision
-        if (path, revision) in built:
-            teachers.append(TokenTeacher(t, built[path, revision], shares_student=False))
-            continue
-        mine, theirs = architecture_of(cfg.model.path, cfg.model.revision, "model.path"), architecture_of(
-            path, revision, f"{where}.path")
-        if mine != theirs:
-            raise TeacherConfigError(f"{where}.path={path!r} is a {theirs}, the student ({cfg.model.path!r}) a {mine}; "
-                                     f"a teacher must be of the student's family (its architecture)")
-        model_cfg = dataclasses.replace(cfg.model, path=path, revision=revision,
-                                        lora=dataclasses.replace(cfg.model.lora, enabled=False))
-        with torch.random.fork_rng(devices=[]):
-            model = build_model(model_cfg, student.device, tuple(cfg.plugins))
-        if model.tokenizer.get_vocab() != student.tokenizer.get_vocab():
-            raise TeacherConfigError(f"{where}.path={path!r}: its tokenizer's vocabulary differs from the student's "
-                                     f"({len(model.tokenizer.get_vocab())} and {len(student.tokenizer.get_vocab())} "
-                                     f"tokens); a text teacher scores the student's token ids, so it needs the same "
-                                     f"tokenizer")
-        for module in model.trainable_modules().values():
-            module.requires_grad_(False)
-        model.set_eval_mode()
-        built[path, revision] = model
-        teachers.append(TokenTeacher(t, model, shares_student=False))
+        source = teacher_source(cfg, t)
+        if source not in built:
+            check_architecture(cfg, *source, f"{where}.path")
+            model = build_frozen(cfg, *source, student.device)
+            _check_vocab(model.tokenizer.get_vocab(), student, source[0], where)
+            built[source] = model
+        teachers.append(TokenTeacher(t, built[source], shares_student=False))
+    if shards_teachers(cfg):
+        for model in built.values():
+            shard_teacher(model)
+        for teacher in teachers:
+            # (the student's own base is sharded by the engine: its forward is a collective too)
+            teacher.sharded = isinstance(teacher, TokenTeacher)
     return teachers
+
+
+def _check_vocab(vocab: dict, student, path: str, where: str) -> None:
+    mine = student.tokenizer.get_vocab()
+    if vocab != mine:
+        raise TeacherConfigError(f"{where}.path={path!r}: its tokenizer's vocabulary differs from the student's "
+                                 f"({len(vocab)} and {len(mine)} tokens); a text teacher scores the student's token "
+                                 f"ids, so it needs the same tokenizer")
 
 
 def token_distill(teachers: list[TokenTeacher], routes: list[int], micro, log_prob: torch.Tensor,
@@ -143,11 +180,20 @@ def token_distill(teachers: list[TokenTeacher], routes: list[int], micro, log_pr
     scores = torch.empty_like(student_logits if full else log_prob, dtype=torch.float32)
     for k, teacher in enumerate(teachers):
         rows = [i for i, r in enumerate(routes) if r == k]
-        if not rows:
+        if teacher.sharded:
+            # Its forward all-gathers across the ranks, whose micro-batches route differently:
+            # it runs on every micro-batch, on all of it, in step with the others; its rows are kept.
+            media = collate_media(micro.media)
+            whole = teacher.logits(micro, media) if full else teacher.log_probs(micro, media)
+            if not rows:
+                continue
+            out = whole[torch.as_tensor(rows, device=whole.device)]
+        elif not rows:
             continue
-        sub = micro.select(rows) if len(rows) < len(routes) else micro
-        media = collate_media(sub.media)
-        out = teacher.logits(sub, media) if full else teacher.log_probs(sub, media)
+        else:
+            sub = micro.select(rows) if len(rows) < len(routes) else micro
+            media = collate_media(sub.media)
+            out = teacher.logits(sub, media) if full else teacher.log_probs(sub, media)
         # Checked like a reward's output: a teacher's failure stops the run with its name.
         if out.shape[1:] != scores.shape[1:]:
             raise TeacherOutputError(f"teacher {teacher.name!r}: its scores have shape {tuple(out.shape)}, the student's "

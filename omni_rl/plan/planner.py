@@ -23,7 +23,7 @@ from omni_rl.plan.host import materialised_bytes, plan_driver, trajectories_on_h
 from omni_rl.plan.rewards import plan_rewards
 from omni_rl.plan.roofline import roofline
 from omni_rl.plan.steps import as_dict, step_flops, trace_step
-from omni_rl.plan.teachers import plan_teacher_weights, trace_teacher_forward
+from omni_rl.plan.teachers import colocated, plan_teacher_weights, trace_teacher_forward
 from omni_rl.plan.text_steps import agent_images, text_trajectory_bytes, trace_text_step
 from omni_rl.plan.weights import _count, _size, build_weightless, weights_of
 
@@ -59,8 +59,10 @@ def _core(cfg: OmniConfig, cache: dict) -> dict[str, Any]:
     if "rewards" not in cache:
         cache["rewards"] = plan_rewards(cfg)  # no knob changes the rewards
     plan["reward_models"] = cache["rewards"]
-    # On-policy distillation's teachers: colocated, whole on every training device.
+    # On-policy distillation's teachers: colocated ones on every training device (sharded with
+    # FSDP2 on Ray), pooled ones on devices of their own.
     plan["teachers"] = plan_teacher_weights(cfg, cache)
+    plan["teacher_pools"] = plan["teachers"].pop("pools")
     spec = _spec(cfg)
     device = (plan["per_device_bytes"]["device_total"] + plan["reward_models"]["device_bytes"]
               + plan["teachers"]["device_bytes"])
@@ -93,10 +95,14 @@ def _core(cfg: OmniConfig, cache: dict) -> dict[str, Any]:
     cache["step"] = (step, list(built.model.trainable_modules().values()))
     # The teacher's no-grad forward runs while the student's micro-batch holds its activations.
     teacher = trace_teacher_forward(built.model, spec, cfg, cache.setdefault("traces", {}))
-    teacher_bytes = 0 if teacher is None else teacher.activation_bytes
+    forward_bytes = 0 if teacher is None else teacher.activation_bytes
     if teacher is not None:
         plan["trace"]["teacher_forward"] = {"batch": cfg.trainer.micro_batch_size, "flops": teacher.flops,
-                                            "activation_bytes": teacher_bytes}
+                                            "activation_bytes": forward_bytes}
+    # A pool's device holds its teacher and that teacher's forward (at most the micro-batch's rows).
+    for pool in plan["teacher_pools"]:
+        pool["peak_bytes"] = pool["weights_bytes"] + forward_bytes
+    teacher_bytes = forward_bytes if colocated(cfg) else 0
     plan["peaks"] = {"training": device + step.train.activation_bytes + teacher_bytes + trajectories,
                      "rollout": device + step.rollout.activation_bytes + trajectories,
                      "trajectories": trajectories}
@@ -161,7 +167,9 @@ def make_plan(cfg: OmniConfig, kind_name: str = DEFAULT_DEVICE_KIND, memory_gb: 
         step, modules = cache["step"]
         plan["roofline"] = roofline(cfg, step, modules, world, kind)
         plan["best_case_step_seconds"] = plan["roofline"]["best_case_step_seconds"]
-    peak = max(plan["peaks"]["training"], plan["peaks"]["rollout"])
+    # A teacher's pool is a device of the same kind: it must fit as well.
+    pools = [pool.get("peak_bytes", pool["weights_bytes"]) for pool in plan["teacher_pools"]]
+    peak = max(plan["peaks"]["training"], plan["peaks"]["rollout"], *pools)
     # Without a trace the peaks are the weights alone: "fits" then means only that they do.
     verdict: dict[str, Any] = {"device_kind": kind.name, "device_memory_bytes": limit, "peak_bytes": peak,
                                "fits": peak <= limit, "weights_only": plan["trace"] is None, "knobs": []}
@@ -172,7 +180,8 @@ def make_plan(cfg: OmniConfig, kind_name: str = DEFAULT_DEVICE_KIND, memory_gb: 
             except ValueError as err:  # a geometry the model refuses (MiniMax-H3 takes 124 frames at least)
                 verdict["knobs"].append({"knob": label, "refused": str(err)})
                 continue
-            new_peak = max(other["peaks"]["training"], other["peaks"]["rollout"])
+            new_peak = max(other["peaks"]["training"], other["peaks"]["rollout"],
+                           *[pool.get("peak_bytes", pool["weights_bytes"]) for pool in other["teacher_pools"]])
             verdict["knobs"].append({"knob": label, "peak_bytes": new_peak, "saves_bytes": peak - new_peak,
                                      "fits": new_peak <= limit})
     plan["verdict"] = verdict
@@ -243,12 +252,16 @@ def _teacher_lines(plan: dict[str, Any]) -> list[str]:
     lines = [f"  teachers on every training device: {_size(plan['teachers']['device_bytes'])} (in both peaks)"]
     for t in teachers:
         what = (t["where"] if t["shares_student"] or not t["bytes"] else
-                f"{t['path']}, {_count(t['parameters'])} parameters, {_size(t['bytes'])} ({t['counted']})")
+                f"{t['path']}, {_count(t['parameters'])} parameters, {_size(t['bytes'])} on {t['where']} "
+                f"({t['counted']})")
         lines.append(f"    {t['teacher']}: {what}")
     forward = (plan.get("trace") or {}).get("teacher_forward")
     if forward:
-        lines.append(f"    forward of a micro-batch (no gradient, in the training peak): "
+        lines.append(f"    forward of a micro-batch (no gradient; in the training peak where a teacher is colocated): "
                      f"{_size(forward['activation_bytes'])}")
+    for pool in plan["teacher_pools"]:
+        lines.append(f"    pool of {pool['teacher']}: {pool['workers']} device(s), peak "
+                     f"{_size(pool.get('peak_bytes', pool['weights_bytes']))} each (its weights and forward)")
     return lines
 
 

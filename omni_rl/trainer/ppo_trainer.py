@@ -28,6 +28,7 @@ from omni_rl.data.prompts import PromptSampler, validation_prompt_items
 from omni_rl.families import build_family
 from omni_rl.families.base import BehaviourPolicy, prompt_limits
 from omni_rl.families.teachers import teachers_of
+from omni_rl.workers.teacher_pool import TeacherPools, pooled_teachers
 from omni_rl.families.update import FIRST_GAP_MAX_KEY, FIRST_GAP_MEAN_KEY
 from omni_rl.models.diffusion import DiffusionModelBase
 from omni_rl.models.limits import check_built_model, check_loaded_limits
@@ -83,6 +84,7 @@ class PPOTrainer:
         # fails in a second, not after minutes of loading weights.
         self.run_dir = open_run_dir(cfg)
         self.actors = self.rewards = self.val_rewards = self.reward_scorer = self.run_log = self.producer = None
+        self.teacher_pools = None
         self.owns_ray = False
         try:
             self.run_log = attach_run_log(self.output_dir)  # OUTPUT/train.log: every record, noise included
@@ -91,6 +93,7 @@ class PPOTrainer:
             except OSError as err:  # the shared cache is not this run's to fail on
                 log.warning("could not clean up the tiny-model cache: %s", err)
             torch.manual_seed(t.seed)
+            self._start_teacher_pools()
             self.actors = ACTOR_GROUPS.get(t.backend)(cfg)
             self.model = self.actors.model  # the driver's view: what building requests needs
             if isinstance(self.model, DiffusionModelBase):  # a geometry it cannot take: one line, before sampling
@@ -145,6 +148,19 @@ class PPOTrainer:
             self._close()
             raise
 
+    def _start_teacher_pools(self) -> None:
+        """Teachers with placement=pool in Ray actors of their own, started before the training
+        processes, which find them by name when they build their families."""
+        if not pooled_teachers(self.cfg):
+            return
+        from omni_rl.workers.ray_cluster import connect_ray
+
+        t = self.cfg.trainer
+        ray_backend = t.backend == "ray"
+        self.owns_ray = connect_ray(self.cfg, t.backend_options.ray_address if ray_backend else None,
+                                    t.backend_options.world_size if ray_backend else 0) or self.owns_ray
+        self.teacher_pools = TeacherPools(self.cfg)
+
     def _build_rewards(self) -> None:
         rc = self.cfg.reward
         specs = reward_specs(rc.rewards)
@@ -155,7 +171,7 @@ class PPOTrainer:
             # Reward models in their own Ray actors (and devices), scored several batches at once.
             from omni_rl.workers.ray_cluster import connect_ray
 
-            self.owns_ray = connect_ray(self.cfg)
+            self.owns_ray = connect_ray(self.cfg) or self.owns_ray  # (a teacher pool may have started it)
             self.rewards = RayRewardManager(
                 specs, self.cfg.plugins, workers.num_workers, rc.timeout_s, workers.num_cpus, workers.num_gpus,
                 metrics_only,
@@ -410,6 +426,8 @@ class PPOTrainer:
                 self.rewards.close()  # reward workers on Ray; in-process, nothing to stop
             if self.actors is not None:
                 self.actors.close()
+            if self.teacher_pools is not None:
+                self.teacher_pools.close()
             if self.owns_ray:
                 import ray
 
