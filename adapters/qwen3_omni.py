@@ -115,6 +115,10 @@ class Qwen3OmniThinkerAdapter(AutoregressiveModelBase):
     trains_thinker: ClassVar[bool] = True
     default_lora_targets = ("q_proj", "k_proj", "v_proj", "o_proj")
     supports_kv_cache = True
+    # The chat template shows tools and tool turns, and a tool turn's image parts are fed as
+    # images (`encode_media_text`, continued on the cache by `forward_logits`).
+    takes_tools = True
+    takes_images = True
 
     def __init__(self, cfg: ModelConfig, path: str, device: torch.device):
         from transformers import AutoProcessor, Qwen3OmniMoeForConditionalGeneration
@@ -224,14 +228,49 @@ class Qwen3OmniThinkerAdapter(AutoregressiveModelBase):
                 f"'audio' ((samples, sample_rate) pairs); video is not supported: pass frames as images"
             )
         images = list(media.get("images") or [])
-        for k, image in enumerate(images):
-            if not hasattr(image, "convert") or not hasattr(image, "size"):
-                raise ValueError(f"media['images'][{k}] is a {type(image).__name__}; expected a PIL image")
+        self._check_images(images)
         clips = [self._audio_clip(clip, k) for k, clip in enumerate(media.get("audio") or [])]
         messages = self._place_media(messages, len(images), len(clips))
         text = self.processor.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
         if isinstance(text, (list, tuple)):
             text = text[0]
+        return self._encode(text, images, clips)
+
+    def chat_text(self, messages: list[dict[str, Any]], tools: list[dict] | None = None,
+                  add_generation_prompt: bool = False) -> str:
+        return self.tokenizer.apply_chat_template(
+            list(messages), tools=tools, add_generation_prompt=add_generation_prompt, tokenize=False,
+            chat_template=self.processor.chat_template)
+
+    def encode_text(self, text: str) -> list[int]:
+        return list(self.tokenizer.encode(text, add_special_tokens=False))
+
+    def encode_media_text(self, text: str, images: list[Any] | None = None) -> PromptInputs:
+        images = list(images or [])
+        self._check_images(images)
+        given = text.count(self.processor.image_token)
+        if given != len(images):
+            raise ValueError(f"the text has {given} image placeholders ({self.processor.image_token}) but {len(images)} "
+                             f"images were given; render one image part per image")
+        return self._encode(text, images, [])
+
+    def image_tokens(self, height: int, width: int) -> int:
+        """The processor's resize to multiples of patch x merge pixels (rounded; its pixel limits
+        are not applied), one token per merged patch, plus the vision start and end markers. Read
+        from the thinker's config, so the planner's weightless build answers it too."""
+        vision = self.thinker.config.vision_config
+        factor = vision.patch_size * vision.spatial_merge_size
+        rows, cols = (max(1, round(side / factor)) for side in (height, width))
+        return rows * cols + 2
+
+    @staticmethod
+    def _check_images(images: list[Any]) -> None:
+        for k, image in enumerate(images):
+            if not hasattr(image, "convert") or not hasattr(image, "size"):
+                raise ValueError(f"media['images'][{k}] is a {type(image).__name__}; expected a PIL image")
+
+    def _encode(self, text: str, images: list[Any], clips: list[np.ndarray]) -> PromptInputs:
+        """The processor on template text: ids with the placeholder runs expanded, and the media tensors."""
         kwargs = {}
         if clips:
             kwargs["audio_kwargs"] = {"sampling_rate": self.processor.feature_extractor.sampling_rate}
@@ -406,7 +445,20 @@ class Qwen3OmniThinkerAdapter(AutoregressiveModelBase):
         inputs = self._model_media(media or {})
         width = input_ids.shape[1]
         decoding = cache is not None and cache.rope_deltas is not None
-        if position_ids is None or position_ids.dim() == 2:
+        if decoding and "image_grid_thw" in inputs:
+            # New tokens with images after a cached prefix (an agent's tool turn with its image):
+            # the chunk's multimodal positions from its own placeholder runs, shifted to each row's
+            # next free position, and the row's offset grown by what its images skipped. The same
+            # positions `rope_positions` gives the whole sequence, since its layout is shift-invariant.
+            if position_ids is not None and position_ids.dim() == 3:
+                raise ValueError("pass 2-D (text) or no position_ids with images after a cached prefix; their "
+                                 "multimodal positions are computed from the chunk's placeholder runs")
+            chunk_mask = attention_mask[:, -width:]
+            local, deltas = self.rope_positions(input_ids, chunk_mask, inputs["image_grid_thw"])
+            start = attention_mask[:, :-width].long().sum(-1) + cache.rope_deltas
+            position_ids = (local + start[None, :, None]) * chunk_mask[None].long()
+            cache.rope_deltas = cache.rope_deltas + deltas
+        elif position_ids is None or position_ids.dim() == 2:
             if decoding:
                 text = positions_from_mask(attention_mask)[:, -width:] if position_ids is None else position_ids
                 position_ids = text.to(self.device).long() + cache.rope_deltas[:, None]

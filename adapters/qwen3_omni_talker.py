@@ -98,6 +98,9 @@ class Qwen3OmniTalkerAdapter(SpeechModelBase, Qwen3OmniThinkerAdapter):
     options_class = Qwen3OmniTalkerOptions
     checkpoint_prefix = "talker."
     trains_thinker: ClassVar[bool] = False
+    # The speech stages run no agent: their prompts are text only (`encode_prompt` refuses media).
+    takes_tools = False
+    takes_images = False
 
     def __init__(self, cfg: ModelConfig, path: str, device: torch.device):
         check_has_talker(path)

@@ -4,9 +4,13 @@ Any adapter: the tool builds the model, its family and the native engine from a 
 (`recipe` and `overrides`, as the evaluation job does) when it is built (the run's start), and samples with the
 ODE (noise 0) from `seed` plus a counter, so a call's image depends on the run and the call's
 order only. The model is frozen: it is never trained or synced. The image is kept (`images.keep`)
-and its id is in the observation; with `reward` set, a text model reads the image's score under
-that registered reward. The `Observation` carries the image itself for an omni model; feeding
-images back into a conversation is not done in this version (the agent loop feeds text).
+and its id is in the observation; with `reward` set, the model reads the image's score under that
+registered reward. The `Observation` carries the image itself: an omni model (an adapter that
+`takes_images`) sees it in the tool turn as an image input (`omni_rl.agent.loop`); a text model
+reads the id and the score only.
+
+`drawn_score` is a reward of the agent's trajectory: the score the draw tool gave the last image
+the trajectory drew (0 when it drew none, or the tool has no `reward`).
 """
 from __future__ import annotations
 
@@ -18,6 +22,7 @@ import torch
 
 from agent_tools import images
 from omni_rl.agent import Observation, Tool, register_tool
+from omni_rl.reward import register_reward
 from omni_rl.option import ComponentOptions, option
 
 
@@ -83,6 +88,13 @@ class Draw(Tool):
             self._scorer = build_reward(options.reward, **dict(options.reward_options))
         self._calls = 0
 
+    @classmethod
+    def image_size(cls, options: DrawOptions) -> tuple[int, int]:
+        from omni_rl.compose import load_config
+
+        cfg = load_config([f"recipe={options.recipe}", *options.overrides])
+        return int(cfg.rollout.height), int(cfg.rollout.width)
+
     def __call__(self, arguments: dict) -> Observation:
         prompt = arguments["prompt"]
         with self._lock:
@@ -97,3 +109,19 @@ class Draw(Tool):
         return Observation(text=text, image=image, score=score)
 
 
+class DrawnScore:
+    def __call__(self, samples, prompts, metadata) -> list[float]:
+        out = []
+        for i, meta in enumerate(metadata):
+            if "trajectory" not in meta:
+                raise ValueError(f"drawn_score: sample {i} has no metadata['trajectory']; it scores agent trajectories "
+                                 f"(algo.family_options.agent_options with the draw tool)")
+            scores = [c["score"] for c in meta["trajectory"]["tool_calls"]
+                      if c["ok"] and c["name"] == "draw" and c.get("score") is not None]
+            out.append(float(scores[-1]) if scores else 0.0)
+        return out
+
+
+@register_reward("drawn_score", modalities=("text",))
+def drawn_score() -> DrawnScore:
+    return DrawnScore()

@@ -17,12 +17,40 @@ from omni_rl.models.tiny_vocab import bpe_files
 from adapters.tiny.qwen3 import byte_level_vocab
 
 
-TINY_CHAT_TEMPLATE = (
-    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n"
+# ChatML with content parts (an image or audio part is the processor's placeholder run), and
+# Qwen3's tool format as the real Qwen3-Omni template has it: the tools' JSON schemas in a system
+# turn, an assistant's `tool_calls` as <tool_call> JSON, consecutive tool answers in one user turn
+# each inside <tool_response></tool_response> (a tool answer's image parts included). Without
+# tools or tool turns it renders what it rendered before they were added.
+_TINY_CONTENT = (
     "{% if m['content'] is string %}{{ m['content'] }}{% else %}{% for p in m['content'] %}"
     "{% if p['type'] == 'image' %}<|vision_start|><|image_pad|><|vision_end|>"
     "{% elif p['type'] == 'audio' %}<|audio_start|><|audio_pad|><|audio_end|>"
-    "{% elif p['type'] == 'text' %}{{ p['text'] }}{% endif %}{% endfor %}{% endif %}<|im_end|>\n{% endfor %}"
+    "{% elif p['type'] == 'text' %}{{ p['text'] }}{% endif %}{% endfor %}{% endif %}"
+)
+TINY_CHAT_TEMPLATE = (
+    "{% if tools %}<|im_start|>system\n"
+    "{% if messages[0]['role'] == 'system' %}{{ messages[0]['content'] }}\n\n{% endif %}"
+    "# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"
+    "You are provided with function signatures within <tools></tools> XML tags:\n<tools>"
+    "{% for tool in tools %}{{ '\\n' }}{{ tool | tojson }}{% endfor %}{{ '\\n' }}</tools>\n\n"
+    "For each function call, return a json object with function name and arguments within <tool_call></tool_call> "
+    "XML tags:\n<tool_call>\n{\"name\": <function-name>, \"arguments\": <args-json-object>}\n</tool_call><|im_end|>\n"
+    "{% endif %}"
+    "{% for m in messages %}"
+    "{% if m['role'] == 'system' and tools %}"
+    "{% elif m['role'] == 'tool' %}"
+    "{% if loop.first or messages[loop.index0 - 1]['role'] != 'tool' %}<|im_start|>user{% endif %}"
+    "{{ '\\n' }}<tool_response>\n" + _TINY_CONTENT + "\n</tool_response>"
+    "{% if loop.last or messages[loop.index0 + 1]['role'] != 'tool' %}<|im_end|>\n{% endif %}"
+    "{% else %}<|im_start|>{{ m['role'] }}\n" + _TINY_CONTENT +
+    "{% if m['role'] == 'assistant' and m.get('tool_calls') %}"
+    "{% for call in m['tool_calls'] %}{% set call = call['function'] if call.get('function') else call %}"
+    "{% if (loop.first and m['content']) or not loop.first %}{{ '\\n' }}{% endif %}"
+    "<tool_call>\n{\"name\": \"{{ call['name'] }}\", \"arguments\": "
+    "{{ call['arguments'] if call['arguments'] is string else call['arguments'] | tojson }}}\n</tool_call>"
+    "{% endfor %}{% endif %}<|im_end|>\n"
+    "{% endif %}{% endfor %}"
     "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
 )
 # The processor reads these tokenizer attributes (Qwen3-Omni's own token strings).

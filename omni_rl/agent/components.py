@@ -51,6 +51,8 @@ class ToolCallRecord:
     truncated: bool = False
     seconds: float = 0.0
     score: Optional[float] = None
+    # The tool's image (Observation.image), kept for a model that reads images; not in to_dict.
+    image: Any = None
 
     def to_dict(self) -> dict[str, Any]:
         return {"name": self.name, "arguments": self.arguments, "observation": self.observation, "ok": self.ok,
@@ -78,6 +80,12 @@ class Tool(ABC):
         """The tool as the chat template's `tools=` takes it (OpenAI's function format)."""
         return {"type": "function",
                 "function": {"name": cls.name, "description": cls.description, "parameters": cls.parameters}}
+
+    @classmethod
+    def image_size(cls, options: Any) -> Optional[tuple[int, int]]:
+        """(height, width) in pixels of the images its observations carry, for `--plan` to count
+        what they cost a model that reads them; None: it answers text only."""
+        return None
 
     @abstractmethod
     def __call__(self, arguments: dict[str, Any]) -> Observation | str:

@@ -26,8 +26,9 @@ from typing import Any, Callable, Optional, Sequence
 from omni_rl.agent.chat import ChatFormat, parse_tool_calls
 from omni_rl.agent.components import Environment, Tool, ToolCallRecord, Turn
 from omni_rl.agent.runner import ToolRunner
-from omni_rl.agent.trajectory import Trajectory, combine_turn_rewards
+from omni_rl.agent.trajectory import IMAGE_REF, Trajectory, combine_turn_rewards
 from omni_rl.agent.options import AgentOptions
+from omni_rl.rollout.text_types import TurnFeed
 
 log = logging.getLogger(__name__)
 
@@ -44,8 +45,9 @@ class Session:
         self.agent = agent
         self.environment = environment
 
-    def step(self, turn_ids: list[int], reason: str, room: int) -> Optional[list[int]]:
-        """What the model reads after this turn (token ids), or None: the trajectory ends."""
+    def step(self, turn_ids: list[int], reason: str, room: int) -> Optional[list[int] | TurnFeed]:
+        """What the model reads after this turn (token ids, with the images of its tool turns for
+        a model that reads them), or None: the trajectory ends."""
         t = self.trajectory
         closed = reason == "stop"
         text = self.decode(turn_ids[:-1] if closed else turn_ids)
@@ -55,7 +57,19 @@ class Session:
         records = [ToolCallRecord("", None, message, ok=False, error="malformed") for message in errors]
         records += [self.runner.run(call) for call in calls]
         t.tool_calls.extend(records)
-        fed: list[dict[str, Any]] = [{"role": "tool", "content": r.observation} for r in records]
+        # A model that reads images sees a tool's image in the tool turn, before the tool's text.
+        # (A text model reads the tool's text only; `takes_images` is read only when there is an image.)
+        show = any(r.image is not None for r in records) and self.chat.takes_images
+        images: list[Any] = []
+        fed: list[dict[str, Any]] = []
+        for r in records:
+            if show and r.image is not None:
+                ref = IMAGE_REF.format(len(t.images) + len(images))
+                images.append(r.image)
+                fed.append({"role": "tool", "content": [{"type": "image", "image": ref},
+                                                        {"type": "text", "text": r.observation}]})
+            else:
+                fed.append({"role": "tool", "content": r.observation})
         env_step = None
         if self.environment is not None:
             env_step = self.environment.step(Turn(t.model_turns - 1, text, records))
@@ -70,11 +84,16 @@ class Session:
             return self._end("length" if reason == "length" else "answer")
         if t.model_turns >= self.agent.max_turns:
             return self._end("max_turns")
-        ids = self.chat.continuation_ids(fed, turn_closed=closed)
+        if images:
+            feed = self.chat.continuation(fed, images, turn_closed=closed)
+            ids = feed.ids
+        else:
+            feed = ids = self.chat.continuation_ids(fed, turn_closed=closed)
         if len(ids) >= room:  # and no room for a model token after them
             return self._end("max_total_tokens")
         t.messages.extend(fed)
-        return ids
+        t.images.extend(images)
+        return feed
 
     def _end(self, reason: str) -> None:
         t = self.trajectory

@@ -101,7 +101,7 @@ class ToolRunner:
         _, observation, length = outcome
         text, truncated = self.cap(observation.text, length)
         return ToolCallRecord(call.name, call.arguments, text, ok=True, truncated=truncated, seconds=seconds,
-                              score=observation.score)
+                              score=observation.score, image=observation.image)
 
     def _in_thread(self, tool: Tool, call: ToolCall) -> tuple:
         box: dict[str, Any] = {}

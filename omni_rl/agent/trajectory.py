@@ -4,7 +4,9 @@ The token view is the rollout result's (`TextResult.response_ids` with `response
 model's tokens, 0 on the tool and environment turns fed between them); this is the readable view,
 what rewards read (`metadata["trajectory"]`) and what the sample log shows: the conversation as
 chat messages, every tool call with its arguments and answer, the environment's per-turn rewards
-and the reason the trajectory ended.
+and the reason the trajectory ended. The images a model that reads images was fed (a tool's) are in
+`images`; the messages refer to them by `{"type": "image", "image": "image-K"}` parts (K the index),
+and the sample log saves each as a PNG and puts its path there instead.
 
 Finish reasons: `answer` (a model turn without a tool call, the environment, if any, done),
 `environment` (the environment said done), `max_turns`, `max_total_tokens`, `length` (a model turn
@@ -17,6 +19,7 @@ from typing import Any, Optional
 
 from omni_rl.agent.components import ToolCallRecord
 
+IMAGE_REF = "image-{}"
 FINISH_REASONS = ("answer", "environment", "max_turns", "max_total_tokens", "length")
 
 
@@ -38,6 +41,8 @@ class Trajectory:
     model_turns: int = 0
     finish_reason: Optional[str] = None
     env_return: float = 0.0
+    # uint8 [H, W, C] images fed to the model, in order (the `image-K` parts of `messages`).
+    images: list[Any] = field(default_factory=list)
 
     @property
     def answer(self) -> str:
@@ -51,5 +56,5 @@ class Trajectory:
         return {
             "messages": self.messages, "tool_calls": [c.to_dict() for c in self.tool_calls],
             "turn_rewards": self.turn_rewards, "model_turns": self.model_turns, "finish_reason": self.finish_reason,
-            "env_return": self.env_return,
+            "env_return": self.env_return, "images_fed": len(self.images),
         }

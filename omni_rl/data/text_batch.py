@@ -8,7 +8,8 @@ N samples; prompts left-padded to P columns, responses right-padded to R columns
                                     tool and environment turns are 0)
   rollout_log_probs / old_log_probs [N, R] fp32
   rollout_is_weights [N, R] fp32 or None: rollout-correction weights of the policy loss (algo.rollout_correction_options.level)
-  media           one dict of processor tensors per sample (images, audio), collated per forward
+  media           one dict of processor tensors per sample (images, audio), collated per forward:
+                  the prompt's, then those of images fed inside the response (an agent's tool turns)
   rewards, advantages [N];  group_index [N]
   weight_versions [N] long   the weight version each response was sampled with (-1: unknown)
   texts           the decoded responses (what rewards score)
@@ -27,6 +28,7 @@ import torch
 
 from omni_rl.models.moe_routing import RoutingReplayError
 from omni_rl.rollout.base import weight_versions_of
+from omni_rl.rollout.text_sampling import join_media
 from omni_rl.rollout.text_types import TextResult
 
 
@@ -83,7 +85,7 @@ class TextBatch:
             prompts=list(prompts), metadata=[dict(m) for m in metadata],
             group_index=torch.as_tensor(list(group_index), dtype=torch.long),
             sequences=sequences, attention_mask=attention, response_mask=response_mask,
-            rollout_log_probs=log_probs, media=[dict(r.prompt.media) for r in results],
+            rollout_log_probs=log_probs, media=[join_media([r.prompt.media, r.response_media]) for r in results],
             texts=[r.text for r in results], finish_reasons=[r.finish_reason for r in results],
             temperature=results[0].temperature, prompt_width=p_width,
             weight_versions=weight_versions_of(results), routes=routes, route_mask=route_mask,

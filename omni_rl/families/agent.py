@@ -11,6 +11,12 @@ Rewards score the last model turn (the answer) and read the whole trajectory in
 `metadata["trajectory"]` (`Trajectory.to_dict`: messages, tool calls, per-turn rewards and their
 return, the finish reason). The sample logs (`samples/val_step_*.jsonl`, and
 `samples/agent_step_*.jsonl` every trainer.val_every training steps) hold whole conversations.
+
+An omni model (an adapter that `takes_images`) sees a tool's image (the `draw` tool's) in the tool
+turn: its placeholder tokens are fed tokens, its processor tensors join the sample's media
+(`TextBatch.media`: the prompt's, then the trajectory's images), so the trainer's forward of the
+whole trajectory sees the same images at the same positions as the rollout did. The sample logs
+save each fed image as a PNG beside the log and show its path in the conversation.
 """
 from __future__ import annotations
 
@@ -24,7 +30,7 @@ import torch
 from omni_rl.agent.chat import ChatFormat
 from omni_rl.agent.components import ENVIRONMENTS, TOOLS, Tool
 from omni_rl.agent.loop import run_trajectories
-from omni_rl.agent.trajectory import FINISH_REASONS, Trajectory
+from omni_rl.agent.trajectory import FINISH_REASONS, IMAGE_REF, Trajectory
 from omni_rl.agent.options import AgentOptions
 from omni_rl.data.prompts import PromptItem
 from omni_rl.data.text_batch import TextBatch
@@ -67,7 +73,7 @@ class AgentFamily(TextFamily):
     def _encode_uncached(self, item: PromptItem) -> PromptInputs:
         if item.media:
             raise ValueError(f"prompt {item.prompt[:40]!r} has media; an agent's prompts are text in this version")
-        return PromptInputs(input_ids=torch.tensor(self.chat.prompt_ids(messages_of(item)), dtype=torch.long))
+        return self.chat.prompt_inputs(messages_of(item))
 
     def _environment(self):
         a = self.agent
@@ -158,11 +164,40 @@ def prefix_cache_metrics(results: list) -> dict[str, float]:
 
 
 def write_conversations(path: Path, trajectories: list[Trajectory], rewards: list[float] | None = None) -> None:
-    """One JSON line per trajectory: the prompt, the whole conversation, its tool calls, why it ended."""
+    """One JSON line per trajectory: the prompt, the whole conversation, its tool calls, why it
+    ended. The images a trajectory was fed are saved as PNGs in a folder named after the log
+    (`agent_step_000010/3_image-0.png`: trajectory 3's first image), and each image part of the
+    conversation holds that path, relative to the log's folder, instead of the image."""
     lines = []
     for i, t in enumerate(trajectories):
         row = {"prompt": t.prompt, **t.to_dict()}
+        if t.images:
+            row["messages"] = _with_image_paths(t, i, path)
         if rewards is not None:
             row["reward"] = rewards[i]
         lines.append(json.dumps(row, ensure_ascii=False, default=str))
     atomic_write_text(path, "\n".join(lines) + "\n")
+
+
+def _with_image_paths(t: Trajectory, index: int, log: Path) -> list[dict]:
+    """`t.messages` with each `image-K` reference replaced by the path of its saved PNG."""
+    from PIL import Image
+
+    from omni_rl.agent.chat import as_pil
+
+    folder = log.parent / log.stem
+    folder.mkdir(parents=True, exist_ok=True)
+    paths = {}
+    for k, image in enumerate(t.images):
+        ref = IMAGE_REF.format(k)
+        file = folder / f"{index}_{ref}.png"
+        picture: Image.Image = as_pil(image)
+        picture.save(file)
+        paths[ref] = str(file.relative_to(log.parent))
+    messages = []
+    for m in t.messages:
+        if isinstance(m.get("content"), list):
+            m = dict(m, content=[dict(p, image=paths.get(p.get("image"), p.get("image"))) if p.get("type") == "image"
+                                 else p for p in m["content"]])
+        messages.append(m)
+    return messages

@@ -45,6 +45,11 @@ class AutoregressiveModelBase(OmniModelBase):
     # Whether `chat_text` renders tool schemas and tool turns through the chat template and
     # `encode_text` tokenises its text: what an agent run (`agent:` in the config) needs.
     takes_tools: ClassVar[bool] = False
+    # Whether the model reads images inside a conversation: `encode_media_text` turns template text
+    # whose image parts the chat template rendered into token ids with the images' placeholder
+    # runs and the processor's tensors, and `forward_logits` takes those tensors with a chunk of new
+    # tokens after a cached prefix. An agent feeds a tool's image (the `draw` tool's) this way.
+    takes_images: ClassVar[bool] = False
     tokenizer: Any = None
 
     @property
@@ -71,6 +76,17 @@ class AutoregressiveModelBase(OmniModelBase):
     def encode_text(self, text: str) -> list[int]:
         """Token ids of template text (special tokens such as <|im_start|> included as such)."""
         raise NotImplementedError(f"{type(self).__name__} does not encode template text (takes_tools=False)")
+
+    def encode_media_text(self, text: str, images: Optional[list[Any]] = None) -> PromptInputs:
+        """Template text with one image placeholder per image of `images` (PIL images, in order)
+        -> its token ids (each placeholder expanded to the image's run) and its media tensors, the
+        keys `encode_prompt` gives (empty ones included), so any two of them concatenate."""
+        raise NotImplementedError(f"{type(self).__name__} reads no images in a conversation (takes_images=False)")
+
+    def image_tokens(self, height: int, width: int) -> int:
+        """Tokens one image of `height` x `width` pixels takes in a conversation (its placeholder
+        run and its markers), for `--plan`; adapters that set `takes_images` give it."""
+        raise NotImplementedError(f"{type(self).__name__} reads no images in a conversation (takes_images=False)")
 
     def context_length(self) -> Optional[int]:
         """Positions the model attends over, or None when it does not say.

@@ -24,7 +24,7 @@ from omni_rl.plan.rewards import plan_rewards
 from omni_rl.plan.roofline import roofline
 from omni_rl.plan.steps import as_dict, step_flops, trace_step
 from omni_rl.plan.teachers import colocated, plan_teacher_weights, trace_teacher_forward
-from omni_rl.plan.text_steps import text_trajectory_bytes, trace_text_step
+from omni_rl.plan.text_steps import agent_images, text_trajectory_bytes, trace_text_step
 from omni_rl.plan.weights import _count, _size, build_weightless, weights_of
 
 NOT_COUNTED = (
@@ -79,6 +79,10 @@ def _core(cfg: OmniConfig, cache: dict) -> dict[str, Any]:
         return plan
     per_rank = -(-samples // plan["devices"]["world_size"])
     if text:
+        images = agent_images(cfg, built.model)
+        if images is not None:
+            plan["agent_images"] = images
+            plan["not_counted"].append("the vision tower's activations on an agent's fed images")
         step = trace_text_step(built.model, spec, cfg, cache=cache.setdefault("traces", {}))
         per_sample = text_trajectory_bytes(cfg, built.model)  # recorded routes included (routing_replay=r3)
     else:
@@ -201,6 +205,12 @@ def format_plan(plan: dict[str, Any]) -> str:
             f"{tr['train_micro_batch']['batch']} rows, peak {_size(tr['train_micro_batch']['activation_bytes'])}",
             f"  stored trajectories per device: {_size(peaks['trajectories'])}",
         ]
+        for tool in plan.get("agent_images", {}).get("tools", []):
+            lines.append(
+                f"  agent images ({tool['tool']}): the longest trajectory ({plan['agent_images']['max_total_tokens']} "
+                f"tokens after the prompt, traced) holds {tool['image_tokens_one_call_a_turn']} fed image tokens at one "
+                f"call a tool turn ({tool['images_one_call_a_turn']} images of {tool['height']}x{tool['width']} px, "
+                f"{tool['tokens_per_image']} tokens each); its budget holds {tool['images_at_most']} such images at most")
         f, roof = plan["flops_per_step"], plan["roofline"]
         lines.append(f"  FLOPs per step: {f['total']:.3e} (rollout {f['rollout']:.3e}, update {f['update']:.3e})")
         lines.append(f"  best case on {v['device_kind']} (roofline): {_secs(plan['best_case_step_seconds'])} s/step; "

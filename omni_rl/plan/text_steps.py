@@ -40,6 +40,31 @@ def text_lengths(cfg) -> tuple[int, int]:
     return int(prompt), response
 
 
+def agent_images(cfg, model) -> dict[str, Any] | None:
+    """What an agent's tool images cost the longest trajectory, for a model that reads them
+    (`takes_images`; None otherwise, or when no tool answers with images): per image-answering
+    tool, its image size and tokens per image, the image tokens at one call a tool turn
+    (agent.max_turns - 1 tool turns) and how many such images the trajectory's budget
+    (agent.max_total_tokens, which the trace already covers) could hold at most."""
+    from omni_rl.agent.components import TOOLS
+    from omni_rl.families.autoregressive import agent_options_of
+
+    agent = agent_options_of(cfg.algo.family_options)
+    if agent is None or not model.takes_images:
+        return None
+    tools = []
+    for item in agent.tools:
+        size = TOOLS.get(item["name"]).image_size(item["tool_options"])
+        if size is None:
+            continue
+        per_image = model.image_tokens(*size)
+        turns = agent.max_turns - 1
+        tools.append({"tool": item["name"], "height": size[0], "width": size[1], "tokens_per_image": per_image,
+                      "images_one_call_a_turn": turns, "image_tokens_one_call_a_turn": turns * per_image,
+                      "images_at_most": agent.max_total_tokens // per_image})
+    return {"max_total_tokens": agent.max_total_tokens, "tools": tools} if tools else None
+
+
 @dataclass(frozen=True)
 class DecodeReads:
     """What one batch's decoding reads (`roofline.py` makes its memory time of it): the prefill's

@@ -19,6 +19,19 @@ def collate_media(parts: Sequence[dict[str, torch.Tensor]]) -> dict[str, torch.T
     return {k: torch.cat([p[k] for p in parts]) for k in parts[0]}
 
 
+def join_media(parts: Sequence[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
+    """One sample's media from its pieces (the prompt's, then each fed image's), in order; empty
+    pieces are skipped, the others must have the same keys."""
+    parts = [p for p in parts if p]
+    if not parts:
+        return {}
+    for p in parts[1:]:
+        if set(p) != set(parts[0]):
+            raise ValueError(f"media pieces with keys {sorted(p)} and {sorted(parts[0])} cannot be joined; a model that "
+                             f"reads images in a conversation gives every piece the keys of encode_prompt")
+    return {k: torch.cat([p[k] for p in parts]) for k in parts[0]}
+
+
 def left_pad(sequences: Sequence[torch.Tensor], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
     width = max(len(s) for s in sequences)
     ids = torch.full((len(sequences), width), pad_id, dtype=torch.long)

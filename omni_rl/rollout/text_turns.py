@@ -10,7 +10,9 @@ attention mask, so a waiting row's pad columns do not shift its positions: the t
 over the packed trajectory sees the same positions and the same tokens.
 
 The fed tokens are in the result's `response_ids` with log-prob 0 and `response_mask` 0: they
-are context, not actions. Not here: what a turn means (tool calls, environments, turn limits),
+are context, not actions. A feed may carry images (`TurnFeed.media`, for a model that
+`takes_images`): the forward that feeds it gets their tensors, so the vision features enter at
+their placeholder tokens, and the result's `response_media` keeps them for the trainer's forward. Not here: what a turn means (tool calls, environments, turn limits),
 which is `omni_rl.agent`'s; routed-expert recording (an agent run refuses it at load).
 """
 from __future__ import annotations
@@ -21,8 +23,8 @@ from typing import Optional, Protocol, Sequence
 import torch
 
 from omni_rl.models.autoregressive import AutoregressiveModelBase, positions_from_mask
-from omni_rl.rollout.text_sampling import collate_media, draw_token, left_pad
-from omni_rl.rollout.text_types import TextRequest, TextResult
+from omni_rl.rollout.text_sampling import collate_media, draw_token, join_media, left_pad
+from omni_rl.rollout.text_types import TextRequest, TextResult, TurnFeed
 
 
 class TurnHandler(Protocol):
@@ -30,8 +32,9 @@ class TurnHandler(Protocol):
         """A model turn of request `request_id` ended: `turn_ids` (its sampled tokens),
         `finish_reason` "stop" (a stop token), "length" (the turn's max_new_tokens) or
         "max_total_tokens" (the trajectory's budget); `room`: how many more tokens the trajectory
-        may hold. The future gives the tokens to feed before the next model turn (at most
-        `room`), or None when the trajectory ends; it must complete in bounded time."""
+        may hold. The future gives what to feed before the next model turn (at most `room`
+        tokens): a `TurnFeed` (or its token ids alone), or None when the trajectory ends; it must
+        complete in bounded time."""
 
 
 def decode_turns(
@@ -49,6 +52,7 @@ def decode_turns(
     log_probs: list[list[float]] = [[] for _ in range(n)]
     sampled: list[list[float]] = [[] for _ in range(n)]
     turn: list[list[int]] = [[] for _ in range(n)]
+    fed_media: list[list[dict]] = [[] for _ in range(n)]  # each row's fed images, in order
     last_reason = ["stop"] * n
     state = ["sample"] * n  # sample | wait | done
     waiting: dict[int, Future] = {}
@@ -60,6 +64,7 @@ def decode_turns(
     last = logits[:, -1]
     while True:
         feeds: list[list[int]] = [[] for _ in range(n)]
+        feed_media: list[dict] = [{} for _ in range(n)]
         for i, req in enumerate(batch):
             if state[i] != "sample":
                 continue
@@ -88,14 +93,18 @@ def decode_turns(
             wait(list(waiting.values()), return_when=FIRST_COMPLETED)
             ready = [i for i, future in waiting.items() if future.done()]
         for i in ready:
-            answer: Optional[list[int]] = waiting.pop(i).result()
+            answer: Optional[TurnFeed | list[int]] = waiting.pop(i).result()
             if answer is None:
                 state[i] = "done"
                 continue
-            tokens[i].extend(answer)
-            log_probs[i].extend([0.0] * len(answer))
-            sampled[i].extend([0.0] * len(answer))
-            feeds[i] = feeds[i] + list(answer)
+            feed = answer if isinstance(answer, TurnFeed) else TurnFeed(list(answer))
+            tokens[i].extend(feed.ids)
+            log_probs[i].extend([0.0] * len(feed.ids))
+            sampled[i].extend([0.0] * len(feed.ids))
+            feeds[i] = feeds[i] + list(feed.ids)
+            if feed.media:
+                feed_media[i] = feed.media
+                fed_media[i].append(feed.media)
             state[i] = "sample"
         if all(s == "done" for s in state):
             break
@@ -112,10 +121,14 @@ def decode_turns(
                 new_mask[i, width - len(feed):] = 1
         mask = torch.cat([mask, new_mask], 1)
         if use_cache:
+            # This forward's images, row by row: the order their placeholder runs have in `new`.
+            new_media = join_media(feed_media) or None
             logits, cache = model.forward_logits(
-                new, mask, media=None, cache=cache, position_ids=positions_from_mask(mask)[:, -width:], logits_to_keep=1)
+                new, mask, media=new_media, cache=cache, position_ids=positions_from_mask(mask)[:, -width:],
+                logits_to_keep=1)
         else:
             ids = torch.cat([ids, new], 1)
+            media = join_media([join_media([req.prompt.media, *fed_media[i]]) for i, req in enumerate(batch)])
             logits, _ = model.forward_logits(ids, mask, media, logits_to_keep=1)
         stats["forwards"] += 1
         last = logits[:, -1]
@@ -127,7 +140,7 @@ def decode_turns(
             log_probs=torch.tensor(log_probs[i], dtype=torch.float32),
             finish_reason=last_reason[i], text=model.decode_tokens(tokens[i]),
             temperature=req.temperature, top_p=req.top_p, weight_version=weight_version,
-            response_mask=torch.tensor(sampled[i], dtype=torch.float32),
+            response_mask=torch.tensor(sampled[i], dtype=torch.float32), response_media=join_media(fed_media[i]),
         )
         for i, req in enumerate(batch)
     ]

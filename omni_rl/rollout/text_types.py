@@ -47,6 +47,8 @@ class TextResult:
     response_mask: [R] float or None: 1 on the tokens the model sampled, 0 on tokens it was fed
                   between its turns (a tool's or an environment's answer, `omni_rl.agent`); None: every
                   token was sampled
+    response_media: the processor tensors of images fed in the response (their placeholder
+                  tokens are among the fed ones), keyed as the prompt's media; {} when none
     routes:       [S, L, k] a mixture-of-experts model's routed experts (`moe_routing.route_dtype`)
                   of the first S tokens of prompt + response, per MoE layer; S >= P + R - 1 (the
                   last response token is fed to no forward that scores another); None when the
@@ -66,3 +68,16 @@ class TextResult:
     weight_version: Optional[int] = None
     routes: Optional[torch.Tensor] = None
     response_mask: Optional[torch.Tensor] = None
+    # The media tensors of the images fed inside the response (an agent's tool turns), in order,
+    # with the prompt's keys: the trainer's forward of prompt + response takes both, joined.
+    response_media: dict[str, torch.Tensor] = field(default_factory=dict)
+
+
+@dataclass
+class TurnFeed:
+    """What a multi-turn decode feeds a trajectory between two model turns: token ids and, for a
+    model that reads images in a conversation, the media tensors of the images their placeholder
+    runs stand for (`AutoregressiveModelBase.encode_media_text`; empty: text only)."""
+
+    ids: list[int]
+    media: dict[str, torch.Tensor] = field(default_factory=dict)
