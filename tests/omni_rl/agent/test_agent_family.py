@@ -64,8 +64,11 @@ def test_the_trajectories_hold_fed_turns_masked_out(rolled):
 
 def test_no_prefix_is_encoded_twice(rolled):
     _, _, _, batch, fed_per_row = rolled
-    # Each row's prompt and response tokens went through the model exactly once over all forwards.
-    assert fed_per_row.tolist() == batch.attention_mask.sum(1).tolist()
+    # Each row's prompt and response tokens went through the model at most once over all forwards,
+    # and all of them but the last: a trajectory's last token is fed only when its session has not
+    # yet said it is done by the next forward (the sessions answer in threads, so that is timing).
+    tokens = batch.attention_mask.sum(1)
+    assert (fed_per_row <= tokens).all() and (fed_per_row >= tokens - 1).all(), (fed_per_row, tokens)
 
 
 def test_rollout_and_trainer_log_probs_agree_on_model_tokens(rolled):
