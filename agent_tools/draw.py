@@ -24,7 +24,7 @@ from omni_rl.option import ComponentOptions, option
 @dataclass
 class DrawOptions(ComponentOptions):
     recipe: str = option("tiny_sd3_flowgrpo", "A diffusion recipe: its model, size and steps draw (the model frozen).")
-    overrides: list[str] = option([], "Overrides of that recipe, e.g. [model.path=tiny:sd3_shapes, rollout.num_steps=4].")
+    overrides: list[str] = option([], "Overrides of that recipe, e.g. [model.path=tiny:sd3_shapes, rollout.sampling_options.num_steps=4].")
     reward: Optional[str] = option(None, "A registered reward whose score of the image the model reads (a text "
                                          "model cannot see the image); null: the image's id only.")
     reward_options: dict[str, Any] = option({}, "The reward's options.")

@@ -66,7 +66,7 @@ class TeacherOptions(ComponentOptions):
     revision: Optional[str] = option(None, "The hub revision of `path`.")
     lora: Optional[str] = option(None, "A diffusers LoRA loaded onto it (pytorch_lora_weights.safetensors, as a run "
                                        "exports it in OUTPUT/lora, or its folder); null: none.")
-    guidance_scale: Optional[float] = option(None, "Its own guidance scale; null: the student's rollout.guidance_scale.")
+    guidance_scale: Optional[float] = option(None, "Its own guidance scale; null: the student's rollout.sampling_options.guidance_scale.")
     data_source: Optional[str] = option(None, "It teaches the prompts whose metadata[metadata_key] equals this; null: "
                                               "every prompt no other teacher claims (the default teacher).")
     metadata_key: str = option("data_source", "The field of a prompt row's metadata that routes it (one for all teachers).")
@@ -76,7 +76,7 @@ class TeacherOptions(ComponentOptions):
             raise ValueError(f"name={self.name!r}: expected a non-empty name without '/' (it names metrics)")
         if self.guidance_scale is not None and not self.guidance_scale >= 0:
             raise ValueError(f"guidance_scale={self.guidance_scale!r}: expected >= 0 (1 = no guidance), or null for "
-                             f"the student's rollout.guidance_scale")
+                             f"the student's rollout.sampling_options.guidance_scale")
         if not self.metadata_key:
             raise ValueError("metadata_key='': expected the name of a metadata field (data_source)")
 
@@ -255,7 +255,7 @@ def _load_lora(model, file: Path, key: str, adapter: str) -> list[str]:
 
 
 def _check_latent_space(teacher, student, cfg, key: str) -> None:
-    r = cfg.rollout
+    r = cfg.rollout.sampling_options
     shape, mine = teacher.latent_shape(r.height, r.width, r.num_frames), student.latent_shape(r.height, r.width, r.num_frames)
     if shape != mine:
         raise TeacherConfigError(f"{key}: the teacher's latent at {r.height}x{r.width} is {tuple(shape)}, the "
@@ -278,9 +278,9 @@ def build_teachers(cfg, student, blocks: list[TeacherOptions], key: str = "algo.
     for i, t in enumerate(blocks):
         where = f"{key}[{i}]"
         shares = t.path is None and t.lora is None and cfg.model.lora.enabled
-        guidance = cfg.rollout.guidance_scale if t.guidance_scale is None else t.guidance_scale
+        guidance = cfg.rollout.sampling_options.guidance_scale if t.guidance_scale is None else t.guidance_scale
         if shares:
-            teachers.append(Teacher(t, student, guidance, cfg.rollout.negative_prompt, shares_student=True))
+            teachers.append(Teacher(t, student, guidance, cfg.rollout.sampling_options.negative_prompt, shares_student=True))
             continue
         path = cfg.model.path if t.path is None else t.path
         revision = t.revision if t.path is not None else cfg.model.revision
@@ -306,7 +306,7 @@ def build_teachers(cfg, student, blocks: list[TeacherOptions], key: str = "algo.
         for module in model.trainable_modules().values():  # a loaded adapter would train otherwise
             module.requires_grad_(False)
         model.set_eval_mode()
-        teachers.append(Teacher(t, model, guidance, cfg.rollout.negative_prompt, shares_student=False,
+        teachers.append(Teacher(t, model, guidance, cfg.rollout.sampling_options.negative_prompt, shares_student=False,
                                 adapter=None if t.lora is None else t.name))
     for teacher in teachers:
         if not teacher.shares_student:
