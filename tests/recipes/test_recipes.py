@@ -81,7 +81,8 @@ class TestRecipe:
         assert cfg.algo.advantage in ADVANTAGE_ESTIMATORS, ADVANTAGE_ESTIMATORS.names()
         kl_form = getattr(cfg.algo.family_options, "kl_form", "exact")  # text families have none
         assert kl_form in DIFFUSION_KL, DIFFUSION_KL.names()
-        assert cfg.rollout.sampling_options.kernel in STEP_KERNELS, STEP_KERNELS.names()
+        kernel = getattr(cfg.rollout.sampling_options, "kernel", "sde")  # text families sample no kernel
+        assert kernel in STEP_KERNELS, STEP_KERNELS.names()
 
     def test_rewards_are_registered_and_take_their_options(self, name, plugins_loaded):
         cfg = load_config([f"recipe={name}"])
