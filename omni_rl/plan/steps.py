@@ -17,6 +17,7 @@ from typing import Any
 
 import torch
 
+from omni_rl.families.sampling import DiffusionSampling
 from omni_rl.families.teachers import teachers_of
 from omni_rl.plan.trace import Trace, fake_mode, materialize, trace
 
@@ -32,8 +33,15 @@ class StepTrace:
     steps_per_sample: int | None = None
 
 
+def student_guidance(cfg) -> float:
+    """The student's CFG scale: a diffusion model's `rollout.sampling_options.guidance_scale`; a text
+    model samples without guidance (1.0)."""
+    sampling = cfg.rollout.sampling_options
+    return sampling.guidance_scale if isinstance(sampling, DiffusionSampling) else 1.0
+
+
 def cfg_copies(cfg) -> int:
-    return 2 if cfg.rollout.sampling_options.guidance_scale > 1.0 else 1
+    return 2 if student_guidance(cfg) > 1.0 else 1
 
 
 def trace_step(model, spec, cfg, fake: bool = True, cache: dict | None = None) -> StepTrace:
@@ -99,7 +107,7 @@ def teacher_flops(cfg, step: StepTrace) -> float:
     teachers = teachers_of(cfg.algo.family_options)
     if not teachers:
         return 0.0
-    scales = [cfg.rollout.sampling_options.guidance_scale if t.guidance_scale is None else t.guidance_scale for t in teachers]
+    scales = [student_guidance(cfg) if t.guidance_scale is None else t.guidance_scale for t in teachers]
     copies = max(2 if scale > 1.0 else 1 for scale in scales)
     return step.rollout.flops / cfg_copies(cfg) * copies * step.train_batch / step.rollout_batch
 

@@ -70,7 +70,9 @@ def plan_teacher_weights(cfg, cache: dict) -> dict[str, Any]:
 
 def guidance_copies(cfg) -> int:
     """Rows per sample of the largest teacher forward: 2 where a teacher guides with CFG."""
-    scales = [cfg.rollout.sampling_options.guidance_scale if t.guidance_scale is None else t.guidance_scale
+    from omni_rl.plan.steps import student_guidance
+
+    scales = [student_guidance(cfg) if t.guidance_scale is None else t.guidance_scale
               for t in teachers_of(cfg.algo.family_options)]
     return max((2 if s > 1.0 else 1) for s in scales) if scales else 0
 
