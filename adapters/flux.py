@@ -22,10 +22,10 @@ The conventions, the same at rollout and in training because both go through thi
   reads (`guidance`, the pipeline's `guidance_scale`, 3.5 by default): here
   `model.adapter_options.guidance`, the same for every sample; there is no second forward. True CFG (the
   pipeline's `true_cfg_scale`, as flow_grpo's and DanceGRPO's FLUX scripts can run it) is
-  `rollout.guidance_scale`: above 1 *and* with a negative prompt (`rollout.negative_prompt`, not
+  `rollout.sampling_options.guidance_scale`: above 1 *and* with a negative prompt (`rollout.sampling_options.negative_prompt`, not
   empty), the negative prompt's forward runs too (one batched call over [negative; prompt]) and
   `neg + s (cond - neg)` is the velocity. As in the pipeline, a scale above 1 without a negative
-  prompt runs no CFG: the recipes' `rollout.guidance_scale: 1.0` says so explicitly. Whether a
+  prompt runs no CFG: the recipes' `rollout.sampling_options.guidance_scale: 1.0` says so explicitly. Whether a
   sample has a negative prompt travels in its `Conditioning` (`has_negative`), so a packed batch
   may mix both kinds and training replays each sample's own guidance;
 - **prompt embeddings**: the pipeline's `encode_prompt`: T5's last hidden state, padded to
@@ -64,7 +64,7 @@ class FluxOptions(PromptLengthOptions):
     """FLUX.1's own knobs (`model.adapter_options`)."""
 
     max_sequence_length: int = option(512, "T5 prompt tokens (the pipeline's max_sequence_length, at most 512): prompts are padded or cut to it, and FLUX attends to all of them.")
-    guidance: float = option(3.5, "The distilled guidance the transformer embeds (FluxPipeline's guidance_scale; flow_grpo and DanceGRPO call it guidance_scale too). Not CFG: rollout.guidance_scale is the pipeline's true_cfg_scale, which needs a rollout.negative_prompt.")
+    guidance: float = option(3.5, "The distilled guidance the transformer embeds (FluxPipeline's guidance_scale; flow_grpo and DanceGRPO call it guidance_scale too). Not CFG: rollout.sampling_options.guidance_scale is the pipeline's true_cfg_scale, which needs a rollout.sampling_options.negative_prompt.")
 
     def check(self) -> None:
         super().check()
@@ -160,8 +160,8 @@ class FluxAdapter(DiffusionModelBase):
         check_image_only(type(self).__name__, num_frames)
         factor = self.vae_scale * PACK
         why = f"VAE factor {self.vae_scale} x the 2x2 packing"
-        check_multiple("rollout.height", height, factor, why)
-        check_multiple("rollout.width", width, factor, why)
+        check_multiple("rollout.sampling_options.height", height, factor, why)
+        check_multiple("rollout.sampling_options.width", width, factor, why)
         return height // self.vae_scale, width // self.vae_scale
 
     def latent_shape(self, height: int, width: int, num_frames: int = 1) -> tuple[int, ...]:

@@ -23,7 +23,7 @@ through this one file, are the pipeline's (diffusers 0.42.1, `pipeline_flux2_kle
   the L tokens, padding included (the pipeline passes no mask), so every prompt has the same
   length and no mask travels;
 - **guidance**: the distilled klein checkpoints (model_index.json `is_distilled: true`) take
-  none: `rollout.guidance_scale` must be 1 (the pipeline ignores it with a warning; a recipe
+  none: `rollout.sampling_options.guidance_scale` must be 1 (the pipeline ignores it with a warning; a recipe
   that sets it is refused at load). The base checkpoints run CFG with the empty negative
   prompt when guidance_scale > 1: `neg + s (cond - neg)`, one batched forward over
   [uncond; cond]. `model.adapter_options.is_distilled` overrides the checkpoint's flag as the
@@ -38,7 +38,7 @@ the transformer class, VAE, latent layout, position ids and schedule line for li
 only where the adapter delegates to the pipeline or reads the transformer's config: the text
 encoder (Mistral-3 through its Pixtral processor's chat template over the pipeline's system
 message, hidden states 10/20/30; `_build_pipeline`) and the guidance (dev's transformer has a
-guidance embedding, which takes `rollout.guidance_scale` in the one forward a step; no CFG).
+guidance embedding, which takes `rollout.sampling_options.guidance_scale` in the one forward a step; no CFG).
 
 Its tiny models are in `adapters/tiny/flux2.py`,
 its view for the planner in `adapters/plan/flux2.py`.
@@ -71,7 +71,7 @@ class Flux2KleinOptions(PromptLengthOptions):
 
     max_sequence_length: int = option(512, "Text tokens (chat template included) the prompt is padded or cut to; the transformer attends to all of them (the pipeline's max_sequence_length, 512).")
     text_encoder_out_layers: list[int] = option([9, 18, 27], "Qwen3 hidden-state indices stacked per token into the prompt embedding (the pipeline's text_encoder_out_layers); their count x the encoder's hidden size must be the transformer's joint_attention_dim.")
-    is_distilled: Optional[bool] = option(None, "The step-distilled checkpoints take no CFG (rollout.guidance_scale must be 1); the base ones run CFG with the empty negative prompt when rollout.guidance_scale > 1. null = the checkpoint's model_index.json is_distilled, as the pipeline reads it.")
+    is_distilled: Optional[bool] = option(None, "The step-distilled checkpoints take no CFG (rollout.sampling_options.guidance_scale must be 1); the base ones run CFG with the empty negative prompt when rollout.sampling_options.guidance_scale > 1. null = the checkpoint's model_index.json is_distilled, as the pipeline reads it.")
 
     def check(self) -> None:
         super().check()
@@ -145,7 +145,7 @@ class Flux2KleinAdapter(DiffusionModelBase):
         distilled = cfg.model.adapter_options.is_distilled
         if distilled is None:
             distilled = read_is_distilled(configs.folder)
-        check_guidance(cfg.model.adapter, distilled, cfg.rollout.guidance_scale)
+        check_guidance(cfg.model.adapter, distilled, cfg.rollout.sampling_options.guidance_scale)
 
     def __init__(self, cfg: ModelConfig, path: str, device: torch.device):
         from diffusers import AutoencoderKLFlux2, FlowMatchEulerDiscreteScheduler, Flux2Transformer2DModel
@@ -207,8 +207,8 @@ class Flux2KleinAdapter(DiffusionModelBase):
         check_image_only("Flux2KleinPipeline", num_frames)
         factor = self.vae_scale * PATCH
         why = f"VAE factor {self.vae_scale} x the 2x2 patch"
-        check_multiple("rollout.height", height, factor, why)
-        check_multiple("rollout.width", width, factor, why)
+        check_multiple("rollout.sampling_options.height", height, factor, why)
+        check_multiple("rollout.sampling_options.width", width, factor, why)
         return height // factor, width // factor
 
     def latent_shape(self, height: int, width: int, num_frames: int = 1) -> tuple[int, ...]:
@@ -253,7 +253,7 @@ class Flux2KleinAdapter(DiffusionModelBase):
     def encode_prompts(self, prompts: list[str], negative_prompt: str = "") -> Conditioning:
         """Each prompt's embeddings [B, L, D] (L = max_sequence_length) through the pipeline's
         `encode_prompt`, and, for CFG on a base checkpoint, the negative prompt's (the pipeline
-        always uses ""; `rollout.negative_prompt` replaces it)."""
+        always uses ""; `rollout.sampling_options.negative_prompt` replaces it)."""
         def encode(texts):
             embeds, _ = self.pipeline.encode_prompt(
                 prompt=texts, device=self.device, max_sequence_length=self.options.max_sequence_length,
@@ -356,7 +356,7 @@ class Flux2DevAdapter(Flux2KleinAdapter):
     """FLUX.2 [dev] (`Flux2Pipeline`): the klein adapter's transformer, latents, positions,
     schedule and decoding, with the pipeline's Mistral-3 encoding (its processor's chat template
     over the pipeline's system message and the prompt, hidden states 10/20/30) and its guidance:
-    `rollout.guidance_scale` goes into the transformer's guidance embedding (the pipeline's
+    `rollout.sampling_options.guidance_scale` goes into the transformer's guidance embedding (the pipeline's
     default 4.0), one forward a step, no CFG and no negative prompt."""
 
     options_class = Flux2DevOptions
@@ -385,6 +385,6 @@ def check_guidance(adapter: str, distilled: bool, guidance_scale: float) -> None
     """ValueError for a guidance scale a distilled checkpoint does not take."""
     if distilled and guidance_scale != 1.0:
         raise ValueError(
-            f"rollout.guidance_scale={guidance_scale:g}: {adapter} on a step-distilled checkpoint (is_distilled) takes "
-            f"no guidance; set rollout.guidance_scale=1, or use a -base checkpoint for CFG"
+            f"rollout.sampling_options.guidance_scale={guidance_scale:g}: {adapter} on a step-distilled checkpoint (is_distilled) takes "
+            f"no guidance; set rollout.sampling_options.guidance_scale=1, or use a -base checkpoint for CFG"
         )

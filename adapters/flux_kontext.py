@@ -47,7 +47,7 @@ from adapters.flux import PACK, FluxAdapter, FluxOptions, image_ids, pack_latent
 class FluxKontextOptions(FluxOptions, EditingOptions):
     """FLUX.1's knobs (`max_sequence_length`, `guidance`) and the editing models' `condition_image_size`."""
 
-    condition_image_size: Optional[list[int]] = option(None, "[height, width] in px the source image is resized to and encoded at (through the VAE: its tokens follow the noise tokens); null = the output's size (rollout.height, rollout.width). Rollout and training see the same encoding.")
+    condition_image_size: Optional[list[int]] = option(None, "[height, width] in px the source image is resized to and encoded at (through the VAE: its tokens follow the noise tokens); null = the output's size (rollout.sampling_options.height, rollout.sampling_options.width). Rollout and training see the same encoding.")
 
 
 @register_adapter("FluxKontextPipeline")
@@ -78,8 +78,8 @@ class FluxKontextAdapter(FluxAdapter):
         h, w = (height, width) if size is None else (int(size[0]), int(size[1]))
         factor = self.vae_scale * PACK
         why = f"VAE factor {self.vae_scale} x the 2x2 packing"
-        check_multiple("model.adapter_options.condition_image_size[0]" if size else "rollout.height", h, factor, why)
-        check_multiple("model.adapter_options.condition_image_size[1]" if size else "rollout.width", w, factor, why)
+        check_multiple("model.adapter_options.condition_image_size[0]" if size else "rollout.sampling_options.height", h, factor, why)
+        check_multiple("model.adapter_options.condition_image_size[1]" if size else "rollout.sampling_options.width", w, factor, why)
         return h, w
 
     def condition_images(self, images, height: int, width: int):

@@ -18,9 +18,9 @@ The conventions, the same at rollout and in training because both go through thi
   scheduler's fixed `shift` (the checkpoint's: 5.0 at 480p, 9.0 at 720p t2v);
   `model.adapter_options.shift` overrides it. There is no dynamic (length-dependent) shift in 1.5's pipeline;
 - **guidance**: the pipeline's guider is diffusers' `ClassifierFreeGuidance`:
-  `uncond + g (cond - uncond)` with g = `rollout.guidance_scale` (the checkpoint's guider says
+  `uncond + g (cond - uncond)` with g = `rollout.sampling_options.guidance_scale` (the checkpoint's guider says
   6.0 for the 480p/720p t2v models, 1.0 for the CFG-distilled ones). The unconditional branch
-  encodes `rollout.negative_prompt` (the pipeline's default: the empty prompt). A guider with
+  encodes `rollout.sampling_options.negative_prompt` (the pipeline's default: the empty prompt). A guider with
   rescale, the original formulation or a start/stop window is refused at load;
 - **text**: both encoders through the pipeline's own `encode_prompt`. The pipeline drops a
   fixed 108 tokens of template prefix, right for the real tokenizer only; the adapter counts
@@ -177,7 +177,7 @@ class HunyuanVideo15Adapter(DiffusionModelBase):
     @classmethod
     def config_latent_numel(cls, cfg, configs) -> int | None:
         vae, transformer = configs.get("vae"), configs.get("transformer")
-        r = cfg.rollout
+        r = cfg.rollout.sampling_options
         try:
             shape = hunyuan_latent_shape(vae, int(transformer["patch_size"]), int(transformer["patch_size_t"]),
                                          r.height, r.width, r.num_frames)

@@ -65,7 +65,7 @@ class LTX2Options(PromptLengthOptions):
     """LTX-2's guidance terms (`model.adapter_options`), each one more transformer forward per step and
     all off by default (plain CFG). Rollout and training apply the same."""
 
-    audio_guidance_scale: Optional[float] = option(None, "CFG scale of the audio stream; null = rollout.guidance_scale (LTX-2.3 suggests 7 with 3 for video).")
+    audio_guidance_scale: Optional[float] = option(None, "CFG scale of the audio stream; null = rollout.sampling_options.guidance_scale (LTX-2.3 suggests 7 with 3 for video).")
     guidance_rescale: float = option(0.0, "Guidance rescale factor phi of the video stream (0 = plain CFG).")
     audio_guidance_rescale: Optional[float] = option(None, "Guidance rescale factor of the audio stream; null = guidance_rescale.")
     stg_scale: float = option(0.0, "Spatio-temporal guidance (STG, arXiv 2411.18664) scale of the video stream: x0 moves away from a forward whose self-attention in stg_blocks is skipped (0 = off).")
@@ -100,10 +100,10 @@ class LTX2Adapter(DiffusionModelBase):
     @classmethod
     def check_config(cls, cfg) -> None:
         super().check_config(cfg)
-        if cfg.rollout.fps != cls.frame_rate:
+        if cfg.rollout.sampling_options.fps != cls.frame_rate:
             raise ValueError(
-                f"rollout.fps={cfg.rollout.fps}: expected {cls.frame_rate:g} with {cfg.model.adapter} (its audio length "
-                f"and video positions are computed at {cls.frame_rate:g} fps); set rollout.fps={cls.frame_rate:g}"
+                f"rollout.sampling_options.fps={cfg.rollout.sampling_options.fps}: expected {cls.frame_rate:g} with {cfg.model.adapter} (its audio length "
+                f"and video positions are computed at {cls.frame_rate:g} fps); set rollout.sampling_options.fps={cls.frame_rate:g}"
             )
 
     makes_audio = True
@@ -168,9 +168,9 @@ class LTX2Adapter(DiffusionModelBase):
     def _video_grid(self, height: int, width: int, num_frames: int) -> tuple[int, int, int]:
         t, s = self.vae.temporal_compression_ratio, self.vae.spatial_compression_ratio
         p, p_t = self.transformer.config.patch_size, self.transformer.config.patch_size_t
-        check_frame_count("rollout.num_frames", num_frames, t * p_t)
-        check_multiple("rollout.height", height, s * p, f"video VAE factor {s} x patch size {p}")
-        check_multiple("rollout.width", width, s * p, f"video VAE factor {s} x patch size {p}")
+        check_frame_count("rollout.sampling_options.num_frames", num_frames, t * p_t)
+        check_multiple("rollout.sampling_options.height", height, s * p, f"video VAE factor {s} x patch size {p}")
+        check_multiple("rollout.sampling_options.width", width, s * p, f"video VAE factor {s} x patch size {p}")
         return (num_frames - 1) // t + 1, height // s, width // s
 
     def audio_length(self, num_frames: int) -> int:
@@ -229,7 +229,7 @@ class LTX2Adapter(DiffusionModelBase):
     def guidance(self, guidance_scale: float) -> dict[str, StreamGuidance]:
         """Each stream's guidance terms, the pipeline's per-modality values: an audio value of
         null takes the video one (`model.adapter_options.audio_guidance_scale`: LTX-2.3 suggests 7 with 3
-        for video; `rollout.guidance_scale` is the video CFG scale)."""
+        for video; `rollout.sampling_options.guidance_scale` is the video CFG scale)."""
         m = self.options
 
         def audio(value, video):

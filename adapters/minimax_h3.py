@@ -26,7 +26,7 @@ initial noise is the pipeline's) and r x0_a at sigma 0 (`decode_audio` divides b
 (1 - sigma_v, 1 - sigma_a), and returns y's velocity.
 
 Guidance: none. The released checkpoint is guidance-distilled (the pipeline has no guider, no
-negative prompt, one forward per step), so `rollout.guidance_scale` must be 1 (`check_config`).
+negative prompt, one forward per step), so `rollout.sampling_options.guidance_scale` must be 1 (`check_config`).
 
 Packing: the transformer's timesteps, row tags and positions are one per sequence, shared by the
 batch, and its sequence has no mask. A packed forward therefore groups its samples by (sigma,
@@ -87,13 +87,13 @@ def frame_limits(frames_per_chunk: int = FRAMES_PER_CHUNK, latents_per_chunk: in
 
 def check_num_frames(num_frames: int, frames_per_chunk: int = FRAMES_PER_CHUNK,
                      latents_per_chunk: int = LATENTS_PER_CHUNK) -> None:
-    """`ValueError` naming `rollout.num_frames`, the form and the duration limits, with the nearest valid counts."""
+    """`ValueError` naming `rollout.sampling_options.num_frames`, the form and the duration limits, with the nearest valid counts."""
     valid = frame_limits(frames_per_chunk, latents_per_chunk)
     if num_frames in valid:
         return
     near = sorted(valid, key=lambda f: (abs(f - num_frames), f))[:2]
     raise ValueError(
-        f"rollout.num_frames={num_frames}: expected {frames_per_chunk}n+{latents_per_chunk} frames lasting "
+        f"rollout.sampling_options.num_frames={num_frames}: expected {frames_per_chunk}n+{latents_per_chunk} frames lasting "
         f"{MIN_SECONDS:g} to {MAX_SECONDS:g} s at {FPS} fps ({valid[0]} .. {valid[-1]}: what MiniMax-H3's video VAE "
         f"encodes and the durations it generates), e.g. {' or '.join(map(str, sorted(near)))}"
     )
@@ -124,22 +124,22 @@ class MiniMaxH3Adapter(DiffusionModelBase):
 
     @classmethod
     def check_config(cls, cfg) -> None:
-        r = cfg.rollout
+        r = cfg.rollout.sampling_options
         check_num_frames(r.num_frames)
-        check_multiple("rollout.height", r.height, cls.size_multiple, f"what {cfg.model.adapter} takes")
-        check_multiple("rollout.width", r.width, cls.size_multiple, f"what {cfg.model.adapter} takes")
+        check_multiple("rollout.sampling_options.height", r.height, cls.size_multiple, f"what {cfg.model.adapter} takes")
+        check_multiple("rollout.sampling_options.width", r.width, cls.size_multiple, f"what {cfg.model.adapter} takes")
         if r.fps != FPS:
-            raise ValueError(f"rollout.fps={r.fps}: expected {FPS} with {cfg.model.adapter} (it generates at a fixed "
-                             f"{FPS} fps); set rollout.fps={FPS}")
+            raise ValueError(f"rollout.sampling_options.fps={r.fps}: expected {FPS} with {cfg.model.adapter} (it generates at a fixed "
+                             f"{FPS} fps); set rollout.sampling_options.fps={FPS}")
         if r.guidance_scale != 1.0:
             raise ValueError(
-                f"rollout.guidance_scale={r.guidance_scale}: expected 1.0 with {cfg.model.adapter} (the checkpoint is "
-                f"guidance-distilled: one forward per step, no negative prompt); set rollout.guidance_scale=1.0"
+                f"rollout.sampling_options.guidance_scale={r.guidance_scale}: expected 1.0 with {cfg.model.adapter} (the checkpoint is "
+                f"guidance-distilled: one forward per step, no negative prompt); set rollout.sampling_options.guidance_scale=1.0"
             )
         if r.negative_prompt:
             raise ValueError(
-                f"rollout.negative_prompt={r.negative_prompt!r}: {cfg.model.adapter} takes none (guidance-distilled: "
-                f"no unconditional forward); set rollout.negative_prompt=''"
+                f"rollout.sampling_options.negative_prompt={r.negative_prompt!r}: {cfg.model.adapter} takes none (guidance-distilled: "
+                f"no unconditional forward); set rollout.sampling_options.negative_prompt=''"
             )
         check_sample_memory(r.height, r.width, r.num_frames)
         check_step_memory(cfg, on_cpu=runs_on_cpu(cfg.trainer.device))
@@ -154,11 +154,11 @@ class MiniMaxH3Adapter(DiffusionModelBase):
             return
         temporal = math.prod(vae.get("temporal_downsample_factors", (1, 2, 2, 1, 1, 1)))
         chunk = int(vae.get("clip_length", FRAMES_PER_CHUNK))
-        check_num_frames(cfg.rollout.num_frames, chunk, math.ceil(chunk / temporal))
+        check_num_frames(cfg.rollout.sampling_options.num_frames, chunk, math.ceil(chunk / temporal))
         spatial = math.prod(vae.get("spatial_downsample_factors", (2, 2, 2, 2, 1, 1)))
         patch = int((transformer or {}).get("patch_size", (1, 2, 2))[2])
         for key in ("height", "width"):
-            check_multiple(f"rollout.{key}", getattr(cfg.rollout, key), spatial * patch,
+            check_multiple(f"rollout.sampling_options.{key}", getattr(cfg.rollout.sampling_options, key), spatial * patch,
                            f"video VAE factor {spatial} x patch size {patch}")
 
     def __init__(self, cfg: ModelConfig, path: str, device: torch.device):
@@ -205,8 +205,8 @@ class MiniMaxH3Adapter(DiffusionModelBase):
         check_num_frames(num_frames, chunk, kept)
         ratio = self.vae.spatial_compression_ratio
         multiple = ratio * self.transformer.config.patch_size[2]
-        check_multiple("rollout.height", height, multiple, f"video VAE factor {ratio} x patch size 2")
-        check_multiple("rollout.width", width, multiple, f"video VAE factor {ratio} x patch size 2")
+        check_multiple("rollout.sampling_options.height", height, multiple, f"video VAE factor {ratio} x patch size 2")
+        check_multiple("rollout.sampling_options.width", width, multiple, f"video VAE factor {ratio} x patch size 2")
         return (num_frames - kept) // chunk * kept + 2, height // ratio, width // ratio
 
     def latent_shape(self, height: int, width: int, num_frames: int = 1) -> dict[str, tuple[int, ...]]:

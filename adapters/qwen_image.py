@@ -158,8 +158,8 @@ class QwenImageAdapter(DiffusionModelBase):
         check_image_only("QwenImagePipeline", num_frames)
         factor = self.vae_scale * self.patch
         why = f"VAE factor {self.vae_scale} x patch size {self.patch}"
-        check_multiple("rollout.height", height, factor, why)
-        check_multiple("rollout.width", width, factor, why)
+        check_multiple("rollout.sampling_options.height", height, factor, why)
+        check_multiple("rollout.sampling_options.width", width, factor, why)
         return height // self.vae_scale, width // self.vae_scale
 
     def latent_shape(self, height: int, width: int, num_frames: int = 1) -> tuple[int, ...]:

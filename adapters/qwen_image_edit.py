@@ -97,8 +97,8 @@ class QwenImageEditAdapter(QwenImageAdapter):
         h, w = (height, width) if size is None else (int(size[0]), int(size[1]))
         factor = self.vae_scale * self.patch
         why = f"VAE factor {self.vae_scale} x patch size {self.patch}"
-        check_multiple("model.adapter_options.condition_image_size[0]" if size else "rollout.height", h, factor, why)
-        check_multiple("model.adapter_options.condition_image_size[1]" if size else "rollout.width", w, factor, why)
+        check_multiple("model.adapter_options.condition_image_size[0]" if size else "rollout.sampling_options.height", h, factor, why)
+        check_multiple("model.adapter_options.condition_image_size[1]" if size else "rollout.sampling_options.width", w, factor, why)
         return h, w
 
     def condition_images(self, images, height: int, width: int):

@@ -77,8 +77,8 @@ class StableDiffusion3Adapter(DiffusionModelBase):
     def latent_shape(self, height: int, width: int, num_frames: int = 1) -> tuple[int, ...]:
         check_image_only("StableDiffusion3Pipeline", num_frames)
         factor = self.vae_scale * self.transformer.config.patch_size
-        check_multiple("rollout.height", height, factor, "VAE factor x patch size")
-        check_multiple("rollout.width", width, factor, "VAE factor x patch size")
+        check_multiple("rollout.sampling_options.height", height, factor, "VAE factor x patch size")
+        check_multiple("rollout.sampling_options.width", width, factor, "VAE factor x patch size")
         _check_embedding(height, width, factor, self.transformer.config.pos_embed_max_size)
         return (self.transformer.config.in_channels, height // self.vae_scale, width // self.vae_scale)
 
@@ -89,7 +89,7 @@ class StableDiffusion3Adapter(DiffusionModelBase):
             return
         scale = 2 ** (len(vae["block_out_channels"]) - 1) if vae and vae.get("block_out_channels") else 8
         factor = scale * int(transformer.get("patch_size", 2))
-        _check_embedding(cfg.rollout.height, cfg.rollout.width, factor, transformer.get("pos_embed_max_size"))
+        _check_embedding(cfg.rollout.sampling_options.height, cfg.rollout.sampling_options.width, factor, transformer.get("pos_embed_max_size"))
 
     @torch.no_grad()
     def encode_prompts(self, prompts: list[str], negative_prompt: str = "") -> Conditioning:
@@ -167,5 +167,5 @@ def _check_embedding(height: int, width: int, factor: int, pos_embed_max_size) -
     if pos_embed_max_size is None:  # no cap: the embedding is computed for any size
         return
     what = "StableDiffusion3Pipeline's position embedding (its transformer's pos_embed_max_size)"
-    for key, value in (("rollout.height", height), ("rollout.width", width)):
+    for key, value in (("rollout.sampling_options.height", height), ("rollout.sampling_options.width", width)):
         check_positions(key, value, factor, int(pos_embed_max_size), what)

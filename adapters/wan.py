@@ -46,14 +46,14 @@ LORA_2_WEIGHT_NAME = "pytorch_lora_weights_transformer_2.safetensors"
 class WanOptions(PromptLengthOptions):
     """Wan2.2's options (`model.adapter_options`)."""
 
-    guidance_scale_2: Optional[float] = option(None, "A14B: the CFG scale of the low-noise expert (diffusers' guidance_scale_2); null = rollout.guidance_scale. Rollout and training apply the same.")
+    guidance_scale_2: Optional[float] = option(None, "A14B: the CFG scale of the low-noise expert (diffusers' guidance_scale_2); null = rollout.sampling_options.guidance_scale. Rollout and training apply the same.")
 
     def check(self) -> None:
         super().check()
         value = self.guidance_scale_2
         if value is not None and not (math.isfinite(value) and value >= 1.0):
             raise ValueError(f"guidance_scale_2={value!r}: expected a finite CFG scale >= 1 (1 disables CFG), "
-                             f"or null for rollout.guidance_scale")
+                             f"or null for rollout.sampling_options.guidance_scale")
 
 
 @register_adapter("WanPipeline")
@@ -178,7 +178,7 @@ class WanAdapter(DiffusionModelBase):
         transformer, vae = configs.get("transformer"), configs.get("vae")
         if not transformer or not vae or transformer.get("rope_max_seq_len") is None:
             return
-        r = cfg.rollout
+        r = cfg.rollout.sampling_options
         _check_rope(r.height, r.width, r.num_frames, int(vae.get("scale_factor_temporal", 4)),
                     int(vae.get("scale_factor_spatial", 8)), tuple(transformer.get("patch_size", (1, 2, 2))),
                     int(transformer["rope_max_seq_len"]))
@@ -291,6 +291,6 @@ def _check_rope(height: int, width: int, num_frames: int, t: int, s: int, patch:
     """Frames, rows and columns within the rotary table: `rope_max_seq_len` positions each, a
     position being p_t latent frames (t video frames each, the first alone) or p x s pixels."""
     what = "WanPipeline's rotary position table (its transformer's rope_max_seq_len)"
-    check_positions("rollout.num_frames", num_frames, t * patch[0], rope_max_seq_len, what, "frames", offset=1 - t)
-    check_positions("rollout.height", height, s * patch[1], rope_max_seq_len, what)
-    check_positions("rollout.width", width, s * patch[2], rope_max_seq_len, what)
+    check_positions("rollout.sampling_options.num_frames", num_frames, t * patch[0], rope_max_seq_len, what, "frames", offset=1 - t)
+    check_positions("rollout.sampling_options.height", height, s * patch[1], rope_max_seq_len, what)
+    check_positions("rollout.sampling_options.width", width, s * patch[2], rope_max_seq_len, what)

@@ -25,7 +25,7 @@ The conventions, the same at rollout and in training because both go through thi
 - **schedule**: the pipeline's `linspace(1, 1/N, N)` sigmas (`get_default_z_image_sigmas`)
   through the checkpoint's scheduler: Z-Image-Turbo's shifts them statically (shift 3); a
   scheduler with `use_dynamic_shifting` gets the pipeline's `mu` of the image token count;
-- **guidance**: the pipeline's CFG `pos + s (pos - neg)` with s = `rollout.guidance_scale - 1`
+- **guidance**: the pipeline's CFG `pos + s (pos - neg)` with s = `rollout.sampling_options.guidance_scale - 1`
   (this project's scale g is `neg + g (pos - neg)`, the same thing: the pipeline's
   `guidance_scale=0`, Z-Image-Turbo's distilled no-CFG sampling, is g = 1; its default 5 is
   g = 6). The pipeline's two refinements are adapter options with its defaults:
@@ -148,13 +148,13 @@ class ZImageAdapter(DiffusionModelBase):
     def check_config(cls, cfg) -> None:
         super().check_config(cfg)
         options = cfg.model.adapter_options
-        if cfg.rollout.guidance_scale <= 1.0:
+        if cfg.rollout.sampling_options.guidance_scale <= 1.0:
             for name, off in (("cfg_normalization", 0.0), ("cfg_truncation", 1.0)):
                 value = getattr(options, name)
                 if value != off:
                     raise ValueError(
-                        f"model.adapter_options.{name}={value}: refines CFG, but rollout.guidance_scale="
-                        f"{cfg.rollout.guidance_scale} runs none; set rollout.guidance_scale > 1 (the pipeline's "
+                        f"model.adapter_options.{name}={value}: refines CFG, but rollout.sampling_options.guidance_scale="
+                        f"{cfg.rollout.sampling_options.guidance_scale} runs none; set rollout.sampling_options.guidance_scale > 1 (the pipeline's "
                         f"guidance_scale + 1) or leave {name} at {off}"
                     )
 
@@ -166,7 +166,7 @@ class ZImageAdapter(DiffusionModelBase):
         scale = 2 ** (len(vae["block_out_channels"]) - 1) if vae and vae.get("block_out_channels") else 8
         patch = int((transformer.get("all_patch_size") or [2])[0])
         lens = transformer.get("axes_lens") or [1024, 512, 512]
-        _check_positions(cfg.rollout.height, cfg.rollout.width, scale * patch, lens,
+        _check_positions(cfg.rollout.sampling_options.height, cfg.rollout.sampling_options.width, scale * patch, lens,
                          cfg.model.adapter_options.max_sequence_length)
 
     # --- shapes and schedule -------------------------------------------------------------
@@ -174,8 +174,8 @@ class ZImageAdapter(DiffusionModelBase):
         check_image_only("ZImagePipeline", num_frames)
         factor = self.vae_scale * self.patch
         why = f"VAE factor {self.vae_scale} x patch size {self.patch}"
-        check_multiple("rollout.height", height, factor, why)
-        check_multiple("rollout.width", width, factor, why)
+        check_multiple("rollout.sampling_options.height", height, factor, why)
+        check_multiple("rollout.sampling_options.width", width, factor, why)
         _check_positions(height, width, factor, self.transformer.config.axes_lens, self.options.max_sequence_length)
         return height // self.vae_scale, width // self.vae_scale
 
@@ -294,8 +294,8 @@ def _check_positions(height: int, width: int, factor: int, axes_lens, max_sequen
     `factor` px; the caption (padded to 32 tokens) and the image's frame position after it within
     `axes_lens[0]`."""
     what = "ZImagePipeline's rotary table (its transformer's axes_lens)"
-    check_positions("rollout.height", height, factor, int(axes_lens[1]), what)
-    check_positions("rollout.width", width, factor, int(axes_lens[2]), what)
+    check_positions("rollout.sampling_options.height", height, factor, int(axes_lens[1]), what)
+    check_positions("rollout.sampling_options.width", width, factor, int(axes_lens[2]), what)
     if padded_caption_length(max_sequence_length) + 2 > int(axes_lens[0]):
         largest = (int(axes_lens[0]) - 2) // SEQ_MULTIPLE * SEQ_MULTIPLE
         raise ValueError(

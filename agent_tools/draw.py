@@ -29,7 +29,7 @@ from omni_rl.option import ComponentOptions, option
 @dataclass
 class DrawOptions(ComponentOptions):
     recipe: str = option("tiny_sd3_flowgrpo", "A diffusion recipe: its model, size and steps draw (the model frozen).")
-    overrides: list[str] = option([], "Overrides of that recipe, e.g. [model.path=tiny:sd3_shapes, rollout.num_steps=4].")
+    overrides: list[str] = option([], "Overrides of that recipe, e.g. [model.path=tiny:sd3_shapes, rollout.sampling_options.num_steps=4].")
     reward: Optional[str] = option(None, "A registered reward whose score of the image the model reads (a text "
                                          "model cannot see the image); null: the image's id only.")
     reward_options: dict[str, Any] = option({}, "The reward's options.")
@@ -93,7 +93,7 @@ class Draw(Tool):
         from omni_rl.compose import load_config
 
         cfg = load_config([f"recipe={options.recipe}", *options.overrides])
-        return int(cfg.rollout.height), int(cfg.rollout.width)
+        return int(cfg.rollout.sampling_options.height), int(cfg.rollout.sampling_options.width)
 
     def __call__(self, arguments: dict) -> Observation:
         prompt = arguments["prompt"]

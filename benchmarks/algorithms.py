@@ -48,14 +48,14 @@ from omni_rl.logging.val_records import val_record_files  # noqa: E402
 from omni_rl.utils.atomic import atomic_save_image, atomic_write_json  # noqa: E402
 
 RECIPE = "tiny_sd3_shapes_counting"
-WHOLE_SCHEDULE = ["rollout.sde_window_size=0", "rollout.sde_window_range=null"]
+WHOLE_SCHEDULE = ["rollout.sampling_options.sde_window_size=0", "rollout.sampling_options.sde_window_range=null"]
 # name -> overrides of the recipe (which is FlowGRPO with a fixed 3-step SDE window).
 ALGORITHMS: dict[str, list[str]] = {
     "flow_grpo": WHOLE_SCHEDULE,  # Flow-GRPO as published: every step stochastic and trained
     "flow_grpo_window": [],  # Flow-GRPO-Fast style: a 3-step window per sample
-    "dance_grpo": WHOLE_SCHEDULE + ["rollout.kernel=dance_sde", "rollout.noise_level=0.3",
+    "dance_grpo": WHOLE_SCHEDULE + ["rollout.sampling_options.kernel=dance_sde", "rollout.sampling_options.noise_level=0.3",
                                     "algo.family_options.same_noise_in_group=true", "algo.family_options.timestep_fraction=0.6"],
-    "mix_grpo": ["rollout.sde_window_schedule=progressive"],  # sde_window_options.tau set from --steps
+    "mix_grpo": ["rollout.sampling_options.sde_window_schedule=progressive"],  # sde_window_options.tau set from --steps
     "flow_dppo": ["algo.policy_loss=flow_dppo"],
     "grpo_guard": ["algo.policy_loss=grpo_guard"],
     # The forward-process losses train on the same (SDE-window) rollouts' clean latents; they read
@@ -84,7 +84,7 @@ def parse_args(argv=None) -> argparse.Namespace:
 def overrides_of(name: str, args) -> list[str]:
     extra = list(ALGORITHMS[name])
     if name == "mix_grpo":  # slide the window over [0, 8) once in the run: 6 positions
-        extra.append(f"rollout.sde_window_options.tau={max(1, args.steps // 6)}")
+        extra.append(f"rollout.sampling_options.sde_window_options.tau={max(1, args.steps // 6)}")
     return extra
 
 

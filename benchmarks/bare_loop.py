@@ -81,7 +81,7 @@ def step_prompts(cfg, seed: int, step: int) -> list[str]:
 
 @torch.no_grad()
 def rollout(model, cfg, prompts: list[str], seeds: list[int], counts: dict) -> dict:
-    r = cfg.rollout
+    r = cfg.rollout.sampling_options
     n = len(prompts)
     # Each sample's generator draws its initial noise and then every step's (the engine's order).
     gens = [torch.Generator().manual_seed(s) for s in seeds]
@@ -129,7 +129,7 @@ def update(model, optimizer, cfg, batch: dict, advantages: torch.Tensor, counts:
                 cond = batch["cond"].select(rows)
                 for j in range(w):
                     x, sigma = batch["x"][rows, j], batch["sigma"][rows, j]
-                    v = model.predict_velocity(x, sigma, cond, cfg.rollout.guidance_scale)
+                    v = model.predict_velocity(x, sigma, cond, cfg.rollout.sampling_options.guidance_scale)
                     counts["update"] += 1
                     out = sde_step(model_output=v, sigma=sigma, sigma_next=batch["sigma_next"][rows, j], sample=x,
                                    noise_level=batch["level"][rows, j], prev_sample=batch["x_next"][rows, j])
@@ -189,7 +189,7 @@ def main(argv=None) -> None:
         update(model, optimizer, cfg, batch, advantages, counts, seed, step)
         t3 = time.perf_counter()
         windows = batch["x"].shape[1]
-        want = {"rollout": r.num_steps * math.ceil(n / r.max_num_seqs),
+        want = {"rollout": r.sampling_options.num_steps * math.ceil(n / r.max_num_seqs),
                 "update": cfg.algo.ppo_epochs * math.ceil(n / t.micro_batch_size) * windows}
         if counts != want:
             raise SystemExit(f"forward counts {counts} differ from the trainer's {want}: the loop is not the same work")

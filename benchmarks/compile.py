@@ -197,7 +197,7 @@ def rollout_log_prob_delta(options) -> list[float]:
     from tests.adapters.diffusion_suite import generate, request, suite_cases
 
     cfg = load_config(["recipe=tiny_sd3_flowgrpo"])
-    case = dataclasses.replace(suite_cases()["TestSD3"], steps=cfg.rollout.num_steps, guidance=cfg.rollout.guidance_scale)
+    case = dataclasses.replace(suite_cases()["TestSD3"], steps=cfg.rollout.sampling_options.num_steps, guidance=cfg.rollout.sampling_options.guidance_scale)
     torch.manual_seed(0)
     eager = build_model(cfg.model, torch.device("cpu"))
     compiled = build_model(dataclasses.replace(cfg.model, compile_options=options), torch.device("cpu"))
@@ -225,7 +225,7 @@ def rollout_split(cache_dir: str | None) -> dict:
 
     torch.set_num_threads(1)
     cfg = load_config(["recipe=tiny_sd3_flowgrpo"])
-    case = dataclasses.replace(suite_cases()["TestSD3"], steps=cfg.rollout.num_steps, guidance=cfg.rollout.guidance_scale)
+    case = dataclasses.replace(suite_cases()["TestSD3"], steps=cfg.rollout.sampling_options.num_steps, guidance=cfg.rollout.sampling_options.guidance_scale)
     out = {}
     for arm in ("eager", "compiled"):
         options = CompileOptions(enabled=arm == "compiled", cache_dir=cache_dir)

@@ -78,7 +78,7 @@ def pearson(a: torch.Tensor, b: torch.Tensor) -> float:
 
 def config(mode: str, args, *more: str):
     return load_config([f"recipe={RECIPE}", f"model.dtype={args.dtype}", f"algo.family_options.routing_replay={mode}",
-                        f"algo.family_options.max_new_tokens={args.max_new_tokens}", "algo.old_logprob_mode=recompute",
+                        f"rollout.sampling_options.max_new_tokens={args.max_new_tokens}", "algo.old_logprob_mode=recompute",
                         f"trainer.micro_batch_size={args.micro_batch}", f"trainer.seed={args.seed}",
                         f"rollout.max_num_seqs={args.rollout_batch}", *more])
 

@@ -71,7 +71,7 @@ def run_arm(args, name: str, extra: list[str], root: Path) -> dict:
     overrides = [
         f"recipe={args.recipe}", "trainer.logger_options.progress_bar=false", "trainer.loggers=[jsonl]", "trainer.val_every=0",
         "trainer.save_every=0", f"trainer.total_steps={args.steps}", f"trainer.micro_batch_size={args.micro_batch_size}",
-        f"algo.family_options.max_new_tokens={args.max_new_tokens}", f"trainer.output_dir={out}", *args.override, *extra,
+        f"rollout.sampling_options.max_new_tokens={args.max_new_tokens}", f"trainer.output_dir={out}", *args.override, *extra,
     ]
     t0 = time.perf_counter()
     cfg = load_config(overrides)

@@ -31,7 +31,7 @@ USAGE = """usage: python main_omni.py [recipe=NAME] [key=value ...] [--cfg] [--p
        python main_omni.py --compare A B
 
   recipe=NAME   a YAML file in recipes/ (default: tiny_sd3_shapes_counting, the CPU demo)
-  key=value     override any config key, e.g. trainer.total_steps=10 rollout.num_steps=8
+  key=value     override any config key, e.g. trainer.total_steps=10 rollout.sampling_options.num_steps=8
   --cfg         print the composed config and exit (`--cfg job` too, as in Hydra)
   --plan        build the recipe's model without weights, trace a rollout forward and a training
                 micro-batch on fake tensors, print each device's memory, FLOPs per step and

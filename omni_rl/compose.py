@@ -6,10 +6,10 @@ above the config: a typo in `algo.policy_loss`, a reward, a backend or an engine
 minutes of model loading, with the registered names in the message. Each named component's
 options block (`OPTION_BLOCKS`: `model.adapter_options` for the adapter, `rollout.backend_options` for the
 rollout backend, `trainer.*_options` for the trainer's backend, engine and pipeline,
-`algo.policy_loss_options.<loss>`, `algo.advantage_options` and `algo.family_options`) is bound to the
-options dataclass it declares, so an unknown key, a wrong type or a bad value fails here with
+`algo.policy_loss_options.<loss>`, `algo.advantage_options`, `algo.family_options` and the family's
+`rollout.sampling_options`) is bound to the options dataclass it declares, so an unknown key, a wrong type or a bad value fails here with
 one line. The blocks that belong to no registry entry (`algo.rollout_correction_options`,
-`rollout.sde_window_options`, `trainer.logger_options`, `model.compile_options`, and
+`trainer.logger_options`, `model.compile_options`, and
 `reward.worker_options`, the Ray reward workers' block) are bound here too. Each bound instance is stored in the config in its block's
 place (`cfg.model.adapter_options` is the adapter's options dataclass after load), and that is what
 every component reads: this module is the only one that binds a block
@@ -33,7 +33,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 from omni_rl.agent.checks import check_agent_config, check_agent_names
 from omni_rl.agent.components import ENVIRONMENTS, TOOLS
-from omni_rl.algos import ADVANTAGE_ESTIMATORS, DIFFUSION_LOSSES, FORWARD_LOSSES, STEP_KERNELS, TOKEN_LOSSES
+from omni_rl.algos import ADVANTAGE_ESTIMATORS, DIFFUSION_LOSSES, FORWARD_LOSSES, TOKEN_LOSSES
 from omni_rl.algos.advantages import AdvantageOptions, needs_group
 from omni_rl.config.loader import compose_config
 from omni_rl.config.options import bind_options, options_help
@@ -45,13 +45,13 @@ from omni_rl.families import MODEL_FAMILIES
 from omni_rl.families.autoregressive import agent_options_of
 from omni_rl.algos.rollout_correction import RolloutCorrectionOptions
 from omni_rl.families.base import check_rollout_correction
+from omni_rl.families.sampling import DiffusionSampling
 from omni_rl.logging import SINK_NAMES, LoggerOptions
 from omni_rl.models.compile import CompileOptions
 from omni_rl.models.registry import ADAPTERS, adapter_key
 from omni_rl.plugins import PluginError, load_plugins
 from omni_rl.reward.registry import REWARDS, RewardConfigError, check_reward_options, reward_modalities
 from omni_rl.rollout.backends import ROLLOUT_BACKENDS, beside_trainer_problem, check_backend_fits
-from omni_rl.rollout.sde_window import SdeWindowOptions, check_sde_window_options
 from omni_rl.trainer import ACTOR_GROUPS  # the package registers the built-in backends
 from omni_rl.trainer.pipeline import PIPELINES
 from omni_rl.workers.reward_worker import RewardWorkerOptions
@@ -76,6 +76,9 @@ class OptionBlock:
     # False where the owner binds the block itself at load (the family binds its loss's block,
     # the trainer the advantage estimators'): the row then only serves `--options`.
     bound_here: bool = True
+    # The other blocks the same entry owns, (block, entry -> its options class): a model family's
+    # sampling (`rollout.sampling_options`); `--options` lists them after the entry's own.
+    companions: tuple[tuple[str, Callable[[Any], type]], ...] = ()
 
     def bind(self, cfg: OmniConfig) -> Any:
         """The block bound to its component's options class, stored in the config in its place."""
@@ -146,10 +149,12 @@ OPTION_BLOCKS: tuple[OptionBlock, ...] = (
     OptionBlock("algo.advantage", "algo.advantage_options", ADVANTAGE_ESTIMATORS, lambda c: c.algo.advantage,
                 lambda c: c.algo.advantage_options, options_class=lambda estimator: AdvantageOptions, bound_here=False),
     # The family is the adapter's (`OmniModelBase.family`), not a key of its own: `--options
-    # model.family=autoregressive` lists what `algo.family_options` takes for its models.
+    # model.family=autoregressive` lists what `algo.family_options` and `rollout.sampling_options`
+    # take for its models.
     OptionBlock("model.family", "algo.family_options", MODEL_FAMILIES,
                 lambda c: ADAPTERS.get(adapter_key(c.model.adapter, c.model.stage)).family,
-                lambda c: c.algo.family_options, options_class=lambda family: family.Options, bound_here=False),
+                lambda c: c.algo.family_options, options_class=lambda family: family.Options, bound_here=False,
+                companions=(("rollout.sampling_options", lambda family: family.Sampling),)),
 )
 
 
@@ -184,7 +189,6 @@ def check_components(cfg: OmniConfig) -> None:
     _check_stage(cfg.model.adapter, cfg.model.stage)
     for key, registry, value in [
         ("model.adapter", ADAPTERS, adapter_key(cfg.model.adapter, cfg.model.stage)),
-        ("rollout.kernel", STEP_KERNELS, cfg.rollout.kernel),
         ("algo.advantage", ADVANTAGE_ESTIMATORS, cfg.algo.advantage),
         ("rollout.backend", ROLLOUT_BACKENDS, cfg.rollout.backend),
         ("trainer.backend", ACTOR_GROUPS, cfg.trainer.backend),
@@ -193,6 +197,8 @@ def check_components(cfg: OmniConfig) -> None:
         if value not in registry:
             raise ConfigError(f"{key}={value!r}: unknown {registry.kind}; registered: {', '.join(registry.names())}")
     family = MODEL_FAMILIES.get(ADAPTERS.get(adapter_key(cfg.model.adapter, cfg.model.stage)).family)
+    # How the family samples, first: the family's and the backends' rules read it.
+    _bind(cfg.rollout, "sampling_options", family.Sampling, "rollout.sampling_options", f"model family {family.__name__}")
     try:
         check_backend_fits(cfg.rollout.backend, ADAPTERS.get(adapter_key(cfg.model.adapter, cfg.model.stage)),
                            cfg.model.adapter)
@@ -202,8 +208,6 @@ def check_components(cfg: OmniConfig) -> None:
     _bind(a, "advantage_options", AdvantageOptions, "algo.advantage_options", f"advantage estimator {a.advantage}")
     _bind(a, "rollout_correction_options", RolloutCorrectionOptions, "algo.rollout_correction_options", "the rollout correction")
     check_rollout_correction(cfg)
-    _bind(cfg.rollout, "sde_window_options", SdeWindowOptions, "rollout.sde_window_options", "the SDE window schedules")
-    check_sde_window_options(cfg)
     _bind(cfg.trainer, "logger_options", LoggerOptions, "trainer.logger_options", "the metric sinks")
     family_options = _bind(a, "family_options", family.Options, "algo.family_options", f"model family {family.__name__}")
     # The family's own rules first: they name what its losses cannot be, and why.
@@ -284,7 +288,7 @@ def bind_blocks(cfg: OmniConfig) -> OmniConfig:
     a, t = cfg.algo, cfg.trainer
     _bind(a, "advantage_options", AdvantageOptions, "algo.advantage_options", f"advantage estimator {a.advantage}")
     _bind(a, "rollout_correction_options", RolloutCorrectionOptions, "algo.rollout_correction_options", "the rollout correction")
-    _bind(cfg.rollout, "sde_window_options", SdeWindowOptions, "rollout.sde_window_options", "the SDE window schedules")
+    _bind(cfg.rollout, "sampling_options", family.Sampling, "rollout.sampling_options", f"model family {family.__name__}")
     _bind(t, "logger_options", LoggerOptions, "trainer.logger_options", "the metric sinks")
     family_options = _bind(a, "family_options", family.Options, "algo.family_options", f"model family {family.__name__}")
     for attr, options_class, key, owner in family.nested_option_blocks(family_options):
@@ -318,8 +322,8 @@ def options_help_for(selector: str, name: str, plugins: Sequence[str] = ()) -> s
     if not names:
         raise ConfigError(f"{selector}={name!r}: unknown {block.registry.kind}; registered: "
                           f"{', '.join(block.registry.names())}")
-    return "\n".join(options_help(block.options_class(block.registry.get(n)), block.block.replace("<loss>", n),
-                                  f"{block.registry.kind} {n}") for n in names)
+    return "\n".join(options_help(options_class(block.registry.get(n)), key.replace("<loss>", n), f"{block.registry.kind} {n}")
+                     for n in names for key, options_class in ((block.block, block.options_class), *block.companions))
 
 
 def reward_items(cfg: OmniConfig) -> list[tuple[str, Any]]:
@@ -357,7 +361,8 @@ def _check_reward_media(cfg: OmniConfig) -> None:
     images, not video."""
     architecture = adapter_key(cfg.model.adapter, cfg.model.stage)
     adapter_class = ADAPTERS.get(architecture)
-    makes_video = cfg.rollout.num_frames > 1
+    sampling = cfg.rollout.sampling_options
+    makes_video = isinstance(sampling, DiffusionSampling) and sampling.num_frames > 1
     makes_audio = adapter_class.makes_audio
     # What the family hands its rewards, where the config does not decide it (a talker: audio).
     family = MODEL_FAMILIES.get(adapter_class.family) if adapter_class.family in MODEL_FAMILIES else None
@@ -380,7 +385,7 @@ def _check_reward_media(cfg: OmniConfig) -> None:
             )
         if makes_video and "image" in modalities and not modalities & {"video", "audio"} and item.video_frames is None:
             raise ConfigError(
-                f"{key}: reward {item.name!r} scores images but rollout.num_frames={cfg.rollout.num_frames} makes "
+                f"{key}: reward {item.name!r} scores images but rollout.sampling_options.num_frames={cfg.rollout.sampling_options.num_frames} makes "
                 f"video; set {key}.video_frames=4 to score 4 evenly spaced frames of each video and average them, "
                 f"or pick a video reward"
             )

@@ -16,7 +16,7 @@ because both go through `predict_velocity`:
   `model.adapter_options.max_sequence_length` prompt tokens, carried as ids with a mask; the text runs through the
   understanding expert inside every forward (it is frozen, and cheap next to the image block);
 - **text CFG**: the unconditional branch is the empty context (the official `cfg_text_precontext`
-  for text-to-image; a non-empty `rollout.negative_prompt` becomes that context instead);
+  for text-to-image; a non-empty `rollout.sampling_options.negative_prompt` becomes that context instead);
   `v = u + g (c - u)`, rescaled by `clamp(|c| / |v|, model.adapter_options.cfg_renorm_min, 1)`, the norms
   taken as `model.adapter_options.cfg_renorm_type` says (`guided_velocity`: the official "global", over all
   of one sample's numbers, which the official code computes over a batch of one; "channel" and
@@ -29,7 +29,7 @@ because both go through `predict_velocity`:
   `image_cfg_scale`, `image_cfg_text` and `source_image`. Text-to-image has neither and refuses
   both. Where the official inferencer applies `cfg_img_scale` s in text-to-image (its second
   context is then the prompt itself), the result is text CFG at scale `1 + s (g - 1)`: set
-  `rollout.guidance_scale` so.
+  `rollout.sampling_options.guidance_scale` so.
 
 What trains: with LoRA, adapters on the generation expert's projections (verl-omni's targets);
 without, the generation expert whole (every `*_moe_gen` tensor, the time embedder, `vae2llm`,
@@ -263,7 +263,7 @@ class BagelAdapter(DiffusionModelBase):
             raise ValueError(
                 f"model.adapter_options.image_guidance_scale={scale}: image CFG needs a source image, and {cfg.model.adapter} "
                 f"here makes images from text; set it to 1.0, or edit images with model.stage=edit (the official "
-                f"inferencer's cfg_img_scale s without an image is text CFG at 1 + s (g - 1): set rollout.guidance_scale "
+                f"inferencer's cfg_img_scale s without an image is text CFG at 1 + s (g - 1): set rollout.sampling_options.guidance_scale "
                 f"so; in think mode it is model.adapter_options.plan_guidance_scale)"
             )
 
@@ -288,8 +288,8 @@ class BagelAdapter(DiffusionModelBase):
     def latent_shape(self, height: int, width: int, num_frames: int = 1) -> tuple[int, ...]:
         """[16, height / 8, width / 8]: FLUX's VAE latent of one image."""
         check_image_only(ARCHITECTURE, num_frames)
-        self.check_side("rollout.height", height)
-        self.check_side("rollout.width", width)
+        self.check_side("rollout.sampling_options.height", height)
+        self.check_side("rollout.sampling_options.width", width)
         return (LATENT_CHANNELS, height // VAE_DOWNSAMPLE, width // VAE_DOWNSAMPLE)
 
     def check_side(self, key: str, value: int) -> None:

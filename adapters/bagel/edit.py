@@ -31,7 +31,7 @@ mean, a condition that replays exactly (FLUX's posterior is narrow).
 **CFG** (the official `_forward_flow`), three branches in one forward: the conditional c (image
 + instruction); for the samples whose sigma lies in `model.adapter_options.cfg_interval`, the
 text-unconditional u (the image alone: the official `cfg_text_precontext`; with
-`rollout.negative_prompt` the image and that text) and, when `model.adapter_options.image_guidance_scale`
+`rollout.sampling_options.negative_prompt` the image and that text) and, when `model.adapter_options.image_guidance_scale`
 > 1, the image-unconditional ui (the instruction alone: the official `cfg_img_precontext`).
 `t = u + g (c - u)`, `v = ui + g_img (t - ui)`, rescaled toward |c| (clamped to
 [`model.adapter_options.cfg_renorm_min`, 1]) as `model.adapter_options.cfg_renorm_type` says (`guided_velocity`):
@@ -39,7 +39,7 @@ the official edit demo (app.py's `edit_image`, inference.ipynb's editing cells) 
 ImgEdit and KRIS evaluations use "text_channel" (per token, t rescaled before image CFG); the
 option's default stays the inferencer's "global", so an editing recipe names its renorm. As in
 the official code image CFG applies only together with text CFG, so image_guidance_scale > 1
-with `rollout.guidance_scale` <= 1 is refused.
+with `rollout.sampling_options.guidance_scale` <= 1 is refused.
 
 What trains is what text-to-image trains (the generation expert, or its LoRA); the SigLIP tower
 is a frozen module like the VAE, and `connector` / `vit_pos_embed` stay frozen in the network.
@@ -117,10 +117,10 @@ class BagelEditAdapter(BagelAdapter):
         if not (math.isfinite(scale) and scale >= 1.0):
             raise ValueError(f"model.adapter_options.image_guidance_scale={scale}: expected a number >= 1 (1 = no image CFG; "
                              f"BAGEL's editing uses 1.5 to 2)")
-        if scale > 1.0 and cfg.rollout.guidance_scale <= 1.0:
+        if scale > 1.0 and cfg.rollout.sampling_options.guidance_scale <= 1.0:
             raise ValueError(
-                f"model.adapter_options.image_guidance_scale={scale} with rollout.guidance_scale={cfg.rollout.guidance_scale}: BAGEL "
-                f"applies image CFG only together with text CFG; set rollout.guidance_scale > 1 (BAGEL: 4), or "
+                f"model.adapter_options.image_guidance_scale={scale} with rollout.sampling_options.guidance_scale={cfg.rollout.sampling_options.guidance_scale}: BAGEL "
+                f"applies image CFG only together with text CFG; set rollout.sampling_options.guidance_scale > 1 (BAGEL: 4), or "
                 f"model.adapter_options.image_guidance_scale=1"
             )
 
@@ -132,8 +132,8 @@ class BagelEditAdapter(BagelAdapter):
         """[height, width] in px the source image is encoded at (module docstring)."""
         size = self.options.condition_image_size
         h, w = (height, width) if size is None else (int(size[0]), int(size[1]))
-        self.check_side("model.adapter_options.condition_image_size[0]" if size else "rollout.height", h)
-        self.check_side("model.adapter_options.condition_image_size[1]" if size else "rollout.width", w)
+        self.check_side("model.adapter_options.condition_image_size[0]" if size else "rollout.sampling_options.height", h)
+        self.check_side("model.adapter_options.condition_image_size[1]" if size else "rollout.sampling_options.width", w)
         return h, w
 
     def condition_images(self, images, height: int, width: int):

@@ -8,8 +8,8 @@ the official think mode of `InterleaveInferencer.interleave_inference` does for 
    prompt, each a `<|im_start|> ... <|im_end|>` piece (the official `prepare_prompts`), then
    `<|im_start|>`: the official `prepare_start_tokens`, after which the plan is sampled.
 2. **The plan** is sampled token by token from the understanding expert, its final `norm` and
-   `lm_head` (the official `generate_text`), at `algo.family_options.temperature` (0: greedy), each sample
-   from a generator of its own seed, until `<|im_end|>` or `algo.family_options.max_new_tokens` tokens. The
+   `lm_head` (the official `generate_text`), at `rollout.sampling_options.temperature` (0: greedy), each sample
+   from a generator of its own seed, until `<|im_end|>` or `rollout.sampling_options.max_new_tokens` tokens. The
    sampled `<|im_end|>` is an action like any other token. Sampling recomputes the whole
    sequence for each token, with the plan padded to its full width from the first token (so
    sampling and training forwards have one shape): right for the tiny model; a KV cache is left
@@ -19,7 +19,7 @@ the official think mode of `InterleaveInferencer.interleave_inference` does for 
    own; here as the sampled ids, which the official code gets back by decoding and encoding
    again). Text CFG's unconditional context is the system prompt alone (the official
    `cfg_text_context`, taken before the prompt), or the system prompt and
-   `rollout.negative_prompt` when one is given.
+   `rollout.sampling_options.negative_prompt` when one is given.
 4. **CFG toward the plan** (`model.adapter_options.plan_guidance_scale` > 1): the official think mode's
    `cfg_img_scale` (`interleave_inference` defaults it to 1.5) guides by a third context, its
    `cfg_img_context`: the system prompt and the prompt, without the plan (and without the
@@ -32,7 +32,7 @@ the official think mode of `InterleaveInferencer.interleave_inference` does for 
 
 Widths are fixed, so a plan's log-probs and an image's velocity never depend on their batch-
 mates' lengths: the plan's context is padded to the system prompt plus `model.adapter_options.max_sequence_length`
-prompt tokens, plans to `algo.family_options.max_new_tokens`.
+prompt tokens, plans to `rollout.sampling_options.max_new_tokens`.
 
 **What trains.** With LoRA (the default targets `default_lora_targets`): adapters on both experts'
 attention and MLP projections, the generation expert's (`*_moe_gen`, as text-to-image) and the
@@ -87,10 +87,10 @@ class BagelThinkAdapter(BagelAdapter, ThinkDrawModelBase):
     def check_plan_guidance(cls, cfg) -> None:
         """CFG toward the plan applies only together with text CFG, as in the official code."""
         scale = cfg.model.adapter_options.plan_guidance_scale
-        if scale > 1.0 and cfg.rollout.guidance_scale <= 1.0:
+        if scale > 1.0 and cfg.rollout.sampling_options.guidance_scale <= 1.0:
             raise ValueError(
-                f"model.adapter_options.plan_guidance_scale={scale} with rollout.guidance_scale={cfg.rollout.guidance_scale}: "
-                f"BAGEL applies its second guidance only together with text CFG; set rollout.guidance_scale > 1 "
+                f"model.adapter_options.plan_guidance_scale={scale} with rollout.sampling_options.guidance_scale={cfg.rollout.sampling_options.guidance_scale}: "
+                f"BAGEL applies its second guidance only together with text CFG; set rollout.sampling_options.guidance_scale > 1 "
                 f"(BAGEL: 4), or model.adapter_options.plan_guidance_scale=1"
             )
 

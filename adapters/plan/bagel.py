@@ -32,7 +32,7 @@ def _plan_load_trained(adapter) -> None:
 
 def _grid(cfg) -> tuple[int, int]:
     side = VAE_DOWNSAMPLE * LATENT_PATCH
-    return cfg.rollout.height // side, cfg.rollout.width // side
+    return cfg.rollout.sampling_options.height // side, cfg.rollout.sampling_options.width // side
 
 
 def _plan_forward_inputs(adapter, cfg, batch: int) -> dict:
@@ -53,7 +53,7 @@ def _plan_forward_inputs(adapter, cfg, batch: int) -> dict:
 
 def _plan_latent_numel(adapter, cfg) -> int:
     """One sample's latent [16, H/8, W/8]."""
-    return LATENT_CHANNELS * (cfg.rollout.height // VAE_DOWNSAMPLE) * (cfg.rollout.width // VAE_DOWNSAMPLE)
+    return LATENT_CHANNELS * (cfg.rollout.sampling_options.height // VAE_DOWNSAMPLE) * (cfg.rollout.sampling_options.width // VAE_DOWNSAMPLE)
 
 
 register_plan_spec(ARCHITECTURE, PlanSpec(_plan_load_trained, _plan_forward_inputs, latent_numel=_plan_latent_numel))

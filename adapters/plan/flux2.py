@@ -22,7 +22,7 @@ def _plan_forward_inputs(adapter, cfg, batch: int) -> dict:
     from omni_rl.plan.spec import prompt_tokens
 
     c = adapter.transformer.config
-    h, w = cfg.rollout.height // (adapter.vae_scale * PATCH), cfg.rollout.width // (adapter.vae_scale * PATCH)
+    h, w = cfg.rollout.sampling_options.height // (adapter.vae_scale * PATCH), cfg.rollout.sampling_options.width // (adapter.vae_scale * PATCH)
     tokens = prompt_tokens(cfg)
     guidance = torch.empty(batch, dtype=adapter.dtype) if c.guidance_embeds else None
     return {"transformer": dict(

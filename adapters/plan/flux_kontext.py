@@ -17,7 +17,7 @@ def _plan_forward_inputs(adapter, cfg, batch: int) -> dict:
 
     inputs = flux_inputs(adapter, cfg, batch)["transformer"]
     options = cfg.model.adapter_options
-    size = options.condition_image_size or [cfg.rollout.height, cfg.rollout.width]
+    size = options.condition_image_size or [cfg.rollout.sampling_options.height, cfg.rollout.sampling_options.width]
     ch, cw = int(size[0]) // adapter.vae_scale, int(size[1]) // adapter.vae_scale
     hidden = inputs["hidden_states"]
     source = torch.empty(batch, (ch // PACK) * (cw // PACK), hidden.shape[-1], dtype=hidden.dtype)

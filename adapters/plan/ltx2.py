@@ -27,10 +27,10 @@ def _plan_forward_inputs(adapter, cfg, batch: int) -> dict:
 
     c, r = adapter.transformer.config, cfg.rollout
     adapter.options = cfg.model.adapter_options
-    terms = adapter.guidance(r.guidance_scale).values()
+    terms = adapter.guidance(r.sampling_options.guidance_scale).values()
     rows = 1 + any(t.cfg > 1.0 for t in terms) + any(t.stg > 0.0 for t in terms)
     rows_total = batch // cfg_copies(cfg) * rows
-    shapes = adapter.latent_shape(r.height, r.width, r.num_frames)
+    shapes = adapter.latent_shape(r.sampling_options.height, r.sampling_options.width, r.sampling_options.num_frames)
     (_, frames, h, w), (channels, length, mel) = shapes["video"], shapes["audio"]
     tokens = prompt_tokens(cfg)
     video_dim, audio_dim = ((c.caption_channels, c.caption_channels) if c.use_prompt_embeddings else
@@ -53,7 +53,7 @@ def _plan_latent_numel(adapter, cfg) -> int:
     """Both streams of one sample's latent."""
     import math
 
-    shapes = adapter.latent_shape(cfg.rollout.height, cfg.rollout.width, cfg.rollout.num_frames)
+    shapes = adapter.latent_shape(cfg.rollout.sampling_options.height, cfg.rollout.sampling_options.width, cfg.rollout.sampling_options.num_frames)
     return sum(math.prod(shape) for shape in shapes.values())
 
 

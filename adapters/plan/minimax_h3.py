@@ -30,7 +30,7 @@ def _plan_forward_inputs(adapter, cfg, batch: int) -> dict:
 
     c, r = adapter.transformer.config, cfg.rollout
     adapter.options = cfg.model.adapter_options
-    shapes = adapter.latent_shape(r.height, r.width, r.num_frames)
+    shapes = adapter.latent_shape(r.sampling_options.height, r.sampling_options.width, r.sampling_options.num_frames)
     (channels, frames, h, w), (stereo, length, latent_a) = shapes["video"], shapes["audio"]
     pt, ph, pw = c.patch_size
     video_rows = frames // pt * (h // ph) * (w // pw)
@@ -54,7 +54,7 @@ def _plan_latent_numel(adapter, cfg) -> int:
     """Both streams of one sample's latent."""
     import math
 
-    shapes = adapter.latent_shape(cfg.rollout.height, cfg.rollout.width, cfg.rollout.num_frames)
+    shapes = adapter.latent_shape(cfg.rollout.sampling_options.height, cfg.rollout.sampling_options.width, cfg.rollout.sampling_options.num_frames)
     return sum(math.prod(shape) for shape in shapes.values())
 
 

@@ -21,7 +21,7 @@ def _plan_forward_inputs(adapter, cfg, batch: int) -> dict:
     from omni_rl.plan.spec import prompt_tokens
 
     c, p = adapter.transformer.config, adapter.patch
-    h, w = cfg.rollout.height // adapter.vae_scale, cfg.rollout.width // adapter.vae_scale
+    h, w = cfg.rollout.sampling_options.height // adapter.vae_scale, cfg.rollout.sampling_options.width // adapter.vae_scale
     tokens = prompt_tokens(cfg)
     return {"transformer": dict(
         hidden_states=torch.empty(batch, (h // p) * (w // p), c.in_channels, dtype=adapter.dtype),

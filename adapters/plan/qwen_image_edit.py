@@ -18,7 +18,7 @@ def _plan_forward_inputs(adapter, cfg, batch: int) -> dict:
     from omni_rl.plan.spec import prompt_tokens
 
     c, p, f = adapter.transformer.config, adapter.patch, adapter.vae_scale
-    h, w = cfg.rollout.height // f, cfg.rollout.width // f
+    h, w = cfg.rollout.sampling_options.height // f, cfg.rollout.sampling_options.width // f
     size = cfg.model.adapter_options.condition_image_size
     ch, cw = (size[0] // f, size[1] // f) if size is not None else (h, w)
     image_tokens = (h // p) * (w // p) + (ch // p) * (cw // p)
@@ -36,7 +36,7 @@ def _plan_forward_inputs(adapter, cfg, batch: int) -> dict:
 def _plan_latent_numel(adapter, cfg) -> int:
     """The noise latent alone: the source's tokens are conditioning, stored once per sample."""
     c, f = adapter.transformer.config, adapter.vae_scale
-    return (c.in_channels // adapter.patch ** 2) * (cfg.rollout.height // f) * (cfg.rollout.width // f)
+    return (c.in_channels // adapter.patch ** 2) * (cfg.rollout.sampling_options.height // f) * (cfg.rollout.sampling_options.width // f)
 
 
 # The edit models' transformer is Qwen-Image's; the forward adds the source image's tokens.

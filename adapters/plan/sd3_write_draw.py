@@ -15,7 +15,7 @@ def _forward_inputs(adapter, cfg, batch: int) -> dict:
     inputs = _plan_forward_inputs(adapter, cfg, batch)
     if adapter.trains_writer:
         # The writer's context and its whole text, as the update scores them (teacher forced).
-        width = adapter.options.writer.max_prompt_tokens + cfg.algo.family_options.max_new_tokens
+        width = adapter.options.writer.max_prompt_tokens + cfg.rollout.sampling_options.max_new_tokens
         inputs[WRITER_GROUP] = dict(input_ids=torch.zeros(batch, width, dtype=torch.long),
                                     attention_mask=torch.ones(batch, width, dtype=torch.long))
     return inputs

@@ -32,7 +32,7 @@ def _plan_forward_inputs(adapter, cfg, batch: int) -> dict:
 
     vae = adapter.plan_vae or adapter.vae.config
     t, s = vae["scale_factor_temporal"], vae["scale_factor_spatial"]
-    frames, h, w = (cfg.rollout.num_frames - 1) // t + 1, cfg.rollout.height // s, cfg.rollout.width // s
+    frames, h, w = (cfg.rollout.sampling_options.num_frames - 1) // t + 1, cfg.rollout.sampling_options.height // s, cfg.rollout.sampling_options.width // s
     out = {}
     for name, expert in adapter.trainable_modules().items():
         c = expert.config

@@ -21,7 +21,7 @@ def _plan_forward_inputs(adapter, cfg, batch: int) -> dict:
     from omni_rl.plan.spec import prompt_tokens
 
     c = adapter.transformer.config
-    h, w = cfg.rollout.height // adapter.vae_scale, cfg.rollout.width // adapter.vae_scale
+    h, w = cfg.rollout.sampling_options.height // adapter.vae_scale, cfg.rollout.sampling_options.width // adapter.vae_scale
     tokens = prompt_tokens(cfg)
     return {"transformer": dict(
         x=[torch.empty(c.in_channels, 1, h, w, dtype=adapter.dtype) for _ in range(batch)],

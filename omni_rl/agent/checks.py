@@ -35,9 +35,9 @@ def check_agent_config(cfg: OmniConfig, agent: AgentOptions, adapter_class: type
         able = ", ".join(n for n in ROLLOUT_BACKENDS.names() if ROLLOUT_BACKENDS.get(n).multi_turn)
         raise ConfigError(f"{KEY} with rollout.backend={cfg.rollout.backend}: that backend does not sample multi-turn "
                           f"trajectories; use one that does ({able})")
-    max_new = cfg.algo.family_options.max_new_tokens
+    max_new = cfg.rollout.sampling_options.max_new_tokens
     if max_new > agent.max_total_tokens:
-        raise ConfigError(f"algo.family_options.max_new_tokens={max_new} is over {KEY}.max_total_tokens="
+        raise ConfigError(f"rollout.sampling_options.max_new_tokens={max_new} is over {KEY}.max_total_tokens="
                           f"{agent.max_total_tokens} (the whole trajectory's budget); lower it or raise the budget")
     if cfg.algo.family_options.routing_replay != "off":
         raise ConfigError(f"algo.family_options.routing_replay={cfg.algo.family_options.routing_replay} with {KEY}: "

@@ -10,7 +10,7 @@ and the sample log saves each as a PNG and puts its path there instead.
 
 Finish reasons: `answer` (a model turn without a tool call, the environment, if any, done),
 `environment` (the environment said done), `max_turns`, `max_total_tokens`, `length` (a model turn
-reached algo.family_options.max_new_tokens without ending).
+reached rollout.sampling_options.max_new_tokens without ending).
 """
 from __future__ import annotations
 

@@ -92,14 +92,14 @@ class AggregatedTokenOptions(TokenLossOptions):
 
     loss_agg_mode: str = option("token-mean", f"How per-token terms become one number: {', '.join(ALL_LOSS_AGG_MODES)}.")
     loss_scale_factor: Optional[float] = option(
-        None, "The constant C of seq-mean-token-sum-norm (Dr.GRPO); null = algo.family_options.max_new_tokens. Only with that mode.")
+        None, "The constant C of seq-mean-token-sum-norm (Dr.GRPO); null = rollout.sampling_options.max_new_tokens. Only with that mode.")
 
     def check(self) -> None:
         super().check()
         _check_mode(self.loss_agg_mode)
         if self.loss_scale_factor is not None and not self.loss_scale_factor > 0:
             raise ValueError(f"loss_scale_factor={self.loss_scale_factor!r}: expected > 0 (Dr.GRPO's response length "
-                             f"budget, e.g. 1024), or null for algo.family_options.max_new_tokens")
+                             f"budget, e.g. 1024), or null for rollout.sampling_options.max_new_tokens")
         if self.loss_scale_factor is not None and self.loss_agg_mode != SUM_NORM_MODE:
             raise ValueError(f"loss_scale_factor={self.loss_scale_factor!r}: expected null with loss_agg_mode="
                              f"{self.loss_agg_mode} (only {SUM_NORM_MODE} reads it); remove it or set that mode")
@@ -251,7 +251,7 @@ def aggregate(values: Tensor, mask: Optional[Tensor], mode: str, scale: Optional
         raise ValueError(
             f"loss_agg_mode={mode!r} divides by a constant, loss_scale_factor, but it is None; pass "
             f"Dr.GRPO's response length budget (the loss option loss_scale_factor, null meaning "
-            f"algo.family_options.max_new_tokens)."
+            f"rollout.sampling_options.max_new_tokens)."
         )
     if values.ndim != 2:
         raise ValueError(

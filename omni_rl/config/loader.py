@@ -11,6 +11,8 @@ backends) are checked above this package, by `omni_rl.compose.load_config`, whic
 A key that left the flat schema for a component's options block (`MOVED_KEYS`), or a block that
 was renamed (`MOVED_BLOCKS`: `model.options` is `model.adapter_options`), fails, in a recipe or an
 override, with one line naming its new place, before the schema would call it unknown. The table is kept until `MOVED_KEYS_REMOVED_IN` (0.3.0), then removed.
+A config a run wrote before the sampling knobs moved to `rollout.sampling_options`
+(`upgrade_saved_config`) is read in the new layout, so its checkpoints still resume and export.
 
 A prompt file given on the command line (`data.prompt_file=...`, `data.val_prompt_file=...`)
 replaces the recipe's inline list (`data.prompts`, `data.val_prompts`, which would otherwise win
@@ -94,7 +96,16 @@ _FSDP2 = "training engine fsdp2's option"
 _WINDOW = "the SDE window schedules' option"
 _BUFFERED = "an option of pipelines one_step_off, async"
 _TEXT = "the autoregressive family's option"
-_SAMPLING = "the autoregressive and think_draw families' option"
+_IMAGE = "the diffusion, think_draw and write_draw families' sampling option"
+_TOKENS = "the autoregressive, talker, think_draw and write_draw families' sampling option"
+_NUCLEUS = "the autoregressive and talker families' sampling option"
+# The sampling knobs that left `rollout` and `algo.family_options` for `rollout.sampling_options`
+# (a model family's `Sampling`): a diffusion model's, and a language head's.
+DIFFUSION_SAMPLING_KEYS = ("height", "width", "num_steps", "guidance_scale", "negative_prompt", "num_frames", "fps",
+                           "kernel", "noise_level", "sde_window_size", "sde_window_range", "sde_window_schedule",
+                           "sde_window_options")
+TOKEN_SAMPLING_KEYS = ("temperature", "max_new_tokens")
+TEXT_SAMPLING_KEYS = TOKEN_SAMPLING_KEYS + ("top_p", "stop_token_ids")
 # The release that drops `MOVED_KEYS` (and `MOVED_ALGO_KEYS`, `MOVED_BLOCKS`): until then an old
 # recipe gets the one-line "moved: set NEW" error; from then on it gets the schema's unknown-key
 # error.
@@ -121,9 +132,9 @@ MOVED_KEYS: dict[str, tuple[str, str]] = {
     "model.image_guidance_scale": ("model.adapter_options.image_guidance_scale", _BAGEL),
     "model.freeze_vision_tower": ("model.adapter_options.freeze_vision_tower", "Qwen3OmniMoeForConditionalGeneration/thinker's option"),
     "model.freeze_audio_tower": ("model.adapter_options.freeze_audio_tower", "Qwen3OmniMoeForConditionalGeneration/thinker's option"),
-    "rollout.sde_window_shift": ("rollout.sde_window_options.shift", _WINDOW),
-    "rollout.sde_window_tau": ("rollout.sde_window_options.tau", _WINDOW),
-    "rollout.sde_window_min_size": ("rollout.sde_window_options.min_size", _WINDOW),
+    "rollout.sde_window_shift": ("rollout.sampling_options.sde_window_options.shift", _WINDOW),
+    "rollout.sde_window_tau": ("rollout.sampling_options.sde_window_options.tau", _WINDOW),
+    "rollout.sde_window_min_size": ("rollout.sampling_options.sde_window_options.min_size", _WINDOW),
     "rollout.max_wait_ms": ("rollout.backend_options.max_wait_ms", "an option of rollout backends native, server, vllm_omni"),
     "rollout.trajectory_device": ("rollout.backend_options.trajectory_device", "an option of rollout backends native, server, vllm_omni"),
     "rollout.python": ("rollout.backend_options.python", _SERVER),
@@ -146,15 +157,18 @@ MOVED_KEYS: dict[str, tuple[str, str]] = {
     "trainer.wandb_project": ("trainer.logger_options.wandb_project", "the metric sinks' option"),
     "trainer.max_staleness": ("trainer.pipeline_options.max_staleness", _BUFFERED),
     "trainer.stale_policy": ("trainer.pipeline_options.stale_policy", _BUFFERED),
-    "rollout.temperature": ("algo.family_options.temperature", _SAMPLING),
-    "rollout.max_new_tokens": ("algo.family_options.max_new_tokens", _SAMPLING),
-    "rollout.top_p": ("algo.family_options.top_p", _TEXT),
-    "rollout.stop_token_ids": ("algo.family_options.stop_token_ids", _TEXT),
+    "rollout.temperature": ("rollout.sampling_options.temperature", _TOKENS),
+    "rollout.max_new_tokens": ("rollout.sampling_options.max_new_tokens", _TOKENS),
+    "rollout.top_p": ("rollout.sampling_options.top_p", _NUCLEUS),
+    "rollout.stop_token_ids": ("rollout.sampling_options.stop_token_ids", _NUCLEUS),
     "data.max_prompt_tokens": ("algo.family_options.max_prompt_tokens", _TEXT),
     "data.overlong_prompts": ("algo.family_options.overlong_prompts", _TEXT),
     "rollout.same_noise_in_group": ("algo.family_options.same_noise_in_group", _FAMILY),
     "trainer.val_num_steps": ("algo.family_options.val_num_steps", _FAMILY),
     **MOVED_ALGO_KEYS,
+    **{f"rollout.{name}": (f"rollout.sampling_options.{name}", _IMAGE) for name in DIFFUSION_SAMPLING_KEYS},
+    **{f"algo.family_options.{name}": (f"rollout.sampling_options.{name}", _TOKENS if name in TOKEN_SAMPLING_KEYS
+                                       else _NUCLEUS) for name in TEXT_SAMPLING_KEYS},
 }
 # Options blocks renamed to `<kind>_options` (docs/recipes.md, "Options blocks"): old block ->
 # (the block now, whose it is); a key inside an old block (`model.options.stg_scale`) is named
@@ -168,6 +182,40 @@ MOVED_BLOCKS: dict[str, tuple[str, str]] = {
     "reward.rewards[].kwargs": ("reward.rewards[].reward_options", "the reward's options block"),
     "reward.val_rewards[].kwargs": ("reward.val_rewards[].reward_options", "the reward's options block"),
 }
+
+
+def upgrade_saved_config(tree: dict) -> dict:
+    """A config a run wrote before the sampling knobs moved (its `config.yaml`: checkpoints, the
+    rollout server's file) with them in `rollout.sampling_options`, so that it composes with this
+    schema again: `rollout.height` and the rest, and `algo.family_options.temperature` and the
+    rest. A flat value equal to the old schema's default is dropped (a bound block writes only
+    what differs from its defaults, and a text model's config carried the diffusion defaults).
+    Any other key is left as it is; the input is not changed."""
+    if not isinstance(tree, dict):
+        return tree  # not a config: the caller's merge names what it is
+    tree = {section: dict(values) if isinstance(values, dict) else values for section, values in tree.items()}
+    rollout = tree.get("rollout")
+    if not isinstance(rollout, dict):
+        return tree
+    sampling = dict(rollout.get("sampling_options") or {})
+    for name in DIFFUSION_SAMPLING_KEYS:
+        if name in rollout:
+            value = rollout.pop(name)
+            if value != _OLD_ROLLOUT_DEFAULTS[name]:
+                sampling[name] = value
+    family = (tree.get("algo") or {}).get("family_options")
+    if isinstance(family, dict):
+        family = dict(family)
+        sampling.update({name: family.pop(name) for name in TEXT_SAMPLING_KEYS if name in family})
+        tree["algo"]["family_options"] = family
+    rollout["sampling_options"] = sampling
+    return tree
+
+
+# The flat rollout fields' defaults before they moved (a saved config wrote every one of them).
+_OLD_ROLLOUT_DEFAULTS = {"height": 32, "width": 32, "num_steps": 6, "guidance_scale": 4.5, "negative_prompt": "",
+                         "num_frames": 1, "fps": 16.0, "kernel": "sde", "noise_level": 0.7, "sde_window_size": 0,
+                         "sde_window_range": None, "sde_window_schedule": "fixed", "sde_window_options": {}}
 
 
 def moved_key_error(key: str, where: str) -> ConfigError | None:
@@ -187,14 +235,22 @@ def moved_key_error(key: str, where: str) -> ConfigError | None:
     return None
 
 
+def _is_mapping(node) -> bool:
+    return OmegaConf.is_dict(node) or isinstance(node, dict)
+
+
 def _check_moved_keys(node, where: str) -> None:
     for section, values in node.items():
-        if OmegaConf.is_dict(values) or isinstance(values, dict):
+        if _is_mapping(values):
             for key in values:
                 error = moved_key_error(f"{section}.{key}", where)
                 if error is not None:
                     raise error
                 items = values[key]
+                for item_key in items if _is_mapping(items) else ():  # a key that left a block: algo.family_options.top_p
+                    error = moved_key_error(f"{section}.{key}.{item_key}", where)
+                    if error is not None:
+                        raise error
                 if OmegaConf.is_list(items) or isinstance(items, list):  # a list of blocks: reward.rewards
                     for i, item in enumerate(items):
                         for item_key in item if (OmegaConf.is_dict(item) or isinstance(item, dict)) else ():

@@ -60,33 +60,11 @@ class RolloutConfig:
     """How samples are generated (the behaviour policy)."""
 
     backend: str = "native"
-    height: int = 32
-    width: int = 32
-    num_steps: int = 6
-    guidance_scale: float = 4.5
-    negative_prompt: str = ""
-    # Frames per sample: 1 = an image; a video model takes its own counts (Wan2.2: 4k+1), and
-    # image rewards then need `reward.rewards[i].video_frames`.
-    num_frames: int = 1
-    # Playback rate of the frames: the saved videos', and the model's where it is conditioned on it.
-    fps: float = 16.0
-    # Step kernel used inside the SDE window: sde | cps | dance_sde | ode.
-    kernel: str = "sde"
-    noise_level: float = 0.7
-    # Steps that are stochastic (and trained) per sample; 0 = every step (Flow-GRPO).
-    sde_window_size: int = 0
-    # [lo, hi): the window's first step is drawn per sample from lo .. hi - sde_window_size.
-    # null = [0, num_steps).
-    sde_window_range: Optional[list[int]] = None
-    # How the window moves over training (`omni_rl/rollout/sde_window.py`; MixGRPO): "fixed"
-    # (each sample draws its start from its seed, in sde_window_range), "progressive" (one
-    # window per training step, sliding from lo by `shift` steps every `tau` training steps up to
-    # hi - size), "random" (one window per training step, drawn from (trainer.seed, step)),
-    # "decay" (one per step at lo, its size shrinking by one every `tau` training steps down to
-    # `min_size`). Needs sde_window_size > 0 unless fixed.
-    sde_window_schedule: str = "fixed"
-    # The schedules' options (`rollout.sde_window.SdeWindowOptions`: shift, tau, min_size), checked at load.
-    sde_window_options: dict[str, Any] = field(default_factory=dict)
+    # How the model family samples (its `Sampling` options, `omni_rl.families.sampling`): a diffusion
+    # model's height, width, num_steps, guidance_scale, kernel, SDE window...; a text model's
+    # temperature, top_p, max_new_tokens, stop_token_ids. Bound at load to the adapter's family's
+    # class; `python main_omni.py --options model.family=NAME` lists them.
+    sampling_options: dict[str, Any] = field(default_factory=dict)
     # Request-level batching: at most this many samples per transformer forward.
     max_num_seqs: int = 32
     # A rollout that takes longer than this fails the step instead of hanging.
@@ -111,8 +89,8 @@ class AlgoConfig:
     policy_loss_options: dict[str, Any] = field(default_factory=dict)
     # The model family's options (its `Options`: diffusion's timestep_fraction, kl_form,
     # same_noise_in_group, val_num_steps and forward-process draws; think_draw's plan_policy_loss,
-    # plan_loss_options, plan_loss_weight, temperature, max_new_tokens; autoregressive's
-    # temperature, top_p, max_new_tokens, stop_token_ids, max_prompt_tokens, overlong_prompts).
+    # plan_loss_options, plan_loss_weight; autoregressive's max_prompt_tokens, overlong_prompts,
+    # routing_replay, teachers, agent_options). How a family samples is rollout.sampling_options.
     family_options: dict[str, Any] = field(default_factory=dict)
     # KL to the reference policy (the base model: LoRA disabled); 0 skips the reference forward.
     kl_coef: float = 0.0

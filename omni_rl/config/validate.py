@@ -4,7 +4,8 @@ Type and key checks come from the schema; this module checks what a type cannot 
 must divide, windows inside the step count, value ranges. Each failure is a `ConfigError` naming
 the key, the bad value and what was expected. It names no component: a loss's, an estimator's
 and a model family's own rules are theirs (their options' `check()`, the family's `check_config`),
-run by `omni_rl.compose` at load.
+run by `omni_rl.compose` at load; so are the sampling knobs' (`rollout.sampling_options`, the
+family's `Sampling.check()`).
 """
 from __future__ import annotations
 
@@ -28,9 +29,7 @@ def validate_config(cfg: OmniConfig) -> None:
         ("trainer.mini_batch_size", t.mini_batch_size),
         ("trainer.micro_batch_size", t.micro_batch_size),
         ("trainer.log_every", t.log_every),
-        ("rollout.num_steps", r.num_steps),
         ("rollout.max_num_seqs", r.max_num_seqs),
-        ("rollout.num_frames", r.num_frames),
         ("algo.ppo_epochs", a.ppo_epochs),
         ("model.lora.rank", cfg.model.lora.rank),
     ]:
@@ -40,7 +39,6 @@ def validate_config(cfg: OmniConfig) -> None:
         ("trainer.save_every", t.save_every),
         ("trainer.val_num_prompts", t.val_num_prompts),
         ("trainer.val_samples_per_prompt", t.val_samples_per_prompt),
-        ("rollout.sde_window_size", r.sde_window_size),
         ("trainer.keep_last_checkpoints", t.keep_last_checkpoints),
     ]:
         _require(value >= 0, key, value, "an integer >= 0")
@@ -59,31 +57,6 @@ def validate_config(cfg: OmniConfig) -> None:
         "trainer.micro_batch_size", t.micro_batch_size,
         f"a divisor of trainer.mini_batch_size = {t.mini_batch_size}",
     )
-    for key, value in [("rollout.height", r.height), ("rollout.width", r.width)]:
-        _require(value >= 8 and value % 8 == 0, key, value, "a positive multiple of 8 pixels")
-
-    window = r.sde_window_size or r.num_steps
-    _require(
-        window <= r.num_steps, "rollout.sde_window_size", r.sde_window_size,
-        f"at most rollout.num_steps = {r.num_steps} (0 means every step)",
-    )
-    if r.sde_window_range is not None:
-        rng = list(r.sde_window_range)
-        _require(
-            len(rng) == 2 and 0 <= rng[0] < rng[1] <= r.num_steps,
-            "rollout.sde_window_range", rng, f"[lo, hi) with 0 <= lo < hi <= rollout.num_steps = {r.num_steps}",
-        )
-        # The width the window needs, as the user set it: 0 means every step, i.e. num_steps.
-        why = ("rollout.sde_window_size" if r.sde_window_size else
-               "rollout.num_steps, since rollout.sde_window_size=0 makes every step stochastic")
-        _require(
-            rng[1] - rng[0] >= window, "rollout.sde_window_range", rng,
-            f"a range at least {window} steps wide ({why}), or null for every step",
-        )
-    _validate_window_schedule(r)
-    _require(r.noise_level >= 0 and math.isfinite(r.noise_level), "rollout.noise_level", r.noise_level, "a finite value >= 0")
-    _require(r.guidance_scale >= 1.0, "rollout.guidance_scale", r.guidance_scale, ">= 1.0 (1.0 disables CFG)")
-    _require(r.fps > 0 and math.isfinite(r.fps), "rollout.fps", r.fps, "a frame rate > 0, e.g. 16 (Wan2.2) or 24 (LTX-2)")
     _require(r.timeout_s > 0, "rollout.timeout_s", r.timeout_s, "> 0 seconds")
 
     _require(a.old_logprob_mode in ("auto", "recompute", "bypass"), "algo.old_logprob_mode", a.old_logprob_mode,
@@ -126,17 +99,6 @@ def validate_config(cfg: OmniConfig) -> None:
     _require(cfg.model.lora.alpha > 0, "model.lora.alpha", cfg.model.lora.alpha, "> 0")
     _require(o.eps > 0, "optim.eps", o.eps, "> 0")
     _require(o.weight_decay >= 0, "optim.weight_decay", o.weight_decay, ">= 0")
-
-
-def _validate_window_schedule(r) -> None:
-    """`rollout.sde_window_schedule` names a schedule that has a window to move (the options
-    its schedules read, `rollout.sde_window_options`, `omni_rl.rollout.sde_window` checks)."""
-    schedules = ("fixed", "progressive", "random", "decay")  # omni_rl/rollout/sde_window.py
-    schedule = r.sde_window_schedule
-    _require(schedule in schedules, "rollout.sde_window_schedule", schedule, f"one of {', '.join(schedules)}")
-    _require(schedule == "fixed" or r.sde_window_size > 0, "rollout.sde_window_schedule", schedule,
-             "fixed with rollout.sde_window_size=0 (every step is stochastic: there is no window to move); "
-             "set rollout.sde_window_size, e.g. 2")
 
 
 def _validate_preference_file(cfg: OmniConfig) -> None:

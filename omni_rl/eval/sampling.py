@@ -89,7 +89,7 @@ class DiffusionSampler(Sampler):
 
     @classmethod
     def recipe_values(cls, cfg) -> dict[str, Any]:
-        r = cfg.rollout
+        r = cfg.rollout.sampling_options
         # Frames and fps belong to a video model's protocol only; an image result names neither.
         video = dict(num_frames=r.num_frames, fps=r.fps) if r.num_frames > 1 else {}
         return dict(num_steps=r.num_steps, guidance_scale=r.guidance_scale, height=r.height, width=r.width, **video)
@@ -130,18 +130,13 @@ class DiffusionSampler(Sampler):
                      [req.seed for req in requests], keep)
 
 
-def _text_options(cfg):
-    """The text family's options, bound at load (`algo.family_options`)."""
-    return cfg.algo.family_options
-
-
 @SAMPLERS.register("autoregressive")
 class TextSampler(Sampler):
     fields = ("temperature", "top_p", "max_new_tokens")
 
     @classmethod
     def recipe_values(cls, cfg) -> dict[str, Any]:
-        o = _text_options(cfg)
+        o = cfg.rollout.sampling_options
         return dict(temperature=o.temperature, top_p=o.top_p, max_new_tokens=o.max_new_tokens)
 
     @classmethod
@@ -173,7 +168,7 @@ class SpeechSampler(TextSampler):
 
     @classmethod
     def recipe_values(cls, cfg) -> dict[str, Any]:
-        o = _text_options(cfg)
+        o = cfg.algo.family_options  # the speech's knobs are the talker family's own
         return dict(TextSampler.recipe_values(cfg), speech_temperature=o.speech_temperature, max_frames=o.max_frames)
 
     @classmethod

@@ -1,8 +1,8 @@
 """The autoregressive (text / omni) family: chat requests, padded batches, and token replay.
 
 Rollout half: prompts become chat messages (plus media) through the adapter's chat template and
-each response is sampled from its own seed (`TextOptions`: sampling and prompt limits, applied
-by `fit_prompts`). Actor half: teacher forcing of the stored responses with `token_log_probs`,
+each response is sampled from its own seed (`rollout.sampling_options`, `TextSampling`; prompt
+limits are `TextOptions`', applied by `fit_prompts`). Actor half: teacher forcing of the stored responses with `token_log_probs`,
 the function the engine recorded; the loss is the token loss on the response tokens plus, with
 `algo.kl_coef > 0`, the KL to the reference (LoRA off).
 
@@ -35,6 +35,7 @@ from omni_rl.families.base import MODEL_FAMILIES, BehaviourPolicy, ModelFamily, 
 from omni_rl.families.update import GAP_MAX_KEY, GAP_MEAN_KEY
 from omni_rl.families.scored_rollout import scored_rollout
 from omni_rl.families.teachers import check_routes, route
+from omni_rl.families.sampling import TextSampling, TokenSampling
 from omni_rl.families.token_teachers import TokenDistillOptions, build_token_teachers, response_logits, token_distill
 from omni_rl.models.autoregressive import AutoregressiveModelBase, PromptInputs
 from omni_rl.models.moe_routing import RoutingReplayError, take_recorded
@@ -51,42 +52,21 @@ _FILE_KEYS = {"data.prompts": "prompt_file", "data.val_prompts": "val_prompt_fil
 _LISTED = 3
 
 
-@dataclass
-class TokenSamplingOptions(ComponentOptions):
-    """How tokens are sampled from a language head: the text family's responses, the think-draw
-    family's plans."""
-
-    temperature: float = option(1.0, "Sampling temperature of the response tokens (> 0); the log-probs are of "
-                                     "the tempered distribution.")
-    max_new_tokens: int = option(256, "The longest response in tokens; longer ones are cut and counted in "
-                                      "response/clip_ratio.")
-
-    def check(self) -> None:
-        if not self.temperature > 0:
-            raise ValueError(f"temperature={self.temperature!r}: expected > 0")
-        if self.max_new_tokens < 1:
-            raise ValueError(f"max_new_tokens={self.max_new_tokens!r}: expected >= 1")
-
-
 ROUTING_REPLAY_MODES = ("off", "r3", "r2")
 
 
 @dataclass
-class TextOptions(TokenSamplingOptions, PromptLimitOptions):
-    """The autoregressive family's options (`algo.family_options`): how responses are sampled
-    and how long a prompt may be."""
+class TextOptions(PromptLimitOptions):
+    """The autoregressive family's options (`algo.family_options`): how long a prompt may be and
+    how a mixture-of-experts model's routes train (its sampling is `rollout.sampling_options`,
+    `TextSampling`)."""
 
-    top_p: float = option(1.0, "Nucleus sampling: keep the smallest set of tokens of mass >= top_p (1 = all).")
-    stop_token_ids: list[int] = option([], "Extra stop tokens besides the tokenizer's end-of-turn token(s).")
     routing_replay: str = option(
         "off", "A mixture-of-experts model's routed experts in training: off (the trainer's own top-k), r3 (replay "
                "the experts the rollout used, per token and layer) or r2 (replay those of the trainer's old-policy "
                "forward); the gate weights stay the trainer's router's.")
 
     def check(self) -> None:
-        TokenSamplingOptions.check(self)
-        if not 0 < self.top_p <= 1:
-            raise ValueError(f"top_p={self.top_p!r}: expected in (0, 1]")
         if self.routing_replay not in ROUTING_REPLAY_MODES:
             raise ValueError(f"routing_replay={self.routing_replay!r}: expected one of {', '.join(ROUTING_REPLAY_MODES)}")
         PromptLimitOptions.check(self)
@@ -94,7 +74,7 @@ class TextOptions(TokenSamplingOptions, PromptLimitOptions):
 
 @dataclass
 class TextFamilyOptions(TextOptions, TokenDistillOptions):
-    """The text family's options: sampling, prompt length, on-policy distillation's teachers, and
+    """The text family's options: prompt length, on-policy distillation's teachers, and
     the agent loop's (`agent_options`: set, the run samples multi-turn trajectories with tools)."""
 
     agent_options: dict[str, Any] = option({}, "The agent loop (`omni_rl.agent.options.AgentOptions`: tools, "
@@ -124,6 +104,7 @@ class TextFamily(ModelFamily):
     rollout_is_levels = ("token", "sequence")  # a response token; the whole response
     losses = TOKEN_LOSSES
     Options = TextFamilyOptions
+    Sampling = TextSampling
 
     @classmethod
     def variant(cls, cfg: OmniConfig) -> type[ModelFamily]:
@@ -141,10 +122,10 @@ class TextFamily(ModelFamily):
 
     @classmethod
     def check_config(cls, cfg: OmniConfig) -> None:
-        options = cfg.algo.family_options
-        if options.top_p != 1.0 and not ROLLOUT_BACKENDS.get(cfg.rollout.backend).takes_top_p:
+        options, sampling = cfg.algo.family_options, cfg.rollout.sampling_options
+        if sampling.top_p != 1.0 and not ROLLOUT_BACKENDS.get(cfg.rollout.backend).takes_top_p:
             raise ConfigError(
-                f"algo.family_options.top_p={options.top_p!r}: expected 1.0 with rollout.backend={cfg.rollout.backend} "
+                f"rollout.sampling_options.top_p={sampling.top_p!r}: expected 1.0 with rollout.backend={cfg.rollout.backend} "
                 f"(its log-probs renormalise over the top-p nucleus, the trainer's do not); use rollout.backend=native "
                 f"for top_p < 1")
         if options.routing_replay == "r3" and not ROLLOUT_BACKENDS.get(cfg.rollout.backend).records_routes:
@@ -173,7 +154,8 @@ class TextFamily(ModelFamily):
         self._truncated: set[int] = set()  # ids of the items whose prompt was cut to fit
 
     def build_policy_loss(self) -> TokenLoss:
-        return build_token_loss(self.loss_class, self.loss_options(), self.options, self.cfg.algo.kl_coef)
+        return build_token_loss(self.loss_class, self.loss_options(), self.cfg.rollout.sampling_options,
+                                self.cfg.algo.kl_coef)
 
     # --- prompt length --------------------------------------------------------------------
     @functools.cached_property
@@ -185,7 +167,7 @@ class TextFamily(ModelFamily):
     def response_budget(self) -> tuple[int, str]:
         """(the most tokens after a prompt, the config key that sets it): a response's
         max_new_tokens here; a whole trajectory's for the agent family."""
-        return self.options.max_new_tokens, "algo.family_options.max_new_tokens"
+        return self.cfg.rollout.sampling_options.max_new_tokens, "rollout.sampling_options.max_new_tokens"
 
     @functools.cached_property
     def _prompt_limit(self) -> tuple[Optional[int], str]:
@@ -309,10 +291,10 @@ class TextFamily(ModelFamily):
         )
 
     def request(self, item: PromptItem, seed: int, **changes) -> TextRequest:
-        o = self.options
+        s = self.cfg.rollout.sampling_options
         fields = dict(
-            prompt=self._encode(item), seed=seed, max_new_tokens=o.max_new_tokens, temperature=o.temperature,
-            top_p=o.top_p, stop_token_ids=tuple(o.stop_token_ids), record_routes=o.routing_replay == "r3",
+            prompt=self._encode(item), seed=seed, max_new_tokens=s.max_new_tokens, temperature=s.temperature,
+            top_p=s.top_p, stop_token_ids=tuple(s.stop_token_ids), record_routes=self.options.routing_replay == "r3",
         )
         fields.update(changes)
         return TextRequest(**fields)
@@ -349,7 +331,7 @@ class TextFamily(ModelFamily):
         return {
             "response/length_mean": float(lengths.mean()),
             "response/length_max": float(lengths.max()),
-            # Responses cut at algo.family_options.max_new_tokens without a stop token.
+            # Responses cut at rollout.sampling_options.max_new_tokens without a stop token.
             "response/clip_ratio": sum(f == "length" for f in batch.finish_reasons) / len(batch),
             # algo.family_options.overlong_prompts=truncate: the share of samples whose prompt was cut to fit.
             **({"response/prompt_truncated_ratio": batch.extras["prompt_truncated_ratio"]}
@@ -511,10 +493,10 @@ class TextFamily(ModelFamily):
         return loss, metrics
 
 
-def build_token_loss(loss_cls: type[TokenLoss], options, sampling: TokenSamplingOptions, kl_coef: float) -> TokenLoss:
+def build_token_loss(loss_cls: type[TokenLoss], options, sampling: TokenSampling, kl_coef: float) -> TokenLoss:
     """A token loss from its bound options (the text family's response loss, the think-draw
     family's plan loss). seq-mean-token-sum-norm's constant left null is Dr.GRPO's response
-    length budget, the family's `sampling.max_new_tokens` (`algo.family_options.max_new_tokens`)."""
+    length budget, the family's `sampling.max_new_tokens` (`rollout.sampling_options.max_new_tokens`)."""
     if isinstance(options, AggregatedTokenOptions) and options.loss_agg_mode == SUM_NORM_MODE and options.loss_scale_factor is None:
         options = dataclasses.replace(options, loss_scale_factor=float(sampling.max_new_tokens))
     return loss_cls(options, kl_coef=kl_coef)

@@ -1,7 +1,7 @@
 """`ModelFamily`: everything the PPO loop does that depends on the kind of model, in one object.
 
 A family is registered under the name its adapters carry in `OmniModelBase.family`; its `Options`
-(`algo.family_options`) and `check_config` run at load. Its rollout half (driver) makes requests,
+(`algo.family_options`), its `Sampling` (`rollout.sampling_options`) and `check_config` run at load. Its rollout half (driver) makes requests,
 batches, reward inputs and validation; its actor half replays a stored batch teacher-forced
 (`behaviour_policy`, `loss`, `num_chunks`) with the adapter's own functions, so the rollout's
 log-probs and the trainer's are one function.
@@ -56,6 +56,9 @@ class ModelFamily(ABC):
     losses: ClassVar[Registry[type[PolicyLoss]]]
     # The family's own options (a dataclass), set in `algo.family_options` and checked at load.
     Options: ClassVar[type] = NoOptions
+    # How it samples (`omni_rl.families.sampling`: DiffusionSampling, TextSampling, ...), set in
+    # `rollout.sampling_options` and bound at load by the composition root.
+    Sampling: ClassVar[type] = NoOptions
     # What its rewards are handed (`reward_inputs`), a subset of the reward registry's modalities:
     # a reward that scores none of them is refused at load. None: it depends on the config (a
     # diffusion model's images or video, and audio), checked by the composition root's own rules.

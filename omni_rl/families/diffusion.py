@@ -33,6 +33,7 @@ from omni_rl.data.diffusion_batch import DiffusionBatch
 from omni_rl.data.prompts import PromptFileError, PromptItem
 from omni_rl.families.base import MODEL_FAMILIES, BehaviourPolicy, ModelFamily, register_family
 from omni_rl.families.forward_draws import TIMESTEP_SAMPLINGS
+from omni_rl.families.sampling import DiffusionSampling
 from omni_rl.families.scored_rollout import scored_rollout
 from omni_rl.families.teachers import TeacherOptions, build_teachers, check_routes, check_teachers, route, teacher_step_means
 from omni_rl.families.update import GAP_MAX_KEY, GAP_MEAN_KEY
@@ -65,7 +66,7 @@ class DiffusionOptions(ComponentOptions):
                    "distribution); both kept in [1e-3, 1 - 1e-3].")
     same_noise_in_group: bool = option(False, "Share the initial noise within a prompt's group (DanceGRPO).")
     val_num_steps: int = option(12, "Denoising steps of a validation sample (deterministic: ODE, noise 0); "
-                                    "usually more than rollout.num_steps.")
+                                    "usually more than rollout.sampling_options.num_steps.")
     teachers: list[TeacherOptions] = option([], "On-policy distillation: frozen teachers that score every trained step (each "
                                       "a block of omni_rl.families.teachers.TeacherOptions: name, path, lora, "
                                       "guidance_scale, data_source, metadata_key).")
@@ -94,16 +95,16 @@ class DiffusionOptions(ComponentOptions):
 
 def check_kernel(cfg: OmniConfig) -> None:
     """An ODE rollout has no log-prob: only a forward-process loss trains on its samples; a
-    stochastic kernel needs noise (rollout.noise_level > 0) to have one."""
+    stochastic kernel needs noise (rollout.sampling_options.noise_level > 0) to have one."""
     a, r = cfg.algo, cfg.rollout
-    if r.kernel != "ode" and not r.noise_level > 0:
+    if r.sampling_options.kernel != "ode" and not r.sampling_options.noise_level > 0:
         raise ConfigError(
-            f"rollout.noise_level={r.noise_level!r}: expected > 0 for a stochastic kernel (training needs log-probs); "
-            f"use rollout.kernel=ode only for evaluation"
+            f"rollout.sampling_options.noise_level={r.sampling_options.noise_level!r}: expected > 0 for a stochastic kernel (training needs log-probs); "
+            f"use rollout.sampling_options.kernel=ode only for evaluation"
         )
-    if r.kernel == "ode" and a.policy_loss not in FORWARD_LOSSES:
+    if r.sampling_options.kernel == "ode" and a.policy_loss not in FORWARD_LOSSES:
         raise ConfigError(
-            f"rollout.kernel={r.kernel!r}: expected a stochastic kernel for training with algo.policy_loss="
+            f"rollout.sampling_options.kernel={r.sampling_options.kernel!r}: expected a stochastic kernel for training with algo.policy_loss="
             f"{a.policy_loss} (sde, cps, dance_sde); ode has no log-prob (only the forward-process losses "
             f"{', '.join(FORWARD_LOSSES.names())} train on ode samples)"
         )
@@ -125,6 +126,7 @@ class DiffusionFamily(ModelFamily):
     rollout_is_levels = ("step", "sequence")  # a denoising step; a sample's trained steps
     losses = RegistryUnion("diffusion loss", DIFFUSION_LOSSES, FORWARD_LOSSES, DISTILL_LOSSES)
     Options = DiffusionOptions
+    Sampling = DiffusionSampling
 
     @classmethod
     def check_config(cls, cfg: OmniConfig) -> None:
@@ -181,16 +183,16 @@ class DiffusionFamily(ModelFamily):
 
     def condition_images(self, item: PromptItem):
         """The prompt's source images as the model encodes them (None for text-to-image)."""
-        r = self.cfg.rollout
+        r = self.cfg.rollout.sampling_options
         return self.model.condition_images((item.media or {}).get("images"), r.height, r.width)
 
     def sde_window(self, step: int) -> dict:
         """The request fields that place training step `step`'s SDE window: the configured size
         and range (each sample draws its start) under the fixed schedule, else the step's one
-        window (`rollout.sde_window_schedule`) as a range exactly its size."""
-        r = self.cfg.rollout
+        window (`rollout.sampling_options.sde_window_schedule`) as a range exactly its size."""
+        r = self.cfg.rollout.sampling_options
         window_range = tuple(r.sde_window_range) if r.sde_window_range else None
-        options = self.cfg.rollout.sde_window_options
+        options = self.cfg.rollout.sampling_options.sde_window_options
         window = scheduled_sde_window(
             r.sde_window_schedule, step, self.cfg.trainer.seed, r.num_steps, r.sde_window_size, window_range,
             options.shift, options.tau, options.min_size,
@@ -200,7 +202,7 @@ class DiffusionFamily(ModelFamily):
         return dict(sde_window_size=window[1] - window[0], sde_window_range=window)
 
     def request(self, item: PromptItem, seed: int, **changes) -> DiffusionRequest:
-        r = self.cfg.rollout
+        r = self.cfg.rollout.sampling_options
         if "images" not in changes:
             changes["images"] = self.condition_images(item)
         fields = dict(

@@ -43,7 +43,7 @@ class OfflinePairs:
         return self.sampler.prompts_for_step(step - 1)
 
     def batch(self, step: int) -> PairBatch:
-        r = self.cfg.rollout
+        r = self.cfg.rollout.sampling_options
         rows = self.rows_for_step(step)
         pairs = [read_pair_images(row, r.height, r.width) for row in rows]
         seeds = torch.tensor([derive_seed(self.cfg.trainer.seed, "offline-pair", step, k) for k in range(len(rows))],

@@ -28,6 +28,7 @@ from omni_rl.data.prompts import PromptItem
 from omni_rl.data.speech_batch import SpeechBatch, answer_ids_of, prompt_ids_of
 from omni_rl.data.text_batch import TextBatch
 from omni_rl.families.autoregressive import TextFamily, TextOptions, build_token_loss, token_gap_metrics
+from omni_rl.families.sampling import TextSampling, TokenSampling
 from omni_rl.families.base import BehaviourPolicy, ModelFamily, register_family
 from omni_rl.models.speech import SpeechModelBase
 from omni_rl.reward.media import MediaSamples
@@ -40,8 +41,8 @@ __all__ = ["TalkerFamily", "TalkerOptions"]
 
 @dataclass
 class TalkerOptions(TextOptions):
-    """The talker family's options (`algo.family_options`): how the thinker's answer is sampled (the
-    text family's) and how it is spoken."""
+    """The talker family's options (`algo.family_options`): the text family's, and how the answer
+    is spoken (the thinker's answer is sampled with `rollout.sampling_options`, `TextSampling`)."""
 
     speech_temperature: float = option(1.0, "Sampling temperature of the talker's and the code predictor's codec "
                                             "tokens (> 0); a frame's log-prob is of the tempered distributions.")
@@ -63,6 +64,7 @@ class TalkerFamily(ModelFamily):
     rollout_is_levels = ()
     losses = TOKEN_LOSSES
     Options = TalkerOptions
+    Sampling = TextSampling  # the thinker's answer; the speech's temperature and length are the family's options
 
     def __init__(self, cfg: OmniConfig, model: SpeechModelBase, options=None, trains: bool = True):
         super().__init__(cfg, model, options, trains)
@@ -70,8 +72,9 @@ class TalkerFamily(ModelFamily):
 
     def build_policy_loss(self):
         # seq-mean-token-sum-norm's constant defaults to the trajectory's budget of actions.
-        budget = self.options.max_frames + (self.options.max_new_tokens if self.model.trains_thinker else 0)
-        sampling = TextOptions(max_new_tokens=budget)
+        answer = self.cfg.rollout.sampling_options.max_new_tokens
+        budget = self.options.max_frames + (answer if self.model.trains_thinker else 0)
+        sampling = TokenSampling(max_new_tokens=budget)
         return build_token_loss(self.loss_class, self.loss_options(), sampling, self.cfg.algo.kl_coef)
 
     @classmethod

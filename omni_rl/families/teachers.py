@@ -75,7 +75,7 @@ class TeacherOptions(ComponentOptions):
     revision: Optional[str] = option(None, "The hub revision of `path`.")
     lora: Optional[str] = option(None, "A diffusers LoRA loaded onto it (pytorch_lora_weights.safetensors, as a run "
                                        "exports it in OUTPUT/lora, or its folder); null: none.")
-    guidance_scale: Optional[float] = option(None, "Its own guidance scale; null: the student's rollout.guidance_scale.")
+    guidance_scale: Optional[float] = option(None, "Its own guidance scale; null: the student's rollout.sampling_options.guidance_scale.")
     data_source: Optional[str] = option(None, "It teaches the prompts whose metadata[metadata_key] equals this; null: "
                                               "every prompt no other teacher claims (the default teacher).")
     metadata_key: str = option("data_source", "The field of a prompt row's metadata that routes it (one for all teachers).")
@@ -92,7 +92,7 @@ class TeacherOptions(ComponentOptions):
             raise ValueError(f"name={self.name!r}: expected a non-empty name without '/' (it names metrics)")
         if self.guidance_scale is not None and not self.guidance_scale >= 0:
             raise ValueError(f"guidance_scale={self.guidance_scale!r}: expected >= 0 (1 = no guidance), or null for "
-                             f"the student's rollout.guidance_scale")
+                             f"the student's rollout.sampling_options.guidance_scale")
         if not self.metadata_key:
             raise ValueError("metadata_key='': expected the name of a metadata field (data_source)")
         if self.placement not in PLACEMENTS:
@@ -397,7 +397,7 @@ def load_teacher_lora(model, file: Path, key: str, adapter: str) -> list[str]:
 def latent_probe(model, rollout) -> tuple[Any, torch.Tensor]:
     """The model's latent shape at the rollout's geometry, and its decoding of one seeded latent
     (on the host): what `check_latent_space` compares, wherever the teacher runs."""
-    r = rollout
+    r = rollout.sampling_options
     shape = model.latent_shape(r.height, r.width, r.num_frames)
     batched = {k: (1, *v) for k, v in shape.items()} if isinstance(shape, dict) else (1, *shape)
     z = ls.randn(batched, generator=torch.Generator().manual_seed(0))
@@ -407,7 +407,7 @@ def latent_probe(model, rollout) -> tuple[Any, torch.Tensor]:
 def check_latent_space(teacher_probe, student_probe, cfg, key: str) -> None:
     """A teacher's latent space is the student's: the same latent shape, and one latent decoded
     by both gives the same pixels (`latent_probe` of each)."""
-    r = cfg.rollout
+    r = cfg.rollout.sampling_options
     (shape, a), (mine, b) = teacher_probe, student_probe
     if shape != mine:
         raise TeacherConfigError(f"{key}: the teacher's latent at {r.height}x{r.width} is {tuple(shape)}, the "
@@ -475,7 +475,7 @@ def build_teachers(cfg, student, blocks: list[TeacherOptions], key: str = "algo.
     student_probe = None
     for i, t in enumerate(blocks):
         where = f"{key}[{i}]"
-        guidance = cfg.rollout.guidance_scale if t.guidance_scale is None else t.guidance_scale
+        guidance = cfg.rollout.sampling_options.guidance_scale if t.guidance_scale is None else t.guidance_scale
         if t.pooled:
             # What can be checked here is, before the actors are asked (they raise in their own logs).
             if t.path is not None:
@@ -488,7 +488,7 @@ def build_teachers(cfg, student, blocks: list[TeacherOptions], key: str = "algo.
             teachers.append(pooled)
             continue
         if t.path is None and t.lora is None and cfg.model.lora.enabled:
-            teachers.append(Teacher(t, student, guidance, cfg.rollout.negative_prompt, shares_student=True))
+            teachers.append(Teacher(t, student, guidance, cfg.rollout.sampling_options.negative_prompt, shares_student=True))
             continue
         base = teacher_source(cfg, t)
         if base not in bases:
@@ -503,7 +503,7 @@ def build_teachers(cfg, student, blocks: list[TeacherOptions], key: str = "algo.
             landed = load_teacher_lora(model, file, f"{where}.lora", adapter=t.name)
             adapted[base] += [c for c in landed if c not in adapted[base]]
         freeze(model)
-        teachers.append(Teacher(t, model, guidance, cfg.rollout.negative_prompt, shares_student=False,
+        teachers.append(Teacher(t, model, guidance, cfg.rollout.sampling_options.negative_prompt, shares_student=False,
                                 adapter=None if t.lora is None else t.name))
     sharded = shards_teachers(cfg)
     if sharded:

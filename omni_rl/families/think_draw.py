@@ -26,7 +26,8 @@ from omni_rl.config.schema import OmniConfig
 from omni_rl.errors import ConfigError
 from omni_rl.data.prompts import PromptItem
 from omni_rl.data.think_draw_batch import ThinkDrawBatch
-from omni_rl.families.autoregressive import TokenSamplingOptions, build_token_loss, token_gap_metrics
+from omni_rl.families.autoregressive import build_token_loss, token_gap_metrics
+from omni_rl.families.sampling import ThinkDrawSampling
 from omni_rl.families.base import BehaviourPolicy, ModelFamily, register_family
 from omni_rl.families.diffusion import DiffusionFamily, DiffusionOptions, check_kernel
 from omni_rl.models.think_draw import ThinkDrawModelBase
@@ -38,10 +39,10 @@ SHARED_METRICS = ("ratio_max_abs_dev",)
 
 
 @dataclass
-class ThinkDrawOptions(DiffusionOptions, TokenSamplingOptions):
+class ThinkDrawOptions(DiffusionOptions):
     """The think-draw family's options (`algo.family_options`): the image half's (the diffusion
-    family's), how the plan is sampled (the text family's temperature and max_new_tokens) and how
-    it is trained."""
+    family's) and how the plan is trained (how it is sampled, its temperature and max_new_tokens,
+    is `rollout.sampling_options`, `ThinkDrawSampling`)."""
 
     plan_policy_loss: str = option("ppo_clip", "The token loss of the plan's tokens (a TOKEN_LOSSES name); "
                                                "algo.policy_loss trains the image's denoising steps.")
@@ -52,7 +53,6 @@ class ThinkDrawOptions(DiffusionOptions, TokenSamplingOptions):
 
     def check(self) -> None:
         DiffusionOptions.check(self)
-        TokenSamplingOptions.check(self)
         if not (math.isfinite(self.plan_loss_weight) and self.plan_loss_weight >= 0):
             raise ValueError(f"plan_loss_weight={self.plan_loss_weight!r}: expected a finite value >= 0 "
                              f"(0 leaves the plan untrained)")
@@ -67,6 +67,7 @@ class ThinkDrawFamily(ModelFamily):
     rollout_is_levels = ()  # refused: a plan token and a denoising step share no unit
     losses = DIFFUSION_LOSSES  # algo.policy_loss; the plan's is the option plan_policy_loss
     Options = ThinkDrawOptions
+    Sampling = ThinkDrawSampling
 
     def __init__(self, cfg: OmniConfig, model: ThinkDrawModelBase, options: ThinkDrawOptions | None = None,
                  trains: bool = True):
@@ -74,7 +75,7 @@ class ThinkDrawFamily(ModelFamily):
         self.image = DiffusionFamily(cfg, model, self.options, trains)
         # No KL term on the plan: algo.kl_coef applies to the image steps.
         self.plan_loss = build_token_loss(TOKEN_LOSSES.get(self.options.plan_policy_loss),
-                                          self.options.plan_loss_options, self.options,
+                                          self.options.plan_loss_options, cfg.rollout.sampling_options,
                                           kl_coef=0.0) if trains else None
 
     @classmethod
@@ -137,8 +138,8 @@ class ThinkDrawFamily(ModelFamily):
         Returns (plan_ids, plan_mask, plans as text)."""
         prompts = [req.prompt for req in requests]
         ids, mask = self.model.sample_plans(prompts, [self.plan_seed(req.seed) for req in requests],
-                                            self.options.max_new_tokens, temperature)
-        conditioning = self.model.encode_prompts_with_plans(prompts, ids, mask, self.cfg.rollout.negative_prompt)
+                                            self.cfg.rollout.sampling_options.max_new_tokens, temperature)
+        conditioning = self.model.encode_prompts_with_plans(prompts, ids, mask, self.cfg.rollout.sampling_options.negative_prompt)
         for i, req in enumerate(requests):
             req.conditioning = conditioning.select([i])
         plans = [self.model.decode_plan(row[m.bool()].tolist()) for row, m in zip(ids, mask)]
@@ -146,7 +147,7 @@ class ThinkDrawFamily(ModelFamily):
 
     def rollout(self, engine, prompts: list[PromptItem], step: int, score=None) -> tuple[ThinkDrawBatch, list]:
         requests, metadata, groups = self.image.rollout_requests(prompts, step)
-        temperature = self.options.temperature
+        temperature = self.cfg.rollout.sampling_options.temperature
         ids, mask, plans = self.with_plans(requests, temperature)
         with torch.no_grad():  # the very function the trainer scores the plans with
             log_probs = self.model.plan_log_probs([req.prompt for req in requests], ids, mask, temperature).float().cpu()
@@ -163,7 +164,7 @@ class ThinkDrawFamily(ModelFamily):
         lengths = batch.plan_mask.sum(1)
         return {
             "response/plan_length_mean": float(lengths.mean()),
-            # Plans cut at algo.family_options.max_new_tokens before their end token.
+            # Plans cut at rollout.sampling_options.max_new_tokens before their end token.
             "response/plan_clip_ratio": float((lengths == batch.plan_width).float().mean()),
         }
 

@@ -47,7 +47,7 @@ class EditingOptions(PromptLengthOptions):
     """The option editing adapters share (`model.adapter_options`); an adapter's own options class
     derives from it to add its knobs."""
 
-    condition_image_size: Optional[list[int]] = option(None, "[height, width] in px the source image is resized to and encoded at (through the VAE and the vision-language encoder); null = the output's size (rollout.height, rollout.width). Rollout and training see the same encoding.")
+    condition_image_size: Optional[list[int]] = option(None, "[height, width] in px the source image is resized to and encoded at (through the VAE and the vision-language encoder); null = the output's size (rollout.sampling_options.height, rollout.sampling_options.width). Rollout and training see the same encoding.")
 
     def check(self) -> None:
         super().check()
@@ -75,7 +75,7 @@ def check_frame_count(key: str, value: int, stride: int) -> None:
 
 def check_image_only(model_name: str, num_frames: int) -> None:
     if num_frames != 1:
-        raise ValueError(f"rollout.num_frames={num_frames}: {model_name} makes images; expected 1")
+        raise ValueError(f"rollout.sampling_options.num_frames={num_frames}: {model_name} makes images; expected 1")
 
 
 def _short(text: str, limit: int = 40) -> str:
@@ -134,14 +134,14 @@ class DiffusionModelBase(OmniModelBase):
 
     @classmethod
     def check_config(cls, cfg) -> None:
-        r = cfg.rollout
+        r = cfg.rollout.sampling_options
         if cls.frame_stride is None:
             check_image_only(cfg.model.adapter, r.num_frames)
         else:
-            check_frame_count("rollout.num_frames", r.num_frames, cls.frame_stride)
+            check_frame_count("rollout.sampling_options.num_frames", r.num_frames, cls.frame_stride)
         if cls.size_multiple is not None:
-            check_multiple("rollout.height", r.height, cls.size_multiple, f"what {cfg.model.adapter} takes")
-            check_multiple("rollout.width", r.width, cls.size_multiple, f"what {cfg.model.adapter} takes")
+            check_multiple("rollout.sampling_options.height", r.height, cls.size_multiple, f"what {cfg.model.adapter} takes")
+            check_multiple("rollout.sampling_options.width", r.width, cls.size_multiple, f"what {cfg.model.adapter} takes")
         check_sample_memory(r.height, r.width, r.num_frames)
         # The step's decoded samples here; their latents once the model's configs say how large.
         check_step_memory(cfg, on_cpu=runs_on_cpu(cfg.trainer.device))

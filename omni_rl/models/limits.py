@@ -41,7 +41,7 @@ def check_sample_memory(height: int, width: int, num_frames: int, memory_bytes: 
     need = height * width * num_frames * DECODED_BYTES_PER_PIXEL
     if need > memory_bytes:
         raise ValueError(
-            f"rollout.height={height} x rollout.width={width} x rollout.num_frames={num_frames}: one sample alone "
+            f"rollout.sampling_options.height={height} x rollout.sampling_options.width={width} x rollout.sampling_options.num_frames={num_frames}: one sample alone "
             f"is {_size(need)} decoded (fp32 RGB), more than this machine's {_size(memory_bytes)} of memory; use a "
             f"smaller size or fewer frames"
         )
@@ -73,8 +73,8 @@ def step_memory(cfg, latent_numel: Optional[int] = None) -> StepMemory:
     r, t = cfg.rollout, cfg.trainer
     samples = t.prompts_per_step * t.samples_per_prompt
     at_once = min(r.max_num_seqs, samples)
-    per_sample = decoded_sample_bytes(r.height, r.width, r.num_frames)
-    trajectories = 0 if latent_numel is None else samples * trajectory_sample_bytes(r.num_steps, latent_numel)
+    per_sample = decoded_sample_bytes(r.sampling_options.height, r.sampling_options.width, r.sampling_options.num_frames)
+    trajectories = 0 if latent_numel is None else samples * trajectory_sample_bytes(r.sampling_options.num_steps, latent_numel)
     return StepMemory(samples, samples * per_sample, at_once * per_sample * 4, trajectories)
 
 
@@ -96,12 +96,12 @@ def check_step_memory(cfg, latent_numel: Optional[int] = None, on_cpu: bool = Tr
 
 def _step_refusal(cfg, need: StepMemory, whose: str, held: int, limit: int) -> str:
     r, t = cfg.rollout, cfg.trainer
-    geometry = (f"rollout.num_frames={r.num_frames} (at rollout.height={r.height} x rollout.width={r.width})"
-                if r.num_frames > 1 else f"rollout.height={r.height} x rollout.width={r.width}")
+    geometry = (f"rollout.sampling_options.num_frames={r.sampling_options.num_frames} (at rollout.sampling_options.height={r.sampling_options.height} x rollout.sampling_options.width={r.sampling_options.width})"
+                if r.sampling_options.num_frames > 1 else f"rollout.sampling_options.height={r.sampling_options.height} x rollout.sampling_options.width={r.sampling_options.width}")
     parts = [f"{_size(need.decoded)} decoded (uint8 RGB, all {need.samples}, host)",
              f"{_size(need.decoding)} decoding rollout.max_num_seqs={min(r.max_num_seqs, need.samples)} at once (fp32 RGB)"]
     if need.trajectories:
-        parts.append(f"{_size(need.trajectories)} of trajectories (rollout.num_steps={r.num_steps} + 1 latents each, fp32)")
+        parts.append(f"{_size(need.trajectories)} of trajectories (rollout.sampling_options.num_steps={r.sampling_options.num_steps} + 1 latents each, fp32)")
     return (f"{geometry}: a step's {need.samples} samples (trainer.prompts_per_step={t.prompts_per_step} x "
             f"trainer.samples_per_prompt={t.samples_per_prompt}) need {_size(held)} of {whose} {_size(limit)} of "
             f"memory ({'; '.join(parts)}); use fewer frames, a smaller size, fewer samples a step or a smaller "
@@ -124,7 +124,7 @@ def check_built_model(model, cfg) -> None:
     position limits) and the step's memory with its latents (`check_step_memory`), as one
     `ModelLimitError` line: for a model that was not on disk when the
     config loaded (a tiny model built on first use), checked before anything is sampled."""
-    r = cfg.rollout
+    r = cfg.rollout.sampling_options
     try:
         shape = model.latent_shape(r.height, r.width, r.num_frames)
         # One stream's shape, or {stream: shape} for a model with several (video and audio).

@@ -48,7 +48,7 @@ def media_bytes_per_sample(cfg: OmniConfig, pixels: bool) -> int:
     none (text; speech, whose waveforms are not counted)."""
     if not pixels:
         return 0
-    r = cfg.rollout
+    r = cfg.rollout.sampling_options
     # The load-time step check counts the same bytes (`omni_rl.models.limits`).
     return decoded_sample_bytes(r.height, r.width, r.num_frames)
 

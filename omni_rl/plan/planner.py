@@ -16,6 +16,7 @@ from typing import Any, Callable
 
 from omni_rl.config.options import recipe_values, replace_options
 from omni_rl.config.schema import OmniConfig
+from omni_rl.families.sampling import DiffusionSampling
 from omni_rl.models.limits import trajectory_sample_bytes
 from omni_rl.plan.architecture import architecture_folder
 from omni_rl.plan.devices import DEFAULT_DEVICE_KIND, device_kind, device_memory_bytes
@@ -87,7 +88,7 @@ def _core(cfg: OmniConfig, cache: dict) -> dict[str, Any]:
         per_sample = text_trajectory_bytes(cfg, built.model)  # recorded routes included (routing_replay=r3)
     else:
         step = trace_step(built.model, spec, cfg, cache=cache.setdefault("traces", {}))
-        per_sample = trajectory_sample_bytes(r.num_steps, _latent_numel(spec, built.model, cfg))
+        per_sample = trajectory_sample_bytes(r.sampling_options.num_steps, _latent_numel(spec, built.model, cfg))
     trajectories = 0 if trajectories_on_host(cfg) else per_rank * per_sample
     plan["driver"] = plan_driver(cfg, materialised, samples, per_sample, pixels, plan["reward_models"])
     plan["trace"] = as_dict(step)
@@ -149,8 +150,10 @@ def _knobs(cfg: OmniConfig) -> list[tuple[str, Callable[[OmniConfig], None]]]:
     if cfg.rollout.max_num_seqs > 1:
         half = max(1, cfg.rollout.max_num_seqs // 2)
         knobs.append((f"rollout.max_num_seqs={half}", lambda c: setattr(c.rollout, "max_num_seqs", half)))
-    if cfg.rollout.num_frames > 1:
-        knobs.append(("rollout.num_frames=1 (fewest)", lambda c: setattr(c.rollout, "num_frames", 1)))
+    sampling = cfg.rollout.sampling_options
+    if isinstance(sampling, DiffusionSampling) and sampling.num_frames > 1:
+        knobs.append(("rollout.sampling_options.num_frames=1 (fewest)",
+                      lambda c: setattr(c.rollout.sampling_options, "num_frames", 1)))
     return knobs
 
 

@@ -62,7 +62,7 @@ def roofline(cfg, step: StepTrace, modules, world: int, kind) -> dict[str, Any]:
     """{"rollout", "update": phase, "best_case_step_seconds"} of one step on `world` devices of `kind`."""
     moe = next((m for m in map(moe_of, modules) if m is not None), None)
     t, r = cfg.trainer, cfg.rollout
-    steps = r.num_steps if step.steps_per_sample is None else step.steps_per_sample
+    steps = r.sampling_options.num_steps if step.steps_per_sample is None else step.steps_per_sample
     per_rank = math.ceil(t.prompts_per_step * t.samples_per_prompt / world)
     flops = step_flops(cfg, step)
     roll, train = step.rollout, step.train

@@ -17,6 +17,7 @@ from typing import Any
 
 import torch
 
+from omni_rl.families.sampling import DiffusionSampling
 from omni_rl.families.teachers import teachers_of
 from omni_rl.plan.trace import Trace, fake_mode, materialize, trace
 
@@ -27,13 +28,20 @@ class StepTrace:
     train: Trace
     rollout_batch: int
     train_batch: int
-    # Passes per sample the traces stand for: a denoiser's `rollout.num_steps` (None: read from the
+    # Passes per sample the traces stand for: a denoiser's `rollout.sampling_options.num_steps` (None: read from the
     # recipe); a text model's traces already cover a whole sequence (1).
     steps_per_sample: int | None = None
 
 
+def student_guidance(cfg) -> float:
+    """The student's CFG scale: a diffusion model's `rollout.sampling_options.guidance_scale`; a text
+    model samples without guidance (1.0)."""
+    sampling = cfg.rollout.sampling_options
+    return sampling.guidance_scale if isinstance(sampling, DiffusionSampling) else 1.0
+
+
 def cfg_copies(cfg) -> int:
-    return 2 if cfg.rollout.guidance_scale > 1.0 else 1
+    return 2 if student_guidance(cfg) > 1.0 else 1
 
 
 def trace_step(model, spec, cfg, fake: bool = True, cache: dict | None = None) -> StepTrace:
@@ -43,7 +51,7 @@ def trace_step(model, spec, cfg, fake: bool = True, cache: dict | None = None) -
     cache = {} if cache is None else cache
     copies = cfg_copies(cfg)
     rollout_batch, train_batch = cfg.rollout.max_num_seqs * copies, cfg.trainer.micro_batch_size * copies
-    r = cfg.rollout
+    r = cfg.rollout.sampling_options
     shape = (id(model), r.height, r.width, r.num_frames, fake)
     roll_key, train_key = ("rollout", rollout_batch, *shape), ("train", train_batch, *shape)
     mode_key = ("mode", id(model), fake)
@@ -83,7 +91,7 @@ class _null:
 def step_flops(cfg, step: StepTrace) -> dict[str, float]:
     """FLOPs of one training step (module docstring)."""
     t, r = cfg.trainer, cfg.rollout
-    steps = r.num_steps if step.steps_per_sample is None else step.steps_per_sample
+    steps = r.sampling_options.num_steps if step.steps_per_sample is None else step.steps_per_sample
     samples = t.prompts_per_step * t.samples_per_prompt
     rollout = samples / r.max_num_seqs * steps * step.rollout.flops
     passes = cfg.algo.ppo_epochs * samples * steps / t.micro_batch_size
@@ -99,7 +107,7 @@ def teacher_flops(cfg, step: StepTrace) -> float:
     teachers = teachers_of(cfg.algo.family_options)
     if not teachers:
         return 0.0
-    scales = [cfg.rollout.guidance_scale if t.guidance_scale is None else t.guidance_scale for t in teachers]
+    scales = [student_guidance(cfg) if t.guidance_scale is None else t.guidance_scale for t in teachers]
     copies = max(2 if scale > 1.0 else 1 for scale in scales)
     return step.rollout.flops / cfg_copies(cfg) * copies * step.train_batch / step.rollout_batch
 

@@ -96,7 +96,9 @@ def colocated(cfg) -> bool:
 
 def guidance_copies(cfg) -> int:
     """Rows per sample of the largest teacher forward: 2 where a teacher guides with CFG."""
-    scales = [cfg.rollout.guidance_scale if t.guidance_scale is None else t.guidance_scale
+    from omni_rl.plan.steps import student_guidance
+
+    scales = [student_guidance(cfg) if t.guidance_scale is None else t.guidance_scale
               for t in teachers_of(cfg.algo.family_options)]
     return max((2 if s > 1.0 else 1) for s in scales) if scales else 0
 
@@ -114,12 +116,12 @@ def trace_teacher_forward(model, spec, cfg, cache: dict) -> Trace | None:
         if key not in cache:
             with cache[("mode", id(model), True)]:
                 cache[key] = _trace_text_forward(model, spec, cfg.trainer.micro_batch_size, prompt, response,
-                                                 float(cfg.algo.family_options.temperature))
+                                                 float(cfg.rollout.sampling_options.temperature))
         return cache[key]
     from omni_rl.plan.steps import _trace_all
 
     batch = cfg.trainer.micro_batch_size * guidance_copies(cfg)
-    key = ("teacher", batch, id(model), cfg.rollout.height, cfg.rollout.width, cfg.rollout.num_frames)
+    key = ("teacher", batch, id(model), cfg.rollout.sampling_options.height, cfg.rollout.sampling_options.width, cfg.rollout.sampling_options.num_frames)
     if key not in cache:
         cache[key] = _trace_all(model, spec, cfg, batch, False, cache[("mode", id(model), True)])
     return cache[key]

@@ -28,7 +28,7 @@ def text_lengths(cfg) -> tuple[int, int]:
     from omni_rl.families.base import prompt_limits
 
     agent = agent_options_of(cfg.algo.family_options)
-    response = int(agent.max_total_tokens if agent is not None else cfg.algo.family_options.max_new_tokens)
+    response = int(agent.max_total_tokens if agent is not None else cfg.rollout.sampling_options.max_new_tokens)
     prompt = prompt_limits(cfg).max_prompt_tokens
     if prompt is None:
         from omni_rl.plan.weights import PlanBuildError
@@ -184,7 +184,7 @@ def trace_text_step(model, spec, cfg, fake: bool = True, cache: dict | None = No
 
     cache = {} if cache is None else cache
     prompt, response = text_lengths(cfg)
-    temperature = float(cfg.algo.family_options.temperature)
+    temperature = float(cfg.rollout.sampling_options.temperature)
     rollout_batch, train_batch = cfg.rollout.max_num_seqs, cfg.trainer.micro_batch_size
     mode_key = ("mode", id(model), fake)
     if mode_key not in cache:

@@ -105,7 +105,7 @@ class RolloutBackend:
     loads_own_weights: bool = False
     # Whether its text engine's log-probs under a top-p nucleus are the trainer's (of the whole
     # tempered distribution); False (vLLM's renormalise over the nucleus): the text family
-    # refuses algo.family_options.top_p < 1 at load.
+    # refuses rollout.sampling_options.top_p < 1 at load.
     takes_top_p: bool = True
     # Whether its text results carry a MoE model's routed experts (`TextResult.routes`), which
     # algo.family_options.routing_replay=r3 replays; False: the text family refuses r3 at load.

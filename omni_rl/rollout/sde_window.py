@@ -1,12 +1,13 @@
 """Which denoising steps of a sample are stochastic (and trained): its SDE window.
 
 MixGRPO (arXiv 2507.21802) / Flow-GRPO-Fast sample with an SDE only inside a window of
-consecutive steps and with the ODE elsewhere, training only the window; `rollout.sde_window_schedule`
+consecutive steps and with the ODE elsewhere, training only the window; `rollout.sampling_options.sde_window_schedule`
 (`fixed`, `progressive`, `random`, `decay`; tabled in docs/algorithms.md) says where it lies.
 `choose_sde_window` is the per-sample draw and `scheduled_sde_window` a global schedule's window
 for a training step (None for `fixed`); both depend only on their arguments (a private RNG keyed
 by the seed), so a resumed run draws the windows an uninterrupted one would. The schedules'
-options (`SdeWindowOptions`) are bound and checked against the schedule at load.
+options (`SdeWindowOptions`, nested in a diffusion family's sampling options) are bound and
+checked against the schedule at load (`omni_rl.families.sampling.DiffusionSampling`).
 """
 from __future__ import annotations
 
@@ -15,20 +16,18 @@ from dataclasses import dataclass
 from typing import Optional
 
 from omni_rl.option import ComponentOptions, option
-from omni_rl.config.schema import OmniConfig
-from omni_rl.errors import ConfigError
 
 SDE_WINDOW_SCHEDULES = ("fixed", "progressive", "random", "decay")
 
 
 @dataclass
 class SdeWindowOptions(ComponentOptions):
-    """The window schedules' options (`rollout.sde_window_options`); each is read by the
+    """The window schedules' options (`rollout.sampling_options.sde_window_options`); each is read by the
     schedules of `READERS` only."""
 
     shift: int = option(1, "progressive: steps the window slides by every tau training steps (>= 1).")
     tau: int = option(1, "progressive and decay: training steps between two moves of the window (>= 1).")
-    min_size: int = option(1, "decay: the smallest window the size shrinks to (1 .. rollout.sde_window_size).")
+    min_size: int = option(1, "decay: the smallest window the size shrinks to (1 .. rollout.sampling_options.sde_window_size).")
 
     def check(self) -> None:
         for name in ("shift", "tau", "min_size"):
@@ -39,23 +38,6 @@ class SdeWindowOptions(ComponentOptions):
 
 # Option -> the schedules that read it.
 READERS = {"shift": ("progressive",), "tau": ("progressive", "decay"), "min_size": ("decay",)}
-
-
-def check_sde_window_options(cfg: OmniConfig) -> None:
-    """`rollout.sde_window_options` (bound at load) against `rollout.sde_window_schedule` and
-    `rollout.sde_window_size` (or a one-line ConfigError)."""
-    r = cfg.rollout
-    key = "rollout.sde_window_options"
-    options = r.sde_window_options
-    for name, used_by in READERS.items():
-        value = getattr(options, name)
-        if value != 1 and r.sde_window_schedule not in used_by:
-            raise ConfigError(
-                f"{key}.{name}={value!r}: expected 1 (its default) with rollout.sde_window_schedule="
-                f"{r.sde_window_schedule}: only {' and '.join(used_by)} read it; remove it or set the schedule")
-    if options.min_size > max(r.sde_window_size, 1):
-        raise ConfigError(f"{key}.min_size={options.min_size!r}: expected at most rollout.sde_window_size = "
-                          f"{r.sde_window_size}")
 
 
 def choose_sde_window(seed: int, num_steps: int, size: int, window_range: tuple[int, int] | None) -> tuple[int, int]:

@@ -216,10 +216,13 @@ def note_resume(checkpoint: Path, output_dir: Optional[Path], cfg: OmniConfig) -
 def config_changes(saved_config: Path, current_yaml: str) -> list[str]:
     """`key: old -> new` for each leaf that differs between the two configs (lists compare
     whole), leaving out RESUME_KEYS_NOT_COMPARED; [] when the saved config is missing."""
+    from omni_rl.config.loader import upgrade_saved_config
+
     if not saved_config.is_file():
         return []
     try:
-        old = _flatten(yaml.safe_load(saved_config.read_text(encoding="utf-8")) or {})
+        # A config written before the sampling knobs moved is compared in today's layout.
+        old = _flatten(upgrade_saved_config(yaml.safe_load(saved_config.read_text(encoding="utf-8")) or {}))
     except (OSError, yaml.YAMLError) as err:
         log.warning("cannot read %s to compare configs: %s", saved_config, err)
         return []

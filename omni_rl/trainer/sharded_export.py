@@ -10,9 +10,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import torch
+import yaml
 from omegaconf import OmegaConf
 
 from omni_rl.compose import bind_blocks
+from omni_rl.config.loader import upgrade_saved_config
 from omni_rl.config.schema import OmniConfig
 from omni_rl.models.factory import build_model
 from omni_rl.trainer.checkpoint import SHARDED_DIR, find_checkpoint
@@ -29,9 +31,9 @@ def export_sharded_checkpoint(checkpoint: str, out_folder: str) -> Path:
             f"{folder}: no {SHARDED_DIR}/ folder; this checkpoint was written by trainer.backend=local and "
             f"already holds its export in lora/ or model/"
         )
-    cfg: OmniConfig = OmegaConf.to_object(
-        OmegaConf.merge(OmegaConf.structured(OmniConfig), OmegaConf.load(folder / "config.yaml"))
-    )
+    # A config written before the sampling knobs moved is read in today's layout.
+    saved = upgrade_saved_config(yaml.safe_load((folder / "config.yaml").read_text(encoding="utf-8")))
+    cfg: OmniConfig = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(OmniConfig), saved))
     bind_blocks(cfg)  # the run's config, checked when it ran: its options blocks bound as then
     model = build_model(cfg.model, torch.device("cpu"), tuple(cfg.plugins))
     load_sharded_trainable(model, str(folder / SHARDED_DIR))

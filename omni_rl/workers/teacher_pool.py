@@ -55,8 +55,8 @@ class TeacherWorker:
             if t.lora is not None:
                 file = teacher_lora_file(t.lora, f"{where}.lora")
                 adapted, adapter = tuple(load_teacher_lora(model, file, f"{where}.lora", adapter=t.name)), t.name
-            guidance = cfg.rollout.guidance_scale if t.guidance_scale is None else t.guidance_scale
-            self.teacher: Any = Teacher(t, model, guidance, cfg.rollout.negative_prompt, shares_student=False,
+            guidance = cfg.rollout.sampling_options.guidance_scale if t.guidance_scale is None else t.guidance_scale
+            self.teacher: Any = Teacher(t, model, guidance, cfg.rollout.sampling_options.negative_prompt, shares_student=False,
                                         adapter=adapter, adapted=adapted)
         else:
             self.teacher = TokenTeacher(t, model, shares_student=False)

@@ -224,10 +224,10 @@ class DiffusionAdapterSuite:
         # A reward that scores what the model makes (the config refuses an image reward on video).
         reward = "video_brightness" if case.num_frames > 1 else "brightness"
         cfg = load_config([f"model.adapter={case.adapter}", f"model.path=tiny:{case.tiny}",
-                           f"algo.policy_loss={loss}", f"rollout.num_frames={case.num_frames}",
-                           f"rollout.fps={case.fps}", f"rollout.height={case.height}", f"rollout.width={case.width}",
-                           f"rollout.guidance_scale={case.guidance}",
-                           "rollout.sde_window_range=null", f"reward.rewards=[{{name: {reward}}}]"])
+                           f"algo.policy_loss={loss}", f"rollout.sampling_options.num_frames={case.num_frames}",
+                           f"rollout.sampling_options.fps={case.fps}", f"rollout.sampling_options.height={case.height}", f"rollout.sampling_options.width={case.width}",
+                           f"rollout.sampling_options.guidance_scale={case.guidance}",
+                           "rollout.sampling_options.sde_window_range=null", f"reward.rewards=[{{name: {reward}}}]"])
         family = DiffusionFamily(cfg, model)
         results, _ = generate(model, [request(case, p, seed=i, model=model) for i, p in enumerate(PROMPTS)],
                               max_num_seqs=3)

@@ -219,13 +219,13 @@ def test_patches_are_bagels_order_and_invert():
 
 
 def test_bad_sizes_and_image_cfg_are_refused(model):
-    with pytest.raises(ValueError, match=r"rollout.height=40: expected a multiple of 16 .* 32 or 48"):
+    with pytest.raises(ValueError, match=r"rollout.sampling_options.height=40: expected a multiple of 16 .* 32 or 48"):
         model.latent_shape(40, 32)
-    with pytest.raises(ValueError, match=r"rollout.width=144: .* at most 128 px"):
+    with pytest.raises(ValueError, match=r"rollout.sampling_options.width=144: .* at most 128 px"):
         model.latent_shape(32, 144)
     base = [f"model.adapter={ADAPTER}", "model.path=tiny:bagel"]
-    with pytest.raises(ConfigError, match="rollout.width=24: expected a multiple of 16"):
-        load_config([*base, "rollout.width=24"])
+    with pytest.raises(ConfigError, match="rollout.sampling_options.width=24: expected a multiple of 16"):
+        load_config([*base, "rollout.sampling_options.width=24"])
     with pytest.raises(ConfigError, match=r"model.adapter_options.image_guidance_scale=1.5: image CFG needs a source image"):
         load_config([*base, "model.adapter_options.image_guidance_scale=1.5"])
     with pytest.raises(ConfigError, match=r"model.adapter_options.cfg_interval=\[0.9, 0.4\]"):

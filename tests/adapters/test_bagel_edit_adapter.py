@@ -255,9 +255,9 @@ def test_image_cfg_settings_are_checked():
     load_config([*edit, "model.adapter_options.image_guidance_scale=1.5"])
     with pytest.raises(ConfigError, match=r"model.adapter_options.image_guidance_scale=0.5: expected a number >= 1"):
         load_config([*edit, "model.adapter_options.image_guidance_scale=0.5"])
-    with pytest.raises(ConfigError, match=r"model.adapter_options.image_guidance_scale=2.0 with rollout.guidance_scale=1.0: .*"
+    with pytest.raises(ConfigError, match=r"model.adapter_options.image_guidance_scale=2.0 with rollout.sampling_options.guidance_scale=1.0: .*"
                                           r"only together with text CFG"):
-        load_config([*edit, "model.adapter_options.image_guidance_scale=2.0", "rollout.guidance_scale=1.0"])
+        load_config([*edit, "model.adapter_options.image_guidance_scale=2.0", "rollout.sampling_options.guidance_scale=1.0"])
     with pytest.raises(ConfigError, match=r"model.adapter_options.condition_image_size\[1\]=40: expected a multiple of 16"):
         load_config([*edit, "model.adapter_options.condition_image_size=[32,40]"])
 

@@ -51,8 +51,8 @@ def test_the_inferencers_image_scale_without_an_image_is_text_cfg_5_5_by_hand():
 
 
 def test_text_to_image_refuses_both_second_guidances_and_says_what_to_do():
-    base = ["model.adapter=BagelForConditionalGeneration", "model.path=tiny:bagel", "rollout.height=32",
-            "rollout.width=32"]
+    base = ["model.adapter=BagelForConditionalGeneration", "model.path=tiny:bagel", "rollout.sampling_options.height=32",
+            "rollout.sampling_options.width=32"]
     with pytest.raises(ConfigError, match=r"image_guidance_scale=1.5: .* text CFG at 1 \+ s \(g - 1\)"):
         load_config([*base, "model.adapter_options.image_guidance_scale=1.5"])
     with pytest.raises(ConfigError, match=r"model.adapter_options.plan_guidance_scale=1.5: CFG toward the plan needs a plan"):
@@ -128,10 +128,10 @@ def test_cfg_toward_the_plan_on_tiny_bagel_is_the_hand_formula_of_three_passes(p
 
 def test_think_checks_its_plan_guidance():
     base = ["model.adapter=BagelForConditionalGeneration", "model.stage=think", "model.path=tiny:bagel",
-            "rollout.height=32", "rollout.width=32"]
-    load_config([*base, "model.adapter_options.plan_guidance_scale=1.5", "rollout.guidance_scale=4.0"])
-    with pytest.raises(ConfigError, match=r"model.adapter_options.plan_guidance_scale=1.5 with rollout.guidance_scale=1.0: "):
-        load_config([*base, "model.adapter_options.plan_guidance_scale=1.5", "rollout.guidance_scale=1.0"])
+            "rollout.sampling_options.height=32", "rollout.sampling_options.width=32"]
+    load_config([*base, "model.adapter_options.plan_guidance_scale=1.5", "rollout.sampling_options.guidance_scale=4.0"])
+    with pytest.raises(ConfigError, match=r"model.adapter_options.plan_guidance_scale=1.5 with rollout.sampling_options.guidance_scale=1.0: "):
+        load_config([*base, "model.adapter_options.plan_guidance_scale=1.5", "rollout.sampling_options.guidance_scale=1.0"])
     with pytest.raises(ConfigError, match=r"plan_guidance_scale=0.5: expected a number >= 1"):
         load_config([*base, "model.adapter_options.plan_guidance_scale=0.5"])
 
@@ -182,5 +182,5 @@ def test_text_channel_on_tiny_bagel_edit_inside_the_interval_only():
 def test_a_bad_renorm_type_is_one_line():
     with pytest.raises(ConfigError, match=r"cfg_renorm_type='token': expected one of \['global', 'channel', "
                                           r"'text_channel'\]"):
-        load_config(["model.adapter=BagelForConditionalGeneration", "model.path=tiny:bagel", "rollout.height=32",
-                     "rollout.width=32", "model.adapter_options.cfg_renorm_type=token"])
+        load_config(["model.adapter=BagelForConditionalGeneration", "model.path=tiny:bagel", "rollout.sampling_options.height=32",
+                     "rollout.sampling_options.width=32", "model.adapter_options.cfg_renorm_type=token"])

@@ -153,14 +153,14 @@ def test_a_distilled_checkpoint_ignores_the_scale_as_the_pipeline_does(model, di
 def test_a_guidance_scale_on_a_distilled_checkpoint_is_one_error_line_before_loading(distilled_folder, tmp_path,
                                                                                      capsys):
     """Read from model_index.json (the command line's `check_inputs`, before any weights)."""
-    base = ["model.adapter=Flux2KleinPipeline", f"model.path={distilled_folder}", "rollout.height=32",
-            "rollout.width=32", f"trainer.output_dir={tmp_path / 'out'}"]
-    assert main([*base, "rollout.guidance_scale=4.0"]) == 2
+    base = ["model.adapter=Flux2KleinPipeline", f"model.path={distilled_folder}", "rollout.sampling_options.height=32",
+            "rollout.sampling_options.width=32", f"trainer.output_dir={tmp_path / 'out'}"]
+    assert main([*base, "rollout.sampling_options.guidance_scale=4.0"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert err == ["error: rollout.guidance_scale=4: Flux2KleinPipeline on a step-distilled checkpoint (is_distilled) "
-                   "takes no guidance; set rollout.guidance_scale=1, or use a -base checkpoint for CFG"]
-    check_inputs(load_config([*base, "rollout.guidance_scale=1.0"]))
-    check_inputs(load_config([*base, "rollout.guidance_scale=4.0", "model.adapter_options.is_distilled=false"]))
+    assert err == ["error: rollout.sampling_options.guidance_scale=4: Flux2KleinPipeline on a step-distilled checkpoint (is_distilled) "
+                   "takes no guidance; set rollout.sampling_options.guidance_scale=1, or use a -base checkpoint for CFG"]
+    check_inputs(load_config([*base, "rollout.sampling_options.guidance_scale=1.0"]))
+    check_inputs(load_config([*base, "rollout.sampling_options.guidance_scale=4.0", "model.adapter_options.is_distilled=false"]))
     assert not (tmp_path / "out").exists()
 
 
@@ -219,14 +219,14 @@ def test_the_schedule_is_the_pipelines_empirical_mu(model):
 
 
 def test_sizes_the_vae_cannot_take_raise_with_the_nearest_values(model):
-    with pytest.raises(ValueError, match=r"rollout.height=40: expected a multiple of 16 .* 32 or 48"):
+    with pytest.raises(ValueError, match=r"rollout.sampling_options.height=40: expected a multiple of 16 .* 32 or 48"):
         model.latent_shape(40, 32)
     with pytest.raises(ValueError, match="num_frames=5"):
         model.latent_shape(32, 32, 5)
     assert model.latent_shape(48, 80) == (128, 3, 5)
     # At config load, before any weights (`size_multiple`).
-    with pytest.raises(ConfigError, match=r"rollout.width=24: expected a multiple of 16 .* e.g. 16 or 32"):
-        load_config(["model.adapter=Flux2KleinPipeline", "model.path=tiny:flux2", "rollout.width=24"])
+    with pytest.raises(ConfigError, match=r"rollout.sampling_options.width=24: expected a multiple of 16 .* e.g. 16 or 32"):
+        load_config(["model.adapter=Flux2KleinPipeline", "model.path=tiny:flux2", "rollout.sampling_options.width=24"])
 
 
 # --- decoding ---------------------------------------------------------------------------------

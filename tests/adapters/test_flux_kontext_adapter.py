@@ -175,7 +175,7 @@ def test_text_prompts_on_kontext_are_one_error_line(capsys, tmp_path):
 
 
 @pytest.mark.parametrize("override, expected", [
-    ("rollout.width=40", "rollout.width=40: expected a multiple of 16"),
+    ("rollout.sampling_options.width=40", "rollout.sampling_options.width=40: expected a multiple of 16"),
     ("model.adapter_options.condition_image_size=[32,40]", "model.adapter_options.condition_image_size[1]=40: expected a multiple of 16"),
     ("model.adapter_options.image_guidance_scale=1.5", "has no option 'image_guidance_scale'"),
 ])

@@ -185,8 +185,8 @@ EDIT_DATA = ("recipe=tiny_qwen_image_edit_flowgrpo", "model.adapter=HunyuanVideo
 
 
 @pytest.mark.parametrize("overrides, expected", [
-    (["rollout.num_frames=6"], ["rollout.num_frames=6", "4k+1", "5 or 9"]),
-    (["rollout.width=40"], ["rollout.width=40", "multiple of 16", "32 or 48"]),
+    (["rollout.sampling_options.num_frames=6"], ["rollout.sampling_options.num_frames=6", "4k+1", "5 or 9"]),
+    (["rollout.sampling_options.width=40"], ["rollout.sampling_options.width=40", "multiple of 16", "32 or 48"]),
     (["+model.adapter_options.guidance_scale_2=2.0"], ["guidance_scale_2"]),
     (["model.adapter_options.shift=-1"], ["shift=-1"]),
     (list(EDIT_DATA), ["carries a source image", "model.adapter=HunyuanVideo15Pipeline"]),

@@ -222,7 +222,7 @@ def test_guided_samples_are_the_same_alone_and_in_a_forward_across_the_schedule(
 
 def test_the_trainer_replays_guided_rollout_log_probs(guided):
     """Rollout and training guide through the same `predict_velocity`: the replay's log-probs are the rollout's."""
-    cfg = load_config([RECIPE, "rollout.sde_window_range=null"])
+    cfg = load_config([RECIPE, "rollout.sampling_options.sde_window_range=null"])
     results, _ = generate(guided, [request(CASE, p, seed=i) for i, p in enumerate(PROMPTS)], max_num_seqs=3)
     batch = DiffusionBatch.from_results(results, [{}] * len(results), [0] * len(results))
     policy = DiffusionFamily(cfg, guided).behaviour_policy(batch, micro_batch_size=2)

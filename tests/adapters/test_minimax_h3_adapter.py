@@ -133,13 +133,13 @@ def test_the_audio_coordinate_makes_the_kernels_euler_step_the_schedulers():
 
 
 @pytest.mark.parametrize("overrides, message", [
-    (["rollout.num_frames=125"], r"rollout.num_frames=125: expected 17n\+5 frames lasting 5 to 15 s at 24 fps \(124 .. 345.*e.g. 124 or 141"),
-    (["rollout.num_frames=107"], r"rollout.num_frames=107: expected 17n\+5 .* e.g. 124"),
-    (["rollout.num_frames=362"], r"rollout.num_frames=362: .* e.g. 328 or 345"),
-    (["rollout.height=48"], r"rollout.height=48: expected a multiple of 32"),
-    (["rollout.fps=16"], r"rollout.fps=16.0: expected 24"),
-    (["rollout.guidance_scale=3.0"], r"rollout.guidance_scale=3.0: expected 1.0 .* guidance-distilled"),
-    (["rollout.negative_prompt=blurry"], r"rollout.negative_prompt='blurry': .* takes none"),
+    (["rollout.sampling_options.num_frames=125"], r"rollout.sampling_options.num_frames=125: expected 17n\+5 frames lasting 5 to 15 s at 24 fps \(124 .. 345.*e.g. 124 or 141"),
+    (["rollout.sampling_options.num_frames=107"], r"rollout.sampling_options.num_frames=107: expected 17n\+5 .* e.g. 124"),
+    (["rollout.sampling_options.num_frames=362"], r"rollout.sampling_options.num_frames=362: .* e.g. 328 or 345"),
+    (["rollout.sampling_options.height=48"], r"rollout.sampling_options.height=48: expected a multiple of 32"),
+    (["rollout.sampling_options.fps=16"], r"rollout.sampling_options.fps=16.0: expected 24"),
+    (["rollout.sampling_options.guidance_scale=3.0"], r"rollout.sampling_options.guidance_scale=3.0: expected 1.0 .* guidance-distilled"),
+    (["rollout.sampling_options.negative_prompt=blurry"], r"rollout.sampling_options.negative_prompt='blurry': .* takes none"),
 ])
 def test_frames_sizes_and_guidance_the_model_cannot_take_fail_at_load(overrides, message):
     with pytest.raises(ConfigError, match=message):
@@ -149,9 +149,9 @@ def test_frames_sizes_and_guidance_the_model_cannot_take_fail_at_load(overrides,
 def test_a_bad_frame_count_is_one_error_line_at_the_cli(capsys):
     from omni_rl.cli import main
 
-    assert main(["recipe=tiny_minimax_h3_flowgrpo", "rollout.num_frames=121"]) == 2
+    assert main(["recipe=tiny_minimax_h3_flowgrpo", "rollout.sampling_options.num_frames=121"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and err[0].startswith("error: rollout.num_frames=121: expected 17n+5 frames"), err
+    assert len(err) == 1 and err[0].startswith("error: rollout.sampling_options.num_frames=121: expected 17n+5 frames"), err
 
 
 def test_the_checkpoints_own_vae_sets_the_frame_form():
@@ -161,7 +161,7 @@ def test_the_checkpoints_own_vae_sets_the_frame_form():
     configs = {"vae": {"clip_length": 17, "temporal_downsample_factors": [1, 2, 2, 1, 1, 1]}}
     MiniMaxH3Adapter.check_model_limits(cfg, configs)  # the released form: 124 = 17 * 7 + 5
     configs["vae"]["clip_length"] = 16  # 16n + 4 frames
-    with pytest.raises(ValueError, match=r"rollout.num_frames=124: expected 16n\+4 frames .* e.g. 132"):
+    with pytest.raises(ValueError, match=r"rollout.sampling_options.num_frames=124: expected 16n\+4 frames .* e.g. 132"):
         MiniMaxH3Adapter.check_model_limits(cfg, configs)
 
 
@@ -257,9 +257,9 @@ def test_routed_a_video_only_reward_leaves_the_audio_stream_without_gradient(mod
     """algo.advantage_options.modality_routing on the real adapter: with the audio stream's
     advantage 0 (a video-only reward), no gradient reaches the transformer's audio output; without
     routing the one advantage reaches it."""
-    base = [f"model.adapter={CASE.adapter}", f"model.path=tiny:{CASE.tiny}", f"rollout.num_frames={FRAMES}",
-            f"rollout.height={HEIGHT}", f"rollout.width={WIDTH}", "rollout.guidance_scale=1.0", "rollout.fps=24",
-            "rollout.sde_window_range=null", "reward.rewards=[{name: video_brightness}]"]
+    base = [f"model.adapter={CASE.adapter}", f"model.path=tiny:{CASE.tiny}", f"rollout.sampling_options.num_frames={FRAMES}",
+            f"rollout.sampling_options.height={HEIGHT}", f"rollout.sampling_options.width={WIDTH}", "rollout.sampling_options.guidance_scale=1.0", "rollout.sampling_options.fps=24",
+            "rollout.sampling_options.sde_window_range=null", "reward.rewards=[{name: video_brightness}]"]
     routed_cfg = load_config([*base, "algo.advantage_options.modality_routing=true"])
     routed = _output_grads(model, routed_cfg, ls.LatentStreams({"video": torch.tensor([1.0, -1.0]),
                                                                "audio": torch.zeros(2)}))

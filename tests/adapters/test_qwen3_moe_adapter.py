@@ -23,7 +23,7 @@ RECIPE = "recipe=tiny_qwen3_moe_grpo"
 
 def setup(mode, dtype="float32", *more):
     cfg = load_config([RECIPE, f"model.dtype={dtype}", f"algo.family_options.routing_replay={mode}",
-                       "algo.family_options.max_new_tokens=24", *more])
+                       "rollout.sampling_options.max_new_tokens=24", *more])
     model = build_model(cfg.model, torch.device("cpu"))
     return cfg, model, build_family(cfg, model)
 

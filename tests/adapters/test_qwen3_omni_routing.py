@@ -17,7 +17,7 @@ def test_the_thinker_records_and_replays_its_routes():
     log_probs = {}
     for mode in ("off", "r3"):
         cfg = load_config(["recipe=tiny_qwen3_omni_gspo", f"algo.family_options.routing_replay={mode}",
-                           "algo.family_options.max_new_tokens=6"])
+                           "rollout.sampling_options.max_new_tokens=6"])
         model = build_model(cfg.model, torch.device("cpu"))
         family = build_family(cfg, model)
         layout = model.routing.layout

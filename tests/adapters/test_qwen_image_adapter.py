@@ -173,14 +173,14 @@ def test_the_schedule_is_the_pipelines_dynamic_shift(model):
 
 
 def test_sizes_the_vae_cannot_take_raise_with_the_nearest_values(model):
-    with pytest.raises(ValueError, match=r"rollout.height=40: expected a multiple of 16 .* 32 or 48"):
+    with pytest.raises(ValueError, match=r"rollout.sampling_options.height=40: expected a multiple of 16 .* 32 or 48"):
         model.latent_shape(40, 32)
     with pytest.raises(ValueError, match="num_frames=5"):
         model.latent_shape(32, 32, 5)
     assert model.latent_shape(48, 80) == (16, 1, 6, 10)
     # At config load, before any weights (`size_multiple`).
-    with pytest.raises(ConfigError, match="rollout.width=24: expected a multiple of 16"):
-        load_config(["model.adapter=QwenImagePipeline", "model.path=tiny:qwen_image", "rollout.width=24"])
+    with pytest.raises(ConfigError, match="rollout.sampling_options.width=24: expected a multiple of 16"):
+        load_config(["model.adapter=QwenImagePipeline", "model.path=tiny:qwen_image", "rollout.sampling_options.width=24"])
 
 
 # --- decoding ---------------------------------------------------------------------------------

@@ -193,13 +193,13 @@ def test_the_schedule_is_the_pipelines(model):
 
 
 def test_sizes_the_model_cannot_take_raise_with_the_nearest_values(model):
-    with pytest.raises(ValueError, match=r"rollout.height=40: expected a multiple of 16 .* 32 or 48"):
+    with pytest.raises(ValueError, match=r"rollout.sampling_options.height=40: expected a multiple of 16 .* 32 or 48"):
         model.latent_shape(40, 32)
     with pytest.raises(ValueError, match="num_frames=5"):
         model.latent_shape(32, 32, 5)
     assert model.latent_shape(48, 80) == (16, 6, 10)
     # Past the rotary table: axes_lens 512 token rows of 16 px.
-    with pytest.raises(ValueError, match="rollout.width=8208: past ZImagePipeline's rotary table.* largest valid value is 8192"):
+    with pytest.raises(ValueError, match="rollout.sampling_options.width=8208: past ZImagePipeline's rotary table.* largest valid value is 8192"):
         model.latent_shape(32, 8208)
 
 
@@ -210,12 +210,12 @@ def out(tmp_path):
 
 
 @pytest.mark.parametrize("override, expected", [
-    ("rollout.width=40", ("rollout.width=40: expected a multiple of 16", "32 or 48")),
-    ("rollout.num_frames=5", ("rollout.num_frames=5", "expected 1")),
+    ("rollout.sampling_options.width=40", ("rollout.sampling_options.width=40: expected a multiple of 16", "32 or 48")),
+    ("rollout.sampling_options.num_frames=5", ("rollout.sampling_options.num_frames=5", "expected 1")),
     ("model.adapter_options.guidance_scale_2=3.0", ("model.adapter_options.guidance_scale_2=3.0", "has no option 'guidance_scale_2'",
                                              "cfg_normalization, cfg_truncation, max_sequence_length")),
     ("model.adapter_options.cfg_normalization=1.0", ("model.adapter_options.cfg_normalization=1.0: refines CFG",
-                                              "rollout.guidance_scale=1.0 runs none")),
+                                              "rollout.sampling_options.guidance_scale=1.0 runs none")),
     ("model.adapter_options.cfg_truncation=1.5", ("cfg_truncation=1.5: expected a value in [0, 1]",)),
     ("data.prompts=null data.prompt_file=recipes/prompts/tiny_edit.jsonl", ("prompt 1", "carries a source image",
                                                           "model.adapter=ZImagePipeline")),
@@ -237,8 +237,8 @@ def test_sizes_past_the_rotary_table_are_refused_from_the_configs(model):
     cfg = load_config(["recipe=tiny_z_image_flowgrpo", "model.adapter_options.max_sequence_length=1600"])
     with pytest.raises(ValueError, match=r"max_sequence_length=1600: past ZImagePipeline's rotary table.* 1504$"):
         ZImageAdapter.check_model_limits(cfg, configs)
-    cfg = load_config(["recipe=tiny_z_image_flowgrpo", "rollout.height=8224"])
-    with pytest.raises(ValueError, match=r"rollout.height=8224: past .* largest valid value is 8192$"):
+    cfg = load_config(["recipe=tiny_z_image_flowgrpo", "rollout.sampling_options.height=8224"])
+    with pytest.raises(ValueError, match=r"rollout.sampling_options.height=8224: past .* largest valid value is 8192$"):
         ZImageAdapter.check_model_limits(cfg, configs)
 
 

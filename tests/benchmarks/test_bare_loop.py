@@ -62,6 +62,6 @@ def test_another_recipe_is_refused():
 
 
 def test_only_reward_overrides_are_taken():
-    proc = run("--override", "rollout.num_steps=3", "--out", "unused")
+    proc = run("--override", "rollout.sampling_options.num_steps=3", "--out", "unused")
     assert proc.returncode == 2 and "takes only reward.* overrides" in proc.stderr
 

@@ -45,9 +45,9 @@ def test_bad_config_exits_2_with_one_error_line(arg, expected):
 
 
 def test_cfg_prints_the_composed_config_with_the_overrides(capsys):
-    assert main(["--cfg", "trainer.total_steps=17", "rollout.num_steps=9"]) == 0
+    assert main(["--cfg", "trainer.total_steps=17", "rollout.sampling_options.num_steps=9"]) == 0
     printed = OmegaConf.create(capsys.readouterr().out)
-    assert printed.trainer.total_steps == 17 and printed.rollout.num_steps == 9
+    assert printed.trainer.total_steps == 17 and printed.rollout.sampling_options.num_steps == 9
     assert printed.recipe == "tiny_sd3_shapes_counting"
     assert printed.trainer.seed == 42  # a schema default, untouched
 
@@ -86,14 +86,14 @@ def test_a_word_that_is_no_override_exits_2_naming_it(capsys):
 
 
 @pytest.mark.parametrize("args, expected", [
-    (["recipe=tiny_wan22_dancegrpo", "rollout.num_frames=6"], ["rollout.num_frames=6", "4k+1", "5 or 9"]),
-    (["recipe=tiny_wan22_dancegrpo", "rollout.height=40"], ["rollout.height=40", "multiple of 16", "32 or 48"]),
+    (["recipe=tiny_wan22_dancegrpo", "rollout.sampling_options.num_frames=6"], ["rollout.sampling_options.num_frames=6", "4k+1", "5 or 9"]),
+    (["recipe=tiny_wan22_dancegrpo", "rollout.sampling_options.height=40"], ["rollout.sampling_options.height=40", "multiple of 16", "32 or 48"]),
     (["recipe=tiny_wan22_dancegrpo", "reward.rewards=[{name: brightness}]"],
      ["reward.rewards[0]", "'brightness'", "reward.rewards[0].video_frames=4"]),
     (["recipe=tiny_wan22_dancegrpo", "reward.rewards=[{name: audio_loudness}]"],
      ["reward.rewards[0]", "'audio_loudness'", "makes no audio"]),
-    (["recipe=tiny_ltx2_flowgrpo_av", "rollout.fps=16"], ["rollout.fps=16", "expected 24"]),
-    (["rollout.num_frames=5"], ["rollout.num_frames=5", "StableDiffusion3Pipeline makes images"]),
+    (["recipe=tiny_ltx2_flowgrpo_av", "rollout.sampling_options.fps=16"], ["rollout.sampling_options.fps=16", "expected 24"]),
+    (["rollout.sampling_options.num_frames=5"], ["rollout.sampling_options.num_frames=5", "StableDiffusion3Pipeline makes images"]),
 ])
 def test_a_video_config_the_model_cannot_take_exits_2_before_any_model_loads(tmp_path, args, expected):
     cache = tmp_path / "cache"
@@ -129,7 +129,7 @@ def test_options_prints_a_components_options_with_defaults_and_docs(capsys, arg,
 
 @pytest.mark.parametrize("args, expected", [
     (["--options", "model.adapter=NoSuchPipeline"], "model.adapter='NoSuchPipeline': unknown model adapter; registered: "),
-    (["--options", "rollout.kernel=sde"], "--options rollout.kernel=sde: expected one of model.adapter=NAME"),
+    (["--options", "rollout.sampling_options.kernel=sde"], "--options rollout.sampling_options.kernel=sde: expected one of model.adapter=NAME"),
     (["--options"], "--options takes one KEY=NAME"),
 ])
 def test_options_of_an_unknown_component_is_one_error_line_and_exit_2(capsys, args, expected):

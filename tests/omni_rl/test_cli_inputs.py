@@ -164,7 +164,7 @@ def test_an_unreadable_source_image_names_the_row(tmp_path, capsys, out):
 
 
 @pytest.mark.parametrize("key, value, expected", [
-    ("rollout.width", "40", "rollout.width=40: expected a multiple of 16"),
+    ("rollout.sampling_options.width", "40", "rollout.sampling_options.width=40: expected a multiple of 16"),
     ("model.adapter_options.condition_image_size", "[32,40]", "model.adapter_options.condition_image_size[1]=40: expected a multiple of 16"),
 ])
 def test_a_size_the_vae_cannot_take(capsys, out, key, value, expected):

@@ -43,7 +43,7 @@ def test_each_bagel_recipe_samples_as_the_official_path_it_cites(recipe):
     options = cfg.model.adapter_options
     have = {k: getattr(options, k) for k in official if k != "guidance_scale"}
     have["cfg_interval"] = list(have["cfg_interval"])
-    assert {**have, "guidance_scale": cfg.rollout.guidance_scale} == official
+    assert {**have, "guidance_scale": cfg.rollout.sampling_options.guidance_scale} == official
 
 
 def run(out: Path, recipe: str, *overrides: str) -> list[dict]:

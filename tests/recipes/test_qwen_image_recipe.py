@@ -53,7 +53,7 @@ def test_the_edit_recipes_reward_depends_on_the_source_image():
     items = load_prompt_items(cfg.data.prompts, cfg.data.prompt_file)
     rewards = RewardManager([RewardSpec(r.name, r.weight, r.required, dict(r.reward_options)) for r in cfg.reward.rewards])
     gen = torch.Generator().manual_seed(0)
-    images = torch.randint(0, 256, (len(items), cfg.rollout.height, cfg.rollout.width, 3), generator=gen,
+    images = torch.randint(0, 256, (len(items), cfg.rollout.sampling_options.height, cfg.rollout.sampling_options.width, 3), generator=gen,
                            dtype=torch.uint8)
     prompts = [i.prompt for i in items]
     metadata = [dict(i.metadata) for i in items]

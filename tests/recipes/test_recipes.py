@@ -81,7 +81,8 @@ class TestRecipe:
         assert cfg.algo.advantage in ADVANTAGE_ESTIMATORS, ADVANTAGE_ESTIMATORS.names()
         kl_form = getattr(cfg.algo.family_options, "kl_form", "exact")  # text families have none
         assert kl_form in DIFFUSION_KL, DIFFUSION_KL.names()
-        assert cfg.rollout.kernel in STEP_KERNELS, STEP_KERNELS.names()
+        kernel = getattr(cfg.rollout.sampling_options, "kernel", "sde")  # text families sample no kernel
+        assert kernel in STEP_KERNELS, STEP_KERNELS.names()
 
     def test_rewards_are_registered_and_take_their_options(self, name, plugins_loaded):
         cfg = load_config([f"recipe={name}"])
@@ -123,6 +124,6 @@ def test_the_geneval_recipe_trains_on_partial_credit_and_validates_on_the_verdic
     assert [(r.name, r.reward_options["score"]) for r in cfg.reward.rewards] == [("geneval", "partial")]
     assert [(r.name, r.reward_options["score"]) for r in cfg.reward.val_rewards] == [("geneval", "correct")]
     # Flow-GRPO's geneval_sd3: 10 steps, 40 to evaluate, CFG 4.5, 512 px, 48 prompts x 24, KL 0.04.
-    assert (cfg.rollout.num_steps, cfg.algo.family_options.val_num_steps, cfg.rollout.guidance_scale) == (10, 40, 4.5)
-    assert (cfg.rollout.height, cfg.trainer.prompts_per_step, cfg.trainer.samples_per_prompt) == (512, 48, 24)
+    assert (cfg.rollout.sampling_options.num_steps, cfg.algo.family_options.val_num_steps, cfg.rollout.sampling_options.guidance_scale) == (10, 40, 4.5)
+    assert (cfg.rollout.sampling_options.height, cfg.trainer.prompts_per_step, cfg.trainer.samples_per_prompt) == (512, 48, 24)
     assert (cfg.trainer.mini_batch_size, cfg.algo.kl_coef, cfg.model.adapter_options.max_sequence_length) == (576, 0.04, 128)

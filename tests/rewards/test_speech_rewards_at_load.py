@@ -68,7 +68,7 @@ def one_error_line(capsys, *args: str) -> str:
 @pytest.mark.parametrize("model", [
     ["recipe=tiny_sd3_flowgrpo"],                   # images
     ["recipe=tiny_qwen3_omni_gspo"],                # text (Qwen3-Omni's thinker)
-    ["model.adapter=WanPipeline", "model.path=tiny:wan22", "rollout.num_frames=9"],  # video
+    ["model.adapter=WanPipeline", "model.path=tiny:wan22", "rollout.sampling_options.num_frames=9"],  # video
 ])
 def test_a_speech_reward_on_a_model_that_makes_no_audio(voice, index, model):
     name = ["asr_wer", "speech_rate", "speaker_similarity"][index]

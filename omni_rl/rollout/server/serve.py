@@ -33,14 +33,17 @@ import signal
 import sys
 import threading
 import time
+from pathlib import Path
 from typing import NoReturn, Optional, Sequence
 
 import torch
+import yaml
 from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from omni_rl.compose import bind_blocks
 from omni_rl.config.options import recipe_values
+from omni_rl.config.loader import upgrade_saved_config
 from omni_rl.config.schema import OmniConfig
 from omni_rl.device import pick_device
 from omni_rl.models.factory import build_model
@@ -54,7 +57,9 @@ from omni_rl.utils.server_args import ServerStartError
 
 def load_run_config(path: str) -> OmniConfig:
     """A config `omni_rl.config.loader.to_yaml` wrote (already validated by the trainer)."""
-    return OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(OmniConfig), OmegaConf.load(path)))
+    # One written before the sampling knobs moved (a server started by hand) is read in today's layout.
+    saved = upgrade_saved_config(yaml.safe_load(Path(path).read_text(encoding="utf-8")))
+    return OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(OmniConfig), saved))
 
 
 def build_server(cfg: OmniConfig, backend: str = "native", host: str = "127.0.0.1", port: int = 0,
@@ -124,7 +129,7 @@ def _serve(argv: Sequence[str] | None) -> int:
     except FileNotFoundError:
         raise ServerStartError(f"--config {args.config!r}: no such file; expected the run's config as YAML "
                                f"(omni_rl.config.to_yaml writes it)", 2) from None
-    except (OSError, ValueError, OmegaConfBaseException) as err:
+    except (OSError, ValueError, OmegaConfBaseException, yaml.YAMLError) as err:
         raise ServerStartError(f"--config {args.config!r} is not a run's config: {' '.join(str(err).split())}",
                                2) from None
     try:

@@ -19,7 +19,7 @@ from omni_rl.models.factory import build_model
 from omni_rl.rollout.backends import build_rollout_engine
 
 BASE = ["recipe=tiny_qwen3_calculator_agent", "model.path=tiny:qwen3_tools", "algo.family_options.agent_options.environment=guess_number",
-        "algo.family_options.agent_options.max_turns=3", "algo.family_options.agent_options.max_total_tokens=160", "algo.family_options.agent_options.environment_options.high=1000000", "algo.family_options.max_new_tokens=6",
+        "algo.family_options.agent_options.max_turns=3", "algo.family_options.agent_options.max_total_tokens=160", "algo.family_options.agent_options.environment_options.high=1000000", "rollout.sampling_options.max_new_tokens=6",
         "trainer.prompts_per_step=2", "trainer.samples_per_prompt=2", "trainer.mini_batch_size=4",
         "trainer.micro_batch_size=4"]
 
@@ -132,7 +132,7 @@ def test_the_sample_log_holds_whole_conversations(rolled, tmp_path):
     ("algo.family_options.agent_options.environment=maze", "algo.family_options.agent_options.environment='maze': unknown environment; registered:"),
     ("algo.family_options.agent_options.tools=[{name: calculator, tool_options: {max_exponent: 0}}]", "algo.family_options.agent_options.tools[0].tool_options"),
     ("algo.family_options.agent_options.tool_timeout_s=0", "algo.family_options.agent_options.tool_timeout_s=0.0: expected a finite number of seconds > 0"),
-    ("algo.family_options.agent_options.max_total_tokens=4", "algo.family_options.max_new_tokens=64 is over algo.family_options.agent_options.max_total_tokens=4"),
+    ("algo.family_options.agent_options.max_total_tokens=4", "rollout.sampling_options.max_new_tokens=64 is over algo.family_options.agent_options.max_total_tokens=4"),
 ])
 def test_bad_agent_config_is_one_line(override, message):
     with pytest.raises(ConfigError) as err:

@@ -10,7 +10,7 @@ from omni_rl.trainer import PPOTrainer
 SMALL = [
     "recipe=tiny_qwen3_calculator_agent", "model.path=tiny:qwen3_tools", "algo.family_options.agent_options.environment=guess_number",
     "algo.family_options.agent_options.environment_options.high=1000000", "algo.family_options.agent_options.max_turns=2", "algo.family_options.agent_options.max_total_tokens=96",
-    "algo.family_options.max_new_tokens=6", "reward.rewards=[{name: trajectory_return}]", "reward.val_rewards=null",
+    "rollout.sampling_options.max_new_tokens=6", "reward.rewards=[{name: trajectory_return}]", "reward.val_rewards=null",
     "algo.family_options.agent_options.turn_reward=discounted", "algo.family_options.agent_options.discount=0.5",
     "trainer.prompts_per_step=2", "trainer.samples_per_prompt=2", "trainer.mini_batch_size=4",
     "trainer.micro_batch_size=4", "trainer.val_every=0", "trainer.logger_options.progress_bar=false",

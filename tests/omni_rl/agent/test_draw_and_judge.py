@@ -16,7 +16,7 @@ def test_draw_then_judge_on_tiny_sd3():
 
     draw_cls, judge_cls = TOOLS.get("draw"), TOOLS.get("judge")
     draw = draw_cls(bind_options(draw_cls.Options, {
-        "recipe": "tiny_sd3_flowgrpo", "overrides": ["rollout.num_steps=2", "rollout.sde_window_size=0", "rollout.sde_window_range=null", "rollout.height=64", "rollout.width=64"],
+        "recipe": "tiny_sd3_flowgrpo", "overrides": ["rollout.sampling_options.num_steps=2", "rollout.sampling_options.sde_window_size=0", "rollout.sampling_options.sde_window_range=null", "rollout.sampling_options.height=64", "rollout.sampling_options.width=64"],
         "reward": "jpeg_compressibility"}, "agent.tools[0].tool_options", "tool draw"))
     judge = judge_cls(bind_options(judge_cls.Options, {"reward": "jpeg_compressibility"},
                                    "agent.tools[1].tool_options", "tool judge"))

@@ -25,7 +25,7 @@ from omni_rl.rollout.backends import build_rollout_engine
 from omni_rl.rollout.text_sampling import join_media
 
 # The random tiny thinker (the recipe's cold-started one takes minutes to build).
-SMALL = ["recipe=tiny_qwen3_omni_draw_agent", "model.path=tiny:qwen3_omni", "algo.family_options.max_new_tokens=4",
+SMALL = ["recipe=tiny_qwen3_omni_draw_agent", "model.path=tiny:qwen3_omni", "rollout.sampling_options.max_new_tokens=4",
          "trainer.prompts_per_step=2", "trainer.samples_per_prompt=2", "trainer.mini_batch_size=4",
          "trainer.micro_batch_size=4"]
 CALL = '<tool_call>\n{"name": "draw", "arguments": {"prompt": "a red square"}}\n</tool_call>'
@@ -161,7 +161,7 @@ def test_the_sample_log_shows_each_image_as_a_saved_png(omni, tmp_path):
 
 
 def test_a_text_model_reads_the_tools_text_only():
-    cfg = load_config(["recipe=tiny_qwen3_calculator_agent", "model.path=tiny:qwen3_tools", "algo.family_options.max_new_tokens=4"])
+    cfg = load_config(["recipe=tiny_qwen3_calculator_agent", "model.path=tiny:qwen3_tools", "rollout.sampling_options.max_new_tokens=4"])
     model = build_model(cfg.model, torch.device("cpu"), tuple(cfg.plugins))
     family = build_family(cfg, model)
     engine = build_rollout_engine(cfg, model)
@@ -205,7 +205,7 @@ def test_the_recipe_trains_a_step_with_the_shape_model_as_draw_tool(tmp_path):
     # The random thinker (it rarely writes a whole call) and short turns: the recipe's pieces
     # (the draw tool on the frozen shape model, the drawn_score reward, the agent family on the
     # omni adapter) load and one on-policy step trains.
-    [record] = _train(tmp_path, "model.path=tiny:qwen3_omni", "algo.family_options.max_new_tokens=8",
+    [record] = _train(tmp_path, "model.path=tiny:qwen3_omni", "rollout.sampling_options.max_new_tokens=8",
                       "trainer.samples_per_prompt=2", "trainer.mini_batch_size=4", "trainer.micro_batch_size=4")
     assert record["step"] == 1 and record["agent/model_tokens_mean"] > 0
     assert record["actor/first_minibatch_ratio_max_abs_dev"] == 0.0

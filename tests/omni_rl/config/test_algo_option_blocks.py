@@ -58,8 +58,8 @@ def test_the_text_family_fills_dr_grpo_constant_from_the_response_budget():
     assert cfg.algo.policy_loss_options[cfg.algo.policy_loss].loss_scale_factor is None  # null in the recipe's block ...
     from omni_rl.families.autoregressive import build_token_loss
     loss = build_token_loss(TextFamily.losses.get("ppo_clip"), cfg.algo.policy_loss_options[cfg.algo.policy_loss],
-                            cfg.algo.family_options, 0.0)
-    assert loss.options.loss_scale_factor == cfg.algo.family_options.max_new_tokens  # ... the budget in the built loss
+                            cfg.rollout.sampling_options, 0.0)
+    assert loss.options.loss_scale_factor == cfg.rollout.sampling_options.max_new_tokens  # ... the budget in the built loss
 
 
 @pytest.mark.parametrize("name, options", [("flow_dppo", FlowDPPOOptions), ("sapo", SAPOOptions),

@@ -56,10 +56,12 @@ def test_every_moved_key_points_at_an_option_a_registered_component_declares():
     for name in MODEL_FAMILIES.names():  # algo.family_options, and the think_draw plan loss's block
         options = MODEL_FAMILIES.get(name).Options
         declared.setdefault("algo.family_options", set()).update(f.name for f in dataclasses.fields(options))
+        sampling = MODEL_FAMILIES.get(name).Sampling  # rollout.sampling_options
+        declared.setdefault("rollout.sampling_options", set()).update(f.name for f in dataclasses.fields(sampling))
     declared["algo.family_options.plan_loss_options"] = {
         f.name for loss in TOKEN_LOSSES.names() for f in dataclasses.fields(TOKEN_LOSSES.get(loss).Options)}
     declared["algo.rollout_correction_options"] = {f.name for f in dataclasses.fields(RolloutCorrectionConfig)}
-    declared["rollout.sde_window_options"] = {f.name for f in dataclasses.fields(SdeWindowOptions)}
+    declared["rollout.sampling_options.sde_window_options"] = {f.name for f in dataclasses.fields(SdeWindowOptions)}
     declared["trainer.logger_options"] = {f.name for f in dataclasses.fields(LoggerOptions)}
     losses = set(DIFFUSION_LOSSES.names()) | set(TOKEN_LOSSES.names()) | set(FORWARD_LOSSES.names())
     for old, (new, _) in MOVED_KEYS.items():

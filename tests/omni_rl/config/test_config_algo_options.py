@@ -68,7 +68,7 @@ def test_the_options_default_to_off():
 @pytest.mark.parametrize("loss, options", [
     ("ppo_clip", dict(clip_ratio_c=3.0)),
     ("dapo", dict(clip_ratio_c=10.0)),
-    ("ppo_clip", dict(loss_agg_mode="seq-mean-token-sum-norm")),  # null: algo.family_options.max_new_tokens
+    ("ppo_clip", dict(loss_agg_mode="seq-mean-token-sum-norm")),  # null: rollout.sampling_options.max_new_tokens
     ("ppo_clip", dict(loss_agg_mode="seq-mean-token-sum-norm", loss_scale_factor=1024.0)),
     ("ppo_clip", dict(kl_clamp=10.0)),
 ])

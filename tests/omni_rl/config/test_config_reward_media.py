@@ -28,7 +28,7 @@ class AudioVideoAdapter:
 def config(*rewards: RewardItemConfig, num_frames: int = 1, adapter: str = "WanPipeline") -> OmniConfig:
     cfg = OmniConfig(data=DataConfig(prompts=["a cat"]), model=ModelConfig(adapter=adapter),
                      reward=RewardConfig(rewards=list(rewards)))
-    cfg.rollout.num_frames = num_frames
+    cfg.rollout.sampling_options = {"num_frames": num_frames}  # bound by check_components
     return cfg
 
 
@@ -43,7 +43,7 @@ def error(cfg: OmniConfig) -> str:
 
 def test_an_image_reward_on_video_needs_video_frames():
     message = error(config(RewardItemConfig("video_brightness"), RewardItemConfig("brightness"), num_frames=9))
-    assert message.startswith("reward.rewards[1]: reward 'brightness' scores images but rollout.num_frames=9")
+    assert message.startswith("reward.rewards[1]: reward 'brightness' scores images but rollout.sampling_options.num_frames=9")
     assert "set reward.rewards[1].video_frames=4" in message
     check_components(config(RewardItemConfig("brightness", video_frames=4), num_frames=9))
     check_components(config(RewardItemConfig("brightness")))  # images: as before
@@ -82,7 +82,7 @@ def test_video_frames_and_num_frames_are_at_least_one(frames):
     assert error(config(RewardItemConfig("brightness", video_frames=frames))).startswith(
         f"reward.rewards[0].video_frames={frames}: expected an integer >= 1"
     )
-    assert error(config(RewardItemConfig("brightness"), num_frames=frames)).startswith(f"rollout.num_frames={frames}")
+    assert error(config(RewardItemConfig("brightness"), num_frames=frames)).startswith(f"rollout.sampling_options.num_frames={frames}")
 
 
 def test_a_bad_imagebind_mode_names_the_kwargs():
@@ -91,9 +91,9 @@ def test_a_bad_imagebind_mode_names_the_kwargs():
 
 
 def test_the_overrides_load_through_hydra():
-    wan = ["model.adapter=WanPipeline", "model.path=tiny:wan22", "rollout.num_frames=9"]
+    wan = ["model.adapter=WanPipeline", "model.path=tiny:wan22", "rollout.sampling_options.num_frames=9"]
     cfg = load_config([*wan, "reward.rewards=[{name: brightness, video_frames: 4}]"])
-    assert cfg.rollout.num_frames == 9 and cfg.reward.rewards[0].video_frames == 4
+    assert cfg.rollout.sampling_options.num_frames == 9 and cfg.reward.rewards[0].video_frames == 4
     with pytest.raises(ConfigError, match=r"reward.rewards\[0\].video_frames=4"):
         load_config([*wan, "reward.rewards=[{name: brightness}]"])
     assert "TestsAudioVideoPipeline" in ADAPTERS

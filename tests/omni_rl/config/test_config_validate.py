@@ -10,7 +10,9 @@ import pytest
 from omni_rl.compose import load_config
 from omni_rl.config import OmniConfig, validate_config
 from omni_rl.errors import ConfigError
+from omni_rl.config.options import bind_options
 from omni_rl.config.schema import DataConfig, RewardConfig, RewardItemConfig
+from omni_rl.families.sampling import DiffusionSampling
 
 
 def valid() -> OmniConfig:
@@ -20,6 +22,19 @@ def valid() -> OmniConfig:
 def validate_error(cfg: OmniConfig) -> str:
     with pytest.raises(ConfigError) as info:
         validate_config(cfg)
+    message = str(info.value)
+    assert "\n" not in message
+    return message
+
+
+def sampling(**values) -> DiffusionSampling:
+    """The diffusion family's sampling block bound as at load: its rules are its `check()`."""
+    return bind_options(DiffusionSampling, values, "rollout.sampling_options", "model family DiffusionFamily")
+
+
+def sampling_error(**values) -> str:
+    with pytest.raises(ConfigError) as info:
+        sampling(**values)
     message = str(info.value)
     assert "\n" not in message
     return message
@@ -40,49 +55,38 @@ def test_prompts_are_required():
 # --- SDE window -----------------------------------------------------------------------------
 @pytest.mark.parametrize("size", [0, 1, 6])
 def test_sde_window_up_to_num_steps_is_valid(size):
-    cfg = valid()
-    cfg.rollout.num_steps, cfg.rollout.sde_window_size = 6, size
-    validate_config(cfg)
+    sampling(num_steps=6, sde_window_size=size)
 
 
 def test_sde_window_larger_than_num_steps():
-    cfg = valid()
-    cfg.rollout.num_steps, cfg.rollout.sde_window_size = 6, 7
-    message = validate_error(cfg)
-    assert message.startswith("rollout.sde_window_size=7") and "rollout.num_steps = 6" in message
+    message = sampling_error(num_steps=6, sde_window_size=7)
+    assert message.startswith("rollout.sampling_options.sde_window_size=7") and "rollout.sampling_options.num_steps = 6" in message
 
 
 def test_negative_sde_window():
-    cfg = valid()
-    cfg.rollout.sde_window_size = -1
-    assert "rollout.sde_window_size=-1" in validate_error(cfg)
+    assert "rollout.sampling_options.sde_window_size=-1" in sampling_error(sde_window_size=-1)
 
 
 @pytest.mark.parametrize("window_range", [[0, 7], [-1, 3], [3, 3], [4, 2], [0, 1, 2], [5]])
 def test_sde_window_range_outside_the_steps(window_range):
-    cfg = valid()
-    cfg.rollout.num_steps, cfg.rollout.sde_window_size, cfg.rollout.sde_window_range = 6, 1, window_range
-    assert "rollout.sde_window_range" in validate_error(cfg)
+    assert "rollout.sampling_options.sde_window_range" in sampling_error(num_steps=6, sde_window_size=1,
+                                                                         sde_window_range=window_range)
 
 
 def test_sde_window_range_narrower_than_the_window():
-    cfg = valid()
-    cfg.rollout.num_steps, cfg.rollout.sde_window_size, cfg.rollout.sde_window_range = 6, 3, [1, 3]
-    assert "rollout.sde_window_range" in validate_error(cfg)
-    cfg.rollout.sde_window_range = [1, 4]  # exactly as wide as the window
-    validate_config(cfg)
+    assert "rollout.sampling_options.sde_window_range" in sampling_error(num_steps=6, sde_window_size=3,
+                                                                         sde_window_range=[1, 3])
+    sampling(num_steps=6, sde_window_size=3, sde_window_range=[1, 4])  # exactly as wide as the window
 
 
 def test_sde_window_range_with_window_zero_must_cover_every_step():
     # sde_window_size=0 means every step, so the range must span all num_steps.
-    cfg = valid()
-    cfg.rollout.num_steps, cfg.rollout.sde_window_size, cfg.rollout.sde_window_range = 6, 0, [0, 5]
-    message = validate_error(cfg)
-    assert "rollout.sde_window_range" in message
+    message = sampling_error(num_steps=6, sde_window_size=0, sde_window_range=[0, 5])
+    assert "rollout.sampling_options.sde_window_range" in message
     # It names the value the user set (0, every step) and the 6 it stands for, never
     # "sde_window_size = 6" (issue 45, N15).
     assert "sde_window_size = 6" not in message
-    assert "6 steps wide (rollout.num_steps, since rollout.sde_window_size=0 makes every step stochastic)" in message
+    assert "6 steps wide (rollout.sampling_options.num_steps, since rollout.sampling_options.sde_window_size=0 makes every step stochastic)" in message
 
 
 # --- batch sizes ----------------------------------------------------------------------------
@@ -149,8 +153,6 @@ def test_good_dtypes(dtype):
     ("optim", "lr", 0.0),
     ("optim", "betas", [0.9]),
     ("optim", "betas", [0.9, 1.0]),
-    ("rollout", "height", 30),
-    ("rollout", "guidance_scale", 0.5),
     ("model.lora", "init", "xavier"),
 ])
 def test_bad_values_name_the_key(section, key, value):
@@ -162,11 +164,16 @@ def test_bad_values_name_the_key(section, key, value):
     assert f"{section}.{key}=" in validate_error(cfg)
 
 
+@pytest.mark.parametrize("key, value", [("height", 30), ("guidance_scale", 0.5)])
+def test_bad_sampling_values_name_the_key(key, value):
+    assert f"rollout.sampling_options.{key}=" in sampling_error(**{key: value})
+
+
 @pytest.mark.parametrize("override, key", [
     ("algo.advantage_options.std_mode=batch", "algo.advantage_options.std_mode="),
     ("algo.policy_loss_options.flow_grpo.clip_range=0.0", "algo.policy_loss_options.flow_grpo.clip_range="),
-    ("rollout.kernel=ode", "rollout.kernel="),
-    ("rollout.noise_level=0.0", "rollout.noise_level="),  # the diffusion family's kernel rule
+    ("rollout.sampling_options.kernel=ode", "rollout.sampling_options.kernel="),
+    ("rollout.sampling_options.noise_level=0.0", "rollout.sampling_options.noise_level="),  # the diffusion family's kernel rule
 ])
 def test_bad_component_values_name_the_key_at_load(override, key):
     """The rules that moved from the schema's validation to the components that own them (the
@@ -189,7 +196,7 @@ def test_an_empty_reward_list():
     ("algo.policy_loss=flow_grpoo", "algo.policy_loss", "flow_grpoo", "flow_grpo"),
     ("algo.advantage=grpoo", "algo.advantage", "grpoo", "grpo"),
     ("algo.family_options.kl_form=exakt", "algo.family_options.kl_form", "exakt", "exact"),
-    ("rollout.kernel=sdee", "rollout.kernel", "sdee", "sde"),
+    ("rollout.sampling_options.kernel=sdee", "rollout.sampling_options.kernel", "sdee", "sde"),
     ("model.adapter=StableDifusion3Pipeline", "model.adapter", "StableDifusion3Pipeline", "StableDiffusion3Pipeline"),
     ("reward.rewards=[{name: jpeg_compresibility}]", "reward.rewards", "jpeg_compresibility", "jpeg_compressibility"),
     ("rollout.backend=vlm", "rollout.backend", "vlm", "native"),
@@ -249,7 +256,7 @@ def test_validation_rewards_are_checked_as_the_training_rewards_are():
 
 @pytest.mark.parametrize("override", [
     "algo.policy_loss=flow_dppo", "algo.policy_loss=grpo_guard", "algo.advantage=rloo",
-    "algo.advantage=dr_grpo", "algo.family_options.kl_form=exact", "rollout.kernel=cps", "rollout.kernel=dance_sde",
+    "algo.advantage=dr_grpo", "algo.family_options.kl_form=exact", "rollout.sampling_options.kernel=cps", "rollout.sampling_options.kernel=dance_sde",
     "reward.rewards=[{name: brightness}, {name: jpeg_compressibility, weight: 0.5, reward_options: {scale: 0.002}}]",
     "trainer.loggers=[console,jsonl]", "trainer.device=cpu",
 ])

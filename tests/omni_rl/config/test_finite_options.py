@@ -1,6 +1,6 @@
 """Every float option of every registered component is finite unless it declares that infinity
 means something there (`option(..., infinite=True)`), refused by `bind_options` for all at once
-(issue 45, M3 and item 3): `algo.family_options.temperature=inf` passed the `> 0` check and
+(issue 45, M3 and item 3): `rollout.sampling_options.temperature=inf` passed the `> 0` check and
 sampled uniformly. NaN is refused always. Reward options, which are factory keywords, too."""
 from __future__ import annotations
 
@@ -42,9 +42,10 @@ def every_float_option():
     owners = {}
     for block in OPTION_BLOCKS:
         for name in block.registry.names():
-            cls = block.options_class(block.registry.get(name))
-            classes.add(cls)
-            owners.setdefault(cls, f"{block.block} of {block.registry.kind} {name}")
+            for key, options_class in ((block.block, block.options_class), *block.companions):
+                cls = options_class(block.registry.get(name))
+                classes.add(cls)
+                owners.setdefault(cls, f"{key} of {block.registry.kind} {name}")
     out = []
     for cls in sorted(classes, key=lambda c: c.__qualname__):
         hints = typing.get_type_hints(cls)
@@ -96,8 +97,8 @@ def test_an_option_declared_infinite_binds_inf():
     assert bind_options(Clamp, {"scale": 1e300}, "k", "test").scale == 1e300  # large but finite is the check's to judge
 
 
-@pytest.mark.parametrize("override", ["algo.family_options.temperature=inf", "algo.family_options.speech_temperature=inf",
-                                      "algo.family_options.top_p=-inf"])
+@pytest.mark.parametrize("override", ["rollout.sampling_options.temperature=inf", "algo.family_options.speech_temperature=inf",
+                                      "rollout.sampling_options.top_p=-inf"])
 def test_the_talker_recipe_refuses_inf_on_the_command_line(capsys, tmp_path, override):
     assert main([TK, override, "trainer.val_every=0", f"trainer.output_dir={tmp_path / 'out'}"]) == 2
     err = capsys.readouterr().err.strip()
@@ -110,8 +111,8 @@ def test_the_talker_recipe_refuses_inf_on_the_command_line(capsys, tmp_path, ove
 
 
 def test_the_text_recipe_refuses_an_infinite_temperature():
-    with pytest.raises(ConfigError, match=r"^algo.family_options.temperature=inf: expected a finite number"):
-        load_config(["recipe=tiny_qwen3_grpo", "algo.family_options.temperature=inf"])
+    with pytest.raises(ConfigError, match=r"^rollout.sampling_options.temperature=inf: expected a finite number"):
+        load_config(["recipe=tiny_qwen3_grpo", "rollout.sampling_options.temperature=inf"])
 
 
 @pytest.mark.parametrize("name, kwargs", [("jpeg_compressibility", {"scale": math.inf}),

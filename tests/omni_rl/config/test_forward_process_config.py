@@ -11,11 +11,11 @@ from omni_rl.errors import ConfigError
 @pytest.mark.parametrize("recipe", ["tiny_sd3_diffusion_nft", "tiny_sd3_diffusion_dpo"])
 def test_the_recipes_load_with_an_ode_rollout(recipe):
     cfg = load_config([f"recipe={recipe}"])
-    assert cfg.rollout.kernel == "ode" and cfg.algo.policy_loss in FORWARD_LOSSES
+    assert cfg.rollout.sampling_options.kernel == "ode" and cfg.algo.policy_loss in FORWARD_LOSSES
 
 
 def test_ode_still_refused_for_a_step_loss():
-    with pytest.raises(ConfigError, match="rollout.kernel='ode'.*flow_grpo"):
+    with pytest.raises(ConfigError, match="rollout.sampling_options.kernel='ode'.*flow_grpo"):
         load_config(["recipe=tiny_sd3_diffusion_nft", "algo.policy_loss=flow_grpo"])
 
 
@@ -49,7 +49,7 @@ def test_ray_refuses_them_naming_the_fix():
 
 def test_a_typo_lists_the_forward_losses_too():
     with pytest.raises(ConfigError) as err:
-        load_config(["recipe=tiny_sd3_diffusion_nft", "algo.policy_loss=diffusion_nfft", "rollout.kernel=sde",
-                     "rollout.noise_level=0.7"])
+        load_config(["recipe=tiny_sd3_diffusion_nft", "algo.policy_loss=diffusion_nfft", "rollout.sampling_options.kernel=sde",
+                     "rollout.sampling_options.noise_level=0.7"])
     assert "algo.policy_loss='diffusion_nfft'" in str(err.value) and "diffusion_nft" in str(err.value)
     assert "flow_grpo" in str(err.value)

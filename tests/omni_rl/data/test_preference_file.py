@@ -71,10 +71,10 @@ def test_offline_pairs_train_through_the_dpo_objective(tmp_path):
     family = build_family(cfg, model)
     w, l = image(tmp_path / "w.png", 230), image(tmp_path / "l.png", 30)
     rows = load_preference_file(write_rows(tmp_path, [{"prompt": "a cat", "chosen": w, "rejected": l}] * 2))
-    images = [read_pair_images(r, cfg.rollout.height, cfg.rollout.width) for r in rows]
+    images = [read_pair_images(r, cfg.rollout.sampling_options.height, cfg.rollout.sampling_options.width) for r in rows]
     pairs = PairBatch.from_images(model, [r.prompt for r in rows], torch.stack([c for c, _ in images]),
-                                  torch.stack([r for _, r in images]), torch.tensor([1, 2]), cfg.rollout.guidance_scale)
-    assert tuple(pairs.chosen.shape) == (2, *model.latent_shape(cfg.rollout.height, cfg.rollout.width))
+                                  torch.stack([r for _, r in images]), torch.tensor([1, 2]), cfg.rollout.sampling_options.guidance_scale)
+    assert tuple(pairs.chosen.shape) == (2, *model.latent_shape(cfg.rollout.sampling_options.height, cfg.rollout.sampling_options.width))
     assert not torch.equal(pairs.chosen, pairs.rejected)
     loss, metrics = family.loss(pairs, 0)
     assert loss.item() == pytest.approx(math.log(2), abs=1e-6)  # LoRA B = 0: the policy is the reference

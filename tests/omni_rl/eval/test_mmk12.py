@@ -11,7 +11,7 @@ import pytest
 from omni_rl.compose import load_config
 from omni_rl.eval.job import EvalRequest, run_eval
 
-RECIPE = ["recipe=tiny_qwen3_grpo", "algo.family_options.max_new_tokens=6"]
+RECIPE = ["recipe=tiny_qwen3_grpo", "rollout.sampling_options.max_new_tokens=6"]
 QUESTIONS = [("What is 1 + 1?", "2"), ("What is 3 x 3?", "9"), ("Half of 10?", "5")]
 
 

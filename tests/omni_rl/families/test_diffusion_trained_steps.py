@@ -1,6 +1,6 @@
 """DanceGRPO's per-sample subset of trained steps (`algo.family_options.timestep_fraction`, DiffusionFamily.trained_steps).
 
-Every step is stochastic (`rollout.sde_window_size=0`, the dance_sde kernel); each sample trains
+Every step is stochastic (`rollout.sampling_options.sde_window_size=0`, the dance_sde kernel); each sample trains
 int(W * fraction) of them, drawn from its own seed: the same subset on a rerun (so a resumed
 run trains what the uninterrupted one did), different subsets across samples, and the stored
 latents, sigmas and log-probs of exactly those steps (the first mini-batch's ratio is 1).
@@ -14,8 +14,8 @@ from omni_rl.trainer import PPOTrainer
 
 DANCE = [
     "trainer.prompts_per_step=2", "trainer.samples_per_prompt=4", "trainer.mini_batch_size=8",
-    "trainer.micro_batch_size=4", "rollout.num_steps=6", "rollout.sde_window_size=0", "rollout.kernel=dance_sde",
-    "rollout.noise_level=0.3", "rollout.sde_window_range=null", "algo.family_options.same_noise_in_group=true", "algo.family_options.timestep_fraction=0.6",
+    "trainer.micro_batch_size=4", "rollout.sampling_options.num_steps=6", "rollout.sampling_options.sde_window_size=0", "rollout.sampling_options.kernel=dance_sde",
+    "rollout.sampling_options.noise_level=0.3", "rollout.sampling_options.sde_window_range=null", "algo.family_options.same_noise_in_group=true", "algo.family_options.timestep_fraction=0.6",
     "trainer.val_every=0", "trainer.logger_options.progress_bar=false", "trainer.loggers=[jsonl]", "trainer.total_steps=2",
 ]
 
@@ -58,7 +58,7 @@ def test_a_resumed_two_expert_dance_run_trains_what_the_straight_one_did(tmp_pat
     """DanceGRPO on the two-expert Wan (both experts' LoRA in the checkpoint): 2 steps, resume,
     2 more equals 4 straight, since the trained-step subsets are drawn from the samples' seeds."""
     wan = ["recipe=tiny_wan22_dancegrpo", "trainer.prompts_per_step=2", "trainer.samples_per_prompt=4",
-           "trainer.mini_batch_size=4", "trainer.micro_batch_size=4", "rollout.num_steps=4",
+           "trainer.mini_batch_size=4", "trainer.micro_batch_size=4", "rollout.sampling_options.num_steps=4",
            "trainer.val_every=0", "trainer.logger_options.progress_bar=false", "trainer.loggers=[jsonl]"]
 
     def run(name, *overrides):

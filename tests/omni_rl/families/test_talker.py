@@ -25,7 +25,7 @@ from omni_rl.trainer import PPOTrainer
 
 SMALL = [
     "recipe=tiny_qwen3_omni_talker_grpo", "trainer.prompts_per_step=2", "trainer.samples_per_prompt=2",
-    "trainer.mini_batch_size=4", "trainer.micro_batch_size=4", "algo.family_options.max_new_tokens=4",
+    "trainer.mini_batch_size=4", "trainer.micro_batch_size=4", "rollout.sampling_options.max_new_tokens=4",
     "algo.family_options.max_frames=6", "trainer.val_every=0", "trainer.loggers=[jsonl]",
     "trainer.logger_options.progress_bar=false",
 ]

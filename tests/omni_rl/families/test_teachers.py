@@ -109,7 +109,7 @@ def test_two_teachers_each_teach_their_own_prompts(tmp_path):
     # Both teachers are the student's base; the cats' teacher guides with scale 1 (no CFG), so only
     # the cats' samples differ from the student's means at the start (its LoRA is 0).
     trainer = PPOTrainer(load_config([
-        *DISTIL, f"data.prompt_file={prompts}", "data.prompts=null", "rollout.guidance_scale=4.5",
+        *DISTIL, f"data.prompt_file={prompts}", "data.prompts=null", "rollout.sampling_options.guidance_scale=4.5",
         "algo.family_options.teachers=[{name: cats, data_source: cats, guidance_scale: 1.0}, {name: others}]",
         f"trainer.output_dir={tmp_path / 'run'}"]))
     trainer.fit()
@@ -153,7 +153,7 @@ def test_distillation_beside_flow_grpo_and_the_reference_kl_adds_up(tmp_path):
     # without guidance): each chunk's total is the sum, so the step's means add up the same way.
     trainer = PPOTrainer(load_config([
         *TINY_SD3, "trainer.total_steps=1", "algo.kl_coef=0.5", "algo.family_options.distill_coef=2.0",
-        "algo.family_options.teachers=[{name: unguided, guidance_scale: 1.0}]", "rollout.guidance_scale=4.5",
+        "algo.family_options.teachers=[{name: unguided, guidance_scale: 1.0}]", "rollout.sampling_options.guidance_scale=4.5",
         f"trainer.output_dir={tmp_path / 'run'}"]))
     trainer.fit()
     (r,) = _records(tmp_path / "run")
@@ -167,10 +167,10 @@ def test_the_plan_counts_one_teacher_forward_per_trained_pass():
 
     # The rollout trace: 8 samples with CFG (16 rows), 1600 FLOPs, so 100 per row; a micro-batch of 2.
     step = StepTrace(rollout=Trace(1600, 0), train=Trace(300, 0), rollout_batch=8, train_batch=2)
-    base = load_config([*TINY_SD3, "rollout.guidance_scale=4.5"])
-    cfg = load_config([*TINY_SD3, "rollout.guidance_scale=4.5", "algo.policy_loss=distill_kl",
+    base = load_config([*TINY_SD3, "rollout.sampling_options.guidance_scale=4.5"])
+    cfg = load_config([*TINY_SD3, "rollout.sampling_options.guidance_scale=4.5", "algo.policy_loss=distill_kl",
                        "algo.family_options.teachers=[{name: a, data_source: a, guidance_scale: 1.0}, {name: b}]"])
-    passes = base.trainer.prompts_per_step * base.trainer.samples_per_prompt * base.rollout.num_steps / 2
+    passes = base.trainer.prompts_per_step * base.trainer.samples_per_prompt * base.rollout.sampling_options.num_steps / 2
     # Teacher b guides (CFG, 2 rows a sample): 2 samples x 2 rows x 100 = 400 FLOPs more per pass.
     assert step_flops(cfg, step)["update"] - step_flops(base, step)["update"] == pytest.approx(passes * 400)
 

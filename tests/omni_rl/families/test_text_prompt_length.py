@@ -46,11 +46,11 @@ def records(out):
 def test_the_limit_is_the_context_less_the_response_budget(tmp_path, prompt_file):
     family = family_of(load_config(overrides(tmp_path, prompt_file, "error")))
     assert family.model.context_length() == 512
-    assert family.prompt_token_limit == 512 - 16  # algo.family_options.max_new_tokens=16 in the recipe
+    assert family.prompt_token_limit == 512 - 16  # rollout.sampling_options.max_new_tokens=16 in the recipe
     family = family_of(load_config(overrides(tmp_path, prompt_file, "error", "algo.family_options.max_prompt_tokens=100")))
     assert family.prompt_token_limit == 100
     family = family_of(load_config(overrides(tmp_path, prompt_file, "error", "algo.family_options.max_prompt_tokens=500")))
-    with pytest.raises(PromptLengthError, match=r"algo.family_options.max_prompt_tokens=500 plus algo.family_options.max_new_tokens=16 is 516"):
+    with pytest.raises(PromptLengthError, match=r"algo.family_options.max_prompt_tokens=500 plus rollout.sampling_options.max_new_tokens=16 is 516"):
         family.prompt_token_limit
 
 
@@ -63,7 +63,7 @@ def test_error_mode_names_the_prompt_when_the_prompts_load(tmp_path, prompt_file
     message = str(err.value)
     assert f"data.prompt_file={str(prompt_file)!r}: prompt 1 ('Once upon a time xxx" in message
     assert "tokens with the chat template, over the 496-token limit (the model's 512 positions less " \
-           "algo.family_options.max_new_tokens=16)" in message
+           "rollout.sampling_options.max_new_tokens=16)" in message
     assert "algo.family_options.overlong_prompts=truncate" in message
 
 

@@ -18,8 +18,8 @@ from omni_rl.trainer import PPOTrainer
 
 SMALL = [
     "recipe=tiny_bagel_think_flowgrpo", "trainer.prompts_per_step=2", "trainer.samples_per_prompt=2",
-    "trainer.mini_batch_size=4", "trainer.micro_batch_size=2", "rollout.num_steps=3", "rollout.sde_window_size=2",
-    "rollout.sde_window_range=[0,3]", "algo.family_options.max_new_tokens=4", "trainer.val_every=0", "trainer.logger_options.progress_bar=false",
+    "trainer.mini_batch_size=4", "trainer.micro_batch_size=2", "rollout.sampling_options.num_steps=3", "rollout.sampling_options.sde_window_size=2",
+    "rollout.sampling_options.sde_window_range=[0,3]", "rollout.sampling_options.max_new_tokens=4", "trainer.val_every=0", "trainer.logger_options.progress_bar=false",
     "trainer.loggers=[jsonl]",
 ]
 
@@ -85,7 +85,7 @@ def test_a_resumed_run_repeats_the_straight_one(tmp_path):
     ("algo.policy_loss=diffusion_nft", "algo.policy_loss='diffusion_nft'"),
     ("algo.rollout_correction_options.level=step", "algo.rollout_correction_options.level='step'"),
     ("trainer.pipeline=one_step_off", "trainer.pipeline='one_step_off'"),
-    ("algo.family_options.top_p=0.9", "algo.family_options.top_p=0.9"),
+    ("rollout.sampling_options.top_p=0.9", "rollout.sampling_options.top_p=0.9"),
     ("rollout.backend=server", "rollout.backend='server'"),
 ])
 def test_a_loss_of_the_wrong_kind_is_a_config_error_naming_it(tmp_path, override, key):

@@ -20,8 +20,8 @@ from omni_rl.trainer import PPOTrainer
 # then no advantage is left to train on).
 SMALL = [
     "recipe=tiny_write_draw", "reward.rewards=[{name: brightness}]", "trainer.prompts_per_step=2", "trainer.samples_per_prompt=2",
-    "trainer.mini_batch_size=4", "trainer.micro_batch_size=2", "rollout.num_steps=3", "rollout.sde_window_size=2",
-    "rollout.sde_window_range=[0,3]", "algo.family_options.max_new_tokens=3", "trainer.val_every=0",
+    "trainer.mini_batch_size=4", "trainer.micro_batch_size=2", "rollout.sampling_options.num_steps=3", "rollout.sampling_options.sde_window_size=2",
+    "rollout.sampling_options.sde_window_range=[0,3]", "rollout.sampling_options.max_new_tokens=3", "trainer.val_every=0",
     "trainer.logger_options.progress_bar=false", "trainer.loggers=[jsonl]",
 ]
 

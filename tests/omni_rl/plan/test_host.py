@@ -20,7 +20,7 @@ def test_a_ray_driver_holds_no_weights_and_the_whole_steps_samples(tmp_path):
     local = make_plan(cfg)
     ray = plan(tmp_path, "trainer.backend=ray", "trainer.engine=fsdp2", "trainer.backend_options.devices_per_node=2")
     samples = cfg.trainer.prompts_per_step * cfg.trainer.samples_per_prompt
-    r = cfg.rollout
+    r = cfg.rollout.sampling_options
     driver = ray["driver"]["bytes"]
     assert ray["driver"]["weightless_build"] and driver["policy_weights"] == 0
     # Every sample's trajectory: the device figure is the rank's share of the same per-sample bytes.

@@ -193,7 +193,7 @@ def test_the_text_fake_trace_equals_the_real_tensor_trace(recipe, extra, tmp_pat
     from omni_rl.plan.text_steps import trace_text_step
 
     cfg = load_config([f"recipe={recipe}", f"trainer.output_dir={tmp_path}", "algo.family_options.max_prompt_tokens=24",
-                       "algo.family_options.max_new_tokens=8", "rollout.max_num_seqs=4", "trainer.micro_batch_size=2", *extra])
+                       "rollout.sampling_options.max_new_tokens=8", "rollout.max_num_seqs=4", "trainer.micro_batch_size=2", *extra])
     folder = architecture_folder(cfg.model.path)
     fake = trace_text_step(build_weightless(cfg, folder).model, _spec(cfg), cfg, fake=True)
     real = trace_text_step(build_weightless(cfg, folder).model, _spec(cfg), cfg, fake=False)
@@ -211,7 +211,7 @@ def test_the_rollout_trace_holds_the_whole_cache_at_the_last_step(tmp_path):
     peaks = []
     for response in (8, 64):
         cfg = load_config(["recipe=tiny_qwen3_grpo", f"trainer.output_dir={tmp_path}", "algo.family_options.max_prompt_tokens=4",
-                           f"algo.family_options.max_new_tokens={response}", "rollout.max_num_seqs=4"])
+                           f"rollout.sampling_options.max_new_tokens={response}", "rollout.max_num_seqs=4"])
         step = trace_text_step(build_weightless(cfg, architecture_folder(cfg.model.path)).model, _spec(cfg), cfg)
         peaks.append(step.rollout.activation_bytes)
     assert peaks[1] > peaks[0]

@@ -7,7 +7,7 @@ from omni_rl.compose import load_config
 from omni_rl.models import build_model
 from omni_rl.plan.text_steps import TRAJECTORY_BYTES_PER_TOKEN, recorded_route_bytes, text_trajectory_bytes
 
-SIZES = ["algo.family_options.max_prompt_tokens=100", "algo.family_options.max_new_tokens=16"]
+SIZES = ["algo.family_options.max_prompt_tokens=100", "rollout.sampling_options.max_new_tokens=16"]
 
 
 def test_recorded_routes_are_counted_under_r3_only():

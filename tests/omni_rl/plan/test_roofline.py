@@ -16,7 +16,7 @@ from omni_rl.plan.weights import build_weightless
 
 def test_the_tiny_qwen3s_decoding_reads_its_weights_once_a_step_and_the_kv_cache(tmp_path):
     cfg = load_config(["recipe=tiny_qwen3_grpo", f"trainer.output_dir={tmp_path}", "algo.family_options.max_prompt_tokens=4",
-                       "algo.family_options.max_new_tokens=8", "rollout.max_num_seqs=4"])
+                       "rollout.sampling_options.max_new_tokens=8", "rollout.max_num_seqs=4"])
     built = build_weightless(cfg, architecture_folder(cfg.model.path))
     decode = trace_text_step(built.model, _spec(cfg), cfg).rollout.decode
     # tiny:qwen3 (adapters/qwen3.py): fp32, hidden 32, 2 layers, 4 query heads and 2 key-value heads

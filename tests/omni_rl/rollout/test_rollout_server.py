@@ -28,7 +28,7 @@ from tests.tiny_runs import TINY_SD3
 
 QUIET = ["trainer.val_every=0", "trainer.logger_options.progress_bar=false", "trainer.loggers=[jsonl]", "trainer.save_every=0"]
 SD3 = ["recipe=tiny_sd3_flowgrpo", *TINY_SD3, "trainer.total_steps=2", "trainer.save_every=0"]
-QWEN3 = ["recipe=tiny_qwen3_grpo", "trainer.total_steps=2", "algo.family_options.max_new_tokens=8", *QUIET]
+QWEN3 = ["recipe=tiny_qwen3_grpo", "trainer.total_steps=2", "rollout.sampling_options.max_new_tokens=8", *QUIET]
 SERVER = ["rollout.backend=server", "rollout.backend_options.server_timeout_s=60"]
 
 

@@ -118,7 +118,7 @@ def test_the_trainer_hands_its_server_a_secret_no_other_process_has(tmp_path):
             assert status == 401, (path, status)
         time.sleep(0.5)
         assert engine.process.poll() is None  # /shutdown without the token did not stop it
-        (res,) = engine.generate([_req(height=cfg.rollout.height, width=cfg.rollout.width)], timeout_s=120)
+        (res,) = engine.generate([_req(height=cfg.rollout.sampling_options.height, width=cfg.rollout.sampling_options.width)], timeout_s=120)
         assert res.weight_version == 0
     finally:
         engine.close()
@@ -267,7 +267,7 @@ def test_a_run_is_unaffected_by_a_local_process_without_its_token(tmp_path):
     trainer = PPOTrainer(load_config([
         "recipe=tiny_sd3_flowgrpo", "rollout.backend=server", "rollout.backend_options.server_timeout_s=60", "trainer.total_steps=2",
         "trainer.prompts_per_step=2", "trainer.samples_per_prompt=2", "trainer.mini_batch_size=4",
-        "trainer.micro_batch_size=2", "rollout.num_steps=4", "rollout.sde_window_size=2", "rollout.sde_window_range=[0,3]",
+        "trainer.micro_batch_size=2", "rollout.sampling_options.num_steps=4", "rollout.sampling_options.sde_window_size=2", "rollout.sampling_options.sde_window_range=[0,3]",
         "trainer.val_every=0",
         "trainer.logger_options.progress_bar=false", "trainer.loggers=[jsonl]", "trainer.save_every=0",
         f"trainer.output_dir={tmp_path / 'run'}",

@@ -1,4 +1,4 @@
-"""rollout.sde_window_schedule: MixGRPO's global windows, worked out by hand; config rules; the family's requests."""
+"""rollout.sampling_options.sde_window_schedule: MixGRPO's global windows, worked out by hand; config rules; the family's requests."""
 import pytest
 
 from omni_rl.compose import load_config
@@ -46,8 +46,8 @@ def test_a_global_window_reaches_the_engine_exactly():
 # Step 4 of 6 denoising steps, window 2: progressive starts at min(0 + 3, 6 - 2) = 3; decay's size is max(1, 2 - 3).
 @pytest.mark.parametrize("schedule, expected", [("fixed", None), ("progressive", (3, 5)), ("decay", (0, 1))])
 def test_the_family_places_the_steps_window(schedule, expected):
-    cfg = load_config(["rollout.num_steps=6", "rollout.sde_window_size=2", "rollout.sde_window_range=null",
-                       f"rollout.sde_window_schedule={schedule}"])
+    cfg = load_config(["rollout.sampling_options.num_steps=6", "rollout.sampling_options.sde_window_size=2", "rollout.sampling_options.sde_window_range=null",
+                       f"rollout.sampling_options.sde_window_schedule={schedule}"])
     family = DiffusionFamily.__new__(DiffusionFamily)  # sde_window reads the config only
     family.cfg = cfg
     fields = family.sde_window(4)
@@ -58,17 +58,17 @@ def test_the_family_places_the_steps_window(schedule, expected):
 
 
 @pytest.mark.parametrize("overrides, key, expected", [
-    (["rollout.sde_window_schedule=sliding", "rollout.sde_window_size=2"], "rollout.sde_window_schedule='sliding'",
+    (["rollout.sampling_options.sde_window_schedule=sliding", "rollout.sampling_options.sde_window_size=2"], "rollout.sampling_options.sde_window_schedule='sliding'",
      "one of fixed, progressive, random, decay"),
-    (["rollout.sde_window_schedule=progressive", "rollout.sde_window_size=0", "rollout.sde_window_range=null"],
-     "rollout.sde_window_schedule='progressive'", "sde_window_size=0"),
-    (["rollout.sde_window_size=2", "rollout.sde_window_options.shift=2"], "rollout.sde_window_options.shift=2", "only progressive"),
-    (["rollout.sde_window_size=2", "rollout.sde_window_schedule=random", "rollout.sde_window_options.tau=3"],
-     "rollout.sde_window_options.tau=3", "only progressive and decay"),
-    (["rollout.sde_window_size=2", "rollout.sde_window_schedule=decay", "rollout.sde_window_options.min_size=3"],
-     "rollout.sde_window_options.min_size=3", "at most rollout.sde_window_size = 2"),
-    (["rollout.sde_window_size=2", "rollout.sde_window_schedule=progressive", "rollout.sde_window_options.tau=0"],
-     "rollout.sde_window_options.tau=0", "an integer >= 1"),
+    (["rollout.sampling_options.sde_window_schedule=progressive", "rollout.sampling_options.sde_window_size=0", "rollout.sampling_options.sde_window_range=null"],
+     "rollout.sampling_options.sde_window_schedule='progressive'", "sde_window_size=0"),
+    (["rollout.sampling_options.sde_window_size=2", "rollout.sampling_options.sde_window_options.shift=2"], "rollout.sampling_options.sde_window_options.shift=2", "only progressive"),
+    (["rollout.sampling_options.sde_window_size=2", "rollout.sampling_options.sde_window_schedule=random", "rollout.sampling_options.sde_window_options.tau=3"],
+     "rollout.sampling_options.sde_window_options.tau=3", "only progressive and decay"),
+    (["rollout.sampling_options.sde_window_size=2", "rollout.sampling_options.sde_window_schedule=decay", "rollout.sampling_options.sde_window_options.min_size=3"],
+     "rollout.sampling_options.sde_window_options.min_size=3", "at most rollout.sampling_options.sde_window_size = 2"),
+    (["rollout.sampling_options.sde_window_size=2", "rollout.sampling_options.sde_window_schedule=progressive", "rollout.sampling_options.sde_window_options.tau=0"],
+     "rollout.sampling_options.sde_window_options.tau=0", "an integer >= 1"),
 ])
 def test_bad_schedules_fail_at_load_naming_the_key(overrides, key, expected):
     with pytest.raises(ConfigError) as info:
@@ -78,7 +78,7 @@ def test_bad_schedules_fail_at_load_naming_the_key(overrides, key, expected):
 
 def test_good_schedules_load():
     for schedule in ("progressive", "random", "decay"):
-        cfg = load_config(["rollout.sde_window_size=2", f"rollout.sde_window_schedule={schedule}"])
-        assert cfg.rollout.sde_window_schedule == schedule
-    load_config(["rollout.sde_window_size=3", "rollout.sde_window_schedule=decay", "rollout.sde_window_options.min_size=2",
-                 "rollout.sde_window_options.tau=5"])
+        cfg = load_config(["rollout.sampling_options.sde_window_size=2", f"rollout.sampling_options.sde_window_schedule={schedule}"])
+        assert cfg.rollout.sampling_options.sde_window_schedule == schedule
+    load_config(["rollout.sampling_options.sde_window_size=3", "rollout.sampling_options.sde_window_schedule=decay", "rollout.sampling_options.sde_window_options.min_size=2",
+                 "rollout.sampling_options.sde_window_options.tau=5"])

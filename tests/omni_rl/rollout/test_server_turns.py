@@ -33,7 +33,7 @@ TOKEN = "a-test-secret-of-32-characters!!"
 AGENT = ["recipe=tiny_qwen3_calculator_agent", "model.path=tiny:qwen3_tools",
          "algo.family_options.agent_options.environment=guess_number", "algo.family_options.agent_options.max_turns=3",
          "algo.family_options.agent_options.max_total_tokens=120",
-         "algo.family_options.agent_options.environment_options.high=1000000", "algo.family_options.max_new_tokens=6",
+         "algo.family_options.agent_options.environment_options.high=1000000", "rollout.sampling_options.max_new_tokens=6",
          "trainer.prompts_per_step=2", "trainer.samples_per_prompt=2", "trainer.mini_batch_size=4",
          "trainer.micro_batch_size=4", "rollout.backend=server"]
 

@@ -216,7 +216,7 @@ def test_an_agents_multi_turn_trajectories_on_vllm_reuse_the_prefix_and_match_th
                        "rollout.backend_options.enforce_eager=true", "rollout.backend_options.sleep_mode=false",
                        "rollout.backend_options.server_startup_timeout_s=900", "trainer.samples_per_prompt=2",
                        "trainer.mini_batch_size=8", "trainer.micro_batch_size=8",
-                       "algo.family_options.temperature=0.3"])
+                       "rollout.sampling_options.temperature=0.3"])
     trainer, engine = start("float32", False, cfg)
     try:
         family = build_family(cfg, trainer)

@@ -161,8 +161,8 @@ def test_the_server_builds_the_engine_in_process_with_a_weightless_model(tiny_sd
 def test_config_rules_of_the_vllm_keys():
     cfg = OmniConfig()
     cfg.model.adapter, cfg.algo.policy_loss = "Qwen3ForCausalLM", "ppo_clip"  # top_p is a text model's option
-    cfg.rollout.backend, cfg.algo.family_options = "vllm", {"top_p": 0.9}
-    with pytest.raises(ConfigError, match=r"algo.family_options.top_p=0.9: expected 1.0 with rollout.backend=vllm"):
+    cfg.rollout.backend, cfg.rollout.sampling_options = "vllm", {"top_p": 0.9}
+    with pytest.raises(ConfigError, match=r"rollout.sampling_options.top_p=0.9: expected 1.0 with rollout.backend=vllm"):
         check_components(cfg)
     cfg = OmniConfig()
     cfg.rollout.backend, cfg.rollout.backend_options = "vllm_omni", {"gpu_memory_utilization": 1.5}

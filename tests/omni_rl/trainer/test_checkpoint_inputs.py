@@ -25,8 +25,8 @@ from omni_rl.models.base import OptimizerGroup
 
 SMALL = [
     "trainer.prompts_per_step=2", "trainer.samples_per_prompt=4", "trainer.mini_batch_size=4",
-    "trainer.micro_batch_size=2", "rollout.num_steps=4", "rollout.sde_window_size=2",
-    "rollout.sde_window_range=[0,3]", "trainer.val_every=0", "trainer.logger_options.progress_bar=false",
+    "trainer.micro_batch_size=2", "rollout.sampling_options.num_steps=4", "rollout.sampling_options.sde_window_size=2",
+    "rollout.sampling_options.sde_window_range=[0,3]", "trainer.val_every=0", "trainer.logger_options.progress_bar=false",
     "trainer.loggers=[jsonl]",
 ]
 

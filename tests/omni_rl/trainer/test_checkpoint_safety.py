@@ -232,7 +232,7 @@ def test_another_model_config_is_refused_naming_the_key(run_dir, override, expec
 def test_a_text_checkpoint_is_refused_by_the_sd3_recipe(tmp_path):
     text_run = tmp_path / "text"
     PPOTrainer(load_config(["recipe=tiny_qwen3_grpo", "trainer.total_steps=1", "trainer.val_every=0",
-                            "trainer.logger_options.progress_bar=false", "trainer.loggers=[jsonl]", "algo.family_options.max_new_tokens=4",
+                            "trainer.logger_options.progress_bar=false", "trainer.loggers=[jsonl]", "rollout.sampling_options.max_new_tokens=4",
                             f"trainer.output_dir={text_run}"])).fit()
     with pytest.raises(CheckpointError, match="model.adapter=Qwen3ForCausalLM, this run has "
                                               "model.adapter=StableDiffusion3Pipeline") as err:

@@ -58,7 +58,7 @@ def test_auto_skips_the_recompute_between_checks_and_trains_like_recompute(tmp_p
 
 def test_auto_recomputes_where_the_rollout_is_another_code_path(tmp_path):
     text = ["recipe=tiny_qwen3_grpo", "trainer.val_every=0", "trainer.logger_options.progress_bar=false", "trainer.loggers=[jsonl]",
-            "trainer.total_steps=2", "algo.family_options.max_new_tokens=8"]
+            "trainer.total_steps=2", "rollout.sampling_options.max_new_tokens=8"]
     _, records, scored = train(tmp_path, "text", base=text)
     assert len(scored) == 2  # KV-cached decoding is not the trainer's forward: every step recomputes
     assert all(r["rollout_corr/checked_fraction"] == 1.0 for r in records)

@@ -12,7 +12,7 @@ from tests.tiny_runs import TINY_SD3
 
 QWEN = ["recipe=tiny_qwen3_grpo", "trainer.logger_options.progress_bar=false", "trainer.loggers=[jsonl]", "trainer.val_every=0",
         "trainer.prompts_per_step=2", "trainer.samples_per_prompt=4", "trainer.mini_batch_size=4",
-        "trainer.micro_batch_size=4", "algo.family_options.max_new_tokens=8"]
+        "trainer.micro_batch_size=4", "rollout.sampling_options.max_new_tokens=8"]
 
 
 def run(tmp_path, name, *overrides, base=QWEN):

@@ -161,17 +161,17 @@ def test_real_ocr_reward_end_to_end(tmp_path):
 
 
 def test_a_moving_sde_window_trains_and_resumes_exactly(tmp_path):
-    """rollout.sde_window_schedule=random draws one window per step from (seed, step), so a
+    """rollout.sampling_options.sde_window_schedule=random draws one window per step from (seed, step), so a
     resumed run trains the windows an uninterrupted one does; decay changes the window's size
     between steps (2 then 1 denoising steps trained)."""
-    window = ["rollout.sde_window_schedule=random", "trainer.total_steps=3"]
+    window = ["rollout.sampling_options.sde_window_schedule=random", "trainer.total_steps=3"]
     straight, _ = run_tiny(tmp_path, "straight", *window)
     run_tiny(tmp_path, "split", *window[:1], "trainer.total_steps=2")
     resumed, _ = run_tiny(tmp_path, "split", *window, f"trainer.resume={tmp_path / 'split'}")
     a, b = straight.model.named_trainable_tensors(), resumed.model.named_trainable_tensors()
     for name in a:
         torch.testing.assert_close(a[name], b[name], atol=1e-6, rtol=0, msg=name)
-    decay, records = run_tiny(tmp_path, "decay", "rollout.sde_window_schedule=decay", "trainer.total_steps=2")
+    decay, records = run_tiny(tmp_path, "decay", "rollout.sampling_options.sde_window_schedule=decay", "trainer.total_steps=2")
     assert [decay.family.sde_window(s)["sde_window_range"] for s in (1, 2)] == [(0, 2), (0, 1)]
     assert all(r["rollout_corr/logprob_abs_diff_max"] <= 1e-5 for r in records)
 

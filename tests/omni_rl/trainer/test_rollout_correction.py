@@ -11,7 +11,7 @@ from omni_rl.trainer import PPOTrainer
 from tests.tiny_runs import QUIET, TINY_SD3
 
 SD3 = [*TINY_SD3, "trainer.samples_per_prompt=2", "trainer.total_steps=2"]
-TEXT = ["recipe=tiny_qwen3_grpo", "trainer.total_steps=1", "algo.family_options.max_new_tokens=6", *QUIET]
+TEXT = ["recipe=tiny_qwen3_grpo", "trainer.total_steps=1", "rollout.sampling_options.max_new_tokens=6", *QUIET]
 UNIT = {"rollout_corr/is_weight_mean": 1.0, "rollout_corr/is_weight_max": 1.0, "rollout_corr/is_clipped_fraction": 0.0}
 
 

@@ -145,9 +145,10 @@ def test_config_changes_name_each_changed_key_but_not_where_or_how_far(tmp_path)
     saved = tmp_path / "config.yaml"
     saved.write_text(to_yaml(cfg_for(tmp_path / "a")))
     now = to_yaml(cfg_for(tmp_path / "b", "trainer.total_steps=99", "optim.lr=0.01", f"trainer.resume={tmp_path}",
-                          "algo.family_options.stop_token_ids=[7]"))
+                          "rollout.sampling_options.stop_token_ids=[7]"))
     # An options block holds only what the recipe sets: the key is absent from the saved one.
-    assert config_changes(saved, now) == ["algo.family_options.stop_token_ids: (absent) -> [7]", "optim.lr: 0.003 -> 0.01"]
+    # (keys in sorted order: the option path now sorts after optim.lr)
+    assert config_changes(saved, now) == ["optim.lr: 0.003 -> 0.01", "rollout.sampling_options.stop_token_ids: (absent) -> [7]"]
     assert config_changes(tmp_path / "missing.yaml", now) == []
 
 

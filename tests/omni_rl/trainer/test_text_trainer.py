@@ -120,7 +120,7 @@ def test_lora_with_kl_to_the_reference(tmp_path):
 
 
 def test_responses_over_the_limit_are_truncated_and_counted(tmp_path):
-    _, records = run(tmp_path, "short", "trainer.total_steps=1", "algo.family_options.max_new_tokens=2")
+    _, records = run(tmp_path, "short", "trainer.total_steps=1", "rollout.sampling_options.max_new_tokens=2")
     assert records[0]["response/clip_ratio"] > 0.5
     assert records[0]["response/length_max"] <= 2
 

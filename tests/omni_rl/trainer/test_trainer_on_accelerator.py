@@ -16,7 +16,7 @@ pytestmark = pytest.mark.gpu
 COMMON = ["trainer.logger_options.progress_bar=false", "trainer.loggers=[jsonl]", "trainer.val_every=0", "trainer.total_steps=3"]
 SD3 = ["recipe=tiny_sd3_flowgrpo", "trainer.prompts_per_step=2", "trainer.samples_per_prompt=4",
        "trainer.mini_batch_size=8", "trainer.micro_batch_size=4"]
-QWEN3 = ["recipe=tiny_qwen3_grpo", "trainer.micro_batch_size=8", "algo.family_options.max_new_tokens=8"]
+QWEN3 = ["recipe=tiny_qwen3_grpo", "trainer.micro_batch_size=8", "rollout.sampling_options.max_new_tokens=8"]
 # bf16 weights: the rollout and the trainer run the same bf16 kernels on the same batches, but a
 # micro-batch is not a rollout batch, so they agree to bf16 rounding rather than to fp32's.
 TOLERANCE = {"float32": 1e-4, "bfloat16": 5e-2}

@@ -18,7 +18,7 @@ from omni_rl.trainer import PPOTrainer
 pytestmark = pytest.mark.gpu
 
 BASE = ["recipe=tiny_qwen3_grpo", "trainer.logger_options.progress_bar=false", "trainer.loggers=[jsonl]", "trainer.val_every=0",
-        "trainer.total_steps=3", "trainer.micro_batch_size=8", "algo.family_options.max_new_tokens=8",
+        "trainer.total_steps=3", "trainer.micro_batch_size=8", "rollout.sampling_options.max_new_tokens=8",
         "model.lora.enabled=true", "optim.lr=1e-2"]
 RAY = ["trainer.backend=ray", "trainer.engine=fsdp2", "trainer.backend_options.devices_per_node=1"]
 

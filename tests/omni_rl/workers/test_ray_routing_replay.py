@@ -14,7 +14,7 @@ BASE = [
     "recipe=tiny_qwen3_moe_grpo", "trainer.logger_options.progress_bar=false", "trainer.loggers=[jsonl]",
     "trainer.val_every=0", "trainer.save_every=0", "trainer.total_steps=2", "trainer.prompts_per_step=2",
     "trainer.samples_per_prompt=4", "trainer.mini_batch_size=8", "trainer.micro_batch_size=4",
-    "algo.family_options.max_new_tokens=8",
+    "rollout.sampling_options.max_new_tokens=8",
 ]
 RAY = ["trainer.backend=ray", "trainer.engine=fsdp2", "trainer.backend_options.devices_per_node=2"]
 

@@ -19,7 +19,7 @@ from omni_rl.trainer.sharded_export import export_sharded_checkpoint
 
 BASE = [
     "recipe=tiny_qwen3_grpo", "trainer.logger_options.progress_bar=false", "trainer.loggers=[jsonl]", "trainer.val_every=0",
-    "trainer.micro_batch_size=8", "algo.family_options.max_new_tokens=8",
+    "trainer.micro_batch_size=8", "rollout.sampling_options.max_new_tokens=8",
 ]
 RAY = ["trainer.backend=ray", "trainer.engine=fsdp2", "trainer.backend_options.devices_per_node=2"]
 

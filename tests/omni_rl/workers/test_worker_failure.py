@@ -12,7 +12,7 @@ ROOT = Path(__file__).resolve().parents[3]
 
 COMMON = ["trainer.logger_options.progress_bar=false", "trainer.loggers=[jsonl]", "trainer.val_every=0", "trainer.total_steps=3",
           "trainer.backend=ray", "trainer.engine=fsdp2", "trainer.backend_options.devices_per_node=2", "trainer.backend_options.worker_timeout_s=50"]
-TEXT = ["recipe=tiny_qwen3_grpo", "trainer.micro_batch_size=8", "algo.family_options.max_new_tokens=8"]
+TEXT = ["recipe=tiny_qwen3_grpo", "trainer.micro_batch_size=8", "rollout.sampling_options.max_new_tokens=8"]
 # Two chunks of 2 requests per worker: rank 1 dies in its first chunk while rank 0's are streaming back.
 DIFFUSION = ["recipe=tiny_sd3_flowgrpo", "trainer.prompts_per_step=2", "trainer.samples_per_prompt=4",
              "trainer.mini_batch_size=8", "trainer.micro_batch_size=4", "rollout.max_num_seqs=2"]
