@@ -52,7 +52,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--steps", type=int, default=None, help="trainer.total_steps (default: the recipe's)")
     p.add_argument("--window", type=int, default=5, help="steps averaged at each end for the rise")
-    p.add_argument("--cache-dir", default=None, help="inductor cache (default: a fresh temporary one)")
+    p.add_argument("--cache-dir", default=None, help="inductor cache (default: a fresh temporary one); one that "
+                   "holds files already is taken as filled and the warm-up run is skipped")
+    p.add_argument("--merge", nargs="+", default=None, metavar="JSON",
+                   help="start nothing: join the runs of these results files into one summary at --out")
     p.add_argument("--timeout-s", type=float, default=3600.0, help="per run")
     p.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "compile_learning.json"))
     return p.parse_args(argv)
@@ -123,8 +126,28 @@ def summarize(runs: list[dict]) -> dict:
     return out
 
 
+def merge(args) -> None:
+    files = [json.loads(Path(f).read_text()) for f in args.merge]
+    for f, body in zip(args.merge, files):
+        if body.get("benchmark") != "compile_learning" or body["recipe"] != files[0]["recipe"] or body["threads"] != files[0]["threads"]:
+            raise SystemExit(f"{f}: not a compile_learning result of recipe {files[0]['recipe']!r} at "
+                             f"{files[0]['threads']} threads; merge only runs of one recipe and thread count")
+    runs = [r for body in files for r in body["runs"]]
+    seeds = [(r["arm"], r["seed"]) for r in runs]
+    if len(set(seeds)) != len(seeds):
+        raise SystemExit(f"{args.merge}: a seed's arm appears twice; merge files of different seeds")
+    result = {**files[0], "seeds": sorted({r["seed"] for r in runs}), "runs": runs, "summary": summarize(runs),
+              "merged_from": [{"command": b["command"], "date": b["date"]} for b in files],
+              "command": "python benchmarks/compile_learning.py --merge " + " ".join(args.merge)}
+    atomic_write_json(Path(args.out), result)
+    print(json.dumps(result["summary"], indent=1))
+
+
 def main(argv=None) -> None:
     args = parse_args(argv)
+    if args.merge:
+        merge(args)
+        return
     result = {"benchmark": "compile_learning", "recipe": args.recipe, "threads": args.threads, "seeds": args.seeds,
               "window": args.window, "cpu": platform.processor() or platform.machine(), "cpus": os.cpu_count(),
               "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
@@ -134,9 +157,10 @@ def main(argv=None) -> None:
     with tempfile.TemporaryDirectory(prefix="compile_learning_") as tmp:
         cache = Path(args.cache_dir) if args.cache_dir else Path(tmp) / "inductor"
         # Fill the cache once: the learning runs compare steady compiled steps with eager ones.
-        warm = run_once(argparse.Namespace(**{**vars(args), "steps": 1}), "compiled", args.seeds[0], Path(tmp) / "warm", cache)
-        result["warmup_compile_run_s"] = warm["wall_s"]
-        print(f"warm-up compile run {warm['wall_s']:.0f} s (load {warm['load_at_start']:.1f})", flush=True)
+        if not (cache.is_dir() and any(cache.iterdir())):
+            warm = run_once(argparse.Namespace(**{**vars(args), "steps": 1}), "compiled", args.seeds[0], Path(tmp) / "warm", cache)
+            result["warmup_compile_run_s"] = warm["wall_s"]
+            print(f"warm-up compile run {warm['wall_s']:.0f} s (load {warm['load_at_start']:.1f})", flush=True)
         for seed in args.seeds:
             for arm in ("eager", "compiled"):
                 r = run_once(args, arm, seed, Path(tmp) / f"{arm}_{seed}", cache)

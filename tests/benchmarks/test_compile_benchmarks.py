@@ -2,7 +2,10 @@
 learning summary's rise, spread and gap verdicts, and the count of parallel regions read from
 inductor's generated code."""
 import importlib.util
+import json
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -66,3 +69,17 @@ def test_parallel_regions_are_counted_per_call_of_a_graph(tmp_path):
     [graph] = m.kernel_counts(tmp_path)
     assert graph == {"file": "cabc.py", "kernels": 2, "parallel_kernels": 1, "kernel_calls": 3,
                      "parallel_region_calls": 2, "extern_calls": 1}
+
+
+def test_results_of_other_seeds_merge_into_one_summary_and_a_repeated_seed_is_refused(tmp_path):
+    m = load("compile_learning")
+    for name, seed, rise in (("a", 0, 0.1), ("b", 1, 0.2)):
+        body = {"benchmark": "compile_learning", "recipe": "r", "threads": 1, "command": name, "date": "d",
+                "runs": [run("eager", seed, rise, 0.0), run("compiled", seed, rise, 0.0)]}
+        (tmp_path / f"{name}.json").write_text(json.dumps(body))
+    out = tmp_path / "all.json"
+    m.merge(m.parse_args(["--merge", str(tmp_path / "a.json"), str(tmp_path / "b.json"), "--out", str(out)]))
+    merged = json.loads(out.read_text())
+    assert merged["seeds"] == [0, 1] and merged["summary"]["eager"]["rises"] == [0.1, 0.2]
+    with pytest.raises(SystemExit, match="a seed's arm appears twice"):
+        m.merge(m.parse_args(["--merge", str(tmp_path / "a.json"), str(tmp_path / "a.json"), "--out", str(out)]))
