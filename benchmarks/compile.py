@@ -83,6 +83,7 @@ def run_once(args, arm: str, threads: int, out: Path, cache: Path) -> dict:
     if arm == "trace":
         overrides += ["model.compile_options.backend=aot_eager"]
     load = os.getloadavg()[0]
+    cpu0 = os.times()
     start = time.perf_counter()
     try:
         proc = subprocess.run([sys.executable, "main_omni.py", *overrides], cwd=ROOT, env=env, capture_output=True,
@@ -90,6 +91,9 @@ def run_once(args, arm: str, threads: int, out: Path, cache: Path) -> dict:
     except subprocess.TimeoutExpired:
         return {"wall_s": args.timeout_s, "timed_out": True, "load_at_start": load}
     wall = time.perf_counter() - start
+    cpu1 = os.times()
+    # The run's CPU seconds over all its threads: less bent by the machine's load than its wall time.
+    cpu = (cpu1.children_user - cpu0.children_user) + (cpu1.children_system - cpu0.children_system)
     if proc.returncode != 0:
         raise SystemExit(f"{arm} at {threads} threads: run failed (exit {proc.returncode}): {proc.stderr[-3000:]}")
     steps = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
@@ -97,7 +101,7 @@ def run_once(args, arm: str, threads: int, out: Path, cache: Path) -> dict:
     col = lambda key: [r.get(key) for r in steps]  # noqa: E731
     rollout_key = "timing/rollout" if "timing/rollout" in steps[0] else next(k for k in steps[0] if k.startswith("timing/"))
     graphs = [g for g in col("perf/compiled_graphs") if g is not None]
-    return {"wall_s": wall, "timed_out": False, "load_at_start": load, "step_s": col("timing/step"),
+    return {"wall_s": wall, "cpu_s": cpu, "timed_out": False, "load_at_start": load, "step_s": col("timing/step"),
             "rollout_s": col(rollout_key), "update_s": col("timing/update"),
             "compiled_graphs": graphs, "recompiles_after_warmup": (graphs[-1] - graphs[0]) if graphs else 0,
             "rewards": col("reward/total/mean")}
@@ -119,6 +123,7 @@ def summarize(runs: list[dict], threads: int, total_steps: int) -> dict:
                "step_s": med(arm, lambda r: _median_after_first(r["step_s"])),
                "first_step_s": med(arm, lambda r: r["step_s"][0]),
                "wall_s": med(arm, lambda r: r["wall_s"]),
+               "cpu_s": med(arm, lambda r: r.get("cpu_s")) if all(r.get("cpu_s") is not None for r in runs) else None,
                "recompiles_after_warmup": med(arm, lambda r: r["recompiles_after_warmup"]),
                "graphs_compiled": med(arm, lambda r: r["compiled_graphs"][-1] if r["compiled_graphs"] else 0)}
          for arm in arms}
