@@ -172,20 +172,20 @@ def child(spec: dict) -> dict:
     if spec.get("min_chunk_size"):
         ic.cpp.min_chunk_size = spec["min_chunk_size"]
     cfg = load_config([f"recipe={spec['recipe']}"])
-    case = dataclasses.replace(suite_cases()["TestSD3"], height=cfg.rollout.height, width=cfg.rollout.width)
+    case = dataclasses.replace(suite_cases()["TestSD3"], height=cfg.rollout.sampling_options.height, width=cfg.rollout.sampling_options.width)
     torch.manual_seed(0)
     eager = build_model(cfg.model, torch.device("cpu"))
     compiled = build_model(dataclasses.replace(cfg.model, compile_options=CompileOptions(
         enabled=True, cache_dir=spec["cache_dir"])), torch.device("cpu"))
     compiled.load_named_tensors(eager.named_trainable_tensors())
     n, m = spec["batch"], spec["micro_batch"]
-    sigmas = eager.sigmas(cfg.rollout.num_steps, case.height, case.width)[:-1]
+    sigmas = eager.sigmas(cfg.rollout.sampling_options.num_steps, case.height, case.width)[:-1]
     sig = sigmas.repeat(n // len(sigmas) + 1)[:n]
     x = torch.stack([initial_noise(eager, case, seed=s) for s in range(n)])
     prompts = list(cfg.data.prompts)
     cond = encode(case, eager, [prompts[i % len(prompts)] for i in range(n)])
     cond_m = encode(case, eager, [prompts[i % len(prompts)] for i in range(m)])
-    g = cfg.rollout.guidance_scale
+    g = cfg.rollout.sampling_options.guidance_scale
 
     def rollout(model):
         with torch.no_grad():
