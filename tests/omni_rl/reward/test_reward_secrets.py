@@ -76,6 +76,10 @@ class _Listener:
                     pass
 
     def close(self):
+        try:  # wakes the thread's accept() (closing the socket alone leaves it blocked on Linux)
+            self.sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
         self.sock.close()
         self.thread.join(timeout=10)
 

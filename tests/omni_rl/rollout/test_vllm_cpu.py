@@ -206,6 +206,7 @@ def test_routed_experts_come_back_in_the_native_layout_and_the_r3_replay_takes_t
     assert float((replayed_log_probs - batch.rollout_log_probs)[mask].abs().max()) <= 1e-4
 
 
+@pytest.mark.long  # its own vLLM engine and a cold-started model (~2 min): `.ci/run` leaves it out
 def test_an_agents_multi_turn_trajectories_on_vllm_reuse_the_prefix_and_match_the_trainer(monkeypatch):
     """The calculator agent on vLLM behind the rollout server: each turn a vLLM request over the
     trajectory so far, the tool loop in this process."""
