@@ -85,6 +85,7 @@ def test_tiny_bagel_think_flowgrpo_trains(tmp_path):
     assert (out / "samples" / "val_step_000002.png").is_file()
 
 
+@pytest.mark.long  # CI time: the think-then-draw path trains by default in test_tiny_bagel_think_flowgrpo_trains
 def test_tiny_bagel_think_with_cfg_toward_the_plan_trains_on_policy(tmp_path):
     """The official think mode's default second guidance (plan_guidance_scale 1.5): its plan-free
     context travels with each sample, so the trainer replays the rollout's velocity exactly."""

@@ -35,7 +35,8 @@ def assert_same_tensors(a: dict, b: dict, tol: float = 1e-5):
         torch.testing.assert_close(a[k], b[k], rtol=tol, atol=tol, msg=lambda m, k=k: f"{k}: {m}")
 
 
-@pytest.mark.parametrize("mode", ["full", "lora"])
+# Full fine-tuning is `long` (CI time): the LoRA arm runs the same two-worker path by default.
+@pytest.mark.parametrize("mode", [pytest.param("full", marks=pytest.mark.long), "lora"])
 def test_two_workers_match_one_process(tmp_path, ray_local, mode):
     # Build the tiny model into the cache first, so both arms time and load the same way.
     resolve_model_path("tiny:qwen3")
@@ -55,6 +56,7 @@ def test_two_workers_match_one_process(tmp_path, ray_local, mode):
     assert_same_tensors(load_file(tmp_path / "local" / weights), load_file(tmp_path / "ray" / weights))
 
 
+@pytest.mark.long  # CI time: the diffusion model's sharded resume and export below run by default
 def test_sharded_checkpoint_resumes_and_exports_lora(tmp_path, ray_local):
     lora = ["model.lora.enabled=true", "optim.lr=1e-2", "trainer.total_steps=4", "trainer.save_every=2"]
     whole = tmp_path / "whole"
