@@ -17,6 +17,7 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.slow
+@pytest.mark.long  # CI time; a session with a GPU dry-runs the script first (docs/benchmarks.md)
 def test_the_dry_run_passes_and_reports_every_part(tmp_path):
     out = tmp_path / "acceptance.json"
     result = subprocess.run(

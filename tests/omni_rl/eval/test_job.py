@@ -110,6 +110,7 @@ def test_a_text_model_is_refused_for_an_image_benchmark(tmp_path):
     assert done.returncode == 2 and "evaluates diffusion models" in done.stderr, done.stderr
 
 
+@pytest.mark.long  # CI time: Ray's start-up dominates; the one-process job above checks the result
 def test_ray_workers_give_the_whole_result(whole, tmp_path):
     from omni_rl.eval.ray_shards import run_on_ray
 

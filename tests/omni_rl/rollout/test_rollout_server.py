@@ -103,7 +103,8 @@ def other_python(tmp_path):
     return python
 
 
-@pytest.mark.parametrize("how", ["killed", "stopped"])
+# A stopped (silent) server waits out its deadline: `long` (CI time); a killed one runs by default.
+@pytest.mark.parametrize("how", ["killed", pytest.param("stopped", marks=pytest.mark.long)])
 def test_a_dead_or_silent_server_fails_the_run_within_the_deadline_naming_it(tmp_path, how):
     # killed: its connections drop at once; stopped (SIGSTOP): it holds them open and answers
     # nothing, so the health checks of `wait` give up after rollout.backend_options.server_timeout_s.
