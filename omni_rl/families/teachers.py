@@ -48,6 +48,7 @@ from torch.distributed.tensor import DTensor
 from omni_rl.algos import latent_streams as ls
 from omni_rl.algos.flow_sde import get_step_kernel, step_latents
 from omni_rl.option import ComponentOptions, option
+from omni_rl.utils.shards import split_evenly
 from omni_rl.errors import OmniConfigError, OmniRunError
 from omni_rl.models.factory import build_model
 from omni_rl.models.loading import pipeline_index, resolve_model_path
@@ -263,14 +264,7 @@ def pool_actors(cfg, t: TeacherOptions) -> list:
 
 def split_rows(n: int, parts: int) -> list[tuple[int, int]]:
     """[lo, hi) row ranges of n rows over at most `parts` actors, none empty, sizes within one."""
-    parts = max(1, min(parts, n))
-    base, extra = divmod(n, parts)
-    bounds, lo = [], 0
-    for k in range(parts):
-        hi = lo + base + (1 if k < extra else 0)
-        bounds.append((lo, hi))
-        lo = hi
-    return bounds
+    return split_evenly(n, max(1, min(parts, n)))
 
 
 class PoolClient:

@@ -34,7 +34,7 @@ from omni_rl.trainer.weight_ema import EMA_OPTION_NAMES
 from omni_rl.workers import ResourcePool, WorkerGroup, programs
 from omni_rl.workers.ray_cluster import connect_ray
 from omni_rl.workers.ray_rollout import RayRolloutEngine
-from omni_rl.workers.worker_group import split_evenly
+from omni_rl.utils.shards import split_evenly
 
 log = logging.getLogger(__name__)
 

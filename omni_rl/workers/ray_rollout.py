@@ -12,7 +12,8 @@ from typing import Any
 
 from omni_rl.rollout.base import RolloutEngine
 from omni_rl.workers import programs
-from omni_rl.workers.worker_group import WorkerGroup, split_evenly
+from omni_rl.utils.shards import split_evenly
+from omni_rl.workers.worker_group import WorkerGroup
 
 
 class RayRolloutEngine(RolloutEngine):

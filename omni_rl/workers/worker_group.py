@@ -23,17 +23,6 @@ log = logging.getLogger(__name__)
 FORWARDED_ENV = ("OMNI_RL_CACHE", "HF_HOME", "HF_HUB_OFFLINE", "HF_HUB_DISABLE_PROGRESS_BARS", FAULT_ENV)
 
 
-def split_evenly(n: int, parts: int) -> list[tuple[int, int]]:
-    """[lo, hi) index ranges of `parts` contiguous shards of n items (sizes differ by <= 1)."""
-    base, extra = divmod(n, parts)
-    bounds, lo = [], 0
-    for r in range(parts):
-        hi = lo + base + (1 if r < extra else 0)
-        bounds.append((lo, hi))
-        lo = hi
-    return bounds
-
-
 class WorkerGroup:
     def __init__(self, pool: ResourcePool, device_name: str, timeout_s: float, num_threads: int = 1,
                  startup_timeout_s: float = 300.0):

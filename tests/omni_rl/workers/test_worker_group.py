@@ -4,7 +4,7 @@ import pytest
 from omni_rl.compose import load_config
 from omni_rl.errors import ConfigError
 from omni_rl.workers import ResourcePool
-from omni_rl.workers.worker_group import split_evenly
+from omni_rl.utils.shards import split_evenly
 
 QWEN = ["recipe=tiny_qwen3_grpo"]
 
