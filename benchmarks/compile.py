@@ -21,10 +21,12 @@ the recipe's `trainer.total_steps` at the measured step time plus the first step
     python benchmarks/compile.py --recipe tiny_sd3_flowgrpo --steps 6 --threads 1 2
     python benchmarks/compile.py --recipe tiny_wan22_flowgrpo --steps 4 --threads 2 --out ...
 
-Rollout split (`--split`): the demo's rollout of 32 samples at one thread, eager and compiled, and
-the part of it inside the transformer's forward (`predict_velocity`): what compilation can reach.
+Rollout split (`--split`): an SD3 recipe's rollout of `max_num_seqs` samples at each `--threads`,
+eager and compiled: the part inside the transformer's forward (`predict_velocity`), and the share
+in library kernels (GEMMs, attention, convolution), which a compiled graph calls unchanged: the
+compiled arm's library time over eager's rollout is the floor compilation cannot go below.
 
-    python benchmarks/compile.py --split --cache-dir CACHE --out benchmarks/results/compile_rollout_split.json
+    python benchmarks/compile.py --split --recipe tiny_sd3_shapes_counting --threads 1 2
 
 Numerics (`--numerics`): for each tiny diffusion adapter (the shared suite's cases), one
 forward of the eager and the inductor-compiled model on the same inputs (a batch across the
@@ -66,7 +68,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--timeout-s", type=float, default=1800.0, help="per run")
     p.add_argument("--numerics", action="store_true", help="compiled-vs-eager forwards instead of timing")
     p.add_argument("--adapters", nargs="*", default=None, help="--numerics: the suite's adapter names (default all)")
-    p.add_argument("--split", action="store_true", help="where the demo's rollout time goes, eager and compiled")
+    p.add_argument("--split", action="store_true", help="where an SD3 recipe's rollout time goes, eager and compiled")
     p.add_argument("--cache-dir", default=None, help="--split: the inductor cache to compile from")
     p.add_argument("--out", default=None)
     return p.parse_args(argv)
@@ -215,55 +217,110 @@ def rollout_log_prob_delta(options) -> list[float]:
     return [float(v) for v in deltas.max(dim=0).values]
 
 
-def rollout_split(cache_dir: str | None) -> dict:
-    """Where the demo's rollout time goes, eager and compiled (one thread): a rollout of its 32
-    samples (warm-up, then the median of 3) and the part of it inside `predict_velocity` (the
-    transformer with CFG), counted by wrapping the adapter instance's method."""
+# Library kernels: the ops a compiled graph calls as they are (inductor's extern kernels), with
+# the time eager spends in them. What compilation can shorten is everything else.
+LIBRARY_KERNELS = {
+    "gemm": ("aten::addmm", "aten::mm", "aten::bmm", "aten::baddbmm", "aten::_addmm_activation"),
+    "attention": ("aten::_scaled_dot_product_flash_attention_for_cpu", "aten::_scaled_dot_product_attention_math",
+                  "aten::_scaled_dot_product_efficient_attention"),
+    "convolution": ("aten::mkldnn_convolution", "aten::_slow_conv2d_forward", "aten::_convolution_mode"),
+}
+
+
+def kernel_seconds(profile) -> dict:
+    """Self CPU seconds of a `torch.profiler` run, per library-kernel category, and the total."""
+    events = profile.key_averages()
+    total = sum(e.self_cpu_time_total for e in events) / 1e6
+    out = {kind: sum(e.self_cpu_time_total for e in events if e.key in names) / 1e6
+           for kind, names in LIBRARY_KERNELS.items()}
+    out["library"] = sum(out[kind] for kind in LIBRARY_KERNELS)
+    out["total"] = total
+    return out
+
+
+def rollout_split(recipe: str, threads: int, cache_dir: str | None, reps: int = 5) -> dict:
+    """Where a recipe's rollout time goes, eager and compiled: one rollout of `max_num_seqs`
+    samples (warm-up, then the median of `reps` with the two arms alternated), the part of it
+    inside `predict_velocity` (the transformer with CFG, counted by wrapping the adapter
+    instance's method), and, from one more
+    rollout under `torch.profiler`, the share in library kernels (GEMMs, attention, convolution).
+    A compiled graph calls those kernels unchanged, so the compiled arm's library seconds over
+    eager's whole rollout is the best ratio compilation can reach without faster kernels (the
+    `floor_ratio`)."""
     import dataclasses
 
     import torch
+    from torch.profiler import ProfilerActivity, profile
 
     from omni_rl.compose import load_config
     from omni_rl.models import build_model
     from omni_rl.models.compile import CompileOptions
-    from tests.adapters.diffusion_suite import generate, request, suite_cases
+    from omni_rl.rollout.native import NativeDiffusionEngine
+    from tests.adapters.diffusion_suite import request, suite_cases
 
-    torch.set_num_threads(1)
-    cfg = load_config(["recipe=tiny_sd3_flowgrpo"])
-    case = dataclasses.replace(suite_cases()["TestSD3"], steps=cfg.rollout.sampling_options.num_steps, guidance=cfg.rollout.sampling_options.guidance_scale)
-    out = {}
+    def generate(model, requests, max_num_seqs):
+        # The caller's thread drives the engine: the profiler records the thread it started in.
+        engine = NativeDiffusionEngine(model, max_num_seqs=max_num_seqs, driver="caller")
+        try:
+            return engine.generate(requests)
+        finally:
+            engine.close()
+
+    torch.set_num_threads(threads)
+    cfg = load_config([f"recipe={recipe}"])
+    sampling, batch = cfg.rollout.sampling_options, cfg.rollout.max_num_seqs
+    case = dataclasses.replace(suite_cases()["TestSD3"], steps=sampling.num_steps, guidance=sampling.guidance_scale,
+                               height=sampling.height, width=sampling.width)
+    prompts = list(cfg.data.prompts)
+    window = dict(sde_window_size=sampling.sde_window_size, noise_level=sampling.noise_level,
+                  sde_window_range=tuple(sampling.sde_window_range) if sampling.sde_window_range else None)
+    requests = [request(case, prompts[i % len(prompts)], seed=i, **window) for i in range(batch)]
+    models, calls = {}, {"eager": [], "compiled": []}
     for arm in ("eager", "compiled"):
         options = CompileOptions(enabled=arm == "compiled", cache_dir=cache_dir)
         torch.manual_seed(0)
         model = build_model(dataclasses.replace(cfg.model, compile_options=options), torch.device("cpu"))
-        calls, forward = [], model.predict_velocity
 
-        def timed(*a, **k):
+        def timed(*a, _forward=model.predict_velocity, _calls=calls[arm], **k):
             t0 = time.perf_counter()
-            result = forward(*a, **k)
-            calls.append(time.perf_counter() - t0)
+            result = _forward(*a, **k)
+            _calls.append(time.perf_counter() - t0)
             return result
 
         model.predict_velocity = timed
-        requests = [request(case, p, seed=i) for i, p in enumerate(list(cfg.data.prompts) * 4)]
-        generate(model, requests, max_num_seqs=32)  # warm-up: the compile
-        walls, forwards = [], []
-        for _ in range(3):
-            calls.clear()
+        generate(model, requests, max_num_seqs=batch)  # warm-up: the compile
+        models[arm] = model
+    walls, forwards = {arm: [] for arm in models}, {arm: [] for arm in models}
+    for _ in range(reps):  # the arms alternated: the machine's load falls on both alike
+        for arm, model in models.items():
+            calls[arm].clear()
             t0 = time.perf_counter()
-            generate(model, requests, max_num_seqs=32)
-            walls.append(time.perf_counter() - t0)
-            forwards.append(sum(calls))
-        out[arm] = {"rollout_s": statistics.median(walls), "forward_s": statistics.median(forwards)}
+            generate(model, requests, max_num_seqs=batch)
+            walls[arm].append(time.perf_counter() - t0)
+            forwards[arm].append(sum(calls[arm]))
+    out = {}
+    for arm, model in models.items():
+        with profile(activities=[ProfilerActivity.CPU]) as prof:
+            generate(model, requests, max_num_seqs=batch)
+        kernels = kernel_seconds(prof)
+        wall = statistics.median(walls[arm])
+        # The profiler's self times add its own overhead: scale its shares to the timed wall.
+        shares = {kind: kernels[kind] / kernels["total"] for kind in (*LIBRARY_KERNELS, "library")}
+        out[arm] = {"rollout_s": wall, "forward_s": statistics.median(forwards[arm]), "walls_s": walls[arm],
+                    "profiled": kernels, "library_share": shares["library"],
+                    "library_s": {k: v * wall for k, v in shares.items()}}
     e, c = out["eager"], out["compiled"]
-    return {**out, "rollout_ratio": c["rollout_s"] / e["rollout_s"], "forward_ratio": c["forward_s"] / e["forward_s"],
-            "rest_s": {arm: out[arm]["rollout_s"] - out[arm]["forward_s"] for arm in out}}
+    return {"recipe": recipe, "threads": threads, "samples": batch, **out,
+            "rollout_ratio": c["rollout_s"] / e["rollout_s"], "forward_ratio": c["forward_s"] / e["forward_s"],
+            "rest_s": {arm: out[arm]["rollout_s"] - out[arm]["forward_s"] for arm in out},
+            "floor_ratio": c["library_s"]["library"] / e["rollout_s"]}
 
 
 def main(argv=None) -> None:
     args = parse_args(argv)
     if args.split:
-        body, default = {"rollout_split": rollout_split(args.cache_dir)}, "compile_rollout_split.json"
+        body = {"rollout_split": [rollout_split(args.recipe, t, args.cache_dir) for t in args.threads]}
+        default = f"compile_rollout_split_{args.recipe}.json"
     elif args.numerics:
         body, default = numerics(args), "compile_numerics.json"
     else:

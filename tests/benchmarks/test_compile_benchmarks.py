@@ -83,3 +83,24 @@ def test_results_of_other_seeds_merge_into_one_summary_and_a_repeated_seed_is_re
     assert merged["seeds"] == [0, 1] and merged["summary"]["eager"]["rises"] == [0.1, 0.2]
     with pytest.raises(SystemExit, match="a seed's arm appears twice"):
         m.merge(m.parse_args(["--merge", str(tmp_path / "a.json"), str(tmp_path / "a.json"), "--out", str(out)]))
+
+
+def test_library_kernels_are_told_from_the_rest_in_a_real_profile():
+    import torch
+    import torch.nn.functional as F
+    from torch.profiler import ProfilerActivity, profile
+
+    m = load("compile")
+    x, w = torch.randn(64, 64), torch.randn(64, 64)
+    image, kernel = torch.randn(1, 3, 16, 16), torch.randn(4, 3, 3, 3)
+    q = torch.randn(2, 2, 16, 8)
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        torch.mm(x, w)
+        F.linear(x, w, torch.zeros(64))  # addmm underneath
+        F.conv2d(image, kernel)
+        F.scaled_dot_product_attention(q, q, q)
+        torch.tanh(x).exp()  # elementwise: what a compiler fuses, not a library kernel
+    got = m.kernel_seconds(prof)
+    assert got["gemm"] > 0 and got["convolution"] > 0 and got["attention"] > 0
+    assert got["library"] == got["gemm"] + got["convolution"] + got["attention"]
+    assert got["library"] < got["total"]
