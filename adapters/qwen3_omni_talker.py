@@ -125,14 +125,14 @@ class Qwen3OmniTalkerAdapter(SpeechModelBase, Qwen3OmniThinkerAdapter):
 
     @classmethod
     def check_model_limits(cls, cfg, configs) -> None:
-        """`algo.family_options.max_frames` within the talker's positions: each frame is one
+        """`rollout.sampling_options.max_frames` within the talker's positions: each frame is one
         position of the talker's sequence after the prompt, so more frames than its
         `max_position_embeddings` cannot be spoken."""
         talker = ((configs.get("") or {}).get("talker_config") or {}).get("text_config") or {}
         limit = talker.get("max_position_embeddings")
-        max_frames = cfg.algo.family_options.max_frames
+        max_frames = cfg.rollout.sampling_options.max_frames
         if isinstance(limit, int) and max_frames > limit:
-            raise ValueError(f"algo.family_options.max_frames={max_frames}: the talker of {cfg.model.path!r} has "
+            raise ValueError(f"rollout.sampling_options.max_frames={max_frames}: the talker of {cfg.model.path!r} has "
                              f"{limit} positions (talker_config.text_config.max_position_embeddings), each frame one "
                              f"of them after the prompt; set at most {limit}")
 

@@ -25,5 +25,5 @@ TINY_QWEN3 = ["recipe=tiny_qwen3_grpo", *QUIET]
 # x 4 samples, utterances of at most 6 frames, one mini- and micro-batch of 8.
 TINY_TALKER = [
     "recipe=tiny_qwen3_omni_talker_grpo", "trainer.prompts_per_step=2", "trainer.samples_per_prompt=4",
-    "trainer.mini_batch_size=8", "trainer.micro_batch_size=8", "algo.family_options.max_frames=6", *QUIET,
+    "trainer.mini_batch_size=8", "trainer.micro_batch_size=8", "rollout.sampling_options.max_frames=6", *QUIET,
 ]

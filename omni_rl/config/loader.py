@@ -99,6 +99,7 @@ _TEXT = "the autoregressive family's option"
 _IMAGE = "the diffusion, think_draw and write_draw families' sampling option"
 _TOKENS = "the autoregressive, talker, think_draw and write_draw families' sampling option"
 _NUCLEUS = "the autoregressive and talker families' sampling option"
+_SPEECH = "the talker family's sampling option"
 # The sampling knobs that left `rollout` and `algo.family_options` for `rollout.sampling_options`
 # (a model family's `Sampling`): a diffusion model's, and a language head's.
 DIFFUSION_SAMPLING_KEYS = ("height", "width", "num_steps", "guidance_scale", "negative_prompt", "num_frames", "fps",
@@ -106,6 +107,7 @@ DIFFUSION_SAMPLING_KEYS = ("height", "width", "num_steps", "guidance_scale", "ne
                            "sde_window_options")
 TOKEN_SAMPLING_KEYS = ("temperature", "max_new_tokens")
 TEXT_SAMPLING_KEYS = TOKEN_SAMPLING_KEYS + ("top_p", "stop_token_ids")
+SPEECH_SAMPLING_KEYS = ("speech_temperature", "max_frames")
 # The release that drops `MOVED_KEYS` (and `MOVED_ALGO_KEYS`, `MOVED_BLOCKS`): until then an old
 # recipe gets the one-line "moved: set NEW" error; from then on it gets the schema's unknown-key
 # error.
@@ -169,6 +171,7 @@ MOVED_KEYS: dict[str, tuple[str, str]] = {
     **{f"rollout.{name}": (f"rollout.sampling_options.{name}", _IMAGE) for name in DIFFUSION_SAMPLING_KEYS},
     **{f"algo.family_options.{name}": (f"rollout.sampling_options.{name}", _TOKENS if name in TOKEN_SAMPLING_KEYS
                                        else _NUCLEUS) for name in TEXT_SAMPLING_KEYS},
+    **{f"algo.family_options.{name}": (f"rollout.sampling_options.{name}", _SPEECH) for name in SPEECH_SAMPLING_KEYS},
 }
 # Options blocks renamed to `<kind>_options` (docs/recipes.md, "Options blocks"): old block ->
 # (the block now, whose it is); a key inside an old block (`model.options.stg_scale`) is named
@@ -187,10 +190,11 @@ MOVED_BLOCKS: dict[str, tuple[str, str]] = {
 def upgrade_saved_config(tree: dict) -> dict:
     """A config a run wrote before the sampling knobs moved (its `config.yaml`: checkpoints, the
     rollout server's file) with them in `rollout.sampling_options`, so that it composes with this
-    schema again: `rollout.height` and the rest, and `algo.family_options.temperature` and the
-    rest. A flat value equal to the old schema's default is dropped (a bound block writes only
-    what differs from its defaults, and a text model's config carried the diffusion defaults).
-    Any other key is left as it is; the input is not changed."""
+    schema again: `rollout.height` and the rest, and `algo.family_options.temperature`, the
+    talker's `algo.family_options.max_frames` and the rest. A flat value equal to the old
+    schema's default is dropped (a bound block writes only what differs from its defaults, and a
+    text model's config carried the diffusion defaults). Any other key is left as it is; the
+    input is not changed."""
     if not isinstance(tree, dict):
         return tree  # not a config: the caller's merge names what it is
     tree = {section: dict(values) if isinstance(values, dict) else values for section, values in tree.items()}
@@ -206,7 +210,8 @@ def upgrade_saved_config(tree: dict) -> dict:
     family = (tree.get("algo") or {}).get("family_options")
     if isinstance(family, dict):
         family = dict(family)
-        sampling.update({name: family.pop(name) for name in TEXT_SAMPLING_KEYS if name in family})
+        sampling.update({name: family.pop(name) for name in TEXT_SAMPLING_KEYS + SPEECH_SAMPLING_KEYS
+                         if name in family})
         tree["algo"]["family_options"] = family
     rollout["sampling_options"] = sampling
     return tree

@@ -10,7 +10,6 @@ Not here: which samples are drawn (the job), scoring, records (`store`).
 """
 from __future__ import annotations
 
-import dataclasses
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from pathlib import Path
@@ -168,20 +167,12 @@ class SpeechSampler(TextSampler):
 
     @classmethod
     def recipe_values(cls, cfg) -> dict[str, Any]:
-        o = cfg.algo.family_options  # the speech's knobs are the talker family's own
+        o = cfg.rollout.sampling_options
         return dict(TextSampler.recipe_values(cfg), speech_temperature=o.speech_temperature, max_frames=o.max_frames)
 
     @classmethod
     def makes(cls, protocol: Protocol) -> frozenset[str]:
         return frozenset({"audio"})
-
-    def __init__(self, cfg, model, protocol: Protocol):
-        super().__init__(cfg, model, protocol)
-        from omni_rl.families.talker import TalkerFamily
-
-        # The protocol's utterance length, where the family reads it: its options.
-        options = dataclasses.replace(self.family.options, max_frames=protocol.max_frames)
-        self.family = TalkerFamily(cfg, model, options, trains=False)
 
     def text_family(self):
         return self.family.answer  # the talker's answer is written by the text family it composes
@@ -194,7 +185,7 @@ class SpeechSampler(TextSampler):
         requests = [self.answer_request(item, self.protocol.sample_seed(row, k)) for row, k, item in rows]
         batch = self.family.answer_and_speak(
             self.engine, requests, [item.prompt for _, _, item in rows], [dict(item.metadata) for _, _, item in rows],
-            list(range(len(rows))), self.protocol.speech_temperature)
+            list(range(len(rows))), self.protocol.speech_temperature, self.protocol.max_frames)
         keep = []
         for n, (row, k, _item) in enumerate(rows):
             wav = atomic_write_bytes(sample_path(out, row, k, ".wav"), wav_bytes(batch.audio[n], batch.sample_rate))

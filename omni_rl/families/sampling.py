@@ -3,7 +3,8 @@ set in `rollout.sampling_options` and bound at load by the composition root.
 
 `DiffusionSampling` holds an image, video or audio model's knobs (size, steps, guidance, the step
 kernel and its SDE window); `TextSampling` a language model's (temperature, nucleus, response
-length, stop tokens); `ThinkDrawSampling` both halves of a plan-then-image trajectory (the plan's
+length, stop tokens); `TalkerSampling` a spoken answer's (the text's knobs, then the speech's
+temperature and length); `ThinkDrawSampling` both halves of a plan-then-image trajectory (the plan's
 temperature and length beside the image's knobs). Each `check()` holds the rules that read only
 its own fields (a window inside the step count, a registered kernel); rules that read other
 sections stay with the family's `check_config`. Not here: how a request is built from them (the
@@ -19,7 +20,7 @@ from omni_rl.algos import STEP_KERNELS
 from omni_rl.option import ComponentOptions, option
 from omni_rl.rollout.sde_window import READERS, SDE_WINDOW_SCHEDULES, SdeWindowOptions
 
-__all__ = ["DiffusionSampling", "TextSampling", "ThinkDrawSampling", "TokenSampling"]
+__all__ = ["DiffusionSampling", "TalkerSampling", "TextSampling", "ThinkDrawSampling", "TokenSampling"]
 
 KEY = "rollout.sampling_options"
 
@@ -134,8 +135,8 @@ class TokenSampling(ComponentOptions):
 
 @dataclass
 class TextSampling(TokenSampling):
-    """A language model's sampling (`rollout.sampling_options`): the autoregressive, agent and
-    talker families' (the talker's thinker answers with it; its speech knobs are the family's)."""
+    """A language model's sampling (`rollout.sampling_options`): the autoregressive and agent
+    families' (and the talker's answer, `TalkerSampling`)."""
 
     top_p: float = option(1.0, "Nucleus sampling: keep the smallest set of tokens of mass >= top_p (1 = all).")
     stop_token_ids: list[int] = option([], "Extra stop tokens besides the tokenizer's end-of-turn token(s).")
@@ -144,6 +145,24 @@ class TextSampling(TokenSampling):
         TokenSampling.check(self)
         if not 0 < self.top_p <= 1:
             raise ValueError(f"top_p={self.top_p!r}: expected in (0, 1]")
+
+
+@dataclass
+class TalkerSampling(TextSampling):
+    """A spoken answer's sampling (`rollout.sampling_options`): the thinker's answer with the
+    text knobs, then the talker's frames with their own temperature and length."""
+
+    speech_temperature: float = option(1.0, "Sampling temperature of the talker's and the code predictor's codec "
+                                            "tokens (> 0); a frame's log-prob is of the tempered distributions.")
+    max_frames: int = option(64, "The longest utterance in frames; longer ones are cut and counted in "
+                                 "response/speech_clip_ratio (Qwen3-Omni: 12.5 frames a second).")
+
+    def check(self) -> None:
+        TextSampling.check(self)
+        if not (math.isfinite(self.speech_temperature) and self.speech_temperature > 0):
+            raise ValueError(f"speech_temperature={self.speech_temperature!r}: expected a finite number > 0")
+        if self.max_frames < 1:
+            raise ValueError(f"max_frames={self.max_frames!r}: expected >= 1")
 
 
 @dataclass

@@ -13,22 +13,19 @@ correction, top-k / top-p / repetition penalty.
 from __future__ import annotations
 
 import json
-import math
 from concurrent.futures import Future
-from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
 from omni_rl.algos.token_losses import TOKEN_LOSSES, TokenLossInput
-from omni_rl.option import option
 from omni_rl.config.schema import OmniConfig
 from omni_rl.errors import ConfigError
 from omni_rl.data.prompts import PromptItem
 from omni_rl.data.speech_batch import SpeechBatch, answer_ids_of, prompt_ids_of
 from omni_rl.data.text_batch import TextBatch
 from omni_rl.families.autoregressive import TextFamily, TextOptions, build_token_loss, token_gap_metrics
-from omni_rl.families.sampling import TextSampling, TokenSampling
+from omni_rl.families.sampling import TalkerSampling, TokenSampling
 from omni_rl.families.base import BehaviourPolicy, ModelFamily, register_family
 from omni_rl.models.speech import SpeechModelBase
 from omni_rl.reward.media import MediaSamples
@@ -36,25 +33,7 @@ from omni_rl.utils.atomic import atomic_write_bytes, atomic_write_text
 from omni_rl.utils.audio import wav_bytes
 from omni_rl.utils.seeding import derive_seed
 
-__all__ = ["TalkerFamily", "TalkerOptions"]
-
-
-@dataclass
-class TalkerOptions(TextOptions):
-    """The talker family's options (`algo.family_options`): the text family's, and how the answer
-    is spoken (the thinker's answer is sampled with `rollout.sampling_options`, `TextSampling`)."""
-
-    speech_temperature: float = option(1.0, "Sampling temperature of the talker's and the code predictor's codec "
-                                            "tokens (> 0); a frame's log-prob is of the tempered distributions.")
-    max_frames: int = option(64, "The longest utterance in frames; longer ones are cut and counted in "
-                                 "response/speech_clip_ratio (Qwen3-Omni: 12.5 frames a second).")
-
-    def check(self) -> None:
-        TextOptions.check(self)
-        if not (math.isfinite(self.speech_temperature) and self.speech_temperature > 0):
-            raise ValueError(f"speech_temperature={self.speech_temperature!r}: expected a finite number > 0")
-        if self.max_frames < 1:
-            raise ValueError(f"max_frames={self.max_frames!r}: expected >= 1")
+__all__ = ["TalkerFamily"]
 
 
 @register_family("talker")
@@ -63,8 +42,8 @@ class TalkerFamily(ModelFamily):
     sample_modalities = frozenset({"audio"})  # a MediaSamples of the spoken answers
     rollout_is_levels = ()
     losses = TOKEN_LOSSES
-    Options = TalkerOptions
-    Sampling = TextSampling  # the thinker's answer; the speech's temperature and length are the family's options
+    Options = TextOptions  # the answer's prompt limits; how it is spoken is `Sampling`'s
+    Sampling = TalkerSampling
 
     def __init__(self, cfg: OmniConfig, model: SpeechModelBase, options=None, trains: bool = True):
         super().__init__(cfg, model, options, trains)
@@ -72,10 +51,10 @@ class TalkerFamily(ModelFamily):
 
     def build_policy_loss(self):
         # seq-mean-token-sum-norm's constant defaults to the trajectory's budget of actions.
-        answer = self.cfg.rollout.sampling_options.max_new_tokens
-        budget = self.options.max_frames + (answer if self.model.trains_thinker else 0)
-        sampling = TokenSampling(max_new_tokens=budget)
-        return build_token_loss(self.loss_class, self.loss_options(), sampling, self.cfg.algo.kl_coef)
+        sampling = self.cfg.rollout.sampling_options
+        budget = sampling.max_frames + (sampling.max_new_tokens if self.model.trains_thinker else 0)
+        return build_token_loss(self.loss_class, self.loss_options(), TokenSampling(max_new_tokens=budget),
+                                self.cfg.algo.kl_coef)
 
     @classmethod
     def check_config(cls, cfg: OmniConfig) -> None:
@@ -109,11 +88,10 @@ class TalkerFamily(ModelFamily):
         results = engine.generate(requests)
         return TextBatch.from_results(results, prompts, metadata, groups, self.model.pad_token_id)
 
-    def _speak(self, text: TextBatch, seeds: list[int], temperature: float) -> SpeechBatch:
-        """The batch of `text`'s answers spoken (and decoded); each sample's metadata gains the
-        text it was asked to speak, `spoken_text`."""
-        speech = self.model.sample_speech(prompt_ids_of(text), answer_ids_of(text), seeds, self.options.max_frames,
-                                          temperature)
+    def _speak(self, text: TextBatch, seeds: list[int], temperature: float, max_frames: int) -> SpeechBatch:
+        """The batch of `text`'s answers spoken (and decoded) in at most `max_frames` frames each;
+        each sample's metadata gains the text it was asked to speak, `spoken_text`."""
+        speech = self.model.sample_speech(prompt_ids_of(text), answer_ids_of(text), seeds, max_frames, temperature)
         text.metadata = [{**m, "spoken_text": t} for m, t in zip(text.metadata, text.texts)]
         return SpeechBatch(
             text=text, codes=speech.codes, frame_mask=speech.frame_mask, speech_rollout_log_probs=speech.log_probs,
@@ -123,11 +101,12 @@ class TalkerFamily(ModelFamily):
         )
 
     def answer_and_speak(self, engine, requests, prompts: list[str], metadata: list[dict], groups: list[int],
-                         temperature: float) -> SpeechBatch:
-        """The answers to `requests` (the text engine's), spoken at `temperature` (0: greedy), each
-        utterance from its request's speech seed; what rollout, validation and evaluation draw."""
+                         temperature: float, max_frames: int) -> SpeechBatch:
+        """The answers to `requests` (the text engine's), spoken at `temperature` (0: greedy) in at
+        most `max_frames` frames, each utterance from its request's speech seed; what rollout,
+        validation and evaluation (at its protocol's values) draw."""
         text = self._answers(engine, requests, prompts, metadata, groups)
-        return self._speak(text, [self.speech_seed(r.seed) for r in requests], temperature)
+        return self._speak(text, [self.speech_seed(r.seed) for r in requests], temperature, max_frames)
 
     def rollout(self, engine, prompts: list[PromptItem], step: int, score=None) -> tuple[SpeechBatch, list]:
         n = self.cfg.trainer.samples_per_prompt
@@ -138,7 +117,9 @@ class TalkerFamily(ModelFamily):
                 texts.append(item.prompt)
                 metadata.append(item.metadata)
                 groups.append(g)
-        batch = self.answer_and_speak(engine, requests, texts, metadata, groups, self.options.speech_temperature)
+        sampling = self.cfg.rollout.sampling_options
+        batch = self.answer_and_speak(engine, requests, texts, metadata, groups, sampling.speech_temperature,
+                                      sampling.max_frames)
         futures = []
         if score is not None:  # every utterance is done now: hand each to the scorer
             for i in range(len(batch)):
@@ -156,7 +137,7 @@ class TalkerFamily(ModelFamily):
             **self.answer.rollout_metrics(batch.text),
             "response/speech_frames_mean": float(frames.mean()),
             "response/speech_seconds_mean": sum(len(a) for a in batch.audio) / len(batch) / batch.sample_rate,
-            # Utterances cut at algo.family_options.max_frames before the end-of-speech token.
+            # Utterances cut at rollout.sampling_options.max_frames before the end-of-speech token.
             "response/speech_clip_ratio": sum(f == "length" for f in batch.speech_finish_reasons) / len(batch),
         }
 
@@ -174,7 +155,8 @@ class TalkerFamily(ModelFamily):
                 groups.append(g)
         if not requests:
             return {}
-        batch = self.answer_and_speak(engine, requests, texts, metadata, groups, 0.0)
+        batch = self.answer_and_speak(engine, requests, texts, metadata, groups, 0.0,
+                                      self.cfg.rollout.sampling_options.max_frames)
         reward = rewards.score(*self.reward_inputs(batch))
         folder = output_dir / "samples" / f"val_step_{step:06d}"
         lines = []

@@ -371,8 +371,8 @@ def test_more_talker_frames_than_its_positions_is_one_line_before_sampling(out, 
     env = {} if built else {"OMNI_RL_CACHE": str(tmp_path / "fresh_cache")}
     if built:
         resolve_model_path("tiny:qwen3_omni_talker")
-    result = run_main_omni("recipe=tiny_qwen3_omni_talker_grpo", "algo.family_options.max_frames=100000000", out,
+    result = run_main_omni("recipe=tiny_qwen3_omni_talker_grpo", "rollout.sampling_options.max_frames=100000000", out,
                            env=env)
     assert result.returncode == 2, result.stderr
-    assert_one_error_line(result.stderr, "algo.family_options.max_frames=100000000", "32768 positions",
+    assert_one_error_line(result.stderr, "rollout.sampling_options.max_frames=100000000", "32768 positions",
                           "max_position_embeddings", "set at most 32768")

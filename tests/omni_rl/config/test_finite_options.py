@@ -97,7 +97,7 @@ def test_an_option_declared_infinite_binds_inf():
     assert bind_options(Clamp, {"scale": 1e300}, "k", "test").scale == 1e300  # large but finite is the check's to judge
 
 
-@pytest.mark.parametrize("override", ["rollout.sampling_options.temperature=inf", "algo.family_options.speech_temperature=inf",
+@pytest.mark.parametrize("override", ["rollout.sampling_options.temperature=inf", "rollout.sampling_options.speech_temperature=inf",
                                       "rollout.sampling_options.top_p=-inf"])
 def test_the_talker_recipe_refuses_inf_on_the_command_line(capsys, tmp_path, override):
     assert main([TK, override, "trainer.val_every=0", f"trainer.output_dir={tmp_path / 'out'}"]) == 2

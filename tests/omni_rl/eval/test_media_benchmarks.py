@@ -61,6 +61,21 @@ def test_speech_keeps_each_utterance_as_a_wav_scored_by_asr_and_speaker_similari
         assert results["figures"][metric]["mean"] == pytest.approx(sum(s["scores"][reward] for s in kept) / 3)
 
 
+def test_speech_protocol_max_frames_bounds_the_utterances_not_the_recipes(tmp_path):
+    prompts = tmp_path / "prompts.txt"
+    prompts.write_text("Say hello.\nName a colour.\nCount to two.\n")
+    voice = tmp_path / "voice.wav"
+    write_voice(voice)
+    protocol = ["max_frames=2", "asr_wer.model=tiny:whisper-reward", "asr_wer.max_new_tokens=8",
+                "speaker_similarity.model=tiny:wavlm-sv-reward", f"speaker_similarity.reference_audio={voice}"]
+    out = tmp_path / "out"
+    results = evaluate(["recipe=tiny_qwen3_omni_talker_grpo"], "speech_wer_similarity", prompts, out, protocol)
+    assert results["protocol"]["max_frames"] == 2  # the recipe's rollout.sampling_options.max_frames is 16
+    frames = [r["samples"][0]["frames"] for r in records(out, 3)]
+    # The tiny talker at temperature 1 rarely stops within 16 frames: 2 is reached, never passed.
+    assert max(frames) == 2 and min(frames) >= 1, frames
+
+
 def test_speech_without_a_reference_voice_is_one_error_naming_the_option(tmp_path):
     prompts = tmp_path / "prompts.txt"
     prompts.write_text("Say hello.\n")

@@ -26,13 +26,13 @@ from omni_rl.trainer import PPOTrainer
 SMALL = [
     "recipe=tiny_qwen3_omni_talker_grpo", "trainer.prompts_per_step=2", "trainer.samples_per_prompt=2",
     "trainer.mini_batch_size=4", "trainer.micro_batch_size=4", "rollout.sampling_options.max_new_tokens=4",
-    "algo.family_options.max_frames=6", "trainer.val_every=0", "trainer.loggers=[jsonl]",
+    "rollout.sampling_options.max_frames=6", "trainer.val_every=0", "trainer.loggers=[jsonl]",
     "trainer.logger_options.progress_bar=false",
 ]
 # The thinker stage speaks nothing: the talker's options and the audio reward are not its own (the
 # reward does not enter: every loss below is given its advantages).
-THINKER_ONLY = ["model.stage=thinker", "~model.adapter_options.trainable", "~algo.family_options.speech_temperature",
-                "~algo.family_options.max_frames", "reward.rewards=[{name: char_match, weight: 1.0}]"]
+THINKER_ONLY = ["model.stage=thinker", "~model.adapter_options.trainable", "~rollout.sampling_options.speech_temperature",
+                "~rollout.sampling_options.max_frames", "reward.rewards=[{name: char_match, weight: 1.0}]"]
 
 
 def trainer_for(tmp_path, name, *overrides):

@@ -46,7 +46,7 @@ def test_thinker_talker_is_one_trajectory_with_one_update(tmp_path):
     ("trainer.pipeline=one_step_off", "trainer.pipeline"),
     ("algo.kl_coef=0.1", "algo.kl_coef"),
     ("model.adapter_options.trainable=decoder", "trainable"),
-    ("algo.family_options.max_frames=0", "max_frames"),
+    ("rollout.sampling_options.max_frames=0", "max_frames"),
 ])
 def test_bad_talker_settings_fail_at_load(tmp_path, override, key):
     with pytest.raises(ConfigError, match=key):
