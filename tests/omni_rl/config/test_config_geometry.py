@@ -3,16 +3,8 @@
 import pytest
 
 from omni_rl.compose import load_config
-from omni_rl.errors import ConfigError
 from omni_rl.families.diffusion import DiffusionOptions
-
-
-def load_error(*overrides: str) -> str:
-    with pytest.raises(ConfigError) as info:
-        load_config(list(overrides))
-    message = str(info.value)
-    assert "\n" not in message
-    return message
+from tests.config_errors import load_error
 
 
 def test_an_image_model_refuses_frames():

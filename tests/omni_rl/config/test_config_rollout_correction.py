@@ -4,17 +4,9 @@ import pytest
 
 from omni_rl.algos.rollout_correction import ROLLOUT_IS_LEVELS, ROLLOUT_IS_MODES
 from omni_rl.compose import load_config
-from omni_rl.errors import ConfigError
+from tests.config_errors import load_error
 
 TEXT = ["recipe=tiny_qwen3_grpo"]
-
-
-def load_error(*overrides) -> str:
-    with pytest.raises(ConfigError) as info:
-        load_config(list(overrides))
-    message = str(info.value)
-    assert "\n" not in message
-    return message
 
 
 def test_the_default_is_off_and_the_family_levels_load():

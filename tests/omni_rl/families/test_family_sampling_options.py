@@ -9,24 +9,16 @@ from __future__ import annotations
 import pytest
 
 from omni_rl.compose import load_config, options_help_for
-from omni_rl.errors import ConfigError
 from omni_rl.data.prompt_length import PromptLimitOptions
 from omni_rl.families.autoregressive import TextFamily, TextFamilyOptions
 from omni_rl.families.base import prompt_limits
 from omni_rl.families.diffusion import DiffusionFamily
 from omni_rl.families.sampling import DiffusionSampling, TextSampling, ThinkDrawSampling
 from omni_rl.families.think_draw import ThinkDrawFamily
+from tests.config_errors import load_error
 
 QWEN3 = "recipe=tiny_qwen3_grpo"
 THINK = "recipe=tiny_bagel_think_flowgrpo"
-
-
-def _one_line_error(overrides) -> str:
-    with pytest.raises(ConfigError) as err:
-        load_config(overrides)
-    message = str(err.value)
-    assert "\n" not in message, message
-    return message
 
 
 @pytest.mark.parametrize("override, new, owner", [
@@ -48,22 +40,22 @@ def _one_line_error(overrides) -> str:
 ])
 def test_an_old_flat_key_names_its_new_place_in_one_line(override, new, owner):
     old = override.split("=", 1)[0]
-    message = _one_line_error([QWEN3, override])
+    message = load_error(QWEN3, override)
     assert message.startswith(f"{old} moved: set {new} ({owner}"), message
 
 
 def test_an_old_flat_key_in_a_recipe_file_names_its_new_place(tmp_path):
     recipe = tmp_path / "old_text.yaml"
     recipe.write_text("model:\n  adapter: Qwen3ForCausalLM\n  path: tiny:qwen3\nrollout:\n  max_new_tokens: 16\n")
-    message = _one_line_error([f"recipe={recipe}"])
+    message = load_error(f"recipe={recipe}")
     assert message == ("rollout.max_new_tokens moved: set rollout.sampling_options.max_new_tokens (the autoregressive, "
                        "talker, think_draw and write_draw families' sampling option) [recipe file old_text.yaml]")
     recipe.write_text("model:\n  adapter: Qwen3ForCausalLM\n  path: tiny:qwen3\nalgo:\n  family_options:\n"
                       "    top_p: 0.9\n")
-    assert _one_line_error([f"recipe={recipe}"]).startswith(
+    assert load_error(f"recipe={recipe}").startswith(
         "algo.family_options.top_p moved: set rollout.sampling_options.top_p (")
     recipe.write_text("rollout:\n  num_steps: 8\n")
-    assert _one_line_error([f"recipe={recipe}"]).startswith(
+    assert load_error(f"recipe={recipe}").startswith(
         "rollout.num_steps moved: set rollout.sampling_options.num_steps (")
 
 
@@ -103,12 +95,12 @@ def test_a_config_saved_before_the_move_reads_in_the_new_layout():
                                                      "no option 'val_num_steps'"),
 ])
 def test_a_bad_value_in_the_family_block_is_refused_in_one_line(overrides, expected):
-    message = _one_line_error(overrides)
+    message = load_error(*overrides)
     assert message.startswith(expected), message
 
 
 def test_a_backend_whose_log_probs_renormalise_refuses_a_nucleus_at_load():
-    message = _one_line_error([QWEN3, "rollout.backend=vllm", "rollout.sampling_options.top_p=0.9"])
+    message = load_error(QWEN3, "rollout.backend=vllm", "rollout.sampling_options.top_p=0.9")
     assert message.startswith("rollout.sampling_options.top_p=0.9: expected 1.0 with rollout.backend=vllm"), message
     load_config([QWEN3, "rollout.backend=server", "rollout.sampling_options.top_p=0.9"])  # its text engine is native
 
@@ -158,8 +150,8 @@ def test_the_sampling_block_is_the_familys_own_class():
     sampling = cfg.rollout.sampling_options
     assert type(sampling) is DiffusionSampling and (sampling.num_steps, sampling.sde_window_size) == (4, 2)
     assert sampling.sde_window_options.tau == 2 and sampling.height == 32  # the recipe's
-    message = _one_line_error(["rollout.sampling_options.sde_window_options.tau=2"])
+    message = load_error("rollout.sampling_options.sde_window_options.tau=2")
     assert message.startswith("rollout.sampling_options.sde_window_options.tau=2: expected 1 (its default) with "
                               "rollout.sampling_options.sde_window_schedule=fixed"), message
-    message = _one_line_error([QWEN3, "rollout.sampling_options.height=64"])
+    message = load_error(QWEN3, "rollout.sampling_options.height=64")
     assert message.startswith("rollout.sampling_options.height=64: model family TextFamily has no option 'height'"), message

@@ -12,31 +12,23 @@ import yaml
 
 from omni_rl.compose import load_config
 from omni_rl.config.loader import to_yaml, upgrade_saved_config
-from omni_rl.errors import ConfigError
 from omni_rl.families.sampling import TalkerSampling
 from omni_rl.families.talker import TalkerFamily
 from omni_rl.trainer.run_dir import config_changes
+from tests.config_errors import load_error
 
 TALKER = "recipe=tiny_qwen3_omni_talker_grpo"
 QWEN3 = "recipe=tiny_qwen3_grpo"
 OWNER = "the talker family's sampling option"
 
 
-def _one_line_error(overrides) -> str:
-    with pytest.raises(ConfigError) as err:
-        load_config(overrides)
-    message = str(err.value)
-    assert "\n" not in message, message
-    return message
-
-
 @pytest.mark.parametrize("name, value", [("speech_temperature", "0.9"), ("max_frames", "12")])
 def test_an_old_family_key_names_its_new_place_in_one_line(name, value):
     override = f"algo.family_options.{name}={value}"
-    assert _one_line_error([TALKER, override]) == (
+    assert load_error(TALKER, override) == (
         f"algo.family_options.{name} moved: set rollout.sampling_options.{name} ({OWNER}) [override {override!r}]")
     # Removing it (`~key`, as a recipe for another stage would) names the new place too.
-    assert _one_line_error([TALKER, f"~algo.family_options.{name}"]).startswith(
+    assert load_error(TALKER, f"~algo.family_options.{name}").startswith(
         f"algo.family_options.{name} moved: set rollout.sampling_options.{name} ({OWNER})")
 
 
@@ -44,7 +36,7 @@ def test_an_old_family_key_in_a_recipe_file_names_its_new_place(tmp_path):
     recipe = tmp_path / "old_talker.yaml"
     recipe.write_text("model:\n  adapter: Qwen3OmniMoeForConditionalGeneration\n  stage: talker\n"
                       "  path: tiny:qwen3_omni_talker\nalgo:\n  family_options:\n    max_frames: 16\n")
-    assert _one_line_error([f"recipe={recipe}"]) == (
+    assert load_error(f"recipe={recipe}") == (
         f"algo.family_options.max_frames moved: set rollout.sampling_options.max_frames ({OWNER}) "
         f"[recipe file old_talker.yaml]")
 
@@ -71,7 +63,7 @@ def test_talker_sampling_check_names_the_bad_value(values, expected):
     ("rollout.sampling_options.max_frames=0", "rollout.sampling_options.max_frames=0: expected >= 1"),
 ])
 def test_a_bad_speech_knob_is_refused_at_load_in_one_line(override, expected):
-    message = _one_line_error([TALKER, override])
+    message = load_error(TALKER, override)
     assert message.startswith(expected), message
 
 
@@ -84,7 +76,7 @@ def test_the_talker_samples_with_its_own_class_and_the_recipes_values():
     # The family's options keep only what is not sampling.
     assert not {"speech_temperature", "max_frames"} & set(vars(cfg.algo.family_options))
     # A model that does not speak has no speech knobs.
-    message = _one_line_error([QWEN3, "rollout.sampling_options.max_frames=16"])
+    message = load_error(QWEN3, "rollout.sampling_options.max_frames=16")
     assert message.startswith("rollout.sampling_options.max_frames=16: model family TextFamily has no option "
                               "'max_frames'"), message
 
