@@ -42,7 +42,6 @@ import json
 import os
 import platform
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -52,6 +51,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # `tests.adapters` for --numerics
 
+from benchmarks.timed_runs import arm_env, timed_run  # noqa: E402
 from omni_rl.utils.atomic import atomic_write_json  # noqa: E402
 
 ARMS = ("eager", "cold", "cached", "trace")
@@ -75,36 +75,20 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 
 def run_once(args, arm: str, threads: int, out: Path, cache: Path) -> dict:
-    env = {k: v for k, v in os.environ.items() if k not in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "TORCHINDUCTOR_CACHE_DIR")}
-    env["OMP_NUM_THREADS"] = str(threads)
-    overrides = [f"recipe={args.recipe}", f"trainer.total_steps={args.steps}", "trainer.val_every=0",
-                 "trainer.save_every=0", "trainer.logger_options.progress_bar=false", "trainer.loggers=[jsonl]",
-                 f"trainer.output_dir={out}", *args.override]
+    overrides = [f"recipe={args.recipe}", f"trainer.total_steps={args.steps}", *args.override]
     if arm != "eager":
         overrides += ["model.compile_options.enabled=true", f"model.compile_options.cache_dir={cache}"]
     if arm == "trace":
         overrides += ["model.compile_options.backend=aot_eager"]
-    load = os.getloadavg()[0]
-    cpu0 = os.times()
-    start = time.perf_counter()
-    try:
-        proc = subprocess.run([sys.executable, "main_omni.py", *overrides], cwd=ROOT, env=env, capture_output=True,
-                              text=True, timeout=args.timeout_s)
-    except subprocess.TimeoutExpired:
-        return {"wall_s": args.timeout_s, "timed_out": True, "load_at_start": load}
-    wall = time.perf_counter() - start
-    cpu1 = os.times()
-    # The run's CPU seconds over all its threads: less bent by the machine's load than its wall time.
-    cpu = (cpu1.children_user - cpu0.children_user) + (cpu1.children_system - cpu0.children_system)
-    if proc.returncode != 0:
-        raise SystemExit(f"{arm} at {threads} threads: run failed (exit {proc.returncode}): {proc.stderr[-3000:]}")
-    steps = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
-    steps = [r for r in steps if "timing/step" in r]
+    run = timed_run(overrides, out, arm_env(OMP_NUM_THREADS=str(threads)), args.timeout_s, f"{arm} at {threads} threads")
+    if run.timed_out:
+        return {"wall_s": run.wall_s, "timed_out": True, "load_at_start": run.load_at_start}
+    steps = [r for r in run.rows if "timing/step" in r]
     col = lambda key: [r.get(key) for r in steps]  # noqa: E731
     rollout_key = "timing/rollout" if "timing/rollout" in steps[0] else next(k for k in steps[0] if k.startswith("timing/"))
     graphs = [g for g in col("perf/compiled_graphs") if g is not None]
-    return {"wall_s": wall, "cpu_s": cpu, "timed_out": False, "load_at_start": load, "step_s": col("timing/step"),
-            "rollout_s": col(rollout_key), "update_s": col("timing/update"),
+    return {"wall_s": run.wall_s, "cpu_s": run.cpu_s, "timed_out": False, "load_at_start": run.load_at_start,
+            "step_s": col("timing/step"), "rollout_s": col(rollout_key), "update_s": col("timing/update"),
             "compiled_graphs": graphs, "recompiles_after_warmup": (graphs[-1] - graphs[0]) if graphs else 0,
             "rewards": col("reward/total/mean")}
 

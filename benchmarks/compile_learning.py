@@ -30,16 +30,17 @@ import json
 import os
 import platform
 import statistics
-import subprocess
 import sys
 import tempfile
-import time
 from datetime import datetime, timezone
 from pathlib import Path
 
-from omni_rl.utils.atomic import atomic_write_json
-
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))  # `benchmarks.timed_runs` when run as a script
+
+from benchmarks.timed_runs import arm_env, timed_run  # noqa: E402
+from omni_rl.utils.atomic import atomic_write_json  # noqa: E402
+
 GAP_KEY = "rollout_corr/logprob_abs_diff_max"
 RATIO_KEY = "actor/first_minibatch_ratio_max_abs_dev"
 GAP_BOUND = 1e-5  # issue 44, "What must hold"
@@ -62,28 +63,15 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 
 def run_once(args, arm: str, seed: int, out: Path, cache: Path) -> dict:
-    env = {k: v for k, v in os.environ.items() if k not in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "TORCHINDUCTOR_CACHE_DIR")}
-    env["OMP_NUM_THREADS"] = str(args.threads)
-    overrides = [f"recipe={args.recipe}", f"trainer.seed={seed}", "trainer.val_every=0", "trainer.save_every=0",
-                 "trainer.logger_options.progress_bar=false", "trainer.loggers=[jsonl]", "algo.logprob_check_every=1",
-                 f"trainer.output_dir={out}"]
+    overrides = [f"recipe={args.recipe}", f"trainer.seed={seed}", "algo.logprob_check_every=1"]
     if args.steps:
         overrides.append(f"trainer.total_steps={args.steps}")
     if arm != "eager":
         overrides += ["model.compile_options.enabled=true", f"model.compile_options.cache_dir={cache}"]
-    load = os.getloadavg()[0]
-    cpu0 = os.times()
-    start = time.perf_counter()
-    try:
-        proc = subprocess.run([sys.executable, "main_omni.py", *overrides], cwd=ROOT, env=env, capture_output=True,
-                              text=True, timeout=args.timeout_s)
-    except subprocess.TimeoutExpired:
-        return {"wall_s": args.timeout_s, "timed_out": True, "load_at_start": load}
-    wall = time.perf_counter() - start
-    cpu1 = os.times()
-    if proc.returncode != 0:
-        raise SystemExit(f"{arm} seed {seed}: run failed (exit {proc.returncode}): {proc.stderr[-3000:]}")
-    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    run = timed_run(overrides, out, arm_env(OMP_NUM_THREADS=str(args.threads)), args.timeout_s, f"{arm} seed {seed}")
+    if run.timed_out:
+        return {"wall_s": run.wall_s, "timed_out": True, "load_at_start": run.load_at_start}
+    wall, load, rows = run.wall_s, run.load_at_start, run.rows
     rows = [r for r in rows if "reward/total/mean" in r]
     rewards = [r["reward/total/mean"] for r in rows]
     gaps = [r[GAP_KEY] for r in rows if r.get(GAP_KEY) is not None]
@@ -91,7 +79,7 @@ def run_once(args, arm: str, seed: int, out: Path, cache: Path) -> dict:
     graphs = [r["perf/compiled_graphs"] for r in rows if r.get("perf/compiled_graphs") is not None]
     w = min(args.window, len(rewards) // 2) or 1
     return {"wall_s": wall, "timed_out": False, "load_at_start": load,
-            "child_cpu_s": (cpu1.children_user - cpu0.children_user) + (cpu1.children_system - cpu0.children_system),
+            "child_cpu_s": run.cpu_s,
             "rewards": rewards, "first_mean": statistics.fmean(rewards[:w]), "last_mean": statistics.fmean(rewards[-w:]),
             "rise": statistics.fmean(rewards[-w:]) - statistics.fmean(rewards[:w]),
             "gap_max": max(gaps) if gaps else None, "ratio_dev_max": max(ratios) if ratios else None,

@@ -20,21 +20,20 @@ the machine's own load; each run records the load average it started at. A run l
 from __future__ import annotations
 
 import argparse
-import json
 import multiprocessing
 import os
 import platform
 import statistics
-import subprocess
 import sys
 import tempfile
-import time
 from datetime import datetime, timezone
 from pathlib import Path
 
-from omni_rl.utils.atomic import atomic_write_json
-
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))  # `benchmarks.timed_runs` when run as a script
+
+from benchmarks.timed_runs import arm_env, timed_run  # noqa: E402
+from omni_rl.utils.atomic import atomic_write_json  # noqa: E402
 ARMS = ("spin", "passive", "passive_1t")
 # The `spin` arm's child: torch (and with it libgomp) starts before omni_rl can name a policy.
 SPIN_ENTRY = "import sys, torch; from omni_rl.cli import main; sys.exit(main(sys.argv[1:]))"
@@ -58,29 +57,14 @@ def _spin() -> None:
 
 
 def run_once(args, arm: str, out: Path) -> dict:
-    env = {k: v for k, v in os.environ.items() if k not in ("OMP_WAIT_POLICY", "OMP_NUM_THREADS", "MKL_NUM_THREADS")}
-    overrides = [f"recipe={args.recipe}", f"trainer.total_steps={args.steps}", "trainer.val_every=0",
-                 "trainer.save_every=0", "trainer.logger_options.progress_bar=false", "trainer.loggers=[jsonl]",
-                 f"trainer.output_dir={out}"]
-    if arm == "spin":
-        cmd = [sys.executable, "-c", SPIN_ENTRY, *overrides]
-    else:
-        cmd = [sys.executable, "main_omni.py", *overrides]
-    if arm == "passive_1t":
-        env["OMP_NUM_THREADS"] = "1"
-    load = os.getloadavg()[0]
-    start = time.perf_counter()
-    try:
-        proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=args.timeout_s)
-    except subprocess.TimeoutExpired:
-        return {"wall_s": args.timeout_s, "timed_out": True, "load_at_start": load}
-    wall = time.perf_counter() - start
-    if proc.returncode != 0:
-        raise SystemExit(f"{arm}: run failed (exit {proc.returncode}): {proc.stderr[-2000:]}")
-    steps = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
-    return {"wall_s": wall, "timed_out": False, "load_at_start": load,
-            "step_s": [r["timing/step"] for r in steps if "timing/step" in r],
-            "rewards": [r["reward/total/mean"] for r in steps if "reward/total/mean" in r]}
+    program = ["-c", SPIN_ENTRY] if arm == "spin" else ["main_omni.py"]
+    env = arm_env(OMP_NUM_THREADS="1") if arm == "passive_1t" else arm_env()
+    run = timed_run([f"recipe={args.recipe}", f"trainer.total_steps={args.steps}"], out, env, args.timeout_s, arm,
+                    program=program)
+    if run.timed_out:
+        return {"wall_s": run.wall_s, "timed_out": True, "load_at_start": run.load_at_start}
+    return {"wall_s": run.wall_s, "timed_out": False, "load_at_start": run.load_at_start,
+            "step_s": run.column("timing/step"), "rewards": run.column("reward/total/mean")}
 
 
 def main(argv=None) -> None:
