@@ -127,3 +127,16 @@ def test_the_geneval_recipe_trains_on_partial_credit_and_validates_on_the_verdic
     assert (cfg.rollout.sampling_options.num_steps, cfg.algo.family_options.val_num_steps, cfg.rollout.sampling_options.guidance_scale) == (10, 40, 4.5)
     assert (cfg.rollout.sampling_options.height, cfg.trainer.prompts_per_step, cfg.trainer.samples_per_prompt) == (512, 48, 24)
     assert (cfg.trainer.mini_batch_size, cfg.algo.kl_coef, cfg.model.adapter_options.max_sequence_length) == (576, 0.04, 128)
+
+
+@pytest.mark.parametrize("name", sorted(PROJECT_RECIPES))
+def test_a_recipe_header_states_its_compilation_choice_and_the_recipe_keeps_it(name):
+    # Issue 44: compilation is off where it does not pay, on where it does, each recipe's choice
+    # stated in its header (the comment block above the first key).
+    lines = PROJECT_RECIPES[name].read_text().splitlines()
+    header = lines[:next(i for i, line in enumerate(lines) if line.strip() and not line.startswith("#"))]
+    stated = [line for line in header if line.startswith("# Compilation: ")]
+    assert len(stated) == 1, f"{name}: the header needs one '# Compilation: on|off ...' line"
+    on = stated[0].startswith("# Compilation: on")
+    assert on or stated[0].startswith("# Compilation: off"), stated[0]
+    assert load_config([f"recipe={name}"]).model.compile_options.enabled is on, f"{name}: header says {stated[0]!r}"
