@@ -82,12 +82,10 @@ def build_tiny_qwen3_hd32(folder: Path) -> None:
     write_tiny_qwen3(folder, hidden_size=64, num_attention_heads=2, num_key_value_heads=1, head_dim=32)
 
 
-# Qwen3's chat format for tools, written for the byte-level tiny tokenizer: the tools' JSON
-# schemas go in a system turn inside <tools></tools>, an assistant's calls are
-# <tool_call>\n{"name": ..., "arguments": {...}}\n</tool_call>, and consecutive tool answers
-# share one user turn, each inside <tool_response></tool_response>. The same text layout as the
-# template shipped with Qwen3 checkpoints (thinking blocks left out: the tiny model never thinks).
-QWEN3_TOOLS_TEMPLATE = (
+# The parts of Qwen3's tool-calling chat format the tiny templates share: the system turn that
+# lists the tools (it opens `{% if tools %}` and leaves it open for the template's own ending), and
+# an assistant turn's calls with the turn's end.
+TOOLS_SYSTEM_TURN = (
     "{% if tools %}<|im_start|>system\n"
     "{% if messages[0]['role'] == 'system' %}{{ messages[0]['content'] }}\n\n{% endif %}"
     "# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"
@@ -95,6 +93,22 @@ QWEN3_TOOLS_TEMPLATE = (
     "{% for tool in tools %}{{ '\\n' }}{{ tool | tojson }}{% endfor %}{{ '\\n' }}</tools>\n\n"
     "For each function call, return a json object with function name and arguments within <tool_call></tool_call> "
     "XML tags:\n<tool_call>\n{\"name\": <function-name>, \"arguments\": <args-json-object>}\n</tool_call><|im_end|>\n"
+)
+TOOL_CALLS_AND_END = (
+    "{% if m['role'] == 'assistant' and m.get('tool_calls') %}"
+    "{% for call in m['tool_calls'] %}{% set call = call['function'] if call.get('function') else call %}"
+    "{% if (loop.first and m['content']) or not loop.first %}{{ '\\n' }}{% endif %}"
+    "<tool_call>\n{\"name\": \"{{ call['name'] }}\", \"arguments\": "
+    "{{ call['arguments'] if call['arguments'] is string else call['arguments'] | tojson }}}\n</tool_call>"
+    "{% endfor %}{% endif %}<|im_end|>\n"
+)
+# Qwen3's chat format for tools, written for the byte-level tiny tokenizer: the tools' JSON
+# schemas go in a system turn inside <tools></tools>, an assistant's calls are
+# <tool_call>\n{"name": ..., "arguments": {...}}\n</tool_call>, and consecutive tool answers
+# share one user turn, each inside <tool_response></tool_response>. The same text layout as the
+# template shipped with Qwen3 checkpoints (thinking blocks left out: the tiny model never thinks).
+QWEN3_TOOLS_TEMPLATE = (
+    TOOLS_SYSTEM_TURN +
     "{% elif messages[0]['role'] == 'system' %}<|im_start|>system\n{{ messages[0]['content'] }}<|im_end|>\n{% endif %}"
     "{% for m in messages %}"
     "{% if m['role'] == 'system' %}"
@@ -102,13 +116,8 @@ QWEN3_TOOLS_TEMPLATE = (
     "{% if loop.first or messages[loop.index0 - 1]['role'] != 'tool' %}<|im_start|>user{% endif %}"
     "{{ '\\n' }}<tool_response>\n{{ m['content'] }}\n</tool_response>"
     "{% if loop.last or messages[loop.index0 + 1]['role'] != 'tool' %}<|im_end|>\n{% endif %}"
-    "{% else %}<|im_start|>{{ m['role'] }}\n{{ m['content'] if m['content'] is string else '' }}"
-    "{% if m['role'] == 'assistant' and m.get('tool_calls') %}"
-    "{% for call in m['tool_calls'] %}{% set call = call['function'] if call.get('function') else call %}"
-    "{% if (loop.first and m['content']) or not loop.first %}{{ '\\n' }}{% endif %}"
-    "<tool_call>\n{\"name\": \"{{ call['name'] }}\", \"arguments\": "
-    "{{ call['arguments'] if call['arguments'] is string else call['arguments'] | tojson }}}\n</tool_call>"
-    "{% endfor %}{% endif %}<|im_end|>\n"
+    "{% else %}<|im_start|>{{ m['role'] }}\n{{ m['content'] if m['content'] is string else '' }}" +
+    TOOL_CALLS_AND_END +
     "{% endif %}{% endfor %}"
     "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
 )

@@ -14,7 +14,7 @@ import torch
 from omni_rl.models import register_tiny_model
 from omni_rl.models.tiny_vocab import bpe_files
 
-from adapters.tiny.qwen3 import byte_level_vocab
+from adapters.tiny.qwen3 import TOOL_CALLS_AND_END, TOOLS_SYSTEM_TURN, byte_level_vocab
 
 
 # ChatML with content parts (an image or audio part is the processor's placeholder run), and
@@ -29,13 +29,7 @@ _TINY_CONTENT = (
     "{% elif p['type'] == 'text' %}{{ p['text'] }}{% endif %}{% endfor %}{% endif %}"
 )
 TINY_CHAT_TEMPLATE = (
-    "{% if tools %}<|im_start|>system\n"
-    "{% if messages[0]['role'] == 'system' %}{{ messages[0]['content'] }}\n\n{% endif %}"
-    "# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"
-    "You are provided with function signatures within <tools></tools> XML tags:\n<tools>"
-    "{% for tool in tools %}{{ '\\n' }}{{ tool | tojson }}{% endfor %}{{ '\\n' }}</tools>\n\n"
-    "For each function call, return a json object with function name and arguments within <tool_call></tool_call> "
-    "XML tags:\n<tool_call>\n{\"name\": <function-name>, \"arguments\": <args-json-object>}\n</tool_call><|im_end|>\n"
+    TOOLS_SYSTEM_TURN +
     "{% endif %}"
     "{% for m in messages %}"
     "{% if m['role'] == 'system' and tools %}"
@@ -44,12 +38,7 @@ TINY_CHAT_TEMPLATE = (
     "{{ '\\n' }}<tool_response>\n" + _TINY_CONTENT + "\n</tool_response>"
     "{% if loop.last or messages[loop.index0 + 1]['role'] != 'tool' %}<|im_end|>\n{% endif %}"
     "{% else %}<|im_start|>{{ m['role'] }}\n" + _TINY_CONTENT +
-    "{% if m['role'] == 'assistant' and m.get('tool_calls') %}"
-    "{% for call in m['tool_calls'] %}{% set call = call['function'] if call.get('function') else call %}"
-    "{% if (loop.first and m['content']) or not loop.first %}{{ '\\n' }}{% endif %}"
-    "<tool_call>\n{\"name\": \"{{ call['name'] }}\", \"arguments\": "
-    "{{ call['arguments'] if call['arguments'] is string else call['arguments'] | tojson }}}\n</tool_call>"
-    "{% endfor %}{% endif %}<|im_end|>\n"
+    TOOL_CALLS_AND_END +
     "{% endif %}{% endfor %}"
     "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
 )
