@@ -17,6 +17,7 @@ from omni_rl.errors import ConfigError
 from omni_rl.families.base import build_family
 from omni_rl.models.factory import build_model
 from omni_rl.rollout.backends import build_rollout_engine
+from tests.omni_rl.agent.encoded_tokens import counting_encoded_tokens
 
 BASE = ["recipe=tiny_qwen3_calculator_agent", "model.path=tiny:qwen3_tools", "algo.family_options.agent_options.environment=guess_number",
         "algo.family_options.agent_options.max_turns=3", "algo.family_options.agent_options.max_total_tokens=160", "algo.family_options.agent_options.environment_options.high=1000000", "rollout.sampling_options.max_new_tokens=6",
@@ -30,16 +31,9 @@ def rolled():
     model = build_model(cfg.model, torch.device("cpu"), tuple(cfg.plugins))
     family = build_family(cfg, model)
     engine = build_rollout_engine(cfg, model)
-    fed = []
-    forward = model.forward_logits
-
-    def counting(input_ids, attention_mask, *args, **kwargs):
-        fed.append(attention_mask[:, -input_ids.shape[1]:].sum(1))  # real tokens this forward encodes, per row
-        return forward(input_ids, attention_mask, *args, **kwargs)
-
-    model.forward_logits = counting  # this test's own adapter instance: counts what the engine encodes
-    batch, _ = family.rollout(engine, [PromptItem("7*8", {"secret": 777777}), PromptItem("3*4", {"secret": 888888})], step=1)
-    model.forward_logits = forward
+    with counting_encoded_tokens(model) as fed:
+        batch, _ = family.rollout(engine, [PromptItem("7*8", {"secret": 777777}), PromptItem("3*4", {"secret": 888888})],
+                                  step=1)
     return cfg, model, family, batch, torch.stack(fed).sum(0)
 
 

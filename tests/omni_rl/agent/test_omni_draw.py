@@ -23,6 +23,7 @@ from omni_rl.families.base import build_family
 from omni_rl.models.factory import build_model
 from omni_rl.rollout.backends import build_rollout_engine
 from omni_rl.rollout.text_sampling import join_media
+from tests.omni_rl.agent.encoded_tokens import counting_encoded_tokens
 
 # The random tiny thinker (the recipe's cold-started one takes minutes to build).
 SMALL = ["recipe=tiny_qwen3_omni_draw_agent", "model.path=tiny:qwen3_omni", "rollout.sampling_options.max_new_tokens=4",
@@ -66,16 +67,8 @@ def omni():
     model = build_model(cfg.model, torch.device("cpu"), tuple(cfg.plugins))
     family = build_family(cfg, model)
     engine = build_rollout_engine(cfg, model)
-    encoded = []
-    forward = model.forward_logits
-
-    def counting(input_ids, attention_mask, *args, **kwargs):
-        encoded.append(attention_mask[:, -input_ids.shape[1]:].sum(1))  # real tokens this forward encodes, per row
-        return forward(input_ids, attention_mask, *args, **kwargs)
-
-    model.forward_logits = counting  # this test's own adapter instance: counts what the engine encodes
-    rolled = roll(family, engine, (255, 0, 0))
-    model.forward_logits = forward
+    with counting_encoded_tokens(model) as encoded:
+        rolled = roll(family, engine, (255, 0, 0))
     return model, family, engine, rolled, torch.stack(encoded).sum(0)
 
 
