@@ -226,11 +226,10 @@ def rollout_split(recipe: str, threads: int, cache_dir: str | None, reps: int = 
     """Where a recipe's rollout time goes, eager and compiled: one rollout of `max_num_seqs`
     samples (warm-up, then the median of `reps` with the two arms alternated), the part of it
     inside `predict_velocity` (the transformer with CFG, counted by wrapping the adapter
-    instance's method), and, from one more
-    rollout under `torch.profiler`, the share in library kernels (GEMMs, attention, convolution).
-    A compiled graph calls those kernels unchanged, so the compiled arm's library seconds over
-    eager's whole rollout is the best ratio compilation can reach without faster kernels (the
-    `floor_ratio`)."""
+    instance's method), and, from one more rollout under `torch.profiler`, the share in library
+    kernels (GEMMs, attention, convolution). A compiled graph calls those kernels unchanged, so
+    the compiled arm's library seconds over eager's whole rollout is the best ratio compilation
+    can reach without faster kernels (the `floor_ratio`)."""
     import dataclasses
 
     import torch
@@ -239,16 +238,7 @@ def rollout_split(recipe: str, threads: int, cache_dir: str | None, reps: int = 
     from omni_rl.compose import load_config
     from omni_rl.models import build_model
     from omni_rl.models.compile import CompileOptions
-    from omni_rl.rollout.native import NativeDiffusionEngine
-    from tests.adapters.diffusion_suite import request, suite_cases
-
-    def generate(model, requests, max_num_seqs):
-        # The caller's thread drives the engine: the profiler records the thread it started in.
-        engine = NativeDiffusionEngine(model, max_num_seqs=max_num_seqs, driver="caller")
-        try:
-            return engine.generate(requests)
-        finally:
-            engine.close()
+    from tests.adapters.diffusion_suite import generate, request, suite_cases
 
     torch.set_num_threads(threads)
     cfg = load_config([f"recipe={recipe}"])
@@ -259,6 +249,8 @@ def rollout_split(recipe: str, threads: int, cache_dir: str | None, reps: int = 
     window = dict(sde_window_size=sampling.sde_window_size, noise_level=sampling.noise_level,
                   sde_window_range=tuple(sampling.sde_window_range) if sampling.sde_window_range else None)
     requests = [request(case, prompts[i % len(prompts)], seed=i, **window) for i in range(batch)]
+    # Every rollout is driven by this thread (driver="caller"): the profiler records the thread it
+    # started in, not the engine's own.
     models, calls = {}, {"eager": [], "compiled": []}
     for arm in ("eager", "compiled"):
         options = CompileOptions(enabled=arm == "compiled", cache_dir=cache_dir)
@@ -272,20 +264,20 @@ def rollout_split(recipe: str, threads: int, cache_dir: str | None, reps: int = 
             return result
 
         model.predict_velocity = timed
-        generate(model, requests, max_num_seqs=batch)  # warm-up: the compile
+        generate(model, requests, batch, driver="caller")  # warm-up: the compile
         models[arm] = model
     walls, forwards = {arm: [] for arm in models}, {arm: [] for arm in models}
     for _ in range(reps):  # the arms alternated: the machine's load falls on both alike
         for arm, model in models.items():
             calls[arm].clear()
             t0 = time.perf_counter()
-            generate(model, requests, max_num_seqs=batch)
+            generate(model, requests, batch, driver="caller")
             walls[arm].append(time.perf_counter() - t0)
             forwards[arm].append(sum(calls[arm]))
     out = {}
     for arm, model in models.items():
         with profile(activities=[ProfilerActivity.CPU]) as prof:
-            generate(model, requests, max_num_seqs=batch)
+            generate(model, requests, batch, driver="caller")
         kernels = kernel_seconds(prof)
         wall = statistics.median(walls[arm])
         # The profiler's self times add its own overhead: scale its shares to the timed wall.

@@ -71,15 +71,13 @@ def run_once(args, arm: str, seed: int, out: Path, cache: Path) -> dict:
     run = timed_run(overrides, out, arm_env(OMP_NUM_THREADS=str(args.threads)), args.timeout_s, f"{arm} seed {seed}")
     if run.timed_out:
         return {"wall_s": run.wall_s, "timed_out": True, "load_at_start": run.load_at_start}
-    wall, load, rows = run.wall_s, run.load_at_start, run.rows
-    rows = [r for r in rows if "reward/total/mean" in r]
+    rows = [r for r in run.rows if "reward/total/mean" in r]
     rewards = [r["reward/total/mean"] for r in rows]
     gaps = [r[GAP_KEY] for r in rows if r.get(GAP_KEY) is not None]
     ratios = [r[RATIO_KEY] for r in rows if r.get(RATIO_KEY) is not None]
     graphs = [r["perf/compiled_graphs"] for r in rows if r.get("perf/compiled_graphs") is not None]
     w = min(args.window, len(rewards) // 2) or 1
-    return {"wall_s": wall, "timed_out": False, "load_at_start": load,
-            "child_cpu_s": run.cpu_s,
+    return {"wall_s": run.wall_s, "timed_out": False, "load_at_start": run.load_at_start, "child_cpu_s": run.cpu_s,
             "rewards": rewards, "first_mean": statistics.fmean(rewards[:w]), "last_mean": statistics.fmean(rewards[-w:]),
             "rise": statistics.fmean(rewards[-w:]) - statistics.fmean(rewards[:w]),
             "gap_max": max(gaps) if gaps else None, "ratio_dev_max": max(ratios) if ratios else None,

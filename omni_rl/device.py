@@ -28,17 +28,13 @@ class DeviceError(OmniConfigError):
 _DEVICE_NAMES = {"cuda": "CUDA", "npu": "NPU (Ascend)"}
 
 
-def _device_count(kind: str) -> int:
+def device_count(kind: str) -> int:
+    """Devices of type `kind` (cuda, npu) this machine has; 1 for the CPU."""
     if kind == "cuda":
         return torch.cuda.device_count() if torch.cuda.is_available() else 0
     if kind == "npu":
         return torch.npu.device_count() if npu_available() else 0
     return 1
-
-
-def device_count(kind: str) -> int:
-    """Devices of type `kind` (cuda, npu) this machine has; 1 for the CPU."""
-    return _device_count(kind)
 
 
 def pick_device(name: str = "auto") -> torch.device:
@@ -54,7 +50,7 @@ def pick_device(name: str = "auto") -> torch.device:
         raise DeviceError(f"trainer.device={name!r}: expected auto, cpu, cuda[:N] or npu[:N]")
     if kind == "cpu":
         return torch.device(name)
-    count = _device_count(kind)
+    count = device_count(kind)
     if count == 0:
         raise DeviceError(
             f"trainer.device={name!r} but no {_DEVICE_NAMES[kind]} device is available here; "

@@ -129,6 +129,11 @@ def teachers_of(options) -> list[TeacherOptions]:
     return list(options.teachers) if "teachers" in {f.name for f in dataclasses.fields(options)} else []
 
 
+def pooled_teachers(cfg) -> list[TeacherOptions]:
+    """The run's teachers with `placement: pool` (their Ray actors are started by the driver)."""
+    return [t for t in teachers_of(cfg.algo.family_options) if t.pooled]
+
+
 def route(teachers: list[TeacherOptions], metadata: dict[str, Any]) -> Optional[int]:
     """The index of the teacher of a prompt with this metadata: the one of its data source, else
     the default; None when neither exists."""
@@ -425,6 +430,17 @@ def teacher_source(cfg, t: TeacherOptions) -> tuple[str, Optional[str]]:
     return (cfg.model.path, cfg.model.revision) if t.path is None else (t.path, t.revision)
 
 
+def shares_student(cfg, t: TeacherOptions) -> bool:
+    """A diffusion teacher that is the student's own base (no `path`, no `lora`, LoRA training):
+    it runs on the student's model with the adapters off and holds no weights of its own."""
+    return t.path is None and t.lora is None and cfg.model.lora.enabled
+
+
+def teacher_guidance(cfg, t: TeacherOptions) -> float:
+    """A diffusion teacher's CFG scale: its own, else the student's."""
+    return cfg.rollout.sampling_options.guidance_scale if t.guidance_scale is None else t.guidance_scale
+
+
 def build_frozen(cfg, path: str, revision: Optional[str], device: torch.device):
     """A teacher's base built on `device` without LoRA, in eval mode, its parameters frozen; the
     run's random stream left as it was (a teacher's build draws nothing of the student's)."""
@@ -469,7 +485,7 @@ def build_teachers(cfg, student, blocks: list[TeacherOptions], key: str = "algo.
     student_probe = None
     for i, t in enumerate(blocks):
         where = f"{key}[{i}]"
-        guidance = cfg.rollout.sampling_options.guidance_scale if t.guidance_scale is None else t.guidance_scale
+        guidance = teacher_guidance(cfg, t)
         if t.pooled:
             # What can be checked here is, before the actors are asked (they raise in their own logs).
             if t.path is not None:
@@ -481,7 +497,7 @@ def build_teachers(cfg, student, blocks: list[TeacherOptions], key: str = "algo.
             check_latent_space(pooled.latent_probe(cfg.rollout), student_probe, cfg, where)
             teachers.append(pooled)
             continue
-        if t.path is None and t.lora is None and cfg.model.lora.enabled:
+        if shares_student(cfg, t):
             teachers.append(Teacher(t, student, guidance, cfg.rollout.sampling_options.negative_prompt, shares_student=True))
             continue
         base = teacher_source(cfg, t)

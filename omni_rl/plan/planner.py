@@ -157,6 +157,12 @@ def _knobs(cfg: OmniConfig) -> list[tuple[str, Callable[[OmniConfig], None]]]:
     return knobs
 
 
+def peak_bytes(plan: dict[str, Any]) -> int:
+    """The largest peak of any one device: a training device's (training or rollout), or a teacher
+    pool's (a device of the same kind: it must fit as well)."""
+    return max(plan["peaks"]["training"], plan["peaks"]["rollout"], *[p["peak_bytes"] for p in plan["teacher_pools"]])
+
+
 def make_plan(cfg: OmniConfig, kind_name: str = DEFAULT_DEVICE_KIND, memory_gb: float | None = None) -> dict[str, Any]:
     """The full plan of `cfg` as a JSON-able dict (module docstring)."""
     kind = device_kind(kind_name)
@@ -170,9 +176,7 @@ def make_plan(cfg: OmniConfig, kind_name: str = DEFAULT_DEVICE_KIND, memory_gb: 
         step, modules = cache["step"]
         plan["roofline"] = roofline(cfg, step, modules, world, kind)
         plan["best_case_step_seconds"] = plan["roofline"]["best_case_step_seconds"]
-    # A teacher's pool is a device of the same kind: it must fit as well.
-    pools = [pool.get("peak_bytes", pool["weights_bytes"]) for pool in plan["teacher_pools"]]
-    peak = max(plan["peaks"]["training"], plan["peaks"]["rollout"], *pools)
+    peak = peak_bytes(plan)
     # Without a trace the peaks are the weights alone: "fits" then means only that they do.
     verdict: dict[str, Any] = {"device_kind": kind.name, "device_memory_bytes": limit, "peak_bytes": peak,
                                "fits": peak <= limit, "weights_only": plan["trace"] is None, "knobs": []}
@@ -183,8 +187,7 @@ def make_plan(cfg: OmniConfig, kind_name: str = DEFAULT_DEVICE_KIND, memory_gb: 
             except ValueError as err:  # a geometry the model refuses (MiniMax-H3 takes 124 frames at least)
                 verdict["knobs"].append({"knob": label, "refused": str(err)})
                 continue
-            new_peak = max(other["peaks"]["training"], other["peaks"]["rollout"],
-                           *[pool.get("peak_bytes", pool["weights_bytes"]) for pool in other["teacher_pools"]])
+            new_peak = peak_bytes(other)
             verdict["knobs"].append({"knob": label, "peak_bytes": new_peak, "saves_bytes": peak - new_peak,
                                      "fits": new_peak <= limit})
     plan["verdict"] = verdict
@@ -264,7 +267,7 @@ def _teacher_lines(plan: dict[str, Any]) -> list[str]:
                      f"{_size(forward['activation_bytes'])}")
     for pool in plan["teacher_pools"]:
         lines.append(f"    pool of {pool['teacher']}: {pool['workers']} device(s), peak "
-                     f"{_size(pool.get('peak_bytes', pool['weights_bytes']))} each (its weights and forward)")
+                     f"{_size(pool['peak_bytes'])} each (its weights and forward)")
     return lines
 
 

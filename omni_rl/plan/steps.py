@@ -44,6 +44,14 @@ def cfg_copies(cfg) -> int:
     return 2 if student_guidance(cfg) > 1.0 else 1
 
 
+def guidance_copies(cfg) -> int:
+    """Rows per sample of the largest teacher forward: 2 where a teacher guides with CFG (its own
+    scale, else the student's); 0 without teachers."""
+    scales = [student_guidance(cfg) if t.guidance_scale is None else t.guidance_scale
+              for t in teachers_of(cfg.algo.family_options)]
+    return max((2 if s > 1.0 else 1) for s in scales) if scales else 0
+
+
 def trace_step(model, spec, cfg, fake: bool = True, cache: dict | None = None) -> StepTrace:
     """Trace the rollout forward and the training micro-batch of `model`'s trained network(s);
     each trace is kept in `cache` under what it depends on, so a re-plan that changes one knob
@@ -104,11 +112,9 @@ def step_flops(cfg, step: StepTrace) -> dict[str, float]:
 def teacher_flops(cfg, step: StepTrace) -> float:
     """A micro-batch's teacher forward: the rollout forward's FLOPs scaled to its batch and to the
     teacher's guidance copies (the rollout trace holds the student's, `cfg_copies`)."""
-    teachers = teachers_of(cfg.algo.family_options)
-    if not teachers:
+    copies = guidance_copies(cfg)
+    if not copies:  # no teachers
         return 0.0
-    scales = [student_guidance(cfg) if t.guidance_scale is None else t.guidance_scale for t in teachers]
-    copies = max(2 if scale > 1.0 else 1 for scale in scales)
     return step.rollout.flops / cfg_copies(cfg) * copies * step.train_batch / step.rollout_batch
 
 

@@ -25,15 +25,10 @@ from typing import Any
 
 import torch
 
-from omni_rl.families.teachers import teachers_of
+from omni_rl.families.teachers import shares_student, teacher_source, teachers_of
 from omni_rl.plan.architecture import architecture_folder
 from omni_rl.plan.trace import LiveBytes, Trace
 from omni_rl.plan.weights import build_weightless, engine_tensors, world_size
-
-
-def shares_student(cfg, teacher) -> bool:
-    """The teacher is the student's own model with its LoRA off (as `build_teachers` decides)."""
-    return teacher.path is None and teacher.lora is None and cfg.model.lora.enabled
 
 
 def sharded_world(cfg) -> int:
@@ -53,8 +48,7 @@ def plan_teacher_weights(cfg, cache: dict) -> dict[str, Any]:
             rows.append({"teacher": t.name, "path": None, "shares_student": True, "parameters": 0, "bytes": 0,
                          "where": "the student's own weights, LoRA off"})
             continue
-        path = cfg.model.path if t.path is None else t.path
-        revision = cfg.model.revision if t.path is None else t.revision
+        path, revision = teacher_source(cfg, t)
         if not t.pooled and (path, revision) in holder:
             rows.append({"teacher": t.name, "path": path, "lora": t.lora, "shares_student": False, "parameters": 0,
                          "bytes": 0, "where": f"the base of teacher {holder[path, revision]!r}, shared (its LoRA an "
@@ -74,7 +68,8 @@ def plan_teacher_weights(cfg, cache: dict) -> dict[str, Any]:
         params, size, network, whole = cache[key]
         counted = "the whole model" if whole else "its trained network(s) only"
         if t.pooled:
-            pools.append({"teacher": t.name, "workers": t.pool_workers, "weights_bytes": size})
+            # Its peak: the weights, until the planner adds the traced forward (`planner._core`).
+            pools.append({"teacher": t.name, "workers": t.pool_workers, "weights_bytes": size, "peak_bytes": size})
             rows.append({"teacher": t.name, "path": path, "lora": t.lora, "shares_student": False, "parameters": params,
                          "bytes": size, "where": f"its pool: {t.pool_workers} device(s) of its own, whole on each",
                          "counted": counted})
@@ -94,15 +89,6 @@ def colocated(cfg) -> bool:
     return any(not t.pooled for t in teachers_of(cfg.algo.family_options))
 
 
-def guidance_copies(cfg) -> int:
-    """Rows per sample of the largest teacher forward: 2 where a teacher guides with CFG."""
-    from omni_rl.plan.steps import student_guidance
-
-    scales = [student_guidance(cfg) if t.guidance_scale is None else t.guidance_scale
-              for t in teachers_of(cfg.algo.family_options)]
-    return max((2 if s > 1.0 else 1) for s in scales) if scales else 0
-
-
 def trace_teacher_forward(model, spec, cfg, cache: dict) -> Trace | None:
     """The teacher's no-grad forward on one micro-batch, traced with the student's architecture
     (a teacher must share it); None without teachers."""
@@ -118,7 +104,7 @@ def trace_teacher_forward(model, spec, cfg, cache: dict) -> Trace | None:
                 cache[key] = _trace_text_forward(model, spec, cfg.trainer.micro_batch_size, prompt, response,
                                                  float(cfg.rollout.sampling_options.temperature))
         return cache[key]
-    from omni_rl.plan.steps import _trace_all
+    from omni_rl.plan.steps import _trace_all, guidance_copies
 
     batch = cfg.trainer.micro_batch_size * guidance_copies(cfg)
     key = ("teacher", batch, id(model), cfg.rollout.sampling_options.height, cfg.rollout.sampling_options.width, cfg.rollout.sampling_options.num_frames)
@@ -139,5 +125,4 @@ def _trace_text_forward(model, spec, batch: int, prompt: int, response: int, tem
     return Trace(int(live.flops), int(live.peak), int(live.weight_read), int(live.expert_read))
 
 
-__all__ = ["plan_teacher_weights", "trace_teacher_forward", "shares_student", "guidance_copies", "colocated",
-           "sharded_world"]
+__all__ = ["plan_teacher_weights", "trace_teacher_forward", "colocated", "sharded_world"]

@@ -27,8 +27,8 @@ from omni_rl.config.schema import OmniConfig
 from omni_rl.data.prompts import PromptSampler, validation_prompt_items
 from omni_rl.families import build_family
 from omni_rl.families.base import BehaviourPolicy, prompt_limits
-from omni_rl.families.teachers import teachers_of
-from omni_rl.workers.teacher_pool import TeacherPools, pooled_teachers
+from omni_rl.families.teachers import pooled_teachers, teachers_of
+from omni_rl.workers.teacher_pool import TeacherPools
 from omni_rl.families.update import FIRST_GAP_MAX_KEY, FIRST_GAP_MEAN_KEY
 from omni_rl.models.diffusion import DiffusionModelBase
 from omni_rl.models.limits import check_built_model, check_loaded_limits

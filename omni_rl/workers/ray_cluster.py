@@ -6,7 +6,7 @@ import os
 from typing import Optional
 
 from omni_rl.config.schema import OmniConfig
-from omni_rl.families.teachers import teachers_of
+from omni_rl.families.teachers import pooled_teachers
 
 # Ray's setting of its workers' niceness (read when the local Ray starts).
 WORKER_NICENESS_ENV = "RAY_worker_niceness"
@@ -28,7 +28,7 @@ def connect_ray(cfg: OmniConfig, address: Optional[str] = None, world: int = 0) 
         workers = cfg.reward.worker_options
         rewards = math.ceil(workers.num_workers * workers.num_cpus)
         # And one CPU per actor of a teacher's pool (placement=pool).
-        pools = sum(t.pool_workers for t in teachers_of(cfg.algo.family_options) if t.pooled)
+        pools = sum(t.pool_workers for t in pooled_teachers(cfg))
         init_local_ray(max(os.cpu_count() or 1, world + rewards + pools), log_to_driver=True)
     return True
 

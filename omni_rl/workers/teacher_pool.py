@@ -27,16 +27,13 @@ import torch
 
 from omni_rl.config.schema import OmniConfig
 from omni_rl.device import DeviceError, device_count, ray_device_resource, worker_device
-from omni_rl.families.teachers import (Teacher, build_frozen, check_architecture, latent_probe, load_teacher_lora,
-                                      pool_actor_name, teacher_lora_file, teacher_source, teachers_of)
+from omni_rl.families.teachers import (Teacher, build_frozen, check_architecture, freeze, latent_probe,
+                                      load_teacher_lora, pool_actor_name, pooled_teachers, teacher_guidance,
+                                      teacher_lora_file, teacher_source, teachers_of)
 from omni_rl.families.token_teachers import TokenTeacher
 from omni_rl.models.diffusion import DiffusionModelBase
 
 KEY = "algo.family_options.teachers"
-
-
-def pooled_teachers(cfg: OmniConfig) -> list:
-    return [t for t in teachers_of(cfg.algo.family_options) if t.pooled]
 
 
 class TeacherWorker:
@@ -55,13 +52,11 @@ class TeacherWorker:
             if t.lora is not None:
                 file = teacher_lora_file(t.lora, f"{where}.lora")
                 adapted, adapter = tuple(load_teacher_lora(model, file, f"{where}.lora", adapter=t.name)), t.name
-            guidance = cfg.rollout.sampling_options.guidance_scale if t.guidance_scale is None else t.guidance_scale
-            self.teacher: Any = Teacher(t, model, guidance, cfg.rollout.sampling_options.negative_prompt, shares_student=False,
-                                        adapter=adapter, adapted=adapted)
+            self.teacher: Any = Teacher(t, model, teacher_guidance(cfg, t), cfg.rollout.sampling_options.negative_prompt,
+                                        shares_student=False, adapter=adapter, adapted=adapted)
         else:
             self.teacher = TokenTeacher(t, model, shares_student=False)
-        for module in model.trainable_modules().values():  # a loaded adapter would train otherwise
-            module.requires_grad_(False)
+        freeze(model)  # again: a loaded adapter would train otherwise
         self.model = model
 
     def info(self) -> dict[str, Any]:
@@ -83,20 +78,18 @@ class TeacherWorker:
         out = self.teacher.velocity(ls.to(latents, device), sigma.to(device), prompts)
         return ls.to(out, "cpu")
 
-    def _micro(self, sequences, attention_mask, prompt_width, temperature):
+    def _on_device(self, sequences, attention_mask, prompt_width, temperature, media):
+        """A micro-batch's rows and media on this actor's device, as the teacher reads them."""
         device = self.model.device
-        return SimpleNamespace(sequences=sequences.to(device), attention_mask=attention_mask.to(device),
-                               prompt_width=prompt_width, temperature=temperature)
+        micro = SimpleNamespace(sequences=sequences.to(device), attention_mask=attention_mask.to(device),
+                                prompt_width=prompt_width, temperature=temperature)
+        return micro, {k: v.to(device) for k, v in media.items()}
 
     def log_probs(self, sequences, attention_mask, prompt_width: int, temperature: float, media: dict):
-        micro = self._micro(sequences, attention_mask, prompt_width, temperature)
-        media = {k: v.to(self.model.device) for k, v in media.items()}
-        return self.teacher.log_probs(micro, media).to("cpu")
+        return self.teacher.log_probs(*self._on_device(sequences, attention_mask, prompt_width, temperature, media)).to("cpu")
 
     def logits(self, sequences, attention_mask, prompt_width: int, temperature: float, media: dict):
-        micro = self._micro(sequences, attention_mask, prompt_width, temperature)
-        media = {k: v.to(self.model.device) for k, v in media.items()}
-        return self.teacher.logits(micro, media).to("cpu")
+        return self.teacher.logits(*self._on_device(sequences, attention_mask, prompt_width, temperature, media)).to("cpu")
 
 
 def actor_resources(cfg: OmniConfig) -> dict[str, Any]:
@@ -179,4 +172,4 @@ def check_device_budget(cfg: OmniConfig) -> None:
                           f"larger cluster (trainer.backend=ray, trainer.backend_options.ray_address)")
 
 
-__all__ = ["TeacherPools", "TeacherWorker", "asked_devices", "check_device_budget", "pooled_teachers"]
+__all__ = ["TeacherPools", "TeacherWorker", "asked_devices", "check_device_budget"]

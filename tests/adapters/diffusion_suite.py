@@ -128,8 +128,8 @@ def ode(case: AdapterCase, prompt: str, noise: torch.Tensor, model=None) -> Diff
                    initial_noise=noise)
 
 
-def generate(model, requests, max_num_seqs: int):
-    engine = NativeDiffusionEngine(model, max_num_seqs=max_num_seqs)
+def generate(model, requests, max_num_seqs: int, driver: str = "thread"):
+    engine = NativeDiffusionEngine(model, max_num_seqs=max_num_seqs, driver=driver)
     try:
         return engine.generate(requests, timeout_s=TIMEOUT_S), dict(engine.stats)
     finally:

@@ -48,9 +48,6 @@ class TurnSession:
         self.results: Optional[list] = None
         self.error: Optional[BaseException] = None
         self.finished = threading.Event()
-        self.deadline = time.monotonic() + timeout_s
-        self.timeout_s = timeout_s
-        self.turns = 0
         self.closed: Optional[str] = None  # why, once closed
         self._timer = threading.Timer(timeout_s, self.close, args=(f"it ran past its timeout_s={timeout_s:g} s",))
         self._timer.daemon = True
@@ -80,7 +77,6 @@ class TurnSession:
             if request_id in self.pending:
                 raise RuntimeError(f"request {request_id} ended a turn while its last one waits for its answer")
             self.pending[request_id] = future
-            self.turns += 1
         self.ended.put({"request_id": int(request_id), "turn_ids": [int(t) for t in turn_ids],
                         "finish_reason": finish_reason, "room": int(room)})
         return future
